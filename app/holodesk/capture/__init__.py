@@ -1,0 +1,1 @@
+"""Screen capture backends: list monitors, grab one monitor into a Frame."""

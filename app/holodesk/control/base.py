@@ -1,0 +1,37 @@
+"""Executor interface and the result type that every executor returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from holodesk.core.actions import Action
+from holodesk.core.geometry import Frame
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """Outcome of performing one action, as data (errors are results, not crashes).
+
+    Attributes:
+        ok: True when the action was performed (and verified where verification is possible).
+        status: "performed" | "failed" | "stopped_by_user".
+        message: plain-words detail ("clicked at (960, 540)", "pointer clamped at (0, 0)").
+        details: structured details for the episode record (input points, paste method, ...).
+        duration_ms: wall time spent performing it.
+    """
+
+    ok: bool
+    status: str
+    message: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+    duration_ms: float = 0.0
+
+
+class Executor(Protocol):
+    """Performs actions. ``frame`` is the frame the action was proposed for; every point is mapped
+    through :func:`holodesk.core.geometry.to_input_point` with it."""
+
+    name: str
+
+    def execute(self, action: Action, frame: Frame) -> ActionResult: ...

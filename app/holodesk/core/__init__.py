@@ -1,0 +1,1 @@
+"""Pure domain types: actions, geometry, risk. No Qt, no torch, no OS calls."""

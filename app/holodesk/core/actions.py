@@ -1,0 +1,394 @@
+"""The action vocabulary: a closed set of frozen, validated types.
+
+Every pointer position is a :class:`Point` in the protocol's normalised space: integers in
+``[0, NORM_MAX]`` (``NORM_MAX`` = 1000) relative to the frame the model saw, x from the left edge and
+y from the top. Conversion to OS input coordinates happens in exactly one place,
+:func:`holodesk.core.geometry.to_input_point`, using the frame the action was proposed for.
+
+Each constructor validates its fields and raises :class:`~holodesk.errors.ActionError` naming the
+first bad field. (The closed-set style with one error per wrong argument follows Anthropic's
+computer-use demo, ``tools/computer.py``.)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from holodesk.errors import ActionError
+
+NORM_MAX = 1000
+"""Upper bound (inclusive) of the normalised coordinate space of the action protocol."""
+
+MAX_TYPE_CHARS = 10_000
+MAX_WAIT_SECONDS = 60.0
+MAX_SCROLL_AMOUNT = 50
+
+ScrollDirection = Literal["up", "down", "left", "right"]
+SCROLL_DIRECTIONS: tuple[str, ...] = ("up", "down", "left", "right")
+
+_NAMED_KEYS = frozenset(
+    {
+        "ctrl", "alt", "shift", "super", "win", "cmd", "command", "option", "meta", "altgr",
+        "enter", "return", "tab", "esc", "escape", "backspace", "delete", "del", "insert", "space",
+        "up", "down", "left", "right", "home", "end", "pageup", "pagedown", "capslock", "numlock",
+        "scrolllock", "printscreen", "pause", "menu", "apps",
+        *(f"f{i}" for i in range(1, 25)),
+    }
+)
+_KEY_ALIASES = {
+    "control": "ctrl", "escape": "esc", "return": "enter", "del": "delete", "windows": "win",
+    "page_up": "pageup", "page_down": "pagedown", "pgup": "pageup", "pgdn": "pagedown",
+    "arrowup": "up", "arrowdown": "down", "arrowleft": "left", "arrowright": "right",
+    "spacebar": "space", "command": "cmd", "meta": "super", "print": "printscreen",
+}
+
+
+def normalize_key(name: str) -> str:
+    """Return the canonical lower-case name of one key (``"Control"`` -> ``"ctrl"``).
+
+    Accepts the named keys above, any single printable character, and aliases.
+
+    Raises:
+        ActionError: (field ``keys``) for an empty or unknown key name.
+    """
+    if not isinstance(name, str) or not name:
+        raise ActionError(f"key name must be a non-empty string, got {name!r}", field="keys")
+    if len(name) == 1:
+        if not name.isprintable():
+            raise ActionError(f"key {name!r} is not a printable character", field="keys")
+        return name.lower() if name.isalpha() and name.isascii() else name
+    low = name.strip().lower().replace(" ", "")
+    low = _KEY_ALIASES.get(low, low)
+    if low in _NAMED_KEYS:
+        return low
+    raise ActionError(
+        f"unknown key {name!r}",
+        field="keys",
+        hint="Use a single character or one of: " + ", ".join(sorted(_NAMED_KEYS)) + ".",
+    )
+
+
+@dataclass(frozen=True)
+class Point:
+    """A position in the protocol's normalised space of one frame.
+
+    Attributes:
+        x: 0 (left edge) .. 1000 (right edge) of the frame the model saw, integer.
+        y: 0 (top edge) .. 1000 (bottom edge), integer.
+
+    Raises:
+        ActionError: when a coordinate is not an integer or lies outside ``[0, 1000]``.
+    """
+
+    x: int
+    y: int
+
+    def __post_init__(self) -> None:
+        for name in ("x", "y"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ActionError(
+                    f"coordinate {name} must be an integer in [0, {NORM_MAX}], got {value!r}",
+                    field=name,
+                )
+            if not 0 <= value <= NORM_MAX:
+                raise ActionError(
+                    f"coordinate {name}={value} lies outside the image the model saw "
+                    f"(allowed 0..{NORM_MAX})",
+                    field=name,
+                )
+
+
+@dataclass(frozen=True)
+class Action:
+    """Base of all actions. ``kind`` is the protocol's tool name."""
+
+    kind: ClassVar[str] = ""
+
+    def points(self) -> tuple[Point, ...]:
+        """All points this action touches, in order (empty for keyboard and control actions)."""
+        return ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form: ``{"kind": ..., field: value, ...}`` with points as ``{"x":, "y":}``."""
+        out: dict[str, Any] = {"kind": self.kind}
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if isinstance(value, Point):
+                value = {"x": value.x, "y": value.y}
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[name] = value
+        return out
+
+    @property
+    def ends_episode(self) -> bool:
+        """True for actions that finish the task (answer, done)."""
+        return False
+
+
+def _require_point(value: object, name: str) -> None:
+    if not isinstance(value, Point):
+        raise ActionError(f"{name} must be a Point, got {type(value).__name__}", field=name)
+
+
+@dataclass(frozen=True)
+class _PointerAction(Action):
+    point: Point
+
+    def __post_init__(self) -> None:
+        _require_point(self.point, "point")
+
+    def points(self) -> tuple[Point, ...]:
+        return (self.point,)
+
+
+@dataclass(frozen=True)
+class Click(_PointerAction):
+    """Left click at ``point``."""
+
+    kind: ClassVar[str] = "click"
+
+
+@dataclass(frozen=True)
+class DoubleClick(_PointerAction):
+    """Left double click at ``point``."""
+
+    kind: ClassVar[str] = "double_click"
+
+
+@dataclass(frozen=True)
+class RightClick(_PointerAction):
+    """Right click at ``point``."""
+
+    kind: ClassVar[str] = "right_click"
+
+
+@dataclass(frozen=True)
+class MiddleClick(_PointerAction):
+    """Middle click at ``point``."""
+
+    kind: ClassVar[str] = "middle_click"
+
+
+@dataclass(frozen=True)
+class Move(_PointerAction):
+    """Move the pointer to ``point`` without clicking."""
+
+    kind: ClassVar[str] = "move"
+
+
+@dataclass(frozen=True)
+class Drag(Action):
+    """Press the left button at ``start``, move to ``end``, release."""
+
+    kind: ClassVar[str] = "drag"
+    start: Point
+    end: Point
+
+    def __post_init__(self) -> None:
+        _require_point(self.start, "start")
+        _require_point(self.end, "end")
+
+    def points(self) -> tuple[Point, ...]:
+        return (self.start, self.end)
+
+
+@dataclass(frozen=True)
+class Scroll(Action):
+    """Scroll ``amount`` wheel clicks towards ``direction``, with the pointer at ``point`` if given.
+
+    Raises:
+        ActionError: unknown direction, or amount not an integer in ``1..50``.
+    """
+
+    kind: ClassVar[str] = "scroll"
+    direction: str
+    amount: int = 3
+    point: Point | None = None
+
+    def __post_init__(self) -> None:
+        if self.direction not in SCROLL_DIRECTIONS:
+            raise ActionError(
+                f"scroll direction must be one of {', '.join(SCROLL_DIRECTIONS)}, got {self.direction!r}",
+                field="direction",
+            )
+        if isinstance(self.amount, bool) or not isinstance(self.amount, int):
+            raise ActionError(f"scroll amount must be an integer, got {self.amount!r}", field="amount")
+        if not 1 <= self.amount <= MAX_SCROLL_AMOUNT:
+            raise ActionError(
+                f"scroll amount must be 1..{MAX_SCROLL_AMOUNT} wheel clicks, got {self.amount}",
+                field="amount",
+            )
+        if self.point is not None:
+            _require_point(self.point, "point")
+
+    def points(self) -> tuple[Point, ...]:
+        return (self.point,) if self.point is not None else ()
+
+
+@dataclass(frozen=True)
+class Type(Action):
+    """Type ``text`` exactly (any Unicode, tabs and newlines included) into the focused widget.
+
+    Raises:
+        ActionError: text empty, not a string, or longer than 10,000 characters.
+    """
+
+    kind: ClassVar[str] = "type"
+    text: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise ActionError(f"text must be a string, got {type(self.text).__name__}", field="text")
+        if not self.text:
+            raise ActionError("text to type is empty", field="text")
+        if len(self.text) > MAX_TYPE_CHARS:
+            raise ActionError(
+                f"text to type has {len(self.text)} characters, more than {MAX_TYPE_CHARS}", field="text"
+            )
+
+
+@dataclass(frozen=True)
+class Key(Action):
+    """Press ``keys`` together (a chord such as ``("ctrl", "s")``) and release them in reverse order.
+
+    Keys are normalised by :func:`normalize_key`.
+
+    Raises:
+        ActionError: no keys, more than 5 keys, or an unknown key name.
+    """
+
+    kind: ClassVar[str] = "key"
+    keys: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        keys = self.keys
+        if isinstance(keys, str):
+            keys = tuple(k for k in keys.replace(" ", "").split("+") if k) if len(keys) > 1 else (keys,)
+        if not isinstance(keys, (tuple, list)) or not keys:
+            raise ActionError("keys must be a non-empty list of key names", field="keys")
+        if len(keys) > 5:
+            raise ActionError(f"a chord has at most 5 keys, got {len(keys)}", field="keys")
+        object.__setattr__(self, "keys", tuple(normalize_key(k) for k in keys))
+
+
+@dataclass(frozen=True)
+class Wait(Action):
+    """Do nothing for ``seconds`` (0 < seconds <= 60), then look again."""
+
+    kind: ClassVar[str] = "wait"
+    seconds: float = 1.0
+
+    def __post_init__(self) -> None:
+        s = self.seconds
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s):
+            raise ActionError(f"wait seconds must be a number, got {s!r}", field="seconds")
+        if not 0 < s <= MAX_WAIT_SECONDS:
+            raise ActionError(f"wait seconds must be in (0, {MAX_WAIT_SECONDS:g}], got {s}", field="seconds")
+        object.__setattr__(self, "seconds", float(s))
+
+
+@dataclass(frozen=True)
+class Answer(Action):
+    """Finish the task by answering the user with ``text``."""
+
+    kind: ClassVar[str] = "answer"
+    text: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str) or not self.text.strip():
+            raise ActionError("answer text must be a non-empty string", field="text")
+
+    @property
+    def ends_episode(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class Done(Action):
+    """Finish the task: the model reports it is complete."""
+
+    kind: ClassVar[str] = "done"
+    message: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.message, str):
+            raise ActionError("done message must be a string", field="message")
+
+    @property
+    def ends_episode(self) -> bool:
+        return True
+
+
+ACTION_TYPES: dict[str, type[Action]] = {
+    cls.kind: cls
+    for cls in (Click, DoubleClick, RightClick, MiddleClick, Move, Drag, Scroll, Type, Key, Wait, Answer, Done)
+}
+"""The closed set: protocol tool name -> action class."""
+
+
+def action_from_dict(data: dict[str, Any]) -> Action:
+    """Rebuild an action from :meth:`Action.to_dict` output (episode records, edits).
+
+    Raises:
+        ActionError: unknown kind or any bad field.
+    """
+    kind = data.get("kind")
+    cls = ACTION_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ActionError(f"unknown action kind {kind!r}", field="kind",
+                          hint="Known kinds: " + ", ".join(ACTION_TYPES) + ".")
+    kwargs: dict[str, Any] = {}
+    for name in cls.__dataclass_fields__:
+        if name not in data:
+            continue
+        value = data[name]
+        if isinstance(value, dict) and set(value) == {"x", "y"}:
+            value = Point(value["x"], value["y"])
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[name] = value
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ActionError(f"bad fields for {kind}: {exc}", field=None) from exc
+
+
+def describe(action: Action) -> str:
+    """A plain-words sentence for the approval card, e.g. ``Click at (512, 300)``.
+
+    Coordinates are quoted in the normalised space; the UI adds the on-screen position.
+    """
+    def p(pt: Point) -> str:
+        return f"({pt.x}, {pt.y})"
+
+    match action:
+        case Click(point=pt):
+            return f"Click at {p(pt)}"
+        case DoubleClick(point=pt):
+            return f"Double-click at {p(pt)}"
+        case RightClick(point=pt):
+            return f"Right-click at {p(pt)}"
+        case MiddleClick(point=pt):
+            return f"Middle-click at {p(pt)}"
+        case Move(point=pt):
+            return f"Move the pointer to {p(pt)}"
+        case Drag(start=a, end=b):
+            return f"Drag from {p(a)} to {p(b)}"
+        case Scroll(direction=d, amount=n, point=pt):
+            where = f" at {p(pt)}" if pt is not None else ""
+            return f"Scroll {d} by {n}{where}"
+        case Type(text=t):
+            return f"Type {len(t)} characters: {t!r}"
+        case Key(keys=keys):
+            return "Press " + "+".join(keys)
+        case Wait(seconds=s):
+            return f"Wait {s:g} s"
+        case Answer(text=t):
+            return f"Answer: {t}"
+        case Done(message=m):
+            return "Finish the task" + (f": {m}" if m else "")
+    return action.kind

@@ -1,0 +1,74 @@
+"""The exception hierarchy. Every error says what went wrong and what the user can do about it.
+
+Errors are raised where they are detected; the session records them and the UI shows them.
+"""
+
+from __future__ import annotations
+
+
+class HolodeskError(Exception):
+    """Base class of every error Holodesk raises on purpose.
+
+    Attributes:
+        hint: one sentence telling the user what to do next (may be empty).
+    """
+
+    def __init__(self, message: str, *, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message} {self.hint}".strip() if self.hint else self.message
+
+
+class DisplayError(HolodeskError):
+    """No usable display server (DISPLAY unset, Wayland without XWayland, ...)."""
+
+
+class CaptureError(HolodeskError):
+    """Grabbing the screen failed (unknown monitor index, X error, ...)."""
+
+
+class ActionError(HolodeskError):
+    """An action is malformed (bad field) or could not be carried out.
+
+    Attributes:
+        field: name of the offending field when the error is about one field, else None.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None, hint: str = "") -> None:
+        super().__init__(message, hint=hint)
+        self.field = field
+
+
+class PolicyOutputError(HolodeskError):
+    """The policy's reply is not a valid action. Carries the raw text so it can be shown and recorded.
+
+    Attributes:
+        raw_text: the model's reply exactly as received.
+    """
+
+    def __init__(self, message: str, *, raw_text: str, hint: str = "") -> None:
+        super().__init__(message, hint=hint)
+        self.raw_text = raw_text
+
+    def __str__(self) -> str:
+        shown = self.raw_text if len(self.raw_text) <= 300 else self.raw_text[:300] + "…"
+        return f"{super().__str__()} Raw reply: {shown!r}"
+
+
+class PolicyError(HolodeskError):
+    """The policy could not produce a reply at all (server unreachable, generation failed, ...)."""
+
+
+class ModelLoadError(HolodeskError):
+    """A model checkpoint could not be found, read or mapped onto the runtime."""
+
+
+class SettingsError(HolodeskError):
+    """A setting has a bad value, or the settings file cannot be read or written."""
+
+
+class SecretStoreError(HolodeskError):
+    """The OS keychain is missing or locked, so a secret cannot be stored or read."""

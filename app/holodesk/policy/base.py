@@ -1,0 +1,83 @@
+"""The Policy interface shared by the scripted, local (Holotron) and remote policies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from holodesk.core.actions import Action
+from holodesk.core.geometry import Frame
+
+
+@dataclass(frozen=True)
+class HistoryStep:
+    """One earlier step of the episode as the policy sees it.
+
+    Attributes:
+        index: 0-based step number.
+        frame: the frame of that step (policies keep only the last N as images).
+        action: the action that was proposed (None when the reply did not parse).
+        thought: the model's one-line plan for that step.
+        note: durable memory the model asked to carry forward (protocol ``note``), or None.
+        raw_text: the model's reply as received.
+        outcome: short plain-words result ("performed", "skipped by user", "failed: ...").
+    """
+
+    index: int
+    frame: Frame | None
+    action: Action | None
+    thought: str = ""
+    note: str | None = None
+    raw_text: str = ""
+    outcome: str = ""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the policy gets for one step.
+
+    Attributes:
+        task: the user's instruction in plain words.
+        frame: the current frame of the chosen monitor.
+        history: earlier steps, oldest first.
+    """
+
+    task: str
+    frame: Frame
+    history: tuple[HistoryStep, ...] = ()
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A policy's answer for one step.
+
+    Attributes:
+        action: the proposed action, valid by construction.
+        thought: the model's one-line plan (plain text, shown verbatim).
+        note: durable memory for later steps, or None.
+        raw_text: the model's reply exactly as produced.
+        timings_ms: stage name -> milliseconds (e.g. preprocess, vision, prefill, decode).
+        extra: backend-specific details worth recording (token counts, kernel path, image size sent).
+    """
+
+    action: Action
+    thought: str = ""
+    note: str | None = None
+    raw_text: str = ""
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Anything that proposes one action per observation.
+
+    ``propose`` raises :class:`~holodesk.errors.PolicyOutputError` (reply is not a valid action; the
+    raw text travels with it) or :class:`~holodesk.errors.PolicyError` (no reply at all).
+    """
+
+    name: str
+
+    def propose(self, observation: Observation) -> Proposal: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,1 @@
+"""The agent loop, approval and episode records."""

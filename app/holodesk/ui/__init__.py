@@ -1,0 +1,1 @@
+"""Desktop UI (PySide6). The only package that imports Qt."""
