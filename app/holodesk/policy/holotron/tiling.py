@@ -1,0 +1,175 @@
+"""Image tiling for Holotron-12B (Nemotron Nano 2 VL): grid choice, pixel pipeline, token counts.
+
+The algorithm reproduces the preprocessing the model was trained with, as written down in
+``docs/holotron.md`` ("Image preprocessing"): InternVL's dynamic tiling (``find_closest_aspect_ratio``
+in InternVL's ``dynamic_preprocess``, also used by Nemotron Nano 2 VL), bicubic resize with antialiasing
+on float pixels in ``[0, 1]`` without clamping (torchvision's tensor ``Resize`` / vLLM's
+``F.interpolate(..., antialias=True)``), row-major tiles plus a thumbnail, per-channel normalisation.
+
+:func:`tile_grid` and the token-count helpers are pure Python; :func:`preprocess_pixels` imports torch
+lazily, so importing this module needs neither torch nor numpy.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+TILE_SIZE = 512
+"""Tile edge in pixels (``force_image_size`` of the published config)."""
+
+MAX_TILES = 12
+"""Largest number of grid tiles (thumbnail not counted) Nemotron Nano 2 VL uses by default."""
+
+TOKENS_PER_TILE = 256
+"""LM tokens per 512x512 tile: (512/16)^2 = 1024 patches, pixel shuffle 0.5 keeps a quarter."""
+
+
+def candidate_grids(max_tiles: int = MAX_TILES, min_tiles: int = 1) -> list[tuple[int, int]]:
+    """All (cols, rows) with ``min_tiles <= cols*rows <= max_tiles``, ordered by ``cols*rows``.
+
+    Built like InternVL's ``dynamic_preprocess``: a set of grids sorted by product only (Python's sort
+    is stable, and CPython iterates a set of small-int tuples in a fixed order), so equal-product grids
+    come in the same order as there.
+    """
+    if max_tiles < 1 or min_tiles < 1 or min_tiles > max_tiles:
+        raise ValueError(f"need 1 <= min_tiles <= max_tiles, got {min_tiles}, {max_tiles}")
+    grids = {
+        (i, j)
+        for n in range(min_tiles, max_tiles + 1)
+        for i in range(1, n + 1)
+        for j in range(1, n + 1)
+        if min_tiles <= i * j <= max_tiles
+    }
+    return sorted(grids, key=lambda grid: grid[0] * grid[1])
+
+
+def tile_grid(
+    width: int, height: int, max_tiles: int = MAX_TILES, *, tile_size: int = TILE_SIZE
+) -> tuple[int, int]:
+    """Choose the tile grid (cols, rows) for an image of ``width`` x ``height`` pixels.
+
+    Rule (InternVL ``find_closest_aspect_ratio``, as used by Nemotron Nano 2 VL): walk the candidate
+    grids in order of ``cols*rows``; keep the one whose ``cols/rows`` is closest to ``width/height``;
+    on an exact tie, switch to the later (larger) grid when the image area exceeds
+    ``0.5 * tile_size**2 * cols * rows`` of that grid.
+
+    Worked values (docs/holotron.md): 1920x1080 -> (4, 2); 1280x800 -> (3, 2); 1280x720 -> (2, 1);
+    1024x768 -> (4, 3); 3440x1440 -> (5, 2); 1080x1920 -> (2, 4); 512x512 -> (1, 1).
+
+    Args:
+        width, height: image size in pixels (> 0).
+        max_tiles: largest cols*rows allowed (12 for Holotron).
+        tile_size: tile edge in pixels (512 for Holotron).
+    Returns:
+        (cols, rows).
+    Raises:
+        ValueError: for a non-positive size or ``max_tiles`` < 1.
+    """
+    if width <= 0 or height <= 0:
+        raise ValueError(f"image size must be positive, got {width}x{height}")
+    aspect = width / height
+    area = width * height
+    best = (1, 1)
+    best_diff = float("inf")
+    for cols, rows in candidate_grids(max_tiles):
+        diff = abs(aspect - cols / rows)
+        if diff < best_diff:
+            best_diff = diff
+            best = (cols, rows)
+        elif diff == best_diff and area > 0.5 * tile_size * tile_size * cols * rows:
+            best = (cols, rows)
+    return best
+
+
+def tile_count(cols: int, rows: int, *, use_thumbnail: bool = True) -> int:
+    """Tiles sent for a (cols, rows) grid: ``cols*rows`` plus one thumbnail when there is more than one."""
+    n = cols * rows
+    return n + 1 if use_thumbnail and n > 1 else n
+
+
+def image_tiles(
+    width: int, height: int, max_tiles: int = MAX_TILES, *, tile_size: int = TILE_SIZE, use_thumbnail: bool = True
+) -> int:
+    """Number of tiles (thumbnail included) for a ``width`` x ``height`` image. 1920x1080 -> 9."""
+    cols, rows = tile_grid(width, height, max_tiles, tile_size=tile_size)
+    return tile_count(cols, rows, use_thumbnail=use_thumbnail)
+
+
+def image_token_count(
+    width: int,
+    height: int,
+    max_tiles: int = MAX_TILES,
+    *,
+    tile_size: int = TILE_SIZE,
+    tokens_per_tile: int = TOKENS_PER_TILE,
+    use_thumbnail: bool = True,
+) -> int:
+    """Image-context tokens (``<image>`` placeholders) for one image, without ``<img>``/``</img>``.
+
+    1920x1080 -> 9 tiles x 256 = 2304.
+    """
+    return tokens_per_tile * image_tiles(
+        width, height, max_tiles, tile_size=tile_size, use_thumbnail=use_thumbnail
+    )
+
+
+def preprocess_pixels(
+    pixels: np.ndarray[Any, Any],
+    *,
+    mean: tuple[float, float, float] | list[float],
+    std: tuple[float, float, float] | list[float],
+    max_tiles: int = MAX_TILES,
+    tile_size: int = TILE_SIZE,
+    use_thumbnail: bool = True,
+) -> tuple[torch.Tensor, tuple[int, int]]:
+    """Turn one RGB frame into normalised tiles.
+
+    Steps (docs/holotron.md, "Image preprocessing"): uint8 -> float32 in [0, 1]; grid by
+    :func:`tile_grid`; bicubic antialiased resize of the whole image to ``tile_size*cols`` x
+    ``tile_size*rows`` (aspect ratio not kept, no clamping); cut row-major; when there is more than one
+    tile, append the whole image resized to ``tile_size`` x ``tile_size``; normalise each channel with
+    ``(x - mean) / std``.
+
+    Args:
+        pixels: ``uint8`` array of shape ``(height, width, 3)``, RGB.
+        mean, std: per-channel normalisation, read from the checkpoint.
+    Returns:
+        (tiles, (cols, rows)) where ``tiles`` is float32 of shape ``(n_tiles, 3, tile_size, tile_size)``
+        on the CPU, tiles in row-major order followed by the thumbnail.
+    Raises:
+        ValueError: when ``pixels`` is not ``(h, w, 3)``.
+    """
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    arr = np.asarray(pixels)
+    if arr.ndim != 3 or arr.shape[2] != 3:
+        raise ValueError(f"expected RGB pixels of shape (height, width, 3), got {arr.shape}")
+    height, width = int(arr.shape[0]), int(arr.shape[1])
+    cols, rows = tile_grid(width, height, max_tiles, tile_size=tile_size)
+    image = torch.from_numpy(np.ascontiguousarray(arr)).permute(2, 0, 1).to(torch.float32).div_(255.0)
+    image = image.unsqueeze(0)  # (1, 3, h, w)
+
+    def resize(target_h: int, target_w: int) -> torch.Tensor:
+        if (target_h, target_w) == (height, width):
+            return image
+        return F.interpolate(
+            image, size=(target_h, target_w), mode="bicubic", align_corners=False, antialias=True
+        )
+
+    resized = resize(tile_size * rows, tile_size * cols)[0]  # (3, S*rows, S*cols)
+    tiles = (
+        resized.reshape(3, rows, tile_size, cols, tile_size)
+        .permute(1, 3, 0, 2, 4)
+        .reshape(rows * cols, 3, tile_size, tile_size)
+    )
+    if use_thumbnail and rows * cols > 1:
+        tiles = torch.cat([tiles, resize(tile_size, tile_size)], dim=0)
+    mean_t = torch.tensor([float(v) for v in mean], dtype=torch.float32).view(1, 3, 1, 1)
+    std_t = torch.tensor([float(v) for v in std], dtype=torch.float32).view(1, 3, 1, 1)
+    return ((tiles - mean_t) / std_t).contiguous(), (cols, rows)
