@@ -13,7 +13,7 @@ computer-use demo, ``tools/computer.py``.)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal
 
 from holodesk.errors import ActionError
@@ -114,7 +114,8 @@ class Action:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: ``{"kind": ..., field: value, ...}`` with points as ``{"x":, "y":}``."""
         out: dict[str, Any] = {"kind": self.kind}
-        for name in self.__dataclass_fields__:
+        for f in fields(self):
+            name = f.name
             value = getattr(self, name)
             if isinstance(value, Point):
                 value = {"x": value.x, "y": value.y}
@@ -342,7 +343,8 @@ def action_from_dict(data: dict[str, Any]) -> Action:
         raise ActionError(f"unknown action kind {kind!r}", field="kind",
                           hint="Known kinds: " + ", ".join(ACTION_TYPES) + ".")
     kwargs: dict[str, Any] = {}
-    for name in cls.__dataclass_fields__:
+    for f in fields(cls):
+        name = f.name
         if name not in data:
             continue
         value = data[name]

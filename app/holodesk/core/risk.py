@@ -8,7 +8,7 @@ and runs shell commands).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from holodesk.core.actions import Action, Answer, Done, Key, Type, Wait
 
@@ -32,7 +32,7 @@ _DESTRUCTIVE_CHORDS = frozenset(
 _DESTRUCTIVE_SINGLE = frozenset({"delete", "enter", "backspace", "f5"})
 
 
-class Risk(str, Enum):
+class Risk(StrEnum):
     """Approval class of an action."""
 
     LOW = "low"
@@ -52,7 +52,7 @@ def is_terminal(window_class: str | None) -> bool:
     if not window_class:
         return False
     low = window_class.lower()
-    return any(part in TERMINAL_WINDOW_CLASSES for part in low.replace(".", " ").split()) or "term" in low
+    return any(part in TERMINAL_WINDOW_CLASSES for part in low.replace(".", " ").split()) or "terminal" in low
 
 
 def assess(action: Action, *, focused_window: str | None = None) -> RiskAssessment:
@@ -60,7 +60,7 @@ def assess(action: Action, *, focused_window: str | None = None) -> RiskAssessme
 
     Args:
         action: the proposed action.
-        focused_window: class or title of the window that has keyboard focus, when known.
+        focused_window: WM_CLASS (or app id) of the window that has keyboard focus, when known.
     Returns:
         HIGH with a reason for typing into a terminal, line-ending text, and submit/close/quit/delete
         chords; LOW otherwise.

@@ -1,0 +1,245 @@
+"""The ``holodesk`` command: ``tray`` (default), ``run``, ``doctor``, ``bench``, ``tiny-checkpoint``.
+
+Each sub-command parses its flags and calls one function. Errors derived from HolodeskError are printed
+as one clear message (with what to do) and exit with status 2; nothing prints a traceback at the user
+unless ``--debug`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from holodesk import __version__
+from holodesk.errors import ActionError, HolodeskError
+
+log = logging.getLogger("holodesk")
+
+EXIT_OK, EXIT_FAILED, EXIT_ERROR, EXIT_STOPPED = 0, 1, 2, 3
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="holodesk", description="A desktop assistant that uses the computer "
+                                     "for you, one approved step at a time.")
+    parser.add_argument("--version", action="version", version=f"holodesk {__version__}")
+    parser.add_argument("--debug", action="store_true", help="log debug details and show tracebacks")
+    sub = parser.add_subparsers(dest="command")
+
+    run = sub.add_parser("run", help="carry out one task from the terminal")
+    run.add_argument("task", help="what to do, in plain words")
+    src = run.add_mutually_exclusive_group()
+    src.add_argument("--script", type=Path, help="replay a file of protocol replies (JSON Lines), one per step")
+    src.add_argument("--model", help="local Holotron checkpoint folder or Hugging Face repo id")
+    src.add_argument("--endpoint", help="OpenAI-compatible server URL (vLLM), e.g. http://host:8000/v1")
+    run.add_argument("--remote-model", help="model name on the server (with --endpoint)")
+    run.add_argument("--approve", choices=["step", "auto"], help="step: ask before every action (default); "
+                     "auto: autopilot approves low-risk actions, asks for high-risk ones")
+    run.add_argument("--monitor", type=int, help="monitor to act on (1 = first)")
+    run.add_argument("--max-steps", type=int, help="hard cap on steps")
+    run.add_argument("--max-seconds", type=float, help="hard cap on wall time")
+    run.add_argument("--precision", choices=["bf16", "8bit", "4bit"], help="local model weights")
+    run.add_argument("--episodes-dir", type=Path, help="where to record the episode (default: data dir)")
+    run.add_argument("--json", action="store_true", help="print the result as one JSON object at the end")
+
+    sub.add_parser("doctor", help="report what this machine offers Holodesk (display, monitors, GPU, kernels)")
+    tray = sub.add_parser("tray", help="start the desktop app (default)")
+    tray.add_argument("--no-tray", action="store_true", help="open the small window instead of the tray icon")
+
+    bench = sub.add_parser("bench", help="measure the local runtime's speed and memory")
+    bench.add_argument("rest", nargs=argparse.REMAINDER, help="options of the benchmark (see --help)")
+
+    tiny = sub.add_parser("tiny-checkpoint", help="write a tiny random Holotron-shaped checkpoint (for tests)")
+    tiny.add_argument("path", type=Path)
+    tiny.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``holodesk`` script. Returns the process exit status."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "run":
+            return cmd_run(args)
+        if args.command == "doctor":
+            from holodesk.doctor import print_report
+
+            return print_report(sys.stdout)
+        if args.command == "bench":
+            from holodesk.policy.holotron.bench import main as bench_main
+
+            return int(bench_main(args.rest) or 0)
+        if args.command == "tiny-checkpoint":
+            from holodesk.policy.holotron.tiny import write_tiny_checkpoint
+
+            print(write_tiny_checkpoint(args.path, seed=args.seed))
+            return EXIT_OK
+        return cmd_tray(getattr(args, "no_tray", False))
+    except HolodeskError as exc:
+        if args.debug:
+            log.exception("failed")
+        print(f"holodesk: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("holodesk: interrupted", file=sys.stderr)
+        return EXIT_STOPPED
+
+
+def cmd_tray(no_tray: bool) -> int:
+    """Start the desktop app."""
+    from holodesk.control.display import require_display
+
+    require_display()
+    from holodesk.ui.app import run_app
+
+    return run_app(force_window=no_tray)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``holodesk run``: one task with terminal approval. Exit 0 finished, 1 failed, 3 stopped."""
+    from holodesk.control.display import require_display
+    from holodesk.session.approval import ApprovalPolicy
+    from holodesk.session.factory import build_capture, build_executor, build_policy
+    from holodesk.session.loop import Session, SessionLimits, State
+    from holodesk.settings import load_settings
+
+    policy_kind = "script" if args.script else "remote" if args.endpoint else "local" if args.model else None
+    settings = load_settings(
+        policy=policy_kind,
+        model=args.remote_model if args.endpoint else args.model,
+        endpoint=args.endpoint,
+        approval=args.approve,
+        monitor=args.monitor,
+        max_steps=args.max_steps,
+        max_wall_s=args.max_seconds,
+        precision=args.precision,
+    )
+    require_display()
+    capture = build_capture()
+    executor = build_executor(settings)
+    monitors = capture.monitors()
+    if not 1 <= settings.monitor <= len(monitors):
+        raise HolodeskError(f"monitor {settings.monitor} does not exist; this display has {len(monitors)}",
+                            hint="Run 'holodesk doctor' to list the monitors.")
+    prepare = getattr(executor, "prepare", None)
+    if callable(prepare):
+        prepare()
+    policy = build_policy(settings, script=args.script)
+    approver = TerminalApprover(sys.stdin, sys.stdout)
+    session = Session(
+        policy,
+        capture,
+        executor,
+        ApprovalPolicy(settings.approval, approver),
+        SessionLimits(settings.max_steps, settings.max_wall_s, settings.max_parse_failures,
+                      settings.max_repeats, settings.monitor),
+        episodes_dir=args.episodes_dir or settings.episodes_dir,
+        focus_probe=_focus_probe(),
+        meta={"monitor_label": monitors[settings.monitor - 1].label},
+    )
+    session.subscribe(_print_event)
+    try:
+        result = session.run(args.task)
+    finally:
+        policy.close()
+        close = getattr(capture, "close", None)
+        if callable(close):
+            close()
+    print(f"Result: {result.status.value} — {result.reason}")
+    if result.answer:
+        print(f"Answer: {result.answer}")
+    if result.episode_path:
+        print(f"Episode recorded in {result.episode_path}")
+    if args.json:
+        print(json.dumps({"status": result.status.value, "reason": result.reason, "answer": result.answer,
+                          "steps": result.steps, "episode": str(result.episode_path)}, ensure_ascii=False))
+    return {State.FINISHED: EXIT_OK, State.STOPPED: EXIT_STOPPED}.get(result.status, EXIT_FAILED)
+
+
+def _focus_probe() -> Any:
+    try:
+        from holodesk.control.window import focused_window_class
+    except ImportError:
+        return None
+    return focused_window_class
+
+
+def _print_event(event: Any) -> None:
+    if event.kind == "proposal":
+        p = event.data["proposal"]
+        print(f"[step {event.step}] thought: {p.thought}")
+    elif event.kind == "result":
+        print(f"[step {event.step}] {event.data['result'].status}: {event.message}")
+    elif event.kind in ("warning", "error"):
+        print(f"[step {event.step}] warning: {event.message}")
+
+
+class TerminalApprover:
+    """Asks on the terminal: ``[a]pprove / [e]dit / [s]kip / [q]uit``. End of input means quit.
+
+    Model text is printed with ``repr`` quoting for typed text, so control characters and markup show
+    literally (field case F10).
+    """
+
+    def __init__(self, stdin: TextIO, stdout: TextIO) -> None:
+        self.stdin = stdin
+        self.stdout = stdout
+
+    def _ask(self, prompt: str) -> str | None:
+        self.stdout.write(prompt)
+        self.stdout.flush()
+        line = self.stdin.readline()
+        return None if line == "" else line.strip()
+
+    def __call__(self, request: Any) -> Any:
+        from holodesk.session.approval import ApprovalResponse, Decision
+
+        out = self.stdout
+        out.write(f"\nStep {request.step + 1}: {request.description}\n")
+        if request.proposal.thought:
+            out.write(f"  model's thought: {request.proposal.thought!r}\n")
+        out.write(f"  risk: {request.risk.level.value} ({request.risk.reason})\n")
+        while True:
+            answer = self._ask("  [a]pprove / [e]dit / [s]kip / [q]uit? ")
+            if answer is None:
+                out.write("\n  (no more input: stopping)\n")
+                return ApprovalResponse(Decision.STOP)
+            choice = (answer[:1] or "a").lower()
+            if choice == "a":
+                return ApprovalResponse(Decision.APPROVE)
+            if choice == "s":
+                return ApprovalResponse(Decision.SKIP)
+            if choice == "q":
+                return ApprovalResponse(Decision.STOP)
+            if choice == "e":
+                edited = self._edit(request)
+                if edited is not None:
+                    return ApprovalResponse(Decision.EDIT, action=edited)
+                continue
+            out.write("  please answer a, e, s or q\n")
+
+    def _edit(self, request: Any) -> Any:
+        """Read a replacement tool call as protocol JSON, e.g. {"tool_name": "click", "x": 10, "y": 20}."""
+        from holodesk.policy.protocol import get_protocol
+
+        protocol = get_protocol()
+        line = self._ask('  new tool call as JSON (e.g. {"tool_name": "click", "x": 500, "y": 500}): ')
+        if not line:
+            return None
+        try:
+            reply = json.dumps({"thought": "edited by the user", "note": None, "tool_call": json.loads(line)})
+            return protocol.parse(reply).action
+        except (ValueError, HolodeskError, ActionError) as exc:
+            self.stdout.write(f"  not a valid action: {exc}\n")
+            return None
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

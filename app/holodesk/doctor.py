@@ -1,0 +1,143 @@
+"""``holodesk doctor``: a truthful report of what this machine offers Holodesk.
+
+Each check runs in isolation: one failing probe is reported as such and never hides the others. Every
+slow path that would be taken (no fused SSM kernels, no GPU) is named here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import sys
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from holodesk import __version__
+
+Check = tuple[str, Callable[[], dict[str, Any]]]
+
+
+def _python() -> dict[str, Any]:
+    return {"version": platform.python_version(), "executable": sys.executable,
+            "platform": platform.platform(), "holodesk": __version__}
+
+
+def _display() -> dict[str, Any]:
+    from holodesk.control.display import check_display
+
+    info = check_display()
+    return info.to_dict() if hasattr(info, "to_dict") else dict(vars(info))
+
+
+def _monitors() -> dict[str, Any]:
+    from holodesk.control.display import require_display
+
+    require_display()
+    from holodesk.capture.mss_backend import MssCapture
+
+    cap = MssCapture()
+    try:
+        mons = cap.monitors()
+        out: dict[str, Any] = {"count": len(mons)}
+        for m in mons:
+            frame = cap.grab(m.index)
+            sx, sy = frame.scale
+            out[f"monitor {m.index}"] = (f"{m.width}x{m.height} at {m.left:+d}{m.top:+d} (input space), "
+                                         f"frame {frame.width}x{frame.height} px, measured scale {sx:g}x{sy:g}")
+        return out
+    finally:
+        cap.close()
+
+
+def _torch() -> dict[str, Any]:
+    if importlib.util.find_spec("torch") is None:
+        return {"installed": False, "note": "the local model needs the 'local' extra: pip install 'holodesk[local]'"}
+    import torch
+
+    out: dict[str, Any] = {"installed": True, "version": torch.__version__,
+                           "cuda_available": torch.cuda.is_available(), "cuda_build": torch.version.cuda}
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            out[f"gpu {i}"] = f"{props.name}, {props.total_memory / 2**30:.1f} GiB, sm_{props.major}{props.minor}"
+    else:
+        out["note"] = "no CUDA GPU: the local Holotron runtime would run on the CPU (far too slow for use)"
+    for name in ("transformers", "mamba_ssm", "causal_conv1d", "bitsandbytes", "xgrammar"):
+        out[name] = _version_of(name)
+    return out
+
+
+def _kernels() -> dict[str, Any]:
+    from holodesk.policy.holotron import kernel_report
+
+    return dict(kernel_report())
+
+
+def _keyring() -> dict[str, Any]:
+    from holodesk.secrets import keyring_status
+
+    return dict(keyring_status())
+
+
+def _tray() -> dict[str, Any]:
+    from holodesk.ui.probe import tray_status
+
+    return dict(tray_status())
+
+
+def _settings() -> dict[str, Any]:
+    from holodesk.settings import config_path, load_settings
+
+    s = load_settings()
+    return {"file": str(config_path()), "exists": config_path().exists(), "policy": s.policy, "model": s.model,
+            "approval": s.approval, "episodes": str(s.episodes_dir)}
+
+
+def _version_of(module: str) -> str:
+    if importlib.util.find_spec(module) is None:
+        return "not installed"
+    from importlib import metadata
+
+    dist = {"mamba_ssm": "mamba-ssm", "causal_conv1d": "causal-conv1d"}.get(module, module)
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "installed (version unknown)"
+
+
+CHECKS: list[Check] = [
+    ("Python", _python),
+    ("Settings", _settings),
+    ("Display server", _display),
+    ("Monitors", _monitors),
+    ("PyTorch and GPU", _torch),
+    ("Holotron kernels", _kernels),
+    ("Keychain", _keyring),
+    ("System tray", _tray),
+]
+
+
+def collect() -> dict[str, dict[str, Any]]:
+    """Run every check; a failing check yields ``{"error": message}`` for that section."""
+    report: dict[str, dict[str, Any]] = {}
+    for title, check in CHECKS:
+        try:
+            report[title] = check()
+        except Exception as exc:  # report, never crash: doctor must describe broken machines
+            report[title] = {"error": f"{type(exc).__name__}: {exc}"}
+    return report
+
+
+def print_report(out: TextIO) -> int:
+    """Print the report; exit status 0 (doctor reports problems, it does not fail on them)."""
+    report = collect()
+    for title, section in report.items():
+        out.write(f"{title}\n")
+        for key, value in section.items():
+            out.write(f"  {key}: {value}\n")
+    if os.environ.get("HOLODESK_DOCTOR_JSON"):
+        import json
+
+        out.write(json.dumps(report, default=str) + "\n")
+    return 0

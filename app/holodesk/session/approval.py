@@ -1,0 +1,121 @@
+"""Approval: the one place that decides whether a proposed action may run.
+
+In step mode every action goes to the user's approver (terminal prompt, overlay). In autopilot low-risk
+actions are approved by the autopilot and high-risk ones still go to the user (field case F11). The
+loop refuses to execute anything without an :class:`ApprovalResponse` that approves it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from holodesk.core.actions import Action, describe
+from holodesk.core.geometry import Frame, InputPoint, to_input_point
+from holodesk.core.risk import Risk, RiskAssessment
+from holodesk.policy.base import Proposal
+
+
+class Decision(enum.StrEnum):
+    """What the approver decided."""
+
+    APPROVE = "approve"
+    EDIT = "edit"
+    SKIP = "skip"
+    STOP = "stop"
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """Everything an approver shows for one step.
+
+    Attributes:
+        step: 0-based step number.
+        proposal: the policy's proposal (action, thought, raw text).
+        frame: the frame the action was computed for (its monitor is where it will happen).
+        description: the action in plain words.
+        input_points: where each of the action's points lands, in OS input space.
+        risk: risk level and reason.
+        mode: "step" or "auto".
+    """
+
+    step: int
+    proposal: Proposal
+    frame: Frame
+    description: str
+    input_points: tuple[InputPoint, ...]
+    risk: RiskAssessment
+    mode: str
+
+    @property
+    def action(self) -> Action:
+        return self.proposal.action
+
+
+@dataclass(frozen=True)
+class ApprovalResponse:
+    """The approver's answer.
+
+    Attributes:
+        decision: approve / edit / skip / stop.
+        action: for EDIT, the edited action that will run instead (validated); else None.
+        by: who decided: "user" or "autopilot".
+    """
+
+    decision: Decision
+    action: Action | None = None
+    by: str = "user"
+
+    def __post_init__(self) -> None:
+        if self.decision is Decision.EDIT and self.action is None:
+            raise ValueError("an EDIT response must carry the edited action")
+
+
+Approver = Callable[[ApprovalRequest], ApprovalResponse]
+"""A user-facing approver: blocks until the user decides (terminal prompt, overlay card)."""
+
+
+def make_request(step: int, proposal: Proposal, frame: Frame, risk: RiskAssessment, mode: str) -> ApprovalRequest:
+    """Build the request shown to the approver, mapping each point through the frame it was computed on."""
+    points = tuple(to_input_point(frame, p) for p in proposal.action.points())
+    where = ""
+    if points:
+        where = " -> screen " + ", ".join(f"({p.x}, {p.y})" for p in points) + f" on {frame.monitor.label}"
+    return ApprovalRequest(
+        step=step,
+        proposal=proposal,
+        frame=frame,
+        description=describe(proposal.action) + where,
+        input_points=points,
+        risk=risk,
+        mode=mode,
+    )
+
+
+class ApprovalPolicy:
+    """Routes requests to the user or the autopilot.
+
+    Args:
+        mode: "step" (user approves everything) or "auto" (autopilot approves LOW risk only).
+        user: the user-facing approver.
+        autopilot: optional hook called for auto-approved requests (e.g. the UI's visible countdown);
+            it may return a response that overrides the approval (the user pressed Stop or Skip during
+            the countdown). Without it LOW-risk requests are approved at once.
+    """
+
+    def __init__(self, mode: str, user: Approver, autopilot: Approver | None = None) -> None:
+        if mode not in ("step", "auto"):
+            raise ValueError(f"approval mode must be 'step' or 'auto', got {mode!r}")
+        self.mode = mode
+        self._user = user
+        self._autopilot = autopilot
+        self.paused = False
+
+    def decide(self, request: ApprovalRequest) -> ApprovalResponse:
+        """Return the decision for ``request``; HIGH risk and step mode always ask the user."""
+        if self.mode == "auto" and not self.paused and request.risk.level is Risk.LOW:
+            if self._autopilot is not None:
+                return self._autopilot(request)
+            return ApprovalResponse(Decision.APPROVE, by="autopilot")
+        return self._user(request)

@@ -1,0 +1,167 @@
+"""Episode records on disk: one folder per task, JSON Lines plus one PNG per frame.
+
+Layout of ``<episodes_dir>/<YYYYmmdd-HHMMSS>-<slug>/``:
+
+* ``episode.jsonl`` — line 1 ``{"type": "start", ...}`` (task, policy, monitor, settings summary);
+  one ``{"type": "step", ...}`` per step (frame file, raw model text, parsed action, thought, note,
+  risk, approval decision and who made it, result, timings in ms, error if any); ``{"type": "event"}``
+  for warnings; a last ``{"type": "end", ...}`` (status, reason, answer). Every line is flushed and
+  fsynced as it is written, so a crash loses nothing already recorded.
+* ``step-000.png`` ... — the frame the model saw at each step, at full resolution.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from holodesk.core.geometry import Frame
+from holodesk.errors import HolodeskError
+
+EPISODE_FILE = "episode.jsonl"
+
+
+def _slug(text: str, limit: int = 40) -> str:
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
+    return slug[:limit].rstrip("-") or "task"
+
+
+def save_png(frame: Frame, path: Path) -> None:
+    """Write the frame's pixels as a PNG (fast compression), fsynced."""
+    from PIL import Image
+
+    img = Image.fromarray(frame.pixels, "RGB")
+    with open(path, "wb") as fh:
+        img.save(fh, format="PNG", compress_level=1)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+class EpisodeRecorder:
+    """Writes one episode as it happens.
+
+    Args:
+        root: the episodes folder; the episode gets a new sub-folder there.
+        task: the user's instruction (used in the folder name and the start record).
+        meta: extra start-record fields (policy name, monitor, mode, ...). Must hold no secrets.
+    Raises:
+        HolodeskError: when the folder cannot be created.
+    """
+
+    def __init__(self, root: Path, task: str, meta: dict[str, Any] | None = None) -> None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        base = Path(root) / f"{stamp}-{_slug(task)}"
+        path = base
+        n = 1
+        while path.exists():
+            n += 1
+            path = Path(f"{base}-{n}")
+        try:
+            path.mkdir(parents=True)
+        except OSError as exc:
+            raise HolodeskError(f"cannot create the episode folder {path}: {exc}",
+                                hint="Check the data_dir setting and free disk space.") from exc
+        self.path = path
+        self._fh: TextIO | None = open(path / EPISODE_FILE, "a", encoding="utf-8")  # noqa: SIM115
+        self.write({"type": "start", "task": task, "started_at": time.time(), **(meta or {})})
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append one JSON line and make it durable (flush + fsync)."""
+        if self._fh is None:
+            raise HolodeskError(f"episode {self.path} is already closed")
+        self._fh.write(json.dumps(record, ensure_ascii=False, default=_json_default) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def save_frame(self, step: int, frame: Frame) -> str:
+        """Store the step's frame; returns the file name relative to the episode folder."""
+        name = f"step-{step:03d}.png"
+        save_png(frame, self.path / name)
+        return name
+
+    def close(self, record: dict[str, Any]) -> None:
+        """Write the end record and close the file (idempotent)."""
+        if self._fh is None:
+            return
+        self.write({"type": "end", "ended_at": time.time(), **record})
+        self._fh.close()
+        self._fh = None
+
+
+def _json_default(obj: object) -> object:
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if hasattr(obj, "value"):
+        return obj.value
+    return repr(obj)
+
+
+@dataclass
+class Episode:
+    """A recorded episode read back from disk."""
+
+    path: Path
+    start: dict[str, Any]
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    end: dict[str, Any] | None = None
+
+    @property
+    def task(self) -> str:
+        return str(self.start.get("task", ""))
+
+    @property
+    def status(self) -> str:
+        """Final status, or "incomplete" when the run never wrote its end record."""
+        return str(self.end.get("status")) if self.end else "incomplete"
+
+    def frame_path(self, step: dict[str, Any]) -> Path | None:
+        name = step.get("frame")
+        return self.path / name if name else None
+
+
+def load_episode(path: Path) -> Episode:
+    """Read an episode folder. A truncated last line (crash mid-write) is ignored.
+
+    Raises:
+        HolodeskError: when the folder has no readable episode.jsonl.
+    """
+    file = Path(path) / EPISODE_FILE
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise HolodeskError(f"no episode record at {file}: {exc}") from exc
+    records = []
+    for i, line in enumerate(lines):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i != len(lines) - 1:
+                raise HolodeskError(f"episode record {file} is corrupt at line {i + 1}") from None
+    if not records or records[0].get("type") != "start":
+        raise HolodeskError(f"episode record {file} has no start line")
+    ep = Episode(path=Path(path), start=records[0])
+    for rec in records[1:]:
+        kind = rec.get("type")
+        if kind == "step":
+            ep.steps.append(rec)
+        elif kind == "end":
+            ep.end = rec
+        else:
+            ep.events.append(rec)
+    return ep
+
+
+def list_episodes(root: Path) -> list[Path]:
+    """Episode folders under ``root``, newest first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return sorted((p for p in root.iterdir() if (p / EPISODE_FILE).is_file()), reverse=True)

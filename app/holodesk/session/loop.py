@@ -1,0 +1,384 @@
+"""The agent loop as an explicit state machine.
+
+One step: CAPTURING (grab the monitor) -> THINKING (policy proposes) -> AWAITING_APPROVAL (approval
+policy decides) -> EXECUTING (executor performs) -> recorded -> next step. The run ends FINISHED (the
+model answered or said done), STOPPED (user stop, failsafe corner, quit in the prompt) or FAILED (step
+cap, wall-time cap, repeated unparseable replies, a loop of identical actions, an error).
+
+The CLI, the tray app and the tests all drive :class:`Session`. Listeners receive :class:`SessionEvent`
+objects from the thread that runs the loop; the UI marshals them onto its own thread.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from holodesk.capture.base import CaptureBackend
+from holodesk.control.base import ActionResult, Executor
+from holodesk.core.actions import Action, Answer, Done
+from holodesk.core.geometry import Frame
+from holodesk.core.risk import assess
+from holodesk.errors import HolodeskError, PolicyError, PolicyOutputError
+from holodesk.policy.base import HistoryStep, Observation, Policy, Proposal
+from holodesk.session.approval import ApprovalPolicy, ApprovalResponse, Decision, make_request
+from holodesk.session.episode import EpisodeRecorder
+
+log = logging.getLogger(__name__)
+
+
+class State(enum.StrEnum):
+    """States of a session."""
+
+    IDLE = "idle"
+    CAPTURING = "capturing"
+    THINKING = "thinking"
+    AWAITING_APPROVAL = "awaiting_approval"
+    EXECUTING = "executing"
+    FINISHED = "finished"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (State.FINISHED, State.FAILED, State.STOPPED)
+
+
+@dataclass(frozen=True)
+class SessionEvent:
+    """Something listeners may show: a state change, a proposal, a result, a warning.
+
+    Attributes:
+        kind: "state" | "proposal" | "decision" | "result" | "warning" | "error" | "end".
+        state: the session state when the event was emitted.
+        step: 0-based step number (-1 before the first step).
+        message: plain-words text for the user.
+        data: kind-specific payload (proposal, result, ...).
+    """
+
+    kind: str
+    state: State
+    step: int
+    message: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    """Caps that end a run (field case F09) and the history bound (F21)."""
+
+    max_steps: int = 30
+    max_wall_s: float = 900.0
+    max_parse_failures: int = 3
+    max_repeats: int = 3
+    monitor: int = 1
+
+
+@dataclass
+class EpisodeResult:
+    """How a run ended.
+
+    Attributes:
+        status: final state (finished / failed / stopped).
+        reason: plain-words reason.
+        answer: the model's answer text for an ``answer`` action, else None.
+        steps: number of steps taken.
+        episode_path: the episode folder, when recorded.
+    """
+
+    status: State
+    reason: str
+    answer: str | None = None
+    steps: int = 0
+    episode_path: Path | None = None
+
+
+Listener = Callable[[SessionEvent], None]
+
+
+class _Stop(Exception):
+    def __init__(self, status: State, reason: str, answer: str | None = None) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.answer = answer
+
+
+def frame_digest(frame: Frame) -> str:
+    """Content hash of a frame's pixels (used to tell an unchanged screen)."""
+    return hashlib.blake2b(frame.pixels.tobytes(), digest_size=16).hexdigest()
+
+
+class Session:
+    """Runs tasks: capture -> propose -> approve -> execute -> record.
+
+    Args:
+        policy: proposes actions.
+        capture: grabs frames of ``limits.monitor``.
+        executor: performs approved actions.
+        approval: decides whether each action may run.
+        limits: caps and monitor choice.
+        episodes_dir: where episode records go (None: not recorded; tests only).
+        focus_probe: returns the focused window's class/title for risk assessment (None: unknown).
+        before_capture / after_capture: hooks around each grab (the UI hides its overlay there, F13).
+        meta: extra fields for the episode's start record.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        capture: CaptureBackend,
+        executor: Executor,
+        approval: ApprovalPolicy,
+        limits: SessionLimits | None = None,
+        *,
+        episodes_dir: Path | None = None,
+        focus_probe: Callable[[], str | None] | None = None,
+        before_capture: Callable[[], None] | None = None,
+        after_capture: Callable[[], None] | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> None:
+        self.policy = policy
+        self.capture = capture
+        self.executor = executor
+        self.approval = approval
+        self.limits = limits or SessionLimits()
+        self.episodes_dir = episodes_dir
+        self.focus_probe = focus_probe
+        self.before_capture = before_capture
+        self.after_capture = after_capture
+        self.meta = dict(meta or {})
+        self.state = State.IDLE
+        self._listeners: list[Listener] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.recorder: EpisodeRecorder | None = None
+
+    # ----------------------------------------------------------------- listeners and control
+    def subscribe(self, listener: Listener) -> None:
+        """Call ``listener`` for every event (from the loop's thread)."""
+        self._listeners.append(listener)
+
+    def request_stop(self) -> None:
+        """Ask the running task to stop at the next state boundary (thread-safe). An action already
+        being performed finishes; nothing new starts."""
+        self._stop.set()
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop.is_set()
+
+    def _emit(self, kind: str, step: int, message: str = "", **data: Any) -> None:
+        event = SessionEvent(kind, self.state, step, message, data)
+        for listener in list(self._listeners):
+            try:
+                listener(event)
+            except Exception:  # a broken listener must not kill the run, but it is logged loudly
+                log.exception("session listener failed on %s event", kind)
+
+    def _set_state(self, state: State, step: int) -> None:
+        self.state = state
+        self._emit("state", step, state.value)
+
+    def _check_limits(self, step: int, started: float) -> None:
+        if self._stop.is_set():
+            raise _Stop(State.STOPPED, "stopped by user")
+        if step >= self.limits.max_steps:
+            raise _Stop(State.FAILED, f"reached the step cap ({self.limits.max_steps} steps) without finishing")
+        elapsed = time.monotonic() - started
+        if elapsed > self.limits.max_wall_s:
+            raise _Stop(State.FAILED, f"reached the wall-time cap ({self.limits.max_wall_s:g} s) without finishing")
+
+    # ----------------------------------------------------------------- the loop
+    def run(self, task: str) -> EpisodeResult:
+        """Carry out ``task`` until it is finished, stopped or failed. Never raises for run-time
+        failures: they end the run with status FAILED and are recorded.
+
+        Raises:
+            ValueError: empty task.
+        """
+        if not task or not task.strip():
+            raise ValueError("the task is empty: say what Holodesk should do")
+        with self._lock:
+            self._stop.clear()
+            return self._run_locked(task.strip())
+
+    def _run_locked(self, task: str) -> EpisodeResult:
+        started = time.monotonic()
+        history: list[HistoryStep] = []
+        parse_failures = 0
+        repeats: list[tuple[str, str]] = []
+        step = 0
+        if self.episodes_dir is not None:
+            self.recorder = EpisodeRecorder(
+                self.episodes_dir,
+                task,
+                {"policy": getattr(self.policy, "name", type(self.policy).__name__),
+                 "executor": getattr(self.executor, "name", type(self.executor).__name__),
+                 "mode": self.approval.mode, "limits": self.limits.__dict__, **self.meta},
+            )
+        result: EpisodeResult
+        try:
+            while True:
+                self._check_limits(step, started)
+                record: dict[str, Any] = {"type": "step", "step": step}
+                timings: dict[str, float] = {}
+
+                # CAPTURING
+                self._set_state(State.CAPTURING, step)
+                t0 = time.perf_counter()
+                if self.before_capture:
+                    self.before_capture()
+                try:
+                    frame = self.capture.grab(self.limits.monitor)
+                finally:
+                    if self.after_capture:
+                        self.after_capture()
+                timings["capture"] = (time.perf_counter() - t0) * 1000
+                if self.recorder:
+                    record["frame"] = self.recorder.save_frame(step, frame)
+                record["monitor"] = frame.monitor.__dict__
+                record["frame_size"] = [frame.width, frame.height]
+                self._check_limits(step, started)
+
+                # THINKING
+                self._set_state(State.THINKING, step)
+                t0 = time.perf_counter()
+                try:
+                    proposal = self.policy.propose(Observation(task, frame, tuple(history)))
+                except PolicyOutputError as exc:
+                    timings["policy"] = (time.perf_counter() - t0) * 1000
+                    parse_failures += 1
+                    record.update(raw_text=exc.raw_text, error=str(exc), decision=None, timings_ms=timings)
+                    self._write(record)
+                    self._emit("warning", step, f"The model's reply was not a valid action: {exc.message}",
+                               raw_text=exc.raw_text)
+                    history.append(HistoryStep(step, frame, None, raw_text=exc.raw_text,
+                                               outcome=f"reply rejected: {exc.message}"))
+                    if parse_failures >= self.limits.max_parse_failures:
+                        raise _Stop(State.FAILED, f"{parse_failures} consecutive replies were not valid "
+                                    f"actions; last: {exc.message}") from exc
+                    step += 1
+                    continue
+                except PolicyError as exc:
+                    record.update(error=str(exc), timings_ms=timings)
+                    self._write(record)
+                    raise _Stop(State.FAILED, f"the policy failed: {exc}") from exc
+                parse_failures = 0
+                timings["policy"] = (time.perf_counter() - t0) * 1000
+                timings.update({f"policy.{k}": v for k, v in proposal.timings_ms.items()})
+                action = proposal.action
+                record.update(raw_text=proposal.raw_text, action=action.to_dict(), thought=proposal.thought,
+                              note=proposal.note, policy_extra=proposal.extra)
+                self._emit("proposal", step, proposal.thought, proposal=proposal, frame=frame)
+
+                if isinstance(action, (Answer, Done)):
+                    record.update(decision="none needed", timings_ms=timings)
+                    self._write(record)
+                    answer = action.text if isinstance(action, Answer) else (action.message or None)
+                    raise _Stop(State.FINISHED, "the model answered" if isinstance(action, Answer)
+                                else "the model reports the task is done", answer)
+
+                # Loop detection (F09): same action on an unchanged screen.
+                key = (frame_digest(frame), repr(action))
+                repeats = [*repeats, key] if repeats and repeats[-1] == key else [key]
+                if len(repeats) >= self.limits.max_repeats:
+                    record.update(decision=None, timings_ms=timings)
+                    self._write(record)
+                    raise _Stop(State.FAILED, f"the same action was proposed {len(repeats)} times on an "
+                                "unchanged screen; stopping to avoid a loop")
+                if len(repeats) == self.limits.max_repeats - 1:
+                    self._emit("warning", step, "The same action was proposed again on an unchanged screen; "
+                               "one more repeat stops the run.")
+
+                # AWAITING_APPROVAL
+                self._set_state(State.AWAITING_APPROVAL, step)
+                focused = self.focus_probe() if self.focus_probe else None
+                risk = assess(action, focused_window=focused)
+                request = make_request(step, proposal, frame, risk, self.approval.mode)
+                t0 = time.perf_counter()
+                response = self.approval.decide(request)
+                timings["approval"] = (time.perf_counter() - t0) * 1000
+                if not isinstance(response, ApprovalResponse):
+                    raise _Stop(State.FAILED, f"approver returned {response!r}, not an ApprovalResponse")
+                record.update(risk={"level": risk.level.value, "reason": risk.reason},
+                              decision=response.decision.value, decided_by=response.by,
+                              focused_window=focused)
+                self._emit("decision", step, response.decision.value, response=response)
+                if response.decision is Decision.STOP:
+                    record["timings_ms"] = timings
+                    self._write(record)
+                    raise _Stop(State.STOPPED, "stopped by user at the approval prompt")
+                if response.decision is Decision.SKIP:
+                    record["timings_ms"] = timings
+                    self._write(record)
+                    history.append(HistoryStep(step, frame, action, proposal.thought, proposal.note,
+                                               proposal.raw_text, "skipped by the user"))
+                    step += 1
+                    continue
+                if response.decision is Decision.EDIT:
+                    assert response.action is not None
+                    action = response.action
+                    record["edited_action"] = action.to_dict()
+                if self._stop.is_set():
+                    record["timings_ms"] = timings
+                    self._write(record)
+                    raise _Stop(State.STOPPED, "stopped by user")
+
+                # EXECUTING — only reachable with an APPROVE or EDIT response in hand.
+                self._set_state(State.EXECUTING, step)
+                outcome = self._execute(action, frame)
+                timings["execute"] = outcome.duration_ms
+                record.update(result={"ok": outcome.ok, "status": outcome.status, "message": outcome.message,
+                                      "details": outcome.details}, timings_ms=timings)
+                self._write(record)
+                self._emit("result", step, outcome.message, result=outcome)
+                if outcome.status == "stopped_by_user":
+                    raise _Stop(State.STOPPED, f"stopped by user: {outcome.message}")
+                history.append(HistoryStep(step, frame, action, proposal.thought, proposal.note,
+                                           proposal.raw_text,
+                                           "performed" if outcome.ok else f"failed: {outcome.message}"))
+                step += 1
+        except _Stop as stop:
+            result = EpisodeResult(stop.status, stop.reason, stop.answer, step + (stop.status is State.FINISHED))
+        except HolodeskError as exc:
+            log.error("run failed: %s", exc)
+            result = EpisodeResult(State.FAILED, str(exc), None, step)
+        except Exception as exc:  # recorded and reported, never swallowed
+            log.exception("unexpected error in the session loop")
+            result = EpisodeResult(State.FAILED, f"internal error: {type(exc).__name__}: {exc}", None, step)
+        self.state = result.status
+        if self.recorder:
+            self.recorder.close({"status": result.status.value, "reason": result.reason,
+                                 "answer": result.answer, "steps": result.steps})
+            result.episode_path = self.recorder.path
+        self._emit("end", step, result.reason, result=result)
+        self._emit("state", step, result.status.value)
+        return result
+
+    def _execute(self, action: Action, frame: Frame) -> ActionResult:
+        t0 = time.perf_counter()
+        try:
+            outcome = self.executor.execute(action, frame)
+        except HolodeskError as exc:
+            outcome = ActionResult(False, "failed", str(exc))
+        if not outcome.duration_ms:
+            outcome = ActionResult(outcome.ok, outcome.status, outcome.message, outcome.details,
+                                   (time.perf_counter() - t0) * 1000)
+        return outcome
+
+    def _write(self, record: dict[str, Any]) -> None:
+        if self.recorder:
+            self.recorder.write(record)
+
+
+def proposal_summary(p: Proposal) -> dict[str, Any]:
+    """JSON-ready summary of a proposal (for logs and UIs)."""
+    return {"action": p.action.to_dict(), "thought": p.thought, "note": p.note, "timings_ms": p.timings_ms}

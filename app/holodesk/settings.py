@@ -1,0 +1,278 @@
+"""Settings: one typed, versioned schema, layered defaults < user TOML < ``HOLODESK_*`` env < CLI.
+
+Built on pydantic-settings. Every field carries its help text (shown as tooltips in the settings dialog
+and rendered into docs/settings.md; a test fails when a field is undocumented). Secrets are never
+settings: API keys live in the OS keychain (:mod:`holodesk.secrets`).
+
+The file lives at ``$XDG_CONFIG_HOME/holodesk/settings.toml`` (platformdirs' user config dir) unless
+``HOLODESK_CONFIG`` names another file. Saving writes a temporary file in the same folder, fsyncs it and
+renames it over the old one, so a crash never leaves a half-written file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import platformdirs
+import tomli_w
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from holodesk.errors import SettingsError
+
+SCHEMA_VERSION = 1
+APP_NAME = "holodesk"
+
+
+def config_path() -> Path:
+    """Path of the user settings file (``HOLODESK_CONFIG`` overrides)."""
+    override = os.environ.get("HOLODESK_CONFIG")
+    if override:
+        return Path(override).expanduser()
+    return Path(platformdirs.user_config_dir(APP_NAME)) / "settings.toml"
+
+
+def default_data_dir() -> Path:
+    """Where episodes and logs go by default (``$XDG_DATA_HOME/holodesk``)."""
+    return Path(platformdirs.user_data_dir(APP_NAME))
+
+
+class Settings(BaseSettings):
+    """All user-facing settings. Field descriptions are the user documentation."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="HOLODESK_", extra="forbid", validate_assignment=True, frozen=False
+    )
+
+    schema_version: int = Field(SCHEMA_VERSION, description="Version of this settings schema.")
+
+    # Policy
+    policy: Literal["local", "remote", "script"] = Field(
+        "local",
+        description="Where actions come from: 'local' runs Holotron-12B on this machine's GPU, 'remote' asks "
+        "an OpenAI-compatible server (vLLM), 'script' replays a file of protocol replies.",
+    )
+    model: str = Field(
+        "Hcompany/Holotron-12B",
+        description="Local policy: a checkpoint folder or a Hugging Face repo id. Remote policy: the model "
+        "name the server serves.",
+    )
+    precision: Literal["bf16", "8bit", "4bit"] = Field(
+        "bf16",
+        description="Weights of the local model: bf16 (about 25 GB of GPU memory), 8bit or 4bit "
+        "(bitsandbytes; smaller, slightly less accurate).",
+    )
+    endpoint: str = Field(
+        "",
+        description="Base URL of an OpenAI-compatible server, e.g. http://gpu-box:8000/v1. Its API key is "
+        "kept in the OS keychain, never here.",
+    )
+    protocol: str = Field("holo-v1", description="Action protocol spoken with the model (prompt, schema, parser).")
+    reasoning: bool = Field(False, description="Let the model think step by step before acting (slower).")
+    constrained_decoding: bool = Field(
+        True, description="Constrain the model's output to the action protocol's JSON schema."
+    )
+    max_images: int = Field(
+        3, ge=1, le=16, description="Screenshots kept in the prompt; older steps are kept as text only."
+    )
+
+    # Session
+    approval: Literal["step", "auto"] = Field(
+        "step",
+        description="'step' asks you before every action; 'auto' (autopilot) approves low-risk actions "
+        "after a countdown and always asks for high-risk ones.",
+    )
+    autopilot_countdown_s: float = Field(
+        2.0, ge=0.0, le=30.0, description="Seconds an autopilot approval is shown before it runs."
+    )
+    monitor: int = Field(1, ge=1, description="Monitor to look at and act on (1 = first monitor).")
+    max_steps: int = Field(30, ge=1, le=1000, description="Hard cap on the steps of one task.")
+    max_wall_s: float = Field(900.0, gt=0, description="Hard cap on one task's wall time, in seconds.")
+    max_parse_failures: int = Field(
+        3, ge=1, le=20, description="Stop after this many consecutive replies that are not a valid action."
+    )
+    max_repeats: int = Field(
+        3, ge=2, le=10, description="Stop when the same action is proposed this many times on an unchanged screen."
+    )
+    typing: Literal["auto", "xtest", "clipboard"] = Field(
+        "auto",
+        description="How text is typed: 'xtest' types any Unicode character directly (X11), 'clipboard' "
+        "pastes it and restores your clipboard, 'auto' picks xtest on X11.",
+    )
+
+    # Desktop app
+    hotkey_palette: str = Field("<ctrl>+<alt>+h", description="Global hotkey that opens the command box.")
+    hotkey_stop: str = Field("<ctrl>+<alt>+x", description="Global hotkey that stops the running task at once.")
+
+    # Storage
+    data_dir: Path = Field(
+        default_factory=default_data_dir, description="Folder for episode records and logs."
+    )
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_is_url(cls, value: str) -> str:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("endpoint must start with http:// or https://, e.g. http://localhost:8000/v1")
+        if "@" in value.split("//", 1)[-1].split("/", 1)[0]:
+            raise ValueError("put no credentials in the endpoint URL; the API key goes into the keychain")
+        return value.rstrip("/")
+
+    @property
+    def episodes_dir(self) -> Path:
+        """Folder holding one sub-folder per episode."""
+        return Path(self.data_dir) / "episodes"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # CLI values arrive as init kwargs: CLI > env > TOML file > defaults.
+        return (init_settings, env_settings, _TomlFileSource(settings_cls))
+
+
+class _TomlFileSource(PydanticBaseSettingsSource):
+    """Reads the user's settings.toml; a syntax error becomes a SettingsError naming the file."""
+
+    def __init__(self, settings_cls: type[BaseSettings]) -> None:
+        super().__init__(settings_cls)
+        self._data = read_settings_file(config_path())
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self._data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._data)
+
+
+def read_settings_file(path: Path) -> dict[str, Any]:
+    """Parse a settings TOML file; a missing file is empty.
+
+    Raises:
+        SettingsError: unreadable file, TOML syntax error, or a secret in the file.
+    """
+    if not path.exists():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"cannot read settings file {path}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(
+            f"settings file {path} is not valid TOML: {exc}", hint="Fix the line it names or delete the file."
+        ) from exc
+    for key in data:
+        if ("key" in key.lower() and "hotkey" not in key.lower()) or "password" in key.lower():
+            raise SettingsError(
+                f"settings file {path} contains a secret ({key!r})",
+                hint="Remove it; API keys are kept in the OS keychain (Settings > Endpoint > API key).",
+            )
+    return data
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build the effective settings: defaults < settings.toml < HOLODESK_* env < ``overrides`` (CLI).
+
+    ``None`` overrides are ignored, so CLI flags that were not given fall through.
+
+    Raises:
+        SettingsError: naming each bad field and value.
+    """
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        raise SettingsError(_format_validation_error(exc), hint=f"Check {config_path()} and HOLODESK_* "
+                            "variables.") from exc
+
+
+def save_settings(settings: Settings, path: Path | None = None) -> Path:
+    """Write ``settings`` to the TOML file atomically (temp file + fsync + rename).
+
+    Only values that differ from the defaults are written. Returns the path written.
+
+    Raises:
+        SettingsError: when the folder cannot be created or written.
+    """
+    target = path or config_path()
+    data = settings.model_dump(mode="json", exclude_defaults=True)
+    data["schema_version"] = SCHEMA_VERSION
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".settings-", suffix=".toml", dir=target.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                tomli_w.dump(data, fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise SettingsError(f"cannot save settings to {target}: {exc}") from exc
+    return target
+
+
+def validate_field(name: str, value: Any) -> Any:
+    """Validate one field's value alone (for the settings dialog's per-field messages).
+
+    Returns the coerced value. Raises SettingsError with the field's own message.
+    """
+    try:
+        probe = Settings.model_construct()
+        Settings.__pydantic_validator__.validate_assignment(probe, name, value)
+        return getattr(probe, name)
+    except ValidationError as exc:
+        raise SettingsError(_format_validation_error(exc)) from exc
+
+
+def _format_validation_error(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err.get("loc", ())) or "settings"
+        msg = err.get("msg", "invalid value")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown setting"
+        parts.append(f"{loc}: {msg} (got {err.get('input')!r})")
+    return "invalid settings: " + "; ".join(parts)
+
+
+def documented_fields() -> dict[str, str]:
+    """Field name -> help text, from the schema itself (used by docs and the settings dialog)."""
+    return {name: (f.description or "") for name, f in Settings.model_fields.items()}
+
+
+def settings_markdown() -> str:
+    """docs/settings.md, rendered from the schema (``python -m holodesk.settings > docs/settings.md``)."""
+    lines = [
+        "# Settings",
+        "",
+        "Generated from `holodesk.settings.Settings` by `python -m holodesk.settings > docs/settings.md`;",
+        "a test fails when this page and the schema disagree.",
+        "",
+        "Settings file: `$XDG_CONFIG_HOME/holodesk/settings.toml` (or the file named by `HOLODESK_CONFIG`).",
+        "Precedence: defaults < settings file < `HOLODESK_<NAME>` environment variables <",
+        "command-line flags.",
+        "API keys are never settings: they live in the OS keychain.",
+        "",
+        "| setting | default | description |",
+        "| --- | --- | --- |",
+    ]
+    for name, f in Settings.model_fields.items():
+        default = "(data folder)" if name == "data_dir" else repr(f.default)
+        lines.append(f"| `{name}` | `{default}` | {f.description or ''} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(settings_markdown(), end="")

@@ -1,0 +1,45 @@
+# Shared setup steps for installers/holodesk.sh and installers/test.sh (sourced, not run).
+# Creates .venv in the repository root and installs Holodesk into it. Safe to run again: it only
+# installs what is missing.
+set -euo pipefail
+
+HOLODESK_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${HOLODESK_VENV:-$HOLODESK_ROOT/.venv}"
+PY="${PYTHON:-python3}"
+
+# Debian/Ubuntu packages: Qt's xcb platform plugin, clipboard and X tools.
+APT_RUNTIME=(libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-xinerama0 libxcb-randr0 libxcb-render-util0
+             libxcb-image0 libxcb-shape0 libxcb-xkb1 libxkbcommon-x11-0 libegl1 libgl1 libfontconfig1
+             libdbus-1-3 xclip x11-xserver-utils)
+# Extra packages the test suite needs: a virtual X server, a tray host, a real keychain, fonts.
+APT_TEST=(xvfb xdotool x11-utils trayer gnome-keyring dbus dbus-x11 fonts-dejavu-core fonts-noto-core
+          fonts-noto-cjk)
+
+say() { printf '\033[1mholodesk setup:\033[0m %s\n' "$*" >&2; }
+
+apt_install() {
+    # apt_install PKG...: installs the missing ones (as root, or through sudo).
+    command -v dpkg-query >/dev/null || { say "not a Debian/Ubuntu system: install these yourself: $*"; return 0; }
+    local missing=()
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    say "installing system packages: ${missing[*]}"
+    local SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+make_venv() {
+    if [ ! -x "$VENV/bin/python" ]; then
+        say "creating the virtual environment in $VENV"
+        "$PY" -m venv "$VENV"
+        "$VENV/bin/python" -m pip install -q --upgrade pip
+    fi
+}
+
+pip_install() {
+    "$VENV/bin/python" -m pip install -q "$@"
+}

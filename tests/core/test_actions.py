@@ -1,0 +1,83 @@
+"""The action vocabulary: every kind validates its fields with one precise error."""
+
+from __future__ import annotations
+
+import pytest
+
+from holodesk.core.actions import (
+    ACTION_TYPES,
+    Answer,
+    Click,
+    Done,
+    Drag,
+    Key,
+    Point,
+    Scroll,
+    Type,
+    Wait,
+    action_from_dict,
+    describe,
+)
+from holodesk.core.risk import Risk, assess
+from holodesk.errors import ActionError
+
+
+def test_closed_set_of_kinds() -> None:
+    assert set(ACTION_TYPES) == {"click", "double_click", "right_click", "middle_click", "move", "drag",
+                                 "scroll", "type", "key", "wait", "answer", "done"}
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: Click("500,500"), "point"),  # type: ignore[arg-type]
+        (lambda: Drag(Point(1, 1), None), "end"),  # type: ignore[arg-type]
+        (lambda: Scroll("sideways"), "direction"),
+        (lambda: Scroll("up", 0), "amount"),
+        (lambda: Scroll("up", 2.5), "amount"),  # type: ignore[arg-type]
+        (lambda: Type(""), "text"),
+        (lambda: Type("x" * 10_001), "text"),
+        (lambda: Key(()), "keys"),
+        (lambda: Key(("ctrl", "frobnicate")), "keys"),
+        (lambda: Wait(0), "seconds"),
+        (lambda: Wait(float("nan")), "seconds"),
+        (lambda: Answer("  "), "text"),
+    ],
+)
+def test_bad_field_is_named(make: object, field: str) -> None:
+    with pytest.raises(ActionError) as info:
+        make()  # type: ignore[operator]
+    assert info.value.field == field
+
+
+def test_key_names_are_normalised() -> None:
+    assert Key(("Control", "Shift", "T")).keys == ("ctrl", "shift", "t")
+    assert Key(("Escape",)).keys == ("esc",)
+    assert Key("ctrl+s").keys == ("ctrl", "s")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "action",
+    [Click(Point(1, 2)), Drag(Point(0, 0), Point(1000, 1000)), Scroll("left", 5, Point(3, 4)),
+     Type("Grüße\n日本語"), Key(("alt", "f4")), Wait(2.5), Answer("42"), Done("ok")],
+)
+def test_dict_round_trip(action: object) -> None:
+    assert action_from_dict(action.to_dict()) == action  # type: ignore[attr-defined]
+
+
+def test_describe_quotes_typed_text_literally() -> None:
+    text = '"; touch /tmp/x; echo "'
+    assert describe(Type(text)) == f"Type {len(text)} characters: " + repr(text)
+    assert describe(Drag(Point(1, 2), Point(3, 4))) == "Drag from (1, 2) to (3, 4)"
+
+
+def test_risk_classes() -> None:
+    assert assess(Type("hello")).level is Risk.LOW
+    assert assess(Type("hello"), focused_window="xterm XTerm").level is Risk.HIGH
+    assert assess(Type("rm -rf ~\n")).level is Risk.HIGH
+    assert assess(Key(("alt", "f4"))).level is Risk.HIGH
+    assert assess(Key(("shift", "ctrl", "w"))).level is Risk.HIGH
+    assert assess(Key(("enter",))).level is Risk.HIGH
+    assert assess(Key(("down",))).level is Risk.LOW
+    assert assess(Click(Point(5, 5))).level is Risk.LOW
+    assert assess(Type("x"), focused_window="determine Determine").level is Risk.LOW

@@ -1,0 +1,80 @@
+"""Settings: layering, validation with field-level messages, atomic save, no secrets, documented."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from holodesk.errors import SettingsError
+from holodesk.settings import (
+    Settings,
+    documented_fields,
+    load_settings,
+    save_settings,
+    settings_markdown,
+    validate_field,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    cfg = tmp_path / "settings.toml"
+    monkeypatch.setenv("HOLODESK_CONFIG", str(cfg))
+    for var in list(__import__("os").environ):
+        if var.startswith("HOLODESK_") and var != "HOLODESK_CONFIG":
+            monkeypatch.delenv(var)
+    return cfg
+
+
+def test_layers_defaults_file_env_cli(_isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings().max_steps == 30
+    _isolated.write_text("max_steps = 12\nmonitor = 2\n")
+    assert load_settings().max_steps == 12
+    monkeypatch.setenv("HOLODESK_MAX_STEPS", "7")
+    s = load_settings()
+    assert (s.max_steps, s.monitor) == (7, 2)
+    assert load_settings(max_steps=3, monitor=None).max_steps == 3
+
+
+def test_bad_values_name_the_field(_isolated: Path) -> None:
+    _isolated.write_text("max_steps = 0\n")
+    with pytest.raises(SettingsError, match="max_steps"):
+        load_settings()
+    with pytest.raises(SettingsError, match="endpoint"):
+        validate_field("endpoint", "gpu-box:8000")
+    assert validate_field("max_images", "4") == 4
+
+
+def test_syntax_error_and_unknown_key(_isolated: Path) -> None:
+    _isolated.write_text("max_steps = \n")
+    with pytest.raises(SettingsError, match="not valid TOML"):
+        load_settings()
+    _isolated.write_text("frobnicate = 1\n")
+    with pytest.raises(SettingsError, match="frobnicate: unknown setting"):
+        load_settings()
+
+
+def test_secrets_are_refused_in_the_file(_isolated: Path) -> None:
+    _isolated.write_text('api_key = "sk-123"\n')
+    with pytest.raises(SettingsError, match="keychain"):
+        load_settings()
+
+
+def test_save_is_atomic_and_round_trips(_isolated: Path) -> None:
+    s = load_settings(max_steps=9, approval="auto")
+    path = save_settings(s)
+    assert path == _isolated
+    assert load_settings().max_steps == 9 and load_settings().approval == "auto"
+    assert [p.name for p in path.parent.iterdir()] == ["settings.toml"]  # no temp files left
+
+
+def test_every_setting_is_documented() -> None:
+    docs = (ROOT / "docs" / "settings.md").read_text(encoding="utf-8")
+    for name, help_text in documented_fields().items():
+        assert help_text, f"setting {name} has no description"
+        assert f"`{name}`" in docs, f"setting {name} is missing from docs/settings.md"
+    assert set(documented_fields()) == set(Settings.model_fields)
+    assert docs == settings_markdown(), "docs/settings.md is stale: run python -m holodesk.settings"
