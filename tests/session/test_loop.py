@@ -1,0 +1,226 @@
+"""The agent loop: states, approval gate, caps, loop detection, episode records.
+
+Uses the replaying FakeCapture, the RecordingExecutor fake and the real ScriptedPolicy + protocol parser.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from holodesk.capture.fake import FakeCapture
+from holodesk.control.base import ActionResult
+from holodesk.control.recording import RecordingExecutor
+from holodesk.core.actions import Click, Point, Type
+from holodesk.core.geometry import Monitor
+from holodesk.policy.scripted import ScriptedPolicy
+from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision
+from holodesk.session.episode import list_episodes, load_episode
+from holodesk.session.loop import Session, SessionEvent, SessionLimits, State
+
+
+def click(x: int, y: int, thought: str = "") -> dict[str, Any]:
+    return {"note": None, "thought": thought, "tool_call": {"tool_name": "click", "x": x, "y": y}}
+
+
+def type_(text: str) -> dict[str, Any]:
+    return {"note": None, "thought": "type", "tool_call": {"tool_name": "type", "text": text}}
+
+
+def answer(text: str) -> dict[str, Any]:
+    return {"note": None, "thought": "done", "tool_call": {"tool_name": "answer", "text": text}}
+
+
+def frames(n: int, w: int = 320, h: int = 200) -> list[np.ndarray]:
+    """n frames that all differ (so loop detection sees a changing screen)."""
+    out = []
+    for i in range(n):
+        img = np.zeros((h, w, 3), np.uint8)
+        img[0, 0] = (i % 256, i // 256, 7)
+        out.append(img)
+    return out
+
+
+class Spy:
+    """A user approver that answers from a list and logs what it saw into a shared log."""
+
+    def __init__(self, answers: list[ApprovalResponse], log: list[tuple[str, Any]]) -> None:
+        self.answers = list(answers)
+        self.log = log
+        self.requests: list[ApprovalRequest] = []
+
+    def __call__(self, request: ApprovalRequest) -> ApprovalResponse:
+        self.requests.append(request)
+        resp = self.answers.pop(0)
+        self.log.append(("approval", (request.step, resp.decision)))
+        return resp
+
+
+class LoggingExecutor(RecordingExecutor):
+    def __init__(self, log: list[tuple[str, Any]]) -> None:
+        super().__init__()
+        self.log = log
+
+    def execute(self, action: Any, frame: Any) -> ActionResult:
+        self.log.append(("execute", action))
+        return super().execute(action, frame)
+
+
+def make_session(replies: list[Any], answers: list[ApprovalResponse], tmp_path: Path, *, mode: str = "step",
+                 limits: SessionLimits | None = None, n_frames: int = 50, capture: Any = None,
+                 ) -> tuple[Session, Spy, LoggingExecutor, list[tuple[str, Any]]]:
+    log: list[tuple[str, Any]] = []
+    spy = Spy(answers, log)
+    executor = LoggingExecutor(log)
+    session = Session(ScriptedPolicy(replies), capture or FakeCapture(frames(n_frames)), executor,
+                      ApprovalPolicy(mode, spy), limits or SessionLimits(), episodes_dir=tmp_path)
+    return session, spy, executor, log
+
+
+A = ApprovalResponse(Decision.APPROVE)
+S = ApprovalResponse(Decision.SKIP)
+Q = ApprovalResponse(Decision.STOP)
+
+
+def test_step_mode_never_executes_without_an_approval_event(tmp_path: Path) -> None:
+    session, spy, executor, log = make_session(
+        [click(100, 100), click(200, 200), click(300, 300), answer("ok")], [A, S, A], tmp_path)
+    result = session.run("click three times")
+    assert result.status is State.FINISHED and result.answer == "ok"
+    assert executor.actions == [Click(Point(100, 100)), Click(Point(300, 300))]
+    # every execute is immediately preceded by an APPROVE event for the same step
+    for i, (kind, _value) in enumerate(log):
+        if kind == "execute":
+            assert log[i - 1][0] == "approval" and log[i - 1][1][1] is Decision.APPROVE
+    assert [r.step for r in spy.requests] == [0, 1, 2]
+
+
+def test_stop_ends_the_run_and_the_record_lists_every_decision(tmp_path: Path) -> None:
+    session, _spy, executor, _ = make_session([click(10, 10), click(20, 20), click(30, 30)], [A, S, Q], tmp_path)
+    result = session.run("stop at the third")
+    assert result.status is State.STOPPED and "stopped by user" in result.reason
+    assert len(executor.calls) == 1
+    (folder,) = list_episodes(tmp_path)
+    ep = load_episode(folder)
+    assert ep.task == "stop at the third"
+    assert [s["decision"] for s in ep.steps] == ["approve", "skip", "stop"]
+    assert [s["action"]["kind"] for s in ep.steps] == ["click"] * 3
+    assert ep.steps[0]["result"]["status"] == "performed"
+    assert "result" not in ep.steps[1]
+    assert all((folder / s["frame"]).is_file() for s in ep.steps)
+    assert ep.status == "stopped"
+    assert json.loads(ep.steps[0]["raw_text"])["tool_call"] == {"tool_name": "click", "x": 10, "y": 10}
+
+
+def test_autopilot_approves_low_risk_and_asks_for_high_risk(tmp_path: Path) -> None:
+    session, spy, executor, _ = make_session([click(5, 5), type_("rm -rf ~\n"), answer("x")], [S], tmp_path,
+                                             mode="auto")
+    result = session.run("mixed risk")
+    assert result.status is State.FINISHED
+    assert len(spy.requests) == 1 and spy.requests[0].risk.level.value == "high"
+    assert executor.actions == [Click(Point(5, 5))]
+    ep = load_episode(list_episodes(tmp_path)[0])
+    assert [s.get("decided_by") for s in ep.steps[:2]] == ["autopilot", "user"]
+
+
+def test_edit_runs_the_edited_action(tmp_path: Path) -> None:
+    edited = Type("hello")
+    session, _spy, executor, _ = make_session([click(1, 1), answer("ok")],
+                                              [ApprovalResponse(Decision.EDIT, action=edited)], tmp_path)
+    assert session.run("edit").status is State.FINISHED
+    assert executor.actions == [edited]
+    assert load_episode(list_episodes(tmp_path)[0]).steps[0]["edited_action"]["text"] == "hello"
+
+
+def test_consecutive_unparseable_replies_stop_the_run_with_raw_text_recorded(tmp_path: Path) -> None:
+    bad = ["", "!" * 2000, "```json\n{\"tool_call\": {\"tool_name\": \"fly\"}}\n```"]
+    session, spy, executor, _ = make_session(bad, [], tmp_path, limits=SessionLimits(max_parse_failures=3))
+    result = session.run("bad replies")
+    assert result.status is State.FAILED and "3 consecutive replies were not valid actions" in result.reason
+    assert executor.calls == [] and spy.requests == []
+    ep = load_episode(list_episodes(tmp_path)[0])
+    assert [s["raw_text"] for s in ep.steps] == bad
+    assert all(s["error"] for s in ep.steps)
+
+
+def test_a_good_reply_resets_the_failure_count(tmp_path: Path) -> None:
+    session, *_ = make_session(["nope", click(1, 1), "nope", "nope", answer("ok")], [A], tmp_path,
+                               limits=SessionLimits(max_parse_failures=3))
+    assert session.run("recover").status is State.FINISHED
+
+
+def test_same_action_on_unchanged_screen_warns_then_stops(tmp_path: Path) -> None:
+    still = FakeCapture([np.zeros((100, 100, 3), np.uint8)])
+    session, _spy, executor, _ = make_session([click(50, 50)] * 5, [A, A, A, A], tmp_path, capture=still)
+    events: list[SessionEvent] = []
+    session.subscribe(events.append)
+    result = session.run("loop")
+    assert result.status is State.FAILED and "3 times on an unchanged screen" in result.reason
+    assert len(executor.calls) == 2
+    assert any(e.kind == "warning" and "one more repeat" in e.message for e in events)
+
+
+def test_step_cap_and_wall_time_cap(tmp_path: Path) -> None:
+    session, *_ = make_session([click(i, i) for i in range(10)], [A] * 10, tmp_path,
+                               limits=SessionLimits(max_steps=4))
+    result = session.run("cap")
+    assert result.status is State.FAILED and "step cap (4 steps)" in result.reason and result.steps == 4
+    session, *_ = make_session([click(i, i) for i in range(10)], [A] * 10, tmp_path,
+                               limits=SessionLimits(max_wall_s=1e-9))
+    assert "wall-time cap" in session.run("cap").reason
+
+
+def test_failsafe_result_is_a_clean_stop(tmp_path: Path) -> None:
+    session, _spy, executor, _ = make_session([click(1, 1), click(2, 2)], [A, A], tmp_path)
+    executor.fail_at(0, "pointer in a screen corner (fail-safe)", status="stopped_by_user")
+    result = session.run("failsafe")
+    assert result.status is State.STOPPED and "fail-safe" in result.reason
+
+
+def test_request_stop_during_approval_prevents_execution(tmp_path: Path) -> None:
+    holder: dict[str, Session] = {}
+
+    def approver(request: ApprovalRequest) -> ApprovalResponse:
+        t = threading.Thread(target=holder["s"].request_stop)
+        t.start()
+        t.join()
+        return A
+
+    executor = RecordingExecutor()
+    session = Session(ScriptedPolicy([click(1, 1)]), FakeCapture(frames(3)), executor,
+                      ApprovalPolicy("step", approver), episodes_dir=tmp_path)
+    holder["s"] = session
+    result = session.run("stop from elsewhere")
+    assert result.status is State.STOPPED and executor.calls == []
+
+
+def test_points_are_mapped_with_the_frame_the_model_saw(tmp_path: Path) -> None:
+    mon = Monitor(2, 1920, 0, 1280, 720)  # a 2560x1440 panel at 2x, right of monitor 1
+    cap = FakeCapture({2: [np.zeros((1440, 2560, 3), np.uint8)]}, monitors=[Monitor(1, 0, 0, 1920, 1080), mon])
+    executor = RecordingExecutor()
+    session = Session(ScriptedPolicy([click(500, 500), answer("ok")]), cap, executor,
+                      ApprovalPolicy("auto", lambda r: A), SessionLimits(monitor=2), episodes_dir=tmp_path)
+    assert session.run("on monitor 2").status is State.FINISHED
+    (call,) = executor.calls
+    assert (call.input_points[0].x, call.input_points[0].y) == (1920 + 640, 360)
+
+
+def test_capture_hooks_wrap_every_grab(tmp_path: Path) -> None:
+    calls: list[str] = []
+    session, *_ = make_session([click(1, 1), answer("ok")], [A], tmp_path)
+    session.before_capture = lambda: calls.append("hide")
+    session.after_capture = lambda: calls.append("show")
+    session.run("hooks")
+    assert calls == ["hide", "show", "hide", "show"]
+
+
+def test_empty_task_is_refused() -> None:
+    session = Session(ScriptedPolicy([]), FakeCapture(frames(1)), RecordingExecutor(),
+                      ApprovalPolicy("step", lambda r: A))
+    with pytest.raises(ValueError, match="task is empty"):
+        session.run("  ")
