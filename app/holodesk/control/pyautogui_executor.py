@@ -1,0 +1,416 @@
+"""The real executor: performs actions with pyautogui (pointer, keys) and the typers in
+:mod:`holodesk.control.typing`.
+
+* pyautogui is imported lazily, after :func:`holodesk.control.display.require_display`, because it
+  raises at import without a display (F16).
+* Every point goes through :func:`holodesk.core.geometry.to_input_point` with the frame the action was
+  proposed for; there is no other coordinate math here.
+* After each pointer move the position is read back; if the pointer is not where it was sent (e.g. the
+  OS clamped it at a screen edge) nothing is clicked and the result is "failed" (F06).
+* pyautogui's fail-safe (pointer in a screen corner) becomes ``status="stopped_by_user"`` (F12).
+* Errors are returned as failed :class:`ActionResult` values, never raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from holodesk.control.base import ActionResult
+from holodesk.control.typing import ClipboardPaster, X11KeysymTyper
+from holodesk.core.actions import (
+    Action,
+    Answer,
+    Click,
+    Done,
+    DoubleClick,
+    Drag,
+    Key,
+    MiddleClick,
+    Move,
+    RightClick,
+    Scroll,
+    Type,
+    Wait,
+)
+from holodesk.core.geometry import Frame, InputPoint, to_input_point
+from holodesk.errors import ActionError, DisplayError, HolodeskError
+
+log = logging.getLogger(__name__)
+
+TypingMethod = Literal["auto", "xtest", "clipboard"]
+
+_WHEEL_DELTA_WINDOWS = 120  # pyautogui on Windows passes clicks straight to MOUSEEVENTF_WHEEL (1/120 notch)
+
+
+def pyautogui_key_name(key: str, platform: str | None = None) -> str:
+    """Map a normalised key name (:func:`holodesk.core.actions.normalize_key`) to pyautogui's name.
+
+    Raises:
+        ActionError: (field ``keys``) when pyautogui has no such key on this platform.
+    """
+    plat = sys.platform if platform is None else platform
+    mac = plat == "darwin"
+    table = {
+        "super": "command" if mac else "win", "win": "command" if mac else "win",
+        "cmd": "command" if mac else "win", "option": "option" if mac else "alt",
+        "altgr": "altright", "menu": "apps", "apps": "apps", "delete": "delete",
+    }
+    return table.get(key, key)
+
+
+class _Unreachable(Exception):
+    """The pointer could not be placed where an action needs it (F06)."""
+
+    def __init__(self, message: str, details: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+class _Stopped(Exception):
+    """The stop event was set while waiting."""
+
+
+class PyAutoGUIExecutor:
+    """:class:`~holodesk.control.base.Executor` using pyautogui.
+
+    Args:
+        pause_s: pyautogui.PAUSE, seconds slept after each pyautogui call (default 0.02).
+        typing: "auto" (X11 keysym typer on Linux X11/XWayland, clipboard elsewhere), "xtest" or
+            "clipboard".
+        move_duration_s: seconds for pointer moves (0 = jump).
+        drag_duration_s: seconds for the move between press and release of a drag (apps need motion).
+        paste_chord: override the clipboard paste chord (default per platform / terminal).
+        clipboard_restore_delay_s: wait after the paste chord before the clipboard is restored.
+        stop_event: when set, a running ``wait`` ends with ``stopped_by_user``.
+        pointer_readback: callable returning the pointer position in input space; default
+            ``pyautogui.position``. Tests pass a fake to simulate a clamped pointer.
+        target_class: callable returning the focused window's WM_CLASS (clipboard terminal chord);
+            default :func:`holodesk.control.window.focused_window_class` on X11.
+    """
+
+    name = "pyautogui"
+
+    def __init__(
+        self,
+        *,
+        pause_s: float = 0.02,
+        typing: TypingMethod = "auto",
+        move_duration_s: float = 0.0,
+        drag_duration_s: float = 0.25,
+        paste_chord: Sequence[str] | None = None,
+        clipboard_restore_delay_s: float = 0.3,
+        stop_event: threading.Event | None = None,
+        pointer_readback: Callable[[], tuple[int, int]] | None = None,
+        target_class: Callable[[], str | None] | None = None,
+    ) -> None:
+        if typing not in ("auto", "xtest", "clipboard"):
+            raise ActionError(f"unknown typing method {typing!r}; use auto, xtest or clipboard")
+        self.pause_s = pause_s
+        self.typing: TypingMethod = typing
+        self.move_duration_s = move_duration_s
+        self.drag_duration_s = drag_duration_s
+        self.paste_chord = tuple(paste_chord) if paste_chord else None
+        self.clipboard_restore_delay_s = clipboard_restore_delay_s
+        self.stop_event = stop_event or threading.Event()
+        self._pointer_readback = pointer_readback
+        self._target_class = target_class
+        self._gui_module: Any = None
+        self._x11_typer: X11KeysymTyper | None = None
+
+    # -- pyautogui ----------------------------------------------------------------------------------
+    def _gui(self) -> Any:
+        """Import and configure pyautogui (lazily).
+
+        Raises:
+            DisplayError: no usable display, pyautogui cannot be imported, or pyautogui is bound to
+                another X display than ``$DISPLAY`` (it opens its connection once, at import).
+        """
+        if self._gui_module is not None:
+            return self._gui_module
+        if sys.platform.startswith("linux"):
+            from holodesk.control.display import require_display
+
+            require_display()
+        try:
+            import pyautogui
+        except Exception as exc:  # pyautogui raises KeyError/Xlib errors at import without a display
+            raise DisplayError(f"pyautogui cannot start ({type(exc).__name__}: {exc})",
+                               hint="Run Holodesk inside a desktop session with a working display.") from exc
+        bound = _pyautogui_x_display(pyautogui)
+        current = os.environ.get("DISPLAY", "")
+        if bound is not None and current and _same_display(bound, current) is False:
+            raise DisplayError(
+                f"pyautogui is connected to X display {bound!r} (the DISPLAY at its import) but DISPLAY is "
+                f"now {current!r}",
+                hint="Restart Holodesk with the DISPLAY you want to control.",
+            )
+        pyautogui.PAUSE = self.pause_s
+        pyautogui.FAILSAFE = True
+        self._gui_module = pyautogui
+        return pyautogui
+
+    def _position(self) -> tuple[int, int]:
+        if self._pointer_readback is not None:
+            x, y = self._pointer_readback()
+        else:
+            x, y = self._gui().position()
+        return int(x), int(y)
+
+    def pointer_in_failsafe_corner(self) -> bool:
+        """True when the pointer sits on one of pyautogui's fail-safe points (screen corners), which
+        would stop the first action (F12). Call before the first action of a run.
+
+        Raises:
+            DisplayError: no usable display.
+        """
+        gui = self._gui()
+        return tuple(gui.position()) in [tuple(p) for p in gui.FAILSAFE_POINTS]
+
+    def move_pointer_out_of_corner(self) -> InputPoint | None:
+        """If the pointer is in a fail-safe corner, move it to the centre of the primary screen.
+
+        Returns:
+            The new pointer position (input space), or None when it was not in a corner.
+        Raises:
+            DisplayError: no usable display.
+        """
+        gui = self._gui()
+        if not self.pointer_in_failsafe_corner():
+            return None
+        width, height = gui.size()
+        saved = gui.FAILSAFE
+        gui.FAILSAFE = False
+        try:
+            gui.moveTo(width // 2, height // 2)
+        finally:
+            gui.FAILSAFE = saved
+        x, y = gui.position()
+        log.info("moved the pointer out of a fail-safe corner to (%d, %d)", x, y)
+        return InputPoint(int(x), int(y))
+
+    # -- Executor ------------------------------------------------------------------------------------
+    def execute(self, action: Action, frame: Frame) -> ActionResult:
+        """Perform ``action``; points are mapped with ``to_input_point(frame, point)``.
+
+        Returns:
+            ActionResult: "performed" (ok), "failed" (with the reason) or "stopped_by_user"
+            (fail-safe corner or stop event). ``details`` carry ``input_points``, ``method`` and, for
+            typing, which path ran. Never raises.
+        """
+        t0 = time.perf_counter()
+        details: dict[str, Any] = {"kind": action.kind, "monitor": frame.monitor.index}
+        try:
+            message = self._perform(action, frame, details)
+            status, ok = "performed", True
+        except _Unreachable as exc:
+            details.update(exc.details)
+            status, ok, message = "failed", False, str(exc)
+        except _Stopped:
+            status, ok, message = "stopped_by_user", False, "stopped by user while waiting"
+        except HolodeskError as exc:
+            details["error"] = type(exc).__name__
+            status, ok, message = "failed", False, str(exc)
+        except Exception as exc:
+            if type(exc).__name__ == "FailSafeException":
+                details["failsafe"] = True
+                status, ok = "stopped_by_user", False
+                message = ("stopped by the fail-safe: the pointer is in a screen corner "
+                           "(move it away to continue)")
+            else:
+                log.exception("action %s failed", action.kind)
+                details["error"] = type(exc).__name__
+                status, ok, message = "failed", False, f"{action.kind} failed: {type(exc).__name__}: {exc}"
+        return ActionResult(ok=ok, status=status, message=message, details=details,
+                            duration_ms=(time.perf_counter() - t0) * 1000.0)
+
+    def _perform(self, action: Action, frame: Frame, details: dict[str, Any]) -> str:
+        if isinstance(action, (Answer, Done)):
+            details["method"] = "none"
+            return "nothing to do on screen"
+        if isinstance(action, Wait):
+            details["method"] = "wait"
+            if self.stop_event.wait(action.seconds):
+                raise _Stopped()
+            return f"waited {action.seconds:g} s"
+        points = [to_input_point(frame, p) for p in action.points()]
+        details["input_points"] = [[p.x, p.y] for p in points]
+        gui = self._gui()
+        if isinstance(action, (Click, DoubleClick, RightClick, MiddleClick)):
+            (ip,) = points
+            self._move_verified(gui, ip)
+            if isinstance(action, DoubleClick):
+                gui.doubleClick(button="left")
+                details["method"] = "pyautogui.doubleClick"
+                return f"double-clicked at ({ip.x}, {ip.y})"
+            button = {Click: "left", RightClick: "right", MiddleClick: "middle"}[type(action)]
+            gui.click(button=button)
+            details["method"] = f"pyautogui.click(button={button!r})"
+            return f"{button}-clicked at ({ip.x}, {ip.y})"
+        if isinstance(action, Move):
+            (ip,) = points
+            self._move_verified(gui, ip)
+            details["method"] = "pyautogui.moveTo"
+            return f"moved the pointer to ({ip.x}, {ip.y})"
+        if isinstance(action, Drag):
+            start, end = points
+            self._move_verified(gui, start)
+            gui.mouseDown(button="left")
+            try:
+                gui.moveTo(end.x, end.y, duration=self.drag_duration_s)
+                self._check_position(end, "drag end", released_note=True)
+            finally:
+                gui.mouseUp(button="left")
+            details["method"] = "pyautogui.mouseDown/moveTo/mouseUp"
+            return f"dragged from ({start.x}, {start.y}) to ({end.x}, {end.y})"
+        if isinstance(action, Scroll):
+            if points:
+                self._move_verified(gui, points[0])
+            clicks = action.amount * (_WHEEL_DELTA_WINDOWS if sys.platform.startswith("win") else 1)
+            if action.direction in ("up", "down"):
+                gui.scroll(clicks if action.direction == "up" else -clicks)
+                details["method"] = "pyautogui.scroll"
+            else:
+                gui.hscroll(clicks if action.direction == "right" else -clicks)
+                details["method"] = "pyautogui.hscroll"
+            details["wheel_clicks"] = action.amount
+            return f"scrolled {action.direction} by {action.amount}"
+        if isinstance(action, Key):
+            names = self._press_chord(action.keys)
+            details["method"] = "pyautogui.keyDown/keyUp"
+            details["pyautogui_keys"] = names
+            return "pressed " + "+".join(action.keys)
+        if isinstance(action, Type):
+            report = self._type(action.text)
+            details.update(report.to_details())
+            details["method"] = report.method
+            if report.method == "clipboard":
+                if not report.extra or not report.extra.get("clipboard_restored"):
+                    return (f"pasted {report.characters} characters with {details.get('paste_chord')}, but "
+                            "the previous clipboard could NOT be restored; the result was not verified")
+                return (f"pasted {report.characters} characters with {details.get('paste_chord')} "
+                        "(clipboard restored); whether the target received them could not be verified")
+            return f"typed {report.characters} characters ({report.remapped} via temporary keycodes)"
+        raise ActionError(f"the pyautogui executor cannot perform {action.kind!r}", field="kind")
+
+    # -- pointer -------------------------------------------------------------------------------------
+    def _move_verified(self, gui: Any, target: InputPoint) -> None:
+        """Move to ``target`` and make sure the pointer is there (F06).
+
+        Raises:
+            _Unreachable: target is a fail-safe corner, or the pointer ended elsewhere (clamped).
+            FailSafeException: the user moved the pointer into a corner.
+        """
+        corners = [tuple(p) for p in gui.FAILSAFE_POINTS]
+        if (target.x, target.y) in corners:
+            raise _Unreachable(
+                f"target ({target.x}, {target.y}) is a screen corner, which triggers pyautogui's fail-safe; "
+                "did not click",
+                {"target": [target.x, target.y]},
+            )
+        try:
+            gui.moveTo(target.x, target.y, duration=self.move_duration_s)
+        except Exception as exc:
+            if type(exc).__name__ != "FailSafeException":
+                raise
+            # moveTo checks the fail-safe after moving. If the OS clamped an unreachable target into a
+            # corner, that is our failure (F06), not the user's stop signal.
+            width, height = gui.size()
+            clamped = (min(max(target.x, 0), width - 1), min(max(target.y, 0), height - 1))
+            if clamped != (target.x, target.y) and self._position() == clamped:
+                self._check_position(target, "target")
+            raise
+        self._check_position(target, "target")
+
+    def _check_position(self, target: InputPoint, what: str, released_note: bool = False) -> None:
+        actual = self._position()
+        if actual != (target.x, target.y):
+            tail = "; the button was released there" if released_note else "; did not click"
+            raise _Unreachable(
+                f"the pointer could not reach the {what} ({target.x}, {target.y}): it is at "
+                f"({actual[0]}, {actual[1]}) (clamped at a screen edge, or the monitor layout changed "
+                f"since the frame was captured){tail}",
+                {"target": [target.x, target.y], "pointer_readback": [actual[0], actual[1]]},
+            )
+
+    # -- keyboard ------------------------------------------------------------------------------------
+    def _press_chord(self, keys: Sequence[str]) -> Any:
+        """Press ``keys`` in order and release them in reverse order (always released).
+
+        Raises:
+            ActionError: a key pyautogui does not know (checked before anything is pressed).
+        """
+        gui = self._gui()
+        names = [pyautogui_key_name(k) for k in keys]
+        for key, name in zip(keys, names, strict=True):
+            if not gui.isValidKey(name):
+                raise ActionError(
+                    f"key {key!r} cannot be pressed with pyautogui on this platform", field="keys",
+                    hint="Use a type action for characters that are not on the keyboard.",
+                )
+        pressed: list[str] = []
+        try:
+            for name in names:
+                gui.keyDown(name)
+                pressed.append(name)
+        finally:
+            for name in reversed(pressed):
+                gui.keyUp(name)
+        return names
+
+    def _typing_method(self) -> Literal["xtest", "clipboard"]:
+        if self.typing != "auto":
+            return self.typing
+        if sys.platform.startswith("linux") and os.environ.get("DISPLAY"):
+            return "xtest"
+        return "clipboard"
+
+    def _type(self, text: str) -> Any:
+        method = self._typing_method()
+        if method == "xtest":
+            self._gui()  # same display checks as for pointer actions
+            if self._x11_typer is None:
+                self._x11_typer = X11KeysymTyper()
+            return self._x11_typer.type_text(text)
+        target_class = self._target_class
+        if target_class is None and sys.platform.startswith("linux"):
+            try:
+                from holodesk.control.window import focused_window_class
+            except ImportError:  # pragma: no cover - window.py ships with holodesk
+                log.warning("focused-window lookup unavailable; pasting with the default chord")
+            else:
+                target_class = focused_window_class
+        paster = ClipboardPaster(
+            self._press_chord,
+            chord=self.paste_chord, restore_delay_s=self.clipboard_restore_delay_s, target_class=target_class,
+        )
+        return paster.paste_text(text)
+
+
+def _pyautogui_x_display(gui: Any) -> str | None:
+    """Name of the X display pyautogui connected to at import (X11 only), else None."""
+    x11 = getattr(gui, "platformModule", None)
+    conn = getattr(x11, "_display", None)
+    try:
+        return str(conn.get_display_name()) if conn is not None else None
+    except Exception:
+        return None
+
+
+def _same_display(a: str, b: str) -> bool | None:
+    """Compare two X display names by host and display number (":1" == ":1.0"); None if unparsable."""
+    def key(name: str) -> tuple[str, str] | None:
+        host, sep, rest = name.rpartition(":")
+        if not sep:
+            return None
+        return host, rest.split(".", 1)[0]
+
+    ka, kb = key(a), key(b)
+    if ka is None or kb is None:
+        return None
+    return ka == kb

@@ -1,0 +1,355 @@
+"""Exact Unicode typing: an X11 keysym-remapping typer (XTest) and a clipboard-paste path.
+
+X11 keysym typer
+    For each character we need a keycode whose keysym is that character. Characters already on the
+    keyboard map (e.g. ASCII on a US layout) are pressed directly (with Shift for level 2). For any
+    other character a spare keycode (one with no keysyms) is temporarily bound to the character's
+    keysym, pressed and released through XTest, and the keyboard map is restored afterwards. This is
+    the technique xdotool uses for ``xdotool type`` (scratch keycode + XChangeKeyboardMapping); the
+    keysym of a character is its code point for Latin-1 and ``0x01000000 + code point`` otherwise
+    (X11 protocol, "Keysym Encoding", Unicode keysyms). Tab and newline are typed as the Tab and
+    Return keys. Clients re-read the keyboard map when it changes, so every remap is followed by a short
+    settle delay before the keys are pressed, and before the map is restored.
+
+Clipboard paste
+    Saves the user's clipboard text, puts the text on the clipboard, presses the paste chord (Ctrl+V,
+    Cmd+V on macOS, Ctrl+Shift+V in terminals), waits for the target to fetch it and ALWAYS restores the
+    previous clipboard (try/finally). Whether the target received the text cannot be observed, so the
+    report says ``verified: False`` (F15).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from holodesk.errors import ActionError, DisplayError
+
+log = logging.getLogger(__name__)
+
+XK_TAB = 0xFF09
+XK_RETURN = 0xFF0D
+XK_SHIFT_L = 0xFFE1
+UNICODE_KEYSYM_OFFSET = 0x01000000
+
+TERMINAL_CLASSES = (
+    "xterm", "uxterm", "terminal", "konsole", "terminator", "alacritty", "kitty", "tilix", "urxvt",
+    "rxvt", "wezterm", "foot", "st-256color", "terminology", "guake", "yakuake", "termite",
+)
+"""Substrings of WM_CLASS (lower case) that identify terminal emulators (they paste with Ctrl+Shift+V)."""
+
+
+def char_to_keysym(ch: str) -> int:
+    """X11 keysym for one character.
+
+    Tab -> Tab key, newline / carriage return -> Return key, Latin-1 printable -> its code point,
+    anything else printable -> ``0x01000000 + code point`` (Unicode keysym).
+
+    Raises:
+        ActionError: for other control characters (they cannot be typed).
+    """
+    if len(ch) != 1:
+        raise ActionError(f"expected one character, got {ch!r}", field="text")
+    if ch == "\t":
+        return XK_TAB
+    if ch in "\n\r":
+        return XK_RETURN
+    cp = ord(ch)
+    if cp < 0x20 or 0x7F <= cp < 0xA0:
+        raise ActionError(f"control character U+{cp:04X} cannot be typed", field="text")
+    if cp <= 0xFF:
+        return cp
+    return UNICODE_KEYSYM_OFFSET + cp
+
+
+def text_to_keysyms(text: str) -> list[int]:
+    """Keysyms to press for ``text``; a ``"\\r\\n"`` pair is one Return.
+
+    Raises:
+        ActionError: text contains an untypeable control character.
+    """
+    return [char_to_keysym(ch) for ch in text.replace("\r\n", "\n")]
+
+
+def plan_segments(keysyms: Sequence[int], direct: set[int], spare_count: int) -> list[tuple[int, int]]:
+    """Split ``keysyms`` into consecutive ``(start, end)`` slices whose keysyms that are not in
+    ``direct`` number at most ``spare_count`` distinct values, so each slice needs one remap.
+
+    Raises:
+        ActionError: ``spare_count`` < 1 while some keysym needs a remap.
+    """
+    segments: list[tuple[int, int]] = []
+    start = 0
+    needed: set[int] = set()
+    for i, ks in enumerate(keysyms):
+        if ks in direct or ks in needed:
+            continue
+        if spare_count < 1:
+            raise ActionError("the keyboard map has no spare keycode to bind characters to")
+        if len(needed) == spare_count:
+            segments.append((start, i))
+            start, needed = i, set()
+        needed.add(ks)
+    if start < len(keysyms):
+        segments.append((start, len(keysyms)))
+    return segments
+
+
+@dataclass
+class TypingReport:
+    """What a typer did (goes into :attr:`ActionResult.details`).
+
+    Attributes:
+        method: "xtest_keysym" or "clipboard".
+        characters: characters typed / pasted.
+        remapped: distinct characters that needed a temporary keycode (xtest) else 0.
+        verified: True only when the typed result could be checked (never for these paths).
+        extra: method-specific details (paste chord, clipboard restored, ...).
+    """
+
+    method: str
+    characters: int
+    remapped: int = 0
+    verified: bool = False
+    extra: dict[str, Any] | None = None
+
+    def to_details(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"typing_method": self.method, "characters": self.characters,
+                               "remapped_characters": self.remapped, "verified": self.verified}
+        out.update(self.extra or {})
+        return out
+
+
+class X11KeysymTyper:
+    """Types any Unicode text on an X server through XTest, remapping spare keycodes as needed.
+
+    Args:
+        display_name: X display (default ``$DISPLAY``).
+        settle_s: seconds to wait after each keyboard-map change so clients re-read the map (the same
+            reason xdotool sleeps after remapping); 0.05 s is ample on a local server.
+        key_delay_s: seconds between key events (0 = as fast as the server takes them).
+    """
+
+    def __init__(self, display_name: str | None = None, *, settle_s: float = 0.05,
+                 key_delay_s: float = 0.0) -> None:
+        self.display_name = display_name
+        self.settle_s = settle_s
+        self.key_delay_s = key_delay_s
+        self._lock = threading.Lock()
+
+    def _open(self) -> Any:
+        try:
+            from Xlib import display as xdisplay
+        except ImportError as exc:
+            raise DisplayError("python-xlib is not installed, so text cannot be typed on X11",
+                               hint="pip install python-xlib") from exc
+        try:
+            conn = xdisplay.Display(self.display_name)
+        except Exception as exc:
+            raise DisplayError(f"cannot connect to the X display for typing ({exc})",
+                               hint="Check DISPLAY and XAUTHORITY.") from exc
+        if not conn.has_extension("XTEST"):
+            conn.close()
+            raise DisplayError("the X server lacks the XTEST extension needed to type",
+                               hint="Use the clipboard typing method instead (typing = \"clipboard\").")
+        return conn
+
+    def type_text(self, text: str) -> TypingReport:
+        """Type ``text`` exactly into the focused window.
+
+        Raises:
+            ActionError: untypeable control characters, or no spare keycode for a needed remap.
+            DisplayError: no X connection / no XTEST.
+        The keyboard map is restored even when typing fails half-way.
+        """
+        keysyms = text_to_keysyms(text)
+        with self._lock:
+            conn = self._open()
+            try:
+                return self._type(conn, keysyms)
+            finally:
+                conn.close()
+
+    def _type(self, conn: Any, keysyms: list[int]) -> TypingReport:
+        from Xlib import X
+        from Xlib.ext import xtest
+
+        info = conn.display.info
+        min_kc, max_kc = int(info.min_keycode), int(info.max_keycode)
+        rows = conn.get_keyboard_mapping(min_kc, max_kc - min_kc + 1)
+        width = len(rows[0]) if rows else 2
+        # keysym -> (keycode, level) for level 0 (plain) and 1 (Shift) of group 1
+        direct: dict[int, tuple[int, int]] = {}
+        spare: list[int] = []
+        for offset, row in enumerate(rows):
+            kc = min_kc + offset
+            syms = list(row)
+            if not any(syms):
+                spare.append(kc)
+                continue
+            for level in (0, 1):
+                if level < len(syms) and syms[level] and syms[level] not in direct:
+                    direct[syms[level]] = (kc, level)
+        spare.reverse()  # take the highest free keycodes first, as far from real keys as possible
+        shift_kc = conn.keysym_to_keycode(XK_SHIFT_L)
+        # A level-1 keysym without a Shift key is not directly typable.
+        typable = {ks for ks, (_kc, lvl) in direct.items() if lvl == 0 or shift_kc}
+        segments = plan_segments(keysyms, typable, len(spare))
+
+        def tap(kc: int, shifted: bool) -> None:
+            if shifted:
+                xtest.fake_input(conn, X.KeyPress, shift_kc)
+            xtest.fake_input(conn, X.KeyPress, kc)
+            xtest.fake_input(conn, X.KeyRelease, kc)
+            if shifted:
+                xtest.fake_input(conn, X.KeyRelease, shift_kc)
+            if self.key_delay_s:
+                conn.sync()
+                time.sleep(self.key_delay_s)
+
+        remapped_total: set[int] = set()
+        bound: dict[int, int] = {}  # keycode -> keysym currently bound by us
+        try:
+            for start, end in segments:
+                needed = [ks for ks in dict.fromkeys(keysyms[start:end]) if ks not in typable]
+                if needed:
+                    bound = dict(zip(spare, needed, strict=False))
+                    for kc, ks in bound.items():
+                        conn.change_keyboard_mapping(kc, [[ks, ks]])
+                    conn.sync()
+                    time.sleep(self.settle_s)
+                    remapped_total.update(needed)
+                by_keysym = {ks: kc for kc, ks in bound.items()}
+                for ks in keysyms[start:end]:
+                    if ks in by_keysym and ks not in typable:
+                        tap(by_keysym[ks], False)
+                    else:
+                        kc, level = direct[ks]
+                        tap(kc, level == 1)
+                conn.sync()
+                if needed:
+                    time.sleep(self.settle_s)  # let the client translate these keys with our map
+                    self._restore(conn, bound, width)
+                    bound = {}
+        finally:
+            if bound:
+                self._restore(conn, bound, width)
+        return TypingReport(method="xtest_keysym", characters=len(keysyms), remapped=len(remapped_total))
+
+    @staticmethod
+    def _restore(conn: Any, bound: dict[int, int], width: int) -> None:
+        for kc in bound:
+            conn.change_keyboard_mapping(kc, [[0] * width])
+        conn.sync()
+
+
+def is_terminal_class(wm_class: str | None) -> bool:
+    """True when an X11 WM_CLASS string names a terminal emulator (see :data:`TERMINAL_CLASSES`)."""
+    if not wm_class:
+        return False
+    low = wm_class.lower()
+    return any(name in low for name in TERMINAL_CLASSES)
+
+
+def default_paste_chord(platform: str | None = None, target_class: str | None = None) -> tuple[str, ...]:
+    """The paste chord: ``("cmd", "v")`` on macOS, ``("ctrl", "shift", "v")`` into a terminal
+    (WM_CLASS ``target_class``), else ``("ctrl", "v")``."""
+    plat = sys.platform if platform is None else platform
+    if plat == "darwin":
+        return ("cmd", "v")
+    if is_terminal_class(target_class):
+        return ("ctrl", "shift", "v")
+    return ("ctrl", "v")
+
+
+class ClipboardPaster:
+    """Pastes text through the clipboard, always restoring the user's previous clipboard text.
+
+    Args:
+        press_chord: callback that presses a chord of normalised key names (e.g. the executor's).
+        chord: paste chord; None = :func:`default_paste_chord` for the platform and focused window.
+        restore_delay_s: seconds to wait after the chord before restoring the clipboard, so the target
+            has fetched the text (X11 transfers the selection asynchronously).
+        clipboard: object with ``copy(str)`` / ``paste() -> str`` (default pyperclip); for tests.
+        target_class: callable returning the focused window's WM_CLASS (for the terminal chord).
+    """
+
+    def __init__(
+        self,
+        press_chord: Callable[[Sequence[str]], object],
+        *,
+        chord: Sequence[str] | None = None,
+        restore_delay_s: float = 0.3,
+        clipboard: Any = None,
+        target_class: Callable[[], str | None] | None = None,
+    ) -> None:
+        self.press_chord = press_chord
+        self.chord = tuple(chord) if chord else None
+        self.restore_delay_s = restore_delay_s
+        self._clipboard = clipboard
+        self._target_class = target_class
+
+    def _cb(self) -> Any:
+        if self._clipboard is None:
+            try:
+                import pyperclip
+            except ImportError as exc:
+                raise ActionError("pyperclip is not installed; the clipboard path is unavailable",
+                                  hint="pip install pyperclip") from exc
+            self._clipboard = pyperclip
+        return self._clipboard
+
+    def paste_text(self, text: str) -> TypingReport:
+        """Paste ``text`` into the focused widget and restore the previous clipboard.
+
+        Returns:
+            A report with ``verified=False`` and extras ``paste_chord``, ``clipboard_restored``,
+            ``previous_clipboard_saved``.
+        Raises:
+            ActionError: the clipboard cannot be read or written (on Linux: install xclip or xsel).
+        """
+        cb = self._cb()
+        try:
+            previous = cb.paste()
+            saved = True
+        except Exception as exc:
+            raise ActionError(
+                f"cannot read the clipboard ({type(exc).__name__}: {exc}); nothing was pasted",
+                hint="On Linux install xclip (apt-get install xclip) or xsel.",
+            ) from exc
+        if not isinstance(previous, str):
+            previous, saved = "", False
+        target = self._target_class() if self._target_class else None
+        chord = self.chord or default_paste_chord(target_class=target)
+        restored = False
+        try:
+            try:
+                cb.copy(text)
+                now = cb.paste()
+            except Exception as exc:
+                raise ActionError(
+                    f"cannot write the clipboard ({type(exc).__name__}: {exc}); nothing was pasted",
+                    hint="On Linux install xclip (apt-get install xclip) or xsel.",
+                ) from exc
+            if now != text:
+                raise ActionError("the clipboard did not take the text (read back differs); nothing was pasted")
+            self.press_chord(chord)
+            time.sleep(self.restore_delay_s)
+        finally:
+            try:
+                cb.copy(previous)
+                restored = cb.paste() == previous
+            except Exception as exc:
+                log.error("restoring the clipboard failed: %s", exc)
+            if not restored:
+                log.error("the previous clipboard content could not be restored")
+        return TypingReport(
+            method="clipboard", characters=len(text), verified=False,
+            extra={"paste_chord": "+".join(chord), "target_class": target,
+                   "clipboard_restored": restored, "previous_clipboard_saved": saved},
+        )
