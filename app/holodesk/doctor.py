@@ -118,6 +118,20 @@ CHECKS: list[Check] = [
 ]
 
 
+def _write_items(out: TextIO, items: dict[str, Any], depth: int) -> None:
+    pad = "  " * depth
+    for key, value in items.items():
+        if isinstance(value, dict) and value:
+            out.write(f"{pad}{key}:\n")
+            _write_items(out, value, depth + 1)
+        elif isinstance(value, (list, tuple)) and value:
+            out.write(f"{pad}{key}:\n")
+            for item in value:
+                out.write(f"{pad}  - {item}\n")
+        else:
+            out.write(f"{pad}{key}: {value}\n")
+
+
 def collect() -> dict[str, dict[str, Any]]:
     """Run every check; a failing check yields ``{"error": message}`` for that section."""
     report: dict[str, dict[str, Any]] = {}
@@ -134,8 +148,7 @@ def print_report(out: TextIO) -> int:
     report = collect()
     for title, section in report.items():
         out.write(f"{title}\n")
-        for key, value in section.items():
-            out.write(f"  {key}: {value}\n")
+        _write_items(out, section, 1)
     if os.environ.get("HOLODESK_DOCTOR_JSON"):
         import json
 
