@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -123,14 +124,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     require_display()
     capture = build_capture()
-    executor = build_executor(settings)
+    stop_event = threading.Event()
+    executor = build_executor(settings, stop_event)
     monitors = capture.monitors()
     if not 1 <= settings.monitor <= len(monitors):
         raise HolodeskError(f"monitor {settings.monitor} does not exist; this display has {len(monitors)}",
                             hint="Run 'holodesk doctor' to list the monitors.")
-    prepare = getattr(executor, "prepare", None)
-    if callable(prepare):
-        prepare()
+    move_away = getattr(executor, "move_pointer_out_of_corner", None)
+    if callable(move_away):
+        moved = move_away()
+        if moved is not None:
+            print(f"The pointer sat in a screen corner (the fail-safe stop); moved it to ({moved.x}, {moved.y}).")
     policy = build_policy(settings, script=args.script)
     approver = TerminalApprover(sys.stdin, sys.stdout)
     session = Session(
@@ -143,6 +147,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         episodes_dir=args.episodes_dir or settings.episodes_dir,
         focus_probe=_focus_probe(),
         meta={"monitor_label": monitors[settings.monitor - 1].label},
+        stop_event=stop_event,
     )
     session.subscribe(_print_event)
     try:

@@ -7,6 +7,7 @@ imported only when chosen.
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,8 +74,9 @@ def build_capture() -> CaptureBackend:
     return MssCapture()
 
 
-def build_executor(settings: Settings) -> Executor:
-    """The real input executor (needs a display)."""
+def build_executor(settings: Settings, stop_event: threading.Event | None = None) -> Executor:
+    """The real input executor (needs a display). ``stop_event`` ends a running ``wait`` early; share it
+    with the Session (its ``stop_event`` argument)."""
     from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 
-    return PyAutoGUIExecutor(typing=settings.typing)
+    return PyAutoGUIExecutor(typing=settings.typing, stop_event=stop_event)

@@ -129,6 +129,8 @@ class Session:
         focus_probe: returns the focused window's class/title for risk assessment (None: unknown).
         before_capture / after_capture: hooks around each grab (the UI hides its overlay there, F13).
         meta: extra fields for the episode's start record.
+        stop_event: the event :meth:`request_stop` sets; pass the executor's own stop event so that a
+            stop also ends an action that is waiting (e.g. ``wait``).
     """
 
     def __init__(
@@ -144,6 +146,7 @@ class Session:
         before_capture: Callable[[], None] | None = None,
         after_capture: Callable[[], None] | None = None,
         meta: dict[str, Any] | None = None,
+        stop_event: threading.Event | None = None,
     ) -> None:
         self.policy = policy
         self.capture = capture
@@ -157,7 +160,7 @@ class Session:
         self.meta = dict(meta or {})
         self.state = State.IDLE
         self._listeners: list[Listener] = []
-        self._stop = threading.Event()
+        self._stop = stop_event if stop_event is not None else threading.Event()
         self._lock = threading.Lock()
         self.recorder: EpisodeRecorder | None = None
 
@@ -348,6 +351,8 @@ class Session:
                 step += 1
         except _Stop as stop:
             result = EpisodeResult(stop.status, stop.reason, stop.answer, step + (stop.status is State.FINISHED))
+        except KeyboardInterrupt:
+            result = EpisodeResult(State.STOPPED, "interrupted by the user (Ctrl+C)", None, step)
         except HolodeskError as exc:
             log.error("run failed: %s", exc)
             result = EpisodeResult(State.FAILED, str(exc), None, step)
