@@ -60,8 +60,8 @@ class TargetWindow:
         except Exception:
             win.close()
             raise
-        win.rects = {name: tuple(r) for name, r in state["rects"].items()}  # type: ignore[misc]
-        win.rects["window"] = tuple(state["window"])  # type: ignore[assignment]
+        win.rects = {name: tuple(r) for name, r in state["rects"].items()}
+        win.rects["window"] = tuple(state["window"])
         # Give the X server/compositor-free Xvfb a moment to process the map before input arrives.
         time.sleep(0.1)
         return win

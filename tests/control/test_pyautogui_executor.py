@@ -1,0 +1,305 @@
+"""PyAutoGUIExecutor on a real Xvfb server against a real Qt window (tests/apps/target_window.py).
+
+pyautogui binds to $DISPLAY at import, so every test here uses the session server (``xvfb``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from holodesk.capture.mss_backend import MssCapture
+from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
+from holodesk.core.actions import (
+    Answer,
+    Click,
+    Done,
+    DoubleClick,
+    Drag,
+    Key,
+    Move,
+    Point,
+    RightClick,
+    Scroll,
+    Type,
+    Wait,
+)
+from holodesk.core.geometry import Frame, Monitor, frame_pixel_to_point, to_input_point
+from tests.conftest import XvfbServer
+from tests.helpers.target import TargetWindow
+
+F14_TEXT = "Grüße, żółw, Ελληνικά, 日本語"
+
+
+@pytest.fixture
+def executor(xvfb: XvfbServer) -> PyAutoGUIExecutor:
+    ex = PyAutoGUIExecutor()
+    ex.move_pointer_out_of_corner()
+    return ex
+
+
+@pytest.fixture
+def target(xvfb: XvfbServer, tmp_path: Path) -> Iterator[TargetWindow]:
+    with TargetWindow.start(tmp_path, x=200, y=150) as win:
+        yield win
+
+
+@pytest.fixture
+def frame(xvfb: XvfbServer, target: TargetWindow) -> Frame:
+    with MssCapture() as cap:
+        return cap.grab(1)
+
+
+def at(frame: Frame, xy: tuple[int, int]) -> Point:
+    """Model-space point for a screen pixel of monitor 1 (origin 0,0, scale 1)."""
+    return frame_pixel_to_point(frame, *xy)
+
+
+def settle_then(target: TargetWindow, seconds: float = 0.4) -> dict[str, Any]:
+    time.sleep(seconds)
+    return target.state()
+
+
+def pointer(xvfb: XvfbServer) -> tuple[int, int]:
+    out = xvfb.run("xdotool", "getmouselocation", "--shell").stdout
+    vals = dict(line.split("=", 1) for line in out.split())
+    return int(vals["X"]), int(vals["Y"])
+
+
+def keyboard_map() -> list[tuple[int, ...]]:
+    from Xlib import display
+
+    d = display.Display()
+    try:
+        info = d.display.info
+        return [tuple(r) for r in d.get_keyboard_mapping(info.min_keycode, info.max_keycode - info.min_keycode + 1)]
+    finally:
+        d.close()
+
+
+# -- pointer -------------------------------------------------------------------------------------------
+def test_click_real_buttons(executor: PyAutoGUIExecutor, target: TargetWindow, frame: Frame,
+                            xvfb: XvfbServer) -> None:
+    ok_point = at(frame, target.center("OK"))
+    r = executor.execute(Click(ok_point), frame)
+    assert r.ok and r.status == "performed", r
+    expected = to_input_point(frame, ok_point)
+    assert r.details["input_points"] == [[expected.x, expected.y]]
+    x, y, w, h = target.rects["OK"]
+    assert x <= expected.x < x + w and y <= expected.y < y + h
+    assert r.details["method"].startswith("pyautogui.click")
+    assert r.duration_ms > 0
+    target.wait_for(lambda s: s["clicks"] == ["OK"])
+    assert executor.execute(RightClick(at(frame, target.center("Cancel"))), frame).ok
+    apply_point = at(frame, target.center("Apply"))
+    assert executor.execute(Click(apply_point), frame).ok
+    state = target.wait_for(lambda s: len(s["clicks"]) >= 2)
+    assert settle_then(target, 0.2)["clicks"] == ["OK", "Apply"] == state["clicks"]
+    expected = to_input_point(frame, apply_point)
+    assert pointer(xvfb) == (expected.x, expected.y)
+
+
+def test_double_click_clicks_twice(executor: PyAutoGUIExecutor, target: TargetWindow, frame: Frame) -> None:
+    assert executor.execute(DoubleClick(at(frame, target.center("Cancel"))), frame).ok
+    target.wait_for(lambda s: s["clicks"] == ["Cancel", "Cancel"])
+
+
+def test_move_lands_exactly(executor: PyAutoGUIExecutor, frame: Frame, xvfb: XvfbServer) -> None:
+    p = Point(250, 750)
+    r = executor.execute(Move(p), frame)
+    assert r.ok
+    assert pointer(xvfb) == tuple(r.details["input_points"][0]) == (480, 810)
+
+
+def test_drag_selects_field_text(executor: PyAutoGUIExecutor, target: TargetWindow, frame: Frame) -> None:
+    assert executor.execute(Click(at(frame, target.center("field"))), frame).ok
+    assert executor.execute(Type("select me"), frame).ok
+    target.wait_for(lambda s: s["text"] == "select me")
+    fx, fy, fw, fh = target.rects["field"]
+    r = executor.execute(Drag(at(frame, (fx + fw - 4, fy + fh // 2)), at(frame, (fx + 3, fy + fh // 2))), frame)
+    assert r.ok, r
+    assert executor.execute(Type("X"), frame).ok  # replaces the selection made by the drag
+    target.wait_for(lambda s: s["text"] == "X")
+
+
+# -- F06: the pointer cannot reach the target ----------------------------------------------------------
+def test_clamped_pointer_at_screen_edge_fails_without_clicking(
+        executor: PyAutoGUIExecutor, xvfb: XvfbServer, tmp_path: Path) -> None:
+    """A frame from a monitor that is no longer there (x = 1920.. on a 1920-wide screen): X clamps the
+    pointer to x=1919, where the Apply button is. Nothing may be clicked."""
+    with TargetWindow.start(tmp_path, x=1619, y=300) as win:
+        ax, ay, aw, ah = win.rects["Apply"]
+        assert ax <= 1919 < ax + aw
+        stale = Frame(np.zeros((1080, 1920, 3), np.uint8), Monitor(2, 1920, 0, 1920, 1080))
+        point = frame_pixel_to_point(stale, 600, ay + ah // 2)
+        r = executor.execute(Click(point), stale)
+        assert not r.ok and r.status == "failed"
+        assert r.details["target"] == [2520, ay + ah // 2]
+        assert r.details["pointer_readback"] == [1919, ay + ah // 2]
+        assert "could not reach" in r.message and "did not click" in r.message
+        assert settle_then(win)["clicks"] == []
+
+
+def test_clamp_into_a_corner_is_a_failure_not_a_user_stop(executor: PyAutoGUIExecutor) -> None:
+    stale = Frame(np.zeros((1080, 1920, 3), np.uint8), Monitor(2, 1920, 1080, 1920, 1080))
+    r = executor.execute(Click(Point(500, 500)), stale)
+    assert (r.ok, r.status) == (False, "failed")
+    assert r.details["pointer_readback"] == [1919, 1079]
+    assert executor.move_pointer_out_of_corner() is not None
+
+
+class FakePointerReadback:
+    """A fake pointer readback that always reports the same (wrong) position."""
+
+    def __init__(self, pos: tuple[int, int]) -> None:
+        self.pos = pos
+
+    def __call__(self) -> tuple[int, int]:
+        return self.pos
+
+
+def test_readback_mismatch_inside_screen_fails(xvfb: XvfbServer, target: TargetWindow, frame: Frame) -> None:
+    ex = PyAutoGUIExecutor(pointer_readback=FakePointerReadback((5, 5)))
+    r = ex.execute(Click(at(frame, target.center("OK"))), frame)
+    assert (r.ok, r.status) == (False, "failed")
+    assert r.details["pointer_readback"] == [5, 5]
+    assert settle_then(target)["clicks"] == []
+
+
+# -- F12: fail-safe ------------------------------------------------------------------------------------
+def test_failsafe_corner_is_stopped_by_user(executor: PyAutoGUIExecutor, target: TargetWindow,
+                                            frame: Frame, xvfb: XvfbServer) -> None:
+    xvfb.run("xdotool", "mousemove", "0", "0")
+    assert executor.pointer_in_failsafe_corner()
+    r = executor.execute(Click(at(frame, target.center("OK"))), frame)
+    assert (r.ok, r.status) == (False, "stopped_by_user")
+    assert "fail-safe" in r.message
+    assert settle_then(target, 0.2)["clicks"] == []
+    moved = executor.move_pointer_out_of_corner()
+    assert moved is not None and (moved.x, moved.y) == (960, 540)
+    assert not executor.pointer_in_failsafe_corner()
+    assert executor.move_pointer_out_of_corner() is None
+    assert executor.execute(Click(at(frame, target.center("OK"))), frame).ok
+    target.wait_for(lambda s: s["clicks"] == ["OK"])
+
+
+def test_target_in_a_corner_is_refused(executor: PyAutoGUIExecutor, frame: Frame, xvfb: XvfbServer) -> None:
+    r = executor.execute(Click(Point(0, 0)), frame)
+    assert (r.ok, r.status) == (False, "failed")
+    assert "corner" in r.message
+    assert pointer(xvfb) != (0, 0)
+
+
+# -- keyboard ------------------------------------------------------------------------------------------
+def test_type_unicode_exactly_and_restore_keyboard_map(executor: PyAutoGUIExecutor, target: TargetWindow,
+                                                       frame: Frame) -> None:
+    """F14 through the X11 keysym typer."""
+    before = keyboard_map()
+    assert executor.execute(Click(at(frame, target.center("field"))), frame).ok
+    target.wait_for(lambda s: s["focus"] == "field")
+    text = F14_TEXT + " plain ASCII: Hello, World! 123 ~`@#$%^&*()_+{}|:\"<>?"
+    r = executor.execute(Type(text), frame)
+    assert r.ok, r
+    assert r.details["method"] == "xtest_keysym"
+    assert r.details["remapped_characters"] > 0
+    state = target.wait_for(lambda s: s["text"] == text)
+    assert state["text"] == text
+    assert keyboard_map() == before
+
+
+def test_type_newline_is_return_and_tab_moves_focus(executor: PyAutoGUIExecutor, target: TargetWindow,
+                                                    frame: Frame) -> None:
+    assert executor.execute(Click(at(frame, target.center("field"))), frame).ok
+    assert executor.execute(Type("abc\n"), frame).ok
+    target.wait_for(lambda s: s["text"] == "abc" and s["submits"] == 1)
+    assert executor.execute(Type("\t"), frame).ok
+    state = target.wait_for(lambda s: s["focus"] != "field")
+    assert state["text"] == "abc" and state["focus"] == "OK"
+
+
+def test_key_chord_select_all_and_delete(executor: PyAutoGUIExecutor, target: TargetWindow,
+                                         frame: Frame) -> None:
+    assert executor.execute(Click(at(frame, target.center("field"))), frame).ok
+    assert executor.execute(Type("to be deleted"), frame).ok
+    target.wait_for(lambda s: s["text"] == "to be deleted")
+    r = executor.execute(Key(("ctrl", "a")), frame)
+    assert r.ok and r.details["pyautogui_keys"] == ["ctrl", "a"]
+    assert executor.execute(Key(("backspace",)), frame).ok
+    target.wait_for(lambda s: s["text"] == "")
+
+
+def test_chord_pressed_in_order_released_in_reverse(executor: PyAutoGUIExecutor,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyautogui
+
+    events: list[tuple[str, str]] = []
+    monkeypatch.setattr(pyautogui, "keyDown", lambda k: events.append(("down", k)))
+    monkeypatch.setattr(pyautogui, "keyUp", lambda k: events.append(("up", k)))
+    frame = Frame(np.zeros((1080, 1920, 3), np.uint8), Monitor(1, 0, 0, 1920, 1080))
+    assert executor.execute(Key(("ctrl", "shift", "super", "t")), frame).ok
+    assert events == [("down", "ctrl"), ("down", "shift"), ("down", "win"), ("down", "t"),
+                      ("up", "t"), ("up", "win"), ("up", "shift"), ("up", "ctrl")]
+
+
+def test_unknown_key_fails_before_pressing_anything(executor: PyAutoGUIExecutor,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyautogui
+
+    events: list[str] = []
+    monkeypatch.setattr(pyautogui, "keyDown", events.append)
+    frame = Frame(np.zeros((1080, 1920, 3), np.uint8), Monitor(1, 0, 0, 1920, 1080))
+    r = executor.execute(Key(("ctrl", "ü")), frame)
+    assert (r.ok, r.status) == (False, "failed") and "'ü'" in r.message
+    assert events == []
+
+
+def test_clipboard_paste_restores_previous_clipboard(xvfb: XvfbServer, target: TargetWindow,
+                                                     frame: Frame) -> None:
+    """F14/F15 through the clipboard path (pyperclip + xclip)."""
+    import pyperclip
+
+    pyperclip.copy("previous ✓ value")
+    ex = PyAutoGUIExecutor(typing="clipboard")
+    assert ex.execute(Click(at(frame, target.center("field"))), frame).ok
+    target.wait_for(lambda s: s["focus"] == "field")
+    r = ex.execute(Type(F14_TEXT), frame)
+    assert r.ok, r
+    assert r.details["method"] == "clipboard"
+    assert r.details["paste_chord"] == "ctrl+v"
+    assert r.details["verified"] is False and "could not be verified" in r.message
+    assert r.details["clipboard_restored"] is True
+    target.wait_for(lambda s: s["text"] == F14_TEXT)
+    assert pyperclip.paste() == "previous ✓ value"
+
+
+def test_scroll_moves_pointer_then_scrolls_in_the_right_direction(
+        executor: PyAutoGUIExecutor, frame: Frame, xvfb: XvfbServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyautogui
+
+    calls: list[tuple[str, int]] = []
+    monkeypatch.setattr(pyautogui, "scroll", lambda n: calls.append(("v", n)))
+    monkeypatch.setattr(pyautogui, "hscroll", lambda n: calls.append(("h", n)))
+    for direction in ("up", "down", "left", "right"):
+        assert executor.execute(Scroll(direction, 3, Point(500, 500)), frame).ok
+    assert calls == [("v", 3), ("v", -3), ("h", -3), ("h", 3)]
+    assert pointer(xvfb) == (960, 540)
+
+
+# -- no pointer, no display needed --------------------------------------------------------------------
+def test_wait_answer_done_and_stop_event() -> None:
+    frame = Frame(np.zeros((10, 10, 3), np.uint8), Monitor(1, 0, 0, 10, 10))
+    stop = threading.Event()
+    ex = PyAutoGUIExecutor(stop_event=stop)
+    r = ex.execute(Wait(0.1), frame)
+    assert r.ok and r.duration_ms >= 100
+    assert ex.execute(Answer("42"), frame).ok
+    assert ex.execute(Done(), frame).ok
+    stop.set()
+    r = ex.execute(Wait(30), frame)
+    assert (r.ok, r.status) == (False, "stopped_by_user") and r.duration_ms < 1000

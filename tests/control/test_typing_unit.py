@@ -1,0 +1,104 @@
+"""Pure parts of the typers: keysyms, segment planning, paste chords, clipboard restore (fakes)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from holodesk.control.typing import (
+    XK_RETURN,
+    XK_TAB,
+    ClipboardPaster,
+    char_to_keysym,
+    default_paste_chord,
+    plan_segments,
+    text_to_keysyms,
+)
+from holodesk.errors import ActionError
+
+
+def test_keysyms_latin1_unicode_tab_newline() -> None:
+    assert char_to_keysym("a") == 0x61
+    assert char_to_keysym("ü") == 0xFC  # Latin-1 keysym = code point
+    assert char_to_keysym("ż") == 0x0100017C  # Unicode keysym
+    assert char_to_keysym("日") == 0x01000000 + 0x65E5
+    assert char_to_keysym("😀") == 0x01000000 + 0x1F600
+    assert char_to_keysym("\t") == XK_TAB
+    assert char_to_keysym("\n") == XK_RETURN
+    assert text_to_keysyms("a\r\nb") == [0x61, XK_RETURN, 0x62]
+    with pytest.raises(ActionError, match="U\\+0007"):
+        char_to_keysym("\a")
+
+
+def test_plan_segments_respects_spare_keycodes() -> None:
+    direct = {1, 2}
+    assert plan_segments([1, 10, 11, 10, 2], direct, 2) == [(0, 5)]
+    assert plan_segments([10, 11, 12, 10], direct, 2) == [(0, 2), (2, 4)]
+    assert plan_segments([1, 2], direct, 0) == [(0, 2)]
+    with pytest.raises(ActionError, match="no spare keycode"):
+        plan_segments([1, 9], direct, 0)
+
+
+def test_paste_chords() -> None:
+    assert default_paste_chord("darwin") == ("cmd", "v")
+    assert default_paste_chord("linux") == ("ctrl", "v")
+    assert default_paste_chord("linux", "gnome-terminal-server Gnome-terminal") == ("ctrl", "shift", "v")
+    assert default_paste_chord("linux", "xterm XTerm") == ("ctrl", "shift", "v")
+    assert default_paste_chord("win32", "notepad Notepad") == ("ctrl", "v")
+
+
+class FakeClipboard:
+    """A fake clipboard with pyperclip's copy/paste interface."""
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+        self.history: list[str] = []
+
+    def copy(self, text: str) -> None:
+        self.history.append(text)
+        self.value = text
+
+    def paste(self) -> str:
+        return self.value
+
+
+def test_clipboard_restored_even_when_the_chord_fails() -> None:
+    cb = FakeClipboard("user's precious text")
+
+    def broken_chord(keys: Sequence[str]) -> None:
+        assert cb.value == "new text"  # the text is on the clipboard when the chord runs
+        raise RuntimeError("keyboard went away")
+
+    paster = ClipboardPaster(broken_chord, clipboard=cb, restore_delay_s=0)
+    with pytest.raises(RuntimeError, match="keyboard went away"):
+        paster.paste_text("new text")
+    assert cb.value == "user's precious text"
+
+
+def test_clipboard_report_is_unverified_and_names_chord() -> None:
+    cb = FakeClipboard("before")
+    chords: list[tuple[str, ...]] = []
+    paster = ClipboardPaster(lambda k: chords.append(tuple(k)), clipboard=cb, restore_delay_s=0,
+                             target_class=lambda: "kitty kitty")
+    report = paster.paste_text("héllo")
+    assert chords == [("ctrl", "shift", "v")]
+    assert cb.value == "before" and cb.history == ["héllo", "before"]
+    details = report.to_details()
+    assert details["typing_method"] == "clipboard"
+    assert details["verified"] is False
+    assert details["paste_chord"] == "ctrl+shift+v"
+    assert details["clipboard_restored"] is True
+
+
+def test_clipboard_that_does_not_take_the_text_fails_before_pasting() -> None:
+    class StuckClipboard(FakeClipboard):
+        def copy(self, text: str) -> None:
+            self.history.append(text)
+
+    cb = StuckClipboard("old")
+    chords: list[Sequence[str]] = []
+    with pytest.raises(ActionError, match="did not take the text"):
+        ClipboardPaster(chords.append, clipboard=cb, restore_delay_s=0).paste_text("x")
+    assert chords == []
+    assert cb.value == "old"
