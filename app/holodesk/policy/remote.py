@@ -1,0 +1,748 @@
+"""A Policy served by an OpenAI-compatible chat-completions server (vLLM serving Holotron-12B).
+
+One step = one ``POST {endpoint}/chat/completions``. The prompt comes from the same action protocol
+as the local runtime (:meth:`ActionProtocol.build_messages`, which also owns the history policy: how
+many screenshots stay as images, F21); each image part becomes an ``image_url`` data URL; the reply is
+parsed by the same protocol parser. Coordinates in the reply are normalised ``[0, 1000]`` to the image
+that was sent, and because a resize (only when ``max_image_side`` asks for it) keeps the aspect ratio,
+they map back onto the same :class:`~holodesk.core.geometry.Frame` through ``core.geometry``.
+
+HTTP client: ``httpx`` (already a Holodesk dependency) rather than the ``openai`` package. We need
+exactly one call shape, full control of which failures are retried (429 / 5xx / connection errors
+only, with our own bounded backoff), the raw error bodies (vLLM's image-limit and model-not-found
+texts drive the advice we print), and vLLM's extra request fields; the ``openai`` client would add a
+dependency, retry 408/409 on its own schedule, and wrap those bodies in its own exception types.
+
+Constrained decoding: when ``structured_output`` is on, the request carries the protocol's JSON schema
+as ``response_format={"type": "json_schema", ...}`` (the OpenAI form, which vLLM turns into a
+grammar). A server that rejects it is asked again without it; that fallback is logged at WARNING and
+recorded in every later ``Proposal.extra["structured_output"]`` -- never silent. The protocol parser
+checks every reply either way.
+
+The API key is sent as ``Authorization: Bearer ...`` and appears nowhere else: not in ``repr``, logs,
+``Proposal.extra`` or error messages (server error texts are scrubbed of it before they are quoted).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import json
+import logging
+import re
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import numpy as np
+from PIL import Image
+
+from holodesk.core.geometry import Frame, Monitor
+from holodesk.errors import PolicyError
+from holodesk.policy.base import Observation, Proposal
+from holodesk.policy.protocol import ActionProtocol, get_protocol
+
+log = logging.getLogger(__name__)
+
+ImageFormat = Literal["png", "jpeg"]
+
+MAX_RETRIES = 10
+"""Upper bound on ``retries`` so a misconfiguration cannot loop for long."""
+
+_IMAGE_LIMIT_RE = re.compile(r"at most (\d+) image", re.IGNORECASE)
+_IMAGE_LIMIT_WORDS = ("limit-mm-per-prompt", "limit_mm_per_prompt", "image(s) may be provided", "too many image")
+_STRUCTURED_WORDS = ("response_format", "json_schema", "structured output", "structured_output", "guided",
+                     "grammar", "xgrammar", "outlines", "guidance")
+_CONTEXT_WORDS = ("maximum context length", "max_model_len", "context length", "prompt is too long",
+                  "too many tokens", "longer than the maximum")
+
+
+class ReplyCutOffError(PolicyError):
+    """The server stopped generating at the token limit (``finish_reason == "length"``).
+
+    Attributes:
+        raw_text: the partial reply as received (for display and the episode record).
+    """
+
+    def __init__(self, message: str, *, raw_text: str, hint: str = "") -> None:
+        super().__init__(message, hint=hint)
+        self.raw_text = raw_text
+
+
+class ServerUnreachableError(PolicyError):
+    """No HTTP reply at all: connection refused, unknown host, connection reset (after retries)."""
+
+
+class TooManyImagesError(PolicyError):
+    """The server refused the number of images in one request (vLLM ``--limit-mm-per-prompt``).
+
+    Attributes:
+        server_limit: the most images the server accepts per request, when its message says so.
+        sent: how many images this request carried.
+    """
+
+    def __init__(self, message: str, *, server_limit: int | None, sent: int, hint: str = "") -> None:
+        super().__init__(message, hint=hint)
+        self.server_limit = server_limit
+        self.sent = sent
+
+
+@dataclass(frozen=True)
+class _EncodedImage:
+    data_url: str
+    info: dict[str, Any]
+
+
+class _RetryableFailure(Exception):
+    """Internal: one attempt failed in a way that may be retried."""
+
+    def __init__(self, kind: str, detail: str, response: httpx.Response | None = None) -> None:
+        super().__init__(detail)
+        self.kind = kind  # "connect", "429", "5xx"
+        self.detail = detail
+        self.response = response
+
+
+def normalize_base_url(endpoint: str) -> str:
+    """The API base URL for ``endpoint``: ``http://host:8000`` -> ``http://host:8000/v1``.
+
+    A URL that already has a path (``.../v1``, a proxy prefix) is kept as given, minus a trailing
+    slash.
+
+    Raises:
+        PolicyError: when ``endpoint`` is not an http(s) URL with a host.
+    """
+    parts = urlsplit(endpoint.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise PolicyError(
+            f"{endpoint!r} is not a server URL",
+            hint="Give the full address of the OpenAI-compatible server, e.g. http://gpu-box:8000/v1.",
+        )
+    path = parts.path.rstrip("/") or "/v1"
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+class RemotePolicy:
+    """Proposes one action per step by asking an OpenAI-compatible chat-completions server.
+
+    Args:
+        endpoint: server base URL, e.g. ``http://gpu-box:8000/v1`` (``/v1`` is added when the URL has
+            no path).
+        model: the served model name as ``GET /v1/models`` lists it (vLLM ``--served-model-name``).
+        api_key: bearer token, or None for a server without ``--api-key``. Resolve it with
+            :func:`holodesk.secrets.resolve_api_key`; never read it from settings.
+        protocol: action protocol name (see :func:`~holodesk.policy.protocol.get_protocol`) or instance.
+        max_images: screenshots kept in the prompt as images, current one included (F21); passed to
+            ``protocol.build_messages``.
+        image_format: ``"png"`` (lossless, default) or ``"jpeg"`` (smaller uploads).
+        max_image_side: when set, frames whose longer side exceeds it are downscaled (aspect kept,
+            bicubic) to that many pixels before sending; None sends frames at their captured size.
+        jpeg_quality: JPEG quality 1..95 when ``image_format == "jpeg"``.
+        timeout_s: seconds allowed for one request (connect is capped at 10 s).
+        retries: extra attempts after the first for 429 / 5xx / connection errors (0..10), with
+            exponential backoff ``backoff_s * 2**n`` capped at ``backoff_max_s`` (a ``Retry-After``
+            header is honoured up to the same cap).
+        structured_output: ask the server to constrain the reply to the protocol's JSON schema.
+        reasoning: ask the model to think before answering (protocol toggles ``/think``).
+        max_tokens: generation limit per reply; a reply cut at it raises :class:`ReplyCutOffError`.
+        temperature: sampling temperature (0 = greedy, the protocol's default for grounding).
+        transport: optional ``httpx`` transport (tests); normal use leaves it None.
+
+    Raises:
+        PolicyError: for an invalid endpoint or argument.
+    """
+
+    name = "remote"
+
+    def __init__(
+        self,
+        endpoint: str,
+        model: str,
+        *,
+        api_key: str | None,
+        protocol: str | ActionProtocol = "holo-v1",
+        max_images: int = 3,
+        image_format: ImageFormat = "png",
+        max_image_side: int | None = None,
+        jpeg_quality: int = 90,
+        timeout_s: float = 60.0,
+        retries: int = 3,
+        structured_output: bool = True,
+        reasoning: bool = False,
+        max_tokens: int = 1024,
+        temperature: float = 0.0,
+        backoff_s: float = 0.5,
+        backoff_max_s: float = 8.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if not model:
+            raise PolicyError("no model name given", hint="Pass the served model name, e.g. --model Holotron-12B.")
+        if image_format not in ("png", "jpeg"):
+            raise PolicyError(f"image_format must be 'png' or 'jpeg', got {image_format!r}")
+        if max_images < 1:
+            raise PolicyError(f"max_images must be at least 1 (the current screenshot), got {max_images}")
+        if max_image_side is not None and max_image_side < 16:
+            raise PolicyError(f"max_image_side must be at least 16 pixels, got {max_image_side}")
+        if not 0 <= retries <= MAX_RETRIES:
+            raise PolicyError(f"retries must be in 0..{MAX_RETRIES}, got {retries}")
+        if timeout_s <= 0:
+            raise PolicyError(f"timeout_s must be positive, got {timeout_s}")
+        if not 1 <= jpeg_quality <= 95:
+            raise PolicyError(f"jpeg_quality must be in 1..95, got {jpeg_quality}")
+        self.endpoint = normalize_base_url(endpoint)
+        self.model = model
+        self.protocol = get_protocol(protocol) if isinstance(protocol, str) else protocol
+        self.max_images = max_images
+        self.image_format: ImageFormat = image_format
+        self.max_image_side = max_image_side
+        self.jpeg_quality = jpeg_quality
+        self.timeout_s = float(timeout_s)
+        self.retries = retries
+        self.structured_output = structured_output
+        self.reasoning = reasoning
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
+        self._api_key = api_key or None
+        # None = not tried yet, True = accepted, False = rejected (then the detail says why).
+        self._structured_accepted: bool | None = None
+        self._structured_detail = ""
+        self._image_cache: OrderedDict[Frame, _EncodedImage] = OrderedDict()
+        headers = {"Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        self._client = httpx.Client(
+            base_url=self.endpoint,
+            headers=headers,
+            timeout=httpx.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s)),
+            transport=transport,
+            follow_redirects=False,
+        )
+
+    def __repr__(self) -> str:
+        key = "set" if self._api_key else "none"
+        return f"RemotePolicy(endpoint={self.endpoint!r}, model={self.model!r}, api_key=<{key}>)"
+
+    # ------------------------------------------------------------------ Policy API
+
+    def propose(self, observation: Observation) -> Proposal:
+        """Ask the server for the next action.
+
+        Returns:
+            A Proposal whose ``timings_ms`` has ``build_prompt``, ``encode_images``, ``request`` (the
+            successful HTTP exchange), ``request_all_attempts`` (with retries and backoff),
+            ``parse`` and ``total``; ``extra`` records the endpoint, model, protocol, each image sent
+            (``images_sent``: sent and frame sizes, format, bytes, whether resized), the structured
+            output state, ``finish_reason``, token ``usage``, ``attempts`` and parser warnings.
+        Raises:
+            PolicyOutputError: the reply is not a valid action (raw text attached).
+            ReplyCutOffError: the reply stopped at ``max_tokens``.
+            TooManyImagesError: the server's per-request image limit is below what was sent.
+            PolicyError: the server could not be reached or refused the request (the message says
+                what to do).
+        """
+        t_start = time.perf_counter()
+        messages = self.protocol.build_messages(
+            observation, max_images=self.max_images, reasoning=self.reasoning
+        )
+        t_built = time.perf_counter()
+        wire_messages, images_sent = self._to_wire(messages)
+        t_encoded = time.perf_counter()
+
+        body = self._request_body(wire_messages, max_tokens=self.max_tokens)
+        data, stats = self._chat(body, images=len(images_sent))
+        t_replied = time.perf_counter()
+
+        choice, text, finish_reason = self._first_choice(data)
+        if finish_reason == "length":
+            raise ReplyCutOffError(
+                f"The model's reply was cut off at the token limit (finish_reason 'length', "
+                f"max_tokens={self.max_tokens}).",
+                raw_text=text,
+                hint="Raise the reply token limit, or turn reasoning off so the reply stays short.",
+            )
+        parsed = self.protocol.parse(text)
+        t_parsed = time.perf_counter()
+
+        extra: dict[str, Any] = {
+            "endpoint": self.endpoint,
+            "model": self.model,
+            "server_model": data.get("model"),
+            "protocol": self.protocol.name,
+            "images_sent": images_sent,
+            "structured_output": self.structured_output_state,
+            "finish_reason": finish_reason,
+            "usage": data.get("usage"),
+            "attempts": stats["attempts"],
+            "warnings": list(parsed.warnings),
+        }
+        message = choice.get("message") or {}
+        reasoning_text = message.get("reasoning_content") or message.get("reasoning")
+        if isinstance(reasoning_text, str) and reasoning_text:
+            extra["reasoning_text"] = reasoning_text
+        timings = {
+            "build_prompt": (t_built - t_start) * 1000.0,
+            "encode_images": (t_encoded - t_built) * 1000.0,
+            "request": stats["request_ms"],
+            "request_all_attempts": (t_replied - t_encoded) * 1000.0,
+            "parse": (t_parsed - t_replied) * 1000.0,
+            "total": (t_parsed - t_start) * 1000.0,
+        }
+        return Proposal(
+            action=parsed.action,
+            thought=parsed.thought,
+            note=parsed.note,
+            raw_text=parsed.raw_text,
+            timings_ms=timings,
+            extra=extra,
+        )
+
+    def close(self) -> None:
+        """Close the HTTP connection pool. Idempotent."""
+        self._client.close()
+        self._image_cache.clear()
+
+    def __enter__(self) -> RemotePolicy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def structured_output_state(self) -> str:
+        """``"off"``, ``"json_schema"`` (sent and accepted / not yet tried), or ``"rejected: ..."``."""
+        if not self.structured_output:
+            return "off"
+        if self._structured_accepted is False:
+            return f"rejected by server, strict parse only ({self._structured_detail})"
+        return "json_schema"
+
+    # ------------------------------------------------------------------ doctor
+
+    def list_models(self) -> list[str]:
+        """Model ids the server serves (``GET /models``), one attempt per retry policy.
+
+        Raises:
+            PolicyError: unreachable server, rejected key, or a reply that is not a model list.
+        """
+        resp, _ = self._send("GET", "/models", None, images=0)
+        if resp.status_code != 200:
+            raise self._http_error(resp, images=0, path="/models", list_on_404=False)
+        try:
+            items = resp.json().get("data", [])
+            return [str(item["id"]) for item in items if isinstance(item, dict) and "id" in item]
+        except (ValueError, AttributeError, KeyError) as exc:
+            raise PolicyError(
+                f"The reply of {self.endpoint}/models is not an OpenAI model list.",
+                hint="Check that the endpoint is an OpenAI-compatible server (e.g. vLLM) and ends in /v1.",
+            ) from exc
+
+    def check_endpoint(self) -> dict[str, Any]:
+        """Probe the server for ``holodesk doctor``. Never raises.
+
+        Sends ``GET /models`` and, when the model is listed, one tiny chat request with a 32x32 image
+        and ``max_tokens=1`` (with the JSON schema when structured output is on, again without it if
+        the server rejects the schema).
+
+        Returns:
+            ``{"endpoint", "model", "reachable": bool, "models": [str], "model_listed": bool,
+            "accepts_images": bool | None, "structured_output": bool | None, "latency_ms": float |
+            None, "error": str | None}`` -- None where the check could not run.
+        """
+        report: dict[str, Any] = {
+            "endpoint": self.endpoint,
+            "model": self.model,
+            "reachable": False,
+            "models": [],
+            "model_listed": False,
+            "accepts_images": None,
+            "structured_output": None,
+            "latency_ms": None,
+            "error": None,
+        }
+        saved_retries, self.retries = self.retries, 0
+        try:
+            t0 = time.perf_counter()
+            try:
+                report["models"] = self.list_models()
+            except ServerUnreachableError as exc:
+                report["error"] = str(exc)
+                return report
+            except PolicyError as exc:
+                report["reachable"] = True
+                report["error"] = str(exc)
+                return report
+            report["reachable"] = True
+            report["latency_ms"] = (time.perf_counter() - t0) * 1000.0
+            report["model_listed"] = self.model in report["models"]
+            if not report["model_listed"]:
+                report["error"] = (
+                    f"Model {self.model!r} is not served here; the server has: "
+                    f"{', '.join(report['models']) or 'no models'}."
+                )
+                return report
+            probe_monitor = Monitor(index=1, left=0, top=0, width=32, height=32, name="probe")
+            probe = Frame(np.full((32, 32, 3), 200, dtype=np.uint8), probe_monitor)
+            content = [
+                {"type": "text", "text": "Reply with {}."},
+                {"type": "image_url", "image_url": {"url": self._encode(probe).data_url}},
+            ]
+            body = self._request_body([{"role": "user", "content": content}], max_tokens=1)
+            try:
+                self._chat(body, images=1)
+                report["accepts_images"] = True
+                if self.structured_output:
+                    report["structured_output"] = self._structured_accepted is not False
+            except TooManyImagesError as exc:
+                report["accepts_images"] = False
+                report["error"] = str(exc)
+            except PolicyError as exc:
+                report["error"] = str(exc)
+            return report
+        finally:
+            self.retries = saved_retries
+
+    # ------------------------------------------------------------------ request building
+
+    def _request_body(self, messages: list[dict[str, Any]], *, max_tokens: int) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": self.temperature,
+            "stream": False,
+        }
+        if self.structured_output and self._structured_accepted is not False:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": re.sub(r"[^A-Za-z0-9_-]", "_", f"holodesk_{self.protocol.name}"),
+                    "schema": self.protocol.json_schema(),
+                    "strict": True,
+                },
+            }
+        return body
+
+    def _to_wire(self, messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Protocol messages -> OpenAI chat messages; images become data URLs.
+
+        Returns:
+            (messages, images_sent) where images_sent lists one info dict per image, in prompt order.
+        """
+        wire: list[dict[str, Any]] = []
+        images: list[dict[str, Any]] = []
+        for message in messages:
+            content = message.get("content")
+            if isinstance(content, str):
+                wire.append({"role": message["role"], "content": content})
+                continue
+            parts: list[dict[str, Any]] = []
+            for part in content or ():
+                kind = part.get("type")
+                if kind == "text":
+                    parts.append({"type": "text", "text": part["text"]})
+                elif kind == "image":
+                    encoded = self._encode(part["frame"])
+                    images.append(encoded.info)
+                    parts.append({"type": "image_url", "image_url": {"url": encoded.data_url}})
+                else:
+                    raise PolicyError(f"the action protocol produced a message part of unknown type {kind!r}")
+            if len(parts) == 1 and parts[0]["type"] == "text":
+                wire.append({"role": message["role"], "content": parts[0]["text"]})
+            else:
+                wire.append({"role": message["role"], "content": parts})
+        return wire, images
+
+    def _encode(self, frame: Frame) -> _EncodedImage:
+        """Encode one frame (cached per Frame object, so history images are encoded once)."""
+        cached = self._image_cache.get(frame)
+        if cached is not None:
+            self._image_cache.move_to_end(frame)
+            return cached
+        image = Image.fromarray(np.ascontiguousarray(frame.pixels, dtype=np.uint8), "RGB")
+        width, height = image.size
+        resized = False
+        if self.max_image_side is not None and max(width, height) > self.max_image_side:
+            scale = self.max_image_side / max(width, height)
+            size = (max(1, round(width * scale)), max(1, round(height * scale)))
+            image = image.resize(size, Image.Resampling.BICUBIC)
+            resized = True
+        buf = io.BytesIO()
+        if self.image_format == "png":
+            image.save(buf, format="PNG", compress_level=1)
+            mime = "image/png"
+        else:
+            image.save(buf, format="JPEG", quality=self.jpeg_quality)
+            mime = "image/jpeg"
+        payload = buf.getvalue()
+        info = {
+            "width": image.size[0],
+            "height": image.size[1],
+            "frame_width": width,
+            "frame_height": height,
+            "resized": resized,
+            "format": self.image_format,
+            "bytes": len(payload),
+        }
+        encoded = _EncodedImage(f"data:{mime};base64,{base64.b64encode(payload).decode('ascii')}", info)
+        self._image_cache[frame] = encoded
+        while len(self._image_cache) > self.max_images + 2:
+            self._image_cache.popitem(last=False)
+        return encoded
+
+    # ------------------------------------------------------------------ HTTP
+
+    def _chat(self, body: dict[str, Any], *, images: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        """POST /chat/completions; on a schema rejection, log it and ask once more without the schema."""
+        log.debug("chat request to %s: %s", self.endpoint, describe_request(body))
+        resp, stats = self._send("POST", "/chat/completions", body, images=images)
+        if resp.status_code == 400 and "response_format" in body:
+            message = self._server_message(resp)
+            low = message.lower()
+            if not self._is_image_limit(low) and any(word in low for word in _STRUCTURED_WORDS):
+                self._structured_accepted = False
+                self._structured_detail = message[:200]
+                log.warning(
+                    "server %s rejected JSON-schema constrained output (%s); falling back to "
+                    "unconstrained generation with strict parsing of every reply",
+                    self.endpoint,
+                    message[:200],
+                )
+                body = {k: v for k, v in body.items() if k != "response_format"}
+                resp, more = self._send("POST", "/chat/completions", body, images=images)
+                stats = {"attempts": stats["attempts"] + more["attempts"], "request_ms": more["request_ms"]}
+        if resp.status_code != 200:
+            raise self._http_error(resp, images=images, path="/chat/completions")
+        if "response_format" in body:
+            self._structured_accepted = True
+        try:
+            data = resp.json()
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise PolicyError(
+                f"The reply of {self.endpoint}/chat/completions is not JSON.",
+                hint="Check that the endpoint is an OpenAI-compatible server (e.g. vLLM) and ends in /v1.",
+            )
+        return data, stats
+
+    def _send(
+        self, method: str, path: str, body: dict[str, Any] | None, *, images: int
+    ) -> tuple[httpx.Response, dict[str, Any]]:
+        """One request with bounded retries on 429 / 5xx / connection errors.
+
+        Returns:
+            (final non-retryable response, {"attempts": int, "request_ms": float of the last attempt})
+        Raises:
+            PolicyError: connection failure, timeout, or 429 / 5xx on every attempt.
+        """
+        attempts = 1 + self.retries
+        t_first = time.perf_counter()
+        failure: _RetryableFailure | None = None
+        for attempt in range(attempts):
+            t0 = time.perf_counter()
+            try:
+                resp = self._client.request(method, path, json=body)
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
+                    httpx.ReadError, httpx.WriteError) as exc:
+                failure = _RetryableFailure("connect", self._scrub(str(exc)) or type(exc).__name__)
+            except httpx.TimeoutException as exc:
+                raise PolicyError(
+                    f"The server at {self.endpoint} sent no reply within {self.timeout_s:g} s.",
+                    hint="The server may be overloaded or still loading the model; raise the request "
+                    "timeout or check the server's log.",
+                ) from exc
+            except httpx.HTTPError as exc:
+                raise PolicyError(
+                    f"Request to {self.endpoint} failed: {type(exc).__name__}: {self._scrub(str(exc))}"
+                ) from exc
+            else:
+                status = resp.status_code
+                if status == 429 or 500 <= status <= 599:
+                    kind = "429" if status == 429 else "5xx"
+                    failure = _RetryableFailure(kind, self._server_message(resp), resp)
+                else:
+                    return resp, {"attempts": attempt + 1, "request_ms": (time.perf_counter() - t0) * 1000.0}
+            if attempt + 1 < attempts:
+                delay = self._backoff(attempt, failure.response)
+                log.info(
+                    "%s %s failed (%s); retry %d of %d in %.2f s",
+                    method, path, failure.kind, attempt + 1, self.retries, delay,
+                )
+                time.sleep(delay)
+        assert failure is not None
+        raise self._retry_exhausted(failure, attempts, time.perf_counter() - t_first)
+
+    def _backoff(self, attempt: int, resp: httpx.Response | None) -> float:
+        """Seconds to wait before retry ``attempt + 1``: exponential, Retry-After honoured, capped."""
+        delay = min(self.backoff_max_s, self.backoff_s * (2.0**attempt))
+        if resp is not None:
+            header = resp.headers.get("retry-after", "")
+            with contextlib.suppress(ValueError):
+                delay = min(self.backoff_max_s, max(delay, float(header)))
+        return delay
+
+    # ------------------------------------------------------------------ errors
+
+    def _retry_exhausted(self, failure: _RetryableFailure, attempts: int, elapsed_s: float) -> PolicyError:
+        tried = f"{attempts} attempt{'s' if attempts != 1 else ''} over {elapsed_s:.1f} s"
+        if failure.kind == "connect":
+            refused = "refused" in failure.detail.lower()
+            what = "connection refused" if refused else failure.detail
+            return ServerUnreachableError(
+                f"Cannot connect to the policy server at {self.endpoint}: {what} ({tried}).",
+                hint="Check that the server is running (e.g. `vllm serve ...`, see docs/scaling.md) and "
+                "that the endpoint's host and port are right; `holodesk doctor` tests the connection.",
+            )
+        assert failure.response is not None
+        code = failure.response.status_code
+        if failure.kind == "429":
+            return PolicyError(
+                f"The server at {self.endpoint} is rate limiting requests (HTTP 429) on all {tried}.",
+                hint="Wait a little and try again, point fewer agents at this server, or give it more "
+                "capacity (e.g. vLLM --max-num-seqs, more replicas; see docs/scaling.md).",
+            )
+        return PolicyError(
+            f"The server at {self.endpoint} failed with HTTP {code} on all {tried}: {failure.detail}",
+            hint="Check the server's log: it may be out of GPU memory, crashed, or still loading the model.",
+        )
+
+    def _http_error(
+        self, resp: httpx.Response, *, images: int, path: str, list_on_404: bool = True
+    ) -> PolicyError:
+        """Turn a final non-200 reply into a PolicyError that says what to do.
+
+        ``list_on_404``: on 404, ask ``GET /models`` whether the model or the URL path is wrong.
+        """
+        code = resp.status_code
+        message = self._server_message(resp)
+        low = message.lower()
+        if code in (401, 403):
+            if self._api_key is None:
+                return PolicyError(
+                    f"The server at {self.endpoint} requires an API key (HTTP {code}) and none is set.",
+                    hint="Store the key for this server in the system keychain (Holodesk settings), or set "
+                    "HOLODESK_API_KEY for this session only.",
+                )
+            return PolicyError(
+                f"The server at {self.endpoint} rejected the API key (HTTP {code}).",
+                hint="Store the right key for this server in the system keychain (Holodesk settings), or "
+                "set HOLODESK_API_KEY for this session only. The key itself is never shown.",
+            )
+        if code == 404:
+            return self._not_found(message, path, list_models=list_on_404)
+        if code in (400, 413, 422) and self._is_image_limit(low):
+            match = _IMAGE_LIMIT_RE.search(message)
+            limit = int(match.group(1)) if match else None
+            said = f"at most {limit} image(s)" if limit is not None else "fewer images"
+            target = f"{limit} or less" if limit is not None else "a lower number"
+            return TooManyImagesError(
+                f"The server at {self.endpoint} accepts {said} per request, but this step sent {images}.",
+                server_limit=limit,
+                sent=images,
+                hint=f"Lower 'screenshots kept in the prompt' (now {self.max_images}) to {target}, or "
+                "restart the server with a larger --limit-mm-per-prompt (see docs/scaling.md).",
+            )
+        if code == 413:
+            return PolicyError(
+                f"The server at {self.endpoint} refused the request as too large (HTTP 413).",
+                hint="Send smaller images: choose JPEG, set a maximum image side, or keep fewer "
+                "screenshots in the prompt.",
+            )
+        if code in (400, 422) and any(word in low for word in _CONTEXT_WORDS):
+            return PolicyError(
+                f"The prompt is longer than the server allows: {message}",
+                hint=f"Keep fewer screenshots in the prompt (now {self.max_images}) or set a maximum image "
+                "side; or restart the server with a larger --max-model-len.",
+            )
+        if code in (400, 422):
+            return PolicyError(
+                f"The server at {self.endpoint} refused the request (HTTP {code}): {message}",
+                hint="Check the model name and the server's flags (docs/scaling.md).",
+            )
+        return PolicyError(f"Unexpected HTTP {code} from {self.endpoint}{path}: {message}")
+
+    def _not_found(self, message: str, path: str, *, list_models: bool) -> PolicyError:
+        models: list[str] | None = None
+        if list_models:
+            with contextlib.suppress(PolicyError):
+                models = self.list_models()
+        if models is not None and self.model not in models:
+            listed = ", ".join(models) if models else "no models"
+            return PolicyError(
+                f"Model {self.model!r} is not served at {self.endpoint}. The server has: {listed}.",
+                hint="Pass one of those names as the model (vLLM names it with --served-model-name).",
+            )
+        return PolicyError(
+            f"{self.endpoint}{path} was not found (HTTP 404): {message}",
+            hint="Check that the endpoint URL points at the OpenAI-compatible API, usually ending in /v1 "
+            "(e.g. http://gpu-box:8000/v1).",
+        )
+
+    @staticmethod
+    def _is_image_limit(low: str) -> bool:
+        return bool(_IMAGE_LIMIT_RE.search(low)) or any(word in low for word in _IMAGE_LIMIT_WORDS)
+
+    def _server_message(self, resp: httpx.Response) -> str:
+        """The error text of an OpenAI / vLLM error body (``{"error": {"message": ...}}`` and variants),
+        scrubbed of the API key and cut to 500 characters."""
+        text = ""
+        try:
+            data = resp.json()
+        except ValueError:
+            data = None
+        if isinstance(data, dict):
+            err = data.get("error")
+            if isinstance(err, dict):
+                text = str(err.get("message") or "")
+            elif isinstance(err, str):
+                text = err
+            if not text:
+                text = str(data.get("message") or data.get("detail") or "")
+        if not text:
+            text = resp.text.strip() or resp.reason_phrase
+        text = self._scrub(text)
+        return text if len(text) <= 500 else text[:500] + "…"
+
+    def _scrub(self, text: str) -> str:
+        """Remove the API key from a text that will be shown or logged."""
+        return text.replace(self._api_key, "***") if self._api_key else text
+
+    @staticmethod
+    def _first_choice(data: dict[str, Any]) -> tuple[dict[str, Any], str, str | None]:
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise PolicyError(
+                "The server's reply has no choices.",
+                hint="Check that the endpoint is an OpenAI-compatible chat-completions server.",
+            )
+        choice = choices[0]
+        message = choice.get("message") or {}
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):  # some servers return content parts
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        text = content if isinstance(content, str) else ""
+        finish = choice.get("finish_reason")
+        return choice, text, finish if isinstance(finish, str) else None
+
+
+def describe_request(body: dict[str, Any]) -> str:
+    """A short, key-free summary of a chat request for debug logs (no image bytes)."""
+    parts = 0
+    images = 0
+    for message in body.get("messages", []):
+        content = message.get("content")
+        if isinstance(content, list):
+            parts += len(content)
+            images += sum(1 for p in content if p.get("type") == "image_url")
+        else:
+            parts += 1
+    return json.dumps(
+        {"model": body.get("model"), "messages": len(body.get("messages", [])), "parts": parts,
+         "images": images, "schema": "response_format" in body}
+    )
