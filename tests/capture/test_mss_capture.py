@@ -126,3 +126,14 @@ def test_two_monitors_with_offsets_and_grab_of_monitor_2(make_xvfb: Callable[...
         assert not np.any(np.all(frame1.pixels == np.array(WINDOW_RGB, dtype=np.uint8), axis=-1))
         assert whole.pixels.shape == (1080, 3200, 3)
         assert tuple(whole.pixels[wy + 75, wx + 5]) == WINDOW_RGB
+
+
+def test_2560x1440_screen(make_xvfb: Callable[..., XvfbServer]) -> None:
+    server = make_xvfb(2560, 1440)
+    _paint_root(server, ROOT_RGB)
+    with MssCapture() as cap:
+        (mon,) = cap.monitors()
+        assert (mon.left, mon.top, mon.width, mon.height) == (0, 0, 2560, 1440)
+        frame = cap.grab(1)
+    assert frame.pixels.shape == (1440, 2560, 3)
+    assert tuple(frame.pixels[1439, 2559]) == ROOT_RGB

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -303,3 +303,14 @@ def test_wait_answer_done_and_stop_event() -> None:
     stop.set()
     r = ex.execute(Wait(30), frame)
     assert (r.ok, r.status) == (False, "stopped_by_user") and r.duration_ms < 1000
+
+
+def test_display_changed_after_pyautogui_import_is_reported(
+        executor: PyAutoGUIExecutor, make_xvfb: Callable[..., XvfbServer]) -> None:
+    """pyautogui connects once, at import; a later DISPLAY change must not silently drive the old one."""
+    executor.pointer_in_failsafe_corner()  # pyautogui is now bound to the session display
+    other = make_xvfb(800, 600)
+    frame = Frame(np.zeros((600, 800, 3), np.uint8), Monitor(1, 0, 0, 800, 600))
+    r = PyAutoGUIExecutor().execute(Click(Point(500, 500)), frame)
+    assert (r.ok, r.status, r.details.get("error")) == (False, "failed", "DisplayError")
+    assert f"DISPLAY is now '{other.display}'" in r.message
