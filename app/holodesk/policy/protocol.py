@@ -48,6 +48,7 @@ import copy
 import json
 import math
 import re
+import warnings as _pywarnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -316,8 +317,10 @@ def _read_fragment(fragment: str, warnings: list[str]) -> dict[str, Any] | None:
     else:
         return obj if isinstance(obj, dict) else None
     try:
-        obj = ast.literal_eval(fragment)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        with _pywarnings.catch_warnings():  # invalid escapes in model text warn (or raise under -W error)
+            _pywarnings.simplefilter("ignore")
+            obj = ast.literal_eval(fragment)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, Warning):
         return None
     if isinstance(obj, dict) and _is_json_value(obj):
         warnings.append("the reply used single-quoted (Python-style) pseudo-JSON; read as a literal")
@@ -482,6 +485,8 @@ def _build(name: str, fields: dict[str, Any], where: str, warnings: list[str]) -
         seconds = fields["seconds"]
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
             raise _Fail(f"seconds in {where} must be a number, got {_short(seconds)}")
+        if isinstance(seconds, int) and abs(seconds) > 10**6:  # Wait's float() would overflow
+            raise _Fail(f"seconds in {where} must be in (0, {MAX_WAIT_SECONDS:g}], got {seconds}")
         return Wait(seconds)
     # done
     message = fields.get("message", "")
@@ -713,7 +718,7 @@ class ActionProtocol:
             action, thought, note = self._read_reply(obj, warnings)
         except _Fail as exc:
             raise PolicyOutputError(exc.message, raw_text=_as_text(raw_text), hint=exc.hint) from None
-        except (ActionError, ValueError, TypeError, RecursionError) as exc:  # defensive: never leak
+        except (ActionError, ValueError, TypeError, ArithmeticError, RecursionError) as exc:  # defensive
             raise PolicyOutputError(
                 f"the reply is not a valid action: {exc}", raw_text=_as_text(raw_text)
             ) from None
@@ -869,7 +874,7 @@ class ActionProtocol:
             return Point(c["x"], c["y"])
         except _Fail as exc:
             raise PolicyOutputError(exc.message, raw_text=_as_text(raw_text), hint=exc.hint) from None
-        except (ActionError, ValueError, TypeError, RecursionError) as exc:
+        except (ActionError, ValueError, TypeError, ArithmeticError, RecursionError) as exc:
             raise PolicyOutputError(
                 f"the localization reply is not valid: {exc}", raw_text=_as_text(raw_text)
             ) from None

@@ -1,0 +1,187 @@
+"""A policy that plays a script of protocol replies, one per step (tests, demos, replaying episodes).
+
+Script file format (also in ``docs/actions.md``): JSON Lines, UTF-8.
+
+* A line that is a JSON **object** is one reply. It is serialised back to text (``json.dumps``,
+  non-ASCII kept) and parsed through the action protocol, so exactly the parse path of a real model
+  runs. Example::
+
+      {"note": null, "thought": "Open the menu", "tool_call": {"tool_name": "click", "x": 20, "y": 15}}
+
+* A line that is a JSON **string** is a raw reply text, used as is. This is how a script holds a
+  malformed reply (prose, a fenced block, a truncated object, ...)::
+
+      "Sure! ```json\\n{\\"note\\": null, \\"thought\\": \\"t\\", \\"tool_call\\": null}\\n```"
+      "{\\"tool_call\\": {\\"tool_name\\": \\"click\\", \\"x\\": 1500"
+
+* Lines are separated by ``\n`` (``\r\n`` accepted) only; other Unicode line separators inside a
+  reply are part of it. Blank lines and lines whose first non-blank character is ``#`` are ignored.
+
+Any other line (a number, a list, invalid JSON) makes the script unreadable: :class:`PolicyError`
+naming the file and line. Each :meth:`ScriptedPolicy.propose` consumes one reply, whether it parses or
+not; after the last one it raises ``PolicyError("script exhausted after N steps")``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from holodesk.core.actions import Action
+from holodesk.errors import PolicyError
+from holodesk.policy.base import Observation, Proposal
+from holodesk.policy.protocol import ActionProtocol, get_protocol
+
+Reply = str | dict[str, Any]
+"""One scripted reply: a raw reply text, or a reply object to be serialised."""
+
+
+def _reply_text(reply: Any, where: str) -> str:
+    if isinstance(reply, str):
+        return reply
+    if isinstance(reply, dict):
+        return json.dumps(reply, ensure_ascii=False)
+    raise PolicyError(
+        f"{where}: expected a JSON object (one reply) or a JSON string (raw reply text), "
+        f"got {type(reply).__name__}"
+    )
+
+
+def read_script(path: str | os.PathLike[str]) -> list[str]:
+    """Read a script file (format in the module docstring) into reply texts, in order.
+
+    Raises:
+        PolicyError: the file cannot be read, or a line is neither a JSON object nor a JSON string.
+    """
+    p = Path(path)
+    try:
+        # Split on "\n" only: str.splitlines would also split inside a reply at U+2028, U+0085, ...
+        # which json.dumps(ensure_ascii=False) writes literally.
+        lines = [line.removesuffix("\r") for line in p.read_text(encoding="utf-8").split("\n")]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyError(f"cannot read script {p}: {exc}", hint="Check the path given for the script.") from exc
+    replies: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        where = f"{p}:{number}"
+        try:
+            value = json.loads(stripped)
+        except ValueError as exc:
+            raise PolicyError(
+                f"{where}: not valid JSON ({exc})",
+                hint='Write a malformed reply as a JSON string, e.g. "{\\"tool_call\\": ...".',
+            ) from exc
+        replies.append(_reply_text(value, where))
+    return replies
+
+
+class ScriptedPolicy:
+    """Plays scripted protocol replies, one per :meth:`propose` call.
+
+    Args:
+        path_or_replies: a script file (``str`` or path-like; format in the module docstring), or the
+            replies themselves: each a raw reply text (``str``) or a reply object (``dict``, serialised
+            with ``json.dumps``).
+        protocol: the action protocol name (default ``"holo-v1"``) or an :class:`ActionProtocol`.
+
+    Raises:
+        PolicyError: the script cannot be read (see :func:`read_script`).
+        SettingsError: unknown protocol name.
+    """
+
+    def __init__(
+        self,
+        path_or_replies: str | os.PathLike[str] | Iterable[Reply],
+        protocol: str | ActionProtocol = "holo-v1",
+    ) -> None:
+        self.protocol = protocol if isinstance(protocol, ActionProtocol) else get_protocol(protocol)
+        if isinstance(path_or_replies, (str, os.PathLike)):
+            self.source = str(path_or_replies)
+            self.replies = read_script(path_or_replies)
+        else:
+            self.source = "<replies>"
+            self.replies = [
+                _reply_text(r, f"reply {i + 1}") for i, r in enumerate(path_or_replies)
+            ]
+        self.name = f"scripted:{Path(self.source).name}" if self.source != "<replies>" else "scripted"
+        self.steps_played = 0
+
+    @property
+    def remaining(self) -> int:
+        """Replies not yet played."""
+        return len(self.replies) - self.steps_played
+
+    def propose(self, observation: Observation) -> Proposal:
+        """Play the next reply through the protocol's parser. The observation is not looked at.
+
+        Returns:
+            Proposal with ``raw_text`` = the reply text, ``timings_ms["policy"]`` (parse time, ms) and
+            ``extra`` = ``{"script_step": n (1-based), "source": ..., "warnings": [...]}``.
+        Raises:
+            PolicyOutputError: the reply does not parse (the step is consumed).
+            PolicyError: ``"script exhausted after N steps"`` when no reply is left.
+        """
+        if self.steps_played >= len(self.replies):
+            raise PolicyError(
+                f"script exhausted after {self.steps_played} steps",
+                hint=f"{self.source} has no reply left; add replies or end the task earlier.",
+            )
+        text = self.replies[self.steps_played]
+        self.steps_played += 1
+        start = time.perf_counter()
+        parsed = self.protocol.parse(text)
+        elapsed_ms = (time.perf_counter() - start) * 1000.0
+        return Proposal(
+            action=parsed.action,
+            thought=parsed.thought,
+            note=parsed.note,
+            raw_text=parsed.raw_text,
+            timings_ms={"policy": elapsed_ms},
+            extra={"script_step": self.steps_played, "source": self.source, "warnings": list(parsed.warnings)},
+        )
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def write_script(
+    path: str | os.PathLike[str],
+    replies: Iterable[Reply | Action],
+    *,
+    protocol: str | ActionProtocol = "holo-v1",
+    header: str | None = None,
+) -> Path:
+    """Write a script file that :class:`ScriptedPolicy` plays back.
+
+    Args:
+        path: file to (over)write, UTF-8.
+        replies: each a reply object (``dict``, written as a JSON object line), a raw reply text
+            (``str``, written as a JSON string line, kept exactly), or an :class:`Action` (written as
+            the protocol's reply object with an empty thought and a null note).
+        protocol: protocol used to serialise actions.
+        header: optional comment written first (each line prefixed with ``# ``).
+    Returns:
+        The path written.
+    Raises:
+        PolicyError: a reply of another type.
+    """
+    proto = protocol if isinstance(protocol, ActionProtocol) else get_protocol(protocol)
+    lines: list[str] = []
+    if header:
+        lines += [f"# {line}" for line in header.splitlines()]
+    for i, reply in enumerate(replies):
+        if isinstance(reply, Action):
+            lines.append(proto.to_reply(reply))
+        elif isinstance(reply, (dict, str)):  # object line, or raw text as a JSON string line
+            lines.append(json.dumps(reply, ensure_ascii=False))
+        else:
+            raise PolicyError(f"reply {i + 1}: cannot script a {type(reply).__name__}")
+    p = Path(path)
+    p.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return p

@@ -1,0 +1,147 @@
+"""ScriptedPolicy: plays a JSON Lines script of holo-v1 replies through the protocol's parser."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from holodesk.core.actions import Answer, Click, Key, Point, Scroll, Type
+from holodesk.core.geometry import Frame, Monitor
+from holodesk.errors import PolicyError, PolicyOutputError, SettingsError
+from holodesk.policy.base import Observation, Policy
+from holodesk.policy.protocol import get_protocol
+from holodesk.policy.scripted import ScriptedPolicy, read_script, write_script
+
+OBS = Observation(task="t", frame=Frame(np.zeros((2, 2, 3), np.uint8), Monitor(1, 0, 0, 2, 2)))
+
+FENCED = (
+    'Sure! ```json\n{"note": null, "thought": "scroll", '
+    '"tool_call": {"tool_name": "scroll", "direction": "down"}}\n```'
+)
+TRUNCATED = '{"note": null, "thought": "x", "tool_call": {"tool_name": "click", "x": 1500'
+SCRIPT = "\n".join(
+    [
+        "# a demo script: comments and blank lines are skipped",
+        "",
+        '{"note": "start", "thought": "open menu", "tool_call": {"tool_name": "click", "x": 20, "y": 15}}',
+        json.dumps(FENCED),
+        json.dumps(TRUNCATED),
+        "   # indented comment",
+        '{"note": null, "thought": "Grüße\u2028ok", "tool_call": {"tool_name": "type", "text": "$(id) <b>hi</b>"}}',
+        '{"note": null, "thought": "The answer is 7", "tool_call": null}',
+        "",
+    ]
+)
+
+
+def test_plays_a_script_file_including_a_malformed_line(tmp_path: Path) -> None:
+    path = tmp_path / "demo.jsonl"
+    path.write_text(SCRIPT, encoding="utf-8")
+    policy = ScriptedPolicy(path)
+    assert isinstance(policy, Policy)
+    assert policy.name == "scripted:demo.jsonl"
+    assert policy.remaining == 5
+
+    first = policy.propose(OBS)
+    assert first.action == Click(Point(20, 15))
+    assert first.thought == "open menu"
+    assert first.note == "start"
+    assert first.raw_text == json.dumps(
+        {"note": "start", "thought": "open menu", "tool_call": {"tool_name": "click", "x": 20, "y": 15}}
+    )
+    assert set(first.timings_ms) == {"policy"}
+    assert first.timings_ms["policy"] >= 0
+    assert first.extra["script_step"] == 1
+
+    second = policy.propose(OBS)
+    assert second.action == Scroll("down", 3, None)
+    assert second.raw_text == FENCED
+    assert second.extra["warnings"] == ["the JSON object was fenced in markdown"]
+
+    with pytest.raises(PolicyOutputError) as info:
+        policy.propose(OBS)
+    assert info.value.raw_text == TRUNCATED
+    assert "missing closing brace" in info.value.message
+
+    fourth = policy.propose(OBS)
+    assert fourth.action == Type("$(id) <b>hi</b>")
+    assert fourth.thought == "Grüße\u2028ok"  # a Unicode line separator does not split the line
+
+    fifth = policy.propose(OBS)
+    assert fifth.action == Answer("The answer is 7")
+
+    with pytest.raises(PolicyError) as exhausted:
+        policy.propose(OBS)
+    assert exhausted.value.message == "script exhausted after 5 steps"
+    policy.close()
+
+
+def test_replies_given_in_memory() -> None:
+    policy = ScriptedPolicy(
+        [
+            {"note": None, "thought": "", "tool_call": {"tool_name": "key", "keys": ["ctrl", "s"]}},
+            "not json at all",
+        ]
+    )
+    assert policy.name == "scripted"
+    assert policy.propose(OBS).action == Key(("ctrl", "s"))
+    with pytest.raises(PolicyOutputError) as info:
+        policy.propose(OBS)
+    assert info.value.raw_text == "not json at all"
+    with pytest.raises(PolicyError, match="exhausted after 2 steps"):
+        policy.propose(OBS)
+
+
+def test_empty_script_is_exhausted_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_text("# nothing\n\n", encoding="utf-8")
+    with pytest.raises(PolicyError, match="exhausted after 0 steps"):
+        ScriptedPolicy(path).propose(OBS)
+
+
+@pytest.mark.parametrize(("line", "words"), [("[1, 2]", "got list"), ("42", "got int"), ("{oops", "not valid JSON")])
+def test_unreadable_script_line_names_file_and_line(tmp_path: Path, line: str, words: str) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('# header\n"ok"\n' + line + "\n", encoding="utf-8")
+    with pytest.raises(PolicyError) as info:
+        read_script(path)
+    assert f"{path}:3" in info.value.message
+    assert words in info.value.message
+
+
+def test_missing_file_and_unknown_protocol(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError, match="cannot read script"):
+        ScriptedPolicy(tmp_path / "nope.jsonl")
+    with pytest.raises(SettingsError, match="holo-v1"):
+        ScriptedPolicy(["x"], protocol="holo-v0")
+
+
+def test_write_script_round_trip(tmp_path: Path) -> None:
+    raw_bad = '{"tool_call": {"tool_name": "click", "x": 0.5, "y": 0.5}}'
+    obj = {"note": "n", "thought": "t", "tool_call": {"tool_name": "click", "x": 1, "y": 2}}
+    path = write_script(
+        tmp_path / "s.jsonl",
+        [Click(Point(3, 4)), obj, raw_bad, Type("a\u2028b\nc")],
+        header="made by a test\nsecond line",
+    )
+    lines = path.read_text(encoding="utf-8").split("\n")
+    assert lines[:2] == ["# made by a test", "# second line"]
+    assert lines[2] == get_protocol().to_reply(Click(Point(3, 4)))
+    assert json.loads(lines[4]) == raw_bad
+    assert read_script(path)[2] == raw_bad
+
+    policy = ScriptedPolicy(path)
+    assert policy.propose(OBS).action == Click(Point(3, 4))
+    second = policy.propose(OBS)
+    assert (second.action, second.thought, second.note) == (Click(Point(1, 2)), "t", "n")
+    with pytest.raises(PolicyOutputError, match=r"0\.\.1 normalised"):
+        policy.propose(OBS)
+    assert policy.propose(OBS).action == Type("a\u2028b\nc")
+
+
+def test_write_script_rejects_other_types(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError, match="reply 1"):
+        write_script(tmp_path / "x.jsonl", [42])  # type: ignore[list-item]
