@@ -43,3 +43,11 @@ make_venv() {
 pip_install() {
     "$VENV/bin/python" -m pip install -q "$@"
 }
+
+fix_xlib() {
+    # pyautogui depends on python3-xlib 0.15, which installs into the same 'Xlib' package as
+    # python-xlib; Holodesk's X11 typer needs python-xlib's, so it must be the one installed last.
+    if "$VENV/bin/python" -m pip show -q python3-xlib >/dev/null 2>&1; then
+        "$VENV/bin/python" -m pip install -q --force-reinstall --no-deps "python-xlib>=0.33"
+    fi
+}

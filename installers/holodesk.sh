@@ -19,6 +19,7 @@ if ! "$VENV/bin/python" -c "import holodesk" 2>/dev/null || [ "$HOLODESK_ROOT/py
         pip_install -e "$HOLODESK_ROOT"
         say "no NVIDIA GPU found: use a remote endpoint (Settings > Endpoint) or a script; see README"
     fi
+    fix_xlib
     touch "$VENV/.holodesk-installed"
 fi
 exec "$VENV/bin/holodesk" "$@"

@@ -8,6 +8,7 @@ make_venv
 # CPU PyTorch for tests (a plain 'torch' would pull a multi-GB CUDA build).
 pip_install -c "$HOLODESK_ROOT/installers/constraints-test.txt" "torch==2.13.0"
 pip_install -c "$HOLODESK_ROOT/installers/constraints-test.txt" -e "$HOLODESK_ROOT[local,dev]"
+fix_xlib
 
 cd "$HOLODESK_ROOT"
 export PYTHONDONTWRITEBYTECODE=1 HOLODESK_TESTING=1

@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cmd_tray(no_tray: bool) -> int:
     """Start the desktop app."""
-    from holodesk.control.display import require_display
+    from holodesk.display import require_display
 
     require_display()
     from holodesk.ui.app import run_app
@@ -105,7 +105,7 @@ def cmd_tray(no_tray: bool) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``holodesk run``: one task with terminal approval. Exit 0 finished, 1 failed, 3 stopped."""
-    from holodesk.control.display import require_display
+    from holodesk.display import require_display
     from holodesk.session.approval import ApprovalPolicy
     from holodesk.session.factory import build_capture, build_executor, build_policy
     from holodesk.session.loop import Session, SessionLimits, State

@@ -24,14 +24,14 @@ def _python() -> dict[str, Any]:
 
 
 def _display() -> dict[str, Any]:
-    from holodesk.control.display import check_display
+    from holodesk.display import check_display
 
     info = check_display()
     return info.to_dict() if hasattr(info, "to_dict") else dict(vars(info))
 
 
 def _monitors() -> dict[str, Any]:
-    from holodesk.control.display import require_display
+    from holodesk.display import require_display
 
     require_display()
     from holodesk.capture.mss_backend import MssCapture

@@ -42,7 +42,7 @@ class MssCapture:
 
     Args:
         display: X display name to capture (Linux only; default ``$DISPLAY``).
-        check_display: on Linux, call :func:`holodesk.control.display.require_display` before the first
+        check_display: on Linux, call :func:`holodesk.display.require_display` before the first
             handle is opened so a missing/Wayland display gives a :class:`DisplayError` with a hint.
 
     Thread safety: every method may be called from any thread; each thread uses its own mss handle.
@@ -67,7 +67,7 @@ class MssCapture:
         if self._closed:
             raise CaptureError("this capture backend was closed", hint="Create a new MssCapture.")
         if self._check_display and not self._checked and sys.platform.startswith("linux"):
-            from holodesk.control.display import require_display
+            from holodesk.display import require_display
 
             if self._display is None:
                 require_display()

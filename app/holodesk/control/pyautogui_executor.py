@@ -1,7 +1,7 @@
 """The real executor: performs actions with pyautogui (pointer, keys) and the typers in
 :mod:`holodesk.control.typing`.
 
-* pyautogui is imported lazily, after :func:`holodesk.control.display.require_display`, because it
+* pyautogui is imported lazily, after :func:`holodesk.display.require_display`, because it
   raises at import without a display (F16).
 * Every point goes through :func:`holodesk.core.geometry.to_input_point` with the frame the action was
   proposed for; there is no other coordinate math here.
@@ -134,7 +134,7 @@ class PyAutoGUIExecutor:
         if self._gui_module is not None:
             return self._gui_module
         if sys.platform.startswith("linux"):
-            from holodesk.control.display import require_display
+            from holodesk.display import require_display
 
             require_display()
         try:
