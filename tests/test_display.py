@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from holodesk.control.display import check_display, require_display
+from holodesk.display import check_display, require_display
 from holodesk.errors import DisplayError
 
 APP_DIR = Path(__file__).resolve().parents[2] / "app"
@@ -78,9 +78,11 @@ _NO_DISPLAY_SCRIPT = textwrap.dedent(
         for mod in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
             importlib.import_module(mod.name)
             imported.append(mod.name)
+    importlib.import_module("holodesk.display")
+    imported.append("holodesk.display")
     out = {"imported": imported, "pyautogui_loaded": "pyautogui" in sys.modules}
     from holodesk.errors import DisplayError
-    from holodesk.control.display import require_display
+    from holodesk.display import require_display
     try:
         require_display()
         out["require"] = None
@@ -116,7 +118,7 @@ def test_no_display_everything_imports_and_explains() -> None:
     out = json.loads(line[len("RESULT "):])
     expected = {
         "holodesk.capture.base", "holodesk.capture.mss_backend", "holodesk.capture.fake",
-        "holodesk.control.base", "holodesk.control.display", "holodesk.control.pyautogui_executor",
+        "holodesk.control.base", "holodesk.display", "holodesk.control.pyautogui_executor",
         "holodesk.control.typing", "holodesk.control.recording",
     }
     assert expected <= set(out["imported"])
