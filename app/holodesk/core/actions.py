@@ -28,7 +28,7 @@ MAX_SCROLL_AMOUNT = 50
 ScrollDirection = Literal["up", "down", "left", "right"]
 SCROLL_DIRECTIONS: tuple[str, ...] = ("up", "down", "left", "right")
 
-_NAMED_KEYS = frozenset(
+NAMED_KEYS = frozenset(
     {
         "ctrl", "alt", "shift", "super", "win", "cmd", "command", "option", "meta", "altgr",
         "enter", "return", "tab", "esc", "escape", "backspace", "delete", "del", "insert", "space",
@@ -37,7 +37,7 @@ _NAMED_KEYS = frozenset(
         *(f"f{i}" for i in range(1, 25)),
     }
 )
-_KEY_ALIASES = {
+KEY_ALIASES = {
     "control": "ctrl", "escape": "esc", "return": "enter", "del": "delete", "windows": "win",
     "page_up": "pageup", "page_down": "pagedown", "pgup": "pageup", "pgdn": "pagedown",
     "arrowup": "up", "arrowdown": "down", "arrowleft": "left", "arrowright": "right",
@@ -60,13 +60,13 @@ def normalize_key(name: str) -> str:
             raise ActionError(f"key {name!r} is not a printable character", field="keys")
         return name.lower() if name.isalpha() and name.isascii() else name
     low = name.strip().lower().replace(" ", "")
-    low = _KEY_ALIASES.get(low, low)
-    if low in _NAMED_KEYS:
+    low = KEY_ALIASES.get(low, low)
+    if low in NAMED_KEYS:
         return low
     raise ActionError(
         f"unknown key {name!r}",
         field="keys",
-        hint="Use a single character or one of: " + ", ".join(sorted(_NAMED_KEYS)) + ".",
+        hint="Use a single character or one of: " + ", ".join(sorted(NAMED_KEYS)) + ".",
     )
 
 

@@ -54,12 +54,12 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from holodesk.core.actions import (
-    _KEY_ALIASES,
-    _NAMED_KEYS,
     ACTION_TYPES,
+    KEY_ALIASES,
     MAX_SCROLL_AMOUNT,
     MAX_TYPE_CHARS,
     MAX_WAIT_SECONDS,
+    NAMED_KEYS,
     NORM_MAX,
     SCROLL_DIRECTIONS,
     Action,
@@ -112,7 +112,7 @@ _TOOL_FIELDS: Final[dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
 }
 
 SCHEMA_KEY_NAMES: tuple[str, ...] = tuple(
-    sorted(_NAMED_KEYS | set(_KEY_ALIASES)) + [chr(c) for c in range(0x20, 0x7F)]
+    sorted(NAMED_KEYS | set(KEY_ALIASES)) + [chr(c) for c in range(0x20, 0x7F)]
 )
 """Key names the JSON schema allows: named keys, their aliases and every printable ASCII character.
 (The parser also accepts any other name :func:`holodesk.core.actions.normalize_key` accepts.)"""
