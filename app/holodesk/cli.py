@@ -33,11 +33,10 @@ def _build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="carry out one task from the terminal")
     run.add_argument("task", help="what to do, in plain words")
-    src = run.add_mutually_exclusive_group()
-    src.add_argument("--script", type=Path, help="replay a file of protocol replies (JSON Lines), one per step")
-    src.add_argument("--model", help="local Holotron checkpoint folder or Hugging Face repo id")
-    src.add_argument("--endpoint", help="OpenAI-compatible server URL (vLLM), e.g. http://host:8000/v1")
-    run.add_argument("--remote-model", help="model name on the server (with --endpoint)")
+    run.add_argument("--script", type=Path, help="replay a file of protocol replies (JSON Lines), one per step")
+    run.add_argument("--model", help="local Holotron checkpoint folder or Hugging Face repo id; with --endpoint, "
+                     "the model name the server serves")
+    run.add_argument("--endpoint", help="OpenAI-compatible server URL (vLLM), e.g. http://host:8000/v1")
     run.add_argument("--approve", choices=["step", "auto"], help="step: ask before every action (default); "
                      "auto: autopilot approves low-risk actions, asks for high-risk ones")
     run.add_argument("--monitor", type=int, help="monitor to act on (1 = first)")
@@ -111,10 +110,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from holodesk.session.loop import Session, SessionLimits, State
     from holodesk.settings import load_settings
 
+    if args.script and (args.model or args.endpoint):
+        raise HolodeskError("--script replays a file; it cannot be combined with --model or --endpoint")
     policy_kind = "script" if args.script else "remote" if args.endpoint else "local" if args.model else None
     settings = load_settings(
         policy=policy_kind,
-        model=args.remote_model if args.endpoint else args.model,
+        model=args.model,
         endpoint=args.endpoint,
         approval=args.approve,
         monitor=args.monitor,

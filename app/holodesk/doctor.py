@@ -74,6 +74,20 @@ def _kernels() -> dict[str, Any]:
     return dict(kernel_report())
 
 
+def _endpoint() -> dict[str, Any]:
+    from holodesk.settings import load_settings
+
+    s = load_settings()
+    if not s.endpoint:
+        return {"configured": False, "note": "no remote endpoint set (Settings > Endpoint)"}
+    from holodesk.policy.remote import RemotePolicy
+    from holodesk.secrets import resolve_api_key
+
+    key, source = resolve_api_key(s.endpoint)
+    with RemotePolicy(s.endpoint, s.model, api_key=key) as policy:
+        return {"configured": True, "api_key_from": source, **policy.check_endpoint()}
+
+
 def _keyring() -> dict[str, Any]:
     from holodesk.secrets import keyring_status
 
@@ -113,6 +127,7 @@ CHECKS: list[Check] = [
     ("Monitors", _monitors),
     ("PyTorch and GPU", _torch),
     ("Holotron kernels", _kernels),
+    ("Remote endpoint", _endpoint),
     ("Keychain", _keyring),
     ("System tray", _tray),
 ]

@@ -127,3 +127,34 @@ def test_doctor_reports_this_machine_truthfully(xvfb: Any, tmp_path: Path) -> No
     assert "measured scale 1x1" in out
     assert "cuda_available: False" in out  # this machine has no GPU
     assert "Keychain" in out and "System tray" in out
+
+
+def test_remote_endpoint_drives_a_real_window(xvfb: Any, tmp_path: Path) -> None:
+    """`holodesk run --endpoint URL --model NAME` against a real HTTP server on loopback (the scripted
+    OpenAI-compatible server of tests/policy: a real server process that runs no model)."""
+    from tests.policy.remote_helpers import ScriptedServer
+
+    env = xvfb.env()
+    env.pop("QT_QPA_PLATFORM", None)
+    env["HOLODESK_API_KEY"] = "hd-e2e-key-0123456789"
+    server = ScriptedServer("--api-key", "hd-e2e-key-0123456789", "--models", "Holotron-12B")
+    try:
+        with TargetWindow.start(tmp_path, x=500, y=300, env=env) as win:
+            frame = grab(xvfb.display)
+            server.script({"content": reply({"tool_name": "click", **point_on(frame, win, "OK")}, "press OK")},
+                          {"content": reply({"tool_name": "answer", "text": "pressed"}, "done")})
+            res = run_holodesk(env, ["run", "press OK", "--endpoint", server.url, "--model", "Holotron-12B",
+                                     "--approve", "auto", "--episodes-dir", str(tmp_path / "episodes")])
+            assert res.returncode == 0, res.stdout + res.stderr
+            assert win.wait_for(lambda s: s["clicks"] == ["OK"], timeout=10)["clicks"] == ["OK"]
+        chats = server.chat_requests()
+        assert len(chats) == 2 and all(r["auth_ok"] for r in chats)
+        first = chats[0]["body"]
+        images = [part for m in first["messages"] if isinstance(m["content"], list) for part in m["content"]
+                  if part.get("type") == "image_url"]
+        assert len(images) == 1 and images[0]["image_url"]["url"].startswith("data:image/png;base64,")
+        assert "response_format" in first
+    finally:
+        server.stop()
+    written = [p for p in (tmp_path / "episodes").rglob("*") if p.is_file()]
+    assert written and not any(b"hd-e2e-key-0123456789" in p.read_bytes() for p in written)

@@ -40,12 +40,14 @@ def build_policy(settings: Settings, *, script: Path | None = None, progress: An
             raise SettingsError("the remote policy needs an endpoint URL",
                                 hint="Pass --endpoint URL or set 'endpoint' in the settings.")
         from holodesk.policy.remote import RemotePolicy
-        from holodesk.secrets import load_api_key
+        from holodesk.secrets import resolve_api_key
 
+        api_key, source = resolve_api_key(settings.endpoint)
+        log.info("remote policy %s: API key from %s", settings.endpoint, source)
         return RemotePolicy(
             settings.endpoint,
             settings.model,
-            api_key=load_api_key(settings.endpoint),
+            api_key=api_key,
             protocol=settings.protocol,
             max_images=settings.max_images,
             structured_output=settings.constrained_decoding,
