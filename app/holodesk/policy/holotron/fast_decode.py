@@ -1,0 +1,584 @@
+"""Static-state prefill and decoding for transformers' NemotronH (the Holotron-12B language model).
+
+Why: stock ``generate()`` re-enters Python for every layer of every token, allocates the KV cache as it
+grows and launches ~1300 small kernels per token, so a decode step on an H200 takes 68-81 ms against a
+5.7 ms memory floor (docs/holotron.md, "Measured"). This module keeps every piece of decoder state in
+tensors allocated once, so that one decode step is a fixed sequence of kernels over fixed addresses and can
+be captured in a CUDA graph at load time and replayed for every token.
+
+State (all preallocated by :class:`StaticLM`, ``B`` = batch, ``L`` = ``max_len``):
+
+* attention layers (6 in Holotron): ``k``/``v`` ``[B, kv_heads, L, head_dim]`` in the model dtype; token
+  ``t`` lives at index ``t`` (the model has no positional encoding, so a cached entry never changes);
+* Mamba-2 layers (28): ``conv`` ``[B, conv_dim, conv_kernel]`` (model dtype: the last ``conv_kernel``
+  inputs of the depthwise causal conv) and ``ssm`` ``[B, heads, head_dim, state]`` float32 (the SSM state,
+  the dtype transformers' cache keeps after a chunked scan);
+* ``pos`` ``[1]`` int64: the number of tokens already in the state (the next token's index), and the host
+  mirror :attr:`StaticLM.length` (so choosing a graph never needs a device sync);
+* ``token`` ``[B, 1]`` int64 (decode input), ``logits`` ``[B, vocab]`` float32 (decode output).
+
+Decode step (:meth:`StaticLM.step`): embedding -> for each block ``h += mixer(norm(h))`` -> ``norm_f`` ->
+``lm_head`` -> argmax into ``token`` and ``pos += 1``; nothing is allocated outside the graph pool, no
+shape depends on host values except the attention window ``W`` (a multiple of ``bucket`` tokens: keys
+``[0, W)`` are read, those ``>= pos`` are masked). One graph is captured per window size at load
+(:meth:`StaticLM.capture_graphs`) and the replay for the current length is chosen on the host.
+
+The block maths reproduces transformers 5.23 ``modeling_nemotron_h`` (``NemotronHBlock``,
+``NemotronHMamba2Mixer`` decode branch, ``NemotronHAttention``): with ``impl="dispatch"`` it calls the very
+kernel wrappers the stock mixer calls (``causal_conv1d_update``, ``mamba2_selective_state_update``: the
+mamba-ssm Triton kernel when live, else transformers' torch reference), so its output equals stock
+decoding up to the order of floating-point sums in attention. ``impl="torch"`` writes the same step in
+plain torch ops (no external kernel) so that ``torch.compile`` can fuse the element-wise work around the
+matrix-vector products; the recurrence is the one in Mamba-2's reference step (Dao & Gu 2024,
+``selective_state_update``): ``dt = softplus(dt + dt_bias)``, ``s = s * exp(dt * A) + dt * B x``,
+``y = s C + D x``.
+
+Prefill (:meth:`StaticLM.prefill`) runs the stock mixers on chunks of ``chunk`` tokens, writing keys and
+values straight into the static cache and carrying conv/SSM state across chunks through a small adapter
+(:class:`_MambaStateView`) that offers the cache methods the stock mixer calls; activation memory is that
+of one chunk whatever the prompt length. Incremental prefill: the token keys of the last prompt are kept
+with snapshots of the Mamba state at chosen positions; a new prompt resumes from the latest snapshot that
+lies within its common prefix with the previous one (attention entries before that point are reused as
+they are), so dropping an old screenshot correctly rebuilds from the snapshot before it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+_MAMBA, _ATTN, _MLP = "linear_attention", "full_attention", "mlp"
+
+
+@dataclass
+class PrefillReport:
+    """What one :meth:`StaticLM.prefill` call did.
+
+    Attributes:
+        tokens: prompt length T.
+        reused: tokens taken from the previous prompt's state (resume point), 0 for a cold prefill.
+        computed: tokens run through the model (``tokens - reused``).
+        chunks: number of chunks run.
+        snapshots: positions at which Mamba state was saved during this call.
+    """
+
+    tokens: int
+    reused: int
+    computed: int
+    chunks: int
+    snapshots: list[int] = field(default_factory=list)
+
+
+class _MambaStateView:
+    """The cache interface ``NemotronHMamba2Mixer.forward`` uses, backed by one layer's static tensors.
+
+    The stock mixer asks ``get_conv_state``/``get_recurrent_state`` (None means "no past"), then for a
+    chunk of T > 1 tokens calls ``update_conv_state(x)`` and expects the conv input with the stored past
+    prepended (it convolves it and keeps the last T outputs), and ``update_recurrent_state(final)`` with
+    the scan's final state. A zero past is the same as no past (the conv pads with zeros; a zero initial
+    SSM state adds nothing), so the view always reports one.
+
+    Args:
+        conv: ``[B, conv_dim, K]`` model dtype, updated in place.
+        ssm: ``[B, heads, head_dim, state]`` float32, updated in place.
+    """
+
+    def __init__(self, conv: Any, ssm: Any) -> None:
+        self.conv = conv
+        self.ssm = ssm
+
+    def get_conv_state(self, layer_idx: int, state_idx: int = 0) -> Any:
+        return self.conv
+
+    def get_recurrent_state(self, layer_idx: int, state_idx: int = 0) -> Any:
+        return self.ssm
+
+    def is_recording_past(self, layer_idx: int) -> bool:
+        return False
+
+    def update_conv_state(self, conv_states: Any, layer_idx: int, state_idx: int = 0, **_: Any) -> Any:
+        import torch
+
+        full = torch.cat([self.conv, conv_states.to(self.conv.dtype)], dim=-1)
+        self.conv.copy_(full[..., -self.conv.shape[-1] :])
+        return full
+
+    def update_recurrent_state(self, recurrent_states: Any, layer_idx: int, state_idx: int = 0, **_: Any) -> Any:
+        self.ssm.copy_(recurrent_states)
+        return self.ssm
+
+
+def _rms_norm_f32(x: Any, weight32: Any, eps: float, out_dtype: Any) -> Any:
+    """``NemotronHRMSNorm``: fp32 ``x * rsqrt(mean(x^2) + eps) * weight`` cast back to ``out_dtype``."""
+    import torch
+
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (weight32 * xf).to(out_dtype)
+
+
+def mamba_step_torch(
+    x: Any,
+    in_w: Any,
+    conv_w: Any,
+    conv_b: Any,
+    dt_bias: Any,
+    a_neg: Any,
+    d_skip: Any,
+    gnorm_w: Any,
+    out_w: Any,
+    conv_state: Any,
+    ssm_state: Any,
+    dims: tuple[int, int, int, int, int, int],
+    gnorm_eps: float,
+) -> Any:
+    """One Mamba-2 mixer decode step in plain torch ops (fusable by ``torch.compile``).
+
+    Args:
+        x: ``[B, H]`` normed block input, model dtype.
+        in_w: ``in_proj.weight`` ``[I + C + nh, H]``; conv_w ``[C, K]``; conv_b ``[C]`` or None;
+            dt_bias ``[nh]``; a_neg ``[nh]`` float32 ``-exp(A_log)``; d_skip ``[nh]``;
+            gnorm_w ``[I]`` (gated RMSNorm weight); out_w ``[H, I]``.
+        conv_state: ``[B, C, K]`` updated in place (shifted left, new input appended).
+        ssm_state: ``[B, nh, hd, n]`` float32 updated in place.
+        dims: ``(I, C, nh, hd, groups, n)``: inner width, conv width, heads, head dim, groups, state size.
+        gnorm_eps: epsilon of the gated RMSNorm (normalised per group of ``I / groups`` channels).
+    Returns:
+        ``[B, H]`` mixer output, model dtype.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    inner, conv_dim, nh, hd, groups, n = dims
+    bsz = x.shape[0]
+    dtype = x.dtype
+    zxbcdt = F.linear(x, in_w)
+    gate, xbc, dt = zxbcdt.split([inner, conv_dim, nh], dim=-1)
+    window = torch.cat([conv_state[:, :, 1:], xbc.unsqueeze(-1).to(conv_state.dtype)], dim=-1)
+    conv_state.copy_(window)
+    xbc = (window * conv_w).sum(-1)
+    if conv_b is not None:
+        xbc = xbc + conv_b
+    xbc = F.silu(xbc).to(dtype)
+    xs, b, c = xbc.split([inner, groups * n, groups * n], dim=-1)
+    dt = F.softplus((dt + dt_bias.to(dt.dtype)).float())  # [B, nh]
+    xs = xs.view(bsz, nh, hd).float()
+    rep = nh // groups
+    b = b.view(bsz, groups, 1, n).expand(bsz, groups, rep, n).reshape(bsz, nh, 1, n).float()
+    c = c.view(bsz, groups, 1, n).expand(bsz, groups, rep, n).reshape(bsz, nh, n, 1).float()
+    decay = torch.exp(dt * a_neg).view(bsz, nh, 1, 1)
+    new_state = ssm_state * decay + (dt.view(bsz, nh, 1, 1) * xs.unsqueeze(-1)) * b
+    ssm_state.copy_(new_state)
+    y = torch.matmul(new_state, c).squeeze(-1) + xs * d_skip.float().view(1, nh, 1)
+    y = y.reshape(bsz, inner)
+    # Gated RMSNorm (NemotronHRMSNormGated): y * silu(gate), normalised per group, times weight.
+    y = y * F.silu(gate.float())
+    yg = y.view(bsz, groups, inner // groups)
+    yg = yg * torch.rsqrt(yg.pow(2).mean(-1, keepdim=True) + gnorm_eps)
+    y = gnorm_w * yg.view(bsz, inner).to(dtype)
+    return F.linear(y.to(dtype), out_w)
+
+
+class StaticLM:
+    """Preallocated-state prefill + decode for a ``NemotronHForCausalLM`` (see the module docstring).
+
+    Args:
+        lm: transformers' ``NemotronHForCausalLM`` (the ``language_model`` of the Omni model), eval mode;
+            weights may be bf16/fp32 or bitsandbytes-quantised Linear modules (used through their modules).
+        max_len: capacity of the attention cache in tokens (prompt + reply).
+        batch: batch size B (the policy uses 1).
+        bucket: attention window granularity for decode graphs, in tokens.
+        chunk: prefill chunk length in tokens (activation memory is that of one chunk).
+        impl: ``"dispatch"`` (stock kernel wrappers, equal to stock decoding) or ``"torch"`` (plain ops).
+        compile: wrap the per-block step functions in ``torch.compile`` (``impl="torch"`` only).
+    """
+
+    def __init__(
+        self,
+        lm: Any,
+        *,
+        max_len: int,
+        batch: int = 1,
+        bucket: int = 2048,
+        chunk: int = 2048,
+        impl: str = "dispatch",
+        compile: bool = False,
+    ) -> None:
+        import torch
+        from transformers.models.nemotron_h import modeling_nemotron_h as mnh
+
+        if impl not in ("dispatch", "torch"):
+            raise ValueError(f"impl must be 'dispatch' or 'torch', got {impl!r}")
+        self.lm = lm
+        self.mnh = mnh
+        self.impl = impl
+        cfg = lm.config
+        self.config = cfg
+        backbone = lm.model
+        self.layers = list(backbone.layers)
+        self.kinds = [layer.block_type for layer in self.layers]
+        emb = backbone.embeddings.weight
+        self.device = emb.device
+        self.dtype = emb.dtype
+        self.batch = batch
+        self.bucket = bucket
+        self.chunk = chunk
+        self.max_len = int(math.ceil(max_len / bucket) * bucket)
+        self.length = 0
+        self.keys: list[int] = []
+        self.snapshots: dict[int, list[tuple[Any, Any]]] = {}
+        self.graphs: dict[int, Any] = {}
+        self._pool: Any = None
+        dev, dt = self.device, self.dtype
+
+        self.k: dict[int, Any] = {}
+        self.v: dict[int, Any] = {}
+        self.conv: dict[int, Any] = {}
+        self.ssm: dict[int, Any] = {}
+        self._consts: dict[int, dict[str, Any]] = {}
+        for i, (layer, kind) in enumerate(zip(self.layers, self.kinds, strict=True)):
+            mixer = layer.mixer
+            if kind == _ATTN:
+                shape = (batch, cfg.num_key_value_heads, self.max_len, mixer.head_dim)
+                self.k[i] = torch.zeros(shape, dtype=dt, device=dev)
+                self.v[i] = torch.zeros(shape, dtype=dt, device=dev)
+            elif kind == _MAMBA:
+                self.conv[i] = torch.zeros(batch, mixer.conv_dim, mixer.conv_kernel_size, dtype=dt, device=dev)
+                self.ssm[i] = torch.zeros(
+                    batch, mixer.num_heads, mixer.head_dim, mixer.ssm_state_size, dtype=torch.float32, device=dev
+                )
+                a_neg = -torch.exp(mixer.A_log.detach().float())
+                self._consts[i] = {
+                    "a_neg": a_neg,
+                    "a_exp": a_neg[:, None, None].expand(-1, mixer.head_dim, mixer.ssm_state_size),
+                    "d_exp": mixer.D.detach()[:, None].expand(-1, mixer.head_dim),
+                    "dtb_exp": mixer.dt_bias.detach()[:, None].expand(-1, mixer.head_dim),
+                    "conv_w": mixer.conv1d.weight.detach().squeeze(1),
+                }
+            elif kind != _MLP:
+                raise ValueError(f"block type {kind!r} is not supported by the static decoder")
+        self.pos = torch.zeros(1, dtype=torch.long, device=dev)
+        self.token = torch.zeros(batch, 1, dtype=torch.long, device=dev)
+        self.logits = torch.zeros(batch, cfg.vocab_size, dtype=torch.float32, device=dev)
+        self._arange = torch.arange(self.max_len, device=dev)
+        self._norm32 = [layer.norm.weight.detach().float() for layer in self.layers]
+        self._normf32 = backbone.norm_f.weight.detach().float()
+        self._mamba_fn: Any = mamba_step_torch
+        if compile:
+            if impl != "torch":
+                raise ValueError("compile=True needs impl='torch'")
+            self._mamba_fn = torch.compile(mamba_step_torch, dynamic=False, fullgraph=True)
+
+    # ------------------------------------------------------------------ state helpers
+    def state_bytes(self) -> int:
+        """Bytes of all preallocated decoder state (KV + conv + SSM + buffers)."""
+        tensors = [*self.k.values(), *self.v.values(), *self.conv.values(), *self.ssm.values(), self.logits]
+        return int(sum(t.numel() * t.element_size() for t in tensors))
+
+    def reset(self) -> None:
+        """Forget the prompt: zero conv/SSM state, length 0, no snapshots (KV entries are overwritten)."""
+        for t in (*self.conv.values(), *self.ssm.values()):
+            t.zero_()
+        self.pos.zero_()
+        self.length = 0
+        self.keys = []
+        self.snapshots = {}
+
+    def _snapshot(self) -> list[tuple[Any, Any]]:
+        return [(self.conv[i].clone(), self.ssm[i].clone()) for i in sorted(self.conv)]
+
+    def _restore(self, snap: list[tuple[Any, Any]]) -> None:
+        for i, (conv, ssm) in zip(sorted(self.conv), snap, strict=True):
+            self.conv[i].copy_(conv)
+            self.ssm[i].copy_(ssm)
+
+    def window(self, length: int) -> int:
+        """Attention window (keys read) for a decode step at ``length`` tokens in state: a bucket multiple."""
+        w = int(math.ceil((length + 1) / self.bucket) * self.bucket)
+        if w > self.max_len:
+            raise ValueError(f"{length + 1} tokens exceed the static cache of {self.max_len}")
+        return w
+
+    # ------------------------------------------------------------------ prefill
+    def _attn_prefill(self, i: int, mixer: Any, x: Any, start: int) -> Any:
+        """Attention over a chunk ``x [B, T, H]`` at positions ``[start, start+T)`` with the cached past."""
+        import torch
+        import torch.nn.functional as F
+
+        bsz, t, _ = x.shape
+        hd = mixer.head_dim
+        q = mixer.q_proj(x).view(bsz, t, -1, hd).transpose(1, 2)
+        k = mixer.k_proj(x).view(bsz, t, -1, hd).transpose(1, 2)
+        v = mixer.v_proj(x).view(bsz, t, -1, hd).transpose(1, 2)
+        end = start + t
+        self.k[i][:, :, start:end].copy_(k)
+        self.v[i][:, :, start:end].copy_(v)
+        keys, vals = self.k[i][:, :, :end], self.v[i][:, :, :end]
+        rep = mixer.num_key_value_groups
+        if rep > 1:
+            keys = keys.repeat_interleave(rep, dim=1)
+            vals = vals.repeat_interleave(rep, dim=1)
+        if start == 0:
+            out = F.scaled_dot_product_attention(q, keys, vals, is_causal=True, scale=mixer.scaling)
+        else:
+            qpos = torch.arange(start, end, device=x.device)
+            mask = self._arange[:end][None, :] <= qpos[:, None]
+            out = F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask, scale=mixer.scaling)
+        out = out.transpose(1, 2).reshape(bsz, t, -1)
+        return mixer.o_proj(out)
+
+    def _forward_chunk(self, h: Any, start: int) -> Any:
+        for i, (layer, kind) in enumerate(zip(self.layers, self.kinds, strict=True)):
+            residual = h
+            x = layer.norm(h.to(layer.norm.weight.dtype))
+            if kind == _MAMBA:
+                view = _MambaStateView(self.conv[i], self.ssm[i])
+                x = layer.mixer(x, cache_params=view)
+            elif kind == _ATTN:
+                x = self._attn_prefill(i, layer.mixer, x, start)
+            else:
+                x = layer.mixer(x)
+            h = residual + x
+        return h
+
+    def prefill(
+        self,
+        inputs_embeds: Any,
+        keys: Sequence[int] | None = None,
+        *,
+        snapshot_at: Sequence[int] = (),
+    ) -> tuple[Any, PrefillReport]:
+        """Run the prompt into the static state and return the last position's logits.
+
+        Args:
+            inputs_embeds: ``[B, T, H]`` prompt embeddings (image rows already merged), model dtype.
+            keys: one hashable int per prompt token identifying its content (token id, or a hash of the
+                image and tile row for image tokens). With keys, the common prefix with the previous
+                prompt is reused from the latest snapshot inside it; without keys the prefill is cold.
+            snapshot_at: positions (token counts) after which to save the Mamba state for later reuse;
+                keep them few (each costs ``28 x 5.3 MiB`` for Holotron).
+        Returns:
+            (logits ``[B, vocab]`` float32 of the last prompt token, :class:`PrefillReport`).
+        """
+        import torch
+
+        total = int(inputs_embeds.shape[1])
+        if total + 1 > self.max_len:
+            raise ValueError(f"prompt of {total} tokens does not fit the static cache of {self.max_len}")
+        resume = 0
+        new_keys = [int(k) for k in keys] if keys is not None else []
+        if keys is not None and self.keys:
+            lcp = 0
+            for a, b in zip(self.keys, new_keys, strict=False):
+                if a != b:
+                    break
+                lcp += 1
+            usable = [p for p in self.snapshots if p <= lcp and p < total]
+            if usable:
+                resume = max(usable)
+        kept = {p: s for p, s in self.snapshots.items() if p <= resume}
+        if resume:
+            self._restore(kept[resume])
+        else:
+            for t in (*self.conv.values(), *self.ssm.values()):
+                t.zero_()
+        self.snapshots = kept
+        wanted = sorted({int(p) for p in snapshot_at if resume < int(p) <= total})
+        taken: list[int] = []
+        bounds = [*range(resume, total, self.chunk), total]
+        cuts = sorted(set(bounds) | set(wanted))
+        h_last = None
+        chunks = 0
+        with torch.no_grad():
+            for a, b in itertools.pairwise(cuts):
+                h = self._forward_chunk(inputs_embeds[:, a:b], a)
+                chunks += 1
+                if b in wanted:
+                    self.snapshots[b] = self._snapshot()
+                    taken.append(b)
+                h_last = h[:, -1:]
+            assert h_last is not None
+            hidden = self.lm.model.norm_f(h_last)
+            logits = self.lm.lm_head(hidden).float()[:, -1]
+        self.length = total
+        self.pos.fill_(total)
+        self.keys = new_keys
+        return logits, PrefillReport(total, resume, total - resume, chunks, taken)
+
+    # ------------------------------------------------------------------ decode
+    def _mamba_decode(self, i: int, mixer: Any, x: Any) -> Any:
+        """Mamba-2 decode step for ``x [B, 1, H]`` mirroring ``NemotronHMamba2Mixer.forward``'s T=1 branch."""
+        consts = self._consts[i]
+        bsz = x.shape[0]
+        if self.impl == "torch":
+            out = self._mamba_fn(
+                x[:, 0],
+                mixer.in_proj.weight,
+                consts["conv_w"],
+                mixer.conv1d.bias,
+                mixer.dt_bias,
+                consts["a_neg"],
+                mixer.D,
+                mixer.norm.weight,
+                mixer.out_proj.weight,
+                self.conv[i],
+                self.ssm[i],
+                (mixer.intermediate_size, mixer.conv_dim, mixer.num_heads, mixer.head_dim, mixer.n_groups,
+                 mixer.ssm_state_size),
+                float(mixer.norm.variance_epsilon),
+            )
+            return out.unsqueeze(1)
+        mnh = self.mnh
+        projected = mixer.in_proj(x)
+        gate, xbc, dt = projected.split([mixer.intermediate_size, mixer.conv_dim, mixer.num_heads], dim=-1)
+        xbc = mnh.causal_conv1d_update(
+            xbc.transpose(1, 2), self.conv[i], consts["conv_w"], mixer.conv1d.bias, activation=mixer.activation
+        ).transpose(1, 2)
+        gs = mixer.n_groups * mixer.ssm_state_size
+        xs, b, c = xbc.split([mixer.intermediate_size, gs, gs], dim=-1)
+        y = mnh.mamba2_selective_state_update(
+            self.ssm[i],
+            xs.reshape(bsz, mixer.num_heads, mixer.head_dim),
+            dt.transpose(1, 2).expand(-1, -1, mixer.head_dim),
+            consts["a_exp"],
+            b.reshape(bsz, mixer.n_groups, mixer.ssm_state_size),
+            c.reshape(bsz, mixer.n_groups, mixer.ssm_state_size),
+            consts["d_exp"],
+            z=None,
+            dt_bias=consts["dtb_exp"],
+            dt_softplus=True,
+        )
+        y = mixer.norm(y.view(bsz, 1, -1), gate)
+        return mixer.out_proj(y.to(x.dtype))
+
+    def _attn_decode(self, i: int, mixer: Any, x: Any, window: int) -> Any:
+        """Attention for one new token ``x [B, 1, H]``: write K/V at ``pos``, attend over ``[0, window)``.
+
+        GQA without copying keys: the ``rep`` query heads sharing a KV head are laid out as ``rep`` query
+        rows of that head (head ``h`` uses KV head ``h // rep``, as transformers' ``repeat_kv``).
+        """
+        import torch.nn.functional as F
+
+        bsz = x.shape[0]
+        hd = mixer.head_dim
+        kvh = self.k[i].shape[1]
+        rep = mixer.num_key_value_groups
+        q = mixer.q_proj(x).view(bsz, kvh, rep, hd)
+        k = mixer.k_proj(x).view(bsz, 1, kvh, hd).transpose(1, 2)
+        v = mixer.v_proj(x).view(bsz, 1, kvh, hd).transpose(1, 2)
+        self.k[i].index_copy_(2, self.pos, k)
+        self.v[i].index_copy_(2, self.pos, v)
+        mask = (self._arange[:window] <= self.pos).view(1, 1, 1, window)
+        out = F.scaled_dot_product_attention(
+            q, self.k[i][:, :, :window], self.v[i][:, :, :window], attn_mask=mask, scale=mixer.scaling
+        )
+        return mixer.o_proj(out.reshape(bsz, 1, kvh * rep * hd))
+
+    def _step_body(self, window: int) -> None:
+        """The captured work: ``token`` -> ``logits``, next greedy ``token``, ``pos += 1`` (no host sync)."""
+        import torch
+
+        h = self.lm.model.embeddings(self.token)
+        for i, (layer, kind) in enumerate(zip(self.layers, self.kinds, strict=True)):
+            residual = h
+            if self.impl == "torch":
+                x = _rms_norm_f32(h, self._norm32[i], layer.norm.variance_epsilon, layer.norm.weight.dtype)
+            else:
+                x = layer.norm(h.to(layer.norm.weight.dtype))
+            if kind == _MAMBA:
+                x = self._mamba_decode(i, layer.mixer, x)
+            elif kind == _ATTN:
+                x = self._attn_decode(i, layer.mixer, x, window)
+            else:
+                x = layer.mixer(x)
+            h = residual + x
+        h = self.lm.model.norm_f(h)
+        self.logits.copy_(self.lm.lm_head(h)[:, -1].float())
+        self.token.copy_(torch.argmax(self.logits, dim=-1, keepdim=True))
+        self.pos.add_(1)
+
+    def capture_graphs(self, windows: Sequence[int] | None = None, warmup: int = 2) -> list[int]:
+        """Capture one CUDA graph of the decode step per attention window (at load, before any prompt).
+
+        Warm-up runs (which compile Triton / inductor kernels) and captures mutate the state, so the state
+        is reset afterwards. Returns the captured window sizes. CUDA only.
+        """
+        import torch
+
+        if self.device.type != "cuda":
+            raise RuntimeError("CUDA graphs need a CUDA device")
+        sizes = sorted(set(windows or range(self.bucket, self.max_len + 1, self.bucket)))
+        self.reset()
+        self._pool = torch.cuda.graph_pool_handle()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.no_grad(), torch.cuda.stream(stream):
+            for w in sizes:
+                for _ in range(warmup):
+                    self.pos.zero_()
+                    self._step_body(w)
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        with torch.no_grad():
+            for w in reversed(sizes):
+                self.pos.zero_()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=self._pool):
+                    self._step_body(w)
+                self.graphs[w] = graph
+        torch.cuda.synchronize()
+        self.reset()
+        self.token.zero_()
+        self.logits.zero_()
+        return sizes
+
+    def step(self) -> Any:
+        """Decode one token: consume ``token``, write ``logits`` and the next greedy ``token``.
+
+        Replays the captured graph for the current window when there is one, else runs eagerly.
+        Returns the ``logits`` buffer ``[B, vocab]`` (overwritten by the next step).
+        """
+        import torch
+
+        window = self.window(self.length)
+        graph = self.graphs.get(window)
+        if graph is not None:
+            graph.replay()
+        else:
+            with torch.no_grad():
+                self._step_body(window)
+        self.length += 1
+        return self.logits
+
+    def generate(self, first_logits: Any, max_new_tokens: int, eos_token_id: int | None = None,
+                 check_every: int = 8) -> list[list[int]]:
+        """Greedy decoding after :meth:`prefill`.
+
+        Args:
+            first_logits: ``[B, vocab]`` logits returned by :meth:`prefill`.
+            max_new_tokens: tokens to produce (the first is argmax of ``first_logits``).
+            eos_token_id: stop once every row produced it (checked every ``check_every`` tokens, so
+                the only host syncs are those checks); tokens after EOS are cut from the result.
+        Returns:
+            ``B`` lists of token ids.
+        """
+        import torch
+
+        first = torch.argmax(first_logits, dim=-1, keepdim=True)
+        produced = [first]
+        self.token.copy_(first)
+        for n in range(1, max_new_tokens):
+            self.step()
+            produced.append(self.token.clone())
+            if eos_token_id is not None and n % check_every == 0:
+                seq = torch.cat(produced, dim=1)
+                if bool((seq == eos_token_id).any(dim=1).all()):
+                    break
+        # The last produced token is not yet in the state: the next step would consume it.
+        rows = torch.cat(produced, dim=1).tolist()
+        if eos_token_id is not None:
+            rows = [r[: r.index(eos_token_id) + 1] if eos_token_id in r else r for r in rows]
+        return rows
