@@ -1,0 +1,453 @@
+"""The desktop app: wires tray (or fallback window), palette, hotkeys, overlay, settings and history to
+one :class:`~holodesk.session.loop.Session` per task, run off the GUI thread.
+
+The session layer never sees Qt. :class:`HolodeskApp` subscribes to it through
+:class:`~holodesk.ui.workers.TaskRunner` (events re-emitted as signals on the GUI thread) and answers
+approvals through :class:`~holodesk.ui.workers.GuiApprover`; every worker exception reaches the user
+through :class:`~holodesk.ui.notify.Notifier`.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Qt, QUrl, Signal
+from PySide6.QtGui import QDesktopServices
+from PySide6.QtWidgets import QApplication, QMessageBox, QProgressDialog, QSystemTrayIcon
+
+from holodesk.errors import HolodeskError, SettingsError
+from holodesk.session.approval import ApprovalPolicy
+from holodesk.session.loop import EpisodeResult, Session, SessionEvent, SessionLimits, State
+from holodesk.settings import Settings, config_path, load_settings
+from holodesk.ui.approval import ApprovalController
+from holodesk.ui.history import HistoryWindow
+from holodesk.ui.icons import Status, status_for_state
+from holodesk.ui.notify import Notifier, install_exception_hooks
+from holodesk.ui.overlay import MARKER_COLOR
+from holodesk.ui.palette import CommandPalette, GlobalHotkeys
+from holodesk.ui.settings_dialog import SettingsDialog
+from holodesk.ui.tray import AppActions, FallbackWindow, TrayIcon, app_icon
+from holodesk.ui.workers import GuiApprover, ProgressFn, TaskRunner, WindowGuard
+
+log = logging.getLogger(__name__)
+
+PolicyFactory = Callable[[Settings, ProgressFn], Any]
+CaptureFactory = Callable[[], Any]
+ExecutorFactory = Callable[[Settings], Any]
+
+
+def _default_policy(settings: Settings, progress: ProgressFn) -> Any:
+    from holodesk.session.factory import build_policy
+
+    def report(*args: Any, **kwargs: Any) -> None:
+        # The local runtime reports (message[, fraction]); anything else is shown as text.
+        message = str(args[0]) if args else str(kwargs.get("message", "loading"))
+        fraction = args[1] if len(args) > 1 and isinstance(args[1], int | float) else kwargs.get("fraction")
+        progress(message, float(fraction) if isinstance(fraction, int | float) else None)
+
+    progress(f"Loading the {settings.policy} policy ({settings.model})...", None)
+    return build_policy(settings, progress=report)
+
+
+def _default_capture() -> Any:
+    from holodesk.session.factory import build_capture
+
+    return build_capture()
+
+
+def _default_executor(settings: Settings) -> Any:
+    from holodesk.session.factory import build_executor
+
+    return build_executor(settings)
+
+
+def _focus_probe() -> Callable[[], str | None] | None:
+    try:
+        from holodesk.control.window import focused_window_class
+    except ImportError:
+        return None
+    return focused_window_class
+
+
+class HolodeskApp(QObject):
+    """The running desktop app.
+
+    Args:
+        settings: effective settings (``load_settings()``).
+        force_window: show the small window even when a tray exists (``holodesk tray --no-tray``).
+        hotkeys: listen for the global hotkeys (tests driving everything through Qt may turn it off).
+        policy_factory / capture_factory / executor_factory: how the session's parts are built (default:
+            :mod:`holodesk.session.factory`); called on the worker thread.
+        settings_path: file the settings dialog writes (default :func:`holodesk.settings.config_path`).
+        marker_color: overlay mark colour.
+        dialogs: show errors as message boxes when there is no tray (tests turn it off and read
+            ``notifier.history``).
+    Signals:
+        status_changed(Status): the icon status changed.
+        task_finished(EpisodeResult): a task ended.
+    """
+
+    status_changed = Signal(object)
+    task_finished = Signal(object)
+
+    def __init__(self, settings: Settings, *, force_window: bool = False, hotkeys: bool = True,
+                 policy_factory: PolicyFactory | None = None, capture_factory: CaptureFactory | None = None,
+                 executor_factory: ExecutorFactory | None = None, settings_path: Path | None = None,
+                 marker_color: str = MARKER_COLOR, dialogs: bool = True, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.settings = settings
+        self.settings_path = settings_path
+        self.policy_factory = policy_factory or _default_policy
+        self.capture_factory = capture_factory or _default_capture
+        self.executor_factory = executor_factory or _default_executor
+        self._policy: Any = None
+        self._policy_key: tuple[Any, ...] | None = None
+        self._executor: Any = None
+        self.last_result: EpisodeResult | None = None
+
+        self.notifier = Notifier(self)
+        self.notifier.use_dialogs = dialogs
+        self.actions = AppActions(self)
+        self.guard = WindowGuard(parent=self)
+        self.runner = TaskRunner(self)
+        self.approval = ApprovalController(self.guard, settings.autopilot_countdown_s, marker_color, self)
+        self.approver = GuiApprover(self.runner.stop_event, after_decision=self.approval.after_decision,
+                                    parent=self)
+        self.approver.requested.connect(self.approval.present)
+        self.approval_policy = ApprovalPolicy(settings.approval, self.approver, self.approver.autopilot)
+        self.palette = CommandPalette()
+        self.palette.set_mode_hint(settings.approval)
+        self.palette.submitted.connect(self.start_task)
+        self.guard.register(self.palette)
+        self.hotkeys = GlobalHotkeys(self)
+        self.hotkeys.palette_requested.connect(self.open_palette)
+        self.hotkeys.stop_requested.connect(self.stop)
+        self.hotkeys.failed.connect(lambda exc: self.notifier.error("Global hotkeys stopped working", exc))
+        self._want_hotkeys = hotkeys
+        self._progress: QProgressDialog | None = None
+        self._settings_dialog: SettingsDialog | None = None
+        self._history: HistoryWindow | None = None
+        self.status = Status.IDLE
+
+        self.tray: TrayIcon | None = None
+        self.window: FallbackWindow | None = None
+        self.tray_available = bool(QSystemTrayIcon.isSystemTrayAvailable())
+        if self.tray_available and not force_window:
+            self.tray = TrayIcon(self.actions, self)
+            self.tray.activated_primary.connect(self.open_palette)
+            self.notifier.tray = self.tray.icon
+        else:
+            self.window = FallbackWindow(self.actions, tray_missing=not self.tray_available)
+            self.window.close_requested.connect(self.quit)
+            self.notifier.dialog_parent = self.window
+            if not self.tray_available:
+                log.warning("no system tray available: showing the Holodesk window instead")
+
+        a = self.actions
+        a.new_task.triggered.connect(self.open_palette)
+        a.stop.triggered.connect(self.stop)
+        a.pause.triggered.connect(self.toggle_pause)
+        a.mode_selected.connect(self.set_mode)
+        a.settings.triggered.connect(self.open_settings)
+        a.history.triggered.connect(self.open_history)
+        a.open_logs.triggered.connect(self.open_logs)
+        a.quit.triggered.connect(self.quit)
+        a.update_state(running=False, mode=settings.approval, paused=False)
+
+        self.runner.state_changed.connect(self._on_state)
+        self.runner.session_event.connect(self._on_event)
+        self.runner.finished.connect(self._on_finished)
+        self.runner.failed.connect(self._on_failed)
+        self.runner.progress.connect(self._on_progress)
+        self.runner.running_changed.connect(self._on_running)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Show the tray icon (or the window) and start the hotkeys. Never leaves the app invisible."""
+        if self.tray is not None:
+            self.tray.show()
+            self.notifier.info("Holodesk is running",
+                               f"Press {self.settings.hotkey_palette} or click the tray icon to give it a task.")
+        if self.window is not None:
+            self.window.show()
+            self.window.raise_()
+        if self._want_hotkeys:
+            self.start_hotkeys()
+
+    def start_hotkeys(self) -> bool:
+        """(Re)start the global hotkeys; a failure is shown to the user. True when listening."""
+        try:
+            self.hotkeys.start(self.settings.hotkey_palette, self.settings.hotkey_stop)
+        except (HolodeskError, ImportError, OSError) as exc:
+            self.notifier.error("Global hotkeys are not available", exc,
+                                "Use the tray menu (or the Holodesk window) instead: New task..., Stop.")
+            return False
+        return True
+
+    def quit(self) -> None:
+        """Stop any task, stop the hotkeys, close every window and leave the event loop."""
+        self.stop()
+        self.runner.wait(5.0)
+        self.hotkeys.stop()
+        self.approval.close()
+        self.palette.hide()
+        if self.tray is not None:
+            self.tray.hide()
+        if self.window is not None:
+            self.window.hide()
+        for w in (self._settings_dialog, self._history):
+            if w is not None:
+                w.close()
+        if self._policy is not None:
+            try:
+                self._policy.close()
+            except Exception:  # closing at exit: log, never block quitting
+                log.exception("closing the policy failed")
+        app = QApplication.instance()
+        if app is not None:
+            app.quit()
+
+    # -- commands ---------------------------------------------------------------------------------
+    def open_palette(self) -> None:
+        """Show the command box (palette hotkey, tray click, New task...)."""
+        if self.runner.running:
+            self.notifier.info("A task is running", "Stop it first (tray > Stop or the stop hotkey).")
+            return
+        self.palette.set_mode_hint(self.approval_policy.mode)
+        self.palette.open()
+
+    def start_task(self, task: str) -> None:
+        """Run ``task`` on the worker thread."""
+        try:
+            self.runner.start(task, self._build_session)
+        except (RuntimeError, ValueError) as exc:
+            self.notifier.error("Cannot start the task", exc)
+
+    def stop(self) -> None:
+        """Stop now: answer STOP to any pending approval and stop the session (any moment)."""
+        if self.runner.running:
+            self.runner.stop()
+        self.approval.stop()
+
+    def set_mode(self, mode: str) -> None:
+        """Switch between "step" and "auto" (applies from the next step; not written to the file)."""
+        if mode not in ("step", "auto"):
+            raise ValueError(f"mode must be 'step' or 'auto', got {mode!r}")
+        self.approval_policy.mode = mode
+        self.approval_policy.paused = False
+        self.actions.update_state(mode=mode, paused=False)
+        self.palette.set_mode_hint(mode)
+        self._refresh_status()
+
+    def toggle_pause(self) -> None:
+        """Pause / resume the autopilot: while paused every step asks the user."""
+        paused = not self.approval_policy.paused
+        self.approval_policy.paused = paused
+        self.actions.update_state(paused=paused)
+        self._refresh_status()
+        self.notifier.info("Autopilot paused" if paused else "Autopilot resumed",
+                           "Every step now asks you." if paused else "Low-risk steps run after the countdown.")
+
+    def open_settings(self) -> SettingsDialog:
+        monitors: list[str] = []
+        try:
+            from PySide6.QtGui import QGuiApplication
+
+            monitors = [f"{s.name()} {s.geometry().width()}x{s.geometry().height()} at "
+                        f"{s.geometry().x():+d}{s.geometry().y():+d}" for s in QGuiApplication.screens()]
+        except RuntimeError:
+            monitors = []
+        dialog = SettingsDialog(self.settings, path=self.settings_path or config_path(), monitors=monitors)
+        dialog.saved.connect(self.apply_settings)
+        self._settings_dialog = dialog
+        dialog.show()
+        dialog.raise_()
+        dialog.activateWindow()
+        return dialog
+
+    def apply_settings(self, settings: Settings) -> None:
+        """Use new settings from the next task on (hotkeys restart at once)."""
+        old = self.settings
+        self.settings = settings
+        self.approval.countdown_s = settings.autopilot_countdown_s
+        if settings.approval != old.approval:
+            self.set_mode(settings.approval)
+        if self._want_hotkeys and (settings.hotkey_palette, settings.hotkey_stop) != (old.hotkey_palette,
+                                                                                     old.hotkey_stop):
+            self.start_hotkeys()
+
+    def open_history(self) -> HistoryWindow:
+        window = HistoryWindow(self.settings.episodes_dir)
+        self._history = window
+        window.show()
+        window.raise_()
+        return window
+
+    def logs_dir(self) -> Path:
+        return Path(self.settings.data_dir) / "logs"
+
+    def open_logs(self) -> None:
+        folder = self.logs_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
+            self.notifier.warning("Cannot open the logs folder", f"The logs are in {folder}.")
+
+    # -- session ----------------------------------------------------------------------------------
+    def _policy_for(self, progress: ProgressFn) -> Any:
+        s = self.settings
+        key = (s.policy, s.model, s.precision, s.endpoint, s.protocol, s.reasoning, s.max_images,
+               s.constrained_decoding)
+        if self._policy is None or key != self._policy_key:
+            if self._policy is not None:
+                self._policy.close()
+            self._policy = self.policy_factory(s, progress)
+            self._policy_key = key
+        return self._policy
+
+    def _build_session(self, progress: ProgressFn) -> Session:
+        """Worker thread: build (or reuse) the policy, capture and executor; returns a ready Session.
+
+        Raises:
+            DisplayError, CaptureError, ModelLoadError, SettingsError, SecretStoreError, PolicyError.
+        """
+        s = self.settings
+        capture = self.capture_factory()
+        monitors = capture.monitors()
+        if not 1 <= s.monitor <= len(monitors):
+            raise SettingsError(f"monitor {s.monitor} does not exist; this display has {len(monitors)}",
+                                hint="Pick another monitor in Settings.")
+        executor = self.executor_factory(s)
+        stop_event = getattr(executor, "stop_event", None)
+        if stop_event is not None:
+            stop_event.clear()
+            self.runner.stop_hooks = [stop_event.set]
+        prepare = getattr(executor, "prepare", None)
+        if callable(prepare):
+            prepare()
+        policy = self._policy_for(progress)
+        progress("Ready", 1.0)
+        return Session(
+            policy, capture, executor, self.approval_policy,
+            SessionLimits(s.max_steps, s.max_wall_s, s.max_parse_failures, s.max_repeats, s.monitor),
+            episodes_dir=s.episodes_dir,
+            focus_probe=_focus_probe(),
+            before_capture=self.guard.before_capture,
+            after_capture=self.guard.after_capture,
+            meta={"monitor_label": monitors[s.monitor - 1].label, "ui": "tray"},
+        )
+
+    def _set_status(self, status: Status, detail: str = "") -> None:
+        self.status = status
+        if self.tray is not None:
+            self.tray.set_status(status, detail)
+        if self.window is not None:
+            self.window.set_status(status, detail)
+        self.status_changed.emit(status)
+
+    def _refresh_status(self) -> None:
+        self._set_status(self.status)
+
+    def _on_state(self, state: State) -> None:
+        if state in (State.CAPTURING, State.THINKING) and self._progress is not None:
+            self._progress.close()
+            self._progress = None
+        self._set_status(status_for_state(state), f"{state.value.replace('_', ' ')}")
+
+    def _on_event(self, event: SessionEvent) -> None:
+        if event.kind == "warning":
+            self.notifier.warning(f"Step {event.step + 1}", event.message)
+
+    def _on_progress(self, message: str, fraction: object) -> None:
+        if message == "Ready":
+            if self._progress is not None:
+                self._progress.close()
+                self._progress = None
+            return
+        self._set_status(Status.THINKING, message)
+        if self._progress is None:
+            dialog = QProgressDialog(message, "Stop", 0, 0)
+            dialog.setWindowTitle("Holodesk")
+            dialog.setMinimumDuration(500)
+            dialog.setAutoClose(False)
+            dialog.canceled.connect(self.stop)
+            self._progress = dialog
+        self._progress.setLabelText(message)
+        if isinstance(fraction, int | float):
+            self._progress.setRange(0, 1000)
+            self._progress.setValue(round(float(fraction) * 1000))
+
+    def _on_finished(self, result: EpisodeResult) -> None:
+        self.last_result = result
+        where = f"\nRecorded in {result.episode_path}" if result.episode_path else ""
+        if result.status is State.FAILED:
+            self._set_status(Status.ERROR, result.reason)
+            self.notifier.error("The task failed", result.reason + where)
+        else:
+            self._set_status(Status.IDLE, result.reason)
+            text = result.reason + (f"\nAnswer: {result.answer}" if result.answer else "") + where
+            self.notifier.info("Task stopped" if result.status is State.STOPPED else "Task finished", text)
+        self.task_finished.emit(result)
+
+    def _on_failed(self, exc: BaseException) -> None:
+        self.last_result = None
+        if self._progress is not None:
+            self._progress.close()
+            self._progress = None
+        self._set_status(Status.ERROR, str(exc))
+        self.notifier.error("The task could not run", exc)
+
+    def _on_running(self, running: bool) -> None:
+        self.actions.update_state(running=running)
+
+
+def _log_to_file(settings: Settings) -> None:
+    folder = Path(settings.data_dir) / "logs"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handler = logging.handlers.RotatingFileHandler(folder / "holodesk.log", maxBytes=2_000_000, backupCount=3,
+                                                       encoding="utf-8")
+    except OSError as exc:
+        log.warning("cannot write logs to %s: %s", folder, exc)
+        return
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(logging.INFO)
+    root = logging.getLogger("holodesk")
+    root.addHandler(handler)
+    if root.level == logging.NOTSET or root.level > logging.INFO:
+        root.setLevel(logging.INFO)
+
+
+def run_app(force_window: bool = False) -> int:
+    """Start the desktop app and run its event loop.
+
+    Args:
+        force_window: show the small window instead of the tray icon even when a tray exists.
+    Returns:
+        The process exit status: 0 after Quit; 2 when the settings cannot be loaded (the error is shown).
+    """
+    app = QApplication.instance()
+    if not isinstance(app, QApplication):
+        app = QApplication(sys.argv[:1])
+    app.setApplicationName("Holodesk")
+    app.setQuitOnLastWindowClosed(False)
+    app.setWindowIcon(app_icon())
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        box = QMessageBox(QMessageBox.Icon.Critical, "Holodesk — settings", str(exc))
+        box.setTextFormat(Qt.TextFormat.PlainText)
+        box.exec()
+        return 2
+    _log_to_file(settings)
+    holo = HolodeskApp(settings, force_window=force_window)
+    restore = install_exception_hooks(holo.notifier)
+    try:
+        holo.start()
+        return int(app.exec())
+    finally:
+        restore()

@@ -1,0 +1,221 @@
+"""The tray icon and, where no tray exists, the small window that takes its place (field case F20).
+
+Both show the same :class:`AppActions` (one set of QActions): New task..., Pause / Resume autopilot,
+Stop, Mode (step by step / autopilot), Settings..., History..., Open logs, Quit. The icon (and the
+window's status line) follow the session state: idle, thinking, awaiting approval, acting, error.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QIcon
+from PySide6.QtWidgets import (
+    QGridLayout,
+    QLabel,
+    QMenu,
+    QSystemTrayIcon,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from holodesk.ui.icons import STATUS_TEXT, Status, status_icon, status_pixmap
+
+TRAY_HELP = (
+    "No system tray was found on this desktop, so Holodesk runs in this window instead. "
+    "To get the tray icon: on GNOME install and enable the \"AppIndicator and KStatusNotifierItem "
+    "Support\" extension (Debian/Ubuntu: sudo apt install gnome-shell-extension-appindicator, then log "
+    "out and in); on other desktops add a \"System Tray\" / \"Notification Area\" widget to a panel. "
+    "Closing this window hides nothing: use Quit to exit."
+)
+
+
+class AppActions(QObject):
+    """Every user command as a QAction, shared by the tray menu and the fallback window.
+
+    Signals:
+        mode_selected(str): "step" or "auto" chosen in the Mode menu.
+    """
+
+    mode_selected = Signal(str)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.new_task = QAction("New task...", self)
+        self.pause = QAction("Pause autopilot", self)
+        self.stop = QAction("Stop", self)
+        self.mode_step = QAction("Step by step", self)
+        self.mode_auto = QAction("Autopilot", self)
+        self.settings = QAction("Settings...", self)
+        self.history = QAction("History...", self)
+        self.open_logs = QAction("Open logs", self)
+        self.quit = QAction("Quit", self)
+        self.mode_group = QActionGroup(self)
+        self.mode_group.setExclusive(True)
+        for act, mode in ((self.mode_step, "step"), (self.mode_auto, "auto")):
+            act.setCheckable(True)
+            act.setData(mode)
+            self.mode_group.addAction(act)
+            act.triggered.connect(lambda _checked=False, m=mode: self.mode_selected.emit(m))
+        self.mode_menu = QMenu("Mode")
+        self.mode_menu.addAction(self.mode_step)
+        self.mode_menu.addAction(self.mode_auto)
+        self.running = False
+        self.mode = "step"
+        self.paused = False
+        self.update_state(running=False, mode="step", paused=False)
+
+    def update_state(self, *, running: bool | None = None, mode: str | None = None,
+                     paused: bool | None = None) -> None:
+        """Enable/label actions for the current state."""
+        if running is not None:
+            self.running = running
+        if mode is not None:
+            self.mode = mode
+        if paused is not None:
+            self.paused = paused
+        self.stop.setEnabled(self.running)
+        self.new_task.setEnabled(not self.running)
+        self.mode_step.setChecked(self.mode == "step")
+        self.mode_auto.setChecked(self.mode == "auto")
+        self.pause.setEnabled(self.mode == "auto")
+        self.pause.setText("Resume autopilot" if self.paused else "Pause autopilot")
+
+    def build_menu(self) -> QMenu:
+        """A menu holding every action (the tray's context menu)."""
+        menu = QMenu()
+        menu.addAction(self.new_task)
+        menu.addAction(self.pause)
+        menu.addAction(self.stop)
+        menu.addMenu(self.mode_menu)
+        menu.addSeparator()
+        menu.addAction(self.settings)
+        menu.addAction(self.history)
+        menu.addAction(self.open_logs)
+        menu.addSeparator()
+        menu.addAction(self.quit)
+        return menu
+
+
+class TrayIcon(QObject):
+    """The system tray icon with the app menu; left click opens the palette.
+
+    Signals:
+        activated_primary(): the icon was clicked (opens the command palette).
+    """
+
+    activated_primary = Signal()
+
+    def __init__(self, actions: AppActions, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.app_actions = actions
+        self.menu = actions.build_menu()
+        self.icon = QSystemTrayIcon()
+        self.icon.setContextMenu(self.menu)
+        self.icon.activated.connect(self._activated)
+        self.status = Status.IDLE
+        self.set_status(Status.IDLE)
+
+    def _activated(self, reason: QSystemTrayIcon.ActivationReason) -> None:
+        if reason in (QSystemTrayIcon.ActivationReason.Trigger, QSystemTrayIcon.ActivationReason.DoubleClick):
+            self.activated_primary.emit()
+
+    def set_status(self, status: Status, detail: str = "") -> None:
+        """Show ``status`` as the icon and tooltip."""
+        self.status = status
+        self.icon.setIcon(status_icon(status))
+        self.icon.setToolTip(f"Holodesk — {STATUS_TEXT[status]}" + (f"\n{detail}" if detail else ""))
+
+    def show(self) -> None:
+        self.icon.show()
+
+    def hide(self) -> None:
+        self.icon.hide()
+
+
+class FallbackWindow(QWidget):
+    """The window shown instead of the tray icon (no tray, or ``--no-tray``).
+
+    Shows the status (icon and words), the last message, every app action as a button, and how to
+    enable the tray. Closing it quits Holodesk (it is the only way back to the app).
+
+    Signals:
+        close_requested(): the window's close button was used.
+    """
+
+    close_requested = Signal()
+
+    def __init__(self, actions: AppActions, *, tray_missing: bool = True, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.app_actions = actions
+        self.setWindowTitle("Holodesk")
+        self.setObjectName("holodeskFallback")
+        self.setWindowFlag(Qt.WindowType.WindowStaysOnTopHint, True)
+        layout = QVBoxLayout(self)
+        top = QGridLayout()
+        self.status_icon = QLabel()
+        self.status_icon.setFixedSize(32, 32)
+        self.status_label = QLabel()
+        self.status_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.status_label.setStyleSheet("font-size: 15px; font-weight: 600;")
+        self.detail_label = QLabel()
+        self.detail_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.detail_label.setWordWrap(True)
+        top.addWidget(self.status_icon, 0, 0, 2, 1)
+        top.addWidget(self.status_label, 0, 1)
+        top.addWidget(self.detail_label, 1, 1)
+        top.setColumnStretch(1, 1)
+        layout.addLayout(top)
+
+        grid = QGridLayout()
+        self.buttons: dict[str, QToolButton] = {}
+        entries = [("new_task", actions.new_task), ("stop", actions.stop), ("pause", actions.pause),
+                   ("mode", None), ("settings", actions.settings), ("history", actions.history),
+                   ("open_logs", actions.open_logs), ("quit", actions.quit)]
+        for i, (name, action) in enumerate(entries):
+            button = QToolButton()
+            button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+            button.setMinimumWidth(150)
+            if action is None:
+                button.setText("Mode")
+                button.setMenu(actions.mode_menu)
+                button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+            else:
+                button.setDefaultAction(action)
+            button.setObjectName(f"button_{name}")
+            self.buttons[name] = button
+            grid.addWidget(button, i // 2, i % 2)
+        layout.addLayout(grid)
+
+        self.help_label = QLabel(TRAY_HELP if tray_missing else "Started with --no-tray: this window "
+                                 "replaces the tray icon. Use Quit to exit.")
+        self.help_label.setObjectName("tray_help")
+        self.help_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.help_label.setWordWrap(True)
+        self.help_label.setStyleSheet("color: #5b6b7f; font-size: 11px;")
+        layout.addWidget(self.help_label)
+        self.setFixedWidth(380)
+        self.status = Status.IDLE
+        self.set_status(Status.IDLE)
+
+    def set_status(self, status: Status, detail: str = "") -> None:
+        self.status = status
+        self.status_icon.setPixmap(status_pixmap(status, 32, self.devicePixelRatioF()))
+        self.setWindowIcon(status_icon(status))
+        self.status_label.setText(STATUS_TEXT[status])
+        self.detail_label.setText(detail or self._mode_text())
+
+    def _mode_text(self) -> str:
+        a = self.app_actions
+        mode = "Autopilot" + (" (paused)" if a.paused else "") if a.mode == "auto" else "Step by step"
+        return f"Mode: {mode}"
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        event.ignore()
+        self.close_requested.emit()
+
+
+def app_icon() -> QIcon:
+    """The application's window icon (the idle status icon)."""
+    return status_icon(Status.IDLE)
+

@@ -1,0 +1,358 @@
+"""Running a session off the GUI thread, and the hand-offs between that thread and the GUI.
+
+* :class:`TaskRunner` runs one task at a time on a :class:`QThread`: it builds the session there
+  (loading a model may take minutes; progress is re-emitted), runs it, and re-emits every
+  :class:`~holodesk.session.loop.SessionEvent` as a Qt signal delivered on the GUI thread. Exceptions
+  on the worker thread go out through :attr:`TaskRunner.failed` (the app turns them into notifications).
+* :class:`GuiApprover` is the session's user approver and autopilot hook: called on the worker thread,
+  it posts a :class:`PendingDecision` to the GUI thread and blocks until the overlay (or Stop) answers.
+* :class:`WindowGuard` is the session's ``before_capture`` / ``after_capture`` pair: it hides
+  Holodesk's on-screen windows on the GUI thread, waits until the X server has really unmapped them and
+  the screen below has repainted, and shows them again after the grab (F13).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, Signal, Slot
+from PySide6.QtWidgets import QWidget
+
+from holodesk.session.approval import ApprovalRequest, ApprovalResponse, Decision
+from holodesk.session.loop import EpisodeResult, Session, SessionEvent, State
+from holodesk.ui import x11
+
+log = logging.getLogger(__name__)
+
+ProgressFn = Callable[[str, float | None], None]
+"""``progress(message, fraction)``: fraction in [0, 1], or None when unknown."""
+
+SessionFactory = Callable[[ProgressFn], Session]
+"""Builds the session on the worker thread (may load a model; reports through ``progress``)."""
+
+
+def on_gui_thread() -> bool:
+    """True when called on the thread that owns the QApplication."""
+    app = QCoreApplication.instance()
+    return app is not None and QThread.currentThread() is app.thread()
+
+
+class PendingDecision:
+    """One approval waiting for an answer; the first :meth:`resolve` wins (thread-safe).
+
+    Attributes:
+        request: what is being approved.
+        kind: "user" (wait for an explicit decision) or "autopilot" (approve after the countdown).
+    """
+
+    def __init__(self, request: ApprovalRequest, kind: str) -> None:
+        self.request = request
+        self.kind = kind
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self.response: ApprovalResponse | None = None
+
+    def resolve(self, response: ApprovalResponse) -> bool:
+        """Answer the request; returns False when it was already answered."""
+        with self._lock:
+            if self.response is not None:
+                return False
+            self.response = response
+        self._event.set()
+        return True
+
+    @property
+    def resolved(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, stop: threading.Event, poll_s: float = 0.05) -> ApprovalResponse:
+        """Block until answered; a set ``stop`` event answers STOP."""
+        while not self._event.wait(poll_s):
+            if stop.is_set():
+                self.resolve(ApprovalResponse(Decision.STOP))
+        assert self.response is not None
+        return self.response
+
+
+class GuiApprover(QObject):
+    """User approver and autopilot hook for :class:`~holodesk.session.approval.ApprovalPolicy`.
+
+    Both are called on the session's worker thread and block it until the GUI answers.
+
+    Signals:
+        requested(PendingDecision): delivered on the GUI thread; the receiver must eventually call
+            ``pending.resolve(...)`` (the approval controller does).
+    Args:
+        stop: event that answers any pending request with STOP (tray Stop, stop hotkey).
+        after_decision: called on the worker thread after each answer, before the action runs (the app
+            hides the overlay there and waits until it is off the screen).
+    """
+
+    requested = Signal(object)
+
+    def __init__(self, stop: threading.Event, after_decision: Callable[[], None] | None = None,
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.stop = stop
+        self.after_decision = after_decision
+        self.current: PendingDecision | None = None
+
+    def _ask(self, request: ApprovalRequest, kind: str) -> ApprovalResponse:
+        if on_gui_thread():
+            raise RuntimeError("the approver must not be called on the GUI thread (it would block it)")
+        pending = PendingDecision(request, kind)
+        self.current = pending
+        self.requested.emit(pending)
+        try:
+            response = pending.wait(self.stop)
+        finally:
+            self.current = None
+        if self.after_decision is not None:
+            self.after_decision()
+        return response
+
+    def __call__(self, request: ApprovalRequest) -> ApprovalResponse:
+        """The user approver: waits for an explicit decision."""
+        return self._ask(request, "user")
+
+    def autopilot(self, request: ApprovalRequest) -> ApprovalResponse:
+        """The autopilot hook: the overlay counts down and approves unless Stop/Skip comes first."""
+        return self._ask(request, "autopilot")
+
+
+class WindowGuard(QObject):
+    """Hides registered top-level windows around each screen grab (F13).
+
+    ``before_capture`` and ``after_capture`` are called on the worker thread. Hiding happens on the GUI
+    thread (blocking queued call); then the worker polls the X server until every hidden window is
+    unmapped (up to ``unmap_timeout_s``) and sleeps ``settle_s`` so that the windows below the overlay
+    have repainted the area it covered (without a compositor they repaint on Expose, asynchronously).
+
+    Args:
+        settle_s: seconds to wait after the unmap before the grab.
+        unmap_timeout_s: longest wait for the X server to report the unmap.
+    """
+
+    _hide_request = Signal()
+    _show_request = Signal()
+
+    def __init__(self, settle_s: float = 0.12, unmap_timeout_s: float = 1.0, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.settle_s = settle_s
+        self.unmap_timeout_s = unmap_timeout_s
+        self._windows: list[QWidget] = []
+        self._hidden: list[QWidget] = []
+        self._hidden_ids: list[int] = []
+        self.hide_count = 0
+        self._hide_request.connect(self._hide, Qt.ConnectionType.BlockingQueuedConnection)
+        self._show_request.connect(self._show, Qt.ConnectionType.BlockingQueuedConnection)
+
+    def register(self, window: QWidget) -> None:
+        """Hide ``window`` during grabs while it is visible."""
+        if window not in self._windows:
+            self._windows.append(window)
+            window.destroyed.connect(lambda _=None, w=window: self._forget(w))
+
+    def _forget(self, window: QWidget) -> None:
+        if window in self._windows:
+            self._windows.remove(window)
+        if window in self._hidden:
+            self._hidden.remove(window)
+
+    @Slot()
+    def _hide(self) -> None:
+        self._hidden = [w for w in self._windows if w.isVisible()]
+        self._hidden_ids = [int(w.winId()) for w in self._hidden]
+        for w in self._hidden:
+            w.hide()
+        if self._hidden:
+            self.hide_count += 1
+        QCoreApplication.processEvents()  # flush the unmap requests to the X server
+
+    @Slot()
+    def _show(self) -> None:
+        hidden, self._hidden = self._hidden, []
+        for w in hidden:
+            w.show()
+            w.raise_()
+
+    def hide_windows(self, *, restore_later: bool = True) -> bool:
+        """Hide every registered visible window and wait until they are off the screen.
+
+        Safe from any thread (on the GUI thread it cannot wait for repaints and only hides).
+        Args:
+            restore_later: False to keep them hidden (the overlay after a decision); True to show them
+                again at the next :meth:`show_windows`.
+        Returns:
+            True when something was hidden.
+        """
+        if on_gui_thread():
+            self._hide()
+            hidden = bool(self._hidden)
+        else:
+            self._hide_request.emit()
+            hidden = self._wait_unmapped(list(self._hidden_ids))
+        if not restore_later:
+            self._hidden = []
+        return hidden
+
+    def _wait_unmapped(self, ids: list[int]) -> bool:
+        if not ids:
+            return False
+        deadline = time.monotonic() + self.unmap_timeout_s
+        while time.monotonic() < deadline:
+            states = [x11.window_viewable(i) for i in ids]
+            if not any(s is True for s in states):
+                break
+            time.sleep(0.01)
+        else:
+            log.warning("the overlay was still mapped %.1f s after hiding it", self.unmap_timeout_s)
+        time.sleep(self.settle_s)
+        return True
+
+    def show_windows(self) -> None:
+        """Show again what :meth:`hide_windows` hid (any thread)."""
+        if on_gui_thread():
+            self._show()
+        else:
+            self._show_request.emit()
+
+    def before_capture(self) -> None:
+        """Session hook: hide before the grab."""
+        self.hide_windows()
+
+    def after_capture(self) -> None:
+        """Session hook: show again after the grab."""
+        self.show_windows()
+
+
+class _Job(QObject):
+    """Lives on the worker thread; builds and runs one session."""
+
+    done = Signal()
+
+    def __init__(self, runner: TaskRunner, task: str, factory: SessionFactory) -> None:
+        super().__init__()
+        self.runner = runner
+        self.task = task
+        self.factory = factory
+
+    @Slot()
+    def run(self) -> None:
+        runner = self.runner
+        try:
+            session = self.factory(lambda msg, frac: runner.progress.emit(msg, frac))
+            runner.session = session
+            session.subscribe(runner._on_event)
+            if runner.stop_event.is_set():
+                result = EpisodeResult(State.STOPPED, "stopped by user before the first step")
+            else:
+                result = session.run(self.task)
+            runner.finished.emit(result)
+        except BaseException as exc:  # every worker exception reaches the user through `failed`
+            log.exception("the task could not run")
+            runner.failed.emit(exc)
+        finally:
+            runner.session = None
+            self.done.emit()
+
+
+class TaskRunner(QObject):
+    """Runs one task at a time on a worker :class:`QThread`.
+
+    Signals (all delivered on the GUI thread):
+        session_event(SessionEvent): every session event.
+        state_changed(State): the session state after each "state" event.
+        progress(str, object): building progress (message, fraction in [0, 1] or None).
+        finished(EpisodeResult): the run ended (finished, stopped or failed as a result).
+        failed(BaseException): building or running raised (e.g. ModelLoadError, SettingsError).
+        running_changed(bool): a task started / the worker thread ended.
+    Attributes:
+        stop_event: set by :meth:`stop`; the approver answers STOP and the session stops.
+    """
+
+    session_event = Signal(object)
+    state_changed = Signal(object)
+    progress = Signal(str, object)
+    finished = Signal(object)
+    failed = Signal(object)
+    running_changed = Signal(bool)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.stop_event = threading.Event()
+        self.session: Session | None = None
+        self.stop_hooks: list[Callable[[], None]] = []
+        self._thread: QThread | None = None
+        self._job: _Job | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def _on_event(self, event: SessionEvent) -> None:
+        # Worker thread: a stop asked before the loop cleared its flag must still stop it.
+        if self.stop_event.is_set() and self.session is not None and not self.session.stop_requested:
+            self.session.request_stop()
+        self.session_event.emit(event)
+        if event.kind == "state":
+            self.state_changed.emit(event.state)
+
+    def start(self, task: str, factory: SessionFactory) -> None:
+        """Start ``task`` on a new worker thread.
+
+        Raises:
+            RuntimeError: a task is already running.
+            ValueError: the task is empty.
+        """
+        if self.running:
+            raise RuntimeError("a task is already running; stop it first")
+        if not task.strip():
+            raise ValueError("the task is empty: say what Holodesk should do")
+        self.stop_event.clear()
+        thread = QThread()
+        thread.setObjectName("holodesk-session")
+        job = _Job(self, task, factory)
+        job.moveToThread(thread)
+        thread.started.connect(job.run)
+        job.done.connect(thread.quit)
+        thread.finished.connect(self._cleanup)
+        self._thread, self._job = thread, job
+        thread.start()
+        self.running_changed.emit(True)
+
+    @Slot()
+    def _cleanup(self) -> None:
+        thread, self._thread, self._job = self._thread, None, None
+        if thread is not None:
+            thread.wait()
+            thread.deleteLater()
+        self.running_changed.emit(False)
+
+    def stop(self) -> None:
+        """Stop the running task at once (any thread): pending approvals answer STOP, the session stops
+        at its next state boundary, stop hooks (the executor's stop event) run."""
+        self.stop_event.set()
+        session = self.session
+        if session is not None:
+            session.request_stop()
+        for hook in list(self.stop_hooks):
+            try:
+                hook()
+            except Exception:  # a broken hook must not keep the session running
+                log.exception("stop hook failed")
+
+    def wait(self, timeout_s: float = 10.0) -> bool:
+        """Wait (processing events) until no task runs; True when it ended in time."""
+        deadline = time.monotonic() + timeout_s
+        while self.running and time.monotonic() < deadline:
+            QCoreApplication.processEvents()
+            time.sleep(0.01)
+        return not self.running
+
+    def current_session(self) -> Any:
+        return self.session

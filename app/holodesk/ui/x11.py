@@ -1,0 +1,86 @@
+"""Small X11 queries the UI needs and Qt does not expose (python-xlib, Linux/X11 only).
+
+* :func:`window_viewable` tells whether the X server has really unmapped one of our windows (Qt's
+  ``hide()`` only queues the unmap), so the overlay is known to be gone before a grab (F13).
+* :func:`input_focus` / :func:`set_input_focus` let the approval overlay give keyboard focus back to
+  the window that had it, so a typed action goes where the user expects (without a window manager
+  nobody else restores it).
+
+Every function returns None / False where X11 is not available instead of raising; callers log that.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+_local = threading.local()
+
+
+def _display() -> Any:
+    """This thread's python-xlib connection to ``$DISPLAY`` (None off X11)."""
+    if not sys.platform.startswith("linux") or not os.environ.get("DISPLAY"):
+        return None
+    d = getattr(_local, "display", None)
+    if d is None:
+        try:
+            from Xlib import display
+
+            d = display.Display()
+        except Exception as exc:  # Xlib raises several unrelated types on a bad display
+            log.debug("no X connection for UI queries: %s", exc)
+            return None
+        _local.display = d
+    return d
+
+
+def window_viewable(window_id: int) -> bool | None:
+    """True when X window ``window_id`` is mapped and viewable, False when not; None when unknown
+    (not X11, or the window does not exist)."""
+    d = _display()
+    if d is None:
+        return None
+    try:
+        win = d.create_resource_object("window", int(window_id))
+        return bool(win.get_attributes().map_state == 2)  # IsViewable
+    except Exception as exc:  # BadWindow once destroyed, connection errors
+        log.debug("cannot query window %#x: %s", window_id, exc)
+        return None
+
+
+def input_focus() -> int | None:
+    """The X window id that has keyboard focus (None when unknown or none/PointerRoot)."""
+    d = _display()
+    if d is None:
+        return None
+    try:
+        focus = d.get_input_focus().focus
+    except Exception as exc:
+        log.debug("cannot read input focus: %s", exc)
+        return None
+    wid = getattr(focus, "id", None)
+    return int(wid) if isinstance(wid, int) and wid > 1 else None
+
+
+def set_input_focus(window_id: int) -> bool:
+    """Give keyboard focus to X window ``window_id``; False when that is not possible."""
+    d = _display()
+    if d is None:
+        return False
+    try:
+        from Xlib import X
+
+        win = d.create_resource_object("window", int(window_id))
+        if win.get_attributes().map_state != 2:
+            return False
+        win.set_input_focus(X.RevertToParent, X.CurrentTime)
+        d.sync()
+        return True
+    except Exception as exc:
+        log.debug("cannot give focus back to %#x: %s", window_id, exc)
+        return False

@@ -1,0 +1,197 @@
+"""Fixtures for the desktop-app tests: one real X display with a real tray host, and app builders.
+
+Qt binds a process's QApplication to one X display for its whole life, so the in-process UI tests share
+one display: the session's Xvfb (tests/conftest.py picks a free number for it; pyautogui, which also
+binds at import, uses the same one). ``trayer`` runs on it while these tests run, so
+``QSystemTrayIcon.isSystemTrayAvailable()`` is true there. Tests that need a display of their own (no
+tray host at all) start one with ``make_xvfb`` and run the app in a child process on it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from holodesk.capture.fake import FakeCapture
+from holodesk.control.recording import RecordingExecutor
+from holodesk.core.actions import Action, Done
+from holodesk.policy.protocol import get_protocol
+from holodesk.policy.scripted import ScriptedPolicy
+
+pytestmark = pytest.mark.gui
+
+TRAYER_ARGS = ["--edge", "top", "--align", "right", "--widthtype", "pixel", "--width", "48",
+               "--heighttype", "pixel", "--height", "24", "--SetDockType", "true", "--transparent", "false"]
+
+
+def tray_owner(env: dict[str, str]) -> bool:
+    """True when some client owns the system tray selection on env's DISPLAY."""
+    from Xlib import display
+
+    d = display.Display(env["DISPLAY"])
+    try:
+        owner = d.get_selection_owner(d.intern_atom("_NET_SYSTEM_TRAY_S0"))
+        return bool(owner) and getattr(owner, "id", 0) != 0
+    finally:
+        d.close()
+
+
+def start_trayer(env: dict[str, str], timeout_s: float = 10.0) -> subprocess.Popen[bytes]:
+    """Start the trayer tray host on env's DISPLAY and wait until it owns the tray selection."""
+    exe = shutil.which("trayer")
+    if exe is None:
+        message = "trayer is not installed (apt-get install trayer); tray tests need a real tray host"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    proc = subprocess.Popen([exe, *TRAYER_ARGS], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"trayer exited with {proc.returncode}")
+        if tray_owner(env):
+            return proc
+        time.sleep(0.05)
+    stop_process(proc)
+    raise RuntimeError("trayer did not take the tray selection in time")
+
+
+def stop_process(proc: subprocess.Popen[Any]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def ui_display(xvfb_session: Any) -> Iterator[Any]:
+    """The session Xvfb with trayer running on it (for the whole UI test session)."""
+    env = xvfb_session.env()
+    proc = start_trayer(env)
+    try:
+        yield xvfb_session
+    finally:
+        stop_process(proc)
+
+
+@pytest.fixture(scope="session")
+def qapp(ui_display: Any) -> Iterator[Any]:
+    """pytest-qt's application, created on the UI display (overrides pytest-qt's ``qapp``)."""
+    from PySide6.QtWidgets import QApplication
+
+    saved = {k: os.environ.get(k) for k in ("DISPLAY", "XAUTHORITY", "QT_QPA_PLATFORM")}
+    os.environ.update({"DISPLAY": ui_display.display, "XAUTHORITY": str(ui_display.xauthority)})
+    os.environ.pop("QT_QPA_PLATFORM", None)
+    try:
+        app = QApplication.instance() or QApplication(["holodesk-tests"])
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    assert app.platformName() == "xcb", f"UI tests need a real X display, Qt runs on {app.platformName()!r}"
+    app.setQuitOnLastWindowClosed(False)
+    yield app
+
+
+@pytest.fixture(autouse=True)
+def ui_env(qapp: Any, ui_display: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+    """Every UI test: DISPLAY points at the UI display (for mss, xdotool, pynput), settings are isolated."""
+    monkeypatch.setenv("DISPLAY", ui_display.display)
+    monkeypatch.setenv("XAUTHORITY", str(ui_display.xauthority))
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setenv("XDG_SESSION_TYPE", "x11")
+    monkeypatch.setenv("HOLODESK_CONFIG", str(tmp_path / "config" / "settings.toml"))
+    for name in list(os.environ):
+        if name.startswith("HOLODESK_") and name not in ("HOLODESK_CONFIG", "HOLODESK_TESTING"):
+            monkeypatch.delenv(name)
+    return ui_display
+
+
+def reply(action: Action, thought: str = "") -> str:
+    """One protocol reply text for ``action``."""
+    return get_protocol().to_reply(action, thought=thought)
+
+
+def blank_frame(width: int = 1920, height: int = 1080, color: tuple[int, int, int] = (40, 44, 52)) -> np.ndarray:
+    img = np.zeros((height, width, 3), dtype=np.uint8)
+    img[:, :] = color
+    return img
+
+
+class AppKit:
+    """A HolodeskApp wired to fakes: ScriptedPolicy, FakeCapture (one 1920x1080 monitor at 0,0, the
+    UI display's size) and RecordingExecutor (a fake that records instead of touching the OS)."""
+
+    def __init__(self, app: Any, executor: RecordingExecutor, policy: ScriptedPolicy) -> None:
+        self.app = app
+        self.executor = executor
+        self.policy = policy
+
+
+@pytest.fixture
+def make_app(qtbot: Any, tmp_path: Path) -> Iterator[Callable[..., AppKit]]:
+    """Factory ``make_app(actions, approval="step", countdown=2.0, **kw) -> AppKit``; a Done is appended."""
+    from holodesk.settings import Settings
+    from holodesk.ui.app import HolodeskApp
+
+    made: list[Any] = []
+
+    def make(actions: list[Action | str], *, approval: str = "step", countdown: float = 2.0,
+             force_window: bool = False, capture: Any = None, executor: Any = None, hotkeys: bool = False,
+             end: bool = True, **settings_kw: Any) -> AppKit:
+        replies = [a if isinstance(a, str) else reply(a, thought=f"step {i + 1}") for i, a in enumerate(actions)]
+        if end:
+            replies.append(reply(Done("finished")))
+        policy = ScriptedPolicy(replies)
+        rec = executor or RecordingExecutor()
+        settings = Settings(data_dir=tmp_path / "data", approval=approval, autopilot_countdown_s=countdown,
+                            **settings_kw)
+        cap = capture or FakeCapture([blank_frame()])
+        app = HolodeskApp(settings, force_window=force_window, hotkeys=hotkeys,
+                          policy_factory=lambda s, progress: policy, capture_factory=lambda: cap,
+                          executor_factory=lambda s: rec, settings_path=tmp_path / "config" / "settings.toml",
+                          dialogs=False)
+        app.guard.settle_s = 0.05
+        made.append(app)
+        app.start()
+        return AppKit(app, rec, policy)
+
+    yield make
+    for app in made:
+        app.stop()
+        app.runner.wait(10.0)
+        app.hotkeys.stop()
+        app.approval.close()
+        app.palette.hide()
+        if app.tray is not None:
+            app.tray.hide()
+        if app.window is not None:
+            app.window.hide()
+            app.window.deleteLater()
+        app.palette.deleteLater()
+
+
+def wait_overlay(qtbot: Any, app: Any, timeout_ms: int = 10000) -> Any:
+    """Wait until the approval overlay is visible and waiting; return it."""
+    qtbot.waitUntil(lambda: app.approval.overlay is not None and app.approval.overlay.isVisible()
+                    and app.approval.pending is not None, timeout=timeout_ms)
+    return app.approval.overlay
+
+
+def wait_finished(qtbot: Any, app: Any, timeout_ms: int = 15000) -> Any:
+    qtbot.waitUntil(lambda: not app.runner.running and app.last_result is not None, timeout=timeout_ms)
+    return app.last_result
