@@ -6,7 +6,8 @@
 * Every point goes through :func:`holodesk.core.geometry.to_input_point` with the frame the action was
   proposed for; there is no other coordinate math here.
 * After each pointer move the position is read back; if the pointer is not where it was sent (e.g. the
-  OS clamped it at a screen edge) nothing is clicked and the result is "failed" (F06).
+  OS clamped it at a screen edge) nothing is clicked and the result is "failed" (F06). A drag visits
+  its end point before pressing the button, so an unreachable end fails before anything is pressed.
 * pyautogui's fail-safe (pointer in a screen corner) becomes ``status="stopped_by_user"`` (F12).
 * Errors are returned as failed :class:`ActionResult` values, never raised.
 """
@@ -259,6 +260,9 @@ class PyAutoGUIExecutor:
             return f"moved the pointer to ({ip.x}, {ip.y})"
         if isinstance(action, Drag):
             start, end = points
+            # Check that the end is reachable before the button goes down: a release at a clamped
+            # position would drop whatever was dragged there (F06).
+            self._move_verified(gui, end)
             self._move_verified(gui, start)
             gui.mouseDown(button="left")
             try:

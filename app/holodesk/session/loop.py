@@ -261,13 +261,14 @@ class Session:
                     parse_failures += 1
                     record.update(raw_text=exc.raw_text, error=str(exc), decision=None, timings_ms=timings)
                     self._write(record)
-                    self._emit("warning", step, f"The model's reply was not a valid action: {exc.message}",
-                               raw_text=exc.raw_text)
+                    # str(exc) quotes the raw reply (F05, F07): the user sees what the model said.
+                    self._emit("warning", step, f"The model's reply was not a valid action, so nothing was "
+                               f"done: {exc}", raw_text=exc.raw_text)
                     history.append(HistoryStep(step, frame, None, raw_text=exc.raw_text,
                                                outcome=f"reply rejected: {exc.message}"))
                     if parse_failures >= self.limits.max_parse_failures:
                         raise _Stop(State.FAILED, f"{parse_failures} consecutive replies were not valid "
-                                    f"actions; last: {exc.message}") from exc
+                                    f"actions; last: {exc}") from exc
                     step += 1
                     continue
                 except PolicyError as exc:
