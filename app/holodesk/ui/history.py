@@ -141,6 +141,7 @@ class HistoryWindow(QDialog):
         self.setObjectName("holodeskHistory")
         self.episodes_dir = Path(episodes_dir)
         self.episode: Episode | None = None
+        self.current_image: QImage | None = None  # the shown frame with its marks, frame pixels
         splitter = QSplitter(Qt.Orientation.Horizontal)
         self.episode_list = QListWidget()
         self.episode_list.setObjectName("episodes")
@@ -227,10 +228,12 @@ class HistoryWindow(QDialog):
         path = ep.frame_path(step)
         image = QImage(str(path)) if path is not None and path.exists() else QImage()
         if image.isNull():
+            self.current_image = None
             self.image.set_image(None, "No frame recorded for this step.")
             return
         action = step_action(step)
         if action is not None:
             image = paint_action_on_image(image, action, action_pixels(action, image.width(), image.height()))
+        self.current_image = image
         self.image.set_image(QPixmap.fromImage(image))
 

@@ -1,0 +1,136 @@
+"""F13: the overlay never appears in the frame the policy receives.
+
+Real screen grabs with mss (MssCapture) on the UI display while the overlay shows a marker in a
+distinctive colour: present on screen when not hidden, absent from the grabbed frame when the Session's
+before_capture / after_capture hooks hide it.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+from holodesk.capture.mss_backend import MssCapture
+from holodesk.control.recording import RecordingExecutor
+from holodesk.core.actions import Click, Done, Point
+from holodesk.core.risk import Risk, RiskAssessment
+from holodesk.policy.base import Observation, Proposal
+from holodesk.session.approval import ApprovalPolicy, ApprovalResponse, Decision, make_request
+from holodesk.session.loop import Session, SessionLimits, State
+from holodesk.ui.approval import ApprovalController
+from holodesk.ui.workers import PendingDecision, WindowGuard
+
+pytestmark = pytest.mark.gui
+
+MARK = "#ff00cc"
+MARK_RGB = (0xFF, 0x00, 0xCC)
+
+
+def marker_pixels(pixels: np.ndarray) -> int:
+    """How many pixels of an RGB frame have exactly the marker colour."""
+    return int(np.all(pixels == np.array(MARK_RGB, dtype=np.uint8), axis=-1).sum())
+
+
+class FrameKeepingPolicy:
+    """Fake policy: keeps every frame it is given and answers Done."""
+
+    name = "frame-keeping fake"
+
+    def __init__(self) -> None:
+        self.frames: list[Any] = []
+
+    def propose(self, observation: Observation) -> Proposal:
+        self.frames.append(observation.frame)
+        return Proposal(Done("seen"), thought="fake")
+
+    def close(self) -> None:
+        pass
+
+
+def show_overlay(qtbot: Any, capture: MssCapture, guard: WindowGuard) -> tuple[ApprovalController, Any]:
+    frame = capture.grab(1)
+    proposal = Proposal(Click(Point(500, 500)), thought="a marker for the capture test")
+    request = make_request(0, proposal, frame, RiskAssessment(Risk.LOW, "pointer action"), "step")
+    controller = ApprovalController(guard, marker_color=MARK)
+    pending = PendingDecision(request, "user")
+    controller.present(pending)
+    overlay = controller.overlay
+    assert overlay is not None
+    qtbot.waitExposed(overlay)
+    qtbot.wait(150)
+    return controller, pending
+
+
+def grab_on_worker(fn: Any) -> Any:
+    """Run ``fn`` on a plain worker thread (as the Session does) while the GUI thread keeps running."""
+    from PySide6.QtCore import QCoreApplication
+
+    out: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as exc:
+            out["error"] = exc
+
+    t = threading.Thread(target=work)
+    t.start()
+    while t.is_alive():
+        QCoreApplication.processEvents()
+        t.join(0.005)
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def test_marker_on_screen_but_not_in_the_hooked_grab(qtbot: Any) -> None:
+    capture = MssCapture()
+    guard = WindowGuard(settle_s=0.1)
+    try:
+        assert marker_pixels(capture.grab(1).pixels) == 0  # nothing else on screen has the colour
+        controller, pending = show_overlay(qtbot, capture, guard)
+        visible = grab_on_worker(lambda: capture.grab(1))
+        assert marker_pixels(visible.pixels) > 50  # the marker really is on screen
+
+        def hooked_grab() -> Any:
+            guard.before_capture()
+            try:
+                return capture.grab(1)
+            finally:
+                guard.after_capture()
+
+        hidden = grab_on_worker(hooked_grab)
+        assert marker_pixels(hidden.pixels) == 0
+        qtbot.waitUntil(lambda: controller.overlay is not None and controller.overlay.isVisible(), timeout=3000)
+        qtbot.wait(150)
+        again = grab_on_worker(lambda: capture.grab(1))
+        assert marker_pixels(again.pixels) > 50  # shown again after the grab
+        pending.resolve(ApprovalResponse(Decision.STOP))
+        controller.close()
+    finally:
+        capture.close()
+
+
+def test_the_policy_receives_frames_without_the_overlay(qtbot: Any) -> None:
+    capture = MssCapture()
+    guard = WindowGuard(settle_s=0.1)
+    policy = FrameKeepingPolicy()
+    try:
+        controller, pending = show_overlay(qtbot, capture, guard)
+        session = Session(policy, capture, RecordingExecutor(),
+                          ApprovalPolicy("step", lambda r: ApprovalResponse(Decision.STOP)),
+                          SessionLimits(max_steps=3), before_capture=guard.before_capture,
+                          after_capture=guard.after_capture)
+        result = grab_on_worker(lambda: session.run("look at the screen"))
+        assert result.status is State.FINISHED
+        assert len(policy.frames) == 1
+        assert marker_pixels(policy.frames[0].pixels) == 0
+        assert guard.hide_count == 1  # the overlay was visible and got hidden for the grab
+        assert controller.overlay is not None and controller.overlay.isVisible()
+        pending.resolve(ApprovalResponse(Decision.STOP))
+        controller.close()
+    finally:
+        capture.close()

@@ -1,0 +1,136 @@
+"""The settings dialog (built from the schema, per-field errors, atomic save, keychain choice) and the
+history window (episodes from disk, frame with the action drawn on it, plain-text model output)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLabel, QLineEdit, QSpinBox
+
+from holodesk.core.actions import Click, Point, Type
+from holodesk.core.geometry import point_to_frame_pixel
+from holodesk.session.loop import State
+from holodesk.settings import Settings, load_settings
+from holodesk.ui.settings_dialog import GROUPS, SettingsDialog
+from tests.ui.conftest import reply, wait_finished, wait_overlay
+
+pytestmark = pytest.mark.gui
+
+
+@pytest.fixture
+def dialog(qtbot: Any, tmp_path: Path) -> SettingsDialog:
+    d = SettingsDialog(Settings(data_dir=tmp_path / "data"), path=tmp_path / "config" / "settings.toml")
+    qtbot.addWidget(d)
+    return d
+
+
+def test_editors_come_from_the_schema(dialog: SettingsDialog) -> None:
+    kinds = {"precision": QComboBox, "policy": QComboBox, "approval": QComboBox, "reasoning": QCheckBox,
+             "max_steps": QSpinBox, "max_images": QSpinBox, "monitor": QSpinBox,
+             "autopilot_countdown_s": QDoubleSpinBox, "endpoint": QLineEdit, "model": QLineEdit,
+             "hotkey_palette": QLineEdit, "hotkey_stop": QLineEdit, "data_dir": QLineEdit}
+    for name, cls in kinds.items():
+        assert isinstance(dialog.fields[name].editor, cls), name
+    shown = [n for _, names in GROUPS for n in names]
+    assert set(shown) == set(Settings.model_fields) - {"schema_version"}
+    for name in shown:
+        assert dialog.fields[name].editor.toolTip() == Settings.model_fields[name].description
+    precision = dialog.fields["precision"].editor
+    assert isinstance(precision, QComboBox)
+    assert [precision.itemText(i) for i in range(precision.count())] == ["bf16", "8bit", "4bit"]
+    steps = dialog.fields["max_steps"].editor
+    assert isinstance(steps, QSpinBox) and (steps.minimum(), steps.maximum()) == (1, 1000)
+
+
+def test_bad_value_gets_a_message_next_to_its_field(dialog: SettingsDialog, tmp_path: Path) -> None:
+    endpoint = dialog.fields["endpoint"].editor
+    assert isinstance(endpoint, QLineEdit)
+    endpoint.setText("ftp://gpu-box:8000")
+    hotkey = dialog.fields["hotkey_stop"].editor
+    assert isinstance(hotkey, QLineEdit)
+    hotkey.setText("<ctrl>+<nokey>+x")
+    assert dialog.save() is False
+    error = dialog.fields["endpoint"].error
+    assert not error.isHidden() and "http://" in error.text()
+    assert not dialog.fields["hotkey_stop"].error.isHidden()
+    assert dialog.fields["model"].error.isHidden()
+    assert not (tmp_path / "config" / "settings.toml").exists()
+
+
+def test_save_writes_the_file_and_loads_back(dialog: SettingsDialog, tmp_path: Path) -> None:
+    steps = dialog.fields["max_steps"].editor
+    assert isinstance(steps, QSpinBox)
+    steps.setValue(12)
+    reasoning = dialog.fields["reasoning"].editor
+    assert isinstance(reasoning, QCheckBox)
+    reasoning.setChecked(True)
+    precision = dialog.fields["precision"].editor
+    assert isinstance(precision, QComboBox)
+    precision.setCurrentIndex(precision.findData("4bit"))
+    saved: list[Settings] = []
+    dialog.saved.connect(saved.append)
+    assert dialog.save() is True
+    path = tmp_path / "config" / "settings.toml"
+    assert path.exists() and not list(path.parent.glob(".settings-*"))  # no temp file left behind
+    loaded = load_settings()  # HOLODESK_CONFIG points at this file (ui_env)
+    assert (loaded.max_steps, loaded.reasoning, loaded.precision) == (12, True, "4bit")
+    assert saved and saved[0].max_steps == 12
+
+
+def test_api_key_without_a_keychain_offers_the_choice(dialog: SettingsDialog, monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    import keyring
+
+    from holodesk import secrets
+
+    monkeypatch.setattr(keyring, "get_keyring", lambda: __import__("keyring.backends.fail",
+                                                                    fromlist=["Keyring"]).Keyring())
+    endpoint = dialog.fields["endpoint"].editor
+    assert isinstance(endpoint, QLineEdit)
+    endpoint.setText("http://gpu-box:8000/v1")
+    dialog.api_key.setText("sk-test-123")
+    dialog.save()
+    assert not dialog.key_error.isHidden()
+    assert "session only" in dialog.key_error.text()
+    assert "sk-test-123" not in dialog.key_error.text()
+    assert not dialog.session_key_button.isHidden()
+    dialog.session_key_button.click()
+    assert secrets.resolve_api_key("http://gpu-box:8000/v1") == ("sk-test-123", "session")
+    secrets.set_session_api_key("http://gpu-box:8000/v1", None)
+
+
+def test_history_shows_steps_frames_and_plain_model_text(qtbot: Any, make_app: Any) -> None:
+    html_thought = "<b>bold?</b> click it"
+    kit = make_app([reply(Click(Point(250, 600)), thought=html_thought), Type("abc")])
+    kit.app.start_task("history task")
+    qtbot.keyClick(wait_overlay(qtbot, kit.app), Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: kit.app.approval.pending is not None and kit.app.approval.pending.request.step == 1,
+                    timeout=10000)
+    qtbot.keyClick(kit.app.approval.overlay, Qt.Key.Key_S)
+    result = wait_finished(qtbot, kit.app)
+    assert result.status is State.FINISHED
+
+    window = kit.app.open_history()
+    qtbot.addWidget(window)
+    assert window.episode_list.count() == 1
+    assert "history task" in window.episode_list.item(0).text()
+    assert window.step_list.count() == 3  # click, type (skipped), done
+    assert "click · approve · performed" in window.step_list.item(0).text()
+    assert "type · skip" in window.step_list.item(1).text()
+    window.step_list.setCurrentRow(0)
+    details = window.details.toPlainText()
+    assert f"Thought: {html_thought}" in details
+    assert "Decision: approve (by user)" in details and "Result: performed" in details
+    assert "Timings (ms): capture" in details
+    assert window.raw.toPlainText() == reply(Click(Point(250, 600)), thought=html_thought)
+    for label in window.findChildren(QLabel):
+        assert label.textFormat() in (Qt.TextFormat.PlainText, Qt.TextFormat.AutoText)
+    assert window.header.textFormat() == Qt.TextFormat.PlainText
+    image = window.current_image
+    assert image is not None and (image.width(), image.height()) == (1920, 1080)
+    px, py = point_to_frame_pixel(kit.executor.calls[0].frame, Point(250, 600))
+    assert image.pixelColor(px, py).name() == "#ff00cc"  # the mark sits on the action's frame pixel
+    assert image.pixelColor(20, 20).name() == "#282c34"  # the frame itself elsewhere

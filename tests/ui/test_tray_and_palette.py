@@ -1,0 +1,139 @@
+"""Tray icon and menu follow the session; the palette starts tasks; worker errors become notifications."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QSystemTrayIcon
+
+from holodesk.core.actions import Click, Point
+from holodesk.errors import ModelLoadError
+from holodesk.session.loop import State
+from holodesk.ui.icons import Status, status_icon
+from tests.ui.conftest import wait_finished, wait_overlay
+
+pytestmark = pytest.mark.gui
+
+MENU = ["New task...", "Pause autopilot", "Stop", "Mode", "", "Settings...", "History...", "Open logs", "",
+        "Quit"]
+
+
+def menu_texts(app: Any) -> list[str]:
+    return [a.text() if not a.isSeparator() else "" for a in app.tray.menu.actions()]
+
+
+def test_tray_exists_with_the_full_menu(make_app: Any) -> None:
+    assert QSystemTrayIcon.isSystemTrayAvailable()  # trayer is running
+    kit = make_app([])
+    app = kit.app
+    assert app.tray is not None and app.window is None
+    assert app.tray.icon.isVisible()
+    assert app.tray.icon.contextMenu() is app.tray.menu
+    assert menu_texts(app) == MENU
+    assert [a.text() for a in app.actions.mode_menu.actions()] == ["Step by step", "Autopilot"]
+
+
+def test_icon_and_menu_follow_the_session_states(qtbot: Any, make_app: Any) -> None:
+    kit = make_app([Click(Point(400, 400))])
+    app = kit.app
+    seen: list[Status] = []
+    app.status_changed.connect(seen.append)
+    assert app.tray.status is Status.IDLE and not app.actions.stop.isEnabled()
+    app.start_task("click once")
+    overlay = wait_overlay(qtbot, app)
+    assert app.tray.status is Status.AWAITING
+    assert app.tray.icon.icon().cacheKey() == status_icon(Status.AWAITING).cacheKey()
+    assert "Waiting for your approval" in app.tray.icon.toolTip()
+    assert app.actions.stop.isEnabled() and not app.actions.new_task.isEnabled()
+    qtbot.keyClick(overlay, Qt.Key.Key_Return)
+    assert wait_finished(qtbot, app).status is State.FINISHED
+    assert Status.THINKING in seen and Status.ACTING in seen
+    assert seen.index(Status.THINKING) < seen.index(Status.AWAITING) < seen.index(Status.ACTING)
+    assert app.tray.status is Status.IDLE
+    assert app.tray.icon.icon().cacheKey() == status_icon(Status.IDLE).cacheKey()
+    qtbot.waitUntil(lambda: not app.actions.stop.isEnabled() and app.actions.new_task.isEnabled(), timeout=3000)
+
+
+def test_failed_run_shows_error_icon_and_a_notification(qtbot: Any, make_app: Any) -> None:
+    kit = make_app([Click(Point(10, 10))], end=False)  # script ends without Done -> policy error
+    app = kit.app
+    app.start_task("run out of script")
+    qtbot.keyClick(wait_overlay(qtbot, app), Qt.Key.Key_Return)
+    assert wait_finished(qtbot, app).status is State.FAILED
+    assert app.tray.status is Status.ERROR
+    qtbot.waitUntil(lambda: any(n.level == "error" for n in app.notifier.history), timeout=3000)
+    err = [n for n in app.notifier.history if n.level == "error"][-1]
+    assert "script exhausted" in err.text
+
+
+def test_worker_exception_reaches_the_user(qtbot: Any, make_app: Any) -> None:
+    kit = make_app([])
+
+    def broken_policy(settings: Any, progress: Any) -> Any:
+        progress("Loading weights", 0.5)
+        raise ModelLoadError("weights file is truncated", hint="Download the checkpoint again.")
+
+    kit.app.policy_factory = broken_policy
+    kit.app.start_task("anything")
+    qtbot.waitUntil(lambda: any(n.level == "error" for n in kit.app.notifier.history), timeout=10000)
+    err = [n for n in kit.app.notifier.history if n.level == "error"][-1]
+    assert err.title == "The task could not run"
+    assert err.text == "weights file is truncated" and err.details == "Download the checkpoint again."
+    assert kit.app.tray.status is Status.ERROR
+    qtbot.waitUntil(lambda: not kit.app.runner.running, timeout=5000)
+
+
+def test_tray_stop_stops_a_pending_approval(qtbot: Any, make_app: Any) -> None:
+    kit = make_app([Click(Point(400, 400))])
+    kit.app.start_task("click once")
+    wait_overlay(qtbot, kit.app)
+    kit.app.actions.stop.trigger()
+    assert wait_finished(qtbot, kit.app).status is State.STOPPED
+    assert kit.executor.calls == []
+    qtbot.waitUntil(lambda: kit.app.approval.overlay is None or not kit.app.approval.overlay.isVisible(),
+                    timeout=3000)
+
+
+def test_mode_and_pause_from_the_menu(make_app: Any) -> None:
+    kit = make_app([])
+    app, a = kit.app, kit.app.actions
+    assert app.approval_policy.mode == "step" and a.mode_step.isChecked() and not a.pause.isEnabled()
+    a.mode_auto.trigger()
+    assert app.approval_policy.mode == "auto" and a.mode_auto.isChecked() and a.pause.isEnabled()
+    a.pause.trigger()
+    assert app.approval_policy.paused and a.pause.text() == "Resume autopilot"
+    a.pause.trigger()
+    assert not app.approval_policy.paused and a.pause.text() == "Pause autopilot"
+    a.mode_step.trigger()
+    assert app.approval_policy.mode == "step" and not a.pause.isEnabled()
+
+
+def test_palette_starts_the_typed_task(qtbot: Any, make_app: Any) -> None:
+    kit = make_app([Click(Point(400, 400))])
+    app = kit.app
+    app.actions.new_task.trigger()
+    qtbot.waitUntil(app.palette.isVisible, timeout=3000)
+    qtbot.keyClick(app.palette.input, Qt.Key.Key_Return)  # empty: nothing starts
+    assert not app.runner.running and app.palette.isVisible()
+    qtbot.keyClicks(app.palette.input, "open the settings page")
+    qtbot.keyClick(app.palette.input, Qt.Key.Key_Return)
+    assert not app.palette.isVisible()
+    overlay = wait_overlay(qtbot, app)
+    qtbot.keyClick(overlay, Qt.Key.Key_Return)
+    result = wait_finished(qtbot, app)
+    assert result.status is State.FINISHED
+    start = json.loads((result.episode_path / "episode.jsonl").read_text().splitlines()[0])
+    assert start["task"] == "open the settings page"
+    assert len(kit.executor.calls) == 1
+
+
+def test_palette_escape_closes_without_a_task(qtbot: Any, make_app: Any) -> None:
+    kit = make_app([])
+    kit.app.open_palette()
+    qtbot.waitUntil(kit.app.palette.isVisible, timeout=3000)
+    qtbot.keyClicks(kit.app.palette.input, "never mind")
+    qtbot.keyClick(kit.app.palette.input, Qt.Key.Key_Escape)
+    assert not kit.app.palette.isVisible() and not kit.app.runner.running
