@@ -130,7 +130,8 @@ class Session:
         before_capture / after_capture: hooks around each grab (the UI hides its overlay there, F13).
         meta: extra fields for the episode's start record.
         stop_event: the event :meth:`request_stop` sets; pass the executor's own stop event so that a
-            stop also ends an action that is waiting (e.g. ``wait``).
+            stop also ends an action that is waiting (e.g. ``wait``). The wall-time cap sets it too, so
+            ``limits.max_wall_s`` bounds a running action and a pending approval, not only step starts.
     """
 
     def __init__(
@@ -161,6 +162,7 @@ class Session:
         self.state = State.IDLE
         self._listeners: list[Listener] = []
         self._stop = stop_event if stop_event is not None else threading.Event()
+        self._deadline_hit = threading.Event()
         self._lock = threading.Lock()
         self.recorder: EpisodeRecorder | None = None
 
@@ -190,14 +192,22 @@ class Session:
         self.state = state
         self._emit("state", step, state.value)
 
+    def _wall_cap_reason(self) -> str:
+        return f"reached the wall-time cap ({self.limits.max_wall_s:g} s) without finishing"
+
+    def _on_deadline(self) -> None:
+        """Timer callback at the wall-time cap: end whatever is running (F09). The stop event is shared
+        with the executor (a running ``wait`` ends) and the UI (a pending approval is answered STOP)."""
+        self._deadline_hit.set()
+        self._stop.set()
+
     def _check_limits(self, step: int, started: float) -> None:
+        if self._deadline_hit.is_set() or time.monotonic() - started > self.limits.max_wall_s:
+            raise _Stop(State.FAILED, self._wall_cap_reason())
         if self._stop.is_set():
             raise _Stop(State.STOPPED, "stopped by user")
         if step >= self.limits.max_steps:
             raise _Stop(State.FAILED, f"reached the step cap ({self.limits.max_steps} steps) without finishing")
-        elapsed = time.monotonic() - started
-        if elapsed > self.limits.max_wall_s:
-            raise _Stop(State.FAILED, f"reached the wall-time cap ({self.limits.max_wall_s:g} s) without finishing")
 
     # ----------------------------------------------------------------- the loop
     def run(self, task: str) -> EpisodeResult:
@@ -211,7 +221,19 @@ class Session:
             raise ValueError("the task is empty: say what Holodesk should do")
         with self._lock:
             self._stop.clear()
-            return self._run_locked(task.strip())
+            self._deadline_hit.clear()
+            # The wall-time cap is hard (F09): a timer ends a long action or a pending approval too,
+            # not only the next step boundary.
+            cap = self.limits.max_wall_s
+            timer = threading.Timer(cap, self._on_deadline) if 0 < cap < 10**7 else None
+            if timer is not None:
+                timer.daemon = True
+                timer.start()
+            try:
+                return self._run_locked(task.strip())
+            finally:
+                if timer is not None:
+                    timer.cancel()
 
     def _run_locked(self, task: str) -> EpisodeResult:
         started = time.monotonic()
@@ -351,6 +373,8 @@ class Session:
                                            "performed" if outcome.ok else f"failed: {outcome.message}"))
                 step += 1
         except _Stop as stop:
+            if stop.status is State.STOPPED and self._deadline_hit.is_set():
+                stop = _Stop(State.FAILED, self._wall_cap_reason())  # the cap stopped it, not the user
             result = EpisodeResult(stop.status, stop.reason, stop.answer, step + (stop.status is State.FINISHED))
         except KeyboardInterrupt:
             result = EpisodeResult(State.STOPPED, "interrupted by the user (Ctrl+C)", None, step)
