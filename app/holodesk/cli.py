@@ -131,11 +131,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not 1 <= settings.monitor <= len(monitors):
         raise HolodeskError(f"monitor {settings.monitor} does not exist; this display has {len(monitors)}",
                             hint="Run 'holodesk doctor' to list the monitors.")
-    move_away = getattr(executor, "move_pointer_out_of_corner", None)
-    if callable(move_away):
-        moved = move_away()
-        if moved is not None:
-            print(f"The pointer sat in a screen corner (the fail-safe stop); moved it to ({moved.x}, {moved.y}).")
     policy = build_policy(settings, script=args.script)
     approver = TerminalApprover(sys.stdin, sys.stdout)
     session = Session(
@@ -184,7 +179,8 @@ def _print_event(event: Any) -> None:
     elif event.kind == "result":
         print(f"[step {event.step}] {event.data['result'].status}: {event.message}")
     elif event.kind in ("warning", "error"):
-        print(f"[step {event.step}] warning: {event.message}")
+        where = f"[step {event.step}] " if event.step >= 0 else ""
+        print(f"{where}warning: {event.message}")
 
 
 class TerminalApprover:

@@ -19,6 +19,9 @@ class ActionResult:
         message: plain-words detail ("clicked at (960, 540)", "pointer clamped at (0, 0)").
         details: structured details for the episode record (input points, paste method, ...).
         duration_ms: wall time spent performing it.
+        verified: False when the action was sent but its effect could not be checked (a clipboard
+            paste: F15); the session then tells the user and the model instead of assuming success.
+            None when no such doubt applies.
     """
 
     ok: bool
@@ -26,6 +29,7 @@ class ActionResult:
     message: str = ""
     details: dict[str, Any] = field(default_factory=dict)
     duration_ms: float = 0.0
+    verified: bool | None = None
 
 
 class Executor(Protocol):

@@ -227,8 +227,10 @@ class PyAutoGUIExecutor:
                 log.exception("action %s failed", action.kind)
                 details["error"] = type(exc).__name__
                 status, ok, message = "failed", False, f"{action.kind} failed: {type(exc).__name__}: {exc}"
+        # A paste is sent blind: whether the target took it cannot be observed (F15).
+        verified = False if ok and details.get("typing_method") == "clipboard" else None
         return ActionResult(ok=ok, status=status, message=message, details=details,
-                            duration_ms=(time.perf_counter() - t0) * 1000.0)
+                            duration_ms=(time.perf_counter() - t0) * 1000.0, verified=verified)
 
     def _perform(self, action: Action, frame: Frame, details: dict[str, Any]) -> str:
         if isinstance(action, (Answer, Done)):

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from holodesk.core.risk import is_terminal
 from holodesk.errors import ActionError, DisplayError
 
 log = logging.getLogger(__name__)
@@ -36,13 +37,6 @@ XK_TAB = 0xFF09
 XK_RETURN = 0xFF0D
 XK_SHIFT_L = 0xFFE1
 UNICODE_KEYSYM_OFFSET = 0x01000000
-
-TERMINAL_CLASSES = (
-    "xterm", "uxterm", "terminal", "konsole", "terminator", "alacritty", "kitty", "tilix", "urxvt",
-    "rxvt", "wezterm", "foot", "st-256color", "terminology", "guake", "yakuake", "termite",
-)
-"""Substrings of WM_CLASS (lower case) that identify terminal emulators (they paste with Ctrl+Shift+V)."""
-
 
 def char_to_keysym(ch: str) -> int:
     """X11 keysym for one character.
@@ -249,11 +243,10 @@ class X11KeysymTyper:
 
 
 def is_terminal_class(wm_class: str | None) -> bool:
-    """True when an X11 WM_CLASS string names a terminal emulator (see :data:`TERMINAL_CLASSES`)."""
-    if not wm_class:
-        return False
-    low = wm_class.lower()
-    return any(name in low for name in TERMINAL_CLASSES)
+    """True when an X11 WM_CLASS string names a terminal emulator. The same classifier as the risk
+    assessment (:func:`holodesk.core.risk.is_terminal`), so a window whose keys need approval as a
+    terminal also gets the terminal paste chord."""
+    return is_terminal(wm_class)
 
 
 def default_paste_chord(platform: str | None = None, target_class: str | None = None) -> tuple[str, ...]:

@@ -250,6 +250,7 @@ class Session:
                  "mode": self.approval.mode, "limits": self.limits.__dict__, **self.meta},
             )
         result: EpisodeResult
+        self._clear_failsafe_corner()
         try:
             while True:
                 self._check_limits(step, started)
@@ -363,14 +364,19 @@ class Session:
                 outcome = self._execute(action, frame)
                 timings["execute"] = outcome.duration_ms
                 record.update(result={"ok": outcome.ok, "status": outcome.status, "message": outcome.message,
-                                      "details": outcome.details}, timings_ms=timings)
+                                      "verified": outcome.verified, "details": outcome.details},
+                              timings_ms=timings)
                 self._write(record)
                 self._emit("result", step, outcome.message, result=outcome)
                 if outcome.status == "stopped_by_user":
                     raise _Stop(State.STOPPED, f"stopped by user: {outcome.message}")
+                said = "performed" if outcome.ok else f"failed: {outcome.message}"
+                if outcome.ok and outcome.verified is False:  # F15: never reported as a sure success
+                    said = f"sent but not verified: {outcome.message}"
+                    self._emit("warning", step, f"Could not verify that the action worked: {outcome.message}. "
+                               "Check the screen.")
                 history.append(HistoryStep(step, frame, action, proposal.thought, proposal.note,
-                                           proposal.raw_text,
-                                           "performed" if outcome.ok else f"failed: {outcome.message}"))
+                                           proposal.raw_text, said))
                 step += 1
         except _Stop as stop:
             if stop.status is State.STOPPED and self._deadline_hit.is_set():
@@ -393,6 +399,22 @@ class Session:
         self._emit("state", step, result.status.value)
         return result
 
+    def _clear_failsafe_corner(self) -> None:
+        """F12: a pointer already resting in a fail-safe corner would stop the first action. Executors
+        that can (``move_pointer_out_of_corner``) move it away; the user is told. Done here, once per
+        run, so the CLI and the desktop app behave the same."""
+        move_away = getattr(self.executor, "move_pointer_out_of_corner", None)
+        if not callable(move_away):
+            return
+        try:
+            moved = move_away()
+        except HolodeskError as exc:  # no display: the first capture reports it properly
+            log.warning("could not check the pointer for the fail-safe corner: %s", exc)
+            return
+        if moved is not None:
+            self._emit("warning", -1, "The pointer sat in a screen corner (the fail-safe stop signal); moved it "
+                       f"to ({moved.x}, {moved.y}) before the first action.", pointer=[moved.x, moved.y])
+
     def _execute(self, action: Action, frame: Frame) -> ActionResult:
         t0 = time.perf_counter()
         try:
@@ -401,7 +423,7 @@ class Session:
             outcome = ActionResult(False, "failed", str(exc))
         if not outcome.duration_ms:
             outcome = ActionResult(outcome.ok, outcome.status, outcome.message, outcome.details,
-                                   (time.perf_counter() - t0) * 1000)
+                                   (time.perf_counter() - t0) * 1000, outcome.verified)
         return outcome
 
     def _write(self, record: dict[str, Any]) -> None:
