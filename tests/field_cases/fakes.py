@@ -29,6 +29,7 @@ from holodesk.capture.fake import FakeCapture
 from holodesk.control.base import Executor
 from holodesk.control.recording import RecordingExecutor
 from holodesk.core.geometry import Frame, InputPoint, Monitor
+from holodesk.policy.base import Observation, Proposal
 from holodesk.policy.scripted import ScriptedPolicy
 from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision
 from holodesk.session.loop import Session, SessionEvent, SessionLimits
@@ -134,12 +135,24 @@ class FakeFocusProbe:
         return self.wm_class
 
 
+class SpyScriptedPolicy(ScriptedPolicy):
+    """The real ScriptedPolicy, also recording each observation (task, frame, history) it was given."""
+
+    def __init__(self, replies: Sequence[str | dict[str, Any]]) -> None:
+        super().__init__(list(replies))
+        self.observations: list[Observation] = []
+
+    def propose(self, observation: Observation) -> Proposal:
+        self.observations.append(observation)
+        return super().propose(observation)
+
+
 @dataclass
 class Run:
     """A session wired from real parts, with everything it emitted."""
 
     session: Session
-    policy: ScriptedPolicy
+    policy: SpyScriptedPolicy
     capture: Any
     executor: Any
     approver: SpyApprover
@@ -159,8 +172,9 @@ def make_run(
     limits: SessionLimits | None = None,
     **session_kw: Any,
 ) -> Run:
-    """A real Session with a ScriptedPolicy (real parser) over ``replies``."""
-    policy = ScriptedPolicy(list(replies))
+    """A real Session with a ScriptedPolicy (real parser) over ``replies`` (a SpyScriptedPolicy, which
+    also keeps every observation it was given)."""
+    policy = SpyScriptedPolicy(list(replies))
     spy = approver or SpyApprover()
     ex = executor if executor is not None else RecordingExecutor()
     session = Session(policy, capture, ex, ApprovalPolicy(mode, spy), limits or SessionLimits(), **session_kw)
