@@ -1,0 +1,765 @@
+"""``holodesk bench``: speed and memory of the local Holotron runtime on this machine, against its floors.
+
+What it measures (issue 4), all on the current device, in one process:
+
+* floors: device-to-device copy bandwidth (bytes read + written / time, 2 x 1 GiB buffers), bf16 matmul
+  rate (8192^3 on random data), weight bytes per part, FLOPs per stage (linear layers: 2 x params x
+  tokens; attention: 4 x tokens^2 x width per layer, halved when causal; the Mamba scan is left out: about
+  1% of the linear FLOPs at Holotron's sizes);
+* per frame size (1280x720, 1920x1080, 2560x1440; one screenshot, a ``--prompt-tokens`` text prompt and
+  a fixed ``--reply-tokens`` reply): preprocessing (tiling on the CPU), vision (RADIO + ``mlp1``),
+  prefill (chunked, static cache), decode (captured CUDA graphs), TTFA = their sum, peak memory over
+  the weights;
+* history: cold TTFA and peak memory with 1, 3 and 8 screenshots in the prompt, and an episode of 8 steps
+  with incremental prefill (each step appends the last reply and a new screenshot);
+* stock baseline: transformers ``generate()`` (same kernels) at 1080p: prefill (1 token) and decode
+  ms/token ((t(N) - t(1)) / (N - 1)), and the fast path's greedy-token agreement / logit error against it;
+* which kernels are live (:func:`holodesk.policy.holotron.kernels.kernel_report`);
+* optional ``--quant 8bit,4bit``: bitsandbytes LM linears, vision and projector in bf16, with logit
+  error and greedy agreement against bf16 next to speed and whole-model memory.
+
+Weights are seeded random draws (speed and memory do not depend on their values) unless ``--checkpoint``
+names a folder. ``--device cpu --tiny`` runs a tiny model in seconds (CI smoke test). Results are printed
+as a table and written as JSON (``--json``).
+
+Timings use ``torch.cuda.synchronize`` around each timed region (events would not include host work such as
+tiling) after a warm-up; every figure is the median of ``--repeats`` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+GiB = 1024**3
+
+FULL_TEXT_CONFIG: dict[str, Any] = {
+    # Nemotron-H 12B as in docs/holotron.md (Architecture, item 3).
+    "vocab_size": 131072,
+    "hidden_size": 5120,
+    "hybrid_override_pattern": "M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M-",
+    "intermediate_size": 20480,
+    "mlp_hidden_act": "relu2",
+    "num_attention_heads": 40,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "mamba_num_heads": 128,
+    "mamba_head_dim": 80,
+    "ssm_state_size": 128,
+    "n_groups": 8,
+    "conv_kernel": 4,
+    "expand": 2,
+    "chunk_size": 128,
+    "mamba_hidden_act": "silu",
+    "layer_norm_epsilon": 1e-5,
+    "tie_word_embeddings": False,
+    "use_bias": False,
+    "use_conv_bias": True,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 0,
+}
+FULL_VISION_CONFIG: dict[str, Any] = {
+    # C-RADIO v2.5-H (ViT-H/16): 32 blocks, width 1280, 16 heads, MLP 5120; 8 prefix tokens (assumed).
+    "hidden_size": 1280,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 16,
+    "mlp_ratio": 4.0,
+    "hidden_act": "gelu",
+    "layer_norm_eps": 1e-6,
+    "qkv_bias": True,
+    "patch_size": 16,
+    "image_size": 512,
+    "max_img_size": 2048,
+    "num_cls_tokens": 2,
+    "num_registers": 6,
+    "summary_idxs": [0, 1],
+    "video_temporal_patch_size": 2,
+}
+TINY_TEXT_CONFIG: dict[str, Any] = {
+    **FULL_TEXT_CONFIG,
+    "vocab_size": 512, "hidden_size": 64, "hybrid_override_pattern": "M*-M-M*-", "intermediate_size": 128,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "mamba_num_heads": 8,
+    "mamba_head_dim": 16, "ssm_state_size": 16, "n_groups": 2, "chunk_size": 64,
+}
+TINY_VISION_CONFIG: dict[str, Any] = {
+    **FULL_VISION_CONFIG, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "max_img_size": 512,
+}
+IMAGE_TOKEN_ID = 8  # stand-in id of <image> for random-weight runs (any id inside the vocabulary works)
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="holodesk bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    p.add_argument("--tiny", action="store_true", help="tiny random model (CPU smoke test)")
+    p.add_argument("--dtype", choices=["bfloat16", "float32"], default=None,
+                   help="model dtype (default: bfloat16 on CUDA, float32 on CPU)")
+    p.add_argument("--pattern", default=None, help="override the LM block pattern (reduced depth), e.g. 'M*-M-'")
+    p.add_argument("--checkpoint", type=Path, default=None, help="real checkpoint folder instead of random weights")
+    p.add_argument("--sizes", default="1280x720,1920x1080,2560x1440")
+    p.add_argument("--history", default="1,3,8", help="screenshots in the prompt for the history runs")
+    p.add_argument("--history-size", default="1920x1080", help="frame size of the history, episode and stock runs")
+    p.add_argument("--episode-steps", type=int, default=8, help="steps of the incremental-prefill episode (0: skip)")
+    p.add_argument("--prompt-tokens", type=int, default=300)
+    p.add_argument("--reply-tokens", type=int, default=40)
+    p.add_argument("--step-text-tokens", type=int, default=30, help="text tokens around each history screenshot")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--chunk", type=int, default=2048, help="prefill chunk in tokens")
+    p.add_argument("--bucket", type=int, default=2048, help="decode attention window granularity in tokens")
+    p.add_argument("--impl", choices=["dispatch", "torch"], default="dispatch")
+    p.add_argument("--compile", action="store_true", help="torch.compile the decode step (impl=torch)")
+    p.add_argument("--no-graphs", action="store_true", help="decode eagerly (no CUDA graphs)")
+    p.add_argument("--no-stock", action="store_true", help="skip the stock generate() baseline")
+    p.add_argument("--no-floors", action="store_true")
+    p.add_argument("--quant", default="", help="comma list of 8bit,4bit (bitsandbytes, CUDA only)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path, default=None, help="write the result here")
+    return p.parse_args(argv)
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def _sync(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _time(fn: Callable[[], Any], device: Any, repeats: int, warmup: int = 1) -> tuple[float, list[float], Any]:
+    """Median wall ms of ``fn`` (synchronised before and after), all samples, last result."""
+    result = None
+    for _ in range(warmup):
+        result = fn()
+    samples = []
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        result = fn()
+        _sync(device)
+        samples.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(samples), samples, result
+
+
+def _mem(device: Any) -> int:
+    import torch
+
+    return int(torch.cuda.memory_allocated(device)) if device.type == "cuda" else 0
+
+
+def _reset_peak(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _peak(device: Any) -> int:
+    import torch
+
+    return int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else 0
+
+
+def _param_bytes(module: Any) -> int:
+    total = 0
+    for t in [*module.parameters(), *module.buffers()]:
+        total += t.numel() * t.element_size()
+    return int(total)
+
+
+def _linear_params(module: Any) -> int:
+    """Multiply-accumulate weights of the linear layers under ``module`` (quantised ones included)."""
+    n = 0
+    for m in module.modules():
+        w = getattr(m, "weight", None)
+        if w is not None and hasattr(m, "in_features") and hasattr(m, "out_features"):
+            n += int(m.in_features) * int(m.out_features)
+    return n
+
+
+# ---------------------------------------------------------------------------------------------- model
+def build_random_model(tiny: bool, device: Any, dtype: Any, seed: int, pattern: str | None = None) -> Any:
+    """Holotron-shaped ``NemotronH_Omni_Reasoning_V3`` with seeded random weights, built on ``device``."""
+    import torch
+    from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3, NemotronH_Omni_Reasoning_V3_Config
+
+    text = dict(TINY_TEXT_CONFIG if tiny else FULL_TEXT_CONFIG)
+    if pattern:
+        text["hybrid_override_pattern"] = pattern
+    vision = dict(TINY_VISION_CONFIG if tiny else FULL_VISION_CONFIG)
+    config = NemotronH_Omni_Reasoning_V3_Config(
+        vision_config=vision,
+        text_config=text,
+        audio_config=None,
+        vision_hidden_size=vision["hidden_size"],
+        projector_hidden_size=4 * text["hidden_size"] if tiny else 20480,
+        downsample_ratio=0.5,
+        force_image_size=512,
+        image_token_id=IMAGE_TOKEN_ID,
+        video_temporal_patch_size=2,
+    )
+    for part in (config, config.text_config, config.vision_config):
+        part._attn_implementation = "sdpa"  # type: ignore[union-attr]
+    torch.manual_seed(seed)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = NemotronH_Omni_Reasoning_V3(config)
+    finally:
+        torch.set_default_dtype(previous)
+    model = model.to(dtype).eval()
+    with torch.no_grad():  # keep the residual stream bounded through 62 random blocks
+        for name, p in model.language_model.named_parameters():
+            if name.endswith(("out_proj.weight", "o_proj.weight", "down_proj.weight")):
+                p.mul_(0.5)
+    return model
+
+
+def _vision_encode(model: Any, tiles: Any) -> Any:
+    """RADIO features -> pixel shuffle -> mlp1 for ``tiles [n, 3, 512, 512]``; returns ``[n*256, H]``."""
+    import torch
+
+    side = tiles.shape[-1] // model.config.vision_config.patch_size
+    with torch.no_grad():
+        features = model.vision_model(tiles).features
+        projected = model.project_vision_features(features, side, side)
+    return projected.reshape(-1, projected.shape[-1])
+
+
+def _tiles_for(width: int, height: int, device: Any, dtype: Any, gen: Any) -> tuple[Any, float]:
+    """Tile a random uint8 frame of ``width x height`` (CPU, helper-3's tiling) and move to ``device``.
+
+    Returns (tiles ``[n, 3, 512, 512]`` in ``dtype`` on ``device``, CPU preprocessing ms).
+    """
+    import numpy as np
+
+    from holodesk.policy.holotron.tiling import preprocess_pixels
+
+    rng = np.random.default_rng(int(gen))
+    frame = rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+    t0 = time.perf_counter()
+    tiles, _grid = preprocess_pixels(frame, mean=(0.48145466, 0.4578275, 0.40821073),
+                                     std=(0.26862954, 0.26130258, 0.27577711))
+    tiles = tiles.to(device=device, dtype=dtype, non_blocking=True)
+    _sync(device)
+    return tiles, (time.perf_counter() - t0) * 1e3
+
+
+class _Prompt:
+    """Token ids + embeddings of a prompt: text blocks and screenshot blocks (``<image>`` x 256 per tile)."""
+
+    def __init__(self, model: Any, vocab: int, seed: int) -> None:
+        self.model = model
+        self.vocab = vocab
+        self.seed = seed
+        self.ids: list[int] = []
+        self.keys: list[int] = []
+        self.parts: list[Any] = []  # embeddings per block
+
+    def text(self, n: int, salt: int) -> None:
+        import torch
+
+        gen = torch.Generator().manual_seed(self.seed * 1000003 + salt)
+        ids = torch.randint(16, self.vocab, (n,), generator=gen)
+        self.add_ids(ids.tolist())
+
+    def add_ids(self, ids: list[int]) -> None:
+        import torch
+
+        emb = self.model.get_input_embeddings()
+        device = emb.weight.device
+        with torch.no_grad():
+            self.parts.append(emb(torch.tensor(ids, device=device)))
+        self.ids += ids
+        self.keys += ids
+
+    def image(self, embeds: Any, image_key: int) -> None:
+        n = int(embeds.shape[0])
+        self.ids += [IMAGE_TOKEN_ID] * n
+        self.keys += [(image_key << 20) + i + (1 << 40) for i in range(n)]
+        self.parts.append(embeds)
+
+    def embeds(self) -> Any:
+        import torch
+
+        return torch.cat(self.parts, dim=0).unsqueeze(0)
+
+
+# ---------------------------------------------------------------------------------------------- floors
+def measure_floors(device: Any) -> dict[str, Any]:
+    """Copy bandwidth (GB/s, read + written) and bf16 matmul rate (TFLOP/s) measured here."""
+    import torch
+
+    if device.type != "cuda":
+        return {"copy_GBps": None, "matmul_TFLOPs": None, "note": "floors are measured on CUDA only"}
+    n = GiB // 2
+
+    def copy_ms() -> float:
+        src = torch.randn(n // 2, device=device, dtype=torch.bfloat16)
+        dst = torch.empty_like(src)
+        return _time(lambda: dst.copy_(src), device, repeats=20, warmup=3)[0]
+
+    def matmul_ms(size: int) -> float:
+        a = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+        b = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+        return _time(lambda: a @ b, device, repeats=10, warmup=3)[0]
+
+    copy_gbps = 2 * n / (copy_ms() / 1e3) / 1e9
+    size = 8192
+    tflops = 2 * size**3 / (matmul_ms(size) / 1e3) / 1e12
+    torch.cuda.empty_cache()
+    return {"copy_GBps": round(copy_gbps, 1), "matmul_TFLOPs": round(tflops, 1),
+            "copy_bytes": 2 * n, "matmul_shape": [size, size, size]}
+
+
+def _flops(model: Any, tokens: int, tiles: int, prior_tokens: int = 0) -> dict[str, float]:
+    """FLOPs of vision (``tiles``), projector and LM prefill of ``tokens`` after ``prior_tokens`` cached."""
+    vcfg = model.config.vision_config
+    tcfg = model.config.text_config
+    v_tokens = (512 // vcfg.patch_size) ** 2 + vcfg.num_cls_tokens + vcfg.num_registers
+    v_lin = _linear_params(model.vision_model)
+    vision = tiles * (2 * v_lin * v_tokens + vcfg.num_hidden_layers * 4 * v_tokens**2 * vcfg.hidden_size)
+    proj = 2 * _linear_params(model.multi_modal_projector) * tiles * 256
+    lm = model.language_model
+    lin = _linear_params(lm.model) + 0  # lm_head only for the last token
+    n_attn = sum(1 for k in lm.config.layers_block_type if k == "full_attention")
+    width = tcfg.num_attention_heads * tcfg.head_dim
+    attn = n_attn * 4 * width * (tokens * prior_tokens + tokens * tokens / 2)
+    prefill = 2 * lin * tokens + attn + 2 * lm.config.vocab_size * lm.config.hidden_size
+    return {"vision": float(vision), "projector": float(proj), "prefill": float(prefill)}
+
+
+def _decode_bytes(s: Any, length: int) -> int:
+    """Bytes one decode step must read/write at ``length`` tokens in state: LM weights except the embedding
+    table (one row read), valid KV entries, conv + SSM state read and written."""
+    lm = s.lm
+    weights = _param_bytes(lm) - _param_bytes(lm.model.embeddings)
+    row = lm.config.hidden_size * s.dtype.itemsize
+    kv = sum(t.shape[0] * t.shape[1] * t.shape[3] * t.element_size() for t in s.k.values()) * 2 * (length + 1)
+    state = 2 * sum(t.numel() * t.element_size() for t in (*s.conv.values(), *s.ssm.values()))
+    return int(weights + row + kv + state)
+
+
+# ---------------------------------------------------------------------------------------------- runs
+def _fast_step(s: Any, model: Any, prompt: _Prompt, reply: int, device: Any, incremental: bool,
+               snapshot_at: tuple[int, ...] = ()) -> dict[str, Any]:
+    """Prefill + greedy decode of ``reply`` tokens; returns timings (ms) and the tokens."""
+    import torch
+
+    emb = prompt.embeds()
+    _sync(device)
+    t0 = time.perf_counter()
+    logits, report = s.prefill(emb, prompt.keys if incremental else None, snapshot_at=snapshot_at)
+    _sync(device)
+    t1 = time.perf_counter()
+    tokens = s.generate(logits, reply)
+    _sync(device)
+    t2 = time.perf_counter()
+    del emb
+    _ = torch
+    return {"prefill_ms": (t1 - t0) * 1e3, "decode_ms": (t2 - t1) * 1e3,
+            "decode_ms_per_token": (t2 - t1) * 1e3 / max(1, reply - 1), "tokens": tokens[0],
+            "prefill_tokens": report.computed, "reused_tokens": report.reused, "first_logits": logits}
+
+
+def _screenshot(model: Any, width: int, height: int, device: Any, dtype: Any, key: int) -> dict[str, Any]:
+    tiles, pre_ms = _tiles_for(width, height, device, dtype, key)
+    _sync(device)
+    t0 = time.perf_counter()
+    embeds = _vision_encode(model, tiles)
+    _sync(device)
+    return {"embeds": embeds, "tiles": int(tiles.shape[0]), "preprocess_ms": pre_ms,
+            "vision_ms": (time.perf_counter() - t0) * 1e3}
+
+
+def _build_prompt(model: Any, vocab: int, shots: list[Any], args: argparse.Namespace, seed: int,
+                  replies: list[list[int]] | None = None) -> _Prompt:
+    """System/task text, then per screenshot: step text, ``<img>``, image tokens, ``</img>`` (and the
+    reply of that step when it is history)."""
+    p = _Prompt(model, vocab, seed)
+    p.text(args.prompt_tokens, salt=0)
+    for i, shot in enumerate(shots):
+        p.text(args.step_text_tokens, salt=1 + i)
+        p.image(shot["embeds"], image_key=shot["key"])
+        if replies is not None and i < len(replies):
+            p.add_ids(replies[i])
+    p.text(8, salt=999)  # "<SPECIAL_11>Assistant\n<think></think>"
+    return p
+
+
+def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the whole benchmark and return the JSON-able result."""
+    from holodesk.policy.holotron.kernels import kernel_report, prepare_kernels
+
+    prepare_kernels()
+    import torch
+
+    from holodesk.policy.holotron.fast_decode import StaticLM
+
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    if args.dtype:
+        dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
+    result: dict[str, Any] = {
+        "command": "holodesk bench " + " ".join(argv or []),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "torch": torch.__version__, "dtype": str(dtype).replace("torch.", ""), "tiny": args.tiny,
+        "weights": "checkpoint" if args.checkpoint else f"random (seed {args.seed})",
+    }
+    try:
+        import transformers
+
+        result["transformers"] = transformers.__version__
+    except ImportError:  # pragma: no cover - transformers is required below anyway
+        pass
+    t0 = time.perf_counter()
+    if args.checkpoint is not None:
+        from holodesk.policy.holotron.loader import load_holotron
+
+        loaded = load_holotron(args.checkpoint, dtype="bfloat16" if dtype == torch.bfloat16 else "float32",
+                               device=str(device))
+        model = loaded.model
+    else:
+        model = build_random_model(args.tiny, device, dtype, args.seed, args.pattern)
+    _sync(device)
+    result["build_s"] = round(time.perf_counter() - t0, 2)
+    kr = kernel_report()
+    result["kernels"] = {"fast_path": kr["fast_path"], "summary": kr["summary"],
+                         "functions": {k: v["implementation"] for k, v in kr["functions"].items()},
+                         "reasons": kr["reasons"]}
+    print(f"kernels: {kr['summary']}")
+    for name, entry in kr["functions"].items():
+        print(f"  {name}: {'live' if entry['live'] else 'NOT live'} ({entry['implementation']})")
+
+    lm = model.language_model
+    vocab = int(lm.config.vocab_size)
+    weights = {"vision": _param_bytes(model.vision_model), "projector": _param_bytes(model.multi_modal_projector),
+               "lm": _param_bytes(lm), "total": _param_bytes(model)}
+    result["weights_bytes"] = weights
+    floors = {} if args.no_floors else measure_floors(device)
+    result["floors"] = floors
+
+    sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",") if s]
+    hw = _size(args.history_size)
+    history = [int(v) for v in args.history.split(",") if v]
+    from holodesk.policy.holotron.tiling import image_token_count
+
+    longest = max(
+        [args.prompt_tokens + 8 + args.step_text_tokens + image_token_count(w, h) for w, h in sizes]
+        + [args.prompt_tokens + 8 + n * (args.step_text_tokens + image_token_count(*hw) + args.reply_tokens)
+           for n in history]
+        + [args.prompt_tokens + 8 + args.episode_steps * (args.step_text_tokens + image_token_count(*hw)
+                                                          + args.reply_tokens)]
+    ) + args.reply_tokens + 8
+    s = StaticLM(lm, max_len=longest, bucket=args.bucket, chunk=args.chunk, impl=args.impl, compile=args.compile)
+    result["static_state_bytes"] = s.state_bytes()
+    result["max_len"] = s.max_len
+    t0 = time.perf_counter()
+    if device.type == "cuda" and not args.no_graphs:
+        windows = s.capture_graphs()
+        result["graphs"] = {"windows": windows, "capture_s": round(time.perf_counter() - t0, 2)}
+    else:
+        result["graphs"] = None
+    _sync(device)
+    at_rest = _mem(device)
+    result["memory_at_rest_bytes"] = at_rest
+    print(f"weights {weights['total'] / GiB:.2f} GiB, static state {s.state_bytes() / GiB:.3f} GiB, "
+          f"max_len {s.max_len}, graphs {result['graphs']}")
+
+    copy_bps = (floors.get("copy_GBps") or 0) * 1e9
+    mm_fps = (floors.get("matmul_TFLOPs") or 0) * 1e12
+
+    def floor_ms(flops: float, nbytes: float) -> float | None:
+        if not copy_bps or not mm_fps:
+            return None
+        return max(flops / mm_fps, nbytes / copy_bps) * 1e3
+
+    # ---- frame sizes, one screenshot
+    frames = []
+    for w, h in sizes:
+        samples: list[dict[str, Any]] = []
+        for r in range(args.repeats + 1):
+            _reset_peak(device)
+            base = _mem(device)
+            t_start = time.perf_counter()
+            shot = _screenshot(model, w, h, device, dtype, key=r)
+            shot["key"] = r
+            prompt = _build_prompt(model, vocab, [shot], args, seed=r)
+            step = _fast_step(s, model, prompt, args.reply_tokens, device, incremental=False)
+            ttfa = (time.perf_counter() - t_start) * 1e3
+            if r == 0:
+                continue  # warm-up
+            samples.append({**{k: v for k, v in step.items() if k not in ("tokens", "first_logits")},
+                            "vision_ms": shot["vision_ms"], "preprocess_ms": shot["preprocess_ms"],
+                            "ttfa_ms": ttfa, "peak_over_rest_bytes": _peak(device) - base,
+                            "peak_over_weights_bytes": _peak(device) - weights["total"],
+                            "prompt_tokens": len(prompt.ids), "tiles": shot["tiles"]})
+        med = {k: statistics.median(x[k] for x in samples) for k in samples[0]}
+        fl = _flops(model, int(med["prompt_tokens"]), int(med["tiles"]))
+        dec_bytes = _decode_bytes(s, int(med["prompt_tokens"]) + args.reply_tokens // 2)
+        vis_floor = floor_ms(fl["vision"] + fl["projector"], weights["vision"] + weights["projector"])
+        pre_floor = floor_ms(fl["prefill"], weights["lm"])
+        dec_floor = floor_ms(0.0, dec_bytes)
+        ttfa_floor = None
+        if vis_floor is not None and pre_floor is not None and dec_floor is not None:
+            ttfa_floor = vis_floor + pre_floor + dec_floor * (args.reply_tokens - 1)
+        frame = {"size": f"{w}x{h}", **{k: round(v, 3) for k, v in med.items()},
+                 "flops": fl, "decode_bytes_per_token": dec_bytes,
+                 "floor_ms": {"vision": vis_floor, "prefill": pre_floor, "decode_per_token": dec_floor,
+                              "ttfa": ttfa_floor}}
+        if ttfa_floor:
+            frame["ttfa_over_floor"] = round(med["ttfa_ms"] / ttfa_floor, 3)
+            frame["decode_fraction_of_floor"] = round((dec_floor or 0.0) / med["decode_ms_per_token"], 3)
+        frames.append(frame)
+        print(f"{w}x{h}: tiles {med['tiles']:.0f} tokens {med['prompt_tokens']:.0f} | pre {med['preprocess_ms']:.1f} "
+              f"vision {med['vision_ms']:.1f} prefill {med['prefill_ms']:.1f} decode {med['decode_ms']:.1f} "
+              f"({med['decode_ms_per_token']:.2f}/tok) TTFA {med['ttfa_ms']:.1f} ms | peak over rest "
+              f"{med['peak_over_rest_bytes'] / GiB:.3f} GiB (over weights "
+              f"{med['peak_over_weights_bytes'] / GiB:.3f}) | floors {frame['floor_ms']}")
+    result["frames"] = frames
+
+    # ---- history: cold prompts with N screenshots (1080p)
+    hist = []
+    for n in history:
+        shots = []
+        for i in range(n):
+            tiles, _ = _tiles_for(hw[0], hw[1], device, dtype, 100 + i)
+            shots.append({"embeds": _vision_encode(model, tiles), "key": 100 + i, "tiles": int(tiles.shape[0])})
+            del tiles
+        replies = [[16 + (j * 7 + i) % (vocab - 16) for j in range(args.reply_tokens)] for i in range(n - 1)]
+        prompt = _build_prompt(model, vocab, shots, args, seed=7, replies=replies)
+        vis_ms = statistics.median(
+            _time(lambda: _vision_encode(model, _tiles_for(hw[0], hw[1], device, dtype, 1)[0]), device, 1)[1]
+        ) * n
+        runs = []
+        for _ in range(max(1, args.repeats - 1)):
+            _reset_peak(device)
+            base = _mem(device)
+            step = _fast_step(s, model, prompt, args.reply_tokens, device, incremental=False)
+            runs.append({"prefill_ms": step["prefill_ms"], "decode_ms": step["decode_ms"],
+                         "decode_ms_per_token": step["decode_ms_per_token"],
+                         "peak_over_rest_bytes": _peak(device) - base,
+                         "peak_over_weights_bytes": _peak(device) - weights["total"]})
+        med = {k: statistics.median(x[k] for x in runs) for k in runs[0]}
+        entry = {"screenshots": n, "prompt_tokens": len(prompt.ids), "vision_ms_all_shots": round(vis_ms, 2),
+                 **{k: round(v, 3) for k, v in med.items()},
+                 "ttfa_cold_ms": round(vis_ms + med["prefill_ms"] + med["decode_ms"], 2)}
+        hist.append(entry)
+        print(f"history {n}: tokens {len(prompt.ids)} prefill {med['prefill_ms']:.1f} ms decode "
+              f"{med['decode_ms_per_token']:.2f} ms/tok cold TTFA {entry['ttfa_cold_ms']:.1f} ms peak over rest "
+              f"{med['peak_over_rest_bytes'] / GiB:.3f} GiB (over weights {med['peak_over_weights_bytes'] / GiB:.3f})")
+        del shots, prompt
+    result["history_cold"] = hist
+
+    # ---- episode with incremental prefill (1080p, one new screenshot per step)
+    episode = []
+    if args.episode_steps > 0:
+        s.reset()
+        ep_shots: list[Any] = []
+        ep_replies: list[list[int]] = []
+        for k in range(args.episode_steps):
+            _reset_peak(device)
+            base = _mem(device)
+            t_start = time.perf_counter()
+            shot = _screenshot(model, hw[0], hw[1], device, dtype, key=200 + k)
+            shot["key"] = 200 + k
+            ep_shots.append(shot)
+            prompt = _build_prompt(model, vocab, ep_shots, args, seed=11, replies=ep_replies)
+            step = _fast_step(s, model, prompt, args.reply_tokens, device, incremental=True,
+                              snapshot_at=(len(prompt.ids) - 8,))
+            ttfa = (time.perf_counter() - t_start) * 1e3
+            ep_replies.append(step["tokens"])
+            episode.append({"step": k + 1, "prompt_tokens": len(prompt.ids), "reused_tokens": step["reused_tokens"],
+                            "prefill_tokens": step["prefill_tokens"], "vision_ms": round(shot["vision_ms"], 2),
+                            "prefill_ms": round(step["prefill_ms"], 2), "decode_ms": round(step["decode_ms"], 2),
+                            "ttfa_ms": round(ttfa, 2), "peak_over_rest_bytes": _peak(device) - base,
+                            "peak_over_weights_bytes": _peak(device) - weights["total"]})
+            print(f"episode step {k + 1}: tokens {len(prompt.ids)} reused {step['reused_tokens']} prefill "
+                  f"{step['prefill_ms']:.1f} ms decode {step['decode_ms']:.1f} ms TTFA {ttfa:.1f} ms")
+        if len(episode) >= 2:
+            result["episode_last_over_first"] = round(episode[-1]["ttfa_ms"] / episode[0]["ttfa_ms"], 3)
+        del ep_shots
+    result["episode"] = episode
+
+    # ---- stock generate() baseline and agreement at 1080p
+    if not args.no_stock:
+        result["stock"] = _stock_baseline(model, s, args, device, dtype, vocab)
+        st = result["stock"]
+        fast = next((f for f in frames if f["size"] == args.history_size), frames[0] if frames else None)
+        if fast and st.get("decode_ms_per_token"):
+            result["decode_speedup_vs_stock"] = round(st["decode_ms_per_token"] / fast["decode_ms_per_token"], 2)
+        print(f"stock generate(): prefill {st['prefill_ms']:.1f} ms decode {st['decode_ms_per_token']:.2f} ms/tok; "
+              f"fast vs stock: tokens equal {st['agreement']['tokens_equal']}/{st['agreement']['n']} "
+              f"first-logit rel err {st['agreement']['first_logits_rel_err']:.2e}; "
+              f"speedup {result.get('decode_speedup_vs_stock')}x")
+
+    if args.quant:
+        result["quant"] = _quant_runs(model, s, args, device, dtype, vocab, [q for q in args.quant.split(",") if q])
+    return result
+
+
+def _size(text: str) -> tuple[int, int]:
+    w, h = (int(v) for v in text.lower().split("x"))
+    return w, h
+
+
+def _stock_baseline(
+    model: Any, s: Any, args: argparse.Namespace, device: Any, dtype: Any, vocab: int
+) -> dict[str, Any]:
+    import torch
+
+    hw = _size(args.history_size)
+    lm = model.language_model
+    tiles, _ = _tiles_for(hw[0], hw[1], device, dtype, 0)
+    shot = {"embeds": _vision_encode(model, tiles), "key": 0}
+    prompt = _build_prompt(model, vocab, [shot], args, seed=0)
+    # NemotronHForCausalLM.generate() takes no inputs_embeds: both paths get the prompt's token ids (the
+    # image rows are then the <image> embedding; kernels and shapes are those of the real prompt).
+    ids = torch.tensor([prompt.ids], device=device)
+    same = _Prompt(model, vocab, 0)
+    same.add_ids(prompt.ids)
+    n = args.reply_tokens
+
+    def gen(k: int) -> Any:
+        with torch.no_grad():
+            return lm.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=k, min_new_tokens=k,
+                               do_sample=False, output_logits=True, return_dict_in_generate=True, pad_token_id=0)
+
+    reps = max(1, args.repeats - 1)
+    t1, _, _ = _time(lambda: gen(1), device, reps)
+    tn, _, out = _time(lambda: gen(n), device, reps)
+    stock_tokens = out.sequences[0, -n:].tolist()
+    fast = _fast_step(s, model, same, n, device, incremental=False)
+    ref_first = out.logits[0][0].float()
+    rel = float((fast["first_logits"][0] - ref_first).norm() / ref_first.norm())
+    equal = sum(int(a == b) for a, b in zip(fast["tokens"], stock_tokens, strict=False))
+    prefix = 0
+    for a, b in zip(fast["tokens"], stock_tokens, strict=False):
+        if a != b:
+            break
+        prefix += 1
+    return {"prefill_ms": round(t1, 2), f"generate_{n}_ms": round(tn, 2),
+            "decode_ms_per_token": round((tn - t1) / (n - 1), 3), "prompt_tokens": len(prompt.ids),
+            "agreement": {"n": n, "tokens_equal": equal, "equal_prefix": prefix, "first_logits_rel_err": rel}}
+
+
+def _quantize_lm(model: Any, mode: str) -> None:
+    """Replace the LM's Linear layers (not lm_head) by bitsandbytes 8-bit / NF4 ones, in place, on CUDA."""
+    import bitsandbytes as bnb
+    import torch
+
+    lm = model.language_model.model
+    for parent in list(lm.modules()):
+        for name, child in list(parent.named_children()):
+            if not isinstance(child, torch.nn.Linear):
+                continue
+            w = child.weight.data
+            if mode == "4bit":
+                q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
+                                      compute_dtype=torch.bfloat16, quant_type="nf4", device="meta")
+                q.weight = bnb.nn.Params4bit(w.to("cpu"), requires_grad=False, quant_type="nf4")
+            else:
+                q = bnb.nn.Linear8bitLt(child.in_features, child.out_features, bias=child.bias is not None,
+                                        has_fp16_weights=False, threshold=6.0, device="meta")
+                q.weight = bnb.nn.Int8Params(w.to("cpu"), requires_grad=False, has_fp16_weights=False)
+            if child.bias is not None:
+                q.bias = torch.nn.Parameter(child.bias.data, requires_grad=False)
+            setattr(parent, name, q)
+            del child, w
+            q.to(model.device)
+    torch.cuda.empty_cache()
+
+
+def _quant_runs(model: Any, s_bf16: Any, args: argparse.Namespace, device: Any, dtype: Any, vocab: int,
+                modes: list[str]) -> dict[str, Any]:
+    """bf16 reference first, then each mode in place (8bit before 4bit needs a rebuild: one mode per run
+    is cheapest; several modes rebuild the random model between them)."""
+    import torch
+
+    from holodesk.policy.holotron.fast_decode import StaticLM
+
+    out: dict[str, Any] = {}
+    hw = _size(args.history_size)
+    tiles, _ = _tiles_for(hw[0], hw[1], device, dtype, 0)
+    shot = {"embeds": _vision_encode(model, tiles), "key": 0}
+    prompt = _build_prompt(model, vocab, [shot], args, seed=0)
+    ref = _fast_step(s_bf16, model, prompt, args.reply_tokens, device, incremental=False)
+    for i, mode in enumerate(modes):
+        if device.type != "cuda":
+            out[mode] = {"error": "bitsandbytes needs CUDA"}
+            continue
+        try:
+            if i > 0:
+                del model
+                torch.cuda.empty_cache()
+                model = build_random_model(args.tiny, device, dtype, args.seed, args.pattern)
+            del s_bf16
+            torch.cuda.empty_cache()
+            _quantize_lm(model, mode)
+            s = StaticLM(model.language_model, max_len=8192, bucket=args.bucket, chunk=args.chunk, impl="dispatch")
+            graphs = "none"
+            try:
+                s.capture_graphs()
+                graphs = "captured"
+            except Exception as exc:  # int8 outlier handling syncs with the host
+                s.graphs = {}
+                s.reset()
+                graphs = f"eager ({type(exc).__name__}: {str(exc)[:120]})"
+            _sync(device)
+            _reset_peak(device)
+            t0 = time.perf_counter()
+            shot_q = _screenshot(model, hw[0], hw[1], device, dtype, key=0)
+            step = _fast_step(s, model, prompt, args.reply_tokens, device, incremental=False)
+            ttfa = (time.perf_counter() - t0) * 1e3
+            step2 = _fast_step(s, model, prompt, args.reply_tokens, device, incremental=False)
+            rel = float((step["first_logits"] - ref["first_logits"]).norm() / ref["first_logits"].norm())
+            equal = sum(int(a == b) for a, b in zip(step["tokens"], ref["tokens"], strict=False))
+            out[mode] = {"graphs": graphs, "peak_total_bytes": _peak(device), "ttfa_ms": round(ttfa, 2),
+                         "vision_ms": round(shot_q["vision_ms"], 2), "prefill_ms": round(step2["prefill_ms"], 2),
+                         "decode_ms_per_token": round(step2["decode_ms_per_token"], 3),
+                         "first_logits_rel_err_vs_bf16": rel, "greedy_tokens_equal_vs_bf16": equal,
+                         "n": args.reply_tokens, "lm_bytes": _param_bytes(model.language_model)}
+            print(f"{mode}: {out[mode]}")
+        except Exception as exc:
+            out[mode] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+            print(f"{mode}: failed: {out[mode]['error']}")
+    return out
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of ``holodesk bench``; returns the exit status (0 ok, 2 runtime missing)."""
+    args = _parse(list(argv))
+    if args.tiny:
+        args.prompt_tokens = min(args.prompt_tokens, 300)
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        print(f"holodesk bench: the local runtime is not installed ({exc}); pip install 'holodesk[local]'",
+              file=sys.stderr)
+        return 2
+    result = _clean(run(args, list(argv)))
+    text = json.dumps(result, indent=2, default=str)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(text)
+        print(f"wrote {args.json}")
+    return 0
