@@ -80,7 +80,7 @@ class GlobalHotkeys(QObject):
         from pynput import keyboard
 
         self.combos = {"palette": palette, "stop": stop}
-        listener = keyboard.GlobalHotKeys({palette: self.palette_requested.emit, stop: self.stop_requested.emit})
+        listener = _listener_class(keyboard)({palette: self.palette_requested.emit, stop: self.stop_requested.emit})
         listener.name = "holodesk-hotkeys"
         listener.daemon = True
         listener.start()
@@ -120,7 +120,31 @@ class GlobalHotkeys(QObject):
         self._watch.stop()
         listener, self._listener = self._listener, None
         if listener is not None:
+            listener.stopping = True
             listener.stop()
+
+
+def _listener_class(keyboard: Any) -> Any:
+    """pynput's GlobalHotKeys, except that an X error raised while *we* stop it is logged, not raised.
+
+    On X11 pynput tears its RECORD connections down from the listener thread after ``stop()``; that
+    teardown can fail with a broken pipe once the context is gone. It is no failure the user can act
+    on, so it is logged at debug level; any error before ``stop()`` still propagates (and reaches the
+    user through :attr:`GlobalHotkeys.failed`).
+    """
+
+    class _HotkeyListener(keyboard.GlobalHotKeys):
+        stopping = False
+
+        def run(self) -> None:
+            try:
+                super().run()
+            except Exception as exc:
+                if not self.stopping:
+                    raise
+                log.debug("hotkey listener teardown after stop: %s: %s", type(exc).__name__, exc)
+
+    return _HotkeyListener
 
 
 class _Input(QLineEdit):

@@ -1,0 +1,86 @@
+"""A whole task through the UI against a real target window.
+
+Global hotkey sent with xdotool -> command palette -> task typed with xdotool -> ScriptedPolicy proposes a
+click on the target's OK button -> the overlay marks the button -> Enter (xdotool) -> the real executor
+(pyautogui) clicks -> the target window records the click. Real screen capture (mss) throughout.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from holodesk.core.actions import Click, Done
+from holodesk.core.geometry import Frame, Monitor, frame_pixel_to_point
+from holodesk.policy.scripted import ScriptedPolicy, write_script
+from holodesk.session.loop import State
+from holodesk.settings import Settings
+from holodesk.ui.app import HolodeskApp
+from tests.helpers.target import TargetWindow
+from tests.ui.conftest import wait_finished, wait_overlay
+
+pytestmark = [pytest.mark.gui, pytest.mark.e2e]
+
+
+def xdotool(env_display: Any, *args: str) -> None:
+    env_display.run("xdotool", *args)
+
+
+def test_hotkey_palette_overlay_enter_clicks_the_button(qtbot: Any, ui_env: Any, tmp_path: Path) -> None:
+    server = ui_env
+    with TargetWindow.start(tmp_path / "target", x=700, y=500) as target:
+        cx, cy = target.center("OK")
+        screen = Frame(np.zeros((server.height, server.width, 3), dtype=np.uint8),
+                       Monitor(1, 0, 0, server.width, server.height))
+        script = write_script(tmp_path / "steps.jsonl",
+                              [Click(frame_pixel_to_point(screen, cx, cy)), Done("clicked OK")])
+        settings = Settings(data_dir=tmp_path / "data", approval="step")
+        app = HolodeskApp(settings, hotkeys=True, dialogs=False,
+                          policy_factory=lambda s, progress: ScriptedPolicy(script),
+                          settings_path=tmp_path / "settings.toml")
+        app.start()
+        try:
+            assert app.hotkeys.active
+            qtbot.wait(300)
+            xdotool(server, "key", "--clearmodifiers", "ctrl+alt+h")
+            qtbot.waitUntil(app.palette.isVisible, timeout=5000)
+            qtbot.waitUntil(app.palette.input.hasFocus, timeout=3000)
+            qtbot.wait(200)
+            xdotool(server, "type", "--delay", "20", "click OK")
+            qtbot.waitUntil(lambda: app.palette.input.text() == "click OK", timeout=5000)
+            xdotool(server, "key", "Return")
+            overlay = wait_overlay(qtbot, app, timeout_ms=20000)
+            point = app.approval.pending.request.input_points[0]
+            x, y, w, h = target.rects["OK"]
+            assert x <= point.x < x + w and y <= point.y < y + h  # the mark is on the button
+            assert target.state()["clicks"] == []  # nothing before the approval
+            qtbot.waitUntil(overlay.isActiveWindow, timeout=3000)
+            xdotool(server, "key", "Return")
+            # Keep the GUI thread processing events while waiting: the worker hides the overlay through it.
+            result = wait_finished(qtbot, app, timeout_ms=20000)
+            assert result.status is State.FINISHED, result.reason
+            qtbot.waitUntil(lambda: target.state().get("clicks") == ["OK"], timeout=5000)
+        finally:
+            app.stop()
+            app.runner.wait(10)
+            app.hotkeys.stop()
+            app.approval.close()
+            app.palette.hide()
+            if app.tray is not None:
+                app.tray.hide()
+
+
+def test_stop_hotkey_stops_a_pending_approval(qtbot: Any, ui_env: Any, make_app: Any) -> None:
+    from holodesk.core.actions import Point
+
+    kit = make_app([Click(Point(500, 500))], hotkeys=True)
+    assert kit.app.hotkeys.active
+    kit.app.start_task("wait for me")
+    wait_overlay(qtbot, kit.app)
+    subprocess.run(["xdotool", "key", "--clearmodifiers", "ctrl+alt+x"], check=True, timeout=10)
+    assert wait_finished(qtbot, kit.app).status is State.STOPPED
+    assert kit.executor.calls == []

@@ -1,0 +1,106 @@
+"""F20: with no tray host the app opens a window (never starts invisible); the tray probe tells why.
+
+These run the real ``holodesk tray`` command / the probe in child processes on fresh Xvfb servers of their
+own (this process's QApplication is bound to the shared UI display, which has a tray host).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from holodesk.ui.tray import TRAY_HELP
+from tests.ui.conftest import start_trayer, stop_process
+
+pytestmark = pytest.mark.gui
+
+
+def child_env(server: Any, tmp_path: Path) -> dict[str, str]:
+    env = server.env()
+    env.pop("QT_QPA_PLATFORM", None)
+    env["HOLODESK_CONFIG"] = str(tmp_path / "config.toml")
+    env["HOLODESK_DATA_DIR"] = str(tmp_path / "data")
+    return env
+
+
+def visible_windows(env: dict[str, str], name: str) -> list[str]:
+    res = subprocess.run(["xdotool", "search", "--onlyvisible", "--name", name], env=env, capture_output=True,
+                         text=True, timeout=10)
+    return res.stdout.split()
+
+
+def probe(env: dict[str, str]) -> dict[str, Any]:
+    res = subprocess.run([sys.executable, "-m", "holodesk.ui.probe"], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr
+    return dict(json.loads(res.stdout.strip().splitlines()[-1]))
+
+
+def test_no_tray_host_opens_the_window(make_xvfb: Any, tmp_path: Path) -> None:
+    server = make_xvfb(1280, 800)
+    env = child_env(server, tmp_path)
+    assert visible_windows(env, "^Holodesk$") == []
+    log = open(tmp_path / "tray.log", "wb")  # noqa: SIM115 - closed in finally
+    proc = subprocess.Popen([sys.executable, "-m", "holodesk", "tray"], env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        found: list[str] = []
+        while time.monotonic() < deadline and not found:
+            assert proc.poll() is None, (tmp_path / "tray.log").read_text()
+            found = visible_windows(env, "^Holodesk$")
+            time.sleep(0.2)
+        assert found, "no visible 'Holodesk' window without a tray host"
+        geo = subprocess.run(["xdotool", "getwindowgeometry", found[0]], env=env, capture_output=True, text=True,
+                             timeout=10).stdout
+        assert "Geometry: 380x" in geo  # the fallback window, not a stray dialog
+        assert "no system tray available" in (tmp_path / "tray.log").read_text()
+    finally:
+        stop_process(proc)
+        log.close()
+
+
+def test_probe_reports_no_tray_then_a_tray(make_xvfb: Any, tmp_path: Path) -> None:
+    server = make_xvfb(1024, 768)
+    env = child_env(server, tmp_path)
+    status = probe(env)
+    assert status["available"] is False and status["platform"] == "xcb"
+    assert "no system tray host" in status["reason"] and "AppIndicator" in status["hint"]
+    trayer = start_trayer(env)
+    try:
+        status = probe(env)
+        assert status["available"] is True and status["reason"] == "a system tray host is running"
+    finally:
+        stop_process(trayer)
+
+
+def test_probe_without_display_uses_offscreen(tmp_path: Path) -> None:
+    from holodesk.ui import probe as probe_module
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    assert probe_module._needs_offscreen(env)
+    env["QT_QPA_PLATFORM"] = "offscreen"
+    status = probe(env)
+    assert status["available"] is False and status["platform"] == "offscreen"
+    assert status["reason"].startswith("no display")
+
+
+def test_forced_window_shows_every_action(qtbot: Any, make_app: Any) -> None:
+    kit = make_app([], force_window=True)
+    window = kit.app.window
+    assert kit.app.tray is None and window is not None
+    qtbot.waitExposed(window)
+    assert set(window.buttons) == {"new_task", "stop", "pause", "mode", "settings", "history", "open_logs", "quit"}
+    assert window.buttons["new_task"].defaultAction() is kit.app.actions.new_task
+    assert "Started with --no-tray" in window.help_label.text()
+    assert "AppIndicator" in TRAY_HELP
+    window.buttons["new_task"].click()
+    qtbot.waitUntil(kit.app.palette.isVisible, timeout=3000)
+    kit.app.palette.hide()
