@@ -50,6 +50,13 @@ def _monitors() -> dict[str, Any]:
         cap.close()
 
 
+def _dpi() -> dict[str, Any]:
+    from holodesk.dpi import dpi_awareness, ensure_per_monitor_dpi_awareness
+
+    ensure_per_monitor_dpi_awareness()  # what a run does before its first grab
+    return dpi_awareness()
+
+
 def _torch() -> dict[str, Any]:
     if importlib.util.find_spec("torch") is None:
         return {"installed": False, "note": "the local model needs the 'local' extra: pip install 'holodesk[local]'"}
@@ -125,6 +132,7 @@ CHECKS: list[Check] = [
     ("Settings", _settings),
     ("Display server", _display),
     ("Monitors", _monitors),
+    ("DPI awareness", _dpi),
     ("PyTorch and GPU", _torch),
     ("Holotron kernels", _kernels),
     ("Remote endpoint", _endpoint),

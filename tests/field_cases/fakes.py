@@ -186,3 +186,39 @@ def make_run(
 def single_frame_capture(frame: Frame) -> FakeCapture:
     """A FakeCapture showing ``frame``'s pixels on ``frame``'s monitor, for every grab."""
     return FakeCapture({frame.monitor.index: [frame.pixels]}, [frame.monitor])
+
+
+class FakeUser32:
+    """A fake of the Windows user32 DPI functions: the process starts ``initial`` (0 unaware, 1 system
+    aware, 2 per-monitor) and, like Windows, accepts only the first awareness declaration."""
+
+    def __init__(self, initial: int = 0, locked: bool = False) -> None:
+        self.awareness = initial
+        self.locked = locked  # True: something (e.g. pyautogui's SetProcessDPIAware) declared first
+        self.calls: list[str] = []
+
+    def SetProcessDpiAwarenessContext(self, ctx: Any) -> int:
+        self.calls.append("SetProcessDpiAwarenessContext")
+        if self.locked:
+            return 0
+        self.awareness, self.locked = 2, True
+        return 1
+
+    def GetThreadDpiAwarenessContext(self) -> int:
+        return 1000 + self.awareness
+
+    def GetAwarenessFromDpiAwarenessContext(self, ctx: int) -> int:
+        return ctx - 1000
+
+
+class FakeShcore:
+    """A fake of shcore.SetProcessDpiAwareness that fails once awareness was declared (E_ACCESSDENIED)."""
+
+    def __init__(self, user32: FakeUser32) -> None:
+        self.user32 = user32
+
+    def SetProcessDpiAwareness(self, value: int) -> int:
+        if self.user32.locked:
+            return -2147024891  # E_ACCESSDENIED as an HRESULT
+        self.user32.awareness, self.user32.locked = value, True
+        return 0

@@ -72,6 +72,10 @@ class MssCapture:
             if self._display is None:
                 require_display()
             self._checked = True
+        if sys.platform.startswith("win"):
+            from holodesk.dpi import ensure_per_monitor_dpi_awareness
+
+            ensure_per_monitor_dpi_awareness()  # grabs in physical pixels on every monitor
         mss = _import_mss()
         factory = getattr(mss, "MSS", None) or mss.mss  # mss >= 10.2 names the class MSS
         kwargs: dict[str, Any] = {}

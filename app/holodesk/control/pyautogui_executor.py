@@ -138,6 +138,9 @@ class PyAutoGUIExecutor:
             from holodesk.display import require_display
 
             require_display()
+        from holodesk.dpi import ensure_per_monitor_dpi_awareness
+
+        ensure_per_monitor_dpi_awareness()  # before pyautogui declares system awareness (Windows)
         try:
             import pyautogui
         except Exception as exc:  # pyautogui raises KeyError/Xlib errors at import without a display
