@@ -60,7 +60,8 @@ def _reference_grid(width: int, height: int, max_tiles: int) -> tuple[int, int]:
     for c, r in tied:
         if (c, r) == first_closest_seen:
             continue
-        if c * r >= first_closest_seen[0] * first_closest_seen[1] and width * height > 0.5 * 512 * 512 * c * r:
+        later = c * r >= first_closest_seen[0] * first_closest_seen[1]
+        if later and width * height > 0.5 * 512 * 512 * c * r:
             chosen = (c, r)
     assert chosen is not None
     return chosen

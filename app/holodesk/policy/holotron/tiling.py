@@ -12,6 +12,7 @@ lazily, so importing this module needs neither torch nor numpy.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -92,7 +93,12 @@ def tile_count(cols: int, rows: int, *, use_thumbnail: bool = True) -> int:
 
 
 def image_tiles(
-    width: int, height: int, max_tiles: int = MAX_TILES, *, tile_size: int = TILE_SIZE, use_thumbnail: bool = True
+    width: int,
+    height: int,
+    max_tiles: int = MAX_TILES,
+    *,
+    tile_size: int = TILE_SIZE,
+    use_thumbnail: bool = True,
 ) -> int:
     """Number of tiles (thumbnail included) for a ``width`` x ``height`` image. 1920x1080 -> 9."""
     cols, rows = tile_grid(width, height, max_tiles, tile_size=tile_size)
@@ -120,8 +126,8 @@ def image_token_count(
 def preprocess_pixels(
     pixels: np.ndarray[Any, Any],
     *,
-    mean: tuple[float, float, float] | list[float],
-    std: tuple[float, float, float] | list[float],
+    mean: Sequence[float],
+    std: Sequence[float],
     max_tiles: int = MAX_TILES,
     tile_size: int = TILE_SIZE,
     use_thumbnail: bool = True,

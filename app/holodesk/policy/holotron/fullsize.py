@@ -1,0 +1,332 @@
+"""Full-size Holotron-12B check on a GPU with seeded random bf16 weights (no 25 GB download).
+
+``python -m holodesk.policy.holotron.fullsize --out results.json``
+
+1. Writes a remote-style ``config.json`` mirroring Holotron-12B's dimensions (docs/holotron.md,
+   "Architecture") plus the tiny test tokenizer (its special tokens; the LM keeps 131072 rows).
+2. Derives the checkpoint facts from that config and the published tensor shapes, translates the config
+   with the same code the loader uses, and builds ``NemotronH_Omni_Reasoning_V3`` directly on the GPU
+   with random bf16 weights (speed and memory do not depend on the values).
+3. Runs ``HolotronPolicy.propose`` on a 1920x1080 frame (must give 9 tiles / 2304 image tokens) with
+   JSON-constrained greedy decoding, then a fixed-length unconstrained decode for ms/token, then a step
+   with 3 screenshots in the history, and prints/writes timings, memory and :func:`kernel_report`.
+
+Exits non-zero when the Mamba-2 kernels are not live (unless ``--allow-fallback``) or a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+PATTERN = "M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M-"
+"""Holotron-12B / Nemotron-Nano-12B-v2 layer pattern: 62 blocks, 28 Mamba-2, 6 attention, 28 MLP."""
+
+
+FULL = {
+    "pattern": PATTERN, "hidden": 5120, "mlp": 20480, "attn_heads": 40, "kv_heads": 8, "mamba_heads": 128,
+    "vision_layers": 32,
+}
+"""Holotron-12B dimensions (docs/holotron.md, "Architecture")."""
+SMOKE = {
+    "pattern": "M-*", "hidden": 512, "mlp": 1024, "attn_heads": 4, "kv_heads": 2, "mamba_heads": 16,
+    "vision_layers": 2,
+}
+"""A reduced shape to smoke-test this script on a CPU (``--smoke``); not a Holotron measurement."""
+
+
+def full_size_config(
+    image_token_id: int, eos_id: int, bos_id: int, pad_id: int, dims: dict[str, Any] = FULL
+) -> dict[str, Any]:
+    """Remote-style config.json with Holotron-12B's dimensions (docs/holotron.md; values marked
+    assumed there are the Nemotron-H defaults: 128 x 80 Mamba heads, state 128, 8 groups, conv 4,
+    chunk 128, vocab 131072, 8 vision prefix tokens)."""
+    pattern = dims["pattern"]
+    return {
+        "architectures": ["NemotronH_Nano_VL_V2"],
+        "model_type": "NemotronH_Nano_VL_V2",
+        "downsample_ratio": 0.5,
+        "force_image_size": 512,
+        "patch_size": 16,
+        "img_context_token_id": image_token_id,
+        "max_num_tiles": 12,
+        "use_thumbnail": True,
+        "projector_hidden_size": 4 * dims["hidden"],
+        "vit_hidden_size": 1280,
+        "torch_dtype": "bfloat16",
+        "norm_mean": [0.48145466, 0.4578275, 0.40821073],
+        "norm_std": [0.26862954, 0.26130258, 0.27577711],
+        "llm_config": {
+            "model_type": "nemotron_h",
+            "architectures": ["NemotronHForCausalLM"],
+            "vocab_size": 131072,
+            "hidden_size": dims["hidden"],
+            "hybrid_override_pattern": pattern,
+            "num_hidden_layers": len(pattern),
+            "intermediate_size": dims["mlp"],
+            "mlp_hidden_act": "relu2",
+            "num_attention_heads": dims["attn_heads"],
+            "num_key_value_heads": dims["kv_heads"],
+            "head_dim": 128,
+            "mamba_num_heads": dims["mamba_heads"],
+            "mamba_head_dim": 2 * dims["hidden"] // dims["mamba_heads"],
+            "ssm_state_size": 128,
+            "n_groups": 8,
+            "conv_kernel": 4,
+            "expand": 2,
+            "chunk_size": 128,
+            "layer_norm_epsilon": 1e-5,
+            "tie_word_embeddings": False,
+            "bos_token_id": bos_id,
+            "eos_token_id": eos_id,
+            "pad_token_id": pad_id,
+        },
+        "vision_config": {
+            "model_type": "radio",
+            "patch_size": 16,
+            "max_resolution": 2048,
+            "args": {"model": "vit_huge_patch16_224", "num_heads": 16},
+        },
+    }
+
+
+def full_size_shapes(
+    config: dict[str, Any], num_prefix_tokens: int = 8, vision_layers: int = 32
+) -> dict[str, tuple[int, ...]]:
+    """The published tensor shapes the loader reads (RADIO ViT-H/16, mlp1, Nemotron-H embeddings)."""
+    v = "vision_model.radio_model."
+    shapes: dict[str, tuple[int, ...]] = {
+        v + "model.patch_generator.cls_token.token": (num_prefix_tokens, 1280),
+        v + "model.patch_generator.pos_embed": (1, 128 * 128, 1280),
+        v + "model.patch_generator.embedder.weight": (1280, 3 * 16 * 16),
+        v + "summary_idxs": (2,),
+        "mlp1.1.weight": (int(config["projector_hidden_size"]), 5120),
+        "language_model.backbone.embeddings.weight": (131072, int(config["llm_config"]["hidden_size"])),
+    }
+    for i in range(vision_layers):
+        shapes[f"{v}model.blocks.{i}.attn.qkv.weight"] = (3 * 1280, 1280)
+        shapes[f"{v}model.blocks.{i}.attn.qkv.bias"] = (3 * 1280,)
+        shapes[f"{v}model.blocks.{i}.mlp.fc1.weight"] = (5120, 1280)
+    return shapes
+
+
+def _gib(n: float) -> float:
+    return round(n / 2**30, 2)
+
+
+def build_random(
+    device: str = "cuda", seed: int = 0, workdir: Path | None = None, dims: dict[str, Any] = FULL
+) -> Any:
+    """Build a full-size LoadedHolotron with random bf16 weights on ``device``.
+
+    Returns:
+        (LoadedHolotron, facts dict with build seconds, parameter count, weight memory).
+    """
+    import torch
+    from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3
+
+    from holodesk.policy.holotron.checkpoint import checkpoint_info, translate_config
+    from holodesk.policy.holotron.kernels import kernel_report, prepare_kernels
+    from holodesk.policy.holotron.loader import LoadedHolotron, load_tokenizer
+    from holodesk.policy.holotron.tiny import write_tiny_checkpoint
+
+    prepare_kernels()
+    work = workdir or Path(tempfile.mkdtemp(prefix="holotron-fullsize-"))
+    tiny = write_tiny_checkpoint(work / "tokenizer-source", shards=1)
+    tokenizer = load_tokenizer(tiny)
+    vocab = tokenizer.get_vocab()
+    raw = full_size_config(vocab["<image>"], vocab["<SPECIAL_12>"], vocab["<s>"], vocab["<pad>"], dims)
+    (work / "config.json").write_text(json.dumps(raw, indent=2))
+    info = checkpoint_info(work, raw, (), full_size_shapes(raw, vision_layers=dims["vision_layers"]))
+    cuda = device.startswith("cuda")
+    config = translate_config(info, attn_implementation="sdpa")
+
+    torch.manual_seed(seed)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    with torch.device(device):
+        model = NemotronH_Omni_Reasoning_V3._from_config(config, dtype=torch.bfloat16)
+    model.eval()
+    if cuda:
+        torch.cuda.synchronize()
+    build_s = time.perf_counter() - t0
+    params = sum(p.numel() for p in model.parameters())
+    loaded = LoadedHolotron(
+        model=model,
+        tokenizer=tokenizer,
+        info=info,
+        mean=tuple(raw["norm_mean"]),
+        std=tuple(raw["norm_std"]),
+        norm_source="config.json (random-weight check)",
+        image_token_id=info.image_token_id,
+        img_start_id=vocab["<img>"],
+        img_end_id=vocab["</img>"],
+        eos_ids=(vocab["<SPECIAL_12>"],),
+        think_end_id=vocab.get("</think>"),
+        device=torch.device(device),
+        dtype=torch.bfloat16,
+        quantization=None,
+        kernels=kernel_report(),
+    )
+    facts = {
+        "build_seconds": round(build_s, 2),
+        "parameters": params,
+        "weights_gib": _gib(torch.cuda.memory_allocated()) if cuda else None,
+        "layer_types": {
+            t: config.text_config.layers_block_type.count(t) for t in ("linear_attention", "full_attention", "mlp")
+        },
+    }
+    return loaded, facts
+
+
+def _frame(width: int, height: int, seed: int) -> Any:
+    import numpy as np
+
+    from holodesk.core.geometry import Frame, Monitor
+
+    rng = np.random.default_rng(seed)
+    # a desktop-like picture: flat panels plus noise, not pure noise
+    pixels = np.full((height, width, 3), 235, dtype=np.uint8)
+    pixels[: height // 20] = (40, 44, 52)
+    pixels[height // 5 : height // 2, width // 8 : width // 2] = (255, 255, 255)
+    pixels = np.clip(pixels.astype(np.int16) + rng.integers(-8, 9, pixels.shape), 0, 255).astype(np.uint8)
+    return Frame(pixels, Monitor(1, 0, 0, width, height))
+
+
+def run_check(args: argparse.Namespace) -> dict[str, Any]:
+    """Build, run the steps, and return the results dict (see module docstring)."""
+    import torch
+
+    from holodesk.policy.base import HistoryStep, Observation
+    from holodesk.policy.holotron.policy import HolotronPolicy
+    from holodesk.policy.holotron.runtime import embed_prompt, encode_images, generate
+
+    device = "cpu" if args.smoke else "cuda"
+    cuda = device == "cuda"
+    results: dict[str, Any] = {
+        "command": "python -m holodesk.policy.holotron.fullsize " + " ".join(sys.argv[1:]),
+        "device": torch.cuda.get_device_name(0) if cuda else "cpu (smoke shape, not Holotron-size)",
+    }
+
+    def reset_peak() -> int:
+        if not cuda:
+            return 0
+        torch.cuda.reset_peak_memory_stats()
+        return int(torch.cuda.memory_allocated())
+
+    def peak_over(base: int) -> float | None:
+        return _gib(torch.cuda.max_memory_allocated() - base) if cuda else None
+
+    loaded, facts = build_random(device=device, seed=args.seed, dims=SMOKE if args.smoke else FULL)
+    results["build"] = facts
+    results["kernels"] = loaded.kernels
+    print("kernels:", loaded.kernels["summary"], flush=True)
+    print("build:", facts, flush=True)
+    if not loaded.kernels["fast_path"] and not args.allow_fallback:
+        raise SystemExit("Mamba-2 kernels are not live: " + "; ".join(loaded.kernels["reasons"]))
+
+    policy = HolotronPolicy(loaded, max_images=3, max_new_tokens=args.max_new_tokens, max_string_chars=24)
+    frame = _frame(1920, 1080, args.seed)
+    obs = Observation(task="Open the settings and turn on dark mode.", frame=frame)
+
+    t0 = time.perf_counter()
+    warm = policy.propose(obs)  # compiles the Triton kernels (autotune) and warms the allocator
+    results["first_step_wall_s"] = round(time.perf_counter() - t0, 2)
+    print("first step (compile):", results["first_step_wall_s"], "s", flush=True)
+
+    base = reset_peak()
+    steps = []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        proposal = policy.propose(obs)
+        wall = time.perf_counter() - t0
+        steps.append({"wall_ms": round(wall * 1000, 1), **{k: round(v, 1) for k, v in proposal.timings_ms.items()}})
+    extra = proposal.extra
+    one = {
+        "tiles": extra["tiles"],
+        "grids": extra["grids"],
+        "image_tokens": extra["image_tokens"],
+        "prompt_tokens": extra["prompt_tokens"],
+        "generated_tokens": extra["generated_tokens"],
+        "stop_reason": extra["stop_reason"],
+        "action": repr(proposal.action),
+        "raw_text": proposal.raw_text,
+        "timings_ms": steps,
+        "peak_over_weights_gib": peak_over(base),
+    }
+    results["one_screenshot"] = one
+    print("1 screenshot:", json.dumps(one), flush=True)
+    if extra["tiles"] != [9] or extra["image_tokens"] != 2304:
+        raise SystemExit(f"expected 9 tiles / 2304 image tokens, got {extra['tiles']} / {extra['image_tokens']}")
+    if warm.raw_text != proposal.raw_text:
+        results["note_nondeterministic"] = True
+
+    # fixed-length decode for ms/token (unconstrained, EOS practically unreachable with random weights)
+    prepared = policy.prepare(obs, max_images=1)
+    enc = encode_images(loaded, [f.pixels for f in prepared["frames"]])
+    embeds = embed_prompt(loaded, prepared["input_ids"], enc.embeds)
+    gen = generate(loaded, embeds, max_new_tokens=args.decode_tokens)
+    n = max(1, len(gen.token_ids))
+    results["decode"] = {
+        "tokens": len(gen.token_ids),
+        "prefill_ms": round(gen.timings_ms["prefill"], 1),
+        "decode_ms": round(gen.timings_ms["decode"], 1),
+        "ms_per_token": round(gen.timings_ms["decode"] / n, 2),
+        "prompt_tokens": gen.prompt_tokens,
+    }
+    print("decode:", results["decode"], flush=True)
+
+    # three screenshots (two in history) -> 3 x 2304 image tokens
+    history = tuple(
+        HistoryStep(index=i, frame=_frame(1920, 1080, args.seed + 1 + i), action=None, outcome="performed")
+        for i in range(2)
+    )
+    base = reset_peak()
+    t0 = time.perf_counter()
+    three = policy.propose(Observation(task=obs.task, frame=frame, history=history))
+    results["three_screenshots"] = {
+        "wall_ms": round((time.perf_counter() - t0) * 1000, 1),
+        "image_tokens": three.extra["image_tokens"],
+        "prompt_tokens": three.extra["prompt_tokens"],
+        "timings_ms": {k: round(v, 1) for k, v in three.timings_ms.items()},
+        "peak_over_weights_gib": peak_over(base),
+        "warnings": three.extra.get("warnings", []),
+    }
+    print("3 screenshots:", results["three_screenshots"], flush=True)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; see the module docstring."""
+    parser = argparse.ArgumentParser(description="Full-size Holotron-12B check with random bf16 weights.")
+    parser.add_argument("--out", type=Path, default=None, help="write the results JSON here")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-new-tokens", type=int, default=160)
+    parser.add_argument("--decode-tokens", type=int, default=64)
+    parser.add_argument("--allow-fallback", action="store_true", help="run even without mamba-ssm kernels")
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU, to test this script")
+    args = parser.parse_args(argv)
+    import torch
+
+    if args.smoke:
+        args.allow_fallback = True
+    elif not torch.cuda.is_available():
+        print("a CUDA GPU is required", file=sys.stderr)
+        return 2
+    results = run_check(args)
+    text = json.dumps(results, indent=2, default=str)
+    if args.out is not None:
+        args.out.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

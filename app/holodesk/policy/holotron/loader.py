@@ -1,0 +1,341 @@
+"""Resolve a checkpoint source (folder or hub repo id) and load Holotron through transformers' classes.
+
+No remote code is ever executed: the model class is transformers' ``NemotronH_Omni_Reasoning_V3``,
+the config is translated by :mod:`holodesk.policy.holotron.checkpoint`, the tokenizer is loaded with
+``AutoTokenizer`` (``trust_remote_code`` left False).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from holodesk.errors import ModelLoadError
+from holodesk.policy.holotron.checkpoint import (
+    CheckpointInfo,
+    ProgressFn,
+    check_load_report,
+    key_namers,
+    read_checkpoint,
+    read_normalisation,
+    translate_config,
+)
+from holodesk.policy.holotron.kernels import kernel_report, prepare_kernels
+
+log = logging.getLogger(__name__)
+
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_DOWNLOAD_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "tokenizer*", "*.model", "*.txt"]
+QUANTIZATIONS = (None, "8bit", "4bit")
+KEEP_UNQUANTIZED = ["vision_model", "multi_modal_projector", "lm_head"]
+"""Modules bitsandbytes leaves in bf16: the vision tower, the projector and the output head."""
+
+
+@dataclass
+class LoadedHolotron:
+    """A loaded model with everything the runtime needs next to it.
+
+    Attributes:
+        model: transformers ``NemotronH_Omni_Reasoning_V3`` in eval mode.
+        tokenizer: the checkpoint's tokenizer (transformers ``PreTrainedTokenizerBase``).
+        info: what was read from the checkpoint files.
+        mean, std: per-channel tile normalisation; norm_source: where it was read.
+        image_token_id, img_start_id, img_end_id: ``<image>``, ``<img>``, ``</img>`` ids.
+        eos_ids: token ids that end a reply (``<SPECIAL_12>`` for Holotron).
+        think_end_id: id of ``</think>`` when the tokenizer has it as one token, else None.
+        device: torch device of the model; dtype: torch dtype of the vision tower / unquantized weights.
+        quantization: None, "8bit" or "4bit".
+        notes: tolerated load-report differences and other facts for the log.
+        kernels: :func:`~holodesk.policy.holotron.kernels.kernel_report` at load time.
+        load_seconds: wall time of the load (download excluded).
+    """
+
+    model: Any
+    tokenizer: Any
+    info: CheckpointInfo
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    norm_source: str
+    image_token_id: int
+    img_start_id: int
+    img_end_id: int
+    eos_ids: tuple[int, ...]
+    think_end_id: int | None
+    device: Any
+    dtype: Any
+    quantization: str | None
+    notes: list[str] = field(default_factory=list)
+    kernels: dict[str, Any] = field(default_factory=dict)
+    load_seconds: float = 0.0
+
+
+def _progress_tqdm(progress: ProgressFn) -> type:
+    """A tqdm class forwarding download progress to ``progress("downloading", fraction)``."""
+    from tqdm.auto import tqdm
+
+    class _Forward(tqdm):
+        def update(self, n: float | None = 1) -> bool | None:
+            result = super().update(n)
+            if self.total:
+                progress("downloading", min(1.0, float(self.n) / float(self.total)))
+            return result
+
+    return _Forward
+
+
+def resolve_source(source: str | Path, *, progress: ProgressFn | None = None) -> Path:
+    """Turn a checkpoint source into a local folder.
+
+    A path that exists is used as is. Otherwise ``owner/name`` is treated as a Hugging Face repo id:
+    downloaded (safetensors, configs, tokenizer files only) with progress when the hub is reachable,
+    else taken from the local hub cache.
+
+    Raises:
+        ModelLoadError: when the path does not exist and is not a repo id, or when the repo is neither
+            reachable nor cached.
+    """
+    path = Path(source).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ModelLoadError(f"{path} is a file; give the checkpoint folder")
+        return path
+    text = str(source)
+    if not _REPO_ID.match(text):
+        raise ModelLoadError(
+            f"checkpoint {text!r} is neither an existing folder nor a Hugging Face repo id (owner/name)"
+        )
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise ModelLoadError(
+            "huggingface_hub is not installed, so a repo id cannot be downloaded",
+            hint="Install holodesk[local] or give a local checkpoint folder.",
+        ) from None
+    online_error: Exception | None = None
+    try:
+        if progress is not None:
+            progress("downloading", 0.0)
+        folder = snapshot_download(
+            text,
+            allow_patterns=_DOWNLOAD_PATTERNS,
+            tqdm_class=_progress_tqdm(progress) if progress is not None else None,
+            etag_timeout=10,
+        )
+        return Path(str(folder))
+    except Exception as exc:  # offline, DNS failure, 404, gated, ...
+        online_error = exc
+    try:
+        folder = snapshot_download(text, allow_patterns=_DOWNLOAD_PATTERNS, local_files_only=True)
+        log.warning("hub unreachable (%s); using the cached copy of %s", online_error, text)
+        return Path(str(folder))
+    except Exception:
+        raise ModelLoadError(
+            f"checkpoint {text} is not on this machine and could not be downloaded "
+            f"({type(online_error).__name__}: {online_error})",
+            hint="Connect to the internet once, or download the repo elsewhere and give its folder.",
+        ) from None
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    table = {
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+    }
+    if name not in table:
+        raise ModelLoadError(f"unknown dtype {name!r}; use bfloat16 or float32")
+    return table[name]
+
+
+def _quantization_config(quantization: str | None, device: Any) -> Any:
+    if quantization is None:
+        return None
+    if quantization not in QUANTIZATIONS:
+        raise ModelLoadError(f"unknown quantization {quantization!r}; use None, '8bit' or '4bit'")
+    import importlib.util
+
+    import torch
+
+    if device.type != "cuda" or not torch.cuda.is_available():
+        raise ModelLoadError(
+            f"{quantization} weights need an NVIDIA GPU (bitsandbytes runs on CUDA only)",
+            hint="Load without quantization, or on a machine with a CUDA GPU.",
+        )
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ModelLoadError(
+            f"{quantization} weights need bitsandbytes, which is not installed",
+            hint="pip install 'holodesk[quant]' (bitsandbytes >= 0.45).",
+        )
+    from transformers import BitsAndBytesConfig
+
+    if quantization == "8bit":
+        return BitsAndBytesConfig(load_in_8bit=True, llm_int8_skip_modules=list(KEEP_UNQUANTIZED))
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_compute_dtype=torch.bfloat16,
+        bnb_4bit_use_double_quant=False,
+        llm_int8_skip_modules=list(KEEP_UNQUANTIZED),
+    )
+
+
+def _token_id(tokenizer: Any, token: str, folder: Path) -> int:
+    vocab = tokenizer.get_vocab()
+    if token not in vocab:
+        raise ModelLoadError(
+            f"the tokenizer in {folder} has no {token} token; cannot mark images in the prompt",
+            hint="The tokenizer files do not belong to a Nemotron Nano 2 VL checkpoint.",
+        )
+    return int(vocab[token])
+
+
+def load_tokenizer(folder: Path) -> Any:
+    """The checkpoint's tokenizer through ``AutoTokenizer`` (no remote code).
+
+    Raises:
+        ModelLoadError: when it cannot be loaded.
+    """
+    try:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
+    except Exception as exc:
+        raise ModelLoadError(f"the tokenizer in {folder} could not be loaded: {exc}") from exc
+
+
+def load_holotron(
+    source: str | Path,
+    *,
+    dtype: str = "bfloat16",
+    quantization: str | None = None,
+    device: str | None = None,
+    progress: ProgressFn | None = None,
+    attn_implementation: str | None = "sdpa",
+) -> LoadedHolotron:
+    """Load a Holotron checkpoint (folder or hub repo id) onto ``device``.
+
+    Args:
+        source: checkpoint folder, or ``owner/name`` on the Hugging Face hub.
+        dtype: ``"bfloat16"`` (default) or ``"float32"`` (tests).
+        quantization: None, ``"8bit"`` or ``"4bit"`` (bitsandbytes; LM linears only, vision tower,
+            projector and lm_head stay in ``dtype``).
+        device: torch device string; default ``"cuda"`` when available, else ``"cpu"``.
+        progress: optional ``progress(stage, fraction)`` callback.
+        attn_implementation: transformers attention backend (``"sdpa"``, ``"eager"``, ...).
+    Returns:
+        :class:`LoadedHolotron`.
+    Raises:
+        ModelLoadError: for a missing/unreadable checkpoint, an untranslatable config, keys missing or
+            unexpected beyond the parts v2 lacks (named in the message), a missing tokenizer token, or
+            quantization asked for without CUDA/bitsandbytes.
+    """
+    prepare_kernels()  # before transformers imports NemotronH (selective_scan_cuda placeholder)
+    try:
+        import torch
+        from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3
+    except ImportError as exc:
+        raise ModelLoadError(
+            f"the local runtime needs torch and transformers >= 5.23 ({exc})",
+            hint="pip install 'holodesk[local]'.",
+        ) from None
+
+    folder = resolve_source(source, progress=progress)
+    started = time.perf_counter()
+    if progress is not None:
+        progress("reading checkpoint", None)
+    info = read_checkpoint(folder)
+    config = translate_config(info, attn_implementation=attn_implementation)
+    mean, std, norm_source = read_normalisation(info)
+    tokenizer = load_tokenizer(folder)
+
+    torch_dtype = _torch_dtype(dtype)
+    target = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if target.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("device cuda was asked for but torch sees no CUDA GPU")
+    quant_config = _quantization_config(quantization, target)
+
+    if progress is not None:
+        progress("loading weights", None)
+    kwargs: dict[str, Any] = {
+        "config": config,
+        "dtype": torch_dtype,
+        "output_loading_info": True,
+        "local_files_only": True,
+        "trust_remote_code": False,
+        # report size mismatches in loading_info instead of raising, so the error can name them
+        "ignore_mismatched_sizes": True,
+    }
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    if quant_config is not None:
+        kwargs["quantization_config"] = quant_config
+    if target.type != "cpu":
+        kwargs["device_map"] = {"": str(target)}
+    try:
+        result: Any = NemotronH_Omni_Reasoning_V3.from_pretrained(str(folder), **kwargs)
+        model, loading_info = result
+    except ModelLoadError:
+        raise
+    except Exception as exc:
+        raise ModelLoadError(f"loading the weights from {folder} failed: {type(exc).__name__}: {exc}") from exc
+    forward_names, expected_name = key_namers(model, sorted(info.shapes))
+    notes = check_load_report(loading_info, forward_names, expected_name)
+    model.eval()
+    if target.type == "cpu":
+        model.to(target)
+
+    image_token_id = info.image_token_id
+    vocab = tokenizer.get_vocab()
+    by_id = {v: k for k, v in vocab.items()}
+    if by_id.get(image_token_id) not in (None, "<image>"):
+        notes.append(f"img_context_token_id {image_token_id} is {by_id[image_token_id]!r} in the tokenizer")
+    lm_vocab = int(config.text_config.vocab_size)
+    if image_token_id >= lm_vocab:
+        raise ModelLoadError(f"img_context_token_id {image_token_id} is outside the {lm_vocab}-row vocabulary")
+    eos: list[int] = []
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for candidate in (gen_eos, tokenizer.eos_token_id, vocab.get("<SPECIAL_12>")):
+        for tok in candidate if isinstance(candidate, list) else [candidate]:
+            if isinstance(tok, int) and tok not in eos:
+                eos.append(tok)
+    if not eos:
+        raise ModelLoadError(f"no end-of-turn token found for {folder} (generation_config / tokenizer)")
+
+    report = kernel_report()
+    if target.type == "cuda" and not report["fast_path"]:
+        log.warning("Holotron: %s", report["summary"])
+    else:
+        log.info("Holotron: %s", report["summary"])
+    for note in notes:
+        log.info("Holotron load: %s", note)
+    loaded = LoadedHolotron(
+        model=model,
+        tokenizer=tokenizer,
+        info=info,
+        mean=mean,
+        std=std,
+        norm_source=norm_source,
+        image_token_id=image_token_id,
+        img_start_id=_token_id(tokenizer, "<img>", folder),
+        img_end_id=_token_id(tokenizer, "</img>", folder),
+        eos_ids=tuple(eos),
+        think_end_id=vocab.get("</think>"),
+        device=target,
+        dtype=torch_dtype,
+        quantization=quantization,
+        notes=notes,
+        kernels=report,
+        load_seconds=time.perf_counter() - started,
+    )
+    if progress is not None:
+        progress("ready", 1.0)
+    return loaded

@@ -1,0 +1,304 @@
+"""HolotronPolicy: the in-process Holotron-12B policy (Frame + task + history -> Proposal)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from holodesk.errors import PolicyError, PolicyOutputError
+from holodesk.policy.base import Observation, Proposal
+from holodesk.policy.holotron.checkpoint import ProgressFn
+from holodesk.policy.holotron.loader import LoadedHolotron, load_holotron
+from holodesk.policy.holotron.prompt import flatten_messages, render_chat, tokenize_prompt
+
+log = logging.getLogger(__name__)
+
+
+def _is_oom(exc: BaseException) -> bool:
+    """True for a CUDA out-of-memory error (torch.OutOfMemoryError, or older RuntimeError text)."""
+    import torch
+
+    oom_type = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
+    if oom_type is not None and isinstance(exc, oom_type):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+def _free_cuda_memory() -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+class HolotronPolicy:
+    """Holotron-12B run in this process with transformers' native classes (no remote code).
+
+    One :meth:`propose` call: the protocol builds the chat (system prompt, task, notes, history as text,
+    the last ``max_images`` screenshots as images), each screenshot is tiled (docs/holotron.md), the
+    vision tower + projector encode the tiles, the LM prefills and decodes greedily, constrained to the
+    protocol's JSON schema unless ``constrained=False``, and the reply is parsed by the protocol.
+
+    Attributes:
+        name: ``"holotron-local"``.
+        loaded: the model, tokenizer and checkpoint facts.
+        protocol: the action protocol (``holodesk.policy.protocol.ActionProtocol``).
+    """
+
+    name = "holotron-local"
+
+    def __init__(
+        self,
+        loaded: LoadedHolotron,
+        *,
+        reasoning: bool = False,
+        max_images: int = 3,
+        constrained: bool = True,
+        protocol: str = "holo-v1",
+        max_new_tokens: int = 1024,
+        max_think_tokens: int = 1024,
+        max_string_chars: int | None = None,
+    ) -> None:
+        from holodesk.policy.protocol import get_protocol
+
+        if max_images < 1:
+            raise PolicyError(f"max_images must be >= 1, got {max_images}")
+        self.loaded = loaded
+        self.protocol = get_protocol(protocol)
+        self.reasoning = reasoning
+        self.max_images = max_images
+        self.constrained = constrained
+        self.max_new_tokens = max_new_tokens
+        self.max_think_tokens = max_think_tokens
+        self.max_string_chars = max_string_chars
+        self._constraint: Any = None
+        self._closed = False
+
+    @classmethod
+    def load(
+        cls,
+        source: str | Path,
+        *,
+        dtype: str = "bfloat16",
+        quantization: str | None = None,
+        device: str | None = None,
+        reasoning: bool = False,
+        max_images: int = 3,
+        constrained: bool = True,
+        protocol: str = "holo-v1",
+        progress: ProgressFn | None = None,
+        max_new_tokens: int = 1024,
+        max_think_tokens: int = 1024,
+        max_string_chars: int | None = None,
+        attn_implementation: str | None = "sdpa",
+    ) -> HolotronPolicy:
+        """Load a checkpoint folder or hub repo id and return a ready policy.
+
+        Args:
+            source: folder with config.json + safetensors + tokenizer, or ``owner/name`` on the hub.
+            dtype: ``"bfloat16"`` (default) or ``"float32"``.
+            quantization: None, ``"8bit"`` or ``"4bit"`` (bitsandbytes, CUDA only).
+            device: ``"cuda"``, ``"cuda:1"``, ``"cpu"``; default CUDA when available.
+            reasoning: let the model think (``/think``) before replying.
+            max_images: screenshots sent as images (current one included); older steps are text.
+            constrained: force replies to the protocol's JSON schema with xgrammar.
+            protocol: action protocol name.
+            progress: ``progress(stage, fraction)`` during download and load.
+            max_new_tokens: reply budget after any thinking; max_think_tokens: thinking budget.
+            max_string_chars: when set, every JSON string in a constrained reply is capped at this
+                many characters, so a wandering model still closes its object within the budget.
+            attn_implementation: transformers attention backend.
+        Raises:
+            ModelLoadError: see :func:`~holodesk.policy.holotron.loader.load_holotron`.
+        """
+        loaded = load_holotron(
+            source,
+            dtype=dtype,
+            quantization=quantization,
+            device=device,
+            progress=progress,
+            attn_implementation=attn_implementation,
+        )
+        policy = cls(
+            loaded,
+            reasoning=reasoning,
+            max_images=max_images,
+            constrained=constrained,
+            protocol=protocol,
+            max_new_tokens=max_new_tokens,
+            max_think_tokens=max_think_tokens,
+            max_string_chars=max_string_chars,
+        )
+        if constrained:
+            policy._get_constraint()  # compile the grammar at load time, not in the first step
+        return policy
+
+    # ------------------------------------------------------------------------------------------ steps
+    def _get_constraint(self) -> Any:
+        if self._constraint is None:
+            from holodesk.policy.holotron.runtime import Constraint, cap_strings
+
+            schema = self.protocol.json_schema()
+            if self.max_string_chars is not None:
+                schema = cap_strings(schema, self.max_string_chars)
+            self._constraint = Constraint(self.loaded, schema)
+        return self._constraint
+
+    def prepare(self, observation: Observation, *, max_images: int) -> dict[str, Any]:
+        """Build the prompt for ``observation`` with at most ``max_images`` images.
+
+        Returns:
+            dict with ``input_ids`` (list[int]), ``frames`` (list[Frame]), ``template``
+            (``"chat_template"`` | ``"fallback"``) and ``prompt_text`` (sentinels in place of images).
+        """
+        from holodesk.policy.holotron.tiling import image_tiles
+
+        messages = self.protocol.build_messages(observation, max_images=max_images, reasoning=self.reasoning)
+        text_messages, frames = flatten_messages(messages)
+        prompt_text, template = render_chat(self.loaded.tokenizer, text_messages)
+        info = self.loaded.info
+        counts = [
+            info.tokens_per_tile
+            * image_tiles(
+                f.width, f.height, info.max_tiles, tile_size=info.tile_size, use_thumbnail=info.use_thumbnail
+            )
+            for f in frames
+        ]
+        input_ids = tokenize_prompt(
+            self.loaded.tokenizer,
+            prompt_text,
+            counts,
+            img_start_id=self.loaded.img_start_id,
+            img_end_id=self.loaded.img_end_id,
+            image_token_id=self.loaded.image_token_id,
+        )
+        return {"input_ids": input_ids, "frames": frames, "template": template, "prompt_text": prompt_text}
+
+    def _attempt(self, observation: Observation, max_images: int) -> tuple[Any, dict[str, Any], dict[str, float]]:
+        from holodesk.policy.holotron import runtime
+
+        timings: dict[str, float] = {}
+        t0 = time.perf_counter()
+        prepared = self.prepare(observation, max_images=max_images)
+        tiles, grids, tile_counts = runtime.tile_images(self.loaded, [f.pixels for f in prepared["frames"]])
+        timings["preprocess"] = (time.perf_counter() - t0) * 1000.0
+        runtime._sync(self.loaded.device)
+        t1 = time.perf_counter()
+        image_embeds = runtime.encode_tiles(self.loaded, tiles)
+        del tiles
+        embeds = runtime.embed_prompt(self.loaded, prepared["input_ids"], image_embeds)
+        del image_embeds
+        runtime._sync(self.loaded.device)
+        timings["vision"] = (time.perf_counter() - t1) * 1000.0
+        generation = runtime.generate(
+            self.loaded,
+            embeds,
+            max_new_tokens=self.max_new_tokens,
+            constraint=self._get_constraint() if self.constrained else None,
+            reasoning=self.reasoning,
+            max_think_tokens=self.max_think_tokens,
+        )
+        timings.update(generation.timings_ms)
+        details = {
+            "images": len(prepared["frames"]),
+            "grids": grids,
+            "tiles": tile_counts,
+            "image_tokens": sum(c * self.loaded.info.tokens_per_tile for c in tile_counts),
+            "template": prepared["template"],
+        }
+        return generation, details, timings
+
+    def propose(self, observation: Observation) -> Proposal:
+        """Propose the next action for ``observation``.
+
+        On a CUDA out-of-memory error the step is retried with one screenshot fewer each time (down to
+        the current one only); the retry is logged and reported in ``Proposal.extra["warnings"]`` (F21).
+
+        Returns:
+            Proposal with the parsed action, thought, note, raw reply, ``timings_ms`` (preprocess,
+            vision, prefill, decode; ms) and ``extra`` (token counts, tiles, kernel path, warnings).
+        Raises:
+            PolicyOutputError: the reply is not a valid action (``raw_text`` carries the reply).
+            PolicyError: the policy is closed, or generation failed (also out of memory with one image).
+        """
+        if self._closed:
+            raise PolicyError("the Holotron policy was closed")
+        warnings: list[str] = []
+        images = self.max_images
+        while True:
+            try:
+                generation, details, timings = self._attempt(observation, images)
+                break
+            except (PolicyError, PolicyOutputError):
+                raise
+            except Exception as exc:
+                if not _is_oom(exc):
+                    raise PolicyError(f"Holotron generation failed: {type(exc).__name__}: {exc}") from exc
+                _free_cuda_memory()
+                if images <= 1:
+                    raise PolicyError(
+                        "the GPU ran out of memory even with only the current screenshot",
+                        hint="Close other GPU programs, use 4-bit weights, or use a remote policy.",
+                    ) from exc
+                message = (
+                    f"GPU memory ran out with {images} screenshot(s); retried with {images - 1} "
+                    "(older screenshots sent as text only)"
+                )
+                log.warning("Holotron: %s", message)
+                warnings.append(message)
+                images -= 1
+        raw = generation.text
+        extra: dict[str, Any] = {
+            **details,
+            "prompt_tokens": generation.prompt_tokens,
+            "generated_tokens": len(generation.token_ids),
+            "stop_reason": generation.stop_reason,
+            "constrained": self.constrained,
+            "reasoning": self.reasoning,
+            "kernels": self.loaded.kernels.get("summary", ""),
+            "max_images_used": images,
+        }
+        if warnings:
+            extra["warnings"] = warnings
+        try:
+            parsed = self.protocol.parse(raw)
+        except PolicyOutputError as exc:
+            if generation.stop_reason == "max_new_tokens":
+                exc.hint = (exc.hint + " " if exc.hint else "") + (
+                    f"The reply was cut at {self.max_new_tokens} tokens."
+                )
+            raise
+        if parsed.warnings:
+            extra["parse_warnings"] = list(parsed.warnings)
+        return Proposal(
+            action=parsed.action,
+            thought=parsed.thought,
+            note=parsed.note,
+            raw_text=raw,
+            timings_ms=timings,
+            extra=extra,
+        )
+
+    def kernel_report(self) -> dict[str, Any]:
+        """The kernel report taken at load time (see :func:`holodesk.policy.holotron.kernel_report`)."""
+        return dict(self.loaded.kernels)
+
+    def close(self) -> None:
+        """Drop the model and free GPU memory. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._constraint = None
+        with contextlib.suppress(AttributeError):
+            del self.loaded.model
+        with contextlib.suppress(ImportError):
+            _free_cuda_memory()
+
+
+__all__ = ["HolotronPolicy"]

@@ -1,0 +1,347 @@
+"""Vision encoding, prompt embedding, prefill and greedy (optionally grammar-constrained) decoding.
+
+Plain functions over a :class:`~holodesk.policy.holotron.loader.LoadedHolotron`, in the gpt-fast
+style: ``encode_images`` -> ``embed_prompt`` -> ``prefill`` -> ``decode``. The model's own modules do
+all the math (transformers' RADIO, pixel shuffle + projector of ``NemotronH_Omni_Reasoning_V3``,
+NemotronH with its hybrid cache); this module only wires them for tiled v2 images.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from holodesk.errors import PolicyError
+from holodesk.policy.holotron.tiling import preprocess_pixels
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from holodesk.policy.holotron.loader import LoadedHolotron
+
+VISION_BATCH_TILES = 16
+"""Tiles sent through the vision tower at once (bounds activation memory for many screenshots)."""
+
+
+def _sync(device: Any) -> None:
+    import torch
+
+    if getattr(device, "type", "cpu") == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass
+class EncodedImages:
+    """Projected image embeddings for the prompt.
+
+    Attributes:
+        embeds: ``(total_image_tokens, lm_hidden)`` in the LM's embedding dtype, on the model device.
+        token_counts: image-context tokens per image (256 x tiles), prompt order.
+        grids: (cols, rows) per image; tiles: tiles per image (thumbnail included).
+    """
+
+    embeds: torch.Tensor
+    token_counts: list[int]
+    grids: list[tuple[int, int]]
+    tiles: list[int]
+
+
+def tile_images(loaded: LoadedHolotron, images: Sequence[np.ndarray[Any, Any]]) -> tuple[
+    torch.Tensor, list[tuple[int, int]], list[int]
+]:
+    """Tile every image with the checkpoint's settings.
+
+    Returns:
+        (tiles float32 ``(n_tiles, 3, S, S)`` on CPU, grids, tiles per image).
+    """
+    import torch
+
+    info = loaded.info
+    all_tiles, grids, counts = [], [], []
+    for pixels in images:
+        tiles, grid = preprocess_pixels(
+            pixels,
+            mean=loaded.mean,
+            std=loaded.std,
+            max_tiles=info.max_tiles,
+            tile_size=info.tile_size,
+            use_thumbnail=info.use_thumbnail,
+        )
+        all_tiles.append(tiles)
+        grids.append(grid)
+        counts.append(int(tiles.shape[0]))
+    if not all_tiles:
+        size = info.tile_size
+        return torch.zeros(0, 3, size, size), grids, counts
+    return torch.cat(all_tiles), grids, counts
+
+
+def encode_tiles(loaded: LoadedHolotron, tiles: torch.Tensor) -> torch.Tensor:
+    """RADIO features -> pixel shuffle -> ``mlp1`` for normalised tiles.
+
+    Args:
+        tiles: float ``(n_tiles, 3, S, S)``, already normalised.
+    Returns:
+        ``(n_tiles * tokens_per_tile, lm_hidden)`` on the model device (projector dtype).
+    """
+    import torch
+
+    model = loaded.model
+    vision = model.vision_model
+    vision_dtype = next(vision.parameters()).dtype
+    side = loaded.info.tile_size // loaded.info.patch_size
+    out = []
+    with torch.inference_mode():
+        for start in range(0, int(tiles.shape[0]), VISION_BATCH_TILES):
+            batch = tiles[start : start + VISION_BATCH_TILES].to(loaded.device, vision_dtype)
+            features = vision(batch).features  # (b, side*side, vit_hidden), prefix tokens dropped
+            projected = model.project_vision_features(features, side, side)  # (b, tokens, lm_hidden)
+            out.append(projected.reshape(-1, projected.shape[-1]))
+    if not out:
+        hidden = int(model.config.text_config.hidden_size)
+        return torch.zeros(0, hidden, device=loaded.device)
+    return torch.cat(out)
+
+
+def encode_images(loaded: LoadedHolotron, images: Sequence[np.ndarray[Any, Any]]) -> EncodedImages:
+    """Tile and encode images (RGB uint8 ``(h, w, 3)`` each) into LM embeddings."""
+    tiles, grids, counts = tile_images(loaded, images)
+    embeds = encode_tiles(loaded, tiles)
+    tokens = [c * loaded.info.tokens_per_tile for c in counts]
+    return EncodedImages(embeds=embeds, token_counts=tokens, grids=grids, tiles=counts)
+
+
+def embed_prompt(loaded: LoadedHolotron, input_ids: Sequence[int], image_embeds: torch.Tensor) -> torch.Tensor:
+    """LM input embeddings with the ``<image>`` positions replaced, in order, by ``image_embeds``.
+
+    Returns:
+        ``(1, len(input_ids), lm_hidden)`` on the model device.
+    Raises:
+        PolicyError: when the number of ``<image>`` tokens differs from the number of embeddings.
+    """
+    import torch
+
+    model = loaded.model
+    ids = torch.tensor([list(input_ids)], dtype=torch.long, device=loaded.device)
+    with torch.inference_mode():
+        embeds = model.get_input_embeddings()(ids)
+        mask = ids[0] == loaded.image_token_id
+        n = int(mask.sum())
+        if n != int(image_embeds.shape[0]):
+            raise PolicyError(f"the prompt has {n} image tokens but {int(image_embeds.shape[0])} image embeddings")
+        if n:
+            embeds[0, mask] = image_embeds.to(embeds.dtype)
+    return embeds
+
+
+def full_logits(loaded: LoadedHolotron, input_ids: Sequence[int], images: Sequence[np.ndarray[Any, Any]]) -> Any:
+    """Logits for every prompt position (float32 ``(len(input_ids), vocab)``), for tests and checks."""
+    import torch
+
+    encoded = encode_images(loaded, images)
+    embeds = embed_prompt(loaded, input_ids, encoded.embeds)
+    with torch.inference_mode():
+        out = loaded.model.language_model(inputs_embeds=embeds, use_cache=False)
+    return out.logits[0].float()
+
+
+def cap_strings(schema: dict[str, Any], max_chars: int) -> dict[str, Any]:
+    """A copy of ``schema`` where every string allows at most ``max_chars`` characters.
+
+    Only narrows the schema (an existing smaller ``maxLength`` is kept, ``minLength`` above the cap
+    raises), so every instance of the result is an instance of ``schema`` and still parses. Used so a
+    reply always fits the token budget (a model wandering inside a free string is cut by the grammar).
+
+    Raises:
+        ValueError: when ``max_chars`` < 1 or below a string's ``minLength``.
+    """
+    import copy
+
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be >= 1, got {max_chars}")
+
+    def visit(node: Any) -> None:
+        if isinstance(node, dict):
+            types = node.get("type")
+            if types == "string" or (isinstance(types, list) and "string" in types):
+                if int(node.get("minLength", 0)) > max_chars:
+                    raise ValueError(f"a string needs at least {node['minLength']} characters > {max_chars}")
+                node["maxLength"] = min(int(node.get("maxLength", max_chars)), max_chars)
+            for value in node.values():
+                visit(value)
+        elif isinstance(node, list):
+            for value in node:
+                visit(value)
+
+    out = copy.deepcopy(schema)
+    visit(out)
+    return out
+
+
+class Constraint:
+    """JSON-schema constraint with xgrammar: a compiled grammar and a fresh matcher per reply.
+
+    xgrammar (mlc-ai) compiles the schema once for the tokenizer; each step fills a bitmask of the
+    allowed next tokens, applied to the logits in place. The reply is compact JSON (no free
+    whitespace), so no token holding a raw control byte (0x00-0x1f) is ever needed; such tokens are
+    masked as well, because xgrammar 0.2.8's rule for strings with ``minLength``/``maxLength`` admits
+    raw control characters, which JSON (and the protocol's parser) rejects. That same rule admits no
+    escape sequences, so bounded strings (the ``type`` text) cannot contain ``"`` or ``\\`` while
+    constrained.
+    """
+
+    def __init__(self, loaded: LoadedHolotron, schema: dict[str, Any]) -> None:
+        try:
+            import xgrammar as xgr
+        except ImportError:
+            raise PolicyError(
+                "constrained decoding needs xgrammar, which is not installed",
+                hint="pip install 'holodesk[local]', or turn constrained decoding off.",
+            ) from None
+        self._xgr = xgr
+        vocab_size = int(loaded.model.config.text_config.vocab_size)
+        self.vocab_size = vocab_size
+        info = xgr.TokenizerInfo.from_huggingface(
+            loaded.tokenizer, vocab_size=vocab_size, stop_token_ids=list(loaded.eos_ids)
+        )
+        compiler = xgr.GrammarCompiler(info)
+        self.compiled = compiler.compile_json_schema(json.dumps(schema), any_whitespace=False)
+        self.matcher: Any = None
+        self.bitmask: Any = None
+        import torch
+
+        stops = set(loaded.eos_ids)
+        ban = torch.zeros(vocab_size, dtype=torch.bool)
+        for token_id, piece in enumerate(info.decoded_vocab[:vocab_size]):
+            if piece and min(piece) < 0x20 and token_id not in stops:
+                ban[token_id] = True
+        self._ban_cpu = ban
+        self._ban: Any = None
+
+    def start(self) -> None:
+        """Begin a new reply."""
+        self.matcher = self._xgr.GrammarMatcher(self.compiled)
+        self.bitmask = self._xgr.allocate_token_bitmask(1, self.vocab_size)
+
+    def mask(self, logits: torch.Tensor) -> None:
+        """Set disallowed tokens of ``logits`` (float ``(vocab,)``) to -inf, in place."""
+        self.matcher.fill_next_token_bitmask(self.bitmask)
+        self._xgr.apply_token_bitmask_inplace(logits.view(1, -1), self.bitmask.to(logits.device))
+        if self._ban is None or self._ban.device != logits.device:
+            self._ban = self._ban_cpu.to(logits.device)
+        logits.masked_fill_(self._ban[: logits.shape[-1]], float("-inf"))
+
+    def accept(self, token: int) -> bool:
+        """Advance the matcher; False when the token breaks the grammar."""
+        return bool(self.matcher.accept_token(int(token)))
+
+    def finished(self) -> bool:
+        """True once the JSON object is complete and a stop token was accepted."""
+        return bool(self.matcher.is_terminated())
+
+
+@dataclass
+class Generation:
+    """Result of one reply.
+
+    Attributes:
+        token_ids: generated ids, stop token excluded.
+        text: decoded reply (special tokens kept, so ``</think>`` stays visible).
+        stop_reason: ``"eos"``, ``"max_new_tokens"`` or ``"grammar"`` (constraint rejected a token).
+        prompt_tokens: prompt length in tokens.
+        timings_ms: prefill, decode (ms).
+    """
+
+    token_ids: list[int]
+    text: str
+    stop_reason: str
+    prompt_tokens: int
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+def generate(
+    loaded: LoadedHolotron,
+    embeds: torch.Tensor,
+    *,
+    max_new_tokens: int = 1024,
+    constraint: Constraint | None = None,
+    reasoning: bool = False,
+    max_think_tokens: int = 1024,
+) -> Generation:
+    """Greedy decoding from prompt embeddings, stopping at an end-of-turn token.
+
+    With ``constraint`` the reply is forced to match the JSON schema; with ``reasoning`` the model
+    first thinks freely until ``</think>`` (forced after ``max_think_tokens``) and only the part after
+    it is constrained.
+
+    Args:
+        embeds: ``(1, prompt_len, hidden)`` from :func:`embed_prompt`.
+    Returns:
+        :class:`Generation`.
+    Raises:
+        torch.OutOfMemoryError: passed through so the caller can retry with fewer images.
+    """
+    import torch
+
+    model = loaded.model.language_model
+    eos = set(loaded.eos_ids)
+    device = loaded.device
+    timings: dict[str, float] = {}
+    thinking = reasoning and loaded.think_end_id is not None
+    if constraint is not None:
+        constraint.start()
+    tokens: list[int] = []
+    stop_reason = "max_new_tokens"
+    with torch.inference_mode():
+        _sync(device)
+        t0 = time.perf_counter()
+        out = model(inputs_embeds=embeds, use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
+        logits = out.logits[0, -1].float()
+        _sync(device)
+        t1 = time.perf_counter()
+        timings["prefill"] = (t1 - t0) * 1000.0
+        think_tokens = 0
+        for _ in range(max_new_tokens):
+            if thinking and think_tokens >= max_think_tokens:
+                token = int(loaded.think_end_id)  # type: ignore[arg-type]
+            else:
+                if constraint is not None and not thinking:
+                    constraint.mask(logits)
+                token = int(torch.argmax(logits).item())
+            if thinking:
+                think_tokens += 1
+                if token == loaded.think_end_id:
+                    thinking = False
+                elif token in eos:
+                    stop_reason = "eos"
+                    break
+            elif constraint is not None:
+                if not constraint.accept(token):
+                    stop_reason = "grammar"
+                    break
+                if token in eos or constraint.finished():
+                    stop_reason = "eos"
+                    break
+            elif token in eos:
+                stop_reason = "eos"
+                break
+            tokens.append(token)
+            step = torch.tensor([[token]], dtype=torch.long, device=device)
+            out = model(input_ids=step, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            cache = out.past_key_values
+            logits = out.logits[0, -1].float()
+        _sync(device)
+        timings["decode"] = (time.perf_counter() - t1) * 1000.0
+    text = loaded.tokenizer.decode(tokens, skip_special_tokens=False)
+    return Generation(
+        token_ids=tokens,
+        text=str(text),
+        stop_reason=stop_reason,
+        prompt_tokens=int(embeds.shape[1]),
+        timings_ms=timings,
+    )

@@ -1,0 +1,396 @@
+"""A tiny random checkpoint in Holotron-12B's PUBLISHED layout, for tests and demos.
+
+The folder looks like the hub repo (docs/holotron.md): a remote-code style ``config.json``
+(``model_type`` ``NemotronH_Nano_VL_V2`` with ``llm_config`` / ``vision_config``), sharded safetensors
+with the original key names (``vision_model.radio_model.*``, ``mlp1.*``, ``language_model.backbone.*``,
+``language_model.lm_head.*``) plus ``model.safetensors.index.json``, and a small byte-level BPE
+tokenizer carrying the model's special tokens and a chat template reproducing the Nemotron Nano 2 layout.
+
+The key names and shapes are written here from the published description, independently of
+transformers' conversion mapping, so loading this folder tests that mapping.
+
+Run ``python -m holodesk.policy.holotron.tiny DIR`` to write one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+SPECIAL_TOKENS = [
+    "<unk>",
+    "<s>",
+    "</s>",
+    "<SPECIAL_10>",
+    "<SPECIAL_11>",
+    "<SPECIAL_12>",
+    "<img>",
+    "</img>",
+    "<image>",
+    "<think>",
+    "</think>",
+    "<pad>",
+]
+"""Special tokens of the tiny tokenizer, ids 0..11 in this order."""
+
+CHAT_TEMPLATE = (
+    "{%- set ns = namespace(system='', reasoning=true) -%}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] in ['system', 'user'] -%}"
+    "{%- if '/no_think' in message['content'] -%}{%- set ns.reasoning = false -%}"
+    "{%- elif '/think' in message['content'] -%}{%- set ns.reasoning = true -%}{%- endif -%}"
+    "{%- endif -%}"
+    "{%- if message['role'] == 'system' -%}{%- set ns.system = message['content'] -%}{%- endif -%}"
+    "{%- endfor -%}"
+    "{{- '<SPECIAL_10>System\\n' + ns.system.replace('/no_think', '').replace('/think', '').strip() + '\\n' -}}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'user' -%}"
+    "{{- '<SPECIAL_11>User\\n' + message['content'].replace('/no_think', '').replace('/think', '').strip()"
+    " + '\\n' -}}"
+    "{%- elif message['role'] == 'assistant' -%}"
+    "{{- '<SPECIAL_11>Assistant\\n' + message['content'].strip() + '\\n<SPECIAL_12>\\n' -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{- '<SPECIAL_11>Assistant\\n' + ('<think>\\n' if ns.reasoning else '<think></think>') -}}"
+    "{%- endif -%}"
+)
+"""Nemotron Nano 2 chat layout (docs/holotron.md, "Prompt layout") as a Jinja template."""
+
+_TRAINING_TEXT = """
+{"note": null, "thought": "Open the browser and search.", "tool_call": {"tool_name": "click", "x": 512, "y": 87}}
+{"note": "logged in", "thought": "Type the query.", "tool_call": {"tool_name": "type", "text": "weather"}}
+{"thought": "Press enter", "tool_call": {"tool_name": "key", "keys": ["ctrl", "enter"]}}
+{"tool_call": {"tool_name": "scroll", "direction": "down", "amount": 3}} {"tool_name": "wait", "seconds": 1.5}
+{"tool_name": "answer", "text": "The answer is 42."} {"tool_name": "done", "success": true}
+You are a desktop agent. Look at the screenshot and take one step toward the user's task.
+Reply with one JSON object. Coordinates are integers from 0 to 1000 on the screenshot you see.
+System User Assistant task screenshot history step click double_click right_click move drag scroll
+0 1 2 3 4 5 6 7 8 9 10 100 250 333 500 750 999 1000 true false null [ ] { } : , " \\ \\n
+"""
+
+
+def _tiny_config(
+    *,
+    vocab_size: int,
+    vision_hidden: int,
+    vision_layers: int,
+    vision_heads: int,
+    llm_hidden: int,
+    pattern: str,
+    tile_size: int,
+    patch_size: int,
+    max_img_size: int,
+    num_prefix_tokens: int,
+    special_ids: dict[str, int],
+    dtype: str,
+) -> dict[str, Any]:
+    """The remote-code style config.json (NemotronH_Nano_VL_V2) for the tiny model."""
+    mamba_heads, mamba_head_dim = 8, llm_hidden * 2 // 8
+    return {
+        "architectures": ["NemotronH_Nano_VL_V2"],
+        "auto_map": {
+            "AutoConfig": "configuration.NemotronH_Nano_VL_V2_Config",
+            "AutoModel": "modeling.NemotronH_Nano_VL_V2",
+            "AutoModelForCausalLM": "modeling.NemotronH_Nano_VL_V2",
+        },
+        "model_type": "NemotronH_Nano_VL_V2",
+        "downsample_ratio": 0.5,
+        "force_image_size": tile_size,
+        "patch_size": patch_size,
+        "img_context_token_id": special_ids["<image>"],
+        "max_num_tiles": 12,
+        "use_thumbnail": True,
+        "ps_version": "v2",
+        "projector_hidden_size": 4 * llm_hidden,
+        "vit_hidden_size": vision_hidden,
+        "template": "nemotron_h",
+        "torch_dtype": dtype,
+        "norm_mean": [0.48145466, 0.4578275, 0.40821073],
+        "norm_std": [0.26862954, 0.26130258, 0.27577711],
+        "llm_config": {
+            "architectures": ["NemotronHForCausalLM"],
+            "model_type": "nemotron_h",
+            "vocab_size": vocab_size,
+            "hidden_size": llm_hidden,
+            "hybrid_override_pattern": pattern,
+            "num_hidden_layers": len(pattern),
+            "intermediate_size": 2 * llm_hidden,
+            "mlp_hidden_act": "relu2",
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "attention_head_dim": llm_hidden // 4,
+            "mamba_num_heads": mamba_heads,
+            "mamba_head_dim": mamba_head_dim,
+            "ssm_state_size": 16,
+            "n_groups": 2,
+            "conv_kernel": 4,
+            "expand": 2,
+            "chunk_size": 128,
+            "mamba_hidden_act": "silu",
+            "layer_norm_epsilon": 1e-5,
+            "tie_word_embeddings": False,
+            "bos_token_id": special_ids["<s>"],
+            "eos_token_id": special_ids["<SPECIAL_12>"],
+            "pad_token_id": special_ids["<pad>"],
+            "torch_dtype": dtype,
+        },
+        "vision_config": {
+            "architectures": ["RADIOModel"],
+            "model_type": "radio",
+            "auto_map": {"AutoConfig": "radio.RADIOConfig", "AutoModel": "radio.RADIOModel"},
+            "version": "radio_v2.5-h",
+            "patch_size": patch_size,
+            "max_resolution": max_img_size,
+            "preferred_resolution": [tile_size, tile_size],
+            "args": {
+                "model": "vit_tiny_test",
+                "cpe_max_size": max_img_size,
+                "num_prefix_tokens": num_prefix_tokens,
+                "embed_dim": vision_hidden,
+                "depth": vision_layers,
+                "num_heads": vision_heads,
+            },
+            "torch_dtype": dtype,
+        },
+    }
+
+
+def _write_tokenizer(path: Path, *, vocab_size: int) -> tuple[int, dict[str, int]]:
+    """Train a tiny byte-level BPE and write tokenizer.json / tokenizer_config.json.
+
+    Returns:
+        (number of tokens in the tokenizer, special token -> id).
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE(unk_token=None))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator([_TRAINING_TEXT] * 4, trainer=trainer)
+    tokenizer.save(str(path / "tokenizer.json"))
+    special_ids: dict[str, int] = {}
+    for tok in SPECIAL_TOKENS:
+        token_id = tokenizer.token_to_id(tok)
+        if token_id is None:
+            raise RuntimeError(f"the trained tokenizer lost the special token {tok}")
+        special_ids[tok] = int(token_id)
+    tokenizer_config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<s>",
+        "eos_token": "<SPECIAL_12>",
+        "unk_token": "<unk>",
+        "pad_token": "<pad>",
+        "model_max_length": 131072,
+        "clean_up_tokenization_spaces": False,
+        "chat_template": CHAT_TEMPLATE,
+    }
+    (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
+    (path / "special_tokens_map.json").write_text(
+        json.dumps({"bos_token": "<s>", "eos_token": "<SPECIAL_12>", "unk_token": "<unk>", "pad_token": "<pad>"})
+    )
+    return int(tokenizer.get_vocab_size()), special_ids
+
+
+def write_tiny_checkpoint(
+    path: str | Path,
+    *,
+    seed: int = 0,
+    vision_hidden: int = 32,
+    vision_layers: int = 2,
+    vision_heads: int = 2,
+    llm_hidden: int = 32,
+    pattern: str = "M-M*-",
+    tile_size: int = 512,
+    patch_size: int = 16,
+    max_img_size: int = 128,
+    num_prefix_tokens: int = 8,
+    dtype: str = "float32",
+    shards: int = 2,
+    tokenizer_vocab: int = 480,
+    vocab_size: int = 512,
+    chat_template: bool = True,
+) -> Path:
+    """Write a tiny random Holotron-shaped checkpoint to ``path`` and return the folder.
+
+    Shapes follow the published model with small sizes: RADIO ViT (``vision_layers`` blocks of width
+    ``vision_hidden``, fused ``attn.qkv`` with bias, CPE table of ``(max_img_size/patch_size)^2``
+    positions, ``num_prefix_tokens`` cls+register tokens), ``mlp1`` (RMSNorm(4*vision_hidden) ->
+    Linear -> relu2 -> Linear, no bias) and a Nemotron-H LM with ``pattern`` (M = Mamba-2,
+    ``*`` = attention, ``-`` = MLP). Tiles stay 512 px by default so token counts are the real ones
+    (256 per tile). Weights are seeded normal draws (std 0.02; norm weights near 1; Mamba ``A_log`` =
+    log(1..heads), ``D`` = 1).
+
+    Args:
+        path: folder to create (may exist; files are overwritten).
+        seed: torch RNG seed; same seed -> identical tensors.
+        dtype: ``"float32"`` or ``"bfloat16"`` for the stored tensors.
+        shards: number of safetensors files (an index json is written when > 1).
+        tokenizer_vocab: BPE vocabulary size to train; ``vocab_size``: LM rows (>= tokenizer size).
+        chat_template: include the Jinja chat template in tokenizer_config.json (False tests the fallback).
+    Returns:
+        The checkpoint folder as a Path.
+    Raises:
+        ValueError: for an impossible size combination.
+    """
+    import torch
+    from safetensors.torch import save_file
+
+    if set(pattern) - set("M*-") or not pattern:
+        raise ValueError(f"pattern may only contain M, * and -, got {pattern!r}")
+    if max_img_size % patch_size or tile_size % (2 * patch_size):
+        raise ValueError("max_img_size must be a multiple of patch_size and tile_size of 2*patch_size")
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    n_tokens, special_ids = _write_tokenizer(out, vocab_size=tokenizer_vocab)
+    if vocab_size < n_tokens:
+        raise ValueError(f"vocab_size {vocab_size} is smaller than the tokenizer's {n_tokens} tokens")
+    if not chat_template:
+        cfg_path = out / "tokenizer_config.json"
+        tok_cfg = json.loads(cfg_path.read_text())
+        tok_cfg.pop("chat_template")
+        cfg_path.write_text(json.dumps(tok_cfg, indent=2))
+
+    config = _tiny_config(
+        vocab_size=vocab_size,
+        vision_hidden=vision_hidden,
+        vision_layers=vision_layers,
+        vision_heads=vision_heads,
+        llm_hidden=llm_hidden,
+        pattern=pattern,
+        tile_size=tile_size,
+        patch_size=patch_size,
+        max_img_size=max_img_size,
+        num_prefix_tokens=num_prefix_tokens,
+        special_ids=special_ids,
+        dtype=dtype,
+    )
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    (out / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": special_ids["<s>"], "eos_token_id": special_ids["<SPECIAL_12>"]})
+    )
+
+    gen = torch.Generator().manual_seed(seed)
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+
+    def normal(*shape: int, std: float = 0.02) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen) * std
+
+    def near_one(n: int) -> torch.Tensor:
+        return 1.0 + normal(n, std=0.1)
+
+    tensors: dict[str, torch.Tensor] = {}
+    v = "vision_model.radio_model."
+    dv = vision_hidden
+    positions = (max_img_size // patch_size) ** 2
+    tensors[v + "input_conditioner.norm_mean"] = torch.tensor(config["norm_mean"]).view(3, 1, 1)
+    tensors[v + "input_conditioner.norm_std"] = torch.tensor(config["norm_std"]).view(3, 1, 1)
+    tensors[v + "summary_idxs"] = torch.tensor([0, 1], dtype=torch.int64)
+    tensors[v + "model.patch_generator.cls_token.token"] = normal(num_prefix_tokens, dv)
+    tensors[v + "model.patch_generator.embedder.weight"] = normal(dv, 3 * patch_size * patch_size)
+    tensors[v + "model.patch_generator.pos_embed"] = normal(1, positions, dv)
+    for i in range(vision_layers):
+        b = f"{v}model.blocks.{i}."
+        tensors[b + "norm1.weight"] = near_one(dv)
+        tensors[b + "norm1.bias"] = normal(dv)
+        tensors[b + "attn.qkv.weight"] = normal(3 * dv, dv, std=0.1)
+        tensors[b + "attn.qkv.bias"] = normal(3 * dv)
+        tensors[b + "attn.proj.weight"] = normal(dv, dv, std=0.1)
+        tensors[b + "attn.proj.bias"] = normal(dv)
+        tensors[b + "norm2.weight"] = near_one(dv)
+        tensors[b + "norm2.bias"] = normal(dv)
+        tensors[b + "mlp.fc1.weight"] = normal(4 * dv, dv, std=0.1)
+        tensors[b + "mlp.fc1.bias"] = normal(4 * dv)
+        tensors[b + "mlp.fc2.weight"] = normal(dv, 4 * dv, std=0.1)
+        tensors[b + "mlp.fc2.bias"] = normal(dv)
+
+    proj_in, proj_hidden = 4 * dv, int(config["projector_hidden_size"])
+    tensors["mlp1.0.weight"] = near_one(proj_in)
+    tensors["mlp1.1.weight"] = normal(proj_hidden, proj_in, std=0.1)
+    tensors["mlp1.3.weight"] = normal(llm_hidden, proj_hidden, std=0.1)
+
+    llm = config["llm_config"]
+    h = llm_hidden
+    mamba_heads, mamba_head_dim = int(llm["mamba_num_heads"]), int(llm["mamba_head_dim"])
+    inner = mamba_heads * mamba_head_dim
+    groups, state = int(llm["n_groups"]), int(llm["ssm_state_size"])
+    conv_dim = inner + 2 * groups * state
+    head_dim = int(llm["attention_head_dim"])
+    lm = "language_model.backbone."
+    tensors[lm + "embeddings.weight"] = normal(vocab_size, h, std=1.0)
+    for i, kind in enumerate(pattern):
+        b = f"{lm}layers.{i}."
+        tensors[b + "norm.weight"] = near_one(h)
+        if kind == "M":
+            tensors[b + "mixer.in_proj.weight"] = normal(inner + conv_dim + mamba_heads, h, std=0.1)
+            tensors[b + "mixer.conv1d.weight"] = normal(conv_dim, 1, int(llm["conv_kernel"]), std=0.3)
+            tensors[b + "mixer.conv1d.bias"] = normal(conv_dim)
+            tensors[b + "mixer.dt_bias"] = normal(mamba_heads, std=0.5)
+            tensors[b + "mixer.A_log"] = torch.log(torch.arange(1, mamba_heads + 1, dtype=torch.float32))
+            tensors[b + "mixer.D"] = torch.ones(mamba_heads)
+            tensors[b + "mixer.norm.weight"] = near_one(inner)
+            tensors[b + "mixer.out_proj.weight"] = normal(h, inner, std=0.1 / math.sqrt(len(pattern)))
+        elif kind == "*":
+            heads, kv_heads = int(llm["num_attention_heads"]), int(llm["num_key_value_heads"])
+            tensors[b + "mixer.q_proj.weight"] = normal(heads * head_dim, h, std=0.1)
+            tensors[b + "mixer.k_proj.weight"] = normal(kv_heads * head_dim, h, std=0.1)
+            tensors[b + "mixer.v_proj.weight"] = normal(kv_heads * head_dim, h, std=0.1)
+            tensors[b + "mixer.o_proj.weight"] = normal(h, heads * head_dim, std=0.1)
+        else:
+            tensors[b + "mixer.up_proj.weight"] = normal(int(llm["intermediate_size"]), h, std=0.1)
+            tensors[b + "mixer.down_proj.weight"] = normal(h, int(llm["intermediate_size"]), std=0.1)
+    tensors[lm + "norm_f.weight"] = near_one(h)
+    tensors["language_model.lm_head.weight"] = normal(vocab_size, h, std=0.5)
+
+    tensors = {
+        k: (t.to(torch_dtype) if t.is_floating_point() else t).contiguous() for k, t in tensors.items()
+    }
+    for old in out.glob("model*.safetensors"):
+        old.unlink()
+    names = list(tensors)
+    shards = max(1, min(shards, len(names)))
+    if shards == 1:
+        save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+        (out / "model.safetensors.index.json").unlink(missing_ok=True)
+        return out
+    per = math.ceil(len(names) / shards)
+    weight_map: dict[str, str] = {}
+    total = 0
+    for s in range(shards):
+        part = names[s * per : (s + 1) * per]
+        fname = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        save_file({k: tensors[k] for k in part}, str(out / fname), metadata={"format": "pt"})
+        for k in part:
+            weight_map[k] = fname
+            total += tensors[k].numel() * tensors[k].element_size()
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m holodesk.policy.holotron.tiny DIR [--seed N] [--dtype bfloat16]``."""
+    parser = argparse.ArgumentParser(description="Write a tiny random Holotron-shaped checkpoint.")
+    parser.add_argument("path", type=Path)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    parser.add_argument("--no-chat-template", action="store_true")
+    args = parser.parse_args(argv)
+    out = write_tiny_checkpoint(
+        args.path, seed=args.seed, dtype=args.dtype, chat_template=not args.no_chat_template
+    )
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

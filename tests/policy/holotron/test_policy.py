@@ -1,0 +1,200 @@
+"""HolotronPolicy end to end on the tiny checkpoint (CPU), plus the GPU checks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from holodesk.core.actions import Action
+from holodesk.core.geometry import Frame, Monitor
+from holodesk.errors import PolicyError, PolicyOutputError
+from holodesk.policy.base import HistoryStep, Observation, Policy, Proposal
+from holodesk.policy.holotron import HolotronPolicy, kernel_report
+
+
+def _frame(w: int, h: int, seed: int = 0) -> Frame:
+    pixels = np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
+    return Frame(pixels, Monitor(1, 0, 0, w, h))
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_loaded) -> HolotronPolicy:  # type: ignore[no-untyped-def]
+    # strings capped so the random model closes its object well inside the token budget
+    return HolotronPolicy(tiny_loaded, max_new_tokens=256, max_string_chars=16)
+
+
+def test_proposes_valid_action_for_1080p_frame(policy: HolotronPolicy) -> None:
+    assert isinstance(policy, Policy)
+    proposal = policy.propose(Observation(task="Open the browser", frame=_frame(1920, 1080)))
+    assert isinstance(proposal, Proposal) and isinstance(proposal.action, Action)
+    assert proposal.raw_text.startswith("{") and json.loads(proposal.raw_text)
+    assert policy.protocol.parse(proposal.raw_text).action == proposal.action
+    assert proposal.extra["tiles"] == [9] and proposal.extra["image_tokens"] == 2304
+    assert proposal.extra["grids"] == [(4, 2)]
+    assert set(proposal.timings_ms) == {"preprocess", "vision", "prefill", "decode"}
+    assert all(v >= 0 for v in proposal.timings_ms.values())
+    assert proposal.extra["stop_reason"] == "eos"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_every_constrained_reply_parses(policy: HolotronPolicy, seed: int) -> None:
+    history = (HistoryStep(index=0, frame=_frame(640, 400, seed + 10), action=None, outcome="skipped by user"),)
+    obs = Observation(task=f"task {seed}", frame=_frame(800, 600, seed), history=history)
+    proposal = policy.propose(obs)
+    assert proposal.extra["images"] == 2
+    assert isinstance(proposal.action, Action)
+
+
+def test_reasoning_then_json(tiny_loaded) -> None:  # type: ignore[no-untyped-def]
+    policy = HolotronPolicy(tiny_loaded, reasoning=True, max_new_tokens=200, max_think_tokens=12, max_string_chars=16)
+    proposal = policy.propose(Observation(task="t", frame=_frame(512, 512)))
+    assert "</think>" in proposal.raw_text
+    assert proposal.extra["reasoning"] is True
+
+
+def test_unconstrained_garbage_raises_with_raw_text(tiny_loaded) -> None:  # type: ignore[no-untyped-def]
+    policy = HolotronPolicy(tiny_loaded, constrained=False, max_new_tokens=24)
+    with pytest.raises(PolicyOutputError) as err:
+        policy.propose(Observation(task="t", frame=_frame(512, 512)))
+    assert err.value.raw_text
+
+
+def test_oom_retries_with_fewer_images(policy: HolotronPolicy, monkeypatch: pytest.MonkeyPatch) -> None:
+    from holodesk.policy.holotron import runtime
+
+    real = runtime.generate
+    seen: list[int] = []
+
+    def flaky(loaded, embeds, **kw):  # type: ignore[no-untyped-def]
+        seen.append(int((torch.tensor(0)).item()))
+        if len(seen) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 147.00 GiB")
+        return real(loaded, embeds, **kw)
+
+    monkeypatch.setattr(runtime, "generate", flaky)
+    history = tuple(
+        HistoryStep(index=i, frame=_frame(640, 400, i), action=None, outcome="performed") for i in range(3)
+    )
+    proposal = policy.propose(Observation(task="t", frame=_frame(640, 400, 9), history=history))
+    assert len(seen) == 2
+    assert proposal.extra["max_images_used"] == 2 and proposal.extra["images"] == 2
+    assert "retried with 2" in proposal.extra["warnings"][0]
+
+
+def test_oom_with_one_image_is_policy_error(tiny_loaded, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    from holodesk.policy.holotron import runtime
+
+    def boom(*a, **k):  # type: ignore[no-untyped-def]
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(runtime, "generate", boom)
+    policy = HolotronPolicy(tiny_loaded, max_images=1, max_string_chars=16)
+    with pytest.raises(PolicyError, match="out of memory"):
+        policy.propose(Observation(task="t", frame=_frame(512, 512)))
+
+
+def test_load_classmethod_and_close(tiny_dir: Path) -> None:
+    policy = HolotronPolicy.load(tiny_dir, dtype="float32", device="cpu", max_string_chars=16, max_new_tokens=200)
+    assert policy.name == "holotron-local"
+    assert "fast_path" in policy.kernel_report()
+    policy.close()
+    policy.close()
+    with pytest.raises(PolicyError, match="closed"):
+        policy.propose(Observation(task="t", frame=_frame(512, 512)))
+
+
+def test_kernel_report_on_cpu() -> None:
+    report = kernel_report()
+    assert set(report["functions"]) == {
+        "mamba_chunk_scan_combined", "selective_state_update", "causal_conv1d_fn", "causal_conv1d_update",
+    }
+    json.dumps(report)
+    if not torch.cuda.is_available():
+        assert report["fast_path"] is False and report["reasons"]
+
+
+def test_package_imports_without_torch() -> None:
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('torch', 'transformers'):\n"
+        "            raise ImportError('blocked ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import holodesk.policy.holotron as h\n"
+        "assert h.tile_grid(1920, 1080) == (4, 2)\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_tiny_cli(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "holodesk.policy.holotron.tiny", str(tmp_path / "ck")],
+        capture_output=True, text=True, check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    cfg = json.loads((tmp_path / "ck" / "config.json").read_text())
+    assert cfg["model_type"] == "NemotronH_Nano_VL_V2"
+    assert set(cfg["llm_config"]["hybrid_override_pattern"]) == set("M*-")
+    index = json.loads((tmp_path / "ck" / "model.safetensors.index.json").read_text())
+    assert any(k.startswith("vision_model.radio_model.") for k in index["weight_map"])
+    assert "language_model.lm_head.weight" in index["weight_map"] and "mlp1.1.weight" in index["weight_map"]
+
+
+# ----------------------------------------------------------------------------------------------- GPU
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_kernels_live() -> None:
+    report = kernel_report()
+    assert report["fast_path"], report
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gpu_tiny_proposes(tiny_dir: Path, dtype: str) -> None:
+    policy = HolotronPolicy.load(tiny_dir, dtype=dtype, device="cuda", max_string_chars=16, max_new_tokens=256)
+    proposal = policy.propose(Observation(task="t", frame=_frame(1920, 1080)))
+    assert proposal.extra["image_tokens"] == 2304 and isinstance(proposal.action, Action)
+    policy.close()
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_logits_match_cpu_reference(tiny_dir: Path) -> None:
+    """mamba-ssm Triton kernels on CUDA against the CPU torch path, float32."""
+    import subprocess as sp
+
+    from holodesk.policy.holotron.loader import load_holotron
+    from holodesk.policy.holotron.runtime import full_logits
+
+    image = np.random.default_rng(5).integers(0, 256, (720, 1280, 3), dtype=np.uint8)
+    ids = [3, 4] + [6] + [8] * 768 + [7] + list(range(20, 60)) * 8 + [4]
+    gpu_logits = full_logits(load_holotron(tiny_dir, dtype="float32", device="cuda"), ids, [image]).cpu()
+    # the CPU reference runs in a process without mamba-ssm (its Triton kernels cannot take CPU tensors)
+    script = (
+        "import sys, numpy as np, torch\n"
+        "sys.modules['mamba_ssm'] = None\n"
+        "torch.set_num_threads(4)\n"
+        "from holodesk.policy.holotron.loader import load_holotron\n"
+        "from holodesk.policy.holotron.runtime import full_logits\n"
+        f"image = np.random.default_rng(5).integers(0, 256, (720, 1280, 3), dtype=np.uint8)\n"
+        f"l = full_logits(load_holotron({str(tiny_dir)!r}, dtype='float32', device='cpu'), {ids!r}, [image])\n"
+        "torch.save(l, sys.argv[1])\n"
+    )
+    target = tiny_dir.parent / "cpu_logits.pt"
+    sp.run([sys.executable, "-c", script, str(target)], check=True, capture_output=True)
+    cpu_logits = torch.load(target)
+    rel = (gpu_logits - cpu_logits).norm() / cpu_logits.norm()
+    assert rel.item() < 1e-3, rel.item()

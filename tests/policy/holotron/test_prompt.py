@@ -1,0 +1,81 @@
+"""Prompt layout: the fallback reproduces the chat template; images expand to <img> <image>*n </img>."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from holodesk.core.geometry import Frame, Monitor
+from holodesk.errors import PolicyError
+from holodesk.policy.holotron.prompt import (
+    IMAGE_SENTINEL,
+    fallback_chat,
+    flatten_messages,
+    reasoning_requested,
+    render_chat,
+    tokenize_prompt,
+)
+
+
+def _frame(w: int = 64, h: int = 48) -> Frame:
+    return Frame(np.zeros((h, w, 3), dtype=np.uint8), Monitor(1, 0, 0, w, h))
+
+
+CONVERSATIONS = [
+    [{"role": "system", "content": "Be brief.\n/no_think"}, {"role": "user", "content": "Hello"}],
+    [{"role": "system", "content": "Be brief.\n/think"}, {"role": "user", "content": "Hello"}],
+    [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "first " + IMAGE_SENTINEL},
+        {"role": "assistant", "content": '{"a": 1}'},
+        {"role": "user", "content": "again /no_think"},
+    ],
+    [{"role": "user", "content": "no system at all"}],
+]
+
+
+@pytest.mark.parametrize("messages", CONVERSATIONS)
+def test_fallback_equals_checkpoint_template(tiny_loaded, messages) -> None:  # type: ignore[no-untyped-def]
+    rendered, how = render_chat(tiny_loaded.tokenizer, messages)
+    assert how == "chat_template"
+    assert fallback_chat(messages) == rendered
+
+
+def test_layout_and_reasoning_switch() -> None:
+    off = fallback_chat([{"role": "system", "content": "S\n/no_think"}, {"role": "user", "content": "U"}])
+    assert off == "<SPECIAL_10>System\nS\n<SPECIAL_11>User\nU\n<SPECIAL_11>Assistant\n<think></think>"
+    on = fallback_chat([{"role": "system", "content": "S\n/think"}, {"role": "user", "content": "U"}])
+    assert on.endswith("<SPECIAL_11>Assistant\n<think>\n")
+    both = [{"role": "system", "content": "/think"}, {"role": "user", "content": "/no_think"}]
+    assert reasoning_requested(both) is False
+
+
+def test_fallback_used_without_template(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from holodesk.policy.holotron.loader import load_tokenizer
+    from holodesk.policy.holotron.tiny import write_tiny_checkpoint
+
+    folder = write_tiny_checkpoint(tmp_path / "t", chat_template=False, shards=1)
+    tok = load_tokenizer(folder)
+    assert not getattr(tok, "chat_template", None)
+    _, how = render_chat(tok, CONVERSATIONS[0])
+    assert how == "fallback"
+
+
+def test_flatten_and_tokenize(tiny_loaded) -> None:  # type: ignore[no-untyped-def]
+    a, b = _frame(), _frame(32, 32)
+    messages = [
+        {"role": "system", "content": [{"type": "text", "text": "sys"}]},
+        {"role": "user", "content": [{"type": "text", "text": "look"}, {"type": "image", "frame": a},
+                                     {"type": "text", "text": "and"}, {"type": "image", "frame": b}]},
+    ]
+    flat, frames = flatten_messages(messages)
+    assert frames == [a, b]
+    assert flat[1]["content"] == f"look\n{IMAGE_SENTINEL}\nand\n{IMAGE_SENTINEL}"
+    text, _ = render_chat(tiny_loaded.tokenizer, flat)
+    ids = tokenize_prompt(tiny_loaded.tokenizer, text, [512, 256], img_start_id=6, img_end_id=7, image_token_id=8)
+    assert ids.count(8) == 768 and ids.count(6) == 2 and ids.count(7) == 2
+    first = ids.index(6)
+    assert ids[first + 1 : first + 513] == [8] * 512 and ids[first + 513] == 7
+    assert tiny_loaded.tokenizer.decode(ids[:3]).startswith("<SPECIAL_10>")
+    with pytest.raises(PolicyError):
+        tokenize_prompt(tiny_loaded.tokenizer, text, [256], img_start_id=6, img_end_id=7, image_token_id=8)
