@@ -134,3 +134,19 @@ def test_the_policy_receives_frames_without_the_overlay(qtbot: Any) -> None:
         controller.close()
     finally:
         capture.close()
+
+
+def test_tray_balloons_are_hidden_for_the_grab(qtbot: Any, make_app: Any) -> None:
+    """Qt draws its own balloon where no notification service exists; it must not reach the model either."""
+    from PySide6.QtWidgets import QApplication
+
+    def balloons() -> list[Any]:
+        return [w for w in QApplication.topLevelWidgets()
+                if w.isVisible() and w.metaObject().className() == "QBalloonTip"]
+
+    kit = make_app([])
+    kit.app.notifier.info("A notice", "shown as a tray balloon")
+    qtbot.waitUntil(lambda: bool(balloons()), timeout=5000)
+    grab_on_worker(kit.app.guard.before_capture)
+    assert balloons() == []
+    grab_on_worker(kit.app.guard.after_capture)

@@ -111,6 +111,7 @@ class ApprovalController(QObject):
         action = request.action
         card.set_typed_text(action.text if isinstance(action, Type) else None)
         card.where.setText(f"On {frame.monitor.label}")
+        card.where.setVisible(not request.input_points)  # the description names the monitor when it has points
         card.edit_hint.setVisible(False)
         caret = self._pointer_input(geometry) if isinstance(action, Type) else None
         overlay.show_action(action, request.input_points, caret_input=caret)

@@ -163,6 +163,7 @@ class ApprovalCard(QFrame):
             " font-family: monospace; font-size: 13px; }"
             "#approvalCard QPushButton { padding: 5px 10px; border-radius: 5px; background: #343b4b;"
             " color: #f2f4f8; border: 1px solid #4b5468; }"
+            "#approvalCard QPushButton:disabled { color: #6b7385; background: #262b36; }"
             "#approvalCard QPushButton#approve { background: #1f9d55; border-color: #1f9d55; }"
             "#approvalCard QPushButton#stop { background: #a52a22; border-color: #a52a22; }"
             "#approvalCard QProgressBar { border: 0; background: #343b4b; height: 6px;"
@@ -234,7 +235,7 @@ class ApprovalCard(QFrame):
         color = "#d93025" if high else "#1f9d55"
         self.risk_badge.setStyleSheet(f"background: {color}; color: white; border-radius: 4px; padding: 2px 6px;"
                                       " font-weight: 700; font-size: 11px;")
-        self.risk_reason.setText(("Needs your approval: " if high else "") + risk.reason)
+        self.risk_reason.setText(("High risk, needs your approval: " if high else "Low risk: ") + risk.reason)
 
     def set_typed_text(self, text: str | None, editable: bool = False) -> None:
         shown = text is not None
@@ -326,7 +327,8 @@ class OverlayWindow(QWidget):
     def _place_card(self) -> None:
         self.card.adjustSize()
         size: QSize = self.card.sizeHint()
-        w, h = CARD_WIDTH, size.height()
+        w = CARD_WIDTH
+        h = max(size.height(), self.card.heightForWidth(CARD_WIDTH))  # word-wrapped labels need the width
         area = self.rect()
         anchor = self.points[0] if self.points else self.caret
         if anchor is None:
@@ -386,18 +388,22 @@ class OverlayWindow(QWidget):
             painter.end()
 
     def _update_mask(self) -> None:
-        """Shape the window to the marks plus the card (works with or without a compositor)."""
+        """Shape the window to the marks plus the card (or the banner while picking), rounded corners
+        included, so it works the same with or without a compositor."""
         image = QImage(self.size(), QImage.Format.Format_ARGB32_Premultiplied)
         image.fill(Qt.GlobalColor.transparent)
         painter = QPainter(image)
         try:
             self._paint_marks(painter)
+            panel = self.banner if self.mode == "pick" else self.card
+            radius = 6.0 if panel is self.banner else 10.0
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(QColor("#000000"))
+            painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
+            painter.drawRoundedRect(QRectF(panel.geometry()), radius, radius)
         finally:
             painter.end()
-        marks = QRegion(QBitmap.fromImage(image.createAlphaMask(Qt.ImageConversionFlag.ThresholdAlphaDither)))
-        panel = self.banner if self.mode == "pick" else self.card
-        region = marks.united(QRegion(panel.geometry()))
-        self.setMask(region)
+        self.setMask(QRegion(QBitmap.fromImage(image.createAlphaMask(Qt.ImageConversionFlag.ThresholdAlphaDither))))
 
     def mark_region(self) -> QRegion:
         """The part of the window covered by marks and the card (widget-local logical pixels)."""

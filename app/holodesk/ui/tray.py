@@ -26,7 +26,7 @@ TRAY_HELP = (
     "To get the tray icon: on GNOME install and enable the \"AppIndicator and KStatusNotifierItem "
     "Support\" extension (Debian/Ubuntu: sudo apt install gnome-shell-extension-appindicator, then log "
     "out and in); on other desktops add a \"System Tray\" / \"Notification Area\" widget to a panel. "
-    "Closing this window hides nothing: use Quit to exit."
+    "Closing this window quits Holodesk."
 )
 
 
@@ -188,7 +188,7 @@ class FallbackWindow(QWidget):
         layout.addLayout(grid)
 
         self.help_label = QLabel(TRAY_HELP if tray_missing else "Started with --no-tray: this window "
-                                 "replaces the tray icon. Use Quit to exit.")
+                                 "replaces the tray icon. Closing it quits Holodesk.")
         self.help_label.setObjectName("tray_help")
         self.help_label.setTextFormat(Qt.TextFormat.PlainText)
         self.help_label.setWordWrap(True)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, Signal, Slot
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QApplication, QWidget
 
 from holodesk.session.approval import ApprovalRequest, ApprovalResponse, Decision
 from holodesk.session.loop import EpisodeResult, Session, SessionEvent, State
@@ -163,13 +163,22 @@ class WindowGuard(QObject):
         if window in self._hidden:
             self._hidden.remove(window)
 
+    @staticmethod
+    def _balloons() -> list[QWidget]:
+        """Qt's own tray balloons (QBalloonTip, shown where the desktop has no notification service)."""
+        return [w for w in QApplication.topLevelWidgets()
+                if w.isVisible() and w.metaObject().className() == "QBalloonTip"]
+
     @Slot()
     def _hide(self) -> None:
         self._hidden = [w for w in self._windows if w.isVisible()]
         self._hidden_ids = [int(w.winId()) for w in self._hidden]
         for w in self._hidden:
             w.hide()
-        if self._hidden:
+        for balloon in self._balloons():  # a notice is not for the model's eyes either; it is not re-shown
+            balloon.hide()
+            self._hidden_ids.append(int(balloon.winId()))
+        if self._hidden_ids:
             self.hide_count += 1
         QCoreApplication.processEvents()  # flush the unmap requests to the X server
 

@@ -1,0 +1,255 @@
+"""Take the user guide's screenshots of every desktop-app state, under a virtual X display.
+
+    .venv/bin/python docs/tools/screenshots.py [--out docs/images] [--keep-display]
+
+Starts its own Xvfb (1280x800) and the ``trayer`` tray host, then runs the real app in this process with
+a scripted policy (the replies below), real screen capture (mss) and a recording executor (a fake that
+records actions instead of clicking, so the demo form stays as it is). Each state is grabbed from the
+screen with mss (tray menu, palette, overlays) or rendered from its window (settings, history, the
+no-tray window) and written as PNG into ``--out``:
+
+    tray-menu.png, palette.png, overlay-click.png, overlay-edit.png, overlay-type.png, overlay-drag.png,
+    autopilot-countdown.png, overlay-high-risk.png, settings.png, history.png, no-tray-window.png
+
+Needs: Xvfb and trayer (Debian: apt-get install xvfb trayer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+WIDTH, HEIGHT = 1280, 800
+
+
+def start_display() -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes], str]:
+    """Start Xvfb on a free display number and trayer on it; returns (xvfb, trayer, display)."""
+    for tool in ("Xvfb", "trayer"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} is not installed (Debian: apt-get install xvfb trayer)")
+    for n in range(150, 400):
+        if Path(f"/tmp/.X{n}-lock").exists() or Path(f"/tmp/.X11-unix/X{n}").exists():
+            continue
+        xvfb = subprocess.Popen(["Xvfb", f":{n}", "-screen", "0", f"{WIDTH}x{HEIGHT}x24", "-nolisten", "tcp",
+                                 "-noreset"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            if Path(f"/tmp/.X11-unix/X{n}").exists():
+                break
+            time.sleep(0.05)
+        if xvfb.poll() is not None:
+            continue
+        display = f":{n}"
+        fd, auth = tempfile.mkstemp(prefix="holodesk-shots-xauth-")
+        os.close(fd)
+        os.environ.update({"DISPLAY": display, "XAUTHORITY": auth, "XDG_SESSION_TYPE": "x11"})
+        os.environ.pop("WAYLAND_DISPLAY", None)
+        os.environ.pop("QT_QPA_PLATFORM", None)
+        subprocess.run(["xsetroot", "-solid", "#3b4252"], check=False, capture_output=True)
+        trayer = subprocess.Popen(["trayer", "--edge", "top", "--align", "right", "--widthtype", "pixel", "--width",
+                                   "40", "--heighttype", "pixel", "--height", "28", "--SetDockType", "true",
+                                   "--transparent", "false", "--tint", "0x2e3440"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.8)
+        return xvfb, trayer, display
+    raise SystemExit("no free X display number")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "images")
+    args = parser.parse_args(argv)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    xvfb, trayer, _display = start_display()
+    try:
+        return take_screenshots(out)
+    finally:
+        for proc in (trayer, xvfb):
+            proc.terminate()
+            proc.wait(timeout=5)
+
+
+def take_screenshots(out: Path) -> int:
+    import mss
+    from PIL import Image
+    from PySide6.QtCore import QCoreApplication, QPoint, QRect, Qt
+    from PySide6.QtWidgets import (
+        QApplication,
+        QHBoxLayout,
+        QLabel,
+        QLineEdit,
+        QPushButton,
+        QSlider,
+        QVBoxLayout,
+        QWidget,
+    )
+
+    from holodesk.capture.mss_backend import MssCapture
+    from holodesk.control.recording import RecordingExecutor
+    from holodesk.core.actions import Click, Done, Drag, Key, Point, Scroll, Type
+    from holodesk.core.geometry import Frame, Monitor, frame_pixel_to_point
+    from holodesk.policy.protocol import get_protocol
+    from holodesk.policy.scripted import ScriptedPolicy
+    from holodesk.settings import Settings
+    from holodesk.ui.app import HolodeskApp
+    from holodesk.ui.tray import AppActions, FallbackWindow
+
+    app = QApplication.instance() or QApplication(["holodesk-screenshots"])
+    app.setQuitOnLastWindowClosed(False)
+    grabber = (getattr(mss, "MSS", None) or mss.mss)()
+
+    def pump(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            QCoreApplication.processEvents()
+            time.sleep(0.01)
+
+    def wait(cond: Any, timeout: float = 10.0) -> None:
+        end = time.monotonic() + timeout
+        while not cond():
+            if time.monotonic() > end:
+                raise TimeoutError("screenshot state not reached")
+            pump(0.02)
+
+    def shoot(name: str, rect: QRect | None = None) -> None:
+        pump(0.4)
+        r = rect or QRect(0, 0, WIDTH, HEIGHT)
+        r = r.intersected(QRect(0, 0, WIDTH, HEIGHT))
+        shot = grabber.grab({"left": r.x(), "top": r.y(), "width": r.width(), "height": r.height()})
+        Image.frombytes("RGB", shot.size, shot.rgb).save(out / name, optimize=True)
+        print(f"wrote {out / name}")
+
+    def render(name: str, widget: QWidget) -> None:
+        pump(0.4)
+        widget.grab().save(str(out / name), "PNG")
+        print(f"wrote {out / name}")
+
+    # A demo form for the agent to act on.
+    form = QWidget(None, Qt.WindowType.FramelessWindowHint)
+    form.setStyleSheet("QWidget#form { background: #eceff4; } QLabel { font-size: 15px; }")
+    form.setObjectName("form")
+    lay = QVBoxLayout(form)
+    lay.addWidget(QLabel("New meeting"))
+    title = QLineEdit()
+    title.setPlaceholderText("Title")
+    lay.addWidget(title)
+    slider = QSlider(Qt.Orientation.Horizontal)
+    lay.addWidget(QLabel("Duration"))
+    lay.addWidget(slider)
+    row = QHBoxLayout()
+    cancel, save = QPushButton("Cancel"), QPushButton("Save")
+    row.addStretch(1)
+    row.addWidget(cancel)
+    row.addWidget(save)
+    lay.addLayout(row)
+    form.setGeometry(QRect(170, 140, 520, 260))
+    form.show()
+    pump(0.5)
+
+    screen_frame = Frame(__import__("numpy").zeros((HEIGHT, WIDTH, 3), dtype="uint8"), Monitor(1, 0, 0, WIDTH, HEIGHT))
+
+    def model_point(widget: QWidget, fx: float = 0.5, fy: float = 0.5) -> Point:
+        g = widget.mapToGlobal(QPoint(int(widget.width() * fx), int(widget.height() * fy)))
+        return frame_pixel_to_point(screen_frame, g.x(), g.y())
+
+    proto = get_protocol()
+    replies = [
+        proto.to_reply(Click(model_point(title)), thought="Click the Title field to name the meeting."),
+        proto.to_reply(Type('Weekly sync <b>(room 4)</b>'), thought="Type the meeting title exactly."),
+        proto.to_reply(Drag(model_point(slider, 0.05), model_point(slider, 0.6)),
+                       thought="Drag the duration slider to about an hour."),
+        proto.to_reply(Scroll("down", 3, model_point(form, 0.5, 0.3)), thought="Scroll down to see more options."),
+        proto.to_reply(Key(("enter",)), thought="Press Enter to save the meeting."),
+        proto.to_reply(Done("saved")),
+    ]
+    data = Path(tempfile.mkdtemp(prefix="holodesk-shots-"))
+    settings = Settings(data_dir=data, approval="step", autopilot_countdown_s=6.0,
+                        hotkey_palette="<ctrl>+<alt>+h", hotkey_stop="<ctrl>+<alt>+x")
+    executor = RecordingExecutor()
+    holo = HolodeskApp(settings, hotkeys=False, dialogs=False,
+                       policy_factory=lambda s, p: ScriptedPolicy(replies),
+                       capture_factory=MssCapture, executor_factory=lambda s: executor,
+                       settings_path=data / "settings.toml")
+    holo.start()
+    pump(1.0)
+
+    for balloon in holo.guard._balloons():  # the startup notice would cover the tray menu
+        balloon.hide()
+
+    # Tray menu, opened under the tray icon (top right).
+    assert holo.tray is not None, "no tray: is trayer running?"
+    holo.tray.menu.popup(QPoint(WIDTH - 230, 30))
+    wait(holo.tray.menu.isVisible)
+    g = holo.tray.menu.geometry()
+    shoot("tray-menu.png", QRect(g.x() - 40, 0, g.width() + 60, g.height() + g.y() + 20))
+    holo.tray.menu.hide()
+
+    # Palette.
+    holo.open_palette()
+    wait(holo.palette.isVisible)
+    holo.palette.input.setText("Create the weekly sync meeting, one hour long")
+    g = holo.palette.geometry()
+    shoot("palette.png", g.adjusted(-30, -30, 30, 30))
+    holo.palette.input.returnPressed.emit()
+
+    def overlay_ready(step: int) -> Any:
+        wait(lambda: holo.approval.pending is not None and holo.approval.pending.request.step == step
+             and holo.approval.overlay is not None and holo.approval.overlay.isVisible(), timeout=20)
+        return holo.approval.overlay
+
+    overlay_ready(0)
+    shoot("overlay-click.png")
+    holo.approval.begin_edit()
+    shoot("overlay-edit.png")
+    holo.approval._edit_cancelled()
+    holo.approval.approve()
+    # The recording executor does not move the pointer; put it where the real click would have left it,
+    # which is where the typing overlay shows the text going.
+    g = title.mapToGlobal(QPoint(title.width() // 2, title.height() // 2))
+    subprocess.run(["xdotool", "mousemove", str(g.x()), str(g.y())], check=False)
+    overlay_ready(1)
+    shoot("overlay-type.png")
+    holo.approval.approve()
+    overlay_ready(2)
+    shoot("overlay-drag.png")
+    holo.set_mode("auto")
+    holo.approval.approve()
+    overlay_ready(3)
+    pump(1.2)
+    shoot("autopilot-countdown.png")
+    holo.approval.approve()  # Enter during the countdown approves at once
+    overlay_ready(4)
+    shoot("overlay-high-risk.png")
+    holo.approval.approve()
+    wait(lambda: not holo.runner.running, timeout=20)
+    pump(0.5)
+
+    dialog = holo.open_settings()
+    dialog.resize(640, 900)
+    render("settings.png", dialog)
+    dialog.close()
+
+    history = holo.open_history()
+    history.resize(1200, 700)
+    history.step_list.setCurrentRow(0)
+    render("history.png", history)
+    history.close()
+
+    window = FallbackWindow(AppActions(), tray_missing=True)
+    window.show()
+    render("no-tray-window.png", window)
+    window.close()
+    holo.quit()
+    grabber.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
