@@ -84,3 +84,40 @@ def test_stop_hotkey_stops_a_pending_approval(qtbot: Any, ui_env: Any, make_app:
     subprocess.run(["xdotool", "key", "--clearmodifiers", "ctrl+alt+x"], check=True, timeout=10)
     assert wait_finished(qtbot, kit.app).status is State.STOPPED
     assert kit.executor.calls == []
+
+
+def test_typing_after_approval_goes_to_the_field_the_user_expects(qtbot: Any, ui_env: Any, tmp_path: Path) -> None:
+    """The overlay takes the keyboard focus to read Enter; the focus goes back before the text is typed."""
+    server = ui_env
+    text = "Grüße <b>x</b> $(id)"
+    with TargetWindow.start(tmp_path / "target", x=300, y=300) as target:
+        fx, fy = target.center("field")
+        screen = Frame(np.zeros((server.height, server.width, 3), dtype=np.uint8),
+                       Monitor(1, 0, 0, server.width, server.height))
+        from holodesk.core.actions import Type
+
+        script = write_script(tmp_path / "steps.jsonl",
+                              [Click(frame_pixel_to_point(screen, fx, fy)), Type(text), Done("typed")])
+        app = HolodeskApp(Settings(data_dir=tmp_path / "data"), hotkeys=False, dialogs=False,
+                          policy_factory=lambda s, progress: ScriptedPolicy(script),
+                          settings_path=tmp_path / "settings.toml")
+        app.start()
+        try:
+            app.start_task("type into the field")
+            for step in (0, 1):
+                qtbot.waitUntil(lambda s=step: app.approval.pending is not None
+                                and app.approval.pending.request.step == s, timeout=20000)
+                overlay = app.approval.overlay
+                qtbot.waitUntil(overlay.isActiveWindow, timeout=3000)
+                if step == 1:  # the pointer leaves the field: focus must not depend on where it is
+                    xdotool(server, "mousemove", "1500", "900")
+                xdotool(server, "key", "Return")
+            result = wait_finished(qtbot, app, timeout_ms=30000)
+            assert result.status is State.FINISHED, result.reason
+            qtbot.waitUntil(lambda: target.state().get("text") == text, timeout=5000)
+        finally:
+            app.stop()
+            app.runner.wait(10)
+            app.approval.close()
+            if app.tray is not None:
+                app.tray.hide()
