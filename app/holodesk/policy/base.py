@@ -58,6 +58,9 @@ class Proposal:
         raw_text: the model's reply exactly as produced.
         timings_ms: stage name -> milliseconds (e.g. preprocess, vision, prefill, decode).
         extra: backend-specific details worth recording (token counts, kernel path, image size sent).
+        notices: what the user must be told about how this proposal was made, in plain words: a
+            fallback the policy took (e.g. "GPU memory ran out with 3 screenshots; retried with 2",
+            F21). The session shows each one and records it; nothing falls back silently.
     """
 
     action: Action
@@ -66,6 +69,7 @@ class Proposal:
     raw_text: str = ""
     timings_ms: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    notices: tuple[str, ...] = ()
 
 
 @runtime_checkable

@@ -812,7 +812,9 @@ class ActionProtocol:
             )
         history = observation.history
         with_frames = [i for i, step in enumerate(history) if step.frame is not None]
-        keep = set(with_frames[len(with_frames) - (max_images - 1):]) if max_images > 1 else set()
+        # The most recent max_images - 1 history frames; max(0, ...) so that a short history is not
+        # sliced from a negative (wrapped-around) start.
+        keep = set(with_frames[max(0, len(with_frames) - (max_images - 1)):]) if max_images > 1 else set()
         parts: list[dict[str, Any]] = []
 
         def text(value: str) -> None:

@@ -304,6 +304,10 @@ class Session:
                 action = proposal.action
                 record.update(raw_text=proposal.raw_text, action=action.to_dict(), thought=proposal.thought,
                               note=proposal.note, policy_extra=proposal.extra)
+                if proposal.notices:
+                    record["notices"] = list(proposal.notices)
+                for notice in proposal.notices:  # a policy fallback is told, never silent (F21)
+                    self._emit("warning", step, notice, notice=True)
                 self._emit("proposal", step, proposal.thought, proposal=proposal, frame=frame)
 
                 if isinstance(action, (Answer, Done)):
