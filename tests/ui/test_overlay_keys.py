@@ -135,3 +135,15 @@ def reply_with_thought(action: Any, thought: str) -> str:
     from tests.ui.conftest import reply
 
     return reply(action, thought=thought)
+
+
+def test_card_buttons_decide_too(qtbot: Any, make_app: Any) -> None:
+    kit = make_app([Click(Point(100, 100)), Click(Point(200, 200))])
+    kit.app.start_task("buttons")
+    overlay = wait_overlay(qtbot, kit.app)
+    qtbot.mouseClick(overlay.card.skip_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: kit.app.approval.pending is not None
+                    and kit.app.approval.pending.request.step == 1, timeout=10000)
+    qtbot.mouseClick(kit.app.approval.overlay.card.approve_button, Qt.MouseButton.LeftButton)
+    assert wait_finished(qtbot, kit.app).status is State.FINISHED
+    assert [c.action for c in kit.executor.calls] == [Click(Point(200, 200))]

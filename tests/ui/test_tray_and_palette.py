@@ -137,3 +137,27 @@ def test_palette_escape_closes_without_a_task(qtbot: Any, make_app: Any) -> None
     qtbot.keyClicks(kit.app.palette.input, "never mind")
     qtbot.keyClick(kit.app.palette.input, Qt.Key.Key_Escape)
     assert not kit.app.palette.isVisible() and not kit.app.runner.running
+
+
+def test_model_loading_shows_progress(qtbot: Any, make_app: Any) -> None:
+    import threading
+
+    kit = make_app([Click(Point(400, 400))])
+    gate = threading.Event()
+
+    def slow_policy(settings: Any, progress: Any) -> Any:
+        progress("Downloading weights", 0.25)
+        gate.wait(10)
+        return kit.policy
+
+    kit.app.policy_factory = slow_policy
+    kit.app.start_task("needs a model")
+    qtbot.waitUntil(lambda: kit.app._progress is not None and kit.app._progress.isVisible(), timeout=5000)
+    dialog = kit.app._progress
+    assert dialog.labelText() == "Downloading weights" and dialog.value() == 250
+    assert kit.app.tray.status is Status.THINKING and "Downloading weights" in kit.app.tray.icon.toolTip()
+    gate.set()
+    overlay = wait_overlay(qtbot, kit.app)
+    assert kit.app._progress is None  # closed once the session runs
+    qtbot.keyClick(overlay, Qt.Key.Key_Escape)
+    assert wait_finished(qtbot, kit.app).status is State.STOPPED

@@ -353,9 +353,8 @@ class HolodeskApp(QObject):
         self._set_status(self.status)
 
     def _on_state(self, state: State) -> None:
-        if state in (State.CAPTURING, State.THINKING) and self._progress is not None:
-            self._progress.close()
-            self._progress = None
+        if state in (State.CAPTURING, State.THINKING):
+            self._close_progress()
         self._set_status(status_for_state(state), f"{state.value.replace('_', ' ')}")
 
     def _on_event(self, event: SessionEvent) -> None:
@@ -364,9 +363,7 @@ class HolodeskApp(QObject):
 
     def _on_progress(self, message: str, fraction: object) -> None:
         if message == "Ready":
-            if self._progress is not None:
-                self._progress.close()
-                self._progress = None
+            self._close_progress()
             return
         self._set_status(Status.THINKING, message)
         if self._progress is None:
@@ -380,6 +377,14 @@ class HolodeskApp(QObject):
         if isinstance(fraction, int | float):
             self._progress.setRange(0, 1000)
             self._progress.setValue(round(float(fraction) * 1000))
+
+    def _close_progress(self) -> None:
+        """Close the loading dialog without it counting as the user's Stop (closing emits ``canceled``)."""
+        dialog, self._progress = self._progress, None
+        if dialog is not None:
+            dialog.canceled.disconnect(self.stop)
+            dialog.hide()
+            dialog.deleteLater()
 
     def _on_finished(self, result: EpisodeResult) -> None:
         self.last_result = result
@@ -395,9 +400,7 @@ class HolodeskApp(QObject):
 
     def _on_failed(self, exc: BaseException) -> None:
         self.last_result = None
-        if self._progress is not None:
-            self._progress.close()
-            self._progress = None
+        self._close_progress()
         self._set_status(Status.ERROR, str(exc))
         self.notifier.error("The task could not run", exc)
 
