@@ -130,3 +130,89 @@ def test_F21_a_policy_fallback_is_told_to_the_user() -> None:
 
 def test_F21_default_bound_is_declared_once() -> None:
     assert Settings.model_fields["max_images"].default == 3
+
+
+# -- F21: out of memory during generation -----------------------------------------------------------------
+class FakeGpuOutOfMemory:
+    """Stands in for a GPU with too little memory: the runtime's tiling step raises torch's
+    OutOfMemoryError whenever more than ``max_images`` screenshots are in one prompt."""
+
+    def __init__(self, real_tile_images: Any, max_images: int) -> None:
+        self.real = real_tile_images
+        self.max_images = max_images
+        self.attempts: list[int] = []
+
+    def __call__(self, loaded: Any, pixels: list[Any]) -> Any:
+        import torch
+
+        self.attempts.append(len(pixels))
+        if len(pixels) > self.max_images:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (fake GPU)")
+        return self.real(loaded, pixels)
+
+
+@pytest.fixture(scope="module")
+def tiny_holotron(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The real local policy on a tiny random Holotron-shaped checkpoint, on the CPU. Strings in the
+    constrained reply are capped so that random weights still produce a complete JSON reply."""
+    pytest.importorskip("torch")
+    from holodesk.policy.holotron.policy import HolotronPolicy
+    from holodesk.policy.holotron.tiny import write_tiny_checkpoint
+
+    path = write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-holotron") / "ckpt", seed=0)
+    policy = HolotronPolicy.load(str(path), max_images=3, device="cpu", max_string_chars=8, max_new_tokens=256)
+    yield policy
+    policy.close()
+
+
+def _long_observation() -> Any:
+    from holodesk.core.actions import Click, Point
+    from holodesk.core.geometry import Frame
+    from holodesk.policy.base import HistoryStep, Observation
+
+    frames = [Frame(img, Monitor(1, 0, 0, 320, 200)) for img in _frames(6)]
+    history = tuple(HistoryStep(i, frames[i], Click(Point(100 + i, 500)), f"step {i + 1}", None, "", "performed")
+                    for i in range(5))
+    return Observation("click along the row", frames[5], history)
+
+
+@pytest.mark.slow
+def test_F21_out_of_memory_retry_with_fewer_images(tiny_holotron: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from holodesk.policy.holotron import runtime
+
+    fake = FakeGpuOutOfMemory(runtime.tile_images, max_images=1)
+    monkeypatch.setattr(runtime, "tile_images", fake)
+    proposal = tiny_holotron.propose(_long_observation())
+    assert fake.attempts == [3, 2, 1]  # 3 screenshots, then 2, then only the current one
+    assert proposal.extra["max_images_used"] == 1 and proposal.extra["images"] == 1
+    assert proposal.extra["warnings"] == [
+        "GPU memory ran out with 3 screenshot(s); retried with 2 (older screenshots sent as text only)",
+        "GPU memory ran out with 2 screenshot(s); retried with 1 (older screenshots sent as text only)",
+    ]
+
+
+@pytest.mark.slow
+def test_F21_out_of_memory_with_one_image_fails_with_advice(tiny_holotron: Any,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from holodesk.errors import PolicyError
+    from holodesk.policy.holotron import runtime
+
+    monkeypatch.setattr(runtime, "tile_images", FakeGpuOutOfMemory(runtime.tile_images, max_images=0))
+    with pytest.raises(PolicyError, match="ran out of memory even with only the current screenshot") as info:
+        tiny_holotron.propose(_long_observation())
+    assert "4-bit" in info.value.hint
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=(
+    "policy/holotron/policy.py (runtime engineer, in progress): the out-of-memory retry is only logged and "
+    "put in Proposal.extra['warnings'], which the session records but does not show. Fix: return "
+    "Proposal(..., notices=tuple(warnings)); the session shows every notice as a warning event "
+    "(test_F21_a_policy_fallback_is_told_to_the_user)."))
+def test_F21_out_of_memory_retry_is_told_to_the_user(tiny_holotron: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from holodesk.policy.holotron import runtime
+
+    monkeypatch.setattr(runtime, "tile_images", FakeGpuOutOfMemory(runtime.tile_images, max_images=2))
+    proposal = tiny_holotron.propose(_long_observation())
+    assert proposal.notices == (
+        "GPU memory ran out with 3 screenshot(s); retried with 2 (older screenshots sent as text only)",)
