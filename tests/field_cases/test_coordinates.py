@@ -296,3 +296,42 @@ def test_F06_unreachable_target_fails_and_nothing_is_clicked_at_the_clamped_posi
         assert result.status is State.FINISHED  # the run goes on; the model is told the step failed
         time.sleep(0.4)
         assert win.state()["clicks"] == []
+
+
+class FakeQScreen:
+    """A fake QScreen: a name and a geometry in Qt logical pixels (what screen_for_monitor reads)."""
+
+    def __init__(self, name: str, rect: tuple[int, int, int, int]) -> None:
+        from PySide6.QtCore import QRect
+
+        self._name = name
+        self._rect = QRect(*rect)
+
+    def name(self) -> str:
+        return self._name
+
+    def geometry(self) -> Any:
+        return self._rect
+
+
+@pytest.mark.parametrize("b_logical_origin", [(1920, 0), (1280, 0)], ids=["qt-origin-as-input", "qt-scaled-origin"])
+def test_F03_overlay_marker_is_drawn_at_the_same_spot(b_logical_origin: tuple[int, int]) -> None:
+    """The approval overlay covers B's QScreen (Qt logical pixels; B's device pixel ratio is 1.5) and
+    draws its marker where the click will land: on the same button, and mapping back to the same input
+    point. Qt may place B's logical origin elsewhere than the input origin (Windows device-independent
+    pixels): the screen is then matched by name."""
+    from holodesk.ui.overlay import OverlayGeometry, screen_for_monitor
+
+    _a, b = _two_scales()
+    button = button_around((3000, 1500), (60, 36))
+    frame_b = b.frame([button])
+    ip = to_input_point(frame_b, frame_pixel_to_point(frame_b, 3000, 1500))
+    screens = [FakeQScreen("FAKE-A", (0, 0, 1920, 1080)), FakeQScreen("FAKE-B", (*b_logical_origin, 2560, 1440))]
+    screen = screen_for_monitor(frame_b.monitor, screens)  # type: ignore[arg-type]
+    assert screen is screens[1]
+    geometry = OverlayGeometry(frame_b.monitor, screen.geometry())
+    local = geometry.to_local(ip)
+    dpr = 1.5  # B's physical pixels per Qt logical pixel
+    marker_px = (local.x() * dpr, local.y() * dpr)  # where the marker's centre is painted on B's panel
+    assert button[0] <= marker_px[0] < button[2] and button[1] <= marker_px[1] < button[3], marker_px
+    assert geometry.to_input(local) == (ip.x, ip.y)
