@@ -108,6 +108,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--history", default="1,3,8", help="screenshots in the prompt for the history runs")
     p.add_argument("--history-size", default="1920x1080", help="frame size of the history, episode and stock runs")
     p.add_argument("--episode-steps", type=int, default=8, help="steps of the incremental-prefill episode (0: skip)")
+    p.add_argument("--episode-warmup", type=int, default=2, help="untimed episode steps first (kernel warm-up)")
+    p.add_argument("--no-fp32-reference", action="store_true",
+                   help="skip the float32 reference (bf16 runs compare fast and stock against it)")
     p.add_argument("--prompt-tokens", type=int, default=300)
     p.add_argument("--reply-tokens", type=int, default=40)
     p.add_argument("--step-text-tokens", type=int, default=30, help="text tokens around each history screenshot")
@@ -288,9 +291,12 @@ class _Prompt:
         self.parts.append(embeds)
 
     def embeds(self) -> Any:
+        """``[1, T, H]``; the parts are replaced by the concatenation (one copy of the prompt in memory)."""
         import torch
 
-        return torch.cat(self.parts, dim=0).unsqueeze(0)
+        if len(self.parts) != 1:
+            self.parts = [torch.cat(self.parts, dim=0)]
+        return self.parts[0].unsqueeze(0)
 
 
 # ---------------------------------------------------------------------------------------------- floors
@@ -536,6 +542,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
             del tiles
         replies = [[16 + (j * 7 + i) % (vocab - 16) for j in range(args.reply_tokens)] for i in range(n - 1)]
         prompt = _build_prompt(model, vocab, shots, args, seed=7, replies=replies)
+        del shots
+        prompt.embeds()
         vis_ms = statistics.median(
             _time(lambda: _vision_encode(model, _tiles_for(hw[0], hw[1], device, dtype, 1)[0]), device, 1)[1]
         ) * n
@@ -556,42 +564,47 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
         print(f"history {n}: tokens {len(prompt.ids)} prefill {med['prefill_ms']:.1f} ms decode "
               f"{med['decode_ms_per_token']:.2f} ms/tok cold TTFA {entry['ttfa_cold_ms']:.1f} ms peak over rest "
               f"{med['peak_over_rest_bytes'] / GiB:.3f} GiB (over weights {med['peak_over_weights_bytes'] / GiB:.3f})")
-        del shots, prompt
+        del prompt
     result["history_cold"] = hist
 
-    # ---- episode with incremental prefill (1080p, one new screenshot per step)
+    # ---- episode with incremental prefill (one new screenshot per step), after an untimed warm-up episode
     episode = []
     if args.episode_steps > 0:
-        s.reset()
-        ep_shots: list[Any] = []
-        ep_replies: list[list[int]] = []
-        for k in range(args.episode_steps):
-            _reset_peak(device)
-            base = _mem(device)
-            t_start = time.perf_counter()
-            shot = _screenshot(model, hw[0], hw[1], device, dtype, key=200 + k)
-            shot["key"] = 200 + k
-            ep_shots.append(shot)
-            prompt = _build_prompt(model, vocab, ep_shots, args, seed=11, replies=ep_replies)
-            step = _fast_step(s, model, prompt, args.reply_tokens, device, incremental=True,
-                              snapshot_at=(len(prompt.ids) - 8,))
-            ttfa = (time.perf_counter() - t_start) * 1e3
-            ep_replies.append(step["tokens"])
-            episode.append({"step": k + 1, "prompt_tokens": len(prompt.ids), "reused_tokens": step["reused_tokens"],
-                            "prefill_tokens": step["prefill_tokens"], "vision_ms": round(shot["vision_ms"], 2),
-                            "prefill_ms": round(step["prefill_ms"], 2), "decode_ms": round(step["decode_ms"], 2),
-                            "ttfa_ms": round(ttfa, 2), "peak_over_rest_bytes": _peak(device) - base,
-                            "peak_over_weights_bytes": _peak(device) - weights["total"]})
-            print(f"episode step {k + 1}: tokens {len(prompt.ids)} reused {step['reused_tokens']} prefill "
-                  f"{step['prefill_ms']:.1f} ms decode {step['decode_ms']:.1f} ms TTFA {ttfa:.1f} ms")
+        for phase, steps in (("warmup", args.episode_warmup), ("timed", args.episode_steps)):
+            s.reset()
+            ep_shots: list[Any] = []
+            ep_replies: list[list[int]] = []
+            for k in range(steps):
+                _reset_peak(device)
+                base = _mem(device)
+                t_start = time.perf_counter()
+                shot = _screenshot(model, hw[0], hw[1], device, dtype, key=200 + k + (1000 if phase == "warmup" else 0))
+                shot["key"] = 200 + k + (1000 if phase == "warmup" else 0)
+                ep_shots.append(shot)
+                prompt = _build_prompt(model, vocab, ep_shots, args, seed=11, replies=ep_replies)
+                step = _fast_step(s, model, prompt, args.reply_tokens, device, incremental=True,
+                                  snapshot_at=(len(prompt.ids) - 8,))
+                ttfa = (time.perf_counter() - t_start) * 1e3
+                ep_replies.append(step["tokens"])
+                if phase == "warmup":
+                    continue
+                episode.append({"step": k + 1, "prompt_tokens": len(prompt.ids),
+                                "reused_tokens": step["reused_tokens"], "prefill_tokens": step["prefill_tokens"],
+                                "vision_ms": round(shot["vision_ms"], 2), "prefill_ms": round(step["prefill_ms"], 2),
+                                "decode_ms": round(step["decode_ms"], 2), "ttfa_ms": round(ttfa, 2),
+                                "peak_over_rest_bytes": _peak(device) - base,
+                                "peak_over_weights_bytes": _peak(device) - weights["total"]})
+                print(f"episode step {k + 1}: tokens {len(prompt.ids)} reused {step['reused_tokens']} prefill "
+                      f"{step['prefill_ms']:.1f} ms decode {step['decode_ms']:.1f} ms TTFA {ttfa:.1f} ms")
+            del ep_shots
         if len(episode) >= 2:
             result["episode_last_over_first"] = round(episode[-1]["ttfa_ms"] / episode[0]["ttfa_ms"], 3)
-        del ep_shots
     result["episode"] = episode
 
     # ---- stock generate() baseline and agreement at 1080p
     if not args.no_stock:
-        result["stock"] = _stock_baseline(model, s, args, device, dtype, vocab)
+        fp32_ref = device.type == "cuda" and dtype != torch.float32 and not args.no_fp32_reference
+        result["stock"] = _stock_baseline(model, s, args, device, dtype, vocab, fp32_ref)
         st = result["stock"]
         fast = next((f for f in frames if f["size"] == args.history_size), frames[0] if frames else None)
         if fast and st.get("decode_ms_per_token"):
@@ -602,7 +615,20 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
               f"speedup {result.get('decode_speedup_vs_stock')}x")
 
     if args.quant:
-        result["quant"] = _quant_runs(model, s, args, device, dtype, vocab, [q for q in args.quant.split(",") if q])
+        modes = [q for q in args.quant.split(",") if q]
+        hw = _size(args.history_size)
+        tiles, _ = _tiles_for(hw[0], hw[1], device, dtype, 0)
+        qprompt = _build_prompt(model, vocab, [{"embeds": _vision_encode(model, tiles), "key": 0}], args, seed=0)
+        ref = _fast_step(s, model, qprompt, args.reply_tokens, device, incremental=False)
+        ref_light = {"tokens": ref["tokens"], "first_logits": ref["first_logits"]}
+        s.graphs.clear()
+        del s, ref, tiles
+        import gc
+
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        result["quant"] = _quant_runs(model, ref_light, qprompt, args, device, dtype, modes)
     return result
 
 
@@ -611,8 +637,20 @@ def _size(text: str) -> tuple[int, int]:
     return w, h
 
 
+def _agreement(tokens: list[int], logits: Any, ref_tokens: list[int], ref_logits: Any) -> dict[str, Any]:
+    """Greedy-token agreement (position-wise and common prefix) and first-logit relative L2 error."""
+    equal = sum(int(a == b) for a, b in zip(tokens, ref_tokens, strict=False))
+    prefix = 0
+    for a, b in zip(tokens, ref_tokens, strict=False):
+        if a != b:
+            break
+        prefix += 1
+    rel = float((logits.float() - ref_logits.float()).norm() / ref_logits.float().norm())
+    return {"n": len(ref_tokens), "tokens_equal": equal, "equal_prefix": prefix, "first_logits_rel_err": rel}
+
+
 def _stock_baseline(
-    model: Any, s: Any, args: argparse.Namespace, device: Any, dtype: Any, vocab: int
+    model: Any, s: Any, args: argparse.Namespace, device: Any, dtype: Any, vocab: int, fp32_ref: bool = False
 ) -> dict[str, Any]:
     import torch
 
@@ -639,16 +677,29 @@ def _stock_baseline(
     stock_tokens = out.sequences[0, -n:].tolist()
     fast = _fast_step(s, model, same, n, device, incremental=False)
     ref_first = out.logits[0][0].float()
-    rel = float((fast["first_logits"][0] - ref_first).norm() / ref_first.norm())
-    equal = sum(int(a == b) for a, b in zip(fast["tokens"], stock_tokens, strict=False))
-    prefix = 0
-    for a, b in zip(fast["tokens"], stock_tokens, strict=False):
-        if a != b:
-            break
-        prefix += 1
-    return {"prefill_ms": round(t1, 2), f"generate_{n}_ms": round(tn, 2),
-            "decode_ms_per_token": round((tn - t1) / (n - 1), 3), "prompt_tokens": len(prompt.ids),
-            "agreement": {"n": n, "tokens_equal": equal, "equal_prefix": prefix, "first_logits_rel_err": rel}}
+    result: dict[str, Any] = {
+        "prefill_ms": round(t1, 2), f"generate_{n}_ms": round(tn, 2),
+        "decode_ms_per_token": round((tn - t1) / (n - 1), 3), "prompt_tokens": len(prompt.ids),
+        "agreement": _agreement(fast["tokens"], fast["first_logits"][0], stock_tokens, ref_first),
+    }
+    if fp32_ref:
+        # float32 copy of the same LM: how far each bf16 path is from exact arithmetic (bf16 tolerance).
+        import copy
+
+        lm32 = copy.deepcopy(lm).float()
+        with torch.no_grad():
+            out32 = lm32.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                                  do_sample=False, output_logits=True, return_dict_in_generate=True,
+                                  pad_token_id=0)
+        tokens32 = out32.sequences[0, -n:].tolist()
+        first32 = out32.logits[0][0].float()
+        result["fp32_reference"] = {
+            "fast_bf16_vs_fp32": _agreement(fast["tokens"], fast["first_logits"][0], tokens32, first32),
+            "stock_bf16_vs_fp32": _agreement(stock_tokens, ref_first, tokens32, first32),
+        }
+        del lm32, out32
+        torch.cuda.empty_cache()
+    return result
 
 
 def _quantize_lm(model: Any, mode: str) -> None:
@@ -664,8 +715,10 @@ def _quantize_lm(model: Any, mode: str) -> None:
             w = child.weight.data
             if mode == "4bit":
                 q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
-                                      compute_dtype=torch.bfloat16, quant_type="nf4", device="meta")
-                q.weight = bnb.nn.Params4bit(w.to("cpu"), requires_grad=False, quant_type="nf4")
+                                      compute_dtype=torch.bfloat16, quant_type="nf4", compress_statistics=False,
+                                      device="meta")
+                q.weight = bnb.nn.Params4bit(w.to("cpu"), requires_grad=False, quant_type="nf4",
+                                             compress_statistics=False)
             else:
                 q = bnb.nn.Linear8bitLt(child.in_features, child.out_features, bias=child.bias is not None,
                                         has_fp16_weights=False, threshold=6.0, device="meta")
@@ -678,20 +731,18 @@ def _quantize_lm(model: Any, mode: str) -> None:
     torch.cuda.empty_cache()
 
 
-def _quant_runs(model: Any, s_bf16: Any, args: argparse.Namespace, device: Any, dtype: Any, vocab: int,
-                modes: list[str]) -> dict[str, Any]:
-    """bf16 reference first, then each mode in place (8bit before 4bit needs a rebuild: one mode per run
-    is cheapest; several modes rebuild the random model between them)."""
+def _quant_runs(model: Any, ref: dict[str, Any], prompt: _Prompt, args: argparse.Namespace, device: Any,
+                dtype: Any, modes: list[str]) -> dict[str, Any]:
+    """Each mode: quantise the LM linears in place (a fresh random model for every mode after the first),
+    then a 1080p step: whole-model peak memory, speed, and drift against the bf16 result ``ref``."""
+    import gc
+
     import torch
 
     from holodesk.policy.holotron.fast_decode import StaticLM
 
     out: dict[str, Any] = {}
     hw = _size(args.history_size)
-    tiles, _ = _tiles_for(hw[0], hw[1], device, dtype, 0)
-    shot = {"embeds": _vision_encode(model, tiles), "key": 0}
-    prompt = _build_prompt(model, vocab, [shot], args, seed=0)
-    ref = _fast_step(s_bf16, model, prompt, args.reply_tokens, device, incremental=False)
     for i, mode in enumerate(modes):
         if device.type != "cuda":
             out[mode] = {"error": "bitsandbytes needs CUDA"}
@@ -699,12 +750,14 @@ def _quant_runs(model: Any, s_bf16: Any, args: argparse.Namespace, device: Any, 
         try:
             if i > 0:
                 del model
+                gc.collect()
                 torch.cuda.empty_cache()
                 model = build_random_model(args.tiny, device, dtype, args.seed, args.pattern)
-            del s_bf16
-            torch.cuda.empty_cache()
+            t0 = time.perf_counter()
             _quantize_lm(model, mode)
-            s = StaticLM(model.language_model, max_len=8192, bucket=args.bucket, chunk=args.chunk, impl="dispatch")
+            quant_s = time.perf_counter() - t0
+            s = StaticLM(model.language_model, max_len=len(prompt.ids) + args.reply_tokens + 64,
+                         bucket=args.bucket, chunk=args.chunk, impl="dispatch")
             graphs = "none"
             try:
                 s.capture_graphs()
@@ -712,22 +765,25 @@ def _quant_runs(model: Any, s_bf16: Any, args: argparse.Namespace, device: Any, 
             except Exception as exc:  # int8 outlier handling syncs with the host
                 s.graphs = {}
                 s.reset()
-                graphs = f"eager ({type(exc).__name__}: {str(exc)[:120]})"
+                graphs = f"eager ({type(exc).__name__}: {str(exc)[:160]})"
             _sync(device)
+            weights_now = _mem(device)
+            _fast_step(s, model, prompt, args.reply_tokens, device, incremental=False)  # warm-up
             _reset_peak(device)
             t0 = time.perf_counter()
             shot_q = _screenshot(model, hw[0], hw[1], device, dtype, key=0)
             step = _fast_step(s, model, prompt, args.reply_tokens, device, incremental=False)
             ttfa = (time.perf_counter() - t0) * 1e3
-            step2 = _fast_step(s, model, prompt, args.reply_tokens, device, incremental=False)
-            rel = float((step["first_logits"] - ref["first_logits"]).norm() / ref["first_logits"].norm())
-            equal = sum(int(a == b) for a, b in zip(step["tokens"], ref["tokens"], strict=False))
-            out[mode] = {"graphs": graphs, "peak_total_bytes": _peak(device), "ttfa_ms": round(ttfa, 2),
-                         "vision_ms": round(shot_q["vision_ms"], 2), "prefill_ms": round(step2["prefill_ms"], 2),
-                         "decode_ms_per_token": round(step2["decode_ms_per_token"], 3),
-                         "first_logits_rel_err_vs_bf16": rel, "greedy_tokens_equal_vs_bf16": equal,
-                         "n": args.reply_tokens, "lm_bytes": _param_bytes(model.language_model)}
+            out[mode] = {"graphs": graphs, "quantize_s": round(quant_s, 1),
+                         "memory_at_rest_bytes": weights_now, "peak_total_bytes": _peak(device),
+                         "lm_bytes": _param_bytes(model.language_model), "ttfa_ms": round(ttfa, 2),
+                         "vision_ms": round(shot_q["vision_ms"], 2), "prefill_ms": round(step["prefill_ms"], 2),
+                         "decode_ms_per_token": round(step["decode_ms_per_token"], 3),
+                         "vs_bf16": _agreement(step["tokens"], step["first_logits"][0], ref["tokens"],
+                                               ref["first_logits"][0])}
             print(f"{mode}: {out[mode]}")
+            s.graphs.clear()
+            del s
         except Exception as exc:
             out[mode] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
             print(f"{mode}: failed: {out[mode]['error']}")

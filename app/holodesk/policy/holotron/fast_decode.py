@@ -182,6 +182,56 @@ def mamba_step_torch(
     return F.linear(y.to(dtype), out_w)
 
 
+def mamba_block_torch(
+    h: Any, norm32: Any, eps: float, in_w: Any, conv_w: Any, conv_b: Any, dt_bias: Any, a_neg: Any, d_skip: Any,
+    gnorm_w: Any, out_w: Any, conv_state: Any, ssm_state: Any, dims: tuple[int, int, int, int, int, int],
+    gnorm_eps: float,
+) -> Any:
+    """``h + mamba(rmsnorm(h))`` for one token, ``h [B, H]`` (``NemotronHBlock`` with a Mamba-2 mixer)."""
+    x = _rms_norm_f32(h, norm32, eps, h.dtype)
+    return h + mamba_step_torch(x, in_w, conv_w, conv_b, dt_bias, a_neg, d_skip, gnorm_w, out_w, conv_state,
+                                ssm_state, dims, gnorm_eps)
+
+
+def mlp_block_torch(h: Any, norm32: Any, eps: float, up_w: Any, down_w: Any) -> Any:
+    """``h + down(relu(up(rmsnorm(h)))^2)`` (``NemotronHMLP``, activation ``relu2``), ``h [B, H]``."""
+    import torch
+    import torch.nn.functional as F
+
+    x = _rms_norm_f32(h, norm32, eps, h.dtype)
+    return h + F.linear(torch.square(F.relu(F.linear(x, up_w))), down_w)
+
+
+def qkv_torch(h: Any, norm32: Any, eps: float, q_w: Any, k_w: Any, v_w: Any, kvh: int, rep: int, hd: int
+              ) -> tuple[Any, Any, Any]:
+    """Normed projections of one token: q ``[B, kvh, rep, hd]``, k and v ``[B, kvh, 1, hd]``."""
+    import torch.nn.functional as F
+
+    bsz = h.shape[0]
+    x = _rms_norm_f32(h, norm32, eps, h.dtype)
+    q = F.linear(x, q_w).view(bsz, kvh, rep, hd)
+    k = F.linear(x, k_w).view(bsz, kvh, 1, hd)
+    v = F.linear(x, v_w).view(bsz, kvh, 1, hd)
+    return q, k, v
+
+
+def attn_out_torch(h: Any, o: Any, o_w: Any) -> Any:
+    """``h + o_proj(o)``."""
+    import torch.nn.functional as F
+
+    return h + F.linear(o, o_w)
+
+
+def head_torch(h: Any, normf32: Any, eps: float, lm_w: Any) -> tuple[Any, Any]:
+    """Final norm, ``lm_head`` in float32 logits ``[B, vocab]`` and the greedy token ``[B, 1]``."""
+    import torch
+    import torch.nn.functional as F
+
+    x = _rms_norm_f32(h, normf32, eps, h.dtype)
+    logits = F.linear(x, lm_w).float()
+    return logits, torch.argmax(logits, dim=-1, keepdim=True)
+
+
 class StaticLM:
     """Preallocated-state prefill + decode for a ``NemotronHForCausalLM`` (see the module docstring).
 
@@ -257,6 +307,8 @@ class StaticLM:
                     "d_exp": mixer.D.detach()[:, None].expand(-1, mixer.head_dim),
                     "dtb_exp": mixer.dt_bias.detach()[:, None].expand(-1, mixer.head_dim),
                     "conv_w": mixer.conv1d.weight.detach().squeeze(1),
+                    "dims": (mixer.intermediate_size, mixer.conv_dim, mixer.num_heads, mixer.head_dim,
+                             mixer.n_groups, mixer.ssm_state_size),
                 }
             elif kind != _MLP:
                 raise ValueError(f"block type {kind!r} is not supported by the static decoder")
@@ -266,11 +318,14 @@ class StaticLM:
         self._arange = torch.arange(self.max_len, device=dev)
         self._norm32 = [layer.norm.weight.detach().float() for layer in self.layers]
         self._normf32 = backbone.norm_f.weight.detach().float()
-        self._mamba_fn: Any = mamba_step_torch
+        self._fns: dict[str, Any] = {"mamba": mamba_block_torch, "mlp": mlp_block_torch, "qkv": qkv_torch,
+                                     "out": attn_out_torch, "head": head_torch}
         if compile:
             if impl != "torch":
                 raise ValueError("compile=True needs impl='torch'")
-            self._mamba_fn = torch.compile(mamba_step_torch, dynamic=False, fullgraph=True)
+            # One compiled graph per block kind: every layer of a kind passes tensors of the same shapes,
+            # so each function compiles once (the attention window, a host int, stays outside).
+            self._fns = {k: torch.compile(f, dynamic=False, fullgraph=True) for k, f in self._fns.items()}
 
     # ------------------------------------------------------------------ state helpers
     def state_bytes(self) -> int:
@@ -304,9 +359,19 @@ class StaticLM:
 
     # ------------------------------------------------------------------ prefill
     def _attn_prefill(self, i: int, mixer: Any, x: Any, start: int) -> Any:
-        """Attention over a chunk ``x [B, T, H]`` at positions ``[start, start+T)`` with the cached past."""
+        """Attention over a chunk ``x [B, T, H]`` at positions ``[start, start+T)`` with the cached past.
+
+        Keys/values go straight into the static cache. The ``rep`` query heads sharing a KV head are run
+        one KV head at a time against that head's keys expanded ``rep`` times (a 1/kv_heads slice, not a
+        repeat of the whole cache), with a causal mask aligned to the bottom right (query ``t`` sees keys
+        ``<= start + t``; torch's ``causal_lower_right``, which needs no materialised mask). On CUDA the
+        cuDNN backend is excluded: it builds an execution plan per new key length, i.e. per chunk.
+        """
+        import contextlib
+
         import torch
         import torch.nn.functional as F
+        from torch.nn.attention.bias import causal_lower_right
 
         bsz, t, _ = x.shape
         hd = mixer.head_dim
@@ -316,17 +381,26 @@ class StaticLM:
         end = start + t
         self.k[i][:, :, start:end].copy_(k)
         self.v[i][:, :, start:end].copy_(v)
-        keys, vals = self.k[i][:, :, :end], self.v[i][:, :, :end]
+        kvh = self.k[i].shape[1]
         rep = mixer.num_key_value_groups
-        if rep > 1:
-            keys = keys.repeat_interleave(rep, dim=1)
-            vals = vals.repeat_interleave(rep, dim=1)
-        if start == 0:
-            out = F.scaled_dot_product_attention(q, keys, vals, is_causal=True, scale=mixer.scaling)
-        else:
-            qpos = torch.arange(start, end, device=x.device)
-            mask = self._arange[:end][None, :] <= qpos[:, None]
-            out = F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask, scale=mixer.scaling)
+        out = torch.empty_like(q)
+        ctx: Any = contextlib.nullcontext()
+        if x.device.type == "cuda":
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            ctx = sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+        with ctx:
+            for g in range(kvh):
+                keys = self.k[i][:, g : g + 1, :end].expand(bsz, rep, end, hd).contiguous()
+                vals = self.v[i][:, g : g + 1, :end].expand(bsz, rep, end, hd).contiguous()
+                qg = q[:, g * rep : (g + 1) * rep]
+                if start == 0:
+                    og = F.scaled_dot_product_attention(qg, keys, vals, is_causal=True, scale=mixer.scaling)
+                else:
+                    og = F.scaled_dot_product_attention(
+                        qg, keys, vals, attn_mask=causal_lower_right(t, end), scale=mixer.scaling
+                    )
+                out[:, g * rep : (g + 1) * rep] = og
         out = out.transpose(1, 2).reshape(bsz, t, -1)
         return mixer.o_proj(out)
 
@@ -413,24 +487,6 @@ class StaticLM:
         """Mamba-2 decode step for ``x [B, 1, H]`` mirroring ``NemotronHMamba2Mixer.forward``'s T=1 branch."""
         consts = self._consts[i]
         bsz = x.shape[0]
-        if self.impl == "torch":
-            out = self._mamba_fn(
-                x[:, 0],
-                mixer.in_proj.weight,
-                consts["conv_w"],
-                mixer.conv1d.bias,
-                mixer.dt_bias,
-                consts["a_neg"],
-                mixer.D,
-                mixer.norm.weight,
-                mixer.out_proj.weight,
-                self.conv[i],
-                self.ssm[i],
-                (mixer.intermediate_size, mixer.conv_dim, mixer.num_heads, mixer.head_dim, mixer.n_groups,
-                 mixer.ssm_state_size),
-                float(mixer.norm.variance_epsilon),
-            )
-            return out.unsqueeze(1)
         mnh = self.mnh
         projected = mixer.in_proj(x)
         gate, xbc, dt = projected.split([mixer.intermediate_size, mixer.conv_dim, mixer.num_heads], dim=-1)
@@ -454,14 +510,30 @@ class StaticLM:
         y = mixer.norm(y.view(bsz, 1, -1), gate)
         return mixer.out_proj(y.to(x.dtype))
 
-    def _attn_decode(self, i: int, mixer: Any, x: Any, window: int) -> Any:
-        """Attention for one new token ``x [B, 1, H]``: write K/V at ``pos``, attend over ``[0, window)``.
+    def _attend(self, i: int, q: Any, k: Any, v: Any, window: int, scaling: float) -> Any:
+        """Write one token's ``k``/``v`` ``[B, kvh, 1, hd]`` at ``pos`` and attend ``q [B, kvh, rep, hd]``
+        over keys ``[0, window)`` (those ``> pos`` masked). Returns ``[B, kvh * rep * hd]``.
 
-        GQA without copying keys: the ``rep`` query heads sharing a KV head are laid out as ``rep`` query
-        rows of that head (head ``h`` uses KV head ``h // rep``, as transformers' ``repeat_kv``).
+        GQA without copying keys: the ``rep`` query heads sharing a KV head are ``rep`` query rows of that
+        head (head ``h`` uses KV head ``h // rep``, as transformers' ``repeat_kv``). The arithmetic is
+        transformers' ``eager_attention_forward``: scores by a model-dtype matmul, softmax in float32, cast
+        back, matmul with the values. Plain matmuls spread the key length over the whole GPU, where a
+        fused attention kernel gives 8 x 5 query rows a handful of thread blocks.
         """
-        import torch.nn.functional as F
+        import torch
 
+        bsz = q.shape[0]
+        self.k[i].index_copy_(2, self.pos, k)
+        self.v[i].index_copy_(2, self.pos, v)
+        keys = self.k[i][:, :, :window]
+        scores = torch.matmul(q, keys.transpose(2, 3)) * scaling
+        scores = scores.float().masked_fill(self._arange[:window] > self.pos, float("-inf"))
+        probs = torch.softmax(scores, dim=-1).to(q.dtype)
+        out = torch.matmul(probs, self.v[i][:, :, :window])
+        return out.reshape(bsz, -1)
+
+    def _attn_decode(self, i: int, mixer: Any, x: Any, window: int) -> Any:
+        """Attention for one new token ``x [B, 1, H]`` through the stock projection modules."""
         bsz = x.shape[0]
         hd = mixer.head_dim
         kvh = self.k[i].shape[1]
@@ -469,25 +541,20 @@ class StaticLM:
         q = mixer.q_proj(x).view(bsz, kvh, rep, hd)
         k = mixer.k_proj(x).view(bsz, 1, kvh, hd).transpose(1, 2)
         v = mixer.v_proj(x).view(bsz, 1, kvh, hd).transpose(1, 2)
-        self.k[i].index_copy_(2, self.pos, k)
-        self.v[i].index_copy_(2, self.pos, v)
-        mask = (self._arange[:window] <= self.pos).view(1, 1, 1, window)
-        out = F.scaled_dot_product_attention(
-            q, self.k[i][:, :, :window], self.v[i][:, :, :window], attn_mask=mask, scale=mixer.scaling
-        )
-        return mixer.o_proj(out.reshape(bsz, 1, kvh * rep * hd))
+        out = self._attend(i, q, k, v, window, mixer.scaling)
+        return mixer.o_proj(out.view(bsz, 1, -1))
 
     def _step_body(self, window: int) -> None:
         """The captured work: ``token`` -> ``logits``, next greedy ``token``, ``pos += 1`` (no host sync)."""
         import torch
 
+        if self.impl == "torch":
+            self._step_body_torch(window)
+            return
         h = self.lm.model.embeddings(self.token)
         for i, (layer, kind) in enumerate(zip(self.layers, self.kinds, strict=True)):
             residual = h
-            if self.impl == "torch":
-                x = _rms_norm_f32(h, self._norm32[i], layer.norm.variance_epsilon, layer.norm.weight.dtype)
-            else:
-                x = layer.norm(h.to(layer.norm.weight.dtype))
+            x = layer.norm(h.to(layer.norm.weight.dtype))
             if kind == _MAMBA:
                 x = self._mamba_decode(i, layer.mixer, x)
             elif kind == _ATTN:
@@ -498,6 +565,35 @@ class StaticLM:
         h = self.lm.model.norm_f(h)
         self.logits.copy_(self.lm.lm_head(h)[:, -1].float())
         self.token.copy_(torch.argmax(self.logits, dim=-1, keepdim=True))
+        self.pos.add_(1)
+
+    def _step_body_torch(self, window: int) -> None:
+        """``impl="torch"``: each block is one call of a (compiled) function of its tensors, so that the
+        norm, the residual add and the element-wise work fuse around the matrix-vector products."""
+        fns = self._fns
+        h = self.lm.model.embeddings(self.token)[:, 0]  # [B, H]
+        for i, (layer, kind) in enumerate(zip(self.layers, self.kinds, strict=True)):
+            eps = float(layer.norm.variance_epsilon)
+            mixer = layer.mixer
+            if kind == _MAMBA:
+                c = self._consts[i]
+                h = fns["mamba"](
+                    h, self._norm32[i], eps, mixer.in_proj.weight, c["conv_w"], mixer.conv1d.bias, mixer.dt_bias,
+                    c["a_neg"], mixer.D, mixer.norm.weight, mixer.out_proj.weight, self.conv[i], self.ssm[i],
+                    c["dims"], float(mixer.norm.variance_epsilon),
+                )
+            elif kind == _MLP:
+                h = fns["mlp"](h, self._norm32[i], eps, mixer.up_proj.weight, mixer.down_proj.weight)
+            else:
+                kvh = self.k[i].shape[1]
+                q, k, v = fns["qkv"](h, self._norm32[i], eps, mixer.q_proj.weight, mixer.k_proj.weight,
+                                     mixer.v_proj.weight, kvh, mixer.num_key_value_groups, mixer.head_dim)
+                o = self._attend(i, q, k, v, window, mixer.scaling)
+                h = fns["out"](h, o, mixer.o_proj.weight)
+        logits, token = fns["head"](h, self._normf32, float(self.lm.model.norm_f.variance_epsilon),
+                                    self.lm.lm_head.weight)
+        self.logits.copy_(logits)
+        self.token.copy_(token)
         self.pos.add_(1)
 
     def capture_graphs(self, windows: Sequence[int] | None = None, warmup: int = 2) -> list[int]:
