@@ -153,9 +153,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         close = getattr(capture, "close", None)
         if callable(close):
             close()
-    print(f"Result: {result.status.value} — {result.reason}")
+    print(f"Result: {result.status.value} — {terminal_safe(result.reason)}")
     if result.answer:
-        print(f"Answer: {result.answer}")
+        print(f"Answer: {terminal_safe(result.answer, keep_newlines=True)}")
     if result.episode_path:
         print(f"Episode recorded in {result.episode_path}")
     if args.json:
@@ -172,15 +172,29 @@ def _focus_probe() -> Any:
     return focused_window_class
 
 
+def terminal_safe(text: str, *, keep_newlines: bool = False) -> str:
+    """Model text made inert for a terminal (F10): control characters (escape sequences, carriage
+    returns, and line breaks unless ``keep_newlines``) and invisible format characters are shown as
+    escapes (``\\x1b``, ``\\n``), so a reply can neither restyle the terminal nor fake a line of the
+    approval prompt. Printable Unicode is kept as is."""
+    out = []
+    for ch in text:
+        if ch.isprintable() or (keep_newlines and ch == "\n"):
+            out.append(ch)
+        else:
+            out.append(repr(ch)[1:-1])
+    return "".join(out)
+
+
 def _print_event(event: Any) -> None:
     if event.kind == "proposal":
         p = event.data["proposal"]
-        print(f"[step {event.step}] thought: {p.thought}")
+        print(f"[step {event.step}] thought: {terminal_safe(p.thought)}")
     elif event.kind == "result":
-        print(f"[step {event.step}] {event.data['result'].status}: {event.message}")
+        print(f"[step {event.step}] {event.data['result'].status}: {terminal_safe(event.message)}")
     elif event.kind in ("warning", "error"):
         where = f"[step {event.step}] " if event.step >= 0 else ""
-        print(f"{where}warning: {event.message}")
+        print(f"{where}warning: {terminal_safe(event.message)}")
 
 
 class TerminalApprover:
