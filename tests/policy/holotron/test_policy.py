@@ -85,6 +85,7 @@ def test_oom_retries_with_fewer_images(policy: HolotronPolicy, monkeypatch: pyte
     assert len(seen) == 2
     assert proposal.extra["max_images_used"] == 2 and proposal.extra["images"] == 2
     assert "retried with 2" in proposal.extra["warnings"][0]
+    assert proposal.notices == tuple(proposal.extra["warnings"])  # told to the user (F21)
 
 
 def test_oom_with_one_image_is_policy_error(tiny_loaded, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]

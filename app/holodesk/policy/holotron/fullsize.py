@@ -294,6 +294,8 @@ def run_check(args: argparse.Namespace) -> dict[str, Any]:
         "wall_ms": round((time.perf_counter() - t0) * 1000, 1),
         "image_tokens": three.extra["image_tokens"],
         "prompt_tokens": three.extra["prompt_tokens"],
+        "generated_tokens": three.extra["generated_tokens"],
+        "stop_reason": three.extra["stop_reason"],
         "timings_ms": {k: round(v, 1) for k, v in three.timings_ms.items()},
         "peak_over_weights_gib": peak_over(base),
         "warnings": three.extra.get("warnings", []),

@@ -311,6 +311,12 @@ def load_holotron(
         raise ModelLoadError(f"no end-of-turn token found for {folder} (generation_config / tokenizer)")
 
     report = kernel_report()
+    if target.type != "cuda" and any(f["live"] for f in report["functions"].values()):
+        raise ModelLoadError(
+            f"cannot run Holotron on {target}: mamba-ssm / causal-conv1d are installed, so transformers "
+            "sends the Mamba-2 layers to their Triton/CUDA kernels, which cannot take CPU tensors",
+            hint="Load on a CUDA device, or uninstall mamba-ssm and causal-conv1d for CPU use.",
+        )
     if target.type == "cuda" and not report["fast_path"]:
         log.warning("Holotron: %s", report["summary"])
     else:

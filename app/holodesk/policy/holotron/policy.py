@@ -218,7 +218,8 @@ class HolotronPolicy:
         """Propose the next action for ``observation``.
 
         On a CUDA out-of-memory error the step is retried with one screenshot fewer each time (down to
-        the current one only); the retry is logged and reported in ``Proposal.extra["warnings"]`` (F21).
+        the current one only); each retry is logged and told to the user through ``Proposal.notices``
+        (also in ``Proposal.extra["warnings"]``) (F21).
 
         Returns:
             Proposal with the parsed action, thought, note, raw reply, ``timings_ms`` (preprocess,
@@ -283,6 +284,7 @@ class HolotronPolicy:
             raw_text=raw,
             timings_ms=timings,
             extra=extra,
+            notices=tuple(warnings),
         )
 
     def kernel_report(self) -> dict[str, Any]:
