@@ -150,3 +150,23 @@ def test_tray_balloons_are_hidden_for_the_grab(qtbot: Any, make_app: Any) -> Non
     grab_on_worker(kit.app.guard.before_capture)
     assert balloons() == []
     grab_on_worker(kit.app.guard.after_capture)
+
+
+def test_every_holodesk_window_is_hidden_for_the_grab_but_not_the_tray_icon(qtbot: Any, make_app: Any) -> None:
+    """The no-tray window, dialogs and the palette are not for the model either; the tray icon (embedded
+    in the desktop's tray) stays, and the windows come back after the grab."""
+    from PySide6.QtWidgets import QApplication
+
+    kit = make_app([], force_window=True)
+    app = kit.app
+    window = app.window
+    settings = app.open_settings()
+    qtbot.waitExposed(window)
+    qtbot.waitExposed(settings)
+    tray_sys = [w for w in QApplication.topLevelWidgets() if w.metaObject().className() == "QSystemTrayIconSys"]
+    grab_on_worker(app.guard.before_capture)
+    assert not window.isVisible() and not settings.isVisible()
+    assert all(w.isVisible() for w in tray_sys)
+    grab_on_worker(app.guard.after_capture)
+    qtbot.waitUntil(lambda: window.isVisible() and settings.isVisible(), timeout=3000)
+    settings.close()

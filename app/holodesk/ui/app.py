@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import logging.handlers
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -60,10 +61,10 @@ def _default_capture() -> Any:
     return build_capture()
 
 
-def _default_executor(settings: Settings) -> Any:
+def _default_executor(settings: Settings, stop_event: threading.Event | None = None) -> Any:
     from holodesk.session.factory import build_executor
 
-    return build_executor(settings)
+    return build_executor(settings, stop_event)
 
 
 def _focus_probe() -> Callable[[], str | None] | None:
@@ -321,11 +322,13 @@ class HolodeskApp(QObject):
         if not 1 <= s.monitor <= len(monitors):
             raise SettingsError(f"monitor {s.monitor} does not exist; this display has {len(monitors)}",
                                 hint="Pick another monitor in Settings.")
-        executor = self.executor_factory(s)
-        stop_event = getattr(executor, "stop_event", None)
-        if stop_event is not None:
-            stop_event.clear()
-            self.runner.stop_hooks = [stop_event.set]
+        stop = self.runner.stop_event
+        executor = (_default_executor(s, stop) if self.executor_factory is _default_executor
+                    else self.executor_factory(s))
+        # One stop event for everything of this task: the tray/hotkey Stop, the Session's wall-time cap,
+        # the pending approval and a running ``wait`` of the executor all set or watch it (F09, F12).
+        if getattr(executor, "stop_event", stop) is not stop:
+            executor.stop_event = stop
         prepare = getattr(executor, "prepare", None)
         if callable(prepare):
             prepare()
@@ -339,6 +342,7 @@ class HolodeskApp(QObject):
             before_capture=self.guard.before_capture,
             after_capture=self.guard.after_capture,
             meta={"monitor_label": monitors[s.monitor - 1].label, "ui": "tray"},
+            stop_event=stop,
         )
 
     def _set_status(self, status: Status, detail: str = "") -> None:

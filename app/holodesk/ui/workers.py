@@ -124,10 +124,19 @@ class GuiApprover(QObject):
         return self._ask(request, "autopilot")
 
 
-class WindowGuard(QObject):
-    """Hides registered top-level windows around each screen grab (F13).
+_NOT_RESTORED = frozenset({"QBalloonTip", "QMenu", "QTipLabel", "QComboBoxPrivateContainer"})
+"""Top-level popups that a grab closes rather than hides and shows again."""
 
-    ``before_capture`` and ``after_capture`` are called on the worker thread. Hiding happens on the GUI
+_NEVER_HIDDEN = frozenset({"QSystemTrayIconSys"})
+"""Qt's X11 tray icon window, embedded in the desktop's tray: hiding it would take the icon away."""
+
+
+class WindowGuard(QObject):
+    """Hides Holodesk's top-level windows around each screen grab (F13).
+
+    Every visible top-level widget of the process is hidden (registered windows first), so the overlay,
+    the command box, the no-tray window, dialogs and notices never reach the model. ``before_capture``
+    and ``after_capture`` are called on the worker thread. Hiding happens on the GUI
     thread (blocking queued call); then the worker polls the X server until every hidden window is
     unmapped (up to ``unmap_timeout_s``) and sleeps ``settle_s`` so that the windows below the overlay
     have repainted the area it covered (without a compositor they repaint on Expose, asynchronously).
@@ -152,7 +161,8 @@ class WindowGuard(QObject):
         self._show_request.connect(self._show, Qt.ConnectionType.BlockingQueuedConnection)
 
     def register(self, window: QWidget) -> None:
-        """Hide ``window`` during grabs while it is visible."""
+        """Make sure ``window`` is handled (and hidden for good by ``hide_windows(restore_later=False)``)
+        even before it is a top-level widget Qt lists."""
         if window not in self._windows:
             self._windows.append(window)
             window.destroyed.connect(lambda _=None, w=window: self._forget(w))
@@ -171,14 +181,17 @@ class WindowGuard(QObject):
 
     @Slot()
     def _hide(self) -> None:
-        self._hidden = [w for w in self._windows if w.isVisible()]
-        self._hidden_ids = [int(w.winId()) for w in self._hidden]
-        for w in self._hidden:
+        # Every visible top-level window of this process: the overlay and palette (registered), the no-tray
+        # window, dialogs, progress, message boxes, balloons, menus. None of it is for the model's eyes.
+        visible = [w for w in self._windows if w.isVisible()]
+        visible += [w for w in QApplication.topLevelWidgets() if w.isVisible() and w not in visible
+                    and w.metaObject().className() not in _NEVER_HIDDEN]
+        self._hidden_ids = [int(w.winId()) for w in visible]
+        # Transient popups are closed for good: a balloon or an open menu is not shown again.
+        self._hidden = [w for w in visible if w.metaObject().className() not in _NOT_RESTORED]
+        for w in visible:
             w.hide()
-        for balloon in self._balloons():  # a notice is not for the model's eyes either; it is not re-shown
-            balloon.hide()
-            self._hidden_ids.append(int(balloon.winId()))
-        if self._hidden_ids:
+        if visible:
             self.hide_count += 1
         QCoreApplication.processEvents()  # flush the unmap requests to the X server
 
