@@ -51,7 +51,8 @@ def start_display() -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes], s
         os.environ.update({"DISPLAY": display, "XAUTHORITY": auth, "XDG_SESSION_TYPE": "x11"})
         os.environ.pop("WAYLAND_DISPLAY", None)
         os.environ.pop("QT_QPA_PLATFORM", None)
-        subprocess.run(["xsetroot", "-solid", "#3b4252"], check=False, capture_output=True)
+        if shutil.which("xsetroot"):  # x11-xserver-utils; only the background colour depends on it
+            subprocess.run(["xsetroot", "-solid", "#3b4252"], check=False, capture_output=True)
         trayer = subprocess.Popen(["trayer", "--edge", "top", "--align", "right", "--widthtype", "pixel", "--width",
                                    "40", "--heighttype", "pixel", "--height", "28", "--SetDockType", "true",
                                    "--transparent", "false", "--tint", "0x2e3440"],

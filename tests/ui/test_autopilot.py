@@ -88,3 +88,22 @@ def test_stop_hotkey_signal_stops_during_countdown(qtbot: Any, make_app: Any) ->
     kit.app.hotkeys.stop_requested.emit()  # what the global stop hotkey emits
     assert wait_finished(qtbot, kit.app).status is State.STOPPED
     assert kit.executor.calls == []
+
+
+def test_p_during_the_countdown_pauses_the_autopilot(qtbot: Any, make_app: Any) -> None:
+    kit = make_app([Click(Point(300, 300)), Click(Point(600, 600))], approval="auto", countdown=1.0)
+    kit.app.start_task("pause me")
+    overlay = wait_overlay(qtbot, kit.app)
+    qtbot.keyClick(overlay, Qt.Key.Key_P)
+    assert kit.app.approval_policy.paused and kit.app.actions.pause.text() == "Resume autopilot"
+    assert not overlay.card.countdown_label.isVisible()
+    qtbot.wait(1500)  # past the countdown: nothing ran
+    assert kit.executor.calls == []
+    qtbot.keyClick(overlay, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: kit.app.approval.pending is not None
+                    and kit.app.approval.pending.request.step == 1, timeout=10000)
+    second = kit.app.approval.overlay
+    assert not second.card.countdown_label.isVisible()  # later steps ask too while paused
+    qtbot.keyClick(second, Qt.Key.Key_Return)
+    result = wait_finished(qtbot, kit.app)
+    assert [s["decided_by"] for s in steps_of(result)[:2]] == ["user", "user"]

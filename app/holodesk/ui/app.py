@@ -120,6 +120,7 @@ class HolodeskApp(QObject):
         self.approver = GuiApprover(self.runner.stop_event, after_decision=self.approval.after_decision,
                                     parent=self)
         self.approver.requested.connect(self.approval.present)
+        self.approval.pause_requested.connect(self.pause_autopilot)
         self.approval_policy = ApprovalPolicy(settings.approval, self.approver, self.approver.autopilot)
         self.palette = CommandPalette()
         self.palette.set_mode_hint(settings.approval)
@@ -253,6 +254,11 @@ class HolodeskApp(QObject):
         self._refresh_status()
         self.notifier.info("Autopilot paused" if paused else "Autopilot resumed",
                            "Every step now asks you." if paused else "Low-risk steps run after the countdown.")
+
+    def pause_autopilot(self) -> None:
+        """Pause the autopilot (P on the overlay's countdown); no-op when already paused."""
+        if not self.approval_policy.paused:
+            self.toggle_pause()
 
     def open_settings(self) -> SettingsDialog:
         monitors: list[str] = []

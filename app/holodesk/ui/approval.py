@@ -59,6 +59,8 @@ class ApprovalController(QObject):
     Signals:
         overlay_shown(OverlayWindow): an overlay is on screen (tests and the screenshot script use it).
         decided(object): the ApprovalResponse just given.
+        pause_requested(): P was pressed during an autopilot countdown (the app pauses the autopilot; this
+            step then waits for an explicit decision).
     Args:
         guard: the window guard; overlays are registered so screen grabs never contain them (F13).
         countdown_s: autopilot countdown in seconds.
@@ -67,6 +69,7 @@ class ApprovalController(QObject):
 
     overlay_shown = Signal(object)
     decided = Signal(object)
+    pause_requested = Signal()
 
     def __init__(self, guard: WindowGuard, countdown_s: float = 2.0, marker_color: str = MARKER_COLOR,
                  parent: QObject | None = None) -> None:
@@ -122,6 +125,7 @@ class ApprovalController(QObject):
         overlay.point_picked.connect(self._point_picked)
         overlay.text_edited.connect(self._text_edited)
         overlay.edit_cancelled.connect(self._edit_cancelled)
+        overlay.pause_pressed.connect(self._pause_pressed)
         self._previous_focus = x11.input_focus()
         if pending.kind == "autopilot":
             self._countdown_started = time.monotonic()
@@ -185,6 +189,18 @@ class ApprovalController(QObject):
             self._finish(ApprovalResponse(Decision.APPROVE, by="autopilot"))
         else:
             self.overlay.card.set_countdown(remaining, self.countdown_s)
+
+    def _pause_pressed(self) -> None:
+        if self._countdown_started is None:
+            return
+        self._cancel_countdown()
+        if self.overlay is not None:
+            self.overlay.card.edit_hint.setText("Autopilot paused: this and later steps wait for you. "
+                                                "Resume it from the tray menu or the Holodesk window.")
+            self.overlay.card.edit_hint.show()
+            self.overlay._place_card()
+            self.overlay._update_mask()
+        self.pause_requested.emit()
 
     def _cancel_countdown(self) -> None:
         if self._countdown_started is not None:

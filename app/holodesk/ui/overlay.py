@@ -253,7 +253,7 @@ class ApprovalCard(QFrame):
         self.countdown_bar.setVisible(shown)
         if remaining_s is not None:
             self.countdown_label.setText(f"Autopilot approves in {remaining_s:.1f} s — Esc stops, S skips, "
-                                         "E edits")
+                                         "E edits, P pauses autopilot")
             frac = 0.0 if total_s <= 0 else max(0.0, min(1.0, remaining_s / total_s))
             self.countdown_bar.setValue(round(frac * 1000))
 
@@ -269,6 +269,7 @@ class OverlayWindow(QWidget):
         point_picked(int, int): in edit mode, the input-space point the user clicked.
         text_edited(str): in text-edit mode, Ctrl+Enter with the new text.
         edit_cancelled(): Esc in edit mode.
+        pause_pressed(): P — pause the autopilot (this step then waits for an explicit decision).
     Args:
         geometry: input space <-> local mapping for the monitor; the window covers ``screen_rect``.
         marker_color: colour of the marks (tests pick a distinctive one).
@@ -281,6 +282,7 @@ class OverlayWindow(QWidget):
     point_picked = Signal(int, int)
     text_edited = Signal(str)
     edit_cancelled = Signal()
+    pause_pressed = Signal()
 
     def __init__(self, geometry: OverlayGeometry, marker_color: str = MARKER_COLOR,
                  parent: QWidget | None = None) -> None:
@@ -433,6 +435,8 @@ class OverlayWindow(QWidget):
             self.skip_pressed.emit()
         elif key == Qt.Key.Key_E and self.mode == "review" and self.card.edit_button.isEnabled():
             self.edit_pressed.emit()
+        elif key == Qt.Key.Key_P and self.mode == "review":
+            self.pause_pressed.emit()
         else:
             super().keyPressEvent(event)
 
