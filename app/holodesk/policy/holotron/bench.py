@@ -621,6 +621,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
         qprompt = _build_prompt(model, vocab, [{"embeds": _vision_encode(model, tiles), "key": 0}], args, seed=0)
         ref = _fast_step(s, model, qprompt, args.reply_tokens, device, incremental=False)
         ref_light = {"tokens": ref["tokens"], "first_logits": ref["first_logits"]}
+        qprompt.embeds()
+        qprompt.model = None  # the prompt keeps its embeddings, not the model
         s.graphs.clear()
         del s, ref, tiles
         import gc
@@ -628,7 +630,9 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        result["quant"] = _quant_runs(model, ref_light, qprompt, args, device, dtype, modes)
+        holder = [model]  # _quant_runs owns the model from here, so a rebuild can free it
+        del model, lm
+        result["quant"] = _quant_runs(holder, ref_light, qprompt, args, device, dtype, modes)
     return result
 
 
@@ -731,15 +735,20 @@ def _quantize_lm(model: Any, mode: str) -> None:
     torch.cuda.empty_cache()
 
 
-def _quant_runs(model: Any, ref: dict[str, Any], prompt: _Prompt, args: argparse.Namespace, device: Any,
+def _quant_runs(holder: list[Any], ref: dict[str, Any], prompt: _Prompt, args: argparse.Namespace, device: Any,
                 dtype: Any, modes: list[str]) -> dict[str, Any]:
     """Each mode: quantise the LM linears in place (a fresh random model for every mode after the first),
-    then a 1080p step: whole-model peak memory, speed, and drift against the bf16 result ``ref``."""
+    then a 1080p step: whole-model peak memory, speed, and drift against the bf16 result ``ref``.
+
+    ``holder`` is a one-element list with the model; the caller keeps no other reference, so the previous
+    mode's model is freed before the next one is built (otherwise its memory is counted too)."""
     import gc
 
     import torch
 
     from holodesk.policy.holotron.fast_decode import StaticLM
+
+    model = holder.pop()
 
     out: dict[str, Any] = {}
     hw = _size(args.history_size)
