@@ -204,14 +204,11 @@ def test_F21_out_of_memory_with_one_image_fails_with_advice(tiny_holotron: Any,
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "policy/holotron/policy.py (runtime engineer, in progress): the out-of-memory retry is only logged and "
-    "put in Proposal.extra['warnings'], which the session records but does not show. Fix: return "
-    "Proposal(..., notices=tuple(warnings)); the session shows every notice as a warning event "
-    "(test_F21_a_policy_fallback_is_told_to_the_user)."))
 def test_F21_out_of_memory_retry_is_told_to_the_user(tiny_holotron: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from holodesk.policy.holotron import runtime
 
+    """The retry reaches the user: the runtime puts it in Proposal.notices, which the session shows as
+    a warning event (test_F21_a_policy_fallback_is_told_to_the_user)."""
     monkeypatch.setattr(runtime, "tile_images", FakeGpuOutOfMemory(runtime.tile_images, max_images=2))
     proposal = tiny_holotron.propose(_long_observation())
     assert proposal.notices == (
