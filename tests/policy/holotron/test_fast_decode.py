@@ -138,3 +138,24 @@ def test_prompt_too_long_is_refused() -> None:
     s = StaticLM(lm, max_len=32, bucket=32)
     with torch.no_grad(), pytest.raises(ValueError):
         s.prefill(lm.model.embeddings(_prompt(40, seed=1)), None)
+
+
+def test_tail_embeddings_and_snapshot_cap() -> None:
+    lm = _tiny_lm(seed=6)
+    first = _prompt(48, seed=11)
+    second = torch.cat([first, _prompt(20, seed=12)], dim=1)
+    s = StaticLM(lm, max_len=160, bucket=32, chunk=16)
+    with torch.no_grad():
+        s.prefill(lm.model.embeddings(first), first[0].tolist(), snapshot_at=(10, 20, 30, 40, 48), max_snapshots=2)
+        assert sorted(s.snapshots) == [40, 48]
+        resume = s.resume_point(second[0].tolist())
+        assert resume == 48
+        tail = lm.model.embeddings(second[:, resume:])
+        logits, report = s.prefill(tail, second[0].tolist(), embeds_offset=resume)
+        assert report.reused == 48 and report.computed == 20
+        cold = StaticLM(lm, max_len=160, bucket=32, chunk=16)
+        ref, _ = cold.prefill(lm.model.embeddings(second), None)
+        assert torch.allclose(logits, ref, rtol=1e-5, atol=1e-5)
+        with pytest.raises(ValueError):  # embeddings that start after the resume point cannot be run
+            s.reset()
+            s.prefill(tail, second[0].tolist(), embeds_offset=resume)

@@ -418,41 +418,61 @@ class StaticLM:
             h = residual + x
         return h
 
+    def resume_point(self, keys: Sequence[int]) -> int:
+        """Tokens of a prompt with these ``keys`` that :meth:`prefill` would take from the current state.
+
+        It is the latest snapshot position inside the common prefix of ``keys`` and the previous prompt's
+        keys (0 when none). A caller can use it to embed only the tail (``embeds_offset``), e.g. to skip
+        the vision tower for screenshots whose tokens are already in the state.
+        """
+        if not self.keys:
+            return 0
+        lcp = 0
+        for a, b in zip(self.keys, keys, strict=False):
+            if a != int(b):
+                break
+            lcp += 1
+        usable = [p for p in self.snapshots if p <= lcp and p < len(keys)]
+        return max(usable) if usable else 0
+
     def prefill(
         self,
         inputs_embeds: Any,
         keys: Sequence[int] | None = None,
         *,
         snapshot_at: Sequence[int] = (),
+        embeds_offset: int = 0,
+        max_snapshots: int = 3,
     ) -> tuple[Any, PrefillReport]:
         """Run the prompt into the static state and return the last position's logits.
 
         Args:
-            inputs_embeds: ``[B, T, H]`` prompt embeddings (image rows already merged), model dtype.
-            keys: one hashable int per prompt token identifying its content (token id, or a hash of the
-                image and tile row for image tokens). With keys, the common prefix with the previous
-                prompt is reused from the latest snapshot inside it; without keys the prefill is cold.
-            snapshot_at: positions (token counts) after which to save the Mamba state for later reuse;
-                keep them few (each costs ``28 x 5.3 MiB`` for Holotron).
+            inputs_embeds: ``[B, T - embeds_offset, H]`` embeddings of prompt tokens
+                ``[embeds_offset, T)`` (image rows already merged), model dtype.
+            keys: one int per prompt token (``T`` of them) identifying its content (token id, or a hash
+                of the image and tile row for image tokens). With keys, the common prefix with the
+                previous prompt is reused from the latest snapshot inside it (:meth:`resume_point`);
+                without keys the prefill is cold.
+            snapshot_at: positions (token counts) after which to save the Mamba state for later reuse
+                (each costs ``28 x 5.3 MiB`` for Holotron).
+            embeds_offset: first token that ``inputs_embeds`` covers; must not exceed the resume point.
+            max_snapshots: snapshots kept after this call (the most recent positions).
         Returns:
             (logits ``[B, vocab]`` float32 of the last prompt token, :class:`PrefillReport`).
+        Raises:
+            ValueError: the prompt does not fit ``max_len``, or ``embeds_offset`` is past the resume point.
         """
         import torch
 
-        total = int(inputs_embeds.shape[1])
+        total = int(inputs_embeds.shape[1]) + embeds_offset
+        if keys is not None and len(keys) != total:
+            raise ValueError(f"{len(keys)} keys for a prompt of {total} tokens")
         if total + 1 > self.max_len:
             raise ValueError(f"prompt of {total} tokens does not fit the static cache of {self.max_len}")
-        resume = 0
         new_keys = [int(k) for k in keys] if keys is not None else []
-        if keys is not None and self.keys:
-            lcp = 0
-            for a, b in zip(self.keys, new_keys, strict=False):
-                if a != b:
-                    break
-                lcp += 1
-            usable = [p for p in self.snapshots if p <= lcp and p < total]
-            if usable:
-                resume = max(usable)
+        resume = self.resume_point(new_keys) if keys is not None else 0
+        if embeds_offset > resume:
+            raise ValueError(f"embeddings start at token {embeds_offset} but the state resumes at {resume}")
         kept = {p: s for p, s in self.snapshots.items() if p <= resume}
         if resume:
             self._restore(kept[resume])
@@ -468,7 +488,7 @@ class StaticLM:
         chunks = 0
         with torch.no_grad():
             for a, b in itertools.pairwise(cuts):
-                h = self._forward_chunk(inputs_embeds[:, a:b], a)
+                h = self._forward_chunk(inputs_embeds[:, a - embeds_offset : b - embeds_offset], a)
                 chunks += 1
                 if b in wanted:
                     self.snapshots[b] = self._snapshot()
@@ -477,6 +497,8 @@ class StaticLM:
             assert h_last is not None
             hidden = self.lm.model.norm_f(h_last)
             logits = self.lm.lm_head(hidden).float()[:, -1]
+        for p in sorted(self.snapshots)[:-max_snapshots] if max_snapshots > 0 else list(self.snapshots):
+            del self.snapshots[p]
         self.length = total
         self.pos.fill_(total)
         self.keys = new_keys
