@@ -284,19 +284,37 @@ class _Prompt:
         self.ids += ids
         self.keys += ids
 
-    def image(self, embeds: Any, image_key: int) -> None:
-        n = int(embeds.shape[0])
+    def image(self, embeds: Any, image_key: int, tokens: int | None = None) -> None:
+        """A screenshot block: its embeddings ``[n, H]``, or None with ``tokens`` for one already in the
+        decoder state (its embeddings are no longer needed when the prefix is reused)."""
+        n = int(embeds.shape[0]) if embeds is not None else int(tokens or 0)
         self.ids += [IMAGE_TOKEN_ID] * n
         self.keys += [(image_key << 20) + i + (1 << 40) for i in range(n)]
-        self.parts.append(embeds)
+        self.parts.append(embeds if embeds is not None else n)
 
     def embeds(self) -> Any:
         """``[1, T, H]``; the parts are replaced by the concatenation (one copy of the prompt in memory)."""
         import torch
 
+        if any(isinstance(p, int) for p in self.parts):
+            raise ValueError("the prompt has screenshots without embeddings; use tail()")
         if len(self.parts) != 1:
             self.parts = [torch.cat(self.parts, dim=0)]
         return self.parts[0].unsqueeze(0)
+
+    def tail(self, start: int) -> Any:
+        """``[1, T - start, H]``: embeddings of tokens ``[start, T)`` only."""
+        import torch
+
+        pieces, offset = [], 0
+        for part in self.parts:
+            n = part if isinstance(part, int) else int(part.shape[0])
+            if offset + n > start:
+                if isinstance(part, int):
+                    raise ValueError(f"tokens from {max(start, offset)} are needed but their embeddings were dropped")
+                pieces.append(part[max(0, start - offset) :])
+            offset += n
+        return torch.cat(pieces, dim=0).unsqueeze(0)
 
 
 # ---------------------------------------------------------------------------------------------- floors
@@ -360,10 +378,12 @@ def _fast_step(s: Any, model: Any, prompt: _Prompt, reply: int, device: Any, inc
     """Prefill + greedy decode of ``reply`` tokens; returns timings (ms) and the tokens."""
     import torch
 
-    emb = prompt.embeds()
+    offset = s.resume_point(prompt.keys) if incremental else 0
+    emb = prompt.tail(offset) if offset else prompt.embeds()
     _sync(device)
     t0 = time.perf_counter()
-    logits, report = s.prefill(emb, prompt.keys if incremental else None, snapshot_at=snapshot_at)
+    logits, report = s.prefill(emb, prompt.keys if incremental else None, snapshot_at=snapshot_at,
+                               embeds_offset=offset)
     _sync(device)
     t1 = time.perf_counter()
     tokens = s.generate(logits, reply)
@@ -394,7 +414,7 @@ def _build_prompt(model: Any, vocab: int, shots: list[Any], args: argparse.Names
     p.text(args.prompt_tokens, salt=0)
     for i, shot in enumerate(shots):
         p.text(args.step_text_tokens, salt=1 + i)
-        p.image(shot["embeds"], image_key=shot["key"])
+        p.image(shot["embeds"], image_key=shot["key"], tokens=shot.get("tokens"))
         if replies is not None and i < len(replies):
             p.add_ids(replies[i])
     p.text(8, salt=999)  # "<SPECIAL_11>Assistant\n<think></think>"
@@ -586,6 +606,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
                                   snapshot_at=(len(prompt.ids) - 8,))
                 ttfa = (time.perf_counter() - t_start) * 1e3
                 ep_replies.append(step["tokens"])
+                shot["tokens"] = int(shot["embeds"].shape[0])
+                shot["embeds"] = None  # in the decoder state now; later steps resume past it
                 if phase == "warmup":
                     continue
                 episode.append({"step": k + 1, "prompt_tokens": len(prompt.ids),
