@@ -17,6 +17,7 @@ Needs: Xvfb and trayer (Debian: apt-get install xvfb trayer).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -65,7 +66,10 @@ def start_display() -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes], s
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "images")
+    parser.add_argument("--demo-form", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.demo_form:
+        return demo_form()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     xvfb, trayer, _display = start_display()
@@ -80,17 +84,8 @@ def main(argv: list[str] | None = None) -> int:
 def take_screenshots(out: Path) -> int:
     import mss
     from PIL import Image
-    from PySide6.QtCore import QCoreApplication, QPoint, QRect, Qt
-    from PySide6.QtWidgets import (
-        QApplication,
-        QHBoxLayout,
-        QLabel,
-        QLineEdit,
-        QPushButton,
-        QSlider,
-        QVBoxLayout,
-        QWidget,
-    )
+    from PySide6.QtCore import QCoreApplication, QPoint, QRect
+    from PySide6.QtWidgets import QApplication, QWidget
 
     from holodesk.capture.mss_backend import MssCapture
     from holodesk.control.recording import RecordingExecutor
@@ -132,41 +127,28 @@ def take_screenshots(out: Path) -> int:
         widget.grab().save(str(out / name), "PNG")
         print(f"wrote {out / name}")
 
-    # A demo form for the agent to act on.
-    form = QWidget(None, Qt.WindowType.FramelessWindowHint)
-    form.setStyleSheet("QWidget#form { background: #eceff4; } QLabel { font-size: 15px; }")
-    form.setObjectName("form")
-    lay = QVBoxLayout(form)
-    lay.addWidget(QLabel("New meeting"))
-    title = QLineEdit()
-    title.setPlaceholderText("Title")
-    lay.addWidget(title)
-    slider = QSlider(Qt.Orientation.Horizontal)
-    lay.addWidget(QLabel("Duration"))
-    lay.addWidget(slider)
-    row = QHBoxLayout()
-    cancel, save = QPushButton("Cancel"), QPushButton("Save")
-    row.addStretch(1)
-    row.addWidget(cancel)
-    row.addWidget(save)
-    lay.addLayout(row)
-    form.setGeometry(QRect(170, 140, 520, 260))
-    form.show()
-    pump(0.5)
+    # A demo form for the agent to act on, in its own process (Holodesk hides its own windows during grabs).
+    form_proc = subprocess.Popen([sys.executable, __file__, "--demo-form"], stdout=subprocess.PIPE, text=True)
+    geometry: dict[str, tuple[int, int, int, int]] = {}
+    end = time.monotonic() + 20
+    while not geometry:
+        line = form_proc_stdout_line(form_proc, end)
+        if line.startswith("{"):
+            geometry = {k: tuple(v) for k, v in json.loads(line).items()}
 
     screen_frame = Frame(__import__("numpy").zeros((HEIGHT, WIDTH, 3), dtype="uint8"), Monitor(1, 0, 0, WIDTH, HEIGHT))
 
-    def model_point(widget: QWidget, fx: float = 0.5, fy: float = 0.5) -> Point:
-        g = widget.mapToGlobal(QPoint(int(widget.width() * fx), int(widget.height() * fy)))
-        return frame_pixel_to_point(screen_frame, g.x(), g.y())
+    def model_point(name: str, fx: float = 0.5, fy: float = 0.5) -> Point:
+        x, y, w, h = geometry[name]
+        return frame_pixel_to_point(screen_frame, x + int(w * fx), y + int(h * fy))
 
     proto = get_protocol()
     replies = [
-        proto.to_reply(Click(model_point(title)), thought="Click the Title field to name the meeting."),
+        proto.to_reply(Click(model_point("title")), thought="Click the Title field to name the meeting."),
         proto.to_reply(Type('Weekly sync <b>(room 4)</b>'), thought="Type the meeting title exactly."),
-        proto.to_reply(Drag(model_point(slider, 0.05), model_point(slider, 0.6)),
+        proto.to_reply(Drag(model_point("slider", 0.05), model_point("slider", 0.6)),
                        thought="Drag the duration slider to about an hour."),
-        proto.to_reply(Scroll("down", 3, model_point(form, 0.5, 0.3)), thought="Scroll down to see more options."),
+        proto.to_reply(Scroll("down", 3, model_point("form", 0.5, 0.3)), thought="Scroll down to see more options."),
         proto.to_reply(Key(("enter",)), thought="Press Enter to save the meeting."),
         proto.to_reply(Done("saved")),
     ]
@@ -213,8 +195,8 @@ def take_screenshots(out: Path) -> int:
     holo.approval.approve()
     # The recording executor does not move the pointer; put it where the real click would have left it,
     # which is where the typing overlay shows the text going.
-    g = title.mapToGlobal(QPoint(title.width() // 2, title.height() // 2))
-    subprocess.run(["xdotool", "mousemove", str(g.x()), str(g.y())], check=False)
+    x, y, w, h = geometry["title"]
+    subprocess.run(["xdotool", "mousemove", str(x + w // 2), str(y + h // 2)], check=False)
     overlay_ready(1)
     shoot("overlay-type.png")
     holo.approval.approve()
@@ -249,7 +231,62 @@ def take_screenshots(out: Path) -> int:
     window.close()
     holo.quit()
     grabber.close()
+    form_proc.terminate()
+    form_proc.wait(timeout=5)
     return 0
+
+
+def form_proc_stdout_line(proc: subprocess.Popen[Any], deadline: float) -> str:
+    """The demo form prints its widgets' screen geometry as one JSON line when it is shown."""
+    assert proc.stdout is not None
+    if time.monotonic() > deadline or proc.poll() is not None:
+        raise SystemExit("the demo form did not start")
+    return proc.stdout.readline().strip()
+
+
+def demo_form() -> int:
+    """Child process: a small "New meeting" form at a fixed place; prints widget geometry as JSON."""
+    from PySide6.QtCore import QPoint, QRect, Qt, QTimer
+    from PySide6.QtWidgets import (
+        QApplication,
+        QHBoxLayout,
+        QLabel,
+        QLineEdit,
+        QPushButton,
+        QSlider,
+        QVBoxLayout,
+        QWidget,
+    )
+
+    app = QApplication([sys.argv[0]])
+    form = QWidget(None, Qt.WindowType.FramelessWindowHint)
+    form.setObjectName("form")
+    form.setStyleSheet("QWidget#form { background: #eceff4; } QLabel { font-size: 15px; }")
+    lay = QVBoxLayout(form)
+    lay.addWidget(QLabel("New meeting"))
+    title = QLineEdit()
+    title.setPlaceholderText("Title")
+    lay.addWidget(title)
+    lay.addWidget(QLabel("Duration"))
+    slider = QSlider(Qt.Orientation.Horizontal)
+    lay.addWidget(slider)
+    row = QHBoxLayout()
+    row.addStretch(1)
+    row.addWidget(QPushButton("Cancel"))
+    row.addWidget(QPushButton("Save"))
+    lay.addLayout(row)
+    form.setGeometry(QRect(170, 140, 520, 260))
+    form.show()
+
+    def report() -> None:
+        out = {}
+        for name, w in (("form", form), ("title", title), ("slider", slider)):
+            g = w.mapToGlobal(QPoint(0, 0))
+            out[name] = [g.x(), g.y(), w.width(), w.height()]
+        print(json.dumps(out), flush=True)
+
+    QTimer.singleShot(500, report)
+    return int(app.exec())
 
 
 if __name__ == "__main__":

@@ -170,3 +170,24 @@ def test_every_holodesk_window_is_hidden_for_the_grab_but_not_the_tray_icon(qtbo
     grab_on_worker(app.guard.after_capture)
     qtbot.waitUntil(lambda: window.isVisible() and settings.isVisible(), timeout=3000)
     settings.close()
+
+
+def test_windows_come_back_after_each_step_and_only_the_overlay_goes(qtbot: Any, make_app: Any) -> None:
+    from PySide6.QtCore import Qt
+
+    from tests.ui.conftest import wait_finished, wait_overlay
+
+    kit = make_app([Click(Point(300, 300)), Click(Point(700, 700))], force_window=True)
+    window = kit.app.window
+    qtbot.waitExposed(window)
+    kit.app.start_task("two steps")
+    for step in (0, 1):
+        qtbot.waitUntil(lambda s=step: kit.app.approval.pending is not None
+                        and kit.app.approval.pending.request.step == s, timeout=10000)
+        overlay = wait_overlay(qtbot, kit.app)
+        assert window.isVisible()  # shown again after the grab
+        qtbot.keyClick(overlay, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda o=overlay: not o.isVisible(), timeout=5000)  # the decided overlay is gone
+    assert wait_finished(qtbot, kit.app).status is State.FINISHED
+    assert window.isVisible()
+    assert kit.app.guard.hide_count >= 3  # the window was hidden for each of the 3 grabs

@@ -134,6 +134,7 @@ class ApprovalController(QObject):
         else:
             self._countdown_started = None
             card.set_countdown(None)
+        overlay.refresh()  # the card's content is complete now: size and place it
         overlay.show()
         overlay.raise_()
         overlay.activateWindow()
@@ -198,8 +199,7 @@ class ApprovalController(QObject):
             self.overlay.card.edit_hint.setText("Autopilot paused: this and later steps wait for you. "
                                                 "Resume it from the tray menu or the Holodesk window.")
             self.overlay.card.edit_hint.show()
-            self.overlay._place_card()
-            self.overlay._update_mask()
+            self.overlay.refresh()
         self.pause_requested.emit()
 
     def _cancel_countdown(self) -> None:
@@ -210,6 +210,7 @@ class ApprovalController(QObject):
                 self.overlay.card.set_countdown(None)
                 self.overlay.card.title.setText(self.overlay.card.title.text().replace("Autopilot",
                                                                                        "Approve this step?"))
+                self.overlay.refresh()
 
     # -- editing ----------------------------------------------------------------------------------
     @Slot()
@@ -290,7 +291,7 @@ class ApprovalController(QObject):
     def after_decision(self) -> None:
         """Worker thread, after each decision: hide the overlay for good, wait until it is unmapped,
         and give keyboard focus back to the window that had it before the overlay opened."""
-        self.guard.hide_windows(restore_later=False)
+        self.guard.dismiss(self.overlay)
         previous = self._previous_focus
         if previous is not None:
             x11.set_input_focus(previous)

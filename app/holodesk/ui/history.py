@@ -145,6 +145,7 @@ class HistoryWindow(QDialog):
         splitter = QSplitter(Qt.Orientation.Horizontal)
         self.episode_list = QListWidget()
         self.episode_list.setObjectName("episodes")
+        self.episode_list.setWordWrap(True)
         self.step_list = QListWidget()
         self.step_list.setObjectName("steps")
         right = QWidget()

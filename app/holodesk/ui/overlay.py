@@ -252,8 +252,8 @@ class ApprovalCard(QFrame):
         self.countdown_label.setVisible(shown)
         self.countdown_bar.setVisible(shown)
         if remaining_s is not None:
-            self.countdown_label.setText(f"Autopilot approves in {remaining_s:.1f} s — Esc stops, S skips, "
-                                         "E edits, P pauses autopilot")
+            self.countdown_label.setText(f"Autopilot approves in {remaining_s:.1f} s · Esc stop · S skip · "
+                                         "P pause")
             frac = 0.0 if total_s <= 0 else max(0.0, min(1.0, remaining_s / total_s))
             self.countdown_bar.setValue(round(frac * 1000))
 
@@ -326,7 +326,16 @@ class OverlayWindow(QWidget):
         self._update_mask()
         self.update()
 
+    def refresh(self) -> None:
+        """Re-place the card and re-shape the window after the card's content changed."""
+        self._place_card()
+        self._update_mask()
+        self.update()
+
     def _place_card(self) -> None:
+        layout = self.card.layout()
+        if layout is not None:
+            layout.activate()
         self.card.adjustSize()
         size: QSize = self.card.sizeHint()
         w = CARD_WIDTH

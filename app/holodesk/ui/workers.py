@@ -148,6 +148,7 @@ class WindowGuard(QObject):
 
     _hide_request = Signal()
     _show_request = Signal()
+    _dismiss_request = Signal()
 
     def __init__(self, settle_s: float = 0.12, unmap_timeout_s: float = 1.0, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -157,12 +158,15 @@ class WindowGuard(QObject):
         self._hidden: list[QWidget] = []
         self._hidden_ids: list[int] = []
         self.hide_count = 0
+        self._dismissing: QWidget | None = None
+        self._dismiss_ids: list[int] = []
         self._hide_request.connect(self._hide, Qt.ConnectionType.BlockingQueuedConnection)
+        self._dismiss_request.connect(self._dismiss, Qt.ConnectionType.BlockingQueuedConnection)
         self._show_request.connect(self._show, Qt.ConnectionType.BlockingQueuedConnection)
 
     def register(self, window: QWidget) -> None:
-        """Make sure ``window`` is handled (and hidden for good by ``hide_windows(restore_later=False)``)
-        even before it is a top-level widget Qt lists."""
+        """Hide ``window`` first during grabs and raise it again afterwards (the overlay, the palette);
+        every other visible top-level window is hidden and shown again without being raised."""
         if window not in self._windows:
             self._windows.append(window)
             window.destroyed.connect(lambda _=None, w=window: self._forget(w))
@@ -200,27 +204,45 @@ class WindowGuard(QObject):
         hidden, self._hidden = self._hidden, []
         for w in hidden:
             w.show()
-            w.raise_()
+            if w in self._windows:
+                w.raise_()
 
-    def hide_windows(self, *, restore_later: bool = True) -> bool:
-        """Hide every registered visible window and wait until they are off the screen.
+    def hide_windows(self) -> bool:
+        """Hide every visible Holodesk window and wait until they are off the screen; they come back at
+        the next :meth:`show_windows`.
 
         Safe from any thread (on the GUI thread it cannot wait for repaints and only hides).
-        Args:
-            restore_later: False to keep them hidden (the overlay after a decision); True to show them
-                again at the next :meth:`show_windows`.
         Returns:
             True when something was hidden.
         """
         if on_gui_thread():
             self._hide()
-            hidden = bool(self._hidden)
-        else:
-            self._hide_request.emit()
-            hidden = self._wait_unmapped(list(self._hidden_ids))
-        if not restore_later:
-            self._hidden = []
-        return hidden
+            return bool(self._hidden_ids)
+        self._hide_request.emit()
+        return self._wait_unmapped(list(self._hidden_ids))
+
+    @Slot()
+    def _dismiss(self) -> None:
+        window = self._dismissing
+        self._dismiss_ids = []
+        if window is not None and window.isVisible():
+            self._dismiss_ids = [int(window.winId())]
+            window.hide()
+            QCoreApplication.processEvents()
+
+    def dismiss(self, window: QWidget | None) -> bool:
+        """Hide ``window`` for good (the overlay after a decision) and, off the GUI thread, wait until the
+        X server has unmapped it and the screen below has repainted. Other windows are not touched.
+
+        Returns:
+            True when the window was visible.
+        """
+        self._dismissing = window
+        if on_gui_thread():
+            self._dismiss()
+            return bool(self._dismiss_ids)
+        self._dismiss_request.emit()
+        return self._wait_unmapped(list(self._dismiss_ids))
 
     def _wait_unmapped(self, ids: list[int]) -> bool:
         if not ids:
