@@ -147,3 +147,19 @@ def test_card_buttons_decide_too(qtbot: Any, make_app: Any) -> None:
     qtbot.mouseClick(kit.app.approval.overlay.card.approve_button, Qt.MouseButton.LeftButton)
     assert wait_finished(qtbot, kit.app).status is State.FINISHED
     assert [c.action for c in kit.executor.calls] == [Click(Point(200, 200))]
+
+
+def test_an_overlay_that_cannot_open_stops_the_run_and_says_why(qtbot: Any, make_app: Any,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import holodesk.ui.approval as approval_module
+
+    def no_screens(monitor: Any) -> Any:
+        raise RuntimeError("Qt reports no screens")
+
+    monkeypatch.setattr(approval_module, "screen_for_monitor", no_screens)
+    kit = make_app([Click(Point(100, 100))])
+    kit.app.start_task("cannot show")
+    assert wait_finished(qtbot, kit.app).status is State.STOPPED
+    assert kit.executor.calls == []
+    qtbot.waitUntil(lambda: any(n.title == "The approval overlay could not be shown"
+                                for n in kit.app.notifier.history), timeout=3000)

@@ -121,6 +121,7 @@ class HolodeskApp(QObject):
                                     parent=self)
         self.approver.requested.connect(self.approval.present)
         self.approval.pause_requested.connect(self.pause_autopilot)
+        self.approval.failed.connect(lambda exc: self.notifier.error("The approval overlay could not be shown", exc))
         self.approval_policy = ApprovalPolicy(settings.approval, self.approver, self.approver.autopilot)
         self.palette = CommandPalette()
         self.palette.set_mode_hint(settings.approval)

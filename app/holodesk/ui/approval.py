@@ -61,6 +61,8 @@ class ApprovalController(QObject):
         decided(object): the ApprovalResponse just given.
         pause_requested(): P was pressed during an autopilot countdown (the app pauses the autopilot; this
             step then waits for an explicit decision).
+        failed(BaseException): the overlay could not be shown; the step was answered STOP (never left
+            waiting, never approved).
     Args:
         guard: the window guard; overlays are registered so screen grabs never contain them (F13).
         countdown_s: autopilot countdown in seconds.
@@ -70,6 +72,7 @@ class ApprovalController(QObject):
     overlay_shown = Signal(object)
     decided = Signal(object)
     pause_requested = Signal()
+    failed = Signal(object)
 
     def __init__(self, guard: WindowGuard, countdown_s: float = 2.0, marker_color: str = MARKER_COLOR,
                  parent: QObject | None = None) -> None:
@@ -90,7 +93,21 @@ class ApprovalController(QObject):
     # -- presenting -------------------------------------------------------------------------------
     @Slot(object)
     def present(self, pending: PendingDecision) -> None:
-        """Open the overlay for ``pending`` (connected to ``GuiApprover.requested``)."""
+        """Open the overlay for ``pending`` (connected to ``GuiApprover.requested``).
+
+        If the overlay cannot be shown the request is answered STOP and :attr:`failed` is emitted.
+        """
+        try:
+            self._present(pending)
+        except Exception as exc:  # shown to the user by the app; the run stops rather than hangs
+            log.exception("the approval overlay could not be shown")
+            self._timer.stop()
+            self.pending = None
+            self._close_overlay()
+            pending.resolve(ApprovalResponse(Decision.STOP))
+            self.failed.emit(exc)
+
+    def _present(self, pending: PendingDecision) -> None:
         self._close_overlay()
         if pending.resolved:  # stopped before the GUI got to it
             return

@@ -194,12 +194,15 @@ class CommandPalette(QWidget):
         self.hint = QLabel()
         self.hint.setTextFormat(Qt.TextFormat.PlainText)
         layout.addWidget(self.hint)
+        self.mode = "step"
         self.set_mode_hint("step")
 
-    def set_mode_hint(self, mode: str, message: str = "") -> None:
-        """Show the approval mode (and an optional message) under the input."""
+    def set_mode_hint(self, mode: str | None = None, message: str = "") -> None:
+        """Show the approval mode ("step" / "auto"; None keeps the last one) and an optional message."""
+        if mode is not None:
+            self.mode = mode
         base = ("Autopilot: low-risk steps run after a countdown; risky ones ask you."
-                if mode == "auto" else "Step by step: you approve every action.")
+                if self.mode == "auto" else "Step by step: you approve every action.")
         self.hint.setText((message + "  ·  " if message else "") + base + "  Enter starts · Esc closes")
 
     def open(self) -> None:
@@ -218,7 +221,7 @@ class CommandPalette(QWidget):
     def _submit(self) -> None:
         text = self.input.text().strip()
         if not text:
-            self.set_mode_hint("", "Type a task first")
+            self.set_mode_hint(None, "Type a task first")
             return
         self.input.clear()
         self.hide()
