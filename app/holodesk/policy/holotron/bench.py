@@ -117,7 +117,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--chunk", type=int, default=2048, help="prefill chunk in tokens")
     p.add_argument("--bucket", type=int, default=2048, help="decode attention window granularity in tokens")
-    p.add_argument("--impl", choices=["dispatch", "torch"], default="dispatch")
+    p.add_argument("--impl", choices=["auto", "dispatch", "torch"], default="auto",
+                   help="decode step: stock kernel wrappers (dispatch) or plain torch blocks (torch); auto = "
+                        "torch + compile on CUDA (the fastest measured, docs/benchmarks.md), dispatch on CPU")
     p.add_argument("--compile", action="store_true", help="torch.compile the decode step (impl=torch)")
     p.add_argument("--no-graphs", action="store_true", help="decode eagerly (no CUDA graphs)")
     p.add_argument("--no-stock", action="store_true", help="skip the stock generate() baseline")
@@ -485,7 +487,12 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
         + [args.prompt_tokens + 8 + args.episode_steps * (args.step_text_tokens + image_token_count(*hw)
                                                           + args.reply_tokens)]
     ) + args.reply_tokens + 8
-    s = StaticLM(lm, max_len=longest, bucket=args.bucket, chunk=args.chunk, impl=args.impl, compile=args.compile)
+    impl, compile_step = args.impl, args.compile
+    if impl == "auto":
+        impl, compile_step = ("torch", True) if device.type == "cuda" else ("dispatch", False)
+    result["decode_impl"] = {"impl": impl, "compile": compile_step,
+                             "graphs": device.type == "cuda" and not args.no_graphs}
+    s = StaticLM(lm, max_len=longest, bucket=args.bucket, chunk=args.chunk, impl=impl, compile=compile_step)
     result["static_state_bytes"] = s.state_bytes()
     result["max_len"] = s.max_len
     t0 = time.perf_counter()
