@@ -658,6 +658,10 @@ class StaticLM:
 
         Replays the captured graph for the current window when there is one, else runs eagerly.
         Returns the ``logits`` buffer ``[B, vocab]`` (overwritten by the next step).
+
+        Constrained decoding (a grammar mask per token): after ``step()`` mask ``logits`` on the host side,
+        pick the token and ``token.copy_(chosen)`` before the next ``step()``; the in-graph greedy choice
+        is only a default that the next replay reads from ``token``.
         """
         import torch
 
