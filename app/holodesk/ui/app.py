@@ -430,10 +430,15 @@ def _log_to_file(settings: Settings) -> None:
         return
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(logging.INFO)
-    root = logging.getLogger("holodesk")
-    root.addHandler(handler)
-    if root.level == logging.NOTSET or root.level > logging.INFO:
-        root.setLevel(logging.INFO)
+    # The file gets INFO and up; the console keeps the verbosity the command line chose.
+    console_level = logging.getLogger().getEffectiveLevel()
+    for h in logging.getLogger().handlers:
+        if h.level == logging.NOTSET:
+            h.setLevel(console_level)
+    logger = logging.getLogger("holodesk")
+    logger.addHandler(handler)
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
 
 
 def run_app(force_window: bool = False) -> int:
