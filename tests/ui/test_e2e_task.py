@@ -121,3 +121,29 @@ def test_typing_after_approval_goes_to_the_field_the_user_expects(qtbot: Any, ui
             app.approval.close()
             if app.tray is not None:
                 app.tray.hide()
+
+
+def test_new_hotkey_from_the_settings_dialog_works_at_once(qtbot: Any, ui_env: Any, make_app: Any) -> None:
+    from PySide6.QtWidgets import QLineEdit
+
+    kit = make_app([], hotkeys=True)
+    app = kit.app
+    dialog = app.open_settings()
+    field = dialog.fields["hotkey_palette"].editor
+    assert isinstance(field, QLineEdit)
+    field.setText("<ctrl>+<alt>+j")
+    assert dialog.save()
+    assert app.settings.hotkey_palette == "<ctrl>+<alt>+j" and app.hotkeys.combos["palette"] == "<ctrl>+<alt>+j"
+    qtbot.wait(300)
+    subprocess.run(["xdotool", "key", "--clearmodifiers", "ctrl+alt+j"], check=True, timeout=10)
+    qtbot.waitUntil(app.palette.isVisible, timeout=5000)
+    app.palette.hide()
+
+
+def test_a_bad_hotkey_is_reported_not_ignored(qtbot: Any, make_app: Any) -> None:
+    kit = make_app([], hotkeys=True, hotkey_palette="<ctrl>+<nosuchkey>+h")
+    assert not kit.app.hotkeys.active
+    qtbot.waitUntil(lambda: any(n.title == "Global hotkeys are not available" for n in kit.app.notifier.history),
+                    timeout=3000)
+    notice = next(n for n in kit.app.notifier.history if n.title == "Global hotkeys are not available")
+    assert "<ctrl>+<nosuchkey>+h" in notice.text
