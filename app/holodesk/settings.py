@@ -76,6 +76,14 @@ class Settings(BaseSettings):
     constrained_decoding: bool = Field(
         True, description="Constrain the model's output to the action protocol's JSON schema."
     )
+    max_reply_tokens: int = Field(
+        1024, ge=16, le=32768, description="Local model: most tokens in one reply (after any thinking)."
+    )
+    max_string_chars: int | None = Field(
+        None, ge=1, le=10_000,
+        description="Local model with constrained decoding: cap every text field of a reply (thought, typed "
+        "text) at this many characters; unset = the protocol's own limits.",
+    )
     max_images: int = Field(
         3, ge=1, le=16, description="Screenshots kept in the prompt; older steps are kept as text only."
     )

@@ -158,3 +158,42 @@ def test_remote_endpoint_drives_a_real_window(xvfb: Any, tmp_path: Path) -> None
         server.stop()
     written = [p for p in (tmp_path / "episodes").rglob("*") if p.is_file()]
     assert written and not any(b"hd-e2e-key-0123456789" in p.read_bytes() for p in written)
+
+
+def test_local_tiny_holotron_acts_on_the_screen(xvfb: Any, tmp_path: Path) -> None:
+    """`holodesk run --model <tiny checkpoint>`: a random Holotron-shaped checkpoint in the published
+    layout, loaded through the public loader on the CPU. Constrained decoding makes each reply a valid
+    action, and the actions it chose are performed on the real screen."""
+    from holodesk.policy.holotron.tiny import write_tiny_checkpoint
+
+    # Seed 6's random weights choose clicks on this screen (seeds 0, 1, 4, 5 answer at once; 2 waits,
+    # 3 scrolls, 7 drags): the test needs pointer actions to check they really happened.
+    ckpt = write_tiny_checkpoint(tmp_path / "tiny-holotron", seed=6)
+    env = xvfb.env()
+    env.pop("QT_QPA_PLATFORM", None)
+    env.update(OMP_NUM_THREADS="1", HOLODESK_MAX_STRING_CHARS="12", HOLODESK_MAX_REPLY_TOKENS="160",
+               HOLODESK_CONFIG=str(tmp_path / "no-settings.toml"))
+    episodes = tmp_path / "episodes"
+    res = run_holodesk(env, ["run", "click OK", "--model", str(ckpt), "--approve", "auto", "--max-steps", "2",
+                             "--episodes-dir", str(episodes)], stdin="a\na\n")
+    assert res.returncode == 1, res.stdout + res.stderr  # two actions, then the step cap
+    ep = load_episode(list_episodes(episodes)[0])
+    assert ep.start["policy"].startswith("holotron") or "olotron" in ep.start["policy"], ep.start
+    assert len(ep.steps) == 2 and "step cap (2 steps)" in (ep.end or {}).get("reason", ""), res.stdout
+    for step in ep.steps:
+        assert step["raw_text"], step  # the model's own text is recorded
+        assert "error" not in step, step  # constrained decoding: every reply parsed into an action
+        assert step["action"]["kind"] in {"click", "double_click", "right_click", "middle_click", "move", "drag",
+                                          "scroll", "type", "key", "wait", "answer", "done"}
+        if step["action"]["kind"] not in ("answer", "done"):
+            assert step["decision"] in ("approve", "stop"), step
+            if step["decision"] == "approve":
+                assert "status" in step["result"], step
+    pointer_steps = [s for s in ep.steps if s.get("result", {}).get("status") == "performed"
+                     and s["action"]["kind"] in ("click", "double_click", "right_click", "middle_click", "move")]
+    assert len(pointer_steps) == 2, ep.steps
+    # the pointer really went where the model's last click said
+    pts = pointer_steps[-1]["result"]["details"]["input_points"]
+    loc = xvfb.run("xdotool", "getmouselocation", "--shell").stdout
+    where = dict(line.split("=") for line in loc.split())
+    assert (int(where["X"]), int(where["Y"])) == tuple(pts[-1]), (loc, pts)

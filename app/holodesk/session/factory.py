@@ -65,6 +65,8 @@ def build_policy(settings: Settings, *, script: Path | None = None, progress: An
             constrained=settings.constrained_decoding,
             protocol=settings.protocol,
             progress=progress,
+            max_new_tokens=settings.max_reply_tokens,
+            max_string_chars=settings.max_string_chars,
         )
     raise SettingsError(f"unknown policy {settings.policy!r}")
 

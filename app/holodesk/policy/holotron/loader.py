@@ -280,6 +280,13 @@ def load_holotron(
         kwargs["quantization_config"] = quant_config
     if target.type != "cpu":
         kwargs["device_map"] = {"": str(target)}
+    from transformers.utils import logging as hf_logging
+
+    # transformers prints its own load-report table; Holodesk checks the same report itself
+    # (check_load_report below) and raises with the keys named, so the raw table is kept out of the
+    # user's terminal.
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
     try:
         result: Any = NemotronH_Omni_Reasoning_V3.from_pretrained(str(folder), **kwargs)
         model, loading_info = result
@@ -287,6 +294,8 @@ def load_holotron(
         raise
     except Exception as exc:
         raise ModelLoadError(f"loading the weights from {folder} failed: {type(exc).__name__}: {exc}") from exc
+    finally:
+        hf_logging.set_verbosity(verbosity)
     forward_names, expected_name = key_namers(model, sorted(info.shapes))
     notes = check_load_report(loading_info, forward_names, expected_name)
     model.eval()
