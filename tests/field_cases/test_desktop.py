@@ -1,4 +1,5 @@
-"""Field cases F13 (own windows never in the model's frame), F19 (no keychain) and F20 (no tray).
+"""Field cases F13 (own windows never in the model's frame), F19 (no keychain), F20 (no tray), and F09's
+wall-time cap in the desktop app.
 
 F13 runs in this process on the session Xvfb: the real HolodeskApp builds its real Session
 (``_build_session``, the same call the worker thread makes) with the real mss capture, and the real
@@ -151,12 +152,6 @@ def test_F13_overlay_marker_is_on_screen_but_never_in_the_frame_sent_to_the_mode
         pending.resolve(ApprovalResponse(Decision.STOP))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ui/app.py (UI engineer, in progress): HolodeskApp never registers its FallbackWindow (nor the "
-    "progress dialog, settings dialog or history window) with WindowGuard, so with no tray the Holodesk "
-    "window is in every frame sent to the model. Fix: self.guard.register(self.window) after creating "
-    "it, and register each dialog/window when it is created (or have WindowGuard hide every visible "
-    "top-level widget of the process)."))
 def test_F13_the_no_tray_window_is_not_in_the_frame_sent_to_the_model(desktop_app: Any, qtbot: Any) -> None:
     policy = SpyFramePolicy()
     app = desktop_app(policy, force_window=True)
@@ -181,13 +176,6 @@ def test_F13_the_no_tray_window_is_not_in_the_frame_sent_to_the_model(desktop_ap
     assert np.array_equal(seen.pixels[y:y + h, x:x + w], behind)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ui/app.py (UI engineer, in progress): HolodeskApp._build_session creates the Session without "
-    "stop_event=, so the Session's wall-time timer (and request_stop) set only the Session's own event: "
-    "the executor's running wait and a pending GuiApprover request (which watches runner.stop_event) "
-    "are not ended by the cap. Fix: build the executor with the runner's stop event "
-    "(build_executor(settings, self.runner.stop_event)) and pass stop_event=self.runner.stop_event to "
-    "Session(...), as cli.cmd_run does."))
 def test_F09_desktop_app_wall_time_cap_ends_a_running_wait(desktop_app: Any) -> None:
     import time
 
