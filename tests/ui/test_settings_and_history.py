@@ -14,7 +14,7 @@ from holodesk.core.actions import Click, Point, Type
 from holodesk.core.geometry import point_to_frame_pixel
 from holodesk.session.loop import State
 from holodesk.settings import Settings, load_settings
-from holodesk.ui.settings_dialog import GROUPS, SettingsDialog
+from holodesk.ui.settings_dialog import SettingsDialog, field_groups
 from tests.ui.conftest import reply, wait_finished, wait_overlay
 
 pytestmark = pytest.mark.gui
@@ -34,8 +34,9 @@ def test_editors_come_from_the_schema(dialog: SettingsDialog) -> None:
              "hotkey_palette": QLineEdit, "hotkey_stop": QLineEdit, "data_dir": QLineEdit}
     for name, cls in kinds.items():
         assert isinstance(dialog.fields[name].editor, cls), name
-    shown = [n for _, names in GROUPS for n in names]
-    assert set(shown) == set(Settings.model_fields) - {"schema_version"}
+    shown = [n for _, names in field_groups() for n in names]
+    assert sorted(shown) == sorted(set(Settings.model_fields) - {"schema_version"})  # every field, once
+    assert set(dialog.fields) == set(shown)
     for name in shown:
         assert dialog.fields[name].editor.toolTip() == Settings.model_fields[name].description
     precision = dialog.fields["precision"].editor
@@ -43,6 +44,10 @@ def test_editors_come_from_the_schema(dialog: SettingsDialog) -> None:
     assert [precision.itemText(i) for i in range(precision.count())] == ["bf16", "8bit", "4bit"]
     steps = dialog.fields["max_steps"].editor
     assert isinstance(steps, QSpinBox) and (steps.minimum(), steps.maximum()) == (1, 1000)
+    optional = [n for n in shown if dialog.fields[n].optional]
+    for name in optional:  # "X | None" fields start unset when their default is None, and stay valid
+        if Settings.model_fields[name].default is None:
+            assert dialog.fields[name].value() is None, name
 
 
 def test_bad_value_gets_a_message_next_to_its_field(dialog: SettingsDialog, tmp_path: Path) -> None:

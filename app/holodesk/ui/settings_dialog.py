@@ -48,7 +48,20 @@ GROUPS: list[tuple[str, list[str]]] = [
     ("Desktop app", ["hotkey_palette", "hotkey_stop"]),
     ("Storage", ["data_dir"]),
 ]
-"""Fields shown, by group. ``schema_version`` is not user-editable."""
+"""Where known fields go. Any other field of the schema is shown under "Other" (see :func:`field_groups`);
+``schema_version`` is not user-editable."""
+
+HIDDEN = frozenset({"schema_version"})
+
+
+def field_groups() -> list[tuple[str, list[str]]]:
+    """Every user-editable field of the schema, grouped: the known groups, then "Other" in schema order."""
+    placed = {n for _, names in GROUPS for n in names}
+    groups = [(title, [n for n in names if n in Settings.model_fields]) for title, names in GROUPS]
+    other = [n for n in Settings.model_fields if n not in placed and n not in HIDDEN]
+    if other:
+        groups.append(("Other", other))
+    return [(title, names) for title, names in groups if names]
 
 LABELS = {
     "policy": "Policy", "model": "Model", "precision": "Precision", "endpoint": "Endpoint",
@@ -76,9 +89,21 @@ def _bounds(name: str) -> tuple[float | None, float | None, bool]:
     return lo, hi, exclusive
 
 
-def editor_kind(name: str) -> str:
-    """Which editor a field gets: "combo", "check", "int", "float" or "text"."""
+def _base_annotation(name: str) -> tuple[Any, bool]:
+    """(annotation without ``None``, whether ``None`` is allowed) of a field."""
     ann = Settings.model_fields[name].annotation
+    args = typing.get_args(ann)
+    if args and type(None) in args and typing.get_origin(ann) is not Literal:
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1:
+            return rest[0], True
+    return ann, False
+
+
+def editor_kind(name: str) -> str:
+    """Which editor a field gets: "combo", "check", "int", "float" or "text" (``X | None`` as X, with
+    an empty / "not set" state)."""
+    ann, _optional = _base_annotation(name)
     if typing.get_origin(ann) is Literal:
         return "combo"
     if ann is bool:
@@ -97,6 +122,7 @@ class FieldEditor(QWidget):
         super().__init__(parent)
         self.name = name
         self.kind = editor_kind(name)
+        self.optional = _base_annotation(name)[1]
         description = Settings.model_fields[name].description or ""
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -115,19 +141,28 @@ class FieldEditor(QWidget):
         elif self.kind == "int":
             spin = QSpinBox()
             lo, hi, excl = _bounds(name)
-            spin.setRange(int(lo + (1 if excl else 0)) if lo is not None else -1_000_000,
-                          int(hi) if hi is not None else 1_000_000)
-            spin.setValue(int(value))
+            low = int(lo + (1 if excl else 0)) if lo is not None else -1_000_000
+            if self.optional:  # one step below the minimum means "not set"
+                low -= 1
+                spin.setSpecialValueText("not set")
+            spin.setRange(low, int(hi) if hi is not None else 1_000_000)
+            spin.setValue(low if value is None else int(value))
             self.editor = spin
         elif self.kind == "float":
             dspin = QDoubleSpinBox()
             lo, hi, excl = _bounds(name)
             dspin.setDecimals(1)
-            dspin.setRange(lo + (0.1 if excl else 0.0) if lo is not None else -1e9, hi if hi is not None else 1e9)
-            dspin.setValue(float(value))
+            flow = lo + (0.1 if excl else 0.0) if lo is not None else -1e9
+            if self.optional:
+                flow -= 0.1
+                dspin.setSpecialValueText("not set")
+            dspin.setRange(flow, hi if hi is not None else 1e9)
+            dspin.setValue(flow if value is None else float(value))
             self.editor = dspin
         else:
-            line = QLineEdit(str(value))
+            line = QLineEdit("" if value is None else str(value))
+            if self.optional:
+                line.setPlaceholderText("not set")
             self.editor = line
         self.editor.setObjectName(f"field_{name}")
         self.editor.setToolTip(description)
@@ -146,12 +181,14 @@ class FieldEditor(QWidget):
             return e.currentData()
         if isinstance(e, QCheckBox):
             return e.isChecked()
-        if isinstance(e, QSpinBox):
-            return e.value()
-        if isinstance(e, QDoubleSpinBox):
+        if isinstance(e, (QSpinBox, QDoubleSpinBox)):
+            if self.optional and e.value() == e.minimum():
+                return None
             return e.value()
         assert isinstance(e, QLineEdit)
         text = e.text().strip()
+        if self.optional and not text:
+            return None
         return Path(text).expanduser() if self.name == "data_dir" and text else text
 
     def set_error(self, message: str) -> None:
@@ -185,13 +222,13 @@ class SettingsDialog(QDialog):
         scroll.setWidgetResizable(True)
         body = QWidget()
         body_layout = QVBoxLayout(body)
-        for title, names in GROUPS:
+        for title, names in field_groups():
             box = QGroupBox(title)
             form = QFormLayout(box)
             for name in names:
                 editor = FieldEditor(name, getattr(settings, name))
                 self.fields[name] = editor
-                label = QLabel(LABELS.get(name, name))
+                label = QLabel(LABELS.get(name, name.replace("_", " ").capitalize()))
                 label.setToolTip(Settings.model_fields[name].description or "")
                 form.addRow(label, editor)
                 if name == "endpoint":
