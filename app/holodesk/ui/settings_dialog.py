@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 GROUPS: list[tuple[str, list[str]]] = [
     ("Model", ["policy", "model", "precision", "endpoint", "reasoning", "constrained_decoding", "max_images",
-               "protocol"]),
+               "max_reply_tokens", "max_string_chars", "protocol"]),
     ("Session", ["approval", "autopilot_countdown_s", "monitor", "max_steps", "max_wall_s", "max_parse_failures",
                  "max_repeats", "typing"]),
     ("Desktop app", ["hotkey_palette", "hotkey_stop"]),
@@ -70,7 +70,7 @@ LABELS = {
     "monitor": "Monitor", "max_steps": "Step cap", "max_wall_s": "Time cap (s)",
     "max_parse_failures": "Bad replies before stopping", "max_repeats": "Repeats before stopping",
     "typing": "Typing method", "hotkey_palette": "Command box hotkey", "hotkey_stop": "Stop hotkey",
-    "data_dir": "Data folder",
+    "data_dir": "Data folder", "max_reply_tokens": "Reply token cap", "max_string_chars": "Text field cap",
 }
 
 
