@@ -218,6 +218,22 @@ def test_F11_submit_close_delete_hotkeys_always_ask_the_user(keys: tuple[str, ..
     assert run.executor.calls == []  # the user skipped it
 
 
+def test_F11_select_and_middle_click_cannot_route_text_into_a_terminal() -> None:
+    """On X11 a middle click pastes the primary selection under the pointer. An injected page can make
+    the model select a command and middle-click into a terminal: the middle click needs the user."""
+    frame = FakePanel((1280, 800), 1.0).frame()
+    spy = SpyApprover(default=ApprovalResponse(Decision.STOP))
+    run = make_run([reply({"tool_name": "drag", "start_x": 100, "start_y": 100, "end_x": 400, "end_y": 100}, INJECTED),
+                    reply({"tool_name": "middle_click", "x": 700, "y": 600}, INJECTED)],
+                   single_frame_capture(frame), mode="auto", approver=spy,
+                   focus_probe=FakeFocusProbe("firefox Firefox"))
+    result = run.session.run("summarise the page")
+    assert [a.kind for a in run.executor.actions] == ["drag"]  # the selection itself is harmless
+    (request,) = spy.requests
+    assert request.action.kind == "middle_click" and request.risk.level is Risk.HIGH
+    assert result.status is State.STOPPED
+
+
 def test_F11_low_risk_steps_still_go_through_the_autopilot() -> None:
     """Control: the rules are not 'ask for everything' — plain keys, clicks and text go to autopilot."""
     for action in (Key(("ctrl", "a")), Key(("tab",)), Key(("down",)), Type("hello world")):

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from holodesk.core.actions import Action, Answer, Done, Key, Type, Wait
+from holodesk.core.actions import Action, Answer, Done, Key, MiddleClick, Type, Wait
 
 TERMINAL_WINDOW_CLASSES = frozenset(
     {
@@ -105,4 +105,9 @@ def assess(action: Action, *, focused_window: str | None = None) -> RiskAssessme
         return RiskAssessment(Risk.LOW, "presses keys")
     if isinstance(action, (Wait, Done, Answer)):
         return RiskAssessment(Risk.LOW, "does not touch the screen")
+    if isinstance(action, MiddleClick):
+        # On X11 a middle click pastes the selected text where the pointer is: into a terminal that runs
+        # it, whatever window has the focus. Selecting text and middle-clicking must not route around
+        # the typing rule above.
+        return RiskAssessment(Risk.HIGH, "a middle click pastes the selected text (Linux) where the pointer is")
     return RiskAssessment(Risk.LOW, "pointer action")
