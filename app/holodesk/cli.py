@@ -50,7 +50,7 @@ def _build_parser() -> argparse.ArgumentParser:
     tray = sub.add_parser("tray", help="start the desktop app (default)")
     tray.add_argument("--no-tray", action="store_true", help="open the small window instead of the tray icon")
 
-    bench = sub.add_parser("bench", help="measure the local runtime's speed and memory")
+    bench = sub.add_parser("bench", help="measure the local runtime's speed and memory", add_help=False)
     bench.add_argument("rest", nargs=argparse.REMAINDER, help="options of the benchmark (see --help)")
 
     tiny = sub.add_parser("tiny-checkpoint", help="write a tiny random Holotron-shaped checkpoint (for tests)")
@@ -62,7 +62,9 @@ def _build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``holodesk`` script. Returns the process exit status."""
     parser = _build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command != "bench":
+        parser.error("unrecognized arguments: " + " ".join(unknown))
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -75,7 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "bench":
             from holodesk.policy.holotron.bench import main as bench_main
 
-            return int(bench_main(args.rest) or 0)
+            # the bench parses its own options (holodesk bench --help lists them)
+            return int(bench_main([*unknown, *args.rest]) or 0)
         if args.command == "tiny-checkpoint":
             from holodesk.policy.holotron.tiny import write_tiny_checkpoint
 
