@@ -17,7 +17,6 @@ from holodesk.core.geometry import (
     input_to_point,
     point_to_frame_pixel,
     to_input_point,
-    virtual_desktop,
 )
 from holodesk.errors import ActionError, CaptureError
 
@@ -69,7 +68,6 @@ def test_negative_origin_monitor() -> None:
     left = Monitor(2, -1280, 200, 1280, 800)
     frame = frame_of(1280, 800, left)
     assert to_input_point(frame, Point(0, 0)) == InputPoint(-1280, 200)
-    assert virtual_desktop([Monitor(1, 0, 0, 1920, 1080), left]) == (-1280, 0, 3200, 1080)
 
 
 @pytest.mark.parametrize("bad", [(-1, 10), (10, 1001), (1001, 0), (0, -5)])

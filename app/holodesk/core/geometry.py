@@ -186,13 +186,3 @@ def input_to_point(frame: Frame, ix: int, iy: int) -> Point:
     sx, sy = frame.scale
     return frame_pixel_to_point(frame, (ix - mon.left + 0.5) * sx, (iy - mon.top + 0.5) * sy)
 
-
-def virtual_desktop(monitors: list[Monitor]) -> tuple[int, int, int, int]:
-    """Bounding box (left, top, width, height) of all monitors in input space."""
-    if not monitors:
-        raise CaptureError("no monitors")
-    left = min(m.left for m in monitors)
-    top = min(m.top for m in monitors)
-    right = max(m.left + m.width for m in monitors)
-    bottom = max(m.top + m.height for m in monitors)
-    return left, top, right - left, bottom - top

@@ -27,7 +27,7 @@ from holodesk.core.actions import Action, Answer, Done
 from holodesk.core.geometry import Frame
 from holodesk.core.risk import assess
 from holodesk.errors import HolodeskError, PolicyError, PolicyOutputError
-from holodesk.policy.base import HistoryStep, Observation, Policy, Proposal
+from holodesk.policy.base import HistoryStep, Observation, Policy
 from holodesk.session.approval import ApprovalPolicy, ApprovalResponse, Decision, make_request
 from holodesk.session.episode import EpisodeRecorder
 
@@ -434,7 +434,3 @@ class Session:
         if self.recorder:
             self.recorder.write(record)
 
-
-def proposal_summary(p: Proposal) -> dict[str, Any]:
-    """JSON-ready summary of a proposal (for logs and UIs)."""
-    return {"action": p.action.to_dict(), "thought": p.thought, "note": p.note, "timings_ms": p.timings_ms}
