@@ -287,6 +287,42 @@ def test_F12_corner_during_the_run_is_stopped_by_user_not_a_crash(xvfb: XvfbServ
     xvfb.run("xdotool", "mousemove", "500", "500")
 
 
+@pytest.mark.parametrize("typing", ["xtest", "clipboard"])
+def test_F12_corner_stops_typing_too(xvfb: XvfbServer, tmp_path: Path, typing: str) -> None:
+    """Typing goes through XTest (or a paste chord), which pyautogui's own fail-safe never sees: the
+    corner must stop it all the same, and nothing reaches the field."""
+    executor = PyAutoGUIExecutor(typing=typing)  # type: ignore[arg-type]
+    with TargetWindow.start(tmp_path, x=200, y=150) as win, MssCapture() as cap:
+        frame = cap.grab(1)
+        field = frame_pixel_to_point(frame, *win.center("field"))
+        from holodesk.core.actions import Click, Point
+
+        assert executor.execute(Click(Point(field.x, field.y)), frame).ok
+        xvfb.run("xdotool", "mousemove", "0", "0")
+        result = executor.execute(Type("typed after corner"), frame)
+        time.sleep(0.4)
+        assert win.state()["text"] == ""
+    assert (result.ok, result.status) == (False, "stopped_by_user")
+    assert "fail-safe" in result.message
+    xvfb.run("xdotool", "mousemove", "500", "500")
+
+
+def test_F12_corner_ends_a_running_wait(xvfb: XvfbServer) -> None:
+    from holodesk.core.actions import Wait
+
+    executor = PyAutoGUIExecutor()
+    frame = FakePanel((1280, 800), 1.0).frame()
+    xvfb.run("xdotool", "mousemove", "500", "500")
+    timer = threading.Timer(0.3, lambda: xvfb.run("xdotool", "mousemove", "0", "0"))
+    timer.start()
+    t0 = time.monotonic()
+    result = executor.execute(Wait(30), frame)
+    timer.join()
+    assert time.monotonic() - t0 < 5
+    assert (result.ok, result.status) == (False, "stopped_by_user") and "fail-safe" in result.message
+    xvfb.run("xdotool", "mousemove", "500", "500")
+
+
 def test_F12_stop_works_without_the_corner(xvfb: XvfbServer, tmp_path: Path) -> None:
     """A stop from another thread (what the global stop hotkey and the tray Stop item call, through
     TaskRunner.stop -> Session.request_stop) ends the run while the pointer is nowhere near a corner;

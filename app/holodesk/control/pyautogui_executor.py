@@ -198,6 +198,28 @@ class PyAutoGUIExecutor:
         log.info("moved the pointer out of a fail-safe corner to (%d, %d)", x, y)
         return InputPoint(int(x), int(y))
 
+    def _raise_if_failsafe(self, gui: Any) -> None:
+        """Raise pyautogui's FailSafeException when its fail-safe is on and the pointer sits in a corner."""
+        if gui.FAILSAFE and tuple(gui.position()) in [tuple(p) for p in gui.FAILSAFE_POINTS]:
+            raise gui.FailSafeException("the pointer is in a screen corner (fail-safe)")
+
+    def _wait(self, seconds: float) -> None:
+        """Sleep ``seconds``, ending early (``_Stopped`` / FailSafeException) on the stop event or when
+        the user moves the pointer into a fail-safe corner (checked every 0.1 s where a display exists)."""
+        try:
+            gui: Any = self._gui()
+        except HolodeskError:  # no display: only the stop event can end the wait
+            gui = None
+        deadline = time.monotonic() + seconds
+        while True:
+            if gui is not None:
+                self._raise_if_failsafe(gui)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            if self.stop_event.wait(min(left, 0.1)):
+                raise _Stopped()
+
     # -- Executor ------------------------------------------------------------------------------------
     def execute(self, action: Action, frame: Frame) -> ActionResult:
         """Perform ``action``; points are mapped with ``to_input_point(frame, point)``.
@@ -241,12 +263,14 @@ class PyAutoGUIExecutor:
             return "nothing to do on screen"
         if isinstance(action, Wait):
             details["method"] = "wait"
-            if self.stop_event.wait(action.seconds):
-                raise _Stopped()
+            self._wait(action.seconds)
             return f"waited {action.seconds:g} s"
         points = [to_input_point(frame, p) for p in action.points()]
         details["input_points"] = [[p.x, p.y] for p in points]
         gui = self._gui()
+        # The corner is a stop signal for every action (F12), also for typing through XTest, which
+        # never passes pyautogui's own fail-safe check.
+        self._raise_if_failsafe(gui)
         if isinstance(action, (Click, DoubleClick, RightClick, MiddleClick)):
             (ip,) = points
             self._move_verified(gui, ip)
