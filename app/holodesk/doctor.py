@@ -10,6 +10,7 @@ import importlib.util
 import os
 import platform
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any, TextIO
 
@@ -155,15 +156,35 @@ def _write_items(out: TextIO, items: dict[str, Any], depth: int) -> None:
             out.write(f"{pad}{key}: {value}\n")
 
 
-def collect() -> dict[str, dict[str, Any]]:
-    """Run every check; a failing check yields ``{"error": message}`` for that section."""
-    report: dict[str, dict[str, Any]] = {}
-    for title, check in CHECKS:
+CHECK_TIMEOUT_S = 30.0
+"""Seconds one check may take before doctor reports it as hanging and moves on."""
+
+
+def _run_check(check: Callable[[], dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+    """Run one check in a daemon thread; a check that does not return in ``timeout_s`` is reported,
+    not waited for (a keychain waiting on an unlock prompt nobody sees must not hang doctor, F19)."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
         try:
-            report[title] = check()
+            box["result"] = check()
         except Exception as exc:  # report, never crash: doctor must describe broken machines
-            report[title] = {"error": f"{type(exc).__name__}: {exc}"}
-    return report
+            box["result"] = {"error": f"{type(exc).__name__}: {exc}"}
+
+    worker = threading.Thread(target=target, name="doctor-check", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        return {"error": f"no answer within {timeout_s:g} s: this part of the system is hanging (for the "
+                         "keychain: it may be locked and waiting for an unlock prompt; unlock it in your "
+                         "desktop session, or use HOLODESK_API_KEY for this session)"}
+    return dict(box["result"])
+
+
+def collect(timeout_s: float = CHECK_TIMEOUT_S) -> dict[str, dict[str, Any]]:
+    """Run every check; a failing check yields ``{"error": message}`` for that section, and so does a
+    check that takes longer than ``timeout_s`` seconds."""
+    return {title: _run_check(check, timeout_s) for title, check in CHECKS}
 
 
 def print_report(out: TextIO) -> int:
