@@ -104,3 +104,21 @@ def test_forced_window_shows_every_action(qtbot: Any, make_app: Any) -> None:
     window.buttons["new_task"].click()
     qtbot.waitUntil(kit.app.palette.isVisible, timeout=3000)
     kit.app.palette.hide()
+
+
+def test_fallback_window_shows_its_whole_help_text(make_app: Any, qtbot: Any) -> None:
+    """The how-to-enable-the-tray text wraps over several lines; the window must be tall enough for all of
+    them (its last line, "Closing this window quits Holodesk.", used to be cut off)."""
+    from holodesk.ui.tray import TRAY_HELP, FallbackWindow
+
+    kit = make_app([], force_window=True)
+    window = FallbackWindow(kit.app.actions, tray_missing=True)
+    qtbot.addWidget(window)
+    assert window.help_label.text() == TRAY_HELP
+    window.show()
+    qtbot.waitExposed(window)
+    label = window.help_label
+    needed = label.heightForWidth(label.width())
+    assert needed > label.fontMetrics().height() * 3  # really several lines
+    assert label.height() >= needed
+    assert label.geometry().bottom() <= window.rect().bottom()

@@ -195,6 +195,10 @@ class FallbackWindow(QWidget):
         self.help_label.setStyleSheet("color: #5b6b7f; font-size: 11px;")
         layout.addWidget(self.help_label)
         self.setFixedWidth(380)
+        # A word-wrapped label under a fixed width gets its one-line height from the layout; give it the
+        # height of its wrapped text so the last line is not cut off.
+        margins = layout.contentsMargins()
+        self.help_label.setMinimumHeight(self.help_label.heightForWidth(380 - margins.left() - margins.right()))
         self.status = Status.IDLE
         self.set_status(Status.IDLE)
 
