@@ -192,11 +192,11 @@ def terminal_safe(text: str, *, keep_newlines: bool = False) -> str:
 def _print_event(event: Any) -> None:
     if event.kind == "proposal":
         p = event.data["proposal"]
-        print(f"[step {event.step}] thought: {terminal_safe(p.thought)}")
+        print(f"[step {event.step + 1}] thought: {terminal_safe(p.thought)}")
     elif event.kind == "result":
-        print(f"[step {event.step}] {event.data['result'].status}: {terminal_safe(event.message)}")
+        print(f"[step {event.step + 1}] {event.data['result'].status}: {terminal_safe(event.message)}")
     elif event.kind in ("warning", "error"):
-        where = f"[step {event.step}] " if event.step >= 0 else ""
+        where = f"[step {event.step + 1}] " if event.step >= 0 else ""
         print(f"{where}warning: {terminal_safe(event.message)}")
 
 
@@ -234,8 +234,10 @@ class TerminalApprover:
             if choice == "a":
                 return ApprovalResponse(Decision.APPROVE)
             if choice == "s":
+                out.write("  skipped: nothing was done\n")
                 return ApprovalResponse(Decision.SKIP)
             if choice == "q":
+                out.write("  stopping\n")
                 return ApprovalResponse(Decision.STOP)
             if choice == "e":
                 edited = self._edit(request)

@@ -19,7 +19,11 @@ class HolodeskError(Exception):
         self.hint = hint
 
     def __str__(self) -> str:
-        return f"{self.message} {self.hint}".strip() if self.hint else self.message
+        if not self.hint:
+            return self.message
+        message = self.message.rstrip()
+        end = "" if message.endswith((".", "!", "?", ":", ")")) else "."
+        return f"{message}{end} {self.hint}".strip()
 
 
 class DisplayError(HolodeskError):

@@ -164,7 +164,7 @@ def test_F10_model_text_cannot_restyle_the_terminal_or_fake_a_prompt_line(capsys
     result = run.session.run("type x")
     printed = capsys.readouterr().out + prompt_out.getvalue()
     assert "\x1b" not in printed and "\x07" not in printed and "\u200b" not in printed
-    assert "[step 0] thought: fine\\x1b[2J\\x1b[1A\\n  risk: low (pointer action)" in printed
+    assert "[step 1] thought: fine\\x1b[2J\\x1b[1A\\n  risk: low (pointer action)" in printed
     assert [ln for ln in printed.splitlines() if ln.startswith("  risk:")] == ["  risk: low (types text)"]
     assert run.executor.calls == []  # skipped at the prompt
     assert terminal_safe(result.answer or "", keep_newlines=True) == (

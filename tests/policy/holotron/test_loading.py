@@ -205,6 +205,15 @@ def test_absent_folder_and_offline_repo(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     with pytest.raises(ModelLoadError, match="not on this machine"):
         load_holotron("Hcompany/Holotron-12B", device="cpu")
+    # this machine has no NVIDIA GPU: the message points at the remote server instead
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    with pytest.raises(ModelLoadError) as info:
+        load_holotron("Hcompany/Holotron-12B", device="cpu")
+    assert "No NVIDIA GPU was found" in str(info.value) and "--endpoint URL" in str(info.value)
+    monkeypatch.setattr("shutil.which", lambda name: "/usr/bin/nvidia-smi")
+    with pytest.raises(ModelLoadError) as info:
+        load_holotron("Hcompany/Holotron-12B", device="cpu")
+    assert "No NVIDIA GPU" not in str(info.value)
 
 
 def test_quantization_needs_cuda(tiny_dir: Path) -> None:

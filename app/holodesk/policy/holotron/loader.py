@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,8 +137,18 @@ def resolve_source(source: str | Path, *, progress: ProgressFn | None = None) ->
         raise ModelLoadError(
             f"checkpoint {text} is not on this machine and could not be downloaded "
             f"({type(online_error).__name__}: {online_error})",
-            hint="Connect to the internet once, or download the repo elsewhere and give its folder.",
+            hint="Connect to the internet once, or download the repo elsewhere and give its folder."
+            + no_gpu_advice(),
         ) from None
+
+
+def no_gpu_advice() -> str:
+    """A sentence for load errors on machines without an NVIDIA GPU (no ``nvidia-smi``), where the local
+    Holotron-12B cannot be used in practice and a remote server is the way; empty where a GPU exists."""
+    if shutil.which("nvidia-smi"):
+        return ""
+    return (" No NVIDIA GPU was found on this machine, and Holotron-12B needs one to run at a usable speed: "
+            "use a remote server instead (Settings > Endpoint, or holodesk run --endpoint URL --model NAME).")
 
 
 def _torch_dtype(name: str) -> Any:
@@ -245,7 +256,7 @@ def load_holotron(
     except ImportError as exc:
         raise ModelLoadError(
             f"the local runtime needs torch and transformers >= 5.23 ({exc})",
-            hint="pip install 'holodesk[local]'.",
+            hint="pip install 'holodesk[local]'." + no_gpu_advice(),
         ) from None
 
     folder = resolve_source(source, progress=progress)
