@@ -1,6 +1,6 @@
 """A small real Qt window for GUI tests, run as its own process.
 
-    python tests/apps/target_window.py --out STATE.json --x 100 --y 200 [--color "#3366cc"]
+    python tests/apps/target_window.py --out STATE.json --x 100 --y 200 [--color "#3366cc"] [--notes]
 
 A frameless window of fixed size at screen position (x, y) with three buttons ("OK", "Cancel",
 "Apply") and a QLineEdit ("field") at fixed offsets. On every change the state is written to
@@ -9,6 +9,10 @@ A frameless window of fixed size at screen position (x, y) with three buttons ("
     {"ready": bool, "pid": int, "window": [x, y, w, h], "rects": {"OK": [x, y, w, h], ..., "field": [...]},
      "clicks": ["OK", ...], "text": str, "submits": int, "focus": "field" | "OK" | ... | null,
      "background": "#rrggbb"}
+
+With ``--notes`` the window is taller and also holds a QPlainTextEdit ("notes", state key ``"notes"``
+with its text), for typing tests that read tabs and newlines back (a QLineEdit turns Tab into a focus
+change and Return into a submit).
 
 Rectangles are in screen (input-space) pixels, read back from Qt after the window is exposed.
 Without a window manager (bare Xvfb) the requested position is exact.
@@ -25,22 +29,24 @@ from typing import Any
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QColor, QPalette
-from PySide6.QtWidgets import QApplication, QLineEdit, QPushButton, QWidget
+from PySide6.QtWidgets import QApplication, QLineEdit, QPlainTextEdit, QPushButton, QWidget
 
 WINDOW_SIZE = (420, 160)
 BUTTONS = {"OK": (20, 20, 110, 40), "Cancel": (150, 20, 110, 40), "Apply": (280, 20, 110, 40)}
 FIELD = (20, 90, 380, 40)
+NOTES = (20, 150, 380, 120)
+NOTES_WINDOW_SIZE = (420, 290)
 
 
 class TargetWindow(QWidget):
-    def __init__(self, out: str, x: int, y: int, color: str) -> None:
+    def __init__(self, out: str, x: int, y: int, color: str, notes: bool = False) -> None:
         super().__init__(None, Qt.WindowType.FramelessWindowHint | Qt.WindowType.WindowStaysOnTopHint)
         self.out = out
         self.color = QColor(color)
         self.state: dict[str, Any] = {"ready": False, "pid": os.getpid(), "clicks": [], "text": "",
                                       "submits": 0, "focus": None, "background": self.color.name()}
         self.setWindowTitle("Holodesk test target")
-        self.setFixedSize(*WINDOW_SIZE)
+        self.setFixedSize(*(NOTES_WINDOW_SIZE if notes else WINDOW_SIZE))
         self.move(x, y)
         pal = self.palette()
         pal.setColor(QPalette.ColorRole.Window, self.color)
@@ -58,6 +64,14 @@ class TargetWindow(QWidget):
         self.field.setGeometry(*FIELD)
         self.field.textChanged.connect(self.on_text)
         self.field.returnPressed.connect(self.on_submit)
+        self.notes: QPlainTextEdit | None = None
+        if notes:
+            self.notes = QPlainTextEdit(self)
+            self.notes.setObjectName("notes")
+            self.notes.setGeometry(*NOTES)
+            self.notes.setTabChangesFocus(False)  # Tab inserts "\t"
+            self.notes.textChanged.connect(self.on_notes)
+            self.state["notes"] = ""
         QApplication.instance().focusChanged.connect(self.on_focus)  # type: ignore[union-attr]
 
     def rect_of(self, widget: QWidget) -> list[int]:
@@ -70,6 +84,11 @@ class TargetWindow(QWidget):
 
     def on_text(self, text: str) -> None:
         self.state["text"] = text
+        self.write()
+
+    def on_notes(self) -> None:
+        assert self.notes is not None
+        self.state["notes"] = self.notes.toPlainText()
         self.write()
 
     def on_submit(self) -> None:
@@ -88,6 +107,8 @@ class TargetWindow(QWidget):
         self.state["window"] = self.rect_of(self)
         self.state["rects"] = {name: self.rect_of(b) for name, b in self.buttons.items()}
         self.state["rects"]["field"] = self.rect_of(self.field)
+        if self.notes is not None:
+            self.state["rects"]["notes"] = self.rect_of(self.notes)
         self.state["ready"] = True
         self.state["ready_at"] = time.time()
         self.write()
@@ -107,9 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--x", type=int, default=100)
     parser.add_argument("--y", type=int, default=100)
     parser.add_argument("--color", default="#3366cc", help="window background colour #rrggbb")
+    parser.add_argument("--notes", action="store_true", help="add the multi-line text field")
     args = parser.parse_args(argv)
     app = QApplication(sys.argv[:1])
-    window = TargetWindow(args.out, args.x, args.y, args.color)
+    window = TargetWindow(args.out, args.x, args.y, args.color, notes=args.notes)
     window.write()
     window.show()
     window.raise_()

@@ -17,7 +17,6 @@ from holodesk.core.geometry import frame_pixel_to_point
 from holodesk.session.loop import State
 from tests.conftest import XvfbServer
 from tests.field_cases.fakes import FakeFocusProbe, make_run, reply
-from tests.field_cases.windows import start_text_window
 from tests.helpers.target import TargetWindow
 
 F14_TEXT = "Grüße, żółw, Ελληνικά, 日本語"
@@ -33,7 +32,7 @@ def test_F14_non_ascii_text_with_tab_and_newline_is_typed_exactly(method: str, x
     pyperclip.copy(PREVIOUS_CLIPBOARD)
     executor = PyAutoGUIExecutor(typing=method)  # type: ignore[arg-type]
     with TargetWindow.start(tmp_path / "line", x=200, y=150) as line_win, \
-            start_text_window(tmp_path / "multi", x=800, y=150) as text_win, MssCapture() as cap:
+            TargetWindow.start(tmp_path / "multi", x=800, y=150, notes=True) as text_win, MssCapture() as cap:
         frame = cap.grab(1)
         field = frame_pixel_to_point(frame, *line_win.center("field"))
         notes = frame_pixel_to_point(frame, *text_win.center("notes"))

@@ -26,7 +26,8 @@ class TargetWindow:
     """A running target window process and its state file.
 
     Attributes:
-        rects: "OK" / "Cancel" / "Apply" / "field" / "window" -> (x, y, w, h) in screen pixels.
+        rects: "OK" / "Cancel" / "Apply" / "field" / "window" (and "notes" when started with notes=True)
+            -> (x, y, w, h) in screen pixels.
     """
 
     def __init__(self, process: subprocess.Popen[bytes], state_path: Path, log_path: Path) -> None:
@@ -37,8 +38,9 @@ class TargetWindow:
 
     @classmethod
     def start(cls, directory: Path, x: int = 200, y: int = 150, color: str = "#3366cc",
-              env: dict[str, str] | None = None, timeout: float = 20.0) -> TargetWindow:
+              env: dict[str, str] | None = None, timeout: float = 20.0, notes: bool = False) -> TargetWindow:
         """Start the window at screen position (x, y) on ``$DISPLAY`` and wait until it is exposed.
+        ``notes=True`` adds the multi-line text field (``rects["notes"]``, state ``"notes"``).
 
         Raises:
             RuntimeError: the process died or did not become ready within ``timeout`` seconds.
@@ -51,7 +53,7 @@ class TargetWindow:
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
                 [sys.executable, str(APP), "--out", str(state_path), "--x", str(x), "--y", str(y),
-                 "--color", color],
+                 "--color", color, *(["--notes"] if notes else [])],
                 env=run_env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )
         win = cls(proc, state_path, log_path)
