@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.processes import stop_process
+
 FIRST_DISPLAY = 100
 LAST_DISPLAY = 499
 READY_TIMEOUT_S = 15.0
@@ -77,13 +79,7 @@ class XvfbServer:
                               timeout=timeout)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        stop_process(self.process)
         for path in [self.xauthority, self.log_path, *self._extra]:
             path.unlink(missing_ok=True)
 

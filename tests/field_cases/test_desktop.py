@@ -31,6 +31,7 @@ from holodesk.policy.base import Observation, Proposal
 from holodesk.session.approval import ApprovalResponse, Decision, make_request
 from holodesk.session.loop import State
 from tests.conftest import XvfbServer
+from tests.helpers.qt import qapplication_on
 
 ROOT = Path(__file__).resolve().parents[2]
 MARK_RGB = (0xFF, 0x00, 0xCC)
@@ -83,22 +84,7 @@ def marker_count(pixels: np.ndarray[Any, Any]) -> int:
 def qapp(xvfb_session: XvfbServer) -> Any:
     """pytest-qt's application, created on the session Xvfb (a session fixture is set up before the
     function-scoped ``xvfb`` has pointed DISPLAY at it, so the default ``qapp`` would find no display)."""
-    from PySide6.QtWidgets import QApplication
-
-    saved = {k: os.environ.get(k) for k in ("DISPLAY", "XAUTHORITY", "QT_QPA_PLATFORM")}
-    os.environ.update(DISPLAY=xvfb_session.display, XAUTHORITY=str(xvfb_session.xauthority))
-    os.environ.pop("QT_QPA_PLATFORM", None)
-    try:
-        app = QApplication.instance() or QApplication(["holodesk-field-cases"])
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    assert app.platformName() == "xcb", app.platformName()
-    app.setQuitOnLastWindowClosed(False)
-    return app
+    return qapplication_on(xvfb_session, "holodesk-field-cases")
 
 
 @pytest.fixture
@@ -313,7 +299,8 @@ def test_F20_no_tray_opens_a_window_that_says_how_to_get_the_tray(make_xvfb: Cal
 
 @pytest.mark.slow
 def test_F20_with_a_tray_host_the_icon_has_a_menu(make_xvfb: Callable[..., XvfbServer], tmp_path: Path) -> None:
-    from tests.ui.conftest import start_trayer, stop_process
+    from tests.helpers.processes import stop_process
+    from tests.ui.conftest import start_trayer
 
     server = make_xvfb(1280, 800)
     trayer = start_trayer(server.env())

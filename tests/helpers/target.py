@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.helpers.processes import stop_process
+
 APP = Path(__file__).resolve().parent.parent / "apps" / "target_window.py"
 
 Rect = tuple[int, int, int, int]
@@ -107,13 +109,7 @@ class TargetWindow:
 
     def close(self) -> None:
         """Terminate the window process (kill if it does not exit)."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        stop_process(self.process)
 
     def __enter__(self) -> TargetWindow:
         return self

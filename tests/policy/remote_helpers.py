@@ -18,6 +18,7 @@ from holodesk.core.actions import action_from_dict
 from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import PolicyOutputError
 from holodesk.policy.base import HistoryStep, Observation
+from tests.helpers.processes import stop_process
 
 SERVER_SCRIPT = Path(__file__).with_name("scripted_openai_server.py")
 START_TIMEOUT_S = 20.0
@@ -69,13 +70,7 @@ class ScriptedServer:
         self._control("/_control/reset", {})
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+        stop_process(self.proc)
         for stream in (self.proc.stdout, self.proc.stderr):
             if stream:
                 stream.close()

@@ -21,6 +21,7 @@ import pytest
 
 from holodesk.errors import PolicyOutputError
 from holodesk.policy.remote import RemotePolicy, ReplyCutOffError
+from tests.helpers.processes import stop_process
 from tests.policy.remote_helpers import make_observation
 
 for module in ("torch", "transformers", "fastapi", "uvicorn", "openai"):
@@ -57,15 +58,10 @@ def served(tmp_path_factory):
         except OSError:
             time.sleep(0.5)
     else:
-        proc.terminate()
+        stop_process(proc, timeout=10)
         pytest.fail("transformers serve did not start in time")
     yield url, str(model), root / "serve.log"
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
+    stop_process(proc, timeout=10)
     log.close()
 
 

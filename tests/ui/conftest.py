@@ -25,6 +25,8 @@ from holodesk.control.recording import RecordingExecutor
 from holodesk.core.actions import Action, Done
 from holodesk.policy.protocol import get_protocol
 from holodesk.policy.scripted import ScriptedPolicy
+from tests.helpers.processes import stop_process
+from tests.helpers.qt import qapplication_on
 
 pytestmark = pytest.mark.gui
 
@@ -65,16 +67,6 @@ def start_trayer(env: dict[str, str], timeout_s: float = 10.0) -> subprocess.Pop
     raise RuntimeError("trayer did not take the tray selection in time")
 
 
-def stop_process(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-
-
 @pytest.fixture(scope="session")
 def ui_display(xvfb_session: Any) -> Iterator[Any]:
     """The session Xvfb with trayer running on it (for the whole UI test session)."""
@@ -89,22 +81,7 @@ def ui_display(xvfb_session: Any) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def qapp(ui_display: Any) -> Iterator[Any]:
     """pytest-qt's application, created on the UI display (overrides pytest-qt's ``qapp``)."""
-    from PySide6.QtWidgets import QApplication
-
-    saved = {k: os.environ.get(k) for k in ("DISPLAY", "XAUTHORITY", "QT_QPA_PLATFORM")}
-    os.environ.update({"DISPLAY": ui_display.display, "XAUTHORITY": str(ui_display.xauthority)})
-    os.environ.pop("QT_QPA_PLATFORM", None)
-    try:
-        app = QApplication.instance() or QApplication(["holodesk-tests"])
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    assert app.platformName() == "xcb", f"UI tests need a real X display, Qt runs on {app.platformName()!r}"
-    app.setQuitOnLastWindowClosed(False)
-    yield app
+    yield qapplication_on(ui_display, "holodesk-tests")
 
 
 @pytest.fixture(autouse=True)

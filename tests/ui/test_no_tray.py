@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from holodesk.ui.tray import TRAY_HELP
-from tests.ui.conftest import start_trayer, stop_process
+from tests.helpers.processes import stop_process
+from tests.ui.conftest import start_trayer
 
 pytestmark = pytest.mark.gui
 
