@@ -107,9 +107,7 @@ def desktop_app(xvfb: XvfbServer, qtbot: Any, tmp_path: Path, monkeypatch: pytes
 
     yield make
     for app in made:
-        app.approval.close()
-        if app.window is not None:
-            app.window.hide()
+        app.shutdown()
 
 
 def test_F13_overlay_marker_is_on_screen_but_never_in_the_frame_sent_to_the_model(desktop_app: Any,

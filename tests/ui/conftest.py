@@ -149,15 +149,8 @@ def make_app(qtbot: Any, tmp_path: Path) -> Iterator[Callable[..., AppKit]]:
 
     yield make
     for app in made:
-        app.stop()
-        app.runner.wait(10.0)
-        app.hotkeys.stop()
-        app.approval.close()
-        app.palette.hide()
-        if app.tray is not None:
-            app.tray.hide()
+        app.shutdown(wait_s=10.0)
         if app.window is not None:
-            app.window.hide()
             app.window.deleteLater()
         app.palette.deleteLater()
 

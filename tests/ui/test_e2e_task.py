@@ -65,13 +65,7 @@ def test_hotkey_palette_overlay_enter_clicks_the_button(qtbot: Any, ui_env: Any,
             assert result.status is State.FINISHED, result.reason
             qtbot.waitUntil(lambda: target.state().get("clicks") == ["OK"], timeout=5000)
         finally:
-            app.stop()
-            app.runner.wait(10)
-            app.hotkeys.stop()
-            app.approval.close()
-            app.palette.hide()
-            if app.tray is not None:
-                app.tray.hide()
+            app.shutdown(wait_s=10.0)
 
 
 def test_stop_hotkey_stops_a_pending_approval(qtbot: Any, ui_env: Any, make_app: Any) -> None:
@@ -116,11 +110,7 @@ def test_typing_after_approval_goes_to_the_field_the_user_expects(qtbot: Any, ui
             assert result.status is State.FINISHED, result.reason
             qtbot.waitUntil(lambda: target.state().get("text") == text, timeout=5000)
         finally:
-            app.stop()
-            app.runner.wait(10)
-            app.approval.close()
-            if app.tray is not None:
-                app.tray.hide()
+            app.shutdown(wait_s=10.0)
 
 
 def test_new_hotkey_from_the_settings_dialog_works_at_once(qtbot: Any, ui_env: Any, make_app: Any) -> None:

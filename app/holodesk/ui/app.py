@@ -193,9 +193,17 @@ class HolodeskApp(QObject):
         return True
 
     def quit(self) -> None:
-        """Stop any task, stop the hotkeys, close every window and leave the event loop."""
+        """:meth:`shutdown`, then leave the event loop."""
+        self.shutdown()
+        app = QApplication.instance()
+        if app is not None:
+            app.quit()
+
+    def shutdown(self, wait_s: float = 5.0) -> None:
+        """Stop any task (waiting up to ``wait_s`` seconds for it), stop the hotkeys, close every window
+        and the policy. The event loop keeps running."""
         self.stop()
-        self.runner.wait(5.0)
+        self.runner.wait(wait_s)
         self.hotkeys.stop()
         self.approval.close()
         self.palette.hide()
@@ -211,9 +219,6 @@ class HolodeskApp(QObject):
                 self._policy.close()
             except Exception:  # closing at exit: log, never block quitting
                 log.exception("closing the policy failed")
-        app = QApplication.instance()
-        if app is not None:
-            app.quit()
 
     # -- commands ---------------------------------------------------------------------------------
     def open_palette(self) -> None:
