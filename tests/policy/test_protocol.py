@@ -519,6 +519,27 @@ def test_build_messages_bounds_images_and_keeps_text_history() -> None:
     assert parts[idx + 1]["text"].startswith(P.format_step(steps[8]))
 
 
+def test_build_messages_keeps_a_stable_prefix_through_the_current_screenshot() -> None:
+    """Step k+1's prompt starts with step k's up to the end of step k's screenshot (while no older
+    screenshot drops out), so a local runtime can keep its decoder state for that part."""
+    steps = history(4)
+
+    def flat(messages: list[dict[str, object]]) -> list[object]:
+        out: list[object] = []
+        for part in messages[1]["content"]:  # type: ignore[attr-defined]
+            out.append(part["text"] if part["type"] == "text" else part["frame"])
+        return out
+
+    for k in range(3):
+        now = flat(P.build_messages(Observation(task="t", frame=steps[k].frame, history=steps[:k]), max_images=5))
+        nxt = flat(P.build_messages(Observation(task="t", frame=make_frame(77), history=steps[: k + 1]),
+                                    max_images=5))
+        end = max(i for i, p in enumerate(now) if not isinstance(p, str))  # the current screenshot
+        for a, b in zip(now[: end + 1], nxt[: end + 1], strict=True):
+            assert a is b if not isinstance(a, str) else a == b  # frames compare by identity
+        assert isinstance(nxt[end + 1], str) and nxt[end + 1].startswith(P.format_step(steps[k]))
+
+
 @pytest.mark.parametrize(("max_images", "expected"), [(1, 1), (2, 2), (5, 5), (50, 11)])
 def test_build_messages_image_count(max_images: int, expected: int) -> None:
     obs = Observation(task="t", frame=make_frame(255), history=history(10))
@@ -540,7 +561,8 @@ def test_build_messages_first_step_and_reasoning() -> None:
     messages = P.build_messages(obs, reasoning=True)
     assert images(messages) == [obs.frame]
     assert "Task: Open <b>settings</b>" in user_text(messages)
-    assert "Previous steps" not in user_text(messages)
+    assert "Screenshot before step 1:" in user_text(messages)
+    assert user_text(messages).endswith("Reply with the JSON object for step 1.")
     assert messages[0]["content"][0]["text"].endswith("/think")  # type: ignore[index]
 
 

@@ -795,12 +795,18 @@ class ActionProtocol:
              {"role": "user", "content": [{"type": "text", "text": ...},
                                           {"type": "image", "frame": Frame}, ...]}]
 
-        The user message holds, in order: the task; the notes kept so far (each step's non-null note,
-        oldest first); every past step as :meth:`format_step` text, the most recent ones preceded by
-        their screenshot; the current screenshot (always the last image); the request for the next
-        reply. History policy (F21): at most ``max_images`` images in total, i.e. the current frame plus
-        the frames of the ``max_images - 1`` most recent history steps that have one; older steps are
-        text only. Consecutive text parts are merged.
+        The user message holds, in order: the task; every past step as :meth:`format_step` text, the
+        most recent ones preceded by their screenshot; the current screenshot (always the last image);
+        the notes kept so far (each step's non-null note, oldest first); the request for the next reply.
+        History policy (F21): at most ``max_images`` images in total, i.e. the current frame plus the
+        frames of the ``max_images - 1`` most recent history steps that have one; older steps are text
+        only. Consecutive text parts are merged.
+
+        Stable prefix: everything up to and including the current screenshot is written exactly as the
+        next step will write it (the screenshot's label names its step number, the notes come after it),
+        so while no older screenshot drops out of the window, step k+1's prompt starts with step k's up
+        to the end of that image and a local runtime can keep its decoder state for that part
+        (:class:`~holodesk.policy.holotron.HolotronPolicy`).
 
         Raises:
             SettingsError: when ``max_images`` < 1 (the current frame is always sent).
@@ -824,19 +830,20 @@ class ActionProtocol:
                 parts.append({"type": "text", "text": value})
 
         text(f"Task: {observation.task}")
+        text("Steps so far, oldest first; the last screenshot shows the screen now.")
+        for i, step in enumerate(history):
+            if i in keep:
+                text(f"Screenshot before step {step.index + 1}:")
+                parts.append({"type": "image", "frame": step.frame})
+            text(self.format_step(step))
+        number = history[-1].index + 2 if history else 1
+        text(f"Screenshot before step {number}:")
+        parts.append({"type": "image", "frame": observation.frame})
+        text("That is the screen now.")
         notes = [(step.index, step.note) for step in history if step.note is not None and step.note.strip()]
         if notes:
             text("Notes you kept:\n" + "\n".join(f"- (step {i + 1}) {n}" for i, n in notes))
-        if history:
-            text("Previous steps, oldest first:")
-            for i, step in enumerate(history):
-                if i in keep:
-                    text(f"Screenshot before step {step.index + 1}:")
-                    parts.append({"type": "image", "frame": step.frame})
-                text(self.format_step(step))
-        text("Current screenshot:")
-        parts.append({"type": "image", "frame": observation.frame})
-        text("Reply with the JSON object for the next step.")
+        text(f"Reply with the JSON object for step {number}.")
         return [
             {
                 "role": "system",
