@@ -118,7 +118,7 @@ def test_incremental_prefill_reuses_prefix_and_equals_cold() -> None:
 def test_changed_prefix_rebuilds_from_earlier_snapshot() -> None:
     lm = _tiny_lm(seed=4)
     base = _prompt(60, seed=9)
-    s = StaticLM(lm, max_len=160, bucket=32, chunk=16)
+    s = StaticLM(lm, max_len=160, bucket=32, chunk=16, snapshot_slots=3)
     with torch.no_grad():
         s.prefill(lm.model.embeddings(base), base[0].tolist(), snapshot_at=(20, 45, 60))
     changed = base.clone()
@@ -144,9 +144,11 @@ def test_tail_embeddings_and_snapshot_cap() -> None:
     lm = _tiny_lm(seed=6)
     first = _prompt(48, seed=11)
     second = torch.cat([first, _prompt(20, seed=12)], dim=1)
-    s = StaticLM(lm, max_len=160, bucket=32, chunk=16)
+    s = StaticLM(lm, max_len=160, bucket=32, chunk=16, snapshot_slots=2)
     with torch.no_grad():
-        s.prefill(lm.model.embeddings(first), first[0].tolist(), snapshot_at=(10, 20, 30, 40, 48), max_snapshots=2)
+        before = s.state_bytes()
+        s.prefill(lm.model.embeddings(first), first[0].tolist(), snapshot_at=(10, 20, 30, 40, 48))
+        assert s.state_bytes() == before  # snapshots go into preallocated slots
         assert sorted(s.snapshots) == [40, 48]
         resume = s.resume_point(second[0].tolist())
         assert resume == 48
@@ -159,3 +161,23 @@ def test_tail_embeddings_and_snapshot_cap() -> None:
         with pytest.raises(ValueError):  # embeddings that start after the resume point cannot be run
             s.reset()
             s.prefill(tail, second[0].tolist(), embeds_offset=resume)
+
+
+def test_short_tail_joins_previous_chunk_and_fused_qkv_leaves_stock_intact() -> None:
+    lm = _tiny_lm(seed=8)
+    ids = _prompt(38, seed=13)
+    ref_tokens, ref_logits = _stock(lm, ids)
+    q_before = lm.model.layers[1].mixer.q_proj.weight.detach().clone()
+    s = StaticLM(lm, max_len=128, bucket=32, chunk=16, impl="torch")
+    assert sorted(s._qkv) == [1, 6]  # the two attention blocks of "M*-M-M*-" (blocks 0-7: M * - M - M * -)
+    # the projection modules now hold views of the fused weight: same values, stock path unchanged
+    assert torch.equal(lm.model.layers[1].mixer.q_proj.weight, q_before)
+    assert lm.model.layers[1].mixer.q_proj.weight.data_ptr() == s._qkv[1].data_ptr()
+    assert _stock(lm, ids)[0] == ref_tokens
+    with torch.no_grad():
+        logits, report = s.prefill(lm.model.embeddings(ids), None)
+    assert report.chunks == 2  # 0-16, 16-38: the 6-token tail (< chunk / 2) joined the second chunk
+    assert torch.allclose(logits, ref_logits[:1], rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        _, report = s.prefill(lm.model.embeddings(_prompt(40, seed=13)), None)
+    assert report.chunks == 3  # an 8-token tail is chunk / 2: kept as its own chunk

@@ -215,6 +215,19 @@ def qkv_torch(h: Any, norm32: Any, eps: float, q_w: Any, k_w: Any, v_w: Any, kvh
     return q, k, v
 
 
+def qkv_fused_torch(h: Any, norm32: Any, eps: float, qkv_w: Any, kvh: int, rep: int, hd: int
+                    ) -> tuple[Any, Any, Any]:
+    """As :func:`qkv_torch` with the three weights stacked in ``qkv_w [(kvh*rep + 2*kvh) * hd, H]``: one
+    matrix-vector product per token instead of three (the split is a view)."""
+    import torch.nn.functional as F
+
+    bsz = h.shape[0]
+    x = _rms_norm_f32(h, norm32, eps, h.dtype)
+    qkv = F.linear(x, qkv_w)
+    q, k, v = qkv.split([kvh * rep * hd, kvh * hd, kvh * hd], dim=-1)
+    return q.reshape(bsz, kvh, rep, hd), k.reshape(bsz, kvh, 1, hd), v.reshape(bsz, kvh, 1, hd)
+
+
 def attn_out_torch(h: Any, o: Any, o_w: Any) -> Any:
     """``h + o_proj(o)``."""
     import torch.nn.functional as F
@@ -241,9 +254,19 @@ class StaticLM:
         max_len: capacity of the attention cache in tokens (prompt + reply).
         batch: batch size B (the policy uses 1).
         bucket: attention window granularity for decode graphs, in tokens.
-        chunk: prefill chunk length in tokens (activation memory is that of one chunk).
+        chunk: prefill chunk length in tokens (activation memory is that of one chunk; a remainder shorter
+            than ``chunk / 2`` joins the previous chunk, so the largest chunk is ``1.5 x chunk``).
         impl: ``"dispatch"`` (stock kernel wrappers, equal to stock decoding) or ``"torch"`` (plain ops).
         compile: wrap the per-block step functions in ``torch.compile`` (``impl="torch"`` only).
+        snapshot_slots: Mamba-state snapshots kept for incremental prefill, preallocated here (each
+            ``28 x 5.3 MiB`` for Holotron), so the memory held between the steps of an episode is constant.
+        fuse_qkv: with ``impl="torch"`` on unquantised weights, store each attention layer's q/k/v
+            projection weights as one ``[q + k + v, H]`` tensor (the modules' weights become views of it,
+            so no memory is added and the stock prefill path is unchanged) and decode them with one
+            matrix-vector product instead of three.
+
+    The model's attention projection weights are re-pointed into the fused tensor when ``fuse_qkv``
+    applies; everything else in ``lm`` is left as it is.
     """
 
     def __init__(
@@ -256,12 +279,16 @@ class StaticLM:
         chunk: int = 2048,
         impl: str = "dispatch",
         compile: bool = False,
+        snapshot_slots: int = 1,
+        fuse_qkv: bool = True,
     ) -> None:
         import torch
         from transformers.models.nemotron_h import modeling_nemotron_h as mnh
 
         if impl not in ("dispatch", "torch"):
             raise ValueError(f"impl must be 'dispatch' or 'torch', got {impl!r}")
+        if snapshot_slots < 0:
+            raise ValueError(f"snapshot_slots must be >= 0, got {snapshot_slots}")
         self.lm = lm
         self.mnh = mnh
         self.impl = impl
@@ -279,7 +306,7 @@ class StaticLM:
         self.max_len = int(math.ceil(max_len / bucket) * bucket)
         self.length = 0
         self.keys: list[int] = []
-        self.snapshots: dict[int, list[tuple[Any, Any]]] = {}
+        self.snapshots: dict[int, int] = {}  # token position -> slot index
         self.graphs: dict[int, Any] = {}
         self._pool: Any = None
         dev, dt = self.device, self.dtype
@@ -312,6 +339,13 @@ class StaticLM:
                 }
             elif kind != _MLP:
                 raise ValueError(f"block type {kind!r} is not supported by the static decoder")
+        self._slots = [
+            [(torch.zeros_like(self.conv[i]), torch.zeros_like(self.ssm[i])) for i in sorted(self.conv)]
+            for _ in range(snapshot_slots)
+        ]
+        self._qkv: dict[int, Any] = {}
+        if fuse_qkv and impl == "torch":
+            self._fuse_qkv()
         self.pos = torch.zeros(1, dtype=torch.long, device=dev)
         self.token = torch.zeros(batch, 1, dtype=torch.long, device=dev)
         self.logits = torch.zeros(batch, cfg.vocab_size, dtype=torch.float32, device=dev)
@@ -319,7 +353,7 @@ class StaticLM:
         self._norm32 = [layer.norm.weight.detach().float() for layer in self.layers]
         self._normf32 = backbone.norm_f.weight.detach().float()
         self._fns: dict[str, Any] = {"mamba": mamba_block_torch, "mlp": mlp_block_torch, "qkv": qkv_torch,
-                                     "out": attn_out_torch, "head": head_torch}
+                                     "qkv_fused": qkv_fused_torch, "out": attn_out_torch, "head": head_torch}
         if compile:
             if impl != "torch":
                 raise ValueError("compile=True needs impl='torch'")
@@ -328,9 +362,30 @@ class StaticLM:
             self._fns = {k: torch.compile(f, dynamic=False, fullgraph=True) for k, f in self._fns.items()}
 
     # ------------------------------------------------------------------ state helpers
+    def _fuse_qkv(self) -> None:
+        """One ``[q + k + v, H]`` weight per attention layer; the projection modules get views of it."""
+        import torch
+
+        for i, (layer, kind) in enumerate(zip(self.layers, self.kinds, strict=True)):
+            if kind != _ATTN:
+                continue
+            mixer = layer.mixer
+            projs = (mixer.q_proj, mixer.k_proj, mixer.v_proj)
+            if any(type(p) is not torch.nn.Linear or p.bias is not None for p in projs):
+                continue  # quantised or biased projections keep their own modules
+            with torch.no_grad():
+                fused = torch.cat([p.weight.detach() for p in projs], dim=0)
+                start = 0
+                for p in projs:
+                    rows = p.weight.shape[0]
+                    p.weight = torch.nn.Parameter(fused[start : start + rows], requires_grad=False)
+                    start += rows
+            self._qkv[i] = fused
+
     def state_bytes(self) -> int:
-        """Bytes of all preallocated decoder state (KV + conv + SSM + buffers)."""
+        """Bytes of all preallocated decoder state (KV + conv + SSM + snapshot slots + buffers)."""
         tensors = [*self.k.values(), *self.v.values(), *self.conv.values(), *self.ssm.values(), self.logits]
+        tensors += [t for slot in self._slots for pair in slot for t in pair]
         return int(sum(t.numel() * t.element_size() for t in tensors))
 
     def reset(self) -> None:
@@ -342,11 +397,22 @@ class StaticLM:
         self.keys = []
         self.snapshots = {}
 
-    def _snapshot(self) -> list[tuple[Any, Any]]:
-        return [(self.conv[i].clone(), self.ssm[i].clone()) for i in sorted(self.conv)]
+    def _snapshot(self, position: int) -> None:
+        """Save the Mamba state at ``position`` into a free slot (else the slot of the oldest position)."""
+        used = set(self.snapshots.values())
+        free = [k for k in range(len(self._slots)) if k not in used]
+        if free:
+            slot = free[0]
+        else:
+            oldest = min(self.snapshots)
+            slot = self.snapshots.pop(oldest)
+        for i, (conv, ssm) in zip(sorted(self.conv), self._slots[slot], strict=True):
+            conv.copy_(self.conv[i])
+            ssm.copy_(self.ssm[i])
+        self.snapshots[position] = slot
 
-    def _restore(self, snap: list[tuple[Any, Any]]) -> None:
-        for i, (conv, ssm) in zip(sorted(self.conv), snap, strict=True):
+    def _restore(self, slot: int) -> None:
+        for i, (conv, ssm) in zip(sorted(self.conv), self._slots[slot], strict=True):
             self.conv[i].copy_(conv)
             self.ssm[i].copy_(ssm)
 
@@ -375,9 +441,14 @@ class StaticLM:
 
         bsz, t, _ = x.shape
         hd = mixer.head_dim
-        q = mixer.q_proj(x).view(bsz, t, -1, hd).transpose(1, 2)
-        k = mixer.k_proj(x).view(bsz, t, -1, hd).transpose(1, 2)
-        v = mixer.v_proj(x).view(bsz, t, -1, hd).transpose(1, 2)
+        if i in self._qkv:
+            kvh_w = mixer.k_proj.weight.shape[0]
+            q, k, v = F.linear(x, self._qkv[i]).split([mixer.q_proj.weight.shape[0], kvh_w, kvh_w], dim=-1)
+        else:
+            q, k, v = mixer.q_proj(x), mixer.k_proj(x), mixer.v_proj(x)
+        q = q.reshape(bsz, t, -1, hd).transpose(1, 2)
+        k = k.reshape(bsz, t, -1, hd).transpose(1, 2)
+        v = v.reshape(bsz, t, -1, hd).transpose(1, 2)
         end = start + t
         self.k[i][:, :, start:end].copy_(k)
         self.v[i][:, :, start:end].copy_(v)
@@ -442,7 +513,6 @@ class StaticLM:
         *,
         snapshot_at: Sequence[int] = (),
         embeds_offset: int = 0,
-        max_snapshots: int = 3,
     ) -> tuple[Any, PrefillReport]:
         """Run the prompt into the static state and return the last position's logits.
 
@@ -453,10 +523,10 @@ class StaticLM:
                 of the image and tile row for image tokens). With keys, the common prefix with the
                 previous prompt is reused from the latest snapshot inside it (:meth:`resume_point`);
                 without keys the prefill is cold.
-            snapshot_at: positions (token counts) after which to save the Mamba state for later reuse
-                (each costs ``28 x 5.3 MiB`` for Holotron).
+            snapshot_at: positions (token counts) after which to save the Mamba state for later reuse,
+                into the preallocated slots (``snapshot_slots``; when all are taken the oldest position
+                is overwritten, so the latest ones are kept). Each costs a chunk boundary.
             embeds_offset: first token that ``inputs_embeds`` covers; must not exceed the resume point.
-            max_snapshots: snapshots kept after this call (the most recent positions).
         Returns:
             (logits ``[B, vocab]`` float32 of the last prompt token, :class:`PrefillReport`).
         Raises:
@@ -480,9 +550,11 @@ class StaticLM:
             for t in (*self.conv.values(), *self.ssm.values()):
                 t.zero_()
         self.snapshots = kept
-        wanted = sorted({int(p) for p in snapshot_at if resume < int(p) <= total})
+        wanted = sorted({int(p) for p in snapshot_at if resume < int(p) <= total}) if self._slots else []
         taken: list[int] = []
         bounds = [*range(resume, total, self.chunk), total]
+        if len(bounds) > 2 and bounds[-1] - bounds[-2] < self.chunk // 2:
+            del bounds[-2]  # a short tail joins the previous chunk (one pass over the blocks less)
         cuts = sorted(set(bounds) | set(wanted))
         h_last = None
         chunks = 0
@@ -490,15 +562,13 @@ class StaticLM:
             for a, b in itertools.pairwise(cuts):
                 h = self._forward_chunk(inputs_embeds[:, a - embeds_offset : b - embeds_offset], a)
                 chunks += 1
-                if b in wanted:
-                    self.snapshots[b] = self._snapshot()
+                if b in wanted and self._slots:
+                    self._snapshot(b)
                     taken.append(b)
                 h_last = h[:, -1:]
             assert h_last is not None
             hidden = self.lm.model.norm_f(h_last)
             logits = self.lm.lm_head(hidden).float()[:, -1]
-        for p in sorted(self.snapshots)[:-max_snapshots] if max_snapshots > 0 else list(self.snapshots):
-            del self.snapshots[p]
         self.length = total
         self.pos.fill_(total)
         self.keys = new_keys
@@ -608,8 +678,12 @@ class StaticLM:
                 h = fns["mlp"](h, self._norm32[i], eps, mixer.up_proj.weight, mixer.down_proj.weight)
             else:
                 kvh = self.k[i].shape[1]
-                q, k, v = fns["qkv"](h, self._norm32[i], eps, mixer.q_proj.weight, mixer.k_proj.weight,
-                                     mixer.v_proj.weight, kvh, mixer.num_key_value_groups, mixer.head_dim)
+                if i in self._qkv:
+                    q, k, v = fns["qkv_fused"](h, self._norm32[i], eps, self._qkv[i], kvh,
+                                               mixer.num_key_value_groups, mixer.head_dim)
+                else:
+                    q, k, v = fns["qkv"](h, self._norm32[i], eps, mixer.q_proj.weight, mixer.k_proj.weight,
+                                         mixer.v_proj.weight, kvh, mixer.num_key_value_groups, mixer.head_dim)
                 o = self._attend(i, q, k, v, window, mixer.scaling)
                 h = fns["out"](h, o, mixer.o_proj.weight)
         logits, token = fns["head"](h, self._normf32, float(self.lm.model.norm_f.variance_epsilon),

@@ -53,14 +53,16 @@ class EncodedImages:
 def tile_images(loaded: LoadedHolotron, images: Sequence[np.ndarray[Any, Any]]) -> tuple[
     torch.Tensor, list[tuple[int, int]], list[int]
 ]:
-    """Tile every image with the checkpoint's settings.
+    """Tile every image with the checkpoint's settings, on the model's GPU when it has one.
 
     Returns:
-        (tiles float32 ``(n_tiles, 3, S, S)`` on CPU, grids, tiles per image).
+        (tiles float32 ``(n_tiles, 3, S, S)`` on the model's CUDA device, else the CPU; grids; tiles per
+        image).
     """
     import torch
 
     info = loaded.info
+    device = loaded.device if getattr(loaded.device, "type", "cpu") == "cuda" else None
     all_tiles, grids, counts = [], [], []
     for pixels in images:
         tiles, grid = preprocess_pixels(
@@ -70,6 +72,7 @@ def tile_images(loaded: LoadedHolotron, images: Sequence[np.ndarray[Any, Any]]) 
             max_tiles=info.max_tiles,
             tile_size=info.tile_size,
             use_thumbnail=info.use_thumbnail,
+            device=device,
         )
         all_tiles.append(tiles)
         grids.append(grid)

@@ -131,6 +131,7 @@ def preprocess_pixels(
     max_tiles: int = MAX_TILES,
     tile_size: int = TILE_SIZE,
     use_thumbnail: bool = True,
+    device: Any = None,
 ) -> tuple[torch.Tensor, tuple[int, int]]:
     """Turn one RGB frame into normalised tiles.
 
@@ -143,9 +144,12 @@ def preprocess_pixels(
     Args:
         pixels: ``uint8`` array of shape ``(height, width, 3)``, RGB.
         mean, std: per-channel normalisation, read from the checkpoint.
+        device: torch device to do the work on (default the CPU). On a GPU the frame goes over as uint8
+            (a quarter of the float32 bytes) and the same torch operations run there: 1-2 ms instead of
+            25-100 ms on the CPU for a 1080p frame (docs/benchmarks.md), equal up to float rounding.
     Returns:
         (tiles, (cols, rows)) where ``tiles`` is float32 of shape ``(n_tiles, 3, tile_size, tile_size)``
-        on the CPU, tiles in row-major order followed by the thumbnail.
+        on ``device``, tiles in row-major order followed by the thumbnail.
     Raises:
         ValueError: when ``pixels`` is not ``(h, w, 3)``.
     """
@@ -158,7 +162,10 @@ def preprocess_pixels(
         raise ValueError(f"expected RGB pixels of shape (height, width, 3), got {arr.shape}")
     height, width = int(arr.shape[0]), int(arr.shape[1])
     cols, rows = tile_grid(width, height, max_tiles, tile_size=tile_size)
-    image = torch.from_numpy(np.ascontiguousarray(arr)).permute(2, 0, 1).to(torch.float32).div_(255.0)
+    raw = torch.from_numpy(np.ascontiguousarray(arr))
+    if device is not None:
+        raw = raw.to(device, non_blocking=False)
+    image = raw.permute(2, 0, 1).to(torch.float32).div_(255.0)
     image = image.unsqueeze(0)  # (1, 3, h, w)
 
     def resize(target_h: int, target_w: int) -> torch.Tensor:
@@ -176,6 +183,6 @@ def preprocess_pixels(
     )
     if use_thumbnail and rows * cols > 1:
         tiles = torch.cat([tiles, resize(tile_size, tile_size)], dim=0)
-    mean_t = torch.tensor([float(v) for v in mean], dtype=torch.float32).view(1, 3, 1, 1)
-    std_t = torch.tensor([float(v) for v in std], dtype=torch.float32).view(1, 3, 1, 1)
+    mean_t = torch.tensor([float(v) for v in mean], dtype=torch.float32, device=image.device).view(1, 3, 1, 1)
+    std_t = torch.tensor([float(v) for v in std], dtype=torch.float32, device=image.device).view(1, 3, 1, 1)
     return ((tiles - mean_t) / std_t).contiguous(), (cols, rows)
