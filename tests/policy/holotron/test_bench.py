@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,3 +48,49 @@ def test_tiny_cpu_bench_writes_json(tmp_path: Path) -> None:
     agreement = result["stock"]["agreement"]
     assert agreement["tokens_equal"] == agreement["n"] == 8  # fp32: fast path == stock generate()
     assert agreement["first_logits_rel_err"] < 1e-5
+
+
+def _mixers(model: Any) -> dict[str, int]:
+    from collections import Counter
+
+    return dict(Counter(type(layer.mixer).__name__ for layer in model.language_model.model.layers))
+
+
+def test_full_size_random_model_has_holotron_12b_shape() -> None:
+    """The bench's full-size model (config through the loader's translation, built on the meta device: no
+    memory) has Holotron-12B's parameter count and blocks (docs/holotron.md, "Architecture")."""
+    pytest.importorskip("transformers.models.nemotron_h_omni")
+    import torch
+
+    from holodesk.policy.holotron.bench import build_random_model
+
+    model = build_random_model(False, torch.device("meta"), torch.bfloat16, seed=0)
+    assert sum(p.numel() for p in model.parameters()) == 13_173_412_352
+    assert _mixers(model) == {"NemotronHMamba2Mixer": 28, "NemotronHAttention": 6, "NemotronHMLP": 28}
+    assert len(model.vision_model.encoder.layer) == 32
+    assert model.config.text_config.num_hidden_layers == 62
+    assert next(model.parameters()).dtype == torch.bfloat16
+
+
+def test_random_model_pattern_override_sets_depth() -> None:
+    pytest.importorskip("transformers.models.nemotron_h_omni")
+    import torch
+
+    from holodesk.policy.holotron.bench import build_random_model
+
+    model = build_random_model(False, torch.device("meta"), torch.bfloat16, seed=0, pattern="M*-M-")
+    text = model.config.text_config
+    assert text.hybrid_override_pattern == "M*-M-" and text.num_hidden_layers == 5
+    assert _mixers(model) == {"NemotronHMamba2Mixer": 2, "NemotronHAttention": 1, "NemotronHMLP": 2}
+    assert sum(p.numel() for p in model.parameters()) == 3_024_963_328
+
+
+def test_tiny_random_config_uses_the_stand_in_image_token() -> None:
+    pytest.importorskip("transformers.models.nemotron_h_omni")
+    from holodesk.policy.holotron.fullsize import STAND_IN_IDS, TINY, random_config
+
+    config, info, raw = random_config(TINY)
+    assert config.image_token_id == info.image_token_id == raw["img_context_token_id"] == STAND_IN_IDS["image"]
+    assert (config.text_config.vocab_size, config.text_config.hidden_size, config.text_config.head_dim) == (512, 64, 16)
+    assert (config.vision_config.hidden_size, config.vision_config.num_hidden_layers) == (32, 2)
+    assert config.vision_config.max_img_size == 512 and info.num_prefix_tokens == 8

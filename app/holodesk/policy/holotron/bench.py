@@ -41,60 +41,6 @@ from typing import Any
 
 GiB = 1024**3
 
-FULL_TEXT_CONFIG: dict[str, Any] = {
-    # Nemotron-H 12B as in docs/holotron.md (Architecture, item 3).
-    "vocab_size": 131072,
-    "hidden_size": 5120,
-    "hybrid_override_pattern": "M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M-",
-    "intermediate_size": 20480,
-    "mlp_hidden_act": "relu2",
-    "num_attention_heads": 40,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "mamba_num_heads": 128,
-    "mamba_head_dim": 80,
-    "ssm_state_size": 128,
-    "n_groups": 8,
-    "conv_kernel": 4,
-    "expand": 2,
-    "chunk_size": 128,
-    "mamba_hidden_act": "silu",
-    "layer_norm_epsilon": 1e-5,
-    "tie_word_embeddings": False,
-    "use_bias": False,
-    "use_conv_bias": True,
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-    "pad_token_id": 0,
-}
-FULL_VISION_CONFIG: dict[str, Any] = {
-    # C-RADIO v2.5-H (ViT-H/16): 32 blocks, width 1280, 16 heads, MLP 5120; 8 prefix tokens (assumed).
-    "hidden_size": 1280,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 16,
-    "mlp_ratio": 4.0,
-    "hidden_act": "gelu",
-    "layer_norm_eps": 1e-6,
-    "qkv_bias": True,
-    "patch_size": 16,
-    "image_size": 512,
-    "max_img_size": 2048,
-    "num_cls_tokens": 2,
-    "num_registers": 6,
-    "summary_idxs": [0, 1],
-    "video_temporal_patch_size": 2,
-}
-TINY_TEXT_CONFIG: dict[str, Any] = {
-    **FULL_TEXT_CONFIG,
-    "vocab_size": 512, "hidden_size": 64, "hybrid_override_pattern": "M*-M-M*-", "intermediate_size": 128,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "mamba_num_heads": 8,
-    "mamba_head_dim": 16, "ssm_state_size": 16, "n_groups": 2, "chunk_size": 64,
-}
-TINY_VISION_CONFIG: dict[str, Any] = {
-    **FULL_VISION_CONFIG, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "max_img_size": 512,
-}
-IMAGE_TOKEN_ID = 8  # stand-in id of <image> for random-weight runs (any id inside the vocabulary works)
-
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="holodesk bench", description=__doc__.split("\n\n")[0])
@@ -191,27 +137,19 @@ def _linear_params(module: Any) -> int:
 
 # ---------------------------------------------------------------------------------------------- model
 def build_random_model(tiny: bool, device: Any, dtype: Any, seed: int, pattern: str | None = None) -> Any:
-    """Holotron-shaped ``NemotronH_Omni_Reasoning_V3`` with seeded random weights, built on ``device``."""
-    import torch
-    from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3, NemotronH_Omni_Reasoning_V3_Config
+    """Holotron-shaped ``NemotronH_Omni_Reasoning_V3`` with seeded random weights, built on ``device``.
 
-    text = dict(TINY_TEXT_CONFIG if tiny else FULL_TEXT_CONFIG)
-    if pattern:
-        text["hybrid_override_pattern"] = pattern
-    vision = dict(TINY_VISION_CONFIG if tiny else FULL_VISION_CONFIG)
-    config = NemotronH_Omni_Reasoning_V3_Config(
-        vision_config=vision,
-        text_config=text,
-        audio_config=None,
-        vision_hidden_size=vision["hidden_size"],
-        projector_hidden_size=4 * text["hidden_size"] if tiny else 20480,
-        downsample_ratio=0.5,
-        force_image_size=512,
-        image_token_id=IMAGE_TOKEN_ID,
-        video_temporal_patch_size=2,
-    )
+    The config comes from :func:`holodesk.policy.holotron.fullsize.random_config` (the loader's config
+    translation of Holotron-12B's dimensions, or the tiny ones); ``pattern`` replaces the LM block pattern.
+    """
+    import torch
+    from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3
+
+    from holodesk.policy.holotron.fullsize import FULL, TINY, random_config
+
+    config = random_config(TINY if tiny else FULL, pattern).config
     for part in (config, config.text_config, config.vision_config):
-        part._attn_implementation = "sdpa"  # type: ignore[union-attr]
+        part._attn_implementation = "sdpa"
     torch.manual_seed(seed)
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
@@ -265,6 +203,7 @@ class _Prompt:
         self.model = model
         self.vocab = vocab
         self.seed = seed
+        self.image_token_id = int(model.config.image_token_id)  # <image>
         self.ids: list[int] = []
         self.keys: list[int] = []
         self.parts: list[Any] = []  # embeddings per block
@@ -290,7 +229,7 @@ class _Prompt:
         """A screenshot block: its embeddings ``[n, H]``, or None with ``tokens`` for one already in the
         decoder state (its embeddings are no longer needed when the prefix is reused)."""
         n = int(embeds.shape[0]) if embeds is not None else int(tokens or 0)
-        self.ids += [IMAGE_TOKEN_ID] * n
+        self.ids += [self.image_token_id] * n
         self.keys += [(image_key << 20) + i + (1 << 40) for i in range(n)]
         self.parts.append(embeds if embeds is not None else n)
 

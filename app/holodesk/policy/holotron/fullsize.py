@@ -22,29 +22,38 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+from holodesk.policy.holotron.checkpoint import CheckpointInfo, checkpoint_info, translate_config
 
 PATTERN = "M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M-"
 """Holotron-12B / Nemotron-Nano-12B-v2 layer pattern: 62 blocks, 28 Mamba-2, 6 attention, 28 MLP."""
 
 
-FULL = {
-    "pattern": PATTERN, "hidden": 5120, "mlp": 20480, "attn_heads": 40, "kv_heads": 8, "mamba_heads": 128,
-    "vision_layers": 32,
+FULL: dict[str, Any] = {
+    "pattern": PATTERN, "vocab": 131072, "hidden": 5120, "mlp": 20480, "attn_heads": 40, "kv_heads": 8,
+    "head_dim": 128, "mamba_heads": 128, "state": 128, "groups": 8, "chunk": 128,
+    "vision_width": 1280, "vision_layers": 32, "vision_heads": 16, "max_img_size": 2048,
 }
-"""Holotron-12B dimensions (docs/holotron.md, "Architecture")."""
-SMOKE = {
-    "pattern": "M-*", "hidden": 512, "mlp": 1024, "attn_heads": 4, "kv_heads": 2, "mamba_heads": 16,
-    "vision_layers": 2,
+"""Holotron-12B dimensions (docs/holotron.md, "Architecture"; the Mamba head dim is ``2 * hidden / mamba_heads``,
+the vision MLP ``4 * vision_width``, the projector ``4 * hidden``; ``max_img_size`` sizes the CPE table)."""
+TINY: dict[str, Any] = {
+    "pattern": "M*-M-M*-", "vocab": 512, "hidden": 64, "mlp": 128, "attn_heads": 4, "kv_heads": 2,
+    "head_dim": 16, "mamba_heads": 8, "state": 16, "groups": 2, "chunk": 64,
+    "vision_width": 32, "vision_layers": 2, "vision_heads": 2, "max_img_size": 512,
 }
-"""A reduced shape to smoke-test this script on a CPU (``--smoke``); not a Holotron measurement."""
+"""A tiny shape for CPU smoke runs (``holodesk bench --tiny``, this script's ``--smoke``); not a Holotron
+measurement."""
+
+STAND_IN_IDS = {"image": 8, "bos": 1, "eos": 2, "pad": 0}
+"""Special-token ids for random-weight runs without a tokenizer (any ids inside the vocabulary work)."""
 
 
 def full_size_config(
     image_token_id: int, eos_id: int, bos_id: int, pad_id: int, dims: dict[str, Any] = FULL
 ) -> dict[str, Any]:
-    """Remote-style config.json with Holotron-12B's dimensions (docs/holotron.md; values marked
-    assumed there are the Nemotron-H defaults: 128 x 80 Mamba heads, state 128, 8 groups, conv 4,
+    """Remote-style config.json with the dimensions ``dims`` (default Holotron-12B, docs/holotron.md; values
+    marked assumed there are the Nemotron-H defaults: 128 x 80 Mamba heads, state 128, 8 groups, conv 4,
     chunk 128, vocab 131072, 8 vision prefix tokens)."""
     pattern = dims["pattern"]
     return {
@@ -57,14 +66,14 @@ def full_size_config(
         "max_num_tiles": 12,
         "use_thumbnail": True,
         "projector_hidden_size": 4 * dims["hidden"],
-        "vit_hidden_size": 1280,
+        "vit_hidden_size": dims["vision_width"],
         "torch_dtype": "bfloat16",
         "norm_mean": [0.48145466, 0.4578275, 0.40821073],
         "norm_std": [0.26862954, 0.26130258, 0.27577711],
         "llm_config": {
             "model_type": "nemotron_h",
             "architectures": ["NemotronHForCausalLM"],
-            "vocab_size": 131072,
+            "vocab_size": dims["vocab"],
             "hidden_size": dims["hidden"],
             "hybrid_override_pattern": pattern,
             "num_hidden_layers": len(pattern),
@@ -72,14 +81,14 @@ def full_size_config(
             "mlp_hidden_act": "relu2",
             "num_attention_heads": dims["attn_heads"],
             "num_key_value_heads": dims["kv_heads"],
-            "head_dim": 128,
+            "head_dim": dims["head_dim"],
             "mamba_num_heads": dims["mamba_heads"],
             "mamba_head_dim": 2 * dims["hidden"] // dims["mamba_heads"],
-            "ssm_state_size": 128,
-            "n_groups": 8,
+            "ssm_state_size": dims["state"],
+            "n_groups": dims["groups"],
             "conv_kernel": 4,
             "expand": 2,
-            "chunk_size": 128,
+            "chunk_size": dims["chunk"],
             "layer_norm_epsilon": 1e-5,
             "tie_word_embeddings": False,
             "bos_token_id": bos_id,
@@ -89,30 +98,72 @@ def full_size_config(
         "vision_config": {
             "model_type": "radio",
             "patch_size": 16,
-            "max_resolution": 2048,
-            "args": {"model": "vit_huge_patch16_224", "num_heads": 16},
+            "max_resolution": dims["max_img_size"],
+            "args": {"model": "vit_huge_patch16_224", "num_heads": dims["vision_heads"]},
         },
     }
 
 
 def full_size_shapes(
-    config: dict[str, Any], num_prefix_tokens: int = 8, vision_layers: int = 32
+    config: dict[str, Any], dims: dict[str, Any] = FULL, num_prefix_tokens: int = 8
 ) -> dict[str, tuple[int, ...]]:
-    """The published tensor shapes the loader reads (RADIO ViT-H/16, mlp1, Nemotron-H embeddings)."""
+    """The published tensor shapes the loader reads (RADIO ViT-H/16, mlp1, Nemotron-H embeddings) for a
+    :func:`full_size_config` of ``dims`` (vision depth and CPE table size are not stated by config.json)."""
     v = "vision_model.radio_model."
+    width = int(config["vit_hidden_size"])
+    patch = int(config["patch_size"])
+    side = dims["max_img_size"] // patch  # CPE table: side x side patches
+    shuffled = round(width / float(config["downsample_ratio"]) ** 2)  # mlp1 input after pixel shuffle
     shapes: dict[str, tuple[int, ...]] = {
-        v + "model.patch_generator.cls_token.token": (num_prefix_tokens, 1280),
-        v + "model.patch_generator.pos_embed": (1, 128 * 128, 1280),
-        v + "model.patch_generator.embedder.weight": (1280, 3 * 16 * 16),
+        v + "model.patch_generator.cls_token.token": (num_prefix_tokens, width),
+        v + "model.patch_generator.pos_embed": (1, side * side, width),
+        v + "model.patch_generator.embedder.weight": (width, 3 * patch * patch),
         v + "summary_idxs": (2,),
-        "mlp1.1.weight": (int(config["projector_hidden_size"]), 5120),
-        "language_model.backbone.embeddings.weight": (131072, int(config["llm_config"]["hidden_size"])),
+        "mlp1.1.weight": (int(config["projector_hidden_size"]), shuffled),
+        "language_model.backbone.embeddings.weight": (
+            int(config["llm_config"]["vocab_size"]), int(config["llm_config"]["hidden_size"])
+        ),
     }
-    for i in range(vision_layers):
-        shapes[f"{v}model.blocks.{i}.attn.qkv.weight"] = (3 * 1280, 1280)
-        shapes[f"{v}model.blocks.{i}.attn.qkv.bias"] = (3 * 1280,)
-        shapes[f"{v}model.blocks.{i}.mlp.fc1.weight"] = (5120, 1280)
+    for i in range(dims["vision_layers"]):
+        shapes[f"{v}model.blocks.{i}.attn.qkv.weight"] = (3 * width, width)
+        shapes[f"{v}model.blocks.{i}.attn.qkv.bias"] = (3 * width,)
+        shapes[f"{v}model.blocks.{i}.mlp.fc1.weight"] = (4 * width, width)
     return shapes
+
+
+class RandomConfig(NamedTuple):
+    """:func:`random_config`'s result: the translated native config, the checkpoint facts it came from
+    (``info.image_token_id`` is ``<image>``), and the remote-style config.json."""
+
+    config: Any
+    info: CheckpointInfo
+    raw: dict[str, Any]
+
+
+def random_config(
+    dims: dict[str, Any] = FULL,
+    pattern: str | None = None,
+    *,
+    ids: dict[str, int] | None = None,
+    folder: Path | None = None,
+    attn_implementation: str | None = "sdpa",
+) -> RandomConfig:
+    """``NemotronH_Omni_Reasoning_V3_Config`` for ``dims`` through the loader's own translation
+    (:func:`checkpoint_info` + :func:`translate_config`) of the config.json and tensor shapes a checkpoint
+    of that size would have. No file is read or written.
+
+    Args:
+        dims: :data:`FULL`, :data:`TINY` or a dict with the same keys.
+        pattern: LM block pattern replacing ``dims["pattern"]`` (reduced depth; the layer count follows).
+        ids: ``image``/``bos``/``eos``/``pad`` token ids (default :data:`STAND_IN_IDS`).
+        folder: recorded as ``info.folder`` (nothing is read from it).
+    """
+    if pattern:
+        dims = {**dims, "pattern": pattern}
+    t = {**STAND_IN_IDS, **(ids or {})}
+    raw = full_size_config(t["image"], t["eos"], t["bos"], t["pad"], dims)
+    info = checkpoint_info(folder or Path("random-weights"), raw, (), full_size_shapes(raw, dims))
+    return RandomConfig(translate_config(info, attn_implementation=attn_implementation), info, raw)
 
 
 def _gib(n: float) -> float:
@@ -130,7 +181,6 @@ def build_random(
     import torch
     from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3
 
-    from holodesk.policy.holotron.checkpoint import checkpoint_info, translate_config
     from holodesk.policy.holotron.kernels import kernel_report, prepare_kernels
     from holodesk.policy.holotron.loader import LoadedHolotron, load_tokenizer
     from holodesk.policy.holotron.tiny import write_tiny_checkpoint
@@ -140,11 +190,10 @@ def build_random(
     tiny = write_tiny_checkpoint(work / "tokenizer-source", shards=1)
     tokenizer = load_tokenizer(tiny)
     vocab = tokenizer.get_vocab()
-    raw = full_size_config(vocab["<image>"], vocab["<SPECIAL_12>"], vocab["<s>"], vocab["<pad>"], dims)
+    ids = {"image": vocab["<image>"], "eos": vocab["<SPECIAL_12>"], "bos": vocab["<s>"], "pad": vocab["<pad>"]}
+    config, info, raw = random_config(dims, ids=ids, folder=work)
     (work / "config.json").write_text(json.dumps(raw, indent=2))
-    info = checkpoint_info(work, raw, (), full_size_shapes(raw, vision_layers=dims["vision_layers"]))
     cuda = device.startswith("cuda")
-    config = translate_config(info, attn_implementation="sdpa")
 
     torch.manual_seed(seed)
     if cuda:
@@ -223,7 +272,7 @@ def run_check(args: argparse.Namespace) -> dict[str, Any]:
     def peak_over(base: int) -> float | None:
         return _gib(torch.cuda.max_memory_allocated() - base) if cuda else None
 
-    loaded, facts = build_random(device=device, seed=args.seed, dims=SMOKE if args.smoke else FULL)
+    loaded, facts = build_random(device=device, seed=args.seed, dims=TINY if args.smoke else FULL)
     results["build"] = facts
     results["kernels"] = loaded.kernels
     print("kernels:", loaded.kernels["summary"], flush=True)
