@@ -78,8 +78,18 @@ def _torch() -> dict[str, Any]:
 
 def _kernels() -> dict[str, Any]:
     from holodesk.policy.holotron import kernel_report
+    from holodesk.policy.holotron.engine import planned_decoder
+    from holodesk.settings import load_settings
 
-    return dict(kernel_report())
+    s = load_settings()
+    report = dict(kernel_report())
+    cuda = False
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        cuda = bool(torch.cuda.is_available())
+    report["decoder"] = planned_decoder(s.decoder, cuda=cuda, precision=s.precision)
+    return report
 
 
 def _endpoint() -> dict[str, Any]:

@@ -66,6 +66,12 @@ class Settings(BaseSettings):
         description="Weights of the local model: bf16 (about 25 GB of GPU memory), 8bit or 4bit "
         "(bitsandbytes; smaller, slightly less accurate).",
     )
+    decoder: Literal["static", "stock"] = Field(
+        "static",
+        description="Local model: 'static' keeps the decoder state in memory reserved at load, reuses the "
+        "part of the prompt shared with the previous step and replays each token as a CUDA graph (fast); "
+        "'stock' uses transformers' own generation loop (slower; for comparison or troubleshooting).",
+    )
     endpoint: str = Field(
         "",
         description="Base URL of an OpenAI-compatible server, e.g. http://gpu-box:8000/v1. Its API key is "

@@ -67,6 +67,7 @@ def build_policy(settings: Settings, *, script: Path | None = None, progress: An
             progress=progress,
             max_new_tokens=settings.max_reply_tokens,
             max_string_chars=settings.max_string_chars,
+            decoder=settings.decoder,
         )
     raise SettingsError(f"unknown policy {settings.policy!r}")
 

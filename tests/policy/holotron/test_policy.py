@@ -65,37 +65,50 @@ def test_unconstrained_garbage_raises_with_raw_text(tiny_loaded) -> None:  # typ
     assert err.value.raw_text
 
 
-def test_oom_retries_with_fewer_images(policy: HolotronPolicy, monkeypatch: pytest.MonkeyPatch) -> None:
+def _fail_first_calls(monkeypatch: pytest.MonkeyPatch, policy: HolotronPolicy, failures: int) -> list[int]:
+    """Make the decoder's prefill raise CUDA out-of-memory for its first ``failures`` calls (a fake: the
+    CPU cannot run out of GPU memory). Returns the list that counts the calls."""
     from holodesk.policy.holotron import runtime
 
-    real = runtime.generate
     seen: list[int] = []
+    if policy.engine is None:
+        real = runtime.generate
+        target: object = runtime
+        name = "generate"
+    else:
+        real = policy.engine.static.prefill
+        target = policy.engine.static
+        name = "prefill"
 
-    def flaky(loaded, embeds, **kw):  # type: ignore[no-untyped-def]
-        seen.append(int((torch.tensor(0)).item()))
-        if len(seen) == 1:
+    def flaky(*args, **kw):  # type: ignore[no-untyped-def]
+        seen.append(1)
+        if len(seen) <= failures:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 147.00 GiB")
-        return real(loaded, embeds, **kw)
+        return real(*args, **kw)
 
-    monkeypatch.setattr(runtime, "generate", flaky)
+    monkeypatch.setattr(target, name, flaky)
+    return seen
+
+
+@pytest.mark.parametrize("decoder", ["static", "stock"])
+def test_oom_retries_with_fewer_images(tiny_loaded, decoder: str, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    policy = HolotronPolicy(tiny_loaded, max_new_tokens=256, max_string_chars=16, decoder=decoder)
+    seen = _fail_first_calls(monkeypatch, policy, 1)
     history = tuple(
         HistoryStep(index=i, frame=_frame(640, 400, i), action=None, outcome="performed") for i in range(3)
     )
     proposal = policy.propose(Observation(task="t", frame=_frame(640, 400, 9), history=history))
     assert len(seen) == 2
     assert proposal.extra["max_images_used"] == 2 and proposal.extra["images"] == 2
+    assert proposal.extra["decoder"] == decoder
     assert "retried with 2" in proposal.extra["warnings"][0]
     assert proposal.notices == tuple(proposal.extra["warnings"])  # told to the user (F21)
 
 
-def test_oom_with_one_image_is_policy_error(tiny_loaded, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    from holodesk.policy.holotron import runtime
-
-    def boom(*a, **k):  # type: ignore[no-untyped-def]
-        raise torch.OutOfMemoryError("CUDA out of memory")
-
-    monkeypatch.setattr(runtime, "generate", boom)
-    policy = HolotronPolicy(tiny_loaded, max_images=1, max_string_chars=16)
+@pytest.mark.parametrize("decoder", ["static", "stock"])
+def test_oom_with_one_image_is_policy_error(tiny_loaded, decoder: str, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    policy = HolotronPolicy(tiny_loaded, max_images=1, max_string_chars=16, decoder=decoder)
+    _fail_first_calls(monkeypatch, policy, 99)
     with pytest.raises(PolicyError, match="out of memory"):
         policy.propose(Observation(task="t", frame=_frame(512, 512)))
 

@@ -12,7 +12,13 @@ from holodesk.errors import PolicyError, PolicyOutputError
 from holodesk.policy.base import Observation, Proposal
 from holodesk.policy.holotron.checkpoint import ProgressFn
 from holodesk.policy.holotron.loader import LoadedHolotron, load_holotron
-from holodesk.policy.holotron.prompt import flatten_messages, render_chat, tokenize_prompt
+from holodesk.policy.holotron.prompt import (
+    flatten_messages,
+    neutralize_special_tokens,
+    render_chat,
+    special_token_strings,
+    tokenize_prompt,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +43,21 @@ def _free_cuda_memory() -> None:
         torch.cuda.empty_cache()
 
 
+def runtime_image_counts(ids: list[int], image_token_id: int) -> list[int]:
+    """Lengths of the runs of ``image_token_id`` in ``ids`` (image tokens per image, prompt order)."""
+    counts: list[int] = []
+    run = 0
+    for token in ids:
+        if token == image_token_id:
+            run += 1
+        elif run:
+            counts.append(run)
+            run = 0
+    if run:
+        counts.append(run)
+    return counts
+
+
 class HolotronPolicy:
     """Holotron-12B run in this process with transformers' native classes (no remote code).
 
@@ -45,10 +66,19 @@ class HolotronPolicy:
     vision tower + projector encode the tiles, the LM prefills and decodes greedily, constrained to the
     protocol's JSON schema unless ``constrained=False``, and the reply is parsed by the protocol.
 
+    Decoders: ``"static"`` (default) runs each step through
+    :class:`~holodesk.policy.holotron.engine.StaticEngine`: preallocated decoder state, decode replayed
+    as CUDA graphs captured when the policy is built, and the part of the prompt shared with the previous
+    step (everything up to the previous screenshot while no screenshot leaves the window) taken from the
+    state instead of recomputed. ``"stock"`` uses transformers' forward and cache for every step (slower;
+    for comparison and troubleshooting). A prompt too long for the static cache runs on the stock decoder
+    and the user is told.
+
     Attributes:
         name: ``"holotron-local"``.
         loaded: the model, tokenizer and checkpoint facts.
         protocol: the action protocol (``holodesk.policy.protocol.ActionProtocol``).
+        engine: the static decoder, or None with ``decoder="stock"``.
     """
 
     name = "holotron-local"
@@ -64,11 +94,14 @@ class HolotronPolicy:
         max_new_tokens: int = 1024,
         max_think_tokens: int = 1024,
         max_string_chars: int | None = None,
+        decoder: str = "static",
     ) -> None:
         from holodesk.policy.protocol import get_protocol
 
         if max_images < 1:
             raise PolicyError(f"max_images must be >= 1, got {max_images}")
+        if decoder not in ("static", "stock"):
+            raise PolicyError(f"decoder must be 'static' or 'stock', got {decoder!r}")
         self.loaded = loaded
         self.protocol = get_protocol(protocol)
         self.reasoning = reasoning
@@ -78,7 +111,17 @@ class HolotronPolicy:
         self.max_think_tokens = max_think_tokens
         self.max_string_chars = max_string_chars
         self._constraint: Any = None
+        self._specials: list[str] | None = None
         self._closed = False
+        self.decoder = decoder
+        self.engine: Any = None
+        if decoder == "static":
+            from holodesk.policy.holotron.engine import StaticEngine, static_cache_tokens
+
+            max_len = static_cache_tokens(loaded, max_images=max_images, max_new_tokens=max_new_tokens,
+                                          max_think_tokens=max_think_tokens, reasoning=reasoning)
+            self.engine = StaticEngine(loaded, max_len=max_len)
+            log.info("Holotron static decoder: %s", self.engine.describe())
 
     @classmethod
     def load(
@@ -97,6 +140,7 @@ class HolotronPolicy:
         max_think_tokens: int = 1024,
         max_string_chars: int | None = None,
         attn_implementation: str | None = "sdpa",
+        decoder: str = "static",
     ) -> HolotronPolicy:
         """Load a checkpoint folder or hub repo id and return a ready policy.
 
@@ -114,6 +158,7 @@ class HolotronPolicy:
             max_string_chars: when set, every JSON string in a constrained reply is capped at this
                 many characters, so a wandering model still closes its object within the budget.
             attn_implementation: transformers attention backend.
+            decoder: ``"static"`` (graphs and kernels are prepared here, at load) or ``"stock"``.
         Raises:
             ModelLoadError: see :func:`~holodesk.policy.holotron.loader.load_holotron`.
         """
@@ -134,6 +179,7 @@ class HolotronPolicy:
             max_new_tokens=max_new_tokens,
             max_think_tokens=max_think_tokens,
             max_string_chars=max_string_chars,
+            decoder=decoder,
         )
         if constrained:
             policy._get_constraint()  # compile the grammar at load time, not in the first step
@@ -161,6 +207,9 @@ class HolotronPolicy:
 
         messages = self.protocol.build_messages(observation, max_images=max_images, reasoning=self.reasoning)
         text_messages, frames = flatten_messages(messages)
+        if self._specials is None:
+            self._specials = special_token_strings(self.loaded.tokenizer)
+        text_messages = neutralize_special_tokens(text_messages, self._specials)
         prompt_text, template = render_chat(self.loaded.tokenizer, text_messages)
         info = self.loaded.info
         counts = [
@@ -180,19 +229,58 @@ class HolotronPolicy:
         )
         return {"input_ids": input_ids, "frames": frames, "template": template, "prompt_text": prompt_text}
 
-    def _attempt(self, observation: Observation, max_images: int) -> tuple[Any, dict[str, Any], dict[str, float]]:
+    def _attempt(
+        self, observation: Observation, max_images: int, notices: list[str]
+    ) -> tuple[Any, dict[str, Any], dict[str, float]]:
         from holodesk.policy.holotron import runtime
 
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
         prepared = self.prepare(observation, max_images=max_images)
-        tiles, grids, tile_counts = runtime.tile_images(self.loaded, [f.pixels for f in prepared["frames"]])
+        ids, frames = prepared["input_ids"], prepared["frames"]
+        details: dict[str, Any] = {"images": len(frames), "template": prepared["template"]}
+        info = self.loaded.info
+        from holodesk.policy.holotron.tiling import tile_grid
+
+        details["grids"] = [tile_grid(f.width, f.height, info.max_tiles, tile_size=info.tile_size) for f in frames]
+        details["image_tokens"] = sum(1 for t in ids if t == self.loaded.image_token_id)
+        details["tiles"] = [
+            n // info.tokens_per_tile for n in runtime_image_counts(ids, self.loaded.image_token_id)
+        ]
+        reply_budget = self.max_new_tokens + (self.max_think_tokens if self.reasoning else 0)
+        constraint = self._get_constraint() if self.constrained else None
+        engine = self.engine
+        if engine is not None and not engine.fits(len(ids), reply_budget):
+            message = (
+                f"the prompt ({len(ids)} tokens) is longer than the static decoder's cache "
+                f"({engine.static.max_len}); this step used the slower stock decoder"
+            )
+            log.warning("Holotron: %s", message)
+            notices.append(message)
+            engine = None
+        if engine is not None:
+            prompt_ms = (time.perf_counter() - t0) * 1000.0
+            # Keep the state at the end of the current screenshot when the next step's prompt will
+            # still start with this one up to there (no older screenshot leaves the window).
+            snapshot_at = []
+            if len(frames) < max_images and self.loaded.img_end_id in ids:
+                snapshot_at = [len(ids) - ids[::-1].index(self.loaded.img_end_id)]
+            generation, engine_details = engine.run(
+                ids, [f.pixels for f in frames], snapshot_at=snapshot_at, max_new_tokens=self.max_new_tokens,
+                constraint=constraint, reasoning=self.reasoning, max_think_tokens=self.max_think_tokens,
+            )
+            timings.update(generation.timings_ms)
+            timings["preprocess"] = timings.get("preprocess", 0.0) + prompt_ms
+            details.update(engine_details)
+            details["decoder"] = "static"
+            return generation, details, timings
+        tiles, _grids, _counts = runtime.tile_images(self.loaded, [f.pixels for f in frames])
         timings["preprocess"] = (time.perf_counter() - t0) * 1000.0
         runtime._sync(self.loaded.device)
         t1 = time.perf_counter()
         image_embeds = runtime.encode_tiles(self.loaded, tiles)
         del tiles
-        embeds = runtime.embed_prompt(self.loaded, prepared["input_ids"], image_embeds)
+        embeds = runtime.embed_prompt(self.loaded, ids, image_embeds)
         del image_embeds
         runtime._sync(self.loaded.device)
         timings["vision"] = (time.perf_counter() - t1) * 1000.0
@@ -200,18 +288,12 @@ class HolotronPolicy:
             self.loaded,
             embeds,
             max_new_tokens=self.max_new_tokens,
-            constraint=self._get_constraint() if self.constrained else None,
+            constraint=constraint,
             reasoning=self.reasoning,
             max_think_tokens=self.max_think_tokens,
         )
         timings.update(generation.timings_ms)
-        details = {
-            "images": len(prepared["frames"]),
-            "grids": grids,
-            "tiles": tile_counts,
-            "image_tokens": sum(c * self.loaded.info.tokens_per_tile for c in tile_counts),
-            "template": prepared["template"],
-        }
+        details["decoder"] = "stock"
         return generation, details, timings
 
     def propose(self, observation: Observation) -> Proposal:
@@ -234,7 +316,7 @@ class HolotronPolicy:
         images = self.max_images
         while True:
             try:
-                generation, details, timings = self._attempt(observation, images)
+                generation, details, timings = self._attempt(observation, images, warnings)
                 break
             except (PolicyError, PolicyOutputError):
                 raise
@@ -288,8 +370,11 @@ class HolotronPolicy:
         )
 
     def kernel_report(self) -> dict[str, Any]:
-        """The kernel report taken at load time (see :func:`holodesk.policy.holotron.kernel_report`)."""
-        return dict(self.loaded.kernels)
+        """The kernel report taken at load time (see :func:`holodesk.policy.holotron.kernel_report`), with
+        the decoder in use under ``"decoder"`` (:meth:`StaticEngine.describe`, or ``{"decoder": "stock"}``)."""
+        report = dict(self.loaded.kernels)
+        report["decoder"] = self.engine.describe() if self.engine is not None else {"decoder": "stock"}
+        return report
 
     def close(self) -> None:
         """Drop the model and free GPU memory. Idempotent."""
@@ -297,6 +382,7 @@ class HolotronPolicy:
             return
         self._closed = True
         self._constraint = None
+        self.engine = None
         with contextlib.suppress(AttributeError):
             del self.loaded.model
         with contextlib.suppress(ImportError):

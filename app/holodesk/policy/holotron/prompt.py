@@ -105,6 +105,35 @@ def fallback_chat(messages: Sequence[dict[str, str]], *, add_generation_prompt: 
     return "".join(parts)
 
 
+def special_token_strings(tokenizer: Any) -> list[str]:
+    """Every special or added control token of ``tokenizer`` as text (``<image>``, ``</think>``, ...),
+    longest first."""
+    found = set(getattr(tokenizer, "all_special_tokens", ()) or ())
+    for entry in (getattr(tokenizer, "added_tokens_decoder", {}) or {}).values():
+        if getattr(entry, "special", False):
+            found.add(str(entry.content))
+    return sorted((t for t in found if t), key=len, reverse=True)
+
+
+def neutralize_special_tokens(messages: Sequence[dict[str, str]], specials: Sequence[str]) -> list[dict[str, str]]:
+    """Copies of ``messages`` where any special-token text inside the content is broken up with a zero-width
+    space after its first character, so that it is tokenized as ordinary text.
+
+    Why: the content is user and model text (the task, earlier replies, notes). Rendered into the chat
+    text and tokenized, a literal ``<image>`` there would become an image token (and the prompt would
+    hold more image slots than images), ``</think>`` would end a thought, ``<SPECIAL_12>`` a turn.
+    Only the chat template may place special tokens. The image sentinel is left alone.
+    """
+    out = []
+    for message in messages:
+        content = message["content"]
+        for token in specials:
+            if token in content and token != IMAGE_SENTINEL:
+                content = content.replace(token, token[0] + "\u200b" + token[1:])
+        out.append({**message, "content": content})
+    return out
+
+
 def render_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> tuple[str, str]:
     """Render plain-text messages with the tokenizer's chat template, or the fallback.
 

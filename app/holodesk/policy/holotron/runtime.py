@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -266,6 +266,62 @@ class Generation:
     timings_ms: dict[str, float] = field(default_factory=dict)
 
 
+def decode_loop(
+    loaded: LoadedHolotron,
+    first_logits: torch.Tensor,
+    step: Callable[[int], torch.Tensor],
+    *,
+    max_new_tokens: int,
+    constraint: Constraint | None,
+    reasoning: bool,
+    max_think_tokens: int,
+) -> tuple[list[int], str]:
+    """Greedy token choice shared by every decoder: thinking, the grammar mask, stop rules.
+
+    Args:
+        first_logits: float ``(vocab,)`` logits after the prompt (modified in place by the mask).
+        step: ``step(token)`` feeds one chosen token to the decoder and returns the next float
+            ``(vocab,)`` logits (may be a buffer the next call overwrites). It is not called for the
+            stop token. The grammar's bitmask for the next token is filled on the CPU while the
+            decoder's kernels for ``step`` still run on the GPU (``step`` must not synchronise).
+    Returns:
+        (generated ids without the stop token, stop reason ``"eos"`` | ``"max_new_tokens"`` |
+        ``"grammar"``).
+    """
+    import torch
+
+    eos = set(loaded.eos_ids)
+    thinking = reasoning and loaded.think_end_id is not None
+    if constraint is not None:
+        constraint.start()
+    tokens: list[int] = []
+    logits = first_logits
+    think_tokens = 0
+    for _ in range(max_new_tokens):
+        if thinking and think_tokens >= max_think_tokens:
+            token = int(loaded.think_end_id)  # type: ignore[arg-type]
+        else:
+            if constraint is not None and not thinking:
+                constraint.mask(logits)
+            token = int(torch.argmax(logits).item())
+        if thinking:
+            think_tokens += 1
+            if token == loaded.think_end_id:
+                thinking = False
+            elif token in eos:
+                return tokens, "eos"
+        elif constraint is not None:
+            if not constraint.accept(token):
+                return tokens, "grammar"
+            if token in eos or constraint.finished():
+                return tokens, "eos"
+        elif token in eos:
+            return tokens, "eos"
+        tokens.append(token)
+        logits = step(token)
+    return tokens, "max_new_tokens"
+
+
 def generate(
     loaded: LoadedHolotron,
     embeds: torch.Tensor,
@@ -275,11 +331,11 @@ def generate(
     reasoning: bool = False,
     max_think_tokens: int = 1024,
 ) -> Generation:
-    """Greedy decoding from prompt embeddings, stopping at an end-of-turn token.
+    """Greedy decoding with transformers' own forward and cache (the ``stock`` decoder).
 
     With ``constraint`` the reply is forced to match the JSON schema; with ``reasoning`` the model
     first thinks freely until ``</think>`` (forced after ``max_think_tokens``) and only the part after
-    it is constrained.
+    it is constrained (:func:`decode_loop`).
 
     Args:
         embeds: ``(1, prompt_len, hidden)`` from :func:`embed_prompt`.
@@ -291,53 +347,28 @@ def generate(
     import torch
 
     model = loaded.model.language_model
-    eos = set(loaded.eos_ids)
     device = loaded.device
     timings: dict[str, float] = {}
-    thinking = reasoning and loaded.think_end_id is not None
-    if constraint is not None:
-        constraint.start()
-    tokens: list[int] = []
-    stop_reason = "max_new_tokens"
     with torch.inference_mode():
         _sync(device)
         t0 = time.perf_counter()
         out = model(inputs_embeds=embeds, use_cache=True, logits_to_keep=1)
-        cache = out.past_key_values
+        state = {"cache": out.past_key_values}
         logits = out.logits[0, -1].float()
         _sync(device)
         t1 = time.perf_counter()
         timings["prefill"] = (t1 - t0) * 1000.0
-        think_tokens = 0
-        for _ in range(max_new_tokens):
-            if thinking and think_tokens >= max_think_tokens:
-                token = int(loaded.think_end_id)  # type: ignore[arg-type]
-            else:
-                if constraint is not None and not thinking:
-                    constraint.mask(logits)
-                token = int(torch.argmax(logits).item())
-            if thinking:
-                think_tokens += 1
-                if token == loaded.think_end_id:
-                    thinking = False
-                elif token in eos:
-                    stop_reason = "eos"
-                    break
-            elif constraint is not None:
-                if not constraint.accept(token):
-                    stop_reason = "grammar"
-                    break
-                if token in eos or constraint.finished():
-                    stop_reason = "eos"
-                    break
-            elif token in eos:
-                stop_reason = "eos"
-                break
-            tokens.append(token)
-            step = torch.tensor([[token]], dtype=torch.long, device=device)
-            out = model(input_ids=step, past_key_values=cache, use_cache=True, logits_to_keep=1)
-            cache = out.past_key_values
-            logits = out.logits[0, -1].float()
+
+        def step(token: int) -> torch.Tensor:
+            ids = torch.tensor([[token]], dtype=torch.long, device=device)
+            nxt = model(input_ids=ids, past_key_values=state["cache"], use_cache=True, logits_to_keep=1)
+            state["cache"] = nxt.past_key_values
+            return nxt.logits[0, -1].float()
+
+        tokens, stop_reason = decode_loop(
+            loaded, logits, step, max_new_tokens=max_new_tokens, constraint=constraint, reasoning=reasoning,
+            max_think_tokens=max_think_tokens,
+        )
         _sync(device)
         timings["decode"] = (time.perf_counter() - t1) * 1000.0
     text = loaded.tokenizer.decode(tokens, skip_special_tokens=False)

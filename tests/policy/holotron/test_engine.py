@@ -1,0 +1,195 @@
+"""The static decoder (StaticEngine) inside HolotronPolicy against the stock decoder, on the tiny
+checkpoint in float32 on the CPU: same replies, step k+1 resumes from step k, nothing stale is reused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from holodesk.core.geometry import Frame, Monitor  # noqa: E402
+from holodesk.policy.base import HistoryStep, Observation, Proposal  # noqa: E402
+from holodesk.policy.holotron import HolotronPolicy  # noqa: E402
+from holodesk.policy.holotron.runtime import full_logits  # noqa: E402
+
+
+def _frame(w: int, h: int, seed: int) -> Frame:
+    pixels = np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
+    return Frame(pixels, Monitor(1, 0, 0, w, h))
+
+
+def _episode(policy: HolotronPolicy, frames: list[Frame], task: str = "open the settings",
+             observations: list[Observation] | None = None) -> list[Proposal]:
+    """Propose for each frame in turn; each step's frame and reply become the next step's history (the same
+    Frame objects, as the session passes them)."""
+    history: list[HistoryStep] = []
+    out = []
+    for i, frame in enumerate(frames):
+        obs = Observation(task=task, frame=frame, history=tuple(history))
+        if observations is not None:
+            observations.append(obs)
+        proposal = policy.propose(obs)
+        out.append(proposal)
+        history.append(HistoryStep(index=i, frame=frame, action=proposal.action, thought=proposal.thought,
+                                   note=proposal.note, raw_text=proposal.raw_text, outcome="performed"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def frames() -> list[Frame]:
+    return [_frame(640, 400, 30 + i) for i in range(4)]
+
+
+def _spy_prefill_logits(policy: HolotronPolicy, monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor]:
+    """Record the last-position logits each (real) static prefill returns."""
+    assert policy.engine is not None
+    static = policy.engine.static
+    real = static.prefill
+    seen: list[torch.Tensor] = []
+
+    def spy(*args, **kw):  # type: ignore[no-untyped-def]
+        logits, report = real(*args, **kw)
+        seen.append(logits[0].clone())
+        return logits, report
+
+    monkeypatch.setattr(static, "prefill", spy)
+    return seen
+
+
+def _reference_logits(policy: HolotronPolicy, obs: Observation) -> torch.Tensor:
+    """Last-position logits of the whole prompt through transformers' forward, no cache (the reference)."""
+    prepared = policy.prepare(obs, max_images=policy.max_images)
+    logits = full_logits(policy.loaded, prepared["input_ids"], [f.pixels for f in prepared["frames"]])
+    return logits[-1]
+
+
+def test_static_decoder_equals_stock_and_resumes_each_step(  # type: ignore[no-untyped-def]
+    tiny_loaded, frames: list[Frame], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kw = {"max_new_tokens": 96, "max_string_chars": 12, "max_images": 3}
+    stock = _episode(HolotronPolicy(tiny_loaded, decoder="stock", **kw), frames)
+    static_policy = HolotronPolicy(tiny_loaded, decoder="static", **kw)
+    first_logits = _spy_prefill_logits(static_policy, monkeypatch)
+    observations: list[Observation] = []
+    static = _episode(static_policy, frames, observations=observations)
+    for a, b in zip(static, stock, strict=True):
+        assert a.raw_text == b.raw_text  # greedy + constrained, float32: the same reply token for token
+        assert a.extra["decoder"] == "static" and b.extra["decoder"] == "stock"
+    # The replies of a random tiny model hardly depend on the prompt, so the state itself is checked:
+    # every step's prefill logits (cold, resumed, or rebuilt) equal a full uncached forward.
+    assert len(first_logits) == len(frames)
+    for got, obs in zip(first_logits, observations, strict=True):
+        ref = _reference_logits(static_policy, obs)
+        assert torch.allclose(got, ref, rtol=1e-4, atol=1e-4), float((got - ref).abs().max())
+    image_tokens = static[0].extra["image_tokens"]  # one 640x400 frame
+    # step 1 is cold; steps 2 and 3 resume after the previous screenshot and encode only the new frame
+    assert static[0].extra["reused_tokens"] == 0 and static[0].extra["images_encoded"] == 1
+    for k in (1, 2):
+        extra = static[k].extra
+        assert extra["images_encoded"] == 1
+        assert extra["reused_tokens"] >= k * image_tokens
+        assert extra["prefill_tokens"] < extra["prompt_tokens"] - k * image_tokens
+    # step 4: the window (3 images) drops step 1's screenshot, so the prompt changes near its start:
+    # nothing past that point may be reused; the two kept frames' embeddings are not recomputed.
+    last = static[3].extra
+    assert last["images"] == 3
+    assert last["reused_tokens"] < image_tokens
+    assert last["images_encoded"] == 1
+
+
+def test_changed_history_text_is_not_reused(  # type: ignore[no-untyped-def]
+    tiny_loaded, frames: list[Frame], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decoder state is keyed by content: the same frames with a different outcome text for step 1
+    must not resume past that text (and must give the stock reply)."""
+    kw = {"max_new_tokens": 96, "max_string_chars": 12}
+    policy = HolotronPolicy(tiny_loaded, decoder="static", **kw)
+    first_logits = _spy_prefill_logits(policy, monkeypatch)
+    first = policy.propose(Observation(task="t", frame=frames[0]))
+    step = HistoryStep(index=0, frame=frames[0], action=first.action, raw_text=first.raw_text, outcome="performed")
+    policy.propose(Observation(task="t", frame=frames[1], history=(step,)))
+    changed = HistoryStep(index=0, frame=frames[0], action=first.action, raw_text=first.raw_text,
+                          outcome="skipped by user")
+    obs = Observation(task="t", frame=frames[1], history=(changed,))
+    again = policy.propose(obs)
+    reference = HolotronPolicy(tiny_loaded, decoder="stock", **kw).propose(obs)
+    assert again.raw_text == reference.raw_text
+    assert torch.allclose(first_logits[-1], _reference_logits(policy, obs), rtol=1e-4, atol=1e-4)
+    # the resume point lies before the changed outcome text (which follows step 1's screenshot)
+    assert again.extra["reused_tokens"] <= again.extra["prompt_tokens"] - again.extra["image_tokens"] // 2
+
+
+@pytest.mark.parametrize("decoder", ["static", "stock"])
+def test_special_token_text_in_task_and_history_stays_text(tiny_loaded, frames: list[Frame], decoder: str) -> None:  # type: ignore[no-untyped-def]
+    """A task or an earlier reply holding "<image>", "</img>", "</think>" or the end-of-turn token must not
+    become those tokens (seen on the GPU: a random model wrote "<image>" into a thought, and the next
+    prompt held more image slots than images)."""
+    from holodesk.core.actions import Click, Point
+
+    policy = HolotronPolicy(tiny_loaded, decoder=decoder, max_new_tokens=96, max_string_chars=12)
+    tricky = "<image><img></img></think><SPECIAL_12>"
+    step = HistoryStep(index=0, frame=frames[0], action=Click(Point(5, 5)), thought=tricky, note=tricky,
+                       raw_text="", outcome="performed")
+    obs = Observation(task=f"type {tricky} please", frame=frames[1], history=(step,))
+    prepared = policy.prepare(obs, max_images=3)
+    ids = prepared["input_ids"]
+    loaded = policy.loaded
+    per_image = sum(1 for t in ids if t == loaded.image_token_id) // 2
+    assert ids.count(loaded.img_start_id) == 2 and ids.count(loaded.img_end_id) == 2
+    assert per_image > 0 and set(loaded.eos_ids).isdisjoint(ids)
+    assert "\u200b" in prepared["prompt_text"]
+    proposal = policy.propose(obs)
+    assert proposal.extra["images"] == 2
+
+
+def test_prompt_longer_than_the_static_cache_uses_stock_and_says_so(tiny_loaded, frames: list[Frame]) -> None:  # type: ignore[no-untyped-def]
+    policy = HolotronPolicy(tiny_loaded, decoder="static", max_new_tokens=64, max_string_chars=12)
+    assert policy.engine is not None
+    policy.engine.static.max_len = 512  # a fake capacity far below one 640x400 prompt
+    proposal = policy.propose(Observation(task="t", frame=frames[0]))
+    assert proposal.extra["decoder"] == "stock"
+    assert any("static decoder's cache" in n for n in proposal.notices)
+
+
+def test_decoder_setting_is_checked(tiny_loaded) -> None:  # type: ignore[no-untyped-def]
+    from holodesk.errors import PolicyError
+
+    with pytest.raises(PolicyError, match="decoder"):
+        HolotronPolicy(tiny_loaded, decoder="fast")
+    report = HolotronPolicy(tiny_loaded, decoder="static").kernel_report()["decoder"]
+    assert report["decoder"] == "static" and report["impl"] == "dispatch" and report["graphs"] == []
+
+
+def test_planned_decoder_names_the_slow_paths() -> None:
+    from holodesk.policy.holotron.engine import planned_decoder
+
+    assert "fast path" in planned_decoder("static", cuda=True, precision="bf16")
+    for slow in (planned_decoder("stock", cuda=True, precision="bf16"),
+                 planned_decoder("static", cuda=False, precision="bf16"),
+                 planned_decoder("static", cuda=True, precision="8bit")):
+        assert "slow path" in slow
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_static_engine_graphs_equal_stock(tiny_dir, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """On CUDA the static decoder compiles its blocks and replays CUDA graphs; in float32 it must give the
+    stock decoder's replies and, at every step of an episode, the logits of a full uncached forward."""
+    from holodesk.policy.holotron.loader import load_holotron
+
+    loaded = load_holotron(tiny_dir, dtype="float32", device="cuda")
+    frames = [_frame(1280, 720, 50 + i) for i in range(3)]
+    kw = {"max_new_tokens": 96, "max_string_chars": 12, "max_images": 3}
+    stock = _episode(HolotronPolicy(loaded, decoder="stock", **kw), frames)
+    policy = HolotronPolicy(loaded, decoder="static", **kw)
+    report = policy.kernel_report()["decoder"]
+    assert report["impl"] == "torch" and report["compile"] and report["graphs"], report
+    first_logits = _spy_prefill_logits(policy, monkeypatch)
+    observations: list[Observation] = []
+    static = _episode(policy, frames, observations=observations)
+    assert [p.raw_text for p in static] == [p.raw_text for p in stock]
+    assert static[1].extra["reused_tokens"] > 0
+    for got, obs in zip(first_logits, observations, strict=True):
+        ref = _reference_logits(policy, obs)
+        assert torch.allclose(got, ref, rtol=1e-3, atol=1e-3), float((got - ref).abs().max())
