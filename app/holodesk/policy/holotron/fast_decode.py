@@ -50,6 +50,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from holodesk.policy.holotron.gemv import Gemv
+from holodesk.policy.holotron.gemv import linear as _lin
+
 _MAMBA, _ATTN, _MLP = "linear_attention", "full_attention", "mlp"
 
 
@@ -134,6 +137,8 @@ def mamba_step_torch(
     ssm_state: Any,
     dims: tuple[int, int, int, int, int, int],
     gnorm_eps: float,
+    in_how: Any = None,
+    out_how: Any = None,
 ) -> Any:
     """One Mamba-2 mixer decode step in plain torch ops (fusable by ``torch.compile``).
 
@@ -146,6 +151,8 @@ def mamba_step_torch(
         ssm_state: ``[B, nh, hd, n]`` float32 updated in place.
         dims: ``(I, C, nh, hd, groups, n)``: inner width, conv width, heads, head dim, groups, state size.
         gnorm_eps: epsilon of the gated RMSNorm (normalised per group of ``I / groups`` channels).
+        in_how, out_how: matrix-vector implementations for ``in_proj`` / ``out_proj``
+            (:meth:`holodesk.policy.holotron.gemv.Gemv.spec`; None = ``F.linear``).
     Returns:
         ``[B, H]`` mixer output, model dtype.
     """
@@ -155,7 +162,7 @@ def mamba_step_torch(
     inner, conv_dim, nh, hd, groups, n = dims
     bsz = x.shape[0]
     dtype = x.dtype
-    zxbcdt = F.linear(x, in_w)
+    zxbcdt = _lin(x, in_w, in_how)
     gate, xbc, dt = zxbcdt.split([inner, conv_dim, nh], dim=-1)
     window = torch.cat([conv_state[:, :, 1:], xbc.unsqueeze(-1).to(conv_state.dtype)], dim=-1)
     conv_state.copy_(window)
@@ -179,27 +186,28 @@ def mamba_step_torch(
     yg = y.view(bsz, groups, inner // groups)
     yg = yg * torch.rsqrt(yg.pow(2).mean(-1, keepdim=True) + gnorm_eps)
     y = gnorm_w * yg.view(bsz, inner).to(dtype)
-    return F.linear(y.to(dtype), out_w)
+    return _lin(y.to(dtype), out_w, out_how)
 
 
 def mamba_block_torch(
     h: Any, norm32: Any, eps: float, in_w: Any, conv_w: Any, conv_b: Any, dt_bias: Any, a_neg: Any, d_skip: Any,
     gnorm_w: Any, out_w: Any, conv_state: Any, ssm_state: Any, dims: tuple[int, int, int, int, int, int],
-    gnorm_eps: float,
+    gnorm_eps: float, in_how: Any = None, out_how: Any = None,
 ) -> Any:
     """``h + mamba(rmsnorm(h))`` for one token, ``h [B, H]`` (``NemotronHBlock`` with a Mamba-2 mixer)."""
     x = _rms_norm_f32(h, norm32, eps, h.dtype)
     return h + mamba_step_torch(x, in_w, conv_w, conv_b, dt_bias, a_neg, d_skip, gnorm_w, out_w, conv_state,
-                                ssm_state, dims, gnorm_eps)
+                                ssm_state, dims, gnorm_eps, in_how, out_how)
 
 
-def mlp_block_torch(h: Any, norm32: Any, eps: float, up_w: Any, down_w: Any) -> Any:
+def mlp_block_torch(h: Any, norm32: Any, eps: float, up_w: Any, down_w: Any, up_how: Any = None,
+                    down_how: Any = None) -> Any:
     """``h + down(relu(up(rmsnorm(h)))^2)`` (``NemotronHMLP``, activation ``relu2``), ``h [B, H]``."""
     import torch
     import torch.nn.functional as F
 
     x = _rms_norm_f32(h, norm32, eps, h.dtype)
-    return h + F.linear(torch.square(F.relu(F.linear(x, up_w))), down_w)
+    return h + _lin(torch.square(F.relu(_lin(x, up_w, up_how))), down_w, down_how)
 
 
 def qkv_torch(h: Any, norm32: Any, eps: float, q_w: Any, k_w: Any, v_w: Any, kvh: int, rep: int, hd: int
@@ -215,33 +223,28 @@ def qkv_torch(h: Any, norm32: Any, eps: float, q_w: Any, k_w: Any, v_w: Any, kvh
     return q, k, v
 
 
-def qkv_fused_torch(h: Any, norm32: Any, eps: float, qkv_w: Any, kvh: int, rep: int, hd: int
+def qkv_fused_torch(h: Any, norm32: Any, eps: float, qkv_w: Any, kvh: int, rep: int, hd: int, how: Any = None
                     ) -> tuple[Any, Any, Any]:
     """As :func:`qkv_torch` with the three weights stacked in ``qkv_w [(kvh*rep + 2*kvh) * hd, H]``: one
     matrix-vector product per token instead of three (the split is a view)."""
-    import torch.nn.functional as F
-
     bsz = h.shape[0]
     x = _rms_norm_f32(h, norm32, eps, h.dtype)
-    qkv = F.linear(x, qkv_w)
+    qkv = _lin(x, qkv_w, how)
     q, k, v = qkv.split([kvh * rep * hd, kvh * hd, kvh * hd], dim=-1)
     return q.reshape(bsz, kvh, rep, hd), k.reshape(bsz, kvh, 1, hd), v.reshape(bsz, kvh, 1, hd)
 
 
-def attn_out_torch(h: Any, o: Any, o_w: Any) -> Any:
+def attn_out_torch(h: Any, o: Any, o_w: Any, how: Any = None) -> Any:
     """``h + o_proj(o)``."""
-    import torch.nn.functional as F
-
-    return h + F.linear(o, o_w)
+    return h + _lin(o, o_w, how)
 
 
-def head_torch(h: Any, normf32: Any, eps: float, lm_w: Any) -> tuple[Any, Any]:
+def head_torch(h: Any, normf32: Any, eps: float, lm_w: Any, how: Any = None) -> tuple[Any, Any]:
     """Final norm, ``lm_head`` in float32 logits ``[B, vocab]`` and the greedy token ``[B, 1]``."""
     import torch
-    import torch.nn.functional as F
 
     x = _rms_norm_f32(h, normf32, eps, h.dtype)
-    logits = F.linear(x, lm_w).float()
+    logits = _lin(x, lm_w, how).float()
     return logits, torch.argmax(logits, dim=-1, keepdim=True)
 
 
@@ -254,16 +257,22 @@ class StaticLM:
         max_len: capacity of the attention cache in tokens (prompt + reply).
         batch: batch size B (the policy uses 1).
         bucket: attention window granularity for decode graphs, in tokens.
-        chunk: prefill chunk length in tokens (activation memory is that of one chunk; a remainder shorter
-            than ``chunk / 2`` joins the previous chunk, so the largest chunk is ``1.5 x chunk``).
+        chunk: prefill chunk length in tokens (activation memory is that of one chunk).
         impl: ``"dispatch"`` (stock kernel wrappers, equal to stock decoding) or ``"torch"`` (plain ops).
         compile: wrap the per-block step functions in ``torch.compile`` (``impl="torch"`` only).
         snapshot_slots: Mamba-state snapshots kept for incremental prefill, preallocated here (each
             ``28 x 5.3 MiB`` for Holotron), so the memory held between the steps of an episode is constant.
         fuse_qkv: with ``impl="torch"`` on unquantised weights, store each attention layer's q/k/v
             projection weights as one ``[q + k + v, H]`` tensor (the modules' weights become views of it,
-            so no memory is added and the stock prefill path is unchanged) and decode them with one
-            matrix-vector product instead of three.
+            so no memory is added and prefill, which calls the modules, is unchanged) and decode them with
+            one matrix-vector product instead of three.
+        gemv_select: with ``impl="torch"`` on CUDA, time the matrix-vector implementations of
+            :mod:`holodesk.policy.holotron.gemv` on each weight shape of the decode step now (at load) and
+            use the fastest (:attr:`gemv`, :attr:`gemv_timings`).
+        fused_gated_norm: on CUDA with mamba-ssm, prefill's gated RMSNorm of every Mamba-2 mixer runs as
+            mamba-ssm's fused Triton kernel (``layernorm_gated.rmsnorm_fn``, ``norm_before_gate=False``:
+            ``w * rmsnorm(y * silu(z))`` per group, as ``NemotronHRMSNormGated``) instead of transformers'
+            float32 torch ops (several full-size float32 temporaries per layer).
 
     The model's attention projection weights are re-pointed into the fused tensor when ``fuse_qkv``
     applies; everything else in ``lm`` is left as it is.
@@ -281,6 +290,8 @@ class StaticLM:
         compile: bool = False,
         snapshot_slots: int = 1,
         fuse_qkv: bool = True,
+        gemv_select: bool = True,
+        fused_gated_norm: bool = True,
     ) -> None:
         import torch
         from transformers.models.nemotron_h import modeling_nemotron_h as mnh
@@ -346,14 +357,24 @@ class StaticLM:
         self._qkv: dict[int, Any] = {}
         if fuse_qkv and impl == "torch":
             self._fuse_qkv()
+        self.gemv: dict[str, Gemv] = {}
+        self.gemv_timings: dict[str, dict[str, float]] = {}
+        if gemv_select and impl == "torch" and dev.type == "cuda":
+            self._choose_gemv()
+        self.gated_norm = "transformers (torch, float32)"
+        if fused_gated_norm and dev.type == "cuda":
+            self._install_fused_gated_norm()
         self.pos = torch.zeros(1, dtype=torch.long, device=dev)
         self.token = torch.zeros(batch, 1, dtype=torch.long, device=dev)
         self.logits = torch.zeros(batch, cfg.vocab_size, dtype=torch.float32, device=dev)
         self._arange = torch.arange(self.max_len, device=dev)
         self._norm32 = [layer.norm.weight.detach().float() for layer in self.layers]
         self._normf32 = backbone.norm_f.weight.detach().float()
-        self._fns: dict[str, Any] = {"mamba": mamba_block_torch, "mlp": mlp_block_torch, "qkv": qkv_torch,
-                                     "qkv_fused": qkv_fused_torch, "out": attn_out_torch, "head": head_torch}
+        self._raw_fns: dict[str, Any] = {"mamba": mamba_block_torch, "mlp": mlp_block_torch, "qkv": qkv_torch,
+                                         "qkv_fused": qkv_fused_torch, "out": attn_out_torch, "head": head_torch}
+        self._fns = dict(self._raw_fns)
+        self._compiled = bool(compile)
+        self.gemv_error: str | None = None
         if compile:
             if impl != "torch":
                 raise ValueError("compile=True needs impl='torch'")
@@ -381,6 +402,59 @@ class StaticLM:
                     p.weight = torch.nn.Parameter(fused[start : start + rows], requires_grad=False)
                     start += rows
             self._qkv[i] = fused
+
+    def _choose_gemv(self) -> None:
+        """Pick the fastest matrix-vector implementation per weight role (:func:`gemv.choose`)."""
+        import torch
+
+        from holodesk.policy.holotron import gemv
+
+        mixers = {kind: [layer.mixer for layer, k in zip(self.layers, self.kinds, strict=True) if k == kind]
+                  for kind in (_MAMBA, _ATTN, _MLP)}
+        groups = {
+            "in_proj": [m.in_proj.weight for m in mixers[_MAMBA]],
+            "out_proj": [m.out_proj.weight for m in mixers[_MAMBA]],
+            "up": [m.up_proj.weight for m in mixers[_MLP]],
+            "down": [m.down_proj.weight for m in mixers[_MLP]],
+            "qkv": list(self._qkv.values()),
+            "o_proj": [m.o_proj.weight for m in mixers[_ATTN]],
+            "lm_head": [self.lm.lm_head.weight],
+        }
+        with torch.no_grad():
+            for role, weights in groups.items():
+                plain = [w for w in weights if type(w) in (torch.Tensor, torch.nn.Parameter)]
+                if not plain or len(plain) != len(weights):
+                    continue
+                how, timings = gemv.choose(plain)
+                self.gemv[role] = how
+                self.gemv_timings[role] = timings
+
+    def _how(self, role: str) -> Any:
+        how = self.gemv.get(role)
+        return how.spec() if how is not None else None
+
+    def _install_fused_gated_norm(self) -> None:
+        """Route each Mamba mixer's gated norm through mamba-ssm's Triton kernel (prefill; see ``__init__``)."""
+        try:
+            from mamba_ssm.ops.triton.layernorm_gated import rmsnorm_fn
+        except Exception:  # mamba-ssm missing or unusable: transformers' torch norm stays
+            return
+        for layer, kind in zip(self.layers, self.kinds, strict=True):
+            if kind != _MAMBA:
+                continue
+            norm = layer.mixer.norm
+
+            def fused(hidden_states: Any, gate: Any = None, _norm: Any = norm) -> Any:
+                shape = hidden_states.shape
+                x = hidden_states.reshape(-1, shape[-1])
+                z = gate.reshape(-1, shape[-1]) if gate is not None else None
+                y = rmsnorm_fn(x if x.stride(-1) == 1 else x.contiguous(), _norm.weight, None,
+                               z=None if z is None else (z if z.stride(-1) == 1 else z.contiguous()),
+                               eps=_norm.variance_epsilon, group_size=_norm.group_size, norm_before_gate=False)
+                return y.reshape(shape)
+
+            norm.forward = fused
+        self.gated_norm = "mamba-ssm Triton (ops.triton.layernorm_gated.rmsnorm_fn)"
 
     def state_bytes(self) -> int:
         """Bytes of all preallocated decoder state (KV + conv + SSM + snapshot slots + buffers)."""
@@ -441,14 +515,9 @@ class StaticLM:
 
         bsz, t, _ = x.shape
         hd = mixer.head_dim
-        if i in self._qkv:
-            kvh_w = mixer.k_proj.weight.shape[0]
-            q, k, v = F.linear(x, self._qkv[i]).split([mixer.q_proj.weight.shape[0], kvh_w, kvh_w], dim=-1)
-        else:
-            q, k, v = mixer.q_proj(x), mixer.k_proj(x), mixer.v_proj(x)
-        q = q.reshape(bsz, t, -1, hd).transpose(1, 2)
-        k = k.reshape(bsz, t, -1, hd).transpose(1, 2)
-        v = v.reshape(bsz, t, -1, hd).transpose(1, 2)
+        q = mixer.q_proj(x).view(bsz, t, -1, hd).transpose(1, 2)
+        k = mixer.k_proj(x).view(bsz, t, -1, hd).transpose(1, 2)
+        v = mixer.v_proj(x).view(bsz, t, -1, hd).transpose(1, 2)
         end = start + t
         self.k[i][:, :, start:end].copy_(k)
         self.v[i][:, :, start:end].copy_(v)
@@ -553,8 +622,6 @@ class StaticLM:
         wanted = sorted({int(p) for p in snapshot_at if resume < int(p) <= total}) if self._slots else []
         taken: list[int] = []
         bounds = [*range(resume, total, self.chunk), total]
-        if len(bounds) > 2 and bounds[-1] - bounds[-2] < self.chunk // 2:
-            del bounds[-2]  # a short tail joins the previous chunk (one pass over the blocks less)
         cuts = sorted(set(bounds) | set(wanted))
         h_last = None
         chunks = 0
@@ -672,22 +739,23 @@ class StaticLM:
                 h = fns["mamba"](
                     h, self._norm32[i], eps, mixer.in_proj.weight, c["conv_w"], mixer.conv1d.bias, mixer.dt_bias,
                     c["a_neg"], mixer.D, mixer.norm.weight, mixer.out_proj.weight, self.conv[i], self.ssm[i],
-                    c["dims"], float(mixer.norm.variance_epsilon),
+                    c["dims"], float(mixer.norm.variance_epsilon), self._how("in_proj"), self._how("out_proj"),
                 )
             elif kind == _MLP:
-                h = fns["mlp"](h, self._norm32[i], eps, mixer.up_proj.weight, mixer.down_proj.weight)
+                h = fns["mlp"](h, self._norm32[i], eps, mixer.up_proj.weight, mixer.down_proj.weight,
+                               self._how("up"), self._how("down"))
             else:
                 kvh = self.k[i].shape[1]
                 if i in self._qkv:
                     q, k, v = fns["qkv_fused"](h, self._norm32[i], eps, self._qkv[i], kvh,
-                                               mixer.num_key_value_groups, mixer.head_dim)
+                                               mixer.num_key_value_groups, mixer.head_dim, self._how("qkv"))
                 else:
                     q, k, v = fns["qkv"](h, self._norm32[i], eps, mixer.q_proj.weight, mixer.k_proj.weight,
                                          mixer.v_proj.weight, kvh, mixer.num_key_value_groups, mixer.head_dim)
                 o = self._attend(i, q, k, v, window, mixer.scaling)
-                h = fns["out"](h, o, mixer.o_proj.weight)
+                h = fns["out"](h, o, mixer.o_proj.weight, self._how("o_proj"))
         logits, token = fns["head"](h, self._normf32, float(self.lm.model.norm_f.variance_epsilon),
-                                    self.lm.lm_head.weight)
+                                    self.lm.lm_head.weight, self._how("lm_head"))
         self.logits.copy_(logits)
         self.token.copy_(token)
         self.pos.add_(1)
@@ -702,6 +770,29 @@ class StaticLM:
 
         if self.device.type != "cuda":
             raise RuntimeError("CUDA graphs need a CUDA device")
+        try:
+            return self._capture(windows, warmup)
+        except Exception as exc:
+            if not any(how.kind != "linear" for how in self.gemv.values()):
+                raise
+            # The chosen matrix-vector kernels would not compile or capture here: say so, drop them
+            # (F.linear everywhere, the configuration measured before they existed) and capture again.
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "decode graphs with the chosen matrix-vector kernels failed (%s: %s); using F.linear",
+                type(exc).__name__, str(exc)[:200])
+            self.gemv_error = f"{type(exc).__name__}: {str(exc)[:200]}"
+            self.gemv = {}
+            self.graphs = {}
+            torch._dynamo.reset()
+            if self._compiled:
+                self._fns = {k: torch.compile(f, dynamic=False, fullgraph=True) for k, f in self._raw_fns.items()}
+            return self._capture(windows, warmup)
+
+    def _capture(self, windows: Sequence[int] | None, warmup: int) -> list[int]:
+        import torch
+
         sizes = sorted(set(windows or range(self.bucket, self.max_len + 1, self.bucket)))
         self.reset()
         self._pool = torch.cuda.graph_pool_handle()

@@ -1,0 +1,162 @@
+"""Matrix-vector products for one-token decode, chosen per weight shape by timing at load.
+
+A decode step of Holotron-12B is ~90% matrix-vector products (one token against every weight matrix):
+``y[1, N] = x[1, K] @ W[N, K]^T``, bound by reading ``W`` from memory. cuBLAS picks its kernel by
+heuristics; on one H200 (docs/benchmarks.md, run 4) it read the MLP and Mamba weights at about 3.7-4.0 TB/s
+in those products. :func:`choose` times, for each weight shape, ``F.linear`` (cuBLASLt, the default) and
+a Triton kernel (:mod:`._gemv_op`: each program reads ``BLOCK_N`` rows of ``W`` in ``BLOCK_K``-wide
+coalesced slices, multiplies by ``x`` in float32 and reduces once at the end; no split-K, no atomics,
+so the output is deterministic) in several tiles, on the real weights, and keeps the fastest.
+
+Only implementations that run as timed are offered: the Triton kernel is an opaque op
+(``torch.ops.holodesk.gemv``) that ``torch.compile`` calls as it is; a ``torch.mv`` variant was dropped
+because inside a compiled block inductor rewrote it into a much slower reduction (run 4).
+
+Every implementation accumulates in float32 and rounds the result once to the weight dtype, as cuBLAS
+does; results differ only in the order of the float32 sums. :func:`choose` rejects any candidate whose
+result differs from ``F.linear`` by more than the dtype's rounding (``check_rtol``).
+
+Triton is only needed on CUDA; without it (the CPU test environment) only ``"linear"`` exists.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+try:  # pragma: no cover - depends on the machine
+    from holodesk.policy.holotron import _gemv_op
+
+    HAVE_TRITON = True
+    TRITON_ERROR = ""
+except Exception as _exc:  # CPU-only installs (CI) have no Triton; an old torch has no triton_op
+    _gemv_op = None  # type: ignore[assignment]
+    HAVE_TRITON = False
+    TRITON_ERROR = f"{type(_exc).__name__}: {_exc}"
+
+
+@dataclass(frozen=True)
+class Gemv:
+    """How one weight shape is multiplied: ``kind`` ``"linear"`` | ``"triton"`` and, for Triton,
+    the tile ``(block_n, block_k, num_warps)``; ``us`` the measured microseconds per product at load."""
+
+    kind: str = "linear"
+    block_n: int = 0
+    block_k: int = 0
+    num_warps: int = 0
+    us: float = 0.0
+
+    def spec(self) -> tuple[str, int, int, int]:
+        """``(kind, block_n, block_k, num_warps)``, the argument :func:`linear` takes."""
+        return (self.kind, self.block_n, self.block_k, self.num_warps)
+
+    def label(self) -> str:
+        if self.kind == "triton":
+            return f"triton {self.block_n}x{self.block_k}/{self.num_warps}w"
+        return self.kind
+
+
+LINEAR = Gemv()
+TRITON_TILES: tuple[tuple[int, int, int], ...] = (
+    (4, 512, 4), (8, 512, 4), (8, 256, 4), (16, 256, 4), (8, 1024, 8), (16, 512, 8), (32, 256, 8),
+)
+"""Triton tiles tried at load ``(BLOCK_N, BLOCK_K, num_warps)``."""
+
+
+def linear(x: Any, w: Any, how: tuple[str, int, int, int] | None = None) -> Any:
+    """``F.linear(x, w)`` for ``x [B, K]``, ``w [N, K]`` -> ``[B, N]``, through ``how`` when ``B == 1``.
+
+    Args:
+        how: :meth:`Gemv.spec` of the chosen implementation (a plain tuple, so that ``torch.compile``
+            specialises on it), or None for ``F.linear``.
+    Raises:
+        ValueError: the kind in ``how`` is unknown.
+    """
+    import torch.nn.functional as F
+
+    if how is None or how[0] == "linear" or x.shape[0] != 1:
+        return F.linear(x, w)
+    if how[0] == "triton":
+        import torch
+
+        return torch.ops.holodesk.gemv(x, w, how[1], how[2], how[3])
+    raise ValueError(f"unknown matrix-vector implementation {how[0]!r}")
+
+
+def _time_us(fn: Any, weights: Sequence[Any], x: Any, rounds: int = 5) -> float:
+    """Median over ``rounds`` of the mean microseconds per product, cycling through ``weights`` (distinct
+    matrices, as in a decode step, so the L2 cache does not hold the weight between products)."""
+    import statistics
+
+    import torch
+
+    for w in weights[:2]:
+        fn(x, w)
+    samples = []
+    for _ in range(rounds):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for w in weights:
+            fn(x, w)
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1000.0 / len(weights))
+    return statistics.median(samples)
+
+
+def choose(weights: Sequence[Any], *, check_rtol: float | None = None) -> tuple[Gemv, dict[str, float]]:
+    """Time every implementation on these same-shape weights ``[N, K]`` (CUDA) and return the fastest.
+
+    Args:
+        weights: the matrices of one shape that a decode step multiplies (e.g. the 28 Mamba ``in_proj``).
+        check_rtol: relative error (L2) a candidate may show against ``F.linear``; default 1e-2 for
+            16-bit weights, 1e-5 for float32.
+    Returns:
+        (the fastest correct :class:`Gemv` with its time, microseconds per product of every candidate
+        that ran by :meth:`Gemv.label`); ``(LINEAR, {})`` off CUDA.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    w0 = weights[0]
+    if not isinstance(w0, torch.Tensor) or w0.device.type != "cuda" or w0.dim() != 2:
+        return LINEAR, {}
+    rtol = check_rtol if check_rtol is not None else (1e-5 if w0.dtype == torch.float32 else 1e-2)
+    gen = torch.Generator(device=w0.device).manual_seed(0)
+    x = torch.randn(1, w0.shape[1], generator=gen, device=w0.device, dtype=w0.dtype)
+    ref = F.linear(x, w0).float()
+    candidates: list[tuple[Gemv, Any]] = [(LINEAR, lambda a, b: F.linear(a, b))]
+    if HAVE_TRITON:
+        for bn, bk, nw in TRITON_TILES:
+            if bk > 2 * w0.shape[1]:
+                continue
+            candidates.append((Gemv("triton", bn, bk, nw),
+                               lambda a, b, bn=bn, bk=bk, nw=nw: _gemv_op.triton_gemv(a, b, bn, bk, nw)))
+    best = LINEAR
+    best_us = float("inf")
+    timings: dict[str, float] = {}
+    for how, fn in candidates:
+        try:
+            out = fn(x, w0).float()
+            err = float((out - ref).norm() / ref.norm().clamp_min(1e-30))
+            if not err <= rtol:
+                log.warning("matrix-vector %s for %s rejected: relative error %.2e", how.label(), tuple(w0.shape), err)
+                continue
+            us = _time_us(fn, weights, x)
+        except Exception as exc:  # a tile Triton cannot compile here, or no cuBLAS kernel for the shape
+            log.warning("matrix-vector %s for %s unavailable: %s", how.label(), tuple(w0.shape), exc)
+            continue
+        timings[how.label()] = round(us, 2)
+        if us < best_us:
+            best, best_us = how, us
+    if not timings:
+        return LINEAR, {}
+    return Gemv(best.kind, best.block_n, best.block_k, best.num_warps, round(best_us, 2)), timings
+
+
+__all__ = ["HAVE_TRITON", "LINEAR", "TRITON_TILES", "Gemv", "choose", "linear"]
