@@ -55,6 +55,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--history-size", default="1920x1080", help="frame size of the history, episode and stock runs")
     p.add_argument("--episode-steps", type=int, default=8, help="steps of the incremental-prefill episode (0: skip)")
     p.add_argument("--episode-warmup", type=int, default=2, help="untimed episode steps first (kernel warm-up)")
+    p.add_argument("--episode-repeats", type=int, default=3,
+                   help="timed episodes; each step reports the median of its samples")
     p.add_argument("--no-fp32-reference", action="store_true",
                    help="skip the float32 reference (bf16 runs compare fast and stock against it)")
     p.add_argument("--prompt-tokens", type=int, default=300)
@@ -70,6 +72,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--no-graphs", action="store_true", help="decode eagerly (no CUDA graphs)")
     p.add_argument("--no-stock", action="store_true", help="skip the stock generate() baseline")
     p.add_argument("--no-floors", action="store_true")
+    p.add_argument("--profile-decode", action="store_true",
+                   help="GPU time per kernel over 20 decode steps at 1080p (torch.profiler), CUDA only")
     p.add_argument("--quant", default="", help="comma list of 8bit,4bit (bitsandbytes, CUDA only)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=None, help="write the result here")
@@ -177,20 +181,27 @@ def _vision_encode(model: Any, tiles: Any) -> Any:
     return projected.reshape(-1, projected.shape[-1])
 
 
-def _tiles_for(width: int, height: int, device: Any, dtype: Any, gen: Any) -> tuple[Any, float]:
-    """Tile a random uint8 frame of ``width x height`` (CPU, helper-3's tiling) and move to ``device``.
-
-    Returns (tiles ``[n, 3, 512, 512]`` in ``dtype`` on ``device``, CPU preprocessing ms).
-    """
+def _random_frame(width: int, height: int, seed: int) -> Any:
+    """A random RGB uint8 frame ``(height, width, 3)`` (stands in for a capture; made outside the timings)."""
     import numpy as np
 
+    return np.random.default_rng(int(seed)).integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+
+
+def _tiles_for(width: int, height: int, device: Any, dtype: Any, gen: Any, frame: Any = None) -> tuple[Any, float]:
+    """Tile a random uint8 frame of ``width x height`` as the policy does (``preprocess_pixels``, run on the
+    GPU when ``device`` is CUDA: the uint8 frame is uploaded, then resized and normalised there).
+
+    Returns (tiles ``[n, 3, 512, 512]`` in ``dtype`` on ``device``, preprocessing ms including the upload).
+    """
     from holodesk.policy.holotron.tiling import preprocess_pixels
 
-    rng = np.random.default_rng(int(gen))
-    frame = rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+    if frame is None:
+        frame = _random_frame(width, height, int(gen))
     t0 = time.perf_counter()
     tiles, _grid = preprocess_pixels(frame, mean=(0.48145466, 0.4578275, 0.40821073),
-                                     std=(0.26862954, 0.26130258, 0.27577711))
+                                     std=(0.26862954, 0.26130258, 0.27577711),
+                                     device=device if device.type == "cuda" else None)
     tiles = tiles.to(device=device, dtype=dtype, non_blocking=True)
     _sync(device)
     return tiles, (time.perf_counter() - t0) * 1e3
@@ -337,8 +348,9 @@ def _fast_step(s: Any, model: Any, prompt: _Prompt, reply: int, device: Any, inc
             "prefill_tokens": report.computed, "reused_tokens": report.reused, "first_logits": logits}
 
 
-def _screenshot(model: Any, width: int, height: int, device: Any, dtype: Any, key: int) -> dict[str, Any]:
-    tiles, pre_ms = _tiles_for(width, height, device, dtype, key)
+def _screenshot(model: Any, width: int, height: int, device: Any, dtype: Any, key: int,
+                frame: Any = None) -> dict[str, Any]:
+    tiles, pre_ms = _tiles_for(width, height, device, dtype, key, frame)
     _sync(device)
     t0 = time.perf_counter()
     embeds = _vision_encode(model, tiles)
@@ -433,6 +445,11 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
                              "graphs": device.type == "cuda" and not args.no_graphs}
     s = StaticLM(lm, max_len=longest, bucket=args.bucket, chunk=args.chunk, impl=impl, compile=compile_step)
     result["static_state_bytes"] = s.state_bytes()
+    result["gemv"] = {role: {"chosen": how.label(), "us": how.us, "candidates_us": s.gemv_timings.get(role, {})}
+                      for role, how in s.gemv.items()}
+    result["prefill_gated_norm"] = s.gated_norm
+    for role, entry in result["gemv"].items():
+        print(f"matrix-vector {role}: {entry['chosen']} ({entry['us']} us); tried {entry['candidates_us']}")
     result["max_len"] = s.max_len
     t0 = time.perf_counter()
     if device.type == "cuda" and not args.no_graphs:
@@ -461,8 +478,9 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
         for r in range(args.repeats + 1):
             _reset_peak(device)
             base = _mem(device)
+            pixels = _random_frame(w, h, r)
             t_start = time.perf_counter()
-            shot = _screenshot(model, w, h, device, dtype, key=r)
+            shot = _screenshot(model, w, h, device, dtype, key=r, frame=pixels)
             shot["key"] = r
             prompt = _build_prompt(model, vocab, [shot], args, seed=r)
             step = _fast_step(s, model, prompt, args.reply_tokens, device, incremental=False)
@@ -497,6 +515,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
               f"{med['peak_over_rest_bytes'] / GiB:.3f} GiB (over weights "
               f"{med['peak_over_weights_bytes'] / GiB:.3f}) | floors {frame['floor_ms']}")
     result["frames"] = frames
+    if args.profile_decode and device.type == "cuda":
+        result["decode_profile"] = _profile_decode(s, model, vocab, args, device, dtype)
 
     # ---- history: cold prompts with N screenshots (1080p)
     hist = []
@@ -533,19 +553,25 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
         del prompt
     result["history_cold"] = hist
 
-    # ---- episode with incremental prefill (one new screenshot per step), after an untimed warm-up episode
+    # ---- episode with incremental prefill (one new screenshot per step), after an untimed warm-up episode;
+    # the timed episode is run --episode-repeats times and each step reports the median of its samples
     episode = []
     if args.episode_steps > 0:
-        for phase, steps in (("warmup", args.episode_warmup), ("timed", args.episode_steps)):
+        ep_runs: list[list[dict[str, Any]]] = []
+        phases = [("warmup", args.episode_warmup)] + [("timed", args.episode_steps)] * max(1, args.episode_repeats)
+        for n_phase, (phase, steps) in enumerate(phases):
             s.reset()
             ep_shots: list[Any] = []
             ep_replies: list[list[int]] = []
+            rows: list[dict[str, Any]] = []
             for k in range(steps):
                 _reset_peak(device)
                 base = _mem(device)
+                key = 200 + k + 1000 * n_phase
+                pixels = _random_frame(hw[0], hw[1], key)
                 t_start = time.perf_counter()
-                shot = _screenshot(model, hw[0], hw[1], device, dtype, key=200 + k + (1000 if phase == "warmup" else 0))
-                shot["key"] = 200 + k + (1000 if phase == "warmup" else 0)
+                shot = _screenshot(model, hw[0], hw[1], device, dtype, key=key, frame=pixels)
+                shot["key"] = key
                 ep_shots.append(shot)
                 prompt = _build_prompt(model, vocab, ep_shots, args, seed=11, replies=ep_replies)
                 step = _fast_step(s, model, prompt, args.reply_tokens, device, incremental=True,
@@ -556,17 +582,34 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
                 shot["embeds"] = None  # in the decoder state now; later steps resume past it
                 if phase == "warmup":
                     continue
-                episode.append({"step": k + 1, "prompt_tokens": len(prompt.ids),
-                                "reused_tokens": step["reused_tokens"], "prefill_tokens": step["prefill_tokens"],
-                                "vision_ms": round(shot["vision_ms"], 2), "prefill_ms": round(step["prefill_ms"], 2),
-                                "decode_ms": round(step["decode_ms"], 2), "ttfa_ms": round(ttfa, 2),
-                                "peak_over_rest_bytes": _peak(device) - base,
-                                "peak_over_weights_bytes": _peak(device) - weights["total"]})
+                rows.append({"step": k + 1, "prompt_tokens": len(prompt.ids),
+                             "reused_tokens": step["reused_tokens"], "prefill_tokens": step["prefill_tokens"],
+                             "vision_ms": shot["vision_ms"], "prefill_ms": step["prefill_ms"],
+                             "decode_ms": step["decode_ms"], "ttfa_ms": ttfa,
+                             "memory_at_rest_bytes": base - weights["total"],
+                             "peak_over_rest_bytes": _peak(device) - base,
+                             "peak_over_weights_bytes": _peak(device) - weights["total"]})
                 print(f"episode step {k + 1}: tokens {len(prompt.ids)} reused {step['reused_tokens']} prefill "
                       f"{step['prefill_ms']:.1f} ms decode {step['decode_ms']:.1f} ms TTFA {ttfa:.1f} ms")
             del ep_shots
+            if rows:
+                ep_runs.append(rows)
+        for k in range(args.episode_steps):
+            samples = [run[k] for run in ep_runs]
+            row = {name: samples[0][name] for name in ("step", "prompt_tokens", "reused_tokens", "prefill_tokens")}
+            for name in ("vision_ms", "prefill_ms", "decode_ms", "ttfa_ms"):
+                row[name] = round(statistics.median(x[name] for x in samples), 2)
+            for name in ("memory_at_rest_bytes", "peak_over_rest_bytes", "peak_over_weights_bytes"):
+                row[name] = max(x[name] for x in samples)
+            row["ttfa_samples_ms"] = [round(x["ttfa_ms"], 1) for x in samples]
+            episode.append(row)
         if len(episode) >= 2:
             result["episode_last_over_first"] = round(episode[-1]["ttfa_ms"] / episode[0]["ttfa_ms"], 3)
+            rest = [e["memory_at_rest_bytes"] for e in episode]
+            result["episode_memory_at_rest_growth_bytes"] = max(rest) - min(rest)
+            print(f"episode: step {len(episode)} / step 1 TTFA (medians of {len(ep_runs)}) "
+                  f"{result['episode_last_over_first']}; memory at rest varies by "
+                  f"{result['episode_memory_at_rest_growth_bytes'] / 2**20:.1f} MiB over the steps")
     result["episode"] = episode
 
     # ---- stock generate() baseline and agreement at 1080p
@@ -602,6 +645,59 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
         del model, lm
         result["quant"] = _quant_runs(holder, ref_light, qprompt, args, device, dtype, modes)
     return result
+
+
+def _profile_decode(s: Any, model: Any, vocab: int, args: argparse.Namespace, device: Any, dtype: Any,
+                    steps: int = 20) -> dict[str, Any]:
+    """GPU time per kernel over ``steps`` decode steps after a 1080p prefill (torch.profiler / CUPTI, which
+    also records the kernels a CUDA graph replay launches). Returns the busy time per step, the kernel
+    count per step and the 25 kernels with the most time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    hw = _size(args.history_size)
+    shot = _screenshot(model, hw[0], hw[1], device, dtype, key=5)
+    shot["key"] = 5
+    prompt = _build_prompt(model, vocab, [shot], args, seed=5)
+    emb = prompt.embeds()
+    s.prefill(emb, None)
+    _sync(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as pre:
+        logits, _ = s.prefill(emb, None)
+        _sync(device)
+    s.token.copy_(torch.argmax(logits, dim=-1, keepdim=True))
+    for _ in range(3):
+        s.step()
+    _sync(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            s.step()
+        _sync(device)
+    def table(p: Any, per: int) -> tuple[list[dict[str, Any]], float, float]:
+        rows, busy, launches = [], 0.0, 0
+        for ev in p.key_averages():
+            t = float(getattr(ev, "device_time_total", 0.0) or getattr(ev, "cuda_time_total", 0.0) or 0.0)
+            if t <= 0 or ev.count <= 0:
+                continue
+            rows.append({"kernel": ev.key[:120], "calls_per_step": ev.count / per, "us_per_step": t / per})
+            busy += t
+            launches += ev.count
+        rows.sort(key=lambda r: -r["us_per_step"])
+        return rows, busy / per, launches / per
+
+    rows, busy, launches = table(prof, steps)
+    out = {"steps": steps, "gpu_busy_us_per_step": round(busy, 1), "kernels_per_step": round(launches, 1),
+           "top": rows[:25]}
+    prows, pbusy, plaunches = table(pre, 1)
+    out["prefill"] = {"tokens": int(emb.shape[1]), "gpu_busy_us": round(pbusy, 1), "kernels": plaunches,
+                      "top": prows[:25]}
+    print(f"decode profile: {out['gpu_busy_us_per_step']} us GPU-busy per step, {out['kernels_per_step']} kernels")
+    for r in rows[:25]:
+        print(f"  {r['us_per_step']:8.1f} us  x{r['calls_per_step']:5.1f}  {r['kernel']}")
+    print(f"prefill profile ({int(emb.shape[1])} tokens): {pbusy:.1f} us GPU-busy, {plaunches:.0f} kernels")
+    for r in prows[:25]:
+        print(f"  {r['us_per_step']:8.1f} us  x{r['calls_per_step']:5.1f}  {r['kernel']}")
+    return out
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -747,8 +843,9 @@ def _quant_runs(holder: list[Any], ref: dict[str, Any], prompt: _Prompt, args: a
             weights_now = _mem(device)
             _fast_step(s, model, prompt, args.reply_tokens, device, incremental=False)  # warm-up
             _reset_peak(device)
+            pixels = _random_frame(hw[0], hw[1], 0)
             t0 = time.perf_counter()
-            shot_q = _screenshot(model, hw[0], hw[1], device, dtype, key=0)
+            shot_q = _screenshot(model, hw[0], hw[1], device, dtype, key=0, frame=pixels)
             step = _fast_step(s, model, prompt, args.reply_tokens, device, incremental=False)
             ttfa = (time.perf_counter() - t0) * 1e3
             out[mode] = {"graphs": graphs, "quantize_s": round(quant_s, 1),

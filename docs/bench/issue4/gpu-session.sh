@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Issue 4 measurements on the lent H200 (docs/benchmarks.md). Run from the repo root on the GPU machine with
+# the carried wheels in .whl4 (transformers 5.23.0, mamba-ssm 2.3.2.post1 sdist, xgrammar 0.2.8 and its
+# pydantic / tvm-ffi needs) and, for the quantised run, .whlq (bitsandbytes 0.50.2).
+#   bash docs/bench/issue4/gpu-session.sh PARTS [OUT]    PARTS: comma list of bench, product, tests, quant; or all
+set -u
+part=${1:-all}
+out=${2:-${OUT:-/tmp/holodesk-bench}}
+mkdir -p "$out"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl4/*.whl || exit 1
+if [ -d .whlq ] && ls .whlq/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whlq/*.whl || exit 1
+fi
+MAMBA_SKIP_CUDA_BUILD=TRUE MAMBA_FORCE_BUILD=TRUE python3 -m pip install -q --no-index --no-deps \
+    --no-build-isolation --target /tmp/site .whl4/mamba_ssm-*.tar.gz >/dev/null 2>&1 || exit 1
+export PYTHONPATH=/tmp/site:app
+nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv,noheader
+bench() {  # bench SECONDS ARGS: holodesk bench ARGS under a time limit (no console script on the GPU machine)
+    timeout "$1" python3 -c 'import sys; from holodesk.policy.holotron.bench import main; sys.exit(main(sys.argv[1:]))' \
+        "${@:2}"
+}
+case ,$part, in *,gemvtests,*|*,all,*)
+    timeout 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests/policy/holotron/test_gemv.py 2>&1 | tail -8 \
+        | tee "$out/run4-gemv-tests.log"
+esac
+case ,$part, in *,bench,*|*,all,*)
+    bench 300 --sizes 1280x720,1920x1080,2560x1440 --history 1,8 --episode-steps 8 --repeats 3 \
+        --profile-decode --json "$out/run4-bench.json" 2>&1 | grep -v "Warning\|warn(" | tee "$out/run4-bench.log"
+esac
+case ,$part, in *,product,*|*,all,*)
+    timeout 200 python3 -m holodesk.policy.holotron.fullsize --repeats 3 --episode-steps 4 \
+        --out "$out/run4-product.json" > "$out/run4-product.log" 2>&1
+    grep -v "^ \|^{\|^}\|Warning\|warn(" "$out/run4-product.log" | tail -40
+esac
+case ,$part, in *,tests,*|*,all,*)
+    timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu tests/policy/holotron 2>&1 | tail -15 \
+        | tee "$out/run4-gpu-tests.log"
+esac
+case ,$part, in *,quant,*|*,all,*)
+    bench 170 --sizes 1920x1080 --history '' --episode-steps 0 --no-stock --no-floors --repeats 1 \
+        --impl dispatch --no-graphs --quant 8bit,4bit --json "$out/run4-quant.json" 2>&1 | tee "$out/run4-quant.log"
+esac
+case ,$part, in *,enginetest,*)
+    timeout 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests/policy/holotron/test_engine.py 2>&1 | tail -8 \
+        | tee "$out/run4-engine-test.log"
+esac
