@@ -161,6 +161,24 @@ def test_decoder_setting_is_checked(tiny_loaded) -> None:  # type: ignore[no-unt
     assert report["decoder"] == "static" and report["impl"] == "dispatch" and report["graphs"] == []
 
 
+def test_warm_up_runs_every_path_and_leaves_no_state(tiny_loaded, frames: list[Frame]) -> None:  # type: ignore[no-untyped-def]
+    """The load-time warm-up (default on CUDA) prefills, resumes and decodes dummy tokens; afterwards the
+    engine holds nothing of them, and the first real step equals the stock decoder."""
+    from holodesk.policy.holotron.engine import StaticEngine, static_cache_tokens
+
+    kw = {"max_new_tokens": 96, "max_string_chars": 12}
+    policy = HolotronPolicy(tiny_loaded, decoder="static", **kw)
+    max_len = static_cache_tokens(tiny_loaded, max_images=3, max_new_tokens=96, max_think_tokens=0, reasoning=False)
+    policy.engine = StaticEngine(tiny_loaded, max_len=max_len, warm_up=True)
+    engine = policy.engine
+    assert engine.warm_up_seconds is not None and engine.describe()["warm_up_seconds"] is not None
+    assert engine.static.length == 0 and engine.static.keys == [] and engine.static.snapshots == {}
+    obs = Observation(task="t", frame=frames[0])
+    got = policy.propose(obs)
+    assert got.extra["reused_tokens"] == 0
+    assert got.raw_text == HolotronPolicy(tiny_loaded, decoder="stock", **kw).propose(obs).raw_text
+
+
 def test_planned_decoder_names_the_slow_paths() -> None:
     from holodesk.policy.holotron.engine import planned_decoder
 

@@ -86,6 +86,8 @@ class StaticEngine:
             docs/benchmarks.md); with bitsandbytes weights ``impl="dispatch"`` (their modules are called
             as they are); on the CPU ``impl="dispatch"`` without graphs.
         chunk / bucket: prefill chunk and attention-window granularity in tokens.
+        warm_up: run :meth:`warm_up` now (default: on CUDA), so that Triton's compilation and autotuning of
+            the prefill and vision kernels happen at load rather than in the first step.
     Attributes:
         notes: what the engine could not do as asked (e.g. graph capture failed -> eager decode); each is
             logged as a warning when it happens and shown in :meth:`describe`.
@@ -101,6 +103,7 @@ class StaticEngine:
         graphs: bool | None = None,
         chunk: int = 2048,
         bucket: int = 2048,
+        warm_up: bool | None = None,
     ) -> None:
         from holodesk.policy.holotron.fast_decode import StaticLM
 
@@ -146,10 +149,47 @@ class StaticEngine:
                 self.notes.append(note)
         elif cuda:
             self.notes.append("decode graphs switched off: decoding eagerly")
-        self.setup_seconds = time.perf_counter() - t0
         self._serials = itertools.count(1)
         self._frames: dict[int, tuple[Any, int]] = {}  # id(pixels) -> (pixels held, serial)
         self._embeds: dict[int, Any] = {}  # serial -> projected image embeddings (tokens, hidden)
+        self.warm_up_seconds: float | None = None
+        if warm_up if warm_up is not None else cuda:
+            try:
+                self.warm_up()
+            except Exception as exc:  # never blocks loading; the first step then pays the compile time
+                note = f"warm-up at load failed ({type(exc).__name__}: {str(exc)[:160]}); the first step compiles"
+                log.warning("Holotron: %s", note)
+                self.notes.append(note)
+                self.reset()
+        self.setup_seconds = time.perf_counter() - t0
+
+    def warm_up(self) -> None:
+        """Run every kernel a step uses once, with dummy input, then forget it: the vision tower on one
+        blank tile, a cold prefill longer than one chunk with a snapshot (full and short chunks), a resumed
+        prefill (attention over a cached prefix), a few decode steps. Triton compiles and autotunes the
+        Mamba prefill kernels on first use (28-44 s for Holotron-12B on an H200, docs/benchmarks.md), so
+        this moves that time into loading."""
+        import torch
+
+        t0 = time.perf_counter()
+        loaded = self.loaded
+        s = self.static
+        size = loaded.info.tile_size
+        with torch.inference_mode():
+            runtime.encode_tiles(loaded, torch.zeros(1, 3, size, size))
+            first = min(s.chunk + 37, s.max_len // 2)
+            ids = torch.arange(first + 53, device=loaded.device) % 97 + 3
+            embeds = loaded.model.get_input_embeddings()(ids[None])
+            keys = [int(t) for t in ids.tolist()]
+            s.prefill(embeds[:, :first], keys[:first], snapshot_at=[first - 5])
+            resume = s.resume_point(keys)
+            s.prefill(embeds[:, resume:], keys, embeds_offset=resume)
+            s.token.fill_(3)
+            for _ in range(3):
+                s.step()
+            _sync(loaded.device)
+        self.reset()
+        self.warm_up_seconds = time.perf_counter() - t0
 
     # ------------------------------------------------------------------------------------------ facts
     def describe(self) -> dict[str, Any]:
@@ -164,6 +204,7 @@ class StaticEngine:
             "gated_norm": self.static.gated_norm,
             "state_bytes": self.static.state_bytes(),
             "setup_seconds": round(self.setup_seconds, 2),
+            "warm_up_seconds": None if self.warm_up_seconds is None else round(self.warm_up_seconds, 2),
             "notes": list(self.notes),
         }
 
