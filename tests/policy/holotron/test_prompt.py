@@ -79,3 +79,11 @@ def test_flatten_and_tokenize(tiny_loaded) -> None:  # type: ignore[no-untyped-d
     assert tiny_loaded.tokenizer.decode(ids[:3]).startswith("<SPECIAL_10>")
     with pytest.raises(PolicyError):
         tokenize_prompt(tiny_loaded.tokenizer, text, [256], img_start_id=6, img_end_id=7, image_token_id=8)
+
+
+def test_image_token_runs_one_per_image() -> None:
+    from holodesk.policy.holotron.prompt import image_token_runs
+
+    ids = [1, 5, 8, 8, 8, 6, 2, 5, 8, 8, 6, 8]  # <img>=5, <image>=8, </img>=6; a stray 8 at the end
+    assert image_token_runs(ids, 8) == [(2, 3), (8, 2), (11, 1)]
+    assert image_token_runs([1, 2], 8) == []

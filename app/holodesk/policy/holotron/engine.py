@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from holodesk.policy.holotron import runtime
+from holodesk.policy.holotron.prompt import image_token_runs
 from holodesk.policy.holotron.runtime import Constraint, Generation, _sync, decode_loop
 
 if TYPE_CHECKING:
@@ -272,12 +273,7 @@ class StaticEngine:
         if not self.fits(total, max_new_tokens + (max_think_tokens if reasoning else 0)):
             raise ValueError(f"a prompt of {total} tokens and its reply do not fit the static cache of "
                              f"{self.static.max_len} tokens")
-        spans: list[tuple[int, int]] = []  # per image: (first position, tokens)
-        for pos, tok in enumerate(ids):
-            if tok == image_id:
-                if pos == 0 or ids[pos - 1] != image_id:
-                    spans.append((pos, 0))
-                spans[-1] = (spans[-1][0], spans[-1][1] + 1)
+        spans = image_token_runs(ids, image_id)  # per image: (first position, tokens)
         if len(spans) != len(images):
             raise ValueError(f"the prompt holds {len(spans)} run(s) of image tokens but {len(images)} image(s)")
         serials = [self._serial(p) for p in images]

@@ -274,8 +274,9 @@ class StaticLM:
             ``w * rmsnorm(y * silu(z))`` per group, as ``NemotronHRMSNormGated``) instead of transformers'
             float32 torch ops (several full-size float32 temporaries per layer).
 
-    The model's attention projection weights are re-pointed into the fused tensor when ``fuse_qkv``
-    applies; everything else in ``lm`` is left as it is.
+    Changes to ``lm`` (they keep its outputs, up to float rounding, and apply to any later use of it):
+    with ``fuse_qkv`` the attention projection weights become views of the fused tensor; with
+    ``fused_gated_norm`` each Mamba mixer's ``norm.forward`` is replaced by the fused kernel.
     """
 
     def __init__(

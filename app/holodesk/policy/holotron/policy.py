@@ -14,6 +14,7 @@ from holodesk.policy.holotron.checkpoint import ProgressFn
 from holodesk.policy.holotron.loader import LoadedHolotron, load_holotron
 from holodesk.policy.holotron.prompt import (
     flatten_messages,
+    image_token_runs,
     neutralize_special_tokens,
     render_chat,
     special_token_strings,
@@ -41,21 +42,6 @@ def _free_cuda_memory() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-def runtime_image_counts(ids: list[int], image_token_id: int) -> list[int]:
-    """Lengths of the runs of ``image_token_id`` in ``ids`` (image tokens per image, prompt order)."""
-    counts: list[int] = []
-    run = 0
-    for token in ids:
-        if token == image_token_id:
-            run += 1
-        elif run:
-            counts.append(run)
-            run = 0
-    if run:
-        counts.append(run)
-    return counts
 
 
 class HolotronPolicy:
@@ -244,9 +230,7 @@ class HolotronPolicy:
 
         details["grids"] = [tile_grid(f.width, f.height, info.max_tiles, tile_size=info.tile_size) for f in frames]
         details["image_tokens"] = sum(1 for t in ids if t == self.loaded.image_token_id)
-        details["tiles"] = [
-            n // info.tokens_per_tile for n in runtime_image_counts(ids, self.loaded.image_token_id)
-        ]
+        details["tiles"] = [n // info.tokens_per_tile for _, n in image_token_runs(ids, self.loaded.image_token_id)]
         reply_budget = self.max_new_tokens + (self.max_think_tokens if self.reasoning else 0)
         constraint = self._get_constraint() if self.constrained else None
         engine = self.engine

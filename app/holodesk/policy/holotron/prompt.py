@@ -151,6 +151,20 @@ def render_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> tuple[str
     return fallback_chat(messages), "fallback"
 
 
+def image_token_runs(ids: Sequence[int], image_token_id: int) -> list[tuple[int, int]]:
+    """``(first position, length)`` of every run of ``image_token_id`` in ``ids``: one per image, in
+    prompt order (``tokenize_prompt`` separates images with ``</img>`` / ``<img>``)."""
+    runs: list[tuple[int, int]] = []
+    previous = None
+    for pos, token in enumerate(ids):
+        if token == image_token_id:
+            if previous != image_token_id:
+                runs.append((pos, 0))
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        previous = token
+    return runs
+
+
 def tokenize_prompt(
     tokenizer: Any,
     text: str,
