@@ -519,6 +519,20 @@ def test_build_messages_bounds_images_and_keeps_text_history() -> None:
     assert parts[idx + 1]["text"].startswith(P.format_step(steps[8]))
 
 
+@pytest.mark.parametrize("wrap", ["```json\n{}\n```", "Sure: {}", "{}"])
+def test_think_tag_quoted_inside_the_object_is_text_not_a_block_end(wrap: str) -> None:
+    """Found by a newcomer run: a thought quoting "</think>" in a fenced or prose-wrapped reply was cut at
+    the tag and failed with a misleading message."""
+    obj = '{"thought": "a </think> b", "note": null, "tool_call": {"tool_name": "click", "x": 5, "y": 6}}'
+    parsed = P.parse(wrap.format(obj) if wrap != "{}" else obj)
+    assert parsed.thought == "a </think> b" and parsed.action == Click(Point(5, 6))
+
+
+def test_truncated_reply_quoting_think_tag_says_never_closed() -> None:
+    with pytest.raises(PolicyOutputError, match="never closed"):
+        P.parse('{"note": null, "thought": "screen 666</think>no screenshot task')
+
+
 def test_build_messages_keeps_a_stable_prefix_through_the_current_screenshot() -> None:
     """Step k+1's prompt starts with step k's up to the end of step k's screenshot (while no older
     screenshot drops out), so a local runtime can keep its decoder state for that part."""

@@ -234,9 +234,14 @@ def _strip_reasoning(text: str) -> tuple[str, bool]:
         if end < 0:
             raise _Fail("the reasoning block <think> is never closed, so there is no reply after it")
         return stripped[end + len("</think>"):], True
+    # A closing tag only ends reasoning outside a JSON object: "</think>" inside an object's string (a
+    # thought that quotes it, in a fenced or prose-wrapped reply) is the reply's text, not a block end.
     end = text.find("</think>")
-    if end >= 0:
-        return text[end + len("</think>"):], True
+    while end >= 0:
+        _spans, inside_object = _scan_objects(text[:end])
+        if not inside_object:
+            return text[end + len("</think>"):], True
+        end = text.find("</think>", end + 1)
     return text, False
 
 
