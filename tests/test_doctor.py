@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -30,3 +31,18 @@ def test_a_hanging_check_is_reported_and_the_others_still_run(monkeypatch: pytes
     assert "unlock" in report["Keychain"]["error"]
     assert report["Broken"] == {"error": "RuntimeError: probe exploded"}
     assert report["Python"] == {"version": "3"}
+
+
+def test_kernel_section_names_the_decoder_and_survives_bad_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("torch")
+    monkeypatch.setattr(doctor, "CHECKS", [("Holotron kernels", doctor._kernels)])
+    config = tmp_path / "config.toml"
+    monkeypatch.setenv("HOLODESK_CONFIG", str(config))
+    config.write_text('decoder = "stock"\n')
+    section = doctor.collect(timeout_s=30)["Holotron kernels"]
+    assert section["decoder"].startswith("stock:") and "slow path" in section["decoder"]
+    config.write_text('decoder = "fast"\n')  # invalid: the kernel report must still be shown
+    section = doctor.collect(timeout_s=30)["Holotron kernels"]
+    assert "functions" in section and section["decoder"].startswith("unknown: the settings could not be read")

@@ -81,14 +81,18 @@ def _kernels() -> dict[str, Any]:
     from holodesk.policy.holotron.engine import planned_decoder
     from holodesk.settings import load_settings
 
-    s = load_settings()
     report = dict(kernel_report())
     cuda = False
     if importlib.util.find_spec("torch") is not None:
         import torch
 
         cuda = bool(torch.cuda.is_available())
-    report["decoder"] = planned_decoder(s.decoder, cuda=cuda, precision=s.precision)
+    try:
+        s = load_settings()
+    except Exception as exc:  # the Settings section reports the settings error itself
+        report["decoder"] = f"unknown: the settings could not be read ({str(exc).splitlines()[0]})"
+    else:
+        report["decoder"] = planned_decoder(s.decoder, cuda=cuda, precision=s.precision)
     return report
 
 

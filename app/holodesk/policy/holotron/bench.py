@@ -103,6 +103,14 @@ def _time(fn: Callable[[], Any], device: Any, repeats: int, warmup: int = 1) -> 
     return statistics.median(samples), samples, result
 
 
+def _memory_text(row: dict[str, Any], device: Any) -> str:
+    """"peak over rest X GiB (over weights Y)" on CUDA; the CPU has no allocator statistics."""
+    if device.type != "cuda":
+        return "peak memory: n/a on the CPU"
+    return (f"peak over rest {row['peak_over_rest_bytes'] / GiB:.3f} GiB "
+            f"(over weights {row['peak_over_weights_bytes'] / GiB:.3f})")
+
+
 def _mem(device: Any) -> int:
     import torch
 
@@ -511,9 +519,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
         frames.append(frame)
         print(f"{w}x{h}: tiles {med['tiles']:.0f} tokens {med['prompt_tokens']:.0f} | pre {med['preprocess_ms']:.1f} "
               f"vision {med['vision_ms']:.1f} prefill {med['prefill_ms']:.1f} decode {med['decode_ms']:.1f} "
-              f"({med['decode_ms_per_token']:.2f}/tok) TTFA {med['ttfa_ms']:.1f} ms | peak over rest "
-              f"{med['peak_over_rest_bytes'] / GiB:.3f} GiB (over weights "
-              f"{med['peak_over_weights_bytes'] / GiB:.3f}) | floors {frame['floor_ms']}")
+              f"({med['decode_ms_per_token']:.2f}/tok) TTFA {med['ttfa_ms']:.1f} ms | "
+              f"{_memory_text(med, device)} | floors {frame['floor_ms']}")
     result["frames"] = frames
     if args.profile_decode and device.type == "cuda":
         result["decode_profile"] = _profile_decode(s, model, vocab, args, device, dtype)
@@ -548,8 +555,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
                  "ttfa_cold_ms": round(vis_ms + med["prefill_ms"] + med["decode_ms"], 2)}
         hist.append(entry)
         print(f"history {n}: tokens {len(prompt.ids)} prefill {med['prefill_ms']:.1f} ms decode "
-              f"{med['decode_ms_per_token']:.2f} ms/tok cold TTFA {entry['ttfa_cold_ms']:.1f} ms peak over rest "
-              f"{med['peak_over_rest_bytes'] / GiB:.3f} GiB (over weights {med['peak_over_weights_bytes'] / GiB:.3f})")
+              f"{med['decode_ms_per_token']:.2f} ms/tok cold TTFA {entry['ttfa_cold_ms']:.1f} ms "
+              f"{_memory_text(med, device)}")
         del prompt
     result["history_cold"] = hist
 
@@ -589,7 +596,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
                              "memory_at_rest_bytes": base - weights["total"],
                              "peak_over_rest_bytes": _peak(device) - base,
                              "peak_over_weights_bytes": _peak(device) - weights["total"]})
-                print(f"episode step {k + 1}: tokens {len(prompt.ids)} reused {step['reused_tokens']} prefill "
+                print(f"episode {len(ep_runs) + 1}/{max(1, args.episode_repeats)} step {k + 1}: tokens "
+                      f"{len(prompt.ids)} reused {step['reused_tokens']} prefill "
                       f"{step['prefill_ms']:.1f} ms decode {step['decode_ms']:.1f} ms TTFA {ttfa:.1f} ms")
             del ep_shots
             if rows:

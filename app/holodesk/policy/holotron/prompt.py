@@ -49,7 +49,8 @@ def flatten_messages(messages: Sequence[dict[str, Any]]) -> tuple[list[dict[str,
         for part in content or ():
             kind = part.get("type")
             if kind == "text":
-                pieces.append(str(part.get("text", "")))
+                # the sentinel's own characters in text (a task, a reply) must not read as an image
+                pieces.append(str(part.get("text", "")).replace(IMAGE_SENTINEL, IMAGE_SENTINEL[:-1] + "\u200b\ue000"))
             elif kind == "image":
                 frame = part.get("frame")
                 if not isinstance(frame, Frame):
@@ -116,20 +117,26 @@ def special_token_strings(tokenizer: Any) -> list[str]:
 
 
 def neutralize_special_tokens(messages: Sequence[dict[str, str]], specials: Sequence[str]) -> list[dict[str, str]]:
-    """Copies of ``messages`` where any special-token text inside the content is broken up with a zero-width
-    space after its first character, so that it is tokenized as ordinary text.
+    """Copies of ``messages`` where, outside the system message, special-token text and the reasoning
+    switches ``/think`` / ``/no_think`` are broken up with a zero-width space after their first character,
+    so that they are read as ordinary text.
 
-    Why: the content is user and model text (the task, earlier replies, notes). Rendered into the chat
-    text and tokenized, a literal ``<image>`` there would become an image token (and the prompt would
-    hold more image slots than images), ``</think>`` would end a thought, ``<SPECIAL_12>`` a turn.
-    Only the chat template may place special tokens. The image sentinel is left alone.
+    Why: that content is user and model text (the task, earlier replies, notes). Rendered into the chat
+    text and tokenized, a literal ``<image>`` would become an image token (and the prompt would hold more
+    image slots than images), ``</think>`` would end a thought, ``<SPECIAL_12>`` a turn; and the Nemotron
+    template deletes ``/think`` and ``/no_think`` from user text and lets the last one switch reasoning on
+    or off (so a task "open ~/think/notes.txt" lost a word and turned reasoning on). Only the chat
+    template places special tokens, and only the protocol's system prompt switches reasoning.
     """
     out = []
     for message in messages:
         content = message["content"]
-        for token in specials:
-            if token in content and token != IMAGE_SENTINEL:
-                content = content.replace(token, token[0] + "\u200b" + token[1:])
+        if message["role"] != "system":
+            for token in specials:
+                if token in content and token != IMAGE_SENTINEL:
+                    content = content.replace(token, token[0] + "\u200b" + token[1:])
+            for tag in _CONTROL_TAGS:  # "/no_think" first: it contains "_think", not "/think"
+                content = content.replace(tag, tag[0] + "\u200b" + tag[1:])
         out.append({**message, "content": content})
     return out
 
