@@ -533,6 +533,18 @@ def test_truncated_reply_quoting_think_tag_says_never_closed() -> None:
         P.parse('{"note": null, "thought": "screen 666</think>no screenshot task')
 
 
+def test_user_text_cannot_switch_reasoning() -> None:
+    """A task or an earlier reply holding "/think" or "/no_think" must not switch the model's reasoning
+    (for the local and the remote runtime alike); the system prompt's switch stays."""
+    step = HistoryStep(index=0, frame=make_frame(3), action=Click(Point(1, 1)), thought="then /no_think",
+                       note="see ~/think/notes.txt", raw_text="", outcome="performed")
+    messages = P.build_messages(Observation(task="open ~/think/a.txt /think", frame=make_frame(4), history=(step,)))
+    text = user_text(messages)
+    assert "/think" not in text and "/no_think" not in text
+    assert "~/\u200bthink/a.txt" in text and "notes.txt" in text
+    assert messages[0]["content"][0]["text"].endswith("/no_think")  # type: ignore[index]
+
+
 def test_build_messages_keeps_a_stable_prefix_through_the_current_screenshot() -> None:
     """Step k+1's prompt starts with step k's up to the end of step k's screenshot (while no older
     screenshot drops out), so a local runtime can keep its decoder state for that part."""

@@ -829,6 +829,11 @@ class ActionProtocol:
         parts: list[dict[str, Any]] = []
 
         def text(value: str) -> None:
+            # "/think" and "/no_think" in user or model text would switch the model's reasoning (the
+            # Nemotron template reads the last one in user text and deletes it); only the system prompt
+            # may. A zero-width space after the slash keeps the text and disarms the switch.
+            for tag in ("/no_think", "/think"):
+                value = value.replace(tag, "/\u200b" + tag[1:])
             if parts and parts[-1]["type"] == "text":
                 parts[-1]["text"] += "\n" + value
             else:
