@@ -33,19 +33,10 @@ def gemv_kernel(w_ptr, x_ptr, y_ptr, n_rows, n_cols, stride_w,  # type: ignore[n
     tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
 
 
-def triton_gemv(x: torch.Tensor, w: torch.Tensor, block_n: int, block_k: int, num_warps: int) -> torch.Tensor:
-    """``x [1, K] @ w [N, K]^T`` -> ``[1, N]`` in ``w``'s dtype, by :func:`gemv_kernel` (plain launch)."""
-    n_rows, n_cols = w.shape
-    y = torch.empty(1, n_rows, dtype=w.dtype, device=w.device)
-    grid = (triton.cdiv(n_rows, block_n),)
-    gemv_kernel[grid](w, x, y, n_rows, n_cols, w.stride(0), BLOCK_N=block_n, BLOCK_K=block_k,
-                      EVEN_K=n_cols % block_k == 0, num_warps=num_warps)
-    return y
-
-
 @torch.library.triton_op("holodesk::gemv", mutates_args=())
 def gemv_op(x: torch.Tensor, w: torch.Tensor, block_n: int, block_k: int, num_warps: int) -> torch.Tensor:
-    """``torch.ops.holodesk.gemv``: :func:`triton_gemv` as an op ``torch.compile`` traces and CUDA graphs
+    """``torch.ops.holodesk.gemv``: ``x [1, K] @ w [N, K]^T`` -> ``[1, N]`` in ``w``'s dtype by
+    :func:`gemv_kernel`, as an op that runs eagerly and that ``torch.compile`` traces and CUDA graphs
     capture."""
     n_rows, n_cols = w.shape
     y = torch.empty(1, n_rows, dtype=w.dtype, device=w.device)

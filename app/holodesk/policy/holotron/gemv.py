@@ -29,14 +29,12 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 try:  # pragma: no cover - depends on the machine
-    from holodesk.policy.holotron import _gemv_op
+    from holodesk.policy.holotron import _gemv_op  # noqa: F401  (registers torch.ops.holodesk.gemv)
 
     HAVE_TRITON = True
-    TRITON_ERROR = ""
 except Exception as _exc:  # CPU-only installs (CI) have no Triton; an old torch has no triton_op
-    _gemv_op = None  # type: ignore[assignment]
+    log.debug("Triton matrix-vector kernel unavailable (%s: %s); F.linear only", type(_exc).__name__, _exc)
     HAVE_TRITON = False
-    TRITON_ERROR = f"{type(_exc).__name__}: {_exc}"
 
 
 @dataclass(frozen=True)
@@ -136,7 +134,7 @@ def choose(weights: Sequence[Any], *, check_rtol: float | None = None) -> tuple[
             if bk > 2 * w0.shape[1]:
                 continue
             candidates.append((Gemv("triton", bn, bk, nw),
-                               lambda a, b, bn=bn, bk=bk, nw=nw: _gemv_op.triton_gemv(a, b, bn, bk, nw)))
+                               lambda a, b, bn=bn, bk=bk, nw=nw: torch.ops.holodesk.gemv(a, b, bn, bk, nw)))
     best = LINEAR
     best_us = float("inf")
     timings: dict[str, float] = {}
