@@ -229,8 +229,9 @@ class HolotronPolicy:
         from holodesk.policy.holotron.tiling import tile_grid
 
         details["grids"] = [tile_grid(f.width, f.height, info.max_tiles, tile_size=info.tile_size) for f in frames]
-        details["image_tokens"] = sum(1 for t in ids if t == self.loaded.image_token_id)
-        details["tiles"] = [n // info.tokens_per_tile for _, n in image_token_runs(ids, self.loaded.image_token_id)]
+        runs = image_token_runs(ids, self.loaded.image_token_id)
+        details["image_tokens"] = sum(n for _, n in runs)
+        details["tiles"] = [n // info.tokens_per_tile for _, n in runs]
         reply_budget = self.max_new_tokens + (self.max_think_tokens if self.reasoning else 0)
         constraint = self._get_constraint() if self.constrained else None
         engine = self.engine

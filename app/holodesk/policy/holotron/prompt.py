@@ -117,16 +117,14 @@ def special_token_strings(tokenizer: Any) -> list[str]:
 
 
 def neutralize_special_tokens(messages: Sequence[dict[str, str]], specials: Sequence[str]) -> list[dict[str, str]]:
-    """Copies of ``messages`` where, outside the system message, special-token text and the reasoning
-    switches ``/think`` / ``/no_think`` are broken up with a zero-width space after their first character,
-    so that they are read as ordinary text.
+    """Copies of ``messages`` where, outside the system message, special-token text is broken up with a
+    zero-width space after its first character, so that it is tokenized as ordinary text.
 
     Why: that content is user and model text (the task, earlier replies, notes). Rendered into the chat
     text and tokenized, a literal ``<image>`` would become an image token (and the prompt would hold more
-    image slots than images), ``</think>`` would end a thought, ``<SPECIAL_12>`` a turn; and the Nemotron
-    template deletes ``/think`` and ``/no_think`` from user text and lets the last one switch reasoning on
-    or off (so a task "open ~/think/notes.txt" lost a word and turned reasoning on). Only the chat
-    template places special tokens, and only the protocol's system prompt switches reasoning.
+    image slots than images), ``</think>`` would end a thought, ``<SPECIAL_12>`` a turn. Only the chat
+    template places special tokens. (The reasoning switches ``/think`` / ``/no_think`` in that text are
+    disarmed for every runtime by the protocol's ``build_messages``.)
     """
     out = []
     for message in messages:
@@ -135,8 +133,6 @@ def neutralize_special_tokens(messages: Sequence[dict[str, str]], specials: Sequ
             for token in specials:
                 if token in content and token != IMAGE_SENTINEL:
                     content = content.replace(token, token[0] + "\u200b" + token[1:])
-            for tag in _CONTROL_TAGS:  # "/no_think" first: it contains "_think", not "/think"
-                content = content.replace(tag, tag[0] + "\u200b" + tag[1:])
         out.append({**message, "content": content})
     return out
 
