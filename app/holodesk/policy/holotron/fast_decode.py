@@ -45,6 +45,7 @@ they are), so dropping an old screenshot correctly rebuilds from the snapshot be
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,8 @@ from typing import Any
 
 from holodesk.policy.holotron.gemv import Gemv
 from holodesk.policy.holotron.gemv import linear as _lin
+
+log = logging.getLogger(__name__)
 
 _MAMBA, _ATTN, _MLP = "linear_attention", "full_attention", "mlp"
 
@@ -273,6 +276,11 @@ class StaticLM:
             mamba-ssm's fused Triton kernel (``layernorm_gated.rmsnorm_fn``, ``norm_before_gate=False``:
             ``w * rmsnorm(y * silu(z))`` per group, as ``NemotronHRMSNormGated``) instead of transformers'
             float32 torch ops (several full-size float32 temporaries per layer).
+        fused_prefill: prefill runs each block through :mod:`.prefill_ops` (our Mamba-2 chunk path with a
+            fused causal conv, in-place relu^2, and the residual add fused into the next block's RMSNorm;
+            one kernel each on CUDA with Triton and mamba-ssm, the same maths in torch elsewhere) instead
+            of the stock block modules (``False``: ``NemotronHBlock``'s norm, mixer and add, kept to
+            compare against). :attr:`prefill_kernels` says which runs.
 
     Changes to ``lm`` (they keep its outputs, up to float rounding, and apply to any later use of it):
     with ``fuse_qkv`` the attention projection weights become views of the fused tensor; with
@@ -293,6 +301,7 @@ class StaticLM:
         fuse_qkv: bool = True,
         gemv_select: bool = True,
         fused_gated_norm: bool = True,
+        fused_prefill: bool = True,
     ) -> None:
         import torch
         from transformers.models.nemotron_h import modeling_nemotron_h as mnh
@@ -365,6 +374,7 @@ class StaticLM:
         self.gated_norm = "transformers (torch, float32)"
         if fused_gated_norm and dev.type == "cuda":
             self._install_fused_gated_norm()
+        self.set_prefill(fused_prefill)
         self.pos = torch.zeros(1, dtype=torch.long, device=dev)
         self.token = torch.zeros(batch, 1, dtype=torch.long, device=dev)
         self.logits = torch.zeros(batch, cfg.vocab_size, dtype=torch.float32, device=dev)
@@ -457,6 +467,33 @@ class StaticLM:
             norm.forward = fused
         self.gated_norm = "mamba-ssm Triton (ops.triton.layernorm_gated.rmsnorm_fn)"
 
+    def set_prefill(self, fused: bool) -> None:
+        """Choose the prefill block path (``fused_prefill`` of ``__init__``) and describe it in
+        :attr:`prefill_kernels`; may be called between prefills."""
+        from transformers.activations import ReLUSquaredActivation
+
+        from holodesk.policy.holotron.prefill_ops import fused_available
+
+        mixers = [layer.mixer for layer, kind in zip(self.layers, self.kinds, strict=True) if kind == _MAMBA]
+        mlps = [layer.mixer for layer, kind in zip(self.layers, self.kinds, strict=True) if kind == _MLP]
+        self._relu2 = all(isinstance(m.act_fn, ReLUSquaredActivation) for m in mlps)
+        acts = sorted({str(m.activation) for m in mixers} - {"silu"})
+        self.fused_prefill = bool(fused) and not acts
+        import torch
+
+        self._gqa_flash = (self.fused_prefill and self.device.type == "cuda"
+                           and self.dtype in (torch.float16, torch.bfloat16))
+        if not fused:
+            self.prefill_kernels = "stock blocks (fused_prefill off)"
+        elif acts:
+            self.prefill_kernels = f"stock blocks (Mamba activation {', '.join(acts)} is not fused)"
+        else:
+            why = fused_available(self.device)
+            self.prefill_kernels = ("fused: Triton causal conv1d + relu^2, mamba-ssm add+RMSNorm" if why is None
+                                    else f"holodesk torch path ({why})")
+            if self._gqa_flash:
+                self.prefill_kernels += "; attention: one flash call over grouped KV heads"
+
     def state_bytes(self) -> int:
         """Bytes of all preallocated decoder state (KV + conv + SSM + snapshot slots + buffers)."""
         tensors = [*self.k.values(), *self.v.values(), *self.conv.values(), *self.ssm.values(), self.logits]
@@ -502,7 +539,9 @@ class StaticLM:
     def _attn_prefill(self, i: int, mixer: Any, x: Any, start: int) -> Any:
         """Attention over a chunk ``x [B, T, H]`` at positions ``[start, start+T)`` with the cached past.
 
-        Keys/values go straight into the static cache. The ``rep`` query heads sharing a KV head are run
+        Keys/values go straight into the static cache. With the fused prefill on CUDA in half precision
+        all heads run in one FlashAttention call that reads the grouped KV heads in place
+        (:meth:`_attend_gqa`). Otherwise the ``rep`` query heads sharing a KV head are run
         one KV head at a time against that head's keys expanded ``rep`` times (a 1/kv_heads slice, not a
         repeat of the whole cache), with a causal mask aligned to the bottom right (query ``t`` sees keys
         ``<= start + t``; torch's ``causal_lower_right``, which needs no materialised mask). On CUDA the
@@ -524,6 +563,15 @@ class StaticLM:
         self.v[i][:, :, start:end].copy_(v)
         kvh = self.k[i].shape[1]
         rep = mixer.num_key_value_groups
+        if self._gqa_flash:
+            try:
+                return mixer.o_proj(self._attend_gqa(q, i, start, end, mixer.scaling).transpose(1, 2).reshape(
+                    bsz, t, -1))
+            except RuntimeError as exc:  # flash refused these inputs: keep the per-head loop from now on
+                self._gqa_flash = False
+                self.prefill_kernels += f"; attention per KV head (flash GQA failed: {str(exc)[:120]})"
+                log.warning("prefill attention: flash with grouped KV heads failed (%s); using the per-head loop",
+                            exc)
         out = torch.empty_like(q)
         ctx: Any = contextlib.nullcontext()
         if x.device.type == "cuda":
@@ -545,7 +593,78 @@ class StaticLM:
         out = out.transpose(1, 2).reshape(bsz, t, -1)
         return mixer.o_proj(out)
 
+    def _mamba_prefill(self, i: int, mixer: Any, x: Any) -> Any:
+        """Mamba-2 mixer over a chunk ``x [B, T, H]`` continuing from the static conv/SSM state.
+
+        The maths of ``NemotronHMamba2Mixer.forward``'s chunk branch: ``in_proj`` -> depthwise causal conv
+        with SiLU over the ``xBC`` columns (:func:`prefill_ops.causal_conv1d`, fused on CUDA) -> chunked
+        scan (transformers' ``mamba2_chunk_scan``: mamba-ssm's ``mamba_chunk_scan_combined`` when live)
+        from the stored SSM state -> gated RMSNorm -> ``out_proj``. The conv and SSM states are updated in
+        place.
+        """
+        from holodesk.policy.holotron.prefill_ops import causal_conv1d
+
+        consts = self._consts[i]
+        bsz, t, _ = x.shape
+        inter, conv_dim, heads, hd, groups, n = consts["dims"]
+        projected = mixer.in_proj(x)
+        gate, xbc, dt = projected.split([inter, conv_dim, heads], dim=-1)
+        xbc = causal_conv1d(xbc, self.conv[i], consts["conv_w"], mixer.conv1d.bias, silu=True)
+        xs, b, c = xbc.split([inter, groups * n, groups * n], dim=-1)
+        out, final = self.mnh.mamba2_chunk_scan(
+            xs.view(bsz, t, heads, hd), dt, consts["a_neg"], b.view(bsz, t, groups, n),
+            c.view(bsz, t, groups, n), chunk_size=mixer.chunk_size, D=mixer.D, z=None, dt_bias=mixer.dt_bias,
+            initial_states=self.ssm[i], dt_softplus=True, dt_limit=mixer.time_step_limit,
+            return_final_states=True,
+        )
+        self.ssm[i].copy_(final)
+        y = mixer.norm(out.reshape(bsz, t, -1), gate)
+        return mixer.out_proj(y.to(x.dtype))
+
+    def _mlp_prefill(self, mixer: Any, x: Any) -> Any:
+        """``down(relu(up(x))^2)`` with the activation in place (:func:`prefill_ops.relu_square_`)."""
+        from holodesk.policy.holotron.prefill_ops import relu_square_
+
+        if not self._relu2:
+            return mixer(x)
+        return mixer.down_proj(relu_square_(mixer.up_proj(x)))
+
+    def _attend_gqa(self, q: Any, i: int, start: int, end: int, scaling: float) -> Any:
+        """Attention of ``q [B, heads, T, hd]`` over cached keys ``[0, end)`` in one FlashAttention call that
+        reads the grouped KV heads as they are (``enable_gqa``; only the flash backend is allowed, so an
+        unsupported input raises instead of running the materialising math backend)."""
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        from torch.nn.attention.bias import causal_lower_right
+
+        keys, vals = self.k[i][:, :, :end], self.v[i][:, :, :end]
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            if start == 0:
+                return F.scaled_dot_product_attention(q, keys, vals, is_causal=True, scale=scaling, enable_gqa=True)
+            return F.scaled_dot_product_attention(q, keys, vals, attn_mask=causal_lower_right(q.shape[2], end),
+                                                  scale=scaling, enable_gqa=True)
+
     def _forward_chunk(self, h: Any, start: int) -> Any:
+        """Run every block over a chunk ``h [B, T, H]`` at positions ``[start, start + T)``; returns the
+        residual stream after the last block (before ``norm_f``)."""
+        if not self.fused_prefill:
+            return self._forward_chunk_stock(h, start)
+        from holodesk.policy.holotron.prefill_ops import add_rms_norm
+
+        pending = None
+        for i, (layer, kind) in enumerate(zip(self.layers, self.kinds, strict=True)):
+            # h += previous block's output; x = this block's norm(h): one kernel on CUDA.
+            x, h = add_rms_norm(pending, h, layer.norm.weight, layer.norm.variance_epsilon)
+            if kind == _MAMBA:
+                pending = self._mamba_prefill(i, layer.mixer, x)
+            elif kind == _ATTN:
+                pending = self._attn_prefill(i, layer.mixer, x, start)
+            else:
+                pending = self._mlp_prefill(layer.mixer, x)
+        return h + pending
+
+    def _forward_chunk_stock(self, h: Any, start: int) -> Any:
+        """:meth:`_forward_chunk` through the stock block norms and mixers (``fused_prefill=False``)."""
         for i, (layer, kind) in enumerate(zip(self.layers, self.kinds, strict=True)):
             residual = h
             x = layer.norm(h.to(layer.norm.weight.dtype))
@@ -778,9 +897,7 @@ class StaticLM:
                 raise
             # The chosen matrix-vector kernels would not compile or capture here: say so, drop them
             # (F.linear everywhere, the configuration measured before they existed) and capture again.
-            import logging
-
-            logging.getLogger(__name__).warning(
+            log.warning(
                 "decode graphs with the chosen matrix-vector kernels failed (%s: %s); using F.linear",
                 type(exc).__name__, str(exc)[:200])
             self.gemv_error = f"{type(exc).__name__}: {str(exc)[:200]}"

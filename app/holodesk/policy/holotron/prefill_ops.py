@@ -1,0 +1,174 @@
+"""Prefill operations of the Nemotron-H blocks that the stock modules run as several unfused kernels.
+
+Measured on one H200 (docs/benchmarks.md, run 4c: a 2642-token 1080p prefill, 128 ms of GPU work, 3204
+kernels), transformers' Mamba-2 mixer without the ``causal-conv1d`` package spent 10.3 ms in ``F.conv1d``
+(a generic depthwise kernel), 7.3 ms concatenating the conv state in front of every chunk, 2.6 ms in a
+separate SiLU and ~5.6 ms copying the transposed conv output back to a token-major layout; the block
+RMSNorm (float32 torch ops: cast, square, mean, rsqrt, two products, cast back) took about 12 ms; the MLP's
+relu^2 2.8 ms in two passes. This module gives each one kernel on CUDA:
+
+* :func:`causal_conv1d` -- depthwise causal convolution with the stored past as the left context, bias and
+  SiLU fused, reading the ``xBC`` columns straight out of ``in_proj``'s output (token-major, strided) and
+  writing token-major, so the chunk scan gets contiguous ``x``/``B``/``C`` without copies; the conv state is
+  then set to the last ``width`` inputs. The maths is ``causal_conv1d_fn`` of Dao's causal-conv1d
+  (``initial_states`` form); the kernel is ours (:mod:`._prefill_kernels`).
+* :func:`relu_square_` -- ``relu(x)^2`` in one in-place pass (``ReLUSquaredActivation``, So et al. 2021).
+* :func:`add_rms_norm` -- ``h += pending`` and ``rmsnorm(h)`` in one pass, through mamba-ssm's fused
+  layer-norm kernel (``ops.triton.layer_norm.rms_norm_fn``, ``prenorm=True``), float32 inside, as
+  ``NemotronHRMSNorm``.
+
+Each has a torch reference with the stock modules' maths, used off CUDA (the CPU tests) and by the tests
+that compare the kernels against it. :func:`fused_available` says whether the CUDA kernels can run.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+try:  # pragma: no cover - depends on the machine
+    from holodesk.policy.holotron import _prefill_kernels as _kernels
+
+    HAVE_TRITON = True
+except Exception as _exc:  # no Triton: the torch references only
+    log.debug("Triton prefill kernels unavailable (%s: %s)", type(_exc).__name__, _exc)
+    _kernels = None  # type: ignore[assignment]
+    HAVE_TRITON = False
+
+
+def _mamba_rms_norm_fn() -> Any:
+    try:
+        from mamba_ssm.ops.triton.layer_norm import rms_norm_fn
+    except Exception as exc:  # mamba-ssm missing or unusable
+        log.debug("mamba-ssm fused RMSNorm unavailable (%s: %s)", type(exc).__name__, exc)
+        return None
+    return rms_norm_fn
+
+
+def fused_available(device: Any) -> str | None:
+    """Why the fused prefill kernels cannot run on ``device`` (a ``torch.device``), or None when they can.
+
+    They need a CUDA device, Triton and mamba-ssm (for :func:`add_rms_norm`).
+    """
+    if getattr(device, "type", str(device)) != "cuda":
+        return "not a CUDA device"
+    if not HAVE_TRITON:
+        return "Triton is not importable"
+    if _mamba_rms_norm_fn() is None:
+        return "mamba-ssm's layer_norm kernels are not importable"
+    return None
+
+
+def causal_conv1d_reference(x: Any, state: Any, weight: Any, bias: Any, silu: bool) -> Any:
+    """The torch maths of :func:`causal_conv1d` (transformers' ``update_conv_state`` + ``causal_conv1d_fn``).
+
+    Args/Returns: as :func:`causal_conv1d` (``state`` is updated in place).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    seq_len = x.shape[1]
+    width = state.shape[-1]
+    full = torch.cat([state, x.transpose(1, 2).to(state.dtype)], dim=-1)
+    state.copy_(full[..., -width:])
+    out = F.conv1d(full.to(weight.dtype), weight.unsqueeze(1), bias, padding=0, groups=weight.shape[0])
+    out = out[..., -seq_len:]
+    if silu:
+        out = F.silu(out)
+    return out.transpose(1, 2).to(x.dtype).contiguous()
+
+
+def causal_conv1d(x: Any, state: Any, weight: Any, bias: Any = None, *, silu: bool = True) -> Any:
+    """Depthwise causal conv over a chunk, continuing from ``state``, and the state after it.
+
+    ``out[b, t, d] = act(bias[d] + sum_k weight[d, k] * src[b, t + k + 1 - width, d])`` where ``src`` is the
+    chunk for indices ``>= 0`` and the stored past (``state[b, d, width + j]``) for ``j < 0``; then
+    ``state`` holds the last ``width`` inputs of ``past + chunk``, as transformers' conv cache does.
+
+    Args:
+        x: ``[B, T, D]`` chunk input, token-major; the last dim must have stride 1 (a column slice of a
+            wider projection is fine).
+        state: ``[B, D, width]`` stored past inputs, updated in place (model dtype).
+        weight: ``[D, width]`` depthwise taps (``conv1d.weight.squeeze(1)``).
+        bias: ``[D]`` or None.
+        silu: apply SiLU (the Mamba-2 mixer's activation) to the sum.
+    Returns:
+        ``[B, T, D]`` contiguous, ``x``'s dtype.
+    Raises:
+        ValueError: shapes disagree, or ``x``'s last dim is not contiguous (on CUDA).
+    """
+    import torch
+
+    bsz, seq_len, dim = x.shape
+    width = state.shape[-1]
+    if state.shape[:2] != (bsz, dim) or tuple(weight.shape) != (dim, width):
+        raise ValueError(f"conv shapes disagree: x {tuple(x.shape)}, state {tuple(state.shape)}, "
+                         f"weight {tuple(weight.shape)}")
+    if not (x.is_cuda and HAVE_TRITON):
+        return causal_conv1d_reference(x, state, weight, bias, silu)
+    if x.stride(-1) != 1 or state.stride(-1) != 1 or weight.stride(-1) != 1:
+        raise ValueError("causal_conv1d needs the last dim of x, state and weight contiguous")
+    out = torch.empty(bsz, seq_len, dim, dtype=x.dtype, device=x.device)
+    block_t, block_d = 32, 128
+    grid = (bsz, (seq_len + block_t - 1) // block_t, (dim + block_d - 1) // block_d)
+    _kernels.causal_conv1d_kernel[grid](
+        x, state, weight, bias if bias is not None else weight, out,
+        seq_len, dim, x.stride(0), x.stride(1), state.stride(0), state.stride(1), weight.stride(0),
+        out.stride(0), out.stride(1),
+        WIDTH=width, HAS_BIAS=bias is not None, SILU=silu, BLOCK_T=block_t, BLOCK_D=block_d, num_warps=4)
+    # The kernel has read the old state; now keep the last ``width`` inputs.
+    if seq_len >= width:
+        state.copy_(x[:, seq_len - width :].transpose(1, 2))
+    else:
+        state.copy_(torch.cat([state[..., seq_len:], x.transpose(1, 2).to(state.dtype)], dim=-1))
+    return out
+
+
+def relu_square_(x: Any) -> Any:
+    """``x = relu(x) ** 2`` in place (the MLP activation ``relu2``); returns ``x``.
+
+    On CUDA with Triton one pass over a contiguous ``x``; elsewhere (or non-contiguous) torch's
+    ``relu_`` then ``square_``, which round the same way (relu is exact, the square rounds once).
+    """
+    if x.is_cuda and HAVE_TRITON and x.is_contiguous():
+        n = x.numel()
+        block = 4096
+        _kernels.relu_square_kernel[((n + block - 1) // block,)](x, n, BLOCK=block, num_warps=8)
+        return x
+    x.relu_()
+    return x.square_()
+
+
+def rms_norm_reference(h: Any, weight: Any, eps: float) -> Any:
+    """``NemotronHRMSNorm``: float32 ``h * rsqrt(mean(h^2) + eps) * weight``, cast to ``h``'s dtype."""
+    import torch
+
+    hf = h.float()
+    hf = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)
+    return (weight.float() * hf).to(h.dtype)
+
+
+def add_rms_norm(pending: Any, h: Any, weight: Any, eps: float) -> tuple[Any, Any]:
+    """Add a block's output to the residual stream and normalise for the next block, in one pass.
+
+    Args:
+        pending: ``[B, T, H]`` output of the previous mixer, or None (the first block: nothing to add).
+        h: ``[B, T, H]`` residual stream.
+        weight: ``[H]`` the next block's norm weight.
+        eps: its epsilon.
+    Returns:
+        ``(rmsnorm(h + pending) * weight, h + pending)`` in ``h``'s dtype. On CUDA the sum is kept in
+        float32 for the norm (mamba-ssm's kernel) and rounded once for the stream; the stock block
+        normalises the rounded sum, so the two differ within one rounding of the model dtype.
+    """
+    if h.is_cuda:
+        fn = _mamba_rms_norm_fn()
+        if fn is not None:
+            if pending is None:
+                return fn(h, weight, None, eps=eps), h
+            return fn(pending, weight, None, residual=h, prenorm=True, eps=eps)
+    if pending is not None:
+        h = h + pending
+    return rms_norm_reference(h, weight, eps), h
