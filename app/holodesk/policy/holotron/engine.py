@@ -157,11 +157,22 @@ class StaticEngine:
         if warm_up if warm_up is not None else cuda:
             try:
                 self.warm_up()
-            except Exception as exc:  # never blocks loading; the first step then pays the compile time
-                note = f"warm-up at load failed ({type(exc).__name__}: {str(exc)[:160]}); the first step compiles"
+            except Exception as exc:
+                note = f"warm-up at load failed ({type(exc).__name__}: {str(exc)[:160]})"
+                self.reset()
+                if self.static.fused_prefill:
+                    # the fused prefill kernels are the newest part of the path: retry on the stock blocks
+                    self.static.set_prefill(False)
+                    try:
+                        self.warm_up()
+                        note += "; prefill now runs the stock block modules (slower prefill)"
+                    except Exception as exc2:
+                        note += f"; again on the stock blocks ({type(exc2).__name__}); the first step compiles"
+                        self.reset()
+                else:  # never blocks loading; the first step then pays the compile time
+                    note += "; the first step compiles"
                 log.warning("Holotron: %s", note)
                 self.notes.append(note)
-                self.reset()
         self.setup_seconds = time.perf_counter() - t0
 
     def warm_up(self) -> None:
@@ -203,6 +214,7 @@ class StaticEngine:
             "max_len": self.static.max_len,
             "gemv": {role: how.label() for role, how in self.static.gemv.items()},
             "gated_norm": self.static.gated_norm,
+            "prefill": self.static.prefill_kernels,
             "state_bytes": self.static.state_bytes(),
             "setup_seconds": round(self.setup_seconds, 2),
             "warm_up_seconds": None if self.warm_up_seconds is None else round(self.warm_up_seconds, 2),
