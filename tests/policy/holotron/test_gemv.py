@@ -35,8 +35,16 @@ def test_gpu_triton_tiles_equal_f_linear(shape: tuple[int, int]) -> None:
         assert out.shape == (1, shape[0]) and out.dtype == torch.bfloat16
         err = float((out.float() - ref).norm() / ref.norm())
         assert err < 1e-2, (bn, bk, nw, err)  # bf16 rounding of the result only
-    how, timings = gemv.choose([w, w.clone()])
+    w2 = w.clone()
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    how, timings = gemv.choose([w, w2])
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() == before  # timing leaves nothing allocated
     assert how.label() in timings and how.us > 0
+    # every candidate was timed; none was dropped
+    tiles = [t for t in gemv.TRITON_TILES if t[1] <= 2 * shape[1]]
+    assert len(timings) == 1 + len(tiles), timings
 
 
 @pytest.mark.gpu

@@ -85,19 +85,55 @@ def linear(x: Any, w: Any, how: tuple[str, int, int, int] | None = None) -> Any:
     raise ValueError(f"unknown matrix-vector implementation {how[0]!r}")
 
 
+_CYCLES_PER_US: list[float] = []
+
+
+def _cycles_per_us() -> float:
+    """GPU clock cycles per microsecond, measured once with ``torch.cuda._sleep`` (a spin kernel)."""
+    import torch
+
+    if not _CYCLES_PER_US:
+        cycles = 2_000_000
+        torch.cuda._sleep(cycles // 10)  # load the kernel
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        _CYCLES_PER_US.append(cycles / max(start.elapsed_time(end) * 1000.0, 1.0))
+    return _CYCLES_PER_US[0]
+
+
 def _time_us(fn: Any, weights: Sequence[Any], x: Any, rounds: int = 5) -> float:
     """Median over ``rounds`` of the mean microseconds per product, cycling through ``weights`` (distinct
-    matrices, as in a decode step, so the L2 cache does not hold the weight between products)."""
+    matrices, as in a decode step, so the L2 cache does not hold the weight between products).
+
+    GPU time only, as in the decode graph where the products run back to back: each round is queued
+    behind a spin kernel that outlasts twice the host's time to launch it, so the products start one
+    after another on the GPU. Timed eagerly without it, a candidate's host-side launch cost (60-90 us
+    for the registered Triton op on the run-5 host, more than the kernel) decided the choice. No CUDA
+    graph is captured here: timing graphs left about 94 MiB allocated after loading (run 5b).
+    """
     import statistics
+    import time
 
     import torch
 
-    for w in weights[:2]:
+    for w in weights[:2]:  # compile / autotune first
         fn(x, w)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for w in weights:
+        fn(x, w)
+    host_us = (time.perf_counter() - t0) * 1e6
+    torch.cuda.synchronize()
+    spin = int(_cycles_per_us() * (2.0 * host_us + 200.0))
     samples = []
     for _ in range(rounds):
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(spin)
         start.record()
         for w in weights:
             fn(x, w)
