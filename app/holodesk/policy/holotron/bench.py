@@ -74,6 +74,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--no-floors", action="store_true")
     p.add_argument("--profile-decode", action="store_true",
                    help="GPU time per kernel over 20 decode steps at 1080p (torch.profiler), CUDA only")
+    p.add_argument("--compare-prefill", action="store_true",
+                   help="also time the cold prefill at --history-size through the stock block modules, "
+                        "alternating with the fused path in the same process")
     p.add_argument("--quant", default="", help="comma list of 8bit,4bit (bitsandbytes, CUDA only)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=None, help="write the result here")
@@ -109,6 +112,19 @@ def _memory_text(row: dict[str, Any], device: Any) -> str:
         return "peak memory: n/a on the CPU"
     return (f"peak over rest {row['peak_over_rest_bytes'] / GiB:.3f} GiB "
             f"(over weights {row['peak_over_weights_bytes'] / GiB:.3f})")
+
+
+def _host_cpu() -> str:
+    """The host processor's model name and logical CPU count (Linux ``/proc/cpuinfo``), else platform's."""
+    import os
+
+    name = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            name = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    return f"{name or platform.processor() or 'unknown'} x{os.cpu_count()}"
 
 
 def _mem(device: Any) -> int:
@@ -333,19 +349,61 @@ def _decode_bytes(s: Any, length: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- runs
+class _HostStalls:
+    """Host-side pauses inside a timed region: Python garbage-collection time (``gc.callbacks``) and
+    ``cudaMalloc`` calls of torch's caching allocator (segments allocated), to explain wall time above
+    the GPU-busy time of a kernel profile."""
+
+    def __init__(self) -> None:
+        import gc
+
+        self.gc_ms = 0.0
+        self._t0 = 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        elif self._t0:
+            self.gc_ms += (time.perf_counter() - self._t0) * 1e3
+            self._t0 = 0.0
+
+    @staticmethod
+    def mallocs(device: Any) -> int:
+        import torch
+
+        if device.type != "cuda":
+            return 0
+        return int(torch.cuda.memory_stats(device).get("segment.all.allocated", 0))
+
+
+_STALLS: _HostStalls | None = None
+
+
+def _stalls() -> _HostStalls:
+    global _STALLS
+    if _STALLS is None:
+        _STALLS = _HostStalls()
+    return _STALLS
+
+
 def _fast_step(s: Any, model: Any, prompt: _Prompt, reply: int, device: Any, incremental: bool,
                snapshot_at: tuple[int, ...] = ()) -> dict[str, Any]:
-    """Prefill + greedy decode of ``reply`` tokens; returns timings (ms) and the tokens."""
+    """Prefill + greedy decode of ``reply`` tokens; returns timings (ms), the tokens, and the host stalls
+    inside the prefill (garbage-collection ms, ``cudaMalloc`` calls)."""
     import torch
 
     offset = s.resume_point(prompt.keys) if incremental else 0
     emb = prompt.tail(offset) if offset else prompt.embeds()
+    stalls = _stalls()
     _sync(device)
+    gc0, malloc0 = stalls.gc_ms, stalls.mallocs(device)
     t0 = time.perf_counter()
     logits, report = s.prefill(emb, prompt.keys if incremental else None, snapshot_at=snapshot_at,
                                embeds_offset=offset)
     _sync(device)
     t1 = time.perf_counter()
+    prefill_gc_ms, prefill_mallocs = stalls.gc_ms - gc0, stalls.mallocs(device) - malloc0
     tokens = s.generate(logits, reply)
     _sync(device)
     t2 = time.perf_counter()
@@ -353,7 +411,52 @@ def _fast_step(s: Any, model: Any, prompt: _Prompt, reply: int, device: Any, inc
     _ = torch
     return {"prefill_ms": (t1 - t0) * 1e3, "decode_ms": (t2 - t1) * 1e3,
             "decode_ms_per_token": (t2 - t1) * 1e3 / max(1, reply - 1), "tokens": tokens[0],
-            "prefill_tokens": report.computed, "reused_tokens": report.reused, "first_logits": logits}
+            "prefill_tokens": report.computed, "reused_tokens": report.reused, "first_logits": logits,
+            "prefill_gc_ms": prefill_gc_ms, "prefill_mallocs": prefill_mallocs}
+
+
+def _compare_prefill(s: Any, model: Any, vocab: int, args: argparse.Namespace, device: Any,
+                     dtype: Any) -> dict[str, Any]:
+    """Cold prefill of one ``--history-size`` screenshot prompt through the fused block path and the stock
+    block modules (``StaticLM(fused_prefill=...)``), alternating, ``--repeats`` samples each after one
+    warm-up of each; medians in ms and the relative L2 difference of the last-token logits."""
+    hw = _size(args.history_size)
+    tiles, _ = _tiles_for(hw[0], hw[1], device, dtype, 0)
+    prompt = _build_prompt(model, vocab, [{"embeds": _vision_encode(model, tiles), "key": 0}], args, seed=0)
+    del tiles
+    emb = prompt.embeds()
+    fused_default = s.fused_prefill
+    kernels = {True: "", False: ""}
+    samples: dict[bool, list[float]] = {True: [], False: []}
+    logits: dict[bool, Any] = {}
+    gc_ms = {True: 0.0, False: 0.0}
+    try:
+        for r in range(args.repeats + 1):
+            for fused in (True, False):
+                s.set_prefill(fused)
+                kernels[fused] = s.prefill_kernels
+                _sync(device)
+                gc0 = _stalls().gc_ms
+                t0 = time.perf_counter()
+                logits[fused], _ = s.prefill(emb, None)
+                _sync(device)
+                if r:
+                    samples[fused].append((time.perf_counter() - t0) * 1e3)
+                    gc_ms[fused] += _stalls().gc_ms - gc0
+    finally:
+        s.set_prefill(fused_default)
+        s.reset()
+    a, b = logits[True].float(), logits[False].float()
+    out: dict[str, Any] = {"prompt_tokens": len(prompt.ids),
+           "fused": {"kernels": kernels[True], "prefill_ms": round(statistics.median(samples[True]), 2),
+                     "samples_ms": [round(x, 1) for x in samples[True]], "gc_ms": round(gc_ms[True], 1)},
+           "stock_blocks": {"kernels": kernels[False], "prefill_ms": round(statistics.median(samples[False]), 2),
+                            "samples_ms": [round(x, 1) for x in samples[False]],
+                            "gc_ms": round(gc_ms[False], 1)},
+           "logits_rel_diff": float((a - b).norm() / b.norm())}
+    print(f"prefill paths ({out['prompt_tokens']} tokens): fused {out['fused']['prefill_ms']} ms, stock blocks "
+          f"{out['stock_blocks']['prefill_ms']} ms; last-token logits differ by {out['logits_rel_diff']:.2e}")
+    return out
 
 
 def _screenshot(model: Any, width: int, height: int, device: Any, dtype: Any, key: int,
@@ -400,6 +503,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
         "torch": torch.__version__, "dtype": str(dtype).replace("torch.", ""), "tiny": args.tiny,
         "weights": "checkpoint" if args.checkpoint else f"random (seed {args.seed})",
+        "host_cpu": _host_cpu(),  # prefill launches ~600 kernels per chunk from Python: it follows the host
     }
     try:
         import transformers
@@ -451,11 +555,20 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
         impl, compile_step = ("torch", True) if device.type == "cuda" else ("dispatch", False)
     result["decode_impl"] = {"impl": impl, "compile": compile_step,
                              "graphs": device.type == "cuda" and not args.no_graphs}
+    _sync(device)
+    before_static = _mem(device)
     s = StaticLM(lm, max_len=longest, bucket=args.bucket, chunk=args.chunk, impl=impl, compile=compile_step)
+    _sync(device)
+    # memory the decoder holds beyond its state after loading (kernel choice, then graph capture)
+    cuda = device.type == "cuda"  # the CPU has no allocator statistics
+    result["load_memory_bytes"] = {
+        "static_lm_over_state": _mem(device) - before_static - s.state_bytes() if cuda else None}
     result["static_state_bytes"] = s.state_bytes()
     result["gemv"] = {role: {"chosen": how.label(), "us": how.us, "candidates_us": s.gemv_timings.get(role, {})}
                       for role, how in s.gemv.items()}
     result["prefill_gated_norm"] = s.gated_norm
+    result["prefill_kernels"] = s.prefill_kernels
+    print(f"prefill blocks: {s.prefill_kernels}; gated norm: {s.gated_norm}")
     for role, entry in result["gemv"].items():
         print(f"matrix-vector {role}: {entry['chosen']} ({entry['us']} us); tried {entry['candidates_us']}")
     result["max_len"] = s.max_len
@@ -468,6 +581,12 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
     _sync(device)
     at_rest = _mem(device)
     result["memory_at_rest_bytes"] = at_rest
+    result["load_memory_bytes"]["at_rest_over_weights_and_state"] = (
+        at_rest - weights["total"] - s.state_bytes() if cuda else None)
+    if cuda:
+        print(f"memory held beyond weights and state: after the kernel choice "
+              f"{result['load_memory_bytes']['static_lm_over_state'] / 2**20:.1f} MiB, after graph capture "
+              f"{result['load_memory_bytes']['at_rest_over_weights_and_state'] / 2**20:.1f} MiB")
     print(f"weights {weights['total'] / GiB:.2f} GiB, static state {s.state_bytes() / GiB:.3f} GiB, "
           f"max_len {s.max_len}, graphs {result['graphs']}")
 
@@ -510,6 +629,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
         if vis_floor is not None and pre_floor is not None and dec_floor is not None:
             ttfa_floor = vis_floor + pre_floor + dec_floor * (args.reply_tokens - 1)
         frame = {"size": f"{w}x{h}", **{k: round(v, 3) for k, v in med.items()},
+                 "prefill_samples_ms": [round(x["prefill_ms"], 1) for x in samples],
+                 "prefill_host_stalls": [(round(x["prefill_gc_ms"], 1), x["prefill_mallocs"]) for x in samples],
                  "flops": fl, "decode_bytes_per_token": dec_bytes,
                  "floor_ms": {"vision": vis_floor, "prefill": pre_floor, "decode_per_token": dec_floor,
                               "ttfa": ttfa_floor}}
@@ -520,8 +641,11 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
         print(f"{w}x{h}: tiles {med['tiles']:.0f} tokens {med['prompt_tokens']:.0f} | pre {med['preprocess_ms']:.1f} "
               f"vision {med['vision_ms']:.1f} prefill {med['prefill_ms']:.1f} decode {med['decode_ms']:.1f} "
               f"({med['decode_ms_per_token']:.2f}/tok) TTFA {med['ttfa_ms']:.1f} ms | "
-              f"{_memory_text(med, device)} | floors {frame['floor_ms']}")
+              f"{_memory_text(med, device)} | floors {frame['floor_ms']} | prefill samples "
+              f"{frame['prefill_samples_ms']} ms, (gc ms, cudaMalloc calls) {frame['prefill_host_stalls']}")
     result["frames"] = frames
+    if args.compare_prefill:
+        result["prefill_paths"] = _compare_prefill(s, model, vocab, args, device, dtype)
     if args.profile_decode and device.type == "cuda":
         result["decode_profile"] = _profile_decode(s, model, vocab, args, device, dtype)
 
