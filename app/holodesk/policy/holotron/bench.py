@@ -820,15 +820,57 @@ def _profile_decode(s: Any, model: Any, vocab: int, args: argparse.Namespace, de
     rows, busy, launches = table(prof, steps)
     out = {"steps": steps, "gpu_busy_us_per_step": round(busy, 1), "kernels_per_step": round(launches, 1),
            "top": rows[:25]}
+    host = _profile_prefill_host(s, emb, device)
     prows, pbusy, plaunches = table(pre, 1)
     out["prefill"] = {"tokens": int(emb.shape[1]), "gpu_busy_us": round(pbusy, 1), "kernels": plaunches,
-                      "top": prows[:25]}
+                      "top": prows[:25], "host": host}
     print(f"decode profile: {out['gpu_busy_us_per_step']} us GPU-busy per step, {out['kernels_per_step']} kernels")
     for r in rows[:25]:
         print(f"  {r['us_per_step']:8.1f} us  x{r['calls_per_step']:5.1f}  {r['kernel']}")
     print(f"prefill profile ({int(emb.shape[1])} tokens): {pbusy:.1f} us GPU-busy, {plaunches:.0f} kernels")
     for r in prows[:25]:
         print(f"  {r['us_per_step']:8.1f} us  x{r['calls_per_step']:5.1f}  {r['kernel']}")
+    return out
+
+
+def _profile_prefill_host(s: Any, emb: Any, device: Any) -> dict[str, Any]:
+    """Where the host spends a cold prefill: wall ms of the call without a profiler (the host returns
+    when the last kernel is queued, so this is the launch time when the GPU keeps up), then Python's
+    cProfile over one more call (its overhead inflates the absolute numbers; the shares are what it is
+    for): the 20 functions with the most own time and the cumulative time of the prefill's stages."""
+    import cProfile
+    import pstats
+
+    _sync(device)
+    t0 = time.perf_counter()
+    s.prefill(emb, None)
+    launch_ms = (time.perf_counter() - t0) * 1e3
+    _sync(device)
+    wall_ms = (time.perf_counter() - t0) * 1e3
+    prof = cProfile.Profile()
+    prof.enable()
+    s.prefill(emb, None)
+    prof.disable()
+    _sync(device)
+    stats = pstats.Stats(prof)
+    entries = stats.stats  # type: ignore[attr-defined]
+    rows = []
+    stages: dict[str, float] = {}
+    wanted = ("_mamba_prefill", "_attn_prefill", "_mlp_prefill", "add_rms_norm", "causal_conv1d", "relu_square_",
+              "fused")  # ours (fused: the gated norm of fast_decode); plus the library entry points below
+    library = ("mamba2_chunk_scan", "mamba_chunk_scan_combined", "rms_norm_fn", "rmsnorm_fn")
+    for (path, line, name), (_cc, calls, own, cum, _callers) in entries.items():
+        label = f"{path.rsplit('/', 2)[-1]}:{line}({name})"
+        rows.append({"function": label, "calls": calls, "own_ms": round(own * 1e3, 2), "cum_ms": round(cum * 1e3, 2)})
+        if (name in wanted and "holotron" in path) or name in library:
+            stages[label] = round(stages.get(label, 0.0) + cum * 1e3, 2)
+    rows.sort(key=lambda r: -r["own_ms"])
+    out = {"launch_ms": round(launch_ms, 2), "wall_ms": round(wall_ms, 2), "profiled_total_ms":
+           round(stats.total_tt * 1e3, 2), "top_own": rows[:20], "stages_cum_ms": stages}  # type: ignore[attr-defined]
+    print(f"prefill host: queued in {out['launch_ms']} ms, done in {out['wall_ms']} ms; under cProfile "
+          f"{out['profiled_total_ms']} ms; stages {stages}")
+    for r in rows[:12]:
+        print(f"  own {r['own_ms']:8.2f} ms  cum {r['cum_ms']:8.2f} ms  x{r['calls']:5d}  {r['function']}")
     return out
 
 
