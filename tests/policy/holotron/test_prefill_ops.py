@@ -95,6 +95,8 @@ def _tiny_lm(seed: int, dtype: torch.dtype = torch.float32, device: str = "cpu")
         for name, p in lm.named_parameters():
             if name.endswith(("out_proj.weight", "o_proj.weight", "down_proj.weight")):
                 p.mul_(3)
+            if name.endswith("dt_bias"):  # steps of ~1 (softplus(0.5)), not ~0.02: padding would show
+                p.fill_(0.5)
     return lm.to(device=device, dtype=dtype)
 
 
@@ -167,3 +169,86 @@ def test_gpu_fused_prefill_equals_stock_blocks(dtype: torch.dtype) -> None:
     assert "failed" not in fused.prefill_kernels, fused.prefill_kernels
     err = (logits[0] - logits[1]).norm() / logits[1].norm()
     assert err < (1e-4 if dtype == torch.float32 else 3e-2), err
+
+
+@pytest.mark.parametrize("length", [1, 2, 3, 4, 7, 9])
+def test_conv_state_at_a_device_length_ignores_the_padding(length: int) -> None:
+    x, state, weight, b = _conv_case(9)
+    ref_state = state.clone()
+    want = prefill_ops.causal_conv1d(x[:, :length].contiguous(), ref_state, weight, b)
+    out = prefill_ops.causal_conv1d(x, state, weight, b, length=torch.tensor([length]))
+    assert torch.equal(state, ref_state)
+    assert torch.allclose(out[:, :length], want, atol=1e-6)  # real rows never read the padded ones
+
+
+def _prefill_states(s: StaticLM, lm, ids: torch.Tensor, cuts: tuple[int, ...]) -> tuple:  # type: ignore[no-untyped-def]
+    with torch.no_grad():
+        logits, _ = s.prefill(lm.model.embeddings(ids), ids[0].tolist(), snapshot_at=cuts)
+    n = ids.shape[1]
+    return (logits, [c.clone() for c in s.conv.values()], [t.clone() for t in s.ssm.values()],
+            [k[:, :, :n].clone() for k in s.k.values()])
+
+
+def test_padded_prefill_equals_unpadded_on_cpu() -> None:
+    """Chunks padded to multiples of 8 rows in static buffers (the path the prefill graphs capture), with
+    padded dt masked out of the scan and the conv state taken at the real length, give the unpadded state."""
+    lm = _tiny_lm(seed=7)
+    gen = torch.Generator().manual_seed(4)
+    ids = torch.randint(3, 256, (1, 61), generator=gen)
+    cuts = (1, 3, 17, 18, 33, 36)
+    plain = StaticLM(lm, max_len=128, bucket=32, chunk=16, snapshot_slots=len(cuts))
+    padded = StaticLM(lm, max_len=128, bucket=32, chunk=16, snapshot_slots=len(cuts), prefill_bucket=8)
+    assert "padded to multiples of 8 rows, eager" in padded.prefill_kernels
+    want = _prefill_states(plain, lm, ids, cuts)
+    got = _prefill_states(padded, lm, ids, cuts)
+    assert torch.allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+    for a_list, b_list in zip(got[1:], want[1:], strict=True):
+        for a, b in zip(a_list, b_list, strict=True):
+            assert float((a - b).norm() / b.norm()) < 1e-5
+    # a resumed prefill on top of the padded state (the episode case) equals a cold one
+    longer = torch.cat([ids, torch.randint(3, 256, (1, 21), generator=gen)], dim=1)
+    with torch.no_grad():
+        resumed, report = padded.prefill(lm.model.embeddings(longer), longer[0].tolist())
+        cold, _ = StaticLM(lm, max_len=128, bucket=32, chunk=16).prefill(lm.model.embeddings(longer), None)
+    assert report.reused == 36
+    assert torch.allclose(resumed, cold, rtol=1e-5, atol=1e-5)
+
+
+def test_prefill_bucket_must_divide_the_chunk() -> None:
+    with pytest.raises(ValueError, match="prefill_bucket"):
+        StaticLM(_tiny_lm(seed=1), max_len=64, bucket=32, chunk=16, prefill_bucket=5)
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_prefill_graphs_equal_the_eager_path(dtype: torch.dtype) -> None:
+    lm = _tiny_lm(seed=7, dtype=dtype, device="cuda")
+    gen = torch.Generator().manual_seed(4)
+    ids = torch.randint(3, 256, (1, 61), generator=gen).cuda()
+    cuts = (1, 3, 17, 18, 33, 36)
+    plain = StaticLM(lm, max_len=128, bucket=32, chunk=16, snapshot_slots=len(cuts))
+    graphed = StaticLM(lm, max_len=128, bucket=32, chunk=16, snapshot_slots=len(cuts), prefill_bucket=8)
+    assert graphed.capture_prefill_graphs() == [8, 16]
+    assert "segments as CUDA graphs" in graphed.prefill_kernels
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    for _ in range(2):  # replays twice: the graphs keep no state of their own
+        want = _prefill_states(plain, lm, ids, cuts)
+        got = _prefill_states(graphed, lm, ids, cuts)
+        assert float((got[0] - want[0]).norm() / want[0].norm()) < tol
+        for a, b in zip(got[2], want[2], strict=True):  # SSM states
+            assert float((a - b).norm() / b.norm().clamp_min(1e-6)) < tol
+
+
+def test_dropping_the_prefill_graphs_returns_to_unpadded_chunks() -> None:
+    """What the engine does when capturing the prefill graphs fails: buffers freed, chunks at their own
+    length again, same results."""
+    lm = _tiny_lm(seed=7)
+    ids = torch.randint(3, 256, (1, 40), generator=torch.Generator().manual_seed(5))
+    s = StaticLM(lm, max_len=128, bucket=32, chunk=16, prefill_bucket=8)
+    before = s.state_bytes()
+    s.drop_prefill_graphs()
+    assert s.prefill_bucket == 0 and s._pbuf_h is None and "padded" not in s.prefill_kernels
+    assert s.state_bytes() == before - 3 * 16 * 64 * 4  # three [1, chunk, hidden] float32 buffers
+    want = _prefill_states(StaticLM(lm, max_len=128, bucket=32, chunk=16), lm, ids, ())
+    got = _prefill_states(s, lm, ids, ())
+    assert torch.equal(got[0], want[0])

@@ -281,6 +281,11 @@ class StaticLM:
             one kernel each on CUDA with Triton and mamba-ssm, the same maths in torch elsewhere) instead
             of the stock block modules (``False``: ``NemotronHBlock``'s norm, mixer and add, kept to
             compare against). :attr:`prefill_kernels` says which runs.
+        prefill_bucket: with the fused path, > 0 pads each prefill chunk to a multiple of this many rows in
+            static buffers (``3 x chunk x hidden`` in the model dtype), runs the Mamba/MLP blocks between
+            attention layers as segments that only read the real length from the device, and lets
+            :meth:`capture_prefill_graphs` capture them; 0 (default) runs chunks at their own length.
+            ``chunk`` must be a multiple of it.
 
     Changes to ``lm`` (they keep its outputs, up to float rounding, and apply to any later use of it):
     with ``fuse_qkv`` the attention projection weights become views of the fused tensor; with
@@ -302,6 +307,7 @@ class StaticLM:
         gemv_select: bool = True,
         fused_gated_norm: bool = True,
         fused_prefill: bool = True,
+        prefill_bucket: int = 0,
     ) -> None:
         import torch
         from transformers.models.nemotron_h import modeling_nemotron_h as mnh
@@ -374,11 +380,23 @@ class StaticLM:
         self.gated_norm = "transformers (torch, float32)"
         if fused_gated_norm and dev.type == "cuda":
             self._install_fused_gated_norm()
+        if prefill_bucket < 0 or (prefill_bucket and chunk % prefill_bucket):
+            raise ValueError(f"prefill_bucket must be 0 or divide chunk ({chunk}), got {prefill_bucket}")
+        self.prefill_bucket = prefill_bucket
+        self.prefill_graphs: dict[tuple[int, int], Any] = {}
+        self._segs = self._segments()
+        self._n_real = torch.zeros(1, dtype=torch.long, device=dev)
+        self._pbuf_h: Any = None
+        self._pbuf_p: Any = None
+        self._pbuf_x: Any = None
+        if prefill_bucket:
+            self._pbuf_h, self._pbuf_p, self._pbuf_x = (
+                torch.zeros(batch, chunk, cfg.hidden_size, dtype=dt, device=dev) for _ in range(3))
         self.set_prefill(fused_prefill)
         self.pos = torch.zeros(1, dtype=torch.long, device=dev)
         self.token = torch.zeros(batch, 1, dtype=torch.long, device=dev)
         self.logits = torch.zeros(batch, cfg.vocab_size, dtype=torch.float32, device=dev)
-        self._arange = torch.arange(self.max_len, device=dev)
+        self._arange = torch.arange(max(self.max_len, chunk), device=dev)
         self._norm32 = [layer.norm.weight.detach().float() for layer in self.layers]
         self._normf32 = backbone.norm_f.weight.detach().float()
         self._raw_fns: dict[str, Any] = {"mamba": mamba_block_torch, "mlp": mlp_block_torch, "qkv": qkv_torch,
@@ -493,10 +511,16 @@ class StaticLM:
                                     else f"holodesk torch path ({why})")
             if self._gqa_flash:
                 self.prefill_kernels += "; attention: one flash call over grouped KV heads"
+            if self.prefill_bucket:
+                self.prefill_kernels += (f"; Mamba/MLP segments as CUDA graphs ({len(self.prefill_graphs)}, padded "
+                                         f"to multiples of {self.prefill_bucket} rows)" if self.prefill_graphs
+                                         else f"; chunks padded to multiples of {self.prefill_bucket} rows, eager")
 
     def state_bytes(self) -> int:
         """Bytes of all preallocated decoder state (KV + conv + SSM + snapshot slots + buffers)."""
         tensors = [*self.k.values(), *self.v.values(), *self.conv.values(), *self.ssm.values(), self.logits]
+        if self.prefill_bucket:
+            tensors += [self._pbuf_h, self._pbuf_p, self._pbuf_x]  # the graphs' pool is not counted here
         tensors += [t for slot in self._slots for pair in slot for t in pair]
         return int(sum(t.numel() * t.element_size() for t in tensors))
 
@@ -593,7 +617,7 @@ class StaticLM:
         out = out.transpose(1, 2).reshape(bsz, t, -1)
         return mixer.o_proj(out)
 
-    def _mamba_prefill(self, i: int, mixer: Any, x: Any) -> Any:
+    def _mamba_prefill(self, i: int, mixer: Any, x: Any, length: Any = None) -> Any:
         """Mamba-2 mixer over a chunk ``x [B, T, H]`` continuing from the static conv/SSM state.
 
         The maths of ``NemotronHMamba2Mixer.forward``'s chunk branch: ``in_proj`` -> depthwise causal conv
@@ -601,6 +625,14 @@ class StaticLM:
         scan (transformers' ``mamba2_chunk_scan``: mamba-ssm's ``mamba_chunk_scan_combined`` when live)
         from the stored SSM state -> gated RMSNorm -> ``out_proj``. The conv and SSM states are updated in
         place.
+
+        With ``length`` (a ``[1]`` int64 device tensor) rows from ``length`` on are padding. The step size
+        is computed here as the scan would (``max(softplus(dt + dt_bias), time_step_min)`` in float32) and
+        set to exactly 0 on padded rows, then passed with the scan's own softplus, bias and clamp off: a
+        zero step makes ``exp(dt A) = 1`` and ``dt B x = 0``, so the SSM state leaves the chunk as it was
+        after the last real row (masking the raw ``dt`` instead would leave the ``time_step_min`` floor,
+        0.001, on padded rows). The conv state is taken at ``length`` too. Real rows never read padded
+        ones (both are causal).
         """
         from holodesk.policy.holotron.prefill_ops import causal_conv1d
 
@@ -609,13 +641,19 @@ class StaticLM:
         inter, conv_dim, heads, hd, groups, n = consts["dims"]
         projected = mixer.in_proj(x)
         gate, xbc, dt = projected.split([inter, conv_dim, heads], dim=-1)
-        xbc = causal_conv1d(xbc, self.conv[i], consts["conv_w"], mixer.conv1d.bias, silu=True)
+        dt_bias, softplus, limit = mixer.dt_bias, True, mixer.time_step_limit
+        if length is not None:
+            import torch.nn.functional as F
+
+            dt = F.softplus(dt.float() + mixer.dt_bias.float()).clamp(limit[0], limit[1])
+            dt = dt.masked_fill((self._arange[:t] >= length)[None, :, None], 0.0)
+            dt_bias, softplus, limit = None, False, (0.0, float("inf"))
+        xbc = causal_conv1d(xbc, self.conv[i], consts["conv_w"], mixer.conv1d.bias, silu=True, length=length)
         xs, b, c = xbc.split([inter, groups * n, groups * n], dim=-1)
         out, final = self.mnh.mamba2_chunk_scan(
             xs.view(bsz, t, heads, hd), dt, consts["a_neg"], b.view(bsz, t, groups, n),
-            c.view(bsz, t, groups, n), chunk_size=mixer.chunk_size, D=mixer.D, z=None, dt_bias=mixer.dt_bias,
-            initial_states=self.ssm[i], dt_softplus=True, dt_limit=mixer.time_step_limit,
-            return_final_states=True,
+            c.view(bsz, t, groups, n), chunk_size=mixer.chunk_size, D=mixer.D, z=None, dt_bias=dt_bias,
+            initial_states=self.ssm[i], dt_softplus=softplus, dt_limit=limit, return_final_states=True,
         )
         self.ssm[i].copy_(final)
         y = mixer.norm(out.reshape(bsz, t, -1), gate)
@@ -649,6 +687,8 @@ class StaticLM:
         residual stream after the last block (before ``norm_f``)."""
         if not self.fused_prefill:
             return self._forward_chunk_stock(h, start)
+        if self.prefill_bucket:
+            return self._forward_chunk_padded(h, start)
         from holodesk.policy.holotron.prefill_ops import add_rms_norm
 
         pending = None
@@ -662,6 +702,124 @@ class StaticLM:
             else:
                 pending = self._mlp_prefill(layer.mixer, x)
         return h + pending
+
+    # ------------------------------------------------------------------ padded prefill and its graphs
+    def _segments(self) -> list[tuple[list[int], int | None]]:
+        """The blocks between attention layers: ``[(non-attention block indices, attention block after
+        them or None), ...]``; the last entry has None and may have no blocks."""
+        segs: list[tuple[list[int], int | None]] = []
+        current: list[int] = []
+        for i, kind in enumerate(self.kinds):
+            if kind == _ATTN:
+                segs.append((current, i))
+                current = []
+            else:
+                current.append(i)
+        segs.append((current, None))
+        return segs
+
+    def _padded_length(self, t: int) -> int:
+        return min(self.chunk, -(-t // self.prefill_bucket) * self.prefill_bucket)
+
+    def _segment(self, k: int, tp: int) -> None:
+        """Segment ``k`` of the padded path over the first ``tp`` rows of the static buffers: every block of
+        the segment, then the next attention block's add+norm into ``_pbuf_x`` (or, for the last segment,
+        the final residual add), the residual stream back into ``_pbuf_h``. Only device values decide
+        anything (the real length is ``_n_real``), so it can be captured once per ``(k, tp)``."""
+        from holodesk.policy.holotron.prefill_ops import add_rms_norm
+
+        blocks, attn = self._segs[k]
+        h = self._pbuf_h[:, :tp]
+        pending = None if k == 0 else self._pbuf_p[:, :tp]
+        for i in blocks:
+            layer = self.layers[i]
+            x, h = add_rms_norm(pending, h, layer.norm.weight, layer.norm.variance_epsilon)
+            if self.kinds[i] == _MAMBA:
+                pending = self._mamba_prefill(i, layer.mixer, x, self._n_real)
+            else:
+                pending = self._mlp_prefill(layer.mixer, x)
+        if attn is not None:
+            norm = self.layers[attn].norm
+            x, h = add_rms_norm(pending, h, norm.weight, norm.variance_epsilon)
+            self._pbuf_x[:, :tp].copy_(x)
+        elif pending is not None:
+            h = h + pending
+        if h.data_ptr() != self._pbuf_h.data_ptr():
+            self._pbuf_h[:, :tp].copy_(h)
+
+    def _forward_chunk_padded(self, h: Any, start: int) -> Any:
+        """:meth:`_forward_chunk` with the chunk padded to a multiple of ``prefill_bucket`` rows in static
+        buffers: the Mamba/MLP segments between attention layers run as captured CUDA graphs when
+        :meth:`capture_prefill_graphs` has made them (else eagerly, the same code), attention runs eagerly
+        on the real rows only (its key length changes with ``start``)."""
+        t = int(h.shape[1])
+        tp = self._padded_length(t)
+        self._pbuf_h[:, :t].copy_(h)
+        if tp > t:
+            self._pbuf_h[:, t:tp].zero_()
+        self._n_real.fill_(t)
+        for k, (_blocks, attn) in enumerate(self._segs):
+            graph = self.prefill_graphs.get((k, tp))
+            if graph is not None:
+                graph.replay()
+            else:
+                self._segment(k, tp)
+            if attn is not None:
+                out = self._attn_prefill(attn, self.layers[attn].mixer, self._pbuf_x[:, :t], start)
+                self._pbuf_p[:, :t].copy_(out)
+        return self._pbuf_h[:, :t]
+
+    def capture_prefill_graphs(self) -> list[int]:
+        """Capture the Mamba/MLP segments of the padded prefill as CUDA graphs, one per segment and padded
+        length (multiples of ``prefill_bucket`` up to ``chunk``), in one shared memory pool (they run one
+        at a time; their outputs go to static buffers). Each is run once eagerly first (Triton compiles
+        and autotunes outside the capture). Prefill launches ~600 kernels per chunk from Python, ~400 of
+        them Triton launches whose host cost made the prefill host-bound on slow hosts (docs/benchmarks.md,
+        run 5d); a replay launches them all at once. The state is reset afterwards. Returns the padded
+        lengths captured. CUDA and ``prefill_bucket`` only.
+        """
+        import torch
+
+        if self.device.type != "cuda" or not self.prefill_bucket or not self.fused_prefill:
+            raise RuntimeError("prefill graphs need CUDA, the fused prefill path and prefill_bucket > 0")
+        lengths = list(range(self.prefill_bucket, self.chunk + 1, self.prefill_bucket))
+        pool = torch.cuda.graph_pool_handle()
+        graphs: dict[tuple[int, int], Any] = {}
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        try:
+            with torch.no_grad(), torch.cuda.stream(side):
+                self._pbuf_h.zero_()
+                self._pbuf_p.zero_()
+                # longest first: Triton autotunes mamba-ssm's scan and norm kernels on their first call, with
+                # keys that ignore the length, so the first call must be a full chunk (run 5e captured the
+                # shortest first, and the 2048-row chunk scan then ran at 1.9x its time with a config tuned
+                # for 128 rows)
+                for tp in reversed(lengths):
+                    self._n_real.fill_(tp)
+                    for k in range(len(self._segs)):
+                        self._segment(k, tp)  # compile / autotune for this shape
+                        graph = torch.cuda.CUDAGraph()
+                        graph.capture_begin(pool=pool)
+                        try:
+                            self._segment(k, tp)
+                        finally:
+                            graph.capture_end()
+                        graphs[(k, tp)] = graph
+        finally:
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.synchronize()
+            self.reset()
+        self.prefill_graphs = graphs
+        self.set_prefill(self.fused_prefill)
+        return lengths
+
+    def drop_prefill_graphs(self) -> None:
+        """Forget the prefill graphs and padding (back to chunks at their own length) and free the buffers."""
+        self.prefill_graphs = {}
+        self.prefill_bucket = 0
+        self._pbuf_h = self._pbuf_p = self._pbuf_x = None
+        self.set_prefill(self.fused_prefill)
 
     def _forward_chunk_stock(self, h: Any, start: int) -> Any:
         """:meth:`_forward_chunk` through the stock block norms and mixers (``fused_prefill=False``)."""

@@ -80,7 +80,21 @@ def causal_conv1d_reference(x: Any, state: Any, weight: Any, bias: Any, silu: bo
     return out.transpose(1, 2).to(x.dtype).contiguous()
 
 
-def causal_conv1d(x: Any, state: Any, weight: Any, bias: Any = None, *, silu: bool = True) -> Any:
+def set_conv_state(state: Any, x: Any, length: Any) -> None:
+    """Set ``state [B, D, W]`` to the last ``W`` inputs of ``past + x[:, :length]``, with ``length`` a
+    device tensor (``[1]`` int64, ``1 <= length <= T``): the rows of ``x`` past it are padding. Index
+    arithmetic on the device only, so a CUDA graph can capture it and replay it for any length."""
+    import torch
+
+    width = state.shape[-1]
+    idx = length - width + torch.arange(width, device=x.device)  # input index of each kept column
+    from_x = x.index_select(1, idx.clamp(min=0)).transpose(1, 2).to(state.dtype)  # [B, D, W]
+    from_past = state.index_select(-1, (idx + width).clamp(0, width - 1))
+    state.copy_(torch.where(idx >= 0, from_x, from_past))
+
+
+def causal_conv1d(x: Any, state: Any, weight: Any, bias: Any = None, *, silu: bool = True,
+                  length: Any = None) -> Any:
     """Depthwise causal conv over a chunk, continuing from ``state``, and the state after it.
 
     ``out[b, t, d] = act(bias[d] + sum_k weight[d, k] * src[b, t + k + 1 - width, d])`` where ``src`` is the
@@ -94,6 +108,8 @@ def causal_conv1d(x: Any, state: Any, weight: Any, bias: Any = None, *, silu: bo
         weight: ``[D, width]`` depthwise taps (``conv1d.weight.squeeze(1)``).
         bias: ``[D]`` or None.
         silu: apply SiLU (the Mamba-2 mixer's activation) to the sum.
+        length: None, or a ``[1]`` int64 device tensor: only ``x[:, :length]`` is real input (the rest is
+            padding, whose outputs are garbage) and the state is taken at ``length`` (:func:`set_conv_state`).
     Returns:
         ``[B, T, D]`` contiguous, ``x``'s dtype.
     Raises:
@@ -107,7 +123,11 @@ def causal_conv1d(x: Any, state: Any, weight: Any, bias: Any = None, *, silu: bo
         raise ValueError(f"conv shapes disagree: x {tuple(x.shape)}, state {tuple(state.shape)}, "
                          f"weight {tuple(weight.shape)}")
     if not (x.is_cuda and HAVE_TRITON):
-        return causal_conv1d_reference(x, state, weight, bias, silu)
+        if length is None:
+            return causal_conv1d_reference(x, state, weight, bias, silu)
+        out = causal_conv1d_reference(x, state.clone(), weight, bias, silu)
+        set_conv_state(state, x, length)
+        return out
     if x.stride(-1) != 1 or state.stride(-1) != 1 or weight.stride(-1) != 1:
         raise ValueError("causal_conv1d needs the last dim of x, state and weight contiguous")
     out = torch.empty(bsz, seq_len, dim, dtype=x.dtype, device=x.device)
@@ -118,8 +138,10 @@ def causal_conv1d(x: Any, state: Any, weight: Any, bias: Any = None, *, silu: bo
         seq_len, dim, x.stride(0), x.stride(1), state.stride(0), state.stride(1), weight.stride(0),
         out.stride(0), out.stride(1),
         WIDTH=width, HAS_BIAS=bias is not None, SILU=silu, BLOCK_T=block_t, BLOCK_D=block_d, num_warps=4)
-    # The kernel has read the old state; now keep the last ``width`` inputs.
-    if seq_len >= width:
+    # The kernel has read the old state (stream order); now keep the last ``width`` inputs.
+    if length is not None:
+        set_conv_state(state, x, length)
+    elif seq_len >= width:
         state.copy_(x[:, seq_len - width :].transpose(1, 2))
     else:
         state.copy_(torch.cat([state[..., seq_len:], x.transpose(1, 2).to(state.dtype)], dim=-1))
