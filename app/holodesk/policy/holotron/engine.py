@@ -45,6 +45,11 @@ TEXT_TOKEN_BUDGET = 8192
 """Prompt text (system prompt, task, history as text, notes) the static cache is sized for, in tokens."""
 
 
+PREFILL_BUCKET = 128
+"""Prefill chunks are padded to a multiple of this many rows for their CUDA graphs (at most 127 padded
+rows per chunk, about 3.5 ms of GPU work at 1080p on an H200)."""
+
+
 def static_cache_tokens(loaded: LoadedHolotron, *, max_images: int, max_new_tokens: int,
                         max_think_tokens: int, reasoning: bool) -> int:
     """Tokens the static cache must hold: ``max_images`` frames of the largest tile grid (thumbnail
@@ -119,8 +124,11 @@ class StaticEngine:
         self.notes: list[str] = []
         t0 = time.perf_counter()
         lm = loaded.model.language_model
+        # unquantised on CUDA: prefill chunks padded to multiples of 128 rows so their Mamba/MLP segments
+        # can be captured as CUDA graphs below (prefill is otherwise host-bound on slow hosts)
+        pad = PREFILL_BUCKET if impl == "torch" and cuda and graphs is not False and chunk % PREFILL_BUCKET == 0 else 0
         self.static = StaticLM(lm, max_len=max_len, bucket=bucket, chunk=chunk, impl=impl, compile=self.compile,
-                               snapshot_slots=1)
+                               snapshot_slots=1, prefill_bucket=pad)
         self.windows: list[int] = []
         if cuda and graphs is not False:
             try:
@@ -144,6 +152,15 @@ class StaticEngine:
                     note += "; decoding eagerly, several times slower per token"
                 log.warning("Holotron: %s", note)
                 self.notes.append(note)
+            if self.static.prefill_bucket:
+                try:
+                    self.static.capture_prefill_graphs()
+                except Exception as exc:
+                    note = (f"prefill graphs could not be captured ({type(exc).__name__}: {str(exc)[:160]}); "
+                            "prefill launches its kernels from Python (slower on a slow host)")
+                    log.warning("Holotron: %s", note)
+                    self.notes.append(note)
+                    self.static.drop_prefill_graphs()
             if self.static.gemv_error:
                 note = f"the chosen matrix-vector kernels failed ({self.static.gemv_error}); using F.linear"
                 log.warning("Holotron: %s", note)
