@@ -74,6 +74,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--no-floors", action="store_true")
     p.add_argument("--profile-decode", action="store_true",
                    help="GPU time per kernel over 20 decode steps at 1080p (torch.profiler), CUDA only")
+    p.add_argument("--prefill-bucket", type=int, default=-1,
+                   help="pad prefill chunks to multiples of this many rows and capture their Mamba/MLP segments "
+                        "as CUDA graphs (-1: as the policy does, 128 on CUDA with --impl torch and graphs; 0: off)")
     p.add_argument("--compare-prefill", action="store_true",
                    help="also time the cold prefill at --history-size through the stock block modules, "
                         "alternating with the fused path in the same process")
@@ -425,37 +428,42 @@ def _compare_prefill(s: Any, model: Any, vocab: int, args: argparse.Namespace, d
     prompt = _build_prompt(model, vocab, [{"embeds": _vision_encode(model, tiles), "key": 0}], args, seed=0)
     del tiles
     emb = prompt.embeds()
-    fused_default = s.fused_prefill
-    kernels = {True: "", False: ""}
-    samples: dict[bool, list[float]] = {True: [], False: []}
-    logits: dict[bool, Any] = {}
-    gc_ms = {True: 0.0, False: 0.0}
+    fused_default, bucket_default = s.fused_prefill, s.prefill_bucket
+    # name -> (fused path, padded to graphs); the padded variant only when the graphs were captured
+    variants = {"fused": (True, bucket_default), "stock_blocks": (False, 0)}
+    if bucket_default:
+        variants = {"fused_graphs": (True, bucket_default), "fused_eager": (True, 0), "stock_blocks": (False, 0)}
+    kernels = dict.fromkeys(variants, "")
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    logits: dict[str, Any] = {}
+    gc_ms = dict.fromkeys(variants, 0.0)
     try:
         for r in range(args.repeats + 1):
-            for fused in (True, False):
+            for name, (fused, bucket) in variants.items():
+                s.prefill_bucket = bucket
                 s.set_prefill(fused)
-                kernels[fused] = s.prefill_kernels
+                kernels[name] = s.prefill_kernels
                 _sync(device)
                 gc0 = _stalls().gc_ms
                 t0 = time.perf_counter()
-                logits[fused], _ = s.prefill(emb, None)
+                logits[name], _ = s.prefill(emb, None)
                 _sync(device)
                 if r:
-                    samples[fused].append((time.perf_counter() - t0) * 1e3)
-                    gc_ms[fused] += _stalls().gc_ms - gc0
+                    samples[name].append((time.perf_counter() - t0) * 1e3)
+                    gc_ms[name] += _stalls().gc_ms - gc0
     finally:
+        s.prefill_bucket = bucket_default
         s.set_prefill(fused_default)
         s.reset()
-    a, b = logits[True].float(), logits[False].float()
-    out: dict[str, Any] = {"prompt_tokens": len(prompt.ids),
-           "fused": {"kernels": kernels[True], "prefill_ms": round(statistics.median(samples[True]), 2),
-                     "samples_ms": [round(x, 1) for x in samples[True]], "gc_ms": round(gc_ms[True], 1)},
-           "stock_blocks": {"kernels": kernels[False], "prefill_ms": round(statistics.median(samples[False]), 2),
-                            "samples_ms": [round(x, 1) for x in samples[False]],
-                            "gc_ms": round(gc_ms[False], 1)},
-           "logits_rel_diff": float((a - b).norm() / b.norm())}
-    print(f"prefill paths ({out['prompt_tokens']} tokens): fused {out['fused']['prefill_ms']} ms, stock blocks "
-          f"{out['stock_blocks']['prefill_ms']} ms; last-token logits differ by {out['logits_rel_diff']:.2e}")
+    ref = logits["stock_blocks"].float()
+    out: dict[str, Any] = {"prompt_tokens": len(prompt.ids)}
+    for name in variants:
+        out[name] = {"kernels": kernels[name], "prefill_ms": round(statistics.median(samples[name]), 2),
+                     "samples_ms": [round(x, 1) for x in samples[name]], "gc_ms": round(gc_ms[name], 1),
+                     "logits_rel_diff_vs_stock_blocks": float((logits[name].float() - ref).norm() / ref.norm())}
+    print(f"prefill paths ({out['prompt_tokens']} tokens): " + ", ".join(
+        f"{name} {out[name]['prefill_ms']} ms (logits vs stock blocks "
+        f"{out[name]['logits_rel_diff_vs_stock_blocks']:.2e})" for name in variants))
     return out
 
 
@@ -557,7 +565,14 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
                              "graphs": device.type == "cuda" and not args.no_graphs}
     _sync(device)
     before_static = _mem(device)
-    s = StaticLM(lm, max_len=longest, bucket=args.bucket, chunk=args.chunk, impl=impl, compile=compile_step)
+    pad = args.prefill_bucket
+    if pad < 0:
+        from holodesk.policy.holotron.engine import PREFILL_BUCKET
+
+        pad = PREFILL_BUCKET if (impl == "torch" and device.type == "cuda" and not args.no_graphs
+                                 and args.chunk % PREFILL_BUCKET == 0) else 0
+    s = StaticLM(lm, max_len=longest, bucket=args.bucket, chunk=args.chunk, impl=impl, compile=compile_step,
+                 prefill_bucket=pad)
     _sync(device)
     # memory the decoder holds beyond its state after loading (kernel choice, then graph capture)
     cuda = device.type == "cuda"  # the CPU has no allocator statistics
@@ -576,6 +591,13 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
     if device.type == "cuda" and not args.no_graphs:
         windows = s.capture_graphs()
         result["graphs"] = {"windows": windows, "capture_s": round(time.perf_counter() - t0, 2)}
+        if s.prefill_bucket:
+            t0 = time.perf_counter()
+            lengths = s.capture_prefill_graphs()
+            result["prefill_graphs"] = {"padded_lengths": lengths, "graphs": len(s.prefill_graphs),
+                                        "capture_s": round(time.perf_counter() - t0, 2)}
+            print(f"prefill graphs: {len(s.prefill_graphs)} in {result['prefill_graphs']['capture_s']} s")
+        result["prefill_kernels"] = s.prefill_kernels
     else:
         result["graphs"] = None
     _sync(device)
