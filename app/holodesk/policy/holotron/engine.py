@@ -91,7 +91,9 @@ class StaticEngine:
             ``impl="torch"``, ``compile=True``, graphs captured now (the fastest measured,
             docs/benchmarks.md); with bitsandbytes weights ``impl="dispatch"`` (their modules are called
             as they are); on the CPU ``impl="dispatch"`` without graphs.
-        chunk / bucket: prefill chunk and attention-window granularity in tokens.
+        chunk / bucket: prefill chunk and attention-window granularity in tokens. With ``impl="torch"``
+            on CUDA and graphs on, prefill chunks are padded to multiples of :data:`PREFILL_BUCKET` rows
+            and their Mamba/MLP segments captured as CUDA graphs now (``StaticLM.capture_prefill_graphs``).
         warm_up: run :meth:`warm_up` now (default: on CUDA), so that Triton's compilation and autotuning of
             the prefill and vision kernels happen at load rather than in the first step.
     Attributes:

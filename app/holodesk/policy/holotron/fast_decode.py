@@ -33,13 +33,20 @@ matrix-vector products; the recurrence is the one in Mamba-2's reference step (D
 ``selective_state_update``): ``dt = softplus(dt + dt_bias)``, ``s = s * exp(dt * A) + dt * B x``,
 ``y = s C + D x``.
 
-Prefill (:meth:`StaticLM.prefill`) runs the stock mixers on chunks of ``chunk`` tokens, writing keys and
-values straight into the static cache and carrying conv/SSM state across chunks through a small adapter
-(:class:`_MambaStateView`) that offers the cache methods the stock mixer calls; activation memory is that
-of one chunk whatever the prompt length. Incremental prefill: the token keys of the last prompt are kept
-with snapshots of the Mamba state at chosen positions; a new prompt resumes from the latest snapshot that
-lies within its common prefix with the previous one (attention entries before that point are reused as
-they are), so dropping an old screenshot correctly rebuilds from the snapshot before it.
+Prefill (:meth:`StaticLM.prefill`) runs chunks of at most ``chunk`` tokens, writing keys and values
+straight into the static cache and carrying conv/SSM state across chunks in the static tensors;
+activation memory is that of one chunk whatever the prompt length. By default each block runs our fused
+path (:mod:`.prefill_ops`: the Mamba-2 chunk branch with a fused causal conv, relu^2 in place, the
+residual add fused into the next RMSNorm, one flash call for attention); ``fused_prefill=False`` runs
+the stock block modules instead, with conv/SSM state passed through a small adapter
+(:class:`_MambaStateView`) that offers the cache methods the stock mixer calls. With ``prefill_bucket``
+the chunks are padded in static buffers so the Mamba/MLP segments between attention layers can be
+captured as CUDA graphs (:meth:`StaticLM.capture_prefill_graphs`).
+
+Incremental prefill: the token keys of the last prompt are kept with snapshots of the Mamba state at
+chosen positions; a new prompt resumes from the latest snapshot that lies within its common prefix with
+the previous one (attention entries before that point are reused as they are), so dropping an old
+screenshot correctly rebuilds from the snapshot before it.
 """
 
 from __future__ import annotations
