@@ -51,11 +51,16 @@ class PolicyOutputError(HolodeskError):
 
     Attributes:
         raw_text: the model's reply exactly as received.
+        timings_ms: what producing the reply cost, by stage (a policy fills it when it can, as in
+            ``Proposal.timings_ms``), so a rejected step is recorded with its timings.
+        extra: the policy's details of the reply (as ``Proposal.extra``: decoder, tokens, ...).
     """
 
     def __init__(self, message: str, *, raw_text: str, hint: str = "") -> None:
         super().__init__(message, hint=hint)
         self.raw_text = raw_text
+        self.timings_ms: dict[str, float] = {}
+        self.extra: dict[str, object] = {}
 
     def __str__(self) -> str:
         shown = self.raw_text if len(self.raw_text) <= 300 else self.raw_text[:300] + "…"

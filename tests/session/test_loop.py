@@ -146,6 +146,9 @@ def test_consecutive_unparseable_replies_stop_the_run_with_raw_text_recorded(tmp
     ep = load_episode(list_episodes(tmp_path)[0])
     assert [s["raw_text"] for s in ep.steps] == bad
     assert all(s["error"] for s in ep.steps)
+    # a rejected reply keeps what the policy reported about it: timings by stage and its details
+    assert all("policy.policy" in s["timings_ms"] for s in ep.steps)
+    assert [s["policy_extra"]["script_step"] for s in ep.steps] == [1, 2, 3]
 
 
 def test_a_good_reply_resets_the_failure_count(tmp_path: Path) -> None:

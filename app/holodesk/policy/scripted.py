@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from holodesk.core.actions import Action
-from holodesk.errors import PolicyError
+from holodesk.errors import PolicyError, PolicyOutputError
 from holodesk.policy.base import Observation, Proposal
 from holodesk.policy.protocol import ActionProtocol, get_protocol
 
@@ -135,7 +135,12 @@ class ScriptedPolicy:
         text = self.replies[self.steps_played]
         self.steps_played += 1
         start = time.perf_counter()
-        parsed = self.protocol.parse(text)
+        try:
+            parsed = self.protocol.parse(text)
+        except PolicyOutputError as exc:  # recorded with the step, as a real policy's would be
+            exc.timings_ms = {"policy": (time.perf_counter() - start) * 1000.0}
+            exc.extra = {"script_step": self.steps_played, "source": self.source}
+            raise
         elapsed_ms = (time.perf_counter() - start) * 1000.0
         return Proposal(
             action=parsed.action,

@@ -281,8 +281,11 @@ class Session:
                     proposal = self.policy.propose(Observation(task, frame, tuple(history)))
                 except PolicyOutputError as exc:
                     timings["policy"] = (time.perf_counter() - t0) * 1000
+                    timings.update({f"policy.{k}": v for k, v in exc.timings_ms.items()})
                     parse_failures += 1
                     record.update(raw_text=exc.raw_text, error=str(exc), decision=None, timings_ms=timings)
+                    if exc.extra:
+                        record.update(policy_extra=exc.extra)
                     self._write(record)
                     # str(exc) quotes the raw reply (F05, F07): the user sees what the model said.
                     self._emit("warning", step, f"The model's reply was not a valid action, so nothing was "

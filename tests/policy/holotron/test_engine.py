@@ -209,6 +209,19 @@ def test_failing_fused_prefill_at_warm_up_falls_back_to_stock_blocks(  # type: i
     assert got.raw_text == HolotronPolicy(tiny_loaded, decoder="stock", **kw).propose(obs).raw_text
 
 
+def test_a_rejected_reply_carries_its_timings_and_decoder(tiny_loaded, frames: list[Frame]) -> None:  # type: ignore[no-untyped-def]
+    """A reply cut before its JSON closes is rejected; the error carries the step's timings and details so
+    the episode record keeps them (the newcomer check found them missing)."""
+    from holodesk.errors import PolicyOutputError
+
+    policy = HolotronPolicy(tiny_loaded, decoder="static", max_new_tokens=6, max_string_chars=12)
+    with pytest.raises(PolicyOutputError) as info:
+        policy.propose(Observation(task="t", frame=frames[0]))
+    assert "cut at 6 tokens" in str(info.value.hint)
+    assert {"vision", "prefill", "decode"} <= set(info.value.timings_ms)
+    assert info.value.extra["decoder"] == "static" and info.value.extra["generated_tokens"] == 6
+
+
 def test_planned_decoder_names_the_slow_paths() -> None:
     from holodesk.policy.holotron.engine import planned_decoder
 

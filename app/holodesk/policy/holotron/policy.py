@@ -341,6 +341,7 @@ class HolotronPolicy:
                 exc.hint = (exc.hint + " " if exc.hint else "") + (
                     f"The reply was cut at {self.max_new_tokens} tokens."
                 )
+            exc.timings_ms, exc.extra = timings, extra  # the rejected step is recorded with them
             raise
         if parsed.warnings:
             extra["parse_warnings"] = list(parsed.warnings)
