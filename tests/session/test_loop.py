@@ -142,6 +142,7 @@ def test_consecutive_unparseable_replies_stop_the_run_with_raw_text_recorded(tmp
     session, spy, executor, _ = make_session(bad, [], tmp_path, limits=SessionLimits(max_parse_failures=3))
     result = session.run("bad replies")
     assert result.status is State.FAILED and "3 consecutive replies were not valid actions" in result.reason
+    assert result.steps == 3  # rejected replies are steps taken (the end record said 2 before)
     assert executor.calls == [] and spy.requests == []
     ep = load_episode(list_episodes(tmp_path)[0])
     assert [s["raw_text"] for s in ep.steps] == bad
@@ -165,6 +166,8 @@ def test_same_action_on_unchanged_screen_warns_then_stops(tmp_path: Path) -> Non
     result = session.run("loop")
     assert result.status is State.FAILED and "3 times on an unchanged screen" in result.reason
     assert len(executor.calls) == 2
+    assert result.steps == 3
+    assert load_episode(list_episodes(tmp_path)[0]).end["steps"] == 3
     assert any(e.kind == "warning" and "one more repeat" in e.message for e in events)
 
 

@@ -89,7 +89,8 @@ class EpisodeResult:
         status: final state (finished / failed / stopped).
         reason: plain-words reason.
         answer: the model's answer text for an ``answer`` action, else None.
-        steps: number of steps taken.
+        steps: number of steps taken: steps that asked the policy and wrote a step record (a rejected
+            reply counts, a stop before the policy was asked does not).
         episode_path: the episode folder, when recorded.
     """
 
@@ -165,6 +166,7 @@ class Session:
         self._deadline_hit = threading.Event()
         self._lock = threading.Lock()
         self.recorder: EpisodeRecorder | None = None
+        self._recorded_steps: set[int] = set()  # step numbers with a record in the current run
 
     # ----------------------------------------------------------------- listeners and control
     def subscribe(self, listener: Listener) -> None:
@@ -241,6 +243,7 @@ class Session:
         parse_failures = 0
         repeats: list[tuple[str, str]] = []
         step = 0
+        self._recorded_steps = set()
         if self.episodes_dir is not None:
             self.recorder = EpisodeRecorder(
                 self.episodes_dir,
@@ -388,15 +391,16 @@ class Session:
         except _Stop as stop:
             if stop.status is State.STOPPED and self._deadline_hit.is_set():
                 stop = _Stop(State.FAILED, self._wall_cap_reason())  # the cap stopped it, not the user
-            result = EpisodeResult(stop.status, stop.reason, stop.answer, step + (stop.status is State.FINISHED))
+            result = EpisodeResult(stop.status, stop.reason, stop.answer, len(self._recorded_steps))
         except KeyboardInterrupt:
-            result = EpisodeResult(State.STOPPED, "interrupted by the user (Ctrl+C)", None, step)
+            result = EpisodeResult(State.STOPPED, "interrupted by the user (Ctrl+C)", None, len(self._recorded_steps))
         except HolodeskError as exc:
             log.error("run failed: %s", exc)
-            result = EpisodeResult(State.FAILED, str(exc), None, step)
+            result = EpisodeResult(State.FAILED, str(exc), None, len(self._recorded_steps))
         except Exception as exc:  # recorded and reported, never swallowed
             log.exception("unexpected error in the session loop")
-            result = EpisodeResult(State.FAILED, f"internal error: {type(exc).__name__}: {exc}", None, step)
+            result = EpisodeResult(State.FAILED, f"internal error: {type(exc).__name__}: {exc}", None,
+                                   len(self._recorded_steps))
         self.state = result.status
         if self.recorder:
             self.recorder.close({"status": result.status.value, "reason": result.reason,
@@ -434,6 +438,8 @@ class Session:
         return outcome
 
     def _write(self, record: dict[str, Any]) -> None:
+        if record.get("type") == "step":  # steps taken = steps with a record (EpisodeResult.steps)
+            self._recorded_steps.add(int(record["step"]))
         if self.recorder:
             self.recorder.write(record)
 
