@@ -183,6 +183,9 @@ def test_invalid_model_reply_raises_policy_output_error_with_raw_text(server):
     with policy(server) as pol, pytest.raises(PolicyOutputError) as ei:
         pol.propose(make_observation())
     assert ei.value.raw_text == "Sure! I will click the gear."
+    # the rejected step keeps what the request cost and who answered (recorded with the step)
+    assert {"build_prompt", "encode_images", "request"} <= set(ei.value.timings_ms)
+    assert ei.value.extra["endpoint"] and ei.value.extra["attempts"] == 1
 
 
 # ---------------------------------------------------------------------------------------------- errors

@@ -42,7 +42,7 @@ import numpy as np
 from PIL import Image
 
 from holodesk.core.geometry import Frame, Monitor
-from holodesk.errors import PolicyError
+from holodesk.errors import PolicyError, PolicyOutputError
 from holodesk.policy.base import Observation, Proposal
 from holodesk.policy.protocol import ActionProtocol, get_protocol
 
@@ -259,6 +259,14 @@ class RemotePolicy:
         t_replied = time.perf_counter()
 
         choice, text, finish_reason = self._first_choice(data)
+        before_parse = {
+            "build_prompt": (t_built - t_start) * 1000.0,
+            "encode_images": (t_encoded - t_built) * 1000.0,
+            "request": stats["request_ms"],
+            "request_all_attempts": (t_replied - t_encoded) * 1000.0,
+        }
+        facts = {"endpoint": self.endpoint, "model": self.model, "server_model": data.get("model"),
+                 "finish_reason": finish_reason, "usage": data.get("usage"), "attempts": stats["attempts"]}
         if finish_reason == "length":
             raise ReplyCutOffError(
                 f"The model's reply was cut off at the token limit (finish_reason 'length', "
@@ -266,7 +274,11 @@ class RemotePolicy:
                 raw_text=text,
                 hint="Raise the reply token limit, or turn reasoning off so the reply stays short.",
             )
-        parsed = self.protocol.parse(text)
+        try:
+            parsed = self.protocol.parse(text)
+        except PolicyOutputError as exc:  # the rejected step is recorded with what the request cost
+            exc.timings_ms, exc.extra = before_parse, facts
+            raise
         t_parsed = time.perf_counter()
 
         extra: dict[str, Any] = {
@@ -286,10 +298,7 @@ class RemotePolicy:
         if isinstance(reasoning_text, str) and reasoning_text:
             extra["reasoning_text"] = reasoning_text
         timings = {
-            "build_prompt": (t_built - t_start) * 1000.0,
-            "encode_images": (t_encoded - t_built) * 1000.0,
-            "request": stats["request_ms"],
-            "request_all_attempts": (t_replied - t_encoded) * 1000.0,
+            **before_parse,
             "parse": (t_parsed - t_replied) * 1000.0,
             "total": (t_parsed - t_start) * 1000.0,
         }
