@@ -189,10 +189,27 @@ def terminal_safe(text: str, *, keep_newlines: bool = False) -> str:
     return "".join(out)
 
 
+_STAGES = ("preprocess", "vision", "prefill", "decode", "build_prompt", "encode_images", "request")
+
+
+def policy_cost(timings_ms: dict[str, float], extra: dict[str, Any]) -> str:
+    """``"model 535 ms (preprocess 5, vision 31, prefill 155, decode 342; static decoder)"`` from a
+    proposal's stage timings (ms) and details, or "" when the policy reports no stages (scripted)."""
+    stages = [(k, float(timings_ms[k])) for k in _STAGES if k in timings_ms]
+    if not stages:
+        return ""
+    total = float(timings_ms.get("total", sum(v for k, v in stages if k != "request")))
+    where = f"; {extra['decoder']} decoder" if extra.get("decoder") else ""
+    return f"model {total:.0f} ms ({', '.join(f'{k} {v:.0f}' for k, v in stages)}{where})"
+
+
 def _print_event(event: Any) -> None:
     if event.kind == "proposal":
         p = event.data["proposal"]
         print(f"[step {event.step + 1}] thought: {terminal_safe(p.thought)}")
+        cost = policy_cost(p.timings_ms, p.extra)
+        if cost:
+            print(f"[step {event.step + 1}] {cost}")
     elif event.kind == "result":
         print(f"[step {event.step + 1}] {event.data['result'].status}: {terminal_safe(event.message)}")
     elif event.kind in ("warning", "error"):
