@@ -216,6 +216,28 @@ def test_absent_folder_and_offline_repo(tmp_path: Path, monkeypatch: pytest.Monk
     assert "No NVIDIA GPU" not in str(info.value)
 
 
+def test_no_download_without_a_gpu_but_the_cache_is_used(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a CUDA GPU a hub repo id is never downloaded (25 GB for a model far too slow on the CPU);
+    a copy already in the hub cache is still loaded. huggingface_hub's downloader is replaced by a fake
+    that records how it was called (no network here)."""
+    import huggingface_hub
+
+    calls: list[dict[str, object]] = []
+
+    def fake_snapshot_download(repo_id: str, **kw: object) -> str:
+        calls.append({"repo_id": repo_id, **kw})
+        if kw.get("local_files_only") and repo_id == "owner/cached":
+            return str(tiny_dir)
+        raise OSError("not in the fake cache")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
+    with pytest.raises(ModelLoadError, match="not downloaded for a machine without a CUDA GPU"):
+        load_holotron("owner/absent", device="cpu")
+    assert calls and all(c.get("local_files_only") for c in calls)
+    loaded = load_holotron("owner/cached", device="cpu")
+    assert loaded.model is not None and all(c.get("local_files_only") for c in calls)
+
+
 def test_quantization_needs_cuda(tiny_dir: Path) -> None:
     if torch.cuda.is_available():
         pytest.skip("CUDA present")

@@ -88,16 +88,16 @@ def _progress_tqdm(progress: ProgressFn) -> type:
     return _Forward
 
 
-def resolve_source(source: str | Path, *, progress: ProgressFn | None = None) -> Path:
+def resolve_source(source: str | Path, *, progress: ProgressFn | None = None, download: bool = True) -> Path:
     """Turn a checkpoint source into a local folder.
 
     A path that exists is used as is. Otherwise ``owner/name`` is treated as a Hugging Face repo id:
     downloaded (safetensors, configs, tokenizer files only) with progress when the hub is reachable,
-    else taken from the local hub cache.
+    else taken from the local hub cache. With ``download=False`` only the cache is looked at.
 
     Raises:
         ModelLoadError: when the path does not exist and is not a repo id, or when the repo is neither
-            reachable nor cached.
+            reachable nor cached (with ``download=False``: not cached).
     """
     path = Path(source).expanduser()
     if path.exists():
@@ -116,6 +116,15 @@ def resolve_source(source: str | Path, *, progress: ProgressFn | None = None) ->
             "huggingface_hub is not installed, so a repo id cannot be downloaded",
             hint="Install holodesk[local] or give a local checkpoint folder.",
         ) from None
+    if not download:
+        try:
+            return Path(str(snapshot_download(text, allow_patterns=_DOWNLOAD_PATTERNS, local_files_only=True)))
+        except Exception:
+            raise ModelLoadError(
+                f"checkpoint {text} is not on this machine, and it is not downloaded for a machine without a "
+                "CUDA GPU (about 25 GB of weights that would run far too slowly on the CPU)",
+                hint=("Give a local checkpoint folder to run on the CPU anyway." + no_gpu_advice()).strip(),
+            ) from None
     online_error: Exception | None = None
     try:
         if progress is not None:
@@ -259,7 +268,11 @@ def load_holotron(
             hint="pip install 'holodesk[local]'." + no_gpu_advice(),
         ) from None
 
-    folder = resolve_source(source, progress=progress)
+    target = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if target.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("device cuda was asked for but torch sees no CUDA GPU")
+    # without a GPU a hub repo is only taken from the cache: 25 GB would download for an unusable model
+    folder = resolve_source(source, progress=progress, download=target.type == "cuda")
     started = time.perf_counter()
     if progress is not None:
         progress("reading checkpoint", None)
@@ -269,9 +282,6 @@ def load_holotron(
     tokenizer = load_tokenizer(folder)
 
     torch_dtype = _torch_dtype(dtype)
-    target = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if target.type == "cuda" and not torch.cuda.is_available():
-        raise ModelLoadError("device cuda was asked for but torch sees no CUDA GPU")
     quant_config = _quantization_config(quantization, target)
 
     if progress is not None:
