@@ -224,12 +224,21 @@ def load_tokenizer(folder: Path) -> Any:
     Raises:
         ModelLoadError: when it cannot be loaded.
     """
+    # AutoTokenizer reads config.json to find a tokenizer class; AutoConfig does not know the published
+    # model_type (NemotronH_Nano_VL_V2, which the loader translates itself), so transformers falls back to
+    # the base config class and warns that a NemotronH_Nano_VL_V2 checkpoint instantiates a model of type
+    # ``""``, on every load. Nothing is instantiated from that config: its warnings are held back here.
+    config_log = logging.getLogger("transformers.configuration_utils")
+    level = config_log.level
+    config_log.setLevel(logging.ERROR)
     try:
         from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
     except Exception as exc:
         raise ModelLoadError(f"the tokenizer in {folder} could not be loaded: {exc}") from exc
+    finally:
+        config_log.setLevel(level)
 
 
 def load_holotron(
