@@ -567,10 +567,9 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
     before_static = _mem(device)
     pad = args.prefill_bucket
     if pad < 0:
-        from holodesk.policy.holotron.engine import PREFILL_BUCKET
+        from holodesk.policy.holotron.engine import prefill_bucket_for
 
-        pad = PREFILL_BUCKET if (impl == "torch" and device.type == "cuda" and not args.no_graphs
-                                 and args.chunk % PREFILL_BUCKET == 0) else 0
+        pad = prefill_bucket_for(impl, cuda=device.type == "cuda", graphs=not args.no_graphs, chunk=args.chunk)
     s = StaticLM(lm, max_len=longest, bucket=args.bucket, chunk=args.chunk, impl=impl, compile=compile_step,
                  prefill_bucket=pad)
     _sync(device)

@@ -50,6 +50,12 @@ PREFILL_BUCKET = 128
 rows per chunk, about 3.5 ms of GPU work at 1080p on an H200)."""
 
 
+def prefill_bucket_for(impl: str, *, cuda: bool, graphs: bool, chunk: int) -> int:
+    """The ``prefill_bucket`` a :class:`StaticEngine` gives its ``StaticLM``: :data:`PREFILL_BUCKET` for the
+    compiled unquantised path on CUDA with graphs (the prefill graphs are captured), else 0."""
+    return PREFILL_BUCKET if impl == "torch" and cuda and graphs and chunk % PREFILL_BUCKET == 0 else 0
+
+
 def static_cache_tokens(loaded: LoadedHolotron, *, max_images: int, max_new_tokens: int,
                         max_think_tokens: int, reasoning: bool) -> int:
     """Tokens the static cache must hold: ``max_images`` frames of the largest tile grid (thumbnail
@@ -128,7 +134,7 @@ class StaticEngine:
         lm = loaded.model.language_model
         # unquantised on CUDA: prefill chunks padded to multiples of 128 rows so their Mamba/MLP segments
         # can be captured as CUDA graphs below (prefill is otherwise host-bound on slow hosts)
-        pad = PREFILL_BUCKET if impl == "torch" and cuda and graphs is not False and chunk % PREFILL_BUCKET == 0 else 0
+        pad = prefill_bucket_for(impl, cuda=cuda, graphs=graphs is not False, chunk=chunk)
         self.static = StaticLM(lm, max_len=max_len, bucket=bucket, chunk=chunk, impl=impl, compile=self.compile,
                                snapshot_slots=1, prefill_bucket=pad)
         self.windows: list[int] = []
@@ -377,4 +383,5 @@ class StaticEngine:
         return generation, details
 
 
-__all__ = ["IMAGE_KEY_BASE", "StaticEngine", "planned_decoder", "static_cache_tokens"]
+__all__ = ["IMAGE_KEY_BASE", "PREFILL_BUCKET", "StaticEngine", "planned_decoder", "prefill_bucket_for",
+           "static_cache_tokens"]

@@ -699,16 +699,21 @@ class StaticLM:
         from holodesk.policy.holotron.prefill_ops import add_rms_norm
 
         pending = None
-        for i, (layer, kind) in enumerate(zip(self.layers, self.kinds, strict=True)):
+        for i, layer in enumerate(self.layers):
             # h += previous block's output; x = this block's norm(h): one kernel on CUDA.
             x, h = add_rms_norm(pending, h, layer.norm.weight, layer.norm.variance_epsilon)
-            if kind == _MAMBA:
-                pending = self._mamba_prefill(i, layer.mixer, x)
-            elif kind == _ATTN:
-                pending = self._attn_prefill(i, layer.mixer, x, start)
-            else:
-                pending = self._mlp_prefill(layer.mixer, x)
+            pending = self._mixer_prefill(i, x, start)
         return h + pending
+
+    def _mixer_prefill(self, i: int, x: Any, start: int, length: Any = None) -> Any:
+        """Block ``i``'s mixer on its normalised input ``x [B, T, H]`` (the fused path); ``length`` is the
+        padded path's real length on the device (Mamba blocks only, see :meth:`_mamba_prefill`)."""
+        mixer = self.layers[i].mixer
+        if self.kinds[i] == _MAMBA:
+            return self._mamba_prefill(i, mixer, x, length)
+        if self.kinds[i] == _ATTN:
+            return self._attn_prefill(i, mixer, x, start)
+        return self._mlp_prefill(mixer, x)
 
     # ------------------------------------------------------------------ padded prefill and its graphs
     def _segments(self) -> list[tuple[list[int], int | None]]:
@@ -738,13 +743,10 @@ class StaticLM:
         blocks, attn = self._segs[k]
         h = self._pbuf_h[:, :tp]
         pending = None if k == 0 else self._pbuf_p[:, :tp]
-        for i in blocks:
-            layer = self.layers[i]
-            x, h = add_rms_norm(pending, h, layer.norm.weight, layer.norm.variance_epsilon)
-            if self.kinds[i] == _MAMBA:
-                pending = self._mamba_prefill(i, layer.mixer, x, self._n_real)
-            else:
-                pending = self._mlp_prefill(layer.mixer, x)
+        for i in blocks:  # no attention here, so no start position is needed
+            norm = self.layers[i].norm
+            x, h = add_rms_norm(pending, h, norm.weight, norm.variance_epsilon)
+            pending = self._mixer_prefill(i, x, 0, self._n_real)
         if attn is not None:
             norm = self.layers[attn].norm
             x, h = add_rms_norm(pending, h, norm.weight, norm.variance_epsilon)

@@ -164,12 +164,11 @@ def relu_square_(x: Any) -> Any:
 
 
 def rms_norm_reference(h: Any, weight: Any, eps: float) -> Any:
-    """``NemotronHRMSNorm``: float32 ``h * rsqrt(mean(h^2) + eps) * weight``, cast to ``h``'s dtype."""
-    import torch
+    """``NemotronHRMSNorm``: float32 ``h * rsqrt(mean(h^2) + eps) * weight``, cast to ``h``'s dtype (the
+    decode step's ``fast_decode._rms_norm_f32``)."""
+    from holodesk.policy.holotron.fast_decode import _rms_norm_f32
 
-    hf = h.float()
-    hf = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)
-    return (weight.float() * hf).to(h.dtype)
+    return _rms_norm_f32(h, weight.float(), eps, h.dtype)
 
 
 def add_rms_norm(pending: Any, h: Any, weight: Any, eps: float) -> tuple[Any, Any]:
