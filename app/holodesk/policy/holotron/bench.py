@@ -418,15 +418,21 @@ def _fast_step(s: Any, model: Any, prompt: _Prompt, reply: int, device: Any, inc
             "prefill_gc_ms": prefill_gc_ms, "prefill_mallocs": prefill_mallocs}
 
 
-def _compare_prefill(s: Any, model: Any, vocab: int, args: argparse.Namespace, device: Any,
-                     dtype: Any) -> dict[str, Any]:
-    """Cold prefill of one ``--history-size`` screenshot prompt through the fused block path and the stock
-    block modules (``StaticLM(fused_prefill=...)``), alternating, ``--repeats`` samples each after one
-    warm-up of each; medians in ms and the relative L2 difference of the last-token logits."""
+def _one_screenshot_prompt(model: Any, vocab: int, args: argparse.Namespace, device: Any, dtype: Any) -> _Prompt:
+    """The prompt of one ``--history-size`` screenshot (frame key 0, text seed 0) that the stock baseline,
+    the prefill comparison and the quantised runs share."""
     hw = _size(args.history_size)
     tiles, _ = _tiles_for(hw[0], hw[1], device, dtype, 0)
-    prompt = _build_prompt(model, vocab, [{"embeds": _vision_encode(model, tiles), "key": 0}], args, seed=0)
-    del tiles
+    return _build_prompt(model, vocab, [{"embeds": _vision_encode(model, tiles), "key": 0}], args, seed=0)
+
+
+def _compare_prefill(s: Any, model: Any, vocab: int, args: argparse.Namespace, device: Any,
+                     dtype: Any) -> dict[str, Any]:
+    """Cold prefill of one ``--history-size`` screenshot prompt through each prefill path of ``s``,
+    alternating, ``--repeats`` samples each after one warm-up of each: the prefill graphs (when captured),
+    the eager fused path and the stock block modules (``StaticLM(fused_prefill=False)``). Medians in ms,
+    and the relative L2 difference of each path's last-token logits from the stock blocks'."""
+    prompt = _one_screenshot_prompt(model, vocab, args, device, dtype)
     emb = prompt.embeds()
     fused_default, bucket_default = s.fused_prefill, s.prefill_bucket
     # name -> (fused path, padded to graphs); the padded variant only when the graphs were captured
@@ -780,15 +786,13 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
 
     if args.quant:
         modes = [q for q in args.quant.split(",") if q]
-        hw = _size(args.history_size)
-        tiles, _ = _tiles_for(hw[0], hw[1], device, dtype, 0)
-        qprompt = _build_prompt(model, vocab, [{"embeds": _vision_encode(model, tiles), "key": 0}], args, seed=0)
+        qprompt = _one_screenshot_prompt(model, vocab, args, device, dtype)
         ref = _fast_step(s, model, qprompt, args.reply_tokens, device, incremental=False)
         ref_light = {"tokens": ref["tokens"], "first_logits": ref["first_logits"]}
         qprompt.embeds()
         qprompt.model = None  # the prompt keeps its embeddings, not the model
         s.graphs.clear()
-        del s, ref, tiles
+        del s, ref
         import gc
 
         gc.collect()
@@ -917,11 +921,8 @@ def _stock_baseline(
 ) -> dict[str, Any]:
     import torch
 
-    hw = _size(args.history_size)
     lm = model.language_model
-    tiles, _ = _tiles_for(hw[0], hw[1], device, dtype, 0)
-    shot = {"embeds": _vision_encode(model, tiles), "key": 0}
-    prompt = _build_prompt(model, vocab, [shot], args, seed=0)
+    prompt = _one_screenshot_prompt(model, vocab, args, device, dtype)
     # NemotronHForCausalLM.generate() takes no inputs_embeds: both paths get the prompt's token ids (the
     # image rows are then the <image> embedding; kernels and shapes are those of the real prompt).
     ids = torch.tensor([prompt.ids], device=device)
