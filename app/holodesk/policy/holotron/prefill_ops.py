@@ -23,6 +23,7 @@ that compare the kernels against it. :func:`fused_available` says whether the CU
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -38,7 +39,9 @@ except Exception as _exc:  # no Triton: the torch references only
     HAVE_TRITON = False
 
 
+@functools.cache
 def _mamba_rms_norm_fn() -> Any:
+    """mamba-ssm's fused RMSNorm entry point, or None; looked up once (it is asked per block per chunk)."""
     try:
         from mamba_ssm.ops.triton.layer_norm import rms_norm_fn
     except Exception as exc:  # mamba-ssm missing or unusable
