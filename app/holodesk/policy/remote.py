@@ -265,8 +265,17 @@ class RemotePolicy:
             "request": stats["request_ms"],
             "request_all_attempts": (t_replied - t_encoded) * 1000.0,
         }
-        facts = {"endpoint": self.endpoint, "model": self.model, "server_model": data.get("model"),
-                 "finish_reason": finish_reason, "usage": data.get("usage"), "attempts": stats["attempts"]}
+        facts: dict[str, Any] = {
+            "endpoint": self.endpoint,
+            "model": self.model,
+            "server_model": data.get("model"),
+            "protocol": self.protocol.name,
+            "images_sent": images_sent,
+            "structured_output": self.structured_output_state,
+            "finish_reason": finish_reason,
+            "usage": data.get("usage"),
+            "attempts": stats["attempts"],
+        }
         if finish_reason == "length":
             raise ReplyCutOffError(
                 f"The model's reply was cut off at the token limit (finish_reason 'length', "
@@ -281,18 +290,7 @@ class RemotePolicy:
             raise
         t_parsed = time.perf_counter()
 
-        extra: dict[str, Any] = {
-            "endpoint": self.endpoint,
-            "model": self.model,
-            "server_model": data.get("model"),
-            "protocol": self.protocol.name,
-            "images_sent": images_sent,
-            "structured_output": self.structured_output_state,
-            "finish_reason": finish_reason,
-            "usage": data.get("usage"),
-            "attempts": stats["attempts"],
-            "warnings": list(parsed.warnings),
-        }
+        extra: dict[str, Any] = {**facts, "warnings": list(parsed.warnings)}
         message = choice.get("message") or {}
         reasoning_text = message.get("reasoning_content") or message.get("reasoning")
         if isinstance(reasoning_text, str) and reasoning_text:
