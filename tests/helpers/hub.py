@@ -16,7 +16,7 @@ Faults (attributes of :class:`Faults`, changeable while the server runs): ``api_
 ``resolve_status`` (answer that status), ``gated`` (resolve answers 401 GatedRepo), ``ignore_range``
 (always 200 with the whole file), ``drop_after`` (close the connection after N body bytes, the full
 Content-Length having been announced), ``truncate_to`` (serve the file as if it had N bytes: short body with
-a matching Content-Length), ``corrupt`` (flip one byte in the middle), ``silent`` (accept, read the
+a matching Content-Length), ``corrupt`` (name of a file whose middle byte is flipped), ``silent`` (accept, read the
 request, never answer), ``bytes_per_s`` (throttle), ``before_body`` (callback run before a GET body).
 
 ``requests`` records ``(method, path, range header)`` of every request.
@@ -50,7 +50,7 @@ class Faults:
     ignore_range: bool = False
     drop_after: int | None = None
     truncate_to: int | None = None
-    corrupt: bool = False
+    corrupt: str | None = None
     silent: bool = False
     bytes_per_s: float | None = None
     before_body: Callable[[str], None] | None = None
@@ -170,7 +170,7 @@ def _handler(hub: LoopbackHub) -> type[BaseHTTPRequestHandler]:
             data = repo.files[name]
             if faults.truncate_to is not None:
                 data = data[:faults.truncate_to]
-            if faults.corrupt:
+            if faults.corrupt == name:
                 middle = len(data) // 2
                 data = data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1:]
             full = repo.files[name]

@@ -477,10 +477,30 @@ def plan_download(repo_id: str, *, revision: str = "main", cache_dir: str | Path
         partial = _partial_path(folder, etag)
         partial_bytes = partial.stat().st_size if partial.exists() and not cached else 0
         files.append(PlannedFile(s.rfilename, size, sha, blob_id, cached, min(partial_bytes, size)))
+    _record_listing(folder, commit, info.siblings or [])
     total = sum(f.size for f in files)
     missing = sum(f.size - f.partial_bytes for f in files if not f.cached)
     _, free = _free_bytes(folder)
     return DownloadPlan(repo_id, revision, commit, base, folder, tuple(files), total, missing, free)
+
+
+def _record_listing(folder: Path, commit: str, siblings: Sequence[Any]) -> None:
+    """Keep the commit's file listing where huggingface_hub looks for it (``trees/<commit>.json``), so that
+    ``snapshot_download(local_files_only=True)`` refuses a snapshot with files missing instead of returning
+    it. Only logged when this huggingface_hub has no tree cache."""
+    try:
+        from huggingface_hub._tree_cache import TreeCacheEntry, write_tree_cache
+    except ImportError:
+        log.info("this huggingface_hub keeps no tree listing; a partly downloaded snapshot is not detected")
+        return
+    entries = {
+        str(s.rfilename): TreeCacheEntry(size=int(s.size or 0), blob_id=str(s.blob_id or ""),
+                                         lfs_sha256=str(s.lfs.sha256) if s.lfs else None,
+                                         lfs_size=int(s.lfs.size) if s.lfs else None)
+        for s in siblings
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    write_tree_cache(str(folder), commit, entries)
 
 
 # ------------------------------------------------------------------------------------------- the worker
@@ -512,6 +532,7 @@ class _Job:
         self.fetched = 0  # bytes received from the network by this call
         self.file = ""
         self.file_index = 0
+        self.partial: Path | None = None  # the partial file being written
         self.restarts = 0  # attempts that failed or threw bytes away
         self.result: DownloadResult | None = None
         self.error: BaseException | None = None
@@ -572,12 +593,18 @@ def _fetch_file(job: _Job, plan: DownloadPlan, item: PlannedFile, headers: dict[
 
     partial = _partial_path(plan.repo_folder, item.etag)
     partial.parent.mkdir(parents=True, exist_ok=True)
+    with job.lock:
+        job.partial = partial
     url = hf_hub_url(plan.repo_id, item.name, revision=plan.commit, endpoint=plan.endpoint)
     try:
         _fetch_attempts(job, plan, item, headers, budget, url, partial)
     finally:
-        if partial.exists() and partial.stat().st_size == 0:  # nothing arrived: leave no empty file
-            partial.unlink(missing_ok=True)
+        with job.lock:
+            job.partial = None
+            # nothing arrived: leave no empty file (after an abort the caller has done so, and a new
+            # download may already be using the name)
+            if not job.abort.is_set() and partial.exists() and partial.stat().st_size == 0:
+                partial.unlink(missing_ok=True)
 
 
 def _fetch_attempts(job: _Job, plan: DownloadPlan, item: PlannedFile, headers: dict[str, str], budget: int,
@@ -600,11 +627,8 @@ def _fetch_attempts(job: _Job, plan: DownloadPlan, item: PlannedFile, headers: d
                              headers=dict(headers), expected_size=item.size, displayed_filename=item.name,
                              tqdm_class=_silent_tqdm())
             job.touch()
-            size = partial.stat().st_size
-            if size != item.size:
-                raise _RetryableFileError(
-                    "truncated", f"the server sent {human_bytes(size)} of {item.name}, whose listed size is "
-                    f"{human_bytes(item.size)} ({size} of {item.size} bytes)")
+            if partial.stat().st_size != item.size:
+                raise _truncated(item, partial)
             digest = _file_digest(partial, item.sha256, item.size, job)
             if digest != item.etag:
                 partial.unlink()
@@ -624,22 +648,25 @@ def _fetch_attempts(job: _Job, plan: DownloadPlan, item: PlannedFile, headers: d
             _spend_retry(job, budget, exc)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT) or _status_of(exc) is not None:
-                if _status_of(exc) in (416,):  # the server has fewer bytes than the listing says
-                    _spend_retry(job, budget, _RetryableFileError(
-                        "truncated", f"the server has fewer bytes of {item.name} than its listed size "
-                        f"{human_bytes(item.size)}"))
+                if _status_of(exc) == 416:  # the server has fewer bytes than the listing says
+                    _spend_retry(job, budget, _truncated(item, partial))
                     continue
                 if (_status_of(exc) or 0) >= 500:
                     _spend_retry(job, budget, exc)
                     continue
                 raise
-            if "Consistency check failed" in str(exc):
-                size = partial.stat().st_size if partial.exists() else 0
-                _spend_retry(job, budget, _RetryableFileError(
-                    "truncated", f"the server sent {human_bytes(size)} of {item.name}, whose listed size is "
-                    f"{human_bytes(item.size)} ({size} of {item.size} bytes)"))
+            if "Consistency check failed" in str(exc):  # http_get: fewer bytes than the listed size
+                _spend_retry(job, budget, _truncated(item, partial))
                 continue
             raise
+
+
+def _truncated(item: PlannedFile, partial: Path) -> _RetryableFileError:
+    size = partial.stat().st_size if partial.exists() else 0
+    return _RetryableFileError(
+        "truncated", f"the server sent only {human_bytes(size)} of {item.name}, whose listed size is "
+        f"{human_bytes(item.size)} ({size} of {item.size} bytes); the part that arrived was kept, not stored "
+        "as complete")
 
 
 def _spend_retry(job: _Job, budget: int, exc: Exception) -> None:
@@ -807,7 +834,9 @@ def download_model(repo_id: str, *, revision: str = "main", cache_dir: str | Pat
 
     def stop(error: DownloadError) -> DownloadError:
         with job.lock:
-            job.abort.set()
+            job.abort.set()  # from here on the worker writes nothing
+            if job.partial is not None and job.partial.exists() and job.partial.stat().st_size == 0:
+                job.partial.unlink(missing_ok=True)  # nothing arrived: leave no empty file behind
         return error
 
     worker.start()

@@ -1,0 +1,364 @@
+"""Field case F30 (broken downloads) against a real HTTP server on loopback playing the hub.
+
+:func:`tests.helpers.hub.loopback_hub` answers the requests huggingface_hub makes (model listing with sizes
+and sha256, ``/resolve`` with Range) and injects each fault of the field case: a killed download, a
+dropped connection without Range, a short body with a matching Content-Length, damaged bytes, 401 (gated),
+404, 5xx, a server that accepts and never answers, no server at all, and a full disk (a real small tmpfs,
+mounted as root; skipped with the reason where mounting is not permitted). ``HF_ENDPOINT`` points at it.
+Every test asserts the message and advice, and what is on disk afterwards.
+
+The shard is 24 MiB of seeded random bytes: huggingface_hub writes in 10 MiB chunks
+(``constants.DOWNLOAD_CHUNK_SIZE``), so partial files hold whole chunks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from holodesk.policy.download import (
+    DownloadCancelled,
+    DownloadError,
+    DownloadProgress,
+    cached_snapshot,
+    download_model,
+    repo_folder,
+)
+from tests.helpers.hub import LoopbackHub, loopback_hub
+
+ROOT = Path(__file__).resolve().parents[2]
+REPO = "owner/model"
+SHARD = "model.safetensors"
+MiB = 1024 * 1024
+SHARD_BYTES = random.Random(30).randbytes(24 * MiB)
+CONFIG = b'{"model_type": "stand-in"}\n'
+CHUNK = 10 * MiB
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[LoopbackHub]:
+    with loopback_hub() as server:
+        server.add_repo(REPO, {"config.json": CONFIG, SHARD: SHARD_BYTES})
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        yield server
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> Path:
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Callable[[int], Path]]:
+    """``small_fs(mib)``: a fresh tmpfs of that size (unmounted afterwards)."""
+    mounts: list[Path] = []
+
+    def make(mib: int) -> Path:
+        target = tmp_path / f"small{len(mounts)}"
+        target.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mib}m", "tmpfs", str(target)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"a small tmpfs cannot be mounted here (mount needs root): {done.stderr.strip()}")
+        mounts.append(target)
+        return target
+
+    yield make
+    for target in mounts:
+        subprocess.run(["umount", str(target)], check=False)
+
+
+def _blobs(cache: Path) -> Path:
+    return repo_folder(REPO, cache) / "blobs"
+
+
+def _partials(cache: Path) -> list[Path]:
+    folder = _blobs(cache)
+    return sorted(folder.glob("*.incomplete")) if folder.is_dir() else []
+
+
+def _complete_blobs(cache: Path) -> list[Path]:
+    folder = _blobs(cache)
+    return sorted(p for p in folder.iterdir() if not p.name.endswith(".incomplete")) if folder.is_dir() else []
+
+
+def _assert_complete(cache: Path) -> Path:
+    snapshot = cached_snapshot(REPO, cache_dir=cache)
+    assert snapshot is not None
+    assert hashlib.sha256((snapshot / SHARD).read_bytes()).digest() == hashlib.sha256(SHARD_BYTES).digest()
+    assert (snapshot / "config.json").read_bytes() == CONFIG
+    assert _partials(cache) == []
+    return snapshot
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_F30_download_checks_every_file_and_reports_one_bar_in_bytes(hub: LoopbackHub, cache: Path) -> None:
+    reports: list[DownloadProgress] = []
+    hub.faults.bytes_per_s = 24 * MiB  # about a second, so the bar reports speed and time left
+    result = download_model(REPO, cache_dir=cache, progress=reports.append)
+    snapshot = _assert_complete(cache)
+    assert result.folder == snapshot and result.downloaded_bytes == len(SHARD_BYTES) + len(CONFIG)
+    commit = hub.repos[REPO].commit
+    assert result.commit == commit and (repo_folder(REPO, cache) / "refs" / "main").read_text() == commit
+    # the blob is named after the sha256 the listing gives, as huggingface_hub's own cache does
+    assert (snapshot / SHARD).resolve() == _blobs(cache) / hashlib.sha256(SHARD_BYTES).hexdigest()
+    total = len(SHARD_BYTES) + len(CONFIG)
+    done = [r.done_bytes for r in reports]
+    assert done == sorted(done) and reports[-1].done_bytes == total and {r.total_bytes for r in reports} == {total}
+    assert any(r.bytes_per_s > 0 and r.eta_s is not None for r in reports)
+    line = next(r for r in reports if r.bytes_per_s > 0).describe()
+    assert line.startswith(f"Downloading {REPO}: ") and " of 25.2 MB" in line and "/s" in line and "left" in line
+    assert all(r.folder == repo_folder(REPO, cache) for r in reports)
+    # a second run finds everything in the cache and fetches nothing
+    hub.requests.clear()
+    again = download_model(REPO, cache_dir=cache)
+    assert again.downloaded_bytes == 0 and hub.gets(SHARD) == []
+
+
+def test_F30_killed_download_resumes_from_the_partial_file(hub: LoopbackHub, cache: Path) -> None:
+    """``holodesk download`` is killed (SIGKILL) half way; the next run continues with a Range request."""
+    hub.faults.bytes_per_s = 8 * MiB
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "app"), "PYTHON_KEYRING_BACKEND": "keyring.backends.fail.Keyring"}
+    child = subprocess.Popen([sys.executable, "-m", "holodesk", "download", REPO, "--cache-dir", str(cache)],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: any(p.stat().st_size >= CHUNK for p in _partials(cache)), 90, "a 10 MiB partial file")
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=10)
+    [partial] = _partials(cache)
+    kept = partial.stat().st_size
+    assert kept % CHUNK == 0 and 0 < kept < len(SHARD_BYTES)
+    assert partial.read_bytes() == SHARD_BYTES[:kept] and _complete_blobs(cache) == [b for b in _complete_blobs(cache)
+                                                                                     if b.stat().st_size < MiB]
+    hub.faults.bytes_per_s = None
+    hub.requests.clear()
+    result = download_model(REPO, cache_dir=cache)
+    assert hub.gets(SHARD) == [f"bytes={kept}-"]
+    assert result.downloaded_bytes == len(SHARD_BYTES) - kept and result.reused_bytes >= kept
+    _assert_complete(cache)
+
+
+def test_F30_stop_ends_the_download_within_a_second_and_leaves_it_resumable(hub: LoopbackHub, cache: Path) -> None:
+    hub.faults.bytes_per_s = 6 * MiB
+    cancel = threading.Event()
+    stopped_at: list[float] = []
+
+    def on_progress(report: DownloadProgress) -> None:
+        if report.done_bytes >= CHUNK and not cancel.is_set():
+            stopped_at.append(time.monotonic())
+            cancel.set()
+
+    with pytest.raises(DownloadCancelled) as info:
+        download_model(REPO, cache_dir=cache, progress=on_progress, cancel=cancel)
+    elapsed = time.monotonic() - stopped_at[0]
+    assert elapsed < 1.0, f"Stop took {elapsed:.2f} s"
+    assert info.value.kind == "cancelled" and "resume" in info.value.advice
+    [partial] = _partials(cache)
+    kept = partial.stat().st_size
+    time.sleep(1.0)  # the stream is still open for a moment: nothing more may be written to the file
+    assert partial.stat().st_size == kept and partial.read_bytes() == SHARD_BYTES[:kept]
+    assert not (_blobs(cache) / hashlib.sha256(SHARD_BYTES).hexdigest()).exists()
+    hub.faults.bytes_per_s = None
+    hub.requests.clear()
+    download_model(REPO, cache_dir=cache)
+    assert hub.gets(SHARD) == [f"bytes={kept}-"]
+    _assert_complete(cache)
+
+
+def test_F30_dropped_connections_resume_with_range(hub: LoopbackHub, cache: Path) -> None:
+    hub.faults.drop_after = 12 * MiB  # every response stops after 12 MiB
+    download_model(REPO, cache_dir=cache)
+    ranges = hub.gets(SHARD)
+    assert ranges[0] is None and len(ranges) >= 2 and all(r and r.startswith("bytes=") for r in ranges[1:])
+    _assert_complete(cache)
+
+
+def test_F30_drops_without_range_end_after_the_retry_budget(hub: LoopbackHub, cache: Path) -> None:
+    """The server drops every connection and ignores Range: each retry starts the file again. This used to
+    loop forever; it ends after the retry budget with its own message."""
+    hub.faults.drop_after = 12 * MiB
+    hub.faults.ignore_range = True
+    started = time.monotonic()
+    with pytest.raises(DownloadError) as info:
+        download_model(REPO, cache_dir=cache, retry_budget=2)
+    assert time.monotonic() - started < 60
+    assert info.value.kind == "unstable"
+    assert "does not resume" in info.value.message and SHARD in info.value.message
+    assert "try again later" in info.value.advice
+    assert len(hub.gets(SHARD)) <= 4
+    assert not (_blobs(cache) / hashlib.sha256(SHARD_BYTES).hexdigest()).exists()
+    [partial] = _partials(cache)  # what arrived is a true prefix, kept for a server that resumes
+    assert partial.read_bytes() == SHARD_BYTES[:partial.stat().st_size]
+
+
+def test_F30_short_body_with_matching_length_is_never_stored(hub: LoopbackHub, cache: Path) -> None:
+    """The server sends 5 MiB with ``Content-Length: 5242880`` for a 24 MiB file (the HTTP exchange is
+    consistent); the hub's listing says otherwise, so nothing is stored as complete."""
+    hub.faults.truncate_to = 5 * MiB
+    with pytest.raises(DownloadError) as info:
+        download_model(REPO, cache_dir=cache, retry_budget=2)
+    assert info.value.kind == "truncated"
+    assert f"{5 * MiB} of {len(SHARD_BYTES)} bytes" in info.value.message and SHARD in info.value.message
+    assert cached_snapshot(REPO, cache_dir=cache) is None
+    assert not (_blobs(cache) / hashlib.sha256(SHARD_BYTES).hexdigest()).exists()
+    assert not (repo_folder(REPO, cache) / "snapshots" / hub.repos[REPO].commit / SHARD).exists()
+    [partial] = _partials(cache)
+    assert partial.stat().st_size == 5 * MiB
+    hub.faults.truncate_to = None  # the server is fixed: the rest comes with a Range request
+    hub.requests.clear()
+    download_model(REPO, cache_dir=cache)
+    assert hub.gets(SHARD) == [f"bytes={5 * MiB}-"]
+    _assert_complete(cache)
+
+
+def test_F30_damaged_bytes_fail_the_sha256_and_are_deleted(hub: LoopbackHub, cache: Path) -> None:
+    hub.faults.corrupt = SHARD
+    with pytest.raises(DownloadError) as info:
+        download_model(REPO, cache_dir=cache, retry_budget=1)
+    assert info.value.kind == "corrupt"
+    assert "sha256" in info.value.message and SHARD in info.value.message and "deleted" in info.value.message
+    assert "Nothing damaged was stored" in info.value.advice
+    assert _partials(cache) == [] and all(b.stat().st_size < MiB for b in _complete_blobs(cache))
+    assert cached_snapshot(REPO, cache_dir=cache) is None
+    hub.faults.corrupt = None
+    download_model(REPO, cache_dir=cache)
+    _assert_complete(cache)
+
+
+def test_F30_gated_model_says_how_to_log_in(hub: LoopbackHub, cache: Path) -> None:
+    hub.faults.gated = True
+    with pytest.raises(DownloadError) as info:
+        download_model(REPO, cache_dir=cache)
+    error = info.value
+    assert error.kind == "gated" and "gated" in error.message
+    assert f"{hub.url}/{REPO}" in error.advice and "accept its terms" in error.advice
+    assert f"holodesk download {REPO} --login" in error.advice and "keychain" in error.advice
+    assert _partials(cache) == [] and _complete_blobs(cache) == []
+
+
+def test_F30_wrong_repo_id_404(hub: LoopbackHub, cache: Path) -> None:
+    with pytest.raises(DownloadError) as info:
+        download_model("owner/no-such-model", cache_dir=cache)
+    assert info.value.kind == "not_found" and "no model owner/no-such-model" in info.value.message
+    assert "Check the repo id" in info.value.advice
+    assert not cache.exists() or list(cache.iterdir()) == []
+
+
+def test_F30_server_errors_say_try_later(hub: LoopbackHub, cache: Path) -> None:
+    hub.faults.api_status = 503
+    with pytest.raises(DownloadError) as info:
+        download_model(REPO, cache_dir=cache)
+    assert info.value.kind == "server" and "503" in info.value.message and "try again later" in info.value.advice
+    hub.faults.api_status = None
+    hub.faults.resolve_status = 500  # the listing works, the files fail: retried within the budget
+    with pytest.raises(DownloadError) as info:
+        download_model(REPO, cache_dir=cache, retry_budget=1)
+    assert info.value.kind == "server" and "500" in info.value.message and "try again later" in info.value.advice
+    assert len(hub.gets("config.json")) == 2
+    assert _partials(cache) == [] and _complete_blobs(cache) == []
+
+
+def test_F30_silent_server_ends_at_the_stall_timeout(hub: LoopbackHub, cache: Path) -> None:
+    hub.faults.silent = True
+    started = time.monotonic()
+    with pytest.raises(DownloadError) as info:
+        download_model(REPO, cache_dir=cache, stall_timeout_s=2.0)
+    elapsed = time.monotonic() - started
+    assert 1.9 < elapsed < 6.0
+    assert info.value.kind == "stalled" and "sent nothing for 2 s" in info.value.message
+    assert "try again later" in info.value.advice
+    assert _partials(cache) == [] and _complete_blobs(cache) == []
+
+
+def test_F30_silent_server_while_sending_a_file(hub: LoopbackHub, cache: Path) -> None:
+    hub.faults.before_body = lambda name: hub.released.wait() if name == SHARD else None
+    started = time.monotonic()
+    with pytest.raises(DownloadError) as info:
+        download_model(REPO, cache_dir=cache, stall_timeout_s=2.0)
+    assert time.monotonic() - started < 8.0
+    assert info.value.kind == "stalled"
+    assert _partials(cache) == []
+
+
+def test_F30_offline(monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    with pytest.raises(DownloadError) as info:
+        download_model(REPO, cache_dir=cache)
+    assert info.value.kind == "offline" and f"127.0.0.1:{port}" in info.value.message
+    assert "internet connection" in info.value.advice
+    assert not cache.exists() or list(cache.iterdir()) == []
+
+
+def test_F30_disk_full_is_found_before_the_first_byte(hub: LoopbackHub, small_fs: Callable[[int], Path]) -> None:
+    cache = small_fs(8) / "cache"
+    with pytest.raises(DownloadError) as info:
+        download_model(REPO, cache_dir=cache)
+    error = info.value
+    assert error.kind == "disk_full"
+    assert str(cache.parent) in error.message and "free" in error.message and "needs 29.4 MB" in error.message
+    assert "HF_HUB_CACHE" in error.advice and "--cache-dir" in error.advice
+    assert hub.gets(SHARD) == [] and hub.gets("config.json") == []
+    assert _partials(cache) == [] and _complete_blobs(cache) == []
+
+
+def test_F30_disk_filling_up_during_the_download(hub: LoopbackHub, small_fs: Callable[[int], Path]) -> None:
+    """There is room when the download starts; another program fills the disk while it runs."""
+    disk = small_fs(32)
+    cache = disk / "cache"
+    filler = disk / "filler"
+
+    def fill(name: str) -> None:
+        if name == SHARD and not filler.exists():
+            filler.write_bytes(b"\0" * (16 * MiB))
+
+    hub.faults.before_body = fill
+    with pytest.raises(DownloadError) as info:
+        download_model(REPO, cache_dir=cache)
+    assert info.value.kind == "disk_full" and "filled up" in info.value.message
+    assert str(repo_folder(REPO, cache)) in info.value.message and "HF_HUB_CACHE" in info.value.advice
+    [partial] = _partials(cache)
+    assert partial.read_bytes() == SHARD_BYTES[:partial.stat().st_size]
+    filler.unlink()
+    hub.faults.before_body = None
+    download_model(REPO, cache_dir=cache)
+    _assert_complete(cache)
+
+
+def test_F30_orphan_partial_files_are_removed(hub: LoopbackHub, cache: Path) -> None:
+    blobs = _blobs(cache)
+    blobs.mkdir(parents=True)
+    orphan = blobs / "0123abcd.5f3e2a1b.incomplete"  # huggingface_hub's per-process name, from a killed run
+    orphan.write_bytes(b"x" * 1000)
+    old = time.time() - 3600
+    os.utime(orphan, (old, old))
+    fresh = blobs / "fedc.99999999.incomplete"  # written to a moment ago: maybe another download's
+    fresh.write_bytes(b"y")
+    download_model(REPO, cache_dir=cache)
+    assert not orphan.exists() and fresh.exists()
+    fresh.unlink()
+    _assert_complete(cache)
