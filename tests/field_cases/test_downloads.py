@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -362,3 +363,118 @@ def test_F30_orphan_partial_files_are_removed(hub: LoopbackHub, cache: Path) -> 
     assert not orphan.exists() and fresh.exists()
     fresh.unlink()
     _assert_complete(cache)
+
+
+# ------------------------------------------------------------------- the loader, the command, the keychain
+
+
+def _holodesk(*args: str, env: dict[str, str], stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "holodesk", *args], env=env, input=stdin, capture_output=True,
+                          text=True, timeout=120)
+
+
+def _child_env(hub: LoopbackHub) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT / "app"), "HF_ENDPOINT": hub.url,
+            "PYTHON_KEYRING_BACKEND": "keyring.backends.fail.Keyring"}
+
+
+def test_F30_holodesk_download_prints_bytes_speed_and_advice(hub: LoopbackHub, cache: Path) -> None:
+    hub.faults.bytes_per_s = 16 * MiB
+    done = _holodesk("download", REPO, "--cache-dir", str(cache), env=_child_env(hub))
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith(f"Downloading {REPO}: ")]
+    assert lines and " of 25.2 MB" in lines[-1] and lines[-1].count("(") >= 1
+    assert any("/s" in line and "left" in line for line in lines)
+    assert f"{REPO} is ready in {repo_folder(REPO, cache)}" in done.stdout
+    _assert_complete(cache)
+    missing = _holodesk("download", "owner/no-such-model", "--cache-dir", str(cache), env=_child_env(hub))
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert "no model owner/no-such-model" in missing.stderr and "Check the repo id" in missing.stderr
+    hub.faults.api_status = 502
+    failing = _holodesk("download", REPO, "--cache-dir", str(cache), env=_child_env(hub))
+    assert failing.returncode == 2 and "answered 502" in failing.stderr and "try again later" in failing.stderr
+
+
+def test_F30_loader_downloads_through_the_manager_and_falls_back_to_the_cache(
+        hub: LoopbackHub, cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from huggingface_hub import constants
+
+    from holodesk.policy.holotron.loader import resolve_source
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    stages: list[tuple[str, float | None]] = []
+    folder = resolve_source(REPO, progress=lambda stage, fraction: stages.append((stage, fraction)))
+    assert folder == _assert_complete(cache)
+    assert stages and stages[-1][0].startswith(f"Downloading {REPO}: 25.2 MB of 25.2 MB (100%)")
+    assert stages[-1][1] == 1.0
+    hub.faults.api_status = 503  # the hub fails later: the complete cached copy is used, with a warning
+    assert resolve_source(REPO) == folder
+    assert "answered 503" in caplog.text and "using the cached copy" in caplog.text
+    hub.faults.api_status = None
+    with pytest.raises(DownloadError) as info:  # a wrong repo id is not hidden behind the cache
+        resolve_source("owner/no-such-model")
+    assert info.value.kind == "not_found"
+
+
+def test_F30_bad_cached_file_at_load_time_says_how_to_repair_it(
+        hub: LoopbackHub, cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A damaged file in the cache (here: weights cut short, as an older Holodesk stored them) makes the
+    load fail with the repair in the message; ``holodesk download`` then checks and re-fetches it."""
+    from huggingface_hub import constants
+
+    from holodesk.errors import ModelLoadError
+    from holodesk.policy.holotron.loader import load_holotron
+    from holodesk.policy.holotron.tiny import write_tiny_checkpoint
+
+    tiny = write_tiny_checkpoint(tmp_path / "tiny", seed=0)
+    hub.add_repo("owner/tiny", {p.name: p.read_bytes() for p in tiny.iterdir() if p.is_file()})
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    folder = download_model("owner/tiny", cache_dir=cache).folder
+    weights = sorted(folder.glob("*.safetensors"))[-1]
+    blob = weights.resolve()
+    data = blob.read_bytes()
+    blob.chmod(0o644)
+    blob.write_bytes(data[:len(data) // 2])
+    with pytest.raises(ModelLoadError) as info:
+        load_holotron(folder, device="cpu", dtype="float32")
+    text = str(info.value)
+    assert "Traceback" not in text and "holodesk download owner/tiny" in text
+    assert str(repo_folder("owner/tiny", cache)) in text and "delete" in text
+    repaired = _holodesk("download", "owner/tiny", "--cache-dir", str(cache), env=_child_env(hub))
+    assert repaired.returncode == 0, repaired.stderr
+    assert blob.read_bytes() == data
+    assert load_holotron(folder, device="cpu", dtype="float32").model is not None
+
+
+def test_F30_gated_model_token_from_login_is_kept_in_the_keychain(hub: LoopbackHub, tmp_path: Path) -> None:
+    """``holodesk download MODEL --login`` stores the token in a real GNOME Keyring (private D-Bus session);
+    the next download, in a fresh cache, sends it without being asked."""
+    if not (shutil.which("gnome-keyring-daemon") and shutil.which("dbus-run-session")):
+        pytest.skip("gnome-keyring-daemon / dbus-run-session not installed (apt-get install gnome-keyring dbus-daemon)")
+    hub.faults.gated = True
+    hub.faults.token = "hf_loopbackToken123"
+    script = tmp_path / "script.sh"
+    py = sys.executable
+    script.write_text(
+        "echo -n pw | gnome-keyring-daemon --unlock --components=secrets >/dev/null\n"
+        f'"{py}" -m holodesk download {REPO} --cache-dir "{tmp_path}/c1"; echo "first=$?"\n'
+        f'echo hf_loopbackToken123 | "{py}" -m holodesk download {REPO} --login --cache-dir "{tmp_path}/c2"; '
+        'echo "login=$?"\n'
+        f'"{py}" -m holodesk download {REPO} --cache-dir "{tmp_path}/c3"; echo "again=$?"\n')
+    home = tmp_path / "home"
+    run_dir = tmp_path / "run"
+    home.mkdir()
+    run_dir.mkdir(mode=0o700)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "XDG_RUNTIME_DIR": str(run_dir),
+           "XDG_DATA_HOME": str(home / ".local/share"), "XDG_CONFIG_HOME": str(home / ".config"),
+           "PYTHONPATH": str(ROOT / "app"), "HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf")}
+    done = subprocess.run(["dbus-run-session", "--", "sh", str(script)], env=env, capture_output=True, text=True,
+                          timeout=180)
+    out = done.stdout + done.stderr
+    assert "first=2" in out and f"holodesk download {REPO} --login" in out
+    assert "login=0" in out and "The token is kept in the system keychain" in out
+    assert "again=0" in out, out
+    assert "hf_loopbackToken123" not in done.stderr
+    for name in ("c2", "c3"):
+        snapshot = cached_snapshot(REPO, cache_dir=tmp_path / name)
+        assert snapshot is not None and (snapshot / SHARD).read_bytes() == SHARD_BYTES

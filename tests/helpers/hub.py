@@ -13,7 +13,8 @@ huggingface_hub calls to download a model, with the headers it reads (checked ag
 * errors carry ``X-Error-Code`` (``RepoNotFound``, ``GatedRepo``, ``EntryNotFound``) as the hub sends them.
 
 Faults (attributes of :class:`Faults`, changeable while the server runs): ``api_status`` /
-``resolve_status`` (answer that status), ``gated`` (resolve answers 401 GatedRepo), ``ignore_range``
+``resolve_status`` (answer that status), ``gated`` (resolve answers 401 GatedRepo unless the request
+carries ``Authorization: Bearer <token>``), ``ignore_range``
 (always 200 with the whole file), ``drop_after`` (close the connection after N body bytes, the full
 Content-Length having been announced), ``truncate_to`` (serve the file as if it had N bytes: short body with
 a matching Content-Length), ``corrupt`` (name of a file whose middle byte is flipped), ``silent`` (accept, read the
@@ -47,6 +48,7 @@ class Faults:
     api_status: int | None = None
     resolve_status: int | None = None
     gated: bool = False
+    token: str | None = None
     ignore_range: bool = False
     drop_after: int | None = None
     truncate_to: int | None = None
@@ -157,7 +159,7 @@ def _handler(hub: LoopbackHub) -> type[BaseHTTPRequestHandler]:
             if repo is None:
                 self._error(404, "RepoNotFound", "Repository not found")
                 return
-            if faults.gated:
+            if faults.gated and self.headers.get("Authorization") != f"Bearer {faults.token}":
                 self._error(401, "GatedRepo", "Access to model is restricted. You must have access to it and "
                             "be authenticated to access it. Please log in.", repo.commit)
                 return

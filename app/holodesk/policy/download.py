@@ -204,7 +204,7 @@ class DownloadProgress:
                 f"({self.fraction:.0%})")
         if self.bytes_per_s > 0:
             line += f", {human_bytes(self.bytes_per_s)}/s"
-        if self.eta_s is not None:
+        if self.eta_s is not None and self.done_bytes < self.total_bytes:
             line += f", {human_duration(self.eta_s)} left"
         if self.file:
             line += f" — {self.file} ({self.file_index}/{self.files})"
@@ -286,7 +286,7 @@ def classify(exc: BaseException, repo_id: str, endpoint: str, folder: Path | Non
     if isinstance(exc, GatedRepoError):
         return DownloadError(
             "gated", f"{repo_id} is a gated model: its owners must grant you access first",
-            f"Open {page}, sign in and accept its terms. Then: {login_advice(repo_id)}",
+            f"Open {page}, sign in and accept its terms. {login_advice(repo_id)}",
             repo_id=repo_id, folder=folder)
     if isinstance(exc, RevisionNotFoundError):
         return DownloadError("not_found", f"{repo_id} has no revision by that name ({status})",
@@ -942,8 +942,13 @@ class TerminalProgress:
         self._width = 0
         self._step = -1
         self._last = ""
+        self._folder_shown = False
 
     def __call__(self, report: DownloadProgress) -> None:
+        if not self._folder_shown:
+            self._folder_shown = True
+            self._stream.write(f"Downloading {report.repo_id} ({human_bytes(report.total_bytes)}) into "
+                               f"{report.folder}\n")
         self.line(report.describe(), report.fraction)
 
     def line(self, text: str, fraction: float | None = None) -> None:
