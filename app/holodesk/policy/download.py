@@ -100,7 +100,8 @@ class DownloadError(ModelLoadError):
         folder: the repo's cache folder (where partial files are kept).
     """
 
-    def __init__(self, kind: str, message: str, advice: str, *, repo_id: str = "", folder: Path | None = None):
+    def __init__(self, kind: str, message: str, advice: str, *, repo_id: str = "",
+                 folder: Path | None = None) -> None:
         super().__init__(message, hint=advice)
         self.kind = kind
         self.advice = advice
@@ -614,9 +615,10 @@ def _fetch_attempts(job: _Job, plan: DownloadPlan, item: PlannedFile, headers: d
     folder = plan.repo_folder
     while True:
         job.check()
-        have = partial.stat().st_size if partial.exists() else 0
+        partial.touch(exist_ok=True)
+        have = partial.stat().st_size
         if have > item.size:  # cannot be a prefix of this file
-            partial.unlink()
+            partial.write_bytes(b"")
             have = 0
         with job.lock:
             job.file_bytes = have
@@ -721,8 +723,7 @@ def _run_job(job: _Job, repo_id: str, revision: str, cache_dir: Path, token: str
         reused = sum(f.size if f.cached else f.partial_bytes for f in files)
         headers = build_hf_headers(token=token)
         for index, item in enumerate(files, start=1):
-            if item.cached:
-                _link_into_snapshot(folder, plan.commit, plan.revision, item.name, item.etag)
+            if item.cached:  # its snapshot link exists already (a read-only cache stays untouched)
                 continue
             with job.lock:
                 job.file, job.file_index = item.name, index
