@@ -477,3 +477,20 @@ def test_F30_gated_model_token_from_login_is_kept_in_the_keychain(hub: LoopbackH
     for name in ("c2", "c3"):
         snapshot = cached_snapshot(REPO, cache_dir=tmp_path / name)
         assert snapshot is not None and (snapshot / SHARD).read_bytes() == SHARD_BYTES
+
+
+def test_F30_holodesk_download_rechecks_the_cache_and_replaces_a_damaged_file(hub: LoopbackHub, cache: Path) -> None:
+    """A cached file with the right size but wrong bytes (bit rot, a copy edited by hand) is only found by
+    hashing it again, which ``holodesk download`` does (``verify_cached``)."""
+    snapshot = download_model(REPO, cache_dir=cache).folder
+    blob = (snapshot / SHARD).resolve()
+    damaged = bytearray(SHARD_BYTES)
+    damaged[1000] ^= 0xFF
+    blob.chmod(0o644)
+    blob.write_bytes(bytes(damaged))
+    hub.requests.clear()
+    reports: list[DownloadProgress] = []
+    result = download_model(REPO, cache_dir=cache, verify_cached=True, progress=reports.append)
+    assert hub.gets(SHARD) == [None] and result.downloaded_bytes == len(SHARD_BYTES)
+    assert reports[-1].stage == "downloading" and reports[-1].done_bytes == reports[-1].total_bytes
+    _assert_complete(cache)

@@ -180,6 +180,8 @@ class DownloadProgress:
         eta_s: seconds left at that speed, None while unknown.
         file: the file being fetched ("" when none), file_index (1-based) of files.
         folder: the repo's cache folder.
+        stage: ``"downloading"``, or ``"checking"`` while files already in the cache are hashed again
+            (``verify_cached``; done_bytes then counts checked bytes).
     """
 
     repo_id: str
@@ -191,6 +193,7 @@ class DownloadProgress:
     file_index: int
     files: int
     folder: Path
+    stage: str = "downloading"
 
     @property
     def fraction(self) -> float:
@@ -201,7 +204,8 @@ class DownloadProgress:
         """One line for a terminal or a dialog:
         ``"Downloading owner/name: 1.2 GB of 25.0 GB (5%), 35.0 MB/s, 11 min 20 s left — model.safetensors
         (2/9)"``."""
-        line = (f"Downloading {self.repo_id}: {human_bytes(self.done_bytes)} of {human_bytes(self.total_bytes)} "
+        verb = "Checking" if self.stage == "checking" else "Downloading"
+        line = (f"{verb} {self.repo_id}: {human_bytes(self.done_bytes)} of {human_bytes(self.total_bytes)} "
                 f"({self.fraction:.0%})")
         if self.bytes_per_s > 0:
             line += f", {human_bytes(self.bytes_per_s)}/s"
@@ -375,9 +379,11 @@ def _partial_path(folder: Path, etag: str) -> Path:
     return folder / "blobs" / f"{etag}.incomplete"
 
 
-def _file_digest(path: Path, sha256: str | None, size: int, job: _Job | None = None) -> str:
+def _file_digest(path: Path, sha256: str | None, size: int, job: _Job | None = None, *,
+                 count: bool = False) -> str:
     """sha256 of the file when the listing has one, else its git blob id (hashing counts as activity for
-    the stall timeout); raises _Aborted once ``job`` is aborted."""
+    the stall timeout; with ``count`` the hashed bytes are added to the job's progress); raises _Aborted
+    once ``job`` is aborted."""
     h = hashlib.sha256() if sha256 else hashlib.sha1()
     if not sha256:
         h.update(f"blob {size}\0".encode())
@@ -386,6 +392,9 @@ def _file_digest(path: Path, sha256: str | None, size: int, job: _Job | None = N
             if job is not None:
                 job.check()
                 job.touch()
+                if count:
+                    with job.lock:
+                        job.file_bytes += len(chunk)
             h.update(chunk)
     return h.hexdigest()
 
@@ -534,6 +543,7 @@ class _Job:
         self.file = ""
         self.file_index = 0
         self.partial: Path | None = None  # the partial file being written
+        self.stage = "downloading"  # or "checking" (hashing files already in the cache)
         self.restarts = 0  # attempts that failed or threw bytes away
         self.result: DownloadResult | None = None
         self.error: BaseException | None = None
@@ -715,11 +725,16 @@ def _run_job(job: _Job, repo_id: str, revision: str, cache_dir: Path, token: str
         if free < plan.missing_bytes + _SPACE_MARGIN:
             raise disk_full_error(repo_id, probe, plan.missing_bytes + _SPACE_MARGIN, free)
         files = list(plan.files)
-        if verify_cached:
-            files = [_reverify(job, plan, f) for f in files]
         with job.lock:
             job.plan = plan
+        if verify_cached:
+            with job.lock:
+                job.stage = "checking"
+            files = [_reverify(job, plan, f, index) for index, f in enumerate(files, start=1)]
+        with job.lock:
+            job.stage = "downloading"
             job.base_bytes = sum(f.size for f in files if f.cached)
+            job.file_bytes = 0
         reused = sum(f.size if f.cached else f.partial_bytes for f in files)
         headers = build_hf_headers(token=token)
         for index, item in enumerate(files, start=1):
@@ -745,14 +760,20 @@ def _run_job(job: _Job, repo_id: str, revision: str, cache_dir: Path, token: str
         job.done.set()
 
 
-def _reverify(job: _Job, plan: DownloadPlan, item: PlannedFile) -> PlannedFile:
+def _reverify(job: _Job, plan: DownloadPlan, item: PlannedFile, index: int) -> PlannedFile:
     """Hash a cached file again; a file that does not match the listing is deleted and planned again."""
     if not item.cached:
         return item
+    with job.lock:
+        job.file, job.file_index, job.file_bytes = item.name, index, 0
     job.touch()
     blob = plan.repo_folder / "blobs" / item.etag
-    digest = _file_digest(blob, item.sha256, item.size, job)
+    digest = _file_digest(blob, item.sha256, item.size, job, count=True)
     job.touch()
+    with job.lock:
+        job.file_bytes = 0
+        if digest == item.etag:
+            job.base_bytes += item.size
     if digest == item.etag:
         return item
     log.warning("the cached %s of %s does not match the hub's listing: deleted, downloading it again",
@@ -820,7 +841,7 @@ def download_model(repo_id: str, *, revision: str = "main", cache_dir: str | Pat
             if plan is None:
                 return
             done = job.base_bytes + job.file_bytes
-            fetched, file, index = job.fetched, job.file, job.file_index
+            fetched, file, index, stage = job.fetched, job.file, job.file_index, job.stage
         last_report = now
         shown = max(shown, min(done, plan.total_bytes))  # one bar, never backwards
         samples.append((now, fetched))
@@ -831,7 +852,7 @@ def download_model(repo_id: str, *, revision: str = "main", cache_dir: str | Pat
         left = plan.total_bytes - shown
         eta = left / speed if speed > 0 else (0.0 if left == 0 else None)
         progress(DownloadProgress(repo_id, shown, plan.total_bytes, speed, eta, file, index, len(plan.files),
-                                  plan.repo_folder))
+                                  plan.repo_folder, stage))
 
     def stop(error: DownloadError) -> DownloadError:
         with job.lock:
