@@ -494,3 +494,45 @@ def test_F30_holodesk_download_rechecks_the_cache_and_replaces_a_damaged_file(hu
     assert hub.gets(SHARD) == [None] and result.downloaded_bytes == len(SHARD_BYTES)
     assert reports[-1].stage == "downloading" and reports[-1].done_bytes == reports[-1].total_bytes
     _assert_complete(cache)
+
+
+def test_F30_two_downloads_of_the_same_model_share_the_work(hub: LoopbackHub, cache: Path) -> None:
+    """Two downloads at once (the app and ``holodesk download``, here two threads) never write the same
+    partial file: the second waits on the file's lock, then finds the verified file."""
+    hub.faults.bytes_per_s = 12 * MiB
+    results: list[object] = []
+
+    def one() -> None:
+        try:
+            results.append(download_model(REPO, cache_dir=cache))
+        except Exception as exc:  # reported by the assertion below
+            results.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.3)
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(results) == 2 and all(not isinstance(r, Exception) for r in results), results
+    assert hub.gets(SHARD) == [None]
+    _assert_complete(cache)
+
+
+def test_F30_a_stopped_download_restarts_at_once(hub: LoopbackHub, cache: Path) -> None:
+    """Stop while the server sends nothing, then start again: the new download does not wait for the old
+    request, which is still open on the network, and resumes the file."""
+    gate = threading.Event()
+    hub.faults.before_body = lambda name: gate.wait() if name == SHARD else None
+    cancel = threading.Event()
+    timer = threading.Timer(1.0, cancel.set)
+    timer.start()
+    with pytest.raises(DownloadCancelled):
+        download_model(REPO, cache_dir=cache, cancel=cancel)
+    hub.faults.before_body = None
+    started = time.monotonic()
+    download_model(REPO, cache_dir=cache)
+    assert time.monotonic() - started < 5.0  # the old request would hold the file ~11 s (10 s read timeout)
+    gate.set()  # the old request ends; it must not touch the finished file
+    time.sleep(0.5)
+    _assert_complete(cache)

@@ -543,6 +543,7 @@ class _Job:
         self.file = ""
         self.file_index = 0
         self.partial: Path | None = None  # the partial file being written
+        self.file_lock: Any = None  # filelock.FileLock held for that file
         self.stage = "downloading"  # or "checking" (hashing files already in the cache)
         self.restarts = 0  # attempts that failed or threw bytes away
         self.result: DownloadResult | None = None
@@ -602,20 +603,57 @@ def _fetch_file(job: _Job, plan: DownloadPlan, item: PlannedFile, headers: dict[
     """Download one file into its partial file, verify it, move it into the cache (worker thread)."""
     from huggingface_hub.file_download import hf_hub_url
 
-    partial = _partial_path(plan.repo_folder, item.etag)
+    folder = plan.repo_folder
+    partial = _partial_path(folder, item.etag)
     partial.parent.mkdir(parents=True, exist_ok=True)
+    file_lock = _lock_file(job, folder, item)
     with job.lock:
         job.partial = partial
     url = hf_hub_url(plan.repo_id, item.name, revision=plan.commit, endpoint=plan.endpoint)
     try:
+        blob = folder / "blobs" / item.etag
+        if blob.exists() and blob.stat().st_size == item.size:  # another download finished it meanwhile
+            _link_into_snapshot(folder, plan.commit, plan.revision, item.name, item.etag)
+            return
         _fetch_attempts(job, plan, item, headers, budget, url, partial)
     finally:
+        file_lock.release()
         with job.lock:
             job.partial = None
+            job.file_lock = None
             # nothing arrived: leave no empty file (after an abort the caller has done so, and a new
             # download may already be using the name)
             if not job.abort.is_set() and partial.exists() and partial.stat().st_size == 0:
                 partial.unlink(missing_ok=True)
+
+
+def _lock_file(job: _Job, folder: Path, item: PlannedFile) -> Any:
+    """Take the file's download lock, the one huggingface_hub itself takes
+    (``<cache>/.locks/models--owner--name/<etag>.lock``), so that two processes never append to the same
+    partial file; waits (as activity, not a stall) while another download holds it. The caller's thread
+    releases it when it stops the job, so a worker still blocked on the network does not keep it."""
+    from filelock import FileLock, Timeout
+
+    path = folder.parent / ".locks" / folder.name / f"{item.etag}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path), thread_local=False)
+    waiting = False
+    while True:
+        job.check()
+        job.touch()
+        try:
+            lock.acquire(timeout=0.5)
+            break
+        except Timeout:
+            if not waiting:
+                waiting = True
+                log.warning("another download of %s holds %s; waiting for it", item.name, path)
+    with job.lock:
+        if job.abort.is_set():
+            lock.release(force=True)
+            raise _Aborted()
+        job.file_lock = lock
+    return lock
 
 
 def _fetch_attempts(job: _Job, plan: DownloadPlan, item: PlannedFile, headers: dict[str, str], budget: int,
@@ -859,6 +897,9 @@ def download_model(repo_id: str, *, revision: str = "main", cache_dir: str | Pat
             job.abort.set()  # from here on the worker writes nothing
             if job.partial is not None and job.partial.exists() and job.partial.stat().st_size == 0:
                 job.partial.unlink(missing_ok=True)  # nothing arrived: leave no empty file behind
+            if job.file_lock is not None:  # a new download may start at once
+                job.file_lock.release(force=True)
+                job.file_lock = None
         return error
 
     worker.start()
