@@ -81,7 +81,8 @@ def test_worker_exception_reaches_the_user(qtbot: Any, make_app: Any) -> None:
     qtbot.waitUntil(lambda: any(n.level == "error" for n in kit.app.notifier.history), timeout=10000)
     err = [n for n in kit.app.notifier.history if n.level == "error"][-1]
     assert err.title == "The task could not run"
-    assert err.text == "weights file is truncated" and err.details == "Download the checkpoint again."
+    assert err.text == "weights file is truncated" and err.hint == "Download the checkpoint again."
+    assert err.remedies == ("wizard", "settings")
     assert kit.app.tray.status is Status.ERROR
     qtbot.waitUntil(lambda: not kit.app.runner.running, timeout=5000)
 

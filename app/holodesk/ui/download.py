@@ -1,0 +1,288 @@
+"""The download dialog: fetches the Holotron-12B checkpoint with a progress bar, speed, time left, the
+file being fetched, Cancel, and the download's own advice when it fails.
+
+The dialog does not download anything itself: it runs a download function (the download manager) on a
+worker thread. What it expects of that function (:data:`DownloadFn`)::
+
+    download(repo_id: str, revision: str | None, cache_dir: Path,
+             progress: Callable[[DownloadProgress-like], None], cancel: threading.Event) -> Path
+
+* ``progress`` is called from the worker thread, as often as the function likes, with an object that
+  has the attributes of :class:`DownloadProgressLike` (``bytes_done``, ``bytes_total``, ``speed_bps``,
+  ``eta_s``, ``current_file``);
+* ``cancel`` is set when the user presses Cancel (or closes the dialog); the function then stops soon
+  and returns or raises (anything it raises after a cancel is shown as "Cancelled");
+* it returns the folder of the downloaded checkpoint;
+* an error it raises may carry ``advice`` (what to do, one sentence); a HolodeskError's ``hint`` is
+  used otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtGui import QCloseEvent
+from PySide6.QtWidgets import (
+    QDialog,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from holodesk.errors import HolodeskError
+
+log = logging.getLogger(__name__)
+
+
+class DownloadProgressLike(Protocol):
+    """What the dialog reads from a progress report (attributes; sizes in bytes, speed in bytes/s)."""
+
+    @property
+    def bytes_done(self) -> int: ...
+    @property
+    def bytes_total(self) -> int | None: ...
+    @property
+    def speed_bps(self) -> float | None: ...
+    @property
+    def eta_s(self) -> float | None: ...
+    @property
+    def current_file(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class DownloadProgress:
+    """A progress report (satisfies :class:`DownloadProgressLike`).
+
+    Attributes:
+        bytes_done: bytes on disk so far (all files).
+        bytes_total: bytes of the whole download, None while unknown.
+        speed_bps: recent speed, bytes per second (None while unknown).
+        eta_s: seconds left (None while unknown).
+        current_file: the file being fetched, relative to the repository.
+    """
+
+    bytes_done: int
+    bytes_total: int | None
+    speed_bps: float | None
+    eta_s: float | None
+    current_file: str
+
+
+DownloadFn = Callable[[str, str | None, Path, Callable[[DownloadProgressLike], None], threading.Event], Path]
+"""The download manager's entry point, as the dialog calls it (see the module docstring)."""
+
+
+def format_bytes(n: float) -> str:
+    """``1536`` -> ``"1.5 KB"``; decimal units, as disks and download sites count."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def format_eta(seconds: float | None) -> str:
+    """``3725`` -> ``"1 h 2 min"``; ``None`` -> ``"unknown"``."""
+    if seconds is None:
+        return "unknown"
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {(s % 3600) // 60} min"
+
+
+def progress_text(p: DownloadProgressLike) -> str:
+    """One line: "1.2 GB of 26.4 GB · 85.0 MB/s · 4 min 56 s left"."""
+    done = format_bytes(p.bytes_done)
+    total = f" of {format_bytes(p.bytes_total)}" if p.bytes_total else ""
+    speed = f" · {format_bytes(p.speed_bps)}/s" if p.speed_bps else ""
+    return f"{done}{total}{speed} · {format_eta(p.eta_s)} left"
+
+
+def error_advice(exc: BaseException) -> str:
+    """What to do about a failed download: the error's ``advice``, else a HolodeskError's hint."""
+    advice = getattr(exc, "advice", None)
+    if isinstance(advice, str) and advice:
+        return advice
+    return exc.hint if isinstance(exc, HolodeskError) else ""
+
+
+class _Relay(QObject):
+    """Carries the worker's reports to the GUI thread (queued signals)."""
+
+    progress = Signal(object)
+    done = Signal(object)
+    failed = Signal(object)
+
+
+class DownloadDialog(QDialog):
+    """Runs one download and shows it.
+
+    Args:
+        download: the download manager's function (:data:`DownloadFn`).
+        repo_id / revision / cache_dir: what to fetch and where.
+    Attributes:
+        result_path: the checkpoint folder after success, else None.
+        state: "idle", "running", "cancelling", "done", "cancelled" or "failed".
+    Signals:
+        downloaded(Path): the checkpoint is complete in this folder.
+    """
+
+    downloaded = Signal(object)
+
+    def __init__(self, download: DownloadFn, repo_id: str, cache_dir: Path, revision: str | None = None,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Downloading Holotron-12B")
+        self.setObjectName("holodeskDownload")
+        self.download = download
+        self.repo_id = repo_id
+        self.revision = revision
+        self.cache_dir = Path(cache_dir)
+        self.result_path: Path | None = None
+        self.state = "idle"
+        self._cancel = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._relay = _Relay(self)
+        self._relay.progress.connect(self._on_progress, Qt.ConnectionType.QueuedConnection)
+        self._relay.done.connect(self._on_done, Qt.ConnectionType.QueuedConnection)
+        self._relay.failed.connect(self._on_failed, Qt.ConnectionType.QueuedConnection)
+
+        layout = QVBoxLayout(self)
+        self.heading = QLabel(f"{repo_id} into {self.cache_dir}")
+        self.heading.setTextFormat(Qt.TextFormat.PlainText)
+        self.heading.setWordWrap(True)
+        layout.addWidget(self.heading)
+        self.bar = QProgressBar()
+        self.bar.setObjectName("progress")
+        self.bar.setRange(0, 0)
+        layout.addWidget(self.bar)
+        self.numbers = QLabel("Starting...")
+        self.numbers.setObjectName("numbers")
+        self.numbers.setTextFormat(Qt.TextFormat.PlainText)
+        layout.addWidget(self.numbers)
+        self.file = QLabel("")
+        self.file.setObjectName("file")
+        self.file.setTextFormat(Qt.TextFormat.PlainText)
+        self.file.setStyleSheet("color: #5b6b7f;")
+        layout.addWidget(self.file)
+        self.message = QLabel("")
+        self.message.setObjectName("message")
+        self.message.setTextFormat(Qt.TextFormat.PlainText)
+        self.message.setWordWrap(True)
+        self.message.hide()
+        layout.addWidget(self.message)
+        row = QHBoxLayout()
+        row.addStretch(1)
+        self.retry_button = QPushButton("Retry")
+        self.retry_button.setObjectName("retry")
+        self.retry_button.clicked.connect(self.start)
+        self.retry_button.hide()
+        row.addWidget(self.retry_button)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setObjectName("cancel")
+        self.cancel_button.clicked.connect(self.cancel)
+        row.addWidget(self.cancel_button)
+        layout.addLayout(row)
+        self.setMinimumWidth(520)
+
+    def start(self) -> None:
+        """Start (or restart after a failure) the download on a worker thread."""
+        if self.state in ("running", "cancelling"):
+            return
+        self._cancel = threading.Event()
+        self.state = "running"
+        self.message.hide()
+        self.retry_button.hide()
+        self.cancel_button.setText("Cancel")
+        self.cancel_button.setEnabled(True)
+        cancel, relay = self._cancel, self._relay
+
+        def work() -> None:
+            try:
+                path = self.download(self.repo_id, self.revision, self.cache_dir, relay.progress.emit, cancel)
+            except BaseException as exc:  # shown in the dialog, never lost
+                relay.failed.emit(exc)
+            else:
+                relay.done.emit(Path(path))
+
+        self._thread = threading.Thread(target=work, name="holodesk-download", daemon=True)
+        self._thread.start()
+
+    def cancel(self) -> None:
+        """Ask the download to stop (Cancel); closes the dialog when nothing runs."""
+        if self.state == "running":
+            self.state = "cancelling"
+            self._cancel.set()
+            self.cancel_button.setEnabled(False)
+            self.numbers.setText("Cancelling...")
+        elif self.state != "cancelling":
+            self.reject()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait for the worker thread; True when it has ended."""
+        if self._thread is None:
+            return True
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def _on_progress(self, p: DownloadProgressLike) -> None:
+        if self.state != "running":
+            return
+        if p.bytes_total:
+            self.bar.setRange(0, 1000)
+            self.bar.setValue(min(1000, round(1000 * p.bytes_done / p.bytes_total)))
+        self.numbers.setText(progress_text(p))
+        self.file.setText(f"Fetching {p.current_file}" if p.current_file else "")
+
+    def _on_done(self, path: Path) -> None:
+        if self.state == "cancelling":
+            self._show_cancelled()
+            return
+        self.state = "done"
+        self.result_path = path
+        self.bar.setRange(0, 1000)
+        self.bar.setValue(1000)
+        self.numbers.setText(f"Done: {path}")
+        self.downloaded.emit(path)
+        self.accept()
+
+    def _on_failed(self, exc: BaseException) -> None:
+        if self.state == "cancelling" or self._cancel.is_set():
+            self._show_cancelled()
+            return
+        self.state = "failed"
+        log.warning("download of %s failed: %s", self.repo_id, exc)
+        text = exc.message if isinstance(exc, HolodeskError) else str(exc) or type(exc).__name__
+        advice = error_advice(exc)
+        self.message.setText(f"The download failed: {text}" + (f"\n\n{advice}" if advice else ""))
+        self.message.setStyleSheet("")
+        self.message.show()
+        self.numbers.setText("Stopped.")
+        self.retry_button.show()
+        self.cancel_button.setText("Close")
+        self.cancel_button.setEnabled(True)
+
+    def _show_cancelled(self) -> None:
+        self.state = "cancelled"
+        self.numbers.setText("Cancelled.")
+        self.cancel_button.setText("Close")
+        self.cancel_button.setEnabled(True)
+        self.retry_button.setText("Start again")
+        self.retry_button.show()
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        if self.state == "running":
+            self.cancel()
+        super().closeEvent(event)
