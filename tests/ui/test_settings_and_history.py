@@ -14,7 +14,7 @@ from holodesk.core.actions import Click, Point, Type
 from holodesk.core.geometry import point_to_frame_pixel
 from holodesk.session.loop import State
 from holodesk.settings import Settings, load_settings
-from holodesk.ui.settings_dialog import SettingsDialog, field_groups
+from holodesk.ui.settings_dialog import HotkeyEdit, SettingsDialog, field_groups
 from tests.ui.conftest import reply, wait_finished, wait_overlay
 
 pytestmark = pytest.mark.gui
@@ -31,17 +31,19 @@ def test_editors_come_from_the_schema(dialog: SettingsDialog) -> None:
     kinds = {"precision": QComboBox, "policy": QComboBox, "approval": QComboBox, "reasoning": QCheckBox,
              "max_steps": QSpinBox, "max_images": QSpinBox, "monitor": QSpinBox,
              "autopilot_countdown_s": QDoubleSpinBox, "endpoint": QLineEdit, "model": QLineEdit,
-             "hotkey_palette": QLineEdit, "hotkey_stop": QLineEdit, "data_dir": QLineEdit}
+             "hotkey_palette": HotkeyEdit, "hotkey_stop": HotkeyEdit}
     for name, cls in kinds.items():
         assert isinstance(dialog.fields[name].editor, cls), name
-    shown = [n for _, names in field_groups() for n in names]
+    assert dialog.fields["data_dir"].kind == "folder" and dialog.fields["script_file"].kind == "file"
+    shown = [n for _, _, names in field_groups() for n in names]
     assert sorted(shown) == sorted(set(Settings.model_fields) - {"schema_version"})  # every field, once
     assert set(dialog.fields) == set(shown)
-    for name in shown:
-        assert dialog.fields[name].editor.toolTip() == Settings.model_fields[name].description
+    for name in shown:  # the description, then the raw name, as tooltip
+        assert dialog.labels[name].toolTip().startswith(Settings.model_fields[name].description or "")
+        assert dialog.labels[name].toolTip().endswith(f"In settings.toml: {name}")
     precision = dialog.fields["precision"].editor
     assert isinstance(precision, QComboBox)
-    assert [precision.itemText(i) for i in range(precision.count())] == ["bf16", "8bit", "4bit"]
+    assert [precision.itemData(i) for i in range(precision.count())] == ["bf16", "8bit", "4bit"]
     steps = dialog.fields["max_steps"].editor
     assert isinstance(steps, QSpinBox) and (steps.minimum(), steps.maximum()) == (1, 1000)
     optional = [n for n in shown if dialog.fields[n].optional]
@@ -55,8 +57,8 @@ def test_bad_value_gets_a_message_next_to_its_field(dialog: SettingsDialog, tmp_
     assert isinstance(endpoint, QLineEdit)
     endpoint.setText("ftp://gpu-box:8000")
     hotkey = dialog.fields["hotkey_stop"].editor
-    assert isinstance(hotkey, QLineEdit)
-    hotkey.setText("<ctrl>+<nokey>+x")
+    assert isinstance(hotkey, HotkeyEdit)
+    hotkey.clear()  # no combination captured
     assert dialog.save() is False
     error = dialog.fields["endpoint"].error
     assert not error.isHidden() and "http://" in error.text()
@@ -93,6 +95,9 @@ def test_api_key_without_a_keychain_offers_the_choice(dialog: SettingsDialog, mo
 
     monkeypatch.setattr(keyring, "get_keyring", lambda: __import__("keyring.backends.fail",
                                                                     fromlist=["Keyring"]).Keyring())
+    policy = dialog.fields["policy"].editor
+    assert isinstance(policy, QComboBox)
+    policy.setCurrentIndex(policy.findData("remote"))
     endpoint = dialog.fields["endpoint"].editor
     assert isinstance(endpoint, QLineEdit)
     endpoint.setText("http://gpu-box:8000/v1")

@@ -17,8 +17,8 @@ from tests.ui.conftest import wait_finished, wait_overlay
 
 pytestmark = pytest.mark.gui
 
-MENU = ["New task...", "Pause autopilot", "Stop", "Mode", "", "Settings...", "History...", "Open logs", "",
-        "Quit"]
+MENU = ["New task...", "Replay a file...", "Pause autopilot", "Stop", "Mode", "", "Setup wizard...", "Settings...",
+        "History...", "Open logs", "", "Quit"]
 
 
 def menu_texts(app: Any) -> list[str]:
