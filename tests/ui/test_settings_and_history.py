@@ -10,7 +10,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLabel, QLineEdit, QSpinBox
 
-from holodesk.core.actions import Click, Point, Type
+from holodesk.core.actions import Click, Point, Type, describe
 from holodesk.core.geometry import point_to_frame_pixel
 from holodesk.session.loop import State
 from holodesk.settings import Settings, load_settings
@@ -128,12 +128,15 @@ def test_history_shows_steps_frames_and_plain_model_text(qtbot: Any, make_app: A
     assert window.episode_list.count() == 1
     assert "history task" in window.episode_list.item(0).text()
     assert window.step_list.count() == 3  # click, type (skipped), done
-    assert "click · approve · performed" in window.step_list.item(0).text()
-    assert "type · skip" in window.step_list.item(1).text()
+    # the plain-words headline is core's describe() (the approval card's words)
+    assert window.step_list.item(0).text() == f"1. {describe(Click(Point(250, 600)))}\napproved by you · done"
+    assert window.step_list.item(1).text() == f"2. {describe(Type('abc'))}\nskipped by you"
+    assert not window.step_list.item(0).icon().isNull()  # a thumbnail of the screen the model saw
     window.step_list.setCurrentRow(0)
     details = window.details.toPlainText()
     assert f"Thought: {html_thought}" in details
-    assert "Decision: approve (by user)" in details and "Result: performed" in details
+    assert f"Proposed: {describe(Click(Point(250, 600)))}" in details and '"kind"' not in details  # not JSON
+    assert "Decision: approve (by you)" in details and "Result: performed" in details
     assert "Timings (ms): capture" in details
     assert window.raw.toPlainText() == reply(Click(Point(250, 600)), thought=html_thought)
     for label in window.findChildren(QLabel):
