@@ -156,7 +156,8 @@ class ChoicePage(QWizardPage):
                  f"{format_bytes(facts.disk_free_bytes)} free in {facts.cache_dir}"),
                 ("Display", _mark(facts.display_usable), facts.display),
                 ("Keychain", _mark(facts.keychain_usable),
-                 "usable for API keys" if facts.keychain_usable else facts.keychain_detail),
+                 "usable for API keys" if facts.keychain_usable else
+                 facts.keychain_detail.split(". ")[0].rstrip(".") + ". An API key can be kept for this session only."),
                 ("Tray", _mark(facts.tray), "available" if facts.tray else
                  "none: Holodesk shows a small window instead")]
         for name, mark, text in rows:
