@@ -5,6 +5,7 @@ download dialog shows progress, cancels and shows the download's advice."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -101,7 +102,7 @@ def test_a_gpu_that_fits_keeps_the_loaders_own_advice(qtbot: Any, make_app: Any,
     fake = tmp_path / "nvidia-smi"  # a FAKE nvidia-smi reporting an 80 GB card (no NVIDIA driver here)
     fake.write_text('#!/bin/sh\necho "0, NVIDIA H100, 81559, 80000"\n')
     fake.chmod(0o755)
-    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     kit = make_app([])
     kit.app.policy_factory = lambda s, p: (_ for _ in ()).throw(
         ModelLoadError("weights file is truncated", hint="Download the checkpoint again."))

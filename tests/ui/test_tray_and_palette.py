@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import pytest
@@ -69,7 +70,14 @@ def test_failed_run_shows_error_icon_and_a_notification(qtbot: Any, make_app: An
     assert "script exhausted" in err.text
 
 
-def test_worker_exception_reaches_the_user(qtbot: Any, make_app: Any) -> None:
+def test_worker_exception_reaches_the_user(qtbot: Any, make_app: Any, tmp_path: Any,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # a FAKE nvidia-smi reporting a GPU the model fits (else the advice is the no-GPU one, see
+    # tests/ui/test_errors_and_first_run.py)
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text('#!/bin/sh\necho "0, NVIDIA H100, 81559, 80000"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     kit = make_app([])
 
     def broken_policy(settings: Any, progress: Any) -> Any:
