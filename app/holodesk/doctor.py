@@ -121,7 +121,8 @@ def _endpoint() -> dict[str, Any]:
 
     s = load_settings()
     if not s.endpoint:
-        return {"configured": False, "note": "no remote endpoint set (Settings > Endpoint)"}
+        return {"configured": False,
+                "note": "no server set (setup wizard > Use a server, or Settings > Basic > Server URL)"}
     from holodesk.policy.remote import RemotePolicy
     from holodesk.secrets import resolve_api_key
 

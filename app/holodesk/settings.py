@@ -193,7 +193,8 @@ def read_settings_file(path: Path) -> dict[str, Any]:
         if ("key" in key.lower() and "hotkey" not in key.lower()) or "password" in key.lower():
             raise SettingsError(
                 f"settings file {path} contains a secret ({key!r})",
-                hint="Remove it; API keys are kept in the OS keychain (Settings > Endpoint > API key).",
+                hint="Remove it; API keys are kept in the OS keychain (Settings > Basic > API key, or the setup "
+                "wizard).",
             )
     return data
 

@@ -187,3 +187,32 @@ def test_F29_the_wheel_never_changes_a_field_that_is_not_focused(qtbot: Any, mak
     qtbot.waitUntil(approval.hasFocus, timeout=3000)
     wheel_over(approval, "5", times=1)  # the focused field takes the wheel, as everywhere else
     qtbot.waitUntil(lambda: approval.currentData() == "auto", timeout=5000)
+
+
+def test_the_keychain_message_is_whole_and_under_the_key(qtbot: Any, make_dialog: Any,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import keyring
+    from keyring.backends import fail
+
+    from holodesk import secrets
+
+    monkeypatch.setattr(keyring, "get_keyring", lambda: fail.Keyring())  # no keychain backend at all
+    d = make_dialog(policy="remote")
+    d.show()
+    qtbot.waitExposed(d)
+    endpoint = d.fields["endpoint"].editor
+    assert isinstance(endpoint, QLineEdit)
+    endpoint.setText("http://gpu-box:8000/v1")
+    d.api_key.setText("sk-secret-1")
+    assert d.save() is True  # the settings are saved; the key is not
+    message = d.key_error
+    qtbot.waitUntil(lambda: message.isVisible() and message.height() >= message.heightForWidth(message.width()),
+                    timeout=3000)  # the whole wrapped text fits: nothing clipped
+    assert "GNOME Keyring or KWallet" in message.text() and "sk-secret-1" not in message.text()
+    assert "#d93025" not in message.styleSheet() and "red" not in message.styleSheet()
+    assert "keychain" not in d.status.text().lower() or "see the note under it" in d.status.text()
+    assert d.status.text().startswith("Settings saved to ")
+    assert d.key_row.isAncestorOf(message) and d.key_row.isAncestorOf(d.session_key_button)
+    d.session_key_button.click()
+    assert secrets.resolve_api_key("http://gpu-box:8000/v1") == ("sk-secret-1", "session")
+    secrets.set_session_api_key("http://gpu-box:8000/v1", None)
