@@ -218,3 +218,21 @@ def test_progress_words() -> None:
 def test_gpu_facts_sample_is_a_24gb_card() -> None:
     gpu = GpuInfo(0, "NVIDIA GeForce RTX 4090", 24 * GIB, int(23.0 * GIB))
     assert MachineFacts(gpu, "", Path("/tmp"), 0, "x11", True, True, "", True).precision == "8bit"
+
+
+def test_first_run_opens_the_wizard(qtbot: Any, tmp_path: Path) -> None:
+    from holodesk.settings import Settings
+    from holodesk.ui.app import HolodeskApp
+
+    app = HolodeskApp(Settings(data_dir=tmp_path / "data"), hotkeys=False, dialogs=False,
+                      settings_path=tmp_path / "config" / "settings.toml",
+                      facts=lambda: MachineFacts(None, "no NVIDIA driver found", tmp_path / "models", 60 * 10**9,
+                                                 "x11 on :1", True, True, "", True))
+    try:
+        app.start(first_run=True)
+        assert app._wizard is not None and app._wizard.isVisible()
+        again = app.open_wizard()  # the tray entry re-opens the same wizard, not a second one
+        assert again is app._wizard
+    finally:
+        app.shutdown()
+        app.palette.deleteLater()

@@ -186,8 +186,10 @@ class HolodeskApp(QObject):
         self.runner.running_changed.connect(self._on_running)
 
     # -- lifecycle ---------------------------------------------------------------------------------
-    def start(self) -> None:
-        """Show the tray icon (or the window) and start the hotkeys. Never leaves the app invisible."""
+    def start(self, *, first_run: bool = False) -> None:
+        """Show the tray icon (or the window) and start the hotkeys. Never leaves the app invisible.
+        ``first_run`` (no settings file yet): open the setup wizard too, since the defaults may not run
+        on this machine."""
         if self.tray is not None:
             self.tray.show()
             self.notifier.info("Holodesk is running",
@@ -197,6 +199,8 @@ class HolodeskApp(QObject):
             self.window.raise_()
         if self._want_hotkeys:
             self.start_hotkeys()
+        if first_run:
+            self.open_wizard()
 
     def start_hotkeys(self) -> bool:
         """(Re)start the global hotkeys; a failure is shown to the user. True when listening."""
@@ -554,9 +558,7 @@ def run_app(force_window: bool = False) -> int:
     holo = HolodeskApp(settings, force_window=force_window)
     restore = install_exception_hooks(holo.notifier)
     try:
-        holo.start()
-        if first_run:  # nothing chosen yet: the defaults may not run on this machine
-            holo.open_wizard()
+        holo.start(first_run=first_run)
         return int(app.exec())
     finally:
         restore()
