@@ -240,3 +240,28 @@ def test_cancel_leaves_the_settings_untouched(make_wizard: Any, tmp_path: Path) 
     w.next()
     w.button(QWizard.WizardButton.CancelButton).click()
     assert not (tmp_path / "config" / "settings.toml").exists()
+
+
+def test_closing_the_wizard_cancels_a_running_download(qtbot: Any, make_wizard: Any, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wizard_module, "disk_free_bytes", lambda path: 60 * 10**9)  # FAKE disk reading
+    seen_cancel = threading.Event()
+
+    def fake_slow_download(repo_id: str, revision: str | None, cache_dir: Path, progress: Any,
+                           cancel: threading.Event) -> Path:
+        """A FAKE download that runs until it is cancelled."""
+        progress(DownloadProgress(10**9, 26 * 10**9, 5e7, 500.0, "model-00001-of-00006.safetensors"))
+        if cancel.wait(30):
+            seen_cancel.set()
+            raise RuntimeError("cancelled")
+        raise AssertionError("never cancelled")
+
+    w = make_wizard(facts(40.0, tmp_path), download=fake_slow_download)
+    w.next()
+    dialog = w.local_page.start_download()
+    assert dialog is not None
+    qtbot.waitUntil(lambda: dialog.file.text() != "", timeout=5000)
+    w.reject()  # Cancel on the wizard (or Quit, which closes it)
+    assert seen_cancel.wait(5) and dialog.wait(5)
+    qtbot.waitUntil(lambda: dialog.state == "cancelled", timeout=5000)
+    assert not (tmp_path / "config" / "settings.toml").exists()

@@ -78,7 +78,8 @@ def step_action(step: dict[str, Any]) -> Action | None:
         return None
 
 
-DECISION_WORDS = {"approve": "approved", "edit": "edited, then approved", "skip": "skipped", "stop": "stopped"}
+DECISION_WORDS = {"approve": "approved", "edit": "edited, then approved", "skip": "skipped", "stop": "stopped",
+                  "none needed": "no approval needed"}
 RESULT_WORDS = {"performed": "done", "failed": "failed", "skipped": "not performed"}
 
 

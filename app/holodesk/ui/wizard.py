@@ -548,6 +548,13 @@ class SetupWizard(QWizard):
             self.PAGE_LOCAL: self.local_page, self.PAGE_SERVER: self.server_page, self.PAGE_REPLAY: self.replay_page}
         return pages[self.currentId()]
 
+    def done(self, result: int) -> None:
+        """Close (Finish, Cancel, the window's close button): a running download is cancelled first."""
+        dialog = self.local_page.dialog
+        if dialog is not None and dialog.state == "running":
+            dialog.cancel()
+        super().done(result)
+
     def accept(self) -> None:
         """Finish: build, validate and save the new settings; stay open (with the reason) on failure."""
         if self.currentId() not in (self.PAGE_LOCAL, self.PAGE_SERVER, self.PAGE_REPLAY):
