@@ -292,7 +292,7 @@ def take_setup_screenshots(out: Path) -> int:
                            tray=True)
     no_cache = Path.home() / "Models" / "holotron-12b"  # not there: the page offers the download
 
-    def fake_download(repo_id: str, revision: str | None, cache_dir: Path, progress: Any,
+    def fake_download(repo_id: str, *, revision: str, cache_dir: Path, progress: Any,
                       cancel: threading.Event) -> Path:
         """A FAKE download for the picture: reports progress, then waits for Cancel."""
         progress(DownloadProgress(9_870_000_000, 26_400_000_000, 94_300_000.0, 175.0,

@@ -8,6 +8,7 @@ import json
 import os
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -136,13 +137,14 @@ class FakeDownload:
     """A FAKE download manager (the real one is h15a's, tested on its own): reports progress, waits for the
     test's go, honours cancel, or fails with ``advice``."""
 
-    def __init__(self, fail: BaseException | None = None) -> None:
+    def __init__(self, fail: BaseException | None = None, result_object: bool = False) -> None:
         self.fail = fail
+        self.result_object = result_object
         self.go = threading.Event()
         self.calls = 0
 
-    def __call__(self, repo_id: str, revision: str | None, cache_dir: Path, progress: Any,
-                 cancel: threading.Event) -> Path:
+    def __call__(self, repo_id: str, *, revision: str, cache_dir: Path, progress: Any,
+                 cancel: threading.Event) -> Any:
         self.calls += 1
         progress(DownloadProgress(2_500_000_000, 26_400_000_000, 85_000_000.0, 281.0,
                                   "model-00001-of-00006.safetensors"))
@@ -153,7 +155,8 @@ class FakeDownload:
             raise self.fail
         folder = cache_dir / "snapshot"
         folder.mkdir(parents=True, exist_ok=True)
-        return folder
+        # the download manager returns a result whose ``folder`` is the snapshot; a plain path works too
+        return SimpleNamespace(folder=folder) if self.result_object else folder
 
 
 class GatedRepoError(Exception):
@@ -165,7 +168,7 @@ class GatedRepoError(Exception):
 
 
 def test_download_dialog_shows_progress_and_completes(qtbot: Any, tmp_path: Path) -> None:
-    fake = FakeDownload()
+    fake = FakeDownload(result_object=True)
     dialog = DownloadDialog(fake, "Hcompany/Holotron-12B", tmp_path / "cache")
     qtbot.addWidget(dialog)
     dialog.show()
@@ -212,7 +215,9 @@ def test_download_dialog_shows_the_errors_advice_and_retries(qtbot: Any, tmp_pat
 
 def test_progress_words() -> None:
     assert format_eta(None) == "unknown" and format_eta(42) == "42 s" and format_eta(3725) == "1 h 2 min"
-    assert progress_text(DownloadProgress(0, None, None, None, "")) == "0 B · unknown left"
+    assert progress_text(DownloadProgress(0, 0, 0.0, None, "")) == "0 B · unknown left"
+    assert progress_text(DownloadProgress(10**9, 10**9, 0.0, 0.0, "")) == "1.0 GB of 1.0 GB"  # done: no "left"
+    assert progress_text(DownloadProgress(10**9, 2 * 10**9, 0.0, None, "a", "checking")).startswith("Checking 1.0 GB")
 
 
 def test_gpu_facts_sample_is_a_24gb_card() -> None:

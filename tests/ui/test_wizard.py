@@ -61,8 +61,8 @@ def finish_enabled(w: SetupWizard) -> bool:
     return w.button(QWizard.WizardButton.FinishButton).isEnabled()
 
 
-def fake_download(repo_id: str, revision: str | None, cache_dir: Path, progress: Any, cancel: threading.Event
-                  ) -> Path:
+def fake_download(repo_id: str, *, revision: str, cache_dir: Path, progress: Any,
+                  cancel: threading.Event) -> Path:
     """A FAKE download manager: three progress reports, then a checkpoint folder with a config.json."""
     files = ["config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
     for i, name in enumerate(files):
@@ -171,7 +171,7 @@ def test_server_path_tests_for_real_and_stores_the_key_in_the_keychain(qtbot: An
 def test_server_test_messages_for_a_missing_model_and_an_unreachable_server(make_wizard: Any) -> None:
     server = ScriptedServer("--models", "some-other-model")
     try:
-        message = check_server(server.url, MODEL, None)
+        message = check_server(server.url, MODEL, "sk-unused")
         assert message is not None and "does not serve 'Hcompany/Holotron-12B'" in message
         assert "some-other-model" in message
     finally:
@@ -179,7 +179,7 @@ def test_server_test_messages_for_a_missing_model_and_an_unreachable_server(make
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    message = check_server(f"http://127.0.0.1:{port}/v1", MODEL, None)
+    message = check_server(f"http://127.0.0.1:{port}/v1", MODEL, "sk-unused")
     assert message is not None and f"127.0.0.1:{port}" in message
     assert "reach" in message.lower() or "connect" in message.lower()
 
@@ -247,7 +247,7 @@ def test_closing_the_wizard_cancels_a_running_download(qtbot: Any, make_wizard: 
     monkeypatch.setattr(wizard_module, "disk_free_bytes", lambda path: 60 * 10**9)  # FAKE disk reading
     seen_cancel = threading.Event()
 
-    def fake_slow_download(repo_id: str, revision: str | None, cache_dir: Path, progress: Any,
+    def fake_slow_download(repo_id: str, *, revision: str, cache_dir: Path, progress: Any,
                            cancel: threading.Event) -> Path:
         """A FAKE download that runs until it is cancelled."""
         progress(DownloadProgress(10**9, 26 * 10**9, 5e7, 500.0, "model-00001-of-00006.safetensors"))

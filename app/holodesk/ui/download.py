@@ -1,20 +1,22 @@
 """The download dialog: fetches the Holotron-12B checkpoint with a progress bar, speed, time left, the
 file being fetched, Cancel, and the download's own advice when it fails.
 
-The dialog does not download anything itself: it runs a download function (the download manager) on a
-worker thread. What it expects of that function (:data:`DownloadFn`)::
+The dialog does not download anything itself: it runs a download function (the download manager,
+``holodesk.policy.download.download_model``) on a worker thread. What it expects of that function
+(:class:`DownloadFn`)::
 
-    download(repo_id: str, revision: str | None, cache_dir: Path,
-             progress: Callable[[DownloadProgress-like], None], cancel: threading.Event) -> Path
+    download(repo_id: str, *, revision: str, cache_dir: Path,
+             progress: Callable[[progress report], None], cancel: threading.Event) -> folder or result
 
-* ``progress`` is called from the worker thread, as often as the function likes, with an object that
-  has the attributes of :class:`DownloadProgressLike` (``bytes_done``, ``bytes_total``, ``speed_bps``,
-  ``eta_s``, ``current_file``);
-* ``cancel`` is set when the user presses Cancel (or closes the dialog); the function then stops soon
-  and returns or raises (anything it raises after a cancel is shown as "Cancelled");
-* it returns the folder of the downloaded checkpoint;
-* an error it raises may carry ``advice`` (what to do, one sentence); a HolodeskError's ``hint`` is
-  used otherwise.
+* ``progress`` is called (from any thread, as often as the function likes) with an object that has the
+  attributes of :class:`DownloadProgressLike`: ``done_bytes``, ``total_bytes`` (0: unknown),
+  ``bytes_per_s``, ``eta_s`` (None: unknown), ``file`` and optionally ``stage`` ("checking" while cached
+  files are hashed again);
+* ``cancel`` is set when the user presses Cancel (or closes the dialog or the wizard); the function then
+  stops soon and returns or raises (anything it raises after a cancel is shown as "Cancelled");
+* it returns the folder of the downloaded checkpoint, or an object whose ``folder`` attribute is that
+  folder;
+* an error it raises may carry ``advice`` (what to do); a HolodeskError's ``hint`` is used otherwise.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QCloseEvent
@@ -47,38 +49,44 @@ class DownloadProgressLike(Protocol):
     """What the dialog reads from a progress report (attributes; sizes in bytes, speed in bytes/s)."""
 
     @property
-    def bytes_done(self) -> int: ...
+    def done_bytes(self) -> int: ...
     @property
-    def bytes_total(self) -> int | None: ...
+    def total_bytes(self) -> int: ...
     @property
-    def speed_bps(self) -> float | None: ...
+    def bytes_per_s(self) -> float: ...
     @property
     def eta_s(self) -> float | None: ...
     @property
-    def current_file(self) -> str: ...
+    def file(self) -> str: ...
 
 
 @dataclass(frozen=True)
 class DownloadProgress:
-    """A progress report (satisfies :class:`DownloadProgressLike`).
+    """A progress report (satisfies :class:`DownloadProgressLike`; the download manager has its own, with
+    the same attributes).
 
     Attributes:
-        bytes_done: bytes on disk so far (all files).
-        bytes_total: bytes of the whole download, None while unknown.
-        speed_bps: recent speed, bytes per second (None while unknown).
+        done_bytes: bytes on disk so far (all files).
+        total_bytes: bytes of the whole download, 0 while unknown.
+        bytes_per_s: recent speed, bytes per second (0.0 while unknown).
         eta_s: seconds left (None while unknown).
-        current_file: the file being fetched, relative to the repository.
+        file: the file being fetched, relative to the repository.
+        stage: "downloading", or "checking" while files already on disk are hashed again.
     """
 
-    bytes_done: int
-    bytes_total: int | None
-    speed_bps: float | None
+    done_bytes: int
+    total_bytes: int
+    bytes_per_s: float
     eta_s: float | None
-    current_file: str
+    file: str
+    stage: str = "downloading"
 
 
-DownloadFn = Callable[[str, str | None, Path, Callable[[DownloadProgressLike], None], threading.Event], Path]
-"""The download manager's entry point, as the dialog calls it (see the module docstring)."""
+class DownloadFn(Protocol):
+    """The download manager's entry point, as the dialog calls it (see the module docstring)."""
+
+    def __call__(self, repo_id: str, *, revision: str, cache_dir: Path, progress: Callable[[Any], None],
+                 cancel: threading.Event) -> Any: ...
 
 
 def format_bytes(n: float) -> str:
@@ -103,11 +111,14 @@ def format_eta(seconds: float | None) -> str:
 
 
 def progress_text(p: DownloadProgressLike) -> str:
-    """One line: "1.2 GB of 26.4 GB · 85.0 MB/s · 4 min 56 s left"."""
-    done = format_bytes(p.bytes_done)
-    total = f" of {format_bytes(p.bytes_total)}" if p.bytes_total else ""
-    speed = f" · {format_bytes(p.speed_bps)}/s" if p.speed_bps else ""
-    return f"{done}{total}{speed} · {format_eta(p.eta_s)} left"
+    """One line: "1.2 GB of 26.4 GB · 85.0 MB/s · 4 min 56 s left" ("Checking 1.2 GB of ..." while cached
+    files are hashed again)."""
+    done = format_bytes(p.done_bytes)
+    total = f" of {format_bytes(p.total_bytes)}" if p.total_bytes else ""
+    speed = f" · {format_bytes(p.bytes_per_s)}/s" if p.bytes_per_s else ""
+    left = f" · {format_eta(p.eta_s)} left" if not p.total_bytes or p.done_bytes < p.total_bytes else ""
+    verb = "Checking " if getattr(p, "stage", "") == "checking" else ""
+    return f"{verb}{done}{total}{speed}{left}"
 
 
 def error_advice(exc: BaseException) -> str:
@@ -141,7 +152,7 @@ class DownloadDialog(QDialog):
 
     downloaded = Signal(object)
 
-    def __init__(self, download: DownloadFn, repo_id: str, cache_dir: Path, revision: str | None = None,
+    def __init__(self, download: DownloadFn, repo_id: str, cache_dir: Path, revision: str = "main",
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Downloading Holotron-12B")
@@ -211,11 +222,12 @@ class DownloadDialog(QDialog):
 
         def work() -> None:
             try:
-                path = self.download(self.repo_id, self.revision, self.cache_dir, relay.progress.emit, cancel)
+                result = self.download(self.repo_id, revision=self.revision, cache_dir=self.cache_dir,
+                                       progress=relay.progress.emit, cancel=cancel)
             except BaseException as exc:  # shown in the dialog, never lost
                 relay.failed.emit(exc)
             else:
-                relay.done.emit(Path(path))
+                relay.done.emit(Path(getattr(result, "folder", result)))
 
         self._thread = threading.Thread(target=work, name="holodesk-download", daemon=True)
         self._thread.start()
@@ -240,11 +252,11 @@ class DownloadDialog(QDialog):
     def _on_progress(self, p: DownloadProgressLike) -> None:
         if self.state != "running":
             return
-        if p.bytes_total:
+        if p.total_bytes:
             self.bar.setRange(0, 1000)
-            self.bar.setValue(min(1000, round(1000 * p.bytes_done / p.bytes_total)))
+            self.bar.setValue(min(1000, round(1000 * p.done_bytes / p.total_bytes)))
         self.numbers.setText(progress_text(p))
-        self.file.setText(f"Fetching {p.current_file}" if p.current_file else "")
+        self.file.setText(f"Fetching {p.file}" if p.file else "")
 
     def _on_done(self, path: Path) -> None:
         if self.state == "cancelling":
