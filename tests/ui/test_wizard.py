@@ -265,3 +265,13 @@ def test_closing_the_wizard_cancels_a_running_download(qtbot: Any, make_wizard: 
     assert seen_cancel.wait(5) and dialog.wait(5)
     qtbot.waitUntil(lambda: dialog.state == "cancelled", timeout=5000)
     assert not (tmp_path / "config" / "settings.toml").exists()
+
+
+def test_a_bad_server_url_is_answered_without_a_request(make_wizard: Any, tmp_path: Path) -> None:
+    w = make_wizard(facts(None, tmp_path))
+    w.next()
+    page = w.server_page
+    page.url.setText("gpu-box:8000")
+    page.test_button.click()
+    assert page.result.text().startswith("✖ endpoint must start with http:// or https://")
+    assert page.test_button.isEnabled() and not finish_enabled(w)

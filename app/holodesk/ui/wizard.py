@@ -50,7 +50,7 @@ from holodesk.core.fit import (
 )
 from holodesk.errors import HolodeskError, SecretStoreError, SettingsError
 from holodesk.machine import GpuInfo, default_model_cache, disk_free_bytes, probe_gpus
-from holodesk.settings import Settings, save_settings
+from holodesk.settings import Settings, save_settings, validate_field
 from holodesk.ui.download import DownloadDialog, DownloadFn, format_bytes
 
 log = logging.getLogger(__name__)
@@ -353,9 +353,10 @@ class ServerPage(QWizardPage):
         values = self.values()
         url, model, key = values
         try:
-            Settings.model_validate({"endpoint": url})
-        except ValueError as exc:
-            self.result.setText("✖ " + str(exc).split("\n")[-1].strip().removeprefix("Value error, "))
+            validate_field("endpoint", url)
+        except SettingsError as exc:
+            self.result.setText("✖ " + exc.message.removeprefix("invalid settings: endpoint: ")
+                                .removeprefix("Value error, "))
             return
         if not url:
             self.result.setText("✖ Enter the server URL first.")
