@@ -236,8 +236,12 @@ def test_first_run_opens_the_wizard(qtbot: Any, tmp_path: Path) -> None:
     try:
         app.start(first_run=True)
         assert app._wizard is not None and app._wizard.isVisible()
-        again = app.open_wizard()  # the tray entry re-opens the same wizard, not a second one
-        assert again is app._wizard
+        first = app._wizard
+        app.actions.wizard.trigger()  # tray: Setup wizard... while it is open: the same wizard, not a second
+        assert app._wizard is first
+        first.reject()
+        app.actions.wizard.trigger()  # and re-opened after it was closed
+        assert app._wizard is not None and app._wizard.isVisible()
     finally:
         app.shutdown()
         app.palette.deleteLater()
