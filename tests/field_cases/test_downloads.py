@@ -536,3 +536,25 @@ def test_F30_a_stopped_download_restarts_at_once(hub: LoopbackHub, cache: Path) 
     gate.set()  # the old request ends; it must not touch the finished file
     time.sleep(0.5)
     _assert_complete(cache)
+
+
+def test_F30_ctrl_c_stops_holodesk_download_within_a_second(hub: LoopbackHub, cache: Path) -> None:
+    hub.faults.bytes_per_s = 6 * MiB
+    child = subprocess.Popen([sys.executable, "-m", "holodesk", "download", REPO, "--cache-dir", str(cache)],
+                             env=_child_env(hub), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: any(p.stat().st_size >= CHUNK for p in _partials(cache)), 90, "a 10 MiB partial file")
+        child.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        _, err = child.communicate(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 3 and took < 1.0, (child.returncode, took, err)
+    assert "download stopped; run the same command again to resume it" in err and "Traceback" not in err
+    [partial] = _partials(cache)
+    kept = partial.stat().st_size
+    time.sleep(0.5)
+    assert partial.stat().st_size == kept and partial.read_bytes() == SHARD_BYTES[:kept]
