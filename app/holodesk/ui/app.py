@@ -44,6 +44,16 @@ CaptureFactory = Callable[[], Any]
 ExecutorFactory = Callable[[Settings], Any]
 
 
+def hub_download(repo_id: str, *, revision: str, cache_dir: Path, progress: Callable[[Any], None],
+                 cancel: threading.Event) -> Any:
+    """The download dialog's :data:`~holodesk.ui.download.DownloadFn`: the download manager
+    (:func:`holodesk.policy.download.download_model`) with the hub token kept in the keychain."""
+    from holodesk.policy.download import download_model, hub_token
+
+    return download_model(repo_id, revision=revision, cache_dir=cache_dir, progress=progress, cancel=cancel,
+                          token=hub_token())
+
+
 def _default_policy(settings: Settings, progress: ProgressFn) -> Any:
     from holodesk.session.factory import build_policy
 
@@ -555,7 +565,7 @@ def run_app(force_window: bool = False) -> int:
         return 2
     _log_to_file(settings)
     first_run = not config_path().exists()
-    holo = HolodeskApp(settings, force_window=force_window)
+    holo = HolodeskApp(settings, force_window=force_window, download=hub_download)
     restore = install_exception_hooks(holo.notifier)
     try:
         holo.start(first_run=first_run)
