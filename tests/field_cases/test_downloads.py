@@ -413,6 +413,14 @@ def test_F30_loader_downloads_through_the_manager_and_falls_back_to_the_cache(
     with pytest.raises(DownloadError) as info:  # a wrong repo id is not hidden behind the cache
         resolve_source("owner/no-such-model")
     assert info.value.kind == "not_found"
+    # Stop (the app's stop event, handed down by build_policy and load_holotron) ends the download at once
+    hub.add_repo("owner/other", {SHARD: SHARD_BYTES})
+    hub.faults.bytes_per_s = 4 * MiB
+    stop = threading.Event()
+    threading.Timer(1.0, stop.set).start()
+    with pytest.raises(DownloadCancelled):
+        resolve_source("owner/other", cancel=stop)
+    assert stop.is_set()
 
 
 def test_F30_bad_cached_file_at_load_time_says_how_to_repair_it(

@@ -54,7 +54,8 @@ def hub_download(repo_id: str, *, revision: str, cache_dir: Path, progress: Call
                           token=hub_token())
 
 
-def _default_policy(settings: Settings, progress: ProgressFn) -> Any:
+def _default_policy(settings: Settings, progress: ProgressFn, cancel: threading.Event | None = None) -> Any:
+    """The settings' policy; ``cancel`` (the task's stop event) stops a hub download of the local model."""
     from holodesk.session.factory import build_policy
 
     def report(*args: Any, **kwargs: Any) -> None:
@@ -64,7 +65,7 @@ def _default_policy(settings: Settings, progress: ProgressFn) -> Any:
         progress(message, float(fraction) if isinstance(fraction, int | float) else None)
 
     progress(f"Loading the {settings.policy} policy ({settings.model})...", None)
-    return build_policy(settings, progress=report)
+    return build_policy(settings, progress=report, cancel=cancel)
 
 
 def _default_capture() -> Any:
@@ -119,7 +120,9 @@ class HolodeskApp(QObject):
         super().__init__(parent)
         self.settings = settings
         self.settings_path = settings_path
-        self.policy_factory = policy_factory or _default_policy
+        # Stop and Quit set the runner's stop event: it also ends a download of the local model at once
+        self.policy_factory = policy_factory or (
+            lambda s, progress: _default_policy(s, progress, cancel=self.runner.stop_event))
         self.capture_factory = capture_factory or _default_capture
         self.executor_factory = executor_factory or _default_executor
         self._policy: Any = None
