@@ -7,8 +7,8 @@ import pytest
 from holodesk.core.actions import (
     Answer,
     Click,
-    DoubleClick,
     Done,
+    DoubleClick,
     Drag,
     Key,
     Move,

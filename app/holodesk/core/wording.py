@@ -28,8 +28,8 @@ from typing import Any
 from holodesk.core.actions import (
     Action,
     Answer,
-    DoubleClick,
     Done,
+    DoubleClick,
     Drag,
     Key,
     MiddleClick,
@@ -186,7 +186,9 @@ def step_words(
     if window is not None and window.title.strip() and window.app.strip():
         details.append(f"Window: {plain(window.title, 120)} ({plain(window.app, 40)})")
 
-    verb = {DoubleClick: "Double-click", RightClick: "Right-click", MiddleClick: "Middle-click"}
+    verb: dict[type[Action], str] = {
+        DoubleClick: "Double-click", RightClick: "Right-click", MiddleClick: "Middle-click",
+    }
     match action:
         case Move():
             headline = f"Move the pointer to {target or at(0)}{where_window}"
