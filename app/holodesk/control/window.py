@@ -96,7 +96,8 @@ def _own(d: Any, client: Any) -> bool:
 
 def window_at(x: int | None = None, y: int | None = None) -> WindowInfo | None:
     """The application window at input-space point ``(x, y)`` (X11), or the focused window when no point
-    is given: its title, application class and frame rectangle (input space, decorations included).
+    is given (with X's PointerRoot focus, the window under the pointer, where keys then go): its title,
+    application class and frame rectangle (input space, decorations included).
 
     Walks the root window's children from the top of the stacking order: the first viewable one that
     contains the point and holds an application window (WM_CLASS), skipping this process's own windows.
@@ -118,8 +119,12 @@ def window_at(x: int | None = None, y: int | None = None) -> WindowInfo | None:
             root = d.screen().root
             if x is None or y is None:
                 win = d.get_input_focus().focus
-                if win in (None, X.NONE, X.PointerRoot) or isinstance(win, int):
+                if win == X.PointerRoot or win == root:  # keys go to the window under the pointer
+                    pointer = root.query_pointer()
+                    x, y = int(pointer.root_x), int(pointer.root_y)
+                elif win in (None, X.NONE) or isinstance(win, int):
                     return None
+            if x is None or y is None:
                 top = win
                 for _ in range(16):  # up to the child of the root: the frame
                     tree = top.query_tree()
@@ -127,7 +132,9 @@ def window_at(x: int | None = None, y: int | None = None) -> WindowInfo | None:
                         break
                     top = tree.parent
                 client = _client_of(win, 0) or _client_of(top)
-                return _info(d, root, top, client) if client is not None else None
+                if client is None or _own(d, client):
+                    return None
+                return _info(d, root, top, client)
             for top in reversed(root.query_tree().children):
                 attrs = top.get_attributes()
                 if attrs.map_state != X.IsViewable:

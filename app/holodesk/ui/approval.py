@@ -133,7 +133,7 @@ class ApprovalController(QObject):
         action = request.action
         card.set_typed_text(action.text if isinstance(action, Type) else None)
         card.where.setText(f"On {frame.monitor.label}")
-        card.where.setVisible(not request.details)  # the details name the monitor when there are any
+        card.where.setVisible(not request.input_points)  # the details name the monitor when it has points
         card.edit_hint.setVisible(False)
         caret = self._pointer_input(geometry) if isinstance(action, Type) else None
         window = request.window

@@ -55,7 +55,8 @@ def main() -> int:
         "pixel": [int(v) for v in shot.pixels[ip.y - m.top, ip.x - m.left]],
         "above": [int(v) for v in shot.pixels[ip.y - m.top - round(28 * dpr), ip.x - m.left]],
         "below": [int(v) for v in shot.pixels[ip.y - m.top + round(28 * dpr), ip.x - m.left]],
-        "beside": [[int(v) for v in shot.pixels[ip.y - m.top + sy * round(28 * dpr), ip.x - m.left + sx * round(5 * dpr)]]
+        "beside": [[int(v) for v in shot.pixels[ip.y - m.top + sy * round(28 * dpr),
+                                                ip.x - m.left + sx * round(5 * dpr)]]
                    for sx in (-1, 1) for sy in (-1, 1)],
     }))
     capture.close()
