@@ -116,6 +116,19 @@ def _kernels() -> dict[str, Any]:
     return report
 
 
+def _checkpoint() -> dict[str, Any]:
+    from holodesk.settings import load_settings
+
+    s = load_settings()
+    if s.policy != "local":
+        return {"note": f"not used: the policy is {s.policy!r}"}
+    if importlib.util.find_spec("transformers") is None:
+        return {"note": "the local model needs the 'local' extra: pip install 'holodesk[local]'"}
+    from holodesk.policy.holotron.loader import inspect_checkpoint
+
+    return inspect_checkpoint(s.model)
+
+
 def _endpoint() -> dict[str, Any]:
     from holodesk.settings import load_settings
 
@@ -172,6 +185,7 @@ CHECKS: list[Check] = [
     ("PyTorch and GPU", _torch),
     ("Local model fit", _local_fit),
     ("Holotron kernels", _kernels),
+    ("Holotron checkpoint", _checkpoint),
     ("Remote endpoint", _endpoint),
     ("Keychain", _keyring),
     ("System tray", _tray),

@@ -3,8 +3,9 @@
     .venv/bin/python docs/tools/screenshots.py [--out docs/images] [--only setup]
 
 Starts its own Xvfb (1280x800) and the ``trayer`` tray host, then runs the real app in this process with
-a scripted policy (the replies below), real screen capture (mss) and a recording executor (a fake that
-records actions instead of clicking, so the demo form stays as it is). Each state is grabbed from the
+a scripted policy (a fake proposing the actions below, each naming its target as the H agent contract's
+``element``), real screen capture (mss) and a recording executor (a fake that records actions instead of
+clicking, so the demo form stays as it is). Each state is grabbed from the
 screen with mss (tray menu, palette, overlays) or rendered from its window (settings, history, the
 no-tray window) and written as PNG into ``--out``:
 
@@ -104,8 +105,7 @@ def take_screenshots(out: Path) -> int:
     from holodesk.control.recording import RecordingExecutor
     from holodesk.core.actions import Click, Done, Drag, Key, Point, Scroll, Type
     from holodesk.core.geometry import Frame, Monitor, frame_pixel_to_point
-    from holodesk.policy.protocol import get_protocol
-    from holodesk.policy.scripted import ScriptedPolicy
+    from holodesk.policy.base import Proposal
     from holodesk.settings import Settings
     from holodesk.ui.app import HolodeskApp
     from holodesk.ui.tray import AppActions, FallbackWindow
@@ -155,22 +155,35 @@ def take_screenshots(out: Path) -> int:
         x, y, w, h = geometry[name]
         return frame_pixel_to_point(screen_frame, x + int(w * fx), y + int(h * fy))
 
-    proto = get_protocol()
-    replies = [
-        proto.to_reply(Click(model_point("title")), thought="Click the Title field to name the meeting."),
-        proto.to_reply(Type('Weekly sync <b>(room 4)</b>'), thought="Type the meeting title exactly."),
-        proto.to_reply(Drag(model_point("slider", 0.05), model_point("slider", 0.6)),
-                       thought="Drag the duration slider to about an hour."),
-        proto.to_reply(Scroll("down", 3, model_point("form", 0.5, 0.3)), thought="Scroll down to see more options."),
-        proto.to_reply(Key(("enter",)), thought="Press Enter to save the meeting."),
-        proto.to_reply(Done("saved")),
+    steps = [
+        Proposal(Click(model_point("title"), element="Title field"),
+                 thought="Click the Title field to name the meeting."),
+        Proposal(Type('Weekly sync <b>(room 4)</b>'), thought="Type the meeting title exactly."),
+        Proposal(Drag(model_point("slider", 0.05), model_point("slider", 0.6), element="Duration slider"),
+                 thought="Drag the duration slider to about an hour."),
+        Proposal(Scroll("down", 3, model_point("form", 0.5, 0.3), element="New meeting form"),
+                 thought="Scroll down to see more options."),
+        Proposal(Key(("enter",)), thought="Press Enter to save the meeting."),
+        Proposal(Done("saved")),
     ]
+
+    class DemoPolicy:
+        """A fake policy: proposes ``steps`` in order."""
+
+        name = "demo (fake)"
+
+        def propose(self, observation: Any) -> Proposal:
+            return steps.pop(0)
+
+        def close(self) -> None:
+            return None
+
     data = Path(tempfile.mkdtemp(prefix="holodesk-shots-"))
     settings = Settings(data_dir=data, approval="step", autopilot_countdown_s=6.0,
                         hotkey_palette="<ctrl>+<alt>+h", hotkey_stop="<ctrl>+<alt>+x")
     executor = RecordingExecutor()
     holo = HolodeskApp(settings, hotkeys=False, dialogs=False,
-                       policy_factory=lambda s, p: ScriptedPolicy(replies),
+                       policy_factory=lambda s, p: DemoPolicy(),
                        capture_factory=MssCapture, executor_factory=lambda s: executor,
                        settings_path=data / "settings.toml")
     holo.start()
@@ -400,6 +413,7 @@ def demo_form() -> int:
 
     app = QApplication([sys.argv[0]])
     form = QWidget(None, Qt.WindowType.FramelessWindowHint)
+    form.setWindowTitle("New meeting")
     form.setObjectName("form")
     form.setStyleSheet("QWidget#form { background: #eceff4; } QLabel { font-size: 15px; }")
     lay = QVBoxLayout(form)

@@ -145,5 +145,8 @@ def test_history_shows_steps_frames_and_plain_model_text(qtbot: Any, make_app: A
     image = window.current_image
     assert image is not None and (image.width(), image.height()) == (1920, 1080)
     px, py = point_to_frame_pixel(kit.executor.calls[0].frame, Point(250, 600))
-    assert image.pixelColor(px, py).name() == "#ff00cc"  # the mark sits on the action's frame pixel
+    # the mark is centred on the action's frame pixel: the pixel itself stays clear, the pointers aim at
+    # its column from 28 px above and below (marks drawn 1.5x larger on a 1920-wide frame)
+    assert image.pixelColor(px, py).name() != "#ff00cc"
+    assert image.pixelColor(px, py - 42).name() == "#ff00cc" == image.pixelColor(px, py + 42).name()
     assert image.pixelColor(20, 20).name() == "#282c34"  # the frame itself elsewhere

@@ -88,6 +88,14 @@ def _focus_probe() -> Callable[[], str | None] | None:
     return focused_window_class
 
 
+def _window_probe() -> Callable[..., Any] | None:
+    try:
+        from holodesk.control.window import window_at
+    except ImportError:
+        return None
+    return window_at
+
+
 class HolodeskApp(QObject):
     """The running desktop app.
 
@@ -435,6 +443,7 @@ class HolodeskApp(QObject):
             SessionLimits(s.max_steps, s.max_wall_s, s.max_parse_failures, s.max_repeats, s.monitor),
             episodes_dir=s.episodes_dir,
             focus_probe=_focus_probe(),
+            window_probe=_window_probe(),
             before_capture=self.guard.before_capture,
             after_capture=self.guard.after_capture,
             meta={"monitor_label": monitors[s.monitor - 1].label, "ui": "tray"},
