@@ -10,7 +10,8 @@ Gtk.Button "Submit". Only a click on Submit submits.
   moves or a value changes, with every
   widget's rectangle in root-window (input-space) pixels, as GDK reports them:
   ``{"pid": int, "window": [x, y, w, h], "rects": {"name": [x, y, w, h], "agree": [...], "Count": [...],
-  "Submit": [...]}, "focus": "name" | ... | null, "count": int}``.
+  "Submit": [...]}, "focus": "name" | ... | null, "count": int}``; ``focus`` is null while another
+  window has the keyboard focus.
 * On Submit the final state is printed as one JSON line on stdout and the program exits 0:
   ``{"name": str, "agree": bool, "count": int, "submitted": true}``.
 * Closing the window prints ``{"submitted": false, ...}`` and exits 1.
@@ -59,6 +60,8 @@ class GtkForm:
         self.window.connect("configure-event", self.on_configure)
         self.window.connect("map-event", self.on_configure)
         self.window.connect("set-focus", self.on_configure)
+        self.window.connect("focus-in-event", self.on_configure)
+        self.window.connect("focus-out-event", self.on_configure)
         self.entry.connect("changed", self.on_configure)
         self.check.connect("toggled", self.on_configure)
 
@@ -80,7 +83,7 @@ class GtkForm:
     def write_layout(self) -> bool:
         if self.window.get_window() is None or not self.window.get_mapped():
             return False
-        focus = self.window.get_focus()
+        focus = self.window.get_focus() if self.window.is_active() else None
         focused = next((n for n, w in self.widgets.items() if w is focus), None)
         data = {"pid": os.getpid(), "window": self.rect(self.window),
                 "rects": {n: self.rect(w) for n, w in self.widgets.items()}, "focus": focused, **self.state()}

@@ -29,11 +29,14 @@ A :class:`Desktop`:
   xdotool regular expressions; without either the window is found by ``_NET_WM_PID``.
 * ``Desktop.tk_form(x, y)`` / ``Desktop.gtk_form(x, y)`` start tests/apps/tk_form.py (our venv's Python)
   or tests/apps/gtk_form.py (the system Python with PyGObject) and return a :class:`FormApp`.
+* ``Desktop.place(app, x, y, width=None, height=None)`` moves/resizes a window through the window
+  manager and waits until it stays put.
 * :class:`App`: ``window`` (X id), ``geometry()``, ``activate()``, ``wait_exit(timeout)``, ``stdout()``,
   ``close()``. :class:`FormApp` adds ``layout()``, ``rects()``, ``center(name)``, ``wait_layout(pred)``
-  and ``result(timeout)`` (the JSON the form printed when submitted).
+  ``wait_current()`` and ``result(timeout)`` (the JSON the form printed when submitted).
 * ``Desktop.xdotool(*args)`` / ``Desktop.pointer()`` / ``Desktop.click(x, y)`` drive this display with
-  xdotool (Holodesk-independent input for setting up a scene).
+  xdotool (Holodesk-independent input for setting up a scene); ``Desktop.run(*argv)`` runs any other
+  command (numlockx, xrandr ...) on it.
 * ``Desktop.wm`` is the :class:`WindowManager` (``name``, ``compositing``).
 
 Each desktop has its own D-Bus session bus (``dbus-daemon --session``), its own XDG config/cache/data
@@ -278,6 +281,15 @@ class FormApp(App):
         result: dict[str, Any] = wait_until(check, timeout, f"the form layout ({self.layout()})")
         return result
 
+    def wait_current(self, timeout: float = WINDOW_TIMEOUT_S) -> dict[str, Any]:
+        """Wait until the form's layout report agrees with where the X server says its window is (after
+        the window manager placed or moved it); return the report."""
+        def current(data: dict[str, Any]) -> bool:
+            gx, gy, _, _ = self.geometry()
+            return list(data.get("window", [None, None])[:2]) == [gx, gy]
+
+        return self.wait_layout(current, timeout)
+
     def rects(self) -> dict[str, Rect]:
         """Widget name -> (x, y, w, h) in root pixels, as the form last reported them."""
         return {name: (r[0], r[1], r[2], r[3]) for name, r in self.layout().get("rects", {}).items()}
@@ -351,6 +363,11 @@ class Desktop:
         return subprocess.run(["xdotool", *args], env=self._env, capture_output=True, text=True, check=check,
                               timeout=timeout).stdout
 
+    def run(self, *argv: str, check: bool = True, timeout: float = 15.0) -> str:
+        """Run a command (numlockx, xrandr, xprop ...) with this desktop's environment; return its stdout."""
+        return subprocess.run(list(argv), env=self._env, capture_output=True, text=True, check=check,
+                              timeout=timeout).stdout
+
     def pointer(self) -> tuple[int, int]:
         """The pointer position in root pixels (``xdotool getmouselocation``)."""
         out = self.xdotool("getmouselocation", "--shell")
@@ -422,17 +439,24 @@ class Desktop:
         result: Rect = wait_until(stable, timeout, f"the window of {app.argv[0]} to stop moving", interval=0.1)
         return result
 
+    def place(self, app: App, x: int, y: int, width: int | None = None, height: int | None = None,
+              timeout: float = WINDOW_TIMEOUT_S) -> Rect:
+        """Ask the window manager to move ``app``'s window to (x, y) (and resize it), then wait until it
+        has stopped moving; return its client geometry (which includes the WM's frame offset)."""
+        if width is not None and height is not None:
+            self.xdotool("windowsize", str(app.window), str(width), str(height))
+        self.xdotool("windowmove", str(app.window), str(x), str(y))
+        rect = self.wait_placed(app, timeout)
+        if isinstance(app, FormApp):
+            app.wait_current(timeout)
+        return rect
+
     def _form(self, argv: list[str], x: int, y: int, wm_class: str, timeout: float) -> FormApp:
         layout = self.directory / f"form-{time.monotonic_ns()}.json"
         form: FormApp = self.launch([*argv, "--layout", str(layout), "--x", str(x), "--y", str(y)],
                                     wm_class=wm_class, timeout=timeout, cls=FormApp, layout_path=layout)
 
-        def settled(data: dict[str, Any]) -> bool:
-            # the form's own report agrees with where the X server says its window is
-            gx, gy, _, _ = form.geometry()
-            return data.get("window", [None, None])[:2] == [gx, gy]
-
-        form.wait_layout(settled, timeout)
+        form.wait_current(timeout)
         return form
 
     def tk_form(self, x: int = 300, y: int = 200, timeout: float = WINDOW_TIMEOUT_S) -> FormApp:
