@@ -4,7 +4,7 @@ gir1.2-gtk-3.0), so Holodesk drives a toolkit and an interpreter that are not it
     /usr/bin/python3 tests/apps/gtk_form.py --layout LAYOUT.json [--x 300 --y 200] [--title "GTK form"]
 
 Widgets: a Gtk.Entry "name", a Gtk.CheckButton "agree", a Gtk.Button "Count" (counts its clicks) and a
-Gtk.Button "Submit". Only a click on Submit submits.
+Gtk.Button "Submit". A click on Submit, or Return in the name field, submits.
 
 * ``--layout``: rewritten (atomic rename) whenever the window is mapped, moved or resized, the focus
   moves or a value changes, with every
@@ -45,6 +45,7 @@ class GtkForm:
         self.window.add(grid)
         grid.attach(Gtk.Label(label="Name:"), 0, 0, 1, 1)
         self.entry = Gtk.Entry(width_chars=30)
+        self.entry.connect("activate", self.on_submit)
         grid.attach(self.entry, 1, 0, 1, 1)
         self.check = Gtk.CheckButton(label="I agree")
         grid.attach(self.check, 1, 1, 1, 1)
@@ -104,7 +105,7 @@ class GtkForm:
         self.exit_code = 0 if submitted else 1
         Gtk.main_quit()
 
-    def on_submit(self, _button: Gtk.Button) -> None:
+    def on_submit(self, _widget: Gtk.Widget) -> None:
         self.finish(True)
 
     def on_close(self, *_args: Any) -> bool:
