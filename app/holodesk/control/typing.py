@@ -106,6 +106,18 @@ def plan_segments(keysyms: Sequence[int], direct: set[int], spare_count: int) ->
     return segments
 
 
+def keycode_runs(rows: dict[int, list[int]]) -> list[tuple[int, list[list[int]]]]:
+    """Group keycode -> keysym-row assignments into runs of consecutive keycodes, in keycode order:
+    ``{253: a, 254: b, 200: c}`` -> ``[(200, [c]), (253, [a, b])]`` (one ChangeKeyboardMapping each)."""
+    runs: list[tuple[int, list[list[int]]]] = []
+    for kc in sorted(rows):
+        if runs and runs[-1][0] + len(runs[-1][1]) == kc:
+            runs[-1][1].append(rows[kc])
+        else:
+            runs.append((kc, [rows[kc]]))
+    return runs
+
+
 @dataclass
 class TypingReport:
     """What a typer did (goes into :attr:`ActionResult.details`).
@@ -295,9 +307,7 @@ class X11KeysymTyper:
                 needed = [ks for ks in dict.fromkeys(keysyms[start:end]) if ks not in typable]
                 if needed:
                     bound = dict(zip(spare, needed, strict=False))
-                    for kc, ks in bound.items():
-                        conn.change_keyboard_mapping(kc, [[ks, ks]])
-                    conn.sync()
+                    self._change_map(conn, {kc: [ks, ks] for kc, ks in bound.items()}, width)
                     time.sleep(self.settle_s)
                     remapped_total.update(needed)
                 by_keysym = {ks: kc for kc, ks in bound.items()}
@@ -318,10 +328,18 @@ class X11KeysymTyper:
         return TypingReport(method="xtest_keysym", characters=len(keysyms), remapped=len(remapped_total))
 
     @staticmethod
-    def _restore(conn: Any, bound: dict[int, int], width: int) -> None:
-        for kc in bound:
-            conn.change_keyboard_mapping(kc, [[0] * width])
+    def _change_map(conn: Any, rows: dict[int, list[int]], width: int) -> None:
+        """Set the keysyms of several keycodes with one request per run of consecutive keycodes
+        (:func:`keycode_runs`): every change makes each client reload its keymap, and a GTK client
+        busy reloading it drops pointer clicks, so the fewer changes the better."""
+        per_row = max(width, 2)
+        for first, block in keycode_runs(rows):
+            conn.change_keyboard_mapping(first, [(row + [0] * per_row)[:per_row] for row in block])
         conn.sync()
+
+    @classmethod
+    def _restore(cls, conn: Any, bound: dict[int, int], width: int) -> None:
+        cls._change_map(conn, dict.fromkeys(bound, []), width)
 
 
 def is_terminal_class(wm_class: str | None) -> bool:
