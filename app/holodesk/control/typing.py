@@ -339,7 +339,7 @@ class X11KeysymTyper:
 
     @classmethod
     def _restore(cls, conn: Any, bound: dict[int, int], width: int) -> None:
-        cls._change_map(conn, dict.fromkeys(bound, []), width)
+        cls._change_map(conn, {kc: [] for kc in bound}, width)
 
 
 def is_terminal_class(wm_class: str | None) -> bool:
