@@ -141,6 +141,37 @@ def test_F22_pointer_moved_away_by_another_program_is_a_miss_and_nothing_is_clic
     assert sync_with_form(desktop, form)["count"] == 0
 
 
+def test_F22_pointer_held_by_another_client_past_the_bound_is_a_miss_and_nothing_is_clicked(
+        desktop: Desktop) -> None:
+    """Positive control on the X server itself: another client freezes the pointer with a synchronous
+    grab (as a window manager does while it decides about a click) and keeps it frozen longer than the
+    executor's settle bound. The move never arrives in time, so the step fails and no click is sent;
+    after the grab is released the pointer finishes the move, and the form still counts no click."""
+    from Xlib import X, display
+
+    form = desktop.tk_form(600, 400)
+    frame = grab()
+    ex = PyAutoGUIExecutor(settle_timeout_s=0.5)
+    ex.move_pointer_out_of_corner()
+    start = desktop.pointer()
+    other = display.Display(desktop.display)
+    try:
+        status = other.screen().root.grab_pointer(False, 0, X.GrabModeSync, X.GrabModeAsync, X.NONE, X.NONE,
+                                                  X.CurrentTime)
+        assert status == X.GrabSuccess
+        other.sync()
+        r = ex.execute(Click(at(frame, form.center("Count"))), frame)
+        assert (r.ok, r.status) == (False, "failed"), r
+        assert r.details["pointer_readback"] == list(start) and r.details["settle_wait_s"] >= 0.5
+    finally:
+        other.ungrab_pointer(X.CurrentTime)
+        other.sync()
+        other.close()
+    target = tuple(r.details["target"])
+    wait_until(lambda: desktop.pointer() == target, 10, "the queued move to finish after the grab")
+    assert sync_with_form(desktop, form)["count"] == 0
+
+
 # -- F26 --------------------------------------------------------------------------------------------------
 def lock_state(desktop: Desktop) -> dict[str, bool]:
     """Caps Lock and Num Lock as the X server has them (modifier state read on a separate connection,
