@@ -37,7 +37,8 @@ A :class:`Desktop`:
 * ``Desktop.xdotool(*args)`` / ``Desktop.pointer()`` / ``Desktop.click(x, y)`` drive this display with
   xdotool (Holodesk-independent input for setting up a scene); ``Desktop.run(*argv)`` runs any other
   command (numlockx, xrandr ...) on it.
-* ``Desktop.wm`` is the :class:`WindowManager` (``name``, ``compositing``).
+* ``Desktop.wm`` is the :class:`WindowManager` (``name``, ``compositing``); ``compositor_running(env)``
+  asks the X server whether a compositing manager is running.
 
 Each desktop has its own D-Bus session bus (``dbus-daemon --session``), its own XDG config/cache/data
 directories, ``GSETTINGS_BACKEND=memory`` and ``NO_AT_BRIDGE=1``, so GTK programs neither autolaunch a
@@ -139,7 +140,8 @@ def _root_property_window(env: dict[str, str], atom: str) -> bool:
     return res.returncode == 0 and "window id #" in res.stdout
 
 
-def _compositor_running(env: dict[str, str]) -> bool:
+def compositor_running(env: dict[str, str]) -> bool:
+    """True when a compositing manager owns ``_NET_WM_CM_S0`` on ``env["DISPLAY"]``."""
     from Xlib import X, display
 
     conn = display.Display(env["DISPLAY"])
@@ -185,7 +187,7 @@ def start_window_manager(env: dict[str, str], name: str, log_dir: Path, timeout:
                     raise RuntimeError(f"{argv[0]} exited with {proc.returncode}:\n{wm.log()}")
                 if argv[0] == "picom" or (argv[0] == "xfwm4" and compositor == "xfwm4"):
                     return (_root_property_window(env, "_NET_SUPPORTING_WM_CHECK") if argv[0] == "xfwm4"
-                            else True) and _compositor_running(env)
+                            else True) and compositor_running(env)
                 return _root_property_window(env, "_NET_SUPPORTING_WM_CHECK")
 
             wait_until(ready, timeout, f"{argv[0]} on {env['DISPLAY']}", interval=0.1)
