@@ -14,7 +14,7 @@ A :class:`Desktop`:
 
     def test_editor(desktop: Desktop, tmp_path: Path) -> None:
         env = desktop.env()                                   # DISPLAY, D-Bus, XDG dirs of this desktop
-        editor = desktop.launch(["mousepad", str(tmp_path / "a.txt")], wm_class="mousepad")
+        editor = desktop.launch(["mousepad", "--disable-server", str(tmp_path / "a.txt")], wm_class="mousepad")
         x, y, w, h = editor.geometry()                        # client area, root pixels
         form = desktop.tk_form()                              # tests/apps/tk_form.py
         cx, cy = form.center("Submit")                        # from the form's own layout report
@@ -39,6 +39,10 @@ A :class:`Desktop`:
   command (numlockx, xrandr ...) on it.
 * ``Desktop.wm`` is the :class:`WindowManager` (``name``, ``compositing``); ``compositor_running(env)``
   asks the X server whether a compositing manager is running.
+
+Without the fixtures: ``start_window_manager(env, name, log_dir) -> WindowManager`` starts one on any
+display (``env["DISPLAY"]``; call ``.stop()``), e.g. on a display a test suite already owns (the UI e2e
+tests do this); ``wait_until(predicate, timeout, what)`` is the bounded poll everything here uses.
 
 Each desktop has its own D-Bus session bus (``dbus-daemon --session``), its own XDG config/cache/data
 directories, ``GSETTINGS_BACKEND=memory`` and ``NO_AT_BRIDGE=1``, so GTK programs neither autolaunch a
