@@ -1,13 +1,13 @@
 """Field cases F22, F26 and F28 on a real desktop: a window manager (openbox; xfwm4 compositing) on Xvfb,
-third-party programs (mousepad, xterm) and the Tk form, driven by the real PyAutoGUIExecutor.
+third-party programs (mousepad, xterm, zenity) and the Tk form, driven by the real PyAutoGUIExecutor.
 
 Every assertion is read from the programs themselves (the Tk form's own report and its JSON output,
 the X server's pointer and lock state through xdotool / numlockx / a separate X connection).
 
 * F22: under a window manager the pointer reaches a target some time after the move request (the WM
-  holds a synchronous button grab until it has replayed the previous click). 50 clicks on 3 programs
-  under each window manager: no false misses. Positive control: a pointer that another program really
-  moves away is still a miss, and nothing is clicked.
+  holds a synchronous button grab until it has replayed the previous click). 50 clicks on mousepad,
+  xterm, zenity and the Tk form under each window manager: no false misses. Positive controls: a
+  pointer that another program really moves away, or holds, is still a miss, and nothing is clicked.
 * F26: Caps Lock / Num Lock on: typed text arrives exactly and the locks are as they were.
 * F28: a capture backend that misreports the monitor (a fake: the OS reporting a wrong size or
   origin) is caught by the start-up self-check before anything is clicked.
@@ -63,31 +63,38 @@ def sync_with_form(desktop: Desktop, form: FormApp) -> dict[str, Any]:
 
 # -- F22 --------------------------------------------------------------------------------------------------
 def test_F22_fifty_clicks_on_three_programs_have_no_false_misses(desktop: Desktop, tmp_path: Path) -> None:
-    """Round-robin clicks on mousepad's text area, xterm and the Tk form (every Tk turn alternates a
-    click on Count with a click into the name field followed by Unicode typing, which remaps keys and
-    keeps the window manager busy). Every click must be performed, the pointer must be on its target
-    right after the step (read with xdotool), and the form must count exactly the Count clicks."""
+    """Round-robin clicks on three Debian programs (mousepad's text area, xterm, a zenity entry dialog
+    above its buttons) and the Tk form, whose every turn alternates a click on Count with a click into
+    the name field followed by Unicode typing (which remaps keys and keeps the window manager busy).
+    Every click must be performed, the pointer must be on its target right after the step (read with
+    xdotool), the form must count exactly the Count clicks and zenity must still be open (none of its
+    buttons was hit)."""
     note = tmp_path / "note.txt"
     note.write_text("", encoding="utf-8")
     editor = desktop.launch(["mousepad", "--disable-server", str(note)], wm_class="mousepad")
-    term = desktop.launch(["xterm", "-T", "F22 xterm", "-geometry", "70x20"], name="^F22 xterm$")
+    term = desktop.launch(["xterm", "-T", "F22 xterm", "-geometry", "70x12"], name="^F22 xterm$")
+    dialog = desktop.launch(["zenity", "--entry", "--title", "F22 zenity", "--text", "Your name:"],
+                            name="^F22 zenity$")
     form = desktop.tk_form()
     desktop.place(editor, 40, 60, 800, 500)
     desktop.place(term, 1000, 60)
+    desktop.place(dialog, 100, 700)
     desktop.place(form, 1000, 560)
     ex = PyAutoGUIExecutor()
     ex.move_pointer_out_of_corner()
     frame = grab()
     ex_, ey_, ew, eh = editor.geometry()
     text_area = (ex_, ey_ + eh // 3, ew, eh - eh // 3 - 30)  # below menu and toolbar, above the status bar
-    targets = {"mousepad": points_inside(text_area, 17, 20, 1),
-               "xterm": points_inside(term.geometry(), 17, 10, 2)}
+    dx, dy, dw, dh = dialog.geometry()
+    dialog_top = (dx, dy, dw, dh // 2)  # label and entry; the buttons are at the bottom
+    targets = {"mousepad": points_inside(text_area, 13, 20, 1), "xterm": points_inside(term.geometry(), 13, 10, 2),
+               "zenity": points_inside(dialog_top, 12, 8, 3)}
     results: list[tuple[str, tuple[int, int], Any]] = []
     count_clicks = typed = 0
     for i in range(CLICKS):
-        program = ("mousepad", "xterm", "tk")[i % 3]
+        program = ("mousepad", "xterm", "zenity", "tk")[i % 4]
         if program == "tk":
-            turn = i // 3
+            turn = i // 4
             name = "Count" if turn % 2 == 0 else "name"
             bx, by, bw, bh = form.rects()[name]
             xy = points_inside((bx, by, bw, bh), 1, 4, 100 + i)[0]
@@ -108,13 +115,15 @@ def test_F22_fifty_clicks_on_three_programs_have_no_false_misses(desktop: Deskto
             typed += 1
     misses = [(p, xy, r.message) for p, xy, r in results if not r.ok]
     settle = max(r.details.get("pointer_settle_s", 0.0) for _p, _xy, r in results)
-    print(f"F22 {desktop.wm.name}: {len(results)} clicks on mousepad, xterm, Tk form: {len(misses)} false misses; "
+    per_program = {p: sum(1 for q, _xy, _r in results if q == p) for p in ("mousepad", "xterm", "zenity", "tk")}
+    print(f"F22 {desktop.wm.name}: {len(results)} clicks {per_program}: {len(misses)} false misses; "
           f"longest settle {settle:.3f} s")
     assert misses == []
     assert all(r.status == "performed" for _p, _xy, r in results)
     sx, sy = form.center("Submit")
     assert ex.execute(Click(at(frame, (sx, sy))), frame).ok
     assert form.result() == {"name": "日" * typed, "agree": False, "count": count_clicks, "submitted": True}
+    assert dialog.process.poll() is None
 
 
 def test_F22_pointer_moved_away_by_another_program_is_a_miss_and_nothing_is_clicked(
