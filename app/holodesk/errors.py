@@ -30,6 +30,11 @@ class DisplayError(HolodeskError):
     """No usable display server (DISPLAY unset, Wayland without XWayland, ...)."""
 
 
+class GeometryMismatch(DisplayError):
+    """The start-up self-check found that the monitor geometry the capture reports disagrees with the
+    input space the pointer moves in (F28): clicks would land in the wrong place."""
+
+
 class CaptureError(HolodeskError):
     """Grabbing the screen failed (unknown monitor index, X error, ...)."""
 

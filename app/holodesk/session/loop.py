@@ -2,8 +2,11 @@
 
 One step: CAPTURING (grab the monitor) -> THINKING (policy proposes) -> AWAITING_APPROVAL (approval
 policy decides) -> EXECUTING (executor performs) -> recorded -> next step. The run ends FINISHED (the
-model answered or said done), STOPPED (user stop, failsafe corner, quit in the prompt) or FAILED (step
-cap, wall-time cap, repeated unparseable replies, a loop of identical actions, an error).
+model answered or said done and every approved action was performed), STOPPED (user stop, failsafe
+corner, quit in the prompt) or FAILED (step cap, wall-time cap, repeated unparseable replies, a loop of
+identical actions, an error, the start-up geometry check, or the model said it was done although an
+approved action could not be performed). A failed action is reported to the model, which may try
+again, but the run can then no longer end FINISHED: the end reason names the failed steps.
 
 The CLI, the tray app and the tests all drive :class:`Session`. Listeners receive :class:`SessionEvent`
 objects from the thread that runs the loop; the UI marshals them onto its own thread.
@@ -27,7 +30,7 @@ from holodesk.core.actions import Action, Answer, Click, Done, DoubleClick, Midd
 from holodesk.core.geometry import Frame, to_input_point
 from holodesk.core.risk import assess
 from holodesk.core.wording import WindowInfo
-from holodesk.errors import HolodeskError, PolicyError, PolicyOutputError
+from holodesk.errors import GeometryMismatch, HolodeskError, PolicyError, PolicyOutputError
 from holodesk.policy.base import HistoryStep, Observation, Policy
 from holodesk.session.approval import ApprovalPolicy, ApprovalResponse, Decision, make_request
 from holodesk.session.episode import EpisodeRecorder
@@ -260,8 +263,10 @@ class Session:
                  "mode": self.approval.mode, "limits": self.limits.__dict__, **self.meta},
             )
         result: EpisodeResult
+        failed_actions: list[str] = []  # "step N: message" for each approved action that failed
         self._clear_failsafe_corner()
         try:
+            self._check_geometry()
             while True:
                 self._check_limits(step, started)
                 record: dict[str, Any] = {"type": "step", "step": step}
@@ -392,6 +397,8 @@ class Session:
                 self._emit("result", step, outcome.message, result=outcome)
                 if outcome.status == "stopped_by_user":
                     raise _Stop(State.STOPPED, f"stopped by user: {outcome.message}")
+                if not outcome.ok:
+                    failed_actions.append(f"step {step + 1}: {outcome.message}")
                 said = "performed" if outcome.ok else f"failed: {outcome.message}"
                 if outcome.ok and outcome.verified is False:  # F15: never reported as a sure success
                     said = f"sent but not verified: {outcome.message}"
@@ -407,6 +414,10 @@ class Session:
         except _Stop as stop:
             if stop.status is State.STOPPED and self._deadline_hit.is_set():
                 stop = _Stop(State.FAILED, self._wall_cap_reason())  # the cap stopped it, not the user
+            if stop.status is State.FINISHED and failed_actions:
+                # The model may believe a step worked that did not: never report such a run as done.
+                stop = _Stop(State.FAILED, f"{stop.reason}, but {len(failed_actions)} approved action(s) could "
+                             f"not be performed ({'; '.join(failed_actions)}); check the screen", stop.answer)
             result = EpisodeResult(stop.status, stop.reason, stop.answer, len(self._recorded_steps))
         except KeyboardInterrupt:
             result = EpisodeResult(State.STOPPED, "interrupted by the user (Ctrl+C)", None, len(self._recorded_steps))
@@ -455,6 +466,30 @@ class Session:
         except HolodeskError as exc:
             log.warning("could not identify the target window: %s", exc)
             return None
+
+    def _check_geometry(self) -> None:
+        """F28: before the first action, executors that can (``check_geometry(monitor)``) move the
+        pointer to known points of the chosen monitor and read it back. A mismatch between the capture
+        geometry and the input space ends the run before anything is clicked. Done here, once per run,
+        so the CLI and the desktop app behave the same.
+
+        Raises:
+            _Stop: (FAILED) the check found a mismatch; the reason says what to check.
+        """
+        check = getattr(self.executor, "check_geometry", None)
+        if not callable(check):
+            return
+        try:
+            monitor = next(m for m in self.capture.monitors() if m.index == self.limits.monitor)
+        except StopIteration:
+            raise _Stop(State.FAILED, f"monitor {self.limits.monitor} does not exist") from None
+        try:
+            check(monitor)
+        except GeometryMismatch as exc:
+            self._emit("error", -1, str(exc))
+            raise _Stop(State.FAILED, str(exc)) from exc
+        except HolodeskError as exc:  # no display: the first pointer action reports it properly
+            log.warning("could not run the start-up geometry check: %s", exc)
 
     def _execute(self, action: Action, frame: Frame) -> ActionResult:
         t0 = time.perf_counter()
