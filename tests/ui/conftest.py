@@ -121,7 +121,9 @@ class AppKit:
 
 @pytest.fixture
 def make_app(qtbot: Any, tmp_path: Path) -> Iterator[Callable[..., AppKit]]:
-    """Factory ``make_app(actions, approval="step", countdown=2.0, **kw) -> AppKit``; a Done is appended."""
+    """Factory ``make_app(actions, approval="step", countdown=2.0, **kw) -> AppKit``; a Done is appended.
+    ``focused_window`` is what a fake focus probe reports as the focused window's class (the actions go
+    to a RecordingExecutor, not to a real window); None means unknown."""
     from holodesk.settings import Settings
     from holodesk.ui.app import HolodeskApp
 
@@ -129,7 +131,7 @@ def make_app(qtbot: Any, tmp_path: Path) -> Iterator[Callable[..., AppKit]]:
 
     def make(actions: list[Action | str], *, approval: str = "step", countdown: float = 2.0,
              force_window: bool = False, capture: Any = None, executor: Any = None, hotkeys: bool = False,
-             end: bool = True, **settings_kw: Any) -> AppKit:
+             end: bool = True, focused_window: str | None = "mousepad Mousepad", **settings_kw: Any) -> AppKit:
         replies = [a if isinstance(a, str) else reply(a, thought=f"step {i + 1}") for i, a in enumerate(actions)]
         if end:
             replies.append(reply(Done("finished")))
@@ -141,7 +143,7 @@ def make_app(qtbot: Any, tmp_path: Path) -> Iterator[Callable[..., AppKit]]:
         app = HolodeskApp(settings, force_window=force_window, hotkeys=hotkeys,
                           policy_factory=lambda s, progress: policy, capture_factory=lambda: cap,
                           executor_factory=lambda s: rec, settings_path=tmp_path / "config" / "settings.toml",
-                          dialogs=False)
+                          dialogs=False, focus_probe=lambda: focused_window)
         app.guard.settle_s = 0.05
         made.append(app)
         app.start()

@@ -88,6 +88,8 @@ class HolodeskApp(QObject):
         marker_color: overlay mark colour.
         dialogs: show errors as message boxes when there is no tray (tests turn it off and read
             ``notifier.history``).
+        focus_probe: returns the focused window's class for the risk rules, None when unknown (default:
+            :func:`holodesk.control.window.focused_window_class`).
     Signals:
         status_changed(Status): the icon status changed.
         task_finished(EpisodeResult): a task ended.
@@ -99,8 +101,10 @@ class HolodeskApp(QObject):
     def __init__(self, settings: Settings, *, force_window: bool = False, hotkeys: bool = True,
                  policy_factory: PolicyFactory | None = None, capture_factory: CaptureFactory | None = None,
                  executor_factory: ExecutorFactory | None = None, settings_path: Path | None = None,
-                 marker_color: str = MARKER_COLOR, dialogs: bool = True, parent: QObject | None = None) -> None:
+                 marker_color: str = MARKER_COLOR, dialogs: bool = True,
+                 focus_probe: Callable[[], str | None] | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
+        self.focus_probe = focus_probe or _focus_probe()
         self.settings = settings
         self.settings_path = settings_path
         self.policy_factory = policy_factory or _default_policy
@@ -350,7 +354,7 @@ class HolodeskApp(QObject):
             policy, capture, executor, self.approval_policy,
             SessionLimits(s.max_steps, s.max_wall_s, s.max_parse_failures, s.max_repeats, s.monitor),
             episodes_dir=s.episodes_dir,
-            focus_probe=_focus_probe(),
+            focus_probe=self.focus_probe,
             before_capture=self.guard.before_capture,
             after_capture=self.guard.after_capture,
             meta={"monitor_label": monitors[s.monitor - 1].label, "ui": "tray"},
