@@ -163,7 +163,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"Episode recorded in {result.episode_path}")
     if args.json:
         print(json.dumps({"status": result.status.value, "reason": result.reason, "answer": result.answer,
-                          "steps": result.steps, "episode": str(result.episode_path)}, ensure_ascii=False))
+                          "steps": result.steps, "episode": str(result.episode_path)}))
     return {State.FINISHED: EXIT_OK, State.STOPPED: EXIT_STOPPED}.get(result.status, EXIT_FAILED)
 
 
@@ -176,17 +176,14 @@ def _focus_probe() -> Any:
 
 
 def terminal_safe(text: str, *, keep_newlines: bool = False) -> str:
-    """Model text made inert for a terminal (F10): control characters (escape sequences, carriage
-    returns, and line breaks unless ``keep_newlines``) and invisible format characters are shown as
-    escapes (``\\x1b``, ``\\n``), so a reply can neither restyle the terminal nor fake a line of the
-    approval prompt. Printable Unicode is kept as is."""
-    out = []
-    for ch in text:
-        if ch.isprintable() or (keep_newlines and ch == "\n"):
-            out.append(ch)
-        else:
-            out.append(repr(ch)[1:-1])
-    return "".join(out)
+    """Model text made inert for a terminal (F10, F24): :func:`holodesk.core.text.display_safe`, which
+    shows control characters (escape sequences, carriage returns, and line breaks unless
+    ``keep_newlines``), invisible format characters and lone surrogates as escapes (``\\x1b``,
+    ``\\n``), so a reply can neither restyle the terminal, fake a line of the approval prompt nor
+    break the output's encoding. Printable Unicode is kept as is."""
+    from holodesk.core.text import display_safe
+
+    return display_safe(text, keep_newlines=keep_newlines)
 
 
 _STAGES = ("preprocess", "vision", "prefill", "decode", "build_prompt", "encode_images", "request")
@@ -241,7 +238,7 @@ class TerminalApprover:
         out.write(f"\nStep {request.step + 1}: {request.description}\n")
         if request.proposal.thought:
             out.write(f"  model's thought: {request.proposal.thought!r}\n")
-        out.write(f"  risk: {request.risk.level.value} ({request.risk.reason})\n")
+        out.write(f"  risk: {request.risk.level.value} ({terminal_safe(request.risk.reason)})\n")
         while True:
             answer = self._ask("  [a]pprove / [e]dit / [s]kip / [q]uit? ")
             if answer is None:

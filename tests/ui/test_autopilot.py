@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -10,6 +9,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from holodesk.core.actions import Click, Key, Point
+from holodesk.session.episode import load_episode
 from holodesk.session.loop import State
 from tests.ui.conftest import wait_finished, wait_overlay
 
@@ -17,8 +17,7 @@ pytestmark = pytest.mark.gui
 
 
 def steps_of(result: Any) -> list[dict[str, Any]]:
-    lines = (result.episode_path / "episode.jsonl").read_text().splitlines()
-    return [json.loads(x) for x in lines if json.loads(x)["type"] == "step"]
+    return load_episode(result.episode_path).steps
 
 
 def test_countdown_is_shown_then_the_autopilot_approves(qtbot: Any, make_app: Any) -> None:

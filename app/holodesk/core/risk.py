@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from holodesk.core.actions import Action, Answer, Done, Key, MiddleClick, Type, Wait
+from holodesk.core.text import display_safe
 
 TERMINAL_WINDOW_CLASSES = frozenset(
     {
@@ -131,7 +132,7 @@ def _window_reason(focused_window: str | None, doing: str) -> str | None:
     if not focused_window:
         return f"{doing}, and the focused window is unknown (Holodesk cannot tell whether it is a terminal)"
     if is_terminal(focused_window):
-        return f"{doing} in a terminal ({focused_window})"
+        return f"{doing} in a terminal ({display_safe(focused_window)})"
     return None
 
 

@@ -29,7 +29,7 @@ from holodesk.core.risk import assess
 from holodesk.errors import HolodeskError, PolicyError, PolicyOutputError
 from holodesk.policy.base import HistoryStep, Observation, Policy
 from holodesk.session.approval import ApprovalPolicy, ApprovalResponse, Decision, make_request
-from holodesk.session.episode import EpisodeRecorder
+from holodesk.session.episode import RESULT_UNKNOWN, EpisodeRecorder
 
 log = logging.getLogger(__name__)
 
@@ -369,7 +369,9 @@ class Session:
                     self._write(record)
                     raise _Stop(State.STOPPED, "stopped by user")
 
-                # EXECUTING — only reachable with an APPROVE or EDIT response in hand.
+                # EXECUTING — only reachable with an APPROVE or EDIT response in hand. Write-ahead (F24):
+                # the step is on disk, result unknown, before the action is performed.
+                self._write({**record, "result": RESULT_UNKNOWN, "timings_ms": timings})
                 self._set_state(State.EXECUTING, step)
                 outcome = self._execute(action, frame)
                 timings["execute"] = outcome.duration_ms
@@ -378,6 +380,8 @@ class Session:
                               timings_ms=timings)
                 self._write(record)
                 self._emit("result", step, outcome.message, result=outcome)
+                if outcome.status == "unknown":  # the executor itself broke: stop, the screen is unknown
+                    raise _Stop(State.FAILED, f"internal error: {outcome.message}")
                 if outcome.status == "stopped_by_user":
                     raise _Stop(State.STOPPED, f"stopped by user: {outcome.message}")
                 said = "performed" if outcome.ok else f"failed: {outcome.message}"
@@ -403,8 +407,12 @@ class Session:
                                    len(self._recorded_steps))
         self.state = result.status
         if self.recorder:
-            self.recorder.close({"status": result.status.value, "reason": result.reason,
-                                 "answer": result.answer, "steps": result.steps})
+            try:
+                self.recorder.close({"status": result.status.value, "reason": result.reason,
+                                     "answer": result.answer, "steps": result.steps})
+            except HolodeskError as exc:  # what was written stays; the user is told the record is incomplete
+                log.error("could not finish the episode record: %s", exc)
+                result.reason = f"{result.reason}; the episode record is incomplete: {exc}"
             result.episode_path = self.recorder.path
         self._emit("end", step, result.reason, result=result)
         self._emit("state", step, result.status.value)
@@ -427,11 +435,17 @@ class Session:
                        f"to ({moved.x}, {moved.y}) before the first action.", pointer=[moved.x, moved.y])
 
     def _execute(self, action: Action, frame: Frame) -> ActionResult:
+        """Perform ``action``; an executor that raises gives a "failed" result (HolodeskError) or, for
+        any other exception, an "unknown" one (it may have done part of the action)."""
         t0 = time.perf_counter()
         try:
             outcome = self.executor.execute(action, frame)
         except HolodeskError as exc:
             outcome = ActionResult(False, "failed", str(exc))
+        except Exception as exc:  # recorded, then the run ends (see the loop)
+            log.exception("the executor failed on %s", action.kind)
+            outcome = ActionResult(False, "unknown", f"the executor failed with {type(exc).__name__}: {exc}; "
+                                   "the action may have been performed in part", {"error": type(exc).__name__})
         if not outcome.duration_ms:
             outcome = ActionResult(outcome.ok, outcome.status, outcome.message, outcome.details,
                                    (time.perf_counter() - t0) * 1000, outcome.verified)
