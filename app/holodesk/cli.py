@@ -85,10 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(write_tiny_checkpoint(args.path, seed=args.seed))
             return EXIT_OK
         return cmd_tray(getattr(args, "no_tray", False))
-    except HolodeskError as exc:
+    except (HolodeskError, OSError) as exc:  # expected: bad input, missing files, no display, no model
         if args.debug:
             log.exception("failed")
-        print(f"holodesk: {exc}", file=sys.stderr)
+        print(f"holodesk: {terminal_safe(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("holodesk: interrupted", file=sys.stderr)
@@ -110,8 +110,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from holodesk.display import require_display
     from holodesk.session.approval import ApprovalPolicy
     from holodesk.session.factory import build_capture, build_executor, build_policy
-    from holodesk.session.loop import Session, SessionLimits, State
+    from holodesk.session.loop import Session, SessionLimits, State, check_task
     from holodesk.settings import load_settings
+
+    task = check_task(args.task)  # before a model is loaded
 
     if args.script and (args.model or args.endpoint):
         raise HolodeskError("--script replays a file; it cannot be combined with --model or --endpoint")
@@ -150,7 +152,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     session.subscribe(_print_event)
     try:
-        result = session.run(args.task)
+        result = session.run(task)
     finally:
         policy.close()
         close = getattr(capture, "close", None)

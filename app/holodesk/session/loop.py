@@ -26,7 +26,7 @@ from holodesk.control.base import ActionResult, Executor
 from holodesk.core.actions import Action, Answer, Done
 from holodesk.core.geometry import Frame
 from holodesk.core.risk import assess
-from holodesk.errors import HolodeskError, PolicyError, PolicyOutputError
+from holodesk.errors import HolodeskError, PolicyError, PolicyOutputError, TaskError
 from holodesk.policy.base import HistoryStep, Observation, Policy
 from holodesk.session.approval import ApprovalPolicy, ApprovalResponse, Decision, make_request
 from holodesk.session.episode import RESULT_UNKNOWN, EpisodeRecorder
@@ -110,6 +110,18 @@ class _Stop(Exception):
         self.status = status
         self.reason = reason
         self.answer = answer
+
+
+def check_task(task: str) -> str:
+    """The task, stripped, ready to run.
+
+    Raises:
+        TaskError: the task is empty or only white space.
+    """
+    if not isinstance(task, str) or not task.strip():
+        raise TaskError("the task is empty", hint="Say in words what Holodesk should do, e.g. "
+                        "holodesk run \"open the Downloads folder\".")
+    return task.strip()
 
 
 def frame_digest(frame: Frame) -> str:
@@ -217,10 +229,9 @@ class Session:
         failures: they end the run with status FAILED and are recorded.
 
         Raises:
-            ValueError: empty task.
+            TaskError: empty task (a ValueError too).
         """
-        if not task or not task.strip():
-            raise ValueError("the task is empty: say what Holodesk should do")
+        task = check_task(task)
         with self._lock:
             self._stop.clear()
             self._deadline_hit.clear()
@@ -232,7 +243,7 @@ class Session:
                 timer.daemon = True
                 timer.start()
             try:
-                return self._run_locked(task.strip())
+                return self._run_locked(task)
             finally:
                 if timer is not None:
                     timer.cancel()
