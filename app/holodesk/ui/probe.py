@@ -38,7 +38,7 @@ def session_bus_configured(env: dict[str, str]) -> bool:
     ``$XDG_RUNTIME_DIR/bus`` that libdbus uses by default exists."""
     if env.get("DBUS_SESSION_BUS_ADDRESS"):
         return True
-    runtime = env.get("XDG_RUNTIME_DIR")
+    runtime = env.get("XDG_RUNTIME_DIR", "")
     return bool(runtime) and os.path.exists(os.path.join(runtime, "bus"))
 
 
