@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import itertools
 import string
+import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,6 +30,8 @@ from holodesk.session.approval import ApprovalResponse, Decision
 from holodesk.session.loop import State
 from tests.conftest import XvfbServer
 from tests.field_cases.fakes import FakeFocusProbe, FakePanel, SpyApprover, make_run, reply, single_frame_capture
+from tests.helpers.processes import stop_process
+from tests.helpers.target import TargetWindow
 
 EDITOR = "code Code"  # an IDE: not a terminal by its class, though it may hold a built-in terminal
 _NAV = ["up", "down", "left", "right", "home", "end", "pageup", "pagedown", "tab"]
@@ -170,3 +174,65 @@ def test_F23_no_window_manager_means_the_real_focus_probe_knows_nothing_and_keys
     (request,) = spy.requests
     assert request.risk.level is Risk.HIGH and "unknown" in request.risk.reason
     assert run.executor.actions == []
+
+
+def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} within {timeout} s")
+        time.sleep(0.05)
+
+
+def _wm_running(display: str) -> bool:
+    from Xlib import display as xdisplay
+
+    d = xdisplay.Display(display)
+    try:
+        return d.screen().root.get_full_property(d.intern_atom("_NET_SUPPORTING_WM_CHECK"), 0) is not None
+    finally:
+        d.close()
+
+
+def test_F23_real_window_manager_terminal_asks_application_window_goes_to_autopilot(
+        make_xvfb: Callable[..., XvfbServer], tmp_path: Path) -> None:
+    """openbox, a real xterm and a real Qt window: the real focus probe names the focused window. Typing
+    and Ctrl+M while xterm has the focus ask the user; typing while the Qt window has it goes to the
+    autopilot. (The executor is the RecordingExecutor fake: this display is not pyautogui's.)"""
+    server = make_xvfb(1280, 800)
+    env = server.env()
+    env.pop("QT_QPA_PLATFORM", None)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        procs.append(subprocess.Popen(["openbox", "--sm-disable"], env=env, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+        _wait(lambda: _wm_running(server.display), 20, "openbox did not start")
+        procs.append(subprocess.Popen(["xterm", "-e", "sh", "-c", f"cat > {tmp_path / 'typed'}"], env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        _wait(lambda: "xterm" in (focused_window_class() or "").lower(), 20, "xterm did not get the focus")
+        frame = FakePanel((1280, 800), 1.0).frame()
+        spy = SpyApprover(default=ApprovalResponse(Decision.SKIP))
+        run = make_run([reply({"tool_name": "type", "text": "echo pwned"}),
+                        reply({"tool_name": "key", "keys": ["ctrl", "m"]}), reply(None, "done")],
+                       single_frame_capture(frame), mode="auto", approver=spy, focus_probe=focused_window_class)
+        run.session.run("tidy up")
+        assert [r.action.kind for r in spy.requests] == ["type", "key"]
+        assert all(r.risk.level is Risk.HIGH for r in spy.requests)
+        assert "in a terminal (xterm XTerm)" in spy.requests[0].risk.reason
+        assert run.executor.actions == []
+
+        with TargetWindow.start(tmp_path / "app", x=300, y=200, env=env) as win:
+            found = server.run("xdotool", "search", "--onlyvisible", "--pid", str(win.process.pid))
+            (window_id,) = found.stdout.split()
+            server.run("xdotool", "windowactivate", "--sync", window_id)
+            _wait(lambda: "target" in (focused_window_class() or "").lower(), 20, "the Qt window did not get focus")
+            spy2 = SpyApprover(default=ApprovalResponse(Decision.STOP))
+            run2 = make_run([reply({"tool_name": "type", "text": "hello"}), reply(None, "done")],
+                            single_frame_capture(frame), mode="auto", approver=spy2,
+                            focus_probe=focused_window_class)
+            assert run2.session.run("say hello").status is State.FINISHED
+        assert spy2.requests == []  # the autopilot approved it
+        assert run2.executor.actions == [Type("hello")]
+    finally:
+        for proc in reversed(procs):
+            stop_process(proc)
