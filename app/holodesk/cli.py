@@ -147,6 +147,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                       settings.max_repeats, settings.monitor),
         episodes_dir=args.episodes_dir or settings.episodes_dir,
         focus_probe=_focus_probe(),
+        window_at=_window_at(),
         meta={"monitor_label": monitors[settings.monitor - 1].label},
         stop_event=stop_event,
     )
@@ -175,6 +176,14 @@ def _focus_probe() -> Any:
     except ImportError:
         return None
     return focused_window_class
+
+
+def _window_at() -> Any:
+    try:
+        from holodesk.control.window import window_class_at
+    except ImportError:
+        return None
+    return window_class_at
 
 
 def terminal_safe(text: str, *, keep_newlines: bool = False) -> str:

@@ -236,3 +236,49 @@ def test_F23_real_window_manager_terminal_asks_application_window_goes_to_autopi
     finally:
         for proc in reversed(procs):
             stop_process(proc)
+
+
+def test_F23_pointer_actions_are_judged_by_the_window_under_each_point() -> None:
+    click = Click(Point(5, 5))
+    assert assess(click, focused_window=EDITOR, pointer_windows=[EDITOR]).level is Risk.LOW
+    assert assess(click, focused_window=None, pointer_windows=[EDITOR]).level is Risk.LOW
+    high = assess(click, focused_window=EDITOR, pointer_windows=["xterm XTerm"])
+    assert high.level is Risk.HIGH and "terminal (xterm XTerm)" in high.reason
+    assert "no known window" in assess(click, focused_window=EDITOR, pointer_windows=[None]).reason
+    drag = Drag(Point(1, 1), Point(9, 9))  # dropping text on a terminal pastes it there
+    assert assess(drag, focused_window=EDITOR, pointer_windows=[EDITOR, "kitty kitty"]).level is Risk.HIGH
+    assert assess(Scroll("down", 3), focused_window=None, pointer_windows=[]).level is Risk.HIGH  # no point
+
+
+def test_F23_real_windows_under_the_pointer(make_xvfb: Callable[..., XvfbServer], tmp_path: Path) -> None:
+    """A real xterm and a real Qt window side by side (no window manager): the real probe of the window
+    under each point makes a click or a drop onto xterm ask, while a click on the Qt window goes to the
+    autopilot, whatever window has the focus. (RecordingExecutor fake: this display is not pyautogui's.)"""
+    from holodesk.control.window import window_class_at
+    from holodesk.core.geometry import frame_pixel_to_point
+
+    server = make_xvfb(1280, 800)
+    env = server.env()
+    env.pop("QT_QPA_PLATFORM", None)
+    term = subprocess.Popen(["xterm", "-geometry", "60x20+700+400"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        _wait(lambda: window_class_at(760, 460) == "xterm XTerm", 20, "xterm did not appear")
+        with TargetWindow.start(tmp_path, x=100, y=100, env=env) as win:
+            frame = FakePanel((1280, 800), 1.0).frame()
+            on_app = frame_pixel_to_point(frame, *win.center("field"))
+            on_term = frame_pixel_to_point(frame, 760, 460)
+            spy = SpyApprover(default=ApprovalResponse(Decision.SKIP))
+            run = make_run([reply({"tool_name": "click", "x": on_app.x, "y": on_app.y}),
+                            reply({"tool_name": "click", "x": on_term.x, "y": on_term.y}),
+                            reply({"tool_name": "drag", "start_x": on_app.x, "start_y": on_app.y,
+                                   "end_x": on_term.x, "end_y": on_term.y}),
+                            reply(None, "done")],
+                           single_frame_capture(frame), mode="auto", approver=spy,
+                           focus_probe=FakeFocusProbe(EDITOR), window_at=window_class_at)
+            run.session.run("click around")
+    finally:
+        stop_process(term)
+    assert [r.action.kind for r in spy.requests] == ["click", "drag"]
+    assert all("in a terminal (xterm XTerm)" in r.risk.reason for r in spy.requests)
+    assert run.executor.actions == [Click(on_app)]

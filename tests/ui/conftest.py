@@ -122,8 +122,9 @@ class AppKit:
 @pytest.fixture
 def make_app(qtbot: Any, tmp_path: Path) -> Iterator[Callable[..., AppKit]]:
     """Factory ``make_app(actions, approval="step", countdown=2.0, **kw) -> AppKit``; a Done is appended.
-    ``focused_window`` is what a fake focus probe reports as the focused window's class (the actions go
-    to a RecordingExecutor, not to a real window); None means unknown."""
+    ``focused_window`` is what a fake focus probe reports as the focused window's class, and also the
+    window under every point (the actions go to a RecordingExecutor, not to a real window); None means
+    unknown."""
     from holodesk.settings import Settings
     from holodesk.ui.app import HolodeskApp
 
@@ -143,7 +144,8 @@ def make_app(qtbot: Any, tmp_path: Path) -> Iterator[Callable[..., AppKit]]:
         app = HolodeskApp(settings, force_window=force_window, hotkeys=hotkeys,
                           policy_factory=lambda s, progress: policy, capture_factory=lambda: cap,
                           executor_factory=lambda s: rec, settings_path=tmp_path / "config" / "settings.toml",
-                          dialogs=False, focus_probe=lambda: focused_window)
+                          dialogs=False, focus_probe=lambda: focused_window,
+                          window_at=lambda x, y: focused_window)
         app.guard.settle_s = 0.05
         made.append(app)
         app.start()

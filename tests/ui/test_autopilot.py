@@ -108,18 +108,18 @@ def test_p_during_the_countdown_pauses_the_autopilot(qtbot: Any, make_app: Any) 
     assert [s["decided_by"] for s in steps_of(result)[:2]] == ["user", "user"]
 
 
-def test_unknown_focused_window_asks_and_the_card_says_why(qtbot: Any, make_app: Any) -> None:
-    """F23: with no focused window known (no window manager, focus probe returns None) the autopilot
-    does not approve even a click; the card shows the reason."""
+def test_unknown_window_asks_and_the_card_says_why(qtbot: Any, make_app: Any) -> None:
+    """F23: where no window is known (no window manager, nothing under the pointer: the probes return
+    None) the autopilot does not approve even a click; the card shows the reason."""
     kit = make_app([Click(Point(300, 300))], approval="auto", countdown=0.2, focused_window=None)
-    kit.app.start_task("click while focus is unknown")
+    kit.app.start_task("click while the window is unknown")
     overlay = wait_overlay(qtbot, kit.app)
     assert not overlay.card.countdown_label.isVisible()
     assert overlay.card.risk_badge.text() == "HIGH RISK"
-    assert "focused window is unknown" in overlay.card.risk_reason.text()
+    assert "no known window" in overlay.card.risk_reason.text()
     qtbot.wait(600)  # past the countdown: still waiting
     assert kit.executor.calls == []
     qtbot.keyClick(overlay, Qt.Key.Key_Return)
     result = wait_finished(qtbot, kit.app)
     assert steps_of(result)[0]["decided_by"] == "user"
-    assert "unknown" in steps_of(result)[0]["risk"]["reason"]
+    assert "no known window" in steps_of(result)[0]["risk"]["reason"]

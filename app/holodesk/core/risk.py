@@ -4,8 +4,9 @@ The rules are an allowlist: an action is LOW risk only when it is positively kno
 everything else is HIGH (the autopilot asks the user). LOW risk is:
 
 * ``wait``, ``answer`` and ``done`` (they touch nothing);
-* a pointer action (click, double click, right click, move, drag, scroll) while the focused window is
-  known and is not a terminal emulator;
+* a pointer action (click, double click, right click, move, drag, scroll) on windows that are known and
+  are not terminal emulators: the windows under each of its points when those were probed (a drag of
+  text onto a terminal pastes it there), else the focused window;
 * typed text that is one line of printable characters (:meth:`str.isprintable`: no line break, tab,
   NUL, escape sequence, bidi override or other control/format character), into a known, non-terminal
   focused window;
@@ -24,6 +25,7 @@ Single characters are typed with ``type``, not pressed as keys, so a key press o
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -136,13 +138,17 @@ def _window_reason(focused_window: str | None, doing: str) -> str | None:
     return None
 
 
-def assess(action: Action, *, focused_window: str | None = None) -> RiskAssessment:
+def assess(action: Action, *, focused_window: str | None = None,
+           pointer_windows: Sequence[str | None] | None = None) -> RiskAssessment:
     """Classify one action by the allowlist in this module's docstring.
 
     Args:
         action: the proposed action.
         focused_window: WM_CLASS (or app id) of the window that has keyboard focus; None or "" when it
             is unknown, which makes every action that touches the screen or keyboard HIGH.
+        pointer_windows: for an action with points, the WM_CLASS of the window under each point, in
+            the order of :meth:`Action.points` (None for a point where it is unknown, which makes the
+            action HIGH); None when not probed, and then the focused window decides.
     Returns:
         LOW only for actions known to be harmless; HIGH, with the reason the user is asked, for all else.
     """
@@ -169,6 +175,14 @@ def assess(action: Action, *, focused_window: str | None = None) -> RiskAssessme
         if window is not None:
             return RiskAssessment(Risk.HIGH, window)
         return RiskAssessment(Risk.LOW, "navigation key")
+    if pointer_windows is not None and action.points():
+        for under in pointer_windows:
+            if not under:
+                return RiskAssessment(Risk.HIGH, "acts with the pointer where no known window is (Holodesk cannot "
+                                      "tell whether it is a terminal)")
+            if is_terminal(under):
+                return RiskAssessment(Risk.HIGH, f"acts with the pointer in a terminal ({display_safe(under)})")
+        return RiskAssessment(Risk.LOW, "pointer action in a known window")
     window = _window_reason(focused_window, "acts with the pointer")
     if window is not None:
         return RiskAssessment(Risk.HIGH, window)

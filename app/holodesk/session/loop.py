@@ -24,7 +24,7 @@ from typing import Any
 from holodesk.capture.base import CaptureBackend
 from holodesk.control.base import ActionResult, Executor
 from holodesk.core.actions import Action, Answer, Done
-from holodesk.core.geometry import Frame
+from holodesk.core.geometry import Frame, to_input_point
 from holodesk.core.risk import assess
 from holodesk.errors import HolodeskError, PolicyError, PolicyOutputError, TaskError
 from holodesk.policy.base import HistoryStep, Observation, Policy
@@ -140,6 +140,9 @@ class Session:
         limits: caps and monitor choice.
         episodes_dir: where episode records go (None: not recorded; tests only).
         focus_probe: returns the focused window's class/title for risk assessment (None: unknown).
+        window_at: returns the class of the window at an OS input point ``(x, y)`` (None: unknown); the
+            risk rules check the windows under a pointer action's points with it (None: not probed,
+            the focused window decides).
         before_capture / after_capture: hooks around each grab (the UI hides its overlay there, F13).
         meta: extra fields for the episode's start record.
         stop_event: the event :meth:`request_stop` sets; pass the executor's own stop event so that a
@@ -157,6 +160,7 @@ class Session:
         *,
         episodes_dir: Path | None = None,
         focus_probe: Callable[[], str | None] | None = None,
+        window_at: Callable[[int, int], str | None] | None = None,
         before_capture: Callable[[], None] | None = None,
         after_capture: Callable[[], None] | None = None,
         meta: dict[str, Any] | None = None,
@@ -169,6 +173,7 @@ class Session:
         self.limits = limits or SessionLimits()
         self.episodes_dir = episodes_dir
         self.focus_probe = focus_probe
+        self.window_at = window_at
         self.before_capture = before_capture
         self.after_capture = after_capture
         self.meta = dict(meta or {})
@@ -349,7 +354,11 @@ class Session:
                 # AWAITING_APPROVAL
                 self._set_state(State.AWAITING_APPROVAL, step)
                 focused = self.focus_probe() if self.focus_probe else None
-                risk = assess(action, focused_window=focused)
+                pointer_windows = None
+                if self.window_at is not None and action.points():
+                    pointer_windows = [self.window_at(p.x, p.y)
+                                       for p in (to_input_point(frame, q) for q in action.points())]
+                risk = assess(action, focused_window=focused, pointer_windows=pointer_windows)
                 request = make_request(step, proposal, frame, risk, self.approval.mode)
                 t0 = time.perf_counter()
                 response = self.approval.decide(request)
@@ -359,6 +368,8 @@ class Session:
                 record.update(risk={"level": risk.level.value, "reason": risk.reason},
                               decision=response.decision.value, decided_by=response.by,
                               focused_window=focused)
+                if pointer_windows is not None:
+                    record["pointer_windows"] = pointer_windows
                 self._emit("decision", step, response.decision.value, response=response)
                 if response.decision is Decision.STOP:
                     record["timings_ms"] = timings

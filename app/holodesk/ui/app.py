@@ -75,6 +75,14 @@ def _focus_probe() -> Callable[[], str | None] | None:
     return focused_window_class
 
 
+def _window_at() -> Callable[[int, int], str | None] | None:
+    try:
+        from holodesk.control.window import window_class_at
+    except ImportError:
+        return None
+    return window_class_at
+
+
 class HolodeskApp(QObject):
     """The running desktop app.
 
@@ -90,6 +98,8 @@ class HolodeskApp(QObject):
             ``notifier.history``).
         focus_probe: returns the focused window's class for the risk rules, None when unknown (default:
             :func:`holodesk.control.window.focused_window_class`).
+        window_at: returns the class of the window at an input point (default:
+            :func:`holodesk.control.window.window_class_at`).
     Signals:
         status_changed(Status): the icon status changed.
         task_finished(EpisodeResult): a task ended.
@@ -102,9 +112,11 @@ class HolodeskApp(QObject):
                  policy_factory: PolicyFactory | None = None, capture_factory: CaptureFactory | None = None,
                  executor_factory: ExecutorFactory | None = None, settings_path: Path | None = None,
                  marker_color: str = MARKER_COLOR, dialogs: bool = True,
-                 focus_probe: Callable[[], str | None] | None = None, parent: QObject | None = None) -> None:
+                 focus_probe: Callable[[], str | None] | None = None,
+                 window_at: Callable[[int, int], str | None] | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.focus_probe = focus_probe or _focus_probe()
+        self.window_at = window_at or _window_at()
         self.settings = settings
         self.settings_path = settings_path
         self.policy_factory = policy_factory or _default_policy
@@ -355,6 +367,7 @@ class HolodeskApp(QObject):
             SessionLimits(s.max_steps, s.max_wall_s, s.max_parse_failures, s.max_repeats, s.monitor),
             episodes_dir=s.episodes_dir,
             focus_probe=self.focus_probe,
+            window_at=self.window_at,
             before_capture=self.guard.before_capture,
             after_capture=self.guard.after_capture,
             meta={"monitor_label": monitors[s.monitor - 1].label, "ui": "tray"},
