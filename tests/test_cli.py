@@ -62,6 +62,7 @@ EXPECTED_ERRORS = {
     "missing model": (["run", "x", "--model", "TMP/no-such-model"], "TMP/no-such-model"),
     "episodes dir is a file": (["run", "x", "--script", "SCRIPT", "--episodes-dir", "SCRIPT"],
                                "cannot create the episode folder"),
+    "bench on an unknown device": (["bench", "--device", "foo", "--tiny"], "is not a device PyTorch knows"),
     "unwritable checkpoint path": (["tiny-checkpoint", "/proc/holodesk-no/x"], "No such file or directory"),
     "bad settings file": (["run", "x", "--script", "SCRIPT"], "not valid TOML"),
 }
