@@ -246,7 +246,7 @@ class TerminalApprover:
         from holodesk.session.approval import ApprovalResponse, Decision
 
         out = self.stdout
-        out.write(f"\nStep {request.step + 1}: {request.description}\n")
+        out.write(f"\nStep {request.step + 1}: {terminal_safe(request.description)}\n")
         if request.proposal.thought:
             out.write(f"  model's thought: {request.proposal.thought!r}\n")
         out.write(f"  risk: {request.risk.level.value} ({terminal_safe(request.risk.reason)})\n")
