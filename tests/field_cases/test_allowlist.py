@@ -282,3 +282,18 @@ def test_F23_real_windows_under_the_pointer(make_xvfb: Callable[..., XvfbServer]
     assert [r.action.kind for r in spy.requests] == ["click", "drag"]
     assert all("in a terminal (xterm XTerm)" in r.risk.reason for r in spy.requests)
     assert run.executor.actions == [Click(on_app)]
+
+
+def test_F23_a_terminal_that_takes_the_focus_during_the_countdown_makes_the_step_ask() -> None:
+    """The autopilot approved typing into an editor, but by the end of its countdown a terminal has the
+    focus: the step is judged again before it runs, and the user is asked."""
+    focus = iter(["mousepad Mousepad", "xterm XTerm", "xterm XTerm"])
+    frame = FakePanel((1280, 800), 1.0).frame()
+    spy = SpyApprover(default=ApprovalResponse(Decision.SKIP))
+    run = make_run([reply({"tool_name": "type", "text": "rm -rf ~"}), reply(None, "done")],
+                   single_frame_capture(frame), mode="auto", approver=spy, focus_probe=lambda: next(focus))
+    run.session.run("type")
+    (request,) = spy.requests
+    assert request.risk.level is Risk.HIGH and "terminal (xterm XTerm)" in request.risk.reason
+    assert run.executor.actions == []
+    assert [e.data["response"].by for e in run.kinds("decision")] == ["user"]

@@ -25,7 +25,7 @@ from holodesk.capture.base import CaptureBackend
 from holodesk.control.base import ActionResult, Executor
 from holodesk.core.actions import Action, Answer, Done
 from holodesk.core.geometry import Frame, to_input_point
-from holodesk.core.risk import assess
+from holodesk.core.risk import Risk, RiskAssessment, assess
 from holodesk.errors import HolodeskError, PolicyError, PolicyOutputError, TaskError
 from holodesk.policy.base import HistoryStep, Observation, Policy
 from holodesk.session.approval import ApprovalPolicy, ApprovalResponse, Decision, make_request
@@ -353,15 +353,18 @@ class Session:
 
                 # AWAITING_APPROVAL
                 self._set_state(State.AWAITING_APPROVAL, step)
-                focused = self.focus_probe() if self.focus_probe else None
-                pointer_windows = None
-                if self.window_at is not None and action.points():
-                    pointer_windows = [self.window_at(p.x, p.y)
-                                       for p in (to_input_point(frame, q) for q in action.points())]
-                risk = assess(action, focused_window=focused, pointer_windows=pointer_windows)
+                focused, pointer_windows, risk = self._assess(action, frame)
                 request = make_request(step, proposal, frame, risk, self.approval.mode)
                 t0 = time.perf_counter()
                 response = self.approval.decide(request)
+                if response.by == "autopilot" and response.decision is Decision.APPROVE:
+                    # The windows may have changed during the autopilot's countdown (a terminal opened
+                    # or took the focus): judged again just before acting; if no longer low, ask the user.
+                    focused, pointer_windows, risk = self._assess(action, frame)
+                    if risk.level is not Risk.LOW:
+                        record["risk_changed_during_countdown"] = True
+                        request = make_request(step, proposal, frame, risk, self.approval.mode)
+                        response = self.approval.decide(request)
                 timings["approval"] = (time.perf_counter() - t0) * 1000
                 if not isinstance(response, ApprovalResponse):
                     raise _Stop(State.FAILED, f"approver returned {response!r}, not an ApprovalResponse")
@@ -439,6 +442,16 @@ class Session:
         self._emit("end", step, result.reason, result=result)
         self._emit("state", step, result.status.value)
         return result
+
+    def _assess(self, action: Action, frame: Frame) -> tuple[str | None, list[str | None] | None, RiskAssessment]:
+        """Probe the focused window and the windows under the action's points (when probes are set) and
+        classify the action: (focused window, pointer windows or None, risk)."""
+        focused = self.focus_probe() if self.focus_probe else None
+        pointer_windows = None
+        if self.window_at is not None and action.points():
+            pointer_windows = [self.window_at(p.x, p.y)
+                               for p in (to_input_point(frame, q) for q in action.points())]
+        return focused, pointer_windows, assess(action, focused_window=focused, pointer_windows=pointer_windows)
 
     def _clear_failsafe_corner(self) -> None:
         """F12: a pointer already resting in a fail-safe corner would stop the first action. Executors
