@@ -254,7 +254,7 @@ def test_F23_real_windows_under_the_pointer(make_xvfb: Callable[..., XvfbServer]
     """A real xterm and a real Qt window side by side (no window manager): the real probe of the window
     under each point makes a click or a drop onto xterm ask, while a click on the Qt window goes to the
     autopilot, whatever window has the focus. (RecordingExecutor fake: this display is not pyautogui's.)"""
-    from holodesk.control.window import window_class_at
+    from holodesk.control.window import window_at
     from holodesk.core.geometry import frame_pixel_to_point
 
     server = make_xvfb(1280, 800)
@@ -263,7 +263,7 @@ def test_F23_real_windows_under_the_pointer(make_xvfb: Callable[..., XvfbServer]
     term = subprocess.Popen(["xterm", "-geometry", "60x20+700+400"], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
-        _wait(lambda: window_class_at(760, 460) == "xterm XTerm", 20, "xterm did not appear")
+        _wait(lambda: getattr(window_at(760, 460), "app", "") == "XTerm", 20, "xterm did not appear")
         with TargetWindow.start(tmp_path, x=100, y=100, env=env) as win:
             frame = FakePanel((1280, 800), 1.0).frame()
             on_app = frame_pixel_to_point(frame, *win.center("field"))
@@ -275,12 +275,12 @@ def test_F23_real_windows_under_the_pointer(make_xvfb: Callable[..., XvfbServer]
                                    "end_x": on_term.x, "end_y": on_term.y}),
                             reply(None, "done")],
                            single_frame_capture(frame), mode="auto", approver=spy,
-                           focus_probe=FakeFocusProbe(EDITOR), window_at=window_class_at)
+                           focus_probe=FakeFocusProbe(EDITOR), window_probe=window_at)
             run.session.run("click around")
     finally:
         stop_process(term)
     assert [r.action.kind for r in spy.requests] == ["click", "drag"]
-    assert all("in a terminal (xterm XTerm)" in r.risk.reason for r in spy.requests)
+    assert all("in a terminal (XTerm)" in r.risk.reason for r in spy.requests)
     assert run.executor.actions == [Click(on_app)]
 
 

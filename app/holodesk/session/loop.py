@@ -23,9 +23,10 @@ from typing import Any
 
 from holodesk.capture.base import CaptureBackend
 from holodesk.control.base import ActionResult, Executor
-from holodesk.core.actions import Action, Answer, Done
+from holodesk.core.actions import Action, Answer, Click, Done, DoubleClick, MiddleClick, RightClick, Type
 from holodesk.core.geometry import Frame, to_input_point
 from holodesk.core.risk import Risk, RiskAssessment, assess
+from holodesk.core.wording import WindowInfo
 from holodesk.errors import HolodeskError, PolicyError, PolicyOutputError, TaskError
 from holodesk.policy.base import HistoryStep, Observation, Policy
 from holodesk.session.approval import ApprovalPolicy, ApprovalResponse, Decision, make_request
@@ -140,9 +141,10 @@ class Session:
         limits: caps and monitor choice.
         episodes_dir: where episode records go (None: not recorded; tests only).
         focus_probe: returns the focused window's class/title for risk assessment (None: unknown).
-        window_at: returns the class of the window at an OS input point ``(x, y)`` (None: unknown); the
-            risk rules check the windows under a pointer action's points with it (None: not probed,
-            the focused window decides).
+        window_probe: ``window_probe(x, y)`` returns the window at an input-space point, and
+            ``window_probe()`` the focused window (:class:`~holodesk.core.wording.WindowInfo` or None):
+            the approval names it and keeps its card off it, and the risk rules judge pointer actions
+            by the windows under their points (default: none known; the focused window decides).
         before_capture / after_capture: hooks around each grab (the UI hides its overlay there, F13).
         meta: extra fields for the episode's start record.
         stop_event: the event :meth:`request_stop` sets; pass the executor's own stop event so that a
@@ -160,7 +162,7 @@ class Session:
         *,
         episodes_dir: Path | None = None,
         focus_probe: Callable[[], str | None] | None = None,
-        window_at: Callable[[int, int], str | None] | None = None,
+        window_probe: Callable[..., WindowInfo | None] | None = None,
         before_capture: Callable[[], None] | None = None,
         after_capture: Callable[[], None] | None = None,
         meta: dict[str, Any] | None = None,
@@ -173,7 +175,7 @@ class Session:
         self.limits = limits or SessionLimits()
         self.episodes_dir = episodes_dir
         self.focus_probe = focus_probe
-        self.window_at = window_at
+        self.window_probe = window_probe
         self.before_capture = before_capture
         self.after_capture = after_capture
         self.meta = dict(meta or {})
@@ -257,6 +259,7 @@ class Session:
         started = time.monotonic()
         history: list[HistoryStep] = []
         parse_failures = 0
+        focus_element: str | None = None  # the field the last performed click named (typing goes there)
         repeats: list[tuple[str, str]] = []
         step = 0
         self._recorded_steps = set()
@@ -353,24 +356,29 @@ class Session:
 
                 # AWAITING_APPROVAL
                 self._set_state(State.AWAITING_APPROVAL, step)
-                focused, pointer_windows, risk = self._assess(action, frame)
-                request = make_request(step, proposal, frame, risk, self.approval.mode)
+                focused, pointer_windows, risk, window = self._assess(action, frame)
+                typed_into = focus_element if isinstance(action, Type) else None
+                request = make_request(step, proposal, frame, risk, self.approval.mode, window=window,
+                                       focus_element=typed_into)
                 t0 = time.perf_counter()
                 response = self.approval.decide(request)
                 if response.by == "autopilot" and response.decision is Decision.APPROVE:
                     # The windows may have changed during the autopilot's countdown (a terminal opened
                     # or took the focus): judged again just before acting; if no longer low, ask the user.
-                    focused, pointer_windows, risk = self._assess(action, frame)
+                    focused, pointer_windows, risk, window = self._assess(action, frame)
                     if risk.level is not Risk.LOW:
                         record["risk_changed_during_countdown"] = True
-                        request = make_request(step, proposal, frame, risk, self.approval.mode)
+                        request = make_request(step, proposal, frame, risk, self.approval.mode, window=window,
+                                               focus_element=typed_into)
                         response = self.approval.decide(request)
                 timings["approval"] = (time.perf_counter() - t0) * 1000
                 if not isinstance(response, ApprovalResponse):
                     raise _Stop(State.FAILED, f"approver returned {response!r}, not an ApprovalResponse")
                 record.update(risk={"level": risk.level.value, "reason": risk.reason},
                               decision=response.decision.value, decided_by=response.by,
-                              focused_window=focused)
+                              focused_window=focused, headline=request.description,
+                              window=window.to_dict() if window is not None else None,
+                              focus_element=typed_into)
                 if pointer_windows is not None:
                     record["pointer_windows"] = pointer_windows
                 self._emit("decision", step, response.decision.value, response=response)
@@ -416,6 +424,10 @@ class Session:
                                "Check the screen.")
                 history.append(HistoryStep(step, frame, action, proposal.thought, proposal.note,
                                            proposal.raw_text, said))
+                if isinstance(action, (Click, DoubleClick, RightClick, MiddleClick)):
+                    focus_element = action.element if outcome.ok else None
+                elif not isinstance(action, Type):
+                    focus_element = None
                 step += 1
         except _Stop as stop:
             if stop.status is State.STOPPED and self._deadline_hit.is_set():
@@ -443,15 +455,34 @@ class Session:
         self._emit("state", step, result.status.value)
         return result
 
-    def _assess(self, action: Action, frame: Frame) -> tuple[str | None, list[str | None] | None, RiskAssessment]:
-        """Probe the focused window and the windows under the action's points (when probes are set) and
-        classify the action: (focused window, pointer windows or None, risk)."""
+    def _assess(self, action: Action, frame: Frame) -> tuple[str | None, list[str | None] | None, RiskAssessment,
+                                                             WindowInfo | None]:
+        """Probe the windows and classify the action.
+
+        Returns:
+            (focused window class, the application class under each of the action's points — None where
+            unknown; the list is None without a ``window_probe`` or without points —, the risk, and the
+            window the action acts in for the approval's words: under its first point, else the focused
+            one, None if unknown).
+        """
         focused = self.focus_probe() if self.focus_probe else None
-        pointer_windows = None
-        if self.window_at is not None and action.points():
-            pointer_windows = [self.window_at(p.x, p.y)
-                               for p in (to_input_point(frame, q) for q in action.points())]
-        return focused, pointer_windows, assess(action, focused_window=focused, pointer_windows=pointer_windows)
+        if self.window_probe is None:
+            return focused, None, assess(action, focused_window=focused), None
+        points = action.points()
+        infos = [self._probe_window(to_input_point(frame, p)) for p in points]
+        window = infos[0] if infos else self._probe_window(None)
+        pointer_windows = [info.app or None if info is not None else None for info in infos] if points else None
+        return focused, pointer_windows, assess(action, focused_window=focused,
+                                                pointer_windows=pointer_windows), window
+
+    def _probe_window(self, at: Any) -> WindowInfo | None:
+        """``window_probe`` at input point ``at`` (None: the focused window); None when it fails."""
+        assert self.window_probe is not None
+        try:
+            return self.window_probe(at.x, at.y) if at is not None else self.window_probe()
+        except HolodeskError as exc:
+            log.warning("could not identify the target window: %s", exc)
+            return None
 
     def _clear_failsafe_corner(self) -> None:
         """F12: a pointer already resting in a fail-safe corner would stop the first action. Executors
