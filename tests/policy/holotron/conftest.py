@@ -17,15 +17,6 @@ prepare_kernels()
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from holodesk.policy.holotron.kernels import prepare_kernels  # noqa: E402
-
-# Before any test module of this folder is collected: test_fast_decode imports transformers' NemotronH at
-# module level, and transformers picks its Mamba-2 kernels once, at that import. With the Triton-only
-# mamba-ssm build, `import mamba_ssm` needs the selective_scan_cuda placeholder registered first, or the
-# whole test process runs on the torch fallback (test_gpu_kernels_live then sees fast_path False, while
-# a fresh process that calls kernel_report() first sees True). Loading a model does the same.
-prepare_kernels()
-
 
 @pytest.fixture(autouse=True, scope="session")
 def _one_thread() -> None:
