@@ -26,6 +26,10 @@ class HolodeskError(Exception):
         return f"{message}{end} {self.hint}".strip()
 
 
+class TaskError(HolodeskError, ValueError):
+    """The task the user gave cannot be run as given (it is empty)."""
+
+
 class DisplayError(HolodeskError):
     """No usable display server (DISPLAY unset, Wayland without XWayland, ...)."""
 

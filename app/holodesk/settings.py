@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import tempfile
 import tomllib
+import urllib.parse
 from pathlib import Path
 from typing import Any, Literal
 
@@ -139,6 +140,14 @@ class Settings(BaseSettings):
             raise ValueError("endpoint must start with http:// or https://, e.g. http://localhost:8000/v1")
         if "@" in value.split("//", 1)[-1].split("/", 1)[0]:
             raise ValueError("put no credentials in the endpoint URL; the API key goes into the keychain")
+        if value:
+            try:
+                parts = urllib.parse.urlsplit(value)
+                parts.port  # noqa: B018 - reading it checks the port (0-65535)
+            except ValueError as exc:
+                raise ValueError(f"endpoint is not a valid URL ({exc}), e.g. http://localhost:8000/v1") from None
+            if not parts.hostname:
+                raise ValueError("endpoint names no host, e.g. http://localhost:8000/v1")
         return value.rstrip("/")
 
     @property

@@ -120,6 +120,7 @@ def test_stop_ends_the_run_and_the_record_lists_every_decision(tmp_path: Path) -
 def test_autopilot_approves_low_risk_and_asks_for_high_risk(tmp_path: Path) -> None:
     session, spy, executor, _ = make_session([click(5, 5), type_("rm -rf ~\n"), answer("x")], [S], tmp_path,
                                              mode="auto")
+    session.focus_probe = lambda: "mousepad Mousepad"  # a fake focus probe: a known, non-terminal window
     result = session.run("mixed risk")
     assert result.status is State.FINISHED
     assert len(spy.requests) == 1 and spy.requests[0].risk.level.value == "high"
@@ -311,6 +312,7 @@ def test_geometry_self_check_runs_once_before_anything_and_a_mismatch_refuses_th
     policy = ScriptedPolicy([click(1, 1), click(2, 2), answer("ok")])
     session = Session(policy, FakeCapture(frames(5)), executor, ApprovalPolicy("auto", Spy([], log)),
                       episodes_dir=tmp_path)
+    session.focus_probe = lambda: "mousepad Mousepad"  # a fake focus probe: a known, non-terminal window
     result = session.run("click")
     assert [m.index for m in executor.checked] == [1]
     if fail:
