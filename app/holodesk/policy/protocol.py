@@ -222,11 +222,48 @@ def _scan_objects(text: str) -> tuple[list[tuple[int, int]], bool]:
     return spans, depth > 0
 
 
+def _depth_zero_find(text: str, tag: str) -> int:
+    """Index of the first ``tag`` in ``text`` that lies outside every brace-delimited group, else -1.
+
+    One left-to-right pass (linear in ``len(text)``) with the same rules as :func:`_scan_objects`:
+    braces inside single- or double-quoted strings within a group do not count.
+    """
+    depth = 0
+    quote = ""
+    escaped = False
+    i = 0
+    n = len(text)
+    first = tag[0]
+    while i < n:
+        ch = text[i]
+        if depth == 0:
+            if ch == first and text.startswith(tag, i):
+                return i
+            if ch == "{":
+                depth = 1
+        elif quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        i += 1
+    return -1
+
+
 def _strip_reasoning(text: str) -> tuple[str, bool]:
     """Drop a Nemotron reasoning block (``<think>...</think>``) before the reply.
 
     With reasoning on, the generation prompt ends with ``<think>\\n`` so the reply may start inside the
-    block and contain only the closing tag (holotron.md, "Prompt layout").
+    block and contain only the closing tag (holotron.md, "Prompt layout"). Linear in ``len(text)``
+    (field case F25): one scan finds the first closing tag outside a JSON object.
     """
     stripped = text.lstrip()
     if stripped.startswith("<think>"):
@@ -236,12 +273,9 @@ def _strip_reasoning(text: str) -> tuple[str, bool]:
         return stripped[end + len("</think>"):], True
     # A closing tag only ends reasoning outside a JSON object: "</think>" inside an object's string (a
     # thought that quotes it, in a fenced or prose-wrapped reply) is the reply's text, not a block end.
-    end = text.find("</think>")
-    while end >= 0:
-        _spans, inside_object = _scan_objects(text[:end])
-        if not inside_object:
-            return text[end + len("</think>"):], True
-        end = text.find("</think>", end + 1)
+    end = _depth_zero_find(text, "</think>")
+    if end >= 0:
+        return text[end + len("</think>"):], True
     return text, False
 
 
