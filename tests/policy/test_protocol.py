@@ -77,8 +77,9 @@ ALL_ACTIONS: list[Action] = [
 
 # ------------------------------------------------------------------------------------- registry
 def test_protocol_names_and_registry() -> None:
-    assert PROTOCOL_NAMES == ("holo-v1",)
+    assert PROTOCOL_NAMES == ("holo-v1", "agent-loop-v1")
     assert isinstance(P, ActionProtocol)
+    assert get_protocol("agent-loop-v1").name == "agent-loop-v1"
     assert P.name == "holo-v1"
     assert get_protocol() is P
 

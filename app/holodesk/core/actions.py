@@ -135,12 +135,21 @@ def _require_point(value: object, name: str) -> None:
         raise ActionError(f"{name} must be a Point, got {type(value).__name__}", field=name)
 
 
+def _require_element(value: object) -> None:
+    if value is not None and not isinstance(value, str):
+        raise ActionError(f"element must be a string or None, got {type(value).__name__}", field="element")
+
+
 @dataclass(frozen=True)
 class _PointerAction(Action):
+    """A pointer action at ``point``; ``element`` is what the model aims at, in its own words (or None)."""
+
     point: Point
+    element: str | None = None
 
     def __post_init__(self) -> None:
         _require_point(self.point, "point")
+        _require_element(self.element)
 
     def points(self) -> tuple[Point, ...]:
         return (self.point,)
@@ -183,15 +192,17 @@ class Move(_PointerAction):
 
 @dataclass(frozen=True)
 class Drag(Action):
-    """Press the left button at ``start``, move to ``end``, release."""
+    """Press the left button at ``start``, move to ``end``, release; ``element`` names the target in words."""
 
     kind: ClassVar[str] = "drag"
     start: Point
     end: Point
+    element: str | None = None
 
     def __post_init__(self) -> None:
         _require_point(self.start, "start")
         _require_point(self.end, "end")
+        _require_element(self.element)
 
     def points(self) -> tuple[Point, ...]:
         return (self.start, self.end)
@@ -199,7 +210,8 @@ class Drag(Action):
 
 @dataclass(frozen=True)
 class Scroll(Action):
-    """Scroll ``amount`` wheel clicks towards ``direction``, with the pointer at ``point`` if given.
+    """Scroll ``amount`` wheel clicks towards ``direction``, with the pointer at ``point`` if given;
+    ``element`` names the region in words (or None).
 
     Raises:
         ActionError: unknown direction, or amount not an integer in ``1..50``.
@@ -209,6 +221,7 @@ class Scroll(Action):
     direction: str
     amount: int = 3
     point: Point | None = None
+    element: str | None = None
 
     def __post_init__(self) -> None:
         if self.direction not in SCROLL_DIRECTIONS:
@@ -225,6 +238,7 @@ class Scroll(Action):
             )
         if self.point is not None:
             _require_point(self.point, "point")
+        _require_element(self.element)
 
     def points(self) -> tuple[Point, ...]:
         return (self.point,) if self.point is not None else ()

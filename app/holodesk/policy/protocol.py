@@ -80,8 +80,12 @@ from holodesk.core.actions import (
 from holodesk.errors import ActionError, PolicyOutputError, SettingsError
 from holodesk.policy.base import HistoryStep, Observation
 
-PROTOCOL_NAMES: tuple[str, ...] = ("holo-v1",)
+PROTOCOL_NAMES: tuple[str, ...] = ("holo-v1", "agent-loop-v1")
 """Names accepted by :func:`get_protocol`, newest last."""
+
+DEFAULT_PROTOCOL: Final = "agent-loop-v1"
+"""The protocol Holotron-12B is prompted in (local and remote): H Company's agent-loop contract
+(:mod:`holodesk.policy.contract`). ``holo-v1`` stays selectable (script files without a protocol line)."""
 
 MAX_REPLY_CHARS: Final = 200_000
 """Longest reply the parser reads (characters). A valid reply is far shorter (typed text <= 10,000)."""
@@ -731,7 +735,7 @@ class ActionProtocol:
         return copy.deepcopy(_LOCALIZATION_SCHEMA)
 
     # ----------------------------------------------------------------------------------------- parse
-    def parse(self, raw_text: str) -> ParsedReply:
+    def parse(self, raw_text: str, *, pointer: Point | None = None) -> ParsedReply:
         """Parse one reply into an action, tolerant of packaging but strict about meaning.
 
         Accepted (each noted in ``warnings``): the object fenced in markdown or surrounded by prose;
@@ -741,6 +745,7 @@ class ActionProtocol:
         ``note``; unknown top-level fields (ignored). ``tool_call: null`` gives an Answer with the
         thought (else the note) verbatim; when both are blank, or an ``answer`` text is blank, the run
         ends with ``Done("")``. Thought, note and text are kept verbatim, never interpreted (F10).
+        ``pointer`` (where the pointer is) is not needed by holo-v1's tools and is ignored.
 
         Raises:
             PolicyOutputError: (with ``raw_text``) for an empty or overlong reply, no JSON object, two
@@ -948,6 +953,10 @@ def get_protocol(name: str = "holo-v1") -> ActionProtocol:
     Raises:
         SettingsError: for an unknown name; the message lists the known ones.
     """
+    if name == "agent-loop-v1" and name not in _PROTOCOLS:
+        from holodesk.policy.contract import PROTOCOL  # imports this module: registered on first use
+
+        _PROTOCOLS[name] = PROTOCOL
     protocol = _PROTOCOLS.get(name) if isinstance(name, str) else None
     if protocol is None:
         raise SettingsError(

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from holodesk.errors import PolicyError, PolicyOutputError
-from holodesk.policy.base import Observation, Proposal
+from holodesk.policy.base import Observation, Proposal, pointer_after
 from holodesk.policy.holotron.checkpoint import ProgressFn
 from holodesk.policy.holotron.loader import LoadedHolotron, load_holotron
 from holodesk.policy.holotron.prompt import (
@@ -76,7 +76,7 @@ class HolotronPolicy:
         reasoning: bool = False,
         max_images: int = 3,
         constrained: bool = True,
-        protocol: str = "holo-v1",
+        protocol: str = "agent-loop-v1",
         max_new_tokens: int = 1024,
         max_think_tokens: int = 1024,
         max_string_chars: int | None = None,
@@ -120,7 +120,7 @@ class HolotronPolicy:
         reasoning: bool = False,
         max_images: int = 3,
         constrained: bool = True,
-        protocol: str = "holo-v1",
+        protocol: str = "agent-loop-v1",
         progress: ProgressFn | None = None,
         max_new_tokens: int = 1024,
         max_think_tokens: int = 1024,
@@ -138,7 +138,7 @@ class HolotronPolicy:
             reasoning: let the model think (``/think``) before replying.
             max_images: screenshots sent as images (current one included); older steps are text.
             constrained: force replies to the protocol's JSON schema with xgrammar.
-            protocol: action protocol name.
+            protocol: action protocol name (default H Company's agent-loop contract, ``agent-loop-v1``).
             progress: ``progress(stage, fraction)`` during download and load.
             max_new_tokens: reply budget after any thinking; max_think_tokens: thinking budget.
             max_string_chars: when set, every JSON string in a constrained reply is capped at this
@@ -335,7 +335,7 @@ class HolotronPolicy:
         if warnings:
             extra["warnings"] = warnings
         try:
-            parsed = self.protocol.parse(raw)
+            parsed = self.protocol.parse(raw, pointer=pointer_after(observation.history))
         except PolicyOutputError as exc:
             if generation.stop_reason == "max_new_tokens":
                 exc.hint = (exc.hint + " " if exc.hint else "") + (
