@@ -844,7 +844,8 @@ class ActionProtocol:
         the notes kept so far (each step's non-null note, oldest first); the request for the next reply.
         History policy (F21): at most ``max_images`` images in total, i.e. the current frame plus the
         frames of the ``max_images - 1`` most recent history steps that have one; older steps are text
-        only. Consecutive text parts are merged.
+        only. Consecutive text parts are merged; a line break separates every two parts (the template
+        concatenates them).
 
         Stable prefix: everything up to and including the current screenshot is written exactly as the
         next step will write it (the screenshot's label names its step number, the notes come after it),
@@ -893,6 +894,13 @@ class ActionProtocol:
         if notes:
             text("Notes you kept:\n" + "\n".join(f"- (step {i + 1}) {n}" for i, n in notes))
         text(f"Reply with the JSON object for step {number}.")
+        # Parts are concatenated by the chat template (list-form content); holo-v1 puts a line break
+        # between every two parts.
+        for before, after in zip(parts, parts[1:]):
+            if after["type"] == "text":
+                after["text"] = "\n" + after["text"]
+            elif before["type"] == "text":
+                before["text"] += "\n"
         return [
             {
                 "role": "system",

@@ -13,10 +13,8 @@ from holodesk.policy.base import Observation, Proposal, pointer_after
 from holodesk.policy.holotron.checkpoint import ProgressFn
 from holodesk.policy.holotron.loader import LoadedHolotron, load_holotron
 from holodesk.policy.holotron.prompt import (
-    flatten_messages,
     image_token_runs,
-    neutralize_special_tokens,
-    render_chat,
+    render_prompt,
     special_token_strings,
     tokenize_prompt,
 )
@@ -187,16 +185,16 @@ class HolotronPolicy:
 
         Returns:
             dict with ``input_ids`` (list[int]), ``frames`` (list[Frame]), ``template``
-            (``"chat_template"`` | ``"fallback"``) and ``prompt_text`` (sentinels in place of images).
+            (``"chat_template"``, ``"chat_template (string content)"`` or ``"fallback"``; see
+            :func:`~holodesk.policy.holotron.prompt.render_prompt`) and ``prompt_text`` (sentinels in place
+            of images).
         """
         from holodesk.policy.holotron.tiling import image_tiles
 
         messages = self.protocol.build_messages(observation, max_images=max_images, reasoning=self.reasoning)
-        text_messages, frames = flatten_messages(messages)
         if self._specials is None:
             self._specials = special_token_strings(self.loaded.tokenizer)
-        text_messages = neutralize_special_tokens(text_messages, self._specials)
-        prompt_text, template = render_chat(self.loaded.tokenizer, text_messages)
+        prompt_text, frames, template = render_prompt(self.loaded.tokenizer, messages, self._specials)
         info = self.loaded.info
         counts = [
             info.tokens_per_tile
