@@ -59,7 +59,7 @@ from holodesk.core.actions import (
     normalize_key,
 )
 from holodesk.errors import ActionError, PolicyOutputError, SettingsError
-from holodesk.policy.base import HistoryStep, Observation, pointer_after, step_performed
+from holodesk.policy.base import HistoryStep, Observation, step_performed
 from holodesk.policy.protocol import (
     ActionProtocol,
     ParsedReply,
@@ -169,7 +169,8 @@ class ClickDesktop(Tool):
 
     @classmethod
     def from_action(cls, action: Action) -> Tool | None:
-        button = {Click: "left", RightClick: "right", MiddleClick: "middle"}.get(type(action))
+        buttons: dict[type[Action], str] = {Click: "left", RightClick: "right", MiddleClick: "middle"}
+        button = buttons.get(type(action))
         if button is None:
             return None
         assert isinstance(action, (Click, RightClick, MiddleClick))
@@ -443,11 +444,11 @@ class AgentLoopProtocol(ActionProtocol):
 
     def json_schema(self) -> dict[str, Any]:
         """The reply schema (pydantic's JSON Schema of :data:`Reply`; a fresh copy on every call)."""
-        return json.loads(_SCHEMA_TEXT)  # type: ignore[no-any-return]
+        return dict(json.loads(_SCHEMA_TEXT))
 
     def localization_schema(self) -> dict[str, Any]:
         """JSON Schema of :class:`LocalizationReply` (``{"x": int, "y": int}`` in [0, 1000])."""
-        return json.loads(json.dumps(_LOCALIZATION_SCHEMA))  # type: ignore[no-any-return]
+        return dict(json.loads(json.dumps(_LOCALIZATION_SCHEMA)))
 
     def localization_prompt(self, target: str) -> str:
         """H Company's element-localization prompt (text part; the screenshot goes before it in the same
@@ -559,7 +560,9 @@ class AgentLoopProtocol(ActionProtocol):
         keep = set(with_frames[max(0, len(with_frames) - (max_images - 1)):]) if max_images > 1 else set()
 
         def observe(frame: Any) -> dict[str, Any]:
-            middle = {"type": "image", "frame": frame} if frame is not None else {"type": "text", "text": IMAGE_PLACEHOLDER}
+            middle: dict[str, Any] = (
+                {"type": "image", "frame": frame} if frame is not None else {"type": "text", "text": IMAGE_PLACEHOLDER}
+            )
             return {"role": "user", "content": [{"type": "text", "text": OBSERVATION_OPEN}, middle,
                                                  {"type": "text", "text": OBSERVATION_CLOSE}]}
 

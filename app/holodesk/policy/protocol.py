@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import itertools
 import json
 import math
 import re
@@ -896,7 +897,7 @@ class ActionProtocol:
         text(f"Reply with the JSON object for step {number}.")
         # Parts are concatenated by the chat template (list-form content); holo-v1 puts a line break
         # between every two parts.
-        for before, after in zip(parts, parts[1:]):
+        for before, after in itertools.pairwise(parts):
             if after["type"] == "text":
                 after["text"] = "\n" + after["text"]
             elif before["type"] == "text":

@@ -161,7 +161,7 @@ def test_fallback_without_template_starts_with_bos(tmp_path) -> None:  # type: i
 
     tok = load_tokenizer(write_tiny_checkpoint(tmp_path / "t", chat_template=False, shards=1))
     a, b = _frame(), _frame(32, 32)
-    text, frames, how = render_prompt(tok, _parts_messages(a, b), special_token_strings(tok))
+    text, _frames, how = render_prompt(tok, _parts_messages(a, b), special_token_strings(tok))
     assert how == "fallback" and text.startswith("<s><SPECIAL_10>System\n") and text.count(IMAGE_SENTINEL) == 2
     ids = tokenize_prompt(tok, text, [256, 256], img_start_id=6, img_end_id=7, image_token_id=8)
     assert ids[0] == tok.convert_tokens_to_ids("<s>")  # the BOS token, not its characters
