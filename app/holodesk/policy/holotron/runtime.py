@@ -170,7 +170,8 @@ def cap_strings(schema: dict[str, Any], max_chars: int) -> dict[str, Any]:
     def visit(node: Any) -> None:
         if isinstance(node, dict):
             types = node.get("type")
-            if types == "string" or (isinstance(types, list) and "string" in types):
+            fixed = "const" in node or "enum" in node  # its values already bound the length
+            if not fixed and (types == "string" or (isinstance(types, list) and "string" in types)):
                 if int(node.get("minLength", 0)) > max_chars:
                     raise ValueError(f"a string needs at least {node['minLength']} characters > {max_chars}")
                 node["maxLength"] = min(int(node.get("maxLength", max_chars)), max_chars)
