@@ -19,7 +19,7 @@ from holodesk.capture.fake import FakeCapture
 from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 from holodesk.core.actions import Action, Answer, Click, Point
 from holodesk.errors import PolicyOutputError
-from holodesk.policy.protocol import get_protocol
+from holodesk.policy.protocol import PROTOCOL_NAMES, get_protocol
 from holodesk.session.approval import ApprovalResponse, Decision
 from holodesk.session.loop import SessionLimits, State
 from tests.field_cases.fakes import FakePanel, SpyApprover, make_run, reply, single_frame_capture
@@ -222,7 +222,7 @@ F25_SHAPES: dict[str, str] = {
 }
 
 
-@pytest.mark.parametrize("protocol", ["holo-v1"])
+@pytest.mark.parametrize("protocol", PROTOCOL_NAMES)
 @pytest.mark.parametrize("shape", sorted(F25_SHAPES))
 def test_F25_a_huge_hostile_reply_is_rejected_in_linear_time(shape: str, protocol: str) -> None:
     text = F25_SHAPES[shape]
