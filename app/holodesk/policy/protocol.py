@@ -804,7 +804,8 @@ class ActionProtocol:
     def to_reply(self, action: Action, *, thought: str = "", note: str | None = None) -> str:
         """Serialise an action as a protocol reply (one line of JSON, non-ASCII kept as is).
 
-        Inverse of :meth:`parse`: ``parse(to_reply(a)).action == a`` for every action.
+        Inverse of :meth:`parse`: ``parse(to_reply(a)).action == a`` for every action whose ``element``
+        is None (holo-v1 has no ``element``; it is not written).
 
         Raises:
             ActionError: for an action kind the protocol has no tool for.
