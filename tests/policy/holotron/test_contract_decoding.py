@@ -1,13 +1,17 @@
 """Constrained decoding in agent-loop-v1 never leaves the reply schema (tiny random checkpoint, CPU).
 
-Each reply is decoded by the stock decoder's real loop (``runtime.generate``: greedy, xgrammar mask from
-``runtime.Constraint``) from a short seeded task prompt, so the random model's logits differ per seed.
-The grammar is compiled from the contract's schema with strings capped (``max_string_chars``), as the
-policy does. Every reply must end by the grammar (``eos``), validate against the schema (jsonschema, an
+Each reply is decoded by the decoders' shared token loop (``runtime.decode_loop``: the xgrammar mask of
+``runtime.Constraint`` applied to the logits, then argmax, the stop rules) on the tiny model with
+transformers' forward and cache. The logits get seeded Gumbel noise before the mask, so argmax draws a
+sample from the masked distribution (the Gumbel-max trick): each seed is an independent sampled reply,
+reaching every branch of the tool union, where greedy decoding of a random model picks one tool. The
+grammar is compiled from the contract's schema with strings capped (``max_string_chars``), as the policy
+does. Every reply must end by the grammar (``eos``), validate against the schema (jsonschema, an
 independent validator) and parse to an action.
 
-Cost: about 0.23 s per reply on one CPU thread (measured: 1,000 replies in about 4 minutes on the shared
-2-core box). CI runs ``HOLODESK_DECODING_REPLIES`` replies (default 150); set it to 1000 for the full run.
+Cost: measured 1,000 greedy replies in 525 s on the shared, loaded 2-core box (about 0.25 s per reply on
+one thread when idle). CI runs ``HOLODESK_DECODING_REPLIES`` replies (default 150); set it to 1000 for
+the full run.
 """
 
 from __future__ import annotations
@@ -33,30 +37,56 @@ WORDS = ("open", "click", "the", "save", "button", "menu", "file", "edit", "type
          "field", "submit")
 
 
+def _sampled_reply(loaded, constraint: runtime.Constraint, ids: list[int], seed: int) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    """(reply text, stop reason) of one sampled reply."""
+    model = loaded.model.language_model
+    gen = torch.Generator().manual_seed(seed)
+
+    def noisy(logits: torch.Tensor) -> torch.Tensor:
+        uniform = torch.rand(logits.shape, generator=gen).clamp_(1e-9, 1.0 - 1e-9)
+        return logits + (-torch.log(-torch.log(uniform)))
+
+    with torch.inference_mode():
+        out = model(input_ids=torch.tensor([ids]), use_cache=True, logits_to_keep=1)
+        cache = {"kv": out.past_key_values}
+
+        def step(token: int) -> torch.Tensor:
+            nxt = model(input_ids=torch.tensor([[token]]), past_key_values=cache["kv"], use_cache=True,
+                        logits_to_keep=1)
+            cache["kv"] = nxt.past_key_values
+            return noisy(nxt.logits[0, -1].float())
+
+        tokens, stop = runtime.decode_loop(loaded, noisy(out.logits[0, -1].float()), step, max_new_tokens=MAX_TOKENS,
+                                           constraint=constraint, reasoning=False, max_think_tokens=0)
+    return str(loaded.tokenizer.decode(tokens, skip_special_tokens=False)), stop
+
+
+MAX_TOKENS = 256
+
+
 @pytest.mark.slow
 def test_constrained_replies_never_leave_the_contract_schema(tiny_loaded) -> None:  # type: ignore[no-untyped-def]
     protocol = get_protocol("agent-loop-v1")
     schema = runtime.cap_strings(protocol.json_schema(), 12)
     validator = jsonschema.Draft202012Validator(schema)
     constraint = runtime.Constraint(tiny_loaded, schema)
-    embed = tiny_loaded.model.get_input_embeddings()
     stops: Counter[str] = Counter()
     tools: Counter[str] = Counter()
     for seed in range(REPLIES):
         rng = random.Random(seed)
         task = "Task: " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))
         ids = tiny_loaded.tokenizer.encode(task, add_special_tokens=False)
-        with torch.no_grad():
-            generation = runtime.generate(tiny_loaded, embed(torch.tensor([ids])), max_new_tokens=200,
-                                          constraint=constraint)
-        stops[generation.stop_reason] += 1
-        assert generation.stop_reason == "eos", (seed, generation.stop_reason, generation.text)
-        reply = json.loads(generation.text)
+        text, stop = _sampled_reply(tiny_loaded, constraint, ids, seed)
+        stops[stop] += 1
+        assert stop == "eos", (seed, stop, text)
+        reply = json.loads(text)
         errors = [e.message for e in validator.iter_errors(reply)]
-        assert not errors, (seed, generation.text, errors)
-        parsed = protocol.parse(generation.text, pointer=Point(500, 500))
+        assert not errors, (seed, text, errors)
+        parsed = protocol.parse(text, pointer=Point(500, 500))
         assert isinstance(parsed.action, Action)
         tools[reply["tool_call"]["tool_name"]] += 1
+    print(f"{REPLIES} replies: stops {dict(stops)}; tools {dict(tools)}")
     assert stops == Counter({"eos": REPLIES})
     assert set(tools) <= set(tool_names())
-    assert len(tools) >= 3, tools  # the seeds reach several branches of the union, not one
+    if REPLIES >= 100:
+        assert len(tools) >= 5, tools  # sampling reaches most branches of the union
