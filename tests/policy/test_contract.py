@@ -214,7 +214,8 @@ def test_drag_starts_where_the_pointer_is() -> None:
 @pytest.mark.parametrize(("call", "message"), [
     ({"tool_name": "click", "element": "e", "x": 1, "y": 2}, "does not follow agent-loop-v1"),
     ({"tool_name": "click_desktop", "x": 1, "y": 2}, "element"),
-    ({"tool_name": "click_desktop", "element": "e", "x": 1001, "y": 2}, "less than or equal to 1000"),
+    ({"tool_name": "click_desktop", "element": "e", "x": 1001, "y": 2}, "look like pixel coordinates"),
+    ({"tool_name": "click_desktop", "element": "e", "x": -1, "y": 2}, "not clamped"),
     ({"tool_name": "click_desktop", "element": "e", "x": 0.5, "y": 0.25}, "0..1 normalised"),
     ({"tool_name": "write_desktop", "content": "a", "overwrite": True}, "overwrite"),
     ({"tool_name": "hotkey_desktop", "keys": ["hyper"]}, "keys"),

@@ -64,7 +64,7 @@ from holodesk.policy.protocol import (
     ActionProtocol,
     ParsedReply,
     _as_text,
-    _check_convention,
+    _coordinates,
     _extract_object,
     _Fail,
     _short,
@@ -476,9 +476,9 @@ class AgentLoopProtocol(ActionProtocol):
         try:
             obj, warnings = _extract_object(raw_text)
             call = obj.get("tool_call")
-            if isinstance(call, dict):
+            if isinstance(call, dict):  # coordinates follow holo-v1's rules and messages (F05, F08)
                 coords = {k: call[k] for k in ("x", "y") if k in call}
-                _check_convention(coords, f"the {call.get('tool_name', 'tool')} call")
+                _coordinates(coords, f"the {call.get('tool_name', 'tool')} call", warnings, NAME)
             try:
                 reply = Reply.model_validate(obj)
             except ValidationError as exc:

@@ -392,7 +392,7 @@ def _short(value: Any) -> str:
     return text if len(text) <= 200 else text[:200] + "…"
 
 
-def _check_convention(values: dict[str, Any], where: str) -> None:
+def _check_convention(values: dict[str, Any], where: str, protocol: str = "holo-v1") -> None:
     """Flag coordinates that follow another convention (field case F08): all floats in [0, 1]."""
     if not values:
         return
@@ -409,7 +409,7 @@ def _check_convention(values: dict[str, Any], where: str) -> None:
     if fractional:
         raise _Fail(
             f"every coordinate in {where} is a fraction between 0 and 1 ({_short(values)}): this looks "
-            f"like the 0..1 normalised convention, but holo-v1 wants integers in [0, {NORM_MAX}]",
+            f"like the 0..1 normalised convention, but {protocol} wants integers in [0, {NORM_MAX}]",
             hint=f"Multiply by {NORM_MAX} and round, e.g. 0.5 -> 500.",
         )
 
@@ -437,15 +437,17 @@ def _to_int(value: Any, name: str, where: str, warnings: list[str]) -> int:
     raise _Fail(f"{name} in {where} must be an integer, got a {_json_type(value)}: {_short(value)}")
 
 
-def _coordinates(values: dict[str, Any], where: str, warnings: list[str]) -> dict[str, int]:
+def _coordinates(
+    values: dict[str, Any], where: str, warnings: list[str], protocol: str = "holo-v1"
+) -> dict[str, int]:
     """Validate coordinate fields: convention (F08), integers, range [0, 1000] never clamped (F05)."""
-    _check_convention(values, where)
+    _check_convention(values, where, protocol)
     ints = {name: _to_int(v, name, where, warnings) for name, v in values.items()}
     for name, v in ints.items():
         if v > NORM_MAX:
             raise _Fail(
                 f"coordinate {name}={v} in {where} lies outside the image the model saw (allowed 0.."
-                f"{NORM_MAX}); values above {NORM_MAX} look like pixel coordinates, but holo-v1 wants "
+                f"{NORM_MAX}); values above {NORM_MAX} look like pixel coordinates, but {protocol} wants "
                 f"integers normalised to [0, {NORM_MAX}]. The point is not clamped.",
                 hint=f"Give x and y as thousandths of the screenshot's width and height (0..{NORM_MAX}).",
             )
