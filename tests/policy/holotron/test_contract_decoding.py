@@ -90,3 +90,34 @@ def test_constrained_replies_never_leave_the_contract_schema(tiny_loaded) -> Non
     assert set(tools) <= set(tool_names())
     if REPLIES >= 100:
         assert len(tools) >= 5, tools  # sampling reaches most branches of the union
+
+
+def test_utf8_rules_of_the_byte_level_mask() -> None:
+    assert runtime._utf8_pairs_valid("Grüße 日本".encode())
+    assert runtime._utf8_pairs_valid(b"\xed")  # a lead byte alone: the next token may complete it
+    assert not runtime._utf8_pairs_valid(b"\xed\xae")  # a surrogate (U+D800..U+DFFF)
+    assert not runtime._utf8_pairs_valid(b"\xe0\x80")  # overlong
+    assert not runtime._utf8_pairs_valid(b"\xf4\x90")  # above U+10FFFF
+    assert not runtime._utf8_pairs_valid(b"\xc0") and not runtime._utf8_pairs_valid(b"\xff")
+
+
+def test_a_surrogate_cannot_be_spelled_across_tokens(tiny_loaded) -> None:  # type: ignore[no-untyped-def]
+    """Found by the sampled run (seed 188): the tokens ED | AE | A9 spell U+DBA9 in UTF-8 form, which
+    xgrammar accepted inside a string and which decodes to three U+FFFD."""
+    protocol = get_protocol("agent-loop-v1")
+    constraint = runtime.Constraint(tiny_loaded, protocol.json_schema())
+    tok = tiny_loaded.tokenizer
+    import xgrammar as xgr
+
+    info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=constraint.vocab_size,
+                                              stop_token_ids=list(tiny_loaded.eos_ids))
+    ids_of = {bytes(piece): i for i, piece in enumerate(info.decoded_vocab[: constraint.vocab_size])}
+    ed, ae, nine_e = ids_of[b"\xed"], ids_of[b"\xae"], ids_of[b"\x9e"]  # single-byte tokens
+    constraint.start()
+    for token in tok.encode('{"note": null, "thought": "', add_special_tokens=False):
+        assert constraint.accept(token)
+    assert constraint.accept(ed)
+    logits = torch.zeros(constraint.vocab_size)
+    constraint.mask(logits)
+    assert logits[ae] == float("-inf")  # ED AE: a surrogate
+    assert logits[nine_e] == 0.0  # ED 9E: U+D780 range, a valid character (e.g. 횞)
