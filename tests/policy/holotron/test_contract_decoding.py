@@ -9,9 +9,10 @@ grammar is compiled from the contract's schema with strings capped (``max_string
 does. Every reply must end by the grammar (``eos``), validate against the schema (jsonschema, an
 independent validator) and parse to an action.
 
-Cost: measured 1,000 greedy replies in 525 s on the shared, loaded 2-core box (about 0.25 s per reply on
-one thread when idle). CI runs ``HOLODESK_DECODING_REPLIES`` replies (default 150); set it to 1000 for
-the full run.
+Measured on the shared, loaded 2-core box (one torch thread): 1,000 sampled replies in 340 s, all ending
+by the grammar and valid, reaching all 9 tools (wait 688, move_to 113, click 98, scroll 86, answer 10,
+drag_to 2, double_click 1, write 1, hotkey 1); 150 replies in 27 s. CI runs ``HOLODESK_DECODING_REPLIES``
+replies (default 150); set it to 1000 for the full run.
 """
 
 from __future__ import annotations
