@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Annotated, Any, ClassVar, Final, Literal, Union
+from typing import Annotated, Any, Final, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
@@ -113,7 +113,6 @@ class Tool(BaseModel):
     """One tool of the contract: a flat object with a literal ``tool_name`` and its arguments."""
 
     model_config = ConfigDict(extra="forbid")
-    signature: ClassVar[str] = ""
 
     def to_action(self, context: ToolContext) -> Action:
         """The executor action of this call.
@@ -361,6 +360,11 @@ class LocalizationReply(BaseModel):
     y: int = Field(ge=0, le=NORM_MAX, description=f"Y coordinate as integer in [0, {NORM_MAX}]")
 
 
+def tool_name_of(cls: type[Tool]) -> str:
+    """The literal ``tool_name`` a tool class declares."""
+    return str(cls.model_fields["tool_name"].annotation.__args__[0])  # type: ignore[union-attr]
+
+
 def _signature(cls: type[Tool]) -> str:
     """``click_desktop(element, x, y, button="left")``: required arguments, then defaults."""
     args = []
@@ -368,13 +372,12 @@ def _signature(cls: type[Tool]) -> str:
         if name == "tool_name":
             continue
         args.append(name if info.is_required() else f"{name}={json.dumps(info.default)}")
-    literal = cls.model_fields["tool_name"].annotation.__args__[0]  # type: ignore[union-attr]
-    return f"{literal}({', '.join(args)})"
+    return f"{tool_name_of(cls)}({', '.join(args)})"
 
 
 def tool_names(tools: Sequence[type[Tool]] = TOOLS) -> tuple[str, ...]:
     """The ``tool_name`` of each declared tool, in order."""
-    return tuple(_signature(t).split("(")[0] for t in tools)
+    return tuple(tool_name_of(t) for t in tools)
 
 
 def tool_list(tools: Sequence[type[Tool]] = TOOLS) -> str:
@@ -527,7 +530,7 @@ class AgentLoopProtocol(ActionProtocol):
         name = REPLY_TOOL
         if step.action is not None:
             try:
-                name = str(self.tool_call(step.action).tool_name)  # type: ignore[attr-defined]
+                name = tool_name_of(type(self.tool_call(step.action)))
             except ActionError:
                 name = step.action.kind
         outcome = step.outcome or "unknown"
@@ -612,5 +615,6 @@ __all__ = [
     "ToolContext",
     "tool",
     "tool_list",
+    "tool_name_of",
     "tool_names",
 ]
