@@ -254,3 +254,11 @@ def test_reasoning_switch_in_user_text_is_disarmed() -> None:
     obs = Observation(task="read /no_think.txt", frame=F1)
     text = _turn_text(P.build_messages(obs)[1]["content"])
     assert "/no_think" not in text and "no_think.txt" in text
+
+
+def test_the_contract_is_the_default_protocol_everywhere() -> None:
+    from holodesk.policy.protocol import DEFAULT_PROTOCOL
+    from holodesk.settings import Settings
+
+    assert DEFAULT_PROTOCOL == "agent-loop-v1" == Settings.model_fields["protocol"].default
+    assert RemotePolicy.__init__.__kwdefaults__["protocol"] == DEFAULT_PROTOCOL

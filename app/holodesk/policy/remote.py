@@ -44,7 +44,7 @@ from PIL import Image
 from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import PolicyError, PolicyOutputError
 from holodesk.policy.base import Observation, Proposal, pointer_after
-from holodesk.policy.protocol import ActionProtocol, get_protocol
+from holodesk.policy.protocol import DEFAULT_PROTOCOL, ActionProtocol, get_protocol
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ class RemotePolicy:
         model: str,
         *,
         api_key: str | None,
-        protocol: str | ActionProtocol = "agent-loop-v1",
+        protocol: str | ActionProtocol = DEFAULT_PROTOCOL,
         max_images: int = 3,
         image_format: ImageFormat = "png",
         max_image_side: int | None = None,

@@ -18,6 +18,7 @@ from holodesk.policy.holotron.prompt import (
     special_token_strings,
     tokenize_prompt,
 )
+from holodesk.policy.protocol import DEFAULT_PROTOCOL
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class HolotronPolicy:
         reasoning: bool = False,
         max_images: int = 3,
         constrained: bool = True,
-        protocol: str = "agent-loop-v1",
+        protocol: str = DEFAULT_PROTOCOL,
         max_new_tokens: int = 1024,
         max_think_tokens: int = 1024,
         max_string_chars: int | None = None,
@@ -118,7 +119,7 @@ class HolotronPolicy:
         reasoning: bool = False,
         max_images: int = 3,
         constrained: bool = True,
-        protocol: str = "agent-loop-v1",
+        protocol: str = DEFAULT_PROTOCOL,
         progress: ProgressFn | None = None,
         max_new_tokens: int = 1024,
         max_think_tokens: int = 1024,
