@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from holodesk.core.actions import (
     KEY_ALIASES,
+    MAX_ELEMENT_CHARS,
     MAX_SCROLL_AMOUNT,
     MAX_TYPE_CHARS,
     MAX_WAIT_SECONDS,
@@ -89,7 +90,9 @@ Coordinate = Annotated[
     int, Field(ge=0, le=NORM_MAX, description=f"Integer in [0, {NORM_MAX}], normalised to the screenshot.")
 ]
 ElementText = Annotated[
-    str, Field(description="The target element in words: visible text, look, position, nearby anchors.")
+    str,
+    Field(max_length=MAX_ELEMENT_CHARS,
+          description="The target element in words: visible text, look, position, nearby anchors."),
 ]
 KEY_NAMES: Final[tuple[str, ...]] = tuple(
     sorted(NAMED_KEYS | set(KEY_ALIASES)) + [chr(c) for c in range(0x20, 0x7F)]
