@@ -83,7 +83,12 @@ class Settings(BaseSettings):
         description="Replay policy ('script'): the file of protocol replies to replay, one JSON reply per line "
         "(the format of `holodesk run --script FILE`).",
     )
-    protocol: str = Field("holo-v1", description="Action protocol spoken with the model (prompt, schema, parser).")
+    protocol: str = Field(
+        "agent-loop-v1",
+        description="Action protocol spoken with the model (prompt, schema, parser): 'agent-loop-v1' is H Company's "
+        "agent-loop contract (the default for Holotron-12B, local and remote); 'holo-v1' is Holodesk's first "
+        "protocol. A script file names its own protocol.",
+    )
     reasoning: bool = Field(False, description="Let the model think step by step before acting (slower).")
     constrained_decoding: bool = Field(
         True, description="Constrain the model's output to the action protocol's JSON schema."

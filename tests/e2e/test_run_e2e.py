@@ -146,8 +146,10 @@ def test_remote_endpoint_drives_a_real_window(desktop: Desktop, tmp_path: Path) 
     try:
         with TargetWindow.start(tmp_path, x=500, y=300, env=env) as win:
             frame = grab(xvfb.display)
-            server.script({"content": reply({"tool_name": "click", **point_on(frame, win, "OK")}, "press OK")},
-                          {"content": reply({"tool_name": "answer", "text": "pressed"}, "done")})
+            # the remote policy speaks the default protocol, H Company's agent-loop contract
+            server.script({"content": reply({"tool_name": "click_desktop", "element": "OK button",
+                                             **point_on(frame, win, "OK")}, "press OK")},
+                          {"content": reply({"tool_name": "answer", "content": "pressed"}, "done")})
             res = run_holodesk(env, ["run", "press OK", "--endpoint", server.url, "--model", "Holotron-12B",
                                      "--approve", "auto", "--episodes-dir", str(tmp_path / "episodes")])
             assert res.returncode == 0, res.stdout + res.stderr
@@ -159,6 +161,7 @@ def test_remote_endpoint_drives_a_real_window(desktop: Desktop, tmp_path: Path) 
                   if part.get("type") == "image_url"]
         assert len(images) == 1 and images[0]["image_url"]["url"].startswith("data:image/png;base64,")
         assert "response_format" in first
+        assert first["messages"][1] == {"role": "user", "content": "Task: press OK"}  # agent-loop-v1 turns
     finally:
         server.stop()
     written = [p for p in (tmp_path / "episodes").rglob("*") if p.is_file()]
