@@ -206,7 +206,7 @@ def test_zenity_entry_dialog_returns_what_holodesk_typed(desktop: Desktop, tmp_p
 # -- xterm: the risk rules --------------------------------------------------------------------------------
 def test_xterm_every_keystroke_needs_approval_and_a_skipped_enter_runs_nothing(
         desktop: Desktop, tmp_path: Path) -> None:
-    """In autopilot, typing and keys into a terminal are asked for. The first command is typed but its
+    """In autopilot, the click, typing and keys into a terminal are asked for. The first command is typed but its
     Enter is skipped (then the line is cleared); the second is run. The shell's own files show which
     commands ran: the second, never the first (the shell runs lines in order)."""
     first, second = tmp_path / "first.txt", tmp_path / "second.txt"
@@ -224,16 +224,16 @@ def test_xterm_every_keystroke_needs_approval_and_a_skipped_enter_runs_nothing(
         reply({"tool_name": "key", "keys": ["enter"]}, "run it"),
         reply({"tool_name": "answer", "text": "ran"}, "done"),
     ]
-    res = run_holodesk(desktop, tmp_path, replies, approve="auto", stdin="a\ns\na\na\na\n")
+    res = run_holodesk(desktop, tmp_path, replies, approve="auto", stdin="a\na\ns\na\na\na\n")
     assert res.returncode == 0, res.stdout + res.stderr
     wait_until(second.exists, 30, "the shell to run the second command")
     assert second.read_text() == "two\n"
     assert not first.exists()
     steps = episode(tmp_path).steps
-    assert [s["decided_by"] for s in steps[:6]] == ["autopilot", "user", "user", "user", "user", "user"]
-    assert all(s["risk"]["level"] == "high" and "terminal" in s["risk"]["reason"] for s in steps[1:6]
-               if s["action"]["kind"] == "type")
-    assert [s["decision"] for s in steps[1:6]] == ["approve", "skip", "approve", "approve", "approve"]
+    assert [s["decided_by"] for s in steps[:6]] == ["user"] * 6
+    assert all(s["risk"]["level"] == "high" and "terminal" in s["risk"]["reason"] for s in steps[:6]
+               if s["action"]["kind"] in ("click", "type"))
+    assert [s["decision"] for s in steps[:6]] == ["approve", "approve", "skip", "approve", "approve", "approve"]
 
 
 # -- a failed step is not "finished" ----------------------------------------------------------------------
