@@ -245,7 +245,8 @@ def test_a_run_with_a_failed_step_does_not_end_finished(desktop: Desktop, tmp_pa
         reply({"tool_name": "click", "x": 0, "y": 0}, "press the corner"),
         reply({"tool_name": "answer", "text": "all done"}, "done"),
     ]
-    res = run_holodesk(desktop, tmp_path, replies, approve="auto")
+    # no window is under the corner, so even the autopilot asks; the user approves the click
+    res = run_holodesk(desktop, tmp_path, replies, approve="auto", stdin="a\n")
     assert res.returncode == 1, res.stdout + res.stderr
     result = summary(res)
     assert result["status"] == "failed" and result["answer"] == "all done"
