@@ -57,8 +57,9 @@ def _default_policy(settings: Settings, progress: ProgressFn) -> Any:
 
 def _default_capture() -> Any:
     from holodesk.session.factory import build_capture
+    from holodesk.settings import load_settings
 
-    return build_capture()
+    return build_capture(load_settings())
 
 
 def _default_executor(settings: Settings, stop_event: threading.Event | None = None) -> Any:
