@@ -6,11 +6,13 @@ fullscreen, so window coordinates are screen coordinates. Layout, top to bottom:
 * an area (the upper part of the screen) of ``COLUMNS`` equal vertical stripes in known colours (CSS);
   each press on it is recorded and flips the stripes to their inverted colours (so a test can tell a
   fresh frame from a stale one);
-* a button labelled "Press me" (clicks are counted);
+* a button labelled "Press me" (clicks are counted; the first click puts ``OWN_CLIPBOARD`` into the
+  clipboard, every click reads the clipboard back into the state);
 * an entry (its text is recorded on every change).
 
 The state file is rewritten atomically (temp file + rename) on each event, as JSON:
-``{"ready", "clicks", "presses", "text", "inverted", "entry_focused"}``.
+``{"ready", "clicks", "presses", "text", "inverted", "entry_focused", "area", "button", "entry"
+(each ``[x, y, width, height]`` on the screen), "clipboard", "clipboard_reads"}``.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ import sys
 import gi
 
 gi.require_version("Gtk", "4.0")
-from gi.repository import GLib, Gtk  # noqa: E402
+from gi.repository import Gdk, Gio, GLib, Gtk  # noqa: E402
 
+OWN_CLIPBOARD = "the user's own clipboard ✓"
 COLUMNS = [(0xE0, 0x20, 0x20), (0x20, 0xC0, 0x20), (0x20, 0x40, 0xE0), (0xF0, 0xD0, 0x10),
            (0x10, 0xD0, 0xD0), (0xC0, 0x20, 0xC0), (0x80, 0x80, 0x80), (0x30, 0x30, 0x30)]
 
@@ -79,23 +82,52 @@ class Target:
         return True
 
     def mark_ready(self) -> bool:
+        for name in ("area", "button", "entry"):
+            ok, rect = getattr(self, name).compute_bounds(self.window)
+            self.state[name] = [rect.get_x(), rect.get_y(), rect.get_width(), rect.get_height()] if ok else None
         self.state["ready"] = True
-        self.state["area_height"] = self.area.get_height()
         self.save()
         return False
 
     def on_press(self, gesture: Gtk.GestureClick, n_press: int, x: float, y: float) -> None:
-        self.state["presses"].append([x, y])  # type: ignore[union-attr]
-        self.state["inverted"] = not self.state["inverted"]
-        if self.state["inverted"]:
+        """Record the press and flip the stripes' colours; the state is saved once the frame with the new
+        colours has been drawn and handed to the compositor (two frame-clock ticks later), so a test that
+        sees the new state can expect the new colours on the screen."""
+        inverted = not self.state["inverted"]
+        if inverted:
             self.area.add_css_class("inverted")
         else:
             self.area.remove_css_class("inverted")
-        self.save()
+        ticks = [0]
+
+        def tick(widget: Gtk.Widget, clock: object) -> bool:
+            ticks[0] += 1
+            if ticks[0] < 3:
+                return GLib.SOURCE_CONTINUE
+            self.state["presses"].append([x, y])  # type: ignore[union-attr]
+            self.state["inverted"] = inverted
+            self.save()
+            return GLib.SOURCE_REMOVE
+
+        self.area.add_tick_callback(tick)
 
     def on_click(self, button: Gtk.Button) -> None:
+        """Count the click; the first click also puts OWN_CLIPBOARD into the clipboard (this app owns it,
+        as the user's own clipboard), and every click reads the clipboard back into ``clipboard``."""
         self.state["clicks"] = int(self.state["clicks"]) + 1  # type: ignore[call-overload]
+        clipboard = self.window.get_display().get_clipboard()
+        if self.state["clicks"] == 1:
+            data = GLib.Bytes.new(OWN_CLIPBOARD.encode("utf-8"))
+            clipboard.set_content(Gdk.ContentProvider.new_for_bytes("text/plain;charset=utf-8", data))
+        clipboard.read_text_async(None, self.on_clipboard_text)
         self.save()
+
+    def on_clipboard_text(self, clipboard: Gdk.Clipboard, result: Gio.AsyncResult) -> None:
+        try:
+            text = clipboard.read_text_finish(result)
+        except GLib.Error as exc:
+            text = f"<error: {exc.message}>"
+        self.set_state(clipboard=text, clipboard_reads=int(self.state.get("clipboard_reads", 0)) + 1)
 
     def on_changed(self, entry: Gtk.Entry) -> None:
         self.state["text"] = entry.get_text()
@@ -114,7 +146,7 @@ class Target:
 
 def main() -> None:
     state_path = sys.argv[1]
-    app = Gtk.Application(application_id="org.holodesk.WaylandTarget")
+    app = Gtk.Application(application_id="org.holodesk.WaylandTarget", flags=Gio.ApplicationFlags.NON_UNIQUE)
     holder: list[Target] = []
     app.connect("activate", lambda a: holder.append(Target(a, state_path)))
     app.run([sys.argv[0]])

@@ -71,9 +71,10 @@ class TargetApp:
     """The GTK4 test app (``tests/apps/gtk4_wayland_target.py``) and its state file.
 
     The state file is JSON the app rewrites atomically on every event: ``ready`` (the window is shown
-    fullscreen), ``clicks`` (button clicks), ``presses`` (``[x, y]`` of each press on the drawing area,
+    fullscreen), ``clicks`` (button clicks), ``presses`` (``[x, y]`` of each press on the stripes,
     window coordinates = screen coordinates when fullscreen), ``text`` (the entry's text), ``inverted``
-    (the drawing area's colours flip on each press).
+    (the stripes' colours flip on each press), ``area``/``button``/``entry`` (``[x, y, w, h]`` on the screen),
+    ``clipboard`` (the clipboard's text as the app read it on its latest button click).
     """
 
     process: subprocess.Popen[bytes]
@@ -103,6 +104,15 @@ class TargetApp:
             time.sleep(0.02)
             state = self.state()
         return state
+
+    def center(self, name: str) -> tuple[float, float]:
+        """Screen coordinates of the centre of widget ``name`` ("area", "button", "entry")."""
+        x, y, w, h = self.state()[name]
+        return x + w / 2, y + h / 2
+
+    def stop(self) -> None:
+        """End the app."""
+        stop_process(self.process)
 
     def log(self) -> str:
         """The app's stderr/stdout so far."""

@@ -1,0 +1,67 @@
+"""Fixtures for the Wayland (GNOME) tests: a private headless mutter session per test module and a
+native GTK4 Wayland app per test (``tests/helpers/mutter.py``).
+
+Without mutter/PipeWire installed the tests are skipped, unless ``CI`` is set, where that is an error
+(``installers/_setup.sh`` installs them: ``APT_WAYLAND_TEST``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from holodesk.capture.pipewire_backend import MutterCapture
+from holodesk.control.mutter_executor import MutterExecutor
+from holodesk.display.mutter import MutterRemoteDesktop
+from tests.helpers.mutter import MutterSession, TargetApp, missing_programs, mutter_session
+
+
+def _require_programs() -> None:
+    missing = missing_programs()
+    if missing:
+        message = f"a headless GNOME Wayland session needs {', '.join(missing)} (installers/_setup.sh APT_WAYLAND_TEST)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def mutter() -> Iterator[MutterSession]:
+    """A private headless mutter session (1280x800 virtual monitor ``Meta-0``) for the test module."""
+    _require_programs()
+    with mutter_session() as session:
+        yield session
+
+
+@dataclass
+class GnomeDesktop:
+    """Holodesk's Wayland backends on the test session: one remote-desktop session, its capture and executor."""
+
+    remote: MutterRemoteDesktop
+    capture: MutterCapture
+    executor: MutterExecutor
+
+
+@pytest.fixture(scope="module")
+def gnome(mutter: MutterSession) -> Iterator[GnomeDesktop]:
+    """The Mutter capture and executor on the module's session (closed afterwards)."""
+    remote = MutterRemoteDesktop(mutter.bus_address, os.path.join(mutter.env["XDG_RUNTIME_DIR"], "pipewire-0"))
+    capture = MutterCapture(remote)
+    try:
+        yield GnomeDesktop(remote, capture, MutterExecutor(remote))
+    finally:
+        capture.close()
+        remote.close()
+
+
+@pytest.fixture
+def gtk_app(mutter: MutterSession) -> Iterator[TargetApp]:
+    """A fresh GTK4 target app, fullscreen on the session (ended after the test)."""
+    app = mutter.start_app()
+    try:
+        yield app
+    finally:
+        app.stop()
