@@ -24,6 +24,7 @@ import sys
 import gi
 
 gi.require_version("Gtk", "4.0")
+gi.require_version("Gdk", "4.0")
 from gi.repository import Gdk, Gio, GLib, Gtk  # noqa: E402
 
 OWN_CLIPBOARD = "the user's own clipboard ✓"

@@ -540,3 +540,40 @@ def _read_all(fd: int, timeout_s: float) -> bytes | None:
         if not chunk:
             return b"".join(chunks)
         chunks.append(chunk)
+
+
+VERSIONED_INTERFACES = (
+    ("Mutter RemoteDesktop", REMOTE_DESKTOP, "/org/gnome/Mutter/RemoteDesktop", REMOTE_DESKTOP, "Version"),
+    ("Mutter ScreenCast", SCREEN_CAST, "/org/gnome/Mutter/ScreenCast", SCREEN_CAST, "Version"),
+    ("portal ScreenCast", "org.freedesktop.portal.Desktop", "/org/freedesktop/portal/desktop",
+     "org.freedesktop.portal.ScreenCast", "version"),
+    ("portal RemoteDesktop", "org.freedesktop.portal.Desktop", "/org/freedesktop/portal/desktop",
+     "org.freedesktop.portal.RemoteDesktop", "version"),
+    ("portal Screenshot", "org.freedesktop.portal.Desktop", "/org/freedesktop/portal/desktop",
+     "org.freedesktop.portal.Screenshot", "version"),
+)
+"""(label, bus name, object path, interface, version property) of the desktop interfaces doctor reports."""
+
+
+def interface_versions(bus_address: str | None = None, timeout_s: float = 3.0) -> dict[str, str]:
+    """Version of each screen-cast/remote-desktop interface on the session bus (``"absent"`` when its
+    service is not there or does not implement it); ``{"session bus": reason}`` without a session bus."""
+    from jeepney import DBusAddress, new_method_call
+    from jeepney.io.blocking import open_dbus_connection
+
+    try:
+        conn = open_dbus_connection(bus=bus_address or "SESSION", auth_timeout=timeout_s)
+    except (OSError, KeyError, ValueError, TimeoutError) as exc:
+        return {"session bus": f"not reachable ({type(exc).__name__}: {exc})"}
+    out: dict[str, str] = {}
+    with conn:
+        for label, name, path, interface, prop in VERSIONED_INTERFACES:
+            msg = new_method_call(DBusAddress(path, bus_name=name, interface="org.freedesktop.DBus.Properties"),
+                                  "Get", "ss", (interface, prop))
+            try:
+                reply = conn.send_and_get_reply(msg, timeout=timeout_s)
+            except TimeoutError:
+                out[label] = f"no answer within {timeout_s:g} s"
+                continue
+            out[label] = "absent" if reply.header.message_type.name == "error" else str(_unwrap(reply.body[0]))
+    return out
