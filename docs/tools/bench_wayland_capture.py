@@ -8,8 +8,8 @@ APT_WAYLAND_TEST, and PyGObject in the venv)::
     PYTHONPATH=app:. .venv/bin/python docs/tools/bench_wayland_capture.py --size 1920x1080 --grabs 20
 
 Reported: the first grab (stream start, then the input check), then ``--grabs`` grabs of an unchanged screen
-(``--pause`` seconds apart) and ``--grabs`` grabs right after the app repainted (a click flips its colours), each timed from the call
-to the returned Frame; median, 90th percentile and maximum in milliseconds.
+(``--pause`` seconds apart) and ``--grabs`` grabs right after the app repainted (a click flips its colours),
+each timed from the call to the returned Frame; median, 90th percentile and maximum in milliseconds.
 """
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ def main() -> None:
     result = {
         "size": f"{width}x{height}", "grabs": args.grabs, "cpu": platform.processor() or platform.machine(),
         "cores": os.cpu_count(), "load_average": [round(v, 2) for v in os.getloadavg()],
-        "pause_s": args.pause, "first_grab_ms": round(first_ms, 1), "unchanged_screen": summary(static), "after_repaint": summary(changed),
+        "pause_s": args.pause, "first_grab_ms": round(first_ms, 1), "unchanged_screen": summary(static),
+        "after_repaint": summary(changed),
     }
     print(json.dumps(result))
 
