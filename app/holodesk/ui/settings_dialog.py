@@ -45,7 +45,7 @@ GROUPS: list[tuple[str, list[str]]] = [
                "max_reply_tokens", "max_string_chars", "protocol"]),
     ("Session", ["approval", "autopilot_countdown_s", "monitor", "max_steps", "max_wall_s", "max_parse_failures",
                  "max_repeats", "typing"]),
-    ("Desktop app", ["hotkey_palette", "hotkey_stop"]),
+    ("Desktop app", ["desktop_backend", "hotkey_palette", "hotkey_stop"]),
     ("Storage", ["data_dir"]),
 ]
 """Where known fields go. Any other field of the schema is shown under "Other" (see :func:`field_groups`);
@@ -70,7 +70,7 @@ LABELS = {
     "monitor": "Monitor", "max_steps": "Step cap", "max_wall_s": "Time cap (s)",
     "max_parse_failures": "Bad replies before stopping", "max_repeats": "Repeats before stopping",
     "typing": "Typing method", "hotkey_palette": "Command box hotkey", "hotkey_stop": "Stop hotkey",
-    "data_dir": "Data folder", "max_reply_tokens": "Reply token cap", "max_string_chars": "Text field cap",
+    "data_dir": "Data folder", "desktop_backend": "Desktop backend", "max_reply_tokens": "Reply token cap", "max_string_chars": "Text field cap",
 }
 
 
