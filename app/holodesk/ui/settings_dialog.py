@@ -70,7 +70,8 @@ LABELS = {
     "monitor": "Monitor", "max_steps": "Step cap", "max_wall_s": "Time cap (s)",
     "max_parse_failures": "Bad replies before stopping", "max_repeats": "Repeats before stopping",
     "typing": "Typing method", "hotkey_palette": "Command box hotkey", "hotkey_stop": "Stop hotkey",
-    "data_dir": "Data folder", "desktop_backend": "Desktop backend", "max_reply_tokens": "Reply token cap", "max_string_chars": "Text field cap",
+    "desktop_backend": "Desktop backend",
+    "data_dir": "Data folder", "max_reply_tokens": "Reply token cap", "max_string_chars": "Text field cap",
 }
 
 
