@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -166,8 +167,13 @@ class MutterSession:
 
 
 @contextmanager
-def mutter_session(width: int = 1280, height: int = 800, timeout_s: float = 30.0) -> Iterator[MutterSession]:
+def mutter_session(width: int = 1280, height: int = 800, timeout_s: float = 30.0, *,
+                   xwayland: bool = False) -> Iterator[MutterSession]:
     """Start a private headless mutter session; stop it and delete its files on exit.
+
+    With ``xwayland`` mutter also serves X11 clients through Xwayland (started on the first X client); the
+    session's ``env`` then has ``DISPLAY`` (the display mutter announces in its log). Without it mutter
+    runs ``--no-x11`` and there is no X server at all.
 
     Raises:
         RuntimeError: a program is missing or exited during start-up. TimeoutError: not ready in time.
@@ -209,14 +215,27 @@ def mutter_session(width: int = 1280, height: int = 800, timeout_s: float = 30.0
         _wait_for((runtime / "pipewire-0").exists, timeout_s, "pipewire", [pipewire])
         wireplumber = spawn(["wireplumber"], "wireplumber.log")
         display_name = "holodesk-wayland-0"
-        mutter = spawn(["mutter", "--headless", "--wayland", "--no-x11", "--virtual-monitor", f"{width}x{height}",
-                        "--wayland-display", display_name], "mutter.log")
+        mutter = spawn(["mutter", "--headless", "--wayland", *([] if xwayland else ["--no-x11"]),
+                        "--virtual-monitor", f"{width}x{height}", "--wayland-display", display_name], "mutter.log")
         procs = [bus, pipewire, wireplumber, mutter]
         _wait_for((runtime / display_name).exists, timeout_s, "mutter's Wayland socket", procs)
         _wait_for(lambda: _bus_has_name(session.bus_address, "org.gnome.Mutter.RemoteDesktop"), timeout_s,
                   "mutter's RemoteDesktop API", procs)
         _wait_for(lambda: _wireplumber_connected(session.env), timeout_s, "wireplumber", procs)
         session.env["WAYLAND_DISPLAY"] = display_name
+        if xwayland:
+            found: list[str] = []
+
+            def x_display_announced() -> bool:
+                log_text = (root / "mutter.log").read_text("utf-8", "replace")
+                found[:] = re.findall(r"Using public X11 display (:\d+)", log_text)
+                return bool(found)
+
+            _wait_for(x_display_announced, timeout_s, "mutter's X11 display", procs)
+            session.env["DISPLAY"] = found[0]
+            # mutter writes Xwayland's cookie into the runtime dir (it would hand it to gnome-session).
+            _wait_for(lambda: any(runtime.glob(".mutter-Xwaylandauth.*")), timeout_s, "Xwayland's cookie", procs)
+            session.env["XAUTHORITY"] = str(next(runtime.glob(".mutter-Xwaylandauth.*")))
         yield session
     finally:
         session.stop()

@@ -6,8 +6,9 @@ Each monitor's stream (:class:`holodesk.display.mutter.MutterRemoteDesktop`) fee
 stream start (0.8-1.7 s). The compositor sends a frame only when something is redrawn; a grab therefore
 moves the pointer one pixel and back (the cursor is embedded in the stream) and takes the first frame that
 arrives after that, so the frame shows the screen as it is at the time of the call (the overlay hidden by
-the session's ``before_capture`` hook, the last keystroke drawn). If no new frame comes within
-``fresh_timeout_s`` the screen did not change and the newest frame is current.
+the session's ``before_capture`` hook, the last keystroke drawn). The newest frame is never taken as
+current while a fresh one may still come: a loaded machine took 0.1-0.3 s to send the frame after a nudge,
+so the pointer is nudged again every 0.25 s, for up to ``fresh_timeout_s``.
 
 Frames are RGB ``uint8`` ``(height, width, 3)`` in stream pixels; the monitor is in Mutter's logical layout,
 so :attr:`Frame.scale` is Mutter's monitor scale.
@@ -30,6 +31,9 @@ from holodesk.errors import ActionError, CaptureError
 
 log = logging.getLogger(__name__)
 
+NUDGE_INTERVAL_S = 0.25
+"""While waiting for a fresh frame, the pointer is nudged again this often (a loaded machine took up to
+0.3 s to send the frame that follows a nudge)."""
 INPUT_READY_TIMEOUT_S = 10.0
 """Most seconds to wait until a new session's input is applied (see ``MutterCapture._await_input``)."""
 FIRST_FRAME_TIMEOUT_S = 10.0
@@ -138,15 +142,15 @@ class MutterCapture:
 
     Args:
         session: the remote-desktop session whose streams are read (shared with the executor).
-        fresh_timeout_s: after the pointer nudge, how long to wait for a newer frame before the newest one
-            is taken as current (nothing was redrawn).
+        fresh_timeout_s: how long to wait (nudging the pointer every 0.25 s) for a frame rendered after
+            the call before the newest frame is taken as current (logged as a warning).
 
     Thread safety: every method may be called from any thread.
     """
 
     name = "mutter"
 
-    def __init__(self, session: MutterRemoteDesktop, *, fresh_timeout_s: float = 0.25) -> None:
+    def __init__(self, session: MutterRemoteDesktop, *, fresh_timeout_s: float = 3.0) -> None:
         self.session = session
         self.fresh_timeout_s = fresh_timeout_s
         self._lock = threading.Lock()
@@ -194,18 +198,32 @@ class MutterCapture:
                                hint="Check that PipeWire and WirePlumber run in your session.")
         if not self.session.input_ready.is_set():
             self._await_input(stream)
-        seq = stream.seq
-        self.session.nudge_pointer()
-        sample = stream.wait(seq, self.fresh_timeout_s) or stream.latest()
+        sample = self._fresh_sample(stream, mon.connector)
         return Frame(pixels=_sample_to_rgb(self._gst, sample), monitor=mon.monitor, captured_at=captured_at)
+
+    def _fresh_sample(self, stream: _Stream, connector: str) -> Any:
+        """The first frame rendered after this call: nudge the pointer (again every ``NUDGE_INTERVAL_S``)
+        until a frame arrives, for up to ``fresh_timeout_s``; then the newest frame (logged)."""
+        seq = stream.seq
+        deadline = time.monotonic() + self.fresh_timeout_s
+        while True:
+            self.session.nudge_pointer()
+            left = deadline - time.monotonic()
+            sample = stream.wait(seq, max(0.0, min(NUDGE_INTERVAL_S, left)))
+            if sample is not None:
+                return sample
+            if left <= NUDGE_INTERVAL_S:
+                log.warning("no new frame of %s within %.1f s of a pointer nudge (is the pointer hidden?); "
+                            "using the newest frame", connector, self.fresh_timeout_s)
+                return stream.latest()
 
     def _await_input(self, stream: _Stream) -> None:
         """Wait until Mutter applies pointer motion from this session, then set ``session.input_ready``.
 
         Mutter drops input sent in the first 50-200 ms after a session starts (its virtual devices are
         still being added). Motion is seen in the stream: the embedded cursor moves, so a frame follows a
-        nudge. Two nudges in a row must each be followed by a frame within 150 ms (one frame could come
-        from other damage, e.g. a blinking text cursor).
+        nudge. Two nudges in a row must each be followed by a frame within 0.5 s (one frame could come
+        from other damage, e.g. a blinking text cursor; a loaded machine took up to 0.3 s per frame).
 
         Raises:
             CaptureError: no nudge was followed by a frame within 10 s.
@@ -219,7 +237,7 @@ class MutterCapture:
                                    hint="Run 'holodesk doctor'; another remote-desktop session may hold the input.")
             seq = stream.seq
             self.session.nudge_pointer()
-            confirmed = confirmed + 1 if stream.wait(seq, 0.15) is not None else 0
+            confirmed = confirmed + 1 if stream.wait(seq, 0.5) is not None else 0
         self.session.input_ready.set()
 
     def close(self) -> None:
