@@ -193,8 +193,13 @@ def mutter_session(width: int = 1280, height: int = 800, timeout_s: float = 30.0
         "XDG_RUNTIME_DIR": str(runtime), "XDG_CONFIG_HOME": str(root / "config"),
         "XDG_DATA_HOME": str(root / "data"), "XDG_CACHE_HOME": str(root / "cache"),
         "XDG_STATE_HOME": str(root / "state"), "HOME": str(root / "home"),
-        "XDG_SESSION_TYPE": "wayland", "GSETTINGS_BACKEND": "memory", "NO_AT_BRIDGE": "1",
+        "XDG_SESSION_TYPE": "wayland", "GSETTINGS_BACKEND": "keyfile", "NO_AT_BRIDGE": "1",
     })
+    # No window animations: a window still scaling in (mutter's map effect, 250 ms nominal and longer on a
+    # loaded machine) maps a click at screen point p to another point of the window than p.
+    keyfile = root / "config" / "glib-2.0" / "settings" / "keyfile"
+    keyfile.parent.mkdir(parents=True)
+    keyfile.write_text("[org/gnome/desktop/interface]\nenable-animations=false\n", encoding="utf-8")
     session = MutterSession(root=root, env=env, bus_address="", width=width, height=height)
 
     def spawn(args: list[str], log_name: str, **kwargs: Any) -> subprocess.Popen[bytes]:
