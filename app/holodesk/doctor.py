@@ -28,7 +28,11 @@ def _display() -> dict[str, Any]:
     from holodesk.display import check_display
 
     info = check_display()
-    return info.to_dict() if hasattr(info, "to_dict") else dict(vars(info))
+    out = info.to_dict() if hasattr(info, "to_dict") else dict(vars(info))
+    if info.kind in ("wayland", "xwayland"):
+        out["note"] = ("'usable' and 'problem' are about mss/pyautogui (X11 only); on GNOME the 'mutter' "
+                       "backend serves Wayland windows: see Desktop backend")
+    return out
 
 
 def _desktop_backend() -> dict[str, Any]:
