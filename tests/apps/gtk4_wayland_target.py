@@ -12,7 +12,8 @@ fullscreen, so window coordinates are screen coordinates. Layout, top to bottom:
 
 The state file is rewritten atomically (temp file + rename) on each event, as JSON:
 ``{"ready", "clicks", "presses", "text", "inverted", "entry_focused", "area", "button", "entry"
-(each ``[x, y, width, height]`` on the screen), "clipboard", "clipboard_reads"}``.
+(each ``[x, y, width, height]`` on the screen, logical pixels, updated when the scale changes),
+"scale_factor", "clipboard", "clipboard_reads"}``.
 """
 
 from __future__ import annotations
@@ -83,12 +84,23 @@ class Target:
         return True
 
     def mark_ready(self) -> bool:
-        for name in ("area", "button", "entry"):
-            ok, rect = getattr(self, name).compute_bounds(self.window)
-            self.state[name] = [rect.get_x(), rect.get_y(), rect.get_width(), rect.get_height()] if ok else None
+        self.record_layout()
         self.state["ready"] = True
         self.save()
+        GLib.timeout_add(100, self.record_layout)  # follows scale changes
         return False
+
+    def record_layout(self) -> bool:
+        """Save the widgets' bounds (window = screen coordinates, logical pixels) and the scale factor
+        when they changed; keeps running (every 100 ms)."""
+        layout: dict[str, object] = {"scale_factor": self.window.get_scale_factor()}
+        for name in ("area", "button", "entry"):
+            ok, rect = getattr(self, name).compute_bounds(self.window)
+            layout[name] = [rect.get_x(), rect.get_y(), rect.get_width(), rect.get_height()] if ok else None
+        if any(self.state.get(k) != v for k, v in layout.items()):
+            self.state.update(layout)
+            self.save()
+        return True
 
     def on_press(self, gesture: Gtk.GestureClick, n_press: int, x: float, y: float) -> None:
         """Record the press and flip the stripes' colours; the state is saved once the frame with the new

@@ -155,6 +155,7 @@ class MutterCapture:
         self.fresh_timeout_s = fresh_timeout_s
         self._lock = threading.Lock()
         self._streams: dict[str, _Stream] = {}
+        self._generation = -1
         self._gst: Any = None
 
     def monitors(self) -> list[Monitor]:
@@ -167,6 +168,11 @@ class MutterCapture:
 
     def _stream(self, mon: MutterMonitor) -> tuple[_Stream, bool]:
         with self._lock:
+            if self._generation != self.session.generation:  # a new session: new streams and nodes
+                for old in self._streams.values():
+                    old.close()
+                self._streams.clear()
+                self._generation = self.session.generation
             stream = self._streams.get(mon.connector)
             if stream is not None:
                 return stream, False

@@ -185,6 +185,10 @@ class MutterRemoteDesktop:
         self._served: queue.Queue[int] = queue.Queue()
         self._transfer_thread: threading.Thread | None = None
         self._closed = False
+        self._layout_changed = threading.Event()
+        self.generation = 0
+        """Counts the sessions started; it changes when a session is replaced (monitor layout change, lost
+        connection), so users of stream nodes know to reconnect."""
         self.input_ready = threading.Event()
         """Set once input from this session is known to be applied (Mutter drops input sent in the first
         50-200 ms of a session; :class:`~holodesk.capture.pipewire_backend.MutterCapture` checks it)."""
@@ -193,16 +197,23 @@ class MutterRemoteDesktop:
     def _call(self, path: str, interface: str, method: str, signature: str = "", body: tuple[Any, ...] = (),
               bus_name: str | None = None, timeout: float = CALL_TIMEOUT_S) -> tuple[Any, ...]:
         from jeepney import DBusAddress, new_method_call
+        from jeepney.io.common import RouterClosed
         from jeepney.wrappers import DBusErrorResponse, unwrap_msg
 
-        if self._router is None:
+        router = self._router
+        if router is None:
             raise DisplayError("the Mutter remote-desktop session is not started")
         name = bus_name or (SCREEN_CAST if interface.startswith(SCREEN_CAST) else
                             DISPLAY_CONFIG if interface.startswith(DISPLAY_CONFIG) else REMOTE_DESKTOP)
         msg = new_method_call(DBusAddress(path, bus_name=name, interface=interface), method, signature, body)
         try:
-            reply = self._router.send_and_get_reply(msg, timeout=timeout)
+            reply = router.send_and_get_reply(msg, timeout=timeout)
             return tuple(unwrap_msg(reply))
+        except (RouterClosed, OSError) as exc:
+            self._shutdown()  # the next call starts a new session
+            raise DisplayError(f"the connection to GNOME's remote-desktop service was lost during {method} "
+                               f"({type(exc).__name__}: {exc})",
+                               hint="If GNOME Shell restarted, try again; Holodesk opens a new session.") from exc
         except DBusErrorResponse as exc:
             raise DisplayError(f"Mutter refused {interface.rsplit('.', 1)[-1]}.{method}: {exc.name}: "
                                f"{' '.join(map(str, exc.data))}",
@@ -249,6 +260,10 @@ class MutterRemoteDesktop:
                 cast = self._call("/org/gnome/Mutter/ScreenCast", SCREEN_CAST, "CreateSession", "a{sv}",
                                   ({"remote-desktop-session-id": ("s", session_id)},))
                 cast_path = str(cast[0])
+                layout_rule = MatchRule(type="signal", interface=DISPLAY_CONFIG, member="MonitorsChanged")
+                self._router.filter(layout_rule, queue=_SetEvent(self._layout_changed))
+                self._add_match(layout_rule)
+                self._layout_changed.clear()  # a change from now on replaces this session at the next use
                 self._monitors = self._read_monitors()
                 added: queue.Queue[Any] = queue.Queue()
                 rule = MatchRule(type="signal", interface=SCREEN_CAST + ".Stream", member="PipeWireStreamAdded")
@@ -261,6 +276,7 @@ class MutterRemoteDesktop:
                     self._session("Start")
                     self._await_nodes(added)
                 self._press_throwaway_key()
+                self.generation += 1
             except BaseException:
                 self._shutdown()
                 raise
@@ -311,8 +327,11 @@ class MutterRemoteDesktop:
             self._shutdown()
 
     def _shutdown(self) -> None:
-        router, conn = self._router, self._conn
-        self._router = self._conn = None
+        with self._lock:
+            router, conn = self._router, self._conn
+            self._router = self._conn = None
+        if router is None and conn is None:
+            return
         if router is not None:
             router.close()
         if conn is not None:
@@ -330,13 +349,23 @@ class MutterRemoteDesktop:
 
     # -- layout and streams -------------------------------------------------------------------------
     def monitors(self) -> list[MutterMonitor]:
-        """The layout the session was started with (starting it if needed).
+        """The current monitor layout (starting the session if needed). When Mutter announced a layout
+        change (``MonitorsChanged``) the session is replaced by one recording the new monitors
+        (:attr:`generation` changes).
 
         Raises:
             DisplayError: as :meth:`start`.
         """
-        self.start()
-        return list(self._monitors)
+        with self._lock:
+            if self._layout_changed.is_set() and self._router is not None:
+                log.info("the monitor layout changed: starting a new Mutter remote-desktop session")
+                try:
+                    self._session("Stop")
+                except DisplayError as exc:
+                    log.debug("stopping the old session failed: %s", exc)
+                self._shutdown()
+            self.start()
+            return list(self._monitors)
 
     def monitor(self, index: int) -> MutterMonitor:
         """Monitor ``index`` (1-based).
@@ -511,6 +540,16 @@ class MutterRemoteDesktop:
             if previous is not None:
                 self.set_selection(previous)
         return taken
+
+
+class _SetEvent:
+    """A stand-in for a filter queue that sets ``event`` for every message put into it."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    def put_nowait(self, item: Any) -> None:
+        self.event.set()
 
 
 class _CountingQueue(queue.Queue[tuple[int, Any]]):
