@@ -13,7 +13,8 @@ fullscreen, so window coordinates are screen coordinates. Layout, top to bottom:
 The state file is rewritten atomically (temp file + rename) on each event, as JSON:
 ``{"ready", "clicks", "presses", "text", "inverted", "entry_focused", "area", "button", "entry"
 (each ``[x, y, width, height]`` on the screen, logical pixels, updated when the scale changes),
-"scale_factor", "clipboard", "clipboard_reads"}``.
+"scale_factor", "pointer" (``[x, y]`` of the latest pointer motion over the stripes), "clipboard",
+"clipboard_reads"}``.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ class Target:
         press = Gtk.GestureClick()
         press.connect("pressed", self.on_press)
         self.area.add_controller(press)
+        motion = Gtk.EventControllerMotion()
+        motion.connect("motion", lambda c, x, y: self.set_state(pointer=[x, y]))
+        self.area.add_controller(motion)
         self.button = Gtk.Button(label="Press me")
         self.button.connect("clicked", self.on_click)
         self.button.set_size_request(-1, 120)

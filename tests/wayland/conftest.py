@@ -7,7 +7,9 @@ Without mutter/PipeWire installed the tests are skipped, unless ``CI`` is set, w
 
 from __future__ import annotations
 
+import itertools
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -15,6 +17,8 @@ import pytest
 
 from holodesk.capture.pipewire_backend import MutterCapture
 from holodesk.control.mutter_executor import MutterExecutor
+from holodesk.core.actions import Move
+from holodesk.core.geometry import Frame, frame_pixel_to_point, to_input_point
 from holodesk.display.mutter import MutterRemoteDesktop
 from tests.helpers.mutter import MutterSession, TargetApp, missing_programs, mutter_session
 
@@ -65,3 +69,27 @@ def gtk_app(mutter: MutterSession) -> Iterator[TargetApp]:
         yield app
     finally:
         app.stop()
+
+
+def wait_until_window_settled(executor: MutterExecutor, frame: Frame, app: TargetApp, timeout_s: float = 15.0) -> None:
+    """Wait until pointer motion reaches the app at exactly the point it was sent to.
+
+    A window that has just been mapped or made fullscreen can still carry a compositor transform for a
+    moment (a click was once delivered 0.08 px off at the tail of a scale transition); until motion arrives
+    exactly, exact click positions cannot be expected of anyone. Moves the pointer to two alternating points
+    of the stripes area and reads the app's own motion report."""
+    state = app.state()
+    ax, ay, _w, _h = state["area"]
+    k = state.get("scale_factor", 1)  # app (logical) pixels -> screen pixels (Mutter's physical layout mode)
+    deadline = time.monotonic() + timeout_s
+    for attempt in itertools.count():
+        point = frame_pixel_to_point(frame, (ax + 40 + attempt % 2) * k, (ay + 30) * k)
+        aim = to_input_point(frame, point)
+        assert executor.execute(Move(point), frame).ok
+        expected = [(aim.x + 0.5) / k - ax, (aim.y + 0.5) / k - ay]
+        try:
+            app.wait_state(lambda s, e=expected: s.get("pointer") == e, timeout_s=0.5)
+            return
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise

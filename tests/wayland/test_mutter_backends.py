@@ -13,7 +13,7 @@ import pytest
 from holodesk.core.actions import Click, DoubleClick, Key, Scroll, Type
 from holodesk.core.geometry import Frame, frame_pixel_to_point, to_input_point
 from tests.helpers.mutter import MutterSession, TargetApp
-from tests.wayland.conftest import GnomeDesktop
+from tests.wayland.conftest import GnomeDesktop, wait_until_window_settled
 
 pytestmark = [pytest.mark.wayland]
 
@@ -74,6 +74,7 @@ def test_frame_matches_the_screen_and_is_fresh(mutter: MutterSession, gnome: Gno
 
 def test_click_lands_exactly_where_the_frame_says(gnome: GnomeDesktop, gtk_app: TargetApp) -> None:
     frame = gnome.capture.grab(1)
+    wait_until_window_settled(gnome.executor, frame, gtk_app)
     ax, ay, aw, ah = gtk_app.state()["area"]
     targets = [(ax + 17, ay + 9), (ax + aw - 33, ay + ah - 21), (ax + aw / 2 + 0.4, ay + ah / 3)]
     for n, (x, y) in enumerate(targets, start=1):

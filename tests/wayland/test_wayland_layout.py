@@ -16,7 +16,7 @@ from holodesk.core.actions import Click
 from holodesk.core.geometry import frame_pixel_to_point, to_input_point
 from holodesk.display.mutter import DISPLAY_CONFIG, MutterRemoteDesktop
 from tests.helpers.mutter import MutterSession, mutter_session
-from tests.wayland.conftest import _require_programs
+from tests.wayland.conftest import _require_programs, wait_until_window_settled
 
 pytestmark = [pytest.mark.wayland]
 
@@ -62,6 +62,7 @@ def test_layout_change_replaces_the_session_and_clicks_stay_exact(big_mutter: Mu
         after = capture.grab(1)
         assert remote.generation == 2  # a new session recording the new layout
         assert (after.width, after.height) == (2560, 1600)
+        wait_until_window_settled(executor, after, app)
         ax, ay, _w, _h = state["area"]
         for n, (px, py) in enumerate([(601, 201), (2000, 333)], start=1):
             result = executor.execute(Click(frame_pixel_to_point(after, px, py)), after)
