@@ -1,4 +1,4 @@
-"""The ``holodesk`` command: ``tray`` (default), ``run``, ``doctor``, ``bench``, ``tiny-checkpoint``.
+"""The ``holodesk`` command: ``tray`` (default), ``run``, ``download``, ``doctor``, ``bench``, ``tiny-checkpoint``.
 
 Each sub-command parses its flags and calls one function. Errors derived from HolodeskError are printed
 as one clear message (with what to do) and exit with status 2; nothing prints a traceback at the user
@@ -46,6 +46,15 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--episodes-dir", type=Path, help="where to record the episode (default: data dir)")
     run.add_argument("--json", action="store_true", help="print the result as one JSON object at the end")
 
+    download = sub.add_parser("download", help="download a model from the Hugging Face hub into the model cache "
+                              "(resumable; every file checked against the hub's sha256)")
+    download.add_argument("model", help="Hugging Face repo id, owner/name")
+    download.add_argument("--revision", default="main", help="branch, tag or commit (default: main)")
+    download.add_argument("--cache-dir", type=Path, help="model cache folder (default: HF_HUB_CACHE, else "
+                          "~/.cache/huggingface/hub)")
+    download.add_argument("--login", action="store_true", help="ask for a hub token first and keep it in the "
+                          "system keychain (for gated or private models)")
+
     sub.add_parser("doctor", help="report what this machine offers Holodesk (display, monitors, GPU, kernels)")
     tray = sub.add_parser("tray", help="start the desktop app (default)")
     tray.add_argument("--no-tray", action="store_true", help="open the small window instead of the tray icon")
@@ -70,6 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return cmd_run(args)
+        if args.command == "download":
+            return cmd_download(args)
         if args.command == "doctor":
             from holodesk.doctor import print_report
 
@@ -85,10 +96,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(write_tiny_checkpoint(args.path, seed=args.seed))
             return EXIT_OK
         return cmd_tray(getattr(args, "no_tray", False))
-    except HolodeskError as exc:
+    except (HolodeskError, OSError) as exc:  # expected: bad input, missing files, no display, no model
         if args.debug:
             log.exception("failed")
-        print(f"holodesk: {exc}", file=sys.stderr)
+        print(f"holodesk: {terminal_safe(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("holodesk: interrupted", file=sys.stderr)
@@ -110,8 +121,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``holodesk run``: one task with terminal approval. Exit 0 finished, 1 failed, 3 stopped."""
     from holodesk.session.approval import ApprovalPolicy
     from holodesk.session.factory import build_capture, build_executor, build_policy
-    from holodesk.session.loop import Session, SessionLimits, State
+    from holodesk.session.loop import Session, SessionLimits, State, check_task
     from holodesk.settings import load_settings
+
+    task = check_task(args.task)  # before a model is loaded
 
     if args.script and (args.model or args.endpoint):
         raise HolodeskError("--script replays a file; it cannot be combined with --model or --endpoint")
@@ -133,7 +146,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not 1 <= settings.monitor <= len(monitors):
         raise HolodeskError(f"monitor {settings.monitor} does not exist; this display has {len(monitors)}",
                             hint="Run 'holodesk doctor' to list the monitors.")
-    policy = build_policy(settings, script=args.script)
+    from holodesk.policy.download import TerminalProgress
+
+    loading = TerminalProgress(sys.stderr)  # download and load progress of a local model, on one line
+    try:
+        policy = build_policy(settings, script=args.script, progress=loading.line)
+    finally:
+        loading.close()
     approver = TerminalApprover(sys.stdin, sys.stdout)
     session = Session(
         policy,
@@ -144,12 +163,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                       settings.max_repeats, settings.monitor),
         episodes_dir=args.episodes_dir or settings.episodes_dir,
         focus_probe=_focus_probe(),
+        window_probe=_window_probe(),
         meta={"monitor_label": monitors[settings.monitor - 1].label},
         stop_event=stop_event,
     )
     session.subscribe(_print_event)
     try:
-        result = session.run(args.task)
+        result = session.run(task)
     finally:
         policy.close()
         close = getattr(capture, "close", None)
@@ -162,8 +182,37 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"Episode recorded in {result.episode_path}")
     if args.json:
         print(json.dumps({"status": result.status.value, "reason": result.reason, "answer": result.answer,
-                          "steps": result.steps, "episode": str(result.episode_path)}, ensure_ascii=False))
+                          "steps": result.steps, "episode": str(result.episode_path)}))
     return {State.FINISHED: EXIT_OK, State.STOPPED: EXIT_STOPPED}.get(result.status, EXIT_FAILED)
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    """``holodesk download MODEL``: fetch a model into the hub cache with one progress line. Exit 0 done,
+    2 failed (the message says why and what to do), 3 stopped with Ctrl+C (run again to resume)."""
+    import getpass
+
+    from holodesk.policy.download import TerminalProgress, download_model, hub_token, store_hub_token
+
+    if args.login:
+        token = getpass.getpass("Hugging Face token (from https://huggingface.co/settings/tokens): ").strip()
+        if not token:
+            raise HolodeskError("no token was given", hint="Paste a read token, or leave out --login.")
+        store_hub_token(token)
+        print("The token is kept in the system keychain.")
+    bar = TerminalProgress(sys.stdout)
+    cancel = threading.Event()
+    try:
+        result = download_model(args.model, revision=args.revision, cache_dir=args.cache_dir, progress=bar,
+                                cancel=cancel, token=hub_token(), verify_cached=True)
+    except KeyboardInterrupt:
+        bar.close()
+        print("holodesk: download stopped; run the same command again to resume it", file=sys.stderr)
+        return EXIT_STOPPED
+    finally:
+        bar.close()
+    print(f"{args.model} is ready in {result.folder} ({result.downloaded_bytes} bytes downloaded, "
+          f"{result.reused_bytes} bytes were already here)")
+    return EXIT_OK
 
 
 def _focus_probe() -> Any:
@@ -174,18 +223,23 @@ def _focus_probe() -> Any:
     return focused_window_class
 
 
+def _window_probe() -> Any:
+    try:
+        from holodesk.control.window import window_at
+    except ImportError:
+        return None
+    return window_at
+
+
 def terminal_safe(text: str, *, keep_newlines: bool = False) -> str:
-    """Model text made inert for a terminal (F10): control characters (escape sequences, carriage
-    returns, and line breaks unless ``keep_newlines``) and invisible format characters are shown as
-    escapes (``\\x1b``, ``\\n``), so a reply can neither restyle the terminal nor fake a line of the
-    approval prompt. Printable Unicode is kept as is."""
-    out = []
-    for ch in text:
-        if ch.isprintable() or (keep_newlines and ch == "\n"):
-            out.append(ch)
-        else:
-            out.append(repr(ch)[1:-1])
-    return "".join(out)
+    """Model text made inert for a terminal (F10, F24): :func:`holodesk.core.text.display_safe`, which
+    shows control characters (escape sequences, carriage returns, and line breaks unless
+    ``keep_newlines``), invisible format characters and lone surrogates as escapes (``\\x1b``,
+    ``\\n``), so a reply can neither restyle the terminal, fake a line of the approval prompt nor
+    break the output's encoding. Printable Unicode is kept as is."""
+    from holodesk.core.text import display_safe
+
+    return display_safe(text, keep_newlines=keep_newlines)
 
 
 _STAGES = ("preprocess", "vision", "prefill", "decode", "build_prompt", "encode_images", "request")
@@ -219,8 +273,10 @@ def _print_event(event: Any) -> None:
 class TerminalApprover:
     """Asks on the terminal: ``[a]pprove / [e]dit / [s]kip / [q]uit``. End of input means quit.
 
-    Model text is printed with ``repr`` quoting for typed text, so control characters and markup show
-    literally (field case F10).
+    Leads with the same headline as the overlay card (:func:`holodesk.core.wording.step_words`), then
+    its details, the exact text to type, the risk and the model's thought. Model text is escaped
+    (:func:`terminal_safe`, ``repr`` quoting for typed text and the thought), so control characters and
+    markup show literally (field case F10).
     """
 
     def __init__(self, stdin: TextIO, stdout: TextIO) -> None:
@@ -237,10 +293,16 @@ class TerminalApprover:
         from holodesk.session.approval import ApprovalResponse, Decision
 
         out = self.stdout
-        out.write(f"\nStep {request.step + 1}: {request.description}\n")
+        # the same words as the overlay card: headline first, then where, risk and the model's thought
+        out.write(f"\nStep {request.step + 1}: {terminal_safe(request.description)}\n")
+        for detail in getattr(request, "details", ()):
+            out.write(f"  {terminal_safe(detail)}\n")
+        action = request.action
+        if getattr(action, "kind", "") == "type":
+            out.write(f"  exact text: {action.text!r}\n")
+        out.write(f"  risk: {request.risk.level.value} ({terminal_safe(request.risk.reason)})\n")
         if request.proposal.thought:
             out.write(f"  model's thought: {request.proposal.thought!r}\n")
-        out.write(f"  risk: {request.risk.level.value} ({request.risk.reason})\n")
         while True:
             answer = self._ask("  [a]pprove / [e]dit / [s]kip / [q]uit? ")
             if answer is None:

@@ -37,6 +37,7 @@ from holodesk.session.loop import SessionLimits, State
 from tests.conftest import XvfbServer
 from tests.field_cases.fakes import (
     FakePanel,
+    StaleLayoutCapture,
     button_around,
     cell_inside,
     fake_input_cell,
@@ -156,7 +157,7 @@ def test_F03_two_monitors_with_different_scales_use_the_frames_monitor() -> None
     assert cell_inside(fake_input_cell(call.frame, ip), button)
     request = run.approver.requests[0]
     assert request.input_points == (ip,)
-    assert "Monitor 2" in request.description and "(3919, 1001)" in request.description
+    assert "(3919, 1001)" in request.description and "Monitor 2" in request.details[0]
     # The reverse map (used when the user edits the target on the overlay) comes back within one
     # model unit (1/1000 of B = 1.44 logical px), still on the button.
     back = to_input_point(frame_b, input_to_point(frame_b, ip.x, ip.y))
@@ -205,8 +206,10 @@ def test_F04_monitor_2_of_3_frame_label_and_origin(make_xvfb: Callable[..., Xvfb
                 env=env, input="a\n", capture_output=True, text=True, timeout=120, cwd=ROOT)
             assert res.returncode == 0, res.stdout + res.stderr
             win.wait_for(lambda s: s["clicks"] == ["OK"], timeout=10)
-    # The approval text names monitor 2 (mss gives no output name for xrandr monitors) and its origin.
-    assert re.search(rf"-> screen \({expected.x}, {expected.y}\) on Monitor 2(, \w+)?, 1920x1080 at \+1280\+0",
+    # The approval leads with the step in words, naming the window under the target; its details name
+    # monitor 2 (mss gives no output name for xrandr monitors) and its origin.
+    assert f"Step 1: Click at ({expected.x}, {expected.y}) in Holodesk test target" in res.stdout, res.stdout
+    assert re.search(rf"Screen \({expected.x}, {expected.y}\) on Monitor 2(, \w+)?, 1920x1080 at \+1280\+0",
                      res.stdout), res.stdout
     assert f"left-clicked at ({expected.x}, {expected.y})" in res.stdout
     # The recorded frame of step 0 is monitor 2's content, not monitor 1's.
@@ -264,10 +267,12 @@ def _pointer(server: XvfbServer) -> tuple[int, int]:
 @pytest.mark.parametrize("kind", ["click", "double_click", "drag_end_unreachable"])
 def test_F06_unreachable_target_fails_and_nothing_is_clicked_at_the_clamped_position(
         kind: str, xvfb: XvfbServer, tmp_path: Path) -> None:
-    """The frame claims a 2400-wide monitor (the layout changed since capture: a fake layout replayed
-    by FakeCapture) on the real 1920-wide Xvfb screen. X clamps the pointer at x=1919, which is on the
-    real Apply button. The real executor reads the pointer back and fails the action; Apply is never
-    clicked, and for a drag the button is never even pressed."""
+    """The frame claims a 2400-wide monitor (the layout changed since capture: StaleLayoutCapture, a
+    fake that replays a frame of the old layout while reporting the real current one) on the real
+    1920-wide Xvfb screen. X clamps the pointer at x=1919, which is on the real Apply button. The real
+    executor reads the pointer back and fails the action; Apply is never clicked, and for a drag the
+    button is never even pressed. The model is told and answers, but the run ends FAILED, naming the
+    step that could not be performed."""
     from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 
     executor = PyAutoGUIExecutor()
@@ -285,7 +290,7 @@ def test_F06_unreachable_target_fails_and_nothing_is_clicked_at_the_clamped_posi
         else:
             tool = {**click_at(far), "tool_name": kind}
         run = make_run([reply(tool), reply(None, "stop")],
-                       FakeCapture({1: [stale.pixels]}, [stale.monitor]), executor)
+                       StaleLayoutCapture(stale, Monitor(1, 0, 0, 1920, 1080, name="real")), executor)
         result = run.session.run("press far right")
         (res_event,) = run.kinds("result")
         outcome = res_event.data["result"]
@@ -293,7 +298,9 @@ def test_F06_unreachable_target_fails_and_nothing_is_clicked_at_the_clamped_posi
         assert "could not reach" in outcome.message
         assert outcome.details["pointer_readback"][0] == 1919
         assert outcome.details["target"][0] == to_input_point(stale, far).x > 1919
-        assert result.status is State.FINISHED  # the run goes on; the model is told the step failed
+        # the run goes on and the model is told, but a run with a failed step never ends "finished"
+        assert result.status is State.FAILED, result
+        assert "could not be performed (step 1: the pointer could not reach" in result.reason
         time.sleep(0.4)
         assert win.state()["clicks"] == []
 

@@ -25,6 +25,7 @@ from holodesk.control.window import focused_window_class
 from holodesk.core.actions import Key, Type
 from holodesk.core.geometry import frame_pixel_to_point
 from holodesk.core.risk import Risk, assess
+from holodesk.core.wording import TYPED_CHARS, plain
 from holodesk.session.approval import ApprovalRequest, ApprovalResponse, Decision
 from holodesk.session.loop import SessionEvent, State
 from tests.conftest import XvfbServer
@@ -97,7 +98,7 @@ def test_F10_model_text_is_data_typed_verbatim_never_run(name: str, xvfb: XvfbSe
     assert not marker.exists()
     # The approval request (what the terminal prompt and the overlay card show) quotes it verbatim.
     typed = run.approver.requests[1]
-    assert typed.action == Type(text) and repr(text) in typed.description
+    assert typed.action == Type(text) and typed.description == f"Type ‘{plain(text, TYPED_CHARS)}’"
     assert typed.proposal.thought == text and typed.proposal.note == text
     # Step mode: every executed action had an approval event first, and nothing ran unapproved.
     assert len(run.approver.requests) == 2 and len(run.kinds("result")) == 2
@@ -159,13 +160,14 @@ def test_F10_model_text_cannot_restyle_the_terminal_or_fake_a_prompt_line(capsys
     prompt_out = io.StringIO()
     approver = TerminalApprover(io.StringIO("s\n"), prompt_out)
     run = make_run([reply({"tool_name": "type", "text": "x"}, evil), reply(None, evil)],
-                   single_frame_capture(frame), approver=approver)  # type: ignore[arg-type]
+                   single_frame_capture(frame), approver=approver,  # type: ignore[arg-type]
+                   focus_probe=FakeFocusProbe("mousepad Mousepad"))
     run.session.subscribe(_print_event)
     result = run.session.run("type x")
     printed = capsys.readouterr().out + prompt_out.getvalue()
     assert "\x1b" not in printed and "\x07" not in printed and "\u200b" not in printed
     assert "[step 1] thought: fine\\x1b[2J\\x1b[1A\\n  risk: low (pointer action)" in printed
-    assert [ln for ln in printed.splitlines() if ln.startswith("  risk:")] == ["  risk: low (types text)"]
+    assert [ln for ln in printed.splitlines() if ln.startswith("  risk:")] == ["  risk: low (types one line of text)"]
     assert run.executor.calls == []  # skipped at the prompt
     assert terminal_safe(result.answer or "", keep_newlines=True) == (
         "fine\\x1b[2J\\x1b[1A\n  risk: low (pointer action)\\x1b]52;c;cm0gLXJmIH4=\\x07\\u200b")

@@ -9,8 +9,10 @@ tray host at all) start one with ``make_xvfb`` and run the app in a child proces
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -119,9 +121,31 @@ class AppKit:
         self.policy = policy
 
 
+class FakeDesktopProbe:
+    """Window probe for the app tests: the real window at a point when the display shows one there, else
+    (the empty test display) a fake window of application ``app`` (the class part of a WM_CLASS such as
+    ``"mousepad Mousepad"``), or None when ``app`` is None. Without a point: the real focused window."""
+
+    def __init__(self, wm_class: str | None) -> None:
+        self.app = wm_class.split()[-1] if wm_class else None
+
+    def __call__(self, x: int | None = None, y: int | None = None) -> Any:
+        from holodesk.control.window import window_at
+        from holodesk.core.wording import WindowInfo
+
+        real = window_at(x, y)
+        if real is not None or x is None or self.app is None:
+            return real
+        return WindowInfo(title="", app=self.app)
+
+
 @pytest.fixture
 def make_app(qtbot: Any, tmp_path: Path) -> Iterator[Callable[..., AppKit]]:
-    """Factory ``make_app(actions, approval="step", countdown=2.0, **kw) -> AppKit``; a Done is appended."""
+    """Factory ``make_app(actions, approval="step", countdown=2.0, **kw) -> AppKit``; a Done is appended.
+    ``focused_window`` is what a fake focus probe reports as the focused window's class (the actions go
+    to a RecordingExecutor, not to a real window); the window under a point is the real one there
+    (:func:`holodesk.control.window.window_at`), and where the real display shows none, a fake window of
+    ``focused_window``'s application. None means unknown for both."""
     from holodesk.settings import Settings
     from holodesk.ui.app import HolodeskApp
 
@@ -129,7 +153,7 @@ def make_app(qtbot: Any, tmp_path: Path) -> Iterator[Callable[..., AppKit]]:
 
     def make(actions: list[Action | str], *, approval: str = "step", countdown: float = 2.0,
              force_window: bool = False, capture: Any = None, executor: Any = None, hotkeys: bool = False,
-             end: bool = True, **settings_kw: Any) -> AppKit:
+             end: bool = True, focused_window: str | None = "mousepad Mousepad", **settings_kw: Any) -> AppKit:
         replies = [a if isinstance(a, str) else reply(a, thought=f"step {i + 1}") for i, a in enumerate(actions)]
         if end:
             replies.append(reply(Done("finished")))
@@ -141,7 +165,8 @@ def make_app(qtbot: Any, tmp_path: Path) -> Iterator[Callable[..., AppKit]]:
         app = HolodeskApp(settings, force_window=force_window, hotkeys=hotkeys,
                           policy_factory=lambda s, progress: policy, capture_factory=lambda: cap,
                           executor_factory=lambda s: rec, settings_path=tmp_path / "config" / "settings.toml",
-                          dialogs=False)
+                          dialogs=False, focus_probe=lambda: focused_window,
+                          window_probe=FakeDesktopProbe(focused_window))
         app.guard.settle_s = 0.05
         made.append(app)
         app.start()
@@ -165,3 +190,51 @@ def wait_overlay(qtbot: Any, app: Any, timeout_ms: int = 10000) -> Any:
 def wait_finished(qtbot: Any, app: Any, timeout_ms: int = 15000) -> Any:
     qtbot.waitUntil(lambda: not app.runner.running and app.last_result is not None, timeout=timeout_ms)
     return app.last_result
+
+
+@pytest.fixture
+def gnome_keyring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A real GNOME Keyring (unlocked, Secret Service) on a private D-Bus session bus, used by this process's
+    ``keyring`` for this test. Yields the keyring's HOME (its files are under it)."""
+    import keyring
+    from keyring.backends import SecretService
+
+    if not (shutil.which("gnome-keyring-daemon") and shutil.which("dbus-run-session")):
+        message = "gnome-keyring-daemon / dbus-run-session not installed (apt-get install gnome-keyring dbus-daemon)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    home = tmp_path / "keyring-home"
+    home.mkdir()
+    run_dir = tmp_path / "keyring-run"
+    run_dir.mkdir(mode=0o700)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
+           "XDG_DATA_HOME": str(home / ".local" / "share"), "XDG_CONFIG_HOME": str(home / ".config"),
+           "XDG_RUNTIME_DIR": str(run_dir)}
+    script = ('echo "BUS $DBUS_SESSION_BUS_ADDRESS"; echo -n pw | gnome-keyring-daemon --unlock '
+              '--components=secrets >/dev/null; echo READY; exec sleep 600')
+    proc = subprocess.Popen(["dbus-run-session", "--", "sh", "-c", script], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    assert proc.stdout is not None
+    address = ""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline().strip()
+        if line.startswith("BUS "):
+            address = line[4:]
+        if line == "READY" or proc.poll() is not None:
+            break
+    if not address or proc.poll() is not None:
+        stop_process(proc)
+        raise RuntimeError("the private D-Bus session with GNOME Keyring did not start")
+    monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", address)
+    before = keyring.get_keyring()
+    keyring.set_keyring(SecretService.Keyring())
+    try:
+        yield home
+    finally:
+        keyring.set_keyring(before)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        stop_process(proc)
+        proc.stdout.close()

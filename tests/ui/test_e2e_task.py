@@ -1,4 +1,5 @@
-"""A whole task through the UI against a real target window.
+"""A whole task through the UI against a real target window, under a window manager (openbox, and xfwm4
+with its compositor).
 
 Global hotkey sent with xdotool -> command palette -> task typed with xdotool -> ScriptedPolicy proposes a
 click on the target's OK button -> the overlay marks the button -> Enter (xdotool) -> the real executor
@@ -8,6 +9,7 @@ click on the target's OK button -> the overlay marks the button -> Enter (xdotoo
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +22,22 @@ from holodesk.policy.scripted import ScriptedPolicy, write_script
 from holodesk.session.loop import State
 from holodesk.settings import Settings
 from holodesk.ui.app import HolodeskApp
+from tests.helpers.desktop import WINDOW_MANAGERS, WindowManager, start_window_manager
 from tests.helpers.target import TargetWindow
 from tests.ui.conftest import wait_finished, wait_overlay
 
 pytestmark = [pytest.mark.gui, pytest.mark.e2e]
+
+
+@pytest.fixture(autouse=True, params=WINDOW_MANAGERS)
+def window_manager(request: pytest.FixtureRequest, ui_env: Any, tmp_path: Path) -> Iterator[WindowManager]:
+    """Every test here runs under a real window manager (tests/helpers/desktop.py), stopped afterwards."""
+    (tmp_path / "wm").mkdir()
+    wm = start_window_manager(ui_env.env(), str(request.param), tmp_path / "wm")
+    try:
+        yield wm
+    finally:
+        wm.stop()
 
 
 def xdotool(env_display: Any, *args: str) -> None:
@@ -114,14 +128,16 @@ def test_typing_after_approval_goes_to_the_field_the_user_expects(qtbot: Any, ui
 
 
 def test_new_hotkey_from_the_settings_dialog_works_at_once(qtbot: Any, ui_env: Any, make_app: Any) -> None:
-    from PySide6.QtWidgets import QLineEdit
+    from PySide6.QtGui import QKeySequence
+
+    from holodesk.ui.settings_dialog import HotkeyEdit
 
     kit = make_app([], hotkeys=True)
     app = kit.app
     dialog = app.open_settings()
     field = dialog.fields["hotkey_palette"].editor
-    assert isinstance(field, QLineEdit)
-    field.setText("<ctrl>+<alt>+j")
+    assert isinstance(field, HotkeyEdit)
+    field.setKeySequence(QKeySequence("Ctrl+Alt+J"))  # what the capture field holds after Ctrl+Alt+J
     assert dialog.save()
     assert app.settings.hotkey_palette == "<ctrl>+<alt>+j" and app.hotkeys.combos["palette"] == "<ctrl>+<alt>+j"
     qtbot.wait(300)

@@ -9,7 +9,14 @@ X11 keysym typer
     keysym of a character is its code point for Latin-1 and ``0x01000000 + code point`` otherwise
     (X11 protocol, "Keysym Encoding", Unicode keysyms). Tab and newline are typed as the Tab and
     Return keys. Clients re-read the keyboard map when it changes, so every remap is followed by a short
-    settle delay before the keys are pressed, and before the map is restored.
+    settle delay before the keys are pressed. A client translates a key event with the map it fetches
+    when it processes that event, so the map is restored only ``restore_delay_s`` after the last key
+    (restoring earlier loses the last characters in a busy client).
+
+    Lock keys (F26): the server applies locked modifiers to synthetic keys too, so with Caps Lock on
+    "abc" would arrive as "ABC" and "ß" as "ẞ". Before typing, every active lock that changes which
+    keysym a key produces (Caps Lock, Shift Lock, Num Lock, ISO Level3/Level5 Lock) is turned off by
+    pressing its key, and afterwards turned back on, so the lock state is as the user left it.
 
 Clipboard paste
     Saves the user's clipboard text, puts the text on the clipboard, presses the paste chord (Ctrl+V,
@@ -21,6 +28,7 @@ Clipboard paste
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import time
@@ -37,6 +45,11 @@ XK_TAB = 0xFF09
 XK_RETURN = 0xFF0D
 XK_SHIFT_L = 0xFFE1
 UNICODE_KEYSYM_OFFSET = 0x01000000
+#: Lock keysyms whose locked modifier changes the keysym a key produces (name for reports).
+LOCK_KEYSYMS: dict[int, str] = {0xFFE5: "Caps_Lock", 0xFFE6: "Shift_Lock", 0xFF7F: "Num_Lock",
+                                0xFE04: "ISO_Level3_Lock", 0xFE0C: "ISO_Level5_Lock"}
+LOCK_TOGGLE_TIMEOUT_S = 2.0
+
 
 def char_to_keysym(ch: str) -> int:
     """X11 keysym for one character.
@@ -94,6 +107,18 @@ def plan_segments(keysyms: Sequence[int], direct: set[int], spare_count: int) ->
     return segments
 
 
+def keycode_runs(rows: dict[int, list[int]]) -> list[tuple[int, list[list[int]]]]:
+    """Group keycode -> keysym-row assignments into runs of consecutive keycodes, in keycode order:
+    ``{253: a, 254: b, 200: c}`` -> ``[(200, [c]), (253, [a, b])]`` (one ChangeKeyboardMapping each)."""
+    runs: list[tuple[int, list[list[int]]]] = []
+    for kc in sorted(rows):
+        if runs and runs[-1][0] + len(runs[-1][1]) == kc:
+            runs[-1][1].append(rows[kc])
+        else:
+            runs.append((kc, [rows[kc]]))
+    return runs
+
+
 @dataclass
 class TypingReport:
     """What a typer did (goes into :attr:`ActionResult.details`).
@@ -124,15 +149,18 @@ class X11KeysymTyper:
 
     Args:
         display_name: X display (default ``$DISPLAY``).
-        settle_s: seconds to wait after each keyboard-map change so clients re-read the map (the same
-            reason xdotool sleeps after remapping); 0.05 s is ample on a local server.
+        settle_s: seconds to wait after binding characters to spare keycodes, before pressing them (the
+            same reason xdotool sleeps after remapping).
+        restore_delay_s: seconds between the last key that used a temporary binding and restoring the
+            keyboard map, so the focused client has translated those keys (default 0.5).
         key_delay_s: seconds between key events (0 = as fast as the server takes them).
     """
 
     def __init__(self, display_name: str | None = None, *, settle_s: float = 0.05,
-                 key_delay_s: float = 0.0) -> None:
+                 restore_delay_s: float = 0.5, key_delay_s: float = 0.0) -> None:
         self.display_name = display_name
         self.settle_s = settle_s
+        self.restore_delay_s = restore_delay_s
         self.key_delay_s = key_delay_s
         self._lock = threading.Lock()
 
@@ -154,20 +182,87 @@ class X11KeysymTyper:
         return conn
 
     def type_text(self, text: str) -> TypingReport:
-        """Type ``text`` exactly into the focused window.
+        """Type ``text`` exactly into the focused window, whatever the lock keys' state.
 
+        Returns:
+            A report whose extras name the locks turned off for typing (``locks_cleared``) and whether
+            they were turned back on (``locks_restored``).
         Raises:
-            ActionError: untypeable control characters, or no spare keycode for a needed remap.
+            ActionError: untypeable control characters, no spare keycode for a needed remap, or a lock
+                that could not be turned off (nothing typed).
             DisplayError: no X connection / no XTEST.
-        The keyboard map is restored even when typing fails half-way.
+        The keyboard map and the locks are restored even when typing fails half-way.
         """
         keysyms = text_to_keysyms(text)
         with self._lock:
             conn = self._open()
             try:
-                return self._type(conn, keysyms)
+                cleared = self._clear_locks(conn)
+                try:
+                    report = self._type(conn, keysyms)
+                finally:
+                    restored = self._restore_locks(conn, cleared)
+                report.extra = {**(report.extra or {}), "locks_cleared": [name for name, _kc, _m in cleared],
+                                "locks_restored": restored}
+                return report
             finally:
                 conn.close()
+
+    @staticmethod
+    def _modifier_state(conn: Any) -> int:
+        return int(conn.screen().root.query_pointer().mask)
+
+    def _tap_lock(self, conn: Any, keycode: int, mask: int, want_on: bool) -> bool:
+        """Press and release a lock key, then wait (bounded) until its modifier is ``want_on``."""
+        from Xlib import X
+        from Xlib.ext import xtest
+
+        xtest.fake_input(conn, X.KeyPress, keycode)
+        xtest.fake_input(conn, X.KeyRelease, keycode)
+        conn.sync()
+        deadline = time.monotonic() + LOCK_TOGGLE_TIMEOUT_S
+        while bool(self._modifier_state(conn) & mask) != want_on:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def _clear_locks(self, conn: Any) -> list[tuple[str, int, int]]:
+        """Turn off every active lock of :data:`LOCK_KEYSYMS`; return ``(name, keycode, modifier mask)``
+        of those turned off.
+
+        Raises:
+            ActionError: a lock stayed on (the ones already turned off are turned back on first).
+        """
+        state = self._modifier_state(conn)
+        modmap = conn.get_modifier_mapping()
+        cleared: list[tuple[str, int, int]] = []
+        seen_masks: set[int] = set()
+        for keysym, name in LOCK_KEYSYMS.items():
+            keycode = conn.keysym_to_keycode(keysym)
+            if not keycode:
+                continue
+            for index, keycodes in enumerate(modmap):
+                mask = 1 << index
+                if keycode in keycodes and state & mask and mask not in seen_masks:
+                    seen_masks.add(mask)
+                    if not self._tap_lock(conn, keycode, mask, want_on=False):
+                        self._restore_locks(conn, cleared)
+                        raise ActionError(f"{name} is on and could not be turned off for typing; nothing was "
+                                          "typed", hint=f"Turn {name.replace('_', ' ')} off and try again.")
+                    cleared.append((name, keycode, mask))
+        if cleared:
+            log.info("turned off %s for typing", ", ".join(n for n, _k, _m in cleared))
+        return cleared
+
+    def _restore_locks(self, conn: Any, cleared: list[tuple[str, int, int]]) -> bool:
+        """Turn the locks in ``cleared`` back on; False (and an error in the log) if one stayed off."""
+        ok = True
+        for name, keycode, mask in reversed(cleared):
+            if not self._tap_lock(conn, keycode, mask, want_on=True):
+                log.error("could not turn %s back on after typing", name)
+                ok = False
+        return ok
 
     def _type(self, conn: Any, keysyms: list[int]) -> TypingReport:
         from Xlib import X
@@ -213,9 +308,7 @@ class X11KeysymTyper:
                 needed = [ks for ks in dict.fromkeys(keysyms[start:end]) if ks not in typable]
                 if needed:
                     bound = dict(zip(spare, needed, strict=False))
-                    for kc, ks in bound.items():
-                        conn.change_keyboard_mapping(kc, [[ks, ks]])
-                    conn.sync()
+                    self._change_map(conn, {kc: [ks, ks] for kc, ks in bound.items()}, width)
                     time.sleep(self.settle_s)
                     remapped_total.update(needed)
                 by_keysym = {ks: kc for kc, ks in bound.items()}
@@ -227,7 +320,7 @@ class X11KeysymTyper:
                         tap(kc, level == 1)
                 conn.sync()
                 if needed:
-                    time.sleep(self.settle_s)  # let the client translate these keys with our map
+                    time.sleep(self.restore_delay_s)  # let the client translate these keys with our map
                     self._restore(conn, bound, width)
                     bound = {}
         finally:
@@ -236,10 +329,18 @@ class X11KeysymTyper:
         return TypingReport(method="xtest_keysym", characters=len(keysyms), remapped=len(remapped_total))
 
     @staticmethod
-    def _restore(conn: Any, bound: dict[int, int], width: int) -> None:
-        for kc in bound:
-            conn.change_keyboard_mapping(kc, [[0] * width])
+    def _change_map(conn: Any, rows: dict[int, list[int]], width: int) -> None:
+        """Set the keysyms of several keycodes with one request per run of consecutive keycodes
+        (:func:`keycode_runs`): every change makes each client reload its keymap, and a GTK client
+        busy reloading it drops pointer clicks, so the fewer changes the better."""
+        per_row = max(width, 2)
+        for first, block in keycode_runs(rows):
+            conn.change_keyboard_mapping(first, [(row + [0] * per_row)[:per_row] for row in block])
         conn.sync()
+
+    @classmethod
+    def _restore(cls, conn: Any, bound: dict[int, int], width: int) -> None:
+        cls._change_map(conn, {kc: [] for kc in bound}, width)
 
 
 def is_terminal_class(wm_class: str | None) -> bool:
@@ -260,14 +361,21 @@ def default_paste_chord(platform: str | None = None, target_class: str | None = 
     return ("ctrl", "v")
 
 
+RESTORE_CHECK_S = 3.0
+"""Seconds to wait for the clipboard to read back the restored previous content."""
+
+
 class ClipboardPaster:
     """Pastes text through the clipboard, always restoring the user's previous clipboard text.
 
     Args:
         press_chord: callback that presses a chord of normalised key names (e.g. the executor's).
         chord: paste chord; None = :func:`default_paste_chord` for the platform and focused window.
-        restore_delay_s: seconds to wait after the chord before restoring the clipboard, so the target
-            has fetched the text (X11 transfers the selection asynchronously).
+        restore_delay_s: where the fetch cannot be observed (not X11, or an injected ``clipboard``):
+            seconds to wait after the chord before restoring the clipboard.
+        fetch_timeout_s: on X11 Holodesk offers the text itself (:class:`~holodesk.control.x11_selection.
+            ClipboardOffer`) and restores the previous clipboard as soon as the target has fetched the
+            text, or after this many seconds when it never asks (the focus is not on a text field).
         clipboard: object with ``copy(str)`` / ``paste() -> str`` (default pyperclip); for tests.
         target_class: callable returning the focused window's WM_CLASS (for the terminal chord).
     """
@@ -278,12 +386,14 @@ class ClipboardPaster:
         *,
         chord: Sequence[str] | None = None,
         restore_delay_s: float = 0.3,
+        fetch_timeout_s: float = 5.0,
         clipboard: Any = None,
         target_class: Callable[[], str | None] | None = None,
     ) -> None:
         self.press_chord = press_chord
         self.chord = tuple(chord) if chord else None
         self.restore_delay_s = restore_delay_s
+        self.fetch_timeout_s = fetch_timeout_s
         self._clipboard = clipboard
         self._target_class = target_class
 
@@ -302,10 +412,12 @@ class ClipboardPaster:
 
         Returns:
             A report with ``verified=False`` and extras ``paste_chord``, ``clipboard_restored``,
-            ``previous_clipboard_saved``.
+            ``previous_clipboard_saved`` and, on X11, ``target_fetched`` (whether a client fetched the
+            text before the clipboard was restored).
         Raises:
             ActionError: the clipboard cannot be read or written (on Linux: install xclip or xsel).
         """
+        x11_offer = self._clipboard is None and sys.platform.startswith("linux") and bool(os.environ.get("DISPLAY"))
         cb = self._cb()
         try:
             previous = cb.paste()
@@ -319,30 +431,70 @@ class ClipboardPaster:
             previous, saved = "", False
         target = self._target_class() if self._target_class else None
         chord = self.chord or default_paste_chord(target_class=target)
-        restored = False
+        extra: dict[str, Any] = {}
         try:
-            try:
-                cb.copy(text)
-                now = cb.paste()
-            except Exception as exc:
-                raise ActionError(
-                    f"cannot write the clipboard ({type(exc).__name__}: {exc}); nothing was pasted",
-                    hint="On Linux install xclip (apt-get install xclip) or xsel.",
-                ) from exc
-            if now != text:
-                raise ActionError("the clipboard did not take the text (read back differs); nothing was pasted")
-            self.press_chord(chord)
-            time.sleep(self.restore_delay_s)
+            if x11_offer:
+                extra["target_fetched"] = self._paste_offered(text, chord)
+            else:
+                try:
+                    cb.copy(text)
+                    now = cb.paste()
+                except Exception as exc:
+                    raise ActionError(
+                        f"cannot write the clipboard ({type(exc).__name__}: {exc}); nothing was pasted",
+                        hint="On Linux install xclip (apt-get install xclip) or xsel.",
+                    ) from exc
+                if now != text:
+                    raise ActionError("the clipboard did not take the text (read back differs); nothing was pasted")
+                self.press_chord(chord)
+                time.sleep(self.restore_delay_s)
         finally:
-            try:
-                cb.copy(previous)
-                restored = cb.paste() == previous
-            except Exception as exc:
-                log.error("restoring the clipboard failed: %s", exc)
-            if not restored:
-                log.error("the previous clipboard content could not be restored")
+            restored = self._restore(cb, previous)
         return TypingReport(
             method="clipboard", characters=len(text), verified=False,
             extra={"paste_chord": "+".join(chord), "target_class": target,
-                   "clipboard_restored": restored, "previous_clipboard_saved": saved},
+                   "clipboard_restored": restored, "previous_clipboard_saved": saved, **extra},
         )
+
+    def _restore(self, cb: Any, previous: str) -> bool:
+        """Put ``previous`` back on the clipboard; True once reading the clipboard gives it back.
+
+        The read-back is polled for up to :data:`RESTORE_CHECK_S` seconds: a clipboard tool may return
+        before its background process owns the selection (xclip forks first), so an immediate read can
+        still see the old owner."""
+        try:
+            cb.copy(previous)
+            deadline = time.monotonic() + RESTORE_CHECK_S
+            while True:
+                if cb.paste() == previous:
+                    return True
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.02)
+        except Exception as exc:
+            log.error("restoring the clipboard failed: %s", exc)
+            return False
+        log.error("the previous clipboard content could not be restored")
+        return False
+
+    def _paste_offered(self, text: str, chord: tuple[str, ...]) -> bool:
+        """X11: own the clipboard with ``text``, press ``chord``, and wait until the target fetched the
+        text (at most ``fetch_timeout_s``). Returns whether it did.
+
+        Raises:
+            ActionError: the clipboard cannot be taken; nothing was pasted.
+        """
+        from holodesk.control.x11_selection import ClipboardOffer
+
+        try:
+            offer = ClipboardOffer(text)
+        except Exception as exc:  # Xlib raises several unrelated types on a bad display
+            raise ActionError(f"cannot take the X11 clipboard ({type(exc).__name__}: {exc}); nothing was pasted",
+                              hint="Check that the X display is reachable.") from exc
+        with offer:
+            self.press_chord(chord)
+            fetched = offer.wait_fetched(self.fetch_timeout_s)
+        if not fetched:
+            log.warning("no window fetched the pasted text within %.1f s (the focus may not be on a text "
+                        "field); the previous clipboard is restored now", self.fetch_timeout_s)
+        return fetched

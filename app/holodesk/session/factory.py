@@ -24,19 +24,24 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def build_policy(settings: Settings, *, script: Path | None = None, progress: Any = None) -> Policy:
-    """The policy the settings (or an explicit script) select.
+def build_policy(settings: Settings, *, script: Path | None = None, progress: Any = None,
+                 cancel: threading.Event | None = None) -> Policy:
+    """The policy the settings (or an explicit script) select. ``progress(stage, fraction)`` and ``cancel``
+    reach the local model's download and load.
 
     Raises:
         SettingsError: remote policy without an endpoint, unknown policy.
         ModelLoadError / PolicyError: from the chosen backend.
     """
+    if script is None and settings.policy == "script":
+        script = settings.script_file
     if script is not None or settings.policy == "script":
         if script is None:
-            raise SettingsError("policy 'script' needs a script file", hint="Pass --script FILE.")
+            raise SettingsError("policy 'script' needs a script file",
+                                hint="Choose the replay file in Settings (Replay file), or pass --script FILE.")
         from holodesk.policy.scripted import ScriptedPolicy
 
-        return ScriptedPolicy(script, protocol=settings.protocol)
+        return ScriptedPolicy(script)  # the script file names its protocol (old files: holo-v1)
     if settings.policy == "remote":
         if not settings.endpoint:
             raise SettingsError("the remote policy needs an endpoint URL",
@@ -70,6 +75,7 @@ def build_policy(settings: Settings, *, script: Path | None = None, progress: An
             max_new_tokens=settings.max_reply_tokens,
             max_string_chars=settings.max_string_chars,
             decoder=settings.decoder,
+            cancel=cancel,
         )
     raise SettingsError(f"unknown policy {settings.policy!r}")
 

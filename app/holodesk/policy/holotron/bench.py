@@ -39,6 +39,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from holodesk.errors import HolodeskError
+
 GiB = 1024**3
 
 
@@ -221,13 +223,16 @@ def _tiles_for(width: int, height: int, device: Any, dtype: Any, gen: Any, frame
 
     Returns (tiles ``[n, 3, 512, 512]`` in ``dtype`` on ``device``, preprocessing ms including the upload).
     """
+    from holodesk.policy.holotron.fullsize import full_size_config
     from holodesk.policy.holotron.tiling import preprocess_pixels
 
     if frame is None:
         frame = _random_frame(width, height, int(gen))
     t0 = time.perf_counter()
-    tiles, _grid = preprocess_pixels(frame, mean=(0.48145466, 0.4578275, 0.40821073),
-                                     std=(0.26862954, 0.26130258, 0.27577711),
+    raw = full_size_config(0, 0, 0, 0)  # the published preprocessing values the random-weight model uses
+    tiles, _grid = preprocess_pixels(frame, mean=raw["norm_mean"], std=raw["norm_std"],
+                                     max_tiles=raw["max_num_tiles"], tile_size=raw["force_image_size"],
+                                     use_thumbnail=raw["use_thumbnail"],
                                      device=device if device.type == "cuda" else None)
     tiles = tiles.to(device=device, dtype=dtype, non_blocking=True)
     _sync(device)
@@ -508,7 +513,14 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
 
     from holodesk.policy.holotron.fast_decode import StaticLM
 
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    try:
+        device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    except RuntimeError as exc:
+        raise HolodeskError(f"--device {args.device!r} is not a device PyTorch knows ({exc})",
+                            hint="Use --device cuda or --device cpu.") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise HolodeskError("--device cuda was asked for, but PyTorch sees no CUDA GPU on this machine",
+                            hint="Run on a machine with an NVIDIA GPU, or use --device cpu --tiny for a smoke test.")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     if args.dtype:
         dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from holodesk.policy.holotron.checkpoint import (
     key_namers,
     read_checkpoint,
     read_normalisation,
+    resolve_image_token,
     translate_config,
 )
 from holodesk.policy.holotron.kernels import kernel_report, prepare_kernels
@@ -30,7 +32,6 @@ from holodesk.policy.holotron.kernels import kernel_report, prepare_kernels
 log = logging.getLogger(__name__)
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-_DOWNLOAD_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "tokenizer*", "*.model", "*.txt"]
 QUANTIZATIONS = (None, "8bit", "4bit")
 KEEP_UNQUANTIZED = ["vision_model", "multi_modal_projector", "lm_head"]
 """Modules bitsandbytes leaves in bf16: the vision tower, the projector and the output head."""
@@ -50,7 +51,8 @@ class LoadedHolotron:
         think_end_id: id of ``</think>`` when the tokenizer has it as one token, else None.
         device: torch device of the model; dtype: torch dtype of the vision tower / unquantized weights.
         quantization: None, "8bit" or "4bit".
-        notes: tolerated load-report differences and other facts for the log.
+        notes: the checkpoint files' disagreements and the values used (:attr:`CheckpointInfo.notes`,
+            the ``<image>`` id check), then the tolerated load-report differences.
         kernels: :func:`~holodesk.policy.holotron.kernels.kernel_report` at load time.
         load_seconds: wall time of the load (download excluded).
     """
@@ -74,30 +76,21 @@ class LoadedHolotron:
     load_seconds: float = 0.0
 
 
-def _progress_tqdm(progress: ProgressFn) -> type:
-    """A tqdm class forwarding download progress to ``progress("downloading", fraction)``."""
-    from tqdm.auto import tqdm
-
-    class _Forward(tqdm):
-        def update(self, n: float | None = 1) -> bool | None:
-            result = super().update(n)
-            if self.total:
-                progress("downloading", min(1.0, float(self.n) / float(self.total)))
-            return result
-
-    return _Forward
-
-
-def resolve_source(source: str | Path, *, progress: ProgressFn | None = None, download: bool = True) -> Path:
+def resolve_source(source: str | Path, *, progress: ProgressFn | None = None, download: bool = True,
+                   cancel: threading.Event | None = None) -> Path:
     """Turn a checkpoint source into a local folder.
 
-    A path that exists is used as is. Otherwise ``owner/name`` is treated as a Hugging Face repo id:
-    downloaded (safetensors, configs, tokenizer files only) with progress when the hub is reachable,
-    else taken from the local hub cache. With ``download=False`` only the cache is looked at.
+    A path that exists is used as is. Otherwise ``owner/name`` is treated as a Hugging Face repo id and
+    fetched by :func:`holodesk.policy.download.download_model` (safetensors, configs, tokenizer files;
+    resumed, sha256-checked, ``progress("Downloading owner/name: 1.2 GB of 25.0 GB ...", fraction)``,
+    stopped by ``cancel``); when the hub is unreachable, stuck or failing, a complete cached copy is used
+    instead. With ``download=False`` only the cache is looked at.
 
     Raises:
-        ModelLoadError: when the path does not exist and is not a repo id, or when the repo is neither
-            reachable nor cached (with ``download=False``: not cached).
+        ModelLoadError: when the path does not exist and is not a repo id, or (``download=False``) when
+            the repo is not cached.
+        DownloadError: (a ModelLoadError) when the download fails and no cached copy exists, or when the
+            repo id, its access or the disk is the problem; its ``advice`` says what to do.
     """
     path = Path(source).expanduser()
     if path.exists():
@@ -110,45 +103,37 @@ def resolve_source(source: str | Path, *, progress: ProgressFn | None = None, do
             f"checkpoint {text!r} is neither an existing folder nor a Hugging Face repo id (owner/name)"
         )
     try:
-        from huggingface_hub import snapshot_download
+        import huggingface_hub  # noqa: F401 - the transport of holodesk.policy.download
     except ImportError:
         raise ModelLoadError(
             "huggingface_hub is not installed, so a repo id cannot be downloaded",
             hint="Install holodesk[local] or give a local checkpoint folder.",
         ) from None
+    from holodesk.policy.download import DownloadError, cached_snapshot, download_model, hub_token
+
     if not download:
-        try:
-            return Path(str(snapshot_download(text, allow_patterns=_DOWNLOAD_PATTERNS, local_files_only=True)))
-        except Exception:
+        cached = cached_snapshot(text)
+        if cached is None:
             raise ModelLoadError(
                 f"checkpoint {text} is not on this machine, and it is not downloaded for a machine without a "
                 "CUDA GPU (about 25 GB of weights that would run far too slowly on the CPU)",
                 hint=("Give a local checkpoint folder to run on the CPU anyway." + no_gpu_advice()).strip(),
-            ) from None
-    online_error: Exception | None = None
+            )
+        return cached
     try:
-        if progress is not None:
-            progress("downloading", 0.0)
-        folder = snapshot_download(
+        result = download_model(
             text,
-            allow_patterns=_DOWNLOAD_PATTERNS,
-            tqdm_class=_progress_tqdm(progress) if progress is not None else None,
-            etag_timeout=10,
+            progress=(lambda p: progress(p.describe(), p.fraction)) if progress is not None else None,
+            cancel=cancel,
+            token=hub_token(),
         )
-        return Path(str(folder))
-    except Exception as exc:  # offline, DNS failure, 404, gated, ...
-        online_error = exc
-    try:
-        folder = snapshot_download(text, allow_patterns=_DOWNLOAD_PATTERNS, local_files_only=True)
-        log.warning("hub unreachable (%s); using the cached copy of %s", online_error, text)
-        return Path(str(folder))
-    except Exception:
-        raise ModelLoadError(
-            f"checkpoint {text} is not on this machine and could not be downloaded "
-            f"({type(online_error).__name__}: {online_error})",
-            hint="Connect to the internet once, or download the repo elsewhere and give its folder."
-            + no_gpu_advice(),
-        ) from None
+        return result.folder
+    except DownloadError as exc:
+        cached = cached_snapshot(text) if exc.kind in ("offline", "server", "stalled", "unstable") else None
+        if cached is None:
+            raise
+        log.warning("%s; using the cached copy of %s", exc.message, text)
+        return cached
 
 
 def no_gpu_advice() -> str:
@@ -241,6 +226,34 @@ def load_tokenizer(folder: Path) -> Any:
         config_log.setLevel(level)
 
 
+def inspect_checkpoint(source: str | Path) -> dict[str, Any]:
+    """What ``holodesk doctor`` shows about a checkpoint, without loading any weights.
+
+    Reads config.json, preprocessor_config.json, the safetensors headers and the tokenizer's
+    vocabulary of a local folder or an already cached hub repo (nothing is downloaded).
+
+    Returns:
+        ``{"folder", "language model", "tiles", "image token", "notes"}``: the block counts in words,
+        the tile settings in use, the ``<image>`` id in use, and every disagreement between the files
+        (a list; ``["none: the files agree"]`` when there is none).
+    Raises:
+        ModelLoadError: for a missing, uncached or unreadable checkpoint.
+    """
+    folder = resolve_source(source, download=False)
+    info = read_checkpoint(folder)
+    info, token_notes = resolve_image_token(info, load_tokenizer(folder).get_vocab())
+    notes = [*info.notes, *token_notes]
+    return {
+        "folder": str(folder),
+        "language model": ", ".join(f"{n} {kind}" for kind, n in info.block_counts().items()),
+        "tiles": f"{info.tile_size} px, up to {info.max_tiles}"
+                 + (" + thumbnail" if info.use_thumbnail else ", no thumbnail")
+                 + (f", mean/std from {info.norm_from}" if info.norm_from else ""),
+        "image token": info.image_token_id,
+        "notes": notes or ["none: the files agree"],
+    }
+
+
 def load_holotron(
     source: str | Path,
     *,
@@ -249,6 +262,7 @@ def load_holotron(
     device: str | None = None,
     progress: ProgressFn | None = None,
     attn_implementation: str | None = "sdpa",
+    cancel: threading.Event | None = None,
 ) -> LoadedHolotron:
     """Load a Holotron checkpoint (folder or hub repo id) onto ``device``.
 
@@ -260,6 +274,7 @@ def load_holotron(
         device: torch device string; default ``"cuda"`` when available, else ``"cpu"``.
         progress: optional ``progress(stage, fraction)`` callback.
         attn_implementation: transformers attention backend (``"sdpa"``, ``"eager"``, ...).
+        cancel: stops a hub download when set (:class:`~holodesk.policy.download.DownloadCancelled`).
     Returns:
         :class:`LoadedHolotron`.
     Raises:
@@ -270,7 +285,7 @@ def load_holotron(
     prepare_kernels()  # before transformers imports NemotronH (selective_scan_cuda placeholder)
     try:
         import torch
-        from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3
+        from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3  # noqa: F401 - checked here
     except ImportError as exc:
         raise ModelLoadError(
             f"the local runtime needs torch and transformers >= 5.23 ({exc})",
@@ -281,14 +296,37 @@ def load_holotron(
     if target.type == "cuda" and not torch.cuda.is_available():
         raise ModelLoadError("device cuda was asked for but torch sees no CUDA GPU")
     # without a GPU a hub repo is only taken from the cache: 25 GB would download for an unusable model
-    folder = resolve_source(source, progress=progress, download=target.type == "cuda")
+    folder = resolve_source(source, progress=progress, download=target.type == "cuda", cancel=cancel)
+    try:
+        return _load_folder(folder, dtype=dtype, quantization=quantization, target=target, progress=progress,
+                            attn_implementation=attn_implementation)
+    except ModelLoadError as exc:
+        from holodesk.policy.download import cache_repair_advice
+
+        repair = cache_repair_advice(folder)
+        if not repair:
+            raise
+        raise ModelLoadError(exc.message, hint=f"{exc.hint} {repair}".strip()) from exc
+
+
+def _load_folder(folder: Path, *, dtype: str, quantization: str | None, target: Any, progress: ProgressFn | None,
+                 attn_implementation: str | None) -> LoadedHolotron:
+    """The part of :func:`load_holotron` after the checkpoint folder is known (same arguments)."""
+    from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3
+
     started = time.perf_counter()
     if progress is not None:
         progress("reading checkpoint", None)
     info = read_checkpoint(folder)
+    tokenizer = load_tokenizer(folder)
+    vocab = tokenizer.get_vocab()
+    info, token_notes = resolve_image_token(info, vocab)
+    checkpoint_notes = [*info.notes, *token_notes]
+    for note in checkpoint_notes:  # the files disagree: say which value is used (also in holodesk doctor)
+        log.warning("Holotron checkpoint %s: %s", folder, note)
+    log.info("Holotron language model: %s", ", ".join(f"{n} {k}" for k, n in info.block_counts().items()))
     config = translate_config(info, attn_implementation=attn_implementation)
     mean, std, norm_source = read_normalisation(info)
-    tokenizer = load_tokenizer(folder)
 
     torch_dtype = _torch_dtype(dtype)
     quant_config = _quantization_config(quantization, target)
@@ -327,16 +365,13 @@ def load_holotron(
     finally:
         hf_logging.set_verbosity(verbosity)
     forward_names, expected_name = key_namers(model, sorted(info.shapes))
-    notes = check_load_report(loading_info, forward_names, expected_name)
+    report_notes = check_load_report(loading_info, forward_names, expected_name)
     model.eval()
     if target.type == "cpu":
         model.to(target)
 
     image_token_id = info.image_token_id
-    vocab = tokenizer.get_vocab()
-    by_id = {v: k for k, v in vocab.items()}
-    if by_id.get(image_token_id) not in (None, "<image>"):
-        notes.append(f"img_context_token_id {image_token_id} is {by_id[image_token_id]!r} in the tokenizer")
+    assert image_token_id is not None  # resolve_image_token set it or raised
     lm_vocab = int(config.text_config.vocab_size)
     if image_token_id >= lm_vocab:
         raise ModelLoadError(f"img_context_token_id {image_token_id} is outside the {lm_vocab}-row vocabulary")
@@ -360,7 +395,7 @@ def load_holotron(
         log.warning("Holotron: %s", report["summary"])
     else:
         log.info("Holotron: %s", report["summary"])
-    for note in notes:
+    for note in report_notes:
         log.info("Holotron load: %s", note)
     loaded = LoadedHolotron(
         model=model,
@@ -377,7 +412,7 @@ def load_holotron(
         device=target,
         dtype=torch_dtype,
         quantization=quantization,
-        notes=notes,
+        notes=checkpoint_notes + report_notes,
         kernels=report,
         load_seconds=time.perf_counter() - started,
     )
