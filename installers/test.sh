@@ -3,11 +3,11 @@
 # The GUI tests start their own Xvfb servers; no display is needed. GPU tests are skipped without a GPU.
 source "$(dirname "${BASH_SOURCE[0]}")/_setup.sh"
 
-apt_install "${APT_RUNTIME[@]}" "${APT_TEST[@]}"
+apt_install "${APT_RUNTIME[@]}" "${APT_TEST[@]}" "${APT_WAYLAND[@]}" "${APT_WAYLAND_TEST[@]}"
 make_venv
 # CPU PyTorch for tests (a plain 'torch' would pull a multi-GB CUDA build).
 pip_install -c "$HOLODESK_ROOT/installers/constraints-test.txt" "torch==2.13.0"
-pip_install -c "$HOLODESK_ROOT/installers/constraints-test.txt" -e "$HOLODESK_ROOT[local,dev,serve-test]"
+pip_install -c "$HOLODESK_ROOT/installers/constraints-test.txt" -e "$HOLODESK_ROOT[local,dev,serve-test,wayland]"
 fix_xlib
 
 cd "$HOLODESK_ROOT"

@@ -108,9 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cmd_tray(no_tray: bool) -> int:
     """Start the desktop app."""
-    from holodesk.display import require_display
+    from holodesk.session.factory import desktop_backend
+    from holodesk.settings import load_settings
 
-    require_display()
+    desktop_backend(load_settings())  # a clear DisplayError when no backend can see this desktop
     from holodesk.ui.app import run_app
 
     return run_app(force_window=no_tray)
@@ -118,7 +119,6 @@ def cmd_tray(no_tray: bool) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``holodesk run``: one task with terminal approval. Exit 0 finished, 1 failed, 3 stopped."""
-    from holodesk.display import require_display
     from holodesk.session.approval import ApprovalPolicy
     from holodesk.session.factory import build_capture, build_executor, build_policy
     from holodesk.session.loop import Session, SessionLimits, State, check_task
@@ -139,8 +139,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_wall_s=args.max_seconds,
         precision=args.precision,
     )
-    require_display()
-    capture = build_capture()
+    capture = build_capture(settings)
     stop_event = threading.Event()
     executor = build_executor(settings, stop_event)
     monitors = capture.monitors()

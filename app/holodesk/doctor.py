@@ -28,19 +28,51 @@ def _display() -> dict[str, Any]:
     from holodesk.display import check_display
 
     info = check_display()
-    return info.to_dict() if hasattr(info, "to_dict") else dict(vars(info))
+    out = info.to_dict() if hasattr(info, "to_dict") else dict(vars(info))
+    if info.kind in ("wayland", "xwayland"):
+        out["note"] = ("'usable' and 'problem' are about mss/pyautogui (X11 only); on GNOME the 'mutter' "
+                       "backend serves Wayland windows: see Desktop backend")
+    return out
+
+
+def _desktop_backend() -> dict[str, Any]:
+    from holodesk.display import MUTTER_NAMES, PORTAL_NAME, session_bus_names
+    from holodesk.display.mutter import interface_versions
+    from holodesk.session.factory import desktop_backend
+    from holodesk.settings import load_settings
+
+    out: dict[str, Any] = {}
+    try:
+        choice = desktop_backend(load_settings())
+        out.update(choice.to_dict())
+    except Exception as exc:  # report why no backend works, and still list what the bus offers
+        out["backend"] = f"none: {exc}"
+    if sys.platform.startswith("linux"):
+        names = session_bus_names()
+        out["session bus"] = "not reachable" if names is None else "reachable"
+        if names is not None:
+            out["interfaces"] = interface_versions()
+            if all(n in names for n in MUTTER_NAMES):
+                out["permission"] = "none needed: Mutter's own API asks no dialog"
+            elif PORTAL_NAME in names:
+                out["permission"] = ("the xdg-desktop-portal route (which asks once and remembers a screen-cast "
+                                     "permission) is not supported yet")
+        if out.get("backend") == "mutter":
+            out["hotkeys"] = ("GNOME on Wayland has no global key listener for other apps: bind the commands "
+                              "`holodesk palette` and `holodesk stop` in Settings > Keyboard > Keyboard "
+                              "Shortcuts > Custom Shortcuts (docs/user-guide.md, Wayland)")
+    return out
 
 
 def _monitors() -> dict[str, Any]:
-    from holodesk.display import require_display
+    from holodesk.session.factory import build_capture
+    from holodesk.settings import load_settings
 
-    require_display()
-    from holodesk.capture.mss_backend import MssCapture
-
-    cap = MssCapture()
+    cap = build_capture(load_settings())
+    out_backend = getattr(cap, "name", "?")
     try:
         mons = cap.monitors()
-        out: dict[str, Any] = {"count": len(mons)}
+        out: dict[str, Any] = {"backend": out_backend, "count": len(mons)}
         for m in mons:
             frame = cap.grab(m.index)
             sx, sy = frame.scale
@@ -180,6 +212,7 @@ CHECKS: list[Check] = [
     ("Python", _python),
     ("Settings", _settings),
     ("Display server", _display),
+    ("Desktop backend", _desktop_backend),
     ("Monitors", _monitors),
     ("DPI awareness", _dpi),
     ("PyTorch and GPU", _torch),

@@ -129,6 +129,14 @@ class Settings(BaseSettings):
         "pastes it and restores your clipboard, 'auto' picks xtest on X11.",
     )
 
+    desktop_backend: Literal["auto", "mss", "mutter"] = Field(
+        "auto",
+        description="How the desktop is seen and driven: 'auto' picks 'mutter' on GNOME under Wayland and 'mss' "
+        "elsewhere; 'mutter' uses GNOME's own screen-cast and remote-desktop interfaces (every window, no "
+        "dialog); 'mss' uses mss and pyautogui (X11, Windows, macOS; under XWayland only X11 windows). "
+        "`holodesk doctor` shows the choice and why.",
+    )
+
     # Desktop app
     hotkey_palette: str = Field("<ctrl>+<alt>+h", description="Global hotkey that opens the command box.")
     hotkey_stop: str = Field("<ctrl>+<alt>+x", description="Global hotkey that stops the running task at once.")

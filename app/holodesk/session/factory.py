@@ -16,6 +16,8 @@ from holodesk.errors import SettingsError
 if TYPE_CHECKING:
     from holodesk.capture.base import CaptureBackend
     from holodesk.control.base import Executor
+    from holodesk.display import BackendChoice
+    from holodesk.display.mutter import MutterRemoteDesktop
     from holodesk.policy.base import Policy
     from holodesk.settings import Settings
 
@@ -78,16 +80,66 @@ def build_policy(settings: Settings, *, script: Path | None = None, progress: An
     raise SettingsError(f"unknown policy {settings.policy!r}")
 
 
-def build_capture() -> CaptureBackend:
-    """The real screen capture backend (needs a display)."""
+_mutter_lock = threading.Lock()
+_mutter_session: MutterRemoteDesktop | None = None
+
+
+def desktop_backend(settings: Settings | None = None) -> BackendChoice:
+    """The desktop backend for this session (``desktop_backend`` setting, else chosen from the session).
+
+    Raises:
+        DisplayError: the backend cannot work here (the message says why, the hint what to do).
+    """
+    from holodesk.display import choose_backend
+
+    choice = choose_backend(settings.desktop_backend if settings is not None else "auto")
+    log.info("desktop backend: %s (%s)", choice.backend, choice.reason)
+    if choice.display.problem and choice.backend == "mss":
+        log.warning("%s %s", choice.display.problem, choice.display.hint)
+    return choice
+
+
+def mutter_session() -> MutterRemoteDesktop:
+    """The process's one Mutter remote-desktop session, shared by the capture backend and the executor
+    (input goes through the streams the capture reads). Started on first use, closed at exit."""
+    global _mutter_session
+    with _mutter_lock:
+        if _mutter_session is None:
+            import atexit
+
+            from holodesk.display.mutter import MutterRemoteDesktop
+
+            _mutter_session = MutterRemoteDesktop()
+            atexit.register(_mutter_session.close)
+        return _mutter_session
+
+
+def build_capture(settings: Settings | None = None) -> CaptureBackend:
+    """The real screen capture backend of :func:`desktop_backend` (needs a display).
+
+    Raises:
+        DisplayError: no backend can work here.
+    """
+    if desktop_backend(settings).backend == "mutter":
+        from holodesk.capture.pipewire_backend import MutterCapture
+
+        return MutterCapture(mutter_session())
     from holodesk.capture.mss_backend import MssCapture
 
     return MssCapture()
 
 
 def build_executor(settings: Settings, stop_event: threading.Event | None = None) -> Executor:
-    """The real input executor (needs a display). ``stop_event`` ends a running ``wait`` early; share it
-    with the Session (its ``stop_event`` argument)."""
+    """The real input executor of :func:`desktop_backend` (needs a display). ``stop_event`` ends a running
+    ``wait`` early; share it with the Session (its ``stop_event`` argument).
+
+    Raises:
+        DisplayError: no backend can work here.
+    """
+    if desktop_backend(settings).backend == "mutter":
+        from holodesk.control.mutter_executor import MutterExecutor
+
+        return MutterExecutor(mutter_session(), stop_event=stop_event)
     from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 
     return PyAutoGUIExecutor(typing=settings.typing, stop_event=stop_event)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
+import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +71,9 @@ def _default_policy(settings: Settings, progress: ProgressFn, cancel: threading.
 
 def _default_capture() -> Any:
     from holodesk.session.factory import build_capture
+    from holodesk.settings import load_settings
 
-    return build_capture()
+    return build_capture(load_settings())
 
 
 def _default_executor(settings: Settings, stop_event: threading.Event | None = None) -> Any:
@@ -562,6 +564,18 @@ def _log_to_file(settings: Settings) -> None:
         logger.setLevel(logging.INFO)
 
 
+def _prefer_xwayland(environ: MutableMapping[str, str]) -> None:
+    """On a Wayland session with XWayland, run Qt through XWayland (``QT_QPA_PLATFORM=xcb``) unless the
+    user chose a platform: a Wayland client cannot place a window at a screen position or keep it above
+    others, which the approval overlay needs (its marks sit on the point to be clicked), and the capture
+    hooks wait for the X server to unmap it. The overlay's X coordinates are Mutter's logical layout, the
+    Mutter backend's input space."""
+    if (sys.platform.startswith("linux") and environ.get("WAYLAND_DISPLAY") and environ.get("DISPLAY")
+            and not environ.get("QT_QPA_PLATFORM")):
+        environ["QT_QPA_PLATFORM"] = "xcb"
+        log.info("Wayland session: the UI runs through XWayland (QT_QPA_PLATFORM=xcb)")
+
+
 def run_app(force_window: bool = False) -> int:
     """Start the desktop app and run its event loop.
 
@@ -572,6 +586,7 @@ def run_app(force_window: bool = False) -> int:
     """
     app = QApplication.instance()
     if not isinstance(app, QApplication):
+        _prefer_xwayland(os.environ)
         app = QApplication(sys.argv[:1])
     app.setApplicationName("Holodesk")
     app.setQuitOnLastWindowClosed(False)

@@ -61,7 +61,7 @@ GROUPS: list[tuple[str, str, list[str]]] = [
     ("Advanced", "Model", ["decoder", "reasoning", "constrained_decoding", "max_images", "max_reply_tokens",
                            "max_string_chars", "protocol"]),
     ("Advanced", "Limits of one task", ["max_steps", "max_wall_s", "max_parse_failures", "max_repeats"]),
-    ("Advanced", "Input", ["typing"]),
+    ("Advanced", "Input", ["desktop_backend", "typing"]),
 ]
 """(tab, group, fields): where known fields go. Any other field of the schema is shown on the Advanced tab
 under "Other" (see :func:`field_groups`); ``schema_version`` is not user-editable."""
@@ -88,7 +88,7 @@ LABELS = {
     "max_steps": "Step cap", "max_wall_s": "Time cap (s)", "max_parse_failures": "Bad replies before stopping",
     "max_repeats": "Repeats before stopping", "typing": "Typing method", "hotkey_palette": "Command box hotkey",
     "hotkey_stop": "Stop hotkey", "data_dir": "Data folder", "max_reply_tokens": "Reply token cap",
-    "max_string_chars": "Text field cap", "decoder": "Decoder",
+    "max_string_chars": "Text field cap", "decoder": "Decoder", "desktop_backend": "Desktop backend",
 }
 
 CHOICE_LABELS: dict[str, dict[str, str]] = {
@@ -98,6 +98,8 @@ CHOICE_LABELS: dict[str, dict[str, str]] = {
     "decoder": {"static": "Fast (memory reserved at load, CUDA graphs)", "stock": "Standard (transformers, slower)"},
     "approval": {"step": "Ask me before every action", "auto": "Autopilot: low-risk actions run after a countdown"},
     "typing": {"auto": "Automatic", "xtest": "Type each character (X11)", "clipboard": "Paste through the clipboard"},
+    "desktop_backend": {"auto": "Automatic (GNOME on Wayland: GNOME's own interfaces)",
+                        "mss": "X11, Windows, macOS (mss and pyautogui)", "mutter": "GNOME on Wayland (Mutter)"},
 }
 """Words shown for the values of choice fields; the value written to the file is in each item's tooltip."""
 

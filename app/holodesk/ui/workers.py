@@ -251,7 +251,10 @@ class WindowGuard(QObject):
         deadline = time.monotonic() + self.unmap_timeout_s
         while time.monotonic() < deadline:
             states = [x11.window_viewable(i) for i in ids]
-            if not any(s is True for s in states):
+            # ... and the window manager has let go of them (Mutter under XWayland composites a window
+            # until it has handled the unmap, which can come 0.1-0.3 s after the X server's).
+            managed = [x11.window_managed(i) for i in ids]
+            if not any(s is True for s in states) and not any(m is True for m in managed):
                 break
             time.sleep(0.01)
         else:

@@ -53,6 +53,29 @@ def window_viewable(window_id: int) -> bool | None:
         return None
 
 
+def window_managed(window_id: int) -> bool | None:
+    """True when the window manager lists X window ``window_id`` among its clients (``_NET_CLIENT_LIST`` on
+    the root window), False when not; None when unknown (not X11, or no window manager publishes the list).
+
+    A compositing window manager (Mutter under XWayland) removes a hidden window from its scene when it
+    handles the unmap, which can come well after the X server reported it unmapped; the list tells when.
+    """
+    d = _display()
+    if d is None:
+        return None
+    try:
+        atom = d.intern_atom("_NET_CLIENT_LIST", only_if_exists=True)
+        if not atom:
+            return None
+        prop = d.screen().root.get_full_property(atom, 0)  # 0 = AnyPropertyType
+    except Exception as exc:
+        log.debug("cannot read the window manager's client list: %s", exc)
+        return None
+    if prop is None:
+        return None
+    return int(window_id) in {int(w) for w in prop.value}
+
+
 def input_focus() -> int | None:
     """The X window id that has keyboard focus (None when unknown or none/PointerRoot)."""
     d = _display()

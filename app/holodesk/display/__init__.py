@@ -1,9 +1,12 @@
-"""Which display server Holodesk runs under, and whether capture and input can work there.
+"""Which display server Holodesk runs under, and which desktop backend captures and drives it.
 
-Screen capture (mss) and input (pyautogui, XTest) on Linux talk to an X server only: they work on an
-Xorg session and, for X11 windows, under XWayland; a pure Wayland session without ``DISPLAY`` cannot be
-captured or driven (F17). With ``DISPLAY`` unset pyautogui even fails at import (F16), so this module
-never imports pyautogui: call :func:`require_display` first and the user gets a
+Two backends: ``mss`` (mss + pyautogui/XTest: X11 sessions, Windows, macOS, and X11 windows only under
+XWayland) and ``mutter`` (GNOME on Wayland: Mutter's ScreenCast and RemoteDesktop D-Bus APIs,
+:mod:`holodesk.display.mutter`). :func:`choose_backend` picks one from the session (``XDG_SESSION_TYPE``,
+``WAYLAND_DISPLAY``, the D-Bus names present) unless the ``desktop_backend`` setting names one.
+
+mss and pyautogui on Linux talk to an X server only; with ``DISPLAY`` unset pyautogui even fails at import
+(F16), so this module never imports pyautogui: call :func:`require_display` first and the user gets a
 :class:`~holodesk.errors.DisplayError` saying what to do instead of a traceback.
 """
 
@@ -28,9 +31,10 @@ _HINT_NO_DISPLAY = (
     "`export DISPLAY=:99`."
 )
 _HINT_WAYLAND = (
-    "Log out and pick an \"Xorg\" / \"GNOME on Xorg\" / X11 session on the login screen, or run Holodesk "
-    "under XWayland with DISPLAY set (e.g. `export DISPLAY=:0`); under XWayland only X11 windows can be "
-    "seen and controlled."
+    "On GNOME, Holodesk's 'mutter' desktop backend sees and drives Wayland windows (Settings > Desktop "
+    "backend, or HOLODESK_DESKTOP_BACKEND=mutter); it needs Mutter's RemoteDesktop API on the session bus. "
+    "Other Wayland desktops are not supported yet; there, only X11 windows under XWayland can be seen and "
+    "controlled (DISPLAY set)."
 )
 
 
@@ -150,7 +154,8 @@ def check_display(
     if on_wayland:
         problem = ("Running under XWayland: only X11 windows can be captured and controlled; native Wayland "
                    "windows appear black in screenshots and ignore input.")
-        hint = "For full control log into an \"Xorg\" / X11 session."
+        hint = ("On GNOME the 'mutter' desktop backend sees and drives every window (`holodesk doctor` says "
+                "which backend is chosen and why).")
         return info("xwayland", usable=True, connected=connected, problem=problem, hint=hint)
     return info("x11", usable=True, connected=connected)
 
@@ -176,3 +181,111 @@ def require_display(
     if info.problem:
         log.warning("%s %s", info.problem, info.hint)
     return info
+
+
+BackendName = Literal["mss", "mutter"]
+BACKEND_SETTINGS = ("auto", "mss", "mutter")
+"""Values of the ``desktop_backend`` setting."""
+
+MUTTER_NAMES = ("org.gnome.Mutter.RemoteDesktop", "org.gnome.Mutter.ScreenCast")
+PORTAL_NAME = "org.freedesktop.portal.Desktop"
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """The desktop backend that captures and drives this session, and why.
+
+    Attributes:
+        backend: "mss" (mss + pyautogui) or "mutter" (GNOME on Wayland).
+        reason: plain words: what in the session made this choice.
+        setting: the ``desktop_backend`` setting it was made under ("auto" or a backend name).
+        display: the display server classification (:func:`check_display`).
+    """
+
+    backend: BackendName
+    reason: str
+    setting: str
+    display: DisplayInfo
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form for ``holodesk doctor``."""
+        return {"backend": self.backend, "reason": self.reason, "setting": self.setting}
+
+
+def session_bus_names(address: str | None = None, timeout_s: float = 2.0) -> set[str] | None:
+    """Names on the session D-Bus (``ListNames``), or None when there is no session bus to ask.
+
+    Args:
+        address: bus address (default ``$DBUS_SESSION_BUS_ADDRESS``).
+    """
+    try:
+        from jeepney import DBusAddress, new_method_call
+        from jeepney.io.blocking import open_dbus_connection
+    except ImportError:
+        return None
+    bus = DBusAddress("/org/freedesktop/DBus", bus_name="org.freedesktop.DBus", interface="org.freedesktop.DBus")
+    try:
+        with open_dbus_connection(bus=address or "SESSION", auth_timeout=timeout_s) as conn:
+            reply = conn.send_and_get_reply(new_method_call(bus, "ListNames"), timeout=timeout_s)
+    except (OSError, KeyError, ValueError, TimeoutError) as exc:
+        log.debug("no session bus to ask: %s", exc)
+        return None
+    return {str(n) for n in reply.body[0]}
+
+
+def choose_backend(
+    setting: str = "auto",
+    environ: Mapping[str, str] | None = None,
+    platform: str | None = None,
+    bus_names: set[str] | None = None,
+    *,
+    probe: bool = True,
+) -> BackendChoice:
+    """Pick the desktop backend for this session.
+
+    ``auto``: on a Wayland session (``XDG_SESSION_TYPE=wayland`` or ``WAYLAND_DISPLAY`` set) with Mutter's
+    RemoteDesktop and ScreenCast names on the session bus -> ``mutter``; anywhere else ``mss`` (which works
+    on X11, Windows and macOS, and sees only X11 windows under XWayland). A named backend is used as named.
+
+    Args:
+        setting: the ``desktop_backend`` setting: "auto", "mss" or "mutter".
+        environ, platform, probe: as :func:`check_display`.
+        bus_names: names on the session bus (default: asked with :func:`session_bus_names` when needed).
+    Raises:
+        DisplayError: the chosen backend cannot work here (``mutter`` without Mutter's APIs on the bus; ``mss``
+            on a Wayland session without DISPLAY, F17; no display at all, F16); the hint says what to do.
+    """
+    if setting not in BACKEND_SETTINGS:
+        raise DisplayError(f"unknown desktop backend {setting!r}", hint=f"Use one of {', '.join(BACKEND_SETTINGS)}.")
+    info = check_display(environ, platform, probe=probe)
+    if info.platform.startswith("linux") and setting in ("auto", "mutter"):
+        wayland = info.kind in ("wayland", "xwayland") or info.session_type == "wayland"
+        if setting == "mutter" or wayland:
+            if bus_names is None:
+                env = os.environ if environ is None else environ
+                bus_names = session_bus_names(env.get("DBUS_SESSION_BUS_ADDRESS") or None)
+            missing = [n for n in MUTTER_NAMES if n not in (bus_names or set())]
+            if not missing:
+                why = ("chosen in Settings (desktop_backend = mutter)" if setting == "mutter" else
+                       "a Wayland session with GNOME's Mutter: its ScreenCast and RemoteDesktop APIs are on the "
+                       "session bus")
+                return BackendChoice("mutter", why, setting, info)
+            bus_text = ("there is no session D-Bus" if bus_names is None
+                        else f"{', '.join(missing)} not on the session bus")
+            if setting == "mutter":
+                raise DisplayError(
+                    f"the 'mutter' desktop backend needs GNOME's Mutter, but {bus_text}",
+                    hint="Use desktop_backend = auto (or mss on X11), or run Holodesk inside a GNOME session.")
+            if not info.usable:
+                portal = (" (the xdg-desktop-portal route is not supported yet)"
+                          if PORTAL_NAME in (bus_names or ()) else "")
+                raise DisplayError(f"{info.problem} Mutter's remote-desktop API is not available either: "
+                                   f"{bus_text}{portal}.", hint=_HINT_WAYLAND)
+            return BackendChoice("mss", f"a Wayland session without Mutter's APIs ({bus_text}): X11 windows "
+                                 "through XWayland only", setting, info)
+    if not info.usable:
+        raise DisplayError(info.problem, hint=info.hint)
+    why = "chosen in Settings (desktop_backend = mss)" if setting == "mss" else {
+        "x11": "an X11 session", "xwayland": "XWayland (X11 windows only)", "windows": "Windows",
+        "macos": "macOS"}.get(info.kind, info.kind)
+    return BackendChoice("mss", why, setting, info)

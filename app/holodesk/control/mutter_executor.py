@@ -1,0 +1,249 @@
+"""The GNOME-on-Wayland executor: input through Mutter's RemoteDesktop ``Notify*`` calls.
+
+* Points go through :func:`holodesk.core.geometry.to_input_point` with the frame the action was proposed
+  for (Mutter's logical layout), then into that monitor's stream pixels for ``NotifyPointerMotionAbsolute``.
+* Keys are sent as keysyms; Mutter finds the keycode and the shift level in the active layout.
+* Text of printable ASCII, newlines and tabs is typed key by key; a text with any other character (outside
+  the keyboard layout on most systems: CJK, most accented letters on ``us``, which Mutter drops as keys) is
+  pasted as a whole through the compositor clipboard (Mutter's selection API, Ctrl+V), and the clipboard's
+  previous text is put back afterwards. The paste is known to be taken when the focused window fetched
+  the text; a paste nobody fetches fails the action.
+* The stop event ends a running ``wait`` and every action not yet started with ``stopped_by_user``.
+* Errors are returned as failed :class:`ActionResult` values, never raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from holodesk.control.base import ActionResult
+from holodesk.core.actions import (
+    Action,
+    Answer,
+    Click,
+    Done,
+    DoubleClick,
+    Drag,
+    Key,
+    MiddleClick,
+    Move,
+    RightClick,
+    Scroll,
+    Type,
+    Wait,
+)
+from holodesk.core.geometry import Frame, InputPoint, to_input_point
+from holodesk.display.mutter import (
+    AXIS_HORIZONTAL,
+    AXIS_VERTICAL,
+    BTN_LEFT,
+    BTN_MIDDLE,
+    BTN_RIGHT,
+    MutterRemoteDesktop,
+    keysym_for,
+)
+from holodesk.errors import ActionError, HolodeskError
+
+log = logging.getLogger(__name__)
+
+TYPED_DIRECTLY = frozenset(chr(c) for c in range(0x20, 0x7F)) | {"\n", "\t"}
+"""Characters typed key by key (on every layout Mutter maps them); a text with any other character is
+pasted as a whole."""
+
+
+class _Stopped(Exception):
+    """The stop event was set."""
+
+
+class MutterExecutor:
+    """:class:`~holodesk.control.base.Executor` on Mutter's RemoteDesktop API (GNOME on Wayland).
+
+    Args:
+        session: the remote-desktop session (shared with :class:`~holodesk.capture.pipewire_backend.MutterCapture`,
+            whose frames carry the monitors this executor acts on).
+        stop_event: when set, a running ``wait`` and any later action end with ``stopped_by_user``.
+        drag_duration_s: seconds for the motion between press and release of a drag.
+        key_delay_s: pause after each key release while typing (lets slow clients keep up).
+        paste_timeout_s: how long the focused window may take to fetch pasted text.
+        input_ready_timeout_s: how long an action waits for the session's input to be confirmed
+            (``session.input_ready``, set by the capture backend's first grab).
+        paste_settle_s: pause after the focused window fetched pasted text, before the action ends, so
+            the window has read and inserted it before the next input (Holodesk cannot observe that).
+    """
+
+    name = "mutter"
+
+    def __init__(
+        self,
+        session: MutterRemoteDesktop,
+        *,
+        stop_event: threading.Event | None = None,
+        drag_duration_s: float = 0.25,
+        key_delay_s: float = 0.002,
+        paste_timeout_s: float = 5.0,
+        input_ready_timeout_s: float = 10.0,
+        paste_settle_s: float = 0.15,
+    ) -> None:
+        self.session = session
+        self.stop_event = stop_event or threading.Event()
+        self.drag_duration_s = drag_duration_s
+        self.key_delay_s = key_delay_s
+        self.paste_timeout_s = paste_timeout_s
+        self.input_ready_timeout_s = input_ready_timeout_s
+        self.paste_settle_s = paste_settle_s
+
+    def execute(self, action: Action, frame: Frame) -> ActionResult:
+        """Perform ``action``; points are mapped with ``to_input_point(frame, point)``.
+
+        Returns:
+            ActionResult: "performed", "failed" (with the reason) or "stopped_by_user". ``details`` carry
+            ``input_points``, ``method`` and, for text, ``typing_method`` and the runs pasted. Never raises.
+        """
+        t0 = time.perf_counter()
+        details: dict[str, Any] = {"kind": action.kind, "monitor": frame.monitor.index, "backend": self.name}
+        try:
+            if self.stop_event.is_set():
+                raise _Stopped()
+            message = self._perform(action, frame, details)
+            status, ok = "performed", True
+        except _Stopped:
+            status, ok, message = "stopped_by_user", False, "stopped by user"
+        except HolodeskError as exc:
+            details["error"] = type(exc).__name__
+            status, ok, message = "failed", False, str(exc)
+        except Exception as exc:
+            log.exception("action %s failed", action.kind)
+            details["error"] = type(exc).__name__
+            status, ok, message = "failed", False, f"{action.kind} failed: {type(exc).__name__}: {exc}"
+        return ActionResult(ok=ok, status=status, message=message, details=details,
+                            duration_ms=(time.perf_counter() - t0) * 1000.0)
+
+    # -- pointer ------------------------------------------------------------------------------------
+    def _stream_point(self, frame: Frame, ip: InputPoint) -> tuple[str, float, float]:
+        """``(connector, x, y)`` in stream pixels of the frame's monitor for input point ``ip``.
+
+        Raises:
+            ActionError: the monitor layout changed since the frame was captured.
+        """
+        mon = self.session.monitor(frame.monitor.index)
+        if mon.monitor != frame.monitor:
+            raise ActionError(f"the monitor layout changed since the frame was captured ({frame.monitor.label} "
+                              f"is now {mon.monitor.label}); did nothing",
+                              hint="Capture a new frame and propose the action again.")
+        # Stream pixels = logical offset on the monitor times Mutter's scale (centre of the input cell).
+        return (mon.connector, (ip.x - mon.monitor.left + 0.5) * mon.scale,
+                (ip.y - mon.monitor.top + 0.5) * mon.scale)
+
+    def _move(self, frame: Frame, ip: InputPoint) -> None:
+        self.session.move_pointer(*self._stream_point(frame, ip))
+
+    def _click(self, button: int, count: int = 1) -> None:
+        for _ in range(count):
+            self.session.button(button, True)
+            self.session.button(button, False)
+
+    def _perform(self, action: Action, frame: Frame, details: dict[str, Any]) -> str:
+        if isinstance(action, (Answer, Done)):
+            details["method"] = "none"
+            return "nothing to do on screen"
+        if isinstance(action, Wait):
+            details["method"] = "wait"
+            if self.stop_event.wait(action.seconds):
+                raise _Stopped()
+            return f"waited {action.seconds:g} s"
+        if not self.session.input_ready.wait(self.input_ready_timeout_s):
+            raise ActionError("Holodesk's input on this desktop is not confirmed yet (no frame has been captured "
+                              "since the remote-desktop session started); did nothing",
+                              hint="Capture a frame first; `holodesk doctor` shows the Wayland backend's state.")
+        points = [to_input_point(frame, p) for p in action.points()]
+        details["input_points"] = [[p.x, p.y] for p in points]
+        if isinstance(action, (Click, DoubleClick, RightClick, MiddleClick)):
+            (ip,) = points
+            self._move(frame, ip)
+            button, name = {Click: (BTN_LEFT, "left"), DoubleClick: (BTN_LEFT, "left"),
+                            RightClick: (BTN_RIGHT, "right"), MiddleClick: (BTN_MIDDLE, "middle")}[type(action)]
+            count = 2 if isinstance(action, DoubleClick) else 1
+            self._click(button, count)
+            details["method"] = f"NotifyPointerButton({name}) x{count}"
+            verb = "double-clicked" if count == 2 else f"{name}-clicked"
+            return f"{verb} at ({ip.x}, {ip.y})"
+        if isinstance(action, Move):
+            (ip,) = points
+            self._move(frame, ip)
+            details["method"] = "NotifyPointerMotionAbsolute"
+            return f"moved the pointer to ({ip.x}, {ip.y})"
+        if isinstance(action, Drag):
+            start, end = points
+            self._stream_point(frame, end)  # the end must be on the frame's monitor before anything is pressed
+            self._move(frame, start)
+            self.session.button(BTN_LEFT, True)
+            try:
+                steps = max(2, int(self.drag_duration_s / 0.02))
+                for i in range(1, steps + 1):
+                    x = start.x + (end.x - start.x) * i // steps
+                    y = start.y + (end.y - start.y) * i // steps
+                    self._move(frame, InputPoint(x, y))
+                    time.sleep(self.drag_duration_s / steps)
+            finally:
+                self.session.button(BTN_LEFT, False)
+            details["method"] = "NotifyPointerButton + motion"
+            return f"dragged from ({start.x}, {start.y}) to ({end.x}, {end.y})"
+        if isinstance(action, Scroll):
+            if points:
+                self._move(frame, points[0])
+            axis = AXIS_VERTICAL if action.direction in ("up", "down") else AXIS_HORIZONTAL
+            steps = action.amount if action.direction in ("down", "right") else -action.amount
+            self.session.scroll(axis, steps)
+            details["method"] = "NotifyPointerAxisDiscrete"
+            return f"scrolled {action.direction} by {action.amount}"
+        if isinstance(action, Key):
+            self._press_chord(action.keys)
+            details["method"] = "NotifyKeyboardKeysym"
+            return "pressed " + "+".join(action.keys)
+        if isinstance(action, Type):
+            return self._type(action.text, details)
+        raise ActionError(f"unsupported action {action.kind!r}")
+
+    # -- keyboard -----------------------------------------------------------------------------------
+    def _press_chord(self, keys: Sequence[str]) -> None:
+        """Press ``keys`` in order, release them in reverse order (always released).
+
+        Raises:
+            ActionError: a key without keysym (checked before anything is pressed).
+        """
+        keysyms = [keysym_for(k) for k in keys]
+        pressed: list[int] = []
+        try:
+            for sym in keysyms:
+                self.session.key(sym, True)
+                pressed.append(sym)
+        finally:
+            for sym in reversed(pressed):
+                self.session.key(sym, False)
+
+    def _type(self, text: str, details: dict[str, Any]) -> str:
+        if all(ch in TYPED_DIRECTLY for ch in text):
+            details["typing_method"] = details["method"] = "keysym"
+            for ch in text:
+                if self.stop_event.is_set():
+                    raise _Stopped()
+                sym = keysym_for(ch)
+                self.session.key(sym, True)
+                self.session.key(sym, False)
+                if self.key_delay_s:
+                    time.sleep(self.key_delay_s)
+            return f"typed {len(text)} characters"
+        # One paste for the whole text: keys sent after a paste can overtake the pasted text (the app
+        # reads it from a pipe over several main-loop turns while key events keep arriving).
+        details["typing_method"] = "clipboard"
+        details["method"] = "compositor clipboard + Ctrl+V"
+        if not self.session.paste_text(text, lambda: self._press_chord(("ctrl", "v")), timeout_s=self.paste_timeout_s):
+            raise ActionError(f"the focused window did not take the pasted text within {self.paste_timeout_s:g} s; "
+                              "nothing was typed", hint="Click into a text field first.")
+        # The app fetched the text; give it time to read and insert it before the next input arrives.
+        time.sleep(self.paste_settle_s)
+        return f"pasted {len(text)} characters"

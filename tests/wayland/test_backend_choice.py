@@ -1,0 +1,93 @@
+"""The desktop backend choice (no compositor needed: environment and bus names are given), Mutter's
+display-state parsing (a reply shaped as mutter 43 sends it) and the key mapping."""
+
+from __future__ import annotations
+
+import pytest
+
+from holodesk.display import MUTTER_NAMES, PORTAL_NAME, choose_backend
+from holodesk.display.mutter import keysym_for, parse_display_state
+from holodesk.errors import ActionError, DisplayError
+
+WAYLAND = {"WAYLAND_DISPLAY": "wayland-0", "XDG_SESSION_TYPE": "wayland"}
+GNOME_BUS = {*MUTTER_NAMES, PORTAL_NAME, "org.freedesktop.DBus"}
+
+
+def test_gnome_wayland_picks_mutter_and_says_why() -> None:
+    choice = choose_backend("auto", WAYLAND, "linux", GNOME_BUS)
+    assert choice.backend == "mutter"
+    assert "Wayland" in choice.reason and "RemoteDesktop" in choice.reason
+    # With XWayland present too, native windows still need Mutter's route.
+    assert choose_backend("auto", {**WAYLAND, "DISPLAY": ":0"}, "linux", GNOME_BUS).backend == "mutter"
+
+
+def test_x11_session_keeps_mss_even_with_mutter_on_the_bus() -> None:
+    choice = choose_backend("auto", {"DISPLAY": ":0", "XDG_SESSION_TYPE": "x11"}, "linux", GNOME_BUS)
+    assert choice.backend == "mss" and choice.reason == "an X11 session"
+
+
+def test_wayland_without_mutter_falls_back_to_xwayland_and_says_so() -> None:
+    choice = choose_backend("auto", {**WAYLAND, "DISPLAY": ":0"}, "linux", {PORTAL_NAME})
+    assert choice.backend == "mss"
+    assert "X11 windows through XWayland only" in choice.reason and "not on the session bus" in choice.reason
+
+
+def test_wayland_without_mutter_or_display_is_a_clear_error() -> None:
+    with pytest.raises(DisplayError) as err:
+        choose_backend("auto", WAYLAND, "linux", {PORTAL_NAME})
+    assert "org.gnome.Mutter.RemoteDesktop" in err.value.message
+    assert "xdg-desktop-portal route is not supported yet" in err.value.message
+    with pytest.raises(DisplayError, match="there is no session D-Bus"):
+        choose_backend("auto", {**WAYLAND, "DBUS_SESSION_BUS_ADDRESS": "unix:path=/nonexistent/bus"}, "linux")
+
+
+def test_setting_overrides_the_choice() -> None:
+    assert choose_backend("mutter", {"DISPLAY": ":0"}, "linux", GNOME_BUS).backend == "mutter"
+    assert "chosen in Settings" in choose_backend("mutter", {"DISPLAY": ":0"}, "linux", GNOME_BUS).reason
+    assert choose_backend("mss", {**WAYLAND, "DISPLAY": ":0"}, "linux", GNOME_BUS).backend == "mss"
+    with pytest.raises(DisplayError, match="needs GNOME's Mutter"):
+        choose_backend("mutter", {"DISPLAY": ":0"}, "linux", {"org.freedesktop.DBus"})
+    with pytest.raises(DisplayError, match="DISPLAY is unset"):
+        choose_backend("mss", WAYLAND, "linux", GNOME_BUS)
+    with pytest.raises(DisplayError, match="unknown desktop backend"):
+        choose_backend("portal", WAYLAND, "linux", GNOME_BUS)
+
+
+def test_windows_and_macos_use_mss() -> None:
+    assert choose_backend("auto", {}, "win32", set()).backend == "mss"
+    assert choose_backend("auto", {}, "darwin", set()).reason == "macOS"
+
+
+def mode(width: int, height: int, current: bool) -> tuple[object, ...]:
+    return (f"{width}x{height}@60", width, height, 60.0, 1.0, [1.0, 2.0], {"is-current": ("b", current)})
+
+
+def test_display_state_gives_logical_geometry_and_scale() -> None:
+    monitors = [
+        (("DP-1", "DEL", "U2720Q", "1"), [mode(3840, 2160, True), mode(1920, 1080, False)], {}),
+        (("eDP-1", "BOE", "0x0a1c", "0"), [mode(2560, 1600, True)], {}),
+        (("HDMI-1", "GSM", "LG", "2"), [mode(1920, 1080, False)], {}),  # connected, switched off
+    ]
+    logical = [
+        (1280, 0, 2.0, 0, False, [("DP-1", "DEL", "U2720Q", "1")], {}),
+        (0, 0, 2.0, 0, True, [("eDP-1", "BOE", "0x0a1c", "0")], {}),
+    ]
+    mons = parse_display_state((7, monitors, logical, {"layout-mode": ("u", 1)}))
+    assert [m.connector for m in mons] == ["eDP-1", "DP-1"]  # primary first
+    laptop, external = mons
+    assert (laptop.monitor.index, laptop.monitor.width, laptop.monitor.height, laptop.scale) == (1, 1280, 800, 2.0)
+    assert (external.monitor.left, external.monitor.width, external.monitor.physical_width) == (1280, 1920, 3840)
+    # Physical layout mode: logical sizes are pixel sizes, scale 1.
+    phys = parse_display_state((7, monitors, logical, {"layout-mode": ("u", 2)}))
+    assert phys[0].monitor.width == 2560 and phys[0].scale == 1.0
+    with pytest.raises(DisplayError, match="no active monitor"):
+        parse_display_state((7, monitors[2:], [], {}))
+
+
+def test_keysyms() -> None:
+    assert keysym_for("a") == 0x61 and keysym_for("A") == 0x41 and keysym_for("é") == 0xE9
+    assert keysym_for("日") == 0x01000000 + ord("日")
+    assert keysym_for("\n") == keysym_for("enter") == 0xFF0D
+    assert keysym_for("ctrl") == 0xFFE3 and keysym_for("f12") == 0xFFC9 and keysym_for("super") == 0xFFEB
+    with pytest.raises(ActionError):
+        keysym_for("hyper")
