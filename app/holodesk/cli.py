@@ -1,4 +1,5 @@
-"""The ``holodesk`` command: ``tray`` (default), ``run``, ``doctor``, ``bench``, ``tiny-checkpoint``.
+"""The ``holodesk`` command: ``tray`` (default), ``run``, ``stop``, ``palette``, ``mcp``, ``doctor``, ``bench``,
+``tiny-checkpoint``.
 
 Each sub-command parses its flags and calls one function. Errors derived from HolodeskError are printed
 as one clear message (with what to do) and exit with status 2; nothing prints a traceback at the user
@@ -46,6 +47,8 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--episodes-dir", type=Path, help="where to record the episode (default: data dir)")
     run.add_argument("--json", action="store_true", help="print the result as one JSON object at the end")
 
+    sub.add_parser("stop", help="stop the task the running app is carrying out")
+    sub.add_parser("palette", help="open the running app's command box (bind it to a shortcut on Wayland)")
     sub.add_parser("doctor", help="report what this machine offers Holodesk (display, monitors, GPU, kernels)")
     tray = sub.add_parser("tray", help="start the desktop app (default)")
     tray.add_argument("--no-tray", action="store_true", help="open the small window instead of the tray icon")
@@ -70,6 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return cmd_run(args)
+        if args.command in ("stop", "palette"):
+            return cmd_app_command(args.command)
         if args.command == "doctor":
             from holodesk.doctor import print_report
 
@@ -96,13 +101,39 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_tray(no_tray: bool) -> int:
-    """Start the desktop app."""
+    """Start the desktop app; when it already runs on this desktop, open its command box and exit
+    (one app per desktop: one tray icon, one command box, one set of hotkeys)."""
     from holodesk.display import require_display
+    from holodesk.instance import InstanceLock
 
     require_display()
+    lock = InstanceLock.acquire()
+    if lock is None:
+        return cmd_app_command("palette", already_running=True)
     from holodesk.ui.app import run_app
 
-    return run_app(force_window=no_tray)
+    return run_app(force_window=no_tray, instance=lock)
+
+
+def cmd_app_command(command: str, *, already_running: bool = False) -> int:
+    """``holodesk stop`` / ``holodesk palette``: ask the app running on this desktop over the local
+    channel (:mod:`holodesk.instance`); Qt is not started. Exit 0 done, 1 nothing to do / not running."""
+    from holodesk.instance import NotRunning, request
+
+    try:
+        reply = request(command)
+    except NotRunning as exc:
+        print(f"holodesk: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if not reply.get("ok"):
+        print(f"holodesk: the app refused: {reply.get('error')}", file=sys.stderr)
+        return EXIT_FAILED
+    prefix = "Holodesk is already running on this desktop: " if already_running else ""
+    if command == "stop":
+        print("Stopped the running task." if reply.get("stopped") else "No task was running.")
+        return EXIT_OK if reply.get("stopped") else EXIT_FAILED
+    print(f"{prefix}{reply.get('message', '')}.")
+    return EXIT_OK if reply.get("opened") else EXIT_FAILED
 
 
 def cmd_run(args: argparse.Namespace) -> int:

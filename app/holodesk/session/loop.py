@@ -103,6 +103,9 @@ class EpisodeResult:
 
 Listener = Callable[[SessionEvent], None]
 
+REASON_ANSWERED = "the model answered"
+"""The reason of a run that ended with an ``answer`` action (its text is ``EpisodeResult.answer``)."""
+
 
 class _Stop(Exception):
     def __init__(self, status: State, reason: str, answer: str | None = None) -> None:
@@ -164,6 +167,7 @@ class Session:
         self._listeners: list[Listener] = []
         self._stop = stop_event if stop_event is not None else threading.Event()
         self._deadline_hit = threading.Event()
+        self._stopped_by = "user"
         self._lock = threading.Lock()
         self.recorder: EpisodeRecorder | None = None
         self._recorded_steps: set[int] = set()  # step numbers with a record in the current run
@@ -173,9 +177,11 @@ class Session:
         """Call ``listener`` for every event (from the loop's thread)."""
         self._listeners.append(listener)
 
-    def request_stop(self) -> None:
+    def request_stop(self, by: str = "user") -> None:
         """Ask the running task to stop at the next state boundary (thread-safe). An action already
-        being performed finishes; nothing new starts."""
+        being performed finishes; nothing new starts. ``by`` says who asked ("user", "the MCP client");
+        it is in the result's reason and the episode's end record (``stopped_by``)."""
+        self._stopped_by = by
         self._stop.set()
 
     @property
@@ -207,7 +213,7 @@ class Session:
         if self._deadline_hit.is_set() or time.monotonic() - started > self.limits.max_wall_s:
             raise _Stop(State.FAILED, self._wall_cap_reason())
         if self._stop.is_set():
-            raise _Stop(State.STOPPED, "stopped by user")
+            raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}")
         if step >= self.limits.max_steps:
             raise _Stop(State.FAILED, f"reached the step cap ({self.limits.max_steps} steps) without finishing")
 
@@ -223,6 +229,7 @@ class Session:
             raise ValueError("the task is empty: say what Holodesk should do")
         with self._lock:
             self._stop.clear()
+            self._stopped_by = "user"
             self._deadline_hit.clear()
             # The wall-time cap is hard (F09): a timer ends a long action or a pending approval too,
             # not only the next step boundary.
@@ -320,7 +327,7 @@ class Session:
                     record.update(decision="none needed", timings_ms=timings)
                     self._write(record)
                     answer = action.text if isinstance(action, Answer) else (action.message or None)
-                    raise _Stop(State.FINISHED, "the model answered" if isinstance(action, Answer)
+                    raise _Stop(State.FINISHED, REASON_ANSWERED if isinstance(action, Answer)
                                 else "the model reports the task is done", answer)
 
                 # Loop detection (F09): same action on an unchanged screen.
@@ -352,7 +359,8 @@ class Session:
                 if response.decision is Decision.STOP:
                     record["timings_ms"] = timings
                     self._write(record)
-                    raise _Stop(State.STOPPED, "stopped by user at the approval prompt")
+                    raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}" if self._stop.is_set()
+                                else "stopped by user at the approval prompt")
                 if response.decision is Decision.SKIP:
                     record["timings_ms"] = timings
                     self._write(record)
@@ -367,7 +375,7 @@ class Session:
                 if self._stop.is_set():
                     record["timings_ms"] = timings
                     self._write(record)
-                    raise _Stop(State.STOPPED, "stopped by user")
+                    raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}")
 
                 # EXECUTING — only reachable with an APPROVE or EDIT response in hand.
                 self._set_state(State.EXECUTING, step)
@@ -403,8 +411,11 @@ class Session:
                                    len(self._recorded_steps))
         self.state = result.status
         if self.recorder:
-            self.recorder.close({"status": result.status.value, "reason": result.reason,
-                                 "answer": result.answer, "steps": result.steps})
+            end = {"status": result.status.value, "reason": result.reason, "answer": result.answer,
+                   "steps": result.steps}
+            if result.status is State.STOPPED:
+                end["stopped_by"] = self._stopped_by if self._stop.is_set() else "user"
+            self.recorder.close(end)
             result.episode_path = self.recorder.path
         self._emit("end", step, result.reason, result=result)
         self._emit("state", step, result.status.value)

@@ -22,6 +22,7 @@ from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QApplication, QMessageBox, QProgressDialog, QSystemTrayIcon
 
 from holodesk.errors import HolodeskError, SettingsError
+from holodesk.instance import ChannelError, ChannelServer, InstanceLock
 from holodesk.session.approval import ApprovalPolicy
 from holodesk.session.loop import EpisodeResult, Session, SessionEvent, SessionLimits, State
 from holodesk.settings import Settings, config_path, load_settings
@@ -31,6 +32,7 @@ from holodesk.ui.icons import Status, status_for_state
 from holodesk.ui.notify import Notifier, install_exception_hooks
 from holodesk.ui.overlay import MARKER_COLOR
 from holodesk.ui.palette import CommandPalette, GlobalHotkeys
+from holodesk.ui.remote import AppRemote
 from holodesk.ui.settings_dialog import SettingsDialog
 from holodesk.ui.tray import AppActions, FallbackWindow, TrayIcon, app_icon
 from holodesk.ui.workers import GuiApprover, ProgressFn, TaskRunner, WindowGuard
@@ -88,6 +90,8 @@ class HolodeskApp(QObject):
         marker_color: overlay mark colour.
         dialogs: show errors as message boxes when there is no tray (tests turn it off and read
             ``notifier.history``).
+        headless: neither tray icon nor window (``holodesk mcp`` hosting tasks while no app runs); the
+            command box, overlay and autopilot countdown still show.
     Signals:
         status_changed(Status): the icon status changed.
         task_finished(EpisodeResult): a task ended.
@@ -99,7 +103,8 @@ class HolodeskApp(QObject):
     def __init__(self, settings: Settings, *, force_window: bool = False, hotkeys: bool = True,
                  policy_factory: PolicyFactory | None = None, capture_factory: CaptureFactory | None = None,
                  executor_factory: ExecutorFactory | None = None, settings_path: Path | None = None,
-                 marker_color: str = MARKER_COLOR, dialogs: bool = True, parent: QObject | None = None) -> None:
+                 marker_color: str = MARKER_COLOR, dialogs: bool = True, headless: bool = False,
+                 parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.settings = settings
         self.settings_path = settings_path
@@ -140,7 +145,9 @@ class HolodeskApp(QObject):
         self.tray: TrayIcon | None = None
         self.window: FallbackWindow | None = None
         self.tray_available = bool(QSystemTrayIcon.isSystemTrayAvailable())
-        if self.tray_available and not force_window:
+        if headless:
+            pass
+        elif self.tray_available and not force_window:
             self.tray = TrayIcon(self.actions, self)
             self.tray.activated_primary.connect(self.open_palette)
             self.notifier.tray = self.tray.icon
@@ -229,17 +236,20 @@ class HolodeskApp(QObject):
         self.palette.set_mode_hint(self.approval_policy.mode)
         self.palette.open()
 
-    def start_task(self, task: str) -> None:
-        """Run ``task`` on the worker thread."""
+    def start_task(self, task: str) -> bool:
+        """Run ``task`` on the worker thread. False (and the user is told) when it cannot start."""
         try:
             self.runner.start(task, self._build_session)
         except (RuntimeError, ValueError) as exc:
             self.notifier.error("Cannot start the task", exc)
+            return False
+        return True
 
-    def stop(self) -> None:
-        """Stop now: answer STOP to any pending approval and stop the session (any moment)."""
+    def stop(self, by: str = "user") -> None:
+        """Stop now: answer STOP to any pending approval and stop the session (any moment). ``by`` says
+        who stopped it ("user", "the MCP client"); the episode records it."""
         if self.runner.running:
-            self.runner.stop()
+            self.runner.stop(by)
         self.approval.stop()
 
     def set_mode(self, mode: str) -> None:
@@ -446,11 +456,13 @@ def _log_to_file(settings: Settings) -> None:
         logger.setLevel(logging.INFO)
 
 
-def run_app(force_window: bool = False) -> int:
+def run_app(force_window: bool = False, instance: InstanceLock | None = None) -> int:
     """Start the desktop app and run its event loop.
 
     Args:
         force_window: show the small window instead of the tray icon even when a tray exists.
+        instance: this desktop's instance lock (:func:`holodesk.instance.InstanceLock.acquire`); the app
+            then answers ``holodesk stop`` / ``holodesk palette`` / ``holodesk mcp`` on the channel.
     Returns:
         The process exit status: 0 after Quit; 2 when the settings cannot be loaded (the error is shown).
     """
@@ -470,8 +482,18 @@ def run_app(force_window: bool = False) -> int:
     _log_to_file(settings)
     holo = HolodeskApp(settings, force_window=force_window)
     restore = install_exception_hooks(holo.notifier)
+    channel: ChannelServer | None = None
     try:
+        if instance is not None:
+            channel = ChannelServer(instance, AppRemote(holo).handle)
+            try:
+                channel.start()
+            except ChannelError as exc:  # the app still works; the commands cannot reach it (told, logged)
+                channel = None
+                holo.notifier.error("`holodesk stop` and `holodesk palette` will not reach this app", exc)
         holo.start()
         return int(app.exec())
     finally:
+        if channel is not None:
+            channel.close()
         restore()

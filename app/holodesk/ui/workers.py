@@ -329,6 +329,7 @@ class TaskRunner(QObject):
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.stop_event = threading.Event()
+        self.stopped_by = "user"
         self.session: Session | None = None
         self.stop_hooks: list[Callable[[], None]] = []
         self._thread: QThread | None = None
@@ -341,7 +342,7 @@ class TaskRunner(QObject):
     def _on_event(self, event: SessionEvent) -> None:
         # Worker thread: a stop asked before the loop cleared its flag must still stop it.
         if self.stop_event.is_set() and self.session is not None and not self.session.stop_requested:
-            self.session.request_stop()
+            self.session.request_stop(self.stopped_by)
         self.session_event.emit(event)
         if event.kind == "state":
             self.state_changed.emit(event.state)
@@ -358,6 +359,7 @@ class TaskRunner(QObject):
         if not task.strip():
             raise ValueError("the task is empty: say what Holodesk should do")
         self.stop_event.clear()
+        self.stopped_by = "user"
         thread = QThread()
         thread.setObjectName("holodesk-session")
         job = _Job(self, task, factory)
@@ -377,13 +379,15 @@ class TaskRunner(QObject):
             thread.deleteLater()
         self.running_changed.emit(False)
 
-    def stop(self) -> None:
+    def stop(self, by: str = "user") -> None:
         """Stop the running task at once (any thread): pending approvals answer STOP, the session stops
-        at its next state boundary, stop hooks (the executor's stop event) run."""
-        self.stop_event.set()
+        at its next state boundary, stop hooks (the executor's stop event) run. ``by`` says who stopped
+        it ("user", "the MCP client"); the episode records it."""
+        self.stopped_by = by
         session = self.session
         if session is not None:
-            session.request_stop()
+            session.request_stop(by)
+        self.stop_event.set()
         for hook in list(self.stop_hooks):
             try:
                 hook()

@@ -1,0 +1,223 @@
+"""Commands from outside the GUI thread, carried out by the running app: open the command box, stop,
+report the status, run a task for a caller (the MCP server) and tell it each step.
+
+:class:`AppRemote` is the :class:`~holodesk.instance.ChannelServer` handler of the desktop app, and the
+in-process entry point of ``holodesk mcp`` when no app runs; both reach the very same
+:class:`~holodesk.ui.app.HolodeskApp` methods, so a task from a caller is approved exactly like a task
+typed in the command box (same overlay, same autopilot, same recording).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QObject, Qt, Signal, Slot
+
+from holodesk.instance import ChannelError, Connection
+from holodesk.session.loop import EpisodeResult, State
+from holodesk.session.report import StepReporter, outcome
+from holodesk.ui.workers import on_gui_thread
+
+if TYPE_CHECKING:
+    from holodesk.ui.app import HolodeskApp
+
+log = logging.getLogger(__name__)
+
+BUSY = "busy: another task is driving the desktop; try again when it has ended"
+
+
+def allowed_mode(requested: str | None, current: str, allowed: list[str]) -> str:
+    """The approval mode a caller's task runs in: ``requested`` when the user allowed it, else (None) the
+    app's current mode when allowed, else the first allowed one.
+
+    Raises:
+        ValueError: ``requested`` is not among ``allowed`` (the message names the allowed modes).
+    """
+    if requested is not None:
+        if requested not in allowed:
+            raise ValueError(f"mode {requested!r} is not allowed for callers; the user allows: "
+                             f"{', '.join(allowed) or 'none'} (Settings: mcp_allowed_modes)")
+        return requested
+    if current in allowed:
+        return current
+    if not allowed:
+        raise ValueError("the user allows no approval mode for callers (Settings: mcp_allowed_modes)")
+    return allowed[0]
+
+
+class AppRemote(QObject):
+    """Carries out channel requests on ``app`` (each call comes from a thread other than the GUI's).
+
+    Args:
+        app: the running desktop app.
+    """
+
+    _call = Signal(object)
+
+    def __init__(self, app: HolodeskApp) -> None:
+        super().__init__(app)
+        self.app = app
+        self._call.connect(self._run_call, Qt.ConnectionType.QueuedConnection)
+
+    @Slot(object)
+    def _run_call(self, job: Callable[[], None]) -> None:
+        job()
+
+    def on_gui(self, fn: Callable[[], Any], timeout_s: float = 30.0) -> Any:
+        """Run ``fn`` on the GUI thread and return its value (its exception is raised here).
+
+        Raises:
+            ChannelError: the GUI thread did not run it within ``timeout_s``.
+        """
+        if on_gui_thread():
+            return fn()
+        done = threading.Event()
+        box: dict[str, Any] = {}
+
+        def job() -> None:
+            try:
+                box["value"] = fn()
+            except BaseException as exc:  # re-raised on the caller's thread
+                box["error"] = exc
+            finally:
+                done.set()
+
+        self._call.emit(job)
+        if not done.wait(timeout_s):
+            raise ChannelError("the app's window thread did not answer in time")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    # -- the channel handler ---------------------------------------------------------------------------
+    def handle(self, request: dict[str, Any], conn: Connection) -> None:
+        """:class:`~holodesk.instance.ChannelServer` handler: answers one request on ``conn``."""
+        command = request["command"]
+        if command == "ping":
+            conn.send({"ok": True, "pid": os.getpid()})
+        elif command == "palette":
+            conn.send({"ok": True, **self.on_gui(self._palette)})
+        elif command == "stop":
+            by = str(request.get("by") or "user")
+            conn.send({"ok": True, "stopped": bool(self.on_gui(lambda: self._stop(by)))})
+        elif command == "status":
+            conn.send({"ok": True, **self.status()})
+        elif command == "run_task":
+            cancel = threading.Event()
+
+            def watch() -> None:  # end of stream (the caller went away) or {"command": "stop"} cancels
+                with contextlib.suppress(OSError, ChannelError):
+                    while (message := conn.receive()) is not None:
+                        if message.get("command") == "stop":
+                            break
+                cancel.set()
+
+            threading.Thread(target=watch, name="holodesk-channel-watch", daemon=True).start()
+            reply = self.run_task(str(request.get("task") or ""), request.get("mode"),
+                                  str(request.get("by") or "the MCP client"),
+                                  lambda r: conn.send({"event": "step", **r}), cancel)
+            with contextlib.suppress(OSError):
+                conn.send(reply)
+
+    def _palette(self) -> dict[str, Any]:
+        if self.app.runner.running:
+            return {"opened": False, "message": "a task is running; stop it first (`holodesk stop`)"}
+        self.app.open_palette()
+        return {"opened": True, "message": "opened the command box"}
+
+    def _stop(self, by: str) -> bool:
+        running = self.app.runner.running
+        self.app.stop(by=by)
+        return running
+
+    def status(self) -> dict[str, Any]:
+        """``running`` (bool), ``status`` (icon status), ``mode``, ``allowed_modes``, ``pid``."""
+        def read() -> dict[str, Any]:
+            return {"running": self.app.runner.running, "status": self.app.status.value,
+                    "mode": self.app.approval_policy.mode,
+                    "allowed_modes": self.app.settings.mcp_allowed_modes.split(","), "pid": os.getpid()}
+        return dict(self.on_gui(read))
+
+    # -- a caller's task -------------------------------------------------------------------------------
+    def run_task(self, task: str, mode: str | None, by: str, on_step: Callable[[dict[str, Any]], None],
+                 cancel: threading.Event) -> dict[str, Any]:
+        """Run ``task`` in the app for a caller and block (off the GUI thread) until it ends.
+
+        Args:
+            task: the instruction.
+            mode: "step" / "auto" / None (see :func:`allowed_mode`).
+            by: who the caller is, recorded when it stops the task ("the MCP client").
+            on_step: gets each step's plain-words report (:class:`~holodesk.session.report.StepReporter`).
+            cancel: set by the caller to stop the task (before its next action).
+        Returns:
+            ``{"ok": True, "outcome": {...}}`` (see :func:`~holodesk.session.report.outcome`), or
+            ``{"ok": False, "error": TEXT, "busy": bool}`` when the task could not start.
+        """
+        done = threading.Event()
+        box: dict[str, Any] = {}
+        reporter = StepReporter(on_step)
+
+        def finished(result: EpisodeResult) -> None:
+            box["outcome"] = outcome(result, reporter.reports)
+            done.set()
+
+        def failed(exc: BaseException) -> None:
+            box["outcome"] = outcome(EpisodeResult(State.FAILED, f"the task could not run: {exc}"), reporter.reports)
+            done.set()
+
+        def start() -> dict[str, Any] | None:
+            app = self.app
+            if app.runner.running:
+                return {"ok": False, "busy": True, "error": BUSY}
+            if not task.strip():
+                return {"ok": False, "busy": False, "error": "the task is empty: say what Holodesk should do"}
+            try:
+                chosen = allowed_mode(mode, app.approval_policy.mode, app.settings.mcp_allowed_modes.split(","))
+            except ValueError as exc:
+                return {"ok": False, "busy": False, "error": str(exc)}
+            previous = app.approval_policy.mode
+            box["previous_mode"], box["mode"] = previous, chosen
+            if chosen != previous:
+                app.set_mode(chosen)
+            app.palette.hide()
+            app.runner.session_event.connect(reporter)
+            app.runner.finished.connect(finished)
+            app.runner.failed.connect(failed)
+            if not app.start_task(task):
+                disconnect()
+                restore_mode()
+                return {"ok": False, "busy": False, "error": "the app could not start the task"}
+            return None
+
+        def disconnect() -> None:
+            app = self.app
+            for signal, slot in ((app.runner.session_event, reporter), (app.runner.finished, finished),
+                                 (app.runner.failed, failed)):
+                with contextlib.suppress(RuntimeError, TypeError):
+                    signal.disconnect(slot)
+
+        def restore_mode() -> None:
+            if self.app.approval_policy.mode == box.get("mode") and box.get("previous_mode") != box.get("mode"):
+                self.app.set_mode(box["previous_mode"])
+
+        refused = self.on_gui(start)
+        if refused is not None:
+            return dict(refused)
+        stopped = False
+        while not done.wait(0.05):
+            if cancel.is_set() and not stopped:
+                stopped = True
+                log.info("the caller (%s) stopped the task", by)
+                self.on_gui(lambda: self.app.stop(by=by))
+
+        def end() -> None:
+            disconnect()
+            restore_mode()
+
+        self.on_gui(end)
+        return {"ok": True, "outcome": box["outcome"]}
