@@ -325,9 +325,8 @@ def connect(timeout_s: float = 5.0, env: dict[str, str] | None = None) -> Connec
     deadline = time.monotonic() + timeout_s
     while True:
         if not app_running(env):
-            stale = " (a stale socket was left by an app that ended)" if path.exists() else ""
-            raise NotRunning(f"Holodesk is not running on this desktop{stale}",
-                             hint="Start it with `holodesk`.")
+            stale = "; a stale socket was left by an app that ended" if path.exists() else ""
+            raise NotRunning(f"Holodesk is not running on this desktop{stale}", hint="Start it with `holodesk`.")
         try:
             if path.exists():
                 check_private(path, "socket")

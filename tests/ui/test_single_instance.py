@@ -1,0 +1,186 @@
+"""The single-instance channel: ``holodesk stop`` / ``holodesk palette`` reach the running app over a
+private local socket; no app, a stale socket and unsafe permissions give clean messages.
+
+``holodesk`` runs as a real child process each time (the command line side never starts Qt). The app is
+either this process's HolodeskApp (with the channel server the real app starts) or the real tray app in a
+child process.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from holodesk import instance
+from holodesk.core.actions import Click, Point
+from holodesk.session.loop import State
+from holodesk.ui.remote import AppRemote
+from tests.helpers.app_instance import (
+    app_env,
+    holodesk,
+    private_runtime_dir,
+    start_app,
+    wait_for_channel,
+    wait_until,
+    windows_named,
+)
+from tests.ui.conftest import wait_finished, wait_overlay
+
+pytestmark = pytest.mark.gui
+
+
+@pytest.fixture
+def runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    folder = private_runtime_dir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(folder))
+    yield folder
+
+
+@pytest.fixture
+def channel_app(make_app: Any, runtime: Path) -> Iterator[Any]:
+    """Factory: a HolodeskApp in this process answering on the channel, as ``run_app`` wires it."""
+    servers: list[instance.ChannelServer] = []
+
+    def make(*args: Any, **kwargs: Any) -> Any:
+        kit = make_app(*args, **kwargs)
+        lock = instance.InstanceLock.acquire()
+        assert lock is not None
+        server = instance.ChannelServer(lock, AppRemote(kit.app).handle)
+        server.start()
+        servers.append(server)
+        return kit
+
+    yield make
+    for server in servers:
+        server.close()
+        server.lock.release()
+
+
+def cli_env() -> dict[str, str]:
+    """This process's environment (display, runtime folder) with this worktree's code on the path."""
+    root = Path(__file__).resolve().parents[2]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "app"), str(root)])}
+
+
+def cli(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "holodesk", *args], env=cli_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+
+
+def finish(qtbot: Any, proc: subprocess.Popen[str], timeout_ms: int = 60000) -> tuple[int, str, str]:
+    """Let this process's Qt loop run (the app answers on it) until the child ``holodesk`` exits."""
+    qtbot.waitUntil(lambda: proc.poll() is not None, timeout=timeout_ms)
+    out, err = proc.communicate()
+    return proc.returncode, out, err
+
+
+def test_holodesk_stop_stops_the_running_task_before_its_action(qtbot: Any, channel_app: Any, runtime: Path) -> None:
+    kit = channel_app([Click(Point(500, 500))])
+    kit.app.start_task("click and wait for approval")
+    wait_overlay(qtbot, kit.app)
+    code, out, err = finish(qtbot, cli("stop"))
+    assert (code, out.strip()) == (0, "Stopped the running task."), err
+    result = wait_finished(qtbot, kit.app)
+    assert result.status is State.STOPPED and result.reason == "stopped by user"
+    assert kit.executor.calls == []
+    end = [line for line in (result.episode_path / "episode.jsonl").read_text().splitlines() if '"end"' in line]
+    assert '"stopped_by": "user"' in end[-1]
+
+
+def test_holodesk_stop_with_nothing_running_says_so(qtbot: Any, channel_app: Any) -> None:
+    channel_app([])
+    code, out, err = finish(qtbot, cli("stop"))
+    assert (code, out.strip(), err) == (1, "No task was running.", "")
+
+
+def test_holodesk_palette_opens_the_command_box_of_this_app(qtbot: Any, channel_app: Any) -> None:
+    kit = channel_app([])
+    assert not kit.app.palette.isVisible()
+    code, out, err = finish(qtbot, cli("palette"))
+    assert code == 0 and out.strip() == "opened the command box.", err
+    qtbot.waitUntil(kit.app.palette.isVisible, timeout=5000)
+    kit.app.palette.hide()
+
+
+def test_no_app_running_gives_a_clean_message(runtime: Path, ui_env: Any) -> None:
+    for command in ("stop", "palette"):
+        res = subprocess.run([sys.executable, "-m", "holodesk", command], capture_output=True, text=True,
+                             timeout=60, env=cli_env())
+        assert res.returncode == 1
+        assert res.stderr.strip() == "holodesk: Holodesk is not running on this desktop. Start it with `holodesk`."
+        assert "Traceback" not in res.stderr and res.stdout == ""
+
+
+def test_the_folder_is_0700_the_socket_0600_and_a_stale_socket_is_replaced(runtime: Path) -> None:
+    path = instance.socket_path()
+    # A crashed app left its socket behind: nobody holds the lock, nobody answers.
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(path))
+    stale.close()
+    os.chmod(path, 0o600)
+    with pytest.raises(instance.NotRunning, match="stale socket"):
+        instance.request("ping")
+    lock = instance.InstanceLock.acquire()
+    assert lock is not None
+    assert instance.InstanceLock.acquire() is None  # one owner per desktop
+    server = instance.ChannelServer(lock, lambda req, conn: conn.send({"ok": True, "pid": os.getpid()}))
+    server.start()
+    try:
+        assert stat.S_IMODE(os.stat(runtime / "holodesk").st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(instance.lock_path()).st_mode) == 0o600
+        assert instance.request("ping") == {"ok": True, "pid": os.getpid()}
+        assert instance.request("nonsense")["ok"] is False
+    finally:
+        server.close()
+        lock.release()
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("target", ["folder", "socket"])
+def test_a_folder_or_socket_others_may_use_is_refused(runtime: Path, target: str) -> None:
+    lock = instance.InstanceLock.acquire()
+    assert lock is not None
+    server = instance.ChannelServer(lock, lambda req, conn: conn.send({"ok": True}))
+    server.start()
+    try:
+        loose = runtime / "holodesk" if target == "folder" else server.path
+        os.chmod(loose, 0o777 if target == "folder" else 0o666)
+        with pytest.raises(instance.ChannelError, match=f"{target} .* has permissions 0?(777|666); other users"):
+            instance.request("ping")
+        res = subprocess.run([sys.executable, "-m", "holodesk", "stop"], capture_output=True, text=True, timeout=60,
+                             env=cli_env())
+        assert res.returncode == 2 and "other users could use it" in res.stderr and "Traceback" not in res.stderr
+    finally:
+        os.chmod(runtime / "holodesk", 0o700)
+        server.close()
+        lock.release()
+
+
+def test_palette_command_reaches_the_real_tray_app(make_xvfb: Any, tmp_path: Path) -> None:
+    """``holodesk palette`` against the real app in a child process: its command box appears on the X server."""
+    from tests.helpers.processes import stop_process
+    from tests.ui.conftest import start_trayer
+
+    server = make_xvfb(1280, 800)
+    env = app_env(server, tmp_path)
+    trayer = start_trayer(env)
+    try:
+        with start_app(env, tmp_path / "app.log") as app:
+            wait_for_channel(env, app, tmp_path / "app.log")
+            assert windows_named(env, "^Holodesk command$") == []
+            res = holodesk(env, "palette")
+            assert res.returncode == 0 and res.stdout.strip() == "opened the command box.", res.stderr
+            wait_until(lambda: windows_named(env, "^Holodesk command$"), what="the command box")
+            res = holodesk(env, "stop")
+            assert (res.returncode, res.stdout.strip()) == (1, "No task was running.")
+    finally:
+        stop_process(trayer)
