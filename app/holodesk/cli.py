@@ -49,6 +49,14 @@ def _build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("stop", help="stop the task the running app is carrying out")
     sub.add_parser("palette", help="open the running app's command box (bind it to a shortcut on Wayland)")
+    mcp = sub.add_parser("mcp", help="serve Holodesk to other agents over the Model Context Protocol (stdio; "
+                         "--http for loopback HTTP with a token)")
+    mcp.add_argument("--http", action="store_true", help="serve streamable HTTP on 127.0.0.1 instead of stdio")
+    mcp.add_argument("--port", type=int, default=8765, help="HTTP port on 127.0.0.1 (default 8765)")
+    mcp.add_argument("--script", type=Path, help="replay a file of protocol replies when this process hosts the "
+                     "task (the app, when it runs, uses its own settings)")
+    mcp.add_argument("--print-config", metavar="HOST", choices=["claude-code", "cursor", "codex"],
+                     help="print the snippet that registers Holodesk with claude-code, cursor or codex, and exit")
     sub.add_parser("doctor", help="report what this machine offers Holodesk (display, monitors, GPU, kernels)")
     tray = sub.add_parser("tray", help="start the desktop app (default)")
     tray.add_argument("--no-tray", action="store_true", help="open the small window instead of the tray icon")
@@ -75,6 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_run(args)
         if args.command in ("stop", "palette"):
             return cmd_app_command(args.command)
+        if args.command == "mcp":
+            return cmd_mcp(args)
         if args.command == "doctor":
             from holodesk.doctor import print_report
 
@@ -113,6 +123,16 @@ def cmd_tray(no_tray: bool) -> int:
     from holodesk.ui.app import run_app
 
     return run_app(force_window=no_tray, instance=lock)
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """``holodesk mcp``: the MCP server (see :mod:`holodesk.mcp_server`), or ``--print-config HOST``."""
+    from holodesk import mcp_server
+
+    if args.print_config:
+        print(mcp_server.print_config(args.print_config, http_port=args.port if args.http else None), end="")
+        return EXIT_OK
+    return mcp_server.run(http_port=args.port if args.http else None, script=args.script)
 
 
 def cmd_app_command(command: str, *, already_running: bool = False) -> int:

@@ -10,10 +10,13 @@ typed in the command box (same overlay, same autopilot, same recording).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Qt, Signal, Slot
@@ -24,6 +27,7 @@ from holodesk.session.report import StepReporter, outcome
 from holodesk.ui.workers import on_gui_thread
 
 if TYPE_CHECKING:
+    from holodesk.settings import Settings
     from holodesk.ui.app import HolodeskApp
 
 log = logging.getLogger(__name__)
@@ -109,17 +113,19 @@ class AppRemote(QObject):
             conn.send({"ok": True, **self.status()})
         elif command == "run_task":
             cancel = threading.Event()
+            caller = str(request.get("by") or "the caller")
+            stopper = {"by": f"{caller} (it disconnected)"}
 
-            def watch() -> None:  # end of stream (the caller went away) or {"command": "stop"} cancels
+            def watch() -> None:  # {"command": "stop", "by": ...} or the end of the stream cancels
                 with contextlib.suppress(OSError, ChannelError):
                     while (message := conn.receive()) is not None:
                         if message.get("command") == "stop":
+                            stopper["by"] = str(message.get("by") or caller)
                             break
                 cancel.set()
 
             threading.Thread(target=watch, name="holodesk-channel-watch", daemon=True).start()
-            reply = self.run_task(str(request.get("task") or ""), request.get("mode"),
-                                  str(request.get("by") or "the MCP client"),
+            reply = self.run_task(str(request.get("task") or ""), request.get("mode"), lambda: stopper["by"],
                                   lambda r: conn.send({"event": "step", **r}), cancel)
             with contextlib.suppress(OSError):
                 conn.send(reply)
@@ -144,14 +150,15 @@ class AppRemote(QObject):
         return dict(self.on_gui(read))
 
     # -- a caller's task -------------------------------------------------------------------------------
-    def run_task(self, task: str, mode: str | None, by: str, on_step: Callable[[dict[str, Any]], None],
-                 cancel: threading.Event) -> dict[str, Any]:
+    def run_task(self, task: str, mode: str | None, by: Callable[[], str],
+                 on_step: Callable[[dict[str, Any]], None], cancel: threading.Event) -> dict[str, Any]:
         """Run ``task`` in the app for a caller and block (off the GUI thread) until it ends.
 
         Args:
             task: the instruction.
             mode: "step" / "auto" / None (see :func:`allowed_mode`).
-            by: who the caller is, recorded when it stops the task ("the MCP client").
+            by: called when ``cancel`` is set: who stopped the task (recorded), e.g. "the MCP client (it
+                cancelled the call)".
             on_step: gets each step's plain-words report (:class:`~holodesk.session.report.StepReporter`).
             cancel: set by the caller to stop the task (before its next action).
         Returns:
@@ -212,8 +219,9 @@ class AppRemote(QObject):
         while not done.wait(0.05):
             if cancel.is_set() and not stopped:
                 stopped = True
-                log.info("the caller (%s) stopped the task", by)
-                self.on_gui(lambda: self.app.stop(by=by))
+                who = by()
+                log.info("%s stopped the task", who)
+                self.on_gui(functools.partial(self.app.stop, by=who))
 
         def end() -> None:
             disconnect()
@@ -221,3 +229,55 @@ class AppRemote(QObject):
 
         self.on_gui(end)
         return {"ok": True, "outcome": box["outcome"]}
+
+
+def host_tasks(settings: Settings, serve: Callable[[AppRemote], None], script: Path | None = None) -> int:
+    """Host callers' tasks in this process when no desktop app runs (``holodesk mcp``): a Qt application
+    with a headless :class:`~holodesk.ui.app.HolodeskApp` (no tray icon, no window; the approval
+    overlay and the autopilot countdown show as usual) on this (the main) thread, and ``serve(remote)``
+    on a thread of its own. When ``serve`` returns, any running task is stopped and the app quits.
+
+    Args:
+        settings: effective settings.
+        serve: runs the caller-facing server until it ends (e.g. the MCP stdio server).
+        script: replay this file of protocol replies instead of the settings' policy.
+    Returns:
+        0 when ``serve`` returned normally, 1 when it raised (logged).
+    """
+    from PySide6.QtWidgets import QApplication
+
+    from holodesk.ui.app import HolodeskApp
+
+    qapp = QApplication.instance()
+    if not isinstance(qapp, QApplication):
+        qapp = QApplication(sys.argv[:1])
+    qapp.setApplicationName("Holodesk")
+    qapp.setQuitOnLastWindowClosed(False)
+    factory = None
+    if script is not None:
+        from holodesk.session.factory import build_policy
+
+        def factory(s: Settings, progress: Any) -> Any:
+            return build_policy(s, script=script)
+
+    holo = HolodeskApp(settings, hotkeys=False, dialogs=False, headless=True, policy_factory=factory)
+    remote = AppRemote(holo)
+    status = {"code": 0}
+
+    def run() -> None:
+        try:
+            serve(remote)
+        except BaseException:
+            log.exception("the server hosting tasks failed")
+            status["code"] = 1
+        finally:
+            with contextlib.suppress(ChannelError, RuntimeError):
+                remote.on_gui(lambda: holo.stop(by="the MCP client (the server ended)"))
+            remote._call.emit(holo.quit)
+
+    thread = threading.Thread(target=run, name="holodesk-serve", daemon=True)
+    holo.start()
+    thread.start()
+    qapp.exec()
+    thread.join(10)
+    return status["code"]

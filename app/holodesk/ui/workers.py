@@ -382,11 +382,12 @@ class TaskRunner(QObject):
     def stop(self, by: str = "user") -> None:
         """Stop the running task at once (any thread): pending approvals answer STOP, the session stops
         at its next state boundary, stop hooks (the executor's stop event) run. ``by`` says who stopped
-        it ("user", "the MCP client"); the episode records it."""
-        self.stopped_by = by
+        it ("user", "the MCP client"; the first one while the task stops); the episode records it."""
+        if not self.stop_event.is_set():
+            self.stopped_by = by
         session = self.session
         if session is not None:
-            session.request_stop(by)
+            session.request_stop(self.stopped_by)
         self.stop_event.set()
         for hook in list(self.stop_hooks):
             try:
