@@ -11,9 +11,12 @@ PY="${PYTHON:-python3}"
 APT_RUNTIME=(libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-xinerama0 libxcb-randr0 libxcb-render-util0
              libxcb-image0 libxcb-shape0 libxcb-xkb1 libxkbcommon-x11-0 libegl1 libgl1 libfontconfig1
              libdbus-1-3 xclip x11-xserver-utils)
-# Extra packages the test suite needs: a virtual X server, a tray host, a real keychain, fonts.
+# Extra packages the test suite needs: a virtual X server, a tray host, a real keychain, fonts, and the
+# real desktop of the e2e tests (tests/helpers/desktop.py): window managers, a compositor, third-party
+# programs, Tk and GTK for the test forms, numlockx for the lock-key tests.
 APT_TEST=(xvfb xdotool x11-utils trayer gnome-keyring dbus dbus-x11 fonts-dejavu-core fonts-noto-core
-          fonts-noto-cjk)
+          fonts-noto-cjk openbox xfwm4 picom mousepad xterm zenity yad python3-tk python3-gi gir1.2-gtk-3.0
+          numlockx)
 
 say() { printf '\033[1mholodesk setup:\033[0m %s\n' "$*" >&2; }
 

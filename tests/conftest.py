@@ -6,6 +6,8 @@ Nothing here starts a display unless a test asks for one:
 * ``make_xvfb``  — factory ``make_xvfb(width, height, depth=24)`` starting an extra server for this test
                    (killed afterwards), with DISPLAY/XAUTHORITY set to it.
 * ``xvfb_session`` — the session server object without touching the environment.
+* ``desktop`` / ``make_desktop`` — a window manager and third-party programs on those servers
+                   (tests/helpers/desktop.py).
 
 Servers pick a free display number from :100 upward (lock file + socket check, and Xvfb's own lock
 decides races between parallel test processes), run with ``-nolisten tcp -noreset``, get an empty
@@ -32,6 +34,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.processes import stop_process
+
+pytest_plugins = ("tests.helpers.desktop",)  # the ``desktop`` / ``make_desktop`` fixtures
 
 FIRST_DISPLAY = 100
 LAST_DISPLAY = 499
@@ -203,7 +207,7 @@ def make_xvfb(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., XvfbSer
             server.stop()
 
 
-_DISPLAY_FIXTURES = {"xvfb", "make_xvfb", "xvfb_session"}
+_DISPLAY_FIXTURES = {"xvfb", "make_xvfb", "xvfb_session", "desktop", "make_desktop"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -5,9 +5,14 @@
   raises at import without a display (F16).
 * Every point goes through :func:`holodesk.core.geometry.to_input_point` with the frame the action was
   proposed for; there is no other coordinate math here.
-* After each pointer move the position is read back; if the pointer is not where it was sent (e.g. the
-  OS clamped it at a screen edge) nothing is clicked and the result is "failed" (F06). A drag visits
-  its end point before pressing the button, so an unreachable end fails before anything is pressed.
+* After each pointer move the position is read back until it has settled (F22): a window manager
+  that holds a synchronous button grab freezes the pointer until it replays the previous click, so
+  the move can arrive a few hundred milliseconds after the request. The readback is polled until the
+  pointer is within ``pointer_tolerance_px`` of the target, or has come to rest somewhere else (three
+  equal readings away from where it started), or ``settle_timeout_s`` has passed. Only a pointer that
+  really is elsewhere then fails the step (e.g. the OS clamped it at a screen edge, or something moved
+  it away): nothing is clicked and the result is "failed" (F06). A drag visits its end point before
+  pressing the button, so an unreachable end fails before anything is pressed.
 * pyautogui's fail-safe (pointer in a screen corner) becomes ``status="stopped_by_user"`` (F12).
 * Errors are returned as failed :class:`ActionResult` values, never raised.
 """
@@ -91,6 +96,12 @@ class PyAutoGUIExecutor:
         stop_event: when set, a running ``wait`` ends with ``stopped_by_user``.
         pointer_readback: callable returning the pointer position in input space; default
             ``pyautogui.position``. Tests pass a fake to simulate a clamped pointer.
+        settle_timeout_s: the longest wait, in seconds, for the pointer to arrive after a move before
+            the step is reported as a miss (default 2.0; a pointer held by a busy window manager
+            arrives late, a clamped one comes to rest elsewhere at once).
+        pointer_tolerance_px: largest distance (per axis, input-space pixels) between the pointer and
+            the target that still counts as arrived. Default 0: X11 reports the exact pixel it put the
+            pointer on, so any difference is a real miss.
         target_class: callable returning the focused window's WM_CLASS (clipboard terminal chord);
             default :func:`holodesk.control.window.focused_window_class` on X11.
     """
@@ -109,6 +120,8 @@ class PyAutoGUIExecutor:
         stop_event: threading.Event | None = None,
         pointer_readback: Callable[[], tuple[int, int]] | None = None,
         target_class: Callable[[], str | None] | None = None,
+        settle_timeout_s: float = 2.0,
+        pointer_tolerance_px: int = 0,
     ) -> None:
         if typing not in ("auto", "xtest", "clipboard"):
             raise ActionError(f"unknown typing method {typing!r}; use auto, xtest or clipboard")
@@ -120,6 +133,8 @@ class PyAutoGUIExecutor:
         self.clipboard_restore_delay_s = clipboard_restore_delay_s
         self.stop_event = stop_event or threading.Event()
         self._pointer_readback = pointer_readback
+        self.settle_timeout_s = settle_timeout_s
+        self.pointer_tolerance_px = pointer_tolerance_px
         self._target_class = target_class
         self._gui_module: Any = None
         self._x11_typer: X11KeysymTyper | None = None
@@ -273,7 +288,7 @@ class PyAutoGUIExecutor:
         self._raise_if_failsafe(gui)
         if isinstance(action, (Click, DoubleClick, RightClick, MiddleClick)):
             (ip,) = points
-            self._move_verified(gui, ip)
+            details["pointer_settle_s"] = self._move_verified(gui, ip)
             if isinstance(action, DoubleClick):
                 gui.doubleClick(button="left")
                 details["method"] = "pyautogui.doubleClick"
@@ -284,7 +299,7 @@ class PyAutoGUIExecutor:
             return f"{button}-clicked at ({ip.x}, {ip.y})"
         if isinstance(action, Move):
             (ip,) = points
-            self._move_verified(gui, ip)
+            details["pointer_settle_s"] = self._move_verified(gui, ip)
             details["method"] = "pyautogui.moveTo"
             return f"moved the pointer to ({ip.x}, {ip.y})"
         if isinstance(action, Drag):
@@ -296,7 +311,7 @@ class PyAutoGUIExecutor:
             gui.mouseDown(button="left")
             try:
                 gui.moveTo(end.x, end.y, duration=self.drag_duration_s)
-                self._check_position(end, "drag end", released_note=True)
+                self._check_position(end, "drag end", released_note=True, before=(start.x, start.y))
             finally:
                 gui.mouseUp(button="left")
             details["method"] = "pyautogui.mouseDown/moveTo/mouseUp"
@@ -332,8 +347,9 @@ class PyAutoGUIExecutor:
         raise ActionError(f"the pyautogui executor cannot perform {action.kind!r}", field="kind")
 
     # -- pointer -------------------------------------------------------------------------------------
-    def _move_verified(self, gui: Any, target: InputPoint) -> None:
-        """Move to ``target`` and make sure the pointer is there (F06).
+    def _move_verified(self, gui: Any, target: InputPoint) -> float:
+        """Move to ``target`` and make sure the pointer is there (F06, F22); return the seconds it took
+        the pointer to arrive after the move request.
 
         Raises:
             _Unreachable: target is a fail-safe corner, or the pointer ended elsewhere (clamped).
@@ -346,6 +362,7 @@ class PyAutoGUIExecutor:
                 "did not click",
                 {"target": [target.x, target.y]},
             )
+        before = self._position()
         try:
             gui.moveTo(target.x, target.y, duration=self.move_duration_s)
         except Exception as exc:
@@ -356,20 +373,55 @@ class PyAutoGUIExecutor:
             width, height = gui.size()
             clamped = (min(max(target.x, 0), width - 1), min(max(target.y, 0), height - 1))
             if clamped != (target.x, target.y) and self._position() == clamped:
-                self._check_position(target, "target")
+                self._check_position(target, "target", before=before)
             raise
-        self._check_position(target, "target")
+        return self._check_position(target, "target", before=before)
 
-    def _check_position(self, target: InputPoint, what: str, released_note: bool = False) -> None:
-        actual = self._position()
-        if actual != (target.x, target.y):
+    def _arrived(self, position: tuple[int, int], target: InputPoint) -> bool:
+        tol = self.pointer_tolerance_px
+        return abs(position[0] - target.x) <= tol and abs(position[1] - target.y) <= tol
+
+    def _settled_position(self, target: InputPoint, before: tuple[int, int] | None) -> tuple[tuple[int, int], float]:
+        """Poll the pointer until it has arrived at ``target``, has come to rest elsewhere (three equal
+        readings that differ from ``before``, its position before the move) or ``settle_timeout_s`` has
+        passed (F22).
+
+        Returns:
+            (last position read, seconds waited).
+        """
+        t0 = time.monotonic()
+        readings: list[tuple[int, int]] = []
+        while True:
+            position = self._position()
+            if self._arrived(position, target):
+                return position, time.monotonic() - t0
+            readings.append(position)
+            at_rest_elsewhere = (len(readings) >= 3 and len(set(readings[-3:])) == 1 and position != before)
+            waited = time.monotonic() - t0
+            if at_rest_elsewhere or waited >= self.settle_timeout_s:
+                return position, waited
+            time.sleep(0.01)
+
+    def _check_position(self, target: InputPoint, what: str, released_note: bool = False,
+                        before: tuple[int, int] | None = None) -> float:
+        """Wait for the pointer to settle (:meth:`_settled_position`; ``before`` is where it was before
+        the move) and return the seconds waited.
+
+        Raises:
+            _Unreachable: it settled elsewhere than ``target`` (beyond ``pointer_tolerance_px``).
+        """
+        actual, waited = self._settled_position(target, before)
+        if not self._arrived(actual, target):
             tail = "; the button was released there" if released_note else "; did not click"
             raise _Unreachable(
                 f"the pointer could not reach the {what} ({target.x}, {target.y}): it is at "
-                f"({actual[0]}, {actual[1]}) (clamped at a screen edge, or the monitor layout changed "
-                f"since the frame was captured){tail}",
-                {"target": [target.x, target.y], "pointer_readback": [actual[0], actual[1]]},
+                f"({actual[0]}, {actual[1]}) after waiting {waited:.2f} s for it to settle (clamped at a "
+                f"screen edge, moved away by another program, or the monitor layout changed since the "
+                f"frame was captured){tail}",
+                {"target": [target.x, target.y], "pointer_readback": [actual[0], actual[1]],
+                 "settle_wait_s": round(waited, 3)},
             )
+        return round(waited, 3)
 
     # -- keyboard ------------------------------------------------------------------------------------
     def _press_chord(self, keys: Sequence[str]) -> Any:

@@ -9,7 +9,14 @@ X11 keysym typer
     keysym of a character is its code point for Latin-1 and ``0x01000000 + code point`` otherwise
     (X11 protocol, "Keysym Encoding", Unicode keysyms). Tab and newline are typed as the Tab and
     Return keys. Clients re-read the keyboard map when it changes, so every remap is followed by a short
-    settle delay before the keys are pressed, and before the map is restored.
+    settle delay before the keys are pressed. A client translates a key event with the map it fetches
+    when it processes that event, so the map is restored only ``restore_delay_s`` after the last key
+    (restoring earlier loses the last characters in a busy client).
+
+    Lock keys (F26): the server applies locked modifiers to synthetic keys too, so with Caps Lock on
+    "abc" would arrive as "ABC" and "ß" as "ẞ". Before typing, every active lock that changes which
+    keysym a key produces (Caps Lock, Shift Lock, Num Lock, ISO Level3/Level5 Lock) is turned off by
+    pressing its key, and afterwards turned back on, so the lock state is as the user left it.
 
 Clipboard paste
     Saves the user's clipboard text, puts the text on the clipboard, presses the paste chord (Ctrl+V,
@@ -37,6 +44,11 @@ XK_TAB = 0xFF09
 XK_RETURN = 0xFF0D
 XK_SHIFT_L = 0xFFE1
 UNICODE_KEYSYM_OFFSET = 0x01000000
+#: Lock keysyms whose locked modifier changes the keysym a key produces (name for reports).
+LOCK_KEYSYMS: dict[int, str] = {0xFFE5: "Caps_Lock", 0xFFE6: "Shift_Lock", 0xFF7F: "Num_Lock",
+                                0xFE04: "ISO_Level3_Lock", 0xFE0C: "ISO_Level5_Lock"}
+LOCK_TOGGLE_TIMEOUT_S = 2.0
+
 
 def char_to_keysym(ch: str) -> int:
     """X11 keysym for one character.
@@ -124,15 +136,18 @@ class X11KeysymTyper:
 
     Args:
         display_name: X display (default ``$DISPLAY``).
-        settle_s: seconds to wait after each keyboard-map change so clients re-read the map (the same
-            reason xdotool sleeps after remapping); 0.05 s is ample on a local server.
+        settle_s: seconds to wait after binding characters to spare keycodes, before pressing them (the
+            same reason xdotool sleeps after remapping).
+        restore_delay_s: seconds between the last key that used a temporary binding and restoring the
+            keyboard map, so the focused client has translated those keys (default 0.5).
         key_delay_s: seconds between key events (0 = as fast as the server takes them).
     """
 
     def __init__(self, display_name: str | None = None, *, settle_s: float = 0.05,
-                 key_delay_s: float = 0.0) -> None:
+                 restore_delay_s: float = 0.5, key_delay_s: float = 0.0) -> None:
         self.display_name = display_name
         self.settle_s = settle_s
+        self.restore_delay_s = restore_delay_s
         self.key_delay_s = key_delay_s
         self._lock = threading.Lock()
 
@@ -154,20 +169,87 @@ class X11KeysymTyper:
         return conn
 
     def type_text(self, text: str) -> TypingReport:
-        """Type ``text`` exactly into the focused window.
+        """Type ``text`` exactly into the focused window, whatever the lock keys' state.
 
+        Returns:
+            A report whose extras name the locks turned off for typing (``locks_cleared``) and whether
+            they were turned back on (``locks_restored``).
         Raises:
-            ActionError: untypeable control characters, or no spare keycode for a needed remap.
+            ActionError: untypeable control characters, no spare keycode for a needed remap, or a lock
+                that could not be turned off (nothing typed).
             DisplayError: no X connection / no XTEST.
-        The keyboard map is restored even when typing fails half-way.
+        The keyboard map and the locks are restored even when typing fails half-way.
         """
         keysyms = text_to_keysyms(text)
         with self._lock:
             conn = self._open()
             try:
-                return self._type(conn, keysyms)
+                cleared = self._clear_locks(conn)
+                try:
+                    report = self._type(conn, keysyms)
+                finally:
+                    restored = self._restore_locks(conn, cleared)
+                report.extra = {**(report.extra or {}), "locks_cleared": [name for name, _kc, _m in cleared],
+                                "locks_restored": restored}
+                return report
             finally:
                 conn.close()
+
+    @staticmethod
+    def _modifier_state(conn: Any) -> int:
+        return int(conn.screen().root.query_pointer().mask)
+
+    def _tap_lock(self, conn: Any, keycode: int, mask: int, want_on: bool) -> bool:
+        """Press and release a lock key, then wait (bounded) until its modifier is ``want_on``."""
+        from Xlib import X
+        from Xlib.ext import xtest
+
+        xtest.fake_input(conn, X.KeyPress, keycode)
+        xtest.fake_input(conn, X.KeyRelease, keycode)
+        conn.sync()
+        deadline = time.monotonic() + LOCK_TOGGLE_TIMEOUT_S
+        while bool(self._modifier_state(conn) & mask) != want_on:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def _clear_locks(self, conn: Any) -> list[tuple[str, int, int]]:
+        """Turn off every active lock of :data:`LOCK_KEYSYMS`; return ``(name, keycode, modifier mask)``
+        of those turned off.
+
+        Raises:
+            ActionError: a lock stayed on (the ones already turned off are turned back on first).
+        """
+        state = self._modifier_state(conn)
+        modmap = conn.get_modifier_mapping()
+        cleared: list[tuple[str, int, int]] = []
+        seen_masks: set[int] = set()
+        for keysym, name in LOCK_KEYSYMS.items():
+            keycode = conn.keysym_to_keycode(keysym)
+            if not keycode:
+                continue
+            for index, keycodes in enumerate(modmap):
+                mask = 1 << index
+                if keycode in keycodes and state & mask and mask not in seen_masks:
+                    seen_masks.add(mask)
+                    if not self._tap_lock(conn, keycode, mask, want_on=False):
+                        self._restore_locks(conn, cleared)
+                        raise ActionError(f"{name} is on and could not be turned off for typing; nothing was "
+                                          "typed", hint=f"Turn {name.replace('_', ' ')} off and try again.")
+                    cleared.append((name, keycode, mask))
+        if cleared:
+            log.info("turned off %s for typing", ", ".join(n for n, _k, _m in cleared))
+        return cleared
+
+    def _restore_locks(self, conn: Any, cleared: list[tuple[str, int, int]]) -> bool:
+        """Turn the locks in ``cleared`` back on; False (and an error in the log) if one stayed off."""
+        ok = True
+        for name, keycode, mask in reversed(cleared):
+            if not self._tap_lock(conn, keycode, mask, want_on=True):
+                log.error("could not turn %s back on after typing", name)
+                ok = False
+        return ok
 
     def _type(self, conn: Any, keysyms: list[int]) -> TypingReport:
         from Xlib import X
@@ -227,7 +309,7 @@ class X11KeysymTyper:
                         tap(kc, level == 1)
                 conn.sync()
                 if needed:
-                    time.sleep(self.settle_s)  # let the client translate these keys with our map
+                    time.sleep(self.restore_delay_s)  # let the client translate these keys with our map
                     self._restore(conn, bound, width)
                     bound = {}
         finally:

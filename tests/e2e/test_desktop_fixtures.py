@@ -1,0 +1,62 @@
+"""The real-desktop fixtures themselves (tests/helpers/desktop.py): a window manager really runs, and the
+third-party programs and our Tk/GTK forms answer input from xdotool (no Holodesk involved), so a failure
+in the Holodesk e2e tests points at Holodesk, not at the desktop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.desktop import Desktop, FormApp, wait_until
+
+pytestmark = [pytest.mark.gui, pytest.mark.slow]
+
+
+def test_window_manager_frames_and_focuses_windows(desktop: Desktop) -> None:
+    form = desktop.tk_form(x=400, y=300)
+    # a reparenting window manager puts a frame around the client: its parent is not the root window
+    tree = desktop.xdotool("getwindowname", str(form.window))
+    assert "Tk form" in tree
+    if desktop.wm.compositing:
+        assert desktop.wm.name in ("xfwm4", "openbox+picom")
+    form.activate()
+    assert desktop.xdotool("getactivewindow").strip() == str(form.window)
+
+
+@pytest.mark.parametrize("kind", ["tk", "gtk"])
+def test_forms_report_layout_and_print_their_state(desktop: Desktop, kind: str) -> None:
+    form: FormApp = desktop.tk_form(300, 200) if kind == "tk" else desktop.gtk_form(300, 200)
+    form.activate()
+    x, y = form.center("name")
+    desktop.click(x, y)
+    form.wait_layout(lambda lay: lay.get("focus") == "name")
+    desktop.xdotool("type", "--delay", "20", "hello")
+    wait_until(lambda: form.layout().get("name") == "hello", 30, "the typed text in the form")
+    for widget in ("agree", "Count", "Count", "Submit"):
+        x, y = form.center(widget)
+        desktop.click(x, y)
+        if widget != "Submit":
+            want = {"agree": lambda lay: lay["agree"], "Count": lambda lay: lay["count"] >= 1}[widget]
+            form.wait_layout(want)
+    assert form.result() == {"name": "hello", "agree": True, "count": 2, "submitted": True}
+
+
+def test_zenity_entry_prints_what_was_typed(desktop: Desktop) -> None:
+    dialog = desktop.launch(["zenity", "--entry", "--title", "Holodesk zenity", "--text", "Your name"],
+                            name="Holodesk zenity")
+    dialog.activate()
+    desktop.xdotool("type", "--delay", "20", "Ada")
+    desktop.xdotool("key", "Return")
+    assert dialog.wait_exit() == 0
+    assert dialog.stdout() == "Ada\n"
+
+
+def test_mousepad_saves_typed_text(desktop: Desktop, tmp_path: Path) -> None:
+    path = tmp_path / "note.txt"
+    path.write_text("", encoding="utf-8")
+    editor = desktop.launch(["mousepad", "--disable-server", str(path)], wm_class="mousepad")
+    editor.activate()
+    desktop.xdotool("type", "--delay", "20", "saved by xdotool")
+    desktop.xdotool("key", "ctrl+s")
+    wait_until(lambda: path.read_text(encoding="utf-8") == "saved by xdotool", 30, "mousepad to save the file")
