@@ -24,6 +24,7 @@ import contextlib
 import hmac
 import json
 import logging
+import os
 import re
 import secrets
 import sys
@@ -34,6 +35,7 @@ from typing import Any, Literal
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 
 from holodesk import __version__, instance
 from holodesk.errors import HolodeskError, SettingsError
@@ -180,13 +182,13 @@ def episode_folder(settings: Settings, episode_id: str) -> Path:
     """The folder of ``episode_id`` inside the episodes folder.
 
     Raises:
-        ValueError: not an episode name, or no such episode.
+        ResourceError: not an episode name, or no such episode.
     """
     if not _EPISODE_ID.match(episode_id):
-        raise ValueError(f"{episode_id!r} is not an episode id (see list_episodes)")
+        raise ResourceError(f"{episode_id!r} is not an episode id (see list_episodes)")
     folder = settings.episodes_dir / episode_id
     if not (folder / EPISODE_FILE).is_file():
-        raise ValueError(f"no episode {episode_id!r} (see list_episodes)")
+        raise ResourceError(f"no episode {episode_id!r} (see list_episodes)")
     return folder
 
 
@@ -205,13 +207,10 @@ def build_server(desk: Desk, settings: Settings) -> MCPServer:
     async def run_task(task: str, ctx: Context, mode: Literal["step", "auto"] | None = None) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        cancel = threading.Event()
-        cancel_requested = getattr(ctx.request_context, "cancel_requested", None)
+        cancel = threading.Event()  # set when the call is cancelled, the client disconnects or the host exits
 
         def who() -> str:
-            if cancel_requested is not None and cancel_requested.is_set():
-                return f"{CALLER} (it cancelled the call)"
-            return f"{CALLER} (it disconnected or its host exited)"
+            return CALLER
 
         def on_step(report: dict[str, Any]) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, ("step", report))
@@ -234,8 +233,8 @@ def build_server(desk: Desk, settings: Settings) -> MCPServer:
                 kind, value = await queue.get()
                 if kind == "step":
                     await ctx.report_progress(float(value["step"]), None, step_message(value))
-                elif kind == "error":
-                    raise value
+                elif kind == "error":  # told to the caller in words (other exceptions are logged above)
+                    raise ToolError(str(value)) from value
                 else:
                     return dict(value)
         except anyio.get_cancelled_exc_class():
@@ -264,13 +263,13 @@ def build_server(desk: Desk, settings: Settings) -> MCPServer:
                      "sharing screenshots (Settings: mcp_share_screenshots).")
     def screenshot(episode_id: str, frame: str) -> bytes:
         if not settings.mcp_share_screenshots:
-            raise ValueError("the user has not allowed sharing screenshots with MCP clients "
-                             "(Settings: mcp_share_screenshots)")
+            raise ResourceError("the user has not allowed sharing screenshots with MCP clients "
+                                "(Settings: mcp_share_screenshots)")
         if not _FRAME.match(frame):
-            raise ValueError(f"{frame!r} is not a screenshot name (step-000.png, ...)")
+            raise ResourceError(f"{frame!r} is not a screenshot name (step-000.png, ...)")
         path = episode_folder(settings, episode_id) / frame
         if not path.is_file():
-            raise ValueError(f"episode {episode_id!r} has no {frame}")
+            raise ResourceError(f"episode {episode_id!r} has no {frame}")
         return path.read_bytes()
 
     return server
@@ -312,8 +311,6 @@ def http_token(port: int) -> str:
     Raises:
         SecretStoreError: no usable keychain (the message says to set ``HOLODESK_MCP_TOKEN``).
     """
-    import os
-
     from holodesk.errors import SecretStoreError
     from holodesk.secrets import load_api_key, store_api_key
 
@@ -386,6 +383,15 @@ def run(*, http_port: int | None = None, script: Path | None = None) -> int:
         DisplayError: no display to host tasks on.
         SettingsError, SecretStoreError: bad settings; no keychain for the HTTP token.
     """
+    # stdout is the protocol's wire. Stray output (python-xlib prints its warnings to stdout) must never
+    # reach it: fd 1 points at stderr while Qt and the app start and after serving, the SDK diverts it while
+    # it serves, and Python's stdout writes through at once so nothing waits in a buffer for the wire.
+    wire = os.dup(1) if http_port is None else -1
+    if wire >= 0:
+        sys.stdout.flush()
+        os.dup2(2, 1)
+        if hasattr(sys.stdout, "reconfigure"):
+            sys.stdout.reconfigure(line_buffering=True, write_through=True)
     from holodesk.display import require_display
 
     settings = load_settings()
@@ -400,6 +406,13 @@ def run(*, http_port: int | None = None, script: Path | None = None) -> int:
             print(f"holodesk mcp: serving {http_url(http_port)} (bearer token required)", file=sys.stderr)
             anyio.run(serve_http, server, http_port, token)
         else:
-            anyio.run(server.run_stdio_async)
+            sys.stdout.flush()
+            os.dup2(wire, 1)
+            os.close(wire)
+            try:
+                anyio.run(server.run_stdio_async)
+            finally:
+                sys.stdout.flush()
+                os.dup2(2, 1)
 
     return host_tasks(settings, serve, script=script)

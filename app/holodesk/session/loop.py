@@ -386,8 +386,9 @@ class Session:
                               timings_ms=timings)
                 self._write(record)
                 self._emit("result", step, outcome.message, result=outcome)
-                if outcome.status == "stopped_by_user":
-                    raise _Stop(State.STOPPED, f"stopped by user: {outcome.message}")
+                if outcome.status == "stopped_by_user":  # a stop request ended the action, or the fail-safe
+                    raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}" if self._stop.is_set()
+                                else f"stopped by user: {outcome.message}")
                 said = "performed" if outcome.ok else f"failed: {outcome.message}"
                 if outcome.ok and outcome.verified is False:  # F15: never reported as a sure success
                     said = f"sent but not verified: {outcome.message}"
