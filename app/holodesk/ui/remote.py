@@ -124,9 +124,13 @@ class AppRemote(QObject):
                             break
                 cancel.set()
 
+            def send_step(report: dict[str, Any]) -> None:
+                with contextlib.suppress(OSError):  # the caller is gone: the watcher stops the task
+                    conn.send({"event": "step", **report})
+
             threading.Thread(target=watch, name="holodesk-channel-watch", daemon=True).start()
             reply = self.run_task(str(request.get("task") or ""), request.get("mode"), lambda: stopper["by"],
-                                  lambda r: conn.send({"event": "step", **r}), cancel)
+                                  send_step, cancel)
             with contextlib.suppress(OSError):
                 conn.send(reply)
 
