@@ -5,6 +5,7 @@ overlay and the autopilot countdown still show on the desktop).
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,8 @@ def test_cancelling_run_task_leaves_the_next_action_unperformed_and_the_record_s
     steps = script(tmp_path / "steps.jsonl", [first, Wait(20), second, Done("never reached")])
     env = holodesk_env(desk.env(), tmp_path, mcp_allowed_modes="step,auto", autopilot_countdown_s="0.3")
 
+    box: dict[str, float] = {}
+
     async def main() -> Any:
         async with stdio_client_for(env, tmp_path, "--script", str(steps)) as client:
             stepped = anyio.Event()
@@ -116,6 +119,7 @@ def test_cancelling_run_task_leaves_the_next_action_unperformed_and_the_record_s
                 with anyio.fail_after(120):
                     await stepped.wait()  # the first click was performed; the wait (step 2) is under way
                 await anyio.sleep(1.5)
+                box["cancelled_at"] = time.time()
                 tg.cancel_scope.cancel()  # the SDK sends notifications/cancelled for the call
             cancelled_at = time.monotonic()
             # The server records the stop; the same client can still ask.
@@ -132,6 +136,8 @@ def test_cancelling_run_task_leaves_the_next_action_unperformed_and_the_record_s
     end = episode_lines(tmp_path / "data", latest["episode_id"])[-1]
     assert end["type"] == "end" and end["stopped_by"] == "the MCP client", end
     assert end["reason"] == "stopped by the MCP client"
+    # The wait in progress ended at the stop request, and the run ended within 1 s of the cancellation.
+    assert end["ended_at"] - box["cancelled_at"] < 1.0
     # The target program's state: the first click happened, the one after the wait never did.
     time.sleep(1.0)
     assert form.layout()["count"] == 1
@@ -185,3 +191,51 @@ def test_step_mode_shows_the_overlay_a_rejected_step_is_reported_and_a_second_ca
     assert refused.is_error and "not allowed" in refused.content[0].text
     time.sleep(0.5)
     assert form.layout()["count"] == 0  # the rejected click was never performed
+
+
+def test_the_host_exiting_stops_the_task_before_its_next_action(scene: Any, tmp_path: Path) -> None:
+    """The MCP host (the agent that spawned ``holodesk mcp``) is killed mid-task: the server sees its
+    stdin close, stops the task before the next action, records who stopped it, and exits."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    desk, form = scene
+    first, second = count_clicks(form, 2)
+    steps = script(tmp_path / "steps.jsonl", [first, Wait(20), second, Done("never reached")])
+    env = holodesk_env(desk.env(), tmp_path, mcp_allowed_modes="step,auto", autopilot_countdown_s="0.3")
+    (tmp_path / "env.json").write_text(json.dumps(env))
+    host = subprocess.Popen([sys.executable, str(Path(__file__).parent / "mcp_host.py"), str(tmp_path / "env.json"),
+                             "click, wait, click", "auto", str(tmp_path / "mcp.log"), "--script", str(steps)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+                            start_new_session=True)
+    try:
+        assert host.stdout is not None
+        line = host.stdout.readline()  # blocks until the first step was performed
+        assert line.startswith("STEP 1"), line
+        time.sleep(1.5)  # the wait (step 2) is under way
+        host.send_signal(signal.SIGKILL)  # the host dies; its child, the MCP server, sees its stdin close
+        killed_at = time.time()
+        episodes = tmp_path / "data" / "episodes"
+        folder = wait_until(lambda: next(iter(episodes.iterdir()), None), 30, "the episode folder")
+        end = wait_until(lambda: [r for r in episode_lines(tmp_path / "data", folder.name) if r["type"] == "end"],
+                         30, "the episode's end record")[0]
+        assert end["status"] == "stopped" and end["stopped_by"] == "the MCP client", end
+        assert end["ended_at"] - killed_at < 5.0
+        time.sleep(1.0)
+        assert form.layout()["count"] == 1  # the click after the wait never happened
+        wait_until(lambda: not server_pids(steps), 30, "the MCP server to exit")
+    finally:
+        host.kill()
+        host.wait(10)
+        for pid in server_pids(steps):  # only if the server outlived its host (a failure above)
+            os.kill(pid, signal.SIGKILL)
+
+
+def server_pids(steps: Path) -> list[int]:
+    """Process ids of the ``holodesk mcp`` started with this test's own script file."""
+    import subprocess
+
+    res = subprocess.run(["pgrep", "-f", f"holodesk mcp --script {steps}"], capture_output=True, text=True)
+    return [int(p) for p in res.stdout.split()]
