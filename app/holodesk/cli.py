@@ -118,8 +118,11 @@ def cmd_tray(no_tray: bool) -> int:
 
     require_display()
     lock = InstanceLock.acquire()
-    if lock is None:
+    if lock is None and lock_held_by_an_app():
         return cmd_app_command("palette", already_running=True)
+    lock = lock or InstanceLock.acquire()
+    if lock is None:
+        raise HolodeskError("another Holodesk is starting on this desktop", hint="Wait a moment and try again.")
     from holodesk.ui.app import run_app
 
     return run_app(force_window=no_tray, instance=lock)
@@ -133,6 +136,21 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         print(mcp_server.print_config(args.print_config, http_port=args.port if args.http else None), end="")
         return EXIT_OK
     return mcp_server.run(http_port=args.port if args.http else None, script=args.script)
+
+
+def lock_held_by_an_app(wait_s: float = 0.5) -> bool:
+    """After the instance lock was found taken: True when an app really holds it, False when it was a
+    passing check (``holodesk stop``/``palette`` test the lock for a moment) and is free again."""
+    import time
+
+    from holodesk.instance import app_running
+
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if not app_running():
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def cmd_app_command(command: str, *, already_running: bool = False) -> int:

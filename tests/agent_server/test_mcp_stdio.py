@@ -193,9 +193,11 @@ def test_step_mode_shows_the_overlay_a_rejected_step_is_reported_and_a_second_ca
     assert form.layout()["count"] == 0  # the rejected click was never performed
 
 
-def test_the_host_exiting_stops_the_task_before_its_next_action(scene: Any, tmp_path: Path) -> None:
-    """The MCP host (the agent that spawned ``holodesk mcp``) is killed mid-task: the server sees its
-    stdin close, stops the task before the next action, records who stopped it, and exits."""
+@pytest.mark.parametrize("how", ["host killed", "server terminated"])
+def test_the_host_exiting_stops_the_task_before_its_next_action(scene: Any, tmp_path: Path, how: str) -> None:
+    """The MCP host (the agent that spawned ``holodesk mcp``) is killed mid-task, so the server sees its
+    stdin close; or the host ends the server with SIGTERM. Either way the task stops before the next
+    action, the record says who stopped it, and the server exits."""
     import json
     import signal
     import subprocess
@@ -215,13 +217,18 @@ def test_the_host_exiting_stops_the_task_before_its_next_action(scene: Any, tmp_
         line = host.stdout.readline()  # blocks until the first step was performed
         assert line.startswith("STEP 1"), line
         time.sleep(1.5)  # the wait (step 2) is under way
-        host.send_signal(signal.SIGKILL)  # the host dies; its child, the MCP server, sees its stdin close
+        if how == "host killed":
+            host.send_signal(signal.SIGKILL)  # the host dies; its child, the MCP server, sees its stdin close
+        else:
+            for pid in server_pids(steps):
+                os.kill(pid, signal.SIGTERM)
         killed_at = time.time()
         episodes = tmp_path / "data" / "episodes"
         folder = wait_until(lambda: next(iter(episodes.iterdir()), None), 30, "the episode folder")
         end = wait_until(lambda: [r for r in episode_lines(tmp_path / "data", folder.name) if r["type"] == "end"],
                          30, "the episode's end record")[0]
-        assert end["status"] == "stopped" and end["stopped_by"] == "the MCP client", end
+        by = "the MCP client" if how == "host killed" else "the MCP client (its host ended the server)"
+        assert end["status"] == "stopped" and end["stopped_by"] == by, end
         assert end["ended_at"] - killed_at < 5.0
         time.sleep(1.0)
         assert form.layout()["count"] == 1  # the click after the wait never happened

@@ -13,6 +13,7 @@ import contextlib
 import functools
 import logging
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -207,10 +208,10 @@ class AppRemote(QObject):
 
         def disconnect() -> None:
             app = self.app
-            for signal, slot in ((app.runner.session_event, reporter), (app.runner.finished, finished),
-                                 (app.runner.failed, failed)):
+            for qt_signal, slot in ((app.runner.session_event, reporter), (app.runner.finished, finished),
+                                    (app.runner.failed, failed)):
                 with contextlib.suppress(RuntimeError, TypeError):
-                    signal.disconnect(slot)
+                    qt_signal.disconnect(slot)
 
         def restore_mode() -> None:
             if self.app.approval_policy.mode == box.get("mode") and box.get("previous_mode") != box.get("mode"):
@@ -248,6 +249,7 @@ def host_tasks(settings: Settings, serve: Callable[[AppRemote], None], script: P
     Returns:
         0 when ``serve`` returned normally, 1 when it raised (logged).
     """
+    from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
     from holodesk.ui.app import HolodeskApp
@@ -279,9 +281,24 @@ def host_tasks(settings: Settings, serve: Callable[[AppRemote], None], script: P
                 remote.on_gui(lambda: holo.stop(by="the MCP client (the server ended)"))
             remote._call.emit(holo.quit)
 
+    def terminate(signum: int, _frame: Any) -> None:  # the host ends this server with SIGTERM / SIGINT
+        log.info("signal %d: stopping any task and quitting", signum)
+        status["signalled"] = 1
+        holo.stop(by="the MCP client (its host ended the server)")
+        holo.quit()
+
     thread = threading.Thread(target=run, name="holodesk-serve", daemon=True)
     holo.start()
+    previous = {sig: signal.signal(sig, terminate) for sig in (signal.SIGTERM, signal.SIGINT)}
+    wake = QTimer()  # Python runs signal handlers only between bytecodes: let it run while Qt waits
+    wake.timeout.connect(lambda: None)
+    wake.start(200)
     thread.start()
-    qapp.exec()
-    thread.join(10)
+    try:
+        qapp.exec()
+    finally:
+        wake.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    thread.join(1 if status.get("signalled") else 10)
     return status["code"]
