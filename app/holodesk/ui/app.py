@@ -146,7 +146,7 @@ class HolodeskApp(QObject):
         self.window: FallbackWindow | None = None
         self.tray_available = bool(QSystemTrayIcon.isSystemTrayAvailable())
         if headless:
-            pass
+            log.info("headless: no tray icon and no window (tasks come from a caller)")
         elif self.tray_available and not force_window:
             self.tray = TrayIcon(self.actions, self)
             self.tray.activated_primary.connect(self.open_palette)
