@@ -105,6 +105,8 @@ def test_mcp_hands_the_task_to_the_running_app_whose_overlay_asks_the_user(qtbot
                 return status, result
 
         thread, box = in_thread(call)
+        qtbot.waitUntil(lambda: app.approval.pending is not None or not thread.is_alive(), timeout=60000)
+        assert "error" not in box, box.get("error")
         overlay = wait_overlay(qtbot, app, timeout_ms=60000)  # the app's own overlay, on the user's screen
         assert target.state()["clicks"] == []
         qtbot.keyClick(overlay, Qt.Key.Key_Return)
@@ -143,7 +145,10 @@ def test_a_cancelled_call_or_a_dead_mcp_server_stops_the_apps_task(qtbot: Any, u
                     await anyio.sleep(30)
 
         thread, box = in_thread(call)  # it cancels (or kills) once the app's approval is pending
-        qtbot.waitUntil(lambda: app.last_result is not None and not app.runner.running, timeout=60000)
+        qtbot.waitUntil(lambda: (app.last_result is not None and not app.runner.running)
+                        or (how == "cancel" and "error" in box), timeout=60000)
+        if how == "cancel":
+            assert "error" not in box, box.get("error")
         result = app.last_result
         assert result.status is State.STOPPED
         assert result.reason == ("stopped by the MCP client" if how == "cancel"
