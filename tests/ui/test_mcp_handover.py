@@ -164,3 +164,25 @@ def test_a_cancelled_call_or_a_dead_mcp_server_stops_the_apps_task(qtbot: Any, u
             assert "Connection closed" in repr(box.get("error"))
         end = [line for line in (result.episode_path / "episode.jsonl").read_text().splitlines() if '"end"' in line]
         assert '"stopped_by": "the MCP client' in end[-1]
+
+
+def test_a_call_while_the_users_own_task_runs_is_busy(qtbot: Any, ui_env: Any, running_app: Any,
+                                                      tmp_path: Path) -> None:
+    with TargetWindow.start(tmp_path / "target", x=700, y=500) as target:
+        app = running_app(click_ok_script(ui_env, target, tmp_path / "steps.jsonl"))
+        assert app.start_task("the user's own task")  # typed in the command box
+        overlay = wait_overlay(qtbot, app, timeout_ms=60000)
+
+        async def call() -> Any:
+            async with stdio_client_for(mcp_env(tmp_path), tmp_path) as client:
+                return await client.call_tool("run_task", {"task": "the caller's task"})
+
+        thread, box = in_thread(call)
+        qtbot.waitUntil(lambda: not thread.is_alive(), timeout=60000)
+        assert "error" not in box, box.get("error")
+        busy = outcome_of(box["value"])
+        assert busy["status"] == "busy" and "another task is driving the desktop" in busy["reason"]
+        assert app.runner.running and app.approval.pending is not None  # the user's task is untouched
+        qtbot.keyClick(overlay, Qt.Key.Key_Escape)
+        qtbot.waitUntil(lambda: not app.runner.running, timeout=30000)
+        assert target.state()["clicks"] == []

@@ -145,6 +145,20 @@ def test_the_folder_is_0700_the_socket_0600_and_a_stale_socket_is_replaced(runti
     assert not path.exists()
 
 
+@pytest.mark.skipif(os.getuid() != 0, reason="handing a folder to another user needs root")
+def test_a_folder_another_user_owns_is_refused(runtime: Path) -> None:
+    folder = runtime / "holodesk"
+    folder.mkdir(mode=0o700)
+    os.chown(folder, 65534, 65534)
+    try:
+        with pytest.raises(instance.ChannelError, match="belongs to user id 65534, not to you"):
+            instance.request("ping")
+        with pytest.raises(instance.ChannelError, match="belongs to user id 65534"):
+            instance.InstanceLock.acquire()
+    finally:
+        os.chown(folder, 0, 0)
+
+
 @pytest.mark.parametrize("target", ["folder", "socket"])
 def test_a_folder_or_socket_others_may_use_is_refused(runtime: Path, target: str) -> None:
     lock = instance.InstanceLock.acquire()
