@@ -24,6 +24,7 @@ from tests.agent_server.mcp_helpers import (
     stdio_client_for,
 )
 from tests.helpers.desktop import Desktop, wait_until
+from tests.helpers.processes import pids_running
 
 pytestmark = [pytest.mark.gui, pytest.mark.e2e]
 
@@ -242,7 +243,4 @@ def test_the_host_exiting_stops_the_task_before_its_next_action(scene: Any, tmp_
 
 def server_pids(steps: Path) -> list[int]:
     """Process ids of the ``holodesk mcp`` started with this test's own script file."""
-    import subprocess
-
-    res = subprocess.run(["pgrep", "-f", f"holodesk mcp --script {steps}"], capture_output=True, text=True)
-    return [int(p) for p in res.stdout.split()]
+    return pids_running("-m holodesk mcp --script", str(steps))

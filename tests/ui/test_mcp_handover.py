@@ -30,6 +30,7 @@ from holodesk.ui.app import HolodeskApp
 from holodesk.ui.remote import AppRemote
 from tests.agent_server.mcp_helpers import holodesk_env, outcome_of, stdio_client_for
 from tests.helpers.app_instance import private_runtime_dir
+from tests.helpers.processes import pids_running
 from tests.helpers.target import TargetWindow
 from tests.ui.conftest import wait_overlay
 
@@ -138,8 +139,7 @@ def test_a_cancelled_call_or_a_dead_mcp_server_stops_the_apps_task(qtbot: Any, u
                 if how == "cancel":
                     tg.cancel_scope.cancel()
                 else:  # the MCP server process dies: the channel connection closes
-                    pids.extend(int(p) for p in os.popen(
-                        f"pgrep -f -P {os.getpid()} 'holodesk mcp'").read().split())
+                    pids.extend(pids_running("-m holodesk mcp", parent=os.getpid()))
                     for pid in pids:
                         os.kill(pid, signal.SIGKILL)
                     await anyio.sleep(30)
