@@ -1,7 +1,8 @@
 """``holodesk mcp --http``: the SDK's streamable HTTP transport on 127.0.0.1, behind a bearer token.
 
 The real ``python -m holodesk mcp --http`` child process; a request without the token (or with a wrong
-one) is refused with 401 before it reaches the MCP layer; the SDK's own client with the token works.
+one) is refused with 401 before it reaches the MCP layer; the SDK's own client with the token works, and
+cancelling its run_task call stops the task within a second (a replayed ``wait`` on a plain Xvfb).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import anyio
 import httpx
 import pytest
 
-from tests.agent_server.mcp_helpers import ROOT, holodesk_env
+from holodesk.core.actions import Done, Wait
+from holodesk.policy.scripted import write_script
+from tests.agent_server.mcp_helpers import ROOT, episode_lines, holodesk_env
 from tests.helpers.processes import stop_process
 
 pytestmark = pytest.mark.gui
@@ -34,16 +37,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_http_transport_refuses_a_request_without_the_token(make_xvfb: Any, tmp_path: Path) -> None:
+def test_http_transport_needs_the_token_and_a_cancelled_call_stops_the_task(make_xvfb: Any, tmp_path: Path) -> None:
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
     server = make_xvfb(1024, 768)
-    env = holodesk_env(server.env(), tmp_path, mcp_token=TOKEN)
+    env = holodesk_env(server.env(), tmp_path, mcp_token=TOKEN, mcp_allowed_modes="step,auto",
+                       autopilot_countdown_s="0.2")
+    steps = write_script(tmp_path / "steps.jsonl", [Wait(30), Done("never reached")])
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
     log = open(tmp_path / "mcp-http.log", "wb")  # noqa: SIM115 - closed in finally
-    proc = subprocess.Popen([sys.executable, "-m", "holodesk", "mcp", "--http", "--port", str(port)], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "holodesk", "mcp", "--http", "--port", str(port),
+                             "--script", str(steps)], env=env,
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(ROOT))
     try:
         deadline = time.monotonic() + 60
@@ -69,9 +75,25 @@ def test_http_transport_refuses_a_request_without_the_token(make_xvfb: Any, tmp_
                     Client(streamable_http_client(url, http_client=http)) as client:
                 tools = {t.name for t in (await client.list_tools()).tools}
                 status = await client.call_tool("get_status", {})
-                return tools, status
+                # Cancelling a call over HTTP stops the task too (the wait in progress ends at once).
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(client.call_tool, "run_task", {"task": "wait a while", "mode": "auto"})
+                    with anyio.fail_after(60):
+                        while not (await client.call_tool("get_status", {})).structured_content["running"]:
+                            await anyio.sleep(0.1)
+                    await anyio.sleep(1.5)
+                    cancelled_at = time.time()
+                    tg.cancel_scope.cancel()
+                with anyio.fail_after(30):
+                    while (await client.call_tool("get_status", {})).structured_content["running"]:
+                        await anyio.sleep(0.1)
+                latest = (await client.call_tool("list_episodes", {})).structured_content["result"][0]
+                return tools, status, latest, cancelled_at
 
-        tools, status = anyio.run(with_token)
+        tools, status, latest, cancelled_at = anyio.run(with_token)
+        end = episode_lines(tmp_path / "data", latest["episode_id"])[-1]
+        assert end["status"] == "stopped" and end["stopped_by"] == "the MCP client", end
+        assert end["ended_at"] - cancelled_at < 1.0
         assert {"run_task", "get_status", "list_episodes"} <= tools
         assert status.structured_content["running"] is False
         assert "this MCP server" in status.structured_content["host"]
