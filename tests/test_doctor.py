@@ -46,3 +46,20 @@ def test_kernel_section_names_the_decoder_and_survives_bad_settings(
     config.write_text('decoder = "fast"\n')  # invalid: the kernel report must still be shown
     section = doctor.collect(timeout_s=30)["Holotron kernels"]
     assert "functions" in section and section["decoder"].startswith("unknown: the settings could not be read")
+
+
+def test_local_fit_names_the_precision_the_wizard_would_pick(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import stat
+
+    from holodesk.core.fit import best_precision
+
+    exe = tmp_path / "nvidia-smi"  # a fake nvidia-smi: this machine has no NVIDIA driver
+    exe.write_text('#!/bin/sh\necho "0, NVIDIA GeForce RTX 4090, 24564, 23500"\n')
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    section = doctor._local_fit()
+    assert section["precision that fits"] == best_precision(23500 * 2**20) == "8bit"
+    assert "RTX 4090, 22.9 GiB free" in section["gpu"]
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))
+    section = doctor._local_fit()
+    assert section["precision that fits"] == "none: use a server" and "nvidia-smi" in section["gpu"]

@@ -214,6 +214,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                       settings.max_repeats, settings.monitor),
         episodes_dir=args.episodes_dir or settings.episodes_dir,
         focus_probe=_focus_probe(),
+        window_probe=_window_probe(),
         meta={"monitor_label": monitors[settings.monitor - 1].label},
         stop_event=stop_event,
     )
@@ -242,6 +243,14 @@ def _focus_probe() -> Any:
     except ImportError:
         return None
     return focused_window_class
+
+
+def _window_probe() -> Any:
+    try:
+        from holodesk.control.window import window_at
+    except ImportError:
+        return None
+    return window_at
 
 
 def terminal_safe(text: str, *, keep_newlines: bool = False) -> str:
@@ -289,8 +298,10 @@ def _print_event(event: Any) -> None:
 class TerminalApprover:
     """Asks on the terminal: ``[a]pprove / [e]dit / [s]kip / [q]uit``. End of input means quit.
 
-    Model text is printed with ``repr`` quoting for typed text, so control characters and markup show
-    literally (field case F10).
+    Leads with the same headline as the overlay card (:func:`holodesk.core.wording.step_words`), then
+    its details, the exact text to type, the risk and the model's thought. Model text is escaped
+    (:func:`terminal_safe`, ``repr`` quoting for typed text and the thought), so control characters and
+    markup show literally (field case F10).
     """
 
     def __init__(self, stdin: TextIO, stdout: TextIO) -> None:
@@ -307,10 +318,16 @@ class TerminalApprover:
         from holodesk.session.approval import ApprovalResponse, Decision
 
         out = self.stdout
-        out.write(f"\nStep {request.step + 1}: {request.description}\n")
+        # the same words as the overlay card: headline first, then where, risk and the model's thought
+        out.write(f"\nStep {request.step + 1}: {terminal_safe(request.description)}\n")
+        for detail in getattr(request, "details", ()):
+            out.write(f"  {terminal_safe(detail)}\n")
+        action = request.action
+        if getattr(action, "kind", "") == "type":
+            out.write(f"  exact text: {action.text!r}\n")
+        out.write(f"  risk: {request.risk.level.value} ({terminal_safe(request.risk.reason)})\n")
         if request.proposal.thought:
             out.write(f"  model's thought: {request.proposal.thought!r}\n")
-        out.write(f"  risk: {request.risk.level.value} ({request.risk.reason})\n")
         while True:
             answer = self._ask("  [a]pprove / [e]dit / [s]kip / [q]uit? ")
             if answer is None:

@@ -76,6 +76,26 @@ def _torch() -> dict[str, Any]:
     return out
 
 
+def _local_fit() -> dict[str, Any]:
+    """Which precision of Holotron-12B fits this machine (the rule the wizard and Settings use)."""
+    from holodesk.core.fit import CHECKPOINT_BYTES, best_precision, disk_fits, explain_precision
+    from holodesk.machine import default_model_cache, disk_free_bytes, probe_gpus
+
+    probe = probe_gpus()
+    gpu = probe.best
+    cache = default_model_cache()
+    disk = disk_free_bytes(cache)
+    out: dict[str, Any] = {
+        "gpu": f"{gpu.name}, {gpu.free_bytes / 2**30:.1f} GiB free of {gpu.total_bytes / 2**30:.1f} GiB"
+        if gpu else f"none ({probe.detail})",
+        "precision that fits": (best_precision(gpu.free_bytes) if gpu else None) or "none: use a server",
+        "advice": explain_precision(gpu.free_bytes if gpu else None, gpu.name if gpu else "this GPU"),
+        "disk": f"{disk / 1e9:.1f} GB free in {cache} (the checkpoint needs {CHECKPOINT_BYTES / 1e9:.1f} GB)"
+        + ("" if disk_fits(disk) else ": not enough"),
+    }
+    return out
+
+
 def _kernels() -> dict[str, Any]:
     from holodesk.policy.holotron import kernel_report
     from holodesk.policy.holotron.engine import planned_decoder
@@ -96,12 +116,26 @@ def _kernels() -> dict[str, Any]:
     return report
 
 
+def _checkpoint() -> dict[str, Any]:
+    from holodesk.settings import load_settings
+
+    s = load_settings()
+    if s.policy != "local":
+        return {"note": f"not used: the policy is {s.policy!r}"}
+    if importlib.util.find_spec("transformers") is None:
+        return {"note": "the local model needs the 'local' extra: pip install 'holodesk[local]'"}
+    from holodesk.policy.holotron.loader import inspect_checkpoint
+
+    return inspect_checkpoint(s.model)
+
+
 def _endpoint() -> dict[str, Any]:
     from holodesk.settings import load_settings
 
     s = load_settings()
     if not s.endpoint:
-        return {"configured": False, "note": "no remote endpoint set (Settings > Endpoint)"}
+        return {"configured": False,
+                "note": "no server set (setup wizard > Use a server, or Settings > Basic > Server URL)"}
     from holodesk.policy.remote import RemotePolicy
     from holodesk.secrets import resolve_api_key
 
@@ -149,7 +183,9 @@ CHECKS: list[Check] = [
     ("Monitors", _monitors),
     ("DPI awareness", _dpi),
     ("PyTorch and GPU", _torch),
+    ("Local model fit", _local_fit),
     ("Holotron kernels", _kernels),
+    ("Holotron checkpoint", _checkpoint),
     ("Remote endpoint", _endpoint),
     ("Keychain", _keyring),
     ("System tray", _tray),

@@ -395,6 +395,8 @@ def run(*, http_port: int | None = None, script: Path | None = None) -> int:
     from holodesk.display import require_display
 
     settings = load_settings()
+    if script is not None:  # a replay, as `holodesk run --script`
+        settings = settings.model_copy(update={"policy": "script", "script_file": script})
     token = http_token(http_port) if http_port is not None else None
     require_display()
     from holodesk.ui.remote import AppRemote, host_tasks
@@ -415,4 +417,4 @@ def run(*, http_port: int | None = None, script: Path | None = None) -> int:
                 sys.stdout.flush()
                 os.dup2(2, 1)
 
-    return host_tasks(settings, serve, script=script)
+    return host_tasks(settings, serve)

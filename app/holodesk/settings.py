@@ -77,6 +77,11 @@ class Settings(BaseSettings):
         description="Base URL of an OpenAI-compatible server, e.g. http://gpu-box:8000/v1. Its API key is "
         "kept in the OS keychain, never here.",
     )
+    script_file: Path | None = Field(
+        None,
+        description="Replay policy ('script'): the file of protocol replies to replay, one JSON reply per line "
+        "(the format of `holodesk run --script FILE`).",
+    )
     protocol: str = Field("holo-v1", description="Action protocol spoken with the model (prompt, schema, parser).")
     reasoning: bool = Field(False, description="Let the model think step by step before acting (slower).")
     constrained_decoding: bool = Field(
@@ -200,7 +205,8 @@ def read_settings_file(path: Path) -> dict[str, Any]:
         if ("key" in key.lower() and "hotkey" not in key.lower()) or "password" in key.lower():
             raise SettingsError(
                 f"settings file {path} contains a secret ({key!r})",
-                hint="Remove it; API keys are kept in the OS keychain (Settings > Endpoint > API key).",
+                hint="Remove it; API keys are kept in the OS keychain (Settings > Basic > API key, or the setup "
+                "wizard).",
             )
     return data
 

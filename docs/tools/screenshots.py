@@ -1,15 +1,24 @@
 """Take the user guide's screenshots of every desktop-app state, under a virtual X display.
 
-    .venv/bin/python docs/tools/screenshots.py [--out docs/images] [--keep-display]
+    .venv/bin/python docs/tools/screenshots.py [--out docs/images] [--only setup]
 
 Starts its own Xvfb (1280x800) and the ``trayer`` tray host, then runs the real app in this process with
-a scripted policy (the replies below), real screen capture (mss) and a recording executor (a fake that
-records actions instead of clicking, so the demo form stays as it is). Each state is grabbed from the
+a scripted policy (a fake proposing the actions below, each naming its target as the H agent contract's
+``element``), real screen capture (mss) and a recording executor (a fake that records actions instead of
+clicking, so the demo form stays as it is). Each state is grabbed from the
 screen with mss (tray menu, palette, overlays) or rendered from its window (settings, history, the
 no-tray window) and written as PNG into ``--out``:
 
     tray-menu.png, palette.png, overlay-click.png, overlay-edit.png, overlay-type.png, overlay-drag.png,
     autopilot-countdown.png, overlay-high-risk.png, settings.png, history.png, no-tray-window.png
+
+and the setup screens (``--only setup`` takes just these): wizard-choice.png, wizard-no-gpu.png,
+wizard-local.png, wizard-server.png, wizard-replay.png, download.png, settings.png,
+settings-advanced.png, error-no-gpu.png. The screenshot machine has no GPU, so the wizard, the download
+dialog and Settings are shown with EXAMPLE machine facts (an RTX 4090 with 23 GiB free; wizard-no-gpu.png
+uses this machine's real facts); the download dialog runs a FAKE download that only reports progress; the
+server page's Test talks to a real scripted OpenAI-compatible server on loopback
+(tests/policy/scripted_openai_server.py).
 
 Needs: Xvfb and trayer (Debian: apt-get install xvfb trayer).
 """
@@ -66,6 +75,8 @@ def start_display() -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes], s
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "images")
+    parser.add_argument("--only", choices=["setup"], help="take only the setup screens (wizard, download, "
+                        "settings, first error)")
     parser.add_argument("--demo-form", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.demo_form:
@@ -74,7 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     xvfb, trayer, _display = start_display()
     try:
-        return take_screenshots(out)
+        if args.only == "setup":
+            return take_setup_screenshots(out)
+        take_screenshots(out)
+        return take_setup_screenshots(out)
     finally:
         for proc in (trayer, xvfb):
             proc.terminate()
@@ -91,8 +105,7 @@ def take_screenshots(out: Path) -> int:
     from holodesk.control.recording import RecordingExecutor
     from holodesk.core.actions import Click, Done, Drag, Key, Point, Scroll, Type
     from holodesk.core.geometry import Frame, Monitor, frame_pixel_to_point
-    from holodesk.policy.protocol import get_protocol
-    from holodesk.policy.scripted import ScriptedPolicy
+    from holodesk.policy.base import Proposal
     from holodesk.settings import Settings
     from holodesk.ui.app import HolodeskApp
     from holodesk.ui.tray import AppActions, FallbackWindow
@@ -142,22 +155,35 @@ def take_screenshots(out: Path) -> int:
         x, y, w, h = geometry[name]
         return frame_pixel_to_point(screen_frame, x + int(w * fx), y + int(h * fy))
 
-    proto = get_protocol()
-    replies = [
-        proto.to_reply(Click(model_point("title")), thought="Click the Title field to name the meeting."),
-        proto.to_reply(Type('Weekly sync <b>(room 4)</b>'), thought="Type the meeting title exactly."),
-        proto.to_reply(Drag(model_point("slider", 0.05), model_point("slider", 0.6)),
-                       thought="Drag the duration slider to about an hour."),
-        proto.to_reply(Scroll("down", 3, model_point("form", 0.5, 0.3)), thought="Scroll down to see more options."),
-        proto.to_reply(Key(("enter",)), thought="Press Enter to save the meeting."),
-        proto.to_reply(Done("saved")),
+    steps = [
+        Proposal(Click(model_point("title"), element="Title field"),
+                 thought="Click the Title field to name the meeting."),
+        Proposal(Type('Weekly sync <b>(room 4)</b>'), thought="Type the meeting title exactly."),
+        Proposal(Drag(model_point("slider", 0.05), model_point("slider", 0.6), element="Duration slider"),
+                 thought="Drag the duration slider to about an hour."),
+        Proposal(Scroll("down", 3, model_point("form", 0.5, 0.3), element="New meeting form"),
+                 thought="Scroll down to see more options."),
+        Proposal(Key(("enter",)), thought="Press Enter to save the meeting."),
+        Proposal(Done("saved")),
     ]
+
+    class DemoPolicy:
+        """A fake policy: proposes ``steps`` in order."""
+
+        name = "demo (fake)"
+
+        def propose(self, observation: Any) -> Proposal:
+            return steps.pop(0)
+
+        def close(self) -> None:
+            return None
+
     data = Path(tempfile.mkdtemp(prefix="holodesk-shots-"))
     settings = Settings(data_dir=data, approval="step", autopilot_countdown_s=6.0,
                         hotkey_palette="<ctrl>+<alt>+h", hotkey_stop="<ctrl>+<alt>+x")
     executor = RecordingExecutor()
     holo = HolodeskApp(settings, hotkeys=False, dialogs=False,
-                       policy_factory=lambda s, p: ScriptedPolicy(replies),
+                       policy_factory=lambda s, p: DemoPolicy(),
                        capture_factory=MssCapture, executor_factory=lambda s: executor,
                        settings_path=data / "settings.toml")
     holo.start()
@@ -214,11 +240,6 @@ def take_screenshots(out: Path) -> int:
     wait(lambda: not holo.runner.running, timeout=20)
     pump(0.5)
 
-    dialog = holo.open_settings()
-    dialog.resize(640, 900)
-    render("settings.png", dialog)
-    dialog.close()
-
     history = holo.open_history()
     history.resize(1200, 700)
     history.step_list.setCurrentRow(0)
@@ -233,6 +254,138 @@ def take_screenshots(out: Path) -> int:
     grabber.close()
     form_proc.terminate()
     form_proc.wait(timeout=5)
+    return 0
+
+
+def take_setup_screenshots(out: Path) -> int:
+    """The wizard pages, the download dialog, Settings (both tabs) and the first error on a machine without
+    a GPU, rendered from their windows."""
+    import threading
+
+    from PySide6.QtCore import QCoreApplication
+    from PySide6.QtWidgets import QApplication, QWidget
+
+    from holodesk.core.fit import GIB
+    from holodesk.errors import ModelLoadError
+    from holodesk.machine import GpuInfo
+    from holodesk.settings import Settings
+    from holodesk.ui.download import DownloadProgress
+    from holodesk.ui.notify import Notifier
+    from holodesk.ui.settings_dialog import SettingsDialog
+    from holodesk.ui.wizard import MachineFacts, SetupWizard, gather_facts
+
+    app = QApplication.instance() or QApplication(["holodesk-screenshots"])
+    app.setQuitOnLastWindowClosed(False)
+
+    def pump(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            QCoreApplication.processEvents()
+            time.sleep(0.01)
+
+    def wait(cond: Any, timeout: float = 15.0) -> None:
+        end = time.monotonic() + timeout
+        while not cond():
+            if time.monotonic() > end:
+                raise TimeoutError("screenshot state not reached")
+            pump(0.02)
+
+    def render(name: str, widget: QWidget) -> None:
+        pump(0.4)
+        widget.grab().save(str(out / name), "PNG")
+        print(f"wrote {out / name}")
+
+    data = Path(tempfile.mkdtemp(prefix="holodesk-setup-shots-"))
+    os.environ["HOLODESK_CONFIG"] = str(data / "settings.toml")
+    settings = Settings(data_dir=data)
+    cache = Path.home() / ".cache" / "huggingface" / "hub"
+    example_gpu = GpuInfo(0, "NVIDIA GeForce RTX 4090", int(23.99 * GIB), int(23.0 * GIB))  # EXAMPLE facts
+    example = MachineFacts(gpu=example_gpu, gpu_detail="", cache_dir=cache, disk_free_bytes=412 * 10**9,
+                           display="x11 on :0", display_usable=True, keychain_usable=True, keychain_detail="",
+                           tray=True)
+    no_cache = Path.home() / "Models" / "holotron-12b"  # not there: the page offers the download
+
+    def fake_download(repo_id: str, *, revision: str, cache_dir: Path, progress: Any,
+                      cancel: threading.Event) -> Path:
+        """A FAKE download for the picture: reports progress, then waits for Cancel."""
+        progress(DownloadProgress(9_870_000_000, 26_400_000_000, 94_300_000.0, 175.0,
+                                  "model-00003-of-00006.safetensors"))
+        cancel.wait(60)
+        raise RuntimeError("cancelled")
+
+    wizard = SetupWizard(settings, example, path=data / "settings.toml", download=fake_download)
+    wizard.show()
+    render("wizard-choice.png", wizard)
+    wizard.next()
+    wizard.local_page.folder.setText(str(no_cache))
+    render("wizard-local.png", wizard)
+    dialog = wizard.local_page.start_download()
+    assert dialog is not None
+    wait(lambda: "of 26.4 GB" in dialog.numbers.text())
+    render("download.png", dialog)
+    dialog.cancel()
+    dialog.wait(10)
+    dialog.close()
+    wizard.close()
+
+    real = SetupWizard(settings, gather_facts(), path=data / "settings.toml")
+    real.show()
+    render("wizard-no-gpu.png", real)
+    real.close()
+
+    server_script = Path(__file__).resolve().parents[2] / "tests" / "policy" / "scripted_openai_server.py"
+    server = subprocess.Popen([sys.executable, str(server_script), "--api-key", "sk-demo", "--models",
+                               "Hcompany/Holotron-12B"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline().split()[1])
+        wizard = SetupWizard(settings, example, path=data / "settings.toml")
+        wizard.choice_page.server.setChecked(True)
+        wizard.show()
+        wizard.next()
+        page = wizard.server_page
+        page.url.setText(f"http://127.0.0.1:{port}/v1")
+        page.key.setText("sk-demo")
+        page.test()
+        wait(lambda: page.result.text().startswith(("✔", "✖")))
+        render("wizard-server.png", wizard)
+        page.wait(10)
+        wizard.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=5)
+
+    replay = data / "demo-replay.jsonl"
+    replay.write_text('{"thought": "Open the menu", "tool_call": {"name": "click", "arguments": {"x": 10, '
+                      '"y": 10}}}\n"a second reply"\n', encoding="utf-8")
+    wizard = SetupWizard(settings, example, path=data / "settings.toml")
+    wizard.choice_page.replay.setChecked(True)
+    wizard.show()
+    wizard.next()
+    wizard.replay_page.file.setText(str(replay))
+    render("wizard-replay.png", wizard)
+    wizard.close()
+
+    dialog_settings = SettingsDialog(settings, path=data / "settings.toml", gpu=example_gpu,
+                                     monitors=["Virtual-1 1280x800 at +0+0"])
+    dialog_settings.resize(660, 760)
+    dialog_settings.show()
+    render("settings.png", dialog_settings)
+    dialog_settings.tabs.setCurrentIndex(1)
+    render("settings-advanced.png", dialog_settings)
+    dialog_settings.close()
+
+    notifier = Notifier()
+    notifier.set_remedy("wizard", lambda: None)
+    notifier.set_remedy("settings", lambda: None)
+    from holodesk.core.fit import explain_precision
+
+    notifier.error("The task could not run", ModelLoadError("checkpoint Hcompany/Holotron-12B is not on this machine"),
+                   explain_precision(None) + " Open the setup wizard to switch to a server or a replay file.")
+    wait(lambda: bool(notifier.open_dialogs))
+    render("error-no-gpu.png", notifier.open_dialogs[0])
+    notifier.close_dialog()
+    pump(0.2)
     return 0
 
 
@@ -260,6 +413,7 @@ def demo_form() -> int:
 
     app = QApplication([sys.argv[0]])
     form = QWidget(None, Qt.WindowType.FramelessWindowHint)
+    form.setWindowTitle("New meeting")
     form.setObjectName("form")
     form.setStyleSheet("QWidget#form { background: #eceff4; } QLabel { font-size: 15px; }")
     lay = QVBoxLayout(form)

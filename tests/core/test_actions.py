@@ -65,10 +65,22 @@ def test_dict_round_trip(action: object) -> None:
     assert action_from_dict(action.to_dict()) == action  # type: ignore[attr-defined]
 
 
-def test_describe_quotes_typed_text_literally() -> None:
+def test_describe_is_the_context_free_headline() -> None:
     text = '"; touch /tmp/x; echo "'
-    assert describe(Type(text)) == f"Type {len(text)} characters: " + repr(text)
-    assert describe(Drag(Point(1, 2), Point(3, 4))) == "Drag from (1, 2) to (3, 4)"
+    assert describe(Type(text)) == f"Type ‘{text}’"
+    assert describe(Drag(Point(1, 2), Point(3, 4))) == "Drag from (1, 2) of 1000 to (3, 4) of 1000"
+
+
+def test_element_is_validated_and_kept_through_records() -> None:
+    click = Click(Point(5, 6), element="OK button")
+    assert action_from_dict(click.to_dict()) == click
+    assert Click(Point(5, 6), element="  ").element is None
+    with pytest.raises(ActionError) as err:
+        Click(Point(5, 6), element=3)  # type: ignore[arg-type]
+    assert err.value.field == "element"
+    with pytest.raises(ActionError):
+        Scroll("down", 2, element="x" * 501)
+    assert Drag(Point(1, 2), Point(3, 4), element="file").element == "file"
 
 
 def test_risk_classes() -> None:

@@ -156,7 +156,7 @@ def test_F03_two_monitors_with_different_scales_use_the_frames_monitor() -> None
     assert cell_inside(fake_input_cell(call.frame, ip), button)
     request = run.approver.requests[0]
     assert request.input_points == (ip,)
-    assert "Monitor 2" in request.description and "(3919, 1001)" in request.description
+    assert "(3919, 1001)" in request.description and "Monitor 2" in request.details[0]
     # The reverse map (used when the user edits the target on the overlay) comes back within one
     # model unit (1/1000 of B = 1.44 logical px), still on the button.
     back = to_input_point(frame_b, input_to_point(frame_b, ip.x, ip.y))
@@ -205,8 +205,10 @@ def test_F04_monitor_2_of_3_frame_label_and_origin(make_xvfb: Callable[..., Xvfb
                 env=env, input="a\n", capture_output=True, text=True, timeout=120, cwd=ROOT)
             assert res.returncode == 0, res.stdout + res.stderr
             win.wait_for(lambda s: s["clicks"] == ["OK"], timeout=10)
-    # The approval text names monitor 2 (mss gives no output name for xrandr monitors) and its origin.
-    assert re.search(rf"-> screen \({expected.x}, {expected.y}\) on Monitor 2(, \w+)?, 1920x1080 at \+1280\+0",
+    # The approval leads with the step in words, naming the window under the target; its details name
+    # monitor 2 (mss gives no output name for xrandr monitors) and its origin.
+    assert f"Step 1: Click at ({expected.x}, {expected.y}) in Holodesk test target" in res.stdout, res.stdout
+    assert re.search(rf"Screen \({expected.x}, {expected.y}\) on Monitor 2(, \w+)?, 1920x1080 at \+1280\+0",
                      res.stdout), res.stdout
     assert f"left-clicked at ({expected.x}, {expected.y})" in res.stdout
     # The recorded frame of step 0 is monitor 2's content, not monitor 1's.

@@ -25,6 +25,7 @@ from holodesk.control.window import focused_window_class
 from holodesk.core.actions import Key, Type
 from holodesk.core.geometry import frame_pixel_to_point
 from holodesk.core.risk import Risk, assess
+from holodesk.core.wording import TYPED_CHARS, plain
 from holodesk.session.approval import ApprovalRequest, ApprovalResponse, Decision
 from holodesk.session.loop import SessionEvent, State
 from tests.conftest import XvfbServer
@@ -97,7 +98,7 @@ def test_F10_model_text_is_data_typed_verbatim_never_run(name: str, xvfb: XvfbSe
     assert not marker.exists()
     # The approval request (what the terminal prompt and the overlay card show) quotes it verbatim.
     typed = run.approver.requests[1]
-    assert typed.action == Type(text) and repr(text) in typed.description
+    assert typed.action == Type(text) and typed.description == f"Type ‘{plain(text, TYPED_CHARS)}’"
     assert typed.proposal.thought == text and typed.proposal.note == text
     # Step mode: every executed action had an approval event first, and nothing ran unapproved.
     assert len(run.approver.requests) == 2 and len(run.kinds("result")) == 2

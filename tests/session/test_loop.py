@@ -230,3 +230,47 @@ def test_empty_task_is_refused() -> None:
                       ApprovalPolicy("step", lambda r: A))
     with pytest.raises(ValueError, match="task is empty"):
         session.run("  ")
+
+
+class _ActionsPolicy:
+    """A fake policy proposing given actions in order (the holo-v1 scripts the ScriptedPolicy reads carry
+    no ``element``; the H contract's replies do)."""
+
+    name = "actions (fake)"
+
+    def __init__(self, actions: list[Any]) -> None:
+        self.actions = list(actions)
+
+    def propose(self, observation: Any) -> Any:
+        from holodesk.policy.base import Proposal
+
+        return Proposal(self.actions.pop(0), thought="next")
+
+    def close(self) -> None:
+        return None
+
+
+def test_the_request_and_the_record_name_the_window_and_the_field_typed_into(tmp_path: Path) -> None:
+    from holodesk.core.actions import Done, Key
+    from holodesk.core.wording import WindowInfo
+
+    form = WindowInfo("Demo form", "Tk", (10, 10, 200, 100))
+    probed: list[tuple[int, ...]] = []
+
+    def window_probe(*at: int) -> WindowInfo:
+        probed.append(at)
+        return form
+
+    log: list[tuple[str, Any]] = []
+    spy = Spy([A, A, A, A], log)
+    actions = [Click(Point(500, 500), element="Your name"), Type("John Smith"), Key(("tab",)), Type("x"), Done()]
+    session = Session(_ActionsPolicy(actions), FakeCapture(frames(10)), LoggingExecutor(log),
+                      ApprovalPolicy("step", spy), SessionLimits(), episodes_dir=tmp_path, window_probe=window_probe)
+    assert session.run("fill the name").status is State.FINISHED
+    heads = [r.description for r in spy.requests]
+    assert heads == ["Click ‘Your name’ in Demo form", "Type ‘John Smith’ into ‘Your name’ in Demo form",
+                     "Press Tab in Demo form", "Type ‘x’ in Demo form"]  # after Tab the focused field is unknown
+    assert probed[0] == (160, 100) and probed[1:] == [(), (), ()]  # under the click's point; then the focus
+    steps = load_episode(list_episodes(tmp_path)[0]).steps
+    assert [s["headline"] for s in steps[:4]] == heads
+    assert steps[1]["window"] == form.to_dict() and steps[1]["focus_element"] == "Your name"

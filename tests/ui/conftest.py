@@ -9,8 +9,10 @@ tray host at all) start one with ``make_xvfb`` and run the app in a child proces
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -165,3 +167,51 @@ def wait_overlay(qtbot: Any, app: Any, timeout_ms: int = 10000) -> Any:
 def wait_finished(qtbot: Any, app: Any, timeout_ms: int = 15000) -> Any:
     qtbot.waitUntil(lambda: not app.runner.running and app.last_result is not None, timeout=timeout_ms)
     return app.last_result
+
+
+@pytest.fixture
+def gnome_keyring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A real GNOME Keyring (unlocked, Secret Service) on a private D-Bus session bus, used by this process's
+    ``keyring`` for this test. Yields the keyring's HOME (its files are under it)."""
+    import keyring
+    from keyring.backends import SecretService
+
+    if not (shutil.which("gnome-keyring-daemon") and shutil.which("dbus-run-session")):
+        message = "gnome-keyring-daemon / dbus-run-session not installed (apt-get install gnome-keyring dbus-daemon)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    home = tmp_path / "keyring-home"
+    home.mkdir()
+    run_dir = tmp_path / "keyring-run"
+    run_dir.mkdir(mode=0o700)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
+           "XDG_DATA_HOME": str(home / ".local" / "share"), "XDG_CONFIG_HOME": str(home / ".config"),
+           "XDG_RUNTIME_DIR": str(run_dir)}
+    script = ('echo "BUS $DBUS_SESSION_BUS_ADDRESS"; echo -n pw | gnome-keyring-daemon --unlock '
+              '--components=secrets >/dev/null; echo READY; exec sleep 600')
+    proc = subprocess.Popen(["dbus-run-session", "--", "sh", "-c", script], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    assert proc.stdout is not None
+    address = ""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline().strip()
+        if line.startswith("BUS "):
+            address = line[4:]
+        if line == "READY" or proc.poll() is not None:
+            break
+    if not address or proc.poll() is not None:
+        stop_process(proc)
+        raise RuntimeError("the private D-Bus session with GNOME Keyring did not start")
+    monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", address)
+    before = keyring.get_keyring()
+    keyring.set_keyring(SecretService.Keyring())
+    try:
+        yield home
+    finally:
+        keyring.set_keyring(before)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        stop_process(proc)
+        proc.stdout.close()

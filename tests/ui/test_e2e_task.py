@@ -114,14 +114,16 @@ def test_typing_after_approval_goes_to_the_field_the_user_expects(qtbot: Any, ui
 
 
 def test_new_hotkey_from_the_settings_dialog_works_at_once(qtbot: Any, ui_env: Any, make_app: Any) -> None:
-    from PySide6.QtWidgets import QLineEdit
+    from PySide6.QtGui import QKeySequence
+
+    from holodesk.ui.settings_dialog import HotkeyEdit
 
     kit = make_app([], hotkeys=True)
     app = kit.app
     dialog = app.open_settings()
     field = dialog.fields["hotkey_palette"].editor
-    assert isinstance(field, QLineEdit)
-    field.setText("<ctrl>+<alt>+j")
+    assert isinstance(field, HotkeyEdit)
+    field.setKeySequence(QKeySequence("Ctrl+Alt+J"))  # what the capture field holds after Ctrl+Alt+J
     assert dialog.save()
     assert app.settings.hotkey_palette == "<ctrl>+<alt>+j" and app.hotkeys.combos["palette"] == "<ctrl>+<alt>+j"
     qtbot.wait(300)

@@ -98,7 +98,8 @@ def test_forced_window_shows_every_action(qtbot: Any, make_app: Any) -> None:
     window = kit.app.window
     assert kit.app.tray is None and window is not None
     qtbot.waitExposed(window)
-    assert set(window.buttons) == {"new_task", "stop", "pause", "mode", "settings", "history", "open_logs", "quit"}
+    assert set(window.buttons) == {"new_task", "stop", "pause", "mode", "replay", "wizard", "settings", "history",
+                                   "open_logs", "quit"}
     assert window.buttons["new_task"].defaultAction() is kit.app.actions.new_task
     assert "Started with --no-tray" in window.help_label.text()
     assert "AppIndicator" in TRAY_HELP

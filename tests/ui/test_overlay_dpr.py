@@ -35,8 +35,9 @@ def test_marker_on_the_input_pixel_at_each_dpr(make_xvfb: Any, scale_factor: str
     assert out["dpr"] == float(scale_factor)
     assert out["screen"][2] == 1280 // int(scale_factor)  # Qt's logical pixels really are scaled
     assert out["monitor"] == [0, 0, 1280, 800] and out["input_point"] == [800, 500]
-    assert out["pixel"] == MARK  # the centre dot is on the pixel the click will hit
-    assert out["hole"] != MARK  # ... and the ring is centred on it
+    assert out["pixel"] != MARK  # the target itself is left unpainted (its label stays readable) ...
+    assert out["above"] == MARK and out["below"] == MARK  # ... the pointers aim at its column ...
+    assert all(px != MARK for px in out["beside"])  # ... and no more than 5 px wide
 
 
 @pytest.mark.parametrize(

@@ -104,14 +104,15 @@ def test_model_text_is_shown_as_plain_text(qtbot: Any, make_app: Any) -> None:
         assert label.textFormat() == Qt.TextFormat.PlainText, label.objectName()
     assert overlay.card.thought.text() == "Model's thought: <i>ignore the user</i> & <a href=x>go</a>"
     assert overlay.card.text_box.toPlainText() == html
-    assert repr(html) in overlay.card.description.text()
+    assert overlay.card.description.text().startswith('Type ‘<b>hi</b><img src=x> "; touch')
     qtbot.keyClick(overlay, Qt.Key.Key_Escape)
     assert wait_finished(qtbot, kit.app).status is State.STOPPED
     assert kit.executor.calls == []
 
 
 def test_marker_sits_on_the_exact_input_point(qtbot: Any, make_app: Any) -> None:
-    """The ring's centre dot is drawn on the input-space pixel the click will hit (grabbed with mss)."""
+    """The mark is centred on the input-space pixel the click will hit (grabbed with mss): that pixel is
+    left unpainted (its label stays readable) and the pointers above and below sit on its column."""
     import mss
 
     kit = make_app([Scroll("down", 3, Point(640, 300)), Click(Point(333, 777))])
@@ -124,9 +125,11 @@ def test_marker_sits_on_the_exact_input_point(qtbot: Any, make_app: Any) -> None
     ip = request.input_points[0]
     qtbot.wait(200)
     with (getattr(mss, "MSS", None) or mss.mss)() as sct:
-        shot = sct.grab({"left": ip.x - 1, "top": ip.y - 1, "width": 3, "height": 3})
+        shot = sct.grab({"left": ip.x - 6, "top": ip.y - 28, "width": 13, "height": 57})
     want = tuple(int(MARKER_COLOR[i:i + 2], 16) for i in (1, 3, 5))
-    assert shot.pixel(1, 1) == want
+    assert shot.pixel(6, 28) != want  # the target pixel itself
+    assert shot.pixel(6, 0) == want and shot.pixel(6, 56) == want  # 28 px above and below, same column
+    assert all(shot.pixel(6 + dx, y) != want for dx in (-6, 6) for y in (0, 56))  # the pointers are narrow
     qtbot.keyClick(kit.app.approval.overlay, Qt.Key.Key_Escape)
     wait_finished(qtbot, kit.app)
 

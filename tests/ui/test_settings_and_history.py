@@ -10,11 +10,11 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLabel, QLineEdit, QSpinBox
 
-from holodesk.core.actions import Click, Point, Type
+from holodesk.core.actions import Click, Point, Type, describe
 from holodesk.core.geometry import point_to_frame_pixel
 from holodesk.session.loop import State
 from holodesk.settings import Settings, load_settings
-from holodesk.ui.settings_dialog import SettingsDialog, field_groups
+from holodesk.ui.settings_dialog import HotkeyEdit, SettingsDialog, field_groups
 from tests.ui.conftest import reply, wait_finished, wait_overlay
 
 pytestmark = pytest.mark.gui
@@ -31,17 +31,19 @@ def test_editors_come_from_the_schema(dialog: SettingsDialog) -> None:
     kinds = {"precision": QComboBox, "policy": QComboBox, "approval": QComboBox, "reasoning": QCheckBox,
              "max_steps": QSpinBox, "max_images": QSpinBox, "monitor": QSpinBox,
              "autopilot_countdown_s": QDoubleSpinBox, "endpoint": QLineEdit, "model": QLineEdit,
-             "hotkey_palette": QLineEdit, "hotkey_stop": QLineEdit, "data_dir": QLineEdit}
+             "hotkey_palette": HotkeyEdit, "hotkey_stop": HotkeyEdit}
     for name, cls in kinds.items():
         assert isinstance(dialog.fields[name].editor, cls), name
-    shown = [n for _, names in field_groups() for n in names]
+    assert dialog.fields["data_dir"].kind == "folder" and dialog.fields["script_file"].kind == "file"
+    shown = [n for _, _, names in field_groups() for n in names]
     assert sorted(shown) == sorted(set(Settings.model_fields) - {"schema_version"})  # every field, once
     assert set(dialog.fields) == set(shown)
-    for name in shown:
-        assert dialog.fields[name].editor.toolTip() == Settings.model_fields[name].description
+    for name in shown:  # the description, then the raw name, as tooltip
+        assert dialog.labels[name].toolTip().startswith(Settings.model_fields[name].description or "")
+        assert dialog.labels[name].toolTip().endswith(f"In settings.toml: {name}")
     precision = dialog.fields["precision"].editor
     assert isinstance(precision, QComboBox)
-    assert [precision.itemText(i) for i in range(precision.count())] == ["bf16", "8bit", "4bit"]
+    assert [precision.itemData(i) for i in range(precision.count())] == ["bf16", "8bit", "4bit"]
     steps = dialog.fields["max_steps"].editor
     assert isinstance(steps, QSpinBox) and (steps.minimum(), steps.maximum()) == (1, 1000)
     optional = [n for n in shown if dialog.fields[n].optional]
@@ -55,8 +57,8 @@ def test_bad_value_gets_a_message_next_to_its_field(dialog: SettingsDialog, tmp_
     assert isinstance(endpoint, QLineEdit)
     endpoint.setText("ftp://gpu-box:8000")
     hotkey = dialog.fields["hotkey_stop"].editor
-    assert isinstance(hotkey, QLineEdit)
-    hotkey.setText("<ctrl>+<nokey>+x")
+    assert isinstance(hotkey, HotkeyEdit)
+    hotkey.clear()  # no combination captured
     assert dialog.save() is False
     error = dialog.fields["endpoint"].error
     assert not error.isHidden() and "http://" in error.text()
@@ -93,6 +95,9 @@ def test_api_key_without_a_keychain_offers_the_choice(dialog: SettingsDialog, mo
 
     monkeypatch.setattr(keyring, "get_keyring", lambda: __import__("keyring.backends.fail",
                                                                     fromlist=["Keyring"]).Keyring())
+    policy = dialog.fields["policy"].editor
+    assert isinstance(policy, QComboBox)
+    policy.setCurrentIndex(policy.findData("remote"))
     endpoint = dialog.fields["endpoint"].editor
     assert isinstance(endpoint, QLineEdit)
     endpoint.setText("http://gpu-box:8000/v1")
@@ -123,12 +128,15 @@ def test_history_shows_steps_frames_and_plain_model_text(qtbot: Any, make_app: A
     assert window.episode_list.count() == 1
     assert "history task" in window.episode_list.item(0).text()
     assert window.step_list.count() == 3  # click, type (skipped), done
-    assert "click · approve · performed" in window.step_list.item(0).text()
-    assert "type · skip" in window.step_list.item(1).text()
+    # the plain-words headline is core's describe() (the approval card's words)
+    assert window.step_list.item(0).text() == f"1. {describe(Click(Point(250, 600)))}\napproved by you · done"
+    assert window.step_list.item(1).text() == f"2. {describe(Type('abc'))}\nskipped by you"
+    assert not window.step_list.item(0).icon().isNull()  # a thumbnail of the screen the model saw
     window.step_list.setCurrentRow(0)
     details = window.details.toPlainText()
     assert f"Thought: {html_thought}" in details
-    assert "Decision: approve (by user)" in details and "Result: performed" in details
+    assert f"Proposed: {describe(Click(Point(250, 600)))}" in details and '"kind"' not in details  # not JSON
+    assert "Decision: approve (by you)" in details and "Result: performed" in details
     assert "Timings (ms): capture" in details
     assert window.raw.toPlainText() == reply(Click(Point(250, 600)), thought=html_thought)
     for label in window.findChildren(QLabel):
@@ -137,5 +145,8 @@ def test_history_shows_steps_frames_and_plain_model_text(qtbot: Any, make_app: A
     image = window.current_image
     assert image is not None and (image.width(), image.height()) == (1920, 1080)
     px, py = point_to_frame_pixel(kit.executor.calls[0].frame, Point(250, 600))
-    assert image.pixelColor(px, py).name() == "#ff00cc"  # the mark sits on the action's frame pixel
+    # the mark is centred on the action's frame pixel: the pixel itself stays clear, the pointers aim at
+    # its column from 28 px above and below (marks drawn 1.5x larger on a 1920-wide frame)
+    assert image.pixelColor(px, py).name() != "#ff00cc"
+    assert image.pixelColor(px, py - 42).name() == "#ff00cc" == image.pixelColor(px, py + 42).name()
     assert image.pixelColor(20, 20).name() == "#282c34"  # the frame itself elsewhere

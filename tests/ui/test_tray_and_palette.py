@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import pytest
@@ -17,8 +18,8 @@ from tests.ui.conftest import wait_finished, wait_overlay
 
 pytestmark = pytest.mark.gui
 
-MENU = ["New task...", "Pause autopilot", "Stop", "Mode", "", "Settings...", "History...", "Open logs", "",
-        "Quit"]
+MENU = ["New task...", "Replay a file...", "Pause autopilot", "Stop", "Mode", "", "Setup wizard...", "Settings...",
+        "History...", "Open logs", "", "Quit"]
 
 
 def menu_texts(app: Any) -> list[str]:
@@ -69,7 +70,14 @@ def test_failed_run_shows_error_icon_and_a_notification(qtbot: Any, make_app: An
     assert "script exhausted" in err.text
 
 
-def test_worker_exception_reaches_the_user(qtbot: Any, make_app: Any) -> None:
+def test_worker_exception_reaches_the_user(qtbot: Any, make_app: Any, tmp_path: Any,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # a FAKE nvidia-smi reporting a GPU the model fits (else the advice is the no-GPU one, see
+    # tests/ui/test_errors_and_first_run.py)
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text('#!/bin/sh\necho "0, NVIDIA H100, 81559, 80000"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     kit = make_app([])
 
     def broken_policy(settings: Any, progress: Any) -> Any:
@@ -81,7 +89,8 @@ def test_worker_exception_reaches_the_user(qtbot: Any, make_app: Any) -> None:
     qtbot.waitUntil(lambda: any(n.level == "error" for n in kit.app.notifier.history), timeout=10000)
     err = [n for n in kit.app.notifier.history if n.level == "error"][-1]
     assert err.title == "The task could not run"
-    assert err.text == "weights file is truncated" and err.details == "Download the checkpoint again."
+    assert err.text == "weights file is truncated" and err.hint == "Download the checkpoint again."
+    assert err.remedies == ("wizard", "settings")
     assert kit.app.tray.status is Status.ERROR
     qtbot.waitUntil(lambda: not kit.app.runner.running, timeout=5000)
 

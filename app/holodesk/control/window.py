@@ -1,10 +1,14 @@
-"""Which window has keyboard focus (for risk assessment: typing into a terminal is high-risk, F11)."""
+"""Which window has keyboard focus (for risk assessment: typing into a terminal is high-risk, F11), and
+which window a step acts in (for the approval's plain words and to keep the card off it)."""
 
 from __future__ import annotations
 
 import logging
 import os
 import sys
+from typing import Any
+
+from holodesk.core.wording import WindowInfo
 
 log = logging.getLogger(__name__)
 
@@ -42,4 +46,109 @@ def focused_window_class() -> str | None:
             d.close()
     except (XError, OSError, Exception) as exc:  # Xlib raises several unrelated types on a bad display
         log.warning("could not read the focused window: %s", exc)
+        return None
+
+
+def _text_property(d: Any, win: Any, name: str) -> str:
+    """A UTF-8 text property (``_NET_WM_NAME``) of ``win``, "" when absent."""
+    try:
+        prop = win.get_full_property(d.intern_atom(name), d.intern_atom("UTF8_STRING"))
+    except Exception:
+        return ""
+    if prop is None or not prop.value:
+        return ""
+    value = prop.value
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _client_of(win: Any, depth: int = 3) -> Any:
+    """``win`` or the first descendant carrying WM_CLASS (the application's window inside a WM frame)."""
+    if win.get_wm_class():
+        return win
+    if depth <= 0:
+        return None
+    for child in reversed(win.query_tree().children):
+        found = _client_of(child, depth - 1)
+        if found is not None:
+            return found
+    return None
+
+
+def _info(d: Any, root: Any, top: Any, client: Any) -> WindowInfo:
+    geo = top.get_geometry()
+    origin = root.translate_coords(top, 0, 0)
+    title = _text_property(d, client, "_NET_WM_NAME") or (client.get_wm_name() or "")
+    if isinstance(title, bytes):
+        title = title.decode("latin-1", "replace")
+    cls = client.get_wm_class() or ("", "")
+    border = int(getattr(geo, "border_width", 0))
+    return WindowInfo(str(title), str(cls[-1]), (int(origin.x) - border, int(origin.y) - border,
+                                                   int(geo.width) + 2 * border, int(geo.height) + 2 * border))
+
+
+def _own(d: Any, client: Any) -> bool:
+    try:
+        prop = client.get_full_property(d.intern_atom("_NET_WM_PID"), 0)
+    except Exception:
+        return False
+    return prop is not None and len(prop.value) > 0 and int(prop.value[0]) == os.getpid()
+
+
+def window_at(x: int | None = None, y: int | None = None) -> WindowInfo | None:
+    """The application window at input-space point ``(x, y)`` (X11), or the focused window when no point
+    is given (with X's PointerRoot focus, the window under the pointer, where keys then go): its title,
+    application class and frame rectangle (input space, decorations included).
+
+    Walks the root window's children from the top of the stacking order: the first viewable one that
+    contains the point and holds an application window (WM_CLASS), skipping this process's own windows.
+
+    Returns:
+        :class:`~holodesk.core.wording.WindowInfo`, or None where it cannot be known (no X display,
+        not Linux, no window there); the approval then names no window.
+    """
+    if not sys.platform.startswith("linux") or not os.environ.get("DISPLAY"):
+        return None
+    try:
+        from Xlib import X, display
+    except ImportError:
+        log.warning("python-xlib is missing; the target window cannot be identified")
+        return None
+    try:
+        d = display.Display()
+        try:
+            root = d.screen().root
+            if x is None or y is None:
+                win = d.get_input_focus().focus
+                if win == X.PointerRoot or win == root:  # keys go to the window under the pointer
+                    pointer = root.query_pointer()
+                    x, y = int(pointer.root_x), int(pointer.root_y)
+                elif win in (None, X.NONE) or isinstance(win, int):
+                    return None
+            if x is None or y is None:
+                top = win
+                for _ in range(16):  # up to the child of the root: the frame
+                    tree = top.query_tree()
+                    if tree.parent in (None, X.NONE) or tree.parent == root:
+                        break
+                    top = tree.parent
+                client = _client_of(win, 0) or _client_of(top)
+                if client is None or _own(d, client):
+                    return None
+                return _info(d, root, top, client)
+            for top in reversed(root.query_tree().children):
+                attrs = top.get_attributes()
+                if attrs.map_state != X.IsViewable:
+                    continue
+                geo = top.get_geometry()
+                if not (geo.x <= x < geo.x + geo.width and geo.y <= y < geo.y + geo.height):
+                    continue
+                client = _client_of(top)
+                if client is None or _own(d, client):
+                    continue
+                return _info(d, root, top, client)
+            return None
+        finally:
+            d.close()
+    except Exception as exc:  # Xlib raises several unrelated types on a bad display
+        log.warning("could not read the window at the target: %s", exc)
         return None

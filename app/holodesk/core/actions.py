@@ -135,12 +135,39 @@ def _require_point(value: object, name: str) -> None:
         raise ActionError(f"{name} must be a Point, got {type(value).__name__}", field=name)
 
 
+MAX_ELEMENT_CHARS = 500
+"""Longest ``element`` description accepted (the model names a target in a few words)."""
+
+
+def _check_element(action: Action) -> None:
+    """Validate ``action.element``: None or a string of at most 500 characters; blank becomes None.
+
+    Raises:
+        ActionError: (field ``element``) for a non-string or an over-long description.
+    """
+    value = getattr(action, "element", None)
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise ActionError(f"element must be a string describing the target, got {type(value).__name__}",
+                          field="element")
+    if len(value) > MAX_ELEMENT_CHARS:
+        raise ActionError(f"element has {len(value)} characters, more than {MAX_ELEMENT_CHARS}", field="element")
+    if not value.strip():
+        object.__setattr__(action, "element", None)
+
+
 @dataclass(frozen=True)
 class _PointerAction(Action):
+    """A pointer action at ``point``; ``element`` is what the model aims at, in its words (the H
+    agent contract's ``element``), or None when the model did not say (holo-v1)."""
+
     point: Point
+    element: str | None = None
 
     def __post_init__(self) -> None:
         _require_point(self.point, "point")
+        _check_element(self)
 
     def points(self) -> tuple[Point, ...]:
         return (self.point,)
@@ -183,15 +210,18 @@ class Move(_PointerAction):
 
 @dataclass(frozen=True)
 class Drag(Action):
-    """Press the left button at ``start``, move to ``end``, release."""
+    """Press the left button at ``start``, move to ``end``, release. ``element``: what is dragged or
+    where to, in the model's words, or None."""
 
     kind: ClassVar[str] = "drag"
     start: Point
     end: Point
+    element: str | None = None
 
     def __post_init__(self) -> None:
         _require_point(self.start, "start")
         _require_point(self.end, "end")
+        _check_element(self)
 
     def points(self) -> tuple[Point, ...]:
         return (self.start, self.end)
@@ -199,7 +229,8 @@ class Drag(Action):
 
 @dataclass(frozen=True)
 class Scroll(Action):
-    """Scroll ``amount`` wheel clicks towards ``direction``, with the pointer at ``point`` if given.
+    """Scroll ``amount`` wheel clicks towards ``direction``, with the pointer at ``point`` if given;
+    ``element`` names what is scrolled, in the model's words, or None.
 
     Raises:
         ActionError: unknown direction, or amount not an integer in ``1..50``.
@@ -209,8 +240,10 @@ class Scroll(Action):
     direction: str
     amount: int = 3
     point: Point | None = None
+    element: str | None = None
 
     def __post_init__(self) -> None:
+        _check_element(self)
         if self.direction not in SCROLL_DIRECTIONS:
             raise ActionError(
                 f"scroll direction must be one of {', '.join(SCROLL_DIRECTIONS)}, got {self.direction!r}",
@@ -360,37 +393,8 @@ def action_from_dict(data: dict[str, Any]) -> Action:
 
 
 def describe(action: Action) -> str:
-    """A plain-words sentence for the approval card, e.g. ``Click at (512, 300)``.
+    """The action's headline in plain words without context, e.g. ``Click ‘OK’``
+    (:func:`holodesk.core.wording.step_words` gives the headline with its window and the details)."""
+    from holodesk.core.wording import step_words
 
-    Coordinates are quoted in the normalised space; the UI adds the on-screen position.
-    """
-    def p(pt: Point) -> str:
-        return f"({pt.x}, {pt.y})"
-
-    match action:
-        case Click(point=pt):
-            return f"Click at {p(pt)}"
-        case DoubleClick(point=pt):
-            return f"Double-click at {p(pt)}"
-        case RightClick(point=pt):
-            return f"Right-click at {p(pt)}"
-        case MiddleClick(point=pt):
-            return f"Middle-click at {p(pt)}"
-        case Move(point=pt):
-            return f"Move the pointer to {p(pt)}"
-        case Drag(start=a, end=b):
-            return f"Drag from {p(a)} to {p(b)}"
-        case Scroll(direction=d, amount=n, point=pt):
-            where = f" at {p(pt)}" if pt is not None else ""
-            return f"Scroll {d} by {n}{where}"
-        case Type(text=t):
-            return f"Type {len(t)} characters: {t!r}"
-        case Key(keys=keys):
-            return "Press " + "+".join(keys)
-        case Wait(seconds=s):
-            return f"Wait {s:g} s"
-        case Answer(text=t):
-            return f"Answer: {t}"
-        case Done(message=m):
-            return "Finish the task" + (f": {m}" if m else "")
-    return action.kind
+    return step_words(action).headline

@@ -11,9 +11,10 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from holodesk.core.actions import Action, describe
+from holodesk.core.actions import Action
 from holodesk.core.geometry import Frame, InputPoint, to_input_point
 from holodesk.core.risk import Risk, RiskAssessment
+from holodesk.core.wording import WindowInfo, step_words
 from holodesk.policy.base import Proposal
 
 
@@ -34,10 +35,14 @@ class ApprovalRequest:
         step: 0-based step number.
         proposal: the policy's proposal (action, thought, raw text).
         frame: the frame the action was computed for (its monitor is where it will happen).
-        description: the action in plain words.
+        description: the headline: what the step does to what, in plain words
+            (:func:`holodesk.core.wording.step_words`), e.g. "Click ‘Cancel button’ in Demo form".
         input_points: where each of the action's points lands, in OS input space.
         risk: risk level and reason.
         mode: "step" or "auto".
+        details: the headline's secondary lines (coordinates, window application, text length).
+        window: the window the step acts in, when known (its rect keeps the approval card off it).
+        focus_element: for typing, the field that has keyboard focus in words, when known.
     """
 
     step: int
@@ -47,6 +52,9 @@ class ApprovalRequest:
     input_points: tuple[InputPoint, ...]
     risk: RiskAssessment
     mode: str
+    details: tuple[str, ...] = ()
+    window: WindowInfo | None = None
+    focus_element: str | None = None
 
     @property
     def action(self) -> Action:
@@ -76,20 +84,25 @@ Approver = Callable[[ApprovalRequest], ApprovalResponse]
 """A user-facing approver: blocks until the user decides (terminal prompt, overlay card)."""
 
 
-def make_request(step: int, proposal: Proposal, frame: Frame, risk: RiskAssessment, mode: str) -> ApprovalRequest:
-    """Build the request shown to the approver, mapping each point through the frame it was computed on."""
+def make_request(step: int, proposal: Proposal, frame: Frame, risk: RiskAssessment, mode: str, *,
+                 window: WindowInfo | None = None, focus_element: str | None = None) -> ApprovalRequest:
+    """Build the request shown to the approver, mapping each point through the frame it was computed on
+    and wording it with :func:`holodesk.core.wording.step_words` (``window``: where it acts, when known;
+    ``focus_element``: for typing, the focused field in words)."""
     points = tuple(to_input_point(frame, p) for p in proposal.action.points())
-    where = ""
-    if points:
-        where = " -> screen " + ", ".join(f"({p.x}, {p.y})" for p in points) + f" on {frame.monitor.label}"
+    words = step_words(proposal.action, window=window, focus_element=focus_element, input_points=points,
+                       monitor_label=frame.monitor.label)
     return ApprovalRequest(
         step=step,
         proposal=proposal,
         frame=frame,
-        description=describe(proposal.action) + where,
+        description=words.headline,
         input_points=points,
         risk=risk,
         mode=mode,
+        details=words.details,
+        window=window,
+        focus_element=focus_element,
     )
 
 

@@ -194,3 +194,49 @@ def list_episodes(root: Path) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted((p for p in root.iterdir() if (p / EPISODE_FILE).is_file()), reverse=True)
+
+
+def export_episode(path: Path, target: Path) -> Path:
+    """Write one episode as a zip file: its ``episode.jsonl`` and its PNG frames, under a folder named
+    like the episode's. Returns ``target``.
+
+    Raises:
+        HolodeskError: ``path`` is not an episode folder, or the zip cannot be written (the partial file
+            is removed).
+    """
+    import zipfile
+
+    folder = Path(path)
+    if not (folder / EPISODE_FILE).is_file():
+        raise HolodeskError(f"{folder} is not an episode folder (no {EPISODE_FILE})")
+    target = Path(target)
+    files = [folder / EPISODE_FILE, *sorted(folder.glob("*.png"))]
+    try:
+        with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            for file in files:
+                # PNGs are compressed already: store them as they are
+                kind = zipfile.ZIP_DEFLATED if file.suffix == ".jsonl" else zipfile.ZIP_STORED
+                zf.write(file, f"{folder.name}/{file.name}", compress_type=kind)
+    except OSError as exc:
+        target.unlink(missing_ok=True)
+        raise HolodeskError(f"cannot write {target}: {exc}", hint="Choose another folder or free disk space.") \
+            from exc
+    return target
+
+
+def delete_episode(path: Path, root: Path) -> None:
+    """Delete one episode folder. Only a folder directly under ``root`` that holds an ``episode.jsonl`` is
+    deleted, so a wrong path can never remove anything else.
+
+    Raises:
+        HolodeskError: ``path`` is not an episode of ``root``, or it cannot be deleted.
+    """
+    import shutil
+
+    folder = Path(path).resolve()
+    if folder.parent != Path(root).resolve() or not (folder / EPISODE_FILE).is_file():
+        raise HolodeskError(f"{path} is not an episode folder in {root}; nothing was deleted")
+    try:
+        shutil.rmtree(folder)
+    except OSError as exc:
+        raise HolodeskError(f"cannot delete {folder}: {exc}") from exc

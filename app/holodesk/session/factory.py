@@ -29,9 +29,12 @@ def build_policy(settings: Settings, *, script: Path | None = None, progress: An
         SettingsError: remote policy without an endpoint, unknown policy.
         ModelLoadError / PolicyError: from the chosen backend.
     """
+    if script is None and settings.policy == "script":
+        script = settings.script_file
     if script is not None or settings.policy == "script":
         if script is None:
-            raise SettingsError("policy 'script' needs a script file", hint="Pass --script FILE.")
+            raise SettingsError("policy 'script' needs a script file",
+                                hint="Choose the replay file in Settings (Replay file), or pass --script FILE.")
         from holodesk.policy.scripted import ScriptedPolicy
 
         return ScriptedPolicy(script, protocol=settings.protocol)

@@ -23,9 +23,10 @@ from typing import Any
 
 from holodesk.capture.base import CaptureBackend
 from holodesk.control.base import ActionResult, Executor
-from holodesk.core.actions import Action, Answer, Done
-from holodesk.core.geometry import Frame
+from holodesk.core.actions import Action, Answer, Click, Done, DoubleClick, MiddleClick, RightClick, Type
+from holodesk.core.geometry import Frame, to_input_point
 from holodesk.core.risk import assess
+from holodesk.core.wording import WindowInfo
 from holodesk.errors import HolodeskError, PolicyError, PolicyOutputError
 from holodesk.policy.base import HistoryStep, Observation, Policy
 from holodesk.session.approval import ApprovalPolicy, ApprovalResponse, Decision, make_request
@@ -131,6 +132,9 @@ class Session:
         limits: caps and monitor choice.
         episodes_dir: where episode records go (None: not recorded; tests only).
         focus_probe: returns the focused window's class/title for risk assessment (None: unknown).
+        window_probe: ``window_probe(x, y)`` returns the window at an input-space point, and
+            ``window_probe()`` the focused window (:class:`~holodesk.core.wording.WindowInfo` or None):
+            the approval names it and keeps its card off it (default: none known).
         before_capture / after_capture: hooks around each grab (the UI hides its overlay there, F13).
         meta: extra fields for the episode's start record.
         stop_event: the event :meth:`request_stop` sets; pass the executor's own stop event so that a
@@ -148,6 +152,7 @@ class Session:
         *,
         episodes_dir: Path | None = None,
         focus_probe: Callable[[], str | None] | None = None,
+        window_probe: Callable[..., WindowInfo | None] | None = None,
         before_capture: Callable[[], None] | None = None,
         after_capture: Callable[[], None] | None = None,
         meta: dict[str, Any] | None = None,
@@ -160,6 +165,7 @@ class Session:
         self.limits = limits or SessionLimits()
         self.episodes_dir = episodes_dir
         self.focus_probe = focus_probe
+        self.window_probe = window_probe
         self.before_capture = before_capture
         self.after_capture = after_capture
         self.meta = dict(meta or {})
@@ -248,6 +254,7 @@ class Session:
         started = time.monotonic()
         history: list[HistoryStep] = []
         parse_failures = 0
+        focus_element: str | None = None  # the field the last performed click named (typing goes there)
         repeats: list[tuple[str, str]] = []
         step = 0
         self._recorded_steps = set()
@@ -346,7 +353,10 @@ class Session:
                 self._set_state(State.AWAITING_APPROVAL, step)
                 focused = self.focus_probe() if self.focus_probe else None
                 risk = assess(action, focused_window=focused)
-                request = make_request(step, proposal, frame, risk, self.approval.mode)
+                window = self._window_of(action, frame)
+                typed_into = focus_element if isinstance(action, Type) else None
+                request = make_request(step, proposal, frame, risk, self.approval.mode, window=window,
+                                       focus_element=typed_into)
                 t0 = time.perf_counter()
                 response = self.approval.decide(request)
                 timings["approval"] = (time.perf_counter() - t0) * 1000
@@ -354,7 +364,9 @@ class Session:
                     raise _Stop(State.FAILED, f"approver returned {response!r}, not an ApprovalResponse")
                 record.update(risk={"level": risk.level.value, "reason": risk.reason},
                               decision=response.decision.value, decided_by=response.by,
-                              focused_window=focused)
+                              focused_window=focused, headline=request.description,
+                              window=window.to_dict() if window is not None else None,
+                              focus_element=typed_into)
                 self._emit("decision", step, response.decision.value, response=response)
                 if response.decision is Decision.STOP:
                     record["timings_ms"] = timings
@@ -396,6 +408,10 @@ class Session:
                                "Check the screen.")
                 history.append(HistoryStep(step, frame, action, proposal.thought, proposal.note,
                                            proposal.raw_text, said))
+                if isinstance(action, (Click, DoubleClick, RightClick, MiddleClick)):
+                    focus_element = action.element if outcome.ok else None
+                elif not isinstance(action, Type):
+                    focus_element = None
                 step += 1
         except _Stop as stop:
             if stop.status is State.STOPPED and self._deadline_hit.is_set():
@@ -437,6 +453,20 @@ class Session:
         if moved is not None:
             self._emit("warning", -1, "The pointer sat in a screen corner (the fail-safe stop signal); moved it "
                        f"to ({moved.x}, {moved.y}) before the first action.", pointer=[moved.x, moved.y])
+
+    def _window_of(self, action: Action, frame: Frame) -> WindowInfo | None:
+        """The window ``action`` acts in: under its first point, else the focused one; None if unknown."""
+        if self.window_probe is None:
+            return None
+        points = action.points()
+        try:
+            if points:
+                at = to_input_point(frame, points[0])
+                return self.window_probe(at.x, at.y)
+            return self.window_probe()
+        except HolodeskError as exc:
+            log.warning("could not identify the target window: %s", exc)
+            return None
 
     def _execute(self, action: Action, frame: Frame) -> ActionResult:
         t0 = time.perf_counter()

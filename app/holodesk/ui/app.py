@@ -21,12 +21,13 @@ from PySide6.QtCore import QObject, Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QApplication, QMessageBox, QProgressDialog, QSystemTrayIcon
 
-from holodesk.errors import HolodeskError, SettingsError
+from holodesk.errors import HolodeskError, ModelLoadError, SettingsError
 from holodesk.instance import ChannelError, ChannelServer, InstanceLock
 from holodesk.session.approval import ApprovalPolicy
 from holodesk.session.loop import EpisodeResult, Session, SessionEvent, SessionLimits, State
 from holodesk.settings import Settings, config_path, load_settings
 from holodesk.ui.approval import ApprovalController
+from holodesk.ui.download import DownloadFn
 from holodesk.ui.history import HistoryWindow
 from holodesk.ui.icons import Status, status_for_state
 from holodesk.ui.notify import Notifier, install_exception_hooks
@@ -35,6 +36,7 @@ from holodesk.ui.palette import CommandPalette, GlobalHotkeys
 from holodesk.ui.remote import AppRemote
 from holodesk.ui.settings_dialog import SettingsDialog
 from holodesk.ui.tray import AppActions, FallbackWindow, TrayIcon, app_icon
+from holodesk.ui.wizard import MachineFacts, SetupWizard, gather_facts
 from holodesk.ui.workers import GuiApprover, ProgressFn, TaskRunner, WindowGuard
 
 log = logging.getLogger(__name__)
@@ -77,6 +79,14 @@ def _focus_probe() -> Callable[[], str | None] | None:
     return focused_window_class
 
 
+def _window_probe() -> Callable[..., Any] | None:
+    try:
+        from holodesk.control.window import window_at
+    except ImportError:
+        return None
+    return window_at
+
+
 class HolodeskApp(QObject):
     """The running desktop app.
 
@@ -90,6 +100,9 @@ class HolodeskApp(QObject):
         marker_color: overlay mark colour.
         dialogs: show errors as message boxes when there is no tray (tests turn it off and read
             ``notifier.history``).
+        download: the download manager's function, for the setup wizard's Download button (None: the
+            wizard accepts checkpoint folders already on disk only).
+        facts: how the setup wizard learns what this machine has (default :func:`gather_facts`).
         headless: neither tray icon nor window (``holodesk mcp`` hosting tasks while no app runs); the
             command box, overlay and autopilot countdown still show.
     Signals:
@@ -103,7 +116,8 @@ class HolodeskApp(QObject):
     def __init__(self, settings: Settings, *, force_window: bool = False, hotkeys: bool = True,
                  policy_factory: PolicyFactory | None = None, capture_factory: CaptureFactory | None = None,
                  executor_factory: ExecutorFactory | None = None, settings_path: Path | None = None,
-                 marker_color: str = MARKER_COLOR, dialogs: bool = True, headless: bool = False,
+                 marker_color: str = MARKER_COLOR, dialogs: bool = True, download: DownloadFn | None = None,
+                 facts: Callable[[], MachineFacts] | None = None, headless: bool = False,
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.settings = settings
@@ -115,9 +129,16 @@ class HolodeskApp(QObject):
         self._policy_key: tuple[Any, ...] | None = None
         self._executor: Any = None
         self.last_result: EpisodeResult | None = None
+        self.download = download
+        self.facts = facts or gather_facts
+        self._task_settings = settings
+        self._last_task: tuple[str, Settings] | None = None
 
         self.notifier = Notifier(self)
         self.notifier.use_dialogs = dialogs
+        self.notifier.set_remedy("settings", self.open_settings)
+        self.notifier.set_remedy("wizard", self.open_wizard)
+        self.notifier.set_remedy("retry", self.retry)
         self.actions = AppActions(self)
         self.guard = WindowGuard(parent=self)
         self.runner = TaskRunner(self)
@@ -140,6 +161,7 @@ class HolodeskApp(QObject):
         self._progress: QProgressDialog | None = None
         self._settings_dialog: SettingsDialog | None = None
         self._history: HistoryWindow | None = None
+        self._wizard: SetupWizard | None = None
         self.status = Status.IDLE
 
         self.tray: TrayIcon | None = None
@@ -163,6 +185,8 @@ class HolodeskApp(QObject):
         a.stop.triggered.connect(self.stop)
         a.pause.triggered.connect(self.toggle_pause)
         a.mode_selected.connect(self.set_mode)
+        a.replay.triggered.connect(self.choose_replay)
+        a.wizard.triggered.connect(self.open_wizard)
         a.settings.triggered.connect(self.open_settings)
         a.history.triggered.connect(self.open_history)
         a.open_logs.triggered.connect(self.open_logs)
@@ -177,8 +201,10 @@ class HolodeskApp(QObject):
         self.runner.running_changed.connect(self._on_running)
 
     # -- lifecycle ---------------------------------------------------------------------------------
-    def start(self) -> None:
-        """Show the tray icon (or the window) and start the hotkeys. Never leaves the app invisible."""
+    def start(self, *, first_run: bool = False) -> None:
+        """Show the tray icon (or the window) and start the hotkeys. Never leaves the app invisible.
+        ``first_run`` (no settings file yet): open the setup wizard too, since the defaults may not run
+        on this machine."""
         if self.tray is not None:
             self.tray.show()
             self.notifier.info("Holodesk is running",
@@ -188,6 +214,8 @@ class HolodeskApp(QObject):
             self.window.raise_()
         if self._want_hotkeys:
             self.start_hotkeys()
+        if first_run:
+            self.open_wizard()
 
     def start_hotkeys(self) -> bool:
         """(Re)start the global hotkeys; a failure is shown to the user. True when listening."""
@@ -218,7 +246,7 @@ class HolodeskApp(QObject):
             self.tray.hide()
         if self.window is not None:
             self.window.hide()
-        for w in (self._settings_dialog, self._history):
+        for w in (self._settings_dialog, self._history, self._wizard):
             if w is not None:
                 w.close()
         if self._policy is not None:
@@ -236,14 +264,57 @@ class HolodeskApp(QObject):
         self.palette.set_mode_hint(self.approval_policy.mode)
         self.palette.open()
 
-    def start_task(self, task: str) -> bool:
-        """Run ``task`` on the worker thread. False (and the user is told) when it cannot start."""
+    def start_task(self, task: str, settings: Settings | None = None) -> bool:
+        """Run ``task`` on the worker thread, with ``settings`` (default: the current settings). False (and
+        the user is told) when it cannot start."""
+        run_settings = settings or self.settings
         try:
+            self._task_settings = run_settings
             self.runner.start(task, self._build_session)
         except (RuntimeError, ValueError) as exc:
             self.notifier.error("Cannot start the task", exc)
             return False
+        self._last_task = (task, run_settings)
         return True
+
+    def retry(self) -> None:
+        """Run the last task again (the Retry button of an error); with the current settings unless it was
+        a replay."""
+        if self._last_task is None:
+            return
+        task, settings = self._last_task
+        self.start_task(task, settings if settings.policy == "script" else None)
+
+    def replay_file(self, path: Path) -> None:
+        """Replay a file of protocol replies as a task (tray: Replay a file...); every step is approved as
+        usual. The settings stay as they are."""
+        settings = self.settings.model_copy(update={"policy": "script", "script_file": Path(path)})
+        self.start_task(f"Replay of {Path(path).name}", settings)
+
+    def choose_replay(self) -> None:
+        """Ask for a replay file, then :meth:`replay_file`."""
+        from PySide6.QtWidgets import QFileDialog
+
+        start = str(self.settings.script_file or Path.home())
+        path, _ = QFileDialog.getOpenFileName(None, "Replay a file", start, "Replay files (*.jsonl *.txt);;All "
+                                              "files (*)")
+        if path:
+            self.replay_file(Path(path))
+
+    def open_wizard(self) -> SetupWizard:
+        """Open the setup wizard (first run, tray: Setup wizard..., an error's "Open setup wizard")."""
+        if self._wizard is not None and self._wizard.isVisible():
+            self._wizard.raise_()
+            self._wizard.activateWindow()
+            return self._wizard
+        wizard = SetupWizard(self.settings, self.facts(), path=self.settings_path or config_path(),
+                             download=self.download)
+        wizard.applied.connect(self.apply_settings)
+        self._wizard = wizard
+        wizard.show()
+        wizard.raise_()
+        wizard.activateWindow()
+        return wizard
 
     def stop(self, by: str = "user") -> None:
         """Stop now: answer STOP to any pending approval and stop the session (any moment). ``by`` says
@@ -277,6 +348,11 @@ class HolodeskApp(QObject):
             self.toggle_pause()
 
     def open_settings(self) -> SettingsDialog:
+        """Open the Settings dialog (one at a time)."""
+        if self._settings_dialog is not None and self._settings_dialog.isVisible():
+            self._settings_dialog.raise_()
+            self._settings_dialog.activateWindow()
+            return self._settings_dialog
         monitors: list[str] = []
         try:
             from PySide6.QtGui import QGuiApplication
@@ -285,7 +361,10 @@ class HolodeskApp(QObject):
                         f"{s.geometry().x():+d}{s.geometry().y():+d}" for s in QGuiApplication.screens()]
         except RuntimeError:
             monitors = []
-        dialog = SettingsDialog(self.settings, path=self.settings_path or config_path(), monitors=monitors)
+        from holodesk.machine import probe_gpus
+
+        dialog = SettingsDialog(self.settings, path=self.settings_path or config_path(), monitors=monitors,
+                                gpu=probe_gpus().best)
         dialog.saved.connect(self.apply_settings)
         self._settings_dialog = dialog
         dialog.show()
@@ -321,11 +400,11 @@ class HolodeskApp(QObject):
             self.notifier.warning("Cannot open the logs folder", f"The logs are in {folder}.")
 
     # -- session ----------------------------------------------------------------------------------
-    def _policy_for(self, progress: ProgressFn) -> Any:
-        s = self.settings
+    def _policy_for(self, s: Settings, progress: ProgressFn) -> Any:
         key = (s.policy, s.model, s.precision, s.endpoint, s.protocol, s.reasoning, s.max_images,
-               s.constrained_decoding)
-        if self._policy is None or key != self._policy_key:
+               s.constrained_decoding, s.script_file)
+        # a replay is used up by its run: it is read again for every task
+        if self._policy is None or key != self._policy_key or s.policy == "script":
             if self._policy is not None:
                 self._policy.close()
             self._policy = self.policy_factory(s, progress)
@@ -338,7 +417,7 @@ class HolodeskApp(QObject):
         Raises:
             DisplayError, CaptureError, ModelLoadError, SettingsError, SecretStoreError, PolicyError.
         """
-        s = self.settings
+        s = self._task_settings
         capture = self.capture_factory()
         monitors = capture.monitors()
         if not 1 <= s.monitor <= len(monitors):
@@ -354,13 +433,14 @@ class HolodeskApp(QObject):
         prepare = getattr(executor, "prepare", None)
         if callable(prepare):
             prepare()
-        policy = self._policy_for(progress)
+        policy = self._policy_for(s, progress)
         progress("Ready", 1.0)
         return Session(
             policy, capture, executor, self.approval_policy,
             SessionLimits(s.max_steps, s.max_wall_s, s.max_parse_failures, s.max_repeats, s.monitor),
             episodes_dir=s.episodes_dir,
             focus_probe=_focus_probe(),
+            window_probe=_window_probe(),
             before_capture=self.guard.before_capture,
             after_capture=self.guard.after_capture,
             meta={"monitor_label": monitors[s.monitor - 1].label, "ui": "tray"},
@@ -417,7 +497,7 @@ class HolodeskApp(QObject):
         where = f"\nRecorded in {result.episode_path}" if result.episode_path else ""
         if result.status is State.FAILED:
             self._set_status(Status.ERROR, result.reason)
-            self.notifier.error("The task failed", result.reason + where)
+            self.notifier.error("The task failed", result.reason + where, remedies=("retry", "settings"))
         else:
             self._set_status(Status.IDLE, result.reason)
             text = result.reason + (f"\nAnswer: {result.answer}" if result.answer else "") + where
@@ -428,7 +508,22 @@ class HolodeskApp(QObject):
         self.last_result = None
         self._close_progress()
         self._set_status(Status.ERROR, str(exc))
-        self.notifier.error("The task could not run", exc)
+        self.notifier.error("The task could not run", exc, self._advice_for(exc))
+
+    def _advice_for(self, exc: BaseException) -> str:
+        """What to do when the local model cannot load on a machine where it does not fit: the fit rule's
+        words and the wizard (a server or a replay file), instead of the loader's own hint. "" otherwise
+        (the error's own hint is shown)."""
+        if not isinstance(exc, ModelLoadError) or self._task_settings.policy != "local":
+            return ""
+        from holodesk.core.fit import best_precision, explain_precision
+        from holodesk.machine import probe_gpus
+
+        gpu = probe_gpus().best
+        if gpu is not None and best_precision(gpu.free_bytes) is not None:
+            return ""
+        return (explain_precision(gpu.free_bytes if gpu else None, gpu.name if gpu else "this GPU")
+                + " Open the setup wizard to switch to a server or a replay file.")
 
     def _on_running(self, running: bool) -> None:
         self.actions.update_state(running=running)
@@ -480,6 +575,7 @@ def run_app(force_window: bool = False, instance: InstanceLock | None = None) ->
         box.exec()
         return 2
     _log_to_file(settings)
+    first_run = not config_path().exists()
     holo = HolodeskApp(settings, force_window=force_window)
     restore = install_exception_hooks(holo.notifier)
     channel: ChannelServer | None = None
@@ -491,7 +587,7 @@ def run_app(force_window: bool = False, instance: InstanceLock | None = None) ->
             except ChannelError as exc:  # the app still works; the commands cannot reach it (told, logged)
                 channel = None
                 holo.notifier.error("`holodesk stop` and `holodesk palette` will not reach this app", exc)
-        holo.start()
+        holo.start(first_run=first_run)
         return int(app.exec())
     finally:
         if channel is not None:

@@ -27,8 +27,9 @@ import time
 from PySide6.QtCore import QObject, QPointF, QTimer, Signal, Slot
 from PySide6.QtGui import QCursor
 
-from holodesk.core.actions import Action, Drag, Point, Type, describe
+from holodesk.core.actions import Action, Drag, Point, Type
 from holodesk.core.geometry import InputPoint, input_to_point, to_input_point
+from holodesk.core.wording import step_words
 from holodesk.errors import ActionError
 from holodesk.session.approval import ApprovalResponse, Decision
 from holodesk.ui import x11
@@ -39,7 +40,8 @@ log = logging.getLogger(__name__)
 
 
 def replace_points(action: Action, points: list[Point]) -> Action:
-    """A copy of ``action`` with its points replaced, in :meth:`Action.points` order.
+    """A copy of ``action`` with its points replaced, in :meth:`Action.points` order, and its ``element``
+    cleared (the model's words named the old target, not the one the user picked).
 
     Raises:
         ActionError: when the number of points does not match the action.
@@ -47,10 +49,10 @@ def replace_points(action: Action, points: list[Point]) -> Action:
     if isinstance(action, Drag):
         if len(points) != 2:
             raise ActionError(f"a drag needs 2 points, got {len(points)}")
-        return dataclasses.replace(action, start=points[0], end=points[1])
+        return dataclasses.replace(action, start=points[0], end=points[1], element=None)
     if len(points) != 1 or not hasattr(action, "point"):
         raise ActionError(f"{action.kind} cannot take {len(points)} new point(s)")
-    return dataclasses.replace(action, point=points[0])  # type: ignore[call-arg]
+    return dataclasses.replace(action, point=points[0], element=None)  # type: ignore[call-arg]
 
 
 class ApprovalController(QObject):
@@ -124,17 +126,19 @@ class ApprovalController(QObject):
         card = overlay.card
         who = "Autopilot" if pending.kind == "autopilot" else "Approve this step?"
         card.title.setText(f"Step {request.step + 1} · {who}")
-        card.description.setText(request.description)
+        card.set_words(request.description, request.details)
         thought = request.proposal.thought
         card.thought.setText(f"Model's thought: {thought}" if thought else "The model gave no thought.")
         card.set_risk(request.risk)
         action = request.action
         card.set_typed_text(action.text if isinstance(action, Type) else None)
         card.where.setText(f"On {frame.monitor.label}")
-        card.where.setVisible(not request.input_points)  # the description names the monitor when it has points
+        card.where.setVisible(not request.input_points)  # the details name the monitor when it has points
         card.edit_hint.setVisible(False)
         caret = self._pointer_input(geometry) if isinstance(action, Type) else None
-        overlay.show_action(action, request.input_points, caret_input=caret)
+        window = request.window
+        overlay.show_action(action, request.input_points, caret_input=caret,
+                            avoid_input=window.rect if window is not None else None)
         overlay.approve_pressed.connect(self.approve)
         overlay.skip_pressed.connect(lambda: self._finish(ApprovalResponse(Decision.SKIP)))
         overlay.stop_pressed.connect(lambda: self._finish(ApprovalResponse(Decision.STOP)))
@@ -285,13 +289,17 @@ class ApprovalController(QObject):
         overlay, pending = self.overlay, self.pending
         assert overlay is not None and pending is not None
         self.edited = edited
-        frame = pending.request.frame
+        request = pending.request
+        frame = request.frame
         points: list[InputPoint] = [to_input_point(frame, p) for p in edited.points()]
-        where = ""
-        if points:
-            where = " -> screen " + ", ".join(f"({p.x}, {p.y})" for p in points)
-        overlay.card.description.setText(f"Edited: {describe(edited)}{where}")
-        overlay.show_action(edited, points, caret_input=None if points else self._pointer_input(overlay.geometry_map))
+        # a new target may lie in another window: only typing keeps the window (and field) it had
+        same_place = isinstance(edited, Type)
+        window = request.window if same_place else None
+        words = step_words(edited, window=window, focus_element=request.focus_element if same_place else None,
+                           input_points=points, monitor_label=frame.monitor.label)
+        overlay.card.set_words(f"Edited: {words.headline}", words.details)
+        overlay.show_action(edited, points, caret_input=None if points else self._pointer_input(overlay.geometry_map),
+                            avoid_input=window.rect if window is not None else None)
         overlay.set_mode("review", "Edited. Enter runs the edited action; E edits again; Esc stops.")
 
     def _edit_cancelled(self) -> None:

@@ -1,9 +1,16 @@
 """The approval overlay: a frameless, always-on-top window covering the monitor being acted on.
 
-It marks where the proposed action will land — a ring on the click target, a path for a drag, arrows
-for a scroll, an I-beam where text will be typed — and shows a card with the action in plain words,
-the model's thought, a risk badge, the exact text to type, an autopilot countdown, and the buttons
-Approve (Enter), Edit (E), Skip (S), Stop (Esc).
+It marks where the proposed action will land — corner brackets and two pointers on the click target, a
+path for a drag, arrows for a scroll, an I-beam where text will be typed — and shows a card that leads
+with the step in plain words ("Click ‘Cancel button’ in Demo form", :func:`holodesk.core.wording.step_words`),
+then its coordinates, the risk reason and the model's thought, a risk badge, the exact text to type, an
+autopilot countdown, and the buttons Approve (Enter), Edit (E), Skip (S), Stop (Esc).
+
+The marks leave the target's own label readable: nothing is painted in the band of ``LABEL_HALF_HEIGHT``
+above and below the target's line, ``LABEL_HALF_WIDTH`` to each side (the centre is hollow; the
+pointers come from above and below). The card is placed by :func:`place_card`: never over a target and
+its label, and never over the target's window (the form it would submit) when that is known and there
+is room beside it.
 
 Coordinates. Points arrive in OS *input space* (``ApprovalRequest.input_points``, what the executor
 sends to the OS). The overlay covers the QScreen showing the frame's monitor; inside it Qt paints in
@@ -21,11 +28,12 @@ Model text (thought, description, typed text) is shown as plain text only (field
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from dataclasses import dataclass
 
-from PySide6.QtCore import QPoint, QPointF, QRect, QRectF, QSize, Qt, Signal
+from PySide6.QtCore import QPoint, QPointF, QRect, QRectF, QSizeF, Qt, Signal
 from PySide6.QtGui import (
     QBitmap,
     QColor,
@@ -42,6 +50,7 @@ from PySide6.QtGui import (
     QScreen,
 )
 from PySide6.QtWidgets import (
+    QBoxLayout,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -64,6 +73,19 @@ MARKER_COLOR = "#ff00cc"
 
 CARD_WIDTH = 420
 """Card width in logical pixels."""
+
+NARROW_CARD_WIDTHS = (360, 300, 260)
+"""Narrower card widths tried, in order, when the full-width card fits nowhere off the target (small
+monitors); each is used only if the card's buttons still fit."""
+
+LABEL_HALF_WIDTH = 100.0
+LABEL_HALF_HEIGHT = 13.0
+"""Half extents (logical px) of the band around a target where its label is: the marks paint nothing
+there, and the card keeps off it (with the marks: :data:`TARGET_KEEP`)."""
+
+TARGET_KEEP = (LABEL_HALF_WIDTH + 10.0, 48.0)
+"""Half extents (logical px) around each target that the card never covers: the label band plus the
+marks (pointers reach 40 px above and below)."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +166,83 @@ def _plain_label(text: str = "", *, wrap: bool = True, object_name: str = "") ->
     return label
 
 
+def _free(rect: QRectF, blockers: list[QRectF]) -> bool:
+    return not any(rect.intersects(b) for b in blockers)
+
+
+def place_card(area: QRectF, size: QSizeF | list[QSizeF], targets: list[QPointF], avoid: QRectF | None = None,
+               *, margin: float = 8.0, gap: float = 16.0) -> QRectF:
+    """Where the card goes on the overlay (all in the overlay's logical pixels).
+
+    The card keeps off every target with its label and marks (:data:`TARGET_KEEP` around each) and off
+    ``avoid`` (the target's window: the form it would submit) when it is known. Tried in order: beside
+    what it must keep off, on the right, left, below, above (level with the first target); else the free
+    position nearest to the first target on a 16 px grid. Each of the card's sizes is tried in turn
+    (the full card first, then narrower, taller ones). When the monitor has no room beside the window,
+    only the targets are kept clear; when not even that fits, the card goes to the corner farthest from
+    the first target and a warning is logged (only a card larger than the free space can get there).
+
+    Args:
+        area: the overlay's rect (the monitor).
+        size: the card's size, or its possible sizes in order of preference (the result's size is one
+            of them).
+        targets: target points (the first anchors the card); none: the card sits centred, low.
+        avoid: the target window's rect, or None.
+    Returns:
+        The card's rect, inside ``area`` (less ``margin``) whenever the card fits the monitor.
+    """
+    sizes = size if isinstance(size, list) else [size]
+    inner = area.adjusted(margin, margin, -margin, -margin)
+    w, h = sizes[0].width(), sizes[0].height()
+
+    def clamp(x: float, y: float) -> QRectF:
+        x = min(max(inner.left(), x), inner.right() - w)
+        y = min(max(inner.top(), y), inner.bottom() - h)
+        return QRectF(x, y, w, h)
+
+    if not targets and avoid is None:
+        return clamp((area.width() - w) / 2, area.height() * 0.62 - h / 2)
+    kx, ky = TARGET_KEEP
+    keep = [QRectF(p.x() - kx, p.y() - ky, 2 * kx, 2 * ky) for p in targets]
+    tiers = ([[*keep, avoid]] if avoid is not None and not avoid.isEmpty() else []) + ([keep] if keep else [])
+    anchor = targets[0] if targets else (avoid.center() if avoid is not None else inner.center())
+    for blockers, (w, h) in itertools.product(tiers, [(z.width(), z.height()) for z in sizes]):
+        union = blockers[0]
+        for b in blockers[1:]:
+            union = union.united(b)
+        candidates = [
+            clamp(union.right() + gap, anchor.y() - h / 2),
+            clamp(union.left() - gap - w, anchor.y() - h / 2),
+            clamp(anchor.x() - w / 2, union.bottom() + gap),
+            clamp(anchor.x() - w / 2, union.top() - gap - h),
+        ]
+        for rect in candidates:
+            if inner.contains(rect) and _free(rect, blockers):
+                return rect
+        best: QRectF | None = None
+        best_d = math.inf
+        step = 16.0
+        y = inner.top()
+        while y + h <= inner.bottom() + 0.01:
+            x = inner.left()
+            while x + w <= inner.right() + 0.01:
+                rect = QRectF(x, y, w, h)
+                if _free(rect, blockers):
+                    d = math.hypot(rect.center().x() - anchor.x(), rect.center().y() - anchor.y())
+                    if d < best_d:
+                        best, best_d = rect, d
+                x += step
+            y += step
+        if best is not None:
+            return best
+    w, h = sizes[0].width(), sizes[0].height()
+    log.warning("the approval card (%dx%d) does not fit beside the target on this %dx%d monitor",
+                round(w), round(h), round(area.width()), round(area.height()))
+    far_y = inner.top() if anchor.y() > area.center().y() else inner.bottom() - h
+    far_x = inner.left() if anchor.x() > area.center().x() else inner.right() - w
+    return clamp(far_x, far_y)
+
+
 class ApprovalCard(QFrame):
     """The card: what will happen, why, how risky, and the four decisions."""
 
@@ -155,7 +254,8 @@ class ApprovalCard(QFrame):
             "#approvalCard { background: #1f2430; border: 2px solid MARKER; border-radius: 10px; }"
             "#approvalCard QLabel { color: #f2f4f8; font-size: 13px; }"
             "#approvalCard QLabel#title { font-size: 12px; color: #aab3c5; }"
-            "#approvalCard QLabel#description { font-size: 15px; font-weight: 600; }"
+            "#approvalCard QLabel#description { font-size: 16px; font-weight: 600; }"
+            "#approvalCard QLabel#details { color: #aab3c5; font-size: 12px; }"
             "#approvalCard QLabel#thought { color: #d6dbe6; font-style: italic; }"
             "#approvalCard QLabel#edit_hint { color: #ffd479; }"
             "#approvalCard QLabel#countdown { color: #9fe6b8; }"
@@ -184,6 +284,8 @@ class ApprovalCard(QFrame):
 
         self.description = _plain_label(object_name="description")
         layout.addWidget(self.description)
+        self.details = _plain_label(object_name="details")
+        layout.addWidget(self.details)
         self.risk_reason = _plain_label(object_name="risk_reason")
         layout.addWidget(self.risk_reason)
         self.thought = _plain_label(object_name="thought")
@@ -213,7 +315,9 @@ class ApprovalCard(QFrame):
         self.where.setStyleSheet("color: #8d96a8; font-size: 11px;")
         layout.addWidget(self.where)
 
-        buttons = QHBoxLayout()
+        # two pairs of buttons, side by side on a full card, one above the other on a narrow one
+        self.buttons = QBoxLayout(QBoxLayout.Direction.LeftToRight)
+        self.buttons.setSpacing(6)
         self.approve_button = QPushButton("Approve  ⏎")
         self.approve_button.setObjectName("approve")
         self.edit_button = QPushButton("Edit  E")
@@ -222,12 +326,28 @@ class ApprovalCard(QFrame):
         self.skip_button.setObjectName("skip")
         self.stop_button = QPushButton("Stop  Esc")
         self.stop_button.setObjectName("stop")
-        for b in (self.approve_button, self.edit_button, self.skip_button, self.stop_button):
-            b.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # keys go to the overlay, not to a button
-            b.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-            buttons.addWidget(b)
-        layout.addLayout(buttons)
+        for pair in ((self.approve_button, self.edit_button), (self.skip_button, self.stop_button)):
+            row = QHBoxLayout()
+            row.setSpacing(6)
+            for b in pair:
+                b.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # keys go to the overlay, not to a button
+                b.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+                row.addWidget(b)
+            self.buttons.addLayout(row)
+        layout.addLayout(self.buttons)
         self.set_countdown(None)
+
+    def set_button_columns(self, columns: int) -> None:
+        """Lay the four buttons out in one row (``columns`` 4) or in two rows of two (2, a narrow card)."""
+        direction = QBoxLayout.Direction.LeftToRight if columns >= 4 else QBoxLayout.Direction.TopToBottom
+        if self.buttons.direction() != direction:
+            self.buttons.setDirection(direction)
+
+    def set_words(self, headline: str, details: tuple[str, ...] | list[str] = ()) -> None:
+        """Lead with ``headline`` (what the step does to what); ``details`` go below it, smaller."""
+        self.description.setText(headline)
+        self.details.setText("\n".join(details))
+        self.details.setVisible(bool(details))
 
     def set_risk(self, risk: RiskAssessment) -> None:
         high = risk.level is Risk.HIGH
@@ -305,6 +425,7 @@ class OverlayWindow(QWidget):
         self.points: list[QPointF] = []
         self.mode = "review"  # "review" | "pick" (click a point) | "text" (edit typed text)
         self.caret: QPointF | None = None
+        self.avoid: QRectF | None = None
         # While picking a point the card is hidden (it must not cover a target); a banner says what to do.
         self.banner = _plain_label(wrap=False, object_name="banner")
         self.banner.setParent(self)
@@ -315,12 +436,21 @@ class OverlayWindow(QWidget):
 
     # -- content -----------------------------------------------------------------------------------
     def show_action(self, action: Action, input_points: tuple[InputPoint, ...] | list[InputPoint],
-                    *, caret_input: tuple[int, int] | None = None) -> None:
+                    *, caret_input: tuple[int, int] | None = None,
+                    avoid_input: tuple[int, int, int, int] | None = None) -> None:
         """Mark ``action`` at ``input_points`` (input space). ``caret_input`` is where typed text goes
-        (the pointer position; typing goes to the focused field, usually the one just clicked)."""
+        (the pointer position; typing goes to the focused field, usually the one just clicked).
+        ``avoid_input`` is the target's window ``(left, top, width, height)`` in input space, when known:
+        the card stays off it where the monitor has room."""
         self.action = action
         self.points = [self.geometry_map.to_local(p) for p in input_points]
         self.caret = self.geometry_map.to_local(caret_input) if caret_input is not None else None
+        self.avoid = None
+        if avoid_input is not None:
+            left, top, width, height = avoid_input
+            a = self.geometry_map.to_local((left, top))
+            b = self.geometry_map.to_local((left + width, top + height))
+            self.avoid = QRectF(a, b).normalized().adjusted(-0.5, -0.5, 0, 0)
         self.card.edit_button.setEnabled(not isinstance(action, (Key, Wait)))
         self._place_card()
         self._update_mask()
@@ -332,34 +462,38 @@ class OverlayWindow(QWidget):
         self._update_mask()
         self.update()
 
-    def _place_card(self) -> None:
+    def _measure_card(self, width: int, columns: int) -> QSizeF | None:
+        """The card's size at ``width`` with its buttons in ``columns`` (4: one row, 2: two rows), or None
+        when its content does not fit that width."""
         layout = self.card.layout()
-        if layout is not None:
-            layout.activate()
-        self.card.adjustSize()
-        size: QSize = self.card.sizeHint()
-        w = CARD_WIDTH
-        h = max(size.height(), self.card.heightForWidth(CARD_WIDTH))  # word-wrapped labels need the width
-        area = self.rect()
-        anchor = self.points[0] if self.points else self.caret
-        if anchor is None:
-            x, y = (area.width() - w) / 2, area.height() * 0.62 - h / 2
-        else:
-            gap = 48.0
-            x = anchor.x() + gap
-            y = anchor.y() + gap
-            if x + w > area.width() - 8:
-                x = anchor.x() - gap - w
-            if y + h > area.height() - 8:
-                y = anchor.y() - gap - h
-        x = min(max(8.0, x), area.width() - w - 8.0)
-        y = min(max(8.0, y), area.height() - h - 8.0)
-        # Never put the card over a marked point.
-        rect = QRectF(x, y, w, h)
-        for p in self.points:
-            if rect.adjusted(-30, -30, 30, 30).contains(p):
-                y = p.y() + 60 if p.y() + 60 + h < area.height() else p.y() - 60 - h
-                rect = QRectF(x, max(8.0, y), w, h)
+        assert layout is not None
+        self.card.set_button_columns(columns)
+        layout.activate()
+        if width < layout.minimumSize().width():
+            return None
+        return QSizeF(width, max(layout.minimumSize().height(), layout.totalHeightForWidth(width)))
+
+    def card_sizes(self) -> list[QSizeF]:
+        """The sizes the card can take with its current content, preferred first: the full width, then
+        the narrower widths (:data:`NARROW_CARD_WIDTHS`) that its content fits (buttons in two rows
+        when one row is too wide). Word-wrapped labels are measured at each width."""
+        sizes = []
+        for width in (CARD_WIDTH, *NARROW_CARD_WIDTHS):
+            size = self._measure_card(width, 4) or self._measure_card(width, 2)
+            if size is not None:
+                sizes.append(size)
+        if not sizes:
+            layout = self.card.layout()
+            assert layout is not None
+            sizes.append(QSizeF(CARD_WIDTH, layout.totalHeightForWidth(CARD_WIDTH)))
+        return sizes
+
+    def _place_card(self) -> None:
+        targets = list(self.points) or ([self.caret] if self.caret is not None else [])
+        rect = place_card(QRectF(self.rect()), self.card_sizes(), targets, self.avoid)
+        width = round(rect.width())
+        self.card.set_button_columns(4 if self._measure_card(width, 4) is not None else 2)
+        self.card.setFixedWidth(width)
         self.card.setGeometry(rect.toRect())
 
     def set_mode(self, mode: str, hint: str = "") -> None:
@@ -463,16 +597,29 @@ class OverlayWindow(QWidget):
         super().hideEvent(event)  # type: ignore[arg-type]
 
 
-def _ring(painter: QPainter, p: QPointF, r: float, color: QColor) -> None:
-    painter.drawEllipse(p, r, r)
-    # Cross-hair ticks outside the ring; the exact point stays visible in the middle.
-    for dx, dy in ((1, 0), (-1, 0), (0, 1), (0, -1)):
-        painter.drawLine(QPointF(p.x() + dx * (r + 4), p.y() + dy * (r + 4)),
-                         QPointF(p.x() + dx * (r + 14), p.y() + dy * (r + 14)))
+def _target_mark(painter: QPainter, p: QPointF, color: QColor, *, spread: float = 0.0) -> None:
+    """Mark target ``p`` without hiding its label: four corner brackets at (±34, ±22) and two pointers
+    from above and below whose tips stop 16 px short of the point. Nothing is painted within
+    ``LABEL_HALF_HEIGHT`` of the target's line; the exact point is where the pointers aim.
+    ``spread`` pushes the brackets further out (a second set marks a double click)."""
+    bx, by, arm = 34.0 + spread, 22.0 + spread, 10.0
     painter.save()
-    painter.setPen(Qt.PenStyle.NoPen)
-    painter.setBrush(color)
-    painter.drawEllipse(p, 2.5, 2.5)
+    painter.setPen(QPen(color, 3, Qt.PenStyle.SolidLine, Qt.PenCapStyle.FlatCap))
+    for sx in (-1, 1):
+        for sy in (-1, 1):
+            corner = QPointF(p.x() + sx * bx, p.y() + sy * by)
+            painter.drawLine(corner, QPointF(corner.x() - sx * arm, corner.y()))
+            painter.drawLine(corner, QPointF(corner.x(), corner.y() - sy * min(arm, by - LABEL_HALF_HEIGHT - 2)))
+    if spread == 0.0:
+        for sy in (-1, 1):
+            tip = QPointF(p.x(), p.y() + sy * 16)
+            painter.drawLine(QPointF(p.x(), p.y() + sy * 40), QPointF(p.x(), p.y() + sy * 22))
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(color)
+            painter.drawPolygon(QPolygonF([tip, QPointF(p.x() - 6, p.y() + sy * 24),
+                                           QPointF(p.x() + 6, p.y() + sy * 24)]))
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.setPen(QPen(color, 3, Qt.PenStyle.SolidLine, Qt.PenCapStyle.FlatCap))
     painter.restore()
 
 
@@ -487,10 +634,24 @@ def _arrow_head(painter: QPainter, a: QPointF, b: QPointF, color: QColor) -> Non
     painter.restore()
 
 
+def _drag_ends(a: QPointF, b: QPointF) -> tuple[QPointF, QPointF]:
+    """Where a drag's path starts and ends so that it crosses neither target's label band: for targets
+    more than 60 px apart vertically, from the side of ``a`` facing ``b`` to the side of ``b`` facing
+    ``a``; otherwise level, 46 px above the higher of the two."""
+    off = 46.0
+    if abs(b.y() - a.y()) > 60:
+        s = 1.0 if b.y() > a.y() else -1.0
+        return QPointF(a.x(), a.y() + s * off), QPointF(b.x(), b.y() - s * off)
+    level = min(a.y(), b.y()) - off
+    return QPointF(a.x(), level), QPointF(b.x(), level)
+
+
 def paint_marks(painter: QPainter, action: Action | None, points: list[QPointF], *, caret: QPointF | None,
                 color: QColor, center: QPointF) -> None:
-    """Draw the marks of ``action``: rings on targets, a dashed path with an arrow for a drag, arrows
-    for a scroll (at ``center`` when it has no point), an I-beam and field box at ``caret`` for typing.
+    """Draw the marks of ``action``: a target mark on each target (:func:`_target_mark`), a dashed path
+    with an arrow for a drag (kept off the targets' label lines), arrows for a scroll (at ``center``
+    when it has no point), an I-beam and the field's top and bottom edges at ``caret`` for typing.
+    Nothing is painted over a target's label band (``LABEL_HALF_WIDTH`` x ``LABEL_HALF_HEIGHT``).
 
     Args:
         painter: any paint device; coordinates are the device's (logical) pixels.
@@ -498,41 +659,46 @@ def paint_marks(painter: QPainter, action: Action | None, points: list[QPointF],
     """
     painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
     pen = QPen(color, 4)
-    pen.setCapStyle(Qt.PenCapStyle.RoundCap)
+    pen.setCapStyle(Qt.PenCapStyle.FlatCap)
     painter.setPen(pen)
     painter.setBrush(Qt.BrushStyle.NoBrush)
     if isinstance(action, Drag) and len(points) == 2:
         a, b = points
-        _ring(painter, a, 16, color)
-        painter.setPen(QPen(color, 4, Qt.PenStyle.DashLine, Qt.PenCapStyle.RoundCap))
-        painter.drawLine(a, b)
+        _target_mark(painter, a, color)
+        _target_mark(painter, b, color)
+        start, end = _drag_ends(a, b)
+        painter.setPen(QPen(color, 4, Qt.PenStyle.DashLine, Qt.PenCapStyle.FlatCap))
+        painter.drawLine(start, end)
         painter.setPen(pen)
-        _arrow_head(painter, a, b, color)
-        _ring(painter, b, 16, color)
+        _arrow_head(painter, start, end, color)
     elif isinstance(action, Scroll):
         at = points[0] if points else center
-        _ring(painter, at, 14, color)
+        _target_mark(painter, at, color)
         dx, dy = {"up": (0, -1), "down": (0, 1), "left": (-1, 0), "right": (1, 0)}[action.direction]
+        # up/down arrows continue the pointers; left/right ones run above the label line
+        base = QPointF(at.x(), at.y() - 34) if dx else at
+        first = 52.0 if dy else 44.0
         for k in (0, 1):
-            start = QPointF(at.x() + dx * (22 + 24 * k), at.y() + dy * (22 + 24 * k))
-            end = QPointF(at.x() + dx * (40 + 24 * k), at.y() + dy * (40 + 24 * k))
+            start = QPointF(base.x() + dx * (first + 24 * k), base.y() + dy * (first + 24 * k))
+            end = QPointF(base.x() + dx * (first + 18 + 24 * k), base.y() + dy * (first + 18 + 24 * k))
             painter.drawLine(start, end)
             _arrow_head(painter, start, end, color)
     elif isinstance(action, Type):
         field_at = caret or (points[0] if points else None)
         if field_at is not None:
             x, y = field_at.x(), field_at.y()
-            painter.drawLine(QPointF(x, y - 14), QPointF(x, y + 14))
-            painter.drawLine(QPointF(x - 7, y - 14), QPointF(x + 7, y - 14))
-            painter.drawLine(QPointF(x - 7, y + 14), QPointF(x + 7, y + 14))
-            painter.drawRect(QRectF(x - 12, y - 22, 140, 44))
+            clear = LABEL_HALF_HEIGHT + 2
+            for sy in (-1, 1):  # I-beam stubs and serifs, the text line itself left readable
+                painter.drawLine(QPointF(x, y + sy * clear), QPointF(x, y + sy * (clear + 10)))
+                painter.drawLine(QPointF(x - 7, y + sy * (clear + 10)), QPointF(x + 7, y + sy * (clear + 10)))
+                painter.drawLine(QPointF(x - 12, y + sy * (clear + 16)), QPointF(x + 128, y + sy * (clear + 16)))
     elif action is not None:
         for p in points:
-            _ring(painter, p, 18, color)
+            _target_mark(painter, p, color)
             if isinstance(action, DoubleClick):
-                painter.drawEllipse(p, 27, 27)
+                _target_mark(painter, p, color, spread=9.0)
             if isinstance(action, RightClick):
-                painter.drawLine(QPointF(p.x() + 24, p.y() - 24), QPointF(p.x() + 36, p.y() - 36))
+                painter.drawLine(QPointF(p.x() + 40, p.y() - 28), QPointF(p.x() + 50, p.y() - 38))
 
 
 def paint_action_on_image(image: QImage, action: Action, action_points: list[QPointF],

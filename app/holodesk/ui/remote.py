@@ -17,7 +17,6 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Qt, Signal, Slot
@@ -236,16 +235,16 @@ class AppRemote(QObject):
         return {"ok": True, "outcome": box["outcome"]}
 
 
-def host_tasks(settings: Settings, serve: Callable[[AppRemote], None], script: Path | None = None) -> int:
+def host_tasks(settings: Settings, serve: Callable[[AppRemote], None]) -> int:
     """Host callers' tasks in this process when no desktop app runs (``holodesk mcp``): a Qt application
     with a headless :class:`~holodesk.ui.app.HolodeskApp` (no tray icon, no window; the approval
     overlay and the autopilot countdown show as usual) on this (the main) thread, and ``serve(remote)``
-    on a thread of its own. When ``serve`` returns, any running task is stopped and the app quits.
+    on a thread of its own. When ``serve`` returns, or on SIGTERM/SIGINT, any running task is stopped
+    (the record names the MCP client) and the app quits.
 
     Args:
-        settings: effective settings.
+        settings: effective settings (policy and all).
         serve: runs the caller-facing server until it ends (e.g. the MCP stdio server).
-        script: replay this file of protocol replies instead of the settings' policy.
     Returns:
         0 when ``serve`` returned normally, 1 when it raised (logged).
     """
@@ -259,14 +258,7 @@ def host_tasks(settings: Settings, serve: Callable[[AppRemote], None], script: P
         qapp = QApplication(sys.argv[:1])
     qapp.setApplicationName("Holodesk")
     qapp.setQuitOnLastWindowClosed(False)
-    factory = None
-    if script is not None:
-        from holodesk.session.factory import build_policy
-
-        def factory(s: Settings, progress: Any) -> Any:
-            return build_policy(s, script=script)
-
-    holo = HolodeskApp(settings, hotkeys=False, dialogs=False, headless=True, policy_factory=factory)
+    holo = HolodeskApp(settings, hotkeys=False, dialogs=False, headless=True)
     remote = AppRemote(holo)
     status = {"code": 0}
 

@@ -1,77 +1,211 @@
-"""The settings dialog, built from the :class:`~holodesk.settings.Settings` schema.
+"""The settings dialog, built from the :class:`~holodesk.settings.Settings` schema, for people.
 
-Each field gets an editor chosen by its type — ``Literal`` -> combo box, ``bool`` -> check box,
-``int`` / ``float`` -> spin box (bounds from the schema), ``str`` / ``Path`` -> line edit — with the
-field's description as tooltip and a message line under it that shows the field's own validation
-error (:func:`~holodesk.settings.validate_field`). Saving writes the file atomically
+Two tabs, Basic and Advanced (:data:`GROUPS`). Each field gets a human label (:data:`LABELS`) and an editor
+chosen by its type — ``Literal`` -> combo box showing words (:data:`CHOICE_LABELS`; the raw value is in
+each item's tooltip), ``bool`` -> check box, ``int`` / ``float`` -> spin box (bounds from the schema),
+hotkeys -> a key-capture field (press the combination), files and folders -> a path with a picker, other
+``str`` -> line edit — with the field's description and its settings-file name as tooltip and a message
+line under it that shows the field's own validation error (:func:`~holodesk.settings.validate_field`).
+
+Fields that do not apply to the values shown are disabled (:data:`APPLIES`); the precision picker says
+what fits this GPU (:mod:`holodesk.core.fit`); the mouse wheel never changes a field that has no focus
+(:class:`WheelGuard`, field case F29). Saving writes the file atomically
 (:func:`~holodesk.settings.save_settings`). The API key is not a setting: it goes to the OS keychain
-(:func:`holodesk.secrets.store_api_key`); when no keychain is usable the dialog shows why and offers
-to keep the key for this session only.
+(:func:`holodesk.secrets.store_api_key`); when no keychain is usable the dialog shows why, under the key,
+and offers to keep the key for this session only.
 """
 
 from __future__ import annotations
 
 import logging
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QKeyCombination, QObject, Qt, Signal
+from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import (
+    QAbstractScrollArea,
     QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
     QDoubleSpinBox,
+    QFileDialog,
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
+    QKeySequenceEdit,
     QLabel,
     QLineEdit,
     QPushButton,
     QScrollArea,
     QSpinBox,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
+from holodesk.core.fit import GIB, best_precision, explain_precision, precision_fits
 from holodesk.errors import HolodeskError, SecretStoreError, SettingsError
+from holodesk.machine import GpuInfo
 from holodesk.settings import Settings, save_settings, validate_field
 
 log = logging.getLogger(__name__)
 
-GROUPS: list[tuple[str, list[str]]] = [
-    ("Model", ["policy", "model", "precision", "endpoint", "reasoning", "constrained_decoding", "max_images",
-               "max_reply_tokens", "max_string_chars", "protocol"]),
-    ("Session", ["approval", "autopilot_countdown_s", "monitor", "max_steps", "max_wall_s", "max_parse_failures",
-                 "max_repeats", "typing"]),
-    ("Desktop app", ["hotkey_palette", "hotkey_stop"]),
-    ("Storage", ["data_dir"]),
+GROUPS: list[tuple[str, str, list[str]]] = [
+    ("Basic", "Model", ["policy", "model", "precision", "endpoint", "script_file"]),
+    ("Basic", "Approvals", ["approval", "autopilot_countdown_s"]),
+    ("Basic", "Desktop", ["monitor", "hotkey_palette", "hotkey_stop", "data_dir"]),
+    ("Advanced", "Model", ["decoder", "reasoning", "constrained_decoding", "max_images", "max_reply_tokens",
+                           "max_string_chars", "protocol"]),
+    ("Advanced", "Limits of one task", ["max_steps", "max_wall_s", "max_parse_failures", "max_repeats"]),
+    ("Advanced", "Input", ["typing"]),
 ]
-"""Where known fields go. Any other field of the schema is shown under "Other" (see :func:`field_groups`);
-``schema_version`` is not user-editable."""
+"""(tab, group, fields): where known fields go. Any other field of the schema is shown on the Advanced tab
+under "Other" (see :func:`field_groups`); ``schema_version`` is not user-editable."""
 
 HIDDEN = frozenset({"schema_version"})
 
 
-def field_groups() -> list[tuple[str, list[str]]]:
-    """Every user-editable field of the schema, grouped: the known groups, then "Other" in schema order."""
-    placed = {n for _, names in GROUPS for n in names}
-    groups = [(title, [n for n in names if n in Settings.model_fields]) for title, names in GROUPS]
+def field_groups() -> list[tuple[str, str, list[str]]]:
+    """Every user-editable field of the schema as (tab, group, fields): the known groups, then the
+    Advanced tab's "Other" group in schema order."""
+    placed = {n for _, _, names in GROUPS for n in names}
+    groups = [(tab, title, [n for n in names if n in Settings.model_fields]) for tab, title, names in GROUPS]
     other = [n for n in Settings.model_fields if n not in placed and n not in HIDDEN]
     if other:
-        groups.append(("Other", other))
-    return [(title, names) for title, names in groups if names]
+        groups.append(("Advanced", "Other", other))
+    return [(tab, title, names) for tab, title, names in groups if names]
+
 
 LABELS = {
-    "policy": "Policy", "model": "Model", "precision": "Precision", "endpoint": "Endpoint",
-    "reasoning": "Reasoning", "constrained_decoding": "Constrained decoding", "max_images": "Screenshots kept",
-    "protocol": "Protocol", "approval": "Approval mode", "autopilot_countdown_s": "Autopilot countdown (s)",
-    "monitor": "Monitor", "max_steps": "Step cap", "max_wall_s": "Time cap (s)",
-    "max_parse_failures": "Bad replies before stopping", "max_repeats": "Repeats before stopping",
-    "typing": "Typing method", "hotkey_palette": "Command box hotkey", "hotkey_stop": "Stop hotkey",
-    "data_dir": "Data folder", "max_reply_tokens": "Reply token cap", "max_string_chars": "Text field cap",
+    "policy": "Where actions come from", "model": "Model", "precision": "Precision", "endpoint": "Server URL",
+    "script_file": "Replay file", "reasoning": "Think step by step", "constrained_decoding":
+    "Constrain replies to the action format", "max_images": "Screenshots kept", "protocol": "Action protocol",
+    "approval": "Approval mode", "autopilot_countdown_s": "Autopilot countdown (s)", "monitor": "Monitor",
+    "max_steps": "Step cap", "max_wall_s": "Time cap (s)", "max_parse_failures": "Bad replies before stopping",
+    "max_repeats": "Repeats before stopping", "typing": "Typing method", "hotkey_palette": "Command box hotkey",
+    "hotkey_stop": "Stop hotkey", "data_dir": "Data folder", "max_reply_tokens": "Reply token cap",
+    "max_string_chars": "Text field cap", "decoder": "Decoder",
 }
+
+CHOICE_LABELS: dict[str, dict[str, str]] = {
+    "policy": {"local": "Holotron-12B on this computer", "remote": "A server (OpenAI-compatible)",
+               "script": "A replay file"},
+    "precision": {"bf16": "Full precision (bf16)", "8bit": "8-bit (int8)", "4bit": "4-bit (NF4)"},
+    "decoder": {"static": "Fast (memory reserved at load, CUDA graphs)", "stock": "Standard (transformers, slower)"},
+    "approval": {"step": "Ask me before every action", "auto": "Autopilot: low-risk actions run after a countdown"},
+    "typing": {"auto": "Automatic", "xtest": "Type each character (X11)", "clipboard": "Paste through the clipboard"},
+}
+"""Words shown for the values of choice fields; the value written to the file is in each item's tooltip."""
+
+APPLIES: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "model": lambda v: v["policy"] in ("local", "remote"),
+    "precision": lambda v: v["policy"] == "local",
+    "decoder": lambda v: v["policy"] == "local",
+    "max_reply_tokens": lambda v: v["policy"] == "local",
+    "max_string_chars": lambda v: v["policy"] == "local" and bool(v["constrained_decoding"]),
+    "endpoint": lambda v: v["policy"] == "remote",
+    "script_file": lambda v: v["policy"] == "script",
+    "reasoning": lambda v: v["policy"] in ("local", "remote"),
+    "constrained_decoding": lambda v: v["policy"] in ("local", "remote"),
+    "max_images": lambda v: v["policy"] in ("local", "remote"),
+    "autopilot_countdown_s": lambda v: v["approval"] == "auto",
+}
+"""When a field matters, from the values shown; a field that does not apply is shown disabled."""
+
+NOT_APPLYING = {
+    "model": "Used by the local model and by a server only.", "precision": "Used by the local model only.",
+    "decoder": "Used by the local model only.", "max_reply_tokens": "Used by the local model only.",
+    "max_string_chars": "Used by the local model with constrained replies only.",
+    "endpoint": "Used with a server only.", "script_file": "Used with a replay file only.",
+    "reasoning": "Not used by a replay file.", "constrained_decoding": "Not used by a replay file.",
+    "max_images": "Not used by a replay file.", "autopilot_countdown_s": "Used in autopilot mode only.",
+}
+
+
+def choice_label(name: str, value: Any) -> str:
+    """The words shown for ``value`` of choice field ``name`` (the value itself when it has none)."""
+    return CHOICE_LABELS.get(name, {}).get(str(value), str(value))
+
+
+class WheelGuard(QObject):
+    """Keeps the mouse wheel from changing a field the user did not focus (field case F29).
+
+    Installed on spin boxes and combo boxes: a wheel event over one that has no keyboard focus is passed
+    to the scroll area's scroll bar (so the page scrolls) instead of changing the value. A focused field
+    still takes the wheel.
+    """
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() != QEvent.Type.Wheel or not isinstance(watched, QWidget) or watched.hasFocus():
+            return False
+        parent = watched.parentWidget()
+        while parent is not None and not isinstance(parent, QAbstractScrollArea):
+            parent = parent.parentWidget()
+        if parent is not None:
+            QCoreApplication.sendEvent(parent.verticalScrollBar(), event)
+        return True
+
+    def guard(self, widget: QWidget) -> None:
+        """Guard ``widget``: it gets focus by click or Tab only, never by the wheel."""
+        widget.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        widget.installEventFilter(self)
+
+
+_QT_MODIFIERS = ((Qt.KeyboardModifier.ControlModifier, "<ctrl>"), (Qt.KeyboardModifier.AltModifier, "<alt>"),
+                 (Qt.KeyboardModifier.ShiftModifier, "<shift>"), (Qt.KeyboardModifier.MetaModifier, "<cmd>"))
+_SPECIAL_KEYS = {Qt.Key.Key_Space: "space", Qt.Key.Key_Tab: "tab", Qt.Key.Key_Return: "enter",
+                 Qt.Key.Key_Enter: "enter", Qt.Key.Key_Escape: "esc", Qt.Key.Key_Backspace: "backspace",
+                 Qt.Key.Key_Delete: "delete", Qt.Key.Key_Insert: "insert", Qt.Key.Key_Home: "home",
+                 Qt.Key.Key_End: "end", Qt.Key.Key_PageUp: "page_up", Qt.Key.Key_PageDown: "page_down",
+                 Qt.Key.Key_Left: "left", Qt.Key.Key_Right: "right", Qt.Key.Key_Up: "up", Qt.Key.Key_Down: "down",
+                 Qt.Key.Key_Pause: "pause", Qt.Key.Key_Print: "print_screen"}
+
+
+def hotkey_from_sequence(sequence: QKeySequence) -> str:
+    """A captured key combination in the settings' (pynput) syntax: Ctrl+Alt+H -> ``"<ctrl>+<alt>+h"``;
+    "" for an empty sequence. Only the first combination of a sequence counts."""
+    if sequence.isEmpty():
+        return ""
+    combo: QKeyCombination = sequence[0]  # type: ignore[index]  # PySide6's stubs lack __getitem__
+    parts = [name for flag, name in _QT_MODIFIERS if combo.keyboardModifiers() & flag]
+    key = combo.key()
+    if Qt.Key.Key_F1.value <= key.value <= Qt.Key.Key_F24.value:
+        parts.append(f"<f{key.value - Qt.Key.Key_F1.value + 1}>")
+    elif key in _SPECIAL_KEYS:
+        parts.append(f"<{_SPECIAL_KEYS[key]}>")
+    else:
+        text = QKeySequence(key.value).toString(QKeySequence.SequenceFormat.PortableText)
+        parts.append(text.lower())
+    return "+".join(parts)
+
+
+def sequence_from_hotkey(hotkey: str) -> QKeySequence:
+    """The settings' hotkey syntax as a QKeySequence for display: ``"<ctrl>+<alt>+h"`` -> Ctrl+Alt+H."""
+    names = {"ctrl": "Ctrl", "alt": "Alt", "shift": "Shift", "cmd": "Meta", "space": "Space", "tab": "Tab",
+             "enter": "Return", "esc": "Esc", "backspace": "Backspace", "delete": "Del", "insert": "Ins",
+             "home": "Home", "end": "End", "page_up": "PgUp", "page_down": "PgDown", "left": "Left",
+             "right": "Right", "up": "Up", "down": "Down", "pause": "Pause", "print_screen": "Print"}
+    parts = []
+    for part in hotkey.split("+"):
+        bare = part.strip().strip("<>")
+        parts.append(names.get(bare, bare.upper()))
+    return QKeySequence("+".join(parts), QKeySequence.SequenceFormat.PortableText)
+
+
+class HotkeyEdit(QKeySequenceEdit):
+    """Captures one key combination (press it); shows it in words, gives it in the settings' syntax."""
+
+    def __init__(self, hotkey: str, parent: QWidget | None = None) -> None:
+        super().__init__(sequence_from_hotkey(hotkey) if hotkey else QKeySequence(), parent)
+        self.setMaximumSequenceLength(1)
+        self.setClearButtonEnabled(True)
+
+    def hotkey(self) -> str:
+        return hotkey_from_sequence(self.keySequence())
 
 
 def _bounds(name: str) -> tuple[float | None, float | None, bool]:
@@ -100,9 +234,18 @@ def _base_annotation(name: str) -> tuple[Any, bool]:
     return ann, False
 
 
+HOTKEY_FIELDS = frozenset({"hotkey_palette", "hotkey_stop"})
+FILE_FIELDS = {"script_file": "file", "data_dir": "folder"}
+"""Path fields with a picker button: a file to open, or a folder."""
+
+
 def editor_kind(name: str) -> str:
-    """Which editor a field gets: "combo", "check", "int", "float" or "text" (``X | None`` as X, with
-    an empty / "not set" state)."""
+    """Which editor a field gets: "combo", "check", "int", "float", "hotkey", "file", "folder" or "text"
+    (``X | None`` as X, with an empty / "not set" state)."""
+    if name in HOTKEY_FIELDS:
+        return "hotkey"
+    if name in FILE_FIELDS:
+        return FILE_FIELDS[name]
     ann, _optional = _base_annotation(name)
     if typing.get_origin(ann) is Literal:
         return "combo"
@@ -115,28 +258,54 @@ def editor_kind(name: str) -> str:
     return "text"
 
 
-class FieldEditor(QWidget):
-    """One field: its editor and its error line."""
+def field_tooltip(name: str) -> str:
+    """The field's description, then its name in the settings file (the raw id)."""
+    description = Settings.model_fields[name].description or ""
+    return f"{description}\n\nIn settings.toml: {name}"
 
-    def __init__(self, name: str, value: Any, parent: QWidget | None = None) -> None:
+
+def precision_item_text(precision: str, gpu: GpuInfo | None) -> str:
+    """A precision choice with what it needs and whether it fits ``gpu`` (no GPU measured: no verdict)."""
+    fit = next(f for f in precision_fits(gpu.free_bytes if gpu else None) if f.precision == precision)
+    text = f"{choice_label('precision', precision)} — needs {fit.needs_bytes / GIB:.0f} GiB"
+    if fit.fits is True:
+        text += ": fits this GPU"
+    elif fit.fits is False:
+        text += ": does not fit this GPU"
+    return text
+
+
+class FieldEditor(QWidget):
+    """One field: its editor and its message line (errors and notes, plain text, word-wrapped)."""
+
+    changed = Signal()
+
+    def __init__(self, name: str, value: Any, wheel_guard: WheelGuard, gpu: GpuInfo | None = None,
+                 parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.name = name
         self.kind = editor_kind(name)
         self.optional = _base_annotation(name)[1]
-        description = Settings.model_fields[name].description or ""
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
         self.editor: QWidget
+        self.line: QLineEdit | None = None
         if self.kind == "combo":
             combo = QComboBox()
             for choice in typing.get_args(Settings.model_fields[name].annotation):
-                combo.addItem(str(choice), choice)
+                text = precision_item_text(choice, gpu) if name == "precision" else choice_label(name, choice)
+                combo.addItem(text, choice)
+                combo.setItemData(combo.count() - 1, f"In settings.toml: {name} = {choice!r}",
+                                  Qt.ItemDataRole.ToolTipRole)
             combo.setCurrentIndex(max(0, combo.findData(value)))
+            combo.currentIndexChanged.connect(self.changed)
+            wheel_guard.guard(combo)
             self.editor = combo
         elif self.kind == "check":
             check = QCheckBox()
             check.setChecked(bool(value))
+            check.toggled.connect(self.changed)
             self.editor = check
         elif self.kind == "int":
             spin = QSpinBox()
@@ -147,6 +316,7 @@ class FieldEditor(QWidget):
                 spin.setSpecialValueText("not set")
             spin.setRange(low, int(hi) if hi is not None else 1_000_000)
             spin.setValue(low if value is None else int(value))
+            wheel_guard.guard(spin)
             self.editor = spin
         elif self.kind == "float":
             dspin = QDoubleSpinBox()
@@ -158,22 +328,60 @@ class FieldEditor(QWidget):
                 dspin.setSpecialValueText("not set")
             dspin.setRange(flow, hi if hi is not None else 1e9)
             dspin.setValue(flow if value is None else float(value))
+            wheel_guard.guard(dspin)
             self.editor = dspin
+        elif self.kind == "hotkey":
+            self.editor = HotkeyEdit(str(value or ""))
+            self.editor.keySequenceChanged.connect(self.changed)
+        elif self.kind in ("file", "folder"):
+            box = QWidget()
+            row = QHBoxLayout(box)
+            row.setContentsMargins(0, 0, 0, 0)
+            self.line = QLineEdit("" if value is None else str(value))
+            self.line.setObjectName(f"path_{name}")
+            if self.optional:
+                self.line.setPlaceholderText("not set")
+            self.line.textChanged.connect(self.changed)
+            browse = QPushButton("Choose...")
+            browse.setObjectName(f"browse_{name}")
+            browse.clicked.connect(self._browse)
+            row.addWidget(self.line, 1)
+            row.addWidget(browse)
+            self.editor = box
         else:
             line = QLineEdit("" if value is None else str(value))
             if self.optional:
                 line.setPlaceholderText("not set")
+            line.textChanged.connect(self.changed)
             self.editor = line
         self.editor.setObjectName(f"field_{name}")
-        self.editor.setToolTip(description)
+        self.editor.setToolTip(field_tooltip(name))
         layout.addWidget(self.editor)
         self.error = QLabel()
         self.error.setObjectName(f"error_{name}")
         self.error.setTextFormat(Qt.TextFormat.PlainText)
         self.error.setWordWrap(True)
-        self.error.setStyleSheet("color: #d93025;")
+        self.error.setStyleSheet("color: #b3261e;")
         self.error.hide()
         layout.addWidget(self.error)
+        self.note = QLabel()
+        self.note.setObjectName(f"note_{name}")
+        self.note.setTextFormat(Qt.TextFormat.PlainText)
+        self.note.setWordWrap(True)
+        self.note.setStyleSheet("color: #5b6b7f;")
+        self.note.hide()
+        layout.addWidget(self.note)
+
+    def _browse(self) -> None:
+        assert self.line is not None
+        start = self.line.text() or str(Path.home())
+        if self.kind == "folder":
+            path = QFileDialog.getExistingDirectory(self, LABELS.get(self.name, self.name), start)
+        else:
+            path, _ = QFileDialog.getOpenFileName(self, LABELS.get(self.name, self.name), start,
+                                                  "Replay files (*.jsonl *.txt);;All files (*)")
+        if path:
+            self.line.setText(path)
 
     def value(self) -> Any:
         e = self.editor
@@ -185,19 +393,26 @@ class FieldEditor(QWidget):
             if self.optional and e.value() == e.minimum():
                 return None
             return e.value()
-        assert isinstance(e, QLineEdit)
-        text = e.text().strip()
+        if isinstance(e, HotkeyEdit):
+            return e.hotkey()
+        line = self.line if self.line is not None else e
+        assert isinstance(line, QLineEdit)
+        text = line.text().strip()
         if self.optional and not text:
             return None
-        return Path(text).expanduser() if self.name == "data_dir" and text else text
+        return Path(text).expanduser() if self.kind in ("file", "folder") and text else text
 
     def set_error(self, message: str) -> None:
         self.error.setText(message)
         self.error.setVisible(bool(message))
 
+    def set_note(self, message: str) -> None:
+        self.note.setText(message)
+        self.note.setVisible(bool(message))
+
 
 class SettingsDialog(QDialog):
-    """Edit and save the settings.
+    """Edit and save the settings: a Basic and an Advanced tab.
 
     Signals:
         saved(Settings): the settings were written (the app applies them).
@@ -205,42 +420,60 @@ class SettingsDialog(QDialog):
         settings: the current settings (shown).
         path: the file to write (default: the user settings file).
         monitors: names of the monitors, shown next to the monitor field.
+        gpu: the GPU the local model would use (:func:`holodesk.machine.probe_gpus`), for the precision
+            picker; None when there is none (or it was not measured).
     """
 
     saved = Signal(object)
 
     def __init__(self, settings: Settings, *, path: Path | None = None, monitors: list[str] | None = None,
-                 parent: QWidget | None = None) -> None:
+                 gpu: GpuInfo | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Holodesk settings")
         self.setObjectName("holodeskSettings")
         self.settings = settings
         self.path = path
+        self.gpu = gpu
         self.fields: dict[str, FieldEditor] = {}
+        self.labels: dict[str, QLabel] = {}
+        self.wheel_guard = WheelGuard(self)
         outer = QVBoxLayout(self)
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        body = QWidget()
-        body_layout = QVBoxLayout(body)
-        for title, names in field_groups():
+        self.tabs = QTabWidget()
+        self.tabs.setObjectName("tabs")
+        self.scroll_areas: dict[str, QScrollArea] = {}
+        bodies: dict[str, QVBoxLayout] = {}
+        for tab, title, names in field_groups():
+            if tab not in bodies:
+                scroll = QScrollArea()
+                scroll.setObjectName(f"scroll_{tab.lower()}")
+                scroll.setWidgetResizable(True)
+                body = QWidget()
+                bodies[tab] = QVBoxLayout(body)
+                scroll.setWidget(body)
+                self.scroll_areas[tab] = scroll
+                self.tabs.addTab(scroll, tab)
             box = QGroupBox(title)
             form = QFormLayout(box)
+            form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
             for name in names:
-                editor = FieldEditor(name, getattr(settings, name))
+                editor = FieldEditor(name, getattr(settings, name), self.wheel_guard, gpu)
                 self.fields[name] = editor
                 label = QLabel(LABELS.get(name, name.replace("_", " ").capitalize()))
-                label.setToolTip(Settings.model_fields[name].description or "")
+                label.setToolTip(field_tooltip(name))
+                self.labels[name] = label
                 form.addRow(label, editor)
                 if name == "endpoint":
-                    form.addRow(QLabel("API key"), self._key_row())
+                    self.api_key_label = QLabel("API key")
+                    form.addRow(self.api_key_label, self._key_row())
                 if name == "monitor" and monitors:
                     hint = QLabel("\n".join(f"{i}: {m}" for i, m in enumerate(monitors, start=1)))
                     hint.setTextFormat(Qt.TextFormat.PlainText)
                     hint.setStyleSheet("color: #5b6b7f; font-size: 11px;")
                     form.addRow(QLabel(""), hint)
-            body_layout.addWidget(box)
-        scroll.setWidget(body)
-        outer.addWidget(scroll)
+            bodies[tab].addWidget(box)
+        for layout in bodies.values():
+            layout.addStretch(1)
+        outer.addWidget(self.tabs)
         self.status = QLabel()
         self.status.setObjectName("status")
         self.status.setTextFormat(Qt.TextFormat.PlainText)
@@ -253,45 +486,79 @@ class SettingsDialog(QDialog):
         outer.addWidget(buttons)
         for editor in self.fields.values():
             self._connect_live_validation(editor)
-        self.resize(620, 720)
+            editor.changed.connect(self.update_applicability)
+        self.update_applicability()
+        self.resize(640, 640)
 
     def _key_row(self) -> QWidget:
         row = QWidget()
         layout = QVBoxLayout(row)
         layout.setContentsMargins(0, 0, 0, 0)
-        line = QHBoxLayout()
         self.api_key = QLineEdit()
         self.api_key.setObjectName("field_api_key")
         self.api_key.setEchoMode(QLineEdit.EchoMode.Password)
         self.api_key.setPlaceholderText("leave empty to keep the stored key")
-        self.api_key.setToolTip("Stored in the OS keychain for this endpoint, never in the settings file.")
-        line.addWidget(self.api_key)
-        self.session_key_button = QPushButton("Keep for this session only")
-        self.session_key_button.setObjectName("session_key")
-        self.session_key_button.clicked.connect(self._keep_key_for_session)
-        self.session_key_button.hide()
-        line.addWidget(self.session_key_button)
-        layout.addLayout(line)
+        self.api_key.setToolTip("Stored in the OS keychain for this server, never in the settings file.")
+        layout.addWidget(self.api_key)
+        # The keychain's answer: its own word-wrapped block under the key (not red, not next to "Saved").
         self.key_error = QLabel()
         self.key_error.setObjectName("error_api_key")
         self.key_error.setTextFormat(Qt.TextFormat.PlainText)
         self.key_error.setWordWrap(True)
-        self.key_error.setStyleSheet("color: #d93025;")
+        self.key_error.setStyleSheet("background: #fff4e5; color: #5f3700; border: 1px solid #f0c36d; "
+                                     "border-radius: 4px; padding: 6px;")
         self.key_error.hide()
         layout.addWidget(self.key_error)
+        self.session_key_button = QPushButton("Keep the key for this session only")
+        self.session_key_button.setObjectName("session_key")
+        self.session_key_button.clicked.connect(self._keep_key_for_session)
+        self.session_key_button.hide()
+        layout.addWidget(self.session_key_button, 0, Qt.AlignmentFlag.AlignLeft)
+        self.key_row = row
         return row
 
     def _connect_live_validation(self, editor: FieldEditor) -> None:
-        e = editor.editor
+        e = editor.line if editor.line is not None else editor.editor
         if isinstance(e, QLineEdit):
             e.editingFinished.connect(lambda ed=editor: self.validate(ed.name))
+        if isinstance(e, HotkeyEdit):
+            e.editingFinished.connect(lambda ed=editor: self.validate(ed.name))
+
+    def update_applicability(self) -> None:
+        """Disable the fields that do not apply to the values shown (e.g. precision with a server), and
+        say under the precision picker what fits this GPU."""
+        values = self.values()
+        for name, applies in APPLIES.items():
+            if name not in self.fields:
+                continue
+            on = applies(values)
+            self.fields[name].setEnabled(on)
+            self.labels[name].setEnabled(on)
+            self.fields[name].editor.setToolTip(field_tooltip(name) if on else
+                                                f"{NOT_APPLYING.get(name, '')}\n\n{field_tooltip(name)}")
+        if "endpoint" in self.fields:
+            remote = values["policy"] == "remote"
+            self.key_row.setEnabled(remote)
+            self.api_key_label.setEnabled(remote)
+        if "precision" in self.fields:
+            self.fields["precision"].set_note(self._precision_note(values["precision"])
+                                              if values["policy"] == "local" else "")
+
+    def _precision_note(self, precision: str) -> str:
+        gpu = self.gpu
+        advice = explain_precision(gpu.free_bytes if gpu else None, gpu.name if gpu else "this GPU")
+        fits = best_precision(gpu.free_bytes if gpu else None)
+        if gpu is not None and fits is not None and [f.fits for f in precision_fits(gpu.free_bytes)
+                                                     if f.precision == precision] == [False]:
+            return f"{choice_label('precision', precision)} does not fit: {advice}"
+        return advice
 
     def validate(self, name: str) -> bool:
         """Validate one field and show its message; True when valid."""
         editor = self.fields[name]
         try:
             validate_field(name, editor.value())
-            if name in ("hotkey_palette", "hotkey_stop"):
+            if name in HOTKEY_FIELDS:
                 self._check_hotkey(str(editor.value()))
         except SettingsError as exc:
             editor.set_error(_field_message(name, exc.message))
@@ -301,6 +568,8 @@ class SettingsDialog(QDialog):
 
     @staticmethod
     def _check_hotkey(combo: str) -> None:
+        if not combo:
+            raise SettingsError("press the key combination to use (at least one modifier and a key)")
         try:
             from holodesk.ui.palette import parse_hotkey
 
@@ -324,10 +593,12 @@ class SettingsDialog(QDialog):
             self.status.setText(str(exc))
             return False
         self.settings = new
-        self.status.setText(f"Saved to {written}")
         self.saved.emit(new)
         if not self._store_key(new.endpoint):
+            self.status.setText(f"Settings saved to {written}. The API key was not stored; see the note under it.")
+            self.tabs.setCurrentIndex(0)
             return True  # settings saved; the dialog stays open to show the keychain choice
+        self.status.setText(f"Saved to {written}")
         self.accept()
         return True
 
@@ -338,7 +609,7 @@ class SettingsDialog(QDialog):
         if not key:
             return True
         if not endpoint:
-            self.key_error.setText("Set the endpoint first: the key is stored for that server.")
+            self.key_error.setText("Set the server URL first: the key is stored for that server.")
             self.key_error.show()
             return False
         try:

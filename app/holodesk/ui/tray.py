@@ -1,7 +1,8 @@
 """The tray icon and, where no tray exists, the small window that takes its place (field case F20).
 
-Both show the same :class:`AppActions` (one set of QActions): New task..., Pause / Resume autopilot,
-Stop, Mode (step by step / autopilot), Settings..., History..., Open logs, Quit. The icon (and the
+Both show the same :class:`AppActions` (one set of QActions): New task..., Replay a file...,
+Pause / Resume autopilot, Stop, Mode (step by step / autopilot), Setup wizard..., Settings...,
+History..., Open logs, Quit. The icon (and the
 window's status line) follow the session state: idle, thinking, awaiting approval, acting, error.
 """
 
@@ -42,6 +43,8 @@ class AppActions(QObject):
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.new_task = QAction("New task...", self)
+        self.replay = QAction("Replay a file...", self)
+        self.wizard = QAction("Setup wizard...", self)
         self.pause = QAction("Pause autopilot", self)
         self.stop = QAction("Stop", self)
         self.mode_step = QAction("Step by step", self)
@@ -76,6 +79,7 @@ class AppActions(QObject):
             self.paused = paused
         self.stop.setEnabled(self.running)
         self.new_task.setEnabled(not self.running)
+        self.replay.setEnabled(not self.running)
         self.mode_step.setChecked(self.mode == "step")
         self.mode_auto.setChecked(self.mode == "auto")
         self.pause.setEnabled(self.mode == "auto")
@@ -85,10 +89,12 @@ class AppActions(QObject):
         """A menu holding every action (the tray's context menu)."""
         menu = QMenu()
         menu.addAction(self.new_task)
+        menu.addAction(self.replay)
         menu.addAction(self.pause)
         menu.addAction(self.stop)
         menu.addMenu(self.mode_menu)
         menu.addSeparator()
+        menu.addAction(self.wizard)
         menu.addAction(self.settings)
         menu.addAction(self.history)
         menu.addAction(self.open_logs)
@@ -170,7 +176,8 @@ class FallbackWindow(QWidget):
         grid = QGridLayout()
         self.buttons: dict[str, QToolButton] = {}
         entries = [("new_task", actions.new_task), ("stop", actions.stop), ("pause", actions.pause),
-                   ("mode", None), ("settings", actions.settings), ("history", actions.history),
+                   ("mode", None), ("replay", actions.replay), ("wizard", actions.wizard),
+                   ("settings", actions.settings), ("history", actions.history),
                    ("open_logs", actions.open_logs), ("quit", actions.quit)]
         for i, (name, action) in enumerate(entries):
             button = QToolButton()

@@ -88,7 +88,9 @@ def test_logits_match_native_reference(tiny_dir: Path, tiny_loaded) -> None:  # 
     assert {k for k in missing if ".layer_scale" not in k} == {"vision_model.embeddings.video_patch_projection.weight"}
     assert unexpected == []
     raw = json.loads((tiny_dir / "config.json").read_text())
-    tiles, grid = preprocess_pixels(image, mean=raw["norm_mean"], std=raw["norm_std"])
+    tiles, grid = preprocess_pixels(image, mean=raw["norm_mean"], std=raw["norm_std"],
+                                    max_tiles=raw["max_num_tiles"], tile_size=raw["force_image_size"],
+                                    use_thumbnail=raw["use_thumbnail"])
     assert grid == (2, 1) and tiles.shape == (3, 3, 512, 512)
     with torch.inference_mode():
         feats = ref.vision_model(tiles).features  # (3, 1024, 32)

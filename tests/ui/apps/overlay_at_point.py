@@ -46,11 +46,18 @@ def main() -> int:
     screen = app.primaryScreen()
     g = screen.geometry()
     m = frame.monitor
+    dpr = screen.devicePixelRatio()
     print(json.dumps({
         "dpr": screen.devicePixelRatio(), "screen": [g.x(), g.y(), g.width(), g.height()],
         "monitor": [m.left, m.top, m.width, m.height], "input_point": [ip.x, ip.y],
+        # the target pixel itself stays unpainted (its label stays readable); the pointers above and
+        # below it sit on its column: their middles (28 logical px away) are marked, 5 px beside them not
         "pixel": [int(v) for v in shot.pixels[ip.y - m.top, ip.x - m.left]],
-        "hole": [int(v) for v in shot.pixels[ip.y - m.top, ip.x - m.left + round(10 * screen.devicePixelRatio())]],
+        "above": [int(v) for v in shot.pixels[ip.y - m.top - round(28 * dpr), ip.x - m.left]],
+        "below": [int(v) for v in shot.pixels[ip.y - m.top + round(28 * dpr), ip.x - m.left]],
+        "beside": [[int(v) for v in shot.pixels[ip.y - m.top + sy * round(28 * dpr),
+                                                ip.x - m.left + sx * round(5 * dpr)]]
+                   for sx in (-1, 1) for sy in (-1, 1)],
     }))
     capture.close()
     return 0

@@ -221,13 +221,16 @@ def _tiles_for(width: int, height: int, device: Any, dtype: Any, gen: Any, frame
 
     Returns (tiles ``[n, 3, 512, 512]`` in ``dtype`` on ``device``, preprocessing ms including the upload).
     """
+    from holodesk.policy.holotron.fullsize import full_size_config
     from holodesk.policy.holotron.tiling import preprocess_pixels
 
     if frame is None:
         frame = _random_frame(width, height, int(gen))
     t0 = time.perf_counter()
-    tiles, _grid = preprocess_pixels(frame, mean=(0.48145466, 0.4578275, 0.40821073),
-                                     std=(0.26862954, 0.26130258, 0.27577711),
+    raw = full_size_config(0, 0, 0, 0)  # the published preprocessing values the random-weight model uses
+    tiles, _grid = preprocess_pixels(frame, mean=raw["norm_mean"], std=raw["norm_std"],
+                                     max_tiles=raw["max_num_tiles"], tile_size=raw["force_image_size"],
+                                     use_thumbnail=raw["use_thumbnail"],
                                      device=device if device.type == "cuda" else None)
     tiles = tiles.to(device=device, dtype=dtype, non_blocking=True)
     _sync(device)

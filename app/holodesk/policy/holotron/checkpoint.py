@@ -10,10 +10,26 @@ So loading is: translate ``config.json`` into ``NemotronH_Omni_Reasoning_V3_Conf
 Shapes the config does not state (vision prefix tokens, CPE table size, ...) are read from the
 safetensors headers; the input normalisation is read from the checkpoint's
 ``input_conditioner.norm_mean/norm_std`` buffers.
+
+What the published files may say twice is cross-checked, and every disagreement becomes a plain-words
+note in :attr:`CheckpointInfo.notes` (logged as a warning by the loader, listed by ``holodesk doctor``):
+
+* the language model's block types: ``hybrid_override_pattern`` wins over ``layer_types`` /
+  ``layers_block_type`` (newer remote configs write "moe" there for the dense MLP blocks, and
+  transformers' NemotronH config would otherwise build MoE blocks from them); the pattern is checked
+  against the mixer tensors of every block;
+* ``preprocessor_config.json`` (NVIDIA's ``NemotronNanoVLV2ImageProcessor`` arguments ``image_size``,
+  ``patch_size``, ``downsample_ratio``, ``max_num_tiles``, ``use_thumbnail``, ``norm_mean``/``norm_std``)
+  against ``config.json``: the model's shape (tile and patch size, pixel-shuffle ratio) comes from
+  config.json, the pixel pipeline (tile budget, thumbnail, mean/std) from preprocessor_config.json,
+  which is the file NVIDIA's image processor reads;
+* the ``<image>`` token id: config.json's ``img_context_token_id`` against the tokenizer
+  (:func:`resolve_image_token`); the tokenizer's id is used when the config has none.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -76,7 +92,14 @@ class CheckpointInfo:
         tokens_per_tile: LM tokens per tile, ``(tile_size/patch_size * downsample_ratio)**2`` (256).
         num_prefix_tokens: RADIO cls + register tokens (rows of ``cls_token.token``).
         max_img_size: pixels covered by the CPE position table (side * patch_size; 2048 for Holotron).
-        image_token_id: id of ``<image>`` (``img_context_token_id``).
+        image_token_id: id of ``<image>`` (``img_context_token_id``); None when config.json has none
+            (:func:`resolve_image_token` then takes it from the tokenizer).
+        block_pattern: the language model's block types, one character per block (``M`` Mamba-2,
+            ``*`` attention, ``-`` MLP, ``E`` MoE), from ``hybrid_override_pattern``.
+        norm_mean, norm_std: per-channel tile normalisation stated by the files (preprocessor_config.json,
+            else config.json), or None; :func:`read_normalisation` prefers the checkpoint's buffers.
+        norm_from: the file ``norm_mean`` was read from ("" when None).
+        notes: disagreements between the files and which value was used, in plain words.
     """
 
     folder: Path
@@ -91,8 +114,39 @@ class CheckpointInfo:
     tokens_per_tile: int
     num_prefix_tokens: int
     max_img_size: int
-    image_token_id: int
+    image_token_id: int | None
+    block_pattern: str = ""
+    norm_mean: tuple[float, ...] | None = None
+    norm_std: tuple[float, ...] | None = None
+    norm_from: str = ""
+    notes: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def block_counts(self) -> dict[str, int]:
+        """Blocks per kind, e.g. ``{"Mamba-2": 28, "attention": 6, "MLP": 28}`` for Holotron-12B."""
+        return {name: self.block_pattern.count(ch) for ch, name in BLOCK_NAMES.items()
+                if ch in self.block_pattern}
+
+
+BLOCK_NAMES = {"M": "Mamba-2", "*": "attention", "-": "MLP", "E": "MoE"}
+"""``hybrid_override_pattern`` characters -> block kind in words."""
+
+_LAYER_TYPE_CHARS = {
+    "mamba": "M", "mamba2": "M", "linear_attention": "M", "m": "M",
+    "attention": "*", "full_attention": "*", "*": "*",
+    "mlp": "-", "-": "-",
+    "moe": "E", "e": "E",
+}
+"""``layer_types`` / ``layers_block_type`` entries (remote and transformers spellings) -> pattern characters."""
+
+_MIXER_KEY = re.compile(r"^language_model\.backbone\.layers\.(\d+)\.mixer\.([A-Za-z_]+)")
+_MIXER_KIND = {
+    "in_proj": "M", "conv1d": "M", "A_log": "M", "dt_bias": "M", "D": "M", "out_proj": "M",
+    "q_proj": "*", "k_proj": "*", "v_proj": "*", "o_proj": "*",
+    "up_proj": "-", "down_proj": "-",
+    "experts": "E", "gate": "E", "shared_experts": "E",
+}
+"""First name under ``mixer.`` -> the block kind whose weights it is."""
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -164,6 +218,112 @@ def _first(config: dict[str, Any], *names: str, default: Any = None) -> Any:
     return default
 
 
+def block_types_from_weights(shapes: dict[str, tuple[int, ...]]) -> dict[int, str]:
+    """Block index -> kind character (``M``, ``*``, ``-``, ``E``) from the mixer tensors present.
+
+    A block whose mixer tensors name two kinds is reported as ``"?"``; blocks without mixer tensors
+    are absent from the result (the load report names what is missing).
+    """
+    kinds: dict[int, set[str]] = {}
+    for key in shapes:
+        m = _MIXER_KEY.match(key)
+        if m and m.group(2) in _MIXER_KIND:
+            kinds.setdefault(int(m.group(1)), set()).add(_MIXER_KIND[m.group(2)])
+    return {i: (next(iter(k)) if len(k) == 1 else "?") for i, k in sorted(kinds.items())}
+
+
+def _pattern_words(pattern: str) -> str:
+    counts = {name: pattern.count(ch) for ch, name in BLOCK_NAMES.items() if ch in pattern}
+    return f"{len(pattern)} blocks: " + " / ".join(f"{n} {name}" for name, n in counts.items())
+
+
+def resolve_block_pattern(
+    llm: dict[str, Any], shapes: dict[str, tuple[int, ...]], where: str = "config.json"
+) -> tuple[str, list[str]]:
+    """The language model's block types as a pattern string, and notes on every disagreement.
+
+    ``hybrid_override_pattern`` wins; ``layer_types`` / ``layers_block_type`` are used only when there
+    is no pattern. The result is checked against the mixer tensors of each block
+    (:func:`block_types_from_weights`).
+
+    Args:
+        llm: ``llm_config`` of config.json.
+        shapes: checkpoint key -> shape (empty: nothing to check against).
+        where: the file named in messages.
+    Returns:
+        (pattern, notes): notes name each disagreement and the value used, e.g.
+        ``("M-M-...", ["llm_config.layer_types (62 blocks: 28 Mamba-2 / 6 attention / 28 MoE) ..."])``.
+    Raises:
+        ModelLoadError: no block types at all, an unknown block type, or a block whose weights are of
+            another kind than the pattern says (naming the blocks).
+    """
+    notes: list[str] = []
+    raw_pattern = llm.get("hybrid_override_pattern")
+    listed_name = next((n for n in ("layer_types", "layers_block_type") if llm.get(n) is not None), None)
+    listed: str | None = None
+    if listed_name is not None:
+        entries = llm[listed_name]
+        if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+            raise ModelLoadError(f"llm_config.{listed_name} in {where} is not a list of block types")
+        unknown = sorted({e for e in entries if e.lower() not in _LAYER_TYPE_CHARS})
+        if unknown:
+            raise ModelLoadError(f"llm_config.{listed_name} in {where} has unknown block types: {', '.join(unknown)}")
+        listed = "".join(_LAYER_TYPE_CHARS[e.lower()] for e in entries)
+    if isinstance(raw_pattern, str) and raw_pattern:
+        bad = sorted(set(raw_pattern) - set(BLOCK_NAMES))
+        if bad:
+            raise ModelLoadError(f"llm_config.hybrid_override_pattern in {where} has unknown characters {bad}")
+        pattern = raw_pattern
+        if listed is not None and listed != pattern:
+            differ = [i for i in range(max(len(pattern), len(listed)))
+                      if i >= len(pattern) or i >= len(listed) or pattern[i] != listed[i]]
+            notes.append(
+                f"llm_config.{listed_name} ({_pattern_words(listed)}) disagrees with hybrid_override_pattern "
+                f"({_pattern_words(pattern)}) at {len(differ)} block(s), first {differ[:5]}; the pattern is used"
+            )
+    elif listed is not None:
+        pattern = listed
+        notes.append(f"{where} has no hybrid_override_pattern; the block types come from llm_config.{listed_name}")
+    else:
+        raise ModelLoadError(
+            f"llm_config in {where} states no block types (hybrid_override_pattern or layer_types)",
+            hint="The config does not describe a Nemotron-H language model.",
+        )
+    found = block_types_from_weights(shapes)
+    if found:
+        wrong = [f"block {i} is {BLOCK_NAMES.get(pattern[i], pattern[i])} in the pattern but its weights are "
+                 + ("of two kinds" if kind == "?" else BLOCK_NAMES[kind])
+                 for i, kind in found.items() if i < len(pattern) and kind != pattern[i]]
+        beyond = [i for i in found if i >= len(pattern)]
+        if beyond:
+            wrong.append(f"the weights have {max(found) + 1} blocks, the pattern {len(pattern)}")
+        if wrong:
+            raise ModelLoadError(
+                f"the language model's block types in {where} do not match the weights: " + "; ".join(wrong[:6]),
+                hint="The config and the weights come from different models.",
+            )
+    return pattern, notes
+
+
+PREPROCESSOR_FILE = "preprocessor_config.json"
+
+
+def _three_floats(value: Any) -> tuple[float, ...] | None:
+    if isinstance(value, list) and len(value) == 3 and all(isinstance(v, (int, float)) for v in value):
+        return tuple(float(v) for v in value)
+    return None
+
+
+def _close(a: Any, b: Any) -> bool:
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(
+            math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9) for x, y in zip(a, b, strict=True)
+        )
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return math.isclose(float(a), float(b), rel_tol=1e-9)
+    return bool(a == b)
+
+
 def read_checkpoint(folder: str | Path) -> CheckpointInfo:
     """Read ``config.json`` and the safetensors headers of a Holotron checkpoint folder.
 
@@ -204,13 +364,53 @@ def checkpoint_info(
         ModelLoadError: when a shape the runtime needs is missing or contradicts the config.
     """
     vision_cfg = raw["vision_config"]
-    patch_size = int(_first(raw, "patch_size", default=_first(vision_cfg, "patch_size", default=16)))
-    tile_size = int(_first(raw, "force_image_size", "image_size", default=512))
-    downsample = float(_first(raw, "downsample_ratio", default=0.5))
+    notes: list[str] = []
+    pre: dict[str, Any] = {}
+    pre_path = root / PREPROCESSOR_FILE
+    if pre_path.exists():
+        pre = _read_json(pre_path)
+
+    def stated(config_value: Any, pre_key: str, what: str, *, use: str) -> Any:
+        """The value to use for one setting both files may state; a disagreement becomes a note."""
+        pre_value = pre.get(pre_key)
+        if pre_value is None:
+            return config_value
+        if config_value is None:
+            return pre_value
+        if not _close(config_value, pre_value):
+            chosen = pre_value if use == "preprocessor" else config_value
+            notes.append(f"{what}: config.json says {config_value}, {PREPROCESSOR_FILE} says {pre_value}; "
+                         f"using {chosen} (from {PREPROCESSOR_FILE if use == 'preprocessor' else 'config.json'})")
+            return chosen
+        return config_value
+
+    patch_size = int(stated(_first(raw, "patch_size", default=_first(vision_cfg, "patch_size")), "patch_size",
+                            "patch size", use="config") or 16)
+    tile_size = int(stated(_first(raw, "force_image_size", "image_size"), "image_size", "tile size",
+                           use="config") or 512)
+    downsample = float(stated(_first(raw, "downsample_ratio"), "downsample_ratio", "pixel-shuffle ratio",
+                              use="config") or 0.5)
+    max_tiles = int(stated(_first(raw, "max_num_tiles", "max_dynamic_patch", "max_tiles"), "max_num_tiles",
+                           "largest tile grid", use="preprocessor") or 12)
+    thumbnail = stated(_first(raw, "use_thumbnail"), "use_thumbnail", "thumbnail tile", use="preprocessor")
+    use_thumbnail = True if thumbnail is None else bool(thumbnail)
+    means: dict[str, tuple[float, ...] | None] = {}
+    norm_from = ""
+    for name, pre_names in (("norm_mean", ("norm_mean", "image_mean")), ("norm_std", ("norm_std", "image_std"))):
+        cfg_v = _three_floats(raw.get(name))
+        pre_v = next((v for k in pre_names if (v := _three_floats(pre.get(k))) is not None), None)
+        if cfg_v is not None and pre_v is not None and not _close(cfg_v, pre_v):
+            notes.append(f"{name}: config.json says {list(cfg_v)}, {PREPROCESSOR_FILE} says {list(pre_v)}; "
+                         f"using {list(pre_v)} (from {PREPROCESSOR_FILE}) unless the checkpoint stores its own")
+        means[name] = pre_v if pre_v is not None else cfg_v
+        if name == "norm_mean" and means[name] is not None:
+            norm_from = PREPROCESSOR_FILE if pre_v is not None else "config.json"
     if tile_size % patch_size:
         raise ModelLoadError(f"force_image_size {tile_size} is not a multiple of patch_size {patch_size}")
     side = tile_size // patch_size
     tokens_per_tile = round(side * downsample) ** 2
+    pattern, block_notes = resolve_block_pattern(raw["llm_config"], shapes, str(root / "config.json"))
+    notes = block_notes + notes
 
     cls_key = _VISION_PREFIX + "model.patch_generator.cls_token.token"
     pos_key = _VISION_PREFIX + "model.patch_generator.pos_embed"
@@ -226,8 +426,6 @@ def checkpoint_info(
     if table_side * table_side != positions:
         raise ModelLoadError(f"{pos_key} has {positions} positions, not a square table")
     image_token_id = _first(raw, "img_context_token_id", "image_token_id")
-    if image_token_id is None:
-        raise ModelLoadError(f"{root / 'config.json'} has no img_context_token_id")
     return CheckpointInfo(
         folder=root,
         raw_config=raw,
@@ -235,14 +433,58 @@ def checkpoint_info(
         shapes=shapes,
         tile_size=tile_size,
         patch_size=patch_size,
-        max_tiles=int(_first(raw, "max_num_tiles", "max_dynamic_patch", "max_tiles", default=12)),
-        use_thumbnail=bool(_first(raw, "use_thumbnail", default=True)),
+        max_tiles=max_tiles,
+        use_thumbnail=use_thumbnail,
         downsample_ratio=downsample,
         tokens_per_tile=tokens_per_tile,
         num_prefix_tokens=num_prefix,
         max_img_size=table_side * patch_size,
-        image_token_id=int(image_token_id),
+        image_token_id=None if image_token_id is None else int(image_token_id),
+        block_pattern=pattern,
+        norm_mean=means["norm_mean"],
+        norm_std=means["norm_std"],
+        norm_from=norm_from,
+        notes=tuple(notes),
     )
+
+
+def resolve_image_token(info: CheckpointInfo, vocab: dict[str, int]) -> tuple[CheckpointInfo, list[str]]:
+    """Settle the ``<image>`` token id between config.json and the tokenizer's vocabulary.
+
+    config.json's ``img_context_token_id`` is used when present (the prompt and the model both take it
+    from :attr:`CheckpointInfo.image_token_id`, so they cannot differ); a tokenizer whose ``<image>`` has
+    another id is reported. Without a config id, the tokenizer's ``<image>`` id is used and that is said.
+
+    Args:
+        info: the checkpoint as read.
+        vocab: the tokenizer's token -> id map.
+    Returns:
+        (info with ``image_token_id`` set, notes in plain words).
+    Raises:
+        ModelLoadError: when neither the config nor the tokenizer has an ``<image>`` token.
+    """
+    tokenizer_id = vocab.get("<image>")
+    by_id = {v: k for k, v in vocab.items()}
+    notes: list[str] = []
+    chosen = info.image_token_id
+    if chosen is None:
+        if tokenizer_id is None:
+            raise ModelLoadError(
+                f"{info.folder / 'config.json'} has no img_context_token_id and the tokenizer has no <image> "
+                "token; images cannot be placed in the prompt",
+                hint="The checkpoint's config.json or tokenizer files are incomplete.",
+            )
+        chosen = int(tokenizer_id)
+        notes.append(f"config.json has no img_context_token_id; using the tokenizer's <image> id {chosen}")
+    elif tokenizer_id is None:
+        notes.append(f"the tokenizer has no <image> token; using config.json's img_context_token_id {chosen}"
+                     + (f" (the tokenizer's token {by_id[chosen]!r})" if chosen in by_id else ""))
+    elif int(tokenizer_id) != chosen:
+        notes.append(f"config.json's img_context_token_id {chosen} disagrees with the tokenizer's <image> id "
+                     f"{tokenizer_id}"
+                     + (f" (id {chosen} is {by_id[chosen]!r} there)" if chosen in by_id else "")
+                     + f"; using {chosen} from config.json")
+    return dataclasses.replace(info, image_token_id=chosen), notes
 
 
 def _count_blocks(shapes: dict[str, tuple[int, ...]], prefix: str) -> int:
@@ -255,7 +497,9 @@ def translate_config(info: CheckpointInfo, *, attn_implementation: str | None = 
     """Build transformers' native ``NemotronH_Omni_Reasoning_V3_Config`` for a v2 checkpoint.
 
     * ``llm_config`` -> ``text_config`` (``nemotron_h``): remote-only keys dropped, legacy
-      ``attention_head_dim`` -> ``head_dim``; ``hybrid_override_pattern`` is accepted natively.
+      ``attention_head_dim`` -> ``head_dim``; the block types are ``info.block_pattern`` given as
+      ``hybrid_override_pattern`` with ``layer_types`` / ``layers_block_type`` removed (transformers
+      would let those win), and the built config's block types are checked against the pattern.
     * ``vision_config`` -> ``radio``: width, depth and MLP ratio from the tensor shapes; heads from the
       config's ``args`` when present, else the timm ViT convention for the width (1280 -> 16); prefix
       tokens and CPE table size from ``cls_token.token`` / ``pos_embed``; ``video_temporal_patch_size``
@@ -266,7 +510,8 @@ def translate_config(info: CheckpointInfo, *, attn_implementation: str | None = 
     Returns:
         ``NemotronH_Omni_Reasoning_V3_Config``.
     Raises:
-        ModelLoadError: when transformers is too old or the translated config is rejected.
+        ModelLoadError: when transformers is too old, the translated config is rejected, or its block
+            types differ from ``info.block_pattern``.
     """
     try:
         from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3_Config
@@ -278,6 +523,10 @@ def translate_config(info: CheckpointInfo, *, attn_implementation: str | None = 
     raw, shapes = info.raw_config, info.shapes
 
     llm = {k: v for k, v in raw["llm_config"].items() if k not in _REMOTE_ONLY_KEYS + _DTYPE_KEYS}
+    for name in ("layer_types", "layers_block_type"):
+        llm.pop(name, None)
+    llm["hybrid_override_pattern"] = info.block_pattern
+    llm.pop("num_hidden_layers", None)  # derived from the pattern
     if "attention_head_dim" in llm:
         head_dim = llm.pop("attention_head_dim")
         llm.setdefault("head_dim", head_dim)
@@ -328,9 +577,9 @@ def translate_config(info: CheckpointInfo, *, attn_implementation: str | None = 
         "summary_idxs": summary_idxs,
         "video_temporal_patch_size": 2,
     }
-    for name in ("norm_mean", "norm_std"):
-        if isinstance(raw.get(name), list) and len(raw[name]) == 3:
-            vision[name] = [float(v) for v in raw[name]]
+    for name, value in (("norm_mean", info.norm_mean), ("norm_std", info.norm_std)):
+        if value is not None:
+            vision[name] = list(value)
 
     proj = shapes.get("mlp1.1.weight")
     vit_hidden = int(_first(raw, "vit_hidden_size", default=width))
@@ -351,6 +600,15 @@ def translate_config(info: CheckpointInfo, *, attn_implementation: str | None = 
         config = NemotronH_Omni_Reasoning_V3_Config(**kwargs)
     except Exception as exc:
         raise ModelLoadError(f"the checkpoint's config could not be translated: {exc}") from exc
+    text_config: Any = config.text_config
+    built = "".join({"linear_attention": "M", "full_attention": "*", "mlp": "-", "moe": "E"}.get(t, "?")
+                    for t in text_config.layers_block_type)
+    if built != info.block_pattern:
+        raise ModelLoadError(
+            f"transformers built the language model as {_pattern_words(built)}, but the checkpoint is "
+            f"{_pattern_words(info.block_pattern)}",
+            hint="This transformers version maps the block types differently; report it with 'holodesk doctor'.",
+        )
     if attn_implementation is not None:
         config._attn_implementation = attn_implementation
     return config
@@ -358,8 +616,9 @@ def translate_config(info: CheckpointInfo, *, attn_implementation: str | None = 
 
 def read_normalisation(info: CheckpointInfo) -> tuple[tuple[float, ...], tuple[float, ...], str]:
     """Per-channel mean/std for the tiles: the checkpoint's input_conditioner buffers when present,
-    else ``norm_mean``/``norm_std`` of config.json, else ``image_mean``/``image_std`` of
-    preprocessor_config.json.
+    else the values the files state (:attr:`CheckpointInfo.norm_mean`: ``norm_mean``/``image_mean`` of
+    preprocessor_config.json, else ``norm_mean`` of config.json). Buffers that disagree with the stated
+    values are logged as a warning.
 
     Returns:
         (mean, std, source) with 3 floats each and ``source`` naming where they came from.
@@ -382,19 +641,16 @@ def read_normalisation(info: CheckpointInfo) -> tuple[tuple[float, ...], tuple[f
         with safe_open(str(path), framework="pt") as fh:
             values.append(tuple(float(v) for v in fh.get_tensor(key).float().flatten().tolist()))
     if len(values) == 2 and all(len(v) == 3 for v in values):
+        for what, buffer, stated in (("mean", values[0], info.norm_mean), ("std", values[1], info.norm_std)):
+            # the buffers may be stored in bf16 (8-bit mantissa): compare to 1 %
+            if stated is not None and not all(
+                math.isclose(a, b, rel_tol=1e-2) for a, b in zip(buffer, stated, strict=True)
+            ):
+                log.warning("Holotron: the checkpoint's input_conditioner %s %s differs from the files' %s; "
+                            "using the checkpoint's", what, list(buffer), list(stated))
         return values[0], values[1], "checkpoint input_conditioner buffers"
-    raw = info.raw_config
-    if isinstance(raw.get("norm_mean"), list) and isinstance(raw.get("norm_std"), list):
-        return tuple(map(float, raw["norm_mean"])), tuple(map(float, raw["norm_std"])), "config.json"
-    pre = info.folder / "preprocessor_config.json"
-    if pre.exists():
-        p = _read_json(pre)
-        if isinstance(p.get("image_mean"), list) and isinstance(p.get("image_std"), list):
-            return (
-                tuple(map(float, p["image_mean"])),
-                tuple(map(float, p["image_std"])),
-                "preprocessor_config.json",
-            )
+    if info.norm_mean is not None and info.norm_std is not None:
+        return info.norm_mean, info.norm_std, info.norm_from
     raise ModelLoadError(
         f"no input normalisation (norm_mean/norm_std) found in {info.folder}",
         hint="The checkpoint lacks vision_model.radio_model.input_conditioner buffers and config values.",

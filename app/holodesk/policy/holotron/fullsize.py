@@ -213,7 +213,7 @@ def build_random(
         mean=tuple(raw["norm_mean"]),
         std=tuple(raw["norm_std"]),
         norm_source="config.json (random-weight check)",
-        image_token_id=info.image_token_id,
+        image_token_id=int(raw["img_context_token_id"]),
         img_start_id=vocab["<img>"],
         img_end_id=vocab["</img>"],
         eos_ids=(vocab["<SPECIAL_12>"],),

@@ -23,6 +23,7 @@ from holodesk.policy.holotron.checkpoint import (
     key_namers,
     read_checkpoint,
     read_normalisation,
+    resolve_image_token,
     translate_config,
 )
 from holodesk.policy.holotron.kernels import kernel_report, prepare_kernels
@@ -50,7 +51,8 @@ class LoadedHolotron:
         think_end_id: id of ``</think>`` when the tokenizer has it as one token, else None.
         device: torch device of the model; dtype: torch dtype of the vision tower / unquantized weights.
         quantization: None, "8bit" or "4bit".
-        notes: tolerated load-report differences and other facts for the log.
+        notes: the checkpoint files' disagreements and the values used (:attr:`CheckpointInfo.notes`,
+            the ``<image>`` id check), then the tolerated load-report differences.
         kernels: :func:`~holodesk.policy.holotron.kernels.kernel_report` at load time.
         load_seconds: wall time of the load (download excluded).
     """
@@ -241,6 +243,34 @@ def load_tokenizer(folder: Path) -> Any:
         config_log.setLevel(level)
 
 
+def inspect_checkpoint(source: str | Path) -> dict[str, Any]:
+    """What ``holodesk doctor`` shows about a checkpoint, without loading any weights.
+
+    Reads config.json, preprocessor_config.json, the safetensors headers and the tokenizer's
+    vocabulary of a local folder or an already cached hub repo (nothing is downloaded).
+
+    Returns:
+        ``{"folder", "language model", "tiles", "image token", "notes"}``: the block counts in words,
+        the tile settings in use, the ``<image>`` id in use, and every disagreement between the files
+        (a list; ``["none: the files agree"]`` when there is none).
+    Raises:
+        ModelLoadError: for a missing, uncached or unreadable checkpoint.
+    """
+    folder = resolve_source(source, download=False)
+    info = read_checkpoint(folder)
+    info, token_notes = resolve_image_token(info, load_tokenizer(folder).get_vocab())
+    notes = [*info.notes, *token_notes]
+    return {
+        "folder": str(folder),
+        "language model": ", ".join(f"{n} {kind}" for kind, n in info.block_counts().items()),
+        "tiles": f"{info.tile_size} px, up to {info.max_tiles}"
+                 + (" + thumbnail" if info.use_thumbnail else ", no thumbnail")
+                 + (f", mean/std from {info.norm_from}" if info.norm_from else ""),
+        "image token": info.image_token_id,
+        "notes": notes or ["none: the files agree"],
+    }
+
+
 def load_holotron(
     source: str | Path,
     *,
@@ -286,9 +316,15 @@ def load_holotron(
     if progress is not None:
         progress("reading checkpoint", None)
     info = read_checkpoint(folder)
+    tokenizer = load_tokenizer(folder)
+    vocab = tokenizer.get_vocab()
+    info, token_notes = resolve_image_token(info, vocab)
+    checkpoint_notes = [*info.notes, *token_notes]
+    for note in checkpoint_notes:  # the files disagree: say which value is used (also in holodesk doctor)
+        log.warning("Holotron checkpoint %s: %s", folder, note)
+    log.info("Holotron language model: %s", ", ".join(f"{n} {k}" for k, n in info.block_counts().items()))
     config = translate_config(info, attn_implementation=attn_implementation)
     mean, std, norm_source = read_normalisation(info)
-    tokenizer = load_tokenizer(folder)
 
     torch_dtype = _torch_dtype(dtype)
     quant_config = _quantization_config(quantization, target)
@@ -327,16 +363,13 @@ def load_holotron(
     finally:
         hf_logging.set_verbosity(verbosity)
     forward_names, expected_name = key_namers(model, sorted(info.shapes))
-    notes = check_load_report(loading_info, forward_names, expected_name)
+    report_notes = check_load_report(loading_info, forward_names, expected_name)
     model.eval()
     if target.type == "cpu":
         model.to(target)
 
     image_token_id = info.image_token_id
-    vocab = tokenizer.get_vocab()
-    by_id = {v: k for k, v in vocab.items()}
-    if by_id.get(image_token_id) not in (None, "<image>"):
-        notes.append(f"img_context_token_id {image_token_id} is {by_id[image_token_id]!r} in the tokenizer")
+    assert image_token_id is not None  # resolve_image_token set it or raised
     lm_vocab = int(config.text_config.vocab_size)
     if image_token_id >= lm_vocab:
         raise ModelLoadError(f"img_context_token_id {image_token_id} is outside the {lm_vocab}-row vocabulary")
@@ -360,7 +393,7 @@ def load_holotron(
         log.warning("Holotron: %s", report["summary"])
     else:
         log.info("Holotron: %s", report["summary"])
-    for note in notes:
+    for note in report_notes:
         log.info("Holotron load: %s", note)
     loaded = LoadedHolotron(
         model=model,
@@ -377,7 +410,7 @@ def load_holotron(
         device=target,
         dtype=torch_dtype,
         quantization=quantization,
-        notes=notes,
+        notes=checkpoint_notes + report_notes,
         kernels=report,
         load_seconds=time.perf_counter() - started,
     )

@@ -20,7 +20,9 @@ if TYPE_CHECKING:
     import torch
 
 TILE_SIZE = 512
-"""Tile edge in pixels (``force_image_size`` of the published config)."""
+"""Tile edge in pixels (``force_image_size`` of the published config). The constants here are the
+published values, for the worked examples and pure token counts; the runtime passes the values read from
+the checkpoint (:class:`~holodesk.policy.holotron.checkpoint.CheckpointInfo`)."""
 
 MAX_TILES = 12
 """Largest number of grid tiles (thumbnail not counted) Nemotron Nano 2 VL uses by default."""
@@ -128,9 +130,9 @@ def preprocess_pixels(
     *,
     mean: Sequence[float],
     std: Sequence[float],
-    max_tiles: int = MAX_TILES,
-    tile_size: int = TILE_SIZE,
-    use_thumbnail: bool = True,
+    max_tiles: int,
+    tile_size: int,
+    use_thumbnail: bool,
     device: Any = None,
 ) -> tuple[torch.Tensor, tuple[int, int]]:
     """Turn one RGB frame into normalised tiles.
@@ -144,6 +146,8 @@ def preprocess_pixels(
     Args:
         pixels: ``uint8`` array of shape ``(height, width, 3)``, RGB.
         mean, std: per-channel normalisation, read from the checkpoint.
+        max_tiles, tile_size, use_thumbnail: the checkpoint's tiling (``CheckpointInfo``: config.json and
+            preprocessor_config.json); no default, so a caller cannot silently use other values.
         device: torch device to do the work on (default the CPU). On a GPU the frame goes over as uint8
             (a quarter of the float32 bytes) and the same torch operations run there: 1-2 ms instead of
             25-100 ms on the CPU for a 1080p frame (docs/benchmarks.md), equal up to float rounding.

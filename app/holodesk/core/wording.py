@@ -1,0 +1,222 @@
+"""One action in plain words: the headline every approval surface leads with, and its details.
+
+The overlay card, the terminal approval of ``holodesk run`` and the history viewer all call
+:func:`step_words`, so they say the same thing::
+
+    Click ‘Cancel button’ in Demo form
+    Type ‘John Smith’ into ‘Your name’ in Demo form
+    Press Ctrl+S in Mousepad
+    Scroll down 3 over ‘File list’ in Files
+    Click at (812, 440) in Demo form            (no ``element``: holo-v1 replies)
+
+The headline says what the step does to what; coordinates come second, in :attr:`StepWords.details`
+(the risk reason and the model's thought are added by each surface after them).
+
+Text from the model (element, typed text, window titles) is data: :func:`plain` shows control,
+line-break and invisible formatting characters (bidi overrides, zero-width characters) as escapes
+(``\\n``, ``\\u202e``), so a reply cannot restyle a terminal, fake a line of a prompt, or reorder what
+the user reads. Surfaces still render the result as plain text, never as markup.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from holodesk.core.actions import (
+    Action,
+    Answer,
+    Done,
+    DoubleClick,
+    Drag,
+    Key,
+    MiddleClick,
+    Move,
+    Point,
+    RightClick,
+    Scroll,
+    Type,
+    Wait,
+)
+from holodesk.core.geometry import InputPoint
+
+ELEMENT_CHARS = 60
+"""Longest element description quoted in a headline (longer ones end in "…")."""
+TYPED_CHARS = 48
+"""Longest typed text quoted in a headline (the card and the terminal show the exact text apart)."""
+WINDOW_CHARS = 50
+"""Longest window title in a headline."""
+
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Co", "Cs", "Cn"})
+
+_KEY_WORDS = {
+    "ctrl": "Ctrl", "alt": "Alt", "shift": "Shift", "super": "Super", "win": "Win", "cmd": "Cmd",
+    "option": "Option", "altgr": "AltGr", "enter": "Enter", "tab": "Tab", "esc": "Esc",
+    "backspace": "Backspace", "delete": "Delete", "insert": "Insert", "space": "Space", "up": "Up",
+    "down": "Down", "left": "Left", "right": "Right", "home": "Home", "end": "End", "pageup": "Page Up",
+    "pagedown": "Page Down", "capslock": "Caps Lock", "numlock": "Num Lock", "scrolllock": "Scroll Lock",
+    "printscreen": "Print Screen", "pause": "Pause", "menu": "Menu", "apps": "Menu",
+}
+
+
+def plain(text: str, limit: int | None = None) -> str:
+    """``text`` made safe to show inside a sentence: every control, line-break, private-use or
+    invisible formatting character (Unicode categories Cc, Cf, Zl, Zp, Co, Cs, Cn; bidi overrides and
+    zero-width characters included) is written as its Python escape (``\\n``, ``\\x1b``, ``\\u202e``);
+    printable text is kept as is. With ``limit``, the result is cut to at most ``limit`` characters,
+    ending in "…"."""
+    out = "".join(repr(ch)[1:-1] if unicodedata.category(ch) in _UNSAFE_CATEGORIES else ch for ch in text)
+    if limit is not None and len(out) > limit:
+        out = out[: max(0, limit - 1)].rstrip() + "…"
+    return out
+
+
+def key_words(keys: Sequence[str]) -> str:
+    """A chord as people write it: ``("ctrl", "s")`` -> ``"Ctrl+S"``, ``("pagedown",)`` -> ``"Page Down"``."""
+    names = []
+    for k in keys:
+        if k in _KEY_WORDS:
+            names.append(_KEY_WORDS[k])
+        elif len(k) > 1 and k[0] == "f" and k[1:].isdigit():
+            names.append(k.upper())
+        elif k == "+":
+            names.append("Plus")
+        else:
+            names.append(plain(k.upper() if k.isalpha() else k))
+    return "+".join(names)
+
+
+@dataclass(frozen=True)
+class WindowInfo:
+    """The window a step acts in, as the window system reports it.
+
+    Attributes:
+        title: window title (``_NET_WM_NAME``), "" when unknown.
+        app: application class (``WM_CLASS`` class part) or app id, "" when unknown.
+        rect: ``(left, top, width, height)`` in OS input space, frame included, or None when unknown.
+    """
+
+    title: str = ""
+    app: str = ""
+    rect: tuple[int, int, int, int] | None = None
+
+    @property
+    def name(self) -> str:
+        """How a headline names it: the title, else the application, else ""."""
+        return self.title.strip() or self.app.strip()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form for episode records: ``{"title", "app", "rect": [l, t, w, h] | None}``."""
+        return {"title": self.title, "app": self.app, "rect": list(self.rect) if self.rect else None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> WindowInfo | None:
+        """Inverse of :meth:`to_dict`; None for a missing or malformed record."""
+        if not isinstance(data, Mapping):
+            return None
+        rect = data.get("rect")
+        ok_rect = (isinstance(rect, (list, tuple)) and len(rect) == 4
+                   and all(isinstance(v, int) and not isinstance(v, bool) for v in rect))
+        return cls(str(data.get("title") or ""), str(data.get("app") or ""),
+                   tuple(rect) if ok_rect else None)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class StepWords:
+    """What a step does, in plain words.
+
+    Attributes:
+        headline: what the step does to what, e.g. "Click ‘Cancel button’ in Demo form".
+        details: secondary lines, in order: where (screen and model coordinates), the window's
+            application, the length of the text to type.
+    """
+
+    headline: str
+    details: tuple[str, ...] = ()
+
+
+def _pt(p: InputPoint | Point) -> str:
+    return f"({p.x}, {p.y})"
+
+
+def step_words(
+    action: Action,
+    *,
+    window: WindowInfo | None = None,
+    focus_element: str | None = None,
+    input_points: Sequence[InputPoint] = (),
+    monitor_label: str | None = None,
+) -> StepWords:
+    """The headline and details of ``action``.
+
+    Args:
+        action: the proposed (or edited) action; its ``element`` is what the model aims at.
+        window: the window the step acts in when known: for pointer actions the window under the
+            target, for keys and typing the focused window.
+        focus_element: for typing, the field that has keyboard focus, in words (the element of the click
+            that put it there), when known.
+        input_points: the action's points in OS input space (same order as ``action.points()``), when
+            known; the headline then quotes screen coordinates, else the model's 0–1000 coordinates.
+        monitor_label: the monitor's name for the details, e.g. "Monitor 1, screen, 1920x1080 at +0+0".
+    Returns:
+        :class:`StepWords`. Every piece of model or window text in it has gone through :func:`plain`.
+    """
+    where_window = f" in {plain(window.name, WINDOW_CHARS)}" if window is not None and window.name else ""
+    element = getattr(action, "element", None)
+    target = f"‘{plain(element, ELEMENT_CHARS)}’" if element else None
+    model_points = action.points()
+    screen = len(input_points) == len(model_points) and bool(model_points)
+
+    def at(i: int) -> str:
+        if screen:
+            return f"at {_pt(input_points[i])}"
+        return f"at {_pt(model_points[i])} of 1000"
+
+    details: list[str] = []
+    if model_points:
+        model = " to ".join(_pt(p) for p in model_points)
+        on = f" on {monitor_label}" if monitor_label else ""
+        if screen:
+            details.append("Screen " + " to ".join(_pt(p) for p in input_points) + on
+                           + f" · model point {model} of 1000")
+        else:
+            details.append(f"Model point {model} of 1000{on}")
+    if window is not None and window.title.strip() and window.app.strip():
+        details.append(f"Window: {plain(window.title, 120)} ({plain(window.app, 40)})")
+
+    verb: dict[type[Action], str] = {
+        DoubleClick: "Double-click", RightClick: "Right-click", MiddleClick: "Middle-click",
+    }
+    match action:
+        case Move():
+            headline = f"Move the pointer to {target or at(0)}{where_window}"
+        case Drag():
+            end = f"to {target}" if target else f"to {at(1)[3:]}"
+            headline = f"Drag from {at(0)[3:]} {end}{where_window}"
+        case Scroll(direction=d, amount=n):
+            over = f" over {target}" if target else (f" {at(0)}" if model_points else "")
+            headline = f"Scroll {d} {n}{over}{where_window}"
+            if not model_points:
+                details.insert(0, "Where the pointer is" + (f" on {monitor_label}" if monitor_label else ""))
+        case Type(text=t):
+            into = f" into ‘{plain(focus_element, ELEMENT_CHARS)}’" if focus_element else ""
+            headline = f"Type ‘{plain(t, TYPED_CHARS)}’{into}{where_window}"
+            lines = t.count("\n") + 1
+            details.append(f"{len(t)} character{'s' if len(t) != 1 else ''}"
+                           + (f" on {lines} lines" if lines > 1 else "")
+                           + (", shortened above" if plain(t, TYPED_CHARS) != plain(t) else ""))
+        case Key(keys=keys):
+            headline = f"Press {key_words(keys)}{where_window}"
+        case Wait(seconds=s):
+            headline = f"Wait {s:g} s"
+        case Answer(text=t):
+            headline = f"Answer: {plain(t, 200)}"
+        case Done(message=m):
+            headline = "Finish the task" + (f": {plain(m, 200)}" if m else "")
+        case _ if model_points:  # click, double-click, right-click, middle-click
+            headline = f"{verb.get(type(action), 'Click')} {target or at(0)}{where_window}"
+        case _:
+            headline = plain(action.kind)
+    return StepWords(headline, tuple(details))

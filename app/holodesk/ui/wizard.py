@@ -1,0 +1,576 @@
+"""The first-run wizard: what this machine has, then one of three ways to run, each checked before it is
+saved, so the wizard never leaves Holodesk set to something that cannot run here.
+
+* **Run Holotron-12B on this GPU** — offered only when a precision fits the GPU's free memory
+  (:func:`holodesk.core.fit.best_precision`); the precision is chosen for the user and explained; the
+  checkpoint is a folder already on disk or downloaded through the download dialog.
+* **Use a server** — URL, model name and API key; *Test* makes a real ``GET {url}/models`` request with
+  the key and the page cannot finish until the test passed for the values shown; the key goes into the
+  OS keychain (or, when none is usable, this session's memory after the user chooses so).
+* **Try it with a replay file** — a file of protocol replies, read and checked before it is accepted.
+
+Finishing writes the settings file (:func:`holodesk.settings.save_settings`) and emits ``applied``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtGui import QStandardItemModel
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QRadioButton,
+    QVBoxLayout,
+    QWidget,
+    QWizard,
+    QWizardPage,
+)
+
+from holodesk.core.fit import (
+    CHECKPOINT_BYTES,
+    DISK_MARGIN_BYTES,
+    GIB,
+    PRECISION_TRADEOFF,
+    best_precision,
+    disk_fits,
+    explain_precision,
+    precision_fits,
+)
+from holodesk.errors import HolodeskError, SecretStoreError, SettingsError
+from holodesk.machine import GpuInfo, default_model_cache, disk_free_bytes, probe_gpus
+from holodesk.settings import Settings, save_settings, validate_field
+from holodesk.ui.download import DownloadDialog, DownloadFn, format_bytes
+
+log = logging.getLogger(__name__)
+
+MODEL_REPO = "Hcompany/Holotron-12B"
+"""The checkpoint the wizard downloads (and the model name a server is expected to serve)."""
+
+
+@dataclass(frozen=True)
+class MachineFacts:
+    """What the wizard knows about this machine (the same probes ``holodesk doctor`` reports).
+
+    Attributes:
+        gpu: the NVIDIA GPU with the most free memory, or None.
+        gpu_detail: why no GPU was found ("" when one was).
+        cache_dir: where a downloaded checkpoint goes by default.
+        disk_free_bytes: free space there.
+        display: the display server in words ("x11 on :0", "wayland on wayland-0", ...).
+        display_usable: whether screen capture and input can work on it.
+        keychain_usable / keychain_detail: whether an API key can go into the OS keychain, and why not.
+        tray: whether a system tray is available.
+    """
+
+    gpu: GpuInfo | None
+    gpu_detail: str
+    cache_dir: Path
+    disk_free_bytes: int
+    display: str
+    display_usable: bool
+    keychain_usable: bool
+    keychain_detail: str
+    tray: bool
+
+    @property
+    def precision(self) -> str | None:
+        """The precision that fits the GPU (None: the local model cannot run here)."""
+        return best_precision(self.gpu.free_bytes if self.gpu else None)
+
+
+def _keychain_status(timeout_s: float = 5.0) -> tuple[bool, str]:
+    """(usable, detail) of the keychain, waiting at most ``timeout_s`` (a locked keychain may wait for
+    an unlock prompt nobody answers, F19)."""
+    from holodesk.secrets import keyring_status
+
+    box: dict[str, Any] = {}
+    worker = threading.Thread(target=lambda: box.update(keyring_status()), name="wizard-keychain", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        return False, "the keychain did not answer (it may be locked and waiting for an unlock prompt)"
+    return bool(box.get("usable")), str(box.get("detail", ""))
+
+
+def gather_facts(cache_dir: Path | None = None) -> MachineFacts:
+    """Probe this machine (nvidia-smi, disk, display server, keychain, tray). Never raises."""
+    from PySide6.QtWidgets import QSystemTrayIcon
+
+    from holodesk.display import check_display
+
+    probe = probe_gpus()
+    cache = cache_dir or default_model_cache()
+    info = check_display()
+    where = info.display or info.wayland_display
+    display = f"{info.kind}{f' on {where}' if where else ''}" + (f": {info.problem}" if info.problem else "")
+    usable, detail = _keychain_status()
+    return MachineFacts(gpu=probe.best, gpu_detail=probe.detail, cache_dir=cache,
+                        disk_free_bytes=disk_free_bytes(cache), display=display,
+                        display_usable=info.usable, keychain_usable=usable,
+                        keychain_detail=detail, tray=bool(QSystemTrayIcon.isSystemTrayAvailable()))
+
+
+def _label(text: str = "", name: str = "", muted: bool = False) -> QLabel:
+    label = QLabel(text)
+    label.setTextFormat(Qt.TextFormat.PlainText)
+    label.setWordWrap(True)
+    if name:
+        label.setObjectName(name)
+    if muted:
+        label.setStyleSheet("color: #5b6b7f;")
+    return label
+
+
+def _mark(ok: bool | None) -> str:
+    return "✔" if ok else "✖" if ok is False else "?"
+
+
+# --------------------------------------------------------------------------------------------- pages
+class ChoicePage(QWizardPage):
+    """What this machine has, and the three ways to run."""
+
+    def __init__(self, facts: MachineFacts) -> None:
+        super().__init__()
+        self.setTitle("Welcome to Holodesk")
+        self.setSubTitle("Holodesk needs a vision-language model to see the screen and propose actions. Here "
+                         "is what this computer offers; choose how to run it.")
+        layout = QVBoxLayout(self)
+        gpu = facts.gpu
+        gpu_text = (f"{gpu.name}, {gpu.free_bytes / GIB:.1f} GiB free of {gpu.total_bytes / GIB:.1f} GiB"
+                    if gpu else f"none ({facts.gpu_detail})")
+        form = QFormLayout()
+        rows = [("GPU", _mark(facts.precision is not None), gpu_text),
+                ("Disk", _mark(disk_fits(facts.disk_free_bytes)),
+                 f"{format_bytes(facts.disk_free_bytes)} free in {facts.cache_dir}"),
+                ("Display", _mark(facts.display_usable), facts.display),
+                ("Keychain", _mark(facts.keychain_usable),
+                 "usable for API keys" if facts.keychain_usable else
+                 facts.keychain_detail.split(". ")[0].rstrip(".") + ". An API key can be kept for this session only."),
+                ("Tray", _mark(facts.tray), "available" if facts.tray else
+                 "none: Holodesk shows a small window instead")]
+        for name, mark, text in rows:
+            form.addRow(f"{mark} {name}", _label(text, f"fact_{name.lower()}"))
+        layout.addLayout(form)
+        self.group = QButtonGroup(self)
+        self.local = QRadioButton("Run Holotron-12B on this GPU")
+        self.local.setObjectName("choice_local")
+        self.server = QRadioButton("Use a server (vLLM or another OpenAI-compatible server)")
+        self.server.setObjectName("choice_server")
+        self.replay = QRadioButton("Try it with a replay file (no model: replays recorded replies)")
+        self.replay.setObjectName("choice_replay")
+        for i, button in enumerate((self.local, self.server, self.replay)):
+            self.group.addButton(button, i)
+        layout.addWidget(self.local)
+        self.local_note = _label(explain_precision(gpu.free_bytes if gpu else None, gpu.name if gpu else "this GPU"),
+                                 "local_note", muted=True)
+        self.local_note.setContentsMargins(24, 0, 0, 6)
+        layout.addWidget(self.local_note)
+        layout.addWidget(self.server)
+        layout.addWidget(self.replay)
+        layout.addStretch(1)
+        self.local.setEnabled(facts.precision is not None)
+        (self.local if facts.precision is not None else self.server).setChecked(True)
+
+    def choice(self) -> str:
+        """"local", "server" or "replay"."""
+        return "local" if self.local.isChecked() else "server" if self.server.isChecked() else "replay"
+
+
+class LocalPage(QWizardPage):
+    """The local model: the precision that fits (chosen and explained) and the checkpoint folder."""
+
+    def __init__(self, facts: MachineFacts, download: DownloadFn | None) -> None:
+        super().__init__()
+        self.facts = facts
+        self.download_fn = download
+        self.setTitle("Run Holotron-12B on this GPU")
+        self.setSubTitle(f"The model is a {format_bytes(CHECKPOINT_BYTES)} download; every precision uses the "
+                         "same files.")
+        layout = QVBoxLayout(self)
+        gpu = facts.gpu
+        self.explanation = _label(explain_precision(gpu.free_bytes if gpu else None,
+                                                    gpu.name if gpu else "this GPU"), "explanation")
+        layout.addWidget(self.explanation)
+        form = QFormLayout()
+        self.precision = QComboBox()
+        self.precision.setObjectName("precision")
+        fits = precision_fits(gpu.free_bytes if gpu else None)
+        for fit in fits:
+            text = f"{fit.precision} — {PRECISION_TRADEOFF[fit.precision]} (needs {fit.needs_bytes / GIB:.0f} GiB)"
+            if fit.fits is False:
+                text += ": does not fit"
+            self.precision.addItem(text, fit.precision)
+            model = self.precision.model()
+            assert isinstance(model, QStandardItemModel)
+            model.item(self.precision.count() - 1).setEnabled(bool(fit.fits))
+        self.precision.setCurrentIndex(max(0, self.precision.findData(facts.precision)))
+        form.addRow("Precision", self.precision)
+        folder_row = QHBoxLayout()
+        self.folder = QLineEdit(str(facts.cache_dir))
+        self.folder.setObjectName("folder")
+        self.folder.textChanged.connect(self._folder_changed)
+        browse = QPushButton("Choose...")
+        browse.clicked.connect(self._browse)
+        folder_row.addWidget(self.folder, 1)
+        folder_row.addWidget(browse)
+        form.addRow("Folder", folder_row)
+        layout.addLayout(form)
+        self.folder_state = _label("", "folder_state")
+        layout.addWidget(self.folder_state)
+        self.download_button = QPushButton("Download Holotron-12B")
+        self.download_button.setObjectName("download")
+        self.download_button.clicked.connect(self.start_download)
+        layout.addWidget(self.download_button, 0, Qt.AlignmentFlag.AlignLeft)
+        layout.addStretch(1)
+        self.checkpoint: Path | None = None
+        self.dialog: DownloadDialog | None = None
+        self._folder_changed()
+
+    def _browse(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Checkpoint folder", self.folder.text())
+        if folder:
+            self.folder.setText(folder)
+
+    def _folder_changed(self) -> None:
+        folder = Path(self.folder.text().strip()).expanduser()
+        if (folder / "config.json").is_file():
+            self.checkpoint = folder
+            self.folder_state.setText(f"✔ A checkpoint is in this folder; Holodesk will load it from {folder}.")
+            self.download_button.setEnabled(False)
+        else:
+            self.checkpoint = None
+            free = disk_free_bytes(folder) if self.folder.text().strip() else 0
+            room = free >= CHECKPOINT_BYTES + DISK_MARGIN_BYTES
+            if self.download_fn is None:
+                self.folder_state.setText("No checkpoint in this folder. Downloading is not available in this "
+                                          "build: run `holodesk download` in a terminal, then choose the folder.")
+            elif not room:
+                self.folder_state.setText(f"No checkpoint in this folder, and only {format_bytes(free)} free "
+                                          f"there; the download needs {format_bytes(CHECKPOINT_BYTES)}. Choose "
+                                          "another folder.")
+            else:
+                self.folder_state.setText(f"No checkpoint in this folder yet. Download it here "
+                                          f"({format_bytes(free)} free).")
+            self.download_button.setEnabled(self.download_fn is not None and room)
+        self.completeChanged.emit()
+
+    def start_download(self) -> DownloadDialog | None:
+        """Open the download dialog for this folder; on success the checkpoint folder is set."""
+        if self.download_fn is None:
+            return None
+        dialog = DownloadDialog(self.download_fn, MODEL_REPO, Path(self.folder.text().strip()).expanduser(),
+                                parent=self)
+        dialog.downloaded.connect(lambda path: self.folder.setText(str(path)))
+        self.dialog = dialog
+        dialog.show()
+        dialog.start()
+        return dialog
+
+    def isComplete(self) -> bool:
+        return self.checkpoint is not None and self.precision.currentData() is not None
+
+    def updates(self) -> dict[str, Any]:
+        return {"policy": "local", "model": str(self.checkpoint), "precision": self.precision.currentData()}
+
+
+class _TestRelay(QObject):
+    done = Signal(object, object)  # (values tested, error message or None)
+
+
+class ServerPage(QWizardPage):
+    """A server: URL, model, key, and a Test that makes a real request."""
+
+    def __init__(self, settings: Settings, facts: MachineFacts) -> None:
+        super().__init__()
+        self.facts = facts
+        self.setTitle("Use a server")
+        self.setSubTitle("An OpenAI-compatible server that serves Holotron-12B, e.g. vLLM on a GPU machine. "
+                         "Test the connection before you finish.")
+        layout = QVBoxLayout(self)
+        form = QFormLayout()
+        self.url = QLineEdit(settings.endpoint)
+        self.url.setObjectName("url")
+        self.url.setPlaceholderText("http://gpu-box:8000/v1")
+        self.model = QLineEdit(settings.model if settings.policy == "remote" else MODEL_REPO)
+        self.model.setObjectName("model")
+        self.key = QLineEdit()
+        self.key.setObjectName("key")
+        self.key.setEchoMode(QLineEdit.EchoMode.Password)
+        self.key.setPlaceholderText("empty when the server needs none, or to keep the stored key")
+        form.addRow("Server URL", self.url)
+        form.addRow("Model name", self.model)
+        form.addRow("API key", self.key)
+        layout.addLayout(form)
+        keychain = ("The key is stored in the system keychain, never in a file." if facts.keychain_usable else
+                    "No usable keychain: " + facts.keychain_detail.split(". ")[0] + ". You can keep the key "
+                    "for this session only.")
+        layout.addWidget(_label(keychain, "keychain_note", muted=True))
+        row = QHBoxLayout()
+        self.test_button = QPushButton("Test")
+        self.test_button.setObjectName("test")
+        self.test_button.clicked.connect(self.test)
+        row.addWidget(self.test_button)
+        row.addStretch(1)
+        layout.addLayout(row)
+        self.result = _label("", "test_result")
+        layout.addWidget(self.result)
+        self.session_button = QPushButton("Keep the key for this session only")
+        self.session_button.setObjectName("session_only")
+        self.session_button.clicked.connect(self._keep_for_session)
+        self.session_button.hide()
+        layout.addWidget(self.session_button, 0, Qt.AlignmentFlag.AlignLeft)
+        layout.addStretch(1)
+        self.passed: tuple[str, str, str] | None = None
+        self.key_kept = False
+        self._relay = _TestRelay(self)
+        self._relay.done.connect(self._tested, Qt.ConnectionType.QueuedConnection)
+        self._thread: threading.Thread | None = None
+        for field in (self.url, self.model, self.key):
+            field.textChanged.connect(self._edited)
+
+    def values(self) -> tuple[str, str, str]:
+        return self.url.text().strip().rstrip("/"), self.model.text().strip(), self.key.text()
+
+    def _edited(self) -> None:
+        self.key_kept = False
+        self.session_button.hide()
+        self.completeChanged.emit()
+
+    def test(self) -> None:
+        """Send ``GET {url}/models`` with the key (off the GUI thread); the result shows under the button."""
+        values = self.values()
+        url, model, key = values
+        try:
+            validate_field("endpoint", url)
+        except SettingsError as exc:
+            self.result.setText("✖ " + exc.message.removeprefix("invalid settings: endpoint: ")
+                                .removeprefix("Value error, "))
+            return
+        if not url:
+            self.result.setText("✖ Enter the server URL first.")
+            return
+        self.test_button.setEnabled(False)
+        self.result.setText(f"Testing {url} ...")
+        relay = self._relay
+
+        def work() -> None:
+            relay.done.emit(values, check_server(url, model, key or None))
+
+        self._thread = threading.Thread(target=work, name="wizard-test", daemon=True)
+        self._thread.start()
+
+    def wait(self, timeout_s: float) -> bool:
+        if self._thread is None:
+            return True
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def _tested(self, values: tuple[str, str, str], error: str | None) -> None:
+        self.test_button.setEnabled(True)
+        if error is None:
+            self.passed = values
+            self.result.setText(f"✔ Connected: {values[0]} serves {values[1]}.")
+        else:
+            self.passed = None
+            self.result.setText(f"✖ {error}")
+        self.completeChanged.emit()
+
+    def isComplete(self) -> bool:
+        return self.passed is not None and self.passed == self.values()
+
+    def validatePage(self) -> bool:
+        """Store the key (keychain, or session memory when the user chose it) before finishing."""
+        url, _model, key = self.values()
+        if not key or self.key_kept:
+            return True
+        from holodesk.secrets import store_api_key
+
+        try:
+            store_api_key(url, key)
+        except SecretStoreError as exc:
+            self.result.setText(f"✖ {exc.message} {exc.hint}")
+            self.session_button.show()
+            return False
+        except (HolodeskError, ValueError) as exc:
+            self.result.setText(f"✖ {exc}")
+            return False
+        self.key_kept = True
+        return True
+
+    def _keep_for_session(self) -> None:
+        from holodesk.secrets import set_session_api_key
+
+        url, _model, key = self.values()
+        set_session_api_key(url, key)
+        self.key_kept = True
+        self.session_button.hide()
+        self.result.setText("The key is kept in memory for this session only; it is gone when Holodesk exits. "
+                            "Press Finish.")
+
+    def updates(self) -> dict[str, Any]:
+        url, model, _key = self.values()
+        return {"policy": "remote", "endpoint": url, "model": model}
+
+
+def check_server(url: str, model: str, key: str | None, timeout_s: float = 10.0) -> str | None:
+    """Ask the server which models it serves (``GET {url}/models`` with ``key``); None when it answers and
+    serves ``model``, else what is wrong and what to do, in words. Never raises; never shows the key."""
+    from holodesk.policy.remote import RemotePolicy
+    from holodesk.secrets import resolve_api_key
+
+    try:
+        if key is None:
+            key, _source = resolve_api_key(url)
+        with RemotePolicy(url, model or MODEL_REPO, api_key=key, retries=0, timeout_s=timeout_s) as policy:
+            models = policy.list_models()
+    except HolodeskError as exc:
+        return str(exc)
+    except Exception as exc:  # a test must report, never crash the wizard
+        log.exception("server test failed")
+        return f"The test failed: {type(exc).__name__}: {exc}"
+    if model not in models:
+        return (f"The server answers, but does not serve {model!r}; it serves: {', '.join(models) or 'nothing'}. "
+                "Enter one of those names as the model name.")
+    return None
+
+
+class ReplayPage(QWizardPage):
+    """A replay file: chosen, read and checked."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.setTitle("Try it with a replay file")
+        self.setSubTitle("A replay file holds model replies, one per line; Holodesk proposes them one step at a "
+                         "time, and you still approve every action.")
+        layout = QVBoxLayout(self)
+        row = QHBoxLayout()
+        self.file = QLineEdit(str(settings.script_file or ""))
+        self.file.setObjectName("replay_file")
+        self.file.textChanged.connect(self._check)
+        browse = QPushButton("Choose...")
+        browse.clicked.connect(self._browse)
+        row.addWidget(self.file, 1)
+        row.addWidget(browse)
+        layout.addLayout(row)
+        self.state = _label("", "replay_state")
+        layout.addWidget(self.state)
+        layout.addStretch(1)
+        self.ok = False
+        self._check()
+
+    def _browse(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Replay file", self.file.text(),
+                                              "Replay files (*.jsonl *.txt);;All files (*)")
+        if path:
+            self.file.setText(path)
+
+    def _check(self) -> None:
+        from holodesk.policy.scripted import read_script
+
+        text = self.file.text().strip()
+        self.ok = False
+        if not text:
+            self.state.setText("Choose a replay file.")
+        else:
+            try:
+                replies = read_script(Path(text).expanduser())
+            except HolodeskError as exc:
+                self.state.setText(f"✖ {exc}")
+            else:
+                self.ok = bool(replies)
+                self.state.setText(f"✔ {len(replies)} replies." if replies else "✖ The file holds no replies.")
+        self.completeChanged.emit()
+
+    def isComplete(self) -> bool:
+        return self.ok
+
+    def updates(self) -> dict[str, Any]:
+        return {"policy": "script", "script_file": Path(self.file.text().strip()).expanduser()}
+
+
+# -------------------------------------------------------------------------------------------- wizard
+class SetupWizard(QWizard):
+    """The first-run wizard (also opened from the tray: *Setup wizard...*).
+
+    Args:
+        settings: the current settings (kept for every field the wizard does not set).
+        facts: what this machine has (:func:`gather_facts`).
+        path: the settings file to write (default: the user settings file).
+        download: the download manager's function (None: the local page offers existing folders only).
+    Signals:
+        applied(Settings): the new settings were saved.
+    """
+
+    applied = Signal(object)
+    PAGE_CHOICE, PAGE_LOCAL, PAGE_SERVER, PAGE_REPLAY = range(4)
+
+    def __init__(self, settings: Settings, facts: MachineFacts, *, path: Path | None = None,
+                 download: DownloadFn | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Set up Holodesk")
+        self.setObjectName("holodeskWizard")
+        self.setWizardStyle(QWizard.WizardStyle.ClassicStyle)
+        self.settings = settings
+        self.facts = facts
+        self.path = path
+        self.saved_settings: Settings | None = None
+        self.choice_page = ChoicePage(facts)
+        self.local_page = LocalPage(facts, download)
+        self.server_page = ServerPage(settings, facts)
+        self.replay_page = ReplayPage(settings)
+        self.setPage(self.PAGE_CHOICE, self.choice_page)
+        self.setPage(self.PAGE_LOCAL, self.local_page)
+        self.setPage(self.PAGE_SERVER, self.server_page)
+        self.setPage(self.PAGE_REPLAY, self.replay_page)
+        for page in (self.local_page, self.server_page, self.replay_page):
+            page.setFinalPage(True)
+        self.resize(680, 520)
+
+    def nextId(self) -> int:
+        if self.currentId() == self.PAGE_CHOICE:
+            return {"local": self.PAGE_LOCAL, "server": self.PAGE_SERVER,
+                    "replay": self.PAGE_REPLAY}[self.choice_page.choice()]
+        return -1
+
+    def chosen_page(self) -> LocalPage | ServerPage | ReplayPage:
+        pages: dict[int, LocalPage | ServerPage | ReplayPage] = {
+            self.PAGE_LOCAL: self.local_page, self.PAGE_SERVER: self.server_page, self.PAGE_REPLAY: self.replay_page}
+        return pages[self.currentId()]
+
+    def done(self, result: int) -> None:
+        """Close (Finish, Cancel, the window's close button): a running download is cancelled first."""
+        dialog = self.local_page.dialog
+        if dialog is not None and dialog.state == "running":
+            dialog.cancel()
+        super().done(result)
+
+    def accept(self) -> None:
+        """Finish: build, validate and save the new settings; stay open (with the reason) on failure."""
+        if self.currentId() not in (self.PAGE_LOCAL, self.PAGE_SERVER, self.PAGE_REPLAY):
+            return
+        page = self.chosen_page()
+        if not page.isComplete() or not self.validateCurrentPage():
+            return
+        data = self.settings.model_dump()
+        data.update(page.updates())
+        try:
+            new = Settings(**data)
+            save_settings(new, self.path)
+        except (SettingsError, ValueError) as exc:
+            page.setSubTitle(f"Not saved: {exc}")
+            return
+        self.saved_settings = new
+        self.applied.emit(new)
+        super().accept()
