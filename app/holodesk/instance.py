@@ -162,11 +162,23 @@ class InstanceLock:
 
 
 def app_running(env: dict[str, str] | None = None) -> bool:
-    """True when some process holds this desktop's instance lock."""
-    lock = InstanceLock.acquire(env)
-    if lock is None:
+    """True when an app holds this desktop's instance lock.
+
+    The check takes a *shared* lock for a moment: checks never block each other (many threads and
+    processes may check at once), only the app's exclusive lock makes it fail.
+
+    Raises:
+        ChannelError: unsafe runtime folder or lock file.
+    """
+    path = lock_path(env)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        check_private(path, "lock file")
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
         return True
-    lock.release()
+    finally:
+        os.close(fd)  # closing drops the shared lock
     return False
 
 

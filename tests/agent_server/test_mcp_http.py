@@ -76,12 +76,19 @@ def test_http_transport_needs_the_token_and_a_cancelled_call_stops_the_task(make
                 tools = {t.name for t in (await client.list_tools()).tools}
                 status = await client.call_tool("get_status", {})
                 # Cancelling a call over HTTP stops the task too (the wait in progress ends at once).
+                box: dict[str, Any] = {}
+
+                async def call() -> None:
+                    box["result"] = await client.call_tool("run_task", {"task": "wait a while", "mode": "auto"})
+
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(client.call_tool, "run_task", {"task": "wait a while", "mode": "auto"})
+                    tg.start_soon(call)
                     with anyio.fail_after(60):
                         while not (await client.call_tool("get_status", {})).structured_content["running"]:
+                            assert "result" not in box, box["result"]  # it ended before it was seen running
                             await anyio.sleep(0.1)
                     await anyio.sleep(1.5)
+                    assert "result" not in box, box["result"]
                     cancelled_at = time.time()
                     tg.cancel_scope.cancel()
                 with anyio.fail_after(30):

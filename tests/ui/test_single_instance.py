@@ -198,3 +198,27 @@ def test_palette_command_reaches_the_real_tray_app(make_xvfb: Any, tmp_path: Pat
             assert (res.returncode, res.stdout.strip()) == (1, "No task was running.")
     finally:
         stop_process(trayer)
+
+
+def test_checks_for_a_running_app_never_disturb_each_other(runtime: Path) -> None:
+    """Many threads asking at once whether an app runs get the same true answer (a check that took the
+    app's own lock made a concurrent check see a phantom app, and a task handed to it failed)."""
+    import threading
+
+    def ask_many() -> set[bool]:
+        answers: list[bool] = []
+        threads = [threading.Thread(target=lambda: answers.extend(instance.app_running() for _ in range(200)))
+                   for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return set(answers)
+
+    assert ask_many() == {False}
+    lock = instance.InstanceLock.acquire()
+    assert lock is not None
+    try:
+        assert ask_many() == {True}
+    finally:
+        lock.release()
