@@ -222,3 +222,42 @@ def test_checks_for_a_running_app_never_disturb_each_other(runtime: Path) -> Non
         assert ask_many() == {True}
     finally:
         lock.release()
+
+
+def test_holodesk_stop_stops_the_real_apps_task_at_its_approval(make_xvfb: Any, tmp_path: Path) -> None:
+    """The real tray app (child process, replaying a script) runs a task handed over the channel; its
+    overlay is on the X server; ``holodesk stop`` ends the task before the action and the overlay goes."""
+    import threading
+
+    from holodesk.core.actions import Done
+    from holodesk.policy.scripted import write_script
+    from tests.helpers.processes import stop_process
+    from tests.ui.conftest import start_trayer
+
+    server = make_xvfb(1280, 800)
+    steps = write_script(tmp_path / "steps.jsonl", [Click(Point(500, 500)), Done("never reached")])
+    env = app_env(server, tmp_path)
+    env.update(HOLODESK_POLICY="script", HOLODESK_SCRIPT_FILE=str(steps))
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "settings.toml").write_text("schema_version = 1\n")  # not a first run: no wizard
+    trayer = start_trayer(env)
+    try:
+        with start_app(env, tmp_path / "app.log") as app:
+            wait_for_channel(env, app, tmp_path / "app.log")
+            replies: list[dict[str, Any]] = []
+            caller = threading.Thread(target=lambda: replies.extend(
+                instance.stream("run_task", timeout_s=120, env=env, task="click the middle", mode="step",
+                                by="a test caller")), daemon=True)
+            caller.start()
+            wait_until(lambda: windows_named(env, "^Holodesk approval$"), 60, "the approval overlay")
+            res = holodesk(env, "stop")
+            assert (res.returncode, res.stdout.strip()) == (0, "Stopped the running task."), res.stderr
+            caller.join(60)
+            outcome = replies[-1]["outcome"]
+            assert outcome["status"] == "stopped" and outcome["reason"] == "stopped by user", outcome
+            assert outcome["step_reports"][0]["performed"] is False
+            wait_until(lambda: not windows_named(env, "^Holodesk approval$"), 30, "the overlay to go")
+            res = holodesk(env, "stop")
+            assert (res.returncode, res.stdout.strip()) == (1, "No task was running.")
+    finally:
+        stop_process(trayer)
