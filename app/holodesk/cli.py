@@ -1,5 +1,5 @@
-"""The ``holodesk`` command: ``tray`` (default), ``run``, ``stop``, ``palette``, ``mcp``, ``doctor``, ``bench``,
-``tiny-checkpoint``.
+"""The ``holodesk`` command: ``tray`` (default), ``run``, ``stop``, ``palette``, ``mcp``, ``download``,
+``doctor``, ``bench``, ``tiny-checkpoint``.
 
 Each sub-command parses its flags and calls one function. Errors derived from HolodeskError are printed
 as one clear message (with what to do) and exit with status 2; nothing prints a traceback at the user
@@ -57,6 +57,15 @@ def _build_parser() -> argparse.ArgumentParser:
                      "task (the app, when it runs, uses its own settings)")
     mcp.add_argument("--print-config", metavar="HOST", choices=["claude-code", "cursor", "codex"],
                      help="print the snippet that registers Holodesk with claude-code, cursor or codex, and exit")
+    download = sub.add_parser("download", help="download a model from the Hugging Face hub into the model cache "
+                              "(resumable; every file checked against the hub's sha256)")
+    download.add_argument("model", help="Hugging Face repo id, owner/name")
+    download.add_argument("--revision", default="main", help="branch, tag or commit (default: main)")
+    download.add_argument("--cache-dir", type=Path, help="model cache folder (default: HF_HUB_CACHE, else "
+                          "~/.cache/huggingface/hub)")
+    download.add_argument("--login", action="store_true", help="ask for a hub token first and keep it in the "
+                          "system keychain (for gated or private models)")
+
     sub.add_parser("doctor", help="report what this machine offers Holodesk (display, monitors, GPU, kernels)")
     tray = sub.add_parser("tray", help="start the desktop app (default)")
     tray.add_argument("--no-tray", action="store_true", help="open the small window instead of the tray icon")
@@ -85,6 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_app_command(args.command)
         if args.command == "mcp":
             return cmd_mcp(args)
+        if args.command == "download":
+            return cmd_download(args)
         if args.command == "doctor":
             from holodesk.doctor import print_report
 
@@ -203,7 +214,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not 1 <= settings.monitor <= len(monitors):
         raise HolodeskError(f"monitor {settings.monitor} does not exist; this display has {len(monitors)}",
                             hint="Run 'holodesk doctor' to list the monitors.")
-    policy = build_policy(settings, script=args.script)
+    from holodesk.policy.download import TerminalProgress
+
+    loading = TerminalProgress(sys.stderr)  # download and load progress of a local model, on one line
+    try:
+        policy = build_policy(settings, script=args.script, progress=loading.line)
+    finally:
+        loading.close()
     approver = TerminalApprover(sys.stdin, sys.stdout)
     session = Session(
         policy,
@@ -235,6 +252,35 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(json.dumps({"status": result.status.value, "reason": result.reason, "answer": result.answer,
                           "steps": result.steps, "episode": str(result.episode_path)}, ensure_ascii=False))
     return {State.FINISHED: EXIT_OK, State.STOPPED: EXIT_STOPPED}.get(result.status, EXIT_FAILED)
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    """``holodesk download MODEL``: fetch a model into the hub cache with one progress line. Exit 0 done,
+    2 failed (the message says why and what to do), 3 stopped with Ctrl+C (run again to resume)."""
+    import getpass
+
+    from holodesk.policy.download import TerminalProgress, download_model, hub_token, store_hub_token
+
+    if args.login:
+        token = getpass.getpass("Hugging Face token (from https://huggingface.co/settings/tokens): ").strip()
+        if not token:
+            raise HolodeskError("no token was given", hint="Paste a read token, or leave out --login.")
+        store_hub_token(token)
+        print("The token is kept in the system keychain.")
+    bar = TerminalProgress(sys.stdout)
+    cancel = threading.Event()
+    try:
+        result = download_model(args.model, revision=args.revision, cache_dir=args.cache_dir, progress=bar,
+                                cancel=cancel, token=hub_token(), verify_cached=True)
+    except KeyboardInterrupt:
+        bar.close()
+        print("holodesk: download stopped; run the same command again to resume it", file=sys.stderr)
+        return EXIT_STOPPED
+    finally:
+        bar.close()
+    print(f"{args.model} is ready in {result.folder} ({result.downloaded_bytes} bytes downloaded, "
+          f"{result.reused_bytes} bytes were already here)")
+    return EXIT_OK
 
 
 def _focus_probe() -> Any:

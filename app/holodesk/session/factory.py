@@ -22,8 +22,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def build_policy(settings: Settings, *, script: Path | None = None, progress: Any = None) -> Policy:
-    """The policy the settings (or an explicit script) select.
+def build_policy(settings: Settings, *, script: Path | None = None, progress: Any = None,
+                 cancel: threading.Event | None = None) -> Policy:
+    """The policy the settings (or an explicit script) select. ``progress(stage, fraction)`` and ``cancel``
+    reach the local model's download and load.
 
     Raises:
         SettingsError: remote policy without an endpoint, unknown policy.
@@ -71,6 +73,7 @@ def build_policy(settings: Settings, *, script: Path | None = None, progress: An
             max_new_tokens=settings.max_reply_tokens,
             max_string_chars=settings.max_string_chars,
             decoder=settings.decoder,
+            cancel=cancel,
         )
     raise SettingsError(f"unknown policy {settings.policy!r}")
 

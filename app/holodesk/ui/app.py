@@ -46,7 +46,18 @@ CaptureFactory = Callable[[], Any]
 ExecutorFactory = Callable[[Settings], Any]
 
 
-def _default_policy(settings: Settings, progress: ProgressFn) -> Any:
+def hub_download(repo_id: str, *, revision: str, cache_dir: Path, progress: Callable[[Any], None],
+                 cancel: threading.Event) -> Any:
+    """The download dialog's :data:`~holodesk.ui.download.DownloadFn`: the download manager
+    (:func:`holodesk.policy.download.download_model`) with the hub token kept in the keychain."""
+    from holodesk.policy.download import download_model, hub_token
+
+    return download_model(repo_id, revision=revision, cache_dir=cache_dir, progress=progress, cancel=cancel,
+                          token=hub_token())
+
+
+def _default_policy(settings: Settings, progress: ProgressFn, cancel: threading.Event | None = None) -> Any:
+    """The settings' policy; ``cancel`` (the task's stop event) stops a hub download of the local model."""
     from holodesk.session.factory import build_policy
 
     def report(*args: Any, **kwargs: Any) -> None:
@@ -56,7 +67,7 @@ def _default_policy(settings: Settings, progress: ProgressFn) -> Any:
         progress(message, float(fraction) if isinstance(fraction, int | float) else None)
 
     progress(f"Loading the {settings.policy} policy ({settings.model})...", None)
-    return build_policy(settings, progress=report)
+    return build_policy(settings, progress=report, cancel=cancel)
 
 
 def _default_capture() -> Any:
@@ -122,7 +133,9 @@ class HolodeskApp(QObject):
         super().__init__(parent)
         self.settings = settings
         self.settings_path = settings_path
-        self.policy_factory = policy_factory or _default_policy
+        # Stop and Quit set the runner's stop event: it also ends a download of the local model at once
+        self.policy_factory = policy_factory or (
+            lambda s, progress: _default_policy(s, progress, cancel=self.runner.stop_event))
         self.capture_factory = capture_factory or _default_capture
         self.executor_factory = executor_factory or _default_executor
         self._policy: Any = None
@@ -576,7 +589,7 @@ def run_app(force_window: bool = False, instance: InstanceLock | None = None) ->
         return 2
     _log_to_file(settings)
     first_run = not config_path().exists()
-    holo = HolodeskApp(settings, force_window=force_window)
+    holo = HolodeskApp(settings, force_window=force_window, download=hub_download)
     restore = install_exception_hooks(holo.notifier)
     channel: ChannelServer | None = None
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,6 @@ from holodesk.policy.holotron.kernels import kernel_report, prepare_kernels
 log = logging.getLogger(__name__)
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-_DOWNLOAD_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "tokenizer*", "*.model", "*.txt"]
 QUANTIZATIONS = (None, "8bit", "4bit")
 KEEP_UNQUANTIZED = ["vision_model", "multi_modal_projector", "lm_head"]
 """Modules bitsandbytes leaves in bf16: the vision tower, the projector and the output head."""
@@ -76,30 +76,21 @@ class LoadedHolotron:
     load_seconds: float = 0.0
 
 
-def _progress_tqdm(progress: ProgressFn) -> type:
-    """A tqdm class forwarding download progress to ``progress("downloading", fraction)``."""
-    from tqdm.auto import tqdm
-
-    class _Forward(tqdm):
-        def update(self, n: float | None = 1) -> bool | None:
-            result = super().update(n)
-            if self.total:
-                progress("downloading", min(1.0, float(self.n) / float(self.total)))
-            return result
-
-    return _Forward
-
-
-def resolve_source(source: str | Path, *, progress: ProgressFn | None = None, download: bool = True) -> Path:
+def resolve_source(source: str | Path, *, progress: ProgressFn | None = None, download: bool = True,
+                   cancel: threading.Event | None = None) -> Path:
     """Turn a checkpoint source into a local folder.
 
-    A path that exists is used as is. Otherwise ``owner/name`` is treated as a Hugging Face repo id:
-    downloaded (safetensors, configs, tokenizer files only) with progress when the hub is reachable,
-    else taken from the local hub cache. With ``download=False`` only the cache is looked at.
+    A path that exists is used as is. Otherwise ``owner/name`` is treated as a Hugging Face repo id and
+    fetched by :func:`holodesk.policy.download.download_model` (safetensors, configs, tokenizer files;
+    resumed, sha256-checked, ``progress("Downloading owner/name: 1.2 GB of 25.0 GB ...", fraction)``,
+    stopped by ``cancel``); when the hub is unreachable, stuck or failing, a complete cached copy is used
+    instead. With ``download=False`` only the cache is looked at.
 
     Raises:
-        ModelLoadError: when the path does not exist and is not a repo id, or when the repo is neither
-            reachable nor cached (with ``download=False``: not cached).
+        ModelLoadError: when the path does not exist and is not a repo id, or (``download=False``) when
+            the repo is not cached.
+        DownloadError: (a ModelLoadError) when the download fails and no cached copy exists, or when the
+            repo id, its access or the disk is the problem; its ``advice`` says what to do.
     """
     path = Path(source).expanduser()
     if path.exists():
@@ -112,45 +103,37 @@ def resolve_source(source: str | Path, *, progress: ProgressFn | None = None, do
             f"checkpoint {text!r} is neither an existing folder nor a Hugging Face repo id (owner/name)"
         )
     try:
-        from huggingface_hub import snapshot_download
+        import huggingface_hub  # noqa: F401 - the transport of holodesk.policy.download
     except ImportError:
         raise ModelLoadError(
             "huggingface_hub is not installed, so a repo id cannot be downloaded",
             hint="Install holodesk[local] or give a local checkpoint folder.",
         ) from None
+    from holodesk.policy.download import DownloadError, cached_snapshot, download_model, hub_token
+
     if not download:
-        try:
-            return Path(str(snapshot_download(text, allow_patterns=_DOWNLOAD_PATTERNS, local_files_only=True)))
-        except Exception:
+        cached = cached_snapshot(text)
+        if cached is None:
             raise ModelLoadError(
                 f"checkpoint {text} is not on this machine, and it is not downloaded for a machine without a "
                 "CUDA GPU (about 25 GB of weights that would run far too slowly on the CPU)",
                 hint=("Give a local checkpoint folder to run on the CPU anyway." + no_gpu_advice()).strip(),
-            ) from None
-    online_error: Exception | None = None
+            )
+        return cached
     try:
-        if progress is not None:
-            progress("downloading", 0.0)
-        folder = snapshot_download(
+        result = download_model(
             text,
-            allow_patterns=_DOWNLOAD_PATTERNS,
-            tqdm_class=_progress_tqdm(progress) if progress is not None else None,
-            etag_timeout=10,
+            progress=(lambda p: progress(p.describe(), p.fraction)) if progress is not None else None,
+            cancel=cancel,
+            token=hub_token(),
         )
-        return Path(str(folder))
-    except Exception as exc:  # offline, DNS failure, 404, gated, ...
-        online_error = exc
-    try:
-        folder = snapshot_download(text, allow_patterns=_DOWNLOAD_PATTERNS, local_files_only=True)
-        log.warning("hub unreachable (%s); using the cached copy of %s", online_error, text)
-        return Path(str(folder))
-    except Exception:
-        raise ModelLoadError(
-            f"checkpoint {text} is not on this machine and could not be downloaded "
-            f"({type(online_error).__name__}: {online_error})",
-            hint="Connect to the internet once, or download the repo elsewhere and give its folder."
-            + no_gpu_advice(),
-        ) from None
+        return result.folder
+    except DownloadError as exc:
+        cached = cached_snapshot(text) if exc.kind in ("offline", "server", "stalled", "unstable") else None
+        if cached is None:
+            raise
+        log.warning("%s; using the cached copy of %s", exc.message, text)
+        return cached
 
 
 def no_gpu_advice() -> str:
@@ -279,6 +262,7 @@ def load_holotron(
     device: str | None = None,
     progress: ProgressFn | None = None,
     attn_implementation: str | None = "sdpa",
+    cancel: threading.Event | None = None,
 ) -> LoadedHolotron:
     """Load a Holotron checkpoint (folder or hub repo id) onto ``device``.
 
@@ -290,6 +274,7 @@ def load_holotron(
         device: torch device string; default ``"cuda"`` when available, else ``"cpu"``.
         progress: optional ``progress(stage, fraction)`` callback.
         attn_implementation: transformers attention backend (``"sdpa"``, ``"eager"``, ...).
+        cancel: stops a hub download when set (:class:`~holodesk.policy.download.DownloadCancelled`).
     Returns:
         :class:`LoadedHolotron`.
     Raises:
@@ -300,7 +285,7 @@ def load_holotron(
     prepare_kernels()  # before transformers imports NemotronH (selective_scan_cuda placeholder)
     try:
         import torch
-        from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3
+        from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3  # noqa: F401 - checked here
     except ImportError as exc:
         raise ModelLoadError(
             f"the local runtime needs torch and transformers >= 5.23 ({exc})",
@@ -311,7 +296,24 @@ def load_holotron(
     if target.type == "cuda" and not torch.cuda.is_available():
         raise ModelLoadError("device cuda was asked for but torch sees no CUDA GPU")
     # without a GPU a hub repo is only taken from the cache: 25 GB would download for an unusable model
-    folder = resolve_source(source, progress=progress, download=target.type == "cuda")
+    folder = resolve_source(source, progress=progress, download=target.type == "cuda", cancel=cancel)
+    try:
+        return _load_folder(folder, dtype=dtype, quantization=quantization, target=target, progress=progress,
+                            attn_implementation=attn_implementation)
+    except ModelLoadError as exc:
+        from holodesk.policy.download import cache_repair_advice
+
+        repair = cache_repair_advice(folder)
+        if not repair:
+            raise
+        raise ModelLoadError(exc.message, hint=f"{exc.hint} {repair}".strip()) from exc
+
+
+def _load_folder(folder: Path, *, dtype: str, quantization: str | None, target: Any, progress: ProgressFn | None,
+                 attn_implementation: str | None) -> LoadedHolotron:
+    """The part of :func:`load_holotron` after the checkpoint folder is known (same arguments)."""
+    from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3
+
     started = time.perf_counter()
     if progress is not None:
         progress("reading checkpoint", None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,7 @@ class HolotronPolicy:
         max_string_chars: int | None = None,
         attn_implementation: str | None = "sdpa",
         decoder: str = "static",
+        cancel: threading.Event | None = None,
     ) -> HolotronPolicy:
         """Load a checkpoint folder or hub repo id and return a ready policy.
 
@@ -145,6 +147,7 @@ class HolotronPolicy:
                 many characters, so a wandering model still closes its object within the budget.
             attn_implementation: transformers attention backend.
             decoder: ``"static"`` (graphs and kernels are prepared here, at load) or ``"stock"``.
+            cancel: when set, a hub download in progress stops within a second (resumable).
         Raises:
             ModelLoadError: see :func:`~holodesk.policy.holotron.loader.load_holotron`.
         """
@@ -155,6 +158,7 @@ class HolotronPolicy:
             device=device,
             progress=progress,
             attn_implementation=attn_implementation,
+            cancel=cancel,
         )
         policy = cls(
             loaded,

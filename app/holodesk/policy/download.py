@@ -1,0 +1,1035 @@
+"""Download a model from the Hugging Face hub into the hub cache: planned, resumable, verified, stoppable.
+
+huggingface_hub is the transport: :meth:`HfApi.model_info` (``files_metadata=True``) lists the files with
+their sizes and hashes, :func:`huggingface_hub.file_download.http_get` streams each file (Range requests,
+a server that ignores Range, transient network errors). This module owns what the library leaves to its
+caller:
+
+* the plan: which files, how many bytes are still missing, and whether the cache's disk has room for
+  them, all before the first byte is fetched;
+* one progress figure in bytes for the whole model (never backwards), with speed and time left;
+* resume across runs: each file is written to ``blobs/<etag>.incomplete`` in the repo's cache folder and
+  the next run continues it with a Range request;
+* verification: a file is moved into the cache only when its sha256 (LFS files) or git blob id (small
+  files) equals the hub's listing; a wrong file is deleted, never stored as complete;
+* orphan partial files (other revisions, the library's own per-process temporary files) are deleted;
+* a stall timeout (no byte for ``stall_timeout_s``) and a bounded retry budget;
+* cancellation: the call returns within a second of ``cancel`` being set, and the partial file is left
+  as a resumable prefix (nothing more is written to it);
+* errors: :class:`DownloadError` with ``kind`` (one of :data:`KINDS`) and ``advice`` for the user.
+
+The cache layout is the library's (``models--owner--name/{blobs,snapshots/<commit>,refs}``), so
+``snapshot_download(..., local_files_only=True)`` and transformers find the files afterwards.
+
+API used by the UI and the CLI::
+
+    result = download_model("owner/name", revision="main", cache_dir=None,
+                            progress=on_progress, cancel=threading.Event())
+    # on_progress(DownloadProgress): done_bytes, total_bytes, bytes_per_s, eta_s, file, ...;
+    #   called on the caller's thread, at most every 0.25 s and once at the end
+    # result: DownloadResult(folder=<snapshot folder>, commit, downloaded_bytes, reused_bytes, ...)
+    # raises DownloadError (.kind, .advice); DownloadCancelled when ``cancel`` was set
+
+Endpoint: ``endpoint`` argument, else ``HF_ENDPOINT``, else https://huggingface.co. Xet storage is never
+used: every file goes through plain HTTP ``/resolve`` (the hub serves xet-backed files there too).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import logging
+import os
+import shutil
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, cast
+
+from holodesk.errors import ModelLoadError
+
+log = logging.getLogger(__name__)
+
+MODEL_PATTERNS = ("*.json", "*.safetensors", "*.jinja", "tokenizer*", "*.model", "*.txt")
+"""Files of a model repo that Holodesk downloads (weights, configs, tokenizer)."""
+
+KINDS = ("not_found", "gated", "auth", "server", "offline", "disk_full", "stalled", "unstable",
+         "truncated", "corrupt", "cancelled")
+"""Values of :attr:`DownloadError.kind`."""
+
+DEFAULT_STALL_TIMEOUT_S = 30.0
+DEFAULT_RETRY_BUDGET = 5
+ORPHAN_AGE_S = 600.0
+"""A partial file nobody planned and nobody wrote to for this long is deleted."""
+_SPACE_MARGIN = 4 * 1024 * 1024
+"""Bytes kept free on top of what the download needs (refs, symlinks, the file system's own use)."""
+_TICK_S = 0.1
+_PROGRESS_EVERY_S = 0.25
+_SPEED_WINDOW_S = 5.0
+
+
+def human_bytes(n: float) -> str:
+    """``1536000`` -> ``"1.5 MB"`` (decimal units, as the hub shows sizes)."""
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def human_duration(seconds: float) -> str:
+    """``75`` -> ``"1 min 15 s"``; ``4000`` -> ``"1 h 7 min"``."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {(s % 3600) // 60} min"
+
+
+class DownloadError(ModelLoadError):
+    """A model download failed. ``str()`` is the message followed by the advice.
+
+    Attributes:
+        kind: one of :data:`KINDS`.
+        advice: what the user can do (same text as ``hint``).
+        repo_id: the model asked for.
+        folder: the repo's cache folder (where partial files are kept).
+    """
+
+    def __init__(self, kind: str, message: str, advice: str, *, repo_id: str = "",
+                 folder: Path | None = None) -> None:
+        super().__init__(message, hint=advice)
+        self.kind = kind
+        self.advice = advice
+        self.repo_id = repo_id
+        self.folder = folder
+
+
+class DownloadCancelled(DownloadError):
+    """The download was stopped through the ``cancel`` event (kind ``"cancelled"``)."""
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    """One file of the plan.
+
+    Attributes:
+        name: path in the repo (``"model-00001-of-00002.safetensors"``).
+        size: bytes, from the hub's listing.
+        sha256: hex sha256 for LFS files, None for small git files.
+        blob_id: git blob id (sha1 of ``"blob <size>\\0" + content``) from the listing.
+        cached: True when the snapshot already holds the file with the listed size.
+        partial_bytes: bytes already in ``blobs/<etag>.incomplete`` from an earlier run.
+    """
+
+    name: str
+    size: int
+    sha256: str | None
+    blob_id: str
+    cached: bool
+    partial_bytes: int
+
+    @property
+    def etag(self) -> str:
+        """The blob's name in the cache (the library's convention: sha256 for LFS files, else git id)."""
+        return self.sha256 or self.blob_id
+
+
+@dataclass(frozen=True)
+class DownloadPlan:
+    """What a download will do, known before its first byte.
+
+    Attributes:
+        repo_id, revision: as asked; commit: the commit the revision points at.
+        endpoint: the hub's base URL.
+        repo_folder: the repo's folder in the hub cache (``.../models--owner--name``).
+        files: every file to have after the download.
+        total_bytes: sum of the files' sizes; missing_bytes: what still has to come over the network.
+        free_bytes: free space on the cache's disk when planned.
+    """
+
+    repo_id: str
+    revision: str
+    commit: str
+    endpoint: str
+    repo_folder: Path
+    files: tuple[PlannedFile, ...]
+    total_bytes: int
+    missing_bytes: int
+    free_bytes: int
+
+    @property
+    def snapshot(self) -> Path:
+        """The folder the model is loaded from once downloaded."""
+        return self.repo_folder / "snapshots" / self.commit
+
+
+@dataclass(frozen=True)
+class DownloadProgress:
+    """One progress report (all figures cover the whole model, not one file).
+
+    Attributes:
+        repo_id: the model.
+        done_bytes: bytes on disk so far (cached + partial + downloaded); never decreases between reports.
+        total_bytes: bytes of the whole model.
+        bytes_per_s: download speed over the last few seconds (0.0 before any byte).
+        eta_s: seconds left at that speed, None while unknown.
+        file: the file being fetched ("" when none), file_index (1-based) of files.
+        folder: the repo's cache folder.
+        stage: ``"downloading"``, or ``"checking"`` while files already in the cache are hashed again
+            (``verify_cached``; done_bytes then counts checked bytes).
+    """
+
+    repo_id: str
+    done_bytes: int
+    total_bytes: int
+    bytes_per_s: float
+    eta_s: float | None
+    file: str
+    file_index: int
+    files: int
+    folder: Path
+    stage: str = "downloading"
+
+    @property
+    def fraction(self) -> float:
+        """done/total in [0, 1] (1.0 for an empty model)."""
+        return min(1.0, self.done_bytes / self.total_bytes) if self.total_bytes else 1.0
+
+    def describe(self) -> str:
+        """One line for a terminal or a dialog:
+        ``"Downloading owner/name: 1.2 GB of 25.0 GB (5%), 35.0 MB/s, 11 min 20 s left — model.safetensors
+        (2/9)"``."""
+        verb = "Checking" if self.stage == "checking" else "Downloading"
+        line = (f"{verb} {self.repo_id}: {human_bytes(self.done_bytes)} of {human_bytes(self.total_bytes)} "
+                f"({self.fraction:.0%})")
+        if self.bytes_per_s > 0:
+            line += f", {human_bytes(self.bytes_per_s)}/s"
+        if self.eta_s is not None and self.done_bytes < self.total_bytes:
+            line += f", {human_duration(self.eta_s)} left"
+        if self.file:
+            line += f" — {self.file} ({self.file_index}/{self.files})"
+        return line
+
+
+@dataclass(frozen=True)
+class DownloadResult:
+    """A finished download.
+
+    Attributes:
+        repo_id, commit: what was downloaded.
+        folder: the snapshot folder to load the model from.
+        downloaded_bytes: bytes fetched by this call; reused_bytes: bytes found in the cache or in partial
+            files from earlier runs.
+        seconds: wall time of the call.
+    """
+
+    repo_id: str
+    commit: str
+    folder: Path
+    downloaded_bytes: int
+    reused_bytes: int
+    seconds: float
+
+
+ProgressCallback = Callable[[DownloadProgress], None]
+
+
+# ---------------------------------------------------------------------------------------------- advice
+
+
+def login_advice(repo_id: str) -> str:
+    """How to give Holodesk a hub token (kept in the system keychain)."""
+    return (f"Run `holodesk download {repo_id} --login` and paste a read token from "
+            "https://huggingface.co/settings/tokens; Holodesk keeps it in the system keychain.")
+
+
+def _move_cache_advice() -> str:
+    return ("or move the model cache to a disk with room: set HF_HUB_CACHE (or HF_HOME) to a folder there, "
+            "or run `holodesk download MODEL --cache-dir FOLDER`")
+
+
+def disk_full_error(repo_id: str, folder: Path, needed: int, free: int) -> DownloadError:
+    """The error for a cache disk without room for ``needed`` bytes."""
+    return DownloadError(
+        "disk_full",
+        f"not enough disk space to download {repo_id}: it needs {human_bytes(needed)} more in {folder}, "
+        f"which has {human_bytes(free)} free",
+        f"Free {human_bytes(max(0, needed - free))} on that disk, {_move_cache_advice()}. "
+        "What was downloaded so far is kept and the download resumes.",
+        repo_id=repo_id, folder=folder)
+
+
+def _status_of(exc: BaseException) -> int | None:
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    return int(status) if isinstance(status, int) else None
+
+
+def classify(exc: BaseException, repo_id: str, endpoint: str, folder: Path | None, *,
+             token_given: bool) -> DownloadError:
+    """Turn an exception raised by huggingface_hub/httpx2/the file system into a :class:`DownloadError`
+    with the advice for its kind (see :data:`KINDS`)."""
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        OfflineModeIsEnabled,
+        RemoteEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    if isinstance(exc, DownloadError):
+        return exc
+    page = f"{endpoint.rstrip('/')}/{repo_id}"
+    status = _status_of(exc)
+    resume = "What was downloaded so far is kept and the download resumes."
+    if isinstance(exc, GatedRepoError):
+        return DownloadError(
+            "gated", f"{repo_id} is a gated model: its owners must grant you access first",
+            f"Open {page}, sign in and accept its terms. {login_advice(repo_id)}",
+            repo_id=repo_id, folder=folder)
+    if isinstance(exc, RevisionNotFoundError):
+        return DownloadError("not_found", f"{repo_id} has no revision by that name ({status})",
+                             "Check the revision (branch, tag or commit) on the model page, or leave it out.",
+                             repo_id=repo_id, folder=folder)
+    if isinstance(exc, RemoteEntryNotFoundError):
+        return DownloadError("not_found", f"a file listed for {repo_id} is missing on the hub ({status})",
+                             "The repo changed while downloading; run the download again.",
+                             repo_id=repo_id, folder=folder)
+    if isinstance(exc, RepositoryNotFoundError) or status == 401:
+        if status == 401 and token_given:
+            return DownloadError("auth", f"the hub refused the token for {repo_id} (401)",
+                                 "The token may be expired or lack read access. " + login_advice(repo_id),
+                                 repo_id=repo_id, folder=folder)
+        return DownloadError(
+            "not_found", f"no model {repo_id} on {endpoint} (or it is private or gated: {status})",
+            "Check the repo id (owner/name, exactly as on the model page). If the model is private or gated: "
+            + login_advice(repo_id), repo_id=repo_id, folder=folder)
+    if isinstance(exc, HfHubHTTPError) and status == 403:
+        return DownloadError("auth", f"the hub refused access to {repo_id} (403)",
+                             f"Check that your account has access at {page}. " + login_advice(repo_id),
+                             repo_id=repo_id, folder=folder)
+    if isinstance(exc, HfHubHTTPError) and status is not None and (status >= 500 or status == 429):
+        return DownloadError("server", f"the model hub answered {status} for {repo_id}",
+                             f"The problem is on the hub's side: try again later. {resume}",
+                             repo_id=repo_id, folder=folder)
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        where = Path(exc.filename).parent if getattr(exc, "filename", None) else folder or Path(".")
+        try:
+            free = shutil.disk_usage(where).free
+        except OSError:
+            free = 0
+        return DownloadError(
+            "disk_full", f"the disk filled up while downloading {repo_id} into {where} "
+            f"({human_bytes(free)} free)",
+            f"Free space on that disk, {_move_cache_advice()}. {resume}", repo_id=repo_id, folder=folder)
+    import httpx2
+
+    if isinstance(exc, OfflineModeIsEnabled) or os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0"):
+        return DownloadError("offline", f"{repo_id} cannot be downloaded: offline mode is on (HF_HUB_OFFLINE)",
+                             "Unset HF_HUB_OFFLINE to download.", repo_id=repo_id, folder=folder)
+    if isinstance(exc, httpx2.ConnectError | httpx2.ConnectTimeout):
+        return DownloadError("offline", f"cannot reach the model hub at {endpoint} ({exc})",
+                             f"Check the internet connection (and proxy settings), then try again. {resume}",
+                             repo_id=repo_id, folder=folder)
+    if isinstance(exc, httpx2.TimeoutException):
+        return DownloadError("stalled", f"the model hub at {endpoint} stopped answering ({type(exc).__name__})",
+                             f"The server or the network is stuck: try again later. {resume}",
+                             repo_id=repo_id, folder=folder)
+    if isinstance(exc, httpx2.TransportError):
+        return DownloadError("unstable", f"the connection to {endpoint} kept failing ({type(exc).__name__}: {exc})",
+                             f"Check the network and try again later. {resume}", repo_id=repo_id, folder=folder)
+    if isinstance(exc, HfHubHTTPError):
+        return DownloadError("server", f"the model hub answered {status} for {repo_id}: {exc}",
+                             f"Try again later. {resume}", repo_id=repo_id, folder=folder)
+    return DownloadError("server", f"downloading {repo_id} failed: {type(exc).__name__}: {exc}",
+                         f"Try again later. {resume}", repo_id=repo_id, folder=folder)
+
+
+# ------------------------------------------------------------------------------------------ cache layout
+
+
+def default_cache_dir() -> Path:
+    """The hub cache folder huggingface_hub uses (``HF_HUB_CACHE``, else ``HF_HOME/hub``)."""
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE).expanduser()
+
+
+def hub_endpoint(endpoint: str | None = None) -> str:
+    """``endpoint``, else ``HF_ENDPOINT``, else huggingface_hub's default, without a trailing slash."""
+    from huggingface_hub import constants
+
+    return (endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+
+
+def repo_folder(repo_id: str, cache_dir: Path) -> Path:
+    """``cache_dir/models--owner--name``."""
+    from huggingface_hub.file_download import repo_folder_name
+
+    return cache_dir / repo_folder_name(repo_id=repo_id, repo_type="model")
+
+
+def _partial_path(folder: Path, etag: str) -> Path:
+    return folder / "blobs" / f"{etag}.incomplete"
+
+
+def _file_digest(path: Path, sha256: str | None, size: int, job: _Job | None = None, *,
+                 count: bool = False) -> str:
+    """sha256 of the file when the listing has one, else its git blob id (hashing counts as activity for
+    the stall timeout; with ``count`` the hashed bytes are added to the job's progress); raises _Aborted
+    once ``job`` is aborted."""
+    h = hashlib.sha256() if sha256 else hashlib.sha1()
+    if not sha256:
+        h.update(f"blob {size}\0".encode())
+    with path.open("rb") as f:
+        while chunk := f.read(8 * 1024 * 1024):
+            if job is not None:
+                job.check()
+                job.touch()
+                if count:
+                    with job.lock:
+                        job.file_bytes += len(chunk)
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _free_bytes(path: Path) -> tuple[Path, int]:
+    """The nearest existing folder at or above ``path`` and its free bytes."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return probe, shutil.disk_usage(probe).free
+
+
+def _clean_orphans(folder: Path, keep: set[str]) -> list[Path]:
+    """Delete partial files in ``folder/blobs`` that no planned file continues and that nobody wrote to
+    for :data:`ORPHAN_AGE_S` (killed runs of other revisions, the library's per-process temp files)."""
+    removed: list[Path] = []
+    blobs = folder / "blobs"
+    if not blobs.is_dir():
+        return removed
+    now = time.time()
+    for path in blobs.glob("*.incomplete"):
+        if path.name in keep:
+            continue
+        try:
+            if now - path.stat().st_mtime < ORPHAN_AGE_S:
+                continue
+            path.unlink()
+            removed.append(path)
+        except OSError:
+            continue
+    for path in removed:
+        log.info("removed the orphan partial file %s", path)
+    return removed
+
+
+def _link_into_snapshot(folder: Path, commit: str, revision: str, name: str, etag: str) -> None:
+    blob = folder / "blobs" / etag
+    pointer = folder / "snapshots" / commit / name
+    pointer.parent.mkdir(parents=True, exist_ok=True)
+    if pointer.is_symlink() or pointer.exists():
+        pointer.unlink()
+    try:
+        pointer.symlink_to(os.path.relpath(blob, pointer.parent))
+    except OSError:  # file systems without symlinks: a copy, as huggingface_hub does
+        shutil.copyfile(blob, pointer)
+    if revision != commit:
+        refs = folder / "refs"
+        refs.mkdir(parents=True, exist_ok=True)
+        (refs / revision).write_text(commit)
+
+
+# ------------------------------------------------------------------------------------------------ plan
+
+
+def plan_download(repo_id: str, *, revision: str = "main", cache_dir: str | Path | None = None,
+                  token: str | None = None, endpoint: str | None = None,
+                  patterns: Sequence[str] = MODEL_PATTERNS, timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
+                  ) -> DownloadPlan:
+    """Ask the hub for the file list (sizes, sha256) of ``repo_id`` at ``revision`` and compare it with
+    the cache; checks nothing on disk beyond sizes and reads no file.
+
+    Raises:
+        DownloadError: not_found, gated, auth, server, offline (see :func:`classify`).
+    """
+    from huggingface_hub import HfApi
+    from huggingface_hub.utils import filter_repo_objects
+
+    base = hub_endpoint(endpoint)
+    cache = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    folder = repo_folder(repo_id, cache)
+    try:
+        info = HfApi(endpoint=base).model_info(repo_id, revision=revision, files_metadata=True, token=token,
+                                                timeout=timeout_s + 5.0)
+    except Exception as exc:
+        raise classify(exc, repo_id, base, folder, token_given=bool(token)) from exc
+    commit = str(info.sha or revision)
+    files: list[PlannedFile] = []
+    siblings = list(filter_repo_objects(info.siblings or [], allow_patterns=list(patterns),
+                                        key=lambda s: s.rfilename))
+    for s in siblings:
+        size = int(s.lfs.size if s.lfs else (s.size or 0))
+        sha = str(s.lfs.sha256) if s.lfs else None
+        blob_id = str(s.blob_id or "")
+        if not sha and not blob_id:
+            raise DownloadError("server", f"the hub's listing of {repo_id} gives no hash for {s.rfilename}",
+                                "The file cannot be verified; try again later.", repo_id=repo_id, folder=folder)
+        etag = sha or blob_id
+        pointer = folder / "snapshots" / commit / s.rfilename
+        cached = pointer.exists() and (folder / "blobs" / etag).exists() and pointer.stat().st_size == size
+        partial = _partial_path(folder, etag)
+        partial_bytes = partial.stat().st_size if partial.exists() and not cached else 0
+        files.append(PlannedFile(s.rfilename, size, sha, blob_id, cached, min(partial_bytes, size)))
+    _record_listing(folder, commit, info.siblings or [])
+    total = sum(f.size for f in files)
+    missing = sum(f.size - f.partial_bytes for f in files if not f.cached)
+    _, free = _free_bytes(folder)
+    return DownloadPlan(repo_id, revision, commit, base, folder, tuple(files), total, missing, free)
+
+
+def _record_listing(folder: Path, commit: str, siblings: Sequence[Any]) -> None:
+    """Keep the commit's file listing where huggingface_hub looks for it (``trees/<commit>.json``), so that
+    ``snapshot_download(local_files_only=True)`` refuses a snapshot with files missing instead of returning
+    it. Only logged when this huggingface_hub has no tree cache."""
+    try:
+        from huggingface_hub._tree_cache import TreeCacheEntry, write_tree_cache
+    except ImportError:
+        log.info("this huggingface_hub keeps no tree listing; a partly downloaded snapshot is not detected")
+        return
+    entries = {
+        str(s.rfilename): TreeCacheEntry(size=int(s.size or 0), blob_id=str(s.blob_id or ""),
+                                         lfs_sha256=str(s.lfs.sha256) if s.lfs else None,
+                                         lfs_size=int(s.lfs.size) if s.lfs else None)
+        for s in siblings
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    write_tree_cache(str(folder), commit, entries)
+
+
+# ------------------------------------------------------------------------------------------- the worker
+
+
+class _Aborted(Exception):
+    """Raised inside the worker once the caller has stopped waiting (cancel, stall)."""
+
+
+class _RetryableFileError(Exception):
+    """One attempt at a file failed in a way another attempt may fix."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class _Job:
+    """State shared between the worker thread (downloads) and the caller's thread (supervises)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.abort = threading.Event()
+        self.done = threading.Event()
+        self.last_activity = time.monotonic()
+        self.plan: DownloadPlan | None = None
+        self.base_bytes = 0  # bytes of files finished (cached, or downloaded and verified)
+        self.file_bytes = 0  # bytes of the current file on disk
+        self.fetched = 0  # bytes received from the network by this call
+        self.file = ""
+        self.file_index = 0
+        self.partial: Path | None = None  # the partial file being written
+        self.file_lock: Any = None  # filelock.FileLock held for that file
+        self.stage = "downloading"  # or "checking" (hashing files already in the cache)
+        self.restarts = 0  # attempts that failed or threw bytes away
+        self.result: DownloadResult | None = None
+        self.error: BaseException | None = None
+
+    def touch(self) -> None:
+        self.last_activity = time.monotonic()
+
+    def check(self) -> None:
+        if self.abort.is_set():
+            raise _Aborted()
+
+
+class _GuardedFile:
+    """The partial file as handed to ``http_get``: counts bytes, refuses every write once the job is
+    aborted (so a cancelled download leaves a clean prefix), and counts restarts from zero (a server
+    that ignores Range) against the retry budget."""
+
+    def __init__(self, handle: Any, job: _Job, budget: int, name: str) -> None:
+        self._f = handle
+        self._job = job
+        self._budget = budget
+        self._name = name
+
+    def write(self, data: bytes) -> int:
+        with self._job.lock:
+            self._job.check()
+            written = int(self._f.write(data))
+            self._f.flush()
+            self._job.file_bytes += written
+            self._job.fetched += written
+        self._job.touch()
+        return written
+
+    def tell(self) -> int:
+        return int(self._f.tell())
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self._job.check()
+        return int(self._f.seek(offset, whence))
+
+    def truncate(self, size: int | None = None) -> int:
+        with self._job.lock:
+            self._job.check()
+            self._job.restarts += 1
+            if self._job.restarts > self._budget:
+                raise _RetryableFileError(
+                    "unstable", f"the server dropped the connection {self._job.restarts} times while sending "
+                    f"{self._name} and does not resume (it ignores Range requests)")
+            new_size = int(self._f.truncate(size))
+            self._job.file_bytes = new_size
+        log.warning("the server ignored the Range request for %s: starting the file again", self._name)
+        return new_size
+
+
+def _fetch_file(job: _Job, plan: DownloadPlan, item: PlannedFile, headers: dict[str, str], budget: int) -> None:
+    """Download one file into its partial file, verify it, move it into the cache (worker thread)."""
+    from huggingface_hub.file_download import hf_hub_url
+
+    folder = plan.repo_folder
+    partial = _partial_path(folder, item.etag)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    file_lock = _lock_file(job, folder, item)
+    with job.lock:
+        job.partial = partial
+    url = hf_hub_url(plan.repo_id, item.name, revision=plan.commit, endpoint=plan.endpoint)
+    try:
+        blob = folder / "blobs" / item.etag
+        if blob.exists() and blob.stat().st_size == item.size:  # another download finished it meanwhile
+            _link_into_snapshot(folder, plan.commit, plan.revision, item.name, item.etag)
+            return
+        _fetch_attempts(job, plan, item, headers, budget, url, partial)
+    finally:
+        file_lock.release()
+        with job.lock:
+            job.partial = None
+            job.file_lock = None
+            # nothing arrived: leave no empty file (after an abort the caller has done so, and a new
+            # download may already be using the name)
+            if not job.abort.is_set() and partial.exists() and partial.stat().st_size == 0:
+                partial.unlink(missing_ok=True)
+
+
+def _lock_file(job: _Job, folder: Path, item: PlannedFile) -> Any:
+    """Take the file's download lock, the one huggingface_hub itself takes
+    (``<cache>/.locks/models--owner--name/<etag>.lock``), so that two processes never append to the same
+    partial file; waits (as activity, not a stall) while another download holds it. The caller's thread
+    releases it when it stops the job, so a worker still blocked on the network does not keep it."""
+    from filelock import FileLock, Timeout
+
+    path = folder.parent / ".locks" / folder.name / f"{item.etag}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path), thread_local=False)
+    waiting = False
+    while True:
+        job.check()
+        job.touch()
+        try:
+            lock.acquire(timeout=0.5)
+            break
+        except Timeout:
+            if not waiting:
+                waiting = True
+                log.warning("another download of %s holds %s; waiting for it", item.name, path)
+    with job.lock:
+        if job.abort.is_set():
+            lock.release(force=True)
+            raise _Aborted()
+        job.file_lock = lock
+    return lock
+
+
+def _fetch_attempts(job: _Job, plan: DownloadPlan, item: PlannedFile, headers: dict[str, str], budget: int,
+                    url: str, partial: Path) -> None:
+    from huggingface_hub.file_download import http_get
+
+    folder = plan.repo_folder
+    while True:
+        job.check()
+        partial.touch(exist_ok=True)
+        have = partial.stat().st_size
+        if have > item.size:  # cannot be a prefix of this file
+            partial.write_bytes(b"")
+            have = 0
+        with job.lock:
+            job.file_bytes = have
+        try:
+            if have < item.size:
+                with partial.open("ab") as handle:
+                    http_get(url, cast(BinaryIO, _GuardedFile(handle, job, budget, item.name)), resume_size=have,
+                             headers=dict(headers), expected_size=item.size, displayed_filename=item.name,
+                             tqdm_class=_silent_tqdm())
+            job.touch()
+            if partial.stat().st_size != item.size:
+                raise _truncated(item, partial)
+            digest = _file_digest(partial, item.sha256, item.size, job)
+            if digest != item.etag:
+                partial.unlink()
+                with job.lock:
+                    job.file_bytes = 0
+                raise _RetryableFileError(
+                    "corrupt", f"{item.name} arrived damaged: its {'sha256' if item.sha256 else 'git blob id'} "
+                    f"is {digest[:16]}…, the hub lists {item.etag[:16]}…; the damaged copy was deleted")
+            with job.lock:
+                job.check()
+                os.replace(partial, folder / "blobs" / item.etag)
+            _link_into_snapshot(folder, plan.commit, plan.revision, item.name, item.etag)
+            return
+        except _RetryableFileError as exc:
+            if exc.kind == "unstable":
+                raise
+            _spend_retry(job, budget, exc)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT) or _status_of(exc) is not None:
+                if _status_of(exc) == 416:  # the server has fewer bytes than the listing says
+                    _spend_retry(job, budget, _truncated(item, partial))
+                    continue
+                if (_status_of(exc) or 0) >= 500:
+                    _spend_retry(job, budget, exc)
+                    continue
+                raise
+            if "Consistency check failed" in str(exc):  # http_get: fewer bytes than the listed size
+                _spend_retry(job, budget, _truncated(item, partial))
+                continue
+            raise
+
+
+def _truncated(item: PlannedFile, partial: Path) -> _RetryableFileError:
+    size = partial.stat().st_size if partial.exists() else 0
+    return _RetryableFileError(
+        "truncated", f"the server sent only {human_bytes(size)} of {item.name}, whose listed size is "
+        f"{human_bytes(item.size)} ({size} of {item.size} bytes); the part that arrived was kept, not stored "
+        "as complete")
+
+
+def _spend_retry(job: _Job, budget: int, exc: Exception) -> None:
+    """Count one failed attempt; re-raise ``exc`` once the budget is spent, else wait a little."""
+    with job.lock:
+        job.restarts += 1
+        spent = job.restarts
+    if spent > budget:
+        raise exc
+    delay = min(4.0, 0.5 * 2 ** (spent - 1))
+    log.warning("download attempt failed (%s); retrying in %.1f s (%d of %d)", exc, delay, spent, budget)
+    job.touch()
+    if job.abort.wait(delay):
+        raise _Aborted()
+    job.touch()
+
+
+def _silent_tqdm() -> type:
+    """A tqdm class that shows nothing (progress is reported by the supervisor)."""
+    from tqdm.auto import tqdm
+
+    class _Silent(tqdm):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
+
+    return _Silent
+
+
+def _run_job(job: _Job, repo_id: str, revision: str, cache_dir: Path, token: str | None, endpoint: str,
+             patterns: Sequence[str], budget: int, verify_cached: bool, stall_timeout_s: float) -> None:
+    from huggingface_hub.utils import build_hf_headers
+
+    started = time.monotonic()
+    try:
+        plan = plan_download(repo_id, revision=revision, cache_dir=cache_dir, token=token, endpoint=endpoint,
+                             patterns=patterns, timeout_s=stall_timeout_s)
+        job.touch()
+        job.check()
+        folder = plan.repo_folder
+        keep = {_partial_path(folder, f.etag).name for f in plan.files if not f.cached}
+        _clean_orphans(folder, keep)
+        probe, free = _free_bytes(folder)
+        if free < plan.missing_bytes + _SPACE_MARGIN:
+            raise disk_full_error(repo_id, probe, plan.missing_bytes + _SPACE_MARGIN, free)
+        files = list(plan.files)
+        with job.lock:
+            job.plan = plan
+        if verify_cached:
+            with job.lock:
+                job.stage = "checking"
+            files = [_reverify(job, plan, f, index) for index, f in enumerate(files, start=1)]
+        with job.lock:
+            job.stage = "downloading"
+            job.base_bytes = sum(f.size for f in files if f.cached)
+            job.file_bytes = 0
+        reused = sum(f.size if f.cached else f.partial_bytes for f in files)
+        headers = build_hf_headers(token=token)
+        for index, item in enumerate(files, start=1):
+            if item.cached:  # its snapshot link exists already (a read-only cache stays untouched)
+                continue
+            with job.lock:
+                job.file, job.file_index = item.name, index
+            _fetch_file(job, plan, item, headers, budget)
+            with job.lock:
+                job.base_bytes += item.size
+                job.file_bytes = 0
+        with job.lock:
+            job.file = ""
+            if plan.revision != plan.commit:
+                refs = folder / "refs"
+                refs.mkdir(parents=True, exist_ok=True)
+                (refs / plan.revision).write_text(plan.commit)
+            job.result = DownloadResult(repo_id, plan.commit, plan.snapshot, job.fetched, reused,
+                                        time.monotonic() - started)
+    except BaseException as exc:  # handed to the caller's thread
+        job.error = exc
+    finally:
+        job.done.set()
+
+
+def _reverify(job: _Job, plan: DownloadPlan, item: PlannedFile, index: int) -> PlannedFile:
+    """Hash a cached file again; a file that does not match the listing is deleted and planned again."""
+    if not item.cached:
+        return item
+    with job.lock:
+        job.file, job.file_index, job.file_bytes = item.name, index, 0
+    job.touch()
+    blob = plan.repo_folder / "blobs" / item.etag
+    digest = _file_digest(blob, item.sha256, item.size, job, count=True)
+    job.touch()
+    with job.lock:
+        job.file_bytes = 0
+        if digest == item.etag:
+            job.base_bytes += item.size
+    if digest == item.etag:
+        return item
+    log.warning("the cached %s of %s does not match the hub's listing: deleted, downloading it again",
+                item.name, plan.repo_id)
+    blob.unlink()
+    (plan.snapshot / item.name).unlink(missing_ok=True)
+    return PlannedFile(item.name, item.size, item.sha256, item.blob_id, False, 0)
+
+
+# --------------------------------------------------------------------------------------------- the API
+
+
+def download_model(repo_id: str, *, revision: str = "main", cache_dir: str | Path | None = None,
+                   progress: ProgressCallback | None = None, cancel: threading.Event | None = None,
+                   token: str | None = None, endpoint: str | None = None,
+                   patterns: Sequence[str] = MODEL_PATTERNS,
+                   stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S, retry_budget: int = DEFAULT_RETRY_BUDGET,
+                   verify_cached: bool = False) -> DownloadResult:
+    """Download ``repo_id`` at ``revision`` into the hub cache and return its snapshot folder.
+
+    The work runs on a daemon worker thread; the calling thread supervises it: it calls ``progress`` (at
+    most every 0.25 s, and once at the end), watches ``cancel`` and the stall timeout, and raises the
+    worker's error. Files already in the cache with their listed size are kept (``verify_cached`` hashes
+    them again and replaces those that do not match).
+
+    Args:
+        repo_id: ``owner/name``.
+        revision: branch, tag or commit.
+        cache_dir: hub cache folder; default huggingface_hub's (``HF_HUB_CACHE`` / ``HF_HOME/hub``).
+        progress: called with a :class:`DownloadProgress` on the caller's thread.
+        cancel: when set, the call raises :class:`DownloadCancelled` within ~0.1 s; the partial file stays
+            a resumable prefix.
+        token: hub token; None lets huggingface_hub find one (``HF_TOKEN``, its token file).
+        endpoint: hub URL; default ``HF_ENDPOINT`` or https://huggingface.co.
+        patterns: file patterns to download (default :data:`MODEL_PATTERNS`).
+        stall_timeout_s: seconds without a byte (or any other sign of progress) before giving up.
+        retry_budget: failed attempts (dropped connections that restart a file, truncated or damaged
+            files, server errors while fetching) tolerated for the whole download.
+        verify_cached: hash the files already in the cache too (``holodesk download`` does).
+    Returns:
+        :class:`DownloadResult`.
+    Raises:
+        DownloadCancelled: ``cancel`` was set.
+        DownloadError: every other failure, with ``kind`` and ``advice``.
+    """
+    base = hub_endpoint(endpoint)
+    cache = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    folder = repo_folder(repo_id, cache)
+    job = _Job()
+    worker = threading.Thread(
+        target=_run_job, name=f"download {repo_id}", daemon=True,
+        args=(job, repo_id, revision, cache, token, base, tuple(patterns), retry_budget, verify_cached,
+              stall_timeout_s))
+    samples: deque[tuple[float, int]] = deque()
+    shown = 0
+    last_report = 0.0
+
+    def report(final: bool = False) -> None:
+        nonlocal shown, last_report
+        now = time.monotonic()
+        if progress is None or (not final and now - last_report < _PROGRESS_EVERY_S):
+            return
+        with job.lock:
+            plan = job.plan
+            if plan is None:
+                return
+            done = job.base_bytes + job.file_bytes
+            fetched, file, index, stage = job.fetched, job.file, job.file_index, job.stage
+        last_report = now
+        shown = max(shown, min(done, plan.total_bytes))  # one bar, never backwards
+        samples.append((now, fetched))
+        while len(samples) > 2 and now - samples[0][0] > _SPEED_WINDOW_S:
+            samples.popleft()
+        span = now - samples[0][0]
+        speed = (fetched - samples[0][1]) / span if span > 0.5 else 0.0
+        left = plan.total_bytes - shown
+        eta = left / speed if speed > 0 else (0.0 if left == 0 else None)
+        progress(DownloadProgress(repo_id, shown, plan.total_bytes, speed, eta, file, index, len(plan.files),
+                                  plan.repo_folder, stage))
+
+    def stop(error: DownloadError) -> DownloadError:
+        with job.lock:
+            job.abort.set()  # from here on the worker writes nothing
+            if job.partial is not None and job.partial.exists() and job.partial.stat().st_size == 0:
+                job.partial.unlink(missing_ok=True)  # nothing arrived: leave no empty file behind
+            if job.file_lock is not None:  # a new download may start at once
+                job.file_lock.release(force=True)
+                job.file_lock = None
+        return error
+
+    worker.start()
+    try:
+        while not job.done.wait(_TICK_S):
+            if cancel is not None and cancel.is_set():
+                raise stop(DownloadCancelled(
+                    "cancelled", f"the download of {repo_id} was stopped",
+                    "Start it again to resume where it stopped: the partial file is kept in "
+                    f"{folder / 'blobs'}.", repo_id=repo_id, folder=folder))
+            if time.monotonic() - job.last_activity > stall_timeout_s:
+                raise stop(DownloadError(
+                    "stalled", f"the model hub at {base} sent nothing for {stall_timeout_s:.0f} s while "
+                    f"downloading {repo_id}",
+                    "The server or the network is stuck: try again later (the download resumes where it "
+                    "stopped).", repo_id=repo_id, folder=folder))
+            report()
+    except BaseException:
+        job.abort.set()  # KeyboardInterrupt too: the worker writes nothing more
+        raise
+    if job.error is not None:
+        exc = job.error
+        if isinstance(exc, _RetryableFileError):
+            advice = {
+                "unstable": "The connection keeps dropping and the server cannot resume; try again later or "
+                            "on another network.",
+                "truncated": "The server sends less than the listed size; try again later (the part that "
+                             "arrived is kept and resumed).",
+                "corrupt": "The file was damaged on the way or on the server; try again later. Nothing "
+                           "damaged was stored.",
+            }[exc.kind]
+            raise DownloadError(exc.kind, f"downloading {repo_id} failed: {exc}", advice, repo_id=repo_id,
+                                folder=folder) from None
+        if isinstance(exc, _Aborted):  # cannot happen without cancel/stall, which raised above
+            raise DownloadCancelled("cancelled", f"the download of {repo_id} was stopped", "",
+                                    repo_id=repo_id, folder=folder)
+        raise classify(exc, repo_id, base, folder, token_given=bool(token)) from exc
+    report(final=True)
+    assert job.result is not None
+    return job.result
+
+
+def cached_snapshot(repo_id: str, *, revision: str = "main", cache_dir: str | Path | None = None,
+                    patterns: Sequence[str] = MODEL_PATTERNS) -> Path | None:
+    """The cached snapshot folder of ``repo_id`` (no network), or None when it is not complete."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(str(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir,
+                                          allow_patterns=list(patterns), local_files_only=True)))
+    except Exception:
+        return None
+
+
+def cache_repair_advice(folder: Path) -> str:
+    """For a load failure in ``folder``: when it is a hub-cache snapshot, how to check and fetch its files
+    again; else ""."""
+    parts = folder.resolve().parts if folder.exists() else folder.parts
+    for i, part in enumerate(parts):
+        if part.startswith("models--") and i + 2 < len(parts) and parts[i + 1] == "snapshots":
+            repo_id = part[len("models--"):].replace("--", "/")
+            return (f"This copy of {repo_id} comes from the model cache: run `holodesk download {repo_id}` to "
+                    f"check every file's sha256 and download damaged ones again, or delete {Path(*parts[:i + 1])} "
+                    "and download it again.")
+    return ""
+
+
+# ------------------------------------------------------------------------------------ token and terminal
+
+
+def hub_token(endpoint: str | None = None) -> str | None:
+    """The hub token kept in the system keychain for the hub's URL (``holodesk download --login``), or None
+    (then huggingface_hub looks at ``HF_TOKEN`` and its own token file). An unusable keychain is logged and
+    read as "no token"."""
+    from holodesk.errors import SecretStoreError
+    from holodesk.secrets import load_api_key
+
+    try:
+        return load_api_key(hub_endpoint(endpoint))
+    except SecretStoreError as exc:
+        log.info("no hub token from the keychain: %s", exc)
+        return None
+
+
+def store_hub_token(token: str, endpoint: str | None = None) -> None:
+    """Keep ``token`` in the system keychain for the hub's URL.
+
+    Raises:
+        SecretStoreError: when no usable keychain exists (the message says what to do).
+    """
+    from holodesk.secrets import store_api_key
+
+    store_api_key(hub_endpoint(endpoint), token)
+
+
+class TerminalProgress:
+    """A progress callback writing :meth:`DownloadProgress.describe` on one terminal line (``\\r``),
+    or a new line every 10% when ``stream`` is not a terminal. Call :meth:`close` to end the line."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._tty = bool(getattr(stream, "isatty", lambda: False)())
+        self._width = 0
+        self._step = -1
+        self._last = ""
+        self._folder_shown = False
+
+    def __call__(self, report: DownloadProgress) -> None:
+        if not self._folder_shown:
+            self._folder_shown = True
+            self._stream.write(f"Downloading {report.repo_id} ({human_bytes(report.total_bytes)}) into "
+                               f"{report.folder}\n")
+        self.line(report.describe(), report.fraction)
+
+    def line(self, text: str, fraction: float | None = None) -> None:
+        """Show ``text`` (the ``progress(stage, fraction)`` form the loader uses)."""
+        if self._tty:
+            pad = max(0, self._width - len(text))
+            self._stream.write("\r" + text + " " * pad)
+            self._width = len(text)
+        else:
+            step = int(fraction * 10) if fraction is not None else -1
+            if step == self._step and (fraction is not None or text == self._last):
+                return
+            self._step, self._last = step, text
+            self._stream.write(text + "\n")
+        self._stream.flush()
+
+    def close(self) -> None:
+        if self._tty and self._width:
+            self._stream.write("\n")
+            self._stream.flush()
+        self._width = 0
