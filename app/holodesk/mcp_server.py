@@ -76,6 +76,7 @@ class Desk:
 
     Args:
         local: the in-process host's task runner, or None (then the app must run).
+        local_status: the in-process host's status (``AppRemote.status``), or None.
         env: environment naming the desktop (default ``os.environ``).
     """
 
@@ -124,7 +125,7 @@ class Desk:
         conn = instance.connect(env=self.env)
         finished = threading.Event()
 
-        def watch() -> None:  # a cancellation closes our side: the app stops the task (EOF) and says so
+        def watch() -> None:  # a cancellation asks the app to stop the task, naming who stopped it
             while not finished.is_set():
                 if cancel.wait(0.05):
                     with contextlib.suppress(OSError):
@@ -209,15 +210,12 @@ def build_server(desk: Desk, settings: Settings) -> MCPServer:
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         cancel = threading.Event()  # set when the call is cancelled, the client disconnects or the host exits
 
-        def who() -> str:
-            return CALLER
-
         def on_step(report: dict[str, Any]) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, ("step", report))
 
         def work() -> None:
             try:
-                value: Any = ("done", desk.run_task(task, mode, on_step, cancel, who))
+                value: Any = ("done", desk.run_task(task, mode, on_step, cancel, lambda: CALLER))
             except HolodeskError as exc:
                 value = ("error", exc)
             except Exception as exc:  # reported to the caller and logged, never swallowed
