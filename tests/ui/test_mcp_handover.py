@@ -110,6 +110,8 @@ def test_mcp_hands_the_task_to_the_running_app_whose_overlay_asks_the_user(qtbot
         assert "error" not in box, box.get("error")
         overlay = wait_overlay(qtbot, app, timeout_ms=60000)  # the app's own overlay, on the user's screen
         assert target.state()["clicks"] == []
+        told = [n for n in app.notifier.history if n.title == "A task from another program"]
+        assert len(told) == 1 and told[0].text.startswith("click OK\n")  # the user sees whose task it is
         qtbot.keyClick(overlay, Qt.Key.Key_Return)
         qtbot.waitUntil(lambda: not thread.is_alive(), timeout=60000)
         assert "error" not in box, box.get("error")

@@ -196,6 +196,8 @@ class AppRemote(QObject):
             if chosen != previous:
                 app.set_mode(chosen)
             app.palette.hide()
+            app.notifier.info("A task from another program", f"{task}\nEvery step is approved as usual; Esc on the "
+                              "overlay or the stop hotkey stops it.")
             app.runner.session_event.connect(reporter)
             app.runner.finished.connect(finished)
             app.runner.failed.connect(failed)
