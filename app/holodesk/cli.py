@@ -15,10 +15,13 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from holodesk import __version__
 from holodesk.errors import ActionError, HolodeskError
+
+if TYPE_CHECKING:
+    from holodesk.settings import Settings
 
 log = logging.getLogger("holodesk")
 
@@ -188,9 +191,8 @@ def cmd_app_command(command: str, *, already_running: bool = False) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """``holodesk run``: one task with terminal approval. Exit 0 finished, 1 failed, 3 stopped."""
     from holodesk.display import require_display
-    from holodesk.session.approval import ApprovalPolicy
-    from holodesk.session.factory import build_capture, build_executor, build_policy
-    from holodesk.session.loop import Session, SessionLimits, State
+    from holodesk.instance import DriveLock
+    from holodesk.session.factory import build_capture
     from holodesk.settings import load_settings
 
     if args.script and (args.model or args.endpoint):
@@ -207,7 +209,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         precision=args.precision,
     )
     require_display()
-    capture = build_capture()
+    drive = DriveLock.acquire()  # one task drives the desktop (DesktopBusy names the one that does)
+    try:
+        return _run_task(args, settings, capture=build_capture())
+    finally:
+        drive.release()
+
+
+def _run_task(args: argparse.Namespace, settings: Settings, capture: Any) -> int:
+    """The body of ``holodesk run`` once the desktop is ours."""
+    from holodesk.session.approval import ApprovalPolicy
+    from holodesk.session.factory import build_executor, build_policy
+    from holodesk.session.loop import Session, SessionLimits, State
+
     stop_event = threading.Event()
     executor = build_executor(settings, stop_event)
     monitors = capture.monitors()

@@ -161,6 +161,55 @@ class InstanceLock:
             self.fd = -1
 
 
+class DesktopBusy(ChannelError):
+    """Another Holodesk task (another process, or this app) is driving this desktop."""
+
+
+class DriveLock:
+    """The exclusive right to drive this desktop's pointer and keyboard, held for the whole of one task
+    by whoever runs it (the app, ``holodesk run``, a ``holodesk mcp`` hosting a task), so that two tasks
+    never move two cursors at once. An ``flock`` on ``<runtime dir>/drive-<desktop>.lock``, dropped by
+    the kernel when the process ends.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    @classmethod
+    def acquire(cls, env: dict[str, str] | None = None) -> DriveLock:
+        """Take the desktop for one task.
+
+        Raises:
+            DesktopBusy: another task drives this desktop (the message says which process).
+            ChannelError: unsafe runtime folder or lock file.
+        """
+        path = runtime_dir(env) / f"drive-{desktop_key(env)}.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            check_private(path, "lock file")
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            os.close(fd)
+            raise DesktopBusy(f"busy: another Holodesk task is driving this desktop (process {holder or '?'}); "
+                              "one task drives the desktop at a time",
+                              hint="Wait for it to end, or stop it (`holodesk stop`, Esc on its overlay).") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return cls(fd)
+
+    def release(self) -> None:
+        """Give the desktop back (also happens when the process exits)."""
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = -1
+
+
 def app_running(env: dict[str, str] | None = None) -> bool:
     """True when an app holds this desktop's instance lock.
 

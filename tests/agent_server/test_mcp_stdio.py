@@ -244,3 +244,40 @@ def test_the_host_exiting_stops_the_task_before_its_next_action(scene: Any, tmp_
 def server_pids(steps: Path) -> list[int]:
     """Process ids of the ``holodesk mcp`` started with this test's own script file."""
     return pids_running("-m holodesk mcp --script", str(steps))
+
+
+def test_two_mcp_servers_and_a_terminal_run_never_drive_the_desktop_at_once(scene: Any, tmp_path: Path) -> None:
+    """No app runs; two agents each start their own ``holodesk mcp`` on the same desktop. While the first
+    one's task waits at its overlay, the second server's call is busy, and so is ``holodesk run``."""
+    import subprocess
+    import sys
+
+    desk, form = scene
+    steps = script(tmp_path / "steps.jsonl", [*count_clicks(form, 1), Done("done")])
+    env = holodesk_env(desk.env(), tmp_path)
+
+    def overlay() -> bool:
+        return bool(desk.xdotool("search", "--onlyvisible", "--name", "^Holodesk approval$", check=False).split())
+
+    async def main() -> tuple[Any, Any]:
+        async with stdio_client_for(env, tmp_path, "--script", str(steps)) as first, \
+                stdio_client_for(env, tmp_path, "--script", str(steps)) as second, \
+                anyio.create_task_group() as tg:
+            tg.start_soon(first.call_tool, "run_task", {"task": "click Count"})
+            with anyio.fail_after(120):
+                while not await anyio.to_thread.run_sync(overlay):
+                    await anyio.sleep(0.1)
+            busy = await second.call_tool("run_task", {"task": "another agent's task"})
+            terminal = await anyio.to_thread.run_sync(lambda: subprocess.run(
+                [sys.executable, "-m", "holodesk", "run", "click Count", "--script", str(steps)], env=env,
+                capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL))
+            tg.cancel_scope.cancel()  # the first agent gives up: its task stops
+            return busy, terminal
+
+    busy, terminal = anyio.run(main)
+    outcome = outcome_of(busy)
+    assert outcome["status"] == "busy" and "another Holodesk task is driving this desktop" in outcome["reason"]
+    assert terminal.returncode == 2 and "another Holodesk task is driving this desktop" in terminal.stderr
+    assert "Traceback" not in terminal.stderr
+    time.sleep(0.5)
+    assert form.layout()["count"] == 0  # nobody clicked: the one task that drove the desktop was stopped

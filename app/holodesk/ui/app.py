@@ -22,7 +22,7 @@ from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QApplication, QMessageBox, QProgressDialog, QSystemTrayIcon
 
 from holodesk.errors import HolodeskError, ModelLoadError, SettingsError
-from holodesk.instance import ChannelError, ChannelServer, InstanceLock
+from holodesk.instance import ChannelError, ChannelServer, DriveLock, InstanceLock
 from holodesk.session.approval import ApprovalPolicy
 from holodesk.session.loop import EpisodeResult, Session, SessionEvent, SessionLimits, State
 from holodesk.settings import Settings, config_path, load_settings
@@ -141,6 +141,7 @@ class HolodeskApp(QObject):
         self._policy: Any = None
         self._policy_key: tuple[Any, ...] | None = None
         self._executor: Any = None
+        self._drive: DriveLock | None = None
         self.last_result: EpisodeResult | None = None
         self.download = download
         self.facts = facts or gather_facts
@@ -428,9 +429,11 @@ class HolodeskApp(QObject):
         """Worker thread: build (or reuse) the policy, capture and executor; returns a ready Session.
 
         Raises:
+            DesktopBusy: another Holodesk task drives this desktop (another process).
             DisplayError, CaptureError, ModelLoadError, SettingsError, SecretStoreError, PolicyError.
         """
         s = self._task_settings
+        self._drive = DriveLock.acquire()  # one task drives the desktop; given back when the task ends
         capture = self.capture_factory()
         monitors = capture.monitors()
         if not 1 <= s.monitor <= len(monitors):
@@ -540,6 +543,9 @@ class HolodeskApp(QObject):
 
     def _on_running(self, running: bool) -> None:
         self.actions.update_state(running=running)
+        if not running and self._drive is not None:
+            self._drive.release()
+            self._drive = None
 
 
 def _log_to_file(settings: Settings) -> None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 
-from holodesk.instance import ChannelError, Connection
+from holodesk.instance import ChannelError, Connection, DesktopBusy
 from holodesk.session.loop import EpisodeResult, State
 from holodesk.session.report import StepReporter, outcome
 from holodesk.ui.workers import on_gui_thread
@@ -178,7 +178,11 @@ class AppRemote(QObject):
             done.set()
 
         def failed(exc: BaseException) -> None:
-            box["outcome"] = outcome(EpisodeResult(State.FAILED, f"the task could not run: {exc}"), reporter.reports)
+            if isinstance(exc, DesktopBusy):  # another process's task drives the desktop
+                box["refused"] = {"ok": False, "busy": True, "error": str(exc)}
+            else:
+                box["outcome"] = outcome(EpisodeResult(State.FAILED, f"the task could not run: {exc}"),
+                                         reporter.reports)
             done.set()
 
         def start() -> dict[str, Any] | None:
@@ -234,6 +238,8 @@ class AppRemote(QObject):
             restore_mode()
 
         self.on_gui(end)
+        if "refused" in box:
+            return dict(box["refused"])
         return {"ok": True, "outcome": box["outcome"]}
 
 
