@@ -201,6 +201,12 @@ class DriveLock:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         return cls(fd)
 
+    def __enter__(self) -> DriveLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
     def release(self) -> None:
         """Give the desktop back (also happens when the process exits)."""
         if self.fd >= 0:

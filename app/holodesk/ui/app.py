@@ -141,7 +141,6 @@ class HolodeskApp(QObject):
         self._policy: Any = None
         self._policy_key: tuple[Any, ...] | None = None
         self._executor: Any = None
-        self._drive: DriveLock | None = None
         self.last_result: EpisodeResult | None = None
         self.download = download
         self.facts = facts or gather_facts
@@ -284,7 +283,8 @@ class HolodeskApp(QObject):
         run_settings = settings or self.settings
         try:
             self._task_settings = run_settings
-            self.runner.start(task, self._build_session)
+            # One task drives the desktop: the drive lock is held from building the session to the end.
+            self.runner.start(task, self._build_session, hold=DriveLock.acquire)
         except (RuntimeError, ValueError) as exc:
             self.notifier.error("Cannot start the task", exc)
             return False
@@ -429,11 +429,9 @@ class HolodeskApp(QObject):
         """Worker thread: build (or reuse) the policy, capture and executor; returns a ready Session.
 
         Raises:
-            DesktopBusy: another Holodesk task drives this desktop (another process).
             DisplayError, CaptureError, ModelLoadError, SettingsError, SecretStoreError, PolicyError.
         """
         s = self._task_settings
-        self._drive = DriveLock.acquire()  # one task drives the desktop; given back when the task ends
         capture = self.capture_factory()
         monitors = capture.monitors()
         if not 1 <= s.monitor <= len(monitors):
@@ -543,9 +541,7 @@ class HolodeskApp(QObject):
 
     def _on_running(self, running: bool) -> None:
         self.actions.update_state(running=running)
-        if not running and self._drive is not None:
-            self._drive.release()
-            self._drive = None
+
 
 
 def _log_to_file(settings: Settings) -> None:

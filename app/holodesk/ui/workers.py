@@ -13,10 +13,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, Signal, Slot
@@ -33,6 +35,9 @@ ProgressFn = Callable[[str, float | None], None]
 
 SessionFactory = Callable[[ProgressFn], Session]
 """Builds the session on the worker thread (may load a model; reports through ``progress``)."""
+
+Hold = Callable[[], AbstractContextManager[Any]]
+"""Something held for the whole of one task, from before its session is built until its run ends."""
 
 
 def on_gui_thread() -> bool:
@@ -279,23 +284,25 @@ class _Job(QObject):
 
     done = Signal()
 
-    def __init__(self, runner: TaskRunner, task: str, factory: SessionFactory) -> None:
+    def __init__(self, runner: TaskRunner, task: str, factory: SessionFactory, hold: Hold | None) -> None:
         super().__init__()
         self.runner = runner
         self.task = task
         self.factory = factory
+        self.hold = hold
 
     @Slot()
     def run(self) -> None:
         runner = self.runner
         try:
-            session = self.factory(lambda msg, frac: runner.progress.emit(msg, frac))
-            runner.session = session
-            session.subscribe(runner._on_event)
-            if runner.stop_event.is_set():
-                result = EpisodeResult(State.STOPPED, "stopped by user before the first step")
-            else:
-                result = session.run(self.task)
+            with self.hold() if self.hold is not None else contextlib.nullcontext():
+                session = self.factory(lambda msg, frac: runner.progress.emit(msg, frac))
+                runner.session = session
+                session.subscribe(runner._on_event)
+                if runner.stop_event.is_set():
+                    result = EpisodeResult(State.STOPPED, "stopped by user before the first step")
+                else:
+                    result = session.run(self.task)
             runner.finished.emit(result)
         except BaseException as exc:  # every worker exception reaches the user through `failed`
             log.exception("the task could not run")
@@ -347,8 +354,10 @@ class TaskRunner(QObject):
         if event.kind == "state":
             self.state_changed.emit(event.state)
 
-    def start(self, task: str, factory: SessionFactory) -> None:
-        """Start ``task`` on a new worker thread.
+    def start(self, task: str, factory: SessionFactory, hold: Hold | None = None) -> None:
+        """Start ``task`` on a new worker thread. ``hold()`` is entered on that thread before the session
+        is built and left when the run ends (the app takes the desktop's drive lock there); what it
+        raises ends the task through ``failed``.
 
         Raises:
             RuntimeError: a task is already running.
@@ -362,7 +371,7 @@ class TaskRunner(QObject):
         self.stopped_by = "user"
         thread = QThread()
         thread.setObjectName("holodesk-session")
-        job = _Job(self, task, factory)
+        job = _Job(self, task, factory, hold)
         job.moveToThread(thread)
         thread.started.connect(job.run)
         job.done.connect(thread.quit)
