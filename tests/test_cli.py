@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from holodesk.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_bench_takes_its_own_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -75,3 +79,50 @@ def test_terminal_approval_speaks_the_same_words_as_the_card() -> None:
     printed = out.getvalue()
     assert "Step 2: Type ‘John\\x1b[2J Smith’ into ‘Your name’" in printed and "\x1b" not in printed
     assert "  exact text: 'John\\x1b[2J Smith'" in printed
+
+
+EXPECTED_ERRORS = {
+    "empty task": (["run", ""], "the task is empty"),
+    "blank task with a script": (["run", "  ", "--script", "SCRIPT"], "the task is empty"),
+    "missing script": (["run", "x", "--script", "TMP/missing.jsonl"], "cannot read script"),
+    "script is a folder": (["run", "x", "--script", "TMP"], "cannot read script"),
+    "bad int flag": (["run", "x", "--max-steps", "abc"], "invalid int value"),
+    "out of range flag": (["run", "x", "--max-steps", "0"], "max_steps"),
+    "bad endpoint": (["run", "x", "--endpoint", "notaurl", "--model", "m"], "endpoint must start with http"),
+    "endpoint with a broken host": (["run", "x", "--endpoint", "http://[::1", "--model", "m"],
+                                    "endpoint is not a valid URL"),
+    "endpoint with a bad port": (["run", "x", "--endpoint", "http://127.0.0.1:99999/v1", "--model", "m"],
+                                 "endpoint is not a valid URL"),
+    "missing model": (["run", "x", "--model", "TMP/no-such-model"], "TMP/no-such-model"),
+    "episodes dir is a file": (["run", "x", "--script", "SCRIPT", "--episodes-dir", "SCRIPT"],
+                               "cannot create the episode folder"),
+    "bench on an unknown device": (["bench", "--device", "foo", "--tiny"], "is not a device PyTorch knows"),
+    "unwritable checkpoint path": (["tiny-checkpoint", "/proc/holodesk-no/x"], "No such file or directory"),
+    "bad settings file": (["run", "x", "--script", "SCRIPT"], "not valid TOML"),
+}
+
+
+@pytest.mark.parametrize("case", list(EXPECTED_ERRORS))
+def test_expected_errors_are_one_clear_line_without_a_traceback(case: str, tmp_path: Path,
+                                                                 xvfb_session: Any) -> None:
+    """The real `holodesk` command: bad input, a missing file or model, an unwritable folder end with
+    status 2 and one message on stderr, never a traceback."""
+    import subprocess
+    import sys
+
+    argv, expected = EXPECTED_ERRORS[case]
+    script = tmp_path / "steps.jsonl"
+    script.write_text('{"thought": "t", "note": null, "tool_call": null}\n', encoding="utf-8")
+    config = tmp_path / "settings.toml"
+    if case == "bad settings file":
+        config.write_text("approval = [\n", encoding="utf-8")
+    argv = [a.replace("SCRIPT", str(script)).replace("TMP", str(tmp_path)) for a in argv]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOLODESK_")}
+    env.update(xvfb_session.env(), HOLODESK_CONFIG=str(config), HOLODESK_DATA_DIR=str(tmp_path / "data"),
+               PYTHONPATH=str(ROOT / "app"))
+    res = subprocess.run([sys.executable, "-m", "holodesk", *argv], env=env, capture_output=True, text=True,
+                         timeout=120, stdin=subprocess.DEVNULL)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr and "Traceback" not in res.stdout, res.stderr
+    assert expected.replace("TMP", str(tmp_path)) in res.stderr, res.stderr
+    assert not list((tmp_path / "data").rglob("episode.jsonl"))  # nothing ran

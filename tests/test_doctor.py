@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from holodesk import doctor
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_hanging_check_is_reported_and_the_others_still_run(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,3 +71,41 @@ def test_local_fit_names_the_precision_the_wizard_would_pick(tmp_path: Path, mon
     monkeypatch.setenv("PATH", str(tmp_path / "none"))
     section = doctor._local_fit()
     assert section["precision that fits"] == "none: use a server" and "nvidia-smi" in section["gpu"]
+
+
+def _processes_on(display: str) -> set[tuple[int, str]]:
+    """(pid, command line) of every process whose environment names ``display`` (what an X11 D-Bus
+    autolaunch leaves behind carries it)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+        except OSError:
+            continue
+        if f"DISPLAY={display}".encode() in env and "Xvfb" not in cmd:
+            found.add((int(entry.name), cmd))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc (Linux)")
+def test_doctor_leaves_no_process_behind(make_xvfb: Any, tmp_path: Path) -> None:
+    """The real `holodesk doctor` on a display without a D-Bus session bus (as under Xvfb, CI, ssh -X):
+    no dbus-daemon / dbus-launch (or anything else) started for that display is left running."""
+    server = make_xvfb(1024, 768)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HOLODESK_", "DBUS_")) and k != "XDG_RUNTIME_DIR"}
+    env.update(server.env(), HOLODESK_CONFIG=str(tmp_path / "settings.toml"), PYTHONPATH=str(ROOT / "app"))
+    env.pop("QT_QPA_PLATFORM", None)
+    before = _processes_on(server.display)
+    res = subprocess.run([sys.executable, "-m", "holodesk", "doctor"], env=env, capture_output=True, text=True,
+                         timeout=300, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stderr
+    assert "System tray" in res.stdout and "session_bus: none" in res.stdout
+    left = _processes_on(server.display) - before
+    for pid, _cmd in left:  # end what the check started, so a failure leaves nothing behind either
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    assert left == set()

@@ -114,10 +114,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(write_tiny_checkpoint(args.path, seed=args.seed))
             return EXIT_OK
         return cmd_tray(getattr(args, "no_tray", False))
-    except HolodeskError as exc:
+    except (HolodeskError, OSError) as exc:  # expected: bad input, missing files, no display, no model
         if args.debug:
             log.exception("failed")
-        print(f"holodesk: {exc}", file=sys.stderr)
+        print(f"holodesk: {terminal_safe(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("holodesk: interrupted", file=sys.stderr)
@@ -193,7 +193,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from holodesk.display import require_display
     from holodesk.instance import DriveLock
     from holodesk.session.factory import build_capture
+    from holodesk.session.loop import check_task
     from holodesk.settings import load_settings
+
+    task = check_task(args.task)  # before a model is loaded
 
     if args.script and (args.model or args.endpoint):
         raise HolodeskError("--script replays a file; it cannot be combined with --model or --endpoint")
@@ -211,12 +214,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     require_display()
     drive = DriveLock.acquire()  # one task drives the desktop (DesktopBusy names the one that does)
     try:
-        return _run_task(args, settings, capture=build_capture())
+        return _run_task(args, task, settings, capture=build_capture())
     finally:
         drive.release()
 
 
-def _run_task(args: argparse.Namespace, settings: Settings, capture: Any) -> int:
+def _run_task(args: argparse.Namespace, task: str, settings: Settings, capture: Any) -> int:
     """The body of ``holodesk run`` once the desktop is ours."""
     from holodesk.session.approval import ApprovalPolicy
     from holodesk.session.factory import build_executor, build_policy
@@ -251,7 +254,7 @@ def _run_task(args: argparse.Namespace, settings: Settings, capture: Any) -> int
     )
     session.subscribe(_print_event)
     try:
-        result = session.run(args.task)
+        result = session.run(task)
     finally:
         policy.close()
         close = getattr(capture, "close", None)
@@ -264,7 +267,7 @@ def _run_task(args: argparse.Namespace, settings: Settings, capture: Any) -> int
         print(f"Episode recorded in {result.episode_path}")
     if args.json:
         print(json.dumps({"status": result.status.value, "reason": result.reason, "answer": result.answer,
-                          "steps": result.steps, "episode": str(result.episode_path)}, ensure_ascii=False))
+                          "steps": result.steps, "episode": str(result.episode_path)}))
     return {State.FINISHED: EXIT_OK, State.STOPPED: EXIT_STOPPED}.get(result.status, EXIT_FAILED)
 
 
@@ -314,17 +317,14 @@ def _window_probe() -> Any:
 
 
 def terminal_safe(text: str, *, keep_newlines: bool = False) -> str:
-    """Model text made inert for a terminal (F10): control characters (escape sequences, carriage
-    returns, and line breaks unless ``keep_newlines``) and invisible format characters are shown as
-    escapes (``\\x1b``, ``\\n``), so a reply can neither restyle the terminal nor fake a line of the
-    approval prompt. Printable Unicode is kept as is."""
-    out = []
-    for ch in text:
-        if ch.isprintable() or (keep_newlines and ch == "\n"):
-            out.append(ch)
-        else:
-            out.append(repr(ch)[1:-1])
-    return "".join(out)
+    """Model text made inert for a terminal (F10, F24): :func:`holodesk.core.text.display_safe`, which
+    shows control characters (escape sequences, carriage returns, and line breaks unless
+    ``keep_newlines``), invisible format characters and lone surrogates as escapes (``\\x1b``,
+    ``\\n``), so a reply can neither restyle the terminal, fake a line of the approval prompt nor
+    break the output's encoding. Printable Unicode is kept as is."""
+    from holodesk.core.text import display_safe
+
+    return display_safe(text, keep_newlines=keep_newlines)
 
 
 _STAGES = ("preprocess", "vision", "prefill", "decode", "build_prompt", "encode_images", "request")

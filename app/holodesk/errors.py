@@ -26,8 +26,17 @@ class HolodeskError(Exception):
         return f"{message}{end} {self.hint}".strip()
 
 
+class TaskError(HolodeskError, ValueError):
+    """The task the user gave cannot be run as given (it is empty)."""
+
+
 class DisplayError(HolodeskError):
     """No usable display server (DISPLAY unset, Wayland without XWayland, ...)."""
+
+
+class GeometryMismatch(DisplayError):
+    """The start-up self-check found that the monitor geometry the capture reports disagrees with the
+    input space the pointer moves in (F28): clicks would land in the wrong place."""
 
 
 class CaptureError(HolodeskError):

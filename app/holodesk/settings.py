@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import tempfile
 import tomllib
+import urllib.parse
 from pathlib import Path
 from typing import Any, Literal
 
@@ -82,7 +83,12 @@ class Settings(BaseSettings):
         description="Replay policy ('script'): the file of protocol replies to replay, one JSON reply per line "
         "(the format of `holodesk run --script FILE`).",
     )
-    protocol: str = Field("holo-v1", description="Action protocol spoken with the model (prompt, schema, parser).")
+    protocol: str = Field(
+        "agent-loop-v1",
+        description="Action protocol spoken with the model (prompt, schema, parser): 'agent-loop-v1' is H Company's "
+        "agent-loop contract (the default for Holotron-12B, local and remote); 'holo-v1' is Holodesk's first "
+        "protocol. A script file names its own protocol.",
+    )
     reasoning: bool = Field(False, description="Let the model think step by step before acting (slower).")
     constrained_decoding: bool = Field(
         True, description="Constrain the model's output to the action protocol's JSON schema."
@@ -151,6 +157,14 @@ class Settings(BaseSettings):
             raise ValueError("endpoint must start with http:// or https://, e.g. http://localhost:8000/v1")
         if "@" in value.split("//", 1)[-1].split("/", 1)[0]:
             raise ValueError("put no credentials in the endpoint URL; the API key goes into the keychain")
+        if value:
+            try:
+                parts = urllib.parse.urlsplit(value)
+                parts.port  # noqa: B018 - reading it checks the port (0-65535)
+            except ValueError as exc:
+                raise ValueError(f"endpoint is not a valid URL ({exc}), e.g. http://localhost:8000/v1") from None
+            if not parts.hostname:
+                raise ValueError("endpoint names no host, e.g. http://localhost:8000/v1")
         return value.rstrip("/")
 
     @property

@@ -4,13 +4,14 @@ gir1.2-gtk-3.0), so Holodesk drives a toolkit and an interpreter that are not it
     /usr/bin/python3 tests/apps/gtk_form.py --layout LAYOUT.json [--x 300 --y 200] [--title "GTK form"]
 
 Widgets: a Gtk.Entry "name", a Gtk.CheckButton "agree", a Gtk.Button "Count" (counts its clicks) and a
-Gtk.Button "Submit". Only a click on Submit submits.
+Gtk.Button "Submit". A click on Submit, or Return in the name field, submits.
 
 * ``--layout``: rewritten (atomic rename) whenever the window is mapped, moved or resized, the focus
   moves or a value changes, with every
   widget's rectangle in root-window (input-space) pixels, as GDK reports them:
   ``{"pid": int, "window": [x, y, w, h], "rects": {"name": [x, y, w, h], "agree": [...], "Count": [...],
-  "Submit": [...]}, "focus": "name" | ... | null, "count": int}``.
+  "Submit": [...]}, "focus": "name" | ... | null, "count": int}``; ``focus`` is null while another
+  window has the keyboard focus.
 * On Submit the final state is printed as one JSON line on stdout and the program exits 0:
   ``{"name": str, "agree": bool, "count": int, "submitted": true}``.
 * Closing the window prints ``{"submitted": false, ...}`` and exits 1.
@@ -44,6 +45,7 @@ class GtkForm:
         self.window.add(grid)
         grid.attach(Gtk.Label(label="Name:"), 0, 0, 1, 1)
         self.entry = Gtk.Entry(width_chars=30)
+        self.entry.connect("activate", self.on_submit)
         grid.attach(self.entry, 1, 0, 1, 1)
         self.check = Gtk.CheckButton(label="I agree")
         grid.attach(self.check, 1, 1, 1, 1)
@@ -59,6 +61,8 @@ class GtkForm:
         self.window.connect("configure-event", self.on_configure)
         self.window.connect("map-event", self.on_configure)
         self.window.connect("set-focus", self.on_configure)
+        self.window.connect("focus-in-event", self.on_configure)
+        self.window.connect("focus-out-event", self.on_configure)
         self.entry.connect("changed", self.on_configure)
         self.check.connect("toggled", self.on_configure)
 
@@ -80,7 +84,7 @@ class GtkForm:
     def write_layout(self) -> bool:
         if self.window.get_window() is None or not self.window.get_mapped():
             return False
-        focus = self.window.get_focus()
+        focus = self.window.get_focus() if self.window.is_active() else None
         focused = next((n for n, w in self.widgets.items() if w is focus), None)
         data = {"pid": os.getpid(), "window": self.rect(self.window),
                 "rects": {n: self.rect(w) for n, w in self.widgets.items()}, "focus": focused, **self.state()}
@@ -101,7 +105,7 @@ class GtkForm:
         self.exit_code = 0 if submitted else 1
         Gtk.main_quit()
 
-    def on_submit(self, _button: Gtk.Button) -> None:
+    def on_submit(self, _widget: Gtk.Widget) -> None:
         self.finish(True)
 
     def on_close(self, *_args: Any) -> bool:

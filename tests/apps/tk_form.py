@@ -9,7 +9,8 @@ Widgets: an Entry "name", a Checkbutton "agree", a Button "Count" (counts its cl
   value changes, with every widget's
   rectangle in root-window (input-space) pixels, as read from Tk itself:
   ``{"pid": int, "window": [x, y, w, h], "rects": {"name": [x, y, w, h], "agree": [...], "Count": [...],
-  "Submit": [...]}, "focus": "name" | ... | null, "count": int}``.
+  "Submit": [...]}, "focus": "name" | ... | null, "count": int}``; ``focus`` is null while another
+  window has the keyboard focus.
 * On Submit the final state is printed as one JSON line on stdout and the program exits 0:
   ``{"name": str, "agree": bool, "count": int, "submitted": true}``.
 * Closing the window (WM close button) prints ``{"submitted": false, ...}`` and exits 1.
@@ -51,6 +52,7 @@ class TkForm:
         self.root.bind("<Configure>", lambda _e: self.write_layout())
         self.root.bind("<Map>", lambda _e: self.write_layout())
         self.root.bind_all("<FocusIn>", lambda _e: self.write_layout())
+        self.root.bind_all("<FocusOut>", lambda _e: self.write_layout())
         self.name.trace_add("write", lambda *_a: self.write_layout())
         self.agree.trace_add("write", lambda *_a: self.write_layout())
 

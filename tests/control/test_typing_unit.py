@@ -102,3 +102,11 @@ def test_clipboard_that_does_not_take_the_text_fails_before_pasting() -> None:
         ClipboardPaster(chords.append, clipboard=cb, restore_delay_s=0).paste_text("x")
     assert chords == []
     assert cb.value == "old"
+
+
+def test_keycode_runs_group_consecutive_keycodes_into_one_change() -> None:
+    from holodesk.control.typing import keycode_runs
+
+    assert keycode_runs({253: [1, 1], 254: [2, 2], 200: [3, 3], 255: [4, 4]}) == [
+        (200, [[3, 3]]), (253, [[1, 1], [2, 2], [4, 4]])]
+    assert keycode_runs({}) == []

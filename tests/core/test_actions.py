@@ -84,12 +84,14 @@ def test_element_is_validated_and_kept_through_records() -> None:
 
 
 def test_risk_classes() -> None:
-    assert assess(Type("hello")).level is Risk.LOW
+    editor = "mousepad Mousepad"
+    assert assess(Type("hello"), focused_window=editor).level is Risk.LOW
+    assert assess(Type("hello")).level is Risk.HIGH  # the focused window is unknown
     assert assess(Type("hello"), focused_window="xterm XTerm").level is Risk.HIGH
-    assert assess(Type("rm -rf ~\n")).level is Risk.HIGH
-    assert assess(Key(("alt", "f4"))).level is Risk.HIGH
-    assert assess(Key(("shift", "ctrl", "w"))).level is Risk.HIGH
-    assert assess(Key(("enter",))).level is Risk.HIGH
-    assert assess(Key(("down",))).level is Risk.LOW
-    assert assess(Click(Point(5, 5))).level is Risk.LOW
+    assert assess(Type("rm -rf ~\n"), focused_window=editor).level is Risk.HIGH
+    assert assess(Key(("alt", "f4")), focused_window=editor).level is Risk.HIGH
+    assert assess(Key(("shift", "ctrl", "w")), focused_window=editor).level is Risk.HIGH
+    assert assess(Key(("enter",)), focused_window=editor).level is Risk.HIGH
+    assert assess(Key(("down",)), focused_window=editor).level is Risk.LOW
+    assert assess(Click(Point(5, 5)), focused_window=editor).level is Risk.LOW
     assert assess(Type("x"), focused_window="determine Determine").level is Risk.LOW

@@ -8,18 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.desktop import Desktop, FormApp, wait_until
+from tests.helpers.desktop import ALL_WINDOW_MANAGERS, Desktop, FormApp, compositor_running, wait_until
 
 pytestmark = [pytest.mark.gui, pytest.mark.slow]
 
 
+@pytest.mark.parametrize("desktop", ALL_WINDOW_MANAGERS, indirect=True)
 def test_window_manager_frames_and_focuses_windows(desktop: Desktop) -> None:
     form = desktop.tk_form(x=400, y=300)
+    assert "Tk form" in desktop.xdotool("getwindowname", str(form.window))
     # a reparenting window manager puts a frame around the client: its parent is not the root window
-    tree = desktop.xdotool("getwindowname", str(form.window))
-    assert "Tk form" in tree
-    if desktop.wm.compositing:
-        assert desktop.wm.name in ("xfwm4", "openbox+picom")
+    tree = desktop.run("xwininfo", "-children", "-id", str(form.window))
+    root = desktop.run("xwininfo", "-root").split("Window id: ")[1].split()[0]
+    parent = tree.split("Parent window id: ")[1].split()[0]
+    assert parent != root, tree
+    # the compositing setups really composite: a compositing manager owns _NET_WM_CM_S0
+    assert compositor_running(desktop.env()) is (desktop.wm.name in ("xfwm4", "openbox+picom"))
     form.activate()
     assert desktop.xdotool("getactivewindow").strip() == str(form.window)
 

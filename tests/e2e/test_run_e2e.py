@@ -1,4 +1,6 @@
-"""End to end: `holodesk run --script` against a real Qt window on a real Xvfb screen.
+"""End to end: `holodesk run --script` against a real Qt window on a real Xvfb screen with a window
+manager running (the ``desktop`` / ``make_desktop`` fixtures of tests/helpers/desktop.py: openbox, and
+xfwm4 with its compositor).
 
 The script's coordinates are computed from a frame captured from that screen, in the protocol's
 [0, 1000] convention, exactly as a model would see it. The `holodesk` command runs as its own process
@@ -19,6 +21,7 @@ import pytest
 from holodesk.capture.mss_backend import MssCapture
 from holodesk.core.geometry import Frame, frame_pixel_to_point
 from holodesk.session.episode import list_episodes, load_episode
+from tests.helpers.desktop import WINDOW_MANAGERS, Desktop
 from tests.helpers.target import TargetWindow
 
 pytestmark = [pytest.mark.e2e, pytest.mark.gui, pytest.mark.slow]
@@ -57,12 +60,13 @@ def run_holodesk(display_env: dict[str, str], args: list[str], stdin: str = "") 
                           capture_output=True, text=True, timeout=180, cwd=ROOT)
 
 
+@pytest.mark.parametrize("wm", WINDOW_MANAGERS)
 @pytest.mark.parametrize("size", [(1920, 1080), (2560, 1440)])
-def test_autopilot_clicks_the_button_and_types_unicode_exactly(make_xvfb: Any, tmp_path: Path,
-                                                                 size: tuple[int, int]) -> None:
-    server = make_xvfb(*size)
-    env = server.env()
-    env.pop("QT_QPA_PLATFORM", None)
+def test_autopilot_clicks_the_button_and_types_unicode_exactly(make_desktop: Any, tmp_path: Path,
+                                                                 size: tuple[int, int], wm: str) -> None:
+    desktop = make_desktop(wm, *size)
+    server = desktop.server
+    env = desktop.env()
     x, y = size[0] // 2 - 200, size[1] // 2 - 80  # away from the fail-safe corners
     with TargetWindow.start(tmp_path, x=x, y=y, env=env) as win:
         frame = grab(server.display)
@@ -87,9 +91,9 @@ def test_autopilot_clicks_the_button_and_types_unicode_exactly(make_xvfb: Any, t
     assert [s["result"]["status"] for s in ep.steps[:3]] == ["performed"] * 3
 
 
-def test_step_mode_skip_performs_nothing_and_quit_stops(xvfb: Any, tmp_path: Path) -> None:
-    env = xvfb.env()
-    env.pop("QT_QPA_PLATFORM", None)
+def test_step_mode_skip_performs_nothing_and_quit_stops(desktop: Desktop, tmp_path: Path) -> None:
+    xvfb = desktop.server
+    env = desktop.env()
     with TargetWindow.start(tmp_path, x=600, y=400, env=env) as win:
         frame = grab(xvfb.display)
         script = tmp_path / "steps.jsonl"
@@ -116,8 +120,8 @@ def test_step_mode_skip_performs_nothing_and_quit_stops(xvfb: Any, tmp_path: Pat
     assert np.asarray(__import__("PIL.Image").Image.open(ep.path / ep.steps[0]["frame"])).shape == (1080, 1920, 3)
 
 
-def test_doctor_reports_this_machine_truthfully(xvfb: Any, tmp_path: Path) -> None:
-    env = xvfb.env()
+def test_doctor_reports_this_machine_truthfully(desktop: Desktop, tmp_path: Path) -> None:
+    env = desktop.env()
     env["HOME"] = str(tmp_path)
     env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
     res = run_holodesk(env, ["doctor"])
@@ -130,20 +134,22 @@ def test_doctor_reports_this_machine_truthfully(xvfb: Any, tmp_path: Path) -> No
     assert "Keychain" in out and "System tray" in out
 
 
-def test_remote_endpoint_drives_a_real_window(xvfb: Any, tmp_path: Path) -> None:
+def test_remote_endpoint_drives_a_real_window(desktop: Desktop, tmp_path: Path) -> None:
     """`holodesk run --endpoint URL --model NAME` against a real HTTP server on loopback (the scripted
     OpenAI-compatible server of tests/policy: a real server process that runs no model)."""
     from tests.policy.remote_helpers import ScriptedServer
 
-    env = xvfb.env()
-    env.pop("QT_QPA_PLATFORM", None)
+    xvfb = desktop.server
+    env = desktop.env()
     env["HOLODESK_API_KEY"] = "hd-e2e-key-0123456789"
     server = ScriptedServer("--api-key", "hd-e2e-key-0123456789", "--models", "Holotron-12B")
     try:
         with TargetWindow.start(tmp_path, x=500, y=300, env=env) as win:
             frame = grab(xvfb.display)
-            server.script({"content": reply({"tool_name": "click", **point_on(frame, win, "OK")}, "press OK")},
-                          {"content": reply({"tool_name": "answer", "text": "pressed"}, "done")})
+            # the remote policy speaks the default protocol, H Company's agent-loop contract
+            server.script({"content": reply({"tool_name": "click_desktop", "element": "OK button",
+                                             **point_on(frame, win, "OK")}, "press OK")},
+                          {"content": reply({"tool_name": "answer", "content": "pressed"}, "done")})
             res = run_holodesk(env, ["run", "press OK", "--endpoint", server.url, "--model", "Holotron-12B",
                                      "--approve", "auto", "--episodes-dir", str(tmp_path / "episodes")])
             assert res.returncode == 0, res.stdout + res.stderr
@@ -155,13 +161,14 @@ def test_remote_endpoint_drives_a_real_window(xvfb: Any, tmp_path: Path) -> None
                   if part.get("type") == "image_url"]
         assert len(images) == 1 and images[0]["image_url"]["url"].startswith("data:image/png;base64,")
         assert "response_format" in first
+        assert first["messages"][1] == {"role": "user", "content": "Task: press OK"}  # agent-loop-v1 turns
     finally:
         server.stop()
     written = [p for p in (tmp_path / "episodes").rglob("*") if p.is_file()]
     assert written and not any(b"hd-e2e-key-0123456789" in p.read_bytes() for p in written)
 
 
-def test_local_tiny_holotron_acts_on_the_screen(xvfb: Any, tmp_path: Path) -> None:
+def test_local_tiny_holotron_acts_on_the_screen(desktop: Desktop, tmp_path: Path) -> None:
     """`holodesk run --model <tiny checkpoint>`: a random Holotron-shaped checkpoint in the published
     layout, loaded through the public loader on the CPU. Constrained decoding makes each reply a valid
     action, and the actions it chose are performed on the real screen."""
@@ -170,8 +177,8 @@ def test_local_tiny_holotron_acts_on_the_screen(xvfb: Any, tmp_path: Path) -> No
     # Seed 6's random weights choose clicks on this screen (seeds 0, 1, 4, 5 answer at once; 2 waits,
     # 3 scrolls, 7 drags): the test needs pointer actions to check they really happened.
     ckpt = write_tiny_checkpoint(tmp_path / "tiny-holotron", seed=6)
-    env = xvfb.env()
-    env.pop("QT_QPA_PLATFORM", None)
+    xvfb = desktop.server
+    env = desktop.env()
     env.update(OMP_NUM_THREADS="1", HOLODESK_MAX_STRING_CHARS="12", HOLODESK_MAX_REPLY_TOKENS="160",
                HOLODESK_CONFIG=str(tmp_path / "no-settings.toml"))
     episodes = tmp_path / "episodes"

@@ -183,6 +183,19 @@ def make_run(
     return Run(session, policy, capture, ex, spy, events)
 
 
+class StaleLayoutCapture(FakeCapture):
+    """A fake capture whose monitor list (what a run checks at its start) is the real current layout,
+    while the frames it replays were captured under an older layout (``frame_monitor``): the monitor
+    layout changed after the frame was grabbed (F06)."""
+
+    def __init__(self, frame: Frame, current: Monitor) -> None:
+        super().__init__({frame.monitor.index: [frame.pixels]}, [frame.monitor])
+        self.current = current
+
+    def monitors(self) -> list[Monitor]:
+        return [self.current]
+
+
 def single_frame_capture(frame: Frame) -> FakeCapture:
     """A FakeCapture showing ``frame``'s pixels on ``frame``'s monitor, for every grab."""
     return FakeCapture({frame.monitor.index: [frame.pixels]}, [frame.monitor])

@@ -37,6 +37,7 @@ from holodesk.session.loop import SessionLimits, State
 from tests.conftest import XvfbServer
 from tests.field_cases.fakes import (
     FakePanel,
+    StaleLayoutCapture,
     button_around,
     cell_inside,
     fake_input_cell,
@@ -266,10 +267,12 @@ def _pointer(server: XvfbServer) -> tuple[int, int]:
 @pytest.mark.parametrize("kind", ["click", "double_click", "drag_end_unreachable"])
 def test_F06_unreachable_target_fails_and_nothing_is_clicked_at_the_clamped_position(
         kind: str, xvfb: XvfbServer, tmp_path: Path) -> None:
-    """The frame claims a 2400-wide monitor (the layout changed since capture: a fake layout replayed
-    by FakeCapture) on the real 1920-wide Xvfb screen. X clamps the pointer at x=1919, which is on the
-    real Apply button. The real executor reads the pointer back and fails the action; Apply is never
-    clicked, and for a drag the button is never even pressed."""
+    """The frame claims a 2400-wide monitor (the layout changed since capture: StaleLayoutCapture, a
+    fake that replays a frame of the old layout while reporting the real current one) on the real
+    1920-wide Xvfb screen. X clamps the pointer at x=1919, which is on the real Apply button. The real
+    executor reads the pointer back and fails the action; Apply is never clicked, and for a drag the
+    button is never even pressed. The model is told and answers, but the run ends FAILED, naming the
+    step that could not be performed."""
     from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 
     executor = PyAutoGUIExecutor()
@@ -287,7 +290,7 @@ def test_F06_unreachable_target_fails_and_nothing_is_clicked_at_the_clamped_posi
         else:
             tool = {**click_at(far), "tool_name": kind}
         run = make_run([reply(tool), reply(None, "stop")],
-                       FakeCapture({1: [stale.pixels]}, [stale.monitor]), executor)
+                       StaleLayoutCapture(stale, Monitor(1, 0, 0, 1920, 1080, name="real")), executor)
         result = run.session.run("press far right")
         (res_event,) = run.kinds("result")
         outcome = res_event.data["result"]
@@ -295,7 +298,9 @@ def test_F06_unreachable_target_fails_and_nothing_is_clicked_at_the_clamped_posi
         assert "could not reach" in outcome.message
         assert outcome.details["pointer_readback"][0] == 1919
         assert outcome.details["target"][0] == to_input_point(stale, far).x > 1919
-        assert result.status is State.FINISHED  # the run goes on; the model is told the step failed
+        # the run goes on and the model is told, but a run with a failed step never ends "finished"
+        assert result.status is State.FAILED, result
+        assert "could not be performed (step 1: the pointer could not reach" in result.reason
         time.sleep(0.4)
         assert win.state()["clicks"] == []
 

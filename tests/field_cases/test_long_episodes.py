@@ -71,13 +71,21 @@ def _text(body: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+@pytest.mark.parametrize("protocol", ["holo-v1", "agent-loop-v1"])
 @pytest.mark.parametrize("max_images", [None, 1, 5])
 def test_F21_screenshots_in_the_prompt_are_bounded_older_steps_stay_as_text(server: ScriptedServer,
-                                                                          max_images: int | None) -> None:
+                                                                          max_images: int | None,
+                                                                          protocol: str) -> None:
     server.reset()
-    server.script(*[{"content": reply({"tool_name": "click", "x": 100 + 10 * i, "y": 500}, f"step {i + 1}")}
-                    for i in range(STEPS)], {"content": reply(None, "all clicked")})
-    settings = load_settings(policy="remote", endpoint=server.url, model=MODEL, max_images=max_images)
+    if protocol == "holo-v1":
+        server.script(*[{"content": reply({"tool_name": "click", "x": 100 + 10 * i, "y": 500}, f"step {i + 1}")}
+                        for i in range(STEPS)], {"content": reply(None, "all clicked")})
+    else:
+        server.script(*[{"content": reply({"tool_name": "click_desktop", "element": f"cell {i + 1}",
+                                           "x": 100 + 10 * i, "y": 500}, f"step {i + 1}")} for i in range(STEPS)],
+                      {"content": reply({"tool_name": "answer", "content": "all clicked"}, "done")})
+    settings = load_settings(policy="remote", endpoint=server.url, model=MODEL, max_images=max_images,
+                             protocol=protocol)
     expected_bound = 3 if max_images is None else max_images
     assert settings.max_images == expected_bound  # default 3, configurable
     frames = _frames(STEPS + 1)
@@ -100,7 +108,14 @@ def test_F21_screenshots_in_the_prompt_are_bounded_older_steps_stay_as_text(serv
             assert np.array_equal(images[-2], frames[step - 1])
         text = _text(body)
         for earlier in range(step):  # every earlier step is still there, as text
-            assert f"Step {earlier + 1}: " in text and f'"thought": "step {earlier + 1}"' in text, (step, earlier)
+            if protocol == "holo-v1":
+                assert f"Step {earlier + 1}: " in text and f'"thought": "step {earlier + 1}"' in text, (step, earlier)
+            else:  # the parsed reply re-added as an assistant turn, its result as a tool_output turn
+                assert f'"thought":"step {earlier + 1}"' in text, (step, earlier)
+        if protocol == "agent-loop-v1":  # screenshots beyond the budget: the placeholder in its wrapper
+            omitted = "<observation>\n\n[Image omitted by context cleaning]\n\n</observation>"  # parts joined by \\n
+            assert text.count(omitted) == step + 1 - len(images), step
+            assert text.count('<tool_output tool="click_desktop">') == step
 
 
 def test_F21_a_policy_fallback_is_told_to_the_user() -> None:

@@ -19,7 +19,7 @@ from holodesk.capture.fake import FakeCapture
 from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 from holodesk.core.actions import Action, Answer, Click, Point
 from holodesk.errors import PolicyOutputError
-from holodesk.policy.protocol import get_protocol
+from holodesk.policy.protocol import PROTOCOL_NAMES, get_protocol
 from holodesk.session.approval import ApprovalResponse, Decision
 from holodesk.session.loop import SessionLimits, State
 from tests.field_cases.fakes import FakePanel, SpyApprover, make_run, reply, single_frame_capture
@@ -198,3 +198,47 @@ def test_F09_wall_time_cap_during_approval_runs_nothing() -> None:
     result = run.session.run("click")
     assert result.status is State.FAILED and "wall-time cap" in result.reason
     assert run.executor.calls == []
+
+
+# -- F25 ------------------------------------------------------------------------------------------------
+# 200,000-character hostile replies. Before the fix the "{...</think></think>..." shape took > 90 s
+# (quadratic re-scan per closing tag: 16k chars 0.8 s, 32k 3.5 s, 64k 14.9 s); now every shape is one
+# linear pass (about 0.01-0.2 s of CPU each). CPU time of this process is measured, so a loaded machine
+# does not make the bound flaky; the bound (1 s) is still 5x the slowest measured shape.
+F25_N = 200_000
+F25_SHAPES: dict[str, str] = {
+    "repeated_think_tags_inside_an_open_string": ('{"a": "' + "</think>" * F25_N)[:F25_N],
+    "repeated_think_tags_in_prose": ("x</think>" * F25_N)[:F25_N],
+    "nested_open_braces": "{" * F25_N,
+    "nested_braces_closed": "{" * (F25_N // 2) + "}" * (F25_N // 2),
+    "long_unterminated_string": '{"note": null, "thought": "' + "x" * (F25_N - 40),
+    "deep_open_arrays": ('{"a": ' + "[" * F25_N)[:F25_N],
+    "deep_arrays_closed": '{"a": ' + "[" * (F25_N // 2 - 4) + "]" * (F25_N // 2 - 4) + "}",
+    "many_empty_objects": "{}" * (F25_N // 2),
+    "many_small_objects": ('{"a":1}' * F25_N)[:F25_N],
+    "repeated_quotes": ('{"' * F25_N)[:F25_N],
+    "single_quoted_literal_with_braces": "{'a': '" + "}" * (F25_N - 8),
+    "many_think_openers": "<think>" + "<think>" * (F25_N // 7 - 1),
+}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOL_NAMES)
+@pytest.mark.parametrize("shape", sorted(F25_SHAPES))
+def test_F25_a_huge_hostile_reply_is_rejected_in_linear_time(shape: str, protocol: str) -> None:
+    text = F25_SHAPES[shape]
+    assert len(text) >= F25_N - 16
+    parser = get_protocol(protocol)
+    t0 = time.process_time()
+    with pytest.raises(PolicyOutputError) as info:
+        parser.parse(text)
+    elapsed = time.process_time() - t0
+    assert elapsed < 1.0, f"{shape}: {elapsed:.3f} s of CPU"
+    assert info.value.raw_text == text  # rejected with the raw text attached, as any bad reply
+
+
+def test_F25_a_reply_over_the_limit_is_rejected_before_it_is_scanned() -> None:
+    text = "</think>" * 40_000  # 320,000 characters
+    t0 = time.process_time()
+    with pytest.raises(PolicyOutputError, match="more than 200000"):
+        get_protocol("holo-v1").parse(text)
+    assert time.process_time() - t0 < 1.0

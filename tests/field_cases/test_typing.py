@@ -112,3 +112,40 @@ def test_F15_unverifiable_paste_is_reported_not_assumed(xvfb: XvfbServer, tmp_pa
     last_history = run.policy.observations[2].history[-1]
     assert last_history.outcome.startswith("sent but not verified")
     assert pyperclip.paste() == PREVIOUS_CLIPBOARD
+
+
+def test_F15_paste_waits_for_a_slow_target_before_restoring_the_clipboard(xvfb: XvfbServer, tmp_path: Path
+                                                                          ) -> None:
+    """X11 pastes are fetched when the target gets round to it. The target window is frozen (SIGSTOP)
+    while the paste chord is pressed and thawed a second later, far past any fixed restore delay: the
+    paste still brings the model's text (not the user's previous clipboard), and the user's clipboard is
+    restored afterwards. This is the loaded-machine race behind the F10 clipboard flake, made certain."""
+    import os
+    import signal
+    import threading
+
+    import pyperclip
+
+    from holodesk.core.actions import Click, Point, Type
+
+    pyperclip.copy(PREVIOUS_CLIPBOARD)
+    text = "pasted while the target was frozen ✓"
+    executor = PyAutoGUIExecutor(typing="clipboard")
+    with TargetWindow.start(tmp_path, x=200, y=150) as win, MssCapture() as cap:
+        frame = cap.grab(1)
+        field = frame_pixel_to_point(frame, *win.center("field"))
+        assert executor.execute(Click(Point(field.x, field.y)), frame).ok
+        win.wait_for(lambda s: s["focus"] == "field", timeout=10)
+        os.kill(win.process.pid, signal.SIGSTOP)
+        thaw = threading.Timer(1.0, os.kill, (win.process.pid, signal.SIGCONT))
+        thaw.start()
+        try:
+            result = executor.execute(Type(text), frame)
+        finally:
+            thaw.join()
+            os.kill(win.process.pid, signal.SIGCONT)
+        state = win.wait_for(lambda s: s["text"] != "", timeout=10)
+    assert state["text"] == text
+    assert result.ok and result.details["target_fetched"] is True, result
+    assert result.details["clipboard_restored"] is True
+    assert pyperclip.paste() == PREVIOUS_CLIPBOARD

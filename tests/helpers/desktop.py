@@ -14,7 +14,7 @@ A :class:`Desktop`:
 
     def test_editor(desktop: Desktop, tmp_path: Path) -> None:
         env = desktop.env()                                   # DISPLAY, D-Bus, XDG dirs of this desktop
-        editor = desktop.launch(["mousepad", str(tmp_path / "a.txt")], wm_class="mousepad")
+        editor = desktop.launch(["mousepad", "--disable-server", str(tmp_path / "a.txt")], wm_class="mousepad")
         x, y, w, h = editor.geometry()                        # client area, root pixels
         form = desktop.tk_form()                              # tests/apps/tk_form.py
         cx, cy = form.center("Submit")                        # from the form's own layout report
@@ -29,12 +29,20 @@ A :class:`Desktop`:
   xdotool regular expressions; without either the window is found by ``_NET_WM_PID``.
 * ``Desktop.tk_form(x, y)`` / ``Desktop.gtk_form(x, y)`` start tests/apps/tk_form.py (our venv's Python)
   or tests/apps/gtk_form.py (the system Python with PyGObject) and return a :class:`FormApp`.
+* ``Desktop.place(app, x, y, width=None, height=None)`` moves/resizes a window through the window
+  manager and waits until it stays put.
 * :class:`App`: ``window`` (X id), ``geometry()``, ``activate()``, ``wait_exit(timeout)``, ``stdout()``,
   ``close()``. :class:`FormApp` adds ``layout()``, ``rects()``, ``center(name)``, ``wait_layout(pred)``
-  and ``result(timeout)`` (the JSON the form printed when submitted).
+  ``wait_current()`` and ``result(timeout)`` (the JSON the form printed when submitted).
 * ``Desktop.xdotool(*args)`` / ``Desktop.pointer()`` / ``Desktop.click(x, y)`` drive this display with
-  xdotool (Holodesk-independent input for setting up a scene).
-* ``Desktop.wm`` is the :class:`WindowManager` (``name``, ``compositing``).
+  xdotool (Holodesk-independent input for setting up a scene); ``Desktop.run(*argv)`` runs any other
+  command (numlockx, xrandr ...) on it.
+* ``Desktop.wm`` is the :class:`WindowManager` (``name``, ``compositing``); ``compositor_running(env)``
+  asks the X server whether a compositing manager is running.
+
+Without the fixtures: ``start_window_manager(env, name, log_dir) -> WindowManager`` starts one on any
+display (``env["DISPLAY"]``; call ``.stop()``), e.g. on a display a test suite already owns (the UI e2e
+tests do this); ``wait_until(predicate, timeout, what)`` is the bounded poll everything here uses.
 
 Each desktop has its own D-Bus session bus (``dbus-daemon --session``), its own XDG config/cache/data
 directories, ``GSETTINGS_BACKEND=memory`` and ``NO_AT_BRIDGE=1``, so GTK programs neither autolaunch a
@@ -136,7 +144,8 @@ def _root_property_window(env: dict[str, str], atom: str) -> bool:
     return res.returncode == 0 and "window id #" in res.stdout
 
 
-def _compositor_running(env: dict[str, str]) -> bool:
+def compositor_running(env: dict[str, str]) -> bool:
+    """True when a compositing manager owns ``_NET_WM_CM_S0`` on ``env["DISPLAY"]``."""
     from Xlib import X, display
 
     conn = display.Display(env["DISPLAY"])
@@ -182,7 +191,7 @@ def start_window_manager(env: dict[str, str], name: str, log_dir: Path, timeout:
                     raise RuntimeError(f"{argv[0]} exited with {proc.returncode}:\n{wm.log()}")
                 if argv[0] == "picom" or (argv[0] == "xfwm4" and compositor == "xfwm4"):
                     return (_root_property_window(env, "_NET_SUPPORTING_WM_CHECK") if argv[0] == "xfwm4"
-                            else True) and _compositor_running(env)
+                            else True) and compositor_running(env)
                 return _root_property_window(env, "_NET_SUPPORTING_WM_CHECK")
 
             wait_until(ready, timeout, f"{argv[0]} on {env['DISPLAY']}", interval=0.1)
@@ -278,6 +287,15 @@ class FormApp(App):
         result: dict[str, Any] = wait_until(check, timeout, f"the form layout ({self.layout()})")
         return result
 
+    def wait_current(self, timeout: float = WINDOW_TIMEOUT_S) -> dict[str, Any]:
+        """Wait until the form's layout report agrees with where the X server says its window is (after
+        the window manager placed or moved it); return the report."""
+        def current(data: dict[str, Any]) -> bool:
+            gx, gy, _, _ = self.geometry()
+            return list(data.get("window", [None, None])[:2]) == [gx, gy]
+
+        return self.wait_layout(current, timeout)
+
     def rects(self) -> dict[str, Rect]:
         """Widget name -> (x, y, w, h) in root pixels, as the form last reported them."""
         return {name: (r[0], r[1], r[2], r[3]) for name, r in self.layout().get("rects", {}).items()}
@@ -351,6 +369,11 @@ class Desktop:
         return subprocess.run(["xdotool", *args], env=self._env, capture_output=True, text=True, check=check,
                               timeout=timeout).stdout
 
+    def run(self, *argv: str, check: bool = True, timeout: float = 15.0) -> str:
+        """Run a command (numlockx, xrandr, xprop ...) with this desktop's environment; return its stdout."""
+        return subprocess.run(list(argv), env=self._env, capture_output=True, text=True, check=check,
+                              timeout=timeout).stdout
+
     def pointer(self) -> tuple[int, int]:
         """The pointer position in root pixels (``xdotool getmouselocation``)."""
         out = self.xdotool("getmouselocation", "--shell")
@@ -422,17 +445,24 @@ class Desktop:
         result: Rect = wait_until(stable, timeout, f"the window of {app.argv[0]} to stop moving", interval=0.1)
         return result
 
+    def place(self, app: App, x: int, y: int, width: int | None = None, height: int | None = None,
+              timeout: float = WINDOW_TIMEOUT_S) -> Rect:
+        """Ask the window manager to move ``app``'s window to (x, y) (and resize it), then wait until it
+        has stopped moving; return its client geometry (which includes the WM's frame offset)."""
+        if width is not None and height is not None:
+            self.xdotool("windowsize", str(app.window), str(width), str(height))
+        self.xdotool("windowmove", str(app.window), str(x), str(y))
+        rect = self.wait_placed(app, timeout)
+        if isinstance(app, FormApp):
+            app.wait_current(timeout)
+        return rect
+
     def _form(self, argv: list[str], x: int, y: int, wm_class: str, timeout: float) -> FormApp:
         layout = self.directory / f"form-{time.monotonic_ns()}.json"
         form: FormApp = self.launch([*argv, "--layout", str(layout), "--x", str(x), "--y", str(y)],
                                     wm_class=wm_class, timeout=timeout, cls=FormApp, layout_path=layout)
 
-        def settled(data: dict[str, Any]) -> bool:
-            # the form's own report agrees with where the X server says its window is
-            gx, gy, _, _ = form.geometry()
-            return data.get("window", [None, None])[:2] == [gx, gy]
-
-        form.wait_layout(settled, timeout)
+        form.wait_current(timeout)
         return form
 
     def tk_form(self, x: int = 300, y: int = 200, timeout: float = WINDOW_TIMEOUT_S) -> FormApp:

@@ -136,7 +136,7 @@ class ProtocolDouble:
             "required": ["note", "thought", "tool_call"],
         }
 
-    def parse(self, raw_text: str) -> ParsedReplyDouble:
+    def parse(self, raw_text: str, *, pointer: Any = None) -> ParsedReplyDouble:
         try:
             data = json.loads(raw_text)
             call = data["tool_call"]

@@ -77,8 +77,9 @@ ALL_ACTIONS: list[Action] = [
 
 # ------------------------------------------------------------------------------------- registry
 def test_protocol_names_and_registry() -> None:
-    assert PROTOCOL_NAMES == ("holo-v1",)
+    assert PROTOCOL_NAMES == ("holo-v1", "agent-loop-v1")
     assert isinstance(P, ActionProtocol)
+    assert get_protocol("agent-loop-v1").name == "agent-loop-v1"
     assert P.name == "holo-v1"
     assert get_protocol() is P
 
@@ -516,7 +517,8 @@ def test_build_messages_bounds_images_and_keeps_text_history() -> None:
     # the image of a kept step comes right before its text
     parts = messages[1]["content"]
     idx = next(i for i, p in enumerate(parts) if p["type"] == "image")
-    assert parts[idx + 1]["text"].startswith(P.format_step(steps[8]))
+    # (parts carry their separating line break: the template concatenates them)
+    assert parts[idx + 1]["text"].startswith("\n" + P.format_step(steps[8]))
 
 
 @pytest.mark.parametrize("wrap", ["```json\n{}\n```", "Sure: {}", "{}"])
@@ -563,7 +565,7 @@ def test_build_messages_keeps_a_stable_prefix_through_the_current_screenshot() -
         end = max(i for i, p in enumerate(now) if not isinstance(p, str))  # the current screenshot
         for a, b in zip(now[: end + 1], nxt[: end + 1], strict=True):
             assert a is b if not isinstance(a, str) else a == b  # frames compare by identity
-        assert isinstance(nxt[end + 1], str) and nxt[end + 1].startswith(P.format_step(steps[k]))
+        assert isinstance(nxt[end + 1], str) and nxt[end + 1].startswith("\n" + P.format_step(steps[k]))
 
 
 @pytest.mark.parametrize(("max_images", "expected"), [(1, 1), (2, 2), (5, 5), (50, 11)])

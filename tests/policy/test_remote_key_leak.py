@@ -57,7 +57,7 @@ def run_task(server: ScriptedServer, api_key: str, episodes: Path) -> tuple[Stat
 
 
 def test_api_key_is_in_no_written_file_and_no_log(home, caplog, capfd):
-    proto = get_protocol("holo-v1")
+    proto = get_protocol("agent-loop-v1")  # RemotePolicy's default protocol
     server = ScriptedServer("--api-key", KEY, "--models", MODEL)
     log_file = home / ".local/state/holodesk/holodesk.log"
     log_file.parent.mkdir(parents=True)

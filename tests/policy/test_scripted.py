@@ -128,9 +128,9 @@ def test_write_script_round_trip(tmp_path: Path) -> None:
         header="made by a test\nsecond line",
     )
     lines = path.read_text(encoding="utf-8").split("\n")
-    assert lines[:2] == ["# made by a test", "# second line"]
-    assert lines[2] == get_protocol().to_reply(Click(Point(3, 4)))
-    assert json.loads(lines[4]) == raw_bad
+    assert lines[:3] == ["# protocol: holo-v1", "# made by a test", "# second line"]
+    assert lines[3] == get_protocol().to_reply(Click(Point(3, 4)))
+    assert json.loads(lines[5]) == raw_bad
     assert read_script(path)[2] == raw_bad
 
     policy = ScriptedPolicy(path)

@@ -120,6 +120,7 @@ def test_stop_ends_the_run_and_the_record_lists_every_decision(tmp_path: Path) -
 def test_autopilot_approves_low_risk_and_asks_for_high_risk(tmp_path: Path) -> None:
     session, spy, executor, _ = make_session([click(5, 5), type_("rm -rf ~\n"), answer("x")], [S], tmp_path,
                                              mode="auto")
+    session.focus_probe = lambda: "mousepad Mousepad"  # a fake focus probe: a known, non-terminal window
     result = session.run("mixed risk")
     assert result.status is State.FINISHED
     assert len(spy.requests) == 1 and spy.requests[0].risk.level.value == "high"
@@ -274,3 +275,49 @@ def test_the_request_and_the_record_name_the_window_and_the_field_typed_into(tmp
     steps = load_episode(list_episodes(tmp_path)[0]).steps
     assert [s["headline"] for s in steps[:4]] == heads
     assert steps[1]["window"] == form.to_dict() and steps[1]["focus_element"] == "Your name"
+
+def test_a_failed_action_is_reported_to_the_model_and_the_run_cannot_end_finished(tmp_path: Path) -> None:
+    session, _spy, executor, _ = make_session([click(1, 1), click(2, 2), answer("all done")], [A, A], tmp_path)
+    executor.fail_at(0, "the pointer could not reach the target (3, 3); did not click")
+    result = session.run("click twice")
+    assert result.status is State.FAILED and result.answer == "all done"
+    assert result.reason == ("the model answered, but 1 approved action(s) could not be performed (step 1: the "
+                             "pointer could not reach the target (3, 3); did not click); check the screen")
+    assert len(executor.calls) == 2  # the run went on after the failure
+    ep = load_episode(list_episodes(tmp_path)[0])
+    assert ep.end is not None and ep.end["status"] == "failed"
+
+
+class GeometryCheckingExecutor(LoggingExecutor):
+    """A fake executor with a start-up geometry check that fails (as the real one does on a mismatch)."""
+
+    def __init__(self, log: list[tuple[str, Any]], fail: bool) -> None:
+        super().__init__(log)
+        self.fail = fail
+        self.checked: list[Any] = []
+
+    def check_geometry(self, monitor: Any) -> None:
+        from holodesk.errors import GeometryMismatch
+
+        self.checked.append(monitor)
+        if self.fail:
+            raise GeometryMismatch("start-up geometry check failed: FAKE mismatch", hint="Check the layout.")
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_geometry_self_check_runs_once_before_anything_and_a_mismatch_refuses_the_run(
+        tmp_path: Path, fail: bool) -> None:
+    log: list[tuple[str, Any]] = []
+    executor = GeometryCheckingExecutor(log, fail)
+    policy = ScriptedPolicy([click(1, 1), click(2, 2), answer("ok")])
+    session = Session(policy, FakeCapture(frames(5)), executor, ApprovalPolicy("auto", Spy([], log)),
+                      episodes_dir=tmp_path)
+    session.focus_probe = lambda: "mousepad Mousepad"  # a fake focus probe: a known, non-terminal window
+    result = session.run("click")
+    assert [m.index for m in executor.checked] == [1]
+    if fail:
+        assert result.status is State.FAILED and result.steps == 0
+        assert result.reason == "start-up geometry check failed: FAKE mismatch. Check the layout."
+        assert log == [] and executor.calls == []
+    else:
+        assert result.status is State.FINISHED and len(executor.calls) == 2

@@ -121,9 +121,31 @@ class AppKit:
         self.policy = policy
 
 
+class FakeDesktopProbe:
+    """Window probe for the app tests: the real window at a point when the display shows one there, else
+    (the empty test display) a fake window of application ``app`` (the class part of a WM_CLASS such as
+    ``"mousepad Mousepad"``), or None when ``app`` is None. Without a point: the real focused window."""
+
+    def __init__(self, wm_class: str | None) -> None:
+        self.app = wm_class.split()[-1] if wm_class else None
+
+    def __call__(self, x: int | None = None, y: int | None = None) -> Any:
+        from holodesk.control.window import window_at
+        from holodesk.core.wording import WindowInfo
+
+        real = window_at(x, y)
+        if real is not None or x is None or self.app is None:
+            return real
+        return WindowInfo(title="", app=self.app)
+
+
 @pytest.fixture
 def make_app(qtbot: Any, tmp_path: Path) -> Iterator[Callable[..., AppKit]]:
-    """Factory ``make_app(actions, approval="step", countdown=2.0, **kw) -> AppKit``; a Done is appended."""
+    """Factory ``make_app(actions, approval="step", countdown=2.0, **kw) -> AppKit``; a Done is appended.
+    ``focused_window`` is what a fake focus probe reports as the focused window's class (the actions go
+    to a RecordingExecutor, not to a real window); the window under a point is the real one there
+    (:func:`holodesk.control.window.window_at`), and where the real display shows none, a fake window of
+    ``focused_window``'s application. None means unknown for both."""
     from holodesk.settings import Settings
     from holodesk.ui.app import HolodeskApp
 
@@ -131,7 +153,7 @@ def make_app(qtbot: Any, tmp_path: Path) -> Iterator[Callable[..., AppKit]]:
 
     def make(actions: list[Action | str], *, approval: str = "step", countdown: float = 2.0,
              force_window: bool = False, capture: Any = None, executor: Any = None, hotkeys: bool = False,
-             end: bool = True, **settings_kw: Any) -> AppKit:
+             end: bool = True, focused_window: str | None = "mousepad Mousepad", **settings_kw: Any) -> AppKit:
         replies = [a if isinstance(a, str) else reply(a, thought=f"step {i + 1}") for i, a in enumerate(actions)]
         if end:
             replies.append(reply(Done("finished")))
@@ -143,7 +165,8 @@ def make_app(qtbot: Any, tmp_path: Path) -> Iterator[Callable[..., AppKit]]:
         app = HolodeskApp(settings, force_window=force_window, hotkeys=hotkeys,
                           policy_factory=lambda s, progress: policy, capture_factory=lambda: cap,
                           executor_factory=lambda s: rec, settings_path=tmp_path / "config" / "settings.toml",
-                          dialogs=False)
+                          dialogs=False, focus_probe=lambda: focused_window,
+                          window_probe=FakeDesktopProbe(focused_window))
         app.guard.settle_s = 0.05
         made.append(app)
         app.start()

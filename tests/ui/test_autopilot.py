@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -10,6 +9,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from holodesk.core.actions import Click, Key, Point
+from holodesk.session.episode import load_episode
 from holodesk.session.loop import State
 from tests.ui.conftest import wait_finished, wait_overlay
 
@@ -17,8 +17,7 @@ pytestmark = pytest.mark.gui
 
 
 def steps_of(result: Any) -> list[dict[str, Any]]:
-    lines = (result.episode_path / "episode.jsonl").read_text().splitlines()
-    return [json.loads(x) for x in lines if json.loads(x)["type"] == "step"]
+    return load_episode(result.episode_path).steps
 
 
 def test_countdown_is_shown_then_the_autopilot_approves(qtbot: Any, make_app: Any) -> None:
@@ -107,3 +106,20 @@ def test_p_during_the_countdown_pauses_the_autopilot(qtbot: Any, make_app: Any) 
     qtbot.keyClick(second, Qt.Key.Key_Return)
     result = wait_finished(qtbot, kit.app)
     assert [s["decided_by"] for s in steps_of(result)[:2]] == ["user", "user"]
+
+
+def test_unknown_window_asks_and_the_card_says_why(qtbot: Any, make_app: Any) -> None:
+    """F23: where no window is known (no window manager, nothing under the pointer: the probes return
+    None) the autopilot does not approve even a click; the card shows the reason."""
+    kit = make_app([Click(Point(300, 300))], approval="auto", countdown=0.2, focused_window=None)
+    kit.app.start_task("click while the window is unknown")
+    overlay = wait_overlay(qtbot, kit.app)
+    assert not overlay.card.countdown_label.isVisible()
+    assert overlay.card.risk_badge.text() == "HIGH RISK"
+    assert "no known window" in overlay.card.risk_reason.text()
+    qtbot.wait(600)  # past the countdown: still waiting
+    assert kit.executor.calls == []
+    qtbot.keyClick(overlay, Qt.Key.Key_Return)
+    result = wait_finished(qtbot, kit.app)
+    assert steps_of(result)[0]["decided_by"] == "user"
+    assert "no known window" in steps_of(result)[0]["risk"]["reason"]

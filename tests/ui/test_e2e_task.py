@@ -1,4 +1,5 @@
-"""A whole task through the UI against a real target window.
+"""A whole task through the UI against a real target window, under a window manager (openbox, and xfwm4
+with its compositor).
 
 Global hotkey sent with xdotool -> command palette -> task typed with xdotool -> ScriptedPolicy proposes a
 click on the target's OK button -> the overlay marks the button -> Enter (xdotool) -> the real executor
@@ -8,6 +9,7 @@ click on the target's OK button -> the overlay marks the button -> Enter (xdotoo
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +22,22 @@ from holodesk.policy.scripted import ScriptedPolicy, write_script
 from holodesk.session.loop import State
 from holodesk.settings import Settings
 from holodesk.ui.app import HolodeskApp
+from tests.helpers.desktop import WINDOW_MANAGERS, WindowManager, start_window_manager
 from tests.helpers.target import TargetWindow
 from tests.ui.conftest import wait_finished, wait_overlay
 
 pytestmark = [pytest.mark.gui, pytest.mark.e2e]
+
+
+@pytest.fixture(autouse=True, params=WINDOW_MANAGERS)
+def window_manager(request: pytest.FixtureRequest, ui_env: Any, tmp_path: Path) -> Iterator[WindowManager]:
+    """Every test here runs under a real window manager (tests/helpers/desktop.py), stopped afterwards."""
+    (tmp_path / "wm").mkdir()
+    wm = start_window_manager(ui_env.env(), str(request.param), tmp_path / "wm")
+    try:
+        yield wm
+    finally:
+        wm.stop()
 
 
 def xdotool(env_display: Any, *args: str) -> None:

@@ -15,7 +15,8 @@ class ActionResult:
 
     Attributes:
         ok: True when the action was performed (and verified where verification is possible).
-        status: "performed" | "failed" | "stopped_by_user".
+        status: "performed" | "failed" | "stopped_by_user" | "unknown" (the executor raised: the action
+            may have been performed in part; set by the session, never by an executor).
         message: plain-words detail ("clicked at (960, 540)", "pointer clamped at (0, 0)").
         details: structured details for the episode record (input points, paste method, ...).
         duration_ms: wall time spent performing it.

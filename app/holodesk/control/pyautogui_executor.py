@@ -13,6 +13,10 @@
   really is elsewhere then fails the step (e.g. the OS clamped it at a screen edge, or something moved
   it away): nothing is clicked and the result is "failed" (F06). A drag visits its end point before
   pressing the button, so an unreachable end fails before anything is pressed.
+* :meth:`PyAutoGUIExecutor.check_geometry` is the start-up self-check (F28): the pointer is sent to
+  points just inside the corners and to the centre of the chosen monitor and read back; if the input
+  space disagrees with the capture geometry, :class:`~holodesk.errors.GeometryMismatch` is raised
+  before anything is clicked. The session calls it once per run.
 * pyautogui's fail-safe (pointer in a screen corner) becomes ``status="stopped_by_user"`` (F12).
 * Errors are returned as failed :class:`ActionResult` values, never raised.
 """
@@ -44,14 +48,16 @@ from holodesk.core.actions import (
     Type,
     Wait,
 )
-from holodesk.core.geometry import Frame, InputPoint, to_input_point
-from holodesk.errors import ActionError, DisplayError, HolodeskError
+from holodesk.core.geometry import Frame, InputPoint, Monitor, to_input_point
+from holodesk.errors import ActionError, DisplayError, GeometryMismatch, HolodeskError
 
 log = logging.getLogger(__name__)
 
 TypingMethod = Literal["auto", "xtest", "clipboard"]
 
 _WHEEL_DELTA_WINDOWS = 120  # pyautogui on Windows passes clicks straight to MOUSEEVENTF_WHEEL (1/120 notch)
+#: How far inside each monitor corner the geometry self-check probes (pixels; clear of the fail-safe corner).
+GEOMETRY_PROBE_INSET_PX = 8
 
 
 def pyautogui_key_name(key: str, platform: str | None = None) -> str:
@@ -212,6 +218,62 @@ class PyAutoGUIExecutor:
         x, y = gui.position()
         log.info("moved the pointer out of a fail-safe corner to (%d, %d)", x, y)
         return InputPoint(int(x), int(y))
+
+    def check_geometry(self, monitor: Monitor) -> list[list[int]]:
+        """Start-up self-check (F28): send the pointer to points :data:`GEOMETRY_PROBE_INSET_PX` inside
+        each corner of ``monitor`` (as the capture backend reports it, input space) and to its centre,
+        read each position back (after the pointer has settled, F22), then put the pointer back where
+        it was. Nothing is clicked.
+
+        Returns:
+            The probed points ``[[x, y], ...]`` (all reached).
+        Raises:
+            GeometryMismatch: a probe point could not be reached: the monitor the capture reports does
+                not exist in the input space (misreported size or position, a layout change, or capture
+                and input on different displays).
+            DisplayError: no usable display.
+        """
+        gui = self._gui()
+        inset = GEOMETRY_PROBE_INSET_PX
+        left, top = monitor.left, monitor.top
+        right, bottom = left + monitor.width - 1, top + monitor.height - 1
+        probes = [InputPoint(left + inset, top + inset), InputPoint(right - inset, top + inset),
+                  InputPoint(left + inset, bottom - inset), InputPoint(right - inset, bottom - inset),
+                  InputPoint(left + monitor.width // 2, top + monitor.height // 2)]
+        start = self._position()
+        try:
+            for probe in probes:
+                try:
+                    self._move_verified(gui, probe)
+                except _Unreachable as exc:
+                    seen = exc.details.get("pointer_readback", ["?", "?"])
+                    width, height = gui.size()
+                    raise GeometryMismatch(
+                        f"start-up geometry check failed: the screen capture reports {monitor.label}, but the "
+                        f"pointer sent to ({probe.x}, {probe.y}) on it stopped at ({seen[0]}, {seen[1]}); the "
+                        f"input space is {width}x{height}. Clicks would land in the wrong place, so the run "
+                        "was refused before any action",
+                        hint="Check the display scaling and monitor layout (xrandr, or the desktop's display "
+                             "settings), make sure Holodesk captures and controls the same display (DISPLAY), "
+                             "then run 'holodesk doctor'.",
+                    ) from None
+        finally:
+            self._put_pointer_back(gui, start)
+        log.info("geometry self-check passed on %s (%d points)", monitor.label, len(probes))
+        return [[p.x, p.y] for p in probes]
+
+    def _put_pointer_back(self, gui: Any, position: tuple[int, int]) -> None:
+        """Move the pointer to ``position`` without triggering the fail-safe; if that is a fail-safe
+        corner, to the centre of the primary screen instead (F12)."""
+        if position in [tuple(p) for p in gui.FAILSAFE_POINTS]:
+            width, height = gui.size()
+            position = (width // 2, height // 2)
+        saved = gui.FAILSAFE
+        gui.FAILSAFE = False
+        try:
+            gui.moveTo(position[0], position[1])
+        finally:
+            gui.FAILSAFE = saved
 
     def _raise_if_failsafe(self, gui: Any) -> None:
         """Raise pyautogui's FailSafeException when its fail-safe is on and the pointer sits in a corner."""

@@ -28,6 +28,7 @@ Clipboard paste
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import time
@@ -104,6 +105,18 @@ def plan_segments(keysyms: Sequence[int], direct: set[int], spare_count: int) ->
     if start < len(keysyms):
         segments.append((start, len(keysyms)))
     return segments
+
+
+def keycode_runs(rows: dict[int, list[int]]) -> list[tuple[int, list[list[int]]]]:
+    """Group keycode -> keysym-row assignments into runs of consecutive keycodes, in keycode order:
+    ``{253: a, 254: b, 200: c}`` -> ``[(200, [c]), (253, [a, b])]`` (one ChangeKeyboardMapping each)."""
+    runs: list[tuple[int, list[list[int]]]] = []
+    for kc in sorted(rows):
+        if runs and runs[-1][0] + len(runs[-1][1]) == kc:
+            runs[-1][1].append(rows[kc])
+        else:
+            runs.append((kc, [rows[kc]]))
+    return runs
 
 
 @dataclass
@@ -295,9 +308,7 @@ class X11KeysymTyper:
                 needed = [ks for ks in dict.fromkeys(keysyms[start:end]) if ks not in typable]
                 if needed:
                     bound = dict(zip(spare, needed, strict=False))
-                    for kc, ks in bound.items():
-                        conn.change_keyboard_mapping(kc, [[ks, ks]])
-                    conn.sync()
+                    self._change_map(conn, {kc: [ks, ks] for kc, ks in bound.items()}, width)
                     time.sleep(self.settle_s)
                     remapped_total.update(needed)
                 by_keysym = {ks: kc for kc, ks in bound.items()}
@@ -318,10 +329,18 @@ class X11KeysymTyper:
         return TypingReport(method="xtest_keysym", characters=len(keysyms), remapped=len(remapped_total))
 
     @staticmethod
-    def _restore(conn: Any, bound: dict[int, int], width: int) -> None:
-        for kc in bound:
-            conn.change_keyboard_mapping(kc, [[0] * width])
+    def _change_map(conn: Any, rows: dict[int, list[int]], width: int) -> None:
+        """Set the keysyms of several keycodes with one request per run of consecutive keycodes
+        (:func:`keycode_runs`): every change makes each client reload its keymap, and a GTK client
+        busy reloading it drops pointer clicks, so the fewer changes the better."""
+        per_row = max(width, 2)
+        for first, block in keycode_runs(rows):
+            conn.change_keyboard_mapping(first, [(row + [0] * per_row)[:per_row] for row in block])
         conn.sync()
+
+    @classmethod
+    def _restore(cls, conn: Any, bound: dict[int, int], width: int) -> None:
+        cls._change_map(conn, {kc: [] for kc in bound}, width)
 
 
 def is_terminal_class(wm_class: str | None) -> bool:
@@ -342,14 +361,21 @@ def default_paste_chord(platform: str | None = None, target_class: str | None = 
     return ("ctrl", "v")
 
 
+RESTORE_CHECK_S = 3.0
+"""Seconds to wait for the clipboard to read back the restored previous content."""
+
+
 class ClipboardPaster:
     """Pastes text through the clipboard, always restoring the user's previous clipboard text.
 
     Args:
         press_chord: callback that presses a chord of normalised key names (e.g. the executor's).
         chord: paste chord; None = :func:`default_paste_chord` for the platform and focused window.
-        restore_delay_s: seconds to wait after the chord before restoring the clipboard, so the target
-            has fetched the text (X11 transfers the selection asynchronously).
+        restore_delay_s: where the fetch cannot be observed (not X11, or an injected ``clipboard``):
+            seconds to wait after the chord before restoring the clipboard.
+        fetch_timeout_s: on X11 Holodesk offers the text itself (:class:`~holodesk.control.x11_selection.
+            ClipboardOffer`) and restores the previous clipboard as soon as the target has fetched the
+            text, or after this many seconds when it never asks (the focus is not on a text field).
         clipboard: object with ``copy(str)`` / ``paste() -> str`` (default pyperclip); for tests.
         target_class: callable returning the focused window's WM_CLASS (for the terminal chord).
     """
@@ -360,12 +386,14 @@ class ClipboardPaster:
         *,
         chord: Sequence[str] | None = None,
         restore_delay_s: float = 0.3,
+        fetch_timeout_s: float = 5.0,
         clipboard: Any = None,
         target_class: Callable[[], str | None] | None = None,
     ) -> None:
         self.press_chord = press_chord
         self.chord = tuple(chord) if chord else None
         self.restore_delay_s = restore_delay_s
+        self.fetch_timeout_s = fetch_timeout_s
         self._clipboard = clipboard
         self._target_class = target_class
 
@@ -384,10 +412,12 @@ class ClipboardPaster:
 
         Returns:
             A report with ``verified=False`` and extras ``paste_chord``, ``clipboard_restored``,
-            ``previous_clipboard_saved``.
+            ``previous_clipboard_saved`` and, on X11, ``target_fetched`` (whether a client fetched the
+            text before the clipboard was restored).
         Raises:
             ActionError: the clipboard cannot be read or written (on Linux: install xclip or xsel).
         """
+        x11_offer = self._clipboard is None and sys.platform.startswith("linux") and bool(os.environ.get("DISPLAY"))
         cb = self._cb()
         try:
             previous = cb.paste()
@@ -401,30 +431,70 @@ class ClipboardPaster:
             previous, saved = "", False
         target = self._target_class() if self._target_class else None
         chord = self.chord or default_paste_chord(target_class=target)
-        restored = False
+        extra: dict[str, Any] = {}
         try:
-            try:
-                cb.copy(text)
-                now = cb.paste()
-            except Exception as exc:
-                raise ActionError(
-                    f"cannot write the clipboard ({type(exc).__name__}: {exc}); nothing was pasted",
-                    hint="On Linux install xclip (apt-get install xclip) or xsel.",
-                ) from exc
-            if now != text:
-                raise ActionError("the clipboard did not take the text (read back differs); nothing was pasted")
-            self.press_chord(chord)
-            time.sleep(self.restore_delay_s)
+            if x11_offer:
+                extra["target_fetched"] = self._paste_offered(text, chord)
+            else:
+                try:
+                    cb.copy(text)
+                    now = cb.paste()
+                except Exception as exc:
+                    raise ActionError(
+                        f"cannot write the clipboard ({type(exc).__name__}: {exc}); nothing was pasted",
+                        hint="On Linux install xclip (apt-get install xclip) or xsel.",
+                    ) from exc
+                if now != text:
+                    raise ActionError("the clipboard did not take the text (read back differs); nothing was pasted")
+                self.press_chord(chord)
+                time.sleep(self.restore_delay_s)
         finally:
-            try:
-                cb.copy(previous)
-                restored = cb.paste() == previous
-            except Exception as exc:
-                log.error("restoring the clipboard failed: %s", exc)
-            if not restored:
-                log.error("the previous clipboard content could not be restored")
+            restored = self._restore(cb, previous)
         return TypingReport(
             method="clipboard", characters=len(text), verified=False,
             extra={"paste_chord": "+".join(chord), "target_class": target,
-                   "clipboard_restored": restored, "previous_clipboard_saved": saved},
+                   "clipboard_restored": restored, "previous_clipboard_saved": saved, **extra},
         )
+
+    def _restore(self, cb: Any, previous: str) -> bool:
+        """Put ``previous`` back on the clipboard; True once reading the clipboard gives it back.
+
+        The read-back is polled for up to :data:`RESTORE_CHECK_S` seconds: a clipboard tool may return
+        before its background process owns the selection (xclip forks first), so an immediate read can
+        still see the old owner."""
+        try:
+            cb.copy(previous)
+            deadline = time.monotonic() + RESTORE_CHECK_S
+            while True:
+                if cb.paste() == previous:
+                    return True
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.02)
+        except Exception as exc:
+            log.error("restoring the clipboard failed: %s", exc)
+            return False
+        log.error("the previous clipboard content could not be restored")
+        return False
+
+    def _paste_offered(self, text: str, chord: tuple[str, ...]) -> bool:
+        """X11: own the clipboard with ``text``, press ``chord``, and wait until the target fetched the
+        text (at most ``fetch_timeout_s``). Returns whether it did.
+
+        Raises:
+            ActionError: the clipboard cannot be taken; nothing was pasted.
+        """
+        from holodesk.control.x11_selection import ClipboardOffer
+
+        try:
+            offer = ClipboardOffer(text)
+        except Exception as exc:  # Xlib raises several unrelated types on a bad display
+            raise ActionError(f"cannot take the X11 clipboard ({type(exc).__name__}: {exc}); nothing was pasted",
+                              hint="Check that the X display is reachable.") from exc
+        with offer:
+            self.press_chord(chord)
+            fetched = offer.wait_fetched(self.fetch_timeout_s)
+        if not fetched:
+            log.warning("no window fetched the pasted text within %.1f s (the focus may not be on a text "
+                        "field); the previous clipboard is restored now", self.fetch_timeout_s)
+        return fetched

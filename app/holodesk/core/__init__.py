@@ -1,1 +1,1 @@
-"""Pure domain types: actions, geometry, risk. No Qt, no torch, no OS calls."""
+"""Pure domain types: actions, geometry, risk, safe display of untrusted text. No Qt, no torch, no OS calls."""

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from holodesk.core.actions import Action
+from holodesk.core.actions import Action, Point
 from holodesk.core.geometry import Frame
 
 
@@ -70,6 +71,27 @@ class Proposal:
     timings_ms: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     notices: tuple[str, ...] = ()
+
+
+def pointer_after(history: Sequence[HistoryStep]) -> Point | None:
+    """Where the pointer is after the performed steps of ``history``: the last point of the last performed
+    pointer action, or None when no performed step moved it.
+
+    A step counts as performed when its outcome is ``"performed"`` or starts with ``"sent"`` (sent but not
+    verified)."""
+    for step in reversed(history):
+        if step.action is None or not step_performed(step.outcome):
+            continue
+        points = step.action.points()
+        if points:
+            return points[-1]
+    return None
+
+
+def step_performed(outcome: str) -> bool:
+    """True for a history outcome of a step that was carried out: ``"performed"`` or ``"sent but not
+    verified: ..."``."""
+    return outcome == "performed" or outcome.startswith("sent")
 
 
 @runtime_checkable

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import itertools
 import json
 import math
 import re
@@ -80,8 +81,12 @@ from holodesk.core.actions import (
 from holodesk.errors import ActionError, PolicyOutputError, SettingsError
 from holodesk.policy.base import HistoryStep, Observation
 
-PROTOCOL_NAMES: tuple[str, ...] = ("holo-v1",)
+PROTOCOL_NAMES: tuple[str, ...] = ("holo-v1", "agent-loop-v1")
 """Names accepted by :func:`get_protocol`, newest last."""
+
+DEFAULT_PROTOCOL: Final = "agent-loop-v1"
+"""The protocol Holotron-12B is prompted in (local and remote): H Company's agent-loop contract
+(:mod:`holodesk.policy.contract`). ``holo-v1`` stays selectable (script files without a protocol line)."""
 
 MAX_REPLY_CHARS: Final = 200_000
 """Longest reply the parser reads (characters). A valid reply is far shorter (typed text <= 10,000)."""
@@ -222,11 +227,48 @@ def _scan_objects(text: str) -> tuple[list[tuple[int, int]], bool]:
     return spans, depth > 0
 
 
+def _depth_zero_find(text: str, tag: str) -> int:
+    """Index of the first ``tag`` in ``text`` that lies outside every brace-delimited group, else -1.
+
+    One left-to-right pass (linear in ``len(text)``) with the same rules as :func:`_scan_objects`:
+    braces inside single- or double-quoted strings within a group do not count.
+    """
+    depth = 0
+    quote = ""
+    escaped = False
+    i = 0
+    n = len(text)
+    first = tag[0]
+    while i < n:
+        ch = text[i]
+        if depth == 0:
+            if ch == first and text.startswith(tag, i):
+                return i
+            if ch == "{":
+                depth = 1
+        elif quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        i += 1
+    return -1
+
+
 def _strip_reasoning(text: str) -> tuple[str, bool]:
     """Drop a Nemotron reasoning block (``<think>...</think>``) before the reply.
 
     With reasoning on, the generation prompt ends with ``<think>\\n`` so the reply may start inside the
-    block and contain only the closing tag (holotron.md, "Prompt layout").
+    block and contain only the closing tag (holotron.md, "Prompt layout"). Linear in ``len(text)``
+    (field case F25): one scan finds the first closing tag outside a JSON object.
     """
     stripped = text.lstrip()
     if stripped.startswith("<think>"):
@@ -236,12 +278,9 @@ def _strip_reasoning(text: str) -> tuple[str, bool]:
         return stripped[end + len("</think>"):], True
     # A closing tag only ends reasoning outside a JSON object: "</think>" inside an object's string (a
     # thought that quotes it, in a fenced or prose-wrapped reply) is the reply's text, not a block end.
-    end = text.find("</think>")
-    while end >= 0:
-        _spans, inside_object = _scan_objects(text[:end])
-        if not inside_object:
-            return text[end + len("</think>"):], True
-        end = text.find("</think>", end + 1)
+    end = _depth_zero_find(text, "</think>")
+    if end >= 0:
+        return text[end + len("</think>"):], True
     return text, False
 
 
@@ -353,7 +392,7 @@ def _short(value: Any) -> str:
     return text if len(text) <= 200 else text[:200] + "…"
 
 
-def _check_convention(values: dict[str, Any], where: str) -> None:
+def _check_convention(values: dict[str, Any], where: str, protocol: str = "holo-v1") -> None:
     """Flag coordinates that follow another convention (field case F08): all floats in [0, 1]."""
     if not values:
         return
@@ -370,7 +409,7 @@ def _check_convention(values: dict[str, Any], where: str) -> None:
     if fractional:
         raise _Fail(
             f"every coordinate in {where} is a fraction between 0 and 1 ({_short(values)}): this looks "
-            f"like the 0..1 normalised convention, but holo-v1 wants integers in [0, {NORM_MAX}]",
+            f"like the 0..1 normalised convention, but {protocol} wants integers in [0, {NORM_MAX}]",
             hint=f"Multiply by {NORM_MAX} and round, e.g. 0.5 -> 500.",
         )
 
@@ -398,15 +437,17 @@ def _to_int(value: Any, name: str, where: str, warnings: list[str]) -> int:
     raise _Fail(f"{name} in {where} must be an integer, got a {_json_type(value)}: {_short(value)}")
 
 
-def _coordinates(values: dict[str, Any], where: str, warnings: list[str]) -> dict[str, int]:
+def _coordinates(
+    values: dict[str, Any], where: str, warnings: list[str], protocol: str = "holo-v1"
+) -> dict[str, int]:
     """Validate coordinate fields: convention (F08), integers, range [0, 1000] never clamped (F05)."""
-    _check_convention(values, where)
+    _check_convention(values, where, protocol)
     ints = {name: _to_int(v, name, where, warnings) for name, v in values.items()}
     for name, v in ints.items():
         if v > NORM_MAX:
             raise _Fail(
                 f"coordinate {name}={v} in {where} lies outside the image the model saw (allowed 0.."
-                f"{NORM_MAX}); values above {NORM_MAX} look like pixel coordinates, but holo-v1 wants "
+                f"{NORM_MAX}); values above {NORM_MAX} look like pixel coordinates, but {protocol} wants "
                 f"integers normalised to [0, {NORM_MAX}]. The point is not clamped.",
                 hint=f"Give x and y as thousandths of the screenshot's width and height (0..{NORM_MAX}).",
             )
@@ -697,7 +738,7 @@ class ActionProtocol:
         return copy.deepcopy(_LOCALIZATION_SCHEMA)
 
     # ----------------------------------------------------------------------------------------- parse
-    def parse(self, raw_text: str) -> ParsedReply:
+    def parse(self, raw_text: str, *, pointer: Point | None = None) -> ParsedReply:
         """Parse one reply into an action, tolerant of packaging but strict about meaning.
 
         Accepted (each noted in ``warnings``): the object fenced in markdown or surrounded by prose;
@@ -707,6 +748,7 @@ class ActionProtocol:
         ``note``; unknown top-level fields (ignored). ``tool_call: null`` gives an Answer with the
         thought (else the note) verbatim; when both are blank, or an ``answer`` text is blank, the run
         ends with ``Done("")``. Thought, note and text are kept verbatim, never interpreted (F10).
+        ``pointer`` (where the pointer is) is not needed by holo-v1's tools and is ignored.
 
         Raises:
             PolicyOutputError: (with ``raw_text``) for an empty or overlong reply, no JSON object, two
@@ -764,7 +806,8 @@ class ActionProtocol:
     def to_reply(self, action: Action, *, thought: str = "", note: str | None = None) -> str:
         """Serialise an action as a protocol reply (one line of JSON, non-ASCII kept as is).
 
-        Inverse of :meth:`parse`: ``parse(to_reply(a)).action == a`` for every action.
+        Inverse of :meth:`parse`: ``parse(to_reply(a)).action == a`` for every action whose ``element``
+        is None (holo-v1 has no ``element``; it is not written).
 
         Raises:
             ActionError: for an action kind the protocol has no tool for.
@@ -805,7 +848,8 @@ class ActionProtocol:
         the notes kept so far (each step's non-null note, oldest first); the request for the next reply.
         History policy (F21): at most ``max_images`` images in total, i.e. the current frame plus the
         frames of the ``max_images - 1`` most recent history steps that have one; older steps are text
-        only. Consecutive text parts are merged.
+        only. Consecutive text parts are merged; a line break separates every two parts (the template
+        concatenates them).
 
         Stable prefix: everything up to and including the current screenshot is written exactly as the
         next step will write it (the screenshot's label names its step number, the notes come after it),
@@ -854,6 +898,13 @@ class ActionProtocol:
         if notes:
             text("Notes you kept:\n" + "\n".join(f"- (step {i + 1}) {n}" for i, n in notes))
         text(f"Reply with the JSON object for step {number}.")
+        # Parts are concatenated by the chat template (list-form content); holo-v1 puts a line break
+        # between every two parts.
+        for before, after in itertools.pairwise(parts):
+            if after["type"] == "text":
+                after["text"] = "\n" + after["text"]
+            elif before["type"] == "text":
+                before["text"] += "\n"
         return [
             {
                 "role": "system",
@@ -914,6 +965,10 @@ def get_protocol(name: str = "holo-v1") -> ActionProtocol:
     Raises:
         SettingsError: for an unknown name; the message lists the known ones.
     """
+    if name == "agent-loop-v1" and name not in _PROTOCOLS:
+        from holodesk.policy.contract import PROTOCOL  # imports this module: registered on first use
+
+        _PROTOCOLS[name] = PROTOCOL
     protocol = _PROTOCOLS.get(name) if isinstance(name, str) else None
     if protocol is None:
         raise SettingsError(

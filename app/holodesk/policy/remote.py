@@ -43,8 +43,8 @@ from PIL import Image
 
 from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import PolicyError, PolicyOutputError
-from holodesk.policy.base import Observation, Proposal
-from holodesk.policy.protocol import ActionProtocol, get_protocol
+from holodesk.policy.base import Observation, Proposal, pointer_after
+from holodesk.policy.protocol import DEFAULT_PROTOCOL, ActionProtocol, get_protocol
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ class RemotePolicy:
         model: str,
         *,
         api_key: str | None,
-        protocol: str | ActionProtocol = "holo-v1",
+        protocol: str | ActionProtocol = DEFAULT_PROTOCOL,
         max_images: int = 3,
         image_format: ImageFormat = "png",
         max_image_side: int | None = None,
@@ -284,7 +284,7 @@ class RemotePolicy:
                 hint="Raise the reply token limit, or turn reasoning off so the reply stays short.",
             )
         try:
-            parsed = self.protocol.parse(text)
+            parsed = self.protocol.parse(text, pointer=pointer_after(observation.history))
         except PolicyOutputError as exc:  # the rejected step is recorded with what the request cost
             exc.timings_ms, exc.extra = before_parse, facts
             raise

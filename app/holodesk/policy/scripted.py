@@ -17,6 +17,10 @@ Script file format (also in ``docs/actions.md``): JSON Lines, UTF-8.
 * Lines are separated by ``\n`` (``\r\n`` accepted) only; other Unicode line separators inside a
   reply are part of it. Blank lines and lines whose first non-blank character is ``#`` are ignored.
 
+* The file names its protocol in a comment line ``# protocol: NAME`` before the first reply (e.g.
+  ``# protocol: agent-loop-v1``; :func:`write_script` always writes it). A file without one is an old
+  script and is read as ``holo-v1``.
+
 Any other line (a number, a list, invalid JSON) makes the script unreadable: :class:`PolicyError`
 naming the file and line. Each :meth:`ScriptedPolicy.propose` consumes one reply, whether it parses or
 not; after the last one it raises ``PolicyError("script exhausted after N steps")``.
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -33,7 +38,7 @@ from typing import Any
 
 from holodesk.core.actions import Action
 from holodesk.errors import PolicyError, PolicyOutputError
-from holodesk.policy.base import Observation, Proposal
+from holodesk.policy.base import Observation, Proposal, pointer_after
 from holodesk.policy.protocol import ActionProtocol, get_protocol
 
 Reply = str | dict[str, Any]
@@ -49,6 +54,36 @@ def _reply_text(reply: Any, where: str) -> str:
         f"{where}: expected a JSON object (one reply) or a JSON string (raw reply text), "
         f"got {type(reply).__name__}"
     )
+
+
+LEGACY_SCRIPT_PROTOCOL = "holo-v1"
+"""The protocol of a script file that names none (files written before protocols were named)."""
+
+_PROTOCOL_LINE = re.compile(r"#\s*protocol:\s*(\S+)\s*")
+
+
+def script_protocol(path: str | os.PathLike[str]) -> str:
+    """The protocol a script file names (``# protocol: NAME`` before its first reply), else
+    :data:`LEGACY_SCRIPT_PROTOCOL`.
+
+    Raises:
+        PolicyError: the file cannot be read.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyError(f"cannot read script {p}: {exc}", hint="Check the path given for the script.") from exc
+    for line in text.split("\n"):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if not stripped.startswith("#"):
+            break
+        match = _PROTOCOL_LINE.fullmatch(stripped)
+        if match:
+            return match.group(1)
+    return LEGACY_SCRIPT_PROTOCOL
 
 
 def read_script(path: str | os.PathLike[str]) -> list[str]:
@@ -88,19 +123,29 @@ class ScriptedPolicy:
         path_or_replies: a script file (``str`` or path-like; format in the module docstring), or the
             replies themselves: each a raw reply text (``str``) or a reply object (``dict``, serialised
             with ``json.dumps``).
-        protocol: the action protocol name (default ``"holo-v1"``) or an :class:`ActionProtocol`.
+        protocol: the action protocol name or an :class:`ActionProtocol`. None (default): the protocol the
+            script file names (:func:`script_protocol`), or ``holo-v1`` for replies given directly.
 
     Raises:
-        PolicyError: the script cannot be read (see :func:`read_script`).
+        PolicyError: the script cannot be read (see :func:`read_script`), or ``protocol`` differs from
+            the one the file names.
         SettingsError: unknown protocol name.
     """
 
     def __init__(
         self,
         path_or_replies: str | os.PathLike[str] | Iterable[Reply],
-        protocol: str | ActionProtocol = "holo-v1",
+        protocol: str | ActionProtocol | None = None,
     ) -> None:
+        named = script_protocol(path_or_replies) if isinstance(path_or_replies, (str, os.PathLike)) else None
+        if protocol is None:
+            protocol = named or LEGACY_SCRIPT_PROTOCOL
         self.protocol = protocol if isinstance(protocol, ActionProtocol) else get_protocol(protocol)
+        if named is not None and named != LEGACY_SCRIPT_PROTOCOL and named != self.protocol.name:
+            raise PolicyError(
+                f"{path_or_replies} names the protocol {named!r}, but {self.protocol.name!r} was asked for",
+                hint="Leave the protocol out to play the script in the one it names.",
+            )
         if isinstance(path_or_replies, (str, os.PathLike)):
             self.source = str(path_or_replies)
             self.replies = read_script(path_or_replies)
@@ -136,7 +181,7 @@ class ScriptedPolicy:
         self.steps_played += 1
         start = time.perf_counter()
         try:
-            parsed = self.protocol.parse(text)
+            parsed = self.protocol.parse(text, pointer=pointer_after(observation.history))
         except PolicyOutputError as exc:  # recorded with the step, as a real policy's would be
             exc.timings_ms = {"policy": (time.perf_counter() - start) * 1000.0}
             exc.extra = {"script_step": self.steps_played, "source": self.source}
@@ -169,15 +214,16 @@ def write_script(
         replies: each a reply object (``dict``, written as a JSON object line), a raw reply text
             (``str``, written as a JSON string line, kept exactly), or an :class:`Action` (written as
             the protocol's reply object with an empty thought and a null note).
-        protocol: protocol used to serialise actions.
-        header: optional comment written first (each line prefixed with ``# ``).
+        protocol: protocol used to serialise actions; named in the file's first line
+            (``# protocol: NAME``).
+        header: optional comment written after it (each line prefixed with ``# ``).
     Returns:
         The path written.
     Raises:
         PolicyError: a reply of another type.
     """
     proto = protocol if isinstance(protocol, ActionProtocol) else get_protocol(protocol)
-    lines: list[str] = []
+    lines: list[str] = [f"# protocol: {proto.name}"]
     if header:
         lines += [f"# {line}" for line in header.splitlines()]
     for i, reply in enumerate(replies):

@@ -7,6 +7,14 @@ Layout of ``<episodes_dir>/<YYYYmmdd-HHMMSS>-<slug>/``:
   risk, approval decision and who made it, result, timings in ms, error if any); ``{"type": "event"}``
   for warnings; a last ``{"type": "end", ...}`` (status, reason, answer). Every line is flushed and
   fsynced as it is written, so a crash loses nothing already recorded.
+* Write-ahead (F24): an approved action's step line is written *before* the action is performed, with
+  ``"result": {"ok": null, "status": "unknown", ...}`` (:data:`RESULT_UNKNOWN`); a second line for the
+  same step, with the real result, follows the action. A run that dies in between leaves the first
+  line: the action was approved and handed to the executor, its result is unknown. When reading,
+  the last line of a step number wins (:func:`load_episode`).
+* Lossless text: lines are JSON with every non-ASCII character escaped (``ensure_ascii``), so any
+  ``str`` — lone surrogates, NUL, bidi overrides, control characters included — is stored and
+  :func:`json.loads` gives back the very same ``str``. The file itself is plain ASCII.
 * ``step-000.png`` ... — the frame the model saw at each step, at full resolution. PNGs are written on
   a background thread (encoding a 1080p frame takes 0.2-0.3 s on a laptop CPU, which must not delay the
   model); every JSON line waits for the frames queued before it, so no line names a missing file.
@@ -15,6 +23,7 @@ Layout of ``<episodes_dir>/<YYYYmmdd-HHMMSS>-<slug>/``:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import time
@@ -26,7 +35,15 @@ from typing import Any, TextIO
 from holodesk.core.geometry import Frame
 from holodesk.errors import HolodeskError
 
+log = logging.getLogger(__name__)
+
 EPISODE_FILE = "episode.jsonl"
+RESULT_UNKNOWN: dict[str, Any] = {
+    "ok": None, "status": "unknown", "verified": None, "details": {},
+    "message": "performed, result unknown: the action was approved and handed to the executor, and the run "
+               "ended before its result was recorded",
+}
+"""The result of a step's write-ahead line (written before the action is performed)."""
 
 
 def _slug(text: str, limit: int = 40) -> str:
@@ -85,9 +102,14 @@ class EpisodeRecorder:
         if self._fh is None:
             raise HolodeskError(f"episode {self.path} is already closed")
         self._drain()
-        self._fh.write(json.dumps(record, ensure_ascii=False, default=_json_default) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        line = json.dumps(record, ensure_ascii=True, default=_json_default) + "\n"
+        try:
+            self._fh.write(line)
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        except OSError as exc:
+            raise HolodeskError(f"cannot write the episode record {self.path / EPISODE_FILE}: {exc}",
+                                hint="Check the data_dir setting and free disk space.") from exc
 
     def save_frame(self, step: int, frame: Frame) -> str:
         """Queue the step's frame for writing (background thread); returns the file name relative to the
@@ -109,17 +131,27 @@ class EpisodeRecorder:
                                 hint="Check the data_dir setting and free disk space.")
 
     def close(self, record: dict[str, Any]) -> None:
-        """Write the end record and close the file (idempotent)."""
+        """Write the end record and close the file (idempotent). The file is closed even when the end
+        record cannot be written.
+
+        Raises:
+            HolodeskError: the end record could not be written.
+        """
         if self._fh is None:
             return
         try:
-            self._drain()
-        except HolodeskError as exc:  # the end record still gets written, and says what was lost
-            record = {**record, "frame_error": str(exc)}
-        self.write({"type": "end", "ended_at": time.time(), **record})
-        self._fh.close()
-        self._fh = None
-        self._frames.shutdown(wait=True)
+            try:
+                self._drain()
+            except HolodeskError as exc:  # the end record still gets written, and says what was lost
+                record = {**record, "frame_error": str(exc)}
+            self.write({"type": "end", "ended_at": time.time(), **record})
+        finally:
+            fh, self._fh = self._fh, None
+            try:
+                fh.close()
+            except OSError as exc:
+                log.warning("could not close the episode record %s: %s", self.path / EPISODE_FILE, exc)
+            self._frames.shutdown(wait=True)
 
 
 def _json_default(obj: object) -> object:
@@ -157,7 +189,8 @@ class Episode:
 
 
 def load_episode(path: Path) -> Episode:
-    """Read an episode folder. A truncated last line (crash mid-write) is ignored.
+    """Read an episode folder. A truncated last line (crash mid-write) is ignored; of several lines for
+    one step (write-ahead, then the result) the last wins.
 
     Raises:
         HolodeskError: when the folder has no readable episode.jsonl.
@@ -167,7 +200,7 @@ def load_episode(path: Path) -> Episode:
         lines = file.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise HolodeskError(f"no episode record at {file}: {exc}") from exc
-    records = []
+    records: list[dict[str, Any]] = []
     for i, line in enumerate(lines):
         try:
             records.append(json.loads(line))
@@ -177,10 +210,16 @@ def load_episode(path: Path) -> Episode:
     if not records or records[0].get("type") != "start":
         raise HolodeskError(f"episode record {file} has no start line")
     ep = Episode(path=Path(path), start=records[0])
+    step_index: dict[object, int] = {}
     for rec in records[1:]:
         kind = rec.get("type")
         if kind == "step":
-            ep.steps.append(rec)
+            number = rec.get("step")
+            if number in step_index:  # the result line replaces the step's write-ahead line
+                ep.steps[step_index[number]] = rec
+            else:
+                step_index[number] = len(ep.steps)
+                ep.steps.append(rec)
         elif kind == "end":
             ep.end = rec
         else:

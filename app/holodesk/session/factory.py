@@ -39,7 +39,7 @@ def build_policy(settings: Settings, *, script: Path | None = None, progress: An
                                 hint="Choose the replay file in Settings (Replay file), or pass --script FILE.")
         from holodesk.policy.scripted import ScriptedPolicy
 
-        return ScriptedPolicy(script, protocol=settings.protocol)
+        return ScriptedPolicy(script)  # the script file names its protocol (old files: holo-v1)
     if settings.policy == "remote":
         if not settings.endpoint:
             raise SettingsError("the remote policy needs an endpoint URL",

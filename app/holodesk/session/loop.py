@@ -2,8 +2,11 @@
 
 One step: CAPTURING (grab the monitor) -> THINKING (policy proposes) -> AWAITING_APPROVAL (approval
 policy decides) -> EXECUTING (executor performs) -> recorded -> next step. The run ends FINISHED (the
-model answered or said done), STOPPED (user stop, failsafe corner, quit in the prompt) or FAILED (step
-cap, wall-time cap, repeated unparseable replies, a loop of identical actions, an error).
+model answered or said done and every approved action was performed), STOPPED (user stop, failsafe
+corner, quit in the prompt) or FAILED (step cap, wall-time cap, repeated unparseable replies, a loop of
+identical actions, an error, the start-up geometry check, or the model said it was done although an
+approved action could not be performed). A failed action is reported to the model, which may try
+again, but the run can then no longer end FINISHED: the end reason names the failed steps.
 
 The CLI, the tray app and the tests all drive :class:`Session`. Listeners receive :class:`SessionEvent`
 objects from the thread that runs the loop; the UI marshals them onto its own thread.
@@ -25,12 +28,12 @@ from holodesk.capture.base import CaptureBackend
 from holodesk.control.base import ActionResult, Executor
 from holodesk.core.actions import Action, Answer, Click, Done, DoubleClick, MiddleClick, RightClick, Type
 from holodesk.core.geometry import Frame, to_input_point
-from holodesk.core.risk import assess
+from holodesk.core.risk import Risk, RiskAssessment, assess
 from holodesk.core.wording import WindowInfo
-from holodesk.errors import HolodeskError, PolicyError, PolicyOutputError
+from holodesk.errors import GeometryMismatch, HolodeskError, PolicyError, PolicyOutputError, TaskError
 from holodesk.policy.base import HistoryStep, Observation, Policy
 from holodesk.session.approval import ApprovalPolicy, ApprovalResponse, Decision, make_request
-from holodesk.session.episode import EpisodeRecorder
+from holodesk.session.episode import RESULT_UNKNOWN, EpisodeRecorder
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +119,18 @@ class _Stop(Exception):
         self.answer = answer
 
 
+def check_task(task: str) -> str:
+    """The task, stripped, ready to run.
+
+    Raises:
+        TaskError: the task is empty or only white space.
+    """
+    if not isinstance(task, str) or not task.strip():
+        raise TaskError("the task is empty", hint="Say in words what Holodesk should do, e.g. "
+                        "holodesk run \"open the Downloads folder\".")
+    return task.strip()
+
+
 def frame_digest(frame: Frame) -> str:
     """Content hash of a frame's pixels (used to tell an unchanged screen)."""
     return hashlib.blake2b(frame.pixels.tobytes(), digest_size=16).hexdigest()
@@ -134,7 +149,8 @@ class Session:
         focus_probe: returns the focused window's class/title for risk assessment (None: unknown).
         window_probe: ``window_probe(x, y)`` returns the window at an input-space point, and
             ``window_probe()`` the focused window (:class:`~holodesk.core.wording.WindowInfo` or None):
-            the approval names it and keeps its card off it (default: none known).
+            the approval names it and keeps its card off it, and the risk rules judge pointer actions
+            by the windows under their points (default: none known; the focused window decides).
         before_capture / after_capture: hooks around each grab (the UI hides its overlay there, F13).
         meta: extra fields for the episode's start record.
         stop_event: the event :meth:`request_stop` sets; pass the executor's own stop event so that a
@@ -229,10 +245,9 @@ class Session:
         failures: they end the run with status FAILED and are recorded.
 
         Raises:
-            ValueError: empty task.
+            TaskError: empty task (a ValueError too).
         """
-        if not task or not task.strip():
-            raise ValueError("the task is empty: say what Holodesk should do")
+        task = check_task(task)
         with self._lock:
             self._stop.clear()
             self._stopped_by = "user"
@@ -245,7 +260,7 @@ class Session:
                 timer.daemon = True
                 timer.start()
             try:
-                return self._run_locked(task.strip())
+                return self._run_locked(task)
             finally:
                 if timer is not None:
                     timer.cancel()
@@ -267,8 +282,10 @@ class Session:
                  "mode": self.approval.mode, "limits": self.limits.__dict__, **self.meta},
             )
         result: EpisodeResult
+        failed_actions: list[str] = []  # "step N: message" for each approved action that failed
         self._clear_failsafe_corner()
         try:
+            self._check_geometry()
             while True:
                 self._check_limits(step, started)
                 record: dict[str, Any] = {"type": "step", "step": step}
@@ -351,14 +368,21 @@ class Session:
 
                 # AWAITING_APPROVAL
                 self._set_state(State.AWAITING_APPROVAL, step)
-                focused = self.focus_probe() if self.focus_probe else None
-                risk = assess(action, focused_window=focused)
-                window = self._window_of(action, frame)
+                focused, pointer_windows, risk, window = self._assess(action, frame)
                 typed_into = focus_element if isinstance(action, Type) else None
                 request = make_request(step, proposal, frame, risk, self.approval.mode, window=window,
                                        focus_element=typed_into)
                 t0 = time.perf_counter()
                 response = self.approval.decide(request)
+                if response.by == "autopilot" and response.decision is Decision.APPROVE:
+                    # The windows may have changed during the autopilot's countdown (a terminal opened
+                    # or took the focus): judged again just before acting; if no longer low, ask the user.
+                    focused, pointer_windows, risk, window = self._assess(action, frame)
+                    if risk.level is not Risk.LOW:
+                        record["risk_changed_during_countdown"] = True
+                        request = make_request(step, proposal, frame, risk, self.approval.mode, window=window,
+                                               focus_element=typed_into)
+                        response = self.approval.decide(request)
                 timings["approval"] = (time.perf_counter() - t0) * 1000
                 if not isinstance(response, ApprovalResponse):
                     raise _Stop(State.FAILED, f"approver returned {response!r}, not an ApprovalResponse")
@@ -367,6 +391,8 @@ class Session:
                               focused_window=focused, headline=request.description,
                               window=window.to_dict() if window is not None else None,
                               focus_element=typed_into)
+                if pointer_windows is not None:
+                    record["pointer_windows"] = pointer_windows
                 self._emit("decision", step, response.decision.value, response=response)
                 if response.decision is Decision.STOP:
                     record["timings_ms"] = timings
@@ -389,7 +415,9 @@ class Session:
                     self._write(record)
                     raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}")
 
-                # EXECUTING — only reachable with an APPROVE or EDIT response in hand.
+                # EXECUTING — only reachable with an APPROVE or EDIT response in hand. Write-ahead (F24):
+                # the step is on disk, result unknown, before the action is performed.
+                self._write({**record, "result": RESULT_UNKNOWN, "timings_ms": timings})
                 self._set_state(State.EXECUTING, step)
                 outcome = self._execute(action, frame)
                 timings["execute"] = outcome.duration_ms
@@ -398,9 +426,13 @@ class Session:
                               timings_ms=timings)
                 self._write(record)
                 self._emit("result", step, outcome.message, result=outcome)
+                if outcome.status == "unknown":  # the executor itself broke: stop, the screen is unknown
+                    raise _Stop(State.FAILED, f"internal error: {outcome.message}")
                 if outcome.status == "stopped_by_user":  # a stop request ended the action, or the fail-safe
                     raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}" if self._stop.is_set()
                                 else f"stopped by user: {outcome.message}")
+                if not outcome.ok:
+                    failed_actions.append(f"step {step + 1}: {outcome.message}")
                 said = "performed" if outcome.ok else f"failed: {outcome.message}"
                 if outcome.ok and outcome.verified is False:  # F15: never reported as a sure success
                     said = f"sent but not verified: {outcome.message}"
@@ -416,6 +448,10 @@ class Session:
         except _Stop as stop:
             if stop.status is State.STOPPED and self._deadline_hit.is_set():
                 stop = _Stop(State.FAILED, self._wall_cap_reason())  # the cap stopped it, not the user
+            if stop.status is State.FINISHED and failed_actions:
+                # The model may believe a step worked that did not: never report such a run as done.
+                stop = _Stop(State.FAILED, f"{stop.reason}, but {len(failed_actions)} approved action(s) could "
+                             f"not be performed ({'; '.join(failed_actions)}); check the screen", stop.answer)
             result = EpisodeResult(stop.status, stop.reason, stop.answer, len(self._recorded_steps))
         except KeyboardInterrupt:
             result = EpisodeResult(State.STOPPED, "interrupted by the user (Ctrl+C)", None, len(self._recorded_steps))
@@ -432,11 +468,44 @@ class Session:
                    "steps": result.steps}
             if result.status is State.STOPPED:
                 end["stopped_by"] = self._stopped_by if self._stop.is_set() else "user"
-            self.recorder.close(end)
+            try:
+                self.recorder.close(end)
+            except HolodeskError as exc:  # what was written stays; the user is told the record is incomplete
+                log.error("could not finish the episode record: %s", exc)
+                result.reason = f"{result.reason}; the episode record is incomplete: {exc}"
             result.episode_path = self.recorder.path
         self._emit("end", step, result.reason, result=result)
         self._emit("state", step, result.status.value)
         return result
+
+    def _assess(self, action: Action, frame: Frame) -> tuple[str | None, list[str | None] | None, RiskAssessment,
+                                                             WindowInfo | None]:
+        """Probe the windows and classify the action.
+
+        Returns:
+            (focused window class, the application class under each of the action's points — None where
+            unknown; the list is None without a ``window_probe`` or without points —, the risk, and the
+            window the action acts in for the approval's words: under its first point, else the focused
+            one, None if unknown).
+        """
+        focused = self.focus_probe() if self.focus_probe else None
+        if self.window_probe is None:
+            return focused, None, assess(action, focused_window=focused), None
+        points = action.points()
+        infos = [self._probe_window(to_input_point(frame, p)) for p in points]
+        window = infos[0] if infos else self._probe_window(None)
+        pointer_windows = [info.app or None if info is not None else None for info in infos] if points else None
+        return focused, pointer_windows, assess(action, focused_window=focused,
+                                                pointer_windows=pointer_windows), window
+
+    def _probe_window(self, at: Any) -> WindowInfo | None:
+        """``window_probe`` at input point ``at`` (None: the focused window); None when it fails."""
+        assert self.window_probe is not None
+        try:
+            return self.window_probe(at.x, at.y) if at is not None else self.window_probe()
+        except HolodeskError as exc:
+            log.warning("could not identify the target window: %s", exc)
+            return None
 
     def _clear_failsafe_corner(self) -> None:
         """F12: a pointer already resting in a fail-safe corner would stop the first action. Executors
@@ -454,26 +523,42 @@ class Session:
             self._emit("warning", -1, "The pointer sat in a screen corner (the fail-safe stop signal); moved it "
                        f"to ({moved.x}, {moved.y}) before the first action.", pointer=[moved.x, moved.y])
 
-    def _window_of(self, action: Action, frame: Frame) -> WindowInfo | None:
-        """The window ``action`` acts in: under its first point, else the focused one; None if unknown."""
-        if self.window_probe is None:
-            return None
-        points = action.points()
+    def _check_geometry(self) -> None:
+        """F28: before the first action, executors that can (``check_geometry(monitor)``) move the
+        pointer to known points of the chosen monitor and read it back. A mismatch between the capture
+        geometry and the input space ends the run before anything is clicked. Done here, once per run,
+        so the CLI and the desktop app behave the same.
+
+        Raises:
+            _Stop: (FAILED) the check found a mismatch; the reason says what to check.
+        """
+        check = getattr(self.executor, "check_geometry", None)
+        if not callable(check):
+            return
         try:
-            if points:
-                at = to_input_point(frame, points[0])
-                return self.window_probe(at.x, at.y)
-            return self.window_probe()
-        except HolodeskError as exc:
-            log.warning("could not identify the target window: %s", exc)
-            return None
+            monitor = next(m for m in self.capture.monitors() if m.index == self.limits.monitor)
+        except StopIteration:
+            raise _Stop(State.FAILED, f"monitor {self.limits.monitor} does not exist") from None
+        try:
+            check(monitor)
+        except GeometryMismatch as exc:
+            self._emit("error", -1, str(exc))
+            raise _Stop(State.FAILED, str(exc)) from exc
+        except HolodeskError as exc:  # no display: the first pointer action reports it properly
+            log.warning("could not run the start-up geometry check: %s", exc)
 
     def _execute(self, action: Action, frame: Frame) -> ActionResult:
+        """Perform ``action``; an executor that raises gives a "failed" result (HolodeskError) or, for
+        any other exception, an "unknown" one (it may have done part of the action)."""
         t0 = time.perf_counter()
         try:
             outcome = self.executor.execute(action, frame)
         except HolodeskError as exc:
             outcome = ActionResult(False, "failed", str(exc))
+        except Exception as exc:  # recorded, then the run ends (see the loop)
+            log.exception("the executor failed on %s", action.kind)
+            outcome = ActionResult(False, "unknown", f"the executor failed with {type(exc).__name__}: {exc}; "
+                                   "the action may have been performed in part", {"error": type(exc).__name__})
         if not outcome.duration_ms:
             outcome = ActionResult(outcome.ok, outcome.status, outcome.message, outcome.details,
                                    (time.perf_counter() - t0) * 1000, outcome.verified)

@@ -114,6 +114,10 @@ class HolodeskApp(QObject):
         download: the download manager's function, for the setup wizard's Download button (None: the
             wizard accepts checkpoint folders already on disk only).
         facts: how the setup wizard learns what this machine has (default :func:`gather_facts`).
+        focus_probe: returns the focused window's class for the risk rules, None when unknown (default:
+            :func:`holodesk.control.window.focused_window_class`).
+        window_probe: the window at an input point, or the focused one without a point (default:
+            :func:`holodesk.control.window.window_at`); the risk rules judge pointer actions by it.
         headless: neither tray icon nor window (``holodesk mcp`` hosting tasks while no app runs); the
             command box, overlay and autopilot countdown still show.
     Signals:
@@ -128,9 +132,13 @@ class HolodeskApp(QObject):
                  policy_factory: PolicyFactory | None = None, capture_factory: CaptureFactory | None = None,
                  executor_factory: ExecutorFactory | None = None, settings_path: Path | None = None,
                  marker_color: str = MARKER_COLOR, dialogs: bool = True, download: DownloadFn | None = None,
-                 facts: Callable[[], MachineFacts] | None = None, headless: bool = False,
+                 facts: Callable[[], MachineFacts] | None = None,
+                 focus_probe: Callable[[], str | None] | None = None,
+                 window_probe: Callable[..., Any] | None = None, headless: bool = False,
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
+        self.focus_probe = focus_probe or _focus_probe()
+        self.window_probe = window_probe or _window_probe()
         self.settings = settings
         self.settings_path = settings_path
         # Stop and Quit set the runner's stop event: it also ends a download of the local model at once
@@ -453,8 +461,8 @@ class HolodeskApp(QObject):
             policy, capture, executor, self.approval_policy,
             SessionLimits(s.max_steps, s.max_wall_s, s.max_parse_failures, s.max_repeats, s.monitor),
             episodes_dir=s.episodes_dir,
-            focus_probe=_focus_probe(),
-            window_probe=_window_probe(),
+            focus_probe=self.focus_probe,
+            window_probe=self.window_probe,
             before_capture=self.guard.before_capture,
             after_capture=self.guard.after_capture,
             meta={"monitor_label": monitors[s.monitor - 1].label, "ui": "tray"},

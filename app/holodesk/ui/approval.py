@@ -29,6 +29,7 @@ from PySide6.QtGui import QCursor
 
 from holodesk.core.actions import Action, Drag, Point, Type
 from holodesk.core.geometry import InputPoint, input_to_point, to_input_point
+from holodesk.core.text import display_safe
 from holodesk.core.wording import step_words
 from holodesk.errors import ActionError
 from holodesk.session.approval import ApprovalResponse, Decision
@@ -126,8 +127,8 @@ class ApprovalController(QObject):
         card = overlay.card
         who = "Autopilot" if pending.kind == "autopilot" else "Approve this step?"
         card.title.setText(f"Step {request.step + 1} · {who}")
-        card.set_words(request.description, request.details)
-        thought = request.proposal.thought
+        card.set_words(display_safe(request.description), [display_safe(d) for d in request.details])
+        thought = display_safe(request.proposal.thought)  # F24: controls, bidi, surrogates as escapes
         card.thought.setText(f"Model's thought: {thought}" if thought else "The model gave no thought.")
         card.set_risk(request.risk)
         action = request.action

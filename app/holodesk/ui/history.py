@@ -41,6 +41,7 @@ from PySide6.QtWidgets import (
 
 from holodesk.core.actions import Action, action_from_dict, describe
 from holodesk.core.geometry import point_to_frame_pixel
+from holodesk.core.text import display_safe
 from holodesk.errors import HolodeskError
 from holodesk.session.episode import Episode, delete_episode, export_episode, list_episodes, load_episode
 from holodesk.ui.overlay import paint_action_on_image
@@ -138,7 +139,7 @@ def step_details(step: dict[str, Any]) -> str:
     timings = step.get("timings_ms")
     if isinstance(timings, dict) and timings:
         lines.append("Timings (ms): " + ", ".join(f"{k} {float(v):.1f}" for k, v in timings.items()))
-    return "\n".join(lines)
+    return "\n".join(display_safe(line) for line in lines)  # F24: controls, bidi, surrogates as escapes
 
 
 def _action_of(data: Any) -> Action | None:
@@ -469,7 +470,7 @@ class HistoryWindow(QDialog):
             return
         step = ep.steps[row]
         self.details.setPlainText(step_details(step))
-        self.raw.setPlainText(str(step.get("raw_text") or ""))
+        self.raw.setPlainText(display_safe(str(step.get("raw_text") or ""), keep_newlines=True))
         path = ep.frame_path(step)
         image = QImage(str(path)) if path is not None and path.exists() else QImage()
         if image.isNull():

@@ -33,6 +33,15 @@ def _needs_offscreen(env: dict[str, str]) -> bool:
     return sys.platform.startswith("linux") and not env.get("DISPLAY") and not env.get("WAYLAND_DISPLAY")
 
 
+def session_bus_configured(env: dict[str, str]) -> bool:
+    """True when a D-Bus session bus is configured: ``DBUS_SESSION_BUS_ADDRESS`` is set, or the socket
+    ``$XDG_RUNTIME_DIR/bus`` that libdbus uses by default exists."""
+    if env.get("DBUS_SESSION_BUS_ADDRESS"):
+        return True
+    runtime = env.get("XDG_RUNTIME_DIR", "")
+    return bool(runtime) and os.path.exists(os.path.join(runtime, "bus"))
+
+
 def _probe_current() -> dict[str, Any]:
     """Check with the QApplication of this process."""
     from PySide6.QtGui import QGuiApplication
@@ -59,7 +68,9 @@ def tray_status(timeout_s: float = 20.0) -> dict[str, Any]:
     Returns:
         ``{"available": bool, "platform": str (Qt platform plugin), "display": str, "messages": bool
         (balloon messages supported), "reason": str, "hint": str, "checked_in": "this process" |
-        "child process"}``. Never raises: a failing check yields ``available: False`` with the reason.
+        "child process"}``, and for the child process ``"session_bus"`` (whether a D-Bus session bus
+        is configured; with none, the child runs with D-Bus off rather than autolaunch a bus daemon
+        that would outlive it). Never raises: a failing check yields ``available: False`` with the reason.
     """
     try:
         from PySide6.QtWidgets import QApplication
@@ -73,6 +84,13 @@ def tray_status(timeout_s: float = 20.0) -> dict[str, Any]:
     env = dict(os.environ)
     if _needs_offscreen(env):
         env["QT_QPA_PLATFORM"] = "offscreen"
+    session_bus = "configured"
+    if sys.platform.startswith("linux") and not session_bus_configured(env):
+        # Without a session bus, Qt's D-Bus (used for StatusNotifierItem trays) autolaunches one for the X
+        # display: a dbus-daemon that outlives this check. A fresh bus holds no tray watcher, so the
+        # answer is the same without it, and doctor leaves no process behind.
+        env["DBUS_SESSION_BUS_ADDRESS"] = "disabled:"
+        session_bus = "none (a StatusNotifierItem tray needs one; the X11 tray selection does not)"
     try:
         proc = subprocess.run([sys.executable, "-m", "holodesk.ui.probe"], env=env, capture_output=True,
                               text=True, timeout=timeout_s)
@@ -82,7 +100,7 @@ def tray_status(timeout_s: float = 20.0) -> dict[str, Any]:
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode == 0 and lines:
         try:
-            return {**json.loads(lines[-1]), "checked_in": "child process"}
+            return {**json.loads(lines[-1]), "session_bus": session_bus, "checked_in": "child process"}
         except json.JSONDecodeError:
             pass
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]

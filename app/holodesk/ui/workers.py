@@ -24,8 +24,9 @@ from typing import Any
 from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, Signal, Slot
 from PySide6.QtWidgets import QApplication, QWidget
 
+from holodesk.errors import HolodeskError
 from holodesk.session.approval import ApprovalRequest, ApprovalResponse, Decision
-from holodesk.session.loop import EpisodeResult, Session, SessionEvent, State
+from holodesk.session.loop import EpisodeResult, Session, SessionEvent, State, check_task
 from holodesk.ui import x11
 
 log = logging.getLogger(__name__)
@@ -305,7 +306,10 @@ class _Job(QObject):
                     result = session.run(self.task)
             runner.finished.emit(result)
         except BaseException as exc:  # every worker exception reaches the user through `failed`
-            log.exception("the task could not run")
+            if isinstance(exc, HolodeskError):  # an expected error (a model that cannot load): no traceback
+                log.error("the task could not run: %s", exc)
+            else:
+                log.exception("the task could not run")
             runner.failed.emit(exc)
         finally:
             runner.session = None
@@ -361,12 +365,11 @@ class TaskRunner(QObject):
 
         Raises:
             RuntimeError: a task is already running.
-            ValueError: the task is empty.
+            TaskError: the task is empty (a ValueError too).
         """
         if self.running:
             raise RuntimeError("a task is already running; stop it first")
-        if not task.strip():
-            raise ValueError("the task is empty: say what Holodesk should do")
+        task = check_task(task)
         self.stop_event.clear()
         self.stopped_by = "user"
         thread = QThread()

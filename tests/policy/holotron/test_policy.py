@@ -167,6 +167,14 @@ def test_tiny_cli(tmp_path: Path) -> None:
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
+def test_kernels_are_prepared_before_any_test_imports_nemotron_h() -> None:
+    """The import-order invariant behind test_gpu_kernels_live, checkable without a GPU: in this test
+    process the kernels were prepared before transformers' NemotronH module was imported (it picks its
+    kernels at import, once)."""
+    report = kernel_report(import_transformers=False)
+    assert report["prepared_before_transformers"] is True, report
+
+
 @pytest.mark.gpu
 @gpu
 def test_gpu_kernels_live() -> None:

@@ -43,7 +43,7 @@ def test_fallback_equals_checkpoint_template(tiny_loaded, messages) -> None:  # 
 
 def test_layout_and_reasoning_switch() -> None:
     off = fallback_chat([{"role": "system", "content": "S\n/no_think"}, {"role": "user", "content": "U"}])
-    assert off == "<SPECIAL_10>System\nS\n<SPECIAL_11>User\nU\n<SPECIAL_11>Assistant\n<think></think>"
+    assert off == "<s><SPECIAL_10>System\nS\n<SPECIAL_11>User\nU\n<SPECIAL_11>Assistant\n<think></think>"
     on = fallback_chat([{"role": "system", "content": "S\n/think"}, {"role": "user", "content": "U"}])
     assert on.endswith("<SPECIAL_11>Assistant\n<think>\n")
     both = [{"role": "system", "content": "/think"}, {"role": "user", "content": "/no_think"}]
@@ -76,7 +76,7 @@ def test_flatten_and_tokenize(tiny_loaded) -> None:  # type: ignore[no-untyped-d
     assert ids.count(8) == 768 and ids.count(6) == 2 and ids.count(7) == 2
     first = ids.index(6)
     assert ids[first + 1 : first + 513] == [8] * 512 and ids[first + 513] == 7
-    assert tiny_loaded.tokenizer.decode(ids[:3]).startswith("<SPECIAL_10>")
+    assert tiny_loaded.tokenizer.decode(ids[:3]).startswith("<s><SPECIAL_10>")  # BOS first
     with pytest.raises(PolicyError):
         tokenize_prompt(tiny_loaded.tokenizer, text, [256], img_start_id=6, img_end_id=7, image_token_id=8)
 
@@ -87,3 +87,81 @@ def test_image_token_runs_one_per_image() -> None:
     ids = [1, 5, 8, 8, 8, 6, 2, 5, 8, 8, 6, 8]  # <img>=5, <image>=8, </img>=6; a stray 8 at the end
     assert image_token_runs(ids, 8) == [(2, 3), (8, 2), (11, 1)]
     assert image_token_runs([1, 2], 8) == []
+
+
+# ------------------------------------------------------------------ list-form content (NVIDIA's template)
+def _parts_messages(a: Frame, b: Frame) -> list[dict]:  # type: ignore[type-arg]
+    return [
+        {"role": "system", "content": [{"type": "text", "text": "sys\n/no_think"}]},
+        {"role": "user", "content": [{"type": "text", "text": "Task: look <image> here"}]},
+        {"role": "user", "content": [{"type": "text", "text": "<observation>\n"}, {"type": "image", "frame": a},
+                                     {"type": "text", "text": "\n</observation>"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": '{"note": null}'}]},
+        {"role": "user", "content": [{"type": "text", "text": "<observation>\n"}, {"type": "image", "frame": b},
+                                     {"type": "text", "text": "\n</observation>"}]},
+    ]
+
+
+def test_template_iterating_content_parts_renders_one_placeholder_per_image(tiny_loaded) -> None:  # type: ignore[no-untyped-def]
+    """The tiny checkpoint's template is written the way NVIDIA's iterates content parts (BOS first, an
+    image part renders <image>, parts concatenated): the list form is what it gets."""
+    from holodesk.policy.holotron.prompt import render_prompt, special_token_strings
+
+    a, b = _frame(), _frame(32, 32)
+    tok = tiny_loaded.tokenizer
+    text, frames, how = render_prompt(tok, _parts_messages(a, b), special_token_strings(tok))
+    assert how == "chat_template" and frames == [a, b]
+    s = IMAGE_SENTINEL
+    assert text == (
+        "<s><SPECIAL_10>System\nsys\n"
+        "<SPECIAL_11>User\nTask: look <\u200bimage> here\n"
+        f"<SPECIAL_11>User\n<observation>\n{s}\n</observation>\n"
+        '<SPECIAL_11>Assistant\n{"note": null}\n<SPECIAL_12>\n'
+        f"<SPECIAL_11>User\n<observation>\n{s}\n</observation>\n"
+        "<SPECIAL_11>Assistant\n<think></think>"
+    )
+    # the fallback (no template) renders exactly the same text
+    from holodesk.policy.holotron.prompt import fallback_chat, template_parts
+
+    parts, _ = template_parts(_parts_messages(a, b), special_token_strings(tok))
+    assert fallback_chat(parts).replace("<image>", s) == text
+
+
+class _StringOnlyTokenizer:
+    """A tokenizer double whose template reads ``message['content']`` as a string (a list renders as its
+    Python repr, with no <image> placeholder): the case NVIDIA's template-less string form used to hit."""
+
+    bos_token = "<s>"
+
+    def __init__(self) -> None:
+        import jinja2
+
+        self.chat_template = "{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}{% endfor %}"
+        self._template = jinja2.Environment().from_string(self.chat_template)
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True):  # type: ignore[no-untyped-def]
+        return self._template.render(messages=messages)
+
+
+def test_a_template_for_plain_strings_gets_the_string_form_and_it_is_reported(caplog) -> None:  # type: ignore[no-untyped-def]
+    from holodesk.policy.holotron.prompt import render_prompt
+
+    a, b = _frame(), _frame(32, 32)
+    with caplog.at_level("WARNING"):
+        text, frames, how = render_prompt(_StringOnlyTokenizer(), _parts_messages(a, b), ["<image>"])
+    assert how == "chat_template (string content)" and frames == [a, b]
+    assert text.count(IMAGE_SENTINEL) == 2
+    assert "rendered 0 image placeholder(s) for 2 image(s)" in caplog.text
+
+
+def test_fallback_without_template_starts_with_bos(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from holodesk.policy.holotron.loader import load_tokenizer
+    from holodesk.policy.holotron.prompt import render_prompt, special_token_strings
+    from holodesk.policy.holotron.tiny import write_tiny_checkpoint
+
+    tok = load_tokenizer(write_tiny_checkpoint(tmp_path / "t", chat_template=False, shards=1))
+    a, b = _frame(), _frame(32, 32)
+    text, _frames, how = render_prompt(tok, _parts_messages(a, b), special_token_strings(tok))
+    assert how == "fallback" and text.startswith("<s><SPECIAL_10>System\n") and text.count(IMAGE_SENTINEL) == 2
+    ids = tokenize_prompt(tok, text, [256, 256], img_start_id=6, img_end_id=7, image_token_id=8)
+    assert ids[0] == tok.convert_tokens_to_ids("<s>")  # the BOS token, not its characters

@@ -39,6 +39,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from holodesk.errors import HolodeskError
+
 GiB = 1024**3
 
 
@@ -511,7 +513,14 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
 
     from holodesk.policy.holotron.fast_decode import StaticLM
 
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    try:
+        device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    except RuntimeError as exc:
+        raise HolodeskError(f"--device {args.device!r} is not a device PyTorch knows ({exc})",
+                            hint="Use --device cuda or --device cpu.") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise HolodeskError("--device cuda was asked for, but PyTorch sees no CUDA GPU on this machine",
+                            hint="Run on a machine with an NVIDIA GPU, or use --device cpu --tiny for a smoke test.")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     if args.dtype:
         dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]

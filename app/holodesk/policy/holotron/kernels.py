@@ -131,6 +131,8 @@ def kernel_report(*, import_transformers: bool = True) -> dict[str, Any]:
              "cuda": {"available": bool, "device": str | None},
              "packages": {"mamba_ssm": {...}, "causal_conv1d": {...}},   # installed, version, import_error
              "selective_scan_cuda_placeholder": bool,
+             "prepared_before_transformers": bool | None,  # prepare_kernels ran before NemotronH was
+                                                           # imported (None: never prepared)
              "functions": {name: {"live": bool | None, "implementation": str}},
              "reasons": [str, ...]}          # why something is not live
     """
@@ -142,6 +144,7 @@ def kernel_report(*, import_transformers: bool = True) -> dict[str, Any]:
         "cuda": {"available": False, "device": None},
         "packages": {},
         "selective_scan_cuda_placeholder": bool(_state["placeholder"]),
+        "prepared_before_transformers": _state["prepared_before_import"],
         "functions": {},
         "reasons": reasons,
     }

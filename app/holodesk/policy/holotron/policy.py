@@ -10,17 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from holodesk.errors import PolicyError, PolicyOutputError
-from holodesk.policy.base import Observation, Proposal
+from holodesk.policy.base import Observation, Proposal, pointer_after
 from holodesk.policy.holotron.checkpoint import ProgressFn
 from holodesk.policy.holotron.loader import LoadedHolotron, load_holotron
 from holodesk.policy.holotron.prompt import (
-    flatten_messages,
     image_token_runs,
-    neutralize_special_tokens,
-    render_chat,
+    render_prompt,
     special_token_strings,
     tokenize_prompt,
 )
+from holodesk.policy.protocol import DEFAULT_PROTOCOL
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +76,7 @@ class HolotronPolicy:
         reasoning: bool = False,
         max_images: int = 3,
         constrained: bool = True,
-        protocol: str = "holo-v1",
+        protocol: str = DEFAULT_PROTOCOL,
         max_new_tokens: int = 1024,
         max_think_tokens: int = 1024,
         max_string_chars: int | None = None,
@@ -121,7 +120,7 @@ class HolotronPolicy:
         reasoning: bool = False,
         max_images: int = 3,
         constrained: bool = True,
-        protocol: str = "holo-v1",
+        protocol: str = DEFAULT_PROTOCOL,
         progress: ProgressFn | None = None,
         max_new_tokens: int = 1024,
         max_think_tokens: int = 1024,
@@ -140,7 +139,7 @@ class HolotronPolicy:
             reasoning: let the model think (``/think``) before replying.
             max_images: screenshots sent as images (current one included); older steps are text.
             constrained: force replies to the protocol's JSON schema with xgrammar.
-            protocol: action protocol name.
+            protocol: action protocol name (default H Company's agent-loop contract, ``agent-loop-v1``).
             progress: ``progress(stage, fraction)`` during download and load.
             max_new_tokens: reply budget after any thinking; max_think_tokens: thinking budget.
             max_string_chars: when set, every JSON string in a constrained reply is capped at this
@@ -191,16 +190,16 @@ class HolotronPolicy:
 
         Returns:
             dict with ``input_ids`` (list[int]), ``frames`` (list[Frame]), ``template``
-            (``"chat_template"`` | ``"fallback"``) and ``prompt_text`` (sentinels in place of images).
+            (``"chat_template"``, ``"chat_template (string content)"`` or ``"fallback"``; see
+            :func:`~holodesk.policy.holotron.prompt.render_prompt`) and ``prompt_text`` (sentinels in place
+            of images).
         """
         from holodesk.policy.holotron.tiling import image_tiles
 
         messages = self.protocol.build_messages(observation, max_images=max_images, reasoning=self.reasoning)
-        text_messages, frames = flatten_messages(messages)
         if self._specials is None:
             self._specials = special_token_strings(self.loaded.tokenizer)
-        text_messages = neutralize_special_tokens(text_messages, self._specials)
-        prompt_text, template = render_chat(self.loaded.tokenizer, text_messages)
+        prompt_text, frames, template = render_prompt(self.loaded.tokenizer, messages, self._specials)
         info = self.loaded.info
         counts = [
             info.tokens_per_tile
@@ -339,7 +338,7 @@ class HolotronPolicy:
         if warnings:
             extra["warnings"] = warnings
         try:
-            parsed = self.protocol.parse(raw)
+            parsed = self.protocol.parse(raw, pointer=pointer_after(observation.history))
         except PolicyOutputError as exc:
             if generation.stop_reason == "max_new_tokens":
                 exc.hint = (exc.hint + " " if exc.hint else "") + (

@@ -2,27 +2,38 @@
 
 Layout (Nemotron Nano 2, docs/holotron.md "Prompt layout")::
 
-    <SPECIAL_10>System\\n{system}\\n<SPECIAL_11>User\\n{user}\\n<SPECIAL_11>Assistant\\n<think></think>
+    <s><SPECIAL_10>System\\n{system}\\n<SPECIAL_11>User\\n{user}\\n<SPECIAL_11>Assistant\\n<think></think>
 
-Each image becomes ``<img>`` + ``<image>`` x (256 x tiles) + ``</img>`` (no per-tile markers). The
-tokenizer's own ``chat_template`` renders the text when the checkpoint ships one; :func:`fallback_chat`
-reproduces the layout otherwise (tested against the template of the tiny checkpoint). Images are carried
-through the template as a private sentinel string and replaced by token ids afterwards, so the template
-never has to know about images.
+NVIDIA's chat template iterates list-form content parts: ``{"type": "image"}`` renders ``<image>`` and
+``{"type": "text", "text": ...}`` its text, parts concatenated. :func:`render_prompt` hands the
+checkpoint's template exactly that form and counts the ``<image>`` placeholders it produced; only when a
+template renders a different number (one written for plain strings) is the string form used, with each
+image carried as a private sentinel, and that fallback is reported. Without a template,
+:func:`fallback_chat` reproduces the layout (BOS included). Each image then becomes ``<img>`` +
+``<image>`` x (256 x tiles) + ``</img>`` (no per-tile markers).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 from holodesk.core.geometry import Frame
 from holodesk.errors import PolicyError
 
+IMAGE_PLACEHOLDER = "<image>"
+"""What NVIDIA's chat template renders for one ``{"type": "image"}`` content part."""
+
+BOS = "<s>"
+"""Nemotron's beginning-of-sequence token; the rendered prompt starts with it."""
+
 IMAGE_SENTINEL = "\ue000holodesk:image\ue000"
 """Stands for one image inside rendered chat text (Unicode private-use characters around a tag)."""
 
 _CONTROL_TAGS = ("/no_think", "/think")
+
+log = logging.getLogger(__name__)
 
 
 def flatten_messages(messages: Sequence[dict[str, Any]]) -> tuple[list[dict[str, str]], list[Frame]]:
@@ -82,26 +93,36 @@ def _strip_controls(text: str) -> str:
     return text.strip()
 
 
-def fallback_chat(messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> str:
+def message_text(content: str | Sequence[dict[str, Any]]) -> str:
+    """The text a template renders for one message's content: a string as is; list-form parts
+    concatenated, each ``{"type": "image"}`` as :data:`IMAGE_PLACEHOLDER`."""
+    if isinstance(content, str):
+        return content
+    return "".join(IMAGE_PLACEHOLDER if part.get("type") == "image" else str(part.get("text", "")) for part in content)
+
+
+def fallback_chat(messages: Sequence[dict[str, Any]], *, add_generation_prompt: bool = True, bos: str = BOS) -> str:
     """Render the Nemotron Nano 2 chat layout without a template (docs/holotron.md, "Prompt layout").
 
-    System first (``<SPECIAL_10>System\\n...\\n``, empty when absent), then ``<SPECIAL_11>User\\n...\\n``
-    and ``<SPECIAL_11>Assistant\\n...\\n<SPECIAL_12>\\n`` turns; ``/think`` and ``/no_think`` are removed
-    from system and user text and select the generation prompt's ending: ``<think>\\n`` (reasoning) or
+    ``bos`` first, then the system turn (``<SPECIAL_10>System\\n...\\n``, empty when absent), then
+    ``<SPECIAL_11>User\\n...\\n`` and ``<SPECIAL_11>Assistant\\n...\\n<SPECIAL_12>\\n`` turns. Content
+    is a string or list-form parts (:func:`message_text`). ``/think`` and ``/no_think`` are removed from
+    system and user text and select the generation prompt's ending: ``<think>\\n`` (reasoning) or
     ``<think></think>``.
     """
+    texts = [{"role": m["role"], "content": message_text(m["content"])} for m in messages]
     system = ""
-    for message in messages:
+    for message in texts:
         if message["role"] == "system":
             system = message["content"]  # the last system message wins, as in the template
-    parts = ["<SPECIAL_10>System\n" + _strip_controls(system) + "\n"]
-    for message in messages:
+    parts = [bos + "<SPECIAL_10>System\n" + _strip_controls(system) + "\n"]
+    for message in texts:
         if message["role"] == "user":
             parts.append("<SPECIAL_11>User\n" + _strip_controls(message["content"]) + "\n")
         elif message["role"] == "assistant":
             parts.append("<SPECIAL_11>Assistant\n" + message["content"].strip() + "\n<SPECIAL_12>\n")
     if add_generation_prompt:
-        ending = "<think>\n" if reasoning_requested(messages) else "<think></think>"
+        ending = "<think>\n" if reasoning_requested(texts) else "<think></think>"
         parts.append("<SPECIAL_11>Assistant\n" + ending)
     return "".join(parts)
 
@@ -152,6 +173,89 @@ def render_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> tuple[str
             raise PolicyError(f"the checkpoint's chat template failed: {exc}") from exc
         return str(text), "chat_template"
     return fallback_chat(messages), "fallback"
+
+
+def template_parts(
+    messages: Sequence[dict[str, Any]], specials: Sequence[str]
+) -> tuple[list[dict[str, Any]], list[Frame]]:
+    """Protocol messages in the list form NVIDIA's template iterates: ``{"type": "image"}`` and
+    ``{"type": "text", "text": ...}`` parts (a message of text parts only becomes one string). Text
+    outside the system message has its special-token text broken up (:func:`neutralize_special_tokens`).
+
+    Returns:
+        (messages, frames in prompt order).
+    Raises:
+        PolicyError: for an unknown role or part type, or an image part without a Frame.
+    """
+    out: list[dict[str, Any]] = []
+    frames: list[Frame] = []
+    specials = [*specials, IMAGE_PLACEHOLDER] if IMAGE_PLACEHOLDER not in specials else list(specials)
+    for message in messages:
+        role = message.get("role")
+        if role not in ("system", "user", "assistant"):
+            raise PolicyError(f"chat message has an unknown role {role!r}")
+        content = message.get("content")
+        raw = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or ())
+        parts: list[dict[str, Any]] = []
+        for part in raw:
+            kind = part.get("type")
+            if kind == "text":
+                # the sentinel's own characters in text (a task, a reply) must not read as an image
+                text = str(part.get("text", "")).replace(IMAGE_SENTINEL, IMAGE_SENTINEL[:-1] + "\u200b\ue000")
+                if role != "system":
+                    text = neutralize_special_tokens([{"role": role, "content": text}], specials)[0]["content"]
+                parts.append({"type": "text", "text": text})
+            elif kind == "image":
+                frame = part.get("frame")
+                if not isinstance(frame, Frame):
+                    raise PolicyError("an image part of the chat has no Frame")
+                frames.append(frame)
+                parts.append({"type": "image"})
+            else:
+                raise PolicyError(f"chat message part has an unknown type {kind!r}")
+        if all(p["type"] == "text" for p in parts):
+            out.append({"role": role, "content": "".join(p["text"] for p in parts)})
+        else:
+            out.append({"role": role, "content": parts})
+    return out, frames
+
+
+def render_prompt(
+    tokenizer: Any, messages: Sequence[dict[str, Any]], specials: Sequence[str]
+) -> tuple[str, list[Frame], str]:
+    """Render protocol messages to prompt text with one :data:`IMAGE_SENTINEL` per image.
+
+    The checkpoint's template gets list-form parts (:func:`template_parts`) and must render exactly one
+    :data:`IMAGE_PLACEHOLDER` per image. A template that fails on that form or renders another number of
+    placeholders gets the string form (:func:`flatten_messages`), and that is logged and reported as
+    ``"chat_template (string content)"``. Without a template, :func:`fallback_chat` renders the list form.
+
+    Returns:
+        (prompt text ending with the generation prompt, frames in prompt order, how: ``"chat_template"``,
+        ``"chat_template (string content)"`` or ``"fallback"``).
+    Raises:
+        PolicyError: the template fails on both forms, or a form renders the wrong number of images.
+    """
+    parts, frames = template_parts(messages, specials)
+    if not getattr(tokenizer, "chat_template", None):
+        text = fallback_chat(parts, bos=str(getattr(tokenizer, "bos_token", None) or BOS))
+        return text.replace(IMAGE_PLACEHOLDER, IMAGE_SENTINEL), frames, "fallback"
+    problem = ""
+    try:
+        text = str(tokenizer.apply_chat_template(parts, tokenize=False, add_generation_prompt=True))
+    except Exception as exc:
+        problem = f"it failed on list-form content: {exc}"
+    else:
+        found = text.count(IMAGE_PLACEHOLDER)
+        if found == len(frames):
+            return text.replace(IMAGE_PLACEHOLDER, IMAGE_SENTINEL), frames, "chat_template"
+        problem = f"it rendered {found} image placeholder(s) for {len(frames)} image(s)"
+    log.warning("the checkpoint's chat template does not take list-form content (%s); using string content",
+                problem)
+    flat, frames = flatten_messages(messages)
+    flat = neutralize_special_tokens(flat, specials)
+    text, _how = render_chat(tokenizer, flat)
+    return text, frames, "chat_template (string content)"
 
 
 def image_token_runs(ids: Sequence[int], image_token_id: int) -> list[tuple[int, int]]:

@@ -170,7 +170,8 @@ def cap_strings(schema: dict[str, Any], max_chars: int) -> dict[str, Any]:
     def visit(node: Any) -> None:
         if isinstance(node, dict):
             types = node.get("type")
-            if types == "string" or (isinstance(types, list) and "string" in types):
+            fixed = "const" in node or "enum" in node  # its values already bound the length
+            if not fixed and (types == "string" or (isinstance(types, list) and "string" in types)):
                 if int(node.get("minLength", 0)) > max_chars:
                     raise ValueError(f"a string needs at least {node['minLength']} characters > {max_chars}")
                 node["maxLength"] = min(int(node.get("maxLength", max_chars)), max_chars)
@@ -183,6 +184,25 @@ def cap_strings(schema: dict[str, Any], max_chars: int) -> dict[str, Any]:
     out = copy.deepcopy(schema)
     visit(out)
     return out
+
+
+_BAD_SECOND: dict[int, tuple[int, int]] = {0xE0: (0x80, 0x9F), 0xED: (0xA0, 0xBF), 0xF0: (0x80, 0x8F),
+                                           0xF4: (0x90, 0xBF)}
+"""UTF-8 lead byte -> the range of second bytes that makes the sequence invalid: overlong (E0, F0), a
+surrogate (ED), above U+10FFFF (F4) (Unicode 15, Table 3-7)."""
+
+
+def _utf8_pairs_valid(data: bytes) -> bool:
+    """False when ``data`` holds a byte that never occurs in UTF-8 (C0, C1, F5..FF) or a lead byte followed
+    by a second byte in its :data:`_BAD_SECOND` range. (Incomplete sequences at either end are fine: a
+    token may hold part of a character.)"""
+    for i, byte in enumerate(data):
+        if byte in (0xC0, 0xC1) or byte >= 0xF5:
+            return False
+        bad = _BAD_SECOND.get(byte)
+        if bad is not None and i + 1 < len(data) and bad[0] <= data[i + 1] <= bad[1]:
+            return False
+    return True
 
 
 class Constraint:
@@ -219,16 +239,36 @@ class Constraint:
 
         stops = set(loaded.eos_ids)
         ban = torch.zeros(vocab_size, dtype=torch.bool)
+        # Byte-level tokens can spell UTF-8 that is not valid: xgrammar 0.2.8 accepts a surrogate encoded
+        # in three bytes (ED A0..BF xx) as one character of a string, which decodes to three U+FFFD (seen
+        # with the tiny checkpoint: a capped string then came out longer than its maxLength). Tokens
+        # holding an invalid sequence are masked always; a token that continues the previous token's
+        # lead byte into an invalid second byte is masked after that token (Unicode Table 3-7).
+        starts_bad: dict[int, Any] = {lead: torch.zeros(vocab_size, dtype=torch.bool) for lead in _BAD_SECOND}
+        self._ends_with_lead: dict[int, int] = {}
         for token_id, piece in enumerate(info.decoded_vocab[:vocab_size]):
-            if piece and min(piece) < 0x20 and token_id not in stops:
+            if token_id in stops or not piece:
+                continue
+            data = bytes(piece)
+            if min(data) < 0x20 or not _utf8_pairs_valid(data):
                 ban[token_id] = True
+                continue
+            for lead, (low, high) in _BAD_SECOND.items():
+                if low <= data[0] <= high:
+                    starts_bad[lead][token_id] = True
+            if data[-1] in _BAD_SECOND:
+                self._ends_with_lead[token_id] = data[-1]
         self._ban_cpu = ban
         self._ban: Any = None
+        self._starts_bad_cpu = starts_bad
+        self._starts_bad: dict[int, Any] = {}
+        self._last: int | None = None
 
     def start(self) -> None:
         """Begin a new reply."""
         self.matcher = self._xgr.GrammarMatcher(self.compiled)
         self.bitmask = self._xgr.allocate_token_bitmask(1, self.vocab_size)
+        self._last = None
 
     def mask(self, logits: torch.Tensor) -> None:
         """Set disallowed tokens of ``logits`` (float ``(vocab,)``) to -inf, in place."""
@@ -236,10 +276,15 @@ class Constraint:
         self._xgr.apply_token_bitmask_inplace(logits.view(1, -1), self.bitmask.to(logits.device))
         if self._ban is None or self._ban.device != logits.device:
             self._ban = self._ban_cpu.to(logits.device)
+            self._starts_bad = {lead: m.to(logits.device) for lead, m in self._starts_bad_cpu.items()}
         logits.masked_fill_(self._ban[: logits.shape[-1]], float("-inf"))
+        lead = self._ends_with_lead.get(self._last) if self._last is not None else None
+        if lead is not None:
+            logits.masked_fill_(self._starts_bad[lead][: logits.shape[-1]], float("-inf"))
 
     def accept(self, token: int) -> bool:
         """Advance the matcher; False when the token breaks the grammar."""
+        self._last = int(token)
         return bool(self.matcher.accept_token(int(token)))
 
     def finished(self) -> bool:

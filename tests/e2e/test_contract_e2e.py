@@ -1,0 +1,71 @@
+"""End to end in agent-loop-v1: a scripted episode in H Company's contract fills a third-party form.
+
+The script names its protocol (``# protocol: agent-loop-v1``) and speaks the contract's tools
+(``click_desktop`` with ``element``, ``write_desktop``, ``answer``). `holodesk run` runs as its own
+process with the real mss capture and pyautogui executor, on an Xvfb screen with a real window manager
+(openbox) and the Tk form of tests/apps/tk_form.py (its own process). The form's printed state is the
+verdict; the coordinates are the widgets' centres in a frame captured from that screen, in [0, 1000].
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from holodesk.capture.mss_backend import MssCapture
+from holodesk.core.geometry import frame_pixel_to_point
+from holodesk.session.episode import list_episodes, load_episode
+from tests.helpers.desktop import Desktop
+
+pytestmark = [pytest.mark.e2e, pytest.mark.gui, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _reply(thought: str, call: dict[str, Any], note: str | None = None) -> str:
+    return json.dumps({"note": note, "thought": thought, "tool_call": call}, ensure_ascii=False)
+
+
+def test_a_scripted_contract_episode_fills_the_tk_form(make_desktop: Any, tmp_path: Path) -> None:
+    desktop: Desktop = make_desktop("openbox", 1280, 800)
+    form = desktop.tk_form(x=400, y=250)
+    form.activate()
+    cap = MssCapture(display=desktop.display)
+    try:
+        frame = cap.grab(1)
+    finally:
+        cap.close()
+
+    def at(widget: str) -> dict[str, int]:
+        cx, cy = form.center(widget)
+        p = frame_pixel_to_point(frame, cx - frame.monitor.left, cy - frame.monitor.top)
+        return {"x": p.x, "y": p.y}
+
+    script = tmp_path / "form.jsonl"
+    script.write_text("\n".join([
+        "# protocol: agent-loop-v1",
+        _reply("Focus the name field", {"tool_name": "click_desktop", "element": "Name entry of the Tk form",
+                                         **at("name")}),
+        _reply("Type the name", {"tool_name": "write_desktop", "content": "Ada Lovelace"}),
+        _reply("Tick the box", {"tool_name": "click_desktop", "element": "'agree' check box", **at("agree")},
+               note="name typed"),
+        _reply("Submit the form", {"tool_name": "click_desktop", "element": "Submit button", **at("Submit")}),
+        _reply("Done", {"tool_name": "answer", "content": "The form was submitted for Ada Lovelace."}),
+    ]) + "\n", encoding="utf-8")
+    episodes = tmp_path / "episodes"
+    res = subprocess.run(
+        [sys.executable, "-m", "holodesk", "run", "fill the form for Ada Lovelace", "--script", str(script),
+         "--approve", "auto", "--episodes-dir", str(episodes), "--json"],
+        env=desktop.env(), capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert form.result() == {"name": "Ada Lovelace", "agree": True, "count": 0, "submitted": True}
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "finished" and summary["answer"] == "The form was submitted for Ada Lovelace."
+    ep = load_episode(list_episodes(episodes)[0])
+    assert ep.steps[0]["action"]["element"] == "Name entry of the Tk form"  # the model's words are recorded
+    assert [s["result"]["status"] for s in ep.steps[:4]] == ["performed"] * 4

@@ -1,0 +1,264 @@
+"""agent-loop-v1 (H Company's agent-loop contract): golden prompts, tools declared once, parser rules.
+
+The golden fixtures below are written by hand from the contract's rules (docs/actions.md, "agent-loop-v1"),
+not produced by the code under test: a 3-step episode whose oldest screenshot falls outside the image
+budget, a failed step reported as ``<error>``, performed steps as ``<tool_output>``, only the parsed JSON
+re-added as assistant turns, a reasoning block in a raw reply never spliced back.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from holodesk.core.actions import Answer, Click, Done, Drag, Key, Move, Point, RightClick, Scroll, Type, Wait
+from holodesk.core.geometry import Frame, Monitor
+from holodesk.errors import ActionError, PolicyOutputError
+from holodesk.policy.base import HistoryStep, Observation, pointer_after
+from holodesk.policy.contract import TOOLS, Reply, Tool, tool_list, tool_names
+from holodesk.policy.protocol import get_protocol
+from holodesk.policy.remote import RemotePolicy
+from tests.policy.remote_helpers import ScriptedServer
+
+P = get_protocol("agent-loop-v1")
+KEY = "sk-contract-test"
+MODEL = "Holotron-12B"
+
+
+def _frame(shade: int, w: int = 64, h: int = 40) -> Frame:
+    return Frame(np.full((h, w, 3), shade, np.uint8), Monitor(1, 0, 0, w, h))
+
+
+F1, F2, F3, F4 = _frame(10), _frame(20), _frame(30), _frame(40)
+
+EPISODE = Observation(
+    task="Fill the form: name Ada",
+    frame=F4,
+    history=(
+        HistoryStep(0, F1, Click(Point(300, 200), element="Name field"), "Click the name field", None,
+                    raw_text='<think>the field is at the top</think>{"note": null, "thought": "x"}',
+                    outcome="performed"),
+        HistoryStep(1, F2, Type("Ada"), "Type the name", "name field focused", outcome="performed"),
+        HistoryStep(2, F3, Click(Point(500, 900), element="Submit button"), "Submit", None,
+                    outcome="failed: the pointer could not be moved"),
+    ),
+)
+
+A1 = ('{"note":null,"thought":"Click the name field","tool_call":{"tool_name":"click_desktop",'
+      '"element":"Name field","x":300,"y":200,"button":"left"}}')
+A2 = ('{"note":"name field focused","thought":"Type the name","tool_call":{"tool_name":"write_desktop",'
+      '"content":"Ada","press_enter":false}}')
+A3 = ('{"note":null,"thought":"Submit","tool_call":{"tool_name":"click_desktop","element":"Submit button",'
+      '"x":500,"y":900,"button":"left"}}')
+R1 = '<tool_output tool="click_desktop">\nperformed\n</tool_output>'
+R2 = '<tool_output tool="write_desktop">\nperformed\n</tool_output>'
+R3 = '<error tool="click_desktop">\nfailed: the pointer could not be moved\n</error>'
+OMITTED = "<observation>\n[Image omitted by context cleaning]\n</observation>"
+
+# The turns of step 4, in order: (role, text with "<image>" where a screenshot goes).
+GOLDEN_TURNS: list[tuple[str, str]] = [
+    ("system", "<SYSTEM>"),
+    ("user", "Task: Fill the form: name Ada"),
+    ("user", OMITTED),  # 4 screenshots, budget 3: the oldest is a placeholder inside its wrapper
+    ("assistant", A1),  # the parsed JSON only: the raw reply's <think> block is not spliced back
+    ("user", R1),
+    ("user", "<observation>\n<image>\n</observation>"),
+    ("assistant", A2),
+    ("user", R2),
+    ("user", "<observation>\n<image>\n</observation>"),
+    ("assistant", A3),
+    ("user", R3),
+    ("user", "<observation>\n<image>\n</observation>"),
+]
+
+
+def _turn_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    out = []
+    for part in content:
+        out.append("<image>" if part["type"] in ("image", "image_url") else part["text"])
+    return "".join(out)
+
+
+def test_golden_messages_of_a_three_step_episode() -> None:
+    messages = P.build_messages(EPISODE, max_images=3)
+    turns = [(m["role"], _turn_text(m["content"])) for m in messages]
+    expected = [(r, P.system_prompt() if t == "<SYSTEM>" else t) for r, t in GOLDEN_TURNS]
+    assert turns == expected
+    frames = [p["frame"] for m in messages if isinstance(m["content"], list) for p in m["content"]
+              if p["type"] == "image"]
+    assert frames == [F2, F3, F4]  # the last 3 screenshots, oldest first, the current one last
+
+
+def test_golden_remote_request_of_a_three_step_episode() -> None:
+    """What vLLM receives: the same turns, screenshots as PNG data URLs (the last 3, in order), the
+    reply schema as response_format."""
+    server = ScriptedServer("--api-key", KEY, "--models", MODEL)
+    try:
+        reply = P.to_reply(Answer("Submitted"), thought="done")
+        server.script({"content": reply})
+        with RemotePolicy(server.url, MODEL, api_key=KEY, max_images=3) as policy:
+            assert policy.protocol.name == "agent-loop-v1"  # the default
+            proposal = policy.propose(EPISODE)
+        body = server.chat_requests()[0]["body"]
+    finally:
+        server.stop()
+    assert proposal.action == Answer("Submitted")
+    turns = [(m["role"], _turn_text(m["content"])) for m in body["messages"]]
+    assert turns == [(r, P.system_prompt() if t == "<SYSTEM>" else t) for r, t in GOLDEN_TURNS]
+    assert body["response_format"]["type"] == "json_schema"
+    assert body["response_format"]["json_schema"]["schema"] == Reply.model_json_schema()
+    urls = [p["image_url"]["url"] for m in body["messages"] if isinstance(m["content"], list)
+            for p in m["content"] if p["type"] == "image_url"]
+    shades = []
+    for url in urls:
+        head, data = url.split(",", 1)
+        assert head == "data:image/png;base64"
+        shades.append(int(np.asarray(Image.open(io.BytesIO(base64.b64decode(data))).convert("RGB"))[0, 0, 0]))
+    assert shades == [20, 30, 40]
+
+
+def test_golden_local_prompt_of_a_three_step_episode(tiny_loaded_module: Any) -> None:
+    """The local runtime's rendered text (tiny checkpoint, template written as NVIDIA's: BOS, list-form
+    parts, <SPECIAL_11> turns, <think></think> with thinking off) with one sentinel per screenshot."""
+    from holodesk.policy.holotron import HolotronPolicy
+    from holodesk.policy.holotron.prompt import IMAGE_SENTINEL
+
+    policy = HolotronPolicy(tiny_loaded_module, decoder="stock", max_images=3)
+    prepared = policy.prepare(EPISODE, max_images=3)
+    system = P.system_prompt().replace("/no_think", "").strip()
+    expected = "<s><SPECIAL_10>System\n" + system + "\n"
+    for role, text in GOLDEN_TURNS[1:]:
+        text = text.replace("<image>", IMAGE_SENTINEL)
+        expected += ("<SPECIAL_11>User\n" + text + "\n") if role == "user" else (
+            "<SPECIAL_11>Assistant\n" + text + "\n<SPECIAL_12>\n")
+    expected += "<SPECIAL_11>Assistant\n<think></think>"
+    assert prepared["template"] == "chat_template"
+    assert prepared["prompt_text"] == expected
+    assert prepared["frames"] == [F2, F3, F4]
+    ids = prepared["input_ids"]
+    assert ids.count(tiny_loaded_module.img_start_id) == 3 and ids.count(tiny_loaded_module.img_end_id) == 3
+
+
+@pytest.fixture(scope="module")
+def tiny_loaded_module(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    pytest.importorskip("torch")
+    from holodesk.policy.holotron.loader import load_holotron
+    from holodesk.policy.holotron.tiny import write_tiny_checkpoint
+
+    folder = write_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "t", seed=0, shards=1)
+    return load_holotron(folder, dtype="float32", device="cpu")
+
+
+# ------------------------------------------------------------------------------ the contract's rules
+def test_system_prompt_embeds_the_schema_the_decoder_enforces() -> None:
+    prompt = P.system_prompt()
+    block = prompt.split("<output_format>\n```json\n", 1)[1].split("\n```\n</output_format>", 1)[0]
+    assert json.loads(block) == P.json_schema() == Reply.model_json_schema()
+    assert prompt.endswith("\n/no_think") and P.system_prompt(reasoning=True).endswith("\n/think")
+    assert tool_list() in prompt
+
+
+def test_tools_are_declared_once_and_everything_derives_from_them() -> None:
+    schema = P.json_schema()
+    union = schema["properties"]["tool_call"]["oneOf"]
+    consts = [schema["$defs"][ref["$ref"].rsplit("/", 1)[1]]["properties"]["tool_name"]["const"] for ref in union]
+    assert tuple(consts) == tool_names() == (
+        "click_desktop", "double_click_desktop", "move_to_desktop", "drag_to_desktop", "scroll_desktop",
+        "write_desktop", "hotkey_desktop", "wait_desktop", "answer",
+    )
+    for name in tool_names():
+        assert f"- `{name}(" in P.system_prompt()
+    pointer_tools = [t for t in TOOLS if "x" in t.model_fields]
+    assert pointer_tools and all("element" in t.model_fields for t in pointer_tools)
+    assert all(issubclass(t, Tool) for t in TOOLS)
+
+
+@pytest.mark.parametrize("action", [
+    Click(Point(1, 2), element="OK"), RightClick(Point(3, 4), element="file"), Move(Point(5, 6), element="m"),
+    Scroll("down", 4, Point(7, 8), element="list"), Type("Ada\n"), Key(("ctrl", "s")), Wait(2.5),
+    Answer("42"), Drag(Point(100, 100), Point(9, 9), element="bin"),
+])
+def test_round_trip_through_the_serializer_and_the_validator(action: Any) -> None:
+    text = P.to_reply(action, thought="t", note="n")
+    pointer = action.start if isinstance(action, Drag) else None
+    parsed = P.parse(text, pointer=pointer)
+    assert (parsed.action, parsed.thought, parsed.note, parsed.warnings) == (action, "t", "n", ())
+
+
+def test_element_is_carried_to_the_action() -> None:
+    reply = json.dumps({"note": None, "thought": "t", "tool_call": {
+        "tool_name": "click_desktop", "element": "Blue 'Save' button, top left", "x": 40, "y": 30}})
+    assert P.parse(reply).action == Click(Point(40, 30), element="Blue 'Save' button, top left")
+
+
+def test_drag_starts_where_the_pointer_is() -> None:
+    history = (HistoryStep(0, F1, Move(Point(100, 200), element="file icon"), outcome="performed"),
+               HistoryStep(1, F2, Click(Point(9, 9)), outcome="skipped by the user"))
+    assert pointer_after(history) == Point(100, 200)  # a skipped step did not move it
+    reply = json.dumps({"note": None, "thought": "t", "tool_call": {
+        "tool_name": "drag_to_desktop", "element": "trash", "x": 900, "y": 950}})
+    assert P.parse(reply, pointer=pointer_after(history)).action == Drag(Point(100, 200), Point(900, 950),
+                                                                         element="trash")
+    with pytest.raises(PolicyOutputError, match="call move_to_desktop first"):
+        P.parse(reply)
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    ({"tool_name": "click", "element": "e", "x": 1, "y": 2}, "does not follow agent-loop-v1"),
+    ({"tool_name": "click_desktop", "x": 1, "y": 2}, "element"),
+    ({"tool_name": "click_desktop", "element": "e", "x": 1001, "y": 2}, "look like pixel coordinates"),
+    ({"tool_name": "click_desktop", "element": "e", "x": -1, "y": 2}, "not clamped"),
+    ({"tool_name": "click_desktop", "element": "e", "x": 0.5, "y": 0.25}, "0..1 normalised"),
+    ({"tool_name": "write_desktop", "content": "a", "overwrite": True}, "overwrite"),
+    ({"tool_name": "hotkey_desktop", "keys": ["hyper"]}, "keys"),
+    ({"tool_name": "answer", "content": "   "}, "answer text must be a non-empty string"),
+])
+def test_invalid_calls_are_rejected_with_the_raw_text(call: dict[str, Any], message: str) -> None:
+    raw = json.dumps({"note": None, "thought": "t", "tool_call": call})
+    with pytest.raises(PolicyOutputError, match=message) as info:
+        P.parse(raw)
+    assert info.value.raw_text == raw
+
+
+def test_packaging_is_tolerated_as_in_holo_v1() -> None:
+    body = P.to_reply(Key(("ctrl", "s")), thought="save")
+    parsed = P.parse("<think>plan</think>\n```json\n" + body + "\n```")
+    assert parsed.action == Key(("ctrl", "s"))
+    assert any("reasoning" in w for w in parsed.warnings) and any("fenced" in w for w in parsed.warnings)
+    assert P.parse(json.dumps({"note": None, "thought": "t", "tool_call": {
+        "tool_name": "hotkey_desktop", "keys": ["Control", "S"]}})).action == Key(("ctrl", "s"))
+
+
+def test_done_has_no_tool_in_the_contract() -> None:
+    with pytest.raises(ActionError, match="no tool"):
+        P.to_reply(Done("ok"))
+
+
+def test_localization_prompt_and_reply() -> None:
+    prompt = P.localization_prompt("the 'Sign in' button")
+    assert prompt.startswith("Localize an element on the GUI image according to the provided target")
+    assert prompt.endswith("Your target is:\nthe 'Sign in' button")
+    assert P.localization_schema()["required"] == ["x", "y"]
+    assert P.parse_localization('{"x": 10, "y": 990}') == Point(10, 990)
+
+
+def test_reasoning_switch_in_user_text_is_disarmed() -> None:
+    obs = Observation(task="read /no_think.txt", frame=F1)
+    text = _turn_text(P.build_messages(obs)[1]["content"])
+    assert "/no_think" not in text and "no_think.txt" in text
+
+
+def test_the_contract_is_the_default_protocol_everywhere() -> None:
+    from holodesk.policy.protocol import DEFAULT_PROTOCOL
+    from holodesk.settings import Settings
+
+    assert DEFAULT_PROTOCOL == "agent-loop-v1" == Settings.model_fields["protocol"].default
+    assert RemotePolicy.__init__.__kwdefaults__["protocol"] == DEFAULT_PROTOCOL
