@@ -1,7 +1,8 @@
 """End to end in agent-loop-v1: a scripted episode in H Company's contract fills a third-party form.
 
 The script names its protocol (``# protocol: agent-loop-v1``) and speaks the contract's tools
-(``click_desktop`` with ``element``, ``write_desktop``, ``answer``). `holodesk run` runs as its own
+(``update_plan``, ``click_desktop`` with ``element``, ``write_desktop``, ``hold_and_tap_key_desktop``,
+``answer``). `holodesk run` runs as its own
 process with the real mss capture and pyautogui executor, on an Xvfb screen with a real window manager
 (openbox) and the Tk form of tests/apps/tk_form.py (its own process). The form's printed state is the
 verdict; the coordinates are the widgets' centres in a frame captured from that screen, in [0, 1000].
@@ -49,9 +50,13 @@ def test_a_scripted_contract_episode_fills_the_tk_form(make_desktop: Any, tmp_pa
     script = tmp_path / "form.jsonl"
     script.write_text("\n".join([
         "# protocol: agent-loop-v1",
+        _reply("Plan the task", {"tool_name": "update_plan", "goals": [
+            {"title": "Type the name", "status": "running"}, {"title": "Tick agree and submit"}]}),
         _reply("Focus the name field", {"tool_name": "click_desktop", "element": "Name entry of the Tk form",
                                          **at("name")}),
         _reply("Type the name", {"tool_name": "write_desktop", "content": "Ada Lovelace"}),
+        _reply("Select the name", {"tool_name": "hold_and_tap_key_desktop", "hold_keys": ["ctrl"],
+                                   "tap_keys": ["a"]}),
         _reply("Tick the box", {"tool_name": "click_desktop", "element": "'agree' check box", **at("agree")},
                note="name typed"),
         _reply("Submit the form", {"tool_name": "click_desktop", "element": "Submit button", **at("Submit")}),
@@ -67,5 +72,8 @@ def test_a_scripted_contract_episode_fills_the_tk_form(make_desktop: Any, tmp_pa
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     assert summary["status"] == "finished" and summary["answer"] == "The form was submitted for Ada Lovelace."
     ep = load_episode(list_episodes(episodes)[0])
-    assert ep.steps[0]["action"]["element"] == "Name entry of the Tk form"  # the model's words are recorded
-    assert [s["result"]["status"] for s in ep.steps[:4]] == ["performed"] * 4
+    assert ep.steps[0]["action"] == {"kind": "plan", "goals": [["Type the name", "running"],
+                                                                ["Tick agree and submit", "todo"]]}
+    assert ep.steps[1]["action"]["element"] == "Name entry of the Tk form"  # the model's words are recorded
+    assert ep.steps[3]["action"] == {"kind": "key", "keys": ["ctrl", "a"]}
+    assert [s["result"]["status"] for s in ep.steps[:6]] == ["performed"] * 6

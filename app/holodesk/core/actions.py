@@ -24,8 +24,11 @@ NORM_MAX = 1000
 MAX_TYPE_CHARS = 10_000
 MAX_WAIT_SECONDS = 60.0
 MAX_SCROLL_AMOUNT = 50
-MAX_PLAN_GOALS = 30
-"""Most goals in one plan (:class:`Plan`)."""
+MAX_PLAN_GOALS = 8
+"""Most goals in one plan (:class:`Plan`); with :data:`MAX_GOAL_CHARS`, a whole plan fits one reply's
+token budget."""
+MAX_GOAL_CHARS = 100
+"""Longest goal title of a plan."""
 PLAN_STATUSES: tuple[str, ...] = ("todo", "running", "done", "failed")
 """A plan goal's statuses, from H Company's agent loop (``update_plan``)."""
 
@@ -339,7 +342,7 @@ class Plan(Action):
 
     Raises:
         ActionError: no goals, more than :data:`MAX_PLAN_GOALS`, a blank or too long title (more than
-            :data:`MAX_ELEMENT_CHARS` characters), or an unknown status.
+            :data:`MAX_GOAL_CHARS` characters), or an unknown status.
     """
 
     kind: ClassVar[str] = "plan"
@@ -359,8 +362,8 @@ class Plan(Action):
                 title, status = goal
             else:
                 raise ActionError(f"a goal is a (title, status) pair, got {goal!r}", field="goals")
-            if not isinstance(title, str) or not title.strip() or len(title) > MAX_ELEMENT_CHARS:
-                raise ActionError(f"a goal title must be 1 to {MAX_ELEMENT_CHARS} characters of text, "
+            if not isinstance(title, str) or not title.strip() or len(title) > MAX_GOAL_CHARS:
+                raise ActionError(f"a goal title must be 1 to {MAX_GOAL_CHARS} characters of text, "
                                   f"got {title!r}", field="goals")
             if status not in PLAN_STATUSES:
                 raise ActionError(f"a goal status must be one of {', '.join(PLAN_STATUSES)}, got {status!r}",

@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from holodesk.core.actions import (
     KEY_ALIASES,
     MAX_ELEMENT_CHARS,
+    MAX_GOAL_CHARS,
     MAX_PLAN_GOALS,
     MAX_SCROLL_AMOUNT,
     MAX_TYPE_CHARS,
@@ -348,7 +349,7 @@ class Goal(BaseModel):
     """One goal of the plan: what to do, and how far it is."""
 
     model_config = ConfigDict(extra="forbid")
-    title: str = Field(min_length=1, max_length=MAX_ELEMENT_CHARS,
+    title: str = Field(min_length=1, max_length=MAX_GOAL_CHARS,
                        description="Clear, actionable goal (start with a verb).")
     status: Literal[PLAN_STATUSES] = Field(default="todo", description="todo, running, done or failed.")  # type: ignore[valid-type]
 
