@@ -371,7 +371,7 @@ No effect on the desktop; the plan comes back as this tool's output."""
         if not isinstance(action, Plan):
             return None
         return cls(tool_name="update_plan",
-                   goals=[Goal(title=title, status=status) for title, status in action.goals])  # type: ignore[arg-type]
+                   goals=[Goal(title=title, status=status) for title, status in action.goals])
 
 
 def plan_text(plan: Plan) -> str:
