@@ -20,7 +20,7 @@ the contract is inferred and pinned by tests:
 * only the parsed JSON of past steps goes back into the prompt, and only the last few screenshots are
   kept as images (older steps stay as text).
 
-Tools (the ``tool_call`` object; the closed set of :data:`holodesk.core.actions.ACTION_TYPES`):
+Tools (the ``tool_call`` object; :data:`TOOL_NAMES`, every action kind but ``plan``):
 
 ===============================================  =========================================================
 ``click``/``double_click``/``right_click``/      ``{"x": int, "y": int}``
@@ -55,7 +55,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from holodesk.core.actions import (
-    ACTION_TYPES,
     KEY_ALIASES,
     MAX_SCROLL_AMOUNT,
     MAX_TYPE_CHARS,
@@ -101,9 +100,6 @@ _POINTER_TOOLS: Final[dict[str, Callable[[Point], Action]]] = {
     "middle_click": MiddleClick,
     "move": Move,
 }
-TOOL_NAMES: tuple[str, ...] = tuple(ACTION_TYPES)
-"""The tool names of holo-v1, in the order of :data:`holodesk.core.actions.ACTION_TYPES`."""
-
 _TOOL_FIELDS: Final[dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
     # tool name -> (required fields, optional fields), tool_name excluded
     **{name: (("x", "y"), ()) for name in _POINTER_TOOLS},
@@ -115,6 +111,9 @@ _TOOL_FIELDS: Final[dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
     "answer": (("text",), ()),
     "done": ((), ("message",)),
 }
+TOOL_NAMES: tuple[str, ...] = tuple(_TOOL_FIELDS)
+"""The tool names of holo-v1: every action kind of :data:`holodesk.core.actions.ACTION_TYPES` but
+``plan`` (agent-loop-v1's ``update_plan`` has no holo-v1 counterpart)."""
 
 SCHEMA_KEY_NAMES: tuple[str, ...] = tuple(
     sorted(NAMED_KEYS | set(KEY_ALIASES)) + [chr(c) for c in range(0x20, 0x7F)]
