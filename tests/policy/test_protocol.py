@@ -631,3 +631,17 @@ def test_parse_localization() -> None:
             P.parse_localization(raw)
         assert words in info.value.message
         assert info.value.raw_text == raw
+
+
+def test_holo_v1_tools_are_declared_once_and_the_schema_and_prompt_derive_from_them() -> None:
+    from holodesk.policy.protocol import _TOOLS
+
+    variants = P.json_schema()["properties"]["tool_call"]["anyOf"][:-1]
+    names = [v["properties"]["tool_name"]["const"] for v in variants]
+    assert list(dict.fromkeys(names)) == [t.name for t in _TOOLS] == list(TOOL_NAMES)
+    assert names.count("scroll") == 2  # x and y together or neither: two variants
+    prompt = P.system_prompt()
+    for tool in _TOOLS:
+        fields = {k for v in variants if v["properties"]["tool_name"]["const"] == tool.name for k in v["properties"]}
+        assert fields - {"tool_name"} == set(tool.fields)
+        assert f'- {{"tool_name": "{tool.name}"' in prompt and tool.help in prompt
