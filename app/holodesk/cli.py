@@ -1,4 +1,5 @@
-"""The ``holodesk`` command: ``tray`` (default), ``run``, ``download``, ``doctor``, ``bench``, ``tiny-checkpoint``.
+"""The ``holodesk`` command: ``tray`` (default), ``run``, ``stop``, ``palette``, ``mcp``, ``download``,
+``doctor``, ``bench``, ``tiny-checkpoint``.
 
 Each sub-command parses its flags and calls one function. Errors derived from HolodeskError are printed
 as one clear message (with what to do) and exit with status 2; nothing prints a traceback at the user
@@ -21,6 +22,7 @@ from holodesk.errors import ActionError, HolodeskError
 
 if TYPE_CHECKING:
     from holodesk.policy.protocol import ActionProtocol
+    from holodesk.settings import Settings
 
 log = logging.getLogger("holodesk")
 
@@ -49,6 +51,16 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--episodes-dir", type=Path, help="where to record the episode (default: data dir)")
     run.add_argument("--json", action="store_true", help="print the result as one JSON object at the end")
 
+    sub.add_parser("stop", help="stop the task the running app is carrying out")
+    sub.add_parser("palette", help="open the running app's command box (bind it to a shortcut on Wayland)")
+    mcp = sub.add_parser("mcp", help="serve Holodesk to other agents over the Model Context Protocol (stdio; "
+                         "--http for loopback HTTP with a token)")
+    mcp.add_argument("--http", action="store_true", help="serve streamable HTTP on 127.0.0.1 instead of stdio")
+    mcp.add_argument("--port", type=int, default=8765, help="HTTP port on 127.0.0.1 (default 8765)")
+    mcp.add_argument("--script", type=Path, help="replay a file of protocol replies when this process hosts the "
+                     "task (the app, when it runs, uses its own settings)")
+    mcp.add_argument("--print-config", metavar="HOST", choices=["claude-code", "cursor", "codex"],
+                     help="print the snippet that registers Holodesk with claude-code, cursor or codex, and exit")
     download = sub.add_parser("download", help="download a model from the Hugging Face hub into the model cache "
                               "(resumable; every file checked against the hub's sha256)")
     download.add_argument("model", help="Hugging Face repo id, owner/name")
@@ -82,6 +94,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return cmd_run(args)
+        if args.command in ("stop", "palette"):
+            return cmd_app_command(args.command)
+        if args.command == "mcp":
+            return cmd_mcp(args)
         if args.command == "download":
             return cmd_download(args)
         if args.command == "doctor":
@@ -110,21 +126,75 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_tray(no_tray: bool) -> int:
-    """Start the desktop app."""
+    """Start the desktop app; when it already runs on this desktop, open its command box and exit
+    (one app per desktop: one tray icon, one command box, one set of hotkeys)."""
+    from holodesk.instance import InstanceLock
     from holodesk.session.factory import desktop_backend
     from holodesk.settings import load_settings
 
     desktop_backend(load_settings())  # a clear DisplayError when no backend can see this desktop
+    lock = InstanceLock.acquire()
+    if lock is None and lock_held_by_an_app():
+        return cmd_app_command("palette", already_running=True)
+    lock = lock or InstanceLock.acquire()
+    if lock is None:
+        raise HolodeskError("another Holodesk is starting on this desktop", hint="Wait a moment and try again.")
     from holodesk.ui.app import run_app
 
-    return run_app(force_window=no_tray)
+    return run_app(force_window=no_tray, instance=lock)
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """``holodesk mcp``: the MCP server (see :mod:`holodesk.mcp_server`), or ``--print-config HOST``."""
+    from holodesk import mcp_server
+
+    if args.print_config:
+        print(mcp_server.print_config(args.print_config, http_port=args.port if args.http else None), end="")
+        return EXIT_OK
+    return mcp_server.run(http_port=args.port if args.http else None, script=args.script)
+
+
+def lock_held_by_an_app(wait_s: float = 0.5) -> bool:
+    """After the instance lock was found taken: True when an app really holds it, False when it was a
+    passing check (``holodesk stop``/``palette`` test the lock for a moment) and is free again."""
+    import time
+
+    from holodesk.instance import app_running
+
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if not app_running():
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def cmd_app_command(command: str, *, already_running: bool = False) -> int:
+    """``holodesk stop`` / ``holodesk palette``: ask the app running on this desktop over the local
+    channel (:mod:`holodesk.instance`); Qt is not started. Exit 0 done, 1 nothing to do / not running."""
+    from holodesk.instance import NotRunning, request
+
+    try:
+        reply = request(command)
+    except NotRunning as exc:
+        print(f"holodesk: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if not reply.get("ok"):
+        print(f"holodesk: the app refused: {reply.get('error')}", file=sys.stderr)
+        return EXIT_FAILED
+    prefix = "Holodesk is already running on this desktop: " if already_running else ""
+    if command == "stop":
+        print("Stopped the running task." if reply.get("stopped") else "No task was running.")
+        return EXIT_OK if reply.get("stopped") else EXIT_FAILED
+    print(f"{prefix}{reply.get('message', '')}.")
+    return EXIT_OK if reply.get("opened") else EXIT_FAILED
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``holodesk run``: one task with terminal approval. Exit 0 finished, 1 failed, 3 stopped."""
-    from holodesk.session.approval import ApprovalPolicy
-    from holodesk.session.factory import build_capture, build_executor, build_policy
-    from holodesk.session.loop import Session, SessionLimits, State, check_task
+    from holodesk.instance import DriveLock
+    from holodesk.session.factory import build_capture
+    from holodesk.session.loop import check_task
     from holodesk.settings import load_settings
 
     task = check_task(args.task)  # before a model is loaded
@@ -142,7 +212,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_wall_s=args.max_seconds,
         precision=args.precision,
     )
-    capture = build_capture(settings)
+    drive = DriveLock.acquire()  # one task drives the desktop (DesktopBusy names the one that does)
+    try:
+        return _run_task(args, task, settings, capture=build_capture(settings))
+    finally:
+        drive.release()
+
+
+def _run_task(args: argparse.Namespace, task: str, settings: Settings, capture: Any) -> int:
+    """The body of ``holodesk run`` once the desktop is ours."""
+    from holodesk.session.approval import ApprovalPolicy
+    from holodesk.session.factory import build_executor, build_policy
+    from holodesk.session.loop import Session, SessionLimits, State
+
     stop_event = threading.Event()
     executor = build_executor(settings, stop_event)
     monitors = capture.monitors()

@@ -141,6 +141,18 @@ class Settings(BaseSettings):
     hotkey_palette: str = Field("<ctrl>+<alt>+h", description="Global hotkey that opens the command box.")
     hotkey_stop: str = Field("<ctrl>+<alt>+x", description="Global hotkey that stops the running task at once.")
 
+    # MCP server (holodesk mcp)
+    mcp_allowed_modes: Literal["step", "step,auto"] = Field(
+        "step",
+        description="Approval modes an MCP client may ask for in run_task: 'step' only (you approve every "
+        "action), or 'step,auto' (it may also ask for the autopilot, which approves low-risk actions). A "
+        "request for a mode not listed is refused.",
+    )
+    mcp_share_screenshots: bool = Field(
+        False, description="Let MCP clients read the screenshots of recorded episodes (the step records are "
+        "always readable).",
+    )
+
     # Storage
     data_dir: Path = Field(
         default_factory=default_data_dir, description="Folder for episode records and logs."

@@ -107,6 +107,9 @@ class EpisodeResult:
 
 Listener = Callable[[SessionEvent], None]
 
+REASON_ANSWERED = "the model answered"
+"""The reason of a run that ended with an ``answer`` action (its text is ``EpisodeResult.answer``)."""
+
 
 class _Stop(Exception):
     def __init__(self, status: State, reason: str, answer: str | None = None) -> None:
@@ -186,6 +189,7 @@ class Session:
         self._listeners: list[Listener] = []
         self._stop = stop_event if stop_event is not None else threading.Event()
         self._deadline_hit = threading.Event()
+        self._stopped_by = "user"
         self._lock = threading.Lock()
         self.recorder: EpisodeRecorder | None = None
         self._recorded_steps: set[int] = set()  # step numbers with a record in the current run
@@ -195,9 +199,11 @@ class Session:
         """Call ``listener`` for every event (from the loop's thread)."""
         self._listeners.append(listener)
 
-    def request_stop(self) -> None:
+    def request_stop(self, by: str = "user") -> None:
         """Ask the running task to stop at the next state boundary (thread-safe). An action already
-        being performed finishes; nothing new starts."""
+        being performed finishes; nothing new starts. ``by`` says who asked ("user", "the MCP client");
+        it is in the result's reason and the episode's end record (``stopped_by``)."""
+        self._stopped_by = by
         self._stop.set()
 
     @property
@@ -229,7 +235,7 @@ class Session:
         if self._deadline_hit.is_set() or time.monotonic() - started > self.limits.max_wall_s:
             raise _Stop(State.FAILED, self._wall_cap_reason())
         if self._stop.is_set():
-            raise _Stop(State.STOPPED, "stopped by user")
+            raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}")
         if step >= self.limits.max_steps:
             raise _Stop(State.FAILED, f"reached the step cap ({self.limits.max_steps} steps) without finishing")
 
@@ -244,6 +250,7 @@ class Session:
         task = check_task(task)
         with self._lock:
             self._stop.clear()
+            self._stopped_by = "user"
             self._deadline_hit.clear()
             # The wall-time cap is hard (F09): a timer ends a long action or a pending approval too,
             # not only the next step boundary.
@@ -344,7 +351,7 @@ class Session:
                     record.update(decision="none needed", timings_ms=timings)
                     self._write(record)
                     answer = action.text if isinstance(action, Answer) else (action.message or None)
-                    raise _Stop(State.FINISHED, "the model answered" if isinstance(action, Answer)
+                    raise _Stop(State.FINISHED, REASON_ANSWERED if isinstance(action, Answer)
                                 else "the model reports the task is done", answer)
 
                 # Loop detection (F09): same action on an unchanged screen.
@@ -390,7 +397,8 @@ class Session:
                 if response.decision is Decision.STOP:
                     record["timings_ms"] = timings
                     self._write(record)
-                    raise _Stop(State.STOPPED, "stopped by user at the approval prompt")
+                    raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}" if self._stop.is_set()
+                                else "stopped by user at the approval prompt")
                 if response.decision is Decision.SKIP:
                     record["timings_ms"] = timings
                     self._write(record)
@@ -405,7 +413,7 @@ class Session:
                 if self._stop.is_set():
                     record["timings_ms"] = timings
                     self._write(record)
-                    raise _Stop(State.STOPPED, "stopped by user")
+                    raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}")
 
                 # EXECUTING — only reachable with an APPROVE or EDIT response in hand. Write-ahead (F24):
                 # the step is on disk, result unknown, before the action is performed.
@@ -420,8 +428,9 @@ class Session:
                 self._emit("result", step, outcome.message, result=outcome)
                 if outcome.status == "unknown":  # the executor itself broke: stop, the screen is unknown
                     raise _Stop(State.FAILED, f"internal error: {outcome.message}")
-                if outcome.status == "stopped_by_user":
-                    raise _Stop(State.STOPPED, f"stopped by user: {outcome.message}")
+                if outcome.status == "stopped_by_user":  # a stop request ended the action, or the fail-safe
+                    raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}" if self._stop.is_set()
+                                else f"stopped by user: {outcome.message}")
                 if not outcome.ok:
                     failed_actions.append(f"step {step + 1}: {outcome.message}")
                 said = "performed" if outcome.ok else f"failed: {outcome.message}"
@@ -455,9 +464,12 @@ class Session:
                                    len(self._recorded_steps))
         self.state = result.status
         if self.recorder:
+            end = {"status": result.status.value, "reason": result.reason, "answer": result.answer,
+                   "steps": result.steps}
+            if result.status is State.STOPPED:
+                end["stopped_by"] = self._stopped_by if self._stop.is_set() else "user"
             try:
-                self.recorder.close({"status": result.status.value, "reason": result.reason,
-                                     "answer": result.answer, "steps": result.steps})
+                self.recorder.close(end)
             except HolodeskError as exc:  # what was written stays; the user is told the record is incomplete
                 log.error("could not finish the episode record: %s", exc)
                 result.reason = f"{result.reason}; the episode record is incomplete: {exc}"

@@ -23,6 +23,7 @@ from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QApplication, QMessageBox, QProgressDialog, QSystemTrayIcon
 
 from holodesk.errors import HolodeskError, ModelLoadError, SettingsError
+from holodesk.instance import ChannelError, ChannelServer, DriveLock, InstanceLock
 from holodesk.session.approval import ApprovalPolicy
 from holodesk.session.loop import EpisodeResult, Session, SessionEvent, SessionLimits, State
 from holodesk.settings import Settings, config_path, load_settings
@@ -33,6 +34,7 @@ from holodesk.ui.icons import Status, status_for_state
 from holodesk.ui.notify import Notifier, install_exception_hooks
 from holodesk.ui.overlay import MARKER_COLOR
 from holodesk.ui.palette import CommandPalette, GlobalHotkeys
+from holodesk.ui.remote import AppRemote
 from holodesk.ui.settings_dialog import SettingsDialog
 from holodesk.ui.tray import AppActions, FallbackWindow, TrayIcon, app_icon
 from holodesk.ui.wizard import MachineFacts, SetupWizard, gather_facts
@@ -118,6 +120,8 @@ class HolodeskApp(QObject):
             :func:`holodesk.control.window.focused_window_class`).
         window_probe: the window at an input point, or the focused one without a point (default:
             :func:`holodesk.control.window.window_at`); the risk rules judge pointer actions by it.
+        headless: neither tray icon nor window (``holodesk mcp`` hosting tasks while no app runs); the
+            command box, overlay and autopilot countdown still show.
     Signals:
         status_changed(Status): the icon status changed.
         task_finished(EpisodeResult): a task ended.
@@ -132,7 +136,8 @@ class HolodeskApp(QObject):
                  marker_color: str = MARKER_COLOR, dialogs: bool = True, download: DownloadFn | None = None,
                  facts: Callable[[], MachineFacts] | None = None,
                  focus_probe: Callable[[], str | None] | None = None,
-                 window_probe: Callable[..., Any] | None = None, parent: QObject | None = None) -> None:
+                 window_probe: Callable[..., Any] | None = None, headless: bool = False,
+                 parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.focus_probe = focus_probe or _focus_probe()
         self.window_probe = window_probe or _window_probe()
@@ -185,7 +190,9 @@ class HolodeskApp(QObject):
         self.tray: TrayIcon | None = None
         self.window: FallbackWindow | None = None
         self.tray_available = bool(QSystemTrayIcon.isSystemTrayAvailable())
-        if self.tray_available and not force_window:
+        if headless:
+            log.info("headless: no tray icon and no window (tasks come from a caller)")
+        elif self.tray_available and not force_window:
             self.tray = TrayIcon(self.actions, self)
             self.tray.activated_primary.connect(self.open_palette)
             self.notifier.tray = self.tray.icon
@@ -280,16 +287,19 @@ class HolodeskApp(QObject):
         self.palette.set_mode_hint(self.approval_policy.mode)
         self.palette.open()
 
-    def start_task(self, task: str, settings: Settings | None = None) -> None:
-        """Run ``task`` on the worker thread, with ``settings`` (default: the current settings)."""
+    def start_task(self, task: str, settings: Settings | None = None) -> bool:
+        """Run ``task`` on the worker thread, with ``settings`` (default: the current settings). False (and
+        the user is told) when it cannot start."""
         run_settings = settings or self.settings
         try:
             self._task_settings = run_settings
-            self.runner.start(task, self._build_session)
+            # One task drives the desktop: the drive lock is held from building the session to the end.
+            self.runner.start(task, self._build_session, hold=DriveLock.acquire)
         except (RuntimeError, ValueError) as exc:
             self.notifier.error("Cannot start the task", exc)
-            return
+            return False
         self._last_task = (task, run_settings)
+        return True
 
     def retry(self) -> None:
         """Run the last task again (the Retry button of an error); with the current settings unless it was
@@ -330,10 +340,11 @@ class HolodeskApp(QObject):
         wizard.activateWindow()
         return wizard
 
-    def stop(self) -> None:
-        """Stop now: answer STOP to any pending approval and stop the session (any moment)."""
+    def stop(self, by: str = "user") -> None:
+        """Stop now: answer STOP to any pending approval and stop the session (any moment). ``by`` says
+        who stopped it ("user", "the MCP client"); the episode records it."""
         if self.runner.running:
-            self.runner.stop()
+            self.runner.stop(by)
         self.approval.stop()
 
     def set_mode(self, mode: str) -> None:
@@ -542,6 +553,7 @@ class HolodeskApp(QObject):
         self.actions.update_state(running=running)
 
 
+
 def _log_to_file(settings: Settings) -> None:
     folder = Path(settings.data_dir) / "logs"
     try:
@@ -576,11 +588,13 @@ def _prefer_xwayland(environ: MutableMapping[str, str]) -> None:
         log.info("Wayland session: the UI runs through XWayland (QT_QPA_PLATFORM=xcb)")
 
 
-def run_app(force_window: bool = False) -> int:
+def run_app(force_window: bool = False, instance: InstanceLock | None = None) -> int:
     """Start the desktop app and run its event loop.
 
     Args:
         force_window: show the small window instead of the tray icon even when a tray exists.
+        instance: this desktop's instance lock (:func:`holodesk.instance.InstanceLock.acquire`); the app
+            then answers ``holodesk stop`` / ``holodesk palette`` / ``holodesk mcp`` on the channel.
     Returns:
         The process exit status: 0 after Quit; 2 when the settings cannot be loaded (the error is shown).
     """
@@ -602,8 +616,18 @@ def run_app(force_window: bool = False) -> int:
     first_run = not config_path().exists()
     holo = HolodeskApp(settings, force_window=force_window, download=hub_download)
     restore = install_exception_hooks(holo.notifier)
+    channel: ChannelServer | None = None
     try:
+        if instance is not None:
+            channel = ChannelServer(instance, AppRemote(holo).handle)
+            try:
+                channel.start()
+            except ChannelError as exc:  # the app still works; the commands cannot reach it (told, logged)
+                channel = None
+                holo.notifier.error("`holodesk stop` and `holodesk palette` will not reach this app", exc)
         holo.start(first_run=first_run)
         return int(app.exec())
     finally:
+        if channel is not None:
+            channel.close()
         restore()

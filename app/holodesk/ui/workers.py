@@ -13,10 +13,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, Signal, Slot
@@ -34,6 +36,9 @@ ProgressFn = Callable[[str, float | None], None]
 
 SessionFactory = Callable[[ProgressFn], Session]
 """Builds the session on the worker thread (may load a model; reports through ``progress``)."""
+
+Hold = Callable[[], AbstractContextManager[Any]]
+"""Something held for the whole of one task, from before its session is built until its run ends."""
 
 
 def on_gui_thread() -> bool:
@@ -283,23 +288,25 @@ class _Job(QObject):
 
     done = Signal()
 
-    def __init__(self, runner: TaskRunner, task: str, factory: SessionFactory) -> None:
+    def __init__(self, runner: TaskRunner, task: str, factory: SessionFactory, hold: Hold | None) -> None:
         super().__init__()
         self.runner = runner
         self.task = task
         self.factory = factory
+        self.hold = hold
 
     @Slot()
     def run(self) -> None:
         runner = self.runner
         try:
-            session = self.factory(lambda msg, frac: runner.progress.emit(msg, frac))
-            runner.session = session
-            session.subscribe(runner._on_event)
-            if runner.stop_event.is_set():
-                result = EpisodeResult(State.STOPPED, "stopped by user before the first step")
-            else:
-                result = session.run(self.task)
+            with self.hold() if self.hold is not None else contextlib.nullcontext():
+                session = self.factory(lambda msg, frac: runner.progress.emit(msg, frac))
+                runner.session = session
+                session.subscribe(runner._on_event)
+                if runner.stop_event.is_set():
+                    result = EpisodeResult(State.STOPPED, "stopped by user before the first step")
+                else:
+                    result = session.run(self.task)
             runner.finished.emit(result)
         except BaseException as exc:  # every worker exception reaches the user through `failed`
             if isinstance(exc, HolodeskError):  # an expected error (a model that cannot load): no traceback
@@ -336,6 +343,7 @@ class TaskRunner(QObject):
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.stop_event = threading.Event()
+        self.stopped_by = "user"
         self.session: Session | None = None
         self.stop_hooks: list[Callable[[], None]] = []
         self._thread: QThread | None = None
@@ -348,13 +356,15 @@ class TaskRunner(QObject):
     def _on_event(self, event: SessionEvent) -> None:
         # Worker thread: a stop asked before the loop cleared its flag must still stop it.
         if self.stop_event.is_set() and self.session is not None and not self.session.stop_requested:
-            self.session.request_stop()
+            self.session.request_stop(self.stopped_by)
         self.session_event.emit(event)
         if event.kind == "state":
             self.state_changed.emit(event.state)
 
-    def start(self, task: str, factory: SessionFactory) -> None:
-        """Start ``task`` on a new worker thread.
+    def start(self, task: str, factory: SessionFactory, hold: Hold | None = None) -> None:
+        """Start ``task`` on a new worker thread. ``hold()`` is entered on that thread before the session
+        is built and left when the run ends (the app takes the desktop's drive lock there); what it
+        raises ends the task through ``failed``.
 
         Raises:
             RuntimeError: a task is already running.
@@ -364,9 +374,10 @@ class TaskRunner(QObject):
             raise RuntimeError("a task is already running; stop it first")
         task = check_task(task)
         self.stop_event.clear()
+        self.stopped_by = "user"
         thread = QThread()
         thread.setObjectName("holodesk-session")
-        job = _Job(self, task, factory)
+        job = _Job(self, task, factory, hold)
         job.moveToThread(thread)
         thread.started.connect(job.run)
         job.done.connect(thread.quit)
@@ -383,13 +394,16 @@ class TaskRunner(QObject):
             thread.deleteLater()
         self.running_changed.emit(False)
 
-    def stop(self) -> None:
+    def stop(self, by: str = "user") -> None:
         """Stop the running task at once (any thread): pending approvals answer STOP, the session stops
-        at its next state boundary, stop hooks (the executor's stop event) run."""
-        self.stop_event.set()
+        at its next state boundary, stop hooks (the executor's stop event) run. ``by`` says who stopped
+        it ("user", "the MCP client"; the first one while the task stops); the episode records it."""
+        if not self.stop_event.is_set():
+            self.stopped_by = by
         session = self.session
         if session is not None:
-            session.request_stop()
+            session.request_stop(self.stopped_by)
+        self.stop_event.set()
         for hook in list(self.stop_hooks):
             try:
                 hook()

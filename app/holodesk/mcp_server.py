@@ -1,0 +1,418 @@
+"""``holodesk mcp``: Holodesk as a sub-agent of another agent, through the Model Context Protocol.
+
+Built on the official ``mcp`` SDK (:class:`mcp.server.mcpserver.MCPServer`), over stdio or over the
+SDK's streamable HTTP transport on loopback with a bearer token. Tools:
+
+* ``run_task(task, mode?)`` runs one task in the user's session and returns its outcome (status
+  finished / answered / stopped / failed / busy, reason, answer, steps, episode id, one plain-words report
+  per step); each step is also sent as a progress notification while the task runs.
+* ``get_status()``, ``list_episodes()``; resources ``holodesk://episodes/{episode_id}`` (the JSONL
+  record) and ``holodesk://episodes/{episode_id}/{frame}`` (a screenshot, only when the user allowed it in
+  Settings: ``mcp_share_screenshots``).
+
+The user stays in charge: a caller's task is approved exactly like a task typed in the command box
+(the approval overlay, the autopilot's countdown for low-risk steps when the user allowed ``auto`` in
+``mcp_allowed_modes``). When the desktop app runs, tasks are handed to it over the single-instance
+channel (:mod:`holodesk.instance`); when it does not, this process hosts a headless app
+(:func:`holodesk.ui.remote.host_tasks`). Only one task drives the desktop at a time: a second call gets
+a ``busy`` outcome. A cancelled call, a client that disconnects and a host that exits stop the task
+before its next action; the episode records ``stopped_by``.
+"""
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import os
+import re
+import secrets
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+
+from holodesk import __version__, instance
+from holodesk.errors import HolodeskError, SettingsError
+from holodesk.session.episode import EPISODE_FILE
+from holodesk.settings import Settings, load_settings
+
+log = logging.getLogger(__name__)
+
+CALLER = "the MCP client"
+"""Who a caller's stop is attributed to in the episode record."""
+
+HOSTS = ("claude-code", "cursor", "codex")
+"""Clients ``--print-config`` knows."""
+
+TOKEN_ENV = "HOLODESK_MCP_TOKEN"
+"""Environment variable that gives the HTTP transport's bearer token (else it is kept in the keychain)."""
+
+_EPISODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
+_FRAME = re.compile(r"^step-\d{3,6}\.png$")
+
+OnStep = Callable[[dict[str, Any]], None]
+LocalRunner = Callable[[str, str | None, Callable[[], str], OnStep, threading.Event], dict[str, Any]]
+"""``AppRemote.run_task`` of the in-process host: (task, mode, by, on_step, cancel) -> reply."""
+
+
+def busy_outcome(reason: str) -> dict[str, Any]:
+    """The outcome of a call refused because another task drives the desktop."""
+    return {"status": "busy", "reason": reason, "answer": None, "steps": 0, "episode_id": None, "step_reports": []}
+
+
+def step_message(report: dict[str, Any]) -> str:
+    """One progress line: ``"Step 2: Click at (10, 20) — approved by the user — performed"``."""
+    return f"Step {report['step']}: {report['action']} — {report['decision']} — {report['result']}"
+
+
+class Desk:
+    """Where a caller's task runs: the desktop app over the channel when it runs, else ``local``.
+
+    Args:
+        local: the in-process host's task runner, or None (then the app must run).
+        local_status: the in-process host's status (``AppRemote.status``), or None.
+        env: environment naming the desktop (default ``os.environ``).
+    """
+
+    def __init__(self, local: LocalRunner | None, local_status: Callable[[], dict[str, Any]] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.local = local
+        self.local_status = local_status
+        self.env = env
+        self._busy = threading.Lock()
+
+    def app_runs(self) -> bool:
+        return instance.app_running(self.env)
+
+    def run_task(self, task: str, mode: str | None, on_step: OnStep, cancel: threading.Event,
+                 by: Callable[[], str]) -> dict[str, Any]:
+        """Run ``task`` to its end (blocking); returns the outcome dict.
+
+        Args:
+            by: called when ``cancel`` is set, says who stopped the task.
+        """
+        if not self._busy.acquire(blocking=False):
+            return busy_outcome("busy: this MCP server is already running a task; one task drives the desktop "
+                                "at a time")
+        try:
+            if self.app_runs():
+                reply = self._run_in_app(task, mode, on_step, cancel, by)
+            elif self.local is not None:
+                reply = self._run_local(task, mode, on_step, cancel, by)
+            else:
+                raise instance.NotRunning("Holodesk is not running on this desktop", hint="Start it with `holodesk`.")
+        finally:
+            self._busy.release()
+        if reply.get("ok"):
+            return dict(reply["outcome"])
+        if reply.get("busy"):
+            return busy_outcome(str(reply.get("error")))
+        raise HolodeskError(str(reply.get("error") or "the task could not start"))
+
+    def _run_local(self, task: str, mode: str | None, on_step: OnStep, cancel: threading.Event,
+                   by: Callable[[], str]) -> dict[str, Any]:
+        assert self.local is not None
+        return self.local(task, mode, by, on_step, cancel)
+
+    def _run_in_app(self, task: str, mode: str | None, on_step: OnStep, cancel: threading.Event,
+                    by: Callable[[], str]) -> dict[str, Any]:
+        conn = instance.connect(env=self.env)
+        finished = threading.Event()
+
+        def watch() -> None:  # a cancellation asks the app to stop the task, naming who stopped it
+            while not finished.is_set():
+                if cancel.wait(0.05):
+                    with contextlib.suppress(OSError):
+                        conn.send({"command": "stop", "by": by()})
+                    return
+
+        try:
+            conn.send({"command": "run_task", "task": task, "mode": mode, "by": CALLER})
+            threading.Thread(target=watch, daemon=True).start()
+            while True:
+                message = conn.receive()
+                if message is None:
+                    raise instance.ChannelError("the Holodesk app closed the connection during the task")
+                if message.get("event") == "step":
+                    on_step({k: v for k, v in message.items() if k != "event"})
+                elif "ok" in message:
+                    return message
+        finally:
+            finished.set()
+            conn.close()
+
+    def status(self) -> dict[str, Any]:
+        """Who owns the desktop and whether a task runs."""
+        if self.app_runs():
+            reply = instance.request("status", env=self.env)
+            return {"host": "the Holodesk app", **{k: v for k, v in reply.items() if k != "ok"}}
+        if self.local_status is not None:
+            return {"host": "this MCP server (the Holodesk app is not running)", **self.local_status()}
+        return {"host": "none: the Holodesk app is not running", "running": False}
+
+
+def list_episode_summaries(episodes_dir: Path, limit: int = 50) -> list[dict[str, Any]]:
+    """Newest first: ``{"episode_id", "task", "status", "reason", "steps", "started_at"}`` per episode."""
+    if not episodes_dir.is_dir():
+        return []
+    out = []
+    for folder in sorted((p for p in episodes_dir.iterdir() if (p / EPISODE_FILE).is_file()), reverse=True)[:limit]:
+        start: dict[str, Any] = {}
+        end: dict[str, Any] = {}
+        with contextlib.suppress(OSError):
+            for line in (folder / EPISODE_FILE).read_text(encoding="utf-8").splitlines():
+                with contextlib.suppress(ValueError):
+                    record = json.loads(line)
+                    if record.get("type") == "start":
+                        start = record
+                    elif record.get("type") == "end":
+                        end = record
+        out.append({"episode_id": folder.name, "task": start.get("task"), "started_at": start.get("started_at"),
+                    "status": end.get("status", "running or interrupted"), "reason": end.get("reason"),
+                    "steps": end.get("steps")})
+    return out
+
+
+def episode_folder(settings: Settings, episode_id: str) -> Path:
+    """The folder of ``episode_id`` inside the episodes folder.
+
+    Raises:
+        ResourceError: not an episode name, or no such episode.
+    """
+    if not _EPISODE_ID.match(episode_id):
+        raise ResourceError(f"{episode_id!r} is not an episode id (see list_episodes)")
+    folder = settings.episodes_dir / episode_id
+    if not (folder / EPISODE_FILE).is_file():
+        raise ResourceError(f"no episode {episode_id!r} (see list_episodes)")
+    return folder
+
+
+def build_server(desk: Desk, settings: Settings) -> MCPServer:
+    """The MCP server with Holodesk's tools and resources."""
+    server: MCPServer = MCPServer(
+        "holodesk", version=__version__,
+        instructions="Holodesk carries out a task on the user's desktop, one approved step at a time. The user "
+        "approves the steps on their screen; call run_task with the whole task in plain words and wait for its "
+        "outcome. One task at a time.",
+    )
+
+    @server.tool(description="Carry out one task on the user's desktop and return how it ended. Every step is "
+                 "approved on the user's screen (mode 'step'), or low-risk steps by the autopilot when the user "
+                 "allowed 'auto'. Progress notifications tell each step in plain words.")
+    async def run_task(task: str, ctx: Context, mode: Literal["step", "auto"] | None = None) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        cancel = threading.Event()  # set when the call is cancelled, the client disconnects or the host exits
+
+        def on_step(report: dict[str, Any]) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, ("step", report))
+
+        def work() -> None:
+            try:
+                value: Any = ("done", desk.run_task(task, mode, on_step, cancel, lambda: CALLER))
+            except HolodeskError as exc:
+                value = ("error", exc)
+            except Exception as exc:  # reported to the caller and logged, never swallowed
+                log.exception("run_task failed")
+                value = ("error", exc)
+            with contextlib.suppress(RuntimeError):  # the loop is gone when the server ended
+                loop.call_soon_threadsafe(queue.put_nowait, value)
+
+        worker = threading.Thread(target=work, name="holodesk-mcp-task", daemon=True)
+        worker.start()
+        try:
+            while True:
+                kind, value = await queue.get()
+                if kind == "step":
+                    await ctx.report_progress(float(value["step"]), None, step_message(value))
+                elif kind == "error":  # told to the caller in words (other exceptions are logged above)
+                    raise ToolError(str(value)) from value
+                else:
+                    return dict(value)
+        except anyio.get_cancelled_exc_class():
+            cancel.set()
+            with anyio.CancelScope(shield=True):  # the stop is recorded before the handler ends
+                await anyio.to_thread.run_sync(worker.join, 60.0)
+            raise
+
+    @server.tool(description="Whether Holodesk (the desktop app, or this server) is running a task, the "
+                 "approval mode, and the modes the user allows for callers.")
+    def get_status() -> dict[str, Any]:
+        return desk.status()
+
+    @server.tool(description="The recorded episodes, newest first: id, task, status, reason, steps. Read one "
+                 "as the resource holodesk://episodes/{episode_id}.")
+    def list_episodes(limit: int = 20) -> list[dict[str, Any]]:
+        return list_episode_summaries(settings.episodes_dir, max(1, min(limit, 200)))
+
+    @server.resource("holodesk://episodes/{episode_id}", mime_type="application/jsonl",
+                     description="One episode's record: JSON Lines (start, one line per step, end).")
+    def episode(episode_id: str) -> str:
+        return (episode_folder(settings, episode_id) / EPISODE_FILE).read_text(encoding="utf-8")
+
+    @server.resource("holodesk://episodes/{episode_id}/{frame}", mime_type="image/png",
+                     description="A screenshot of an episode (step-000.png ...), only when the user allowed "
+                     "sharing screenshots (Settings: mcp_share_screenshots).")
+    def screenshot(episode_id: str, frame: str) -> bytes:
+        if not settings.mcp_share_screenshots:
+            raise ResourceError("the user has not allowed sharing screenshots with MCP clients "
+                                "(Settings: mcp_share_screenshots)")
+        if not _FRAME.match(frame):
+            raise ResourceError(f"{frame!r} is not a screenshot name (step-000.png, ...)")
+        path = episode_folder(settings, episode_id) / frame
+        if not path.is_file():
+            raise ResourceError(f"episode {episode_id!r} has no {frame}")
+        return path.read_bytes()
+
+    return server
+
+
+# -- HTTP ----------------------------------------------------------------------------------------------
+ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
+                   Awaitable[None]]
+
+
+def require_token(app: ASGIApp, token: str) -> ASGIApp:
+    """Wrap an ASGI app: HTTP requests without ``Authorization: Bearer <token>`` get 401."""
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(scope: dict[str, Any], receive: Callable[[], Awaitable[Any]],
+                      send: Callable[[Any], Awaitable[None]]) -> None:
+        if scope.get("type") == "http":
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, expected):
+                body = b'{"error": "missing or wrong bearer token (see holodesk mcp --print-config)"}'
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await app(scope, receive, send)
+
+    return guarded
+
+
+def http_url(port: int) -> str:
+    return f"http://127.0.0.1:{port}/mcp"
+
+
+def http_token(port: int) -> str:
+    """The HTTP transport's bearer token: ``$HOLODESK_MCP_TOKEN``, else the one kept in the OS keychain
+    for this URL, else a new random one stored there.
+
+    Raises:
+        SecretStoreError: no usable keychain (the message says to set ``HOLODESK_MCP_TOKEN``).
+    """
+    from holodesk.errors import SecretStoreError
+    from holodesk.secrets import load_api_key, store_api_key
+
+    given = os.environ.get(TOKEN_ENV, "").strip()
+    if given:
+        return given
+    try:
+        kept = load_api_key(http_url(port))
+        if kept:
+            return kept
+        token = secrets.token_urlsafe(32)
+        store_api_key(http_url(port), token)
+    except SecretStoreError as exc:
+        raise SecretStoreError(f"no keychain to keep the MCP token in: {exc.message}",
+                               hint=f"Set {TOKEN_ENV} to a long random string in the environment of both "
+                               "`holodesk mcp --http` and your client.") from exc
+    return token
+
+
+async def serve_http(server: MCPServer, port: int, token: str) -> None:
+    """Serve streamable HTTP on 127.0.0.1:``port`` (path ``/mcp``), requiring the bearer token."""
+    import uvicorn
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    security = TransportSecuritySettings(enable_dns_rebinding_protection=True,
+                                         allowed_hosts=[f"127.0.0.1:{port}", f"localhost:{port}"],
+                                         allowed_origins=[f"http://127.0.0.1:{port}", f"http://localhost:{port}"])
+    app = server.streamable_http_app(transport_security=security, host="127.0.0.1")
+    config = uvicorn.Config(require_token(app, token), host="127.0.0.1", port=port, log_level="warning")
+    await uvicorn.Server(config).serve()
+
+
+# -- setup ---------------------------------------------------------------------------------------------
+def print_config(host: str, *, http_port: int | None = None) -> str:
+    """The snippet that registers Holodesk with ``host`` (claude-code / cursor / codex).
+
+    Raises:
+        SettingsError: unknown host.
+    """
+    command, args = sys.executable, ["-m", "holodesk", "mcp"]
+    if host not in HOSTS:
+        raise SettingsError(f"unknown MCP host {host!r}", hint=f"Use one of: {', '.join(HOSTS)}.")
+    if http_port is not None:
+        url, token = http_url(http_port), http_token(http_port)
+        if host == "claude-code":
+            return (f"# Start the server: {command} -m holodesk mcp --http --port {http_port}\n"
+                    f"claude mcp add --transport http holodesk {url} --header 'Authorization: Bearer {token}'\n")
+        if host == "cursor":
+            return ("// ~/.cursor/mcp.json (start the server first: holodesk mcp --http --port "
+                    f"{http_port})\n" + json.dumps({"mcpServers": {"holodesk": {
+                        "url": url, "headers": {"Authorization": f"Bearer {token}"}}}}, indent=2) + "\n")
+        return (f"# ~/.codex/config.toml (start the server first: holodesk mcp --http --port {http_port});\n"
+                f"# export {TOKEN_ENV}={token} in the shell that starts codex\n"
+                f"[mcp_servers.holodesk]\nurl = \"{url}\"\nbearer_token_env_var = \"{TOKEN_ENV}\"\n")
+    if host == "claude-code":
+        return f"claude mcp add holodesk -- {command} {' '.join(args)}\n"
+    if host == "cursor":
+        return ("// ~/.cursor/mcp.json\n" + json.dumps({"mcpServers": {"holodesk": {"command": command, "args": args}}},
+                                                       indent=2) + "\n")
+    return (f"# ~/.codex/config.toml\n[mcp_servers.holodesk]\ncommand = \"{command}\"\n"
+            f"args = {json.dumps(args)}\n")
+
+
+def run(*, http_port: int | None = None, script: Path | None = None) -> int:
+    """``holodesk mcp``: serve until the client goes away (stdio) or the process is stopped (HTTP).
+
+    Tasks go to the desktop app when it runs; otherwise this process hosts them (needs a display).
+
+    Raises:
+        DisplayError: no display to host tasks on.
+        SettingsError, SecretStoreError: bad settings; no keychain for the HTTP token.
+    """
+    # stdout is the protocol's wire. Stray output (python-xlib prints its warnings to stdout) must never
+    # reach it: fd 1 points at stderr while Qt and the app start and after serving, the SDK diverts it while
+    # it serves, and Python's stdout writes through at once so nothing waits in a buffer for the wire.
+    wire = os.dup(1) if http_port is None else -1
+    if wire >= 0:
+        sys.stdout.flush()
+        os.dup2(2, 1)
+        if hasattr(sys.stdout, "reconfigure"):
+            sys.stdout.reconfigure(line_buffering=True, write_through=True)
+    from holodesk.session.factory import desktop_backend
+
+    settings = load_settings()
+    if script is not None:  # a replay, as `holodesk run --script`
+        settings = settings.model_copy(update={"policy": "script", "script_file": script})
+    token = http_token(http_port) if http_port is not None else None
+    desktop_backend(settings)  # a clear DisplayError when no backend can see this desktop (X11 or Wayland)
+    from holodesk.ui.remote import AppRemote, host_tasks
+
+    def serve(remote: AppRemote) -> None:
+        desk = Desk(remote.run_task, remote.status)
+        server = build_server(desk, settings)
+        if http_port is not None and token is not None:
+            print(f"holodesk mcp: serving {http_url(http_port)} (bearer token required)", file=sys.stderr)
+            anyio.run(serve_http, server, http_port, token)
+        else:
+            sys.stdout.flush()
+            os.dup2(wire, 1)
+            os.close(wire)
+            try:
+                anyio.run(server.run_stdio_async)
+            finally:
+                sys.stdout.flush()
+                os.dup2(2, 1)
+
+    return host_tasks(settings, serve)

@@ -1,0 +1,304 @@
+"""Commands from outside the GUI thread, carried out by the running app: open the command box, stop,
+report the status, run a task for a caller (the MCP server) and tell it each step.
+
+:class:`AppRemote` is the :class:`~holodesk.instance.ChannelServer` handler of the desktop app, and the
+in-process entry point of ``holodesk mcp`` when no app runs; both reach the very same
+:class:`~holodesk.ui.app.HolodeskApp` methods, so a task from a caller is approved exactly like a task
+typed in the command box (same overlay, same autopilot, same recording).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QObject, Qt, Signal, Slot
+
+from holodesk.instance import ChannelError, Connection, DesktopBusy
+from holodesk.session.loop import EpisodeResult, State
+from holodesk.session.report import StepReporter, outcome
+from holodesk.ui.workers import on_gui_thread
+
+if TYPE_CHECKING:
+    from holodesk.settings import Settings
+    from holodesk.ui.app import HolodeskApp
+
+log = logging.getLogger(__name__)
+
+BUSY = "busy: another task is driving the desktop; try again when it has ended"
+
+
+def allowed_mode(requested: str | None, current: str, allowed: list[str]) -> str:
+    """The approval mode a caller's task runs in: ``requested`` when the user allowed it, else (None) the
+    app's current mode when allowed, else the first allowed one.
+
+    Raises:
+        ValueError: ``requested`` is not among ``allowed`` (the message names the allowed modes).
+    """
+    if requested is not None:
+        if requested not in allowed:
+            raise ValueError(f"mode {requested!r} is not allowed for callers; the user allows: "
+                             f"{', '.join(allowed) or 'none'} (Settings: mcp_allowed_modes)")
+        return requested
+    if current in allowed:
+        return current
+    if not allowed:
+        raise ValueError("the user allows no approval mode for callers (Settings: mcp_allowed_modes)")
+    return allowed[0]
+
+
+class AppRemote(QObject):
+    """Carries out channel requests on ``app`` (each call comes from a thread other than the GUI's).
+
+    Args:
+        app: the running desktop app.
+    """
+
+    _call = Signal(object)
+
+    def __init__(self, app: HolodeskApp) -> None:
+        super().__init__(app)
+        self.app = app
+        self._call.connect(self._run_call, Qt.ConnectionType.QueuedConnection)
+
+    @Slot(object)
+    def _run_call(self, job: Callable[[], None]) -> None:
+        job()
+
+    def on_gui(self, fn: Callable[[], Any], timeout_s: float = 30.0) -> Any:
+        """Run ``fn`` on the GUI thread and return its value (its exception is raised here).
+
+        Raises:
+            ChannelError: the GUI thread did not run it within ``timeout_s``.
+        """
+        if on_gui_thread():
+            return fn()
+        done = threading.Event()
+        box: dict[str, Any] = {}
+
+        def job() -> None:
+            try:
+                box["value"] = fn()
+            except BaseException as exc:  # re-raised on the caller's thread
+                box["error"] = exc
+            finally:
+                done.set()
+
+        self._call.emit(job)
+        if not done.wait(timeout_s):
+            raise ChannelError("the app's window thread did not answer in time")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    # -- the channel handler ---------------------------------------------------------------------------
+    def handle(self, request: dict[str, Any], conn: Connection) -> None:
+        """:class:`~holodesk.instance.ChannelServer` handler: answers one request on ``conn``."""
+        command = request["command"]
+        if command == "ping":
+            conn.send({"ok": True, "pid": os.getpid()})
+        elif command == "palette":
+            conn.send({"ok": True, **self.on_gui(self._palette)})
+        elif command == "stop":
+            by = str(request.get("by") or "user")
+            conn.send({"ok": True, "stopped": bool(self.on_gui(lambda: self._stop(by)))})
+        elif command == "status":
+            conn.send({"ok": True, **self.status()})
+        elif command == "run_task":
+            cancel = threading.Event()
+            caller = str(request.get("by") or "the caller")
+            stopper = {"by": f"{caller} (it disconnected)"}
+
+            def watch() -> None:  # {"command": "stop", "by": ...} or the end of the stream cancels
+                with contextlib.suppress(OSError, ChannelError):
+                    while (message := conn.receive()) is not None:
+                        if message.get("command") == "stop":
+                            stopper["by"] = str(message.get("by") or caller)
+                            break
+                cancel.set()
+
+            def send_step(report: dict[str, Any]) -> None:
+                with contextlib.suppress(OSError):  # the caller is gone: the watcher stops the task
+                    conn.send({"event": "step", **report})
+
+            threading.Thread(target=watch, name="holodesk-channel-watch", daemon=True).start()
+            reply = self.run_task(str(request.get("task") or ""), request.get("mode"), lambda: stopper["by"],
+                                  send_step, cancel)
+            with contextlib.suppress(OSError):
+                conn.send(reply)
+
+    def _palette(self) -> dict[str, Any]:
+        if self.app.runner.running:
+            return {"opened": False, "message": "a task is running; stop it first (`holodesk stop`)"}
+        self.app.open_palette()
+        return {"opened": True, "message": "opened the command box"}
+
+    def _stop(self, by: str) -> bool:
+        running = self.app.runner.running
+        self.app.stop(by=by)
+        return running
+
+    def status(self) -> dict[str, Any]:
+        """``running`` (bool), ``status`` (icon status), ``mode``, ``allowed_modes``, ``pid``."""
+        def read() -> dict[str, Any]:
+            return {"running": self.app.runner.running, "status": self.app.status.value,
+                    "mode": self.app.approval_policy.mode,
+                    "allowed_modes": self.app.settings.mcp_allowed_modes.split(","), "pid": os.getpid()}
+        return dict(self.on_gui(read))
+
+    # -- a caller's task -------------------------------------------------------------------------------
+    def run_task(self, task: str, mode: str | None, by: Callable[[], str],
+                 on_step: Callable[[dict[str, Any]], None], cancel: threading.Event) -> dict[str, Any]:
+        """Run ``task`` in the app for a caller and block (off the GUI thread) until it ends.
+
+        Args:
+            task: the instruction.
+            mode: "step" / "auto" / None (see :func:`allowed_mode`).
+            by: called when ``cancel`` is set: who stopped the task (recorded), e.g. "the MCP client (it
+                cancelled the call)".
+            on_step: gets each step's plain-words report (:class:`~holodesk.session.report.StepReporter`).
+            cancel: set by the caller to stop the task (before its next action).
+        Returns:
+            ``{"ok": True, "outcome": {...}}`` (see :func:`~holodesk.session.report.outcome`), or
+            ``{"ok": False, "error": TEXT, "busy": bool}`` when the task could not start.
+        """
+        done = threading.Event()
+        box: dict[str, Any] = {}
+        reporter = StepReporter(on_step)
+
+        def finished(result: EpisodeResult) -> None:
+            box["outcome"] = outcome(result, reporter.reports)
+            done.set()
+
+        def failed(exc: BaseException) -> None:
+            if isinstance(exc, DesktopBusy):  # another process's task drives the desktop
+                box["refused"] = {"ok": False, "busy": True, "error": str(exc)}
+            else:
+                box["outcome"] = outcome(EpisodeResult(State.FAILED, f"the task could not run: {exc}"),
+                                         reporter.reports)
+            done.set()
+
+        def start() -> dict[str, Any] | None:
+            app = self.app
+            if app.runner.running:
+                return {"ok": False, "busy": True, "error": BUSY}
+            if not task.strip():
+                return {"ok": False, "busy": False, "error": "the task is empty: say what Holodesk should do"}
+            try:
+                chosen = allowed_mode(mode, app.approval_policy.mode, app.settings.mcp_allowed_modes.split(","))
+            except ValueError as exc:
+                return {"ok": False, "busy": False, "error": str(exc)}
+            previous = app.approval_policy.mode
+            box["previous_mode"], box["mode"] = previous, chosen
+            if chosen != previous:
+                app.set_mode(chosen)
+            app.palette.hide()
+            app.notifier.info("A task from another program", f"{task}\nEvery step is approved as usual; Esc on the "
+                              "overlay or the stop hotkey stops it.")
+            app.runner.session_event.connect(reporter)
+            app.runner.finished.connect(finished)
+            app.runner.failed.connect(failed)
+            if not app.start_task(task):
+                disconnect()
+                restore_mode()
+                return {"ok": False, "busy": False, "error": "the app could not start the task"}
+            return None
+
+        def disconnect() -> None:
+            app = self.app
+            for qt_signal, slot in ((app.runner.session_event, reporter), (app.runner.finished, finished),
+                                    (app.runner.failed, failed)):
+                with contextlib.suppress(RuntimeError, TypeError):
+                    qt_signal.disconnect(slot)
+
+        def restore_mode() -> None:
+            if self.app.approval_policy.mode == box.get("mode") and box.get("previous_mode") != box.get("mode"):
+                self.app.set_mode(box["previous_mode"])
+
+        refused = self.on_gui(start)
+        if refused is not None:
+            return dict(refused)
+        stopped = False
+        while not done.wait(0.05):
+            if cancel.is_set() and not stopped:
+                stopped = True
+                who = by()
+                log.info("%s stopped the task", who)
+                self.on_gui(functools.partial(self.app.stop, by=who))
+
+        def end() -> None:
+            disconnect()
+            restore_mode()
+
+        self.on_gui(end)
+        if "refused" in box:
+            return dict(box["refused"])
+        return {"ok": True, "outcome": box["outcome"]}
+
+
+def host_tasks(settings: Settings, serve: Callable[[AppRemote], None]) -> int:
+    """Host callers' tasks in this process when no desktop app runs (``holodesk mcp``): a Qt application
+    with a headless :class:`~holodesk.ui.app.HolodeskApp` (no tray icon, no window; the approval
+    overlay and the autopilot countdown show as usual) on this (the main) thread, and ``serve(remote)``
+    on a thread of its own. When ``serve`` returns, or on SIGTERM/SIGINT, any running task is stopped
+    (the record names the MCP client) and the app quits.
+
+    Args:
+        settings: effective settings (policy and all).
+        serve: runs the caller-facing server until it ends (e.g. the MCP stdio server).
+    Returns:
+        0 when ``serve`` returned normally, 1 when it raised (logged).
+    """
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from holodesk.ui.app import HolodeskApp
+
+    qapp = QApplication.instance()
+    if not isinstance(qapp, QApplication):
+        qapp = QApplication(sys.argv[:1])
+    qapp.setApplicationName("Holodesk")
+    qapp.setQuitOnLastWindowClosed(False)
+    holo = HolodeskApp(settings, hotkeys=False, dialogs=False, headless=True)
+    remote = AppRemote(holo)
+    status = {"code": 0}
+
+    def run() -> None:
+        try:
+            serve(remote)
+        except BaseException:
+            log.exception("the server hosting tasks failed")
+            status["code"] = 1
+        finally:
+            with contextlib.suppress(ChannelError, RuntimeError):
+                remote.on_gui(lambda: holo.stop(by="the MCP client (the server ended)"))
+            remote._call.emit(holo.quit)
+
+    def terminate(signum: int, _frame: Any) -> None:  # the host ends this server with SIGTERM / SIGINT
+        log.info("signal %d: stopping any task and quitting", signum)
+        status["signalled"] = 1
+        holo.stop(by="the MCP client (its host ended the server)")
+        holo.quit()
+
+    thread = threading.Thread(target=run, name="holodesk-serve", daemon=True)
+    holo.start()
+    previous = {sig: signal.signal(sig, terminate) for sig in (signal.SIGTERM, signal.SIGINT)}
+    wake = QTimer()  # Python runs signal handlers only between bytecodes: let it run while Qt waits
+    wake.timeout.connect(lambda: None)
+    wake.start(200)
+    thread.start()
+    try:
+        qapp.exec()
+    finally:
+        wake.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    thread.join(1 if status.get("signalled") else 10)
+    return status["code"]
