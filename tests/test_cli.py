@@ -58,6 +58,7 @@ def test_terminal_approval_speaks_the_same_words_as_the_card() -> None:
     from holodesk.core.risk import Risk, RiskAssessment
     from holodesk.core.wording import WindowInfo, step_words
     from holodesk.policy.base import Proposal
+    from holodesk.policy.protocol import get_protocol
     from holodesk.session.approval import Decision, make_request
 
     frame = Frame(np.zeros((1080, 1920, 3), np.uint8), Monitor(1, 0, 0, 1920, 1080))
@@ -65,7 +66,8 @@ def test_terminal_approval_speaks_the_same_words_as_the_card() -> None:
     click = make_request(0, Proposal(Click(Point(500, 500), element="Cancel button"), thought="cancel it"), frame,
                          RiskAssessment(Risk.LOW, "pointer action"), "step", window=form)
     out = io.StringIO()
-    assert TerminalApprover(io.StringIO("a\n"), out)(click).decision is Decision.APPROVE
+    contract = get_protocol("agent-loop-v1")
+    assert TerminalApprover(io.StringIO("a\n"), out, protocol=contract)(click).decision is Decision.APPROVE
     lines = out.getvalue().splitlines()
     words = step_words(click.action, window=form, input_points=click.input_points, monitor_label=frame.monitor.label)
     assert lines[1] == f"Step 1: {words.headline}" == "Step 1: Click ‘Cancel button’ in Demo form"
@@ -75,7 +77,7 @@ def test_terminal_approval_speaks_the_same_words_as_the_card() -> None:
     typed = make_request(1, Proposal(Type("John\x1b[2J Smith")), frame, RiskAssessment(Risk.LOW, "types text"),
                          "step", focus_element="Your name")
     out = io.StringIO()
-    TerminalApprover(io.StringIO("s\n"), out)(typed)
+    TerminalApprover(io.StringIO("s\n"), out, protocol=contract)(typed)
     printed = out.getvalue()
     assert "Step 2: Type ‘John\\x1b[2J Smith’ into ‘Your name’" in printed and "\x1b" not in printed
     assert "  exact text: 'John\\x1b[2J Smith'" in printed

@@ -21,6 +21,7 @@ from holodesk import __version__
 from holodesk.errors import ActionError, HolodeskError
 
 if TYPE_CHECKING:
+    from holodesk.policy.protocol import ActionProtocol
     from holodesk.settings import Settings
 
 log = logging.getLogger("holodesk")
@@ -237,7 +238,7 @@ def _run_task(args: argparse.Namespace, task: str, settings: Settings, capture: 
         policy = build_policy(settings, script=args.script, progress=loading.line)
     finally:
         loading.close()
-    approver = TerminalApprover(sys.stdin, sys.stdout)
+    approver = TerminalApprover(sys.stdin, sys.stdout, protocol=policy.protocol)
     session = Session(
         policy,
         capture,
@@ -363,9 +364,11 @@ class TerminalApprover:
     markup show literally (field case F10).
     """
 
-    def __init__(self, stdin: TextIO, stdout: TextIO) -> None:
+    def __init__(self, stdin: TextIO, stdout: TextIO, *, protocol: ActionProtocol) -> None:
+        """``protocol``: the one the policy speaks (``policy.protocol``); an edited tool call is read in it."""
         self.stdin = stdin
         self.stdout = stdout
+        self.protocol = protocol
 
     def _ask(self, prompt: str) -> str | None:
         self.stdout.write(prompt)
@@ -409,16 +412,21 @@ class TerminalApprover:
             out.write("  please answer a, e, s or q\n")
 
     def _edit(self, request: Any) -> Any:
-        """Read a replacement tool call as protocol JSON, e.g. {"tool_name": "click", "x": 10, "y": 20}."""
-        from holodesk.policy.protocol import get_protocol
+        """Read a replacement tool call as JSON in the policy's protocol (:attr:`protocol`), e.g. in
+        agent-loop-v1 ``{"tool_name": "click_desktop", "element": "OK button", "x": 500, "y": 500}``; a drag
+        starts where the proposed action starts. Returns the action, or None (nothing typed, or not valid:
+        the reason is printed)."""
+        from holodesk.core.actions import Click, Drag, Point
 
-        protocol = get_protocol()
-        line = self._ask('  new tool call as JSON (e.g. {"tool_name": "click", "x": 500, "y": 500}): ')
+        protocol = self.protocol
+        example = json.loads(protocol.to_reply(Click(Point(500, 500), element="OK button")))["tool_call"]
+        line = self._ask(f"  new tool call as {protocol.name} JSON (e.g. {json.dumps(example)}): ")
         if not line:
             return None
+        pointer = request.action.start if isinstance(request.action, Drag) else None
         try:
             reply = json.dumps({"thought": "edited by the user", "note": None, "tool_call": json.loads(line)})
-            return protocol.parse(reply).action
+            return protocol.parse(reply, pointer=pointer).action
         except (ValueError, HolodeskError, ActionError) as exc:
             self.stdout.write(f"  not a valid action: {exc}\n")
             return None

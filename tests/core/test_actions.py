@@ -11,6 +11,7 @@ from holodesk.core.actions import (
     Done,
     Drag,
     Key,
+    Plan,
     Point,
     Scroll,
     Type,
@@ -24,7 +25,7 @@ from holodesk.errors import ActionError
 
 def test_closed_set_of_kinds() -> None:
     assert set(ACTION_TYPES) == {"click", "double_click", "right_click", "middle_click", "move", "drag",
-                                 "scroll", "type", "key", "wait", "answer", "done"}
+                                 "scroll", "type", "key", "wait", "plan", "answer", "done"}
 
 
 @pytest.mark.parametrize(
@@ -42,6 +43,12 @@ def test_closed_set_of_kinds() -> None:
         (lambda: Wait(0), "seconds"),
         (lambda: Wait(float("nan")), "seconds"),
         (lambda: Answer("  "), "text"),
+        (lambda: Plan(()), "goals"),
+        (lambda: Plan((("  ", "todo"),)), "goals"),
+        (lambda: Plan((("x" * 101, "todo"),)), "goals"),
+        (lambda: Plan((("Save", "later"),)), "goals"),
+        (lambda: Plan((("Save",),)), "goals"),  # type: ignore[arg-type]
+        (lambda: Plan(tuple(("g", "todo") for _ in range(9))), "goals"),
     ],
 )
 def test_bad_field_is_named(make: object, field: str) -> None:
@@ -59,7 +66,8 @@ def test_key_names_are_normalised() -> None:
 @pytest.mark.parametrize(
     "action",
     [Click(Point(1, 2)), Drag(Point(0, 0), Point(1000, 1000)), Scroll("left", 5, Point(3, 4)),
-     Type("Grüße\n日本語"), Key(("alt", "f4")), Wait(2.5), Answer("42"), Done("ok")],
+     Type("Grüße\n日本語"), Key(("alt", "f4")), Wait(2.5), Answer("42"), Done("ok"),
+     Plan((("Open the file", "done"), ("Fix the typo", "running"), ("Save", "todo")))],
 )
 def test_dict_round_trip(action: object) -> None:
     assert action_from_dict(action.to_dict()) == action  # type: ignore[attr-defined]
@@ -81,6 +89,14 @@ def test_element_is_validated_and_kept_through_records() -> None:
     with pytest.raises(ActionError):
         Scroll("down", 2, element="x" * 501)
     assert Drag(Point(1, 2), Point(3, 4), element="file").element == "file"
+
+
+def test_a_plan_is_low_risk_anywhere_and_does_not_end_the_task() -> None:
+    plan = Plan([{"title": "Save the file", "status": "running"}])  # type: ignore[arg-type]
+    assert plan.goals == (("Save the file", "running"),) and not plan.ends_episode
+    for window in (None, "", "xterm XTerm", "mousepad Mousepad"):
+        risk = assess(plan, focused_window=window, pointer_windows=[None])
+        assert (risk.level, risk.reason) == (Risk.LOW, "does not touch the screen")
 
 
 def test_risk_classes() -> None:

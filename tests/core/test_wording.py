@@ -12,6 +12,7 @@ from holodesk.core.actions import (
     Drag,
     Key,
     Move,
+    Plan,
     Point,
     RightClick,
     Scroll,
@@ -41,6 +42,10 @@ def test_headlines_say_what_the_step_does_to_what() -> None:
     drag = Drag(Point(10, 20), Point(30, 40), element="Trash")
     assert step_words(drag, input_points=[InputPoint(5, 6), InputPoint(7, 8)]).headline == "Drag from (5, 6) to ‘Trash’"
     assert step_words(Wait(2)).headline == "Wait 2 s"
+    plan = Plan((("Open the form", "done"), ("Fill in the name", "running"), ("Submit", "todo")))
+    assert step_words(plan) == StepWords("Update the plan: now ‘Fill in the name’",
+                                         ("Done: Open the form", "Doing now: Fill in the name", "To do: Submit"))
+    assert step_words(Plan((("Submit", "failed"),))).headline == "Update the plan"
     assert step_words(Answer("42")).headline == "Answer: 42"
     assert step_words(Done()).headline == "Finish the task"
 

@@ -78,11 +78,13 @@ def test_F24_hostile_text_is_shown_as_escapes(tmp_path: Path) -> None:
     assert display_safe("a\nb", keep_newlines=True) == "a\nb" and display_safe("a\nb") == "a\\nb"
 
     from holodesk.cli import TerminalApprover
+    from holodesk.policy.protocol import get_protocol
 
     frame = FakePanel((1280, 800), 1.0).frame()
     out = io.StringIO()
     run = make_run([reply({"tool_name": "type", "text": t}, thought=t) for t in HOSTILE],
-                   single_frame_capture(frame), approver=TerminalApprover(io.StringIO("s\n" * 20), out),  # type: ignore[arg-type]
+                   single_frame_capture(frame), approver=TerminalApprover(io.StringIO("s\n" * 20), out,
+                                                                      protocol=get_protocol("holo-v1")),  # type: ignore[arg-type]
                    focus_probe=FakeFocusProbe("evil\u202e\x1b[2J Terminal"))
     run.session.run("show it")
     printed = out.getvalue()

@@ -17,7 +17,21 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from holodesk.core.actions import Answer, Click, Done, Drag, Key, Move, Point, RightClick, Scroll, Type, Wait
+from holodesk.core.actions import (
+    MAX_TYPE_CHARS,
+    Answer,
+    Click,
+    Done,
+    Drag,
+    Key,
+    Move,
+    Plan,
+    Point,
+    RightClick,
+    Scroll,
+    Type,
+    Wait,
+)
 from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import ActionError, PolicyOutputError
 from holodesk.policy.base import HistoryStep, Observation, pointer_after
@@ -172,7 +186,7 @@ def test_tools_are_declared_once_and_everything_derives_from_them() -> None:
     consts = [schema["$defs"][ref["$ref"].rsplit("/", 1)[1]]["properties"]["tool_name"]["const"] for ref in union]
     assert tuple(consts) == tool_names() == (
         "click_desktop", "double_click_desktop", "move_to_desktop", "drag_to_desktop", "scroll_desktop",
-        "write_desktop", "hotkey_desktop", "wait_desktop", "answer",
+        "write_desktop", "hotkey_desktop", "hold_and_tap_key_desktop", "wait_desktop", "update_plan", "answer",
     )
     for name in tool_names():
         assert f"- `{name}(" in P.system_prompt()
@@ -185,12 +199,72 @@ def test_tools_are_declared_once_and_everything_derives_from_them() -> None:
     Click(Point(1, 2), element="OK"), RightClick(Point(3, 4), element="file"), Move(Point(5, 6), element="m"),
     Scroll("down", 4, Point(7, 8), element="list"), Type("Ada\n"), Key(("ctrl", "s")), Wait(2.5),
     Answer("42"), Drag(Point(100, 100), Point(9, 9), element="bin"),
+    Plan((("Open the form", "done"), ("Fill in the name", "running"), ("Submit", "todo"))),
 ])
 def test_round_trip_through_the_serializer_and_the_validator(action: Any) -> None:
     text = P.to_reply(action, thought="t", note="n")
     pointer = action.start if isinstance(action, Drag) else None
     parsed = P.parse(text, pointer=pointer)
     assert (parsed.action, parsed.thought, parsed.note, parsed.warnings) == (action, "t", "n", ())
+
+
+def _call(**tool_call: Any) -> str:
+    return json.dumps({"note": None, "thought": "t", "tool_call": tool_call})
+
+
+def test_update_plan_is_recorded_and_its_output_is_the_plan() -> None:
+    reply = _call(tool_name="update_plan", goals=[{"title": "Open the form", "status": "done"},
+                                                  {"title": "Fill in the name", "status": "running"},
+                                                  {"title": "Submit"}])
+    plan = P.parse(reply).action
+    assert plan == Plan((("Open the form", "done"), ("Fill in the name", "running"), ("Submit", "todo")))
+    assert not plan.ends_episode
+    turn = P.tool_result(HistoryStep(0, F1, plan, "t", outcome="performed"))
+    assert _turn_text(turn["content"]) == ('<tool_output tool="update_plan">\n1. [done] Open the form\n'
+                                           '2. [running] Fill in the name\n3. [todo] Submit\n</tool_output>')
+    skipped = P.tool_result(HistoryStep(0, F1, plan, "t", outcome="skipped by the user"))
+    assert _turn_text(skipped["content"]) == '<error tool="update_plan">\nskipped by the user\n</error>'
+    for bad, message in (([], "at least 1 item"), ([{"title": "x", "status": "later"}], "status"),
+                         ([{"title": "x", "extra": 1}], "extra")):
+        with pytest.raises(PolicyOutputError, match=message):
+            P.parse(_call(tool_name="update_plan", goals=bad))
+
+
+@pytest.mark.parametrize(("hold", "tap", "keys"), [
+    (["shift"], ["tab"], ("shift", "tab")),
+    (["Control", "Shift"], ["T"], ("ctrl", "shift", "t")),
+    (["alt"], ["F4"], ("alt", "f4")),
+])
+def test_hold_and_tap_is_the_chord_of_the_held_keys_then_the_tapped_one(hold: list[str], tap: list[str],
+                                                                        keys: tuple[str, ...]) -> None:
+    # Key presses its keys in order and releases them in reverse: the held keys go down first, the tapped
+    # key is pressed and released, then the held keys come up, which is the cookbook's hold-and-tap.
+    assert P.parse(_call(tool_name="hold_and_tap_key_desktop", hold_keys=hold, tap_keys=tap)).action == Key(keys)
+
+
+def test_hold_and_tap_taps_one_key_and_the_schema_says_so() -> None:
+    spec = P.json_schema()["$defs"]["HoldAndTapKeyDesktop"]["properties"]
+    assert (spec["tap_keys"]["minItems"], spec["tap_keys"]["maxItems"]) == (1, 1)
+    assert (spec["hold_keys"]["minItems"], spec["hold_keys"]["maxItems"]) == (1, 4)
+    with pytest.raises(PolicyOutputError, match="tap_keys"):
+        P.parse(_call(tool_name="hold_and_tap_key_desktop", hold_keys=["alt"], tap_keys=["tab", "tab"]))
+    with pytest.raises(PolicyOutputError, match="hold_keys"):
+        P.parse(_call(tool_name="hold_and_tap_key_desktop", hold_keys=[], tap_keys=["tab"]))
+
+
+@pytest.mark.parametrize("name", ["key_down_desktop", "key_up_desktop"])
+def test_key_down_and_up_are_refused_and_never_offered(name: str) -> None:
+    assert name not in json.dumps(P.json_schema()) and name not in P.system_prompt()
+    with pytest.raises(PolicyOutputError, match=f"{name} is not offered") as info:
+        P.parse(_call(tool_name=name, key="shift"))
+    assert "hotkey_desktop" in (info.value.hint or "") and "hold_and_tap_key_desktop" in (info.value.hint or "")
+
+
+def test_write_leaves_room_for_press_enter() -> None:
+    longest = "a" * (MAX_TYPE_CHARS - 1)
+    assert P.parse(_call(tool_name="write_desktop", content=longest, press_enter=True)).action == Type(longest + "\n")
+    with pytest.raises(PolicyOutputError, match="content"):
+        P.parse(_call(tool_name="write_desktop", content=longest + "a"))
 
 
 def test_element_is_carried_to_the_action() -> None:

@@ -20,6 +20,7 @@ from holodesk.core.actions import (
     Key,
     MiddleClick,
     Move,
+    Plan,
     Point,
     RightClick,
     Scroll,
@@ -27,7 +28,7 @@ from holodesk.core.actions import (
     Wait,
 )
 from holodesk.core.geometry import Frame, Monitor
-from holodesk.errors import PolicyOutputError, SettingsError
+from holodesk.errors import ActionError, PolicyOutputError, SettingsError
 from holodesk.policy.base import HistoryStep, Observation
 from holodesk.policy.protocol import (
     PROTOCOL_NAMES,
@@ -175,9 +176,10 @@ def test_two_thousand_exclamation_marks_are_rejected() -> None:
 def test_unknown_tool_name_lists_the_known_tools() -> None:
     err = fails(reply({"tool_name": "launch_rocket", "x": 1, "y": 2}))
     assert "launch_rocket" in err.message
-    for name in ACTION_TYPES:
+    for name in TOOL_NAMES:
         assert name in err.message
-    assert set(TOOL_NAMES) == set(ACTION_TYPES)
+    # holo-v1 has a tool for every action kind but agent-loop-v1's plan (update_plan)
+    assert set(TOOL_NAMES) == set(ACTION_TYPES) - {"plan"} and "plan" not in err.message
 
 
 @pytest.mark.parametrize(
@@ -375,7 +377,12 @@ def test_to_reply_parse_round_trip(action: Action) -> None:
 
 
 def test_round_trip_covers_every_action_kind() -> None:
-    assert {a.kind for a in ALL_ACTIONS} == set(ACTION_TYPES)
+    assert {a.kind for a in ALL_ACTIONS} == set(TOOL_NAMES) == set(ACTION_TYPES) - {"plan"}
+
+
+def test_a_plan_has_no_holo_v1_tool() -> None:
+    with pytest.raises(ActionError, match="holo-v1 has no tool for action kind 'plan'"):
+        P.to_reply(Plan((("Save", "running"),)))
 
 
 def test_to_reply_exact_shape() -> None:
@@ -436,7 +443,7 @@ def test_localization_schema() -> None:
 # ----------------------------------------------------------------------------------------- prompts
 def test_system_prompt_states_tools_fields_and_convention() -> None:
     text = P.system_prompt()
-    for name in ACTION_TYPES:
+    for name in TOOL_NAMES:
         assert f'"tool_name": "{name}"' in text
     for field in ("start_x", "end_y", "direction", "amount", "keys", "seconds", "message"):
         assert f'"{field}"' in text
@@ -624,3 +631,17 @@ def test_parse_localization() -> None:
             P.parse_localization(raw)
         assert words in info.value.message
         assert info.value.raw_text == raw
+
+
+def test_holo_v1_tools_are_declared_once_and_the_schema_and_prompt_derive_from_them() -> None:
+    from holodesk.policy.protocol import _TOOLS
+
+    variants = P.json_schema()["properties"]["tool_call"]["anyOf"][:-1]
+    names = [v["properties"]["tool_name"]["const"] for v in variants]
+    assert list(dict.fromkeys(names)) == [t.name for t in _TOOLS] == list(TOOL_NAMES)
+    assert names.count("scroll") == 2  # x and y together or neither: two variants
+    prompt = P.system_prompt()
+    for tool in _TOOLS:
+        fields = {k for v in variants if v["properties"]["tool_name"]["const"] == tool.name for k in v["properties"]}
+        assert fields - {"tool_name"} == set(tool.fields)
+        assert f'- {{"tool_name": "{tool.name}"' in prompt and tool.help in prompt

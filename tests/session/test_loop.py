@@ -16,7 +16,7 @@ import pytest
 from holodesk.capture.fake import FakeCapture
 from holodesk.control.base import ActionResult
 from holodesk.control.recording import RecordingExecutor
-from holodesk.core.actions import Click, Point, Type
+from holodesk.core.actions import Click, Plan, Point, Type
 from holodesk.core.geometry import Monitor
 from holodesk.policy.scripted import ScriptedPolicy
 from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision
@@ -321,3 +321,40 @@ def test_geometry_self_check_runs_once_before_anything_and_a_mismatch_refuses_th
         assert log == [] and executor.calls == []
     else:
         assert result.status is State.FINISHED and len(executor.calls) == 2
+
+
+class ObservingPolicy(ScriptedPolicy):
+    """The real ScriptedPolicy in agent-loop-v1 that keeps every observation it was given."""
+
+    def __init__(self, replies: list[Any]) -> None:
+        super().__init__(replies, protocol="agent-loop-v1")
+        self.observations: list[Any] = []
+
+    def propose(self, observation: Any) -> Any:
+        self.observations.append(observation)
+        return super().propose(observation)
+
+
+def test_update_plan_is_recorded_shown_and_returned_to_the_model_as_the_tool_output(tmp_path: Path) -> None:
+    goals = [{"title": "Open the form", "status": "running"}, {"title": "Submit it", "status": "todo"}]
+    policy = ObservingPolicy([
+        {"note": None, "thought": "plan first", "tool_call": {"tool_name": "update_plan", "goals": goals}},
+        {"note": None, "thought": "done", "tool_call": {"tool_name": "answer", "content": "ok"}},
+    ])
+    log: list[tuple[str, Any]] = []
+    spy, executor = Spy([A], log), LoggingExecutor(log)
+    session = Session(policy, FakeCapture(frames(5)), executor, ApprovalPolicy("auto", spy), SessionLimits(),
+                      episodes_dir=tmp_path)
+    session.focus_probe = lambda: None  # the focused window is unknown: a plan is low risk all the same
+    result = session.run("fill the form")
+    assert result.status is State.FINISHED and result.answer == "ok"
+    assert spy.requests == []  # the autopilot approved it without asking
+    plan = Plan((("Open the form", "running"), ("Submit it", "todo")))
+    assert executor.actions == [plan]
+    step = load_episode(list_episodes(tmp_path)[0]).steps[0]
+    assert step["action"] == {"kind": "plan", "goals": [["Open the form", "running"], ["Submit it", "todo"]]}
+    assert (step["decided_by"], step["result"]["status"]) == ("autopilot", "performed")
+    assert step["headline"] == "Update the plan: now ‘Open the form’"
+    messages = policy.protocol.build_messages(policy.observations[1])
+    texts = [part.get("text", "") for m in messages if m["role"] == "user" for part in m["content"]]
+    assert '<tool_output tool="update_plan">\n1. [running] Open the form\n2. [todo] Submit it\n</tool_output>' in texts

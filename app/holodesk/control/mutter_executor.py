@@ -31,6 +31,7 @@ from holodesk.core.actions import (
     Key,
     MiddleClick,
     Move,
+    Plan,
     RightClick,
     Scroll,
     Type,
@@ -147,7 +148,7 @@ class MutterExecutor:
             self.session.button(button, False)
 
     def _perform(self, action: Action, frame: Frame, details: dict[str, Any]) -> str:
-        if isinstance(action, (Answer, Done)):
+        if isinstance(action, (Answer, Done, Plan)):
             details["method"] = "none"
             return "nothing to do on screen"
         if isinstance(action, Wait):

@@ -43,6 +43,7 @@ from holodesk.core.actions import (
     Key,
     MiddleClick,
     Move,
+    Plan,
     RightClick,
     Scroll,
     Type,
@@ -335,7 +336,7 @@ class PyAutoGUIExecutor:
                             duration_ms=(time.perf_counter() - t0) * 1000.0, verified=verified)
 
     def _perform(self, action: Action, frame: Frame, details: dict[str, Any]) -> str:
-        if isinstance(action, (Answer, Done)):
+        if isinstance(action, (Answer, Done, Plan)):
             details["method"] = "none"
             return "nothing to do on screen"
         if isinstance(action, Wait):

@@ -24,6 +24,13 @@ NORM_MAX = 1000
 MAX_TYPE_CHARS = 10_000
 MAX_WAIT_SECONDS = 60.0
 MAX_SCROLL_AMOUNT = 50
+MAX_PLAN_GOALS = 8
+"""Most goals in one plan (:class:`Plan`); with :data:`MAX_GOAL_CHARS`, a whole plan fits one reply's
+token budget."""
+MAX_GOAL_CHARS = 100
+"""Longest goal title of a plan."""
+PLAN_STATUSES: tuple[str, ...] = ("todo", "running", "done", "failed")
+"""A plan goal's statuses, from H Company's agent loop (``update_plan``)."""
 
 ScrollDirection = Literal["up", "down", "left", "right"]
 SCROLL_DIRECTIONS: tuple[str, ...] = ("up", "down", "left", "right")
@@ -326,6 +333,46 @@ class Wait(Action):
 
 
 @dataclass(frozen=True)
+class Plan(Action):
+    """Record the model's task plan; it has no effect on the desktop.
+
+    ``goals`` is a tuple of ``(title, status)`` pairs in order, ``status`` one of :data:`PLAN_STATUSES`.
+    Pairs may be given as 2-item lists or as ``{"title": ..., "status": ...}`` mappings (episode records,
+    edits); they are stored as tuples.
+
+    Raises:
+        ActionError: no goals, more than :data:`MAX_PLAN_GOALS`, a blank or too long title (more than
+            :data:`MAX_GOAL_CHARS` characters), or an unknown status.
+    """
+
+    kind: ClassVar[str] = "plan"
+    goals: tuple[tuple[str, str], ...]
+
+    def __post_init__(self) -> None:
+        goals = self.goals
+        if not isinstance(goals, (tuple, list)) or not goals:
+            raise ActionError("a plan needs at least one goal", field="goals")
+        if len(goals) > MAX_PLAN_GOALS:
+            raise ActionError(f"a plan has at most {MAX_PLAN_GOALS} goals, got {len(goals)}", field="goals")
+        out: list[tuple[str, str]] = []
+        for goal in goals:
+            if isinstance(goal, dict):
+                title, status = goal.get("title"), goal.get("status", "todo")
+            elif isinstance(goal, (tuple, list)) and len(goal) == 2:
+                title, status = goal
+            else:
+                raise ActionError(f"a goal is a (title, status) pair, got {goal!r}", field="goals")
+            if not isinstance(title, str) or not title.strip() or len(title) > MAX_GOAL_CHARS:
+                raise ActionError(f"a goal title must be 1 to {MAX_GOAL_CHARS} characters of text, "
+                                  f"got {title!r}", field="goals")
+            if status not in PLAN_STATUSES:
+                raise ActionError(f"a goal status must be one of {', '.join(PLAN_STATUSES)}, got {status!r}",
+                                  field="goals")
+            out.append((title, str(status)))
+        object.__setattr__(self, "goals", tuple(out))
+
+
+@dataclass(frozen=True)
 class Answer(Action):
     """Finish the task by answering the user with ``text``."""
 
@@ -359,7 +406,8 @@ class Done(Action):
 
 ACTION_TYPES: dict[str, type[Action]] = {
     cls.kind: cls
-    for cls in (Click, DoubleClick, RightClick, MiddleClick, Move, Drag, Scroll, Type, Key, Wait, Answer, Done)
+    for cls in (Click, DoubleClick, RightClick, MiddleClick, Move, Drag, Scroll, Type, Key, Wait, Plan, Answer,
+                Done)
 }
 """The closed set: protocol tool name -> action class."""
 

@@ -3,7 +3,7 @@
 The rules are an allowlist: an action is LOW risk only when it is positively known to be harmless, and
 everything else is HIGH (the autopilot asks the user). LOW risk is:
 
-* ``wait``, ``answer`` and ``done`` (they touch nothing);
+* ``wait``, ``plan`` (the model's ``update_plan``), ``answer`` and ``done`` (they touch nothing);
 * a pointer action (click, double click, right click, move, drag, scroll) on windows that are known and
   are not terminal emulators: the windows under each of its points when those were probed (a drag of
   text onto a terminal pastes it there), else the focused window;
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from holodesk.core.actions import Action, Answer, Done, Key, MiddleClick, Type, Wait
+from holodesk.core.actions import Action, Answer, Done, Key, MiddleClick, Plan, Type, Wait
 from holodesk.core.text import display_safe
 
 TERMINAL_WINDOW_CLASSES = frozenset(
@@ -152,7 +152,7 @@ def assess(action: Action, *, focused_window: str | None = None,
     Returns:
         LOW only for actions known to be harmless; HIGH, with the reason the user is asked, for all else.
     """
-    if isinstance(action, (Wait, Done, Answer)):
+    if isinstance(action, (Wait, Plan, Done, Answer)):
         return RiskAssessment(Risk.LOW, "does not touch the screen")
     if isinstance(action, MiddleClick):
         # On X11 a middle click pastes the selected text where the pointer is: into a terminal that runs

@@ -34,6 +34,7 @@ from holodesk.core.actions import (
     Key,
     MiddleClick,
     Move,
+    Plan,
     Point,
     RightClick,
     Scroll,
@@ -45,6 +46,8 @@ from holodesk.core.geometry import InputPoint
 ELEMENT_CHARS = 60
 """Longest element description quoted in a headline (longer ones end in "…")."""
 TYPED_CHARS = 48
+PLAN_STATUS_WORDS: dict[str, str] = {"todo": "To do", "running": "Doing now", "done": "Done", "failed": "Failed"}
+"""A plan goal's status (:data:`holodesk.core.actions.PLAN_STATUSES`) in words."""
 """Longest typed text quoted in a headline (the card and the terminal show the exact text apart)."""
 WINDOW_CHARS = 50
 """Longest window title in a headline."""
@@ -211,6 +214,10 @@ def step_words(
             headline = f"Press {key_words(keys)}{where_window}"
         case Wait(seconds=s):
             headline = f"Wait {s:g} s"
+        case Plan(goals=goals):
+            current = next((title for title, status in goals if status == "running"), None)
+            headline = "Update the plan" + (f": now ‘{plain(current, 200)}’" if current else "")
+            details.extend(f"{PLAN_STATUS_WORDS.get(status, status)}: {plain(title, 200)}" for title, status in goals)
         case Answer(text=t):
             headline = f"Answer: {plain(t, 200)}"
         case Done(message=m):

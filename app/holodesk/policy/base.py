@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from holodesk.core.actions import Action, Point
 from holodesk.core.geometry import Frame
+
+if TYPE_CHECKING:
+    from holodesk.policy.protocol import ActionProtocol
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,8 @@ class Policy(Protocol):
     """
 
     name: str
+    protocol: ActionProtocol
+    """The action protocol the policy's replies are parsed in (an edited step is read in it too)."""
 
     def propose(self, observation: Observation) -> Proposal: ...
 

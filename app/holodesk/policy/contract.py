@@ -24,8 +24,9 @@ an action back (:meth:`Tool.from_action`). The reply model, its JSON schema (gra
 ``response_format`` and ``<output_format>``), the prompt's tool list, the validator and the serializer
 all derive from :data:`TOOLS`. Adding a tool is one class.
 
-Holodesk's tool set differs from the cookbook's where the executor has no matching action; each gap is
-listed in ``docs/actions.md`` ("agent-loop-v1 tool set").
+Holodesk offers the cookbook's tools but ``key_down_desktop`` and ``key_up_desktop`` (:data:`REFUSED_TOOLS`:
+not in the schema, and a reply that calls one anyway gets an error naming the tools to use instead);
+each difference is listed in ``docs/actions.md`` ("agent-loop-v1 tool set").
 """
 
 from __future__ import annotations
@@ -39,11 +40,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from holodesk.core.actions import (
     KEY_ALIASES,
     MAX_ELEMENT_CHARS,
+    MAX_GOAL_CHARS,
+    MAX_PLAN_GOALS,
     MAX_SCROLL_AMOUNT,
     MAX_TYPE_CHARS,
     MAX_WAIT_SECONDS,
     NAMED_KEYS,
     NORM_MAX,
+    PLAN_STATUSES,
     Action,
     Answer,
     Click,
@@ -52,6 +56,7 @@ from holodesk.core.actions import (
     Key,
     MiddleClick,
     Move,
+    Plan,
     Point,
     RightClick,
     Scroll,
@@ -271,7 +276,8 @@ class WriteDesktop(Tool):
     """Type content exactly at the focused field (no click first); press_enter presses Enter after it."""
 
     tool_name: Literal["write_desktop"]
-    content: str = Field(min_length=1, max_length=MAX_TYPE_CHARS, description="The text to type.")
+    content: str = Field(min_length=1, max_length=MAX_TYPE_CHARS - 1,
+                         description="The text to type (room is kept for the Enter of press_enter).")
     press_enter: bool = False
 
     def to_action(self, context: ToolContext) -> Action:
@@ -304,6 +310,25 @@ class HotkeyDesktop(Tool):
 
 
 @tool
+class HoldAndTapKeyDesktop(Tool):
+    """Hold hold_keys down, tap the one key in tap_keys, then release all, e.g. hold ["shift"], tap ["tab"]."""
+
+    tool_name: Literal["hold_and_tap_key_desktop"]
+    hold_keys: list[KeyName] = Field(min_length=1, max_length=4, description="1 to 4 key names to hold down.")
+    tap_keys: list[KeyName] = Field(min_length=1, max_length=1,
+                                    description="Exactly one key name to tap while the others are held.")
+
+    _keys = field_validator("hold_keys", "tap_keys", mode="before")(_normalize_keys)
+
+    def to_action(self, context: ToolContext) -> Action:
+        return Key((*self.hold_keys, *self.tap_keys))
+
+    @classmethod
+    def from_action(cls, action: Action) -> Tool | None:
+        return None  # the same chord is written back as hotkey_desktop (declared first)
+
+
+@tool
 class WaitDesktop(Tool):
     """Wait the given seconds (more than 0, at most 60), then look again."""
 
@@ -318,6 +343,50 @@ class WaitDesktop(Tool):
         if not isinstance(action, Wait):
             return None
         return cls(tool_name="wait_desktop", seconds=action.seconds)
+
+
+class Goal(BaseModel):
+    """One goal of the plan: what to do, and how far it is."""
+
+    model_config = ConfigDict(extra="forbid")
+    title: str = Field(min_length=1, max_length=MAX_GOAL_CHARS,
+                       description="Clear, actionable goal (start with a verb).")
+    status: Literal[PLAN_STATUSES] = Field(default="todo", description="todo, running, done or failed.")  # type: ignore[valid-type]
+
+
+@tool
+class UpdatePlan(Tool):
+    """Write the whole plan: every goal, done and failed ones included, exactly one of them running. \
+No effect on the desktop; the plan comes back as this tool's output."""
+
+    tool_name: Literal["update_plan"]
+    goals: list[Goal] = Field(min_length=1, max_length=MAX_PLAN_GOALS,
+                              description=f"The complete list of 1 to {MAX_PLAN_GOALS} goals, in order.")
+
+    def to_action(self, context: ToolContext) -> Action:
+        return Plan(tuple((goal.title, goal.status) for goal in self.goals))
+
+    @classmethod
+    def from_action(cls, action: Action) -> Tool | None:
+        if not isinstance(action, Plan):
+            return None
+        return cls(tool_name="update_plan",
+                   goals=[Goal(title=title, status=status) for title, status in action.goals])
+
+
+def plan_text(plan: Plan) -> str:
+    """The ``update_plan`` tool's output: one line ``N. [status] title`` per goal."""
+    return "\n".join(f"{i}. [{status}] {title}" for i, (title, status) in enumerate(plan.goals, 1))
+
+
+REFUSED_TOOLS: Final[dict[str, str]] = {
+    "key_down_desktop": "a key held down across steps stays held on the user's desktop when the run stops",
+    "key_up_desktop": "keys are never left held between steps, so there is nothing to release",
+}
+"""Cookbook tools Holodesk does not offer (not in the schema), with the reason the model is told when a
+reply calls one anyway (a server without constrained decoding)."""
+REFUSED_HINT: Final = ("Use hotkey_desktop for a chord such as [\"ctrl\", \"s\"], or hold_and_tap_key_desktop "
+                       "to hold keys while tapping one.")
 
 
 @tool
@@ -482,6 +551,9 @@ class AgentLoopProtocol(ActionProtocol):
         try:
             obj, warnings = _extract_object(raw_text)
             call = obj.get("tool_call")
+            if isinstance(call, dict) and call.get("tool_name") in REFUSED_TOOLS:
+                name = call["tool_name"]
+                raise _Fail(f"{name} is not offered: {REFUSED_TOOLS[name]}", hint=REFUSED_HINT)
             if isinstance(call, dict):  # coordinates follow holo-v1's rules and messages (F05, F08)
                 coords = {k: call[k] for k in ("x", "y") if k in call}
                 _coordinates(coords, f"the {call.get('tool_name', 'tool')} call", warnings, NAME)
@@ -529,7 +601,8 @@ class AgentLoopProtocol(ActionProtocol):
     def tool_result(self, step: HistoryStep) -> dict[str, Any]:
         """The user turn that reports ``step``'s result: ``<tool_output tool="name">outcome</tool_output>``
         when it was performed, else ``<error tool="name">outcome</error>`` (a failure, a skip, a rejected
-        reply, whose tool is ``reply``)."""
+        reply, whose tool is ``reply``). A performed ``update_plan`` reports the plan itself
+        (:func:`plan_text`)."""
         name = REPLY_TOOL
         if step.action is not None:
             try:
@@ -538,6 +611,8 @@ class AgentLoopProtocol(ActionProtocol):
                 name = step.action.kind
         outcome = step.outcome or "unknown"
         tag = "tool_output" if step_performed(outcome) else "error"
+        if tag == "tool_output" and isinstance(step.action, Plan):
+            outcome = plan_text(step.action)
         return {"role": "user", "content": [{"type": "text", "text": f'<{tag} tool="{name}">\n{outcome}\n</{tag}>'}]}
 
     def build_messages(
@@ -610,12 +685,14 @@ __all__ = [
     "IMAGE_PLACEHOLDER",
     "NAME",
     "PROTOCOL",
+    "REFUSED_TOOLS",
     "TOOLS",
     "AgentLoopProtocol",
     "LocalizationReply",
     "Reply",
     "Tool",
     "ToolContext",
+    "plan_text",
     "tool",
     "tool_list",
     "tool_name_of",

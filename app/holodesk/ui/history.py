@@ -42,6 +42,7 @@ from PySide6.QtWidgets import (
 from holodesk.core.actions import Action, action_from_dict, describe
 from holodesk.core.geometry import point_to_frame_pixel
 from holodesk.core.text import display_safe
+from holodesk.core.wording import step_words
 from holodesk.errors import HolodeskError
 from holodesk.session.episode import Episode, delete_episode, export_episode, list_episodes, load_episode
 from holodesk.ui.overlay import paint_action_on_image
@@ -123,6 +124,7 @@ def step_details(step: dict[str, Any]) -> str:
     proposed = _action_of(step.get("action"))
     if proposed is not None:
         lines.append(f"Proposed: {describe(proposed)}")
+        lines.extend(f"  {detail}" for detail in step_words(proposed).details)  # e.g. a plan's goals
     edited = _action_of(step.get("edited_action"))
     if edited is not None:
         lines.append(f"Edited to: {describe(edited)}")

@@ -62,7 +62,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from holodesk.core.actions import Action, DoubleClick, Drag, Key, RightClick, Scroll, Type, Wait
+from holodesk.core.actions import Action, DoubleClick, Drag, Key, Plan, RightClick, Scroll, Type, Wait
 from holodesk.core.geometry import InputPoint, Monitor
 from holodesk.core.risk import Risk, RiskAssessment
 
@@ -451,7 +451,7 @@ class OverlayWindow(QWidget):
             a = self.geometry_map.to_local((left, top))
             b = self.geometry_map.to_local((left + width, top + height))
             self.avoid = QRectF(a, b).normalized().adjusted(-0.5, -0.5, 0, 0)
-        self.card.edit_button.setEnabled(not isinstance(action, (Key, Wait)))
+        self.card.edit_button.setEnabled(not isinstance(action, (Key, Wait, Plan)))
         self._place_card()
         self._update_mask()
         self.update()
