@@ -8,10 +8,21 @@ X11 keysym typer
     the technique xdotool uses for ``xdotool type`` (scratch keycode + XChangeKeyboardMapping); the
     keysym of a character is its code point for Latin-1 and ``0x01000000 + code point`` otherwise
     (X11 protocol, "Keysym Encoding", Unicode keysyms). Tab and newline are typed as the Tab and
-    Return keys. Clients re-read the keyboard map when it changes, so every remap is followed by a short
-    settle delay before the keys are pressed. A client translates a key event with the map it fetches
-    when it processes that event, so the map is restored only ``restore_delay_s`` after the last key
-    (restoring earlier loses the last characters in a busy client).
+    Return keys.
+
+    Synchronising with the focused client: every keyboard-map change sends each client a
+    MappingNotify (and XKB MapNotify) event, and a client translates a key event with the map it holds
+    when it processes that event. Two faults follow when the typer runs ahead of the client: the map is
+    restored before a busy client has translated the last keys (characters lost, F14), and a GTK 3
+    client that is still processing the map-change events when a pointer click arrives drops that click
+    (seen under openbox: a check box ignored about half the clicks right after Unicode typing; see
+    docs/troubleshooting.md). The X server delivers a client's events in order, so once the client has
+    answered an event sent after the keys / after the map change, it has processed everything before it.
+    The typer sends the focused top-level window a ``_NET_WM_PING`` client message (EWMH, "_NET_WM_PING":
+    the client sends it back to the root window) after each remap, after the last key of a segment and
+    after restoring the map, and waits for the reply (at most ``sync_timeout_s``). A window that does not
+    list ``_NET_WM_PING`` in WM_PROTOCOLS (xterm, Tk) cannot be synchronised with: for it the typer
+    waits the fixed ``settle_s`` / ``restore_delay_s`` instead and logs that once per text.
 
     Lock keys (F26): the server applies locked modifiers to synthetic keys too, so with Caps Lock on
     "abc" would arrive as "ABC" and "ß" as "ẞ". Before typing, every active lock that changes which
@@ -149,18 +160,22 @@ class X11KeysymTyper:
 
     Args:
         display_name: X display (default ``$DISPLAY``).
-        settle_s: seconds to wait after binding characters to spare keycodes, before pressing them (the
-            same reason xdotool sleeps after remapping).
-        restore_delay_s: seconds between the last key that used a temporary binding and restoring the
-            keyboard map, so the focused client has translated those keys (default 0.5).
+        settle_s: when the focused window does not answer ``_NET_WM_PING``: seconds to wait after binding
+            characters to spare keycodes, before pressing them (the same reason xdotool sleeps after
+            remapping).
+        restore_delay_s: when the focused window does not answer ``_NET_WM_PING``: seconds between the
+            last key that used a temporary binding and restoring the keyboard map (default 0.5).
+        sync_timeout_s: longest wait for the focused window's ``_NET_WM_PING`` reply, in seconds; a
+            window that does not reply in time is typed into with the fixed delays (logged).
         key_delay_s: seconds between key events (0 = as fast as the server takes them).
     """
 
     def __init__(self, display_name: str | None = None, *, settle_s: float = 0.05,
-                 restore_delay_s: float = 0.5, key_delay_s: float = 0.0) -> None:
+                 restore_delay_s: float = 0.5, sync_timeout_s: float = 2.0, key_delay_s: float = 0.0) -> None:
         self.display_name = display_name
         self.settle_s = settle_s
         self.restore_delay_s = restore_delay_s
+        self.sync_timeout_s = sync_timeout_s
         self.key_delay_s = key_delay_s
         self._lock = threading.Lock()
 
@@ -303,13 +318,14 @@ class X11KeysymTyper:
 
         remapped_total: set[int] = set()
         bound: dict[int, int] = {}  # keycode -> keysym currently bound by us
+        sync = ClientSync(conn, self.sync_timeout_s) if any(ks not in typable for ks in keysyms) else None
         try:
             for start, end in segments:
                 needed = [ks for ks in dict.fromkeys(keysyms[start:end]) if ks not in typable]
-                if needed:
+                if needed and sync is not None:
                     bound = dict(zip(spare, needed, strict=False))
                     self._change_map(conn, {kc: [ks, ks] for kc, ks in bound.items()}, width)
-                    time.sleep(self.settle_s)
+                    sync.wait(self.settle_s)  # the client has taken the new map before the keys come
                     remapped_total.update(needed)
                 by_keysym = {ks: kc for kc, ks in bound.items()}
                 for ks in keysyms[start:end]:
@@ -319,14 +335,19 @@ class X11KeysymTyper:
                         kc, level = direct[ks]
                         tap(kc, level == 1)
                 conn.sync()
-                if needed:
-                    time.sleep(self.restore_delay_s)  # let the client translate these keys with our map
+                if needed and sync is not None:
+                    sync.wait(self.restore_delay_s)  # the client has translated these keys with our map
                     self._restore(conn, bound, width)
                     bound = {}
+                    sync.wait(self.settle_s)  # the client has taken the restored map before any click
         finally:
             if bound:
                 self._restore(conn, bound, width)
-        return TypingReport(method="xtest_keysym", characters=len(keysyms), remapped=len(remapped_total))
+            if sync is not None:
+                sync.close()
+        extra = {"client_sync": sync.method} if sync is not None else {}
+        return TypingReport(method="xtest_keysym", characters=len(keysyms), remapped=len(remapped_total),
+                            extra=extra)
 
     @staticmethod
     def _change_map(conn: Any, rows: dict[int, list[int]], width: int) -> None:
@@ -341,6 +362,129 @@ class X11KeysymTyper:
     @classmethod
     def _restore(cls, conn: Any, bound: dict[int, int], width: int) -> None:
         cls._change_map(conn, {kc: [] for kc in bound}, width)
+
+
+class ClientSync:
+    """Round trips with the focused client and the window manager, so that both have processed every
+    event the X server queued for them before the round trip started (the server delivers a client's
+    events in order, and both process them in order).
+
+    * Focused client: EWMH ``_NET_WM_PING`` (EWMH 1.5, "_NET_WM_PING"): a ``WM_PROTOCOLS`` ClientMessage
+      ``[_NET_WM_PING, timestamp, window]`` sent to the top-level window, which the client sends back to
+      the root window. The window is the input-focus window or its nearest ancestor whose
+      ``WM_PROTOCOLS`` lists ``_NET_WM_PING`` (GTK puts the focus on a child of its top-level).
+    * Window manager: EWMH ``_NET_REQUEST_FRAME_EXTENTS`` (EWMH 1.5) for an unmapped window of our own;
+      the window manager answers by setting ``_NET_FRAME_EXTENTS`` on it (a PropertyNotify for us).
+
+    Each side that does not answer within ``timeout_s`` (no such protocol: xterm and Tk do not answer
+    pings; no window manager) is not asked again for this text and its wait is replaced by the fixed
+    ``fallback_s`` of :meth:`wait` (logged).
+
+    Args:
+        conn: an open python-xlib Display (owned by the caller).
+        timeout_s: longest wait for one round trip, seconds.
+
+    Attributes:
+        method: ``{"client": "net_wm_ping" | "fixed_delay", "window_manager": "frame_extents" |
+            "fixed_delay"}``.
+    """
+
+    def __init__(self, conn: Any, timeout_s: float) -> None:
+        from Xlib import X
+
+        self.conn = conn
+        self.timeout_s = timeout_s
+        self._root = conn.screen().root
+        self._ping_atom = conn.intern_atom("_NET_WM_PING")
+        self._protocols_atom = conn.intern_atom("WM_PROTOCOLS")
+        self._request_extents_atom = conn.intern_atom("_NET_REQUEST_FRAME_EXTENTS")
+        self._extents_atom = conn.intern_atom("_NET_FRAME_EXTENTS")
+        self._serial = 0
+        self.client = self._ping_window()
+        if self.client is None:
+            log.info("the focused window does not answer _NET_WM_PING; typing waits fixed delays for it")
+        self._probe: Any = self._root.create_window(-10, -10, 1, 1, 0, 0, X.InputOnly, X.CopyFromParent,
+                                                    event_mask=X.PropertyChangeMask)
+        self._root.change_attributes(event_mask=X.SubstructureNotifyMask)  # the pings come back here
+        conn.sync()
+
+    @property
+    def method(self) -> dict[str, str]:
+        return {"client": "net_wm_ping" if self.client is not None else "fixed_delay",
+                "window_manager": "frame_extents" if self._probe is not None else "fixed_delay"}
+
+    def _ping_window(self) -> Any:
+        """The focused window or its nearest ancestor that lists ``_NET_WM_PING``; None if none does."""
+        try:
+            window = self.conn.get_input_focus().focus
+            root_id = self._root.id
+            while window and not isinstance(window, int) and window.id != root_id:
+                protocols = window.get_full_property(self._protocols_atom, 0)  # ATOM list or None
+                if protocols is not None and self._ping_atom in list(protocols.value):
+                    return window
+                window = window.query_tree().parent
+        except Exception as exc:  # a window destroyed under us raises BadWindow
+            log.debug("no window to ping: %s", exc)
+        return None
+
+    def wait(self, fallback_s: float) -> None:
+        """Return once the focused client and the window manager have answered round trips started now
+        (each at most ``timeout_s``); a side that cannot answer is waited for ``fallback_s`` instead."""
+        from Xlib import X
+        from Xlib.protocol import event as xevent
+
+        self._serial += 1
+        stamp = self._serial
+        client_done = self.client is None
+        wm_done = self._probe is None
+        if self.client is not None:
+            ping = xevent.ClientMessage(window=self.client, client_type=self._protocols_atom,
+                                        data=(32, [self._ping_atom, stamp, self.client.id, 0, 0]))
+            self.client.send_event(ping, event_mask=X.NoEventMask)
+        if self._probe is not None:
+            request = xevent.ClientMessage(window=self._probe, client_type=self._request_extents_atom,
+                                           data=(32, [0, 0, 0, 0, 0]))
+            self._root.send_event(request, event_mask=X.SubstructureRedirectMask | X.SubstructureNotifyMask)
+        self.conn.flush()
+        deadline = time.monotonic() + self.timeout_s
+        while not (client_done and wm_done) and time.monotonic() < deadline:
+            while self.conn.pending_events():
+                ev = self.conn.next_event()
+                if (ev.type == X.ClientMessage and ev.client_type == self._protocols_atom
+                        and list(ev.data[1])[:2] == [self._ping_atom, stamp]):
+                    client_done = True
+                elif ev.type == X.PropertyNotify and ev.atom == self._extents_atom and self._probe is not None \
+                        and ev.window.id == self._probe.id:
+                    wm_done = True
+            if not (client_done and wm_done):
+                time.sleep(0.002)
+        if not client_done:
+            log.warning("the focused window did not answer _NET_WM_PING within %.1f s; typing waits fixed "
+                        "delays for it", self.timeout_s)
+            self.client = None
+        if not wm_done:
+            log.warning("the window manager did not answer _NET_REQUEST_FRAME_EXTENTS within %.1f s; "
+                        "typing waits fixed delays for it", self.timeout_s)
+            self._destroy_probe()
+        if not (client_done and wm_done):
+            time.sleep(fallback_s)
+
+    def _destroy_probe(self) -> None:
+        if self._probe is not None:
+            probe, self._probe = self._probe, None
+            try:
+                probe.destroy()
+            except Exception as exc:
+                log.debug("could not destroy the probe window: %s", exc)
+
+    def close(self) -> None:
+        """Destroy the probe window and stop listening on the root window (the connection stays open)."""
+        self._destroy_probe()
+        try:
+            self._root.change_attributes(event_mask=0)
+            self.conn.sync()
+        except Exception as exc:
+            log.debug("could not stop listening on the root window: %s", exc)
 
 
 def is_terminal_class(wm_class: str | None) -> bool:
