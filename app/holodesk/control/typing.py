@@ -10,19 +10,21 @@ X11 keysym typer
     (X11 protocol, "Keysym Encoding", Unicode keysyms). Tab and newline are typed as the Tab and
     Return keys.
 
-    Synchronising with the focused client: every keyboard-map change sends each client a
-    MappingNotify (and XKB MapNotify) event, and a client translates a key event with the map it holds
-    when it processes that event. Two faults follow when the typer runs ahead of the client: the map is
-    restored before a busy client has translated the last keys (characters lost, F14), and a GTK 3
-    client that is still processing the map-change events when a pointer click arrives drops that click
-    (seen under openbox: a check box ignored about half the clicks right after Unicode typing; see
-    docs/troubleshooting.md). The X server delivers a client's events in order, so once the client has
-    answered an event sent after the keys / after the map change, it has processed everything before it.
-    The typer sends the focused top-level window a ``_NET_WM_PING`` client message (EWMH, "_NET_WM_PING":
-    the client sends it back to the root window) after each remap, after the last key of a segment and
-    after restoring the map, and waits for the reply (at most ``sync_timeout_s``). A window that does not
-    list ``_NET_WM_PING`` in WM_PROTOCOLS (xterm, Tk) cannot be synchronised with: for it the typer
-    waits the fixed ``settle_s`` / ``restore_delay_s`` instead and logs that once per text.
+    Synchronising with the focused client and the window manager: every keyboard-map change sends each
+    client a MappingNotify event. A client translates a key event with the map it holds when it processes
+    that event, so restoring the map before a busy client has read the last keys loses characters (F14).
+    The window manager reloads its key bindings on every MappingNotify (openbox logs "Keyboard map
+    changed. Reloading keyboard bindings." with ``--debug``), and openbox holds a click on a client window
+    with a synchronous button grab until it gets to it: a click that arrives while it is still reloading
+    reached the GTK 3 form with a LeaveNotify between ButtonPress and ButtonRelease (seen with a GDK event
+    log), and GtkButton / GtkCheckButton then ignore the click (its ``in_button`` is cleared on leave).
+    Under openbox every click on a GTK check box right after typing "Grüße 日本語" was lost that way.
+    The X server delivers each client's events in order and both process them in order, so an answer to
+    a request sent after the change proves the change was handled. :class:`ClientSync` makes those
+    round trips (``_NET_WM_PING`` to the focused client, ``_NET_REQUEST_FRAME_EXTENTS`` to the window
+    manager; EWMH 1.5) after each remap, after the last key of a segment and after restoring the map,
+    each bounded by ``sync_timeout_s``. A side that does not answer (xterm and Tk do not answer pings;
+    no window manager) gets the fixed ``settle_s`` / ``restore_delay_s`` instead, logged once per text.
 
     Lock keys (F26): the server applies locked modifiers to synthetic keys too, so with Caps Lock on
     "abc" would arrive as "ABC" and "ß" as "ẞ". Before typing, every active lock that changes which
@@ -160,13 +162,13 @@ class X11KeysymTyper:
 
     Args:
         display_name: X display (default ``$DISPLAY``).
-        settle_s: when the focused window does not answer ``_NET_WM_PING``: seconds to wait after binding
-            characters to spare keycodes, before pressing them (the same reason xdotool sleeps after
-            remapping).
-        restore_delay_s: when the focused window does not answer ``_NET_WM_PING``: seconds between the
-            last key that used a temporary binding and restoring the keyboard map (default 0.5).
-        sync_timeout_s: longest wait for the focused window's ``_NET_WM_PING`` reply, in seconds; a
-            window that does not reply in time is typed into with the fixed delays (logged).
+        settle_s: seconds to wait after a keyboard-map change when the focused window or the window
+            manager cannot be synchronised with (:class:`ClientSync`), before the next input.
+        restore_delay_s: the same, between the last key that used a temporary binding and restoring the
+            keyboard map (default 0.5).
+        sync_timeout_s: longest wait for one round trip with the focused window / window manager, in
+            seconds; a side that does not answer in time gets the fixed delays for the rest of the text
+            (logged).
         key_delay_s: seconds between key events (0 = as fast as the server takes them).
     """
 
@@ -352,8 +354,8 @@ class X11KeysymTyper:
     @staticmethod
     def _change_map(conn: Any, rows: dict[int, list[int]], width: int) -> None:
         """Set the keysyms of several keycodes with one request per run of consecutive keycodes
-        (:func:`keycode_runs`): every change makes each client reload its keymap, and a GTK client
-        busy reloading it drops pointer clicks, so the fewer changes the better."""
+        (:func:`keycode_runs`): every change makes each client and the window manager reload their
+        keymaps (see the module docstring), so the fewer changes the better."""
         per_row = max(width, 2)
         for first, block in keycode_runs(rows):
             conn.change_keyboard_mapping(first, [(row + [0] * per_row)[:per_row] for row in block])
