@@ -221,6 +221,8 @@ def test_F22_click_after_unicode_typing_in_gtk_is_not_lost(desktop: Desktop) -> 
     toggles = form.layout()["toggles"]
     print(f"F22 GTK after Unicode typing: {toggles} of {TICKS} clicks on the check box arrived")
     assert toggles == TICKS
+    typed = [e.data["result"].details for e in run.kinds("result") if e.data["result"].details.get("kind") == "type"]
+    assert [d["client_sync"] for d in typed] == [{"client": "net_wm_ping", "window_manager": "frame_extents"}] * TICKS
 
 
 # -- F26 --------------------------------------------------------------------------------------------------

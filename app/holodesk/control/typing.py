@@ -328,6 +328,7 @@ class X11KeysymTyper:
         remapped_total: set[int] = set()
         bound: dict[int, int] = {}  # keycode -> keysym currently bound by us
         sync = ClientSync(conn, self.sync_timeout_s) if any(ks not in typable for ks in keysyms) else None
+        method: dict[str, str] = {}
         try:
             for start, end in segments:
                 needed = [ks for ks in dict.fromkeys(keysyms[start:end]) if ks not in typable]
@@ -353,8 +354,9 @@ class X11KeysymTyper:
             if bound:
                 self._restore(conn, bound, width)
             if sync is not None:
+                method = sync.method  # read before close() drops the probe window
                 sync.close()
-        extra = {"client_sync": sync.method} if sync is not None else {}
+        extra = {"client_sync": method} if method else {}
         return TypingReport(method="xtest_keysym", characters=len(keysyms), remapped=len(remapped_total),
                             extra=extra)
 
