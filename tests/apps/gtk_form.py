@@ -10,8 +10,9 @@ Gtk.Button "Submit". A click on Submit, or Return in the name field, submits.
   moves or a value changes, with every
   widget's rectangle in root-window (input-space) pixels, as GDK reports them:
   ``{"pid": int, "window": [x, y, w, h], "rects": {"name": [x, y, w, h], "agree": [...], "Count": [...],
-  "Submit": [...]}, "focus": "name" | ... | null, "count": int}``; ``focus`` is null while another
-  window has the keyboard focus.
+  "Submit": [...]}, "focus": "name" | ... | null, "count": int,
+  "toggles": int}``; ``focus`` is null while another window has the keyboard focus; ``toggles`` counts
+  the check box's state changes.
 * On Submit the final state is printed as one JSON line on stdout and the program exits 0:
   ``{"name": str, "agree": bool, "count": int, "submitted": true}``.
 * Closing the window prints ``{"submitted": false, ...}`` and exits 1.
@@ -37,6 +38,7 @@ class GtkForm:
     def __init__(self, layout: str, x: int, y: int, title: str) -> None:
         self.layout = layout
         self.count = 0
+        self.toggles = 0
         self.exit_code = 1
         self.window = Gtk.Window(title=title)
         self.window.set_wmclass("holodesk-gtk-form", "HolodeskGtkForm")
@@ -64,7 +66,7 @@ class GtkForm:
         self.window.connect("focus-in-event", self.on_configure)
         self.window.connect("focus-out-event", self.on_configure)
         self.entry.connect("changed", self.on_configure)
-        self.check.connect("toggled", self.on_configure)
+        self.check.connect("toggled", self.on_toggled)
 
     def state(self) -> dict[str, Any]:
         return {"name": self.entry.get_text(), "agree": bool(self.check.get_active()), "count": self.count}
@@ -87,7 +89,8 @@ class GtkForm:
         focus = self.window.get_focus() if self.window.is_active() else None
         focused = next((n for n, w in self.widgets.items() if w is focus), None)
         data = {"pid": os.getpid(), "window": self.rect(self.window),
-                "rects": {n: self.rect(w) for n, w in self.widgets.items()}, "focus": focused, **self.state()}
+                "rects": {n: self.rect(w) for n, w in self.widgets.items()}, "focus": focused,
+                "toggles": self.toggles, **self.state()}
         tmp = f"{self.layout}.tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(data, fh, ensure_ascii=False)
@@ -95,6 +98,10 @@ class GtkForm:
             os.fsync(fh.fileno())
         os.replace(tmp, self.layout)
         return False
+
+    def on_toggled(self, _check: Gtk.CheckButton) -> None:
+        self.toggles += 1
+        self.write_layout()
 
     def on_count(self, _button: Gtk.Button) -> None:
         self.count += 1

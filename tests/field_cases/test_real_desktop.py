@@ -8,6 +8,7 @@ the X server's pointer and lock state through xdotool / numlockx / a separate X 
   holds a synchronous button grab until it has replayed the previous click). 50 clicks on mousepad,
   xterm, zenity and the Tk form under each window manager: no false misses. Positive controls: a
   pointer that another program really moves away, or holds, is still a miss, and nothing is clicked.
+  A click on a GTK check box right after Unicode typing (keyboard-map changes) reaches the box every time.
 * F26: Caps Lock / Num Lock on: typed text arrives exactly and the locks are as they were.
 * F28: a capture backend that misreports the monitor (a fake: the OS reporting a wrong size or
   origin) is caught by the start-up self-check before anything is clicked.
@@ -179,6 +180,49 @@ def test_F22_pointer_held_by_another_client_past_the_bound_is_a_miss_and_nothing
     target = tuple(r.details["target"])
     wait_until(lambda: desktop.pointer() == target, 10, "the queued move to finish after the grab")
     assert sync_with_form(desktop, form)["count"] == 0
+
+
+GREETING = "Grüße 日本語"
+TICKS = 10
+
+
+@pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
+def test_F22_click_after_unicode_typing_in_gtk_is_not_lost(desktop: Desktop) -> None:
+    """The issue's order, TICKS times, through a real session in autopilot: click the name field, type
+    "Grüße 日本語" into the GTK form (five characters need temporary keycodes, so the keyboard map
+    changes and openbox reloads its key bindings), then click the check box right away. Every click must
+    toggle the box (the form's own toggle counter and final state) and every character must arrive (its
+    name field)."""
+    form = desktop.gtk_form(500, 300)
+    frame = grab()
+    ex = PyAutoGUIExecutor()
+    ex.move_pointer_out_of_corner()
+
+    def click(name: str) -> dict[str, Any]:
+        point = at(frame, form.center(name))
+        return {"tool_name": "click", "x": point.x, "y": point.y}
+
+    replies = []
+    for _ in range(TICKS):  # the click on the box takes the keyboard focus, so each turn focuses the field
+        replies.append(reply(click("name"), "focus the name field"))
+        replies.append(reply({"tool_name": "type", "text": GREETING}, "type the greeting"))
+        replies.append(reply(click("agree"), "tick the box"))
+    replies.append(reply(click("Submit"), "submit"))
+    replies.append(reply(None, "submitted"))
+    with MssCapture() as cap:
+        run = make_run(replies, cap, ex, mode="auto", limits=SessionLimits(monitor=1, max_steps=3 * TICKS + 5))
+        result = run.session.run("fill in the form")
+    assert result.status is State.FINISHED, result
+    final = form.result()
+    # each click into the field puts the caret where it lands, so the greetings interleave: compare the
+    # characters typed, not their order
+    assert sorted(final.pop("name")) == sorted(GREETING * TICKS)
+    assert final == {"agree": TICKS % 2 == 1, "count": 0, "submitted": True}
+    toggles = form.layout()["toggles"]
+    print(f"F22 GTK after Unicode typing: {toggles} of {TICKS} clicks on the check box arrived")
+    assert toggles == TICKS
+    typed = [e.data["result"].details for e in run.kinds("result") if e.data["result"].details.get("kind") == "type"]
+    assert [d["client_sync"] for d in typed] == [{"client": "net_wm_ping", "window_manager": "frame_extents"}] * TICKS
 
 
 # -- F26 --------------------------------------------------------------------------------------------------

@@ -8,10 +8,28 @@ X11 keysym typer
     the technique xdotool uses for ``xdotool type`` (scratch keycode + XChangeKeyboardMapping); the
     keysym of a character is its code point for Latin-1 and ``0x01000000 + code point`` otherwise
     (X11 protocol, "Keysym Encoding", Unicode keysyms). Tab and newline are typed as the Tab and
-    Return keys. Clients re-read the keyboard map when it changes, so every remap is followed by a short
-    settle delay before the keys are pressed. A client translates a key event with the map it fetches
-    when it processes that event, so the map is restored only ``restore_delay_s`` after the last key
-    (restoring earlier loses the last characters in a busy client).
+    Return keys.
+
+    Synchronising with the focused client and the window manager: every keyboard-map change sends each
+    client a MappingNotify event. A client translates a key event with the map it holds when it processes
+    that event, so restoring the map before a busy client has read the last keys loses characters (F14).
+    The window manager reloads its key bindings on every MappingNotify (openbox logs "Keyboard map
+    changed. Reloading keyboard bindings." with ``--debug``). A click that arrived while openbox was still
+    reloading reached the GTK 3 form with a LeaveNotify between ButtonPress and ButtonRelease (seen with a
+    GDK event log; most likely openbox, which takes clicks on client windows through a synchronous button
+    grab, got to it late), and GtkButton / GtkCheckButton then ignore the click (``in_button`` is cleared
+    on leave). Under openbox 10 of 10 clicks on a GTK check box right after typing "Grüße 日本語" were
+    lost that way without this synchronisation (tests/field_cases/test_real_desktop.py, F22).
+    The X server delivers each client's events in order and both process them in order, so an answer to
+    a request sent after the change proves the change was handled: after restoring the map,
+    :class:`ClientSync` makes those round trips (``_NET_REQUEST_FRAME_EXTENTS`` to the window manager,
+    ``_NET_WM_PING`` to the focused client; EWMH 1.5), each bounded by ``sync_timeout_s``, before the
+    typing step ends. A side that does not answer gets the fixed ``settle_s`` instead (logged).
+
+    When a client has translated a key cannot be observed: Tk translates lazily when a binding runs, and
+    the Qt target used in the tests did not answer pings without a window manager. The map is therefore
+    restored a fixed ``restore_delay_s`` (0.5 s) after the last key, a timing allowance, not a proof;
+    after a remap the keys follow ``settle_s`` later (as xdotool does).
 
     Lock keys (F26): the server applies locked modifiers to synthetic keys too, so with Caps Lock on
     "abc" would arrive as "ABC" and "ß" as "ẞ". Before typing, every active lock that changes which
@@ -149,18 +167,24 @@ class X11KeysymTyper:
 
     Args:
         display_name: X display (default ``$DISPLAY``).
-        settle_s: seconds to wait after binding characters to spare keycodes, before pressing them (the
-            same reason xdotool sleeps after remapping).
+        settle_s: seconds between binding characters to spare keycodes and pressing them (the same
+            reason xdotool sleeps after remapping); also the wait after restoring the map for a window
+            manager / focused window that cannot be synchronised with (:class:`ClientSync`).
         restore_delay_s: seconds between the last key that used a temporary binding and restoring the
-            keyboard map, so the focused client has translated those keys (default 0.5).
+            keyboard map, so the focused client has translated those keys (default 0.5; a timing
+            allowance, see the module docstring).
+        sync_timeout_s: longest wait for one round trip with the focused window / window manager, in
+            seconds; a side that does not answer in time gets the fixed delays for the rest of the text
+            (logged).
         key_delay_s: seconds between key events (0 = as fast as the server takes them).
     """
 
     def __init__(self, display_name: str | None = None, *, settle_s: float = 0.05,
-                 restore_delay_s: float = 0.5, key_delay_s: float = 0.0) -> None:
+                 restore_delay_s: float = 0.5, sync_timeout_s: float = 2.0, key_delay_s: float = 0.0) -> None:
         self.display_name = display_name
         self.settle_s = settle_s
         self.restore_delay_s = restore_delay_s
+        self.sync_timeout_s = sync_timeout_s
         self.key_delay_s = key_delay_s
         self._lock = threading.Lock()
 
@@ -303,10 +327,12 @@ class X11KeysymTyper:
 
         remapped_total: set[int] = set()
         bound: dict[int, int] = {}  # keycode -> keysym currently bound by us
+        sync = ClientSync(conn, self.sync_timeout_s) if any(ks not in typable for ks in keysyms) else None
+        method: dict[str, str] = {}
         try:
             for start, end in segments:
                 needed = [ks for ks in dict.fromkeys(keysyms[start:end]) if ks not in typable]
-                if needed:
+                if needed and sync is not None:
                     bound = dict(zip(spare, needed, strict=False))
                     self._change_map(conn, {kc: [ks, ks] for kc, ks in bound.items()}, width)
                     time.sleep(self.settle_s)
@@ -319,20 +345,26 @@ class X11KeysymTyper:
                         kc, level = direct[ks]
                         tap(kc, level == 1)
                 conn.sync()
-                if needed:
+                if needed and sync is not None:
                     time.sleep(self.restore_delay_s)  # let the client translate these keys with our map
                     self._restore(conn, bound, width)
                     bound = {}
+                    sync.wait(self.settle_s)  # WM and client have handled the map changes before any click
         finally:
             if bound:
                 self._restore(conn, bound, width)
-        return TypingReport(method="xtest_keysym", characters=len(keysyms), remapped=len(remapped_total))
+            if sync is not None:
+                method = sync.method  # read before close() drops the probe window
+                sync.close()
+        extra = {"client_sync": method} if method else {}
+        return TypingReport(method="xtest_keysym", characters=len(keysyms), remapped=len(remapped_total),
+                            extra=extra)
 
     @staticmethod
     def _change_map(conn: Any, rows: dict[int, list[int]], width: int) -> None:
         """Set the keysyms of several keycodes with one request per run of consecutive keycodes
-        (:func:`keycode_runs`): every change makes each client reload its keymap, and a GTK client
-        busy reloading it drops pointer clicks, so the fewer changes the better."""
+        (:func:`keycode_runs`): every change makes each client and the window manager reload their
+        keymaps (see the module docstring), so the fewer changes the better."""
         per_row = max(width, 2)
         for first, block in keycode_runs(rows):
             conn.change_keyboard_mapping(first, [(row + [0] * per_row)[:per_row] for row in block])
@@ -341,6 +373,136 @@ class X11KeysymTyper:
     @classmethod
     def _restore(cls, conn: Any, bound: dict[int, int], width: int) -> None:
         cls._change_map(conn, {kc: [] for kc in bound}, width)
+
+
+class ClientSync:
+    """Round trips with the focused client and the window manager, so that both have processed every
+    event the X server queued for them before the round trip started (the server delivers a client's
+    events in order, and both process them in order).
+
+    * Focused client: EWMH ``_NET_WM_PING`` (EWMH 1.5, "_NET_WM_PING"): a ``WM_PROTOCOLS`` ClientMessage
+      ``[_NET_WM_PING, timestamp, window]`` sent to the top-level window, which the client sends back to
+      the root window. The window is the input-focus window or its nearest ancestor whose
+      ``WM_PROTOCOLS`` lists ``_NET_WM_PING`` (GTK puts the focus on a child of its top-level).
+    * Window manager: EWMH ``_NET_REQUEST_FRAME_EXTENTS`` (EWMH 1.5) for an unmapped window of our own;
+      the window manager answers by setting ``_NET_FRAME_EXTENTS`` on it (a PropertyNotify for us).
+
+    Each side that does not answer within ``timeout_s`` (no such protocol: xterm and Tk do not answer
+    pings; no window manager) is not asked again for this text and its wait is replaced by the fixed
+    ``fallback_s`` of :meth:`wait` (logged).
+
+    Args:
+        conn: an open python-xlib Display (owned by the caller).
+        timeout_s: longest wait for one round trip, seconds.
+
+    Attributes:
+        method: ``{"client": "net_wm_ping" | "fixed_delay", "window_manager": "frame_extents" |
+            "fixed_delay" | "none"}`` ("none": no EWMH window manager announces itself on the root).
+    """
+
+    def __init__(self, conn: Any, timeout_s: float) -> None:
+        from Xlib import X
+
+        self.conn = conn
+        self.timeout_s = timeout_s
+        self._root = conn.screen().root
+        self._ping_atom = conn.intern_atom("_NET_WM_PING")
+        self._protocols_atom = conn.intern_atom("WM_PROTOCOLS")
+        self._request_extents_atom = conn.intern_atom("_NET_REQUEST_FRAME_EXTENTS")
+        self._extents_atom = conn.intern_atom("_NET_FRAME_EXTENTS")
+        self._serial = 0
+        self.client = self._ping_window()
+        if self.client is None:
+            log.info("the focused window does not answer _NET_WM_PING; typing waits fixed delays for it")
+        self._probe: Any = None
+        self._wm_present = bool(self._root.get_full_property(conn.intern_atom("_NET_SUPPORTING_WM_CHECK"),
+                                                             X.AnyPropertyType))
+        if self._wm_present:
+            self._probe = self._root.create_window(-10, -10, 1, 1, 0, 0, X.InputOnly, X.CopyFromParent,
+                                                   event_mask=X.PropertyChangeMask)
+        else:
+            log.info("no EWMH window manager runs; typing does not wait for one")
+        self._root.change_attributes(event_mask=X.SubstructureNotifyMask)  # the pings come back here
+        conn.sync()
+
+    @property
+    def method(self) -> dict[str, str]:
+        return {"client": "net_wm_ping" if self.client is not None else "fixed_delay",
+                "window_manager": ("frame_extents" if self._probe is not None
+                                   else "fixed_delay" if self._wm_present else "none")}
+
+    def _ping_window(self) -> Any:
+        """The focused window or its nearest ancestor that lists ``_NET_WM_PING``; None if none does."""
+        try:
+            window = self.conn.get_input_focus().focus
+            root_id = self._root.id
+            while window and not isinstance(window, int) and window.id != root_id:
+                protocols = window.get_full_property(self._protocols_atom, 0)  # ATOM list or None
+                if protocols is not None and self._ping_atom in list(protocols.value):
+                    return window
+                window = window.query_tree().parent
+        except Exception as exc:  # a window destroyed under us raises BadWindow
+            log.debug("no window to ping: %s", exc)
+        return None
+
+    def wait(self, fallback_s: float) -> None:
+        """Return once the focused client and the window manager have answered round trips started now
+        (each at most ``timeout_s``); a side that cannot answer is waited for ``fallback_s`` instead."""
+        from Xlib import X
+        from Xlib.protocol import event as xevent
+
+        self._serial += 1
+        stamp = self._serial
+        client_done = self.client is None
+        wm_done = self._probe is None
+        if self.client is not None:
+            ping = xevent.ClientMessage(window=self.client, client_type=self._protocols_atom,
+                                        data=(32, [self._ping_atom, stamp, self.client.id, 0, 0]))
+            self.client.send_event(ping, event_mask=X.NoEventMask)
+        if self._probe is not None:
+            request = xevent.ClientMessage(window=self._probe, client_type=self._request_extents_atom,
+                                           data=(32, [0, 0, 0, 0, 0]))
+            self._root.send_event(request, event_mask=X.SubstructureRedirectMask | X.SubstructureNotifyMask)
+        self.conn.flush()
+        deadline = time.monotonic() + self.timeout_s
+        while not (client_done and wm_done) and time.monotonic() < deadline:
+            while self.conn.pending_events():
+                ev = self.conn.next_event()
+                if (ev.type == X.ClientMessage and ev.client_type == self._protocols_atom
+                        and list(ev.data[1])[:2] == [self._ping_atom, stamp]):
+                    client_done = True
+                elif ev.type == X.PropertyNotify and ev.atom == self._extents_atom and self._probe is not None \
+                        and ev.window.id == self._probe.id:
+                    wm_done = True
+            if not (client_done and wm_done):
+                time.sleep(0.002)
+        if not client_done:
+            log.warning("the focused window did not answer _NET_WM_PING within %.1f s; typing waits fixed "
+                        "delays for it", self.timeout_s)
+            self.client = None
+        if not wm_done:
+            log.warning("the window manager did not answer _NET_REQUEST_FRAME_EXTENTS within %.1f s; "
+                        "typing waits fixed delays for it", self.timeout_s)
+            self._destroy_probe()
+        if not (client_done and wm_done):
+            time.sleep(fallback_s)
+
+    def _destroy_probe(self) -> None:
+        if self._probe is not None:
+            probe, self._probe = self._probe, None
+            try:
+                probe.destroy()
+            except Exception as exc:
+                log.debug("could not destroy the probe window: %s", exc)
+
+    def close(self) -> None:
+        """Destroy the probe window and stop listening on the root window (the connection stays open)."""
+        self._destroy_probe()
+        try:
+            self._root.change_attributes(event_mask=0)
+            self.conn.sync()
+        except Exception as exc:
+            log.debug("could not stop listening on the root window: %s", exc)
 
 
 def is_terminal_class(wm_class: str | None) -> bool:
