@@ -55,12 +55,12 @@ def _desktop_backend() -> dict[str, Any]:
             out["interfaces"] = interface_versions()
             if all(n in names for n in MUTTER_NAMES):
                 out["permission"] = "none needed: Mutter's own API asks no dialog"
-            elif PORTAL_NAME in names:
+            if PORTAL_NAME in names:
                 from holodesk.display.portal import portal_state
 
                 remote_desktop = out["interfaces"].get("portal RemoteDesktop", "")
                 remembered = remote_desktop.isdigit() and int(remote_desktop) >= PERSIST_MIN_REMOTE_DESKTOP_VERSION
-                out["permission"] = (
+                out["portal permission"] = (
                     "the desktop portal asks once and remembers it (restore token)" if remembered else
                     "the desktop will ask for permission to control the screen each time Holodesk starts "
                     f"(RemoteDesktop sessions cannot be remembered on portal RemoteDesktop version {remote_desktop})")

@@ -135,3 +135,21 @@ def test_portal_dialog_then_frames_and_a_click(shell: MutterSession, tmp_path: P
         portal.close()
         eyes.close()
         hands.close()
+
+
+def test_doctor_shows_portal_versions_and_the_permission(shell: MutterSession, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from holodesk import doctor
+    from holodesk.display.portal import restore_token_path, save_restore_token
+
+    for name in ("DBUS_SESSION_BUS_ADDRESS", "WAYLAND_DISPLAY", "XDG_RUNTIME_DIR", "XDG_SESSION_TYPE"):
+        monkeypatch.setenv(name, shell.env[name])
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    report = doctor._desktop_backend()
+    assert report["interfaces"]["portal RemoteDesktop"] == "1"
+    assert report["interfaces"]["portal ScreenCast"] == "4"
+    assert "each time Holodesk starts" in report["portal permission"]
+    assert report["restore token"] == "none stored"
+    save_restore_token("0b7c2f9e-token")
+    assert restore_token_path().is_relative_to(tmp_path)
+    assert doctor._desktop_backend()["restore token"].startswith("stored")
