@@ -120,11 +120,17 @@ def fake_portal(remote_desktop_version: int = 1) -> Iterator[FakePortal]:
     stop, ready = threading.Event(), threading.Event()
     thread: threading.Thread | None = None
     try:
+        from jeepney.io.blocking import open_dbus_connection
+
         deadline = time.monotonic() + 20
-        while not os.path.exists(socket_path):
-            if time.monotonic() > deadline or daemon.poll() is not None:
-                raise RuntimeError("the private dbus-daemon did not start")
-            time.sleep(0.02)
+        while True:  # the socket file appears before dbus-daemon listens on it
+            try:
+                open_dbus_connection(bus=f"unix:path={socket_path}").close()
+                break
+            except (ConnectionRefusedError, FileNotFoundError):
+                if time.monotonic() > deadline or daemon.poll() is not None:
+                    raise RuntimeError("the private dbus-daemon did not start") from None
+                time.sleep(0.02)
         portal = FakePortal(f"unix:path={socket_path}", remote_desktop_version)
         thread = threading.Thread(target=portal.serve, args=(stop, ready), daemon=True)
         thread.start()

@@ -58,11 +58,17 @@ def _wait_for(condition: Any, timeout_s: float, what: str, procs: list[subproces
 
 
 def _bus_has_name(address: str, name: str) -> bool:
+    """True when ``name`` has an owner on the bus at ``address``; False also while the bus does not accept
+    connections yet (dbus-daemon creates its socket file before it listens)."""
     from jeepney import DBusAddress, new_method_call
     from jeepney.io.blocking import open_dbus_connection
 
     bus = DBusAddress("/org/freedesktop/DBus", bus_name="org.freedesktop.DBus", interface="org.freedesktop.DBus")
-    with open_dbus_connection(bus=address) as conn:
+    try:
+        conn = open_dbus_connection(bus=address)
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    with conn:
         reply = conn.send_and_get_reply(new_method_call(bus, "NameHasOwner", "s", (name,)), timeout=5)
     return bool(reply.body[0])
 

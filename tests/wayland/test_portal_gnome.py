@@ -122,7 +122,7 @@ def test_portal_dialog_then_frames_and_a_click(shell: MutterSession, tmp_path: P
 
         app = shell.start_app()
         frame = capture.grab(1)
-        assert frame.pixels.shape == (shell.height, shell.width, 3)
+        assert frame.pixels.shape == (shell.height, shell.width, 3) and capture.name == "portal"
         executor = MutterExecutor(portal)
         wait_until_window_settled(executor, frame, app)
         result = executor.execute(Click(frame_pixel_to_point(frame, *app.center("button"))), frame)

@@ -153,6 +153,7 @@ class MutterCapture:
 
     def __init__(self, session: MutterRemoteDesktop | PortalRemoteDesktop, *, fresh_timeout_s: float = 3.0) -> None:
         self.session = session
+        self.name = getattr(session, "backend_name", "mutter")
         self.fresh_timeout_s = fresh_timeout_s
         self._lock = threading.Lock()
         self._streams: dict[str, _Stream] = {}
