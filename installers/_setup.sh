@@ -23,7 +23,8 @@ APT_TEST=(xvfb xdotool x11-utils trayer gnome-keyring dbus dbus-x11 fonts-dejavu
 APT_WAYLAND=(gstreamer1.0-pipewire gstreamer1.0-plugins-base gir1.2-gstreamer-1.0 gir1.2-gst-plugins-base-1.0
              libgirepository1.0-dev libcairo2-dev pkg-config gcc libc6-dev python3-dev)
 # The Wayland tests' private headless GNOME session (tests/helpers/mutter.py) and its native GTK4 app.
-APT_WAYLAND_TEST=(mutter xwayland pipewire wireplumber dbus python3-gi gir1.2-gtk-4.0)
+APT_WAYLAND_TEST=(mutter xwayland pipewire wireplumber dbus python3-gi gir1.2-gtk-4.0
+                  gnome-shell xdg-desktop-portal xdg-desktop-portal-gnome python3-dbusmock)
 
 say() { printf '\033[1mholodesk setup:\033[0m %s\n' "$*" >&2; }
 

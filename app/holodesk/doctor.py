@@ -38,6 +38,7 @@ def _display() -> dict[str, Any]:
 def _desktop_backend() -> dict[str, Any]:
     from holodesk.display import MUTTER_NAMES, PORTAL_NAME, session_bus_names
     from holodesk.display.mutter import interface_versions
+    from holodesk.display.portal import PERSIST_MIN_REMOTE_DESKTOP_VERSION
     from holodesk.session.factory import desktop_backend
     from holodesk.settings import load_settings
 
@@ -54,10 +55,17 @@ def _desktop_backend() -> dict[str, Any]:
             out["interfaces"] = interface_versions()
             if all(n in names for n in MUTTER_NAMES):
                 out["permission"] = "none needed: Mutter's own API asks no dialog"
-            elif PORTAL_NAME in names:
-                out["permission"] = ("the xdg-desktop-portal route (which asks once and remembers a screen-cast "
-                                     "permission) is not supported yet")
-        if out.get("backend") == "mutter":
+            if PORTAL_NAME in names:
+                from holodesk.display.portal import portal_state
+
+                remote_desktop = out["interfaces"].get("portal RemoteDesktop", "")
+                remembered = remote_desktop.isdigit() and int(remote_desktop) >= PERSIST_MIN_REMOTE_DESKTOP_VERSION
+                out["portal permission"] = (
+                    "the desktop portal asks once and remembers it (restore token)" if remembered else
+                    "the desktop will ask for permission to control the screen each time Holodesk starts "
+                    f"(RemoteDesktop sessions cannot be remembered on portal RemoteDesktop version {remote_desktop})")
+                out.update(portal_state())
+        if out.get("backend") in ("mutter", "portal"):
             out["hotkeys"] = ("GNOME on Wayland has no global key listener for other apps: bind the commands "
                               "`holodesk palette` and `holodesk stop` in Settings > Keyboard > Keyboard "
                               "Shortcuts > Custom Shortcuts (docs/user-guide.md, Wayland)")

@@ -129,11 +129,13 @@ class Settings(BaseSettings):
         "pastes it and restores your clipboard, 'auto' picks xtest on X11.",
     )
 
-    desktop_backend: Literal["auto", "mss", "mutter"] = Field(
+    desktop_backend: Literal["auto", "mss", "mutter", "portal"] = Field(
         "auto",
-        description="How the desktop is seen and driven: 'auto' picks 'mutter' on GNOME under Wayland and 'mss' "
-        "elsewhere; 'mutter' uses GNOME's own screen-cast and remote-desktop interfaces (every window, no "
-        "dialog); 'mss' uses mss and pyautogui (X11, Windows, macOS; under XWayland only X11 windows). "
+        description="How the desktop is seen and driven: 'auto' picks 'mutter' on GNOME under Wayland, 'portal' "
+        "on other Wayland desktops that offer the screen-cast and remote-desktop portals, and 'mss' elsewhere; "
+        "'mutter' uses GNOME's own screen-cast and remote-desktop interfaces (every window, no dialog); "
+        "'portal' uses xdg-desktop-portal (the desktop asks for permission in a dialog; KDE, sandboxes); 'mss' "
+        "uses mss and pyautogui (X11, Windows, macOS; under XWayland only X11 windows). "
         "`holodesk doctor` shows the choice and why.",
     )
 

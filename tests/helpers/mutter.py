@@ -32,11 +32,17 @@ TARGET_APP = Path(__file__).resolve().parent.parent / "apps" / "gtk4_wayland_tar
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 
-def missing_programs() -> list[str]:
+PORTAL_PROGRAMS = ("gnome-shell", "/usr/libexec/xdg-desktop-portal", "/usr/libexec/xdg-desktop-portal-gnome")
+"""What :func:`mutter_session` with ``portal=True`` needs on top (and python3-dbusmock for the system python)."""
+
+
+def missing_programs(portal: bool = False) -> list[str]:
     """Programs (and the GTK4 app's system python) a session needs that are not installed."""
-    missing = [p for p in REQUIRED_PROGRAMS if shutil.which(p) is None]
+    missing = [p for p in (*REQUIRED_PROGRAMS, *(PORTAL_PROGRAMS if portal else ())) if shutil.which(p) is None]
     if not Path(SYSTEM_PYTHON).exists():
         missing.append(SYSTEM_PYTHON)
+    elif portal and subprocess.run([SYSTEM_PYTHON, "-c", "import dbusmock"], capture_output=True).returncode:
+        missing.append("python3-dbusmock")
     return missing
 
 
@@ -52,11 +58,17 @@ def _wait_for(condition: Any, timeout_s: float, what: str, procs: list[subproces
 
 
 def _bus_has_name(address: str, name: str) -> bool:
+    """True when ``name`` has an owner on the bus at ``address``; False also while the bus does not accept
+    connections yet (dbus-daemon creates its socket file before it listens)."""
     from jeepney import DBusAddress, new_method_call
     from jeepney.io.blocking import open_dbus_connection
 
     bus = DBusAddress("/org/freedesktop/DBus", bus_name="org.freedesktop.DBus", interface="org.freedesktop.DBus")
-    with open_dbus_connection(bus=address) as conn:
+    try:
+        conn = open_dbus_connection(bus=address)
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    with conn:
         reply = conn.send_and_get_reply(new_method_call(bus, "NameHasOwner", "s", (name,)), timeout=5)
     return bool(reply.body[0])
 
@@ -168,17 +180,22 @@ class MutterSession:
 
 @contextmanager
 def mutter_session(width: int = 1280, height: int = 800, timeout_s: float = 30.0, *,
-                   xwayland: bool = False) -> Iterator[MutterSession]:
+                   xwayland: bool = False, portal: bool = False) -> Iterator[MutterSession]:
     """Start a private headless mutter session; stop it and delete its files on exit.
 
     With ``xwayland`` mutter also serves X11 clients through Xwayland (started on the first X client); the
     session's ``env`` then has ``DISPLAY`` (the display mutter announces in its log). Without it mutter
     runs ``--no-x11`` and there is no X server at all.
 
+    With ``portal`` the compositor is GNOME Shell (the portal's dialogs need it) with a private system bus
+    holding python-dbusmock's logind template (GNOME Shell exits without logind), and
+    xdg-desktop-portal with its GNOME backend runs on the session bus. GNOME Shell starts in the
+    Activities overview.
+
     Raises:
         RuntimeError: a program is missing or exited during start-up. TimeoutError: not ready in time.
     """
-    missing = missing_programs()
+    missing = missing_programs(portal)
     if missing:
         raise RuntimeError(f"a headless mutter session needs {', '.join(missing)}")
     root = Path(tempfile.mkdtemp(prefix="holodesk-mutter-"))
@@ -216,11 +233,21 @@ def mutter_session(width: int = 1280, height: int = 800, timeout_s: float = 30.0
         _wait_for(bus_socket.exists, timeout_s, "dbus-daemon", [bus])
         session.bus_address = f"unix:path={bus_socket}"
         session.env["DBUS_SESSION_BUS_ADDRESS"] = session.bus_address
+        if portal:
+            system_socket = runtime / "system_bus"
+            system_bus = spawn(["dbus-daemon", "--session", "--nofork", "--nosyslog",
+                                f"--address=unix:path={system_socket}"], "system-dbus.log")
+            _wait_for(system_socket.exists, timeout_s, "the private system bus", [system_bus])
+            session.env["DBUS_SYSTEM_BUS_ADDRESS"] = f"unix:path={system_socket}"
+            logind = spawn([SYSTEM_PYTHON, "-m", "dbusmock", "--system", "--template", "logind"], "logind.log")
+            _wait_for(lambda: _bus_has_name(f"unix:path={system_socket}", "org.freedesktop.login1"), timeout_s,
+                      "the logind mock", [system_bus, logind])
         pipewire = spawn(["pipewire"], "pipewire.log")
         _wait_for((runtime / "pipewire-0").exists, timeout_s, "pipewire", [pipewire])
         wireplumber = spawn(["wireplumber"], "wireplumber.log")
         display_name = "holodesk-wayland-0"
-        mutter = spawn(["mutter", "--headless", "--wayland", *([] if xwayland else ["--no-x11"]),
+        compositor = "gnome-shell" if portal else "mutter"
+        mutter = spawn([compositor, "--headless", "--wayland", *([] if xwayland else ["--no-x11"]),
                         "--virtual-monitor", f"{width}x{height}", "--wayland-display", display_name], "mutter.log")
         procs = [bus, pipewire, wireplumber, mutter]
         _wait_for((runtime / display_name).exists, timeout_s, "mutter's Wayland socket", procs)
@@ -228,6 +255,13 @@ def mutter_session(width: int = 1280, height: int = 800, timeout_s: float = 30.0
                   "mutter's RemoteDesktop API", procs)
         _wait_for(lambda: _wireplumber_connected(session.env), timeout_s, "wireplumber", procs)
         session.env["WAYLAND_DISPLAY"] = display_name
+        if portal:
+            portal_backend = spawn(["/usr/libexec/xdg-desktop-portal-gnome"], "xdp-gnome.log")
+            _wait_for(lambda: _bus_has_name(session.bus_address, "org.freedesktop.impl.portal.desktop.gnome"),
+                      timeout_s, "xdg-desktop-portal-gnome", [*procs, portal_backend])
+            frontend = spawn(["/usr/libexec/xdg-desktop-portal"], "xdp.log")
+            _wait_for(lambda: _bus_has_name(session.bus_address, "org.freedesktop.portal.Desktop"), timeout_s,
+                      "xdg-desktop-portal", [*procs, portal_backend, frontend])
         if xwayland:
             found: list[str] = []
 

@@ -27,16 +27,17 @@ def test_x11_session_keeps_mss_even_with_mutter_on_the_bus() -> None:
 
 
 def test_wayland_without_mutter_falls_back_to_xwayland_and_says_so() -> None:
-    choice = choose_backend("auto", {**WAYLAND, "DISPLAY": ":0"}, "linux", {PORTAL_NAME})
+    no_portal = {"portal ScreenCast": "absent", "portal RemoteDesktop": "absent"}
+    choice = choose_backend("auto", {**WAYLAND, "DISPLAY": ":0"}, "linux", {PORTAL_NAME}, portal_versions=no_portal)
     assert choice.backend == "mss"
     assert "X11 windows through XWayland only" in choice.reason and "not on the session bus" in choice.reason
 
 
 def test_wayland_without_mutter_or_display_is_a_clear_error() -> None:
     with pytest.raises(DisplayError) as err:
-        choose_backend("auto", WAYLAND, "linux", {PORTAL_NAME})
+        choose_backend("auto", WAYLAND, "linux", {"org.freedesktop.DBus"})
     assert "org.gnome.Mutter.RemoteDesktop" in err.value.message
-    assert "xdg-desktop-portal route is not supported yet" in err.value.message
+    assert "nor the desktop portal: org.freedesktop.portal.Desktop is not on the session bus" in err.value.message
     with pytest.raises(DisplayError, match="there is no session D-Bus"):
         choose_backend("auto", {**WAYLAND, "DBUS_SESSION_BUS_ADDRESS": "unix:path=/nonexistent/bus"}, "linux")
 
@@ -50,7 +51,7 @@ def test_setting_overrides_the_choice() -> None:
     with pytest.raises(DisplayError, match="DISPLAY is unset"):
         choose_backend("mss", WAYLAND, "linux", GNOME_BUS)
     with pytest.raises(DisplayError, match="unknown desktop backend"):
-        choose_backend("portal", WAYLAND, "linux", GNOME_BUS)
+        choose_backend("x11", WAYLAND, "linux", GNOME_BUS)
 
 
 def test_windows_and_macos_use_mss() -> None:

@@ -27,6 +27,7 @@ import numpy as np
 
 from holodesk.core.geometry import Frame, Monitor
 from holodesk.display.mutter import MutterMonitor, MutterRemoteDesktop
+from holodesk.display.portal import PortalRemoteDesktop
 from holodesk.errors import ActionError, CaptureError
 
 log = logging.getLogger(__name__)
@@ -150,8 +151,9 @@ class MutterCapture:
 
     name = "mutter"
 
-    def __init__(self, session: MutterRemoteDesktop, *, fresh_timeout_s: float = 3.0) -> None:
+    def __init__(self, session: MutterRemoteDesktop | PortalRemoteDesktop, *, fresh_timeout_s: float = 3.0) -> None:
         self.session = session
+        self.name = getattr(session, "backend_name", "mutter")
         self.fresh_timeout_s = fresh_timeout_s
         self._lock = threading.Lock()
         self._streams: dict[str, _Stream] = {}

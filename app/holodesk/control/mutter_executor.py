@@ -47,6 +47,7 @@ from holodesk.display.mutter import (
     MutterRemoteDesktop,
     keysym_for,
 )
+from holodesk.display.portal import PortalRemoteDesktop
 from holodesk.errors import ActionError, HolodeskError
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ class MutterExecutor:
 
     def __init__(
         self,
-        session: MutterRemoteDesktop,
+        session: MutterRemoteDesktop | PortalRemoteDesktop,
         *,
         stop_event: threading.Event | None = None,
         drag_duration_s: float = 0.25,
@@ -90,6 +91,7 @@ class MutterExecutor:
         paste_settle_s: float = 0.15,
     ) -> None:
         self.session = session
+        self.name = getattr(session, "backend_name", "mutter")
         self.stop_event = stop_event or threading.Event()
         self.drag_duration_s = drag_duration_s
         self.key_delay_s = key_delay_s

@@ -33,8 +33,8 @@ _HINT_NO_DISPLAY = (
 _HINT_WAYLAND = (
     "On GNOME, Holodesk's 'mutter' desktop backend sees and drives Wayland windows (Settings > Desktop "
     "backend, or HOLODESK_DESKTOP_BACKEND=mutter); it needs Mutter's RemoteDesktop API on the session bus. "
-    "Other Wayland desktops are not supported yet; there, only X11 windows under XWayland can be seen and "
-    "controlled (DISPLAY set)."
+    "Other Wayland desktops (KDE Plasma, ...) need xdg-desktop-portal with their backend (the 'portal' desktop "
+    "backend); without either, only X11 windows under XWayland can be seen and controlled (DISPLAY set)."
 )
 
 
@@ -183,8 +183,8 @@ def require_display(
     return info
 
 
-BackendName = Literal["mss", "mutter"]
-BACKEND_SETTINGS = ("auto", "mss", "mutter")
+BackendName = Literal["mss", "mutter", "portal"]
+BACKEND_SETTINGS = ("auto", "mss", "mutter", "portal")
 """Values of the ``desktop_backend`` setting."""
 
 MUTTER_NAMES = ("org.gnome.Mutter.RemoteDesktop", "org.gnome.Mutter.ScreenCast")
@@ -196,7 +196,7 @@ class BackendChoice:
     """The desktop backend that captures and drives this session, and why.
 
     Attributes:
-        backend: "mss" (mss + pyautogui) or "mutter" (GNOME on Wayland).
+        backend: "mss" (mss + pyautogui), "mutter" (GNOME on Wayland) or "portal" (xdg-desktop-portal).
         reason: plain words: what in the session made this choice.
         setting: the ``desktop_backend`` setting it was made under ("auto" or a backend name).
         display: the display server classification (:func:`check_display`).
@@ -240,17 +240,22 @@ def choose_backend(
     bus_names: set[str] | None = None,
     *,
     probe: bool = True,
+    portal_versions: Mapping[str, str] | None = None,
 ) -> BackendChoice:
     """Pick the desktop backend for this session.
 
     ``auto``: on a Wayland session (``XDG_SESSION_TYPE=wayland`` or ``WAYLAND_DISPLAY`` set) with Mutter's
-    RemoteDesktop and ScreenCast names on the session bus -> ``mutter``; anywhere else ``mss`` (which works
-    on X11, Windows and macOS, and sees only X11 windows under XWayland). A named backend is used as named.
+    RemoteDesktop and ScreenCast names on the session bus -> ``mutter``; else, when
+    ``org.freedesktop.portal.Desktop`` offers both the ScreenCast and RemoteDesktop portals -> ``portal``;
+    anywhere else ``mss`` (which works on X11, Windows and macOS, and sees only X11 windows under XWayland).
+    A named backend is used as named.
 
     Args:
         setting: the ``desktop_backend`` setting: "auto", "mss" or "mutter".
         environ, platform, probe: as :func:`check_display`.
         bus_names: names on the session bus (default: asked with :func:`session_bus_names` when needed).
+        portal_versions: ``{"portal ScreenCast": "4", "portal RemoteDesktop": "1", ...}`` (default: asked with
+            :func:`holodesk.display.mutter.interface_versions` when the portal's name is on the bus).
     Raises:
         DisplayError: the chosen backend cannot work here (``mutter`` without Mutter's APIs on the bus; ``mss``
             on a Wayland session without DISPLAY, F17; no display at all, F16); the hint says what to do.
@@ -258,13 +263,24 @@ def choose_backend(
     if setting not in BACKEND_SETTINGS:
         raise DisplayError(f"unknown desktop backend {setting!r}", hint=f"Use one of {', '.join(BACKEND_SETTINGS)}.")
     info = check_display(environ, platform, probe=probe)
-    if info.platform.startswith("linux") and setting in ("auto", "mutter"):
+    if info.platform.startswith("linux") and setting in ("auto", "mutter", "portal"):
         wayland = info.kind in ("wayland", "xwayland") or info.session_type == "wayland"
-        if setting == "mutter" or wayland:
+        if setting in ("mutter", "portal") or wayland:
+            env = os.environ if environ is None else environ
             if bus_names is None:
-                env = os.environ if environ is None else environ
                 bus_names = session_bus_names(env.get("DBUS_SESSION_BUS_ADDRESS") or None)
             missing = [n for n in MUTTER_NAMES if n not in (bus_names or set())]
+            portal_problem = (_portal_problem(bus_names, portal_versions, env)
+                              if setting == "portal" or (setting == "auto" and missing) else "")
+            if setting == "portal" or (setting == "auto" and missing and not portal_problem):
+                if portal_problem:
+                    raise DisplayError(f"the 'portal' desktop backend needs xdg-desktop-portal, but {portal_problem}",
+                                       hint="Install and start xdg-desktop-portal with your desktop's backend "
+                                       "(e.g. xdg-desktop-portal-gnome or -kde), or use desktop_backend = auto.")
+                why = ("chosen in Settings (desktop_backend = portal)" if setting == "portal" else
+                       "a Wayland session without Mutter's APIs whose xdg-desktop-portal offers ScreenCast and "
+                       "RemoteDesktop (the desktop asks for permission)")
+                return BackendChoice("portal", why, setting, info)
             if not missing:
                 why = ("chosen in Settings (desktop_backend = mutter)" if setting == "mutter" else
                        "a Wayland session with GNOME's Mutter: its ScreenCast and RemoteDesktop APIs are on the "
@@ -277,10 +293,8 @@ def choose_backend(
                     f"the 'mutter' desktop backend needs GNOME's Mutter, but {bus_text}",
                     hint="Use desktop_backend = auto (or mss on X11), or run Holodesk inside a GNOME session.")
             if not info.usable:
-                portal = (" (the xdg-desktop-portal route is not supported yet)"
-                          if PORTAL_NAME in (bus_names or ()) else "")
                 raise DisplayError(f"{info.problem} Mutter's remote-desktop API is not available either: "
-                                   f"{bus_text}{portal}.", hint=_HINT_WAYLAND)
+                                   f"{bus_text}; nor the desktop portal: {portal_problem}.", hint=_HINT_WAYLAND)
             return BackendChoice("mss", f"a Wayland session without Mutter's APIs ({bus_text}): X11 windows "
                                  "through XWayland only", setting, info)
     if not info.usable:
@@ -289,3 +303,19 @@ def choose_backend(
         "x11": "an X11 session", "xwayland": "XWayland (X11 windows only)", "windows": "Windows",
         "macos": "macOS"}.get(info.kind, info.kind)
     return BackendChoice("mss", why, setting, info)
+
+
+def _portal_problem(bus_names: set[str] | None, versions: Mapping[str, str] | None,
+                    environ: Mapping[str, str]) -> str:
+    """Why the portal route cannot work ("" when it can): no bus, no portal, or a portal interface absent."""
+    if bus_names is None:
+        return "there is no session D-Bus"
+    if PORTAL_NAME not in bus_names:
+        return f"{PORTAL_NAME} is not on the session bus"
+    if versions is None:
+        from holodesk.display.mutter import interface_versions
+
+        versions = interface_versions(environ.get("DBUS_SESSION_BUS_ADDRESS") or None)
+    absent = [label for label in ("portal ScreenCast", "portal RemoteDesktop")
+              if not str(versions.get(label, "")).isdigit()]
+    return f"it does not offer {' and '.join(absent)}" if absent else ""

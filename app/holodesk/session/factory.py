@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from holodesk.control.base import Executor
     from holodesk.display import BackendChoice
     from holodesk.display.mutter import MutterRemoteDesktop
+    from holodesk.display.portal import PortalRemoteDesktop
     from holodesk.policy.base import Policy
     from holodesk.settings import Settings
 
@@ -82,6 +83,7 @@ def build_policy(settings: Settings, *, script: Path | None = None, progress: An
 
 _mutter_lock = threading.Lock()
 _mutter_session: MutterRemoteDesktop | None = None
+_portal_session: PortalRemoteDesktop | None = None
 
 
 def desktop_backend(settings: Settings | None = None) -> BackendChoice:
@@ -114,16 +116,36 @@ def mutter_session() -> MutterRemoteDesktop:
         return _mutter_session
 
 
+def portal_session() -> PortalRemoteDesktop:
+    """The process's one xdg-desktop-portal remote-desktop session (as :func:`mutter_session`; the desktop
+    may ask for permission when it starts). Started on first use, closed at exit."""
+    global _portal_session
+    with _mutter_lock:
+        if _portal_session is None:
+            import atexit
+
+            from holodesk.display.portal import PortalRemoteDesktop
+
+            _portal_session = PortalRemoteDesktop()
+            atexit.register(_portal_session.close)
+        return _portal_session
+
+
+def _wayland_session(backend: str) -> MutterRemoteDesktop | PortalRemoteDesktop:
+    return portal_session() if backend == "portal" else mutter_session()
+
+
 def build_capture(settings: Settings | None = None) -> CaptureBackend:
     """The real screen capture backend of :func:`desktop_backend` (needs a display).
 
     Raises:
         DisplayError: no backend can work here.
     """
-    if desktop_backend(settings).backend == "mutter":
+    backend = desktop_backend(settings).backend
+    if backend in ("mutter", "portal"):
         from holodesk.capture.pipewire_backend import MutterCapture
 
-        return MutterCapture(mutter_session())
+        return MutterCapture(_wayland_session(backend))
     from holodesk.capture.mss_backend import MssCapture
 
     return MssCapture()
@@ -136,10 +158,11 @@ def build_executor(settings: Settings, stop_event: threading.Event | None = None
     Raises:
         DisplayError: no backend can work here.
     """
-    if desktop_backend(settings).backend == "mutter":
+    backend = desktop_backend(settings).backend
+    if backend in ("mutter", "portal"):
         from holodesk.control.mutter_executor import MutterExecutor
 
-        return MutterExecutor(mutter_session(), stop_event=stop_event)
+        return MutterExecutor(_wayland_session(backend), stop_event=stop_event)
     from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 
     return PyAutoGUIExecutor(typing=settings.typing, stop_event=stop_event)

@@ -99,7 +99,8 @@ CHOICE_LABELS: dict[str, dict[str, str]] = {
     "approval": {"step": "Ask me before every action", "auto": "Autopilot: low-risk actions run after a countdown"},
     "typing": {"auto": "Automatic", "xtest": "Type each character (X11)", "clipboard": "Paste through the clipboard"},
     "desktop_backend": {"auto": "Automatic (GNOME on Wayland: GNOME's own interfaces)",
-                        "mss": "X11, Windows, macOS (mss and pyautogui)", "mutter": "GNOME on Wayland (Mutter)"},
+                        "mss": "X11, Windows, macOS (mss and pyautogui)", "mutter": "GNOME on Wayland (Mutter)",
+                        "portal": "Wayland through the desktop portal (asks permission)"},
 }
 """Words shown for the values of choice fields; the value written to the file is in each item's tooltip."""
 
