@@ -492,11 +492,14 @@ class Session:
         if self.window_probe is None:
             return focused, None, assess(action, focused_window=focused), None
         points = action.points()
-        infos = [self._probe_window(to_input_point(frame, p)) for p in points]
+        input_points = [to_input_point(frame, p) for p in points]
+        infos = [self._probe_window(at) for at in input_points]
         window = infos[0] if infos else self._probe_window(None)
         pointer_windows = [info.app or None if info is not None else None for info in infos] if points else None
-        return focused, pointer_windows, assess(action, focused_window=focused,
-                                                pointer_windows=pointer_windows), window
+        on_frame = any(info is not None and info.on_frame(at.x, at.y)
+                       for info, at in zip(infos, input_points, strict=True))
+        return focused, pointer_windows, assess(action, focused_window=focused, pointer_windows=pointer_windows,
+                                                on_window_frame=on_frame), window
 
     def _probe_window(self, at: Any) -> WindowInfo | None:
         """``window_probe`` at input point ``at`` (None: the focused window); None when it fails."""
