@@ -281,8 +281,8 @@ def assess(action: Action, *, focused_window: str | None = None,
                                       "tell whether it is a terminal)")
             if is_terminal(under):
                 return RiskAssessment(Risk.HIGH, f"acts with the pointer in a terminal ({display_safe(under)})")
-        return RiskAssessment(Risk.LOW, "pointer action in a known window")
+        return RiskAssessment(Risk.LOW, f"a {action.kind.replace('_', ' ')} in a known window that is not a terminal")
     window = _window_reason(focused_window, "acts with the pointer")
     if window is not None:
         return RiskAssessment(Risk.HIGH, window)
-    return RiskAssessment(Risk.LOW, "pointer action in a known window")
+    return RiskAssessment(Risk.LOW, f"a {action.kind.replace('_', ' ')} in a known window that is not a terminal")
