@@ -149,12 +149,12 @@ def target_risk(element: str | None) -> str | None:
     something (it says ‘Delete’)"``."""
     if not element:
         return None
-    for what, pattern in _RISKY_TARGET_PATTERNS:
-        found = pattern.search(element)
-        if found:
-            return (f"the target \u2018{display_safe(element)}\u2019 may {what} "
-                    f"(it says \u2018{display_safe(found.group(0))}\u2019)")
-    return None
+    hits = [(found.start(), -len(found.group(0)), found.group(0), what)
+            for what, pattern in _RISKY_TARGET_PATTERNS if (found := pattern.search(element))]
+    if not hits:
+        return None
+    _, _, word, what = min(hits)  # the first word in the target; at one place, the longest phrase
+    return f"the target \u2018{display_safe(element)}\u2019 may {what} (it says \u2018{display_safe(word)}\u2019)"
 
 
 class Risk(StrEnum):
