@@ -348,6 +348,11 @@ def _print_event(event: Any) -> None:
         cost = policy_cost(p.timings_ms, p.extra)
         if cost:
             print(f"[step {event.step + 1}] {cost}")
+    elif event.kind == "decision" and event.data["response"].by == "autopilot":
+        request, decision = event.data["request"], event.data["response"].decision.value
+        said = "approved" if decision == "approve" else f"decided {decision}"
+        print(f"[step {event.step + 1}] {said} by the autopilot ({request.risk.level.value} risk: "
+              f"{terminal_safe(request.risk.reason)}): {terminal_safe(request.description)}")
     elif event.kind == "result":
         print(f"[step {event.step + 1}] {event.data['result'].status}: {terminal_safe(event.message)}")
     elif event.kind in ("warning", "error"):

@@ -82,3 +82,19 @@ def test_window_records_round_trip() -> None:
     assert WindowInfo.from_dict(FORM.to_dict()) == FORM
     assert WindowInfo.from_dict(None) is None
     assert WindowInfo.from_dict({"title": "T", "rect": ["a", 1, 2, 3]}) == WindowInfo("T", "", None)
+
+
+@pytest.mark.parametrize(("x", "y", "on_frame"), [
+    (150, 110, True),   # title bar
+    (295, 110, True),   # title bar, right end: where a close button sits
+    (99, 300, True),    # left border
+    (150, 200, False),  # client area
+    (100, 130, False),  # client area, top-left pixel
+    (50, 50, False),    # outside the window
+    (300, 110, False),  # just right of the frame
+])
+def test_window_info_tells_a_point_on_the_frame_from_one_in_the_client_area(x: int, y: int,
+                                                                              on_frame: bool) -> None:
+    info = WindowInfo("Doc", "Mousepad", rect=(98, 100, 202, 302), client_rect=(100, 130, 198, 270))
+    assert info.on_frame(x, y) is on_frame
+    assert WindowInfo("Doc", "Mousepad", rect=(98, 100, 202, 302)).on_frame(x, y) is False  # client unknown

@@ -66,7 +66,8 @@ def test_a_scripted_contract_episode_fills_the_tk_form(make_desktop: Any, tmp_pa
     res = subprocess.run(
         [sys.executable, "-m", "holodesk", "run", "fill the form for Ada Lovelace", "--script", str(script),
          "--approve", "auto", "--episodes-dir", str(episodes), "--json"],
-        env=desktop.env(), capture_output=True, text=True, timeout=240, cwd=ROOT)
+        env=desktop.env(), capture_output=True, text=True, timeout=240, cwd=ROOT,
+        input="a\na\n")  # 'agree' and Submit may consent or submit: the autopilot asks, the user approves
     assert res.returncode == 0, res.stdout + res.stderr
     assert form.result() == {"name": "Ada Lovelace", "agree": True, "count": 0, "submitted": True}
     summary = json.loads(res.stdout.strip().splitlines()[-1])
@@ -77,6 +78,7 @@ def test_a_scripted_contract_episode_fills_the_tk_form(make_desktop: Any, tmp_pa
     assert ep.steps[1]["action"]["element"] == "Name entry of the Tk form"  # the model's words are recorded
     assert ep.steps[3]["action"] == {"kind": "key", "keys": ["ctrl", "a"]}
     assert [s["result"]["status"] for s in ep.steps[:6]] == ["performed"] * 6
+    assert [s["decided_by"] for s in ep.steps[:6]] == ["autopilot"] * 4 + ["user", "user"]
 
 
 def test_step_mode_edit_reads_the_tool_call_in_the_policys_protocol(make_desktop: Any, tmp_path: Path) -> None:

@@ -150,9 +150,12 @@ def test_remote_endpoint_drives_a_real_window(desktop: Desktop, tmp_path: Path) 
             server.script({"content": reply({"tool_name": "click_desktop", "element": "OK button",
                                              **point_on(frame, win, "OK")}, "press OK")},
                           {"content": reply({"tool_name": "answer", "content": "pressed"}, "done")})
+            # "OK button" may submit the form: the autopilot asks, and the user approves at the prompt
             res = run_holodesk(env, ["run", "press OK", "--endpoint", server.url, "--model", "Holotron-12B",
-                                     "--approve", "auto", "--episodes-dir", str(tmp_path / "episodes")])
+                                     "--approve", "auto", "--episodes-dir", str(tmp_path / "episodes")],
+                               stdin="a\n")
             assert res.returncode == 0, res.stdout + res.stderr
+            assert "the target \u2018OK button\u2019 may submit or send something" in res.stdout
             assert win.wait_for(lambda s: s["clicks"] == ["OK"], timeout=10)["clicks"] == ["OK"]
         chats = server.chat_requests()
         assert len(chats) == 2 and all(r["auth_ok"] for r in chats)

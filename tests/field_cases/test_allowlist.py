@@ -17,14 +17,29 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from holodesk.control.window import focused_window_class
-from holodesk.core.actions import KEY_ALIASES, NAMED_KEYS, Click, Done, Drag, Key, Move, Point, Scroll, Type, Wait
-from holodesk.core.risk import Risk, assess
+from holodesk.core.actions import (
+    KEY_ALIASES,
+    NAMED_KEYS,
+    Click,
+    Done,
+    DoubleClick,
+    Drag,
+    Key,
+    Move,
+    Point,
+    RightClick,
+    Scroll,
+    Type,
+    Wait,
+)
+from holodesk.core.risk import RISKY_TARGET_WORDS, Risk, assess, target_risk
 from holodesk.errors import ActionError
 from holodesk.session.approval import ApprovalResponse, Decision
 from holodesk.session.loop import State
@@ -297,3 +312,85 @@ def test_F23_a_terminal_that_takes_the_focus_during_the_countdown_makes_the_step
     assert request.risk.level is Risk.HIGH and "terminal (xterm XTerm)" in request.risk.reason
     assert run.executor.actions == []
     assert [e.data["response"].by for e in run.kinds("decision")] == ["user"]
+
+
+# -- click targets: the model's ``element`` words (newcomer check: "Delete all files permanently button") --
+
+RISKY_TARGETS = {
+    "Delete all files permanently button": "Delete", "OK button": "OK", "okay": "okay", "Submit": "Submit",
+    "Send message button": "Send", "Publish post": "Publish", "Confirm purchase": "Confirm",
+    "Accept all cookies": "Accept", "Apply changes": "Apply", "Save button": "Save", "Yes": "Yes",
+    "Close button": "Close", "close window": "close", "× close": "×", "X button": "X", "Quit Mousepad": "Quit",
+    "Exit": "Exit", "Log out link": "Log out", "log-out": "log-out", "Sign out": "Sign out",
+    "Pay now": "Pay", "Buy it now": "Buy", "Checkout": "Checkout", "Place order": "Place order",
+    "Install update": "Install", "Uninstall app": "Uninstall", "Format disk": "Format",
+    "Overwrite existing file": "Overwrite", "Replace all": "Replace", "Reset settings": "Reset",
+    "Shut down": "Shut down", "Restart now": "Restart", "Reboot": "Reboot", "Run script": "Run",
+    "Execute": "Execute", "Move to Trash": "Trash", "Discard draft": "Discard", "Remove account": "Remove",
+    "Erase": "Erase", "Next page link": "Next", "Continue": "Continue", "Deleting items…": "Deleting",
+    "submitted-form": "submitted", "DELETE": "DELETE", "Don't save": "save", "Cancel": "Cancel",
+}
+"""Targets that may submit, send, delete, close, quit, pay, confirm, install or run, and the word each says."""
+HARMLESS_TARGETS = ["Title field", "Name text box", "File menu", "Bold button", "Italic", "Search field",
+                    "Text area", "Font size dropdown", "Edit menu", "Help menu", "Settings tab", "Scrollbar",
+                    "Shortcut list", "Design tab", "Text box", "Paragraph", "Cell B2", "Zoom slider",
+                    "Address bar", "Preferences", "Checkbox ‘Remember me’ label", "Heading"]
+"""Targets whose words name none of those actions (Next, Continue and OK are not among them: they may
+submit a form or a wizard page)."""
+PRESSING = [lambda e: Click(Point(500, 500), element=e), lambda e: DoubleClick(Point(500, 500), element=e),
+            lambda e: RightClick(Point(500, 500), element=e),
+            lambda e: Drag(Point(400, 400), Point(600, 600), element=e)]
+
+
+@pytest.mark.parametrize("element", sorted(RISKY_TARGETS))
+@pytest.mark.parametrize("make", PRESSING, ids=["click", "double_click", "right_click", "drag"])
+def test_a_press_on_a_risky_target_asks_in_a_known_window(element: str, make: Callable[[str], Any]) -> None:
+    action = make(element)
+    for probed in ({"focused_window": EDITOR}, {"focused_window": EDITOR, "pointer_windows": [EDITOR] * 2}):
+        risk = assess(action, **probed)  # type: ignore[arg-type]
+        assert risk.level is Risk.HIGH, (element, risk)
+        assert f"the target \u2018{element}\u2019 may " in risk.reason
+        assert f"(it says \u2018{RISKY_TARGETS[element]}\u2019)" in risk.reason
+
+
+@pytest.mark.parametrize("element", HARMLESS_TARGETS)
+@pytest.mark.parametrize("make", PRESSING, ids=["click", "double_click", "right_click", "drag"])
+def test_a_press_on_a_harmless_target_in_a_known_window_is_low(element: str, make: Callable[[str], Any]) -> None:
+    assert assess(make(element), focused_window=EDITOR).level is Risk.LOW
+    assert target_risk(element) is None
+
+
+@settings(max_examples=300, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(word=st.sampled_from(sorted({w for words in RISKY_TARGET_WORDS.values() for w in words})),
+       before=st.sampled_from(["", "the ", "Button: ", "(", "‘", "1. ", "foo_"]),
+       after=st.sampled_from(["", " button", " link", "!", "…", ")", "’", " now", "_bar"]),
+       case=st.sampled_from([str.lower, str.upper, str.title]))
+def test_every_declared_word_makes_a_click_ask_in_any_case_and_context(word: str, before: str, after: str,
+                                                                        case: Callable[[str], str]) -> None:
+    element = before + case(word) + after
+    risk = assess(Click(Point(500, 500), element=element), focused_window=EDITOR)
+    assert risk.level is Risk.HIGH and "the target" in risk.reason, element
+
+
+@pytest.mark.parametrize("element", ["Undeletable note", "Closet photo", "Sendai city", "Runway", "Okapi",
+                                     "Postcard field"])
+def test_words_only_match_whole(element: str) -> None:
+    """A risky word inside another word is no match (the harmless table above is checked the same way)."""
+    assert target_risk(element) is None
+
+
+def test_no_element_keeps_the_window_rule_and_move_and_scroll_ignore_the_words() -> None:
+    """holo-v1 replies carry no ``element``: the windows decide. Moving the pointer over, or scrolling,
+    a 'Delete' button presses nothing."""
+    assert assess(Click(Point(500, 500)), focused_window=EDITOR).level is Risk.LOW
+    assert assess(Click(Point(500, 500)), focused_window="xterm XTerm").level is Risk.HIGH
+    assert assess(Move(Point(500, 500), element="Delete button"), focused_window=EDITOR).level is Risk.LOW
+    assert assess(Scroll("down", 3, Point(500, 500), element="Delete list"), focused_window=EDITOR).level is Risk.LOW
+
+
+@pytest.mark.parametrize("make", [*PRESSING, lambda e: Scroll("down", 3, Point(500, 500), element=e)],
+                         ids=["click", "double_click", "right_click", "drag", "scroll"])
+def test_a_pointer_action_on_a_window_frame_asks(make: Callable[[str], Any]) -> None:
+    risk = assess(make("Title bar"), focused_window=EDITOR, pointer_windows=[EDITOR] * 2, on_window_frame=True)
+    assert risk.level is Risk.HIGH and "title bar or frame" in risk.reason
+    assert assess(Move(Point(500, 500)), focused_window=EDITOR, on_window_frame=True).level is Risk.LOW

@@ -324,8 +324,7 @@ class PyAutoGUIExecutor:
             if type(exc).__name__ == "FailSafeException":
                 details["failsafe"] = True
                 status, ok = "stopped_by_user", False
-                message = ("stopped by the fail-safe: the pointer is in a screen corner "
-                           "(move it away to continue)")
+                message = "stopped by the fail-safe: the pointer was moved to a screen corner"
             else:
                 log.exception("action %s failed", action.kind)
                 details["error"] = type(exc).__name__

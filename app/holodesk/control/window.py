@@ -82,8 +82,11 @@ def _info(d: Any, root: Any, top: Any, client: Any) -> WindowInfo:
         title = title.decode("latin-1", "replace")
     cls = client.get_wm_class() or ("", "")
     border = int(getattr(geo, "border_width", 0))
+    client_geo = client.get_geometry()
+    client_origin = root.translate_coords(client, 0, 0)
     return WindowInfo(str(title), str(cls[-1]), (int(origin.x) - border, int(origin.y) - border,
-                                                   int(geo.width) + 2 * border, int(geo.height) + 2 * border))
+                                                   int(geo.width) + 2 * border, int(geo.height) + 2 * border),
+                      (int(client_origin.x), int(client_origin.y), int(client_geo.width), int(client_geo.height)))
 
 
 def _own(d: Any, client: Any) -> bool:
@@ -97,7 +100,8 @@ def _own(d: Any, client: Any) -> bool:
 def window_at(x: int | None = None, y: int | None = None) -> WindowInfo | None:
     """The application window at input-space point ``(x, y)`` (X11), or the focused window when no point
     is given (with X's PointerRoot focus, the window under the pointer, where keys then go): its title,
-    application class and frame rectangle (input space, decorations included).
+    application class, frame rectangle (input space, decorations included) and client rectangle (the
+    application's own window, without the window manager's decorations).
 
     Walks the root window's children from the top of the stacking order: the first viewable one that
     contains the point and holds an application window (WM_CLASS), skipping this process's own windows.

@@ -6,7 +6,13 @@ everything else is HIGH (the autopilot asks the user). LOW risk is:
 * ``wait``, ``plan`` (the model's ``update_plan``), ``answer`` and ``done`` (they touch nothing);
 * a pointer action (click, double click, right click, move, drag, scroll) on windows that are known and
   are not terminal emulators: the windows under each of its points when those were probed (a drag of
-  text onto a terminal pastes it there), else the focused window;
+  text onto a terminal pastes it there), else the focused window; and, except for a plain move, none of
+  its points on a window's frame (the window manager's title bar and its close/minimise/maximise
+  buttons, when the probe knows the client area), and for a click, double click, right click or drag
+  a target (the model's ``element``) whose words name no action from :data:`RISKY_TARGET_WORDS`
+  (delete, submit, close, pay, install, ...). A reply without ``element`` (holo-v1) is judged by the
+  windows alone: its target cannot be known in words, and asking for every such click would make the
+  autopilot ask for all of them;
 * typed text that is one line of printable characters (:meth:`str.isprintable`: no line break, tab,
   NUL, escape sequence, bidi override or other control/format character), into a known, non-terminal
   focused window;
@@ -29,7 +35,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from holodesk.core.actions import Action, Answer, Done, Key, MiddleClick, Plan, Type, Wait
+from holodesk.core.actions import (
+    Action,
+    Answer,
+    Click,
+    Done,
+    DoubleClick,
+    Drag,
+    Key,
+    MiddleClick,
+    Move,
+    Plan,
+    RightClick,
+    Type,
+    Wait,
+)
 from holodesk.core.text import display_safe
 
 TERMINAL_WINDOW_CLASSES = frozenset(
@@ -65,6 +85,77 @@ _PASTE_CHORDS = (frozenset({"ctrl", "v"}), frozenset({"cmd", "v"}), frozenset({"
 _CLOSE_KEYS = frozenset({"w", "q", "f4"})
 _DELETE_KEYS = frozenset({"delete", "backspace"})
 _COMMAND_MODIFIERS = frozenset({"ctrl", "cmd", "super", "win", "alt", "altgr", "option"})
+
+
+RISKY_TARGET_WORDS: dict[str, tuple[str, ...]] = {
+    "delete something": (
+        "delete", "remove", "erase", "trash", "bin", "wipe", "destroy", "purge", "clear", "empty", "discard",
+        "drop", "format", "reset", "overwrite", "replace", "uninstall", "revert", "undo", "cut", "unsubscribe"),
+    "submit or send something": (
+        "submit", "send", "post", "publish", "reply", "forward", "share", "upload", "ok", "okay", "confirm",
+        "accept", "agree", "allow", "grant", "apply", "save", "yes", "continue", "proceed", "next", "finish",
+        "commit", "merge", "push", "approve", "sign", "login", "log in", "sign in", "register", "enter"),
+    "close or quit something": (
+        "close", "quit", "exit", "cancel", "dismiss", "x", "\u00d7", "\u2715", "\u2716", "log out", "logout",
+        "log off", "sign out", "signout", "shut down", "shutdown", "power off", "restart", "reboot", "lock",
+        "suspend", "hibernate", "kill", "terminate", "end task", "stop", "leave", "disconnect"),
+    "pay or buy something": (
+        "pay", "payment", "buy", "purchase", "order", "checkout", "check out", "subscribe", "donate", "bid",
+        "book", "transfer", "place order", "add to cart"),
+    "install or run something": (
+        "install", "update", "upgrade", "download", "run", "execute", "launch", "open terminal", "grant access",
+        "enable", "disable", "authorize", "authorise", "trust"),
+}
+"""What a click target's words may do, and the words (whole words or phrases, any case, each in its
+inflected forms: ``delete``, ``deletes``, ``deleted``, ``deleting``) that say it. A click, double click,
+right click or drag whose ``element`` holds one of them asks, even in a known window: buttons and links
+that submit, send, delete, close, quit, pay, confirm, install or run are where one click does harm that
+cannot be undone. The list is deliberately broad (``OK``, ``Yes``, ``Next`` and ``Continue`` may submit
+a form or a wizard page; ``X`` and ``×`` label close buttons): a target that merely mentions such a word
+asks too, which costs a keypress, while a missed one costs the user's data."""
+
+
+def _forms(word: str) -> set[str]:
+    """``word`` and its inflections (-s, -es, -d, -ed, -ing, e-dropping and consonant doubling); a
+    phrase is matched as written, with any spaces, hyphens or underscores between its words."""
+    if " " in word or not word.isalpha() or len(word) < 3:
+        return {word}
+    forms = {word, word + "s", word + "es", word + "d", word + "ed", word + "ing", word + "er"}
+    if word.endswith("e"):
+        forms.add(word[:-1] + "ing")
+    if word[-1] not in "aeiouwxy":
+        forms |= {word + word[-1] + "ing", word + word[-1] + "ed"}
+    return forms
+
+
+def _phrase_pattern(phrase: str) -> str:
+    return r"[\s_-]+".join(re.escape(part) for part in phrase.split())
+
+
+_RISKY_TARGET_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (what, re.compile(r"(?<![^\W_])(?:" + "|".join(sorted((_phrase_pattern(f) for w in words for f in _forms(w)),
+                                                          key=len, reverse=True)) + r")(?![^\W_])",
+                      re.IGNORECASE))
+    for what, words in RISKY_TARGET_WORDS.items()
+)
+""":data:`RISKY_TARGET_WORDS` compiled: one whole-word, case-insensitive pattern per kind of effect."""
+
+_PRESSING_ACTIONS = (Click, DoubleClick, RightClick, Drag)
+"""Pointer actions that press a button over their target (the ``element`` rule applies to them)."""
+
+
+def target_risk(element: str | None) -> str | None:
+    """Why a click on ``element`` (the model's words for its target) asks, or None when its words name
+    nothing from :data:`RISKY_TARGET_WORDS`; e.g. ``"the target ‘Delete all files button’ may delete
+    something (it says ‘Delete’)"``."""
+    if not element:
+        return None
+    hits = [(found.start(), -len(found.group(0)), found.group(0), what)
+            for what, pattern in _RISKY_TARGET_PATTERNS if (found := pattern.search(element))]
+    if not hits:
+        return None
+    _, _, word, what = min(hits)  # the first word in the target; at one place, the longest phrase
+    return f"the target \u2018{display_safe(element)}\u2019 may {what} (it says \u2018{display_safe(word)}\u2019)"
 
 
 class Risk(StrEnum):
@@ -139,7 +230,7 @@ def _window_reason(focused_window: str | None, doing: str) -> str | None:
 
 
 def assess(action: Action, *, focused_window: str | None = None,
-           pointer_windows: Sequence[str | None] | None = None) -> RiskAssessment:
+           pointer_windows: Sequence[str | None] | None = None, on_window_frame: bool = False) -> RiskAssessment:
     """Classify one action by the allowlist in this module's docstring.
 
     Args:
@@ -149,6 +240,8 @@ def assess(action: Action, *, focused_window: str | None = None,
         pointer_windows: for an action with points, the WM_CLASS of the window under each point, in
             the order of :meth:`Action.points` (None for a point where it is unknown, which makes the
             action HIGH); None when not probed, and then the focused window decides.
+        on_window_frame: True when one of the action's points lies on a window's frame (title bar,
+            border, the window manager's close/minimise/maximise buttons) rather than in its client area.
     Returns:
         LOW only for actions known to be harmless; HIGH, with the reason the user is asked, for all else.
     """
@@ -175,6 +268,13 @@ def assess(action: Action, *, focused_window: str | None = None,
         if window is not None:
             return RiskAssessment(Risk.HIGH, window)
         return RiskAssessment(Risk.LOW, "navigation key")
+    if isinstance(action, _PRESSING_ACTIONS):
+        target = target_risk(action.element)
+        if target is not None:
+            return RiskAssessment(Risk.HIGH, target)
+    if on_window_frame and not isinstance(action, Move):
+        return RiskAssessment(Risk.HIGH, "acts on a window's title bar or frame (its buttons close, minimise or "
+                              "resize the window)")
     if pointer_windows is not None and action.points():
         for under in pointer_windows:
             if not under:
@@ -182,8 +282,8 @@ def assess(action: Action, *, focused_window: str | None = None,
                                       "tell whether it is a terminal)")
             if is_terminal(under):
                 return RiskAssessment(Risk.HIGH, f"acts with the pointer in a terminal ({display_safe(under)})")
-        return RiskAssessment(Risk.LOW, "pointer action in a known window")
+        return RiskAssessment(Risk.LOW, f"a {action.kind.replace('_', ' ')} in a known window that is not a terminal")
     window = _window_reason(focused_window, "acts with the pointer")
     if window is not None:
         return RiskAssessment(Risk.HIGH, window)
-    return RiskAssessment(Risk.LOW, "pointer action in a known window")
+    return RiskAssessment(Risk.LOW, f"a {action.kind.replace('_', ' ')} in a known window that is not a terminal")

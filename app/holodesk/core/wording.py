@@ -99,11 +99,25 @@ class WindowInfo:
         title: window title (``_NET_WM_NAME``), "" when unknown.
         app: application class (``WM_CLASS`` class part) or app id, "" when unknown.
         rect: ``(left, top, width, height)`` in OS input space, frame included, or None when unknown.
+        client_rect: the client area (the application's own window, without the window manager's title
+            bar and borders) as ``(left, top, width, height)`` in OS input space, or None when unknown.
     """
 
     title: str = ""
     app: str = ""
     rect: tuple[int, int, int, int] | None = None
+    client_rect: tuple[int, int, int, int] | None = None
+
+    def on_frame(self, x: int, y: int) -> bool:
+        """True when input point ``(x, y)`` lies in :attr:`rect` but outside :attr:`client_rect`: on the
+        window manager's decorations (title bar, its buttons, borders). False when either is unknown."""
+        if self.rect is None or self.client_rect is None:
+            return False
+        left, top, width, height = self.rect
+        c_left, c_top, c_width, c_height = self.client_rect
+        inside = left <= x < left + width and top <= y < top + height
+        in_client = c_left <= x < c_left + c_width and c_top <= y < c_top + c_height
+        return inside and not in_client
 
     @property
     def name(self) -> str:

@@ -64,7 +64,8 @@ class SessionEvent:
         state: the session state when the event was emitted.
         step: 0-based step number (-1 before the first step).
         message: plain-words text for the user.
-        data: kind-specific payload (proposal, result, ...).
+        data: kind-specific payload: "proposal" -> ``proposal``; "decision" -> ``response`` and ``request``
+            (the ApprovalRequest decided, with its risk and headline); "result" -> ``result``; "end" -> ``result``.
     """
 
     kind: str
@@ -109,6 +110,8 @@ Listener = Callable[[SessionEvent], None]
 
 REASON_ANSWERED = "the model answered"
 """The reason of a run that ended with an ``answer`` action (its text is ``EpisodeResult.answer``)."""
+FAILSAFE_STOP_REASON = "stopped: the pointer was moved to a screen corner (the fail-safe); the run has ended"
+"""The reason of a run that the executor's fail-safe ended (its result has ``details["failsafe"]``)."""
 
 
 class _Stop(Exception):
@@ -393,7 +396,7 @@ class Session:
                               focus_element=typed_into)
                 if pointer_windows is not None:
                     record["pointer_windows"] = pointer_windows
-                self._emit("decision", step, response.decision.value, response=response)
+                self._emit("decision", step, response.decision.value, response=response, request=request)
                 if response.decision is Decision.STOP:
                     record["timings_ms"] = timings
                     self._write(record)
@@ -429,8 +432,11 @@ class Session:
                 if outcome.status == "unknown":  # the executor itself broke: stop, the screen is unknown
                     raise _Stop(State.FAILED, f"internal error: {outcome.message}")
                 if outcome.status == "stopped_by_user":  # a stop request ended the action, or the fail-safe
-                    raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}" if self._stop.is_set()
-                                else f"stopped by user: {outcome.message}")
+                    if self._stop.is_set():
+                        raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}")
+                    if outcome.details.get("failsafe"):
+                        raise _Stop(State.STOPPED, FAILSAFE_STOP_REASON)
+                    raise _Stop(State.STOPPED, f"stopped by user: {outcome.message}")
                 if not outcome.ok:
                     failed_actions.append(f"step {step + 1}: {outcome.message}")
                 said = "performed" if outcome.ok else f"failed: {outcome.message}"
@@ -492,11 +498,14 @@ class Session:
         if self.window_probe is None:
             return focused, None, assess(action, focused_window=focused), None
         points = action.points()
-        infos = [self._probe_window(to_input_point(frame, p)) for p in points]
+        input_points = [to_input_point(frame, p) for p in points]
+        infos = [self._probe_window(at) for at in input_points]
         window = infos[0] if infos else self._probe_window(None)
         pointer_windows = [info.app or None if info is not None else None for info in infos] if points else None
-        return focused, pointer_windows, assess(action, focused_window=focused,
-                                                pointer_windows=pointer_windows), window
+        on_frame = any(info is not None and info.on_frame(at.x, at.y)
+                       for info, at in zip(infos, input_points, strict=True))
+        return focused, pointer_windows, assess(action, focused_window=focused, pointer_windows=pointer_windows,
+                                                on_window_frame=on_frame), window
 
     def _probe_window(self, at: Any) -> WindowInfo | None:
         """``window_probe`` at input point ``at`` (None: the focused window); None when it fails."""
