@@ -12,11 +12,11 @@ MAMBA_SKIP_CUDA_BUILD=TRUE MAMBA_FORCE_BUILD=TRUE python3 -m pip install -q --no
     --no-build-isolation --target /tmp/site .whl4/mamba_ssm-*.tar.gz >/dev/null 2>&1 || exit 1
 export PYTHONPATH=/tmp/site:app PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv,noheader
-timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu tests/policy/holotron -W ignore 2>&1 \
+timeout 400 python3 -m pytest -q -p no:cacheprovider -m gpu tests/policy/holotron -W ignore 2>&1 \
     | grep -v "warnings.warn\|UserWarning" | tail -15 | tee "$out/gpu-tests.log"
 timeout 300 python3 -c 'import sys; from holodesk.policy.holotron.bench import main; sys.exit(main(sys.argv[1:]))' \
     --sizes 1920x1080 --history 1,8 --episode-steps 8 --episode-repeats 2 --repeats 2 --no-stock \
     --json "$out/bench.json" 2>&1 | grep -v "Warning\|warn(" | tee "$out/bench.log"
-timeout 200 python3 -m holodesk.policy.holotron.fullsize --repeats 2 --episode-steps 4 \
+timeout 200 python3 -m holodesk.policy.holotron.fullsize --repeats 2 --episode-steps 4 --max-new-tokens 1024 \
     --out "$out/product.json" > "$out/product.log" 2>&1
 grep -v "^ \|^{\|^}\|Warning\|warn(" "$out/product.log" | tail -40
