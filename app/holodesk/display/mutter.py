@@ -4,8 +4,8 @@
 ``org.gnome.Mutter.ScreenCast`` a PipeWire stream per monitor; ``org.gnome.Mutter.DisplayConfig`` the
 monitor layout (logical position, size and scale). These are what gnome-remote-desktop uses; any process
 of the user's session may call them. The sessions live only while the D-Bus connection that created them
-stays open, so one :class:`MutterRemoteDesktop` owns one connection (jeepney's threaded router: any
-thread may call, a receiver thread dispatches replies and signals).
+stays open, so one :class:`MutterRemoteDesktop` owns one connection
+(:class:`~holodesk.display.remote.RemoteDesktopSession`).
 
 Coordinates: :class:`~holodesk.core.geometry.Monitor` values are in Mutter's logical layout (the input
 space of :mod:`holodesk.core.geometry`); ``NotifyPointerMotionAbsolute`` takes stream pixels, i.e. the
@@ -25,10 +25,17 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from holodesk.core.geometry import Monitor
+from holodesk.display.remote import (
+    CALL_TIMEOUT_S,
+    SHIFT_KEYSYM,
+    MutterMonitor,
+    RemoteDesktopSession,
+    ServiceWording,
+    unwrap_variant,
+)
 from holodesk.errors import ActionError, DisplayError
 
 log = logging.getLogger(__name__)
@@ -36,7 +43,6 @@ log = logging.getLogger(__name__)
 REMOTE_DESKTOP = "org.gnome.Mutter.RemoteDesktop"
 SCREEN_CAST = "org.gnome.Mutter.ScreenCast"
 DISPLAY_CONFIG = "org.gnome.Mutter.DisplayConfig"
-CALL_TIMEOUT_S = 10.0
 STREAM_TIMEOUT_S = 10.0
 UTF8_MIME = "text/plain;charset=utf-8"
 TEXT_MIMES = (UTF8_MIME, "UTF8_STRING", "text/plain", "STRING", "TEXT")
@@ -47,7 +53,7 @@ BTN_LEFT, BTN_RIGHT, BTN_MIDDLE = 0x110, 0x111, 0x112
 AXIS_VERTICAL, AXIS_HORIZONTAL = 0, 1
 
 _NAMED_KEYSYMS: dict[str, int] = {
-    "ctrl": 0xFFE3, "alt": 0xFFE9, "shift": 0xFFE1, "super": 0xFFEB, "win": 0xFFEB, "cmd": 0xFFEB,
+    "ctrl": 0xFFE3, "alt": 0xFFE9, "shift": SHIFT_KEYSYM, "super": 0xFFEB, "win": 0xFFEB, "cmd": 0xFFEB,
     "option": 0xFFE9, "altgr": 0xFE03, "enter": 0xFF0D, "tab": 0xFF09, "esc": 0xFF1B, "backspace": 0xFF08,
     "delete": 0xFFFF, "insert": 0xFF63, "space": 0x0020, "up": 0xFF52, "down": 0xFF54, "left": 0xFF51,
     "right": 0xFF53, "home": 0xFF50, "end": 0xFF57, "pageup": 0xFF55, "pagedown": 0xFF56,
@@ -81,30 +87,6 @@ def keysym_for(key: str) -> int:
                           hint="Use a single character or a named key (enter, tab, ctrl, ...).") from None
 
 
-@dataclass(frozen=True)
-class MutterMonitor:
-    """One monitor of Mutter's layout.
-
-    Attributes:
-        monitor: geometry in the logical layout (input space), ``physical_*`` in pixels.
-        connector: the output's connector name (``"Meta-0"`` for a headless virtual monitor).
-        scale: Mutter's scale of its logical monitor (pixels per logical unit when the layout is logical).
-        primary: True for the primary monitor.
-    """
-
-    monitor: Monitor
-    connector: str
-    scale: float
-    primary: bool
-
-
-def _unwrap(value: Any) -> Any:
-    """A jeepney variant ``(signature, value)`` -> value."""
-    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
-        return value[1]
-    return value
-
-
 def parse_display_state(state: Sequence[Any]) -> list[MutterMonitor]:
     """Monitors from ``DisplayConfig.GetCurrentState()``'s reply body, in logical layout order
     (primary first, then left to right, top to bottom), ``index`` 1-based.
@@ -115,11 +97,11 @@ def parse_display_state(state: Sequence[Any]) -> list[MutterMonitor]:
         DisplayError: no logical monitor.
     """
     _serial, monitors, logical_monitors, properties = state
-    physical_layout = int(_unwrap(properties.get("layout-mode", ("u", 1)))) == 2
+    physical_layout = int(unwrap_variant(properties.get("layout-mode", ("u", 1)))) == 2
     modes: dict[str, tuple[int, int]] = {}
     for (connector, _vendor, _product, _serial_no), mode_list, _props in monitors:
         for _mode_id, width, height, _refresh, _pref_scale, _scales, mode_props in mode_list:
-            if bool(_unwrap(mode_props.get("is-current", ("b", False)))):
+            if bool(unwrap_variant(mode_props.get("is-current", ("b", False)))):
                 modes[connector] = (int(width), int(height))
     found: list[tuple[bool, int, int, str, float, tuple[int, int]]] = []
     for x, y, scale, _transform, primary, specs, _props in logical_monitors:
@@ -156,7 +138,7 @@ def pipewire_socket_path(environ: Mapping[str, str] | None = None) -> str:
     return os.path.join(base, name)
 
 
-class MutterRemoteDesktop:
+class MutterRemoteDesktop(RemoteDesktopSession):
     """A Mutter remote-desktop session with one screen-cast stream per monitor.
 
     Args:
@@ -169,14 +151,16 @@ class MutterRemoteDesktop:
     Thread safety: every method may be called from any thread.
     """
 
+    wording = ServiceWording(
+        session="Mutter", service="GNOME's remote-desktop service", refuser="Mutter", answerer="Mutter",
+        lost_hint="If GNOME Shell restarted, try again; Holodesk opens a new session.",
+        refused_hint="Run 'holodesk doctor' to see the Wayland backend's state.",
+        timeout_hint="The desktop may be busy or locked; try again.")
+
     def __init__(self, bus_address: str | None = None, pipewire_socket: str | None = None) -> None:
-        self.bus_address = bus_address
+        super().__init__(bus_address)
         self.pipewire_socket = pipewire_socket
-        self._lock = threading.RLock()
-        self._router: Any = None
-        self._conn: Any = None
         self._session_path = ""
-        self._monitors: list[MutterMonitor] = []
         self._streams: dict[str, str] = {}
         self._nodes: dict[str, int] = {}
         self._clipboard_enabled = False
@@ -184,109 +168,61 @@ class MutterRemoteDesktop:
         self._transfers = _CountingQueue()
         self._served: queue.Queue[int] = queue.Queue()
         self._transfer_thread: threading.Thread | None = None
-        self._closed = False
         self._layout_changed = threading.Event()
-        self.generation = 0
-        """Counts the sessions started; it changes when a session is replaced (monitor layout change, lost
-        connection), so users of stream nodes know to reconnect."""
-        self.input_ready = threading.Event()
-        """Set once input from this session is known to be applied (Mutter drops input sent in the first
-        50-200 ms of a session; :class:`~holodesk.capture.pipewire_backend.MutterCapture` checks it)."""
 
     # -- D-Bus plumbing -----------------------------------------------------------------------------
     def _call(self, path: str, interface: str, method: str, signature: str = "", body: tuple[Any, ...] = (),
               bus_name: str | None = None, timeout: float = CALL_TIMEOUT_S) -> tuple[Any, ...]:
         from jeepney import DBusAddress, new_method_call
-        from jeepney.io.common import RouterClosed
-        from jeepney.wrappers import DBusErrorResponse, unwrap_msg
 
-        router = self._router
-        if router is None:
-            raise DisplayError("the Mutter remote-desktop session is not started")
         name = bus_name or (SCREEN_CAST if interface.startswith(SCREEN_CAST) else
                             DISPLAY_CONFIG if interface.startswith(DISPLAY_CONFIG) else REMOTE_DESKTOP)
         msg = new_method_call(DBusAddress(path, bus_name=name, interface=interface), method, signature, body)
-        try:
-            reply = router.send_and_get_reply(msg, timeout=timeout)
-            return tuple(unwrap_msg(reply))
-        except (RouterClosed, OSError) as exc:
-            self._shutdown()  # the next call starts a new session
-            raise DisplayError(f"the connection to GNOME's remote-desktop service was lost during {method} "
-                               f"({type(exc).__name__}: {exc})",
-                               hint="If GNOME Shell restarted, try again; Holodesk opens a new session.") from exc
-        except DBusErrorResponse as exc:
-            raise DisplayError(f"Mutter refused {interface.rsplit('.', 1)[-1]}.{method}: {exc.name}: "
-                               f"{' '.join(map(str, exc.data))}",
-                               hint="Run 'holodesk doctor' to see the Wayland backend's state.") from exc
-        except TimeoutError as exc:
-            raise DisplayError(f"Mutter did not answer {method} within {timeout:g} s",
-                               hint="The desktop may be busy or locked; try again.") from exc
-
-    def _add_match(self, rule: Any) -> None:
-        """Ask the bus to route signals matching ``rule`` to this connection."""
-        from jeepney.bus_messages import message_bus
-
-        self._router.send_and_get_reply(message_bus.AddMatch(rule), timeout=CALL_TIMEOUT_S)
+        return self._send(msg, interface, method, timeout)
 
     def _session(self, method: str, signature: str = "", body: tuple[Any, ...] = ()) -> tuple[Any, ...]:
         return self._call(self._session_path, REMOTE_DESKTOP + ".Session", method, signature, body)
 
     # -- lifecycle ----------------------------------------------------------------------------------
-    def start(self) -> None:
-        """Open the bus, create and start the session with one stream per monitor (idempotent).
+    def _start_session(self) -> None:
+        """Create and start the session with one stream per monitor.
 
         Raises:
-            DisplayError: no session bus, Mutter's APIs absent, a call refused, or a stream's PipeWire
-                node not announced within 10 s.
+            DisplayError: Mutter's APIs absent, a call refused, or a stream's PipeWire node not announced
+                within 10 s.
         """
-        with self._lock:
-            if self._router is not None:
-                return
-            if self._closed:
-                raise DisplayError("this Mutter session was closed")
-            from jeepney import MatchRule
-            from jeepney.io.threading import DBusRouter, open_dbus_connection
+        from jeepney import MatchRule
 
-            try:
-                self._conn = open_dbus_connection(bus=self.bus_address or "SESSION", enable_fds=True)
-            except (OSError, KeyError, ValueError) as exc:
-                raise DisplayError(f"cannot connect to the session D-Bus ({type(exc).__name__}: {exc})",
-                                   hint="Run Holodesk inside your desktop session.") from exc
-            self._router = DBusRouter(self._conn)
-            try:
-                created = self._call("/org/gnome/Mutter/RemoteDesktop", REMOTE_DESKTOP, "CreateSession")
-                self._session_path = str(created[0])
-                session_id = self._get_property(self._session_path, REMOTE_DESKTOP + ".Session", "SessionId")
-                cast = self._call("/org/gnome/Mutter/ScreenCast", SCREEN_CAST, "CreateSession", "a{sv}",
-                                  ({"remote-desktop-session-id": ("s", session_id)},))
-                cast_path = str(cast[0])
-                layout_rule = MatchRule(type="signal", interface=DISPLAY_CONFIG, member="MonitorsChanged")
-                self._router.filter(layout_rule, queue=_SetEvent(self._layout_changed))
-                self._add_match(layout_rule)
-                self._layout_changed.clear()  # a change from now on replaces this session at the next use
-                self._monitors = self._read_monitors()
-                added: queue.Queue[Any] = queue.Queue()
-                rule = MatchRule(type="signal", interface=SCREEN_CAST + ".Stream", member="PipeWireStreamAdded")
-                with self._router.filter(rule, queue=added):
-                    self._add_match(rule)
-                    for mon in self._monitors:
-                        stream = self._call(cast_path, SCREEN_CAST + ".Session", "RecordMonitor", "sa{sv}",
-                                            (mon.connector, {"cursor-mode": ("u", 1)}))
-                        self._streams[mon.connector] = str(stream[0])
-                    self._session("Start")
-                    self._await_nodes(added)
-                self._press_throwaway_key()
-                self.generation += 1
-            except BaseException:
-                self._shutdown()
-                raise
-            log.info("Mutter remote-desktop session %s started: %s", self._session_path,
-                     ", ".join(f"{m.connector} -> node {self._nodes[m.connector]}" for m in self._monitors))
+        created = self._call("/org/gnome/Mutter/RemoteDesktop", REMOTE_DESKTOP, "CreateSession")
+        self._session_path = str(created[0])
+        session_id = self._get_property(self._session_path, REMOTE_DESKTOP + ".Session", "SessionId")
+        cast = self._call("/org/gnome/Mutter/ScreenCast", SCREEN_CAST, "CreateSession", "a{sv}",
+                          ({"remote-desktop-session-id": ("s", session_id)},))
+        cast_path = str(cast[0])
+        layout_rule = MatchRule(type="signal", interface=DISPLAY_CONFIG, member="MonitorsChanged")
+        self._router.filter(layout_rule, queue=_SetEvent(self._layout_changed))
+        self._add_match(layout_rule)
+        self._layout_changed.clear()  # a change from now on replaces this session at the next use
+        self._monitors = self._read_monitors()
+        added: queue.Queue[Any] = queue.Queue()
+        rule = MatchRule(type="signal", interface=SCREEN_CAST + ".Stream", member="PipeWireStreamAdded")
+        with self._router.filter(rule, queue=added):
+            self._add_match(rule)
+            for mon in self._monitors:
+                stream = self._call(cast_path, SCREEN_CAST + ".Session", "RecordMonitor", "sa{sv}",
+                                    (mon.connector, {"cursor-mode": ("u", 1)}))
+                self._streams[mon.connector] = str(stream[0])
+            self._session("Start")
+            self._await_nodes(added)
+        self._press_throwaway_key()
+        self.generation += 1
+        log.info("Mutter remote-desktop session %s started: %s", self._session_path,
+                 ", ".join(f"{m.connector} -> node {self._nodes[m.connector]}" for m in self._monitors))
 
     def _get_property(self, path: str, interface: str, name: str, bus_name: str = REMOTE_DESKTOP) -> Any:
         reply = self._call(path, "org.freedesktop.DBus.Properties", "Get", "ss", (interface, name),
                            bus_name=bus_name)
-        return _unwrap(reply[0])
+        return unwrap_variant(reply[0])
 
     def _read_monitors(self) -> list[MutterMonitor]:
         state = self._call("/org/gnome/Mutter/DisplayConfig", DISPLAY_CONFIG, "GetCurrentState")
@@ -309,43 +245,15 @@ class MutterRemoteDesktop:
             if connector is not None:
                 self._nodes[connector] = int(msg.body[0])
 
-    def _press_throwaway_key(self) -> None:
-        """Mutter drops the first key event of a new session; a Shift press/release absorbs it."""
-        shift = _NAMED_KEYSYMS["shift"]
-        self._session("NotifyKeyboardKeysym", "ub", (shift, True))
-        self._session("NotifyKeyboardKeysym", "ub", (shift, False))
+    def _stop_session(self) -> None:
+        self._session("Stop")
 
-    def close(self) -> None:
-        """Stop the session and close the bus connection (the streams end with it). Idempotent."""
-        with self._lock:
-            self._closed = True
-            if self._router is not None:
-                try:
-                    self._session("Stop")
-                except Exception as exc:  # the compositor may be gone already
-                    log.debug("stopping the Mutter session failed: %s", exc)
-            self._shutdown()
-
-    def _shutdown(self) -> None:
-        with self._lock:
-            router, conn = self._router, self._conn
-            self._router = self._conn = None
-        if router is None and conn is None:
-            return
-        if router is not None:
-            router.close()
-        if conn is not None:
-            conn.close()
+    def _forget_session(self) -> None:
         self._streams.clear()
         self._nodes.clear()
         self._transfer_thread = None
         self._clipboard_enabled = False
-        self.input_ready.clear()
-
-    @property
-    def started(self) -> bool:
-        """True while the session runs."""
-        return self._router is not None
+        super()._forget_session()
 
     # -- layout and streams -------------------------------------------------------------------------
     def monitors(self) -> list[MutterMonitor]:
@@ -364,22 +272,7 @@ class MutterRemoteDesktop:
                 except DisplayError as exc:
                     log.debug("stopping the old session failed: %s", exc)
                 self._shutdown()
-            self.start()
-            return list(self._monitors)
-
-    def monitor(self, index: int) -> MutterMonitor:
-        """Monitor ``index`` (1-based).
-
-        Raises:
-            DisplayError: as :meth:`start`. ActionError: no such monitor (the message lists the valid ones).
-        """
-        mons = self.monitors()
-        for mon in mons:
-            if mon.monitor.index == index:
-                return mon
-        valid = ", ".join(str(m.monitor.index) for m in mons)
-        raise ActionError(f"there is no monitor {index!r}; valid monitor indices are {valid}",
-                          hint="Pick one of the listed monitors (`holodesk doctor` shows them).")
+            return super().monitors()
 
     def pipewire_node(self, connector: str) -> int:
         """PipeWire node id of ``connector``'s stream."""
@@ -620,5 +513,5 @@ def interface_versions(bus_address: str | None = None, timeout_s: float = 3.0) -
             except TimeoutError:
                 out[label] = f"no answer within {timeout_s:g} s"
                 continue
-            out[label] = "absent" if reply.header.message_type.name == "error" else str(_unwrap(reply.body[0]))
+            out[label] = "absent" if reply.header.message_type.name == "error" else str(unwrap_variant(reply.body[0]))
     return out

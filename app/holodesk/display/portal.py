@@ -36,14 +36,19 @@ import json
 import logging
 import os
 import queue
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from holodesk.core.geometry import Monitor
-from holodesk.display.mutter import MutterMonitor, _unwrap
+from holodesk.display.remote import (
+    CALL_TIMEOUT_S,
+    MutterMonitor,
+    RemoteDesktopSession,
+    ServiceWording,
+    unwrap_variant,
+)
 from holodesk.errors import ActionError, DisplayError
 
 log = logging.getLogger(__name__)
@@ -53,7 +58,6 @@ PORTAL_PATH = "/org/freedesktop/portal/desktop"
 SCREEN_CAST = "org.freedesktop.portal.ScreenCast"
 REMOTE_DESKTOP = "org.freedesktop.portal.RemoteDesktop"
 REQUEST = "org.freedesktop.portal.Request"
-CALL_TIMEOUT_S = 10.0
 DIALOG_TIMEOUT_S = 180.0
 """How long a portal request may wait for the user to answer its dialog."""
 
@@ -121,7 +125,7 @@ def streams_to_monitors(streams: list[Any]) -> list[MutterMonitor]:
     """
     found = []
     for node_id, props in streams:
-        props = {k: _unwrap(v) for k, v in dict(props).items()}
+        props = {k: unwrap_variant(v) for k, v in dict(props).items()}
         x, y = props.get("position", (0, 0))
         w, h = props.get("size", (0, 0))
         found.append((int(y), int(x), int(w), int(h), int(node_id)))
@@ -134,7 +138,7 @@ def streams_to_monitors(streams: list[Any]) -> list[MutterMonitor]:
             for i, (y, x, w, h, node) in enumerate(found, start=1)]
 
 
-class PortalRemoteDesktop:
+class PortalRemoteDesktop(RemoteDesktopSession):
     """A RemoteDesktop portal session with the screens the user shared (same calls as
     :class:`~holodesk.display.mutter.MutterRemoteDesktop`, so the PipeWire capture backend and the Mutter
     executor drive it unchanged).
@@ -149,22 +153,18 @@ class PortalRemoteDesktop:
     """
 
     backend_name = "portal"
+    wording = ServiceWording(
+        session="portal", service="xdg-desktop-portal", refuser="the portal", answerer="xdg-desktop-portal",
+        lost_hint="Try again; Holodesk opens a new session (the desktop may ask again).",
+        refused_hint="Run 'holodesk doctor' to see the portal's versions.",
+        timeout_hint="Check that xdg-desktop-portal and its desktop backend run.")
 
     def __init__(self, bus_address: str | None = None, token_path: Path | None = None,
                  dialog_timeout_s: float = DIALOG_TIMEOUT_S) -> None:
-        self.bus_address = bus_address
+        super().__init__(bus_address)
         self.token_path = token_path
         self.dialog_timeout_s = dialog_timeout_s
-        self._lock = threading.RLock()
-        self._router: Any = None
-        self._conn: Any = None
         self._session_handle = ""
-        self._monitors: list[MutterMonitor] = []
-        self._closed = False
-        self.generation = 0
-        """Counts the sessions started (as :attr:`MutterRemoteDesktop.generation`)."""
-        self.input_ready = threading.Event()
-        """Set by the capture backend once input from this session is seen applied."""
         self.remote_desktop_version = 0
         self.permission_note = ""
         """Plain words on whether the desktop will ask again at the next start (set by :meth:`start`)."""
@@ -173,27 +173,10 @@ class PortalRemoteDesktop:
     def _call(self, interface: str, method: str, signature: str, body: tuple[Any, ...],
               timeout: float = CALL_TIMEOUT_S, path: str = PORTAL_PATH) -> tuple[Any, ...]:
         from jeepney import DBusAddress, new_method_call
-        from jeepney.io.common import RouterClosed
-        from jeepney.wrappers import DBusErrorResponse, unwrap_msg
 
-        router = self._router
-        if router is None:
-            raise DisplayError("the portal remote-desktop session is not started")
         msg = new_method_call(DBusAddress(path, bus_name=PORTAL_BUS_NAME, interface=interface), method,
                               signature, body)
-        try:
-            return tuple(unwrap_msg(router.send_and_get_reply(msg, timeout=timeout)))
-        except (RouterClosed, OSError) as exc:
-            self._shutdown()
-            raise DisplayError(f"the connection to xdg-desktop-portal was lost during {method} ({exc})",
-                               hint="Try again; Holodesk opens a new session (the desktop may ask again).") from exc
-        except DBusErrorResponse as exc:
-            raise DisplayError(f"the portal refused {interface.rsplit('.', 1)[-1]}.{method}: {exc.name}: "
-                               f"{' '.join(map(str, exc.data))}",
-                               hint="Run 'holodesk doctor' to see the portal's versions.") from exc
-        except TimeoutError as exc:
-            raise DisplayError(f"xdg-desktop-portal did not answer {method} within {timeout:g} s",
-                               hint="Check that xdg-desktop-portal and its desktop backend run.") from exc
+        return self._send(msg, interface, method, timeout)
 
     def _request(self, interface: str, method: str, signature: str, args: tuple[Any, ...],
                  options: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -206,21 +189,20 @@ class PortalRemoteDesktop:
                 (code 2), or no response came within ``timeout`` s.
         """
         from jeepney import MatchRule
-        from jeepney.bus_messages import message_bus
 
         token = f"holodesk{os.getpid()}_{next(_tokens)}"
         path = request_path(self._conn.unique_name, token)
         rule = MatchRule(type="signal", interface=REQUEST, member="Response", path=path)
         answers: queue.Queue[Any] = queue.Queue()
         with self._router.filter(rule, queue=answers):
-            self._router.send_and_get_reply(message_bus.AddMatch(rule), timeout=CALL_TIMEOUT_S)
+            self._add_match(rule)
             self._call(interface, method, signature, (*args, {**options, "handle_token": ("s", token)}))
             try:
                 msg = answers.get(timeout=timeout)
             except queue.Empty:
                 raise DisplayError(f"the desktop did not answer {method} within {timeout:g} s",
                                    hint="Answer the desktop's screen-sharing dialog, then try again.") from None
-        code, results = int(msg.body[0]), {k: _unwrap(v) for k, v in dict(msg.body[1]).items()}
+        code, results = int(msg.body[0]), {k: unwrap_variant(v) for k, v in dict(msg.body[1]).items()}
         if code == 1:
             raise DisplayError(f"permission to share and control the screen was refused ({method})",
                                hint="Start again and allow Holodesk in the desktop's dialog.")
@@ -231,35 +213,15 @@ class PortalRemoteDesktop:
 
     def _version(self, interface: str) -> int:
         reply = self._call("org.freedesktop.DBus.Properties", "Get", "ss", (interface, "version"))
-        return int(_unwrap(reply[0]))
+        return int(unwrap_variant(reply[0]))
 
     # -- lifecycle ----------------------------------------------------------------------------------
-    def start(self) -> None:
-        """Create, set up and start the session (idempotent); the desktop may show its dialog.
+    def _start_session(self) -> None:
+        """Create, set up and start the session; the desktop may show its dialog.
 
         Raises:
             DisplayError: see the class.
         """
-        with self._lock:
-            if self._router is not None:
-                return
-            if self._closed:
-                raise DisplayError("this portal session was closed")
-            from jeepney.io.threading import DBusRouter, open_dbus_connection
-
-            try:
-                self._conn = open_dbus_connection(bus=self.bus_address or "SESSION", enable_fds=True)
-            except (OSError, KeyError, ValueError) as exc:
-                raise DisplayError(f"cannot connect to the session D-Bus ({type(exc).__name__}: {exc})",
-                                   hint="Run Holodesk inside your desktop session.") from exc
-            self._router = DBusRouter(self._conn)
-            try:
-                self._start_session()
-            except BaseException:
-                self._shutdown()
-                raise
-
-    def _start_session(self) -> None:
         self.remote_desktop_version = self._version(REMOTE_DESKTOP)
         created = self._request(REMOTE_DESKTOP, "CreateSession", "a{sv}", (),
                                 {"session_handle_token": ("s", f"holodesk{os.getpid()}_{next(_tokens)}")},
@@ -295,61 +257,15 @@ class PortalRemoteDesktop:
         self._press_throwaway_key()
         self.generation += 1
 
-    def _press_throwaway_key(self) -> None:
-        """GNOME's compositor drops the first key event of a new session; a Shift press/release absorbs it."""
-        for pressed in (1, 0):
-            self._notify("NotifyKeyboardKeysym", "iu", (0xFFE1, pressed))
-
     def _notify(self, method: str, signature: str, args: tuple[Any, ...]) -> None:
         self.start()
         self._call(REMOTE_DESKTOP, method, "oa{sv}" + signature, (self._session_handle, {}, *args))
 
-    def close(self) -> None:
-        """Close the portal session and the bus connection. Idempotent."""
-        with self._lock:
-            self._closed = True
-            if self._router is not None and self._session_handle:
-                try:
-                    self._call("org.freedesktop.portal.Session", "Close", "", (), path=self._session_handle)
-                except Exception as exc:  # the portal may be gone already
-                    log.debug("closing the portal session failed: %s", exc)
-            self._shutdown()
+    def _stop_session(self) -> None:
+        if self._session_handle:
+            self._call("org.freedesktop.portal.Session", "Close", "", (), path=self._session_handle)
 
-    def _shutdown(self) -> None:
-        with self._lock:
-            router, conn = self._router, self._conn
-            self._router = self._conn = None
-        if router is not None:
-            router.close()
-        if conn is not None:
-            conn.close()
-        self.input_ready.clear()
-
-    @property
-    def started(self) -> bool:
-        """True while the session runs."""
-        return self._router is not None
-
-    # -- layout and streams -------------------------------------------------------------------------
-    def monitors(self) -> list[MutterMonitor]:
-        """The shared screens (starting the session if needed)."""
-        self.start()
-        return list(self._monitors)
-
-    def monitor(self, index: int) -> MutterMonitor:
-        """Shared screen ``index`` (1-based).
-
-        Raises:
-            DisplayError: as :meth:`start`. ActionError: no such screen (the message lists the valid ones).
-        """
-        mons = self.monitors()
-        for mon in mons:
-            if mon.monitor.index == index:
-                return mon
-        valid = ", ".join(str(m.monitor.index) for m in mons)
-        raise ActionError(f"there is no monitor {index!r}; valid monitor indices are {valid}",
-                          hint="Pick one of the listed monitors (`holodesk doctor` shows them).")
-
+    # -- streams ------------------------------------------------------------------------------------
     def pipewire_node(self, connector: str) -> int:
         """PipeWire node id of a shared screen (its ``connector`` is the node id as text)."""
         self.start()
