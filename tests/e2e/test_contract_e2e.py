@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import pytest
 from holodesk.capture.mss_backend import MssCapture
 from holodesk.core.geometry import frame_pixel_to_point
 from holodesk.session.episode import list_episodes, load_episode
-from tests.helpers.desktop import Desktop
+from tests.helpers.desktop import Desktop, FormApp
 
 pytestmark = [pytest.mark.e2e, pytest.mark.gui, pytest.mark.slow]
 
@@ -32,7 +33,9 @@ def _reply(thought: str, call: dict[str, Any], note: str | None = None) -> str:
     return json.dumps({"note": note, "thought": thought, "tool_call": call}, ensure_ascii=False)
 
 
-def test_a_scripted_contract_episode_fills_the_tk_form(make_desktop: Any, tmp_path: Path) -> None:
+def _tk_form_on_screen(make_desktop: Any) -> tuple[Desktop, FormApp, Callable[[str], dict[str, int]]]:
+    """An openbox desktop (1280x800) with the Tk form active, and ``at(widget)``: the widget's centre as
+    the model's ``{"x", "y"}`` in [0, 1000] of a frame captured from that screen."""
     desktop: Desktop = make_desktop("openbox", 1280, 800)
     form = desktop.tk_form(x=400, y=250)
     form.activate()
@@ -47,6 +50,21 @@ def test_a_scripted_contract_episode_fills_the_tk_form(make_desktop: Any, tmp_pa
         p = frame_pixel_to_point(frame, cx - frame.monitor.left, cy - frame.monitor.top)
         return {"x": p.x, "y": p.y}
 
+    return desktop, form, at
+
+
+def _run_script(desktop: Desktop, task: str, script: Path, approve: str, episodes: Path,
+                answers: str) -> subprocess.CompletedProcess[str]:
+    """`holodesk run TASK --script SCRIPT --approve APPROVE --json` as its own process on ``desktop``, with
+    ``answers`` on its stdin."""
+    return subprocess.run(
+        [sys.executable, "-m", "holodesk", "run", task, "--script", str(script), "--approve", approve,
+         "--episodes-dir", str(episodes), "--json"],
+        env=desktop.env(), input=answers, capture_output=True, text=True, timeout=240, cwd=ROOT)
+
+
+def test_a_scripted_contract_episode_fills_the_tk_form(make_desktop: Any, tmp_path: Path) -> None:
+    desktop, form, at = _tk_form_on_screen(make_desktop)
     script = tmp_path / "form.jsonl"
     script.write_text("\n".join([
         "# protocol: agent-loop-v1",
@@ -63,11 +81,8 @@ def test_a_scripted_contract_episode_fills_the_tk_form(make_desktop: Any, tmp_pa
         _reply("Done", {"tool_name": "answer", "content": "The form was submitted for Ada Lovelace."}),
     ]) + "\n", encoding="utf-8")
     episodes = tmp_path / "episodes"
-    res = subprocess.run(
-        [sys.executable, "-m", "holodesk", "run", "fill the form for Ada Lovelace", "--script", str(script),
-         "--approve", "auto", "--episodes-dir", str(episodes), "--json"],
-        env=desktop.env(), capture_output=True, text=True, timeout=240, cwd=ROOT,
-        input="a\na\n")  # 'agree' and Submit may consent or submit: the autopilot asks, the user approves
+    # 'agree' and Submit may consent or submit: the autopilot asks, the user approves
+    res = _run_script(desktop, "fill the form for Ada Lovelace", script, "auto", episodes, answers="a\na\n")
     assert res.returncode == 0, res.stdout + res.stderr
     assert form.result() == {"name": "Ada Lovelace", "agree": True, "count": 0, "submitted": True}
     summary = json.loads(res.stdout.strip().splitlines()[-1])
@@ -85,19 +100,7 @@ def test_step_mode_edit_reads_the_tool_call_in_the_policys_protocol(make_desktop
     """`holodesk run --approve step` with an agent-loop-v1 script: at the typing step the user answers
     [e]dit; a holo-v1 tool call is refused (and asked again), the contract's write_desktop is performed.
     The form's own printed state after Submit is the verdict."""
-    desktop: Desktop = make_desktop("openbox", 1280, 800)
-    form = desktop.tk_form(x=400, y=250)
-    form.activate()
-    cap = MssCapture(display=desktop.display)
-    try:
-        frame = cap.grab(1)
-    finally:
-        cap.close()
-    def at(widget: str) -> dict[str, int]:
-        cx, cy = form.center(widget)
-        p = frame_pixel_to_point(frame, cx - frame.monitor.left, cy - frame.monitor.top)
-        return {"x": p.x, "y": p.y}
-
+    desktop, form, at = _tk_form_on_screen(make_desktop)
     script = tmp_path / "edit.jsonl"
     script.write_text("\n".join([
         "# protocol: agent-loop-v1",
@@ -113,10 +116,7 @@ def test_step_mode_edit_reads_the_tool_call_in_the_policys_protocol(make_desktop
         "a",  # the click on Submit
     ]) + "\n"
     episodes = tmp_path / "episodes"
-    res = subprocess.run(
-        [sys.executable, "-m", "holodesk", "run", "type the name", "--script", str(script), "--approve", "step",
-         "--episodes-dir", str(episodes), "--json"],
-        env=desktop.env(), input=answers, capture_output=True, text=True, timeout=240, cwd=ROOT)
+    res = _run_script(desktop, "type the name", script, "step", episodes, answers=answers)
     assert res.returncode == 0, res.stdout + res.stderr
     assert form.result()["name"] == "Ada Lovelace"  # the edited text, read back from the Tk form
     assert "new tool call as agent-loop-v1 JSON" in res.stdout
