@@ -144,22 +144,30 @@ def _root_property_window(env: dict[str, str], atom: str) -> bool:
     return res.returncode == 0 and "window id #" in res.stdout
 
 
-def compositor_running(env: dict[str, str]) -> bool:
-    """True when a compositing manager owns ``_NET_WM_CM_S0`` on ``env["DISPLAY"]``."""
+def _selection_owned(env: dict[str, str], selection: str) -> bool:
+    """True when a client owns ``selection`` on ``env["DISPLAY"]``. The X server drops an owner the
+    moment its client is gone, so unlike a root-window property this is never left over from a window
+    manager of an earlier test that was killed."""
     from Xlib import X, display
 
     conn = display.Display(env["DISPLAY"])
     try:
-        owner = conn.get_selection_owner(conn.intern_atom("_NET_WM_CM_S0"))
+        owner = conn.get_selection_owner(conn.intern_atom(selection))
         return bool(owner != X.NONE and getattr(owner, "id", owner))
     finally:
         conn.close()
 
 
+def compositor_running(env: dict[str, str]) -> bool:
+    """True when a compositing manager owns ``_NET_WM_CM_S0`` on ``env["DISPLAY"]``."""
+    return _selection_owned(env, "_NET_WM_CM_S0")
+
+
 def start_window_manager(env: dict[str, str], name: str, log_dir: Path, timeout: float = START_TIMEOUT_S
                          ) -> WindowManager:
     """Start window manager ``name`` (see :data:`ALL_WINDOW_MANAGERS`) on ``env["DISPLAY"]`` and wait until
-    it has announced itself (``_NET_SUPPORTING_WM_CHECK`` on the root window) and, for compositing
+    it has announced itself (it owns the ``WM_S0`` selection and ``_NET_SUPPORTING_WM_CHECK`` is on the
+    root window) and, for compositing
     setups, until the compositor owns ``_NET_WM_CM_S0``.
 
     Raises:
@@ -190,9 +198,11 @@ def start_window_manager(env: dict[str, str], name: str, log_dir: Path, timeout:
                 if proc.poll() is not None:
                     raise RuntimeError(f"{argv[0]} exited with {proc.returncode}:\n{wm.log()}")
                 if argv[0] == "picom" or (argv[0] == "xfwm4" and compositor == "xfwm4"):
-                    return (_root_property_window(env, "_NET_SUPPORTING_WM_CHECK") if argv[0] == "xfwm4"
-                            else True) and compositor_running(env)
-                return _root_property_window(env, "_NET_SUPPORTING_WM_CHECK")
+                    return (_selection_owned(env, "WM_S0") and _root_property_window(env, "_NET_SUPPORTING_WM_CHECK")
+                            if argv[0] == "xfwm4" else True) and compositor_running(env)
+                # WM_S0 (ICCCM 2.8): held by the running window manager itself; the EWMH property alone
+                # may still name the window of a window manager an earlier test killed
+                return _selection_owned(env, "WM_S0") and _root_property_window(env, "_NET_SUPPORTING_WM_CHECK")
 
             wait_until(ready, timeout, f"{argv[0]} on {env['DISPLAY']}", interval=0.1)
     except BaseException:
@@ -429,7 +439,11 @@ class Desktop:
                                    f"{app.stderr()}")
             return self._search(app, wm_class, name)
 
-        app.window = wait_until(found, timeout, f"a window of {argv}", interval=0.1)
+        try:
+            app.window = wait_until(found, timeout, f"a window of {argv}", interval=0.1)
+        except TimeoutError as exc:  # say what the program and the window manager printed
+            raise TimeoutError(f"{exc}; its stderr: {app.stderr()[-1500:]!r}; window manager log: "
+                               f"{self.wm.log()[-1500:]!r}") from None
         self.wait_placed(app, timeout)
         return app
 
