@@ -29,7 +29,8 @@ X11 keysym typer
     Before the map is restored, the same round trips run once more: a client that answers the ping has
     processed (and, as GTK and Qt do when they read a key event, translated) every key sent before it.
     A client that does not answer (xterm and Tk do not list ``_NET_WM_PING``; Tk also translates lazily,
-    when a binding runs) gets a fixed ``restore_delay_s`` (0.5 s) after the last key instead: a timing
+    when a binding runs; the Qt 6 test window lists it but did not answer on Xvfb without a window
+    manager) gets a fixed ``restore_delay_s`` (0.5 s) after the last key instead: a timing
     allowance, not a proof. After a remap the keys follow ``settle_s`` later (as xdotool does; an
     allowance too). Within one text each distinct character gets its own spare keycode, so a keycode is
     bound to another character only when the text has more distinct non-keyboard characters than there
