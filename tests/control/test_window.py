@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from holodesk.control.window import window_at
+from holodesk.control.window import toplevel_at_pointer, wait_for_focus_in, window_at
 from tests.helpers.target import TargetWindow
 
 pytestmark = pytest.mark.gui
@@ -41,3 +41,52 @@ def test_without_a_point_the_window_keys_go_to_is_named(xvfb: Any, tmp_path: Pat
 def test_no_display_means_no_window(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DISPLAY", raising=False)
     assert window_at(10, 10) is None
+
+
+def _set_focus_none() -> None:
+    from Xlib import X, display
+
+    d = display.Display()
+    try:
+        d.set_input_focus(X.NONE, X.RevertToNone, X.CurrentTime)
+        d.sync()
+    finally:
+        d.close()
+
+
+def test_keys_wait_until_the_clicked_window_has_taken_the_focus(xvfb: Any, tmp_path: Path) -> None:
+    """The wait ends when the other process takes the focus (its FocusIn), not before, and not by timeout."""
+    import subprocess
+    import threading
+    import time
+
+    with TargetWindow.start(tmp_path, x=300, y=200) as win:
+        x, y = win.center("field")
+        subprocess.run(["xdotool", "mousemove", str(x), str(y)], check=True, timeout=10)
+        top = toplevel_at_pointer()
+        assert top is not None
+        _set_focus_none()
+        delay = 0.5
+        clicker = threading.Timer(delay, lambda: subprocess.run(["xdotool", "click", "1"], check=True, timeout=10))
+        t0 = time.monotonic()
+        clicker.start()
+        try:
+            focused, waited = wait_for_focus_in(top, timeout_s=30.0)
+        finally:
+            clicker.join()
+        assert focused
+        assert delay - 0.05 <= waited < 30.0 and time.monotonic() - t0 >= delay
+        assert win.wait_for(lambda s: s["focus"] == "field", timeout=10)["focus"] == "field"
+
+
+def test_a_window_that_never_takes_the_focus_ends_the_wait_at_the_timeout(xvfb: Any, tmp_path: Path) -> None:
+    import subprocess
+
+    with TargetWindow.start(tmp_path, x=300, y=200) as win:
+        x, y = win.center("field")
+        subprocess.run(["xdotool", "mousemove", str(x), str(y)], check=True, timeout=10)
+        top = toplevel_at_pointer()
+        assert top is not None
+        _set_focus_none()
+        focused, waited = wait_for_focus_in(top, timeout_s=0.3)
+        assert not focused and waited >= 0.3

@@ -111,6 +111,9 @@ class PyAutoGUIExecutor:
             pointer on, so any difference is a real miss.
         target_class: callable returning the focused window's WM_CLASS (clipboard terminal chord);
             default :func:`holodesk.control.window.focused_window_class` on X11.
+        focus_timeout_s: X11: the longest wait, in seconds, for the window a left click went to to take
+            the keyboard focus before the next key or type step sends keys (default 2.0; the wait ends on
+            the FocusIn event, see ``_await_click_focus``).
     """
 
     name = "pyautogui"
@@ -129,6 +132,7 @@ class PyAutoGUIExecutor:
         target_class: Callable[[], str | None] | None = None,
         settle_timeout_s: float = 2.0,
         pointer_tolerance_px: int = 0,
+        focus_timeout_s: float = 2.0,
     ) -> None:
         if typing not in ("auto", "xtest", "clipboard"):
             raise ActionError(f"unknown typing method {typing!r}; use auto, xtest or clipboard")
@@ -145,6 +149,8 @@ class PyAutoGUIExecutor:
         self._target_class = target_class
         self._gui_module: Any = None
         self._x11_typer: X11KeysymTyper | None = None
+        self.focus_timeout_s = focus_timeout_s
+        self._clicked_toplevel: int | None = None  # X11 window a left click went to, until keys follow
 
     # -- pyautogui ----------------------------------------------------------------------------------
     def _gui(self) -> Any:
@@ -353,10 +359,13 @@ class PyAutoGUIExecutor:
             details["pointer_settle_s"] = self._move_verified(gui, ip)
             if isinstance(action, DoubleClick):
                 gui.doubleClick(button="left")
+                self._note_clicked_window()
                 details["method"] = "pyautogui.doubleClick"
                 return f"double-clicked at ({ip.x}, {ip.y})"
             button = {Click: "left", RightClick: "right", MiddleClick: "middle"}[type(action)]
             gui.click(button=button)
+            if button == "left":
+                self._note_clicked_window()
             details["method"] = f"pyautogui.click(button={button!r})"
             return f"{button}-clicked at ({ip.x}, {ip.y})"
         if isinstance(action, Move):
@@ -390,6 +399,8 @@ class PyAutoGUIExecutor:
                 details["method"] = "pyautogui.hscroll"
             details["wheel_clicks"] = action.amount
             return f"scrolled {action.direction} by {action.amount}"
+        if isinstance(action, (Key, Type)):
+            self._await_click_focus(details)
         if isinstance(action, Key):
             names = self._press_chord(action.keys)
             details["method"] = "pyautogui.keyDown/keyUp"
@@ -486,6 +497,34 @@ class PyAutoGUIExecutor:
         return round(waited, 3)
 
     # -- keyboard ------------------------------------------------------------------------------------
+    def _note_clicked_window(self) -> None:
+        """Remember the X11 top-level a left click went to, so the next keys wait for it to take the focus."""
+        if sys.platform.startswith("linux") and os.environ.get("DISPLAY"):
+            from holodesk.control.window import toplevel_at_pointer
+
+            self._clicked_toplevel = toplevel_at_pointer()
+
+    def _await_click_focus(self, details: dict[str, Any]) -> None:
+        """Before keys that follow a left click: wait (at most ``focus_timeout_s``) until the X input focus
+        is in the clicked top-level window (:func:`holodesk.control.window.wait_for_focus_in`, proven by a
+        FocusIn event and a GetInputFocus read-back). A busy client handles the click, and takes the focus,
+        only when it gets to it; keys sent before would go to the previously focused window (F14). A
+        window that never takes the focus (the desktop, a window that refuses it) costs the timeout and
+        a warning; the keys then go where the focus is. Sets ``details["focus_after_click"]`` to
+        ``{"window": id, "focused": bool, "waited_s": seconds}``."""
+        toplevel, self._clicked_toplevel = self._clicked_toplevel, None
+        if toplevel is None:
+            return
+        from holodesk.control.window import wait_for_focus_in
+
+        focused, waited = wait_for_focus_in(toplevel, self.focus_timeout_s)
+        details["focus_after_click"] = {"window": toplevel, "focused": focused, "waited_s": round(waited, 3)}
+        if not focused:
+            log.warning("the clicked window 0x%x did not take the keyboard focus within %.1f s; the keys go "
+                        "to the window that has it", toplevel, self.focus_timeout_s)
+        elif waited > 0.05:
+            log.info("waited %.2f s for the clicked window 0x%x to take the keyboard focus", waited, toplevel)
+
     def _press_chord(self, keys: Sequence[str]) -> Any:
         """Press ``keys`` in order and release them in reverse order (always released).
 

@@ -26,10 +26,19 @@ X11 keysym typer
     ``_NET_WM_PING`` to the focused client; EWMH 1.5), each bounded by ``sync_timeout_s``, before the
     typing step ends. A side that does not answer gets the fixed ``settle_s`` instead (logged).
 
-    When a client has translated a key cannot be observed: Tk translates lazily when a binding runs, and
-    the Qt target used in the tests did not answer pings without a window manager. The map is therefore
-    restored a fixed ``restore_delay_s`` (0.5 s) after the last key, a timing allowance, not a proof;
-    after a remap the keys follow ``settle_s`` later (as xdotool does).
+    Before the map is restored, the same round trips run once more: a client that answers the ping has
+    processed (and, as GTK and Qt do when they read a key event, translated) every key sent before it.
+    A client that does not answer (xterm and Tk do not list ``_NET_WM_PING``; Tk also translates lazily,
+    when a binding runs; the Qt 6 test window lists it but did not answer on Xvfb without a window
+    manager) gets a fixed ``restore_delay_s`` (0.5 s) after the last key instead: a timing
+    allowance, not a proof. After a remap the keys follow ``settle_s`` later (as xdotool does; an
+    allowance too). Within one text each distinct character gets its own spare keycode, so a keycode is
+    bound to another character only when the text has more distinct non-keyboard characters than there
+    are spare keycodes (then the text is typed in segments, each restored as above before the next).
+
+    Keys that follow a click must go to the clicked window: the executor waits for it to take the focus
+    first (:meth:`holodesk.control.pyautogui_executor.PyAutoGUIExecutor._await_click_focus`, proven by
+    a FocusIn event), since a busy client takes the focus only when it handles the click.
 
     Lock keys (F26): the server applies locked modifiers to synthetic keys too, so with Caps Lock on
     "abc" would arrive as "ABC" and "ß" as "ẞ". Before typing, every active lock that changes which
@@ -171,8 +180,8 @@ class X11KeysymTyper:
             reason xdotool sleeps after remapping); also the wait after restoring the map for a window
             manager / focused window that cannot be synchronised with (:class:`ClientSync`).
         restore_delay_s: seconds between the last key that used a temporary binding and restoring the
-            keyboard map, so the focused client has translated those keys (default 0.5; a timing
-            allowance, see the module docstring).
+            keyboard map where the focused client does not answer ``_NET_WM_PING``, so it has
+            translated those keys (default 0.5; a timing allowance, see the module docstring).
         sync_timeout_s: longest wait for one round trip with the focused window / window manager, in
             seconds; a side that does not answer in time gets the fixed delays for the rest of the text
             (logged).
@@ -346,7 +355,9 @@ class X11KeysymTyper:
                         tap(kc, level == 1)
                 conn.sync()
                 if needed and sync is not None:
-                    time.sleep(self.restore_delay_s)  # let the client translate these keys with our map
+                    # The client has translated these keys with our map: proven by a ping round trip, or
+                    # the restore_delay_s allowance where it does not answer (see the module docstring).
+                    sync.wait(self.restore_delay_s)
                     self._restore(conn, bound, width)
                     bound = {}
                     sync.wait(self.settle_s)  # WM and client have handled the map changes before any click

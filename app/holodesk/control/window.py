@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import sys
+import time
 from typing import Any
 
 from holodesk.core.wording import WindowInfo
@@ -156,3 +158,81 @@ def window_at(x: int | None = None, y: int | None = None) -> WindowInfo | None:
     except Exception as exc:  # Xlib raises several unrelated types on a bad display
         log.warning("could not read the window at the target: %s", exc)
         return None
+
+
+def toplevel_at_pointer() -> int | None:
+    """X11 id of the root window's child under the pointer (the window manager's frame, or the
+    application window itself without a window manager); None where it cannot be known."""
+    if not sys.platform.startswith("linux") or not os.environ.get("DISPLAY"):
+        return None
+    try:
+        from Xlib import X, display
+    except ImportError:
+        log.warning("python-xlib is missing; the clicked window cannot be identified")
+        return None
+    try:
+        d = display.Display()
+        try:
+            child = d.screen().root.query_pointer().child
+            return None if child in (None, X.NONE) or isinstance(child, int) else int(child.id)
+        finally:
+            d.close()
+    except Exception as exc:  # Xlib raises several unrelated types on a bad display
+        log.warning("could not read the window under the pointer: %s", exc)
+        return None
+
+
+def wait_for_focus_in(toplevel: int, timeout_s: float) -> tuple[bool, float]:
+    """Wait until the X input focus is ``toplevel`` or one of its descendants (or PointerRoot, where
+    keys go to the window under the pointer), at most ``timeout_s`` seconds.
+
+    Event-based: FocusChange events are selected on ``toplevel`` (the server sends it a FocusIn when the
+    focus enters its subtree, X11 protocol "Input Focus Events"), and the focus is read back with
+    GetInputFocus after each event, so a click that a busy client handles late still ends the wait as
+    soon as the client has taken the focus.
+
+    Returns:
+        ``(focused, waited_s)``: whether the focus got there, and the seconds waited. False also where
+        the focus cannot be read (no X display, the window is gone); the caller logs it.
+    """
+    if not sys.platform.startswith("linux") or not os.environ.get("DISPLAY"):
+        return False, 0.0
+    try:
+        from Xlib import X, display
+    except ImportError:
+        return False, 0.0
+    t0 = time.monotonic()
+    try:
+        d = display.Display()
+        try:
+            root = d.screen().root
+            top = d.create_resource_object("window", toplevel)
+            top.change_attributes(event_mask=X.FocusChangeMask)
+            d.sync()
+
+            def focused() -> bool:
+                win = d.get_input_focus().focus
+                if win == X.PointerRoot:
+                    return True
+                for _ in range(32):
+                    if win in (None, X.NONE) or isinstance(win, int) or win.id == root.id:
+                        return False
+                    if win.id == toplevel:
+                        return True
+                    win = win.query_tree().parent
+                return False
+
+            deadline = t0 + timeout_s
+            while not focused():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False, time.monotonic() - t0
+                select.select([d], [], [], min(left, 0.25))  # a FocusIn (or anything) wakes us up
+                while d.pending_events():
+                    d.next_event()
+            return True, time.monotonic() - t0
+        finally:
+            d.close()
+    except Exception as exc:  # BadWindow when the window went away; Xlib raises several unrelated types
+        log.warning("could not wait for the keyboard focus: %s", exc)
+        return False, time.monotonic() - t0
