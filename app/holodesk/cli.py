@@ -9,12 +9,15 @@ unless ``--debug`` is given.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
 from holodesk import __version__
@@ -273,12 +276,22 @@ def _run_task(args: argparse.Namespace, task: str, settings: Settings, capture: 
 
 def cmd_download(args: argparse.Namespace) -> int:
     """``holodesk download MODEL``: fetch a model into the hub cache with one progress line. Exit 0 done,
-    2 failed (the message says why and what to do), 3 stopped with Ctrl+C (run again to resume)."""
+    2 failed (the message says why and what to do), 3 stopped by SIGINT (Ctrl+C; run again to resume).
+
+    While the download runs, SIGINT sets its cancel event (see :func:`cancel_on_sigint`),
+    so it is honoured even where the process inherited SIGINT ignored and whatever the main thread is
+    doing: the download's worker refuses every further write at once."""
     import getpass
 
-    from holodesk.policy.download import TerminalProgress, download_model, hub_token, store_hub_token
+    from holodesk.policy.download import (
+        DownloadCancelled,
+        TerminalProgress,
+        download_model,
+        hub_token,
+        store_hub_token,
+    )
 
-    if args.login:
+    if args.login:  # Ctrl+C at the prompt: KeyboardInterrupt, as everywhere else
         token = getpass.getpass("Hugging Face token (from https://huggingface.co/settings/tokens): ").strip()
         if not token:
             raise HolodeskError("no token was given", hint="Paste a read token, or leave out --login.")
@@ -286,18 +299,40 @@ def cmd_download(args: argparse.Namespace) -> int:
         print("The token is kept in the system keychain.")
     bar = TerminalProgress(sys.stdout)
     cancel = threading.Event()
-    try:
-        result = download_model(args.model, revision=args.revision, cache_dir=args.cache_dir, progress=bar,
-                                cancel=cancel, token=hub_token(), verify_cached=True)
-    except KeyboardInterrupt:
-        bar.close()
-        print("holodesk: download stopped; run the same command again to resume it", file=sys.stderr)
-        return EXIT_STOPPED
-    finally:
-        bar.close()
+    with cancel_on_sigint(cancel):
+        try:
+            result = download_model(args.model, revision=args.revision, cache_dir=args.cache_dir, progress=bar,
+                                    cancel=cancel, token=hub_token(), verify_cached=True)
+        except DownloadCancelled:
+            bar.close()
+            print("holodesk: download stopped; run the same command again to resume it", file=sys.stderr)
+            return EXIT_STOPPED
+        finally:
+            bar.close()
     print(f"{args.model} is ready in {result.folder} ({result.downloaded_bytes} bytes downloaded, "
           f"{result.reused_bytes} bytes were already here)")
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def cancel_on_sigint(cancel: threading.Event) -> Iterator[None]:
+    """Within the block, SIGINT (Ctrl+C) sets ``cancel`` instead of raising KeyboardInterrupt; the
+    previous handler is restored afterwards. The handler is installed whatever the inherited disposition
+    (a background job of a non-interactive shell starts with SIGINT ignored), so a stop request sent to
+    the process is never lost. Off the main thread (where Python allows no handler) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        cancel.set()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        if previous is not None:  # None: a handler installed outside Python, which cannot be restored
+            signal.signal(signal.SIGINT, previous)
 
 
 def _focus_probe() -> Any:

@@ -187,6 +187,35 @@ def test_F30_stop_ends_the_download_within_a_second_and_leaves_it_resumable(hub:
     _assert_complete(cache)
 
 
+def test_F30_stop_is_honoured_while_the_callers_thread_is_busy(hub: LoopbackHub, cache: Path) -> None:
+    """Setting ``cancel`` alone stops the writes, whatever the caller's thread is doing: here it sits in the
+    progress callback for 5 s, long enough for the rest of the shard (14 MiB at 6 MiB/s) to arrive, and
+    the partial file must not grow meanwhile (a SIGINT handler that only sets the event relies on this)."""
+    hub.faults.bytes_per_s = 6 * MiB
+    cancel = threading.Event()
+    sizes: list[int] = []
+
+    def on_disk() -> int:  # bytes of the shard on disk: its partial file, or all of it once stored
+        partials = _partials(cache)
+        return partials[0].stat().st_size if partials else len(SHARD_BYTES)
+
+    def on_progress(report: DownloadProgress) -> None:
+        if report.done_bytes >= CHUNK and not cancel.is_set():
+            cancel.set()
+            time.sleep(0.5)  # a write begun before the event was set has ended
+            sizes.append(on_disk())
+            time.sleep(4.5)  # the caller's thread is busy; the next 10 MiB chunk arrives within 2 s
+            sizes.append(on_disk())
+
+    with pytest.raises(DownloadCancelled) as info:
+        download_model(REPO, cache_dir=cache, progress=on_progress, cancel=cancel)
+    assert info.value.kind == "cancelled" and "resume" in info.value.advice
+    assert len(sizes) == 2 and sizes[0] == sizes[1] < len(SHARD_BYTES), sizes
+    [partial] = _partials(cache)
+    assert partial.stat().st_size == sizes[0] and partial.read_bytes() == SHARD_BYTES[:sizes[0]]
+    assert not (_blobs(cache) / hashlib.sha256(SHARD_BYTES).hexdigest()).exists()
+
+
 def test_F30_dropped_connections_resume_with_range(hub: LoopbackHub, cache: Path) -> None:
     hub.faults.drop_after = 12 * MiB  # every response stops after 12 MiB
     download_model(REPO, cache_dir=cache)
@@ -546,10 +575,16 @@ def test_F30_a_stopped_download_restarts_at_once(hub: LoopbackHub, cache: Path) 
     _assert_complete(cache)
 
 
-def test_F30_ctrl_c_stops_holodesk_download_within_a_second(hub: LoopbackHub, cache: Path) -> None:
+@pytest.mark.parametrize("inherited", ["default", "ignored"])
+def test_F30_ctrl_c_stops_holodesk_download_within_a_second(hub: LoopbackHub, cache: Path, inherited: str) -> None:
+    """SIGINT stops ``holodesk download`` with exit 3, also where it inherited SIGINT ignored (how a
+    background job of a non-interactive shell, e.g. a CI script, starts: ``trap '' INT`` is the same).
+    The rest of the shard (14 MiB at 6 MiB/s) takes over two seconds, so exiting within one is a stop."""
     hub.faults.bytes_per_s = 6 * MiB
-    child = subprocess.Popen([sys.executable, "-m", "holodesk", "download", REPO, "--cache-dir", str(cache)],
-                             env=_child_env(hub), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    command = [sys.executable, "-m", "holodesk", "download", REPO, "--cache-dir", str(cache)]
+    if inherited == "ignored":  # the shell sets SIGINT ignored and execs Python, which keeps the same pid
+        command = ["sh", "-c", "trap '' INT; exec \"$@\"", "sh", *command]
+    child = subprocess.Popen(command, env=_child_env(hub), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for(lambda: any(p.stat().st_size >= CHUNK for p in _partials(cache)), 90, "a 10 MiB partial file")
         child.send_signal(signal.SIGINT)

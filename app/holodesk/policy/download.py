@@ -15,7 +15,9 @@ caller:
 * orphan partial files (other revisions, the library's own per-process temporary files) are deleted;
 * a stall timeout (no byte for ``stall_timeout_s``) and a bounded retry budget;
 * cancellation: the call returns within a second of ``cancel`` being set, and the partial file is left
-  as a resumable prefix (nothing more is written to it);
+  as a resumable prefix: the worker itself watches ``cancel`` and refuses every write from the moment it
+  is set, whatever the caller's thread is doing (so a signal handler that only sets the event stops the
+  download at once);
 * errors: :class:`DownloadError` with ``kind`` (one of :data:`KINDS`) and ``advice`` for the user.
 
 The cache layout is the library's (``models--owner--name/{blobs,snapshots/<commit>,refs}``), so
@@ -529,11 +531,15 @@ class _RetryableFileError(Exception):
 
 
 class _Job:
-    """State shared between the worker thread (downloads) and the caller's thread (supervises)."""
+    """State shared between the worker thread (downloads) and the caller's thread (supervises).
 
-    def __init__(self) -> None:
+    ``abort`` is set by the caller's thread when it stops waiting (cancel, stall, an exception);
+    ``cancel`` is the caller's own event (a Stop button, a SIGINT handler), watched by the worker too."""
+
+    def __init__(self, cancel: threading.Event | None = None) -> None:
         self.lock = threading.Lock()
         self.abort = threading.Event()
+        self.cancel = cancel if cancel is not None else threading.Event()
         self.done = threading.Event()
         self.last_activity = time.monotonic()
         self.plan: DownloadPlan | None = None
@@ -552,15 +558,20 @@ class _Job:
     def touch(self) -> None:
         self.last_activity = time.monotonic()
 
+    def stopped(self) -> bool:
+        """True once the job is aborted or the caller's ``cancel`` is set: nothing more may be written."""
+        return self.abort.is_set() or self.cancel.is_set()
+
     def check(self) -> None:
-        if self.abort.is_set():
+        """Raises _Aborted once :meth:`stopped`."""
+        if self.stopped():
             raise _Aborted()
 
 
 class _GuardedFile:
     """The partial file as handed to ``http_get``: counts bytes, refuses every write once the job is
-    aborted (so a cancelled download leaves a clean prefix), and counts restarts from zero (a server
-    that ignores Range) against the retry budget."""
+    aborted or cancelled (so a cancelled download leaves a clean prefix and stops at the next chunk), and
+    counts restarts from zero (a server that ignores Range) against the retry budget."""
 
     def __init__(self, handle: Any, job: _Job, budget: int, name: str) -> None:
         self._f = handle
@@ -649,7 +660,7 @@ def _lock_file(job: _Job, folder: Path, item: PlannedFile) -> Any:
                 waiting = True
                 log.warning("another download of %s holds %s; waiting for it", item.name, path)
     with job.lock:
-        if job.abort.is_set():
+        if job.stopped():
             lock.release(force=True)
             raise _Aborted()
         job.file_lock = lock
@@ -729,8 +740,11 @@ def _spend_retry(job: _Job, budget: int, exc: Exception) -> None:
     delay = min(4.0, 0.5 * 2 ** (spent - 1))
     log.warning("download attempt failed (%s); retrying in %.1f s (%d of %d)", exc, delay, spent, budget)
     job.touch()
-    if job.abort.wait(delay):
-        raise _Aborted()
+    deadline = time.monotonic() + delay
+    while time.monotonic() < deadline:
+        job.check()
+        job.abort.wait(min(_TICK_S, max(0.0, deadline - time.monotonic())))
+    job.check()
     job.touch()
 
 
@@ -860,7 +874,7 @@ def download_model(repo_id: str, *, revision: str = "main", cache_dir: str | Pat
     base = hub_endpoint(endpoint)
     cache = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     folder = repo_folder(repo_id, cache)
-    job = _Job()
+    job = _Job(cancel)
     worker = threading.Thread(
         target=_run_job, name=f"download {repo_id}", daemon=True,
         args=(job, repo_id, revision, cache, token, base, tuple(patterns), retry_budget, verify_cached,
@@ -902,14 +916,17 @@ def download_model(repo_id: str, *, revision: str = "main", cache_dir: str | Pat
                 job.file_lock = None
         return error
 
+    def cancelled() -> DownloadCancelled:
+        return DownloadCancelled(
+            "cancelled", f"the download of {repo_id} was stopped",
+            "Start it again to resume where it stopped: the partial file is kept in "
+            f"{folder / 'blobs'}.", repo_id=repo_id, folder=folder)
+
     worker.start()
     try:
         while not job.done.wait(_TICK_S):
-            if cancel is not None and cancel.is_set():
-                raise stop(DownloadCancelled(
-                    "cancelled", f"the download of {repo_id} was stopped",
-                    "Start it again to resume where it stopped: the partial file is kept in "
-                    f"{folder / 'blobs'}.", repo_id=repo_id, folder=folder))
+            if job.cancel.is_set():
+                raise stop(cancelled())
             if time.monotonic() - job.last_activity > stall_timeout_s:
                 raise stop(DownloadError(
                     "stalled", f"the model hub at {base} sent nothing for {stall_timeout_s:.0f} s while "
@@ -933,9 +950,8 @@ def download_model(repo_id: str, *, revision: str = "main", cache_dir: str | Pat
             }[exc.kind]
             raise DownloadError(exc.kind, f"downloading {repo_id} failed: {exc}", advice, repo_id=repo_id,
                                 folder=folder) from None
-        if isinstance(exc, _Aborted):  # cannot happen without cancel/stall, which raised above
-            raise DownloadCancelled("cancelled", f"the download of {repo_id} was stopped", "",
-                                    repo_id=repo_id, folder=folder)
+        if isinstance(exc, _Aborted):  # the worker saw ``cancel`` before this thread did
+            raise stop(cancelled())
         raise classify(exc, repo_id, base, folder, token_given=bool(token)) from exc
     report(final=True)
     assert job.result is not None
