@@ -119,11 +119,12 @@ def _torch() -> dict[str, Any]:
 def _local_fit() -> dict[str, Any]:
     """Which precision of Holotron-12B fits this machine (the rule the wizard and Settings use)."""
     from holodesk.core.fit import CHECKPOINT_BYTES, best_precision, disk_fits, explain_precision
-    from holodesk.machine import default_model_cache, disk_free_bytes, probe_gpus
+    from holodesk.machine import disk_free_bytes, probe_gpus
+    from holodesk.policy.download import default_cache_dir
 
     probe = probe_gpus()
     gpu = probe.best
-    cache = default_model_cache()
+    cache = default_cache_dir()
     disk = disk_free_bytes(cache)
     out: dict[str, Any] = {
         "gpu": f"{gpu.name}, {gpu.free_bytes / 2**30:.1f} GiB free of {gpu.total_bytes / 2**30:.1f} GiB"

@@ -94,12 +94,3 @@ def disk_free_bytes(path: Path) -> int:
         p = p.parent
     return int(shutil.disk_usage(p).free)
 
-
-def default_model_cache() -> Path:
-    """Where Hugging Face downloads go by default (``huggingface_hub``'s cache folder)."""
-    try:
-        from huggingface_hub import constants
-
-        return Path(constants.HF_HUB_CACHE)
-    except ImportError:
-        return Path.home() / ".cache" / "huggingface" / "hub"

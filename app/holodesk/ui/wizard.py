@@ -49,7 +49,8 @@ from holodesk.core.fit import (
     precision_fits,
 )
 from holodesk.errors import HolodeskError, SecretStoreError, SettingsError
-from holodesk.machine import GpuInfo, default_model_cache, disk_free_bytes, probe_gpus
+from holodesk.machine import GpuInfo, disk_free_bytes, probe_gpus
+from holodesk.policy.download import default_cache_dir
 from holodesk.settings import Settings, save_settings, validate_field
 from holodesk.ui.download import DownloadDialog, DownloadFn, format_bytes
 
@@ -111,7 +112,7 @@ def gather_facts(cache_dir: Path | None = None) -> MachineFacts:
     from holodesk.display import check_display
 
     probe = probe_gpus()
-    cache = cache_dir or default_model_cache()
+    cache = cache_dir or default_cache_dir()
     info = check_display()
     where = info.display or info.wayland_display
     display = f"{info.kind}{f' on {where}' if where else ''}" + (f": {info.problem}" if info.problem else "")
