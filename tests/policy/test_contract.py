@@ -336,3 +336,17 @@ def test_the_contract_is_the_default_protocol_everywhere() -> None:
 
     assert DEFAULT_PROTOCOL == "agent-loop-v1" == Settings.model_fields["protocol"].default
     assert RemotePolicy.__init__.__kwdefaults__["protocol"] == DEFAULT_PROTOCOL
+
+
+@pytest.mark.parametrize(("call", "words", "not_words"), [
+    # F24: typed text with a lone surrogate cannot be typed; the message says so in plain words
+    ({"tool_name": "write_desktop", "content": "a\ud83d b"}, "lone UTF-16 surrogate", "unable to parse raw data"),
+    # F23: a key name outside the vocabulary: one sentence, not pydantic's list of ~190 names
+    ({"tool_name": "hotkey_desktop", "keys": ["KP_Enter"]}, "is not a name Holodesk knows", "'altgr'"),
+])
+def test_rejections_say_what_is_wrong_in_plain_words(call: dict[str, Any], words: str, not_words: str) -> None:
+    raw = json.dumps({"note": None, "thought": "t", "tool_call": call})
+    with pytest.raises(PolicyOutputError) as info:
+        get_protocol("agent-loop-v1").parse(raw)
+    assert words in info.value.message and not_words not in info.value.message
+    assert info.value.raw_text == raw  # the reply is kept as it came
