@@ -64,7 +64,7 @@ from holodesk.core.actions import (
     Wait,
     normalize_key,
 )
-from holodesk.errors import ActionError, PolicyOutputError, SettingsError
+from holodesk.errors import ActionError, PolicyOutputError
 from holodesk.policy.base import HistoryStep, Observation, step_performed
 from holodesk.policy.protocol import (
     ActionProtocol,
@@ -74,6 +74,7 @@ from holodesk.policy.protocol import (
     _extract_object,
     _Fail,
     _short,
+    kept_frames,
 )
 
 NAME: Final = "agent-loop-v1"
@@ -645,14 +646,8 @@ class AgentLoopProtocol(ActionProtocol):
         Raises:
             SettingsError: when ``max_images`` < 1 (the current frame is always sent).
         """
-        if isinstance(max_images, bool) or not isinstance(max_images, int) or max_images < 1:
-            raise SettingsError(
-                "max_images must be an integer >= 1 (the current screenshot is always sent), "
-                f"got {max_images!r}"
-            )
         history = observation.history
-        with_frames = [i for i, step in enumerate(history) if step.frame is not None]
-        keep = set(with_frames[max(0, len(with_frames) - (max_images - 1)):]) if max_images > 1 else set()
+        keep = kept_frames(history, max_images)
 
         def observe(frame: Any) -> dict[str, Any]:
             middle: dict[str, Any] = (

@@ -901,16 +901,8 @@ class ActionProtocol:
         Raises:
             SettingsError: when ``max_images`` < 1 (the current frame is always sent).
         """
-        if isinstance(max_images, bool) or not isinstance(max_images, int) or max_images < 1:
-            raise SettingsError(
-                "max_images must be an integer >= 1 (the current screenshot is always sent), "
-                f"got {max_images!r}"
-            )
         history = observation.history
-        with_frames = [i for i, step in enumerate(history) if step.frame is not None]
-        # The most recent max_images - 1 history frames; max(0, ...) so that a short history is not
-        # sliced from a negative (wrapped-around) start.
-        keep = set(with_frames[max(0, len(with_frames) - (max_images - 1)):]) if max_images > 1 else set()
+        keep = kept_frames(history, max_images)
         parts: list[dict[str, Any]] = []
 
         def text(value: str) -> None:
@@ -989,6 +981,22 @@ class ActionProtocol:
             raise PolicyOutputError(
                 f"the localization reply is not valid: {exc}", raw_text=_as_text(raw_text)
             ) from None
+
+
+def kept_frames(history: Sequence[HistoryStep], max_images: int) -> set[int]:
+    """Indices of the history steps whose screenshots are still sent: the most recent ``max_images - 1``
+    steps that have a frame (the current screenshot is the last image). Older ones are sent as text.
+
+    Raises:
+        SettingsError: when ``max_images`` is not an integer >= 1 (the current frame is always sent).
+    """
+    if isinstance(max_images, bool) or not isinstance(max_images, int) or max_images < 1:
+        raise SettingsError(
+            f"max_images must be an integer >= 1 (the current screenshot is always sent), got {max_images!r}"
+        )
+    with_frames = [i for i, step in enumerate(history) if step.frame is not None]
+    # max(0, ...) so that a short history is not sliced from a negative (wrapped-around) start
+    return set(with_frames[max(0, len(with_frames) - (max_images - 1)):]) if max_images > 1 else set()
 
 
 def _as_text(raw: Any) -> str:
