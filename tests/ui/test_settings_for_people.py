@@ -183,8 +183,12 @@ def test_F29_the_wheel_never_changes_a_field_that_is_not_focused(qtbot: Any, mak
     assert d.values() == before  # ... and the monitor number did not change
 
     scroll.ensureWidgetVisible(approval)
+    # keyboard focus needs the dialog to be the active window again (the X pointer moved over it, and
+    # with no window manager nothing re-activates it): activate it, then focus the field
+    d.activateWindow()
+    qtbot.waitUntil(d.isActiveWindow, timeout=10000)
     approval.setFocus()
-    qtbot.waitUntil(approval.hasFocus, timeout=3000)
+    qtbot.waitUntil(approval.hasFocus, timeout=10000)
     wheel_over(approval, "5", times=1)  # the focused field takes the wheel, as everywhere else
     qtbot.waitUntil(lambda: approval.currentData() == "auto", timeout=5000)
 
