@@ -38,10 +38,11 @@ F14_TEXT = "Grüße, żółw, Ελληνικά, 日本語"
 
 
 @pytest.fixture
-def executor(xvfb: XvfbServer) -> PyAutoGUIExecutor:
+def executor(xvfb: XvfbServer) -> Iterator[PyAutoGUIExecutor]:
     ex = PyAutoGUIExecutor()
     ex.move_pointer_out_of_corner()
-    return ex
+    yield ex
+    ex.end_episode()  # as the session does: the shared X server gets its keyboard map back
 
 
 @pytest.fixture
@@ -199,7 +200,7 @@ def test_target_in_a_corner_is_refused(executor: PyAutoGUIExecutor, frame: Frame
 # -- keyboard ------------------------------------------------------------------------------------------
 def test_type_unicode_exactly_and_restore_keyboard_map(executor: PyAutoGUIExecutor, target: TargetWindow,
                                                        frame: Frame) -> None:
-    """F14 through the X11 keysym typer."""
+    """F14 through the X11 keysym typer: the bindings are held for the episode and given back at its end."""
     before = keyboard_map()
     assert executor.execute(Click(at(frame, target.center("field"))), frame).ok
     target.wait_for(lambda s: s["focus"] == "field")
@@ -210,7 +211,46 @@ def test_type_unicode_exactly_and_restore_keyboard_map(executor: PyAutoGUIExecut
     assert r.details["remapped_characters"] > 0
     state = target.wait_for(lambda s: s["text"] == text)
     assert state["text"] == text
+    held = keyboard_map()
+    assert held != before  # the characters keep their spare keycodes until the episode ends
+    # a character of the text's last segment again (the server may have too few spare keycodes for all
+    # of the text's characters at once): no keyboard-map change at all
+    again = [ch for ch in text if ord(ch) > 0x7E][-1] * 3
+    r2 = executor.execute(Type(again), frame)
+    assert r2.ok and "client_sync" not in r2.details, r2
+    target.wait_for(lambda s: s["text"] == text + again)
+    assert keyboard_map() == held
+    executor.end_episode()
     assert keyboard_map() == before
+
+
+def test_binding_overwritten_by_someone_else_is_forgotten(executor: PyAutoGUIExecutor, target: TargetWindow,
+                                                          frame: Frame, xvfb: XvfbServer) -> None:
+    """A layout switch mid-episode rewrites the keycodes we hold: the typer binds afresh (the text still
+    arrives exactly) and does not empty a keycode that is no longer ours."""
+    from Xlib import display
+
+    assert executor.execute(Click(at(frame, target.center("field"))), frame).ok
+    target.wait_for(lambda s: s["focus"] == "field")
+    assert executor.execute(Type("ß"), frame).ok
+    target.wait_for(lambda s: s["text"] == "ß")
+    d = display.Display()
+    try:
+        info = d.display.info
+        rows = d.get_keyboard_mapping(info.min_keycode, info.max_keycode - info.min_keycode + 1)
+        ours = [info.min_keycode + i for i, row in enumerate(rows) if list(row)[:2] == [0xDF, 0xDF]]
+        assert len(ours) == 1
+        d.change_keyboard_mapping(ours[0], [[0x2A, 0x2A] + [0] * (len(rows[0]) - 2)])  # "*", someone else's
+        d.sync()
+        assert executor.execute(Type("ßß"), frame).ok
+        target.wait_for(lambda s: s["text"] == "ßßß")
+        executor.end_episode()
+        after = d.get_keyboard_mapping(ours[0], 1)
+        assert list(after[0])[:2] == [0x2A, 0x2A]  # not ours any more: left as the other party set it
+        d.change_keyboard_mapping(ours[0], [[0] * len(rows[0])])
+        d.sync()
+    finally:
+        d.close()
 
 
 def test_type_newline_is_return_and_tab_moves_focus(executor: PyAutoGUIExecutor, target: TargetWindow,
@@ -314,3 +354,30 @@ def test_display_changed_after_pyautogui_import_is_reported(
     r = PyAutoGUIExecutor().execute(Click(Point(500, 500)), frame)
     assert (r.ok, r.status, r.details.get("error")) == (False, "failed", "DisplayError")
     assert f"DISPLAY is now '{other.display}'" in r.message
+
+
+def test_a_window_manager_that_is_gone_is_not_waited_for(xvfb: XvfbServer) -> None:
+    """A killed window manager leaves _NET_SUPPORTING_WM_CHECK on the root, naming a window that no longer
+    exists: the typer's sync must not wait its 2 s round-trip bound for it on every keyboard-map change."""
+    from Xlib import X, Xatom, display
+
+    from holodesk.control.typing import ClientSync
+
+    d = display.Display()
+    root = d.screen().root
+    atom = d.intern_atom("_NET_SUPPORTING_WM_CHECK")
+    check = root.create_window(0, 0, 1, 1, 0, 0, X.InputOnly, X.CopyFromParent)
+    try:
+        for w in (root, check):
+            w.change_property(atom, Xatom.WINDOW, 32, [check.id])
+        d.sync()
+        assert ClientSync(d, 2.0).method["window_manager"] == "frame_extents"  # looks alive: asked
+        check.destroy()
+        d.sync()
+        sync = ClientSync(d, 2.0)
+        assert sync.method["window_manager"] == "none"  # so wait() sends it no request and waits for none
+        sync.close()
+    finally:
+        root.delete_property(atom)
+        d.sync()
+        d.close()

@@ -70,6 +70,9 @@ class LoggingExecutor(RecordingExecutor):
         self.log.append(("execute", action))
         return super().execute(action, frame)
 
+    def end_episode(self) -> None:
+        self.log.append(("end_episode", None))
+
 
 def make_session(replies: list[Any], answers: list[ApprovalResponse], tmp_path: Path, *, mode: str = "step",
                  limits: SessionLimits | None = None, n_frames: int = 50, capture: Any = None,
@@ -98,6 +101,18 @@ def test_step_mode_never_executes_without_an_approval_event(tmp_path: Path) -> N
         if kind == "execute":
             assert log[i - 1][0] == "approval" and log[i - 1][1][1] is Decision.APPROVE
     assert [r.step for r in spy.requests] == [0, 1, 2]
+
+
+def test_every_episode_end_is_told_to_the_executor_once(tmp_path: Path) -> None:
+    """The executor gives back what it held between steps (the typer's keyboard bindings) when an
+    episode finishes, is stopped, or fails."""
+    for replies, answers, status in [([click(1, 1), answer("ok")], [A], State.FINISHED),
+                                     ([click(1, 1), click(2, 2)], [A, Q], State.STOPPED),
+                                     (["not an action"] * 5, [], State.FAILED)]:
+        session, _spy, _executor, log = make_session(replies, answers, tmp_path)
+        assert session.run("a task").status is status
+        assert [kind for kind, _ in log].count("end_episode") == 1
+        assert log[-1][0] == "end_episode"
 
 
 def test_stop_ends_the_run_and_the_record_lists_every_decision(tmp_path: Path) -> None:
@@ -318,7 +333,7 @@ def test_geometry_self_check_runs_once_before_anything_and_a_mismatch_refuses_th
     if fail:
         assert result.status is State.FAILED and result.steps == 0
         assert result.reason == "start-up geometry check failed: FAKE mismatch. Check the layout."
-        assert log == [] and executor.calls == []
+        assert log == [("end_episode", None)] and executor.calls == []
     else:
         assert result.status is State.FINISHED and len(executor.calls) == 2
 

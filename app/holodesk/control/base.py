@@ -35,8 +35,13 @@ class ActionResult:
 
 class Executor(Protocol):
     """Performs actions. ``frame`` is the frame the action was proposed for; every point is mapped
-    through :func:`holodesk.core.geometry.to_input_point` with it."""
+    through :func:`holodesk.core.geometry.to_input_point` with it.
+
+    An executor that keeps state between the steps of an episode (the X11 typer's keyboard bindings)
+    also has ``end_episode() -> None``, which the session calls once when an episode ends, whatever its
+    outcome; it must not raise."""
 
     name: str
 
     def execute(self, action: Action, frame: Frame) -> ActionResult: ...
+

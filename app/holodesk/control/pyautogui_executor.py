@@ -204,6 +204,13 @@ class PyAutoGUIExecutor:
         gui = self._gui()
         return tuple(gui.position()) in [tuple(p) for p in gui.FAILSAFE_POINTS]
 
+    def end_episode(self) -> None:
+        """Undo what the executor keeps between the steps of an episode: the characters the X11 typer
+        bound to spare keycodes (:meth:`~holodesk.control.typing.X11KeysymTyper.release`). Never raises;
+        the executor stays usable."""
+        if self._x11_typer is not None:
+            self._x11_typer.release()
+
     def move_pointer_out_of_corner(self) -> InputPoint | None:
         """If the pointer is in a fail-safe corner, move it to the centre of the primary screen.
 

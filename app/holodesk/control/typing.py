@@ -11,30 +11,33 @@ X11 keysym typer
     Return keys.
 
     Synchronising with the focused client and the window manager: every keyboard-map change sends each
-    client a MappingNotify event. A client translates a key event with the map it holds when it processes
-    that event, so restoring the map before a busy client has read the last keys loses characters (F14).
-    The window manager reloads its key bindings on every MappingNotify (openbox logs "Keyboard map
-    changed. Reloading keyboard bindings." with ``--debug``). A click that arrived while openbox was still
-    reloading reached the GTK 3 form with a LeaveNotify between ButtonPress and ButtonRelease (seen with a
-    GDK event log; most likely openbox, which takes clicks on client windows through a synchronous button
-    grab, got to it late), and GtkButton / GtkCheckButton then ignore the click (``in_button`` is cleared
-    on leave). Under openbox 10 of 10 clicks on a GTK check box right after typing "Grüße 日本語" were
-    lost that way without this synchronisation (tests/field_cases/test_real_desktop.py, F22).
-    The X server delivers each client's events in order and both process them in order, so an answer to
-    a request sent after the change proves the change was handled: after restoring the map,
-    :class:`ClientSync` makes those round trips (``_NET_REQUEST_FRAME_EXTENTS`` to the window manager,
-    ``_NET_WM_PING`` to the focused client; EWMH 1.5), each bounded by ``sync_timeout_s``, before the
-    typing step ends. A side that does not answer gets the fixed ``settle_s`` instead (logged).
+    client a MappingNotify event. A client translates a key event with the map it holds when it
+    translates that event (Xlib with XKB updates its map when it reads the notify from the socket, and Tk
+    translates when a binding runs), so changing the map again before a busy client has translated the
+    keys loses characters (F14). The window manager reloads its key bindings on every MappingNotify
+    (openbox logs "Keyboard map changed. Reloading keyboard bindings." with ``--debug``). A click that
+    arrived while openbox was still reloading reached the GTK 3 form with a LeaveNotify between
+    ButtonPress and ButtonRelease (seen with a GDK event log), and GtkButton / GtkCheckButton then ignore
+    the click (``in_button`` is cleared on leave). Under openbox 10 of 10 clicks on a GTK check box right
+    after typing "Grüße 日本語" were lost that way without this synchronisation
+    (tests/field_cases/test_real_desktop.py, F22). The X server delivers each client's events in order and
+    both process them in order, so an answer to a request sent after the change proves the change was
+    handled: after a change, :class:`ClientSync` makes those round trips (``_NET_REQUEST_FRAME_EXTENTS``
+    to the window manager, ``_NET_WM_PING`` to the focused client; EWMH 1.5), each bounded by
+    ``sync_timeout_s``, before any key is sent. A side that does not answer gets the fixed ``settle_s``
+    instead (logged).
 
-    Before the map is restored, the same round trips run once more: a client that answers the ping has
-    processed (and, as GTK and Qt do when they read a key event, translated) every key sent before it.
-    A client that does not answer (xterm and Tk do not list ``_NET_WM_PING``; Tk also translates lazily,
-    when a binding runs; the Qt 6 test window lists it but did not answer on Xvfb without a window
-    manager) gets a fixed ``restore_delay_s`` (0.5 s) after the last key instead: a timing
-    allowance, not a proof. After a remap the keys follow ``settle_s`` later (as xdotool does; an
-    allowance too). Within one text each distinct character gets its own spare keycode, so a keycode is
-    bound to another character only when the text has more distinct non-keyboard characters than there
-    are spare keycodes (then the text is typed in segments, each restored as above before the next).
+    Bindings are held, not restored after each text: a character bound to a spare keycode keeps it until
+    :meth:`X11KeysymTyper.release` (the executor calls it when the episode ends), so later texts reuse it
+    without a map change, and the map never changes while keys typed earlier in the episode may still be
+    waiting in a client's queue. Only a spare keycode (one with no keysym) is ever bound, so no key of
+    the user's keyboard changes meaning. Restoring waits for the focused client's ping answer first; a
+    client that does not answer (xterm and Tk do not list ``_NET_WM_PING``; the Qt 6 test window lists it
+    but did not answer on Xvfb without a window manager) gets a fixed ``restore_delay_s`` (0.5 s) instead,
+    on top of the rest of the episode: a timing allowance, not a proof; nothing such a client does can be
+    observed from outside. The same wait precedes releasing every held binding when a text needs more
+    new characters than there are free spare keycodes. A binding that someone else overwrote (a layout
+    switch) is forgotten, not restored.
 
     Keys that follow a click must go to the clicked window: the executor waits for it to take the focus
     first (:meth:`holodesk.control.pyautogui_executor.PyAutoGUIExecutor._await_click_focus`, proven by
@@ -176,12 +179,12 @@ class X11KeysymTyper:
 
     Args:
         display_name: X display (default ``$DISPLAY``).
-        settle_s: seconds between binding characters to spare keycodes and pressing them (the same
-            reason xdotool sleeps after remapping); also the wait after restoring the map for a window
-            manager / focused window that cannot be synchronised with (:class:`ClientSync`).
-        restore_delay_s: seconds between the last key that used a temporary binding and restoring the
-            keyboard map where the focused client does not answer ``_NET_WM_PING``, so it has
-            translated those keys (default 0.5; a timing allowance, see the module docstring).
+        settle_s: seconds to wait after a keyboard-map change (binding or restoring) for a window
+            manager / focused window that cannot be synchronised with (:class:`ClientSync`); xdotool
+            sleeps after remapping for the same reason.
+        restore_delay_s: seconds to wait before restoring held bindings (:meth:`release`) where the
+            focused client does not answer ``_NET_WM_PING``, so it has translated the keys sent with them
+            (default 0.5; a timing allowance, see the module docstring).
         sync_timeout_s: longest wait for one round trip with the focused window / window manager, in
             seconds; a side that does not answer in time gets the fixed delays for the rest of the text
             (logged).
@@ -196,6 +199,8 @@ class X11KeysymTyper:
         self.sync_timeout_s = sync_timeout_s
         self.key_delay_s = key_delay_s
         self._lock = threading.Lock()
+        self._held: dict[int, int] = {}  # keysym -> spare keycode bound to it by us, until release()
+        self._held_rows: dict[int, tuple[int, ...]] = {}  # keycode -> its keysyms as read back after binding
 
     def _open(self) -> Any:
         try:
@@ -224,7 +229,8 @@ class X11KeysymTyper:
             ActionError: untypeable control characters, no spare keycode for a needed remap, or a lock
                 that could not be turned off (nothing typed).
             DisplayError: no X connection / no XTEST.
-        The keyboard map and the locks are restored even when typing fails half-way.
+        The locks are restored even when typing fails half-way; characters bound to spare keycodes stay
+        bound until :meth:`release`.
         """
         keysyms = text_to_keysyms(text)
         with self._lock:
@@ -308,10 +314,12 @@ class X11KeysymTyper:
         # keysym -> (keycode, level) for level 0 (plain) and 1 (Shift) of group 1
         direct: dict[int, tuple[int, int]] = {}
         spare: list[int] = []
+        self._forget_stale(rows, min_kc)
+        held_keycodes = set(self._held.values())
         for offset, row in enumerate(rows):
             kc = min_kc + offset
             syms = list(row)
-            if not any(syms):
+            if kc in held_keycodes or not any(syms):
                 spare.append(kc)
                 continue
             for level in (0, 1):
@@ -334,42 +342,92 @@ class X11KeysymTyper:
                 conn.sync()
                 time.sleep(self.key_delay_s)
 
-        remapped_total: set[int] = set()
-        bound: dict[int, int] = {}  # keycode -> keysym currently bound by us
-        sync = ClientSync(conn, self.sync_timeout_s) if any(ks not in typable for ks in keysyms) else None
+        sync: ClientSync | None = None
         method: dict[str, str] = {}
         try:
             for start, end in segments:
-                needed = [ks for ks in dict.fromkeys(keysyms[start:end]) if ks not in typable]
-                if needed and sync is not None:
-                    bound = dict(zip(spare, needed, strict=False))
-                    self._change_map(conn, {kc: [ks, ks] for kc, ks in bound.items()}, width)
-                    time.sleep(self.settle_s)
-                    remapped_total.update(needed)
-                by_keysym = {ks: kc for kc, ks in bound.items()}
+                needed = [ks for ks in dict.fromkeys(keysyms[start:end]) if ks not in typable and ks not in self._held]
+                if needed:
+                    sync = sync or ClientSync(conn, self.sync_timeout_s)
+                    self._bind(conn, sync, needed, spare, width)
                 for ks in keysyms[start:end]:
-                    if ks in by_keysym and ks not in typable:
-                        tap(by_keysym[ks], False)
-                    else:
+                    if ks in typable:
                         kc, level = direct[ks]
                         tap(kc, level == 1)
+                    else:
+                        tap(self._held[ks], False)
                 conn.sync()
-                if needed and sync is not None:
-                    # The client has translated these keys with our map: proven by a ping round trip, or
-                    # the restore_delay_s allowance where it does not answer (see the module docstring).
-                    sync.wait(self.restore_delay_s)
-                    self._restore(conn, bound, width)
-                    bound = {}
-                    sync.wait(self.settle_s)  # WM and client have handled the map changes before any click
         finally:
-            if bound:
-                self._restore(conn, bound, width)
             if sync is not None:
                 method = sync.method  # read before close() drops the probe window
                 sync.close()
-        extra = {"client_sync": method} if method else {}
-        return TypingReport(method="xtest_keysym", characters=len(keysyms), remapped=len(remapped_total),
-                            extra=extra)
+        extra: dict[str, Any] = {"held_bindings": len(self._held)}
+        if method:
+            extra["client_sync"] = method  # only when the map changed
+        return TypingReport(method="xtest_keysym", characters=len(keysyms),
+                            remapped=len({ks for ks in keysyms if ks not in typable}), extra=extra)
+
+    def _forget_stale(self, rows: Sequence[Sequence[int]], min_kc: int) -> None:
+        """Drop held bindings whose keycode no longer carries our keysym (someone else changed the map,
+        e.g. a layout switch): those keycodes are not ours to restore any more."""
+        for ks, kc in list(self._held.items()):
+            offset = kc - min_kc
+            if not 0 <= offset < len(rows) or tuple(rows[offset]) != self._held_rows.get(kc):
+                log.info("keycode %d no longer holds our binding (the keyboard map was changed); forgetting it", kc)
+                del self._held[ks]
+                self._held_rows.pop(kc, None)
+
+    def _bind(self, conn: Any, sync: ClientSync, needed: list[int], spare: list[int], width: int) -> None:
+        """Bind each keysym of ``needed`` to a spare keycode and wait until the focused client and the
+        window manager have handled the change (:meth:`ClientSync.wait`). When too few spare keycodes are
+        free, every held binding is released first (:meth:`_release_held`)."""
+        free = [kc for kc in spare if kc not in set(self._held.values())]
+        if len(free) < len(needed):
+            self._release_held(conn, sync, width)
+            free = list(spare)
+        new = dict(zip(needed, free, strict=False))
+        self._change_map(conn, {kc: [ks, ks] for ks, kc in new.items()}, width)
+        self._held.update(new)
+        # what the server reports for them now (XKB may fill more levels than the two we set)
+        self._held_rows.update({kc: tuple(conn.get_keyboard_mapping(kc, 1)[0]) for kc in new.values()})
+        sync.wait(self.settle_s)
+
+    def _release_held(self, conn: Any, sync: ClientSync, width: int) -> None:
+        """Restore the keycodes of every held binding to empty. First the clients must have translated
+        the keys sent with them: proven by a ping round trip, or the ``restore_delay_s`` allowance where
+        the focused client does not answer (see the module docstring); afterwards the window manager and
+        the client have handled the change before anything else is sent."""
+        if not self._held:
+            return
+        sync.wait(self.restore_delay_s)
+        self._restore(conn, {kc: ks for ks, kc in self._held.items()}, width)
+        self._held.clear()
+        self._held_rows.clear()
+        sync.wait(self.settle_s)
+
+    def release(self) -> None:
+        """Give back every keycode this typer bound (the keyboard map is then as before the first
+        :meth:`type_text`). Call at the end of an episode; never raises (a failure is logged: the
+        bound keycodes are spare ones, so no key the user has changes meaning)."""
+        with self._lock:
+            if not self._held:
+                return
+            try:
+                conn = self._open()
+            except DisplayError as exc:
+                log.warning("could not restore the keyboard map after typing: %s", exc)
+                return
+            sync: ClientSync | None = None
+            try:
+                rows = conn.get_keyboard_mapping(int(conn.display.info.min_keycode), 1)
+                sync = ClientSync(conn, self.sync_timeout_s)
+                self._release_held(conn, sync, len(rows[0]) if rows else 2)
+            except Exception as exc:
+                log.warning("could not restore the keyboard map after typing: %s", exc)
+            finally:
+                if sync is not None:
+                    sync.close()
+                conn.close()
 
     @staticmethod
     def _change_map(conn: Any, rows: dict[int, list[int]], width: int) -> None:
@@ -383,6 +441,7 @@ class X11KeysymTyper:
 
     @classmethod
     def _restore(cls, conn: Any, bound: dict[int, int], width: int) -> None:
+        """Empty the keycodes of ``bound`` (keycode -> keysym)."""
         cls._change_map(conn, {kc: [] for kc in bound}, width)
 
 
@@ -426,8 +485,7 @@ class ClientSync:
         if self.client is None:
             log.info("the focused window does not answer _NET_WM_PING; typing waits fixed delays for it")
         self._probe: Any = None
-        self._wm_present = bool(self._root.get_full_property(conn.intern_atom("_NET_SUPPORTING_WM_CHECK"),
-                                                             X.AnyPropertyType))
+        self._wm_present = self._wm_running()
         if self._wm_present:
             self._probe = self._root.create_window(-10, -10, 1, 1, 0, 0, X.InputOnly, X.CopyFromParent,
                                                    event_mask=X.PropertyChangeMask)
@@ -435,6 +493,24 @@ class ClientSync:
             log.info("no EWMH window manager runs; typing does not wait for one")
         self._root.change_attributes(event_mask=X.SubstructureNotifyMask)  # the pings come back here
         conn.sync()
+
+    def _wm_running(self) -> bool:
+        """An EWMH window manager runs: the root's ``_NET_SUPPORTING_WM_CHECK`` names a window that exists
+        and names itself the same way (EWMH 1.5; a crashed or killed manager leaves the root's property
+        behind, naming a window that is gone)."""
+        from Xlib import X
+
+        atom = self.conn.intern_atom("_NET_SUPPORTING_WM_CHECK")
+        prop = self._root.get_full_property(atom, X.AnyPropertyType)
+        if prop is None or not len(prop.value):
+            return False
+        try:
+            check = self.conn.create_resource_object("window", int(prop.value[0]))
+            own = check.get_full_property(atom, X.AnyPropertyType)
+        except Exception as exc:  # BadWindow: the manager that set the property is gone
+            log.debug("stale _NET_SUPPORTING_WM_CHECK: %s", exc)
+            return False
+        return own is not None and len(own.value) > 0 and int(own.value[0]) == int(prop.value[0])
 
     @property
     def method(self) -> dict[str, str]:

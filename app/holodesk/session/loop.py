@@ -267,6 +267,9 @@ class Session:
             finally:
                 if timer is not None:
                     timer.cancel()
+                end_episode = getattr(self.executor, "end_episode", None)
+                if end_episode is not None:
+                    end_episode()
 
     def _run_locked(self, task: str) -> EpisodeResult:
         started = time.monotonic()
