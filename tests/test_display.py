@@ -99,7 +99,7 @@ _NO_DISPLAY_SCRIPT = textwrap.dedent(
     from holodesk.core.actions import Click, Point
     from holodesk.core.geometry import Frame, Monitor
     frame = Frame(np.zeros((10, 10, 3), np.uint8), Monitor(1, 0, 0, 10, 10))
-    r = PyAutoGUIExecutor().execute(Click(Point(500, 500)), frame)
+    r = PyAutoGUIExecutor().execute(place(Click(Point(500, 500)), frame))
     out["click"] = {"ok": r.ok, "status": r.status, "message": r.message, "error": r.details.get("error")}
     out["pyautogui_loaded_after"] = "pyautogui" in sys.modules
     print("RESULT " + json.dumps(out))
