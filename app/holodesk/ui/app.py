@@ -178,6 +178,13 @@ class HolodeskApp(QObject):
         self.tray: TrayIcon | None = None
         self.window: FallbackWindow | None = None
         self.tray_available = bool(QSystemTrayIcon.isSystemTrayAvailable())
+        self._make_tray_or_window(headless=headless, force_window=force_window)
+        self._connect_actions()
+        self.actions.update_state(running=False, mode=settings.approval, paused=False)
+        self._connect_runner()
+
+    def _make_tray_or_window(self, *, headless: bool, force_window: bool) -> None:
+        """The tray icon, else the small window (no tray, or ``force_window``); neither when headless."""
         if headless:
             log.info("headless: no tray icon and no window (tasks come from a caller)")
         elif self.tray_available and not force_window:
@@ -191,6 +198,8 @@ class HolodeskApp(QObject):
             if not self.tray_available:
                 log.warning("no system tray available: showing the Holodesk window instead")
 
+    def _connect_actions(self) -> None:
+        """The menu's (and the window's) commands."""
         a = self.actions
         a.new_task.triggered.connect(self.open_palette)
         a.stop.triggered.connect(self.stop)
@@ -202,8 +211,9 @@ class HolodeskApp(QObject):
         a.history.triggered.connect(self.open_history)
         a.open_logs.triggered.connect(self.open_logs)
         a.quit.triggered.connect(self.quit)
-        a.update_state(running=False, mode=settings.approval, paused=False)
 
+    def _connect_runner(self) -> None:
+        """The task runner's signals (GUI thread)."""
         self.runner.state_changed.connect(self._on_state)
         self.runner.session_event.connect(self._on_event)
         self.runner.finished.connect(self._on_finished)
