@@ -1,4 +1,4 @@
-"""RecordingExecutor (a fake): records input points through to_input_point, scripted failures."""
+"""RecordingExecutor (a fake): records the placed input points as given, scripted failures."""
 
 from __future__ import annotations
 
