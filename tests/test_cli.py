@@ -54,7 +54,7 @@ def test_terminal_approval_speaks_the_same_words_as_the_card() -> None:
 
     from holodesk.cli import TerminalApprover
     from holodesk.core.actions import Click, Point, Type
-    from holodesk.core.geometry import Frame, Monitor
+    from holodesk.core.geometry import Frame, Monitor, place
     from holodesk.core.risk import Risk, RiskAssessment
     from holodesk.core.wording import WindowInfo, step_words
     from holodesk.policy.base import Proposal
@@ -63,7 +63,8 @@ def test_terminal_approval_speaks_the_same_words_as_the_card() -> None:
 
     frame = Frame(np.zeros((1080, 1920, 3), np.uint8), Monitor(1, 0, 0, 1920, 1080))
     form = WindowInfo("Demo form", "Tk", (700, 300, 520, 420))
-    click = make_request(0, Proposal(Click(Point(500, 500), element="Cancel button"), thought="cancel it"), frame,
+    proposal = Proposal(Click(Point(500, 500), element="Cancel button"), thought="cancel it")
+    click = make_request(0, proposal, place(proposal.action, frame),
                          RiskAssessment(Risk.LOW, "pointer action"), "step", window=form)
     out = io.StringIO()
     contract = get_protocol("agent-loop-v1")
@@ -74,7 +75,8 @@ def test_terminal_approval_speaks_the_same_words_as_the_card() -> None:
     assert lines[2:4] == [f"  {d}" for d in words.details]
     assert lines[4:6] == ["  risk: low (pointer action)", "  model's thought: 'cancel it'"]
 
-    typed = make_request(1, Proposal(Type("John\x1b[2J Smith")), frame, RiskAssessment(Risk.LOW, "types text"),
+    proposal = Proposal(Type("John\x1b[2J Smith"))
+    typed = make_request(1, proposal, place(proposal.action, frame), RiskAssessment(Risk.LOW, "types text"),
                          "step", focus_element="Your name")
     out = io.StringIO()
     TerminalApprover(io.StringIO("s\n"), out, protocol=contract)(typed)

@@ -24,6 +24,7 @@ from holodesk import __version__
 from holodesk.errors import ActionError, HolodeskError
 
 if TYPE_CHECKING:
+    from holodesk.policy.base import Policy
     from holodesk.policy.protocol import ActionProtocol
     from holodesk.settings import Settings
 
@@ -196,7 +197,6 @@ def cmd_app_command(command: str, *, already_running: bool = False) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """``holodesk run``: one task with terminal approval. Exit 0 finished, 1 failed, 3 stopped."""
     from holodesk.instance import DriveLock
-    from holodesk.session.factory import build_capture
     from holodesk.session.loop import check_task
     from holodesk.settings import load_settings
 
@@ -209,6 +209,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         policy=policy_kind,
         model=args.model,
         endpoint=args.endpoint,
+        script_file=args.script,
         approval=args.approve,
         monitor=args.monitor,
         max_steps=args.max_steps,
@@ -217,50 +218,44 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     drive = DriveLock.acquire()  # one task drives the desktop (DesktopBusy names the one that does)
     try:
-        return _run_task(args, task, settings, capture=build_capture(settings))
+        return _run_task(args, task, settings)
     finally:
         drive.release()
 
 
-def _run_task(args: argparse.Namespace, task: str, settings: Settings, capture: Any) -> int:
-    """The body of ``holodesk run`` once the desktop is ours."""
-    from holodesk.session.approval import ApprovalPolicy
-    from holodesk.session.factory import build_executor, build_policy
-    from holodesk.session.loop import Session, SessionLimits, State
-
-    stop_event = threading.Event()
-    executor = build_executor(settings, stop_event)
-    monitors = capture.monitors()
-    if not 1 <= settings.monitor <= len(monitors):
-        raise HolodeskError(f"monitor {settings.monitor} does not exist; this display has {len(monitors)}",
-                            hint="Run 'holodesk doctor' to list the monitors.")
+def _load_policy(settings: Settings) -> Policy:
+    """The settings' policy, with the local model's download and load progress on one terminal line."""
     from holodesk.policy.download import TerminalProgress
+    from holodesk.session.factory import build_policy
 
-    loading = TerminalProgress(sys.stderr)  # download and load progress of a local model, on one line
+    loading = TerminalProgress(sys.stderr)
     try:
-        policy = build_policy(settings, script=args.script, progress=loading.line)
+        return build_policy(settings, progress=loading.line)
     finally:
         loading.close()
-    approver = TerminalApprover(sys.stdin, sys.stdout, protocol=policy.protocol)
-    session = Session(
-        policy,
-        capture,
-        executor,
-        ApprovalPolicy(settings.approval, approver),
-        SessionLimits(settings.max_steps, settings.max_wall_s, settings.max_parse_failures,
-                      settings.max_repeats, settings.monitor),
-        episodes_dir=args.episodes_dir or settings.episodes_dir,
+
+
+def _run_task(args: argparse.Namespace, task: str, settings: Settings) -> int:
+    """The body of ``holodesk run`` once the desktop is ours."""
+    from holodesk.session.approval import ApprovalPolicy
+    from holodesk.session.factory import build_session
+    from holodesk.session.loop import State
+
+    session = build_session(
+        settings,
+        lambda policy: ApprovalPolicy(settings.approval,
+                                      TerminalApprover(sys.stdin, sys.stdout, protocol=policy.protocol)),
+        policy=_load_policy,
+        episodes_dir=args.episodes_dir,
         focus_probe=_focus_probe(),
         window_probe=_window_probe(),
-        meta={"monitor_label": monitors[settings.monitor - 1].label},
-        stop_event=stop_event,
     )
     session.subscribe(_print_event)
     try:
         result = session.run(task)
     finally:
-        policy.close()
-        close = getattr(capture, "close", None)
+        session.policy.close()
+        close = getattr(session.capture, "close", None)
         if callable(close):
             close()
     print(f"Result: {result.status.value} — {terminal_safe(result.reason)}")

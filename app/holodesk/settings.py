@@ -21,6 +21,7 @@ from typing import Any, Literal
 import platformdirs
 import tomli_w
 from pydantic import Field, ValidationError, field_validator
+from pydantic.json_schema import JsonDict
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from holodesk.errors import SettingsError
@@ -42,6 +43,11 @@ def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir(APP_NAME))
 
 
+POLICY: JsonDict = {"policy": True}
+"""``Field(..., json_schema_extra=POLICY)`` declares a setting that the policy is built from (:func:`policy_fields`): a
+change to it builds a new policy for the next task."""
+
+
 class Settings(BaseSettings):
     """All user-facing settings. Field descriptions are the user documentation."""
 
@@ -56,53 +62,66 @@ class Settings(BaseSettings):
         "local",
         description="Where actions come from: 'local' runs Holotron-12B on this machine's GPU, 'remote' asks "
         "an OpenAI-compatible server (vLLM), 'script' replays a file of protocol replies.",
+        json_schema_extra=POLICY,
     )
     model: str = Field(
         "Hcompany/Holotron-12B",
         description="Local policy: a checkpoint folder or a Hugging Face repo id. Remote policy: the model "
         "name the server serves.",
+        json_schema_extra=POLICY,
     )
     precision: Literal["bf16", "8bit", "4bit"] = Field(
         "bf16",
         description="Weights of the local model: bf16 (about 25 GB of GPU memory), 8bit or 4bit "
         "(bitsandbytes; smaller, slightly less accurate).",
+        json_schema_extra=POLICY,
     )
     decoder: Literal["static", "stock"] = Field(
         "static",
         description="Local model: 'static' keeps the decoder state in memory reserved at load, reuses the "
         "part of the prompt shared with the previous step and replays each token as a CUDA graph (fast); "
         "'stock' uses transformers' own generation loop (slower; for comparison or troubleshooting).",
+        json_schema_extra=POLICY,
     )
     endpoint: str = Field(
         "",
         description="Base URL of an OpenAI-compatible server, e.g. http://gpu-box:8000/v1. Its API key is "
         "kept in the OS keychain, never here.",
+        json_schema_extra=POLICY,
     )
     script_file: Path | None = Field(
         None,
         description="Replay policy ('script'): the file of protocol replies to replay, one JSON reply per line "
         "(the format of `holodesk run --script FILE`).",
+        json_schema_extra=POLICY,
     )
     protocol: str = Field(
         "agent-loop-v1",
         description="Action protocol spoken with the model (prompt, schema, parser): 'agent-loop-v1' is H Company's "
         "agent-loop contract (the default for Holotron-12B, local and remote); 'holo-v1' is Holodesk's first "
         "protocol. A script file names its own protocol.",
+        json_schema_extra=POLICY,
     )
-    reasoning: bool = Field(False, description="Let the model think step by step before acting (slower).")
+    reasoning: bool = Field(
+        False, description="Let the model think step by step before acting (slower).", json_schema_extra=POLICY
+    )
     constrained_decoding: bool = Field(
-        True, description="Constrain the model's output to the action protocol's JSON schema."
+        True, description="Constrain the model's output to the action protocol's JSON schema.",
+        json_schema_extra=POLICY,
     )
     max_reply_tokens: int = Field(
-        1024, ge=16, le=32768, description="Local model: most tokens in one reply (after any thinking)."
+        1024, ge=16, le=32768, description="Local model: most tokens in one reply (after any thinking).",
+        json_schema_extra=POLICY,
     )
     max_string_chars: int | None = Field(
         None, ge=1, le=10_000,
         description="Local model with constrained decoding: cap every text field of a reply (thought, typed "
         "text) at this many characters; unset = the protocol's own limits.",
+        json_schema_extra=POLICY,
     )
     max_images: int = Field(
-        3, ge=1, le=16, description="Screenshots kept in the prompt; older steps are kept as text only."
+        3, ge=1, le=16, description="Screenshots kept in the prompt; older steps are kept as text only.",
+        json_schema_extra=POLICY,
     )
 
     # Session
@@ -301,6 +320,13 @@ def _format_validation_error(exc: ValidationError) -> str:
             msg = "unknown setting"
         parts.append(f"{loc}: {msg} (got {err.get('input')!r})")
     return "invalid settings: " + "; ".join(parts)
+
+
+def policy_fields() -> tuple[str, ...]:
+    """The names of the settings declared with ``Field(..., json_schema_extra=POLICY)``, in schema order:
+    everything the policy is built from (:func:`holodesk.session.factory.build_policy` reads no other)."""
+    return tuple(name for name, f in Settings.model_fields.items()
+                 if isinstance(f.json_schema_extra, dict) and f.json_schema_extra.get("policy") is True)
 
 
 def documented_fields() -> dict[str, str]:

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import QApplication
 
 from holodesk.capture.pipewire_backend import MutterCapture
 from holodesk.core.actions import Click, Point
+from holodesk.core.geometry import place
 from holodesk.core.risk import Risk, RiskAssessment
 from holodesk.display.mutter import MutterRemoteDesktop
 from holodesk.policy.base import Proposal
@@ -70,7 +71,7 @@ def main() -> int:
     try:
         frame = on_worker(lambda: capture.grab(1))
         before = marker_pixels(frame.pixels)
-        request = make_request(0, Proposal(Click(Point(500, 500))), frame,
+        request = make_request(0, Proposal(Click(Point(500, 500))), place(Click(Point(500, 500)), frame),
                                RiskAssessment(Risk.LOW, "pointer action"), "step")
         controller = ApprovalController(guard, marker_color=MARK)
         pending = PendingDecision(request, "user")

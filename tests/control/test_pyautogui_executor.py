@@ -30,7 +30,10 @@ from holodesk.core.actions import (
     Type,
     Wait,
 )
-from holodesk.core.geometry import Frame, Monitor, frame_pixel_to_point, to_input_point
+from holodesk.core.geometry import Frame, Monitor, frame_pixel_to_point, place, to_input_point
+from holodesk.policy.scripted import ScriptedPolicy
+from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision
+from holodesk.session.loop import Session, State
 from tests.conftest import XvfbServer
 from tests.helpers.target import TargetWindow
 
@@ -88,7 +91,7 @@ def keyboard_map() -> list[tuple[int, ...]]:
 def test_click_real_buttons(executor: PyAutoGUIExecutor, target: TargetWindow, frame: Frame,
                             xvfb: XvfbServer) -> None:
     ok_point = at(frame, target.center("OK"))
-    r = executor.execute(Click(ok_point), frame)
+    r = executor.execute(place(Click(ok_point), frame))
     assert r.ok and r.status == "performed", r
     expected = to_input_point(frame, ok_point)
     assert r.details["input_points"] == [[expected.x, expected.y]]
@@ -97,9 +100,9 @@ def test_click_real_buttons(executor: PyAutoGUIExecutor, target: TargetWindow, f
     assert r.details["method"].startswith("pyautogui.click")
     assert r.duration_ms > 0
     target.wait_for(lambda s: s["clicks"] == ["OK"])
-    assert executor.execute(RightClick(at(frame, target.center("Cancel"))), frame).ok
+    assert executor.execute(place(RightClick(at(frame, target.center("Cancel"))), frame)).ok
     apply_point = at(frame, target.center("Apply"))
-    assert executor.execute(Click(apply_point), frame).ok
+    assert executor.execute(place(Click(apply_point), frame)).ok
     state = target.wait_for(lambda s: len(s["clicks"]) >= 2)
     assert settle_then(target, 0.2)["clicks"] == ["OK", "Apply"] == state["clicks"]
     expected = to_input_point(frame, apply_point)
@@ -107,26 +110,59 @@ def test_click_real_buttons(executor: PyAutoGUIExecutor, target: TargetWindow, f
 
 
 def test_double_click_clicks_twice(executor: PyAutoGUIExecutor, target: TargetWindow, frame: Frame) -> None:
-    assert executor.execute(DoubleClick(at(frame, target.center("Cancel"))), frame).ok
+    assert executor.execute(place(DoubleClick(at(frame, target.center("Cancel"))), frame)).ok
     target.wait_for(lambda s: s["clicks"] == ["Cancel", "Cancel"])
 
 
 def test_move_lands_exactly(executor: PyAutoGUIExecutor, frame: Frame, xvfb: XvfbServer) -> None:
     p = Point(250, 750)
-    r = executor.execute(Move(p), frame)
+    r = executor.execute(place(Move(p), frame))
     assert r.ok
     assert pointer(xvfb) == tuple(r.details["input_points"][0]) == (480, 810)
 
 
 def test_drag_selects_field_text(executor: PyAutoGUIExecutor, target: TargetWindow, frame: Frame) -> None:
-    assert executor.execute(Click(at(frame, target.center("field"))), frame).ok
-    assert executor.execute(Type("select me"), frame).ok
+    assert executor.execute(place(Click(at(frame, target.center("field"))), frame)).ok
+    assert executor.execute(place(Type("select me"), frame)).ok
     target.wait_for(lambda s: s["text"] == "select me")
     fx, fy, fw, fh = target.rects["field"]
-    r = executor.execute(Drag(at(frame, (fx + fw - 4, fy + fh // 2)), at(frame, (fx + 3, fy + fh // 2))), frame)
+    r = executor.execute(place(Drag(at(frame, (fx + fw - 4, fy + fh // 2)), at(frame, (fx + 3, fy + fh // 2))), frame))
     assert r.ok, r
-    assert executor.execute(Type("X"), frame).ok  # replaces the selection made by the drag
+    assert executor.execute(place(Type("X"), frame)).ok  # replaces the selection made by the drag
     target.wait_for(lambda s: s["text"] == "X")
+
+
+# -- the approved point is the performed point ----------------------------------------------------------
+def test_a_session_clicks_where_the_approval_showed(executor: PyAutoGUIExecutor, target: TargetWindow,
+                                                    tmp_path: Path) -> None:
+    """Step mode on the real screen: the approver sees OK's input point; after the approval the frame's
+    monitor is moved so that mapping the proposal again would land on Cancel. The click lands on OK (the
+    window's own record), where the approval showed it."""
+    ok_x, ok_y = target.center("OK")
+    cancel_x, cancel_y = target.center("Cancel")
+    shown: list[tuple[int, int]] = []
+
+    def approver(request: ApprovalRequest) -> ApprovalResponse:
+        (ip,) = request.input_points
+        shown.append((ip.x, ip.y))
+        mon = request.frame.monitor
+        moved = Monitor(mon.index, mon.left + cancel_x - ok_x, mon.top + cancel_y - ok_y, mon.width, mon.height)
+        assert to_input_point(Frame(request.frame.pixels, moved), request.action.points()[0]) != ip
+        object.__setattr__(request.frame, "monitor", moved)  # a later mapping would click Cancel
+        return ApprovalResponse(Decision.APPROVE)
+
+    with MssCapture() as capture:
+        ok = at(capture.grab(1), (ok_x, ok_y))
+        replies = [{"note": None, "thought": "press OK", "tool_call": {"tool_name": "click", "x": ok.x, "y": ok.y}},
+                   {"note": None, "thought": "done", "tool_call": {"tool_name": "answer", "text": "pressed"}}]
+        session = Session(ScriptedPolicy(replies), capture, executor, ApprovalPolicy("step", approver),
+                          episodes_dir=tmp_path)
+        result = session.run("press OK")
+    assert result.status is State.FINISHED, result.reason
+    x, y, w, h = target.rects["OK"]
+    assert len(shown) == 1 and x <= shown[0][0] < x + w and y <= shown[0][1] < y + h
+    assert target.wait_for(lambda s: s["clicks"] != [])["clicks"] == ["OK"]
+    assert settle_then(target)["clicks"] == ["OK"]
 
 
 # -- F06: the pointer cannot reach the target ----------------------------------------------------------
@@ -139,7 +175,7 @@ def test_clamped_pointer_at_screen_edge_fails_without_clicking(
         assert ax <= 1919 < ax + aw
         stale = Frame(np.zeros((1080, 1920, 3), np.uint8), Monitor(2, 1920, 0, 1920, 1080))
         point = frame_pixel_to_point(stale, 600, ay + ah // 2)
-        r = executor.execute(Click(point), stale)
+        r = executor.execute(place(Click(point), stale))
         assert not r.ok and r.status == "failed"
         assert r.details["target"] == [2520, ay + ah // 2]
         assert r.details["pointer_readback"] == [1919, ay + ah // 2]
@@ -149,7 +185,7 @@ def test_clamped_pointer_at_screen_edge_fails_without_clicking(
 
 def test_clamp_into_a_corner_is_a_failure_not_a_user_stop(executor: PyAutoGUIExecutor) -> None:
     stale = Frame(np.zeros((1080, 1920, 3), np.uint8), Monitor(2, 1920, 1080, 1920, 1080))
-    r = executor.execute(Click(Point(500, 500)), stale)
+    r = executor.execute(place(Click(Point(500, 500)), stale))
     assert (r.ok, r.status) == (False, "failed")
     assert r.details["pointer_readback"] == [1919, 1079]
     assert executor.move_pointer_out_of_corner() is not None
@@ -167,7 +203,7 @@ class FakePointerReadback:
 
 def test_readback_mismatch_inside_screen_fails(xvfb: XvfbServer, target: TargetWindow, frame: Frame) -> None:
     ex = PyAutoGUIExecutor(pointer_readback=FakePointerReadback((5, 5)))
-    r = ex.execute(Click(at(frame, target.center("OK"))), frame)
+    r = ex.execute(place(Click(at(frame, target.center("OK"))), frame))
     assert (r.ok, r.status) == (False, "failed")
     assert r.details["pointer_readback"] == [5, 5]
     assert settle_then(target)["clicks"] == []
@@ -178,7 +214,7 @@ def test_failsafe_corner_is_stopped_by_user(executor: PyAutoGUIExecutor, target:
                                             frame: Frame, xvfb: XvfbServer) -> None:
     xvfb.run("xdotool", "mousemove", "0", "0")
     assert executor.pointer_in_failsafe_corner()
-    r = executor.execute(Click(at(frame, target.center("OK"))), frame)
+    r = executor.execute(place(Click(at(frame, target.center("OK"))), frame))
     assert (r.ok, r.status) == (False, "stopped_by_user")
     assert "fail-safe" in r.message
     assert settle_then(target, 0.2)["clicks"] == []
@@ -186,12 +222,12 @@ def test_failsafe_corner_is_stopped_by_user(executor: PyAutoGUIExecutor, target:
     assert moved is not None and (moved.x, moved.y) == (960, 540)
     assert not executor.pointer_in_failsafe_corner()
     assert executor.move_pointer_out_of_corner() is None
-    assert executor.execute(Click(at(frame, target.center("OK"))), frame).ok
+    assert executor.execute(place(Click(at(frame, target.center("OK"))), frame)).ok
     target.wait_for(lambda s: s["clicks"] == ["OK"])
 
 
 def test_target_in_a_corner_is_refused(executor: PyAutoGUIExecutor, frame: Frame, xvfb: XvfbServer) -> None:
-    r = executor.execute(Click(Point(0, 0)), frame)
+    r = executor.execute(place(Click(Point(0, 0)), frame))
     assert (r.ok, r.status) == (False, "failed")
     assert "corner" in r.message
     assert pointer(xvfb) != (0, 0)
@@ -202,10 +238,10 @@ def test_type_unicode_exactly_and_restore_keyboard_map(executor: PyAutoGUIExecut
                                                        frame: Frame) -> None:
     """F14 through the X11 keysym typer: the bindings are held for the episode and given back at its end."""
     before = keyboard_map()
-    assert executor.execute(Click(at(frame, target.center("field"))), frame).ok
+    assert executor.execute(place(Click(at(frame, target.center("field"))), frame)).ok
     target.wait_for(lambda s: s["focus"] == "field")
     text = F14_TEXT + " plain ASCII: Hello, World! 123 ~`@#$%^&*()_+{}|:\"<>?"
-    r = executor.execute(Type(text), frame)
+    r = executor.execute(place(Type(text), frame))
     assert r.ok, r
     assert r.details["method"] == "xtest_keysym"
     assert r.details["remapped_characters"] > 0
@@ -216,7 +252,7 @@ def test_type_unicode_exactly_and_restore_keyboard_map(executor: PyAutoGUIExecut
     # a character of the text's last segment again (the server may have too few spare keycodes for all
     # of the text's characters at once): no keyboard-map change at all
     again = [ch for ch in text if ord(ch) > 0x7E][-1] * 3
-    r2 = executor.execute(Type(again), frame)
+    r2 = executor.execute(place(Type(again), frame))
     assert r2.ok and "client_sync" not in r2.details, r2
     target.wait_for(lambda s: s["text"] == text + again)
     assert keyboard_map() == held
@@ -230,9 +266,9 @@ def test_binding_overwritten_by_someone_else_is_forgotten(executor: PyAutoGUIExe
     arrives exactly) and does not empty a keycode that is no longer ours."""
     from Xlib import display
 
-    assert executor.execute(Click(at(frame, target.center("field"))), frame).ok
+    assert executor.execute(place(Click(at(frame, target.center("field"))), frame)).ok
     target.wait_for(lambda s: s["focus"] == "field")
-    assert executor.execute(Type("ß"), frame).ok
+    assert executor.execute(place(Type("ß"), frame)).ok
     target.wait_for(lambda s: s["text"] == "ß")
     d = display.Display()
     try:
@@ -242,7 +278,7 @@ def test_binding_overwritten_by_someone_else_is_forgotten(executor: PyAutoGUIExe
         assert len(ours) == 1
         d.change_keyboard_mapping(ours[0], [[0x2A, 0x2A] + [0] * (len(rows[0]) - 2)])  # "*", someone else's
         d.sync()
-        assert executor.execute(Type("ßß"), frame).ok
+        assert executor.execute(place(Type("ßß"), frame)).ok
         target.wait_for(lambda s: s["text"] == "ßßß")
         executor.end_episode()
         after = d.get_keyboard_mapping(ours[0], 1)
@@ -255,22 +291,22 @@ def test_binding_overwritten_by_someone_else_is_forgotten(executor: PyAutoGUIExe
 
 def test_type_newline_is_return_and_tab_moves_focus(executor: PyAutoGUIExecutor, target: TargetWindow,
                                                     frame: Frame) -> None:
-    assert executor.execute(Click(at(frame, target.center("field"))), frame).ok
-    assert executor.execute(Type("abc\n"), frame).ok
+    assert executor.execute(place(Click(at(frame, target.center("field"))), frame)).ok
+    assert executor.execute(place(Type("abc\n"), frame)).ok
     target.wait_for(lambda s: s["text"] == "abc" and s["submits"] == 1)
-    assert executor.execute(Type("\t"), frame).ok
+    assert executor.execute(place(Type("\t"), frame)).ok
     state = target.wait_for(lambda s: s["focus"] != "field")
     assert state["text"] == "abc" and state["focus"] == "OK"
 
 
 def test_key_chord_select_all_and_delete(executor: PyAutoGUIExecutor, target: TargetWindow,
                                          frame: Frame) -> None:
-    assert executor.execute(Click(at(frame, target.center("field"))), frame).ok
-    assert executor.execute(Type("to be deleted"), frame).ok
+    assert executor.execute(place(Click(at(frame, target.center("field"))), frame)).ok
+    assert executor.execute(place(Type("to be deleted"), frame)).ok
     target.wait_for(lambda s: s["text"] == "to be deleted")
-    r = executor.execute(Key(("ctrl", "a")), frame)
+    r = executor.execute(place(Key(("ctrl", "a")), frame))
     assert r.ok and r.details["pyautogui_keys"] == ["ctrl", "a"]
-    assert executor.execute(Key(("backspace",)), frame).ok
+    assert executor.execute(place(Key(("backspace",)), frame)).ok
     target.wait_for(lambda s: s["text"] == "")
 
 
@@ -282,7 +318,7 @@ def test_chord_pressed_in_order_released_in_reverse(executor: PyAutoGUIExecutor,
     monkeypatch.setattr(pyautogui, "keyDown", lambda k: events.append(("down", k)))
     monkeypatch.setattr(pyautogui, "keyUp", lambda k: events.append(("up", k)))
     frame = Frame(np.zeros((1080, 1920, 3), np.uint8), Monitor(1, 0, 0, 1920, 1080))
-    assert executor.execute(Key(("ctrl", "shift", "super", "t")), frame).ok
+    assert executor.execute(place(Key(("ctrl", "shift", "super", "t")), frame)).ok
     assert events == [("down", "ctrl"), ("down", "shift"), ("down", "win"), ("down", "t"),
                       ("up", "t"), ("up", "win"), ("up", "shift"), ("up", "ctrl")]
 
@@ -294,7 +330,7 @@ def test_unknown_key_fails_before_pressing_anything(executor: PyAutoGUIExecutor,
     events: list[str] = []
     monkeypatch.setattr(pyautogui, "keyDown", events.append)
     frame = Frame(np.zeros((1080, 1920, 3), np.uint8), Monitor(1, 0, 0, 1920, 1080))
-    r = executor.execute(Key(("ctrl", "ü")), frame)
+    r = executor.execute(place(Key(("ctrl", "ü")), frame))
     assert (r.ok, r.status) == (False, "failed") and "'ü'" in r.message
     assert events == []
 
@@ -306,9 +342,9 @@ def test_clipboard_paste_restores_previous_clipboard(xvfb: XvfbServer, target: T
 
     pyperclip.copy("previous ✓ value")
     ex = PyAutoGUIExecutor(typing="clipboard")
-    assert ex.execute(Click(at(frame, target.center("field"))), frame).ok
+    assert ex.execute(place(Click(at(frame, target.center("field"))), frame)).ok
     target.wait_for(lambda s: s["focus"] == "field")
-    r = ex.execute(Type(F14_TEXT), frame)
+    r = ex.execute(place(Type(F14_TEXT), frame))
     assert r.ok, r
     assert r.details["method"] == "clipboard"
     assert r.details["paste_chord"] == "ctrl+v"
@@ -326,7 +362,7 @@ def test_scroll_moves_pointer_then_scrolls_in_the_right_direction(
     monkeypatch.setattr(pyautogui, "scroll", lambda n: calls.append(("v", n)))
     monkeypatch.setattr(pyautogui, "hscroll", lambda n: calls.append(("h", n)))
     for direction in ("up", "down", "left", "right"):
-        assert executor.execute(Scroll(direction, 3, Point(500, 500)), frame).ok
+        assert executor.execute(place(Scroll(direction, 3, Point(500, 500)), frame)).ok
     assert calls == [("v", 3), ("v", -3), ("h", -3), ("h", 3)]
     assert pointer(xvfb) == (960, 540)
 
@@ -336,12 +372,12 @@ def test_wait_answer_done_and_stop_event() -> None:
     frame = Frame(np.zeros((10, 10, 3), np.uint8), Monitor(1, 0, 0, 10, 10))
     stop = threading.Event()
     ex = PyAutoGUIExecutor(stop_event=stop)
-    r = ex.execute(Wait(0.1), frame)
+    r = ex.execute(place(Wait(0.1), frame))
     assert r.ok and r.duration_ms >= 100
-    assert ex.execute(Answer("42"), frame).ok
-    assert ex.execute(Done(), frame).ok
+    assert ex.execute(place(Answer("42"), frame)).ok
+    assert ex.execute(place(Done(), frame)).ok
     stop.set()
-    r = ex.execute(Wait(30), frame)
+    r = ex.execute(place(Wait(30), frame))
     assert (r.ok, r.status) == (False, "stopped_by_user") and r.duration_ms < 1000
 
 
@@ -351,7 +387,7 @@ def test_display_changed_after_pyautogui_import_is_reported(
     executor.pointer_in_failsafe_corner()  # pyautogui is now bound to the session display
     other = make_xvfb(800, 600)
     frame = Frame(np.zeros((600, 800, 3), np.uint8), Monitor(1, 0, 0, 800, 600))
-    r = PyAutoGUIExecutor().execute(Click(Point(500, 500)), frame)
+    r = PyAutoGUIExecutor().execute(place(Click(Point(500, 500)), frame))
     assert (r.ok, r.status, r.details.get("error")) == (False, "failed", "DisplayError")
     assert f"DISPLAY is now '{other.display}'" in r.message
 

@@ -26,6 +26,7 @@ import pytest
 from holodesk.capture.mss_backend import MssCapture
 from holodesk.control.recording import RecordingExecutor
 from holodesk.core.actions import Click, Done, Point
+from holodesk.core.geometry import place
 from holodesk.core.risk import Risk, RiskAssessment
 from holodesk.policy.base import Observation, Proposal
 from holodesk.session.approval import ApprovalResponse, Decision, make_request
@@ -96,11 +97,11 @@ def desktop_app(xvfb: XvfbServer, qtbot: Any, tmp_path: Path, monkeypatch: pytes
 
     made: list[Any] = []
 
-    def make(policy: Any, executor_factory: Callable[[Any], Any] | None = None,
+    def make(policy: Any, executor_factory: Callable[[Any, Any], Any] | None = None,
              settings: dict[str, Any] | None = None, **kw: Any) -> Any:
         app = HolodeskApp(load_settings(**{"approval": "step", **(settings or {})}), hotkeys=False,
-                          dialogs=False, policy_factory=lambda _s, _p: policy, capture_factory=MssCapture,
-                          executor_factory=executor_factory or (lambda _s: RecordingExecutor()),
+                          dialogs=False, policy_factory=lambda _s, _p: policy, capture_factory=lambda _s: MssCapture(),
+                          executor_factory=executor_factory or (lambda _s, _stop: RecordingExecutor()),
                           marker_color="#ff00cc", **kw)
         made.append(app)
         return app
@@ -120,7 +121,8 @@ def test_F13_overlay_marker_is_on_screen_but_never_in_the_frame_sent_to_the_mode
     with MssCapture() as cap:
         frame = cap.grab(1)
         assert marker_count(frame.pixels) == 0
-        request = make_request(0, Proposal(Click(Point(400, 600)), thought="mark"), frame,
+        mark = Click(Point(400, 600))
+        request = make_request(0, Proposal(mark, thought="mark"), place(mark, frame),
                                RiskAssessment(Risk.LOW, "pointer action"), "step")
         pending = PendingDecision(request, "user")
         app.approval.present(pending)
@@ -171,7 +173,7 @@ def test_F09_desktop_app_wall_time_cap_ends_a_running_wait(desktop_app: Any) -> 
             self.frames.append(observation.frame)
             return Proposal(Wait(8), thought="wait")
 
-    app = desktop_app(WaitPolicy(), executor_factory=lambda _s: PyAutoGUIExecutor(),
+    app = desktop_app(WaitPolicy(), executor_factory=lambda _s, stop: PyAutoGUIExecutor(stop_event=stop),
                       settings={"approval": "auto", "max_wall_s": 0.5, "autopilot_countdown_s": 0})
     session = on_worker(lambda: app._build_session(lambda *_a: None))
     t0 = time.monotonic()

@@ -26,7 +26,7 @@ from holodesk.capture.fake import FakeCapture
 from holodesk.capture.mss_backend import MssCapture
 from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 from holodesk.core.actions import Click, Point, Type
-from holodesk.core.geometry import Frame, Monitor, frame_pixel_to_point
+from holodesk.core.geometry import Frame, Monitor, frame_pixel_to_point, place
 from holodesk.errors import GeometryMismatch
 from holodesk.session.loop import SessionLimits, State
 from tests.field_cases.fakes import make_run, reply
@@ -103,7 +103,7 @@ def test_F22_fifty_clicks_on_three_programs_have_no_false_misses(desktop: Deskto
                 form.wait_layout(lambda lay: lay.get("focus") is None)
         else:
             xy = targets[program].pop()
-        r = ex.execute(Click(at(frame, xy)), frame)
+        r = ex.execute(place(Click(at(frame, xy)), frame))
         results.append((program, xy, r))
         sent = tuple(r.details["input_points"][0])  # xy after the round trip through [0, 1000]
         assert abs(sent[0] - xy[0]) <= 1 and abs(sent[1] - xy[1]) <= 1, (xy, sent)
@@ -112,7 +112,7 @@ def test_F22_fifty_clicks_on_three_programs_have_no_false_misses(desktop: Deskto
             count_clicks += 1
         elif program == "tk":
             form.wait_layout(lambda lay: lay.get("focus") == "name")
-            assert ex.execute(Type("日"), frame).ok
+            assert ex.execute(place(Type("日"), frame)).ok
             typed += 1
     misses = [(p, xy, r.message) for p, xy, r in results if not r.ok]
     settle = max(r.details.get("pointer_settle_s", 0.0) for _p, _xy, r in results)
@@ -122,7 +122,7 @@ def test_F22_fifty_clicks_on_three_programs_have_no_false_misses(desktop: Deskto
     assert misses == []
     assert all(r.status == "performed" for _p, _xy, r in results)
     sx, sy = form.center("Submit")
-    assert ex.execute(Click(at(frame, (sx, sy))), frame).ok
+    assert ex.execute(place(Click(at(frame, (sx, sy))), frame)).ok
     assert form.result() == {"name": "日" * typed, "agree": False, "count": count_clicks, "submitted": True}
     assert dialog.process.poll() is None
 
@@ -144,7 +144,7 @@ def test_F22_pointer_moved_away_by_another_program_is_a_miss_and_nothing_is_clic
 
     ex = PyAutoGUIExecutor(pointer_readback=readback_after_another_program_moved_the_pointer)
     frame = grab()
-    r = ex.execute(Click(at(frame, form.center("Count"))), frame)
+    r = ex.execute(place(Click(at(frame, form.center("Count"))), frame))
     assert (r.ok, r.status) == (False, "failed"), r
     assert "did not click" in r.message and r.details["pointer_readback"] == list(away)
     assert desktop.pointer() == away
@@ -170,7 +170,7 @@ def test_F22_pointer_held_by_another_client_past_the_bound_is_a_miss_and_nothing
                                                   X.CurrentTime)
         assert status == X.GrabSuccess
         other.sync()
-        r = ex.execute(Click(at(frame, form.center("Count"))), frame)
+        r = ex.execute(place(Click(at(frame, form.center("Count"))), frame))
         assert (r.ok, r.status) == (False, "failed"), r
         assert r.details["pointer_readback"] == list(start) and r.details["settle_wait_s"] >= 0.5
     finally:
@@ -273,17 +273,17 @@ def test_F26_typed_text_arrives_exactly_with_lock_keys_on(desktop: Desktop, lock
     form = desktop.tk_form(500, 300)
     ex = PyAutoGUIExecutor()
     frame = grab()
-    assert ex.execute(Click(at(frame, form.center("name"))), frame).ok
+    assert ex.execute(place(Click(at(frame, form.center("name"))), frame)).ok
     form.wait_layout(lambda lay: lay.get("focus") == "name")
     set_locks(desktop, caps="caps" in locks, num="num" in locks)
     want = {"caps": "caps" in locks, "num": "num" in locks}
-    r = ex.execute(Type(F26_TEXT), frame)
+    r = ex.execute(place(Type(F26_TEXT), frame))
     assert r.ok, r
     assert set(r.details["locks_cleared"]) == {"Caps_Lock" if k == "caps" else "Num_Lock" for k in locks}
     assert r.details["locks_restored"] is True
     form.wait_layout(lambda lay: lay.get("name") == F26_TEXT)
     assert lock_state(desktop) == want  # as the user left them
-    assert ex.execute(Click(at(frame, form.center("Submit"))), frame).ok
+    assert ex.execute(place(Click(at(frame, form.center("Submit"))), frame)).ok
     assert form.result()["name"] == F26_TEXT
 
 

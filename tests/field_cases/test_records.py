@@ -18,8 +18,8 @@ from typing import Any
 
 from holodesk.control.base import ActionResult
 from holodesk.control.recording import RecordingExecutor
-from holodesk.core.actions import Action, Type
-from holodesk.core.geometry import Frame, frame_pixel_to_point
+from holodesk.core.actions import Type
+from holodesk.core.geometry import PlacedAction, frame_pixel_to_point
 from holodesk.core.text import display_safe
 from holodesk.session.episode import EPISODE_FILE, list_episodes, load_episode
 from holodesk.session.loop import State
@@ -96,8 +96,8 @@ def test_F24_hostile_text_is_shown_as_escapes(tmp_path: Path) -> None:
 class FakeBrokenAfterActing(RecordingExecutor):
     """A fake executor that performs (records) the action, then raises: a bug in an input backend."""
 
-    def execute(self, action: Action, frame: Frame) -> ActionResult:
-        super().execute(action, frame)
+    def execute(self, placed: PlacedAction) -> ActionResult:
+        super().execute(placed)
         raise RuntimeError("backend exploded after sending the keys")
 
 
@@ -129,8 +129,8 @@ def test_F24_writer_failing_after_the_action_leaves_a_performed_result_unknown_l
     frame = FakePanel((1280, 800), 1.0).frame()
 
     class DiskFillsWhileActing(RecordingExecutor):
-        def execute(self, action: Action, frame: Frame) -> ActionResult:
-            result = super().execute(action, frame)
+        def execute(self, placed: PlacedAction) -> ActionResult:
+            result = super().execute(placed)
             recorder = run.session.recorder
             assert recorder is not None and recorder._fh is not None
             recorder._fh.close()

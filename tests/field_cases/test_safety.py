@@ -23,7 +23,7 @@ from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 from holodesk.control.typing import default_paste_chord
 from holodesk.control.window import focused_window_class
 from holodesk.core.actions import Key, Type
-from holodesk.core.geometry import frame_pixel_to_point
+from holodesk.core.geometry import frame_pixel_to_point, place
 from holodesk.core.risk import Risk, assess
 from holodesk.core.wording import TYPED_CHARS, plain
 from holodesk.session.approval import ApprovalRequest, ApprovalResponse, Decision
@@ -300,9 +300,9 @@ def test_F12_corner_stops_typing_too(xvfb: XvfbServer, tmp_path: Path, typing: s
         field = frame_pixel_to_point(frame, *win.center("field"))
         from holodesk.core.actions import Click, Point
 
-        assert executor.execute(Click(Point(field.x, field.y)), frame).ok
+        assert executor.execute(place(Click(Point(field.x, field.y)), frame)).ok
         xvfb.run("xdotool", "mousemove", "0", "0")
-        result = executor.execute(Type("typed after corner"), frame)
+        result = executor.execute(place(Type("typed after corner"), frame))
         time.sleep(0.4)
         assert win.state()["text"] == ""
     assert (result.ok, result.status) == (False, "stopped_by_user")
@@ -319,7 +319,7 @@ def test_F12_corner_ends_a_running_wait(xvfb: XvfbServer) -> None:
     timer = threading.Timer(0.3, lambda: xvfb.run("xdotool", "mousemove", "0", "0"))
     timer.start()
     t0 = time.monotonic()
-    result = executor.execute(Wait(30), frame)
+    result = executor.execute(place(Wait(30), frame))
     timer.join()
     assert time.monotonic() - t0 < 5
     assert (result.ok, result.status) == (False, "stopped_by_user") and "fail-safe" in result.message

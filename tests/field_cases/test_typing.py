@@ -13,7 +13,7 @@ from holodesk.capture.mss_backend import MssCapture
 from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 from holodesk.control.typing import default_paste_chord
 from holodesk.control.window import focused_window_class
-from holodesk.core.geometry import frame_pixel_to_point
+from holodesk.core.geometry import frame_pixel_to_point, place
 from holodesk.session.loop import State
 from tests.conftest import XvfbServer
 from tests.field_cases.fakes import FakeFocusProbe, make_run, reply
@@ -134,13 +134,13 @@ def test_F15_paste_waits_for_a_slow_target_before_restoring_the_clipboard(xvfb: 
     with TargetWindow.start(tmp_path, x=200, y=150) as win, MssCapture() as cap:
         frame = cap.grab(1)
         field = frame_pixel_to_point(frame, *win.center("field"))
-        assert executor.execute(Click(Point(field.x, field.y)), frame).ok
+        assert executor.execute(place(Click(Point(field.x, field.y)), frame)).ok
         win.wait_for(lambda s: s["focus"] == "field", timeout=10)
         os.kill(win.process.pid, signal.SIGSTOP)
         thaw = threading.Timer(1.0, os.kill, (win.process.pid, signal.SIGCONT))
         thaw.start()
         try:
-            result = executor.execute(Type(text), frame)
+            result = executor.execute(place(Type(text), frame))
         finally:
             thaw.join()
             os.kill(win.process.pid, signal.SIGCONT)

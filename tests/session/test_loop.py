@@ -17,7 +17,7 @@ from holodesk.capture.fake import FakeCapture
 from holodesk.control.base import ActionResult
 from holodesk.control.recording import RecordingExecutor
 from holodesk.core.actions import Click, Plan, Point, Type
-from holodesk.core.geometry import Monitor
+from holodesk.core.geometry import Monitor, PlacedAction
 from holodesk.policy.scripted import ScriptedPolicy
 from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision
 from holodesk.session.episode import list_episodes, load_episode
@@ -66,9 +66,9 @@ class LoggingExecutor(RecordingExecutor):
         super().__init__()
         self.log = log
 
-    def execute(self, action: Any, frame: Any) -> ActionResult:
-        self.log.append(("execute", action))
-        return super().execute(action, frame)
+    def execute(self, placed: PlacedAction) -> ActionResult:
+        self.log.append(("execute", placed.action))
+        return super().execute(placed)
 
     def end_episode(self) -> None:
         self.log.append(("end_episode", None))
@@ -230,6 +230,28 @@ def test_points_are_mapped_with_the_frame_the_model_saw(tmp_path: Path) -> None:
     assert session.run("on monitor 2").status is State.FINISHED
     (call,) = executor.calls
     assert (call.input_points[0].x, call.input_points[0].y) == (1920 + 640, 360)
+
+
+def test_the_executor_performs_the_points_the_approval_showed(tmp_path: Path) -> None:
+    """The input points are mapped once, shown for approval and performed as shown: a mapping that
+    would give another answer after the approval (here the frame's monitor moved 300 px) changes nothing."""
+    mon = Monitor(1, 0, 0, 1280, 720)
+    cap = FakeCapture({1: [np.zeros((1440, 2560, 3), np.uint8)] * 2}, monitors=[mon])
+    shown: list[tuple[Any, ...]] = []
+
+    def approver(request: ApprovalRequest) -> ApprovalResponse:
+        shown.append(request.input_points)
+        object.__setattr__(request.frame, "monitor", Monitor(1, 300, 0, 1280, 720))  # a later mapping differs
+        return A
+
+    executor = RecordingExecutor()
+    session = Session(ScriptedPolicy([click(500, 500), answer("ok")]), cap, executor,
+                      ApprovalPolicy("step", approver), episodes_dir=tmp_path)
+    assert session.run("click the middle").status is State.FINISHED
+    (call,) = executor.calls
+    assert shown == [call.input_points] and (call.input_points[0].x, call.input_points[0].y) == (640, 360)
+    step = load_episode(list_episodes(tmp_path)[0]).steps[0]
+    assert step["result"]["details"]["input_points"] == [[640, 360]]
 
 
 def test_capture_hooks_wrap_every_grab(tmp_path: Path) -> None:

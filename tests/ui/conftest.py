@@ -163,8 +163,8 @@ def make_app(qtbot: Any, tmp_path: Path) -> Iterator[Callable[..., AppKit]]:
                             **settings_kw)
         cap = capture or FakeCapture([blank_frame()])
         app = HolodeskApp(settings, force_window=force_window, hotkeys=hotkeys,
-                          policy_factory=lambda s, progress: policy, capture_factory=lambda: cap,
-                          executor_factory=lambda s: rec, settings_path=tmp_path / "config" / "settings.toml",
+                          policy_factory=lambda s, progress: policy, capture_factory=lambda _s: cap,
+                          executor_factory=lambda _s, _stop: rec, settings_path=tmp_path / "config" / "settings.toml",
                           dialogs=False, focus_probe=lambda: focused_window,
                           window_probe=FakeDesktopProbe(focused_window))
         app.guard.settle_s = 0.05

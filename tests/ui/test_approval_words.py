@@ -13,7 +13,7 @@ from PySide6.QtGui import QColor, QImage, QPainter
 
 from holodesk.capture.fake import FakeCapture
 from holodesk.core.actions import Action, Click, DoubleClick, Drag, Move, Point, RightClick, Scroll, Type
-from holodesk.core.geometry import Frame, InputPoint, Monitor, frame_pixel_to_point
+from holodesk.core.geometry import Frame, InputPoint, Monitor, frame_pixel_to_point, place
 from holodesk.core.risk import Risk, RiskAssessment
 from holodesk.core.wording import WindowInfo
 from holodesk.policy.base import Proposal
@@ -47,7 +47,8 @@ def _overlay(qtbot: Any, width: int, height: int, action: Action) -> OverlayWind
     long thought and risk reason (the tallest card the overlay shows without an edit hint)."""
     frame = Frame(np.zeros((height, width, 3), np.uint8), Monitor(1, 0, 0, width, height))
     request = make_request(0, Proposal(action, thought="Open the form and fill in the name, then save it. " * 2),
-                           frame, RiskAssessment(Risk.HIGH, "presses keys in a terminal (xterm XTerm)"), "step",
+                           place(action, frame), RiskAssessment(Risk.HIGH, "presses keys in a terminal (xterm XTerm)"),
+                           "step",
                            window=WindowInfo("Demo form", "Tk"))
     overlay = OverlayWindow(OverlayGeometry(frame.monitor, QRect(0, 0, width, height)))
     qtbot.addWidget(overlay)
@@ -171,7 +172,8 @@ def test_the_card_leads_with_the_headline_and_keeps_off_the_form(qtbot: Any) -> 
     frame = Frame(np.zeros((1080, 1920, 3), np.uint8), monitor)
     form = WindowInfo("Demo form", "Tk", (700, 300, 520, 420))
     target = frame_pixel_to_point(frame, 1000, 640)  # the form's Cancel button
-    request = make_request(0, Proposal(Click(target, element="Cancel button"), thought="Cancel the form."), frame,
+    cancel = Click(target, element="Cancel button")
+    request = make_request(0, Proposal(cancel, thought="Cancel the form."), place(cancel, frame),
                            RiskAssessment(Risk.LOW, "pointer action"), "step", window=form)
     controller = ApprovalController(WindowGuard())
     pending = PendingDecision(request, "user")

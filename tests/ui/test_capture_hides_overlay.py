@@ -16,6 +16,7 @@ import pytest
 from holodesk.capture.mss_backend import MssCapture
 from holodesk.control.recording import RecordingExecutor
 from holodesk.core.actions import Click, Done, Point
+from holodesk.core.geometry import place
 from holodesk.core.risk import Risk, RiskAssessment
 from holodesk.policy.base import Observation, Proposal
 from holodesk.session.approval import ApprovalPolicy, ApprovalResponse, Decision, make_request
@@ -53,7 +54,8 @@ class FrameKeepingPolicy:
 def show_overlay(qtbot: Any, capture: MssCapture, guard: WindowGuard) -> tuple[ApprovalController, Any]:
     frame = capture.grab(1)
     proposal = Proposal(Click(Point(500, 500)), thought="a marker for the capture test")
-    request = make_request(0, proposal, frame, RiskAssessment(Risk.LOW, "pointer action"), "step")
+    request = make_request(0, proposal, place(proposal.action, frame), RiskAssessment(Risk.LOW, "pointer action"),
+                           "step")
     controller = ApprovalController(guard, marker_color=MARK)
     pending = PendingDecision(request, "user")
     controller.present(pending)

@@ -27,9 +27,10 @@ def test_a_model_that_cannot_load_shows_an_error_dialog_and_no_traceback(
     missing = tmp_path / "no-such-checkpoint"
     settings = Settings(data_dir=tmp_path / "data", policy="local", model=str(missing))
     executor = RecordingExecutor()
-    app = HolodeskApp(settings, force_window=True, hotkeys=False, capture_factory=lambda: FakeCapture([blank_frame()]),
-                      executor_factory=lambda s: executor, settings_path=tmp_path / "settings.toml", dialogs=True,
-                      focus_probe=lambda: "mousepad Mousepad")
+    app = HolodeskApp(settings, force_window=True, hotkeys=False,
+                      capture_factory=lambda _s: FakeCapture([blank_frame()]),
+                      executor_factory=lambda _s, _stop: executor, settings_path=tmp_path / "settings.toml",
+                      dialogs=True, focus_probe=lambda: "mousepad Mousepad")
     app.start()
     try:
         with caplog.at_level(logging.INFO):

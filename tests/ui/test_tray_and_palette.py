@@ -10,8 +10,9 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QSystemTrayIcon
 
-from holodesk.core.actions import Click, Point
+from holodesk.core.actions import Answer, Click, Point
 from holodesk.errors import ModelLoadError
+from holodesk.policy.base import Proposal
 from holodesk.session.loop import State
 from holodesk.ui.icons import Status, status_icon
 from tests.ui.conftest import wait_finished, wait_overlay
@@ -170,3 +171,53 @@ def test_model_loading_shows_progress(qtbot: Any, make_app: Any) -> None:
     assert kit.app._progress is None  # closed once the session runs
     qtbot.keyClick(overlay, Qt.Key.Key_Escape)
     assert wait_finished(qtbot, kit.app).status is State.STOPPED
+
+
+class _AnswersAtOncePolicy:
+    """A FAKE policy that answers at once, every time; it keeps the settings it was built from."""
+
+    name = "answers at once (fake)"
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+        self.closed = False
+
+    def propose(self, observation: Any) -> Proposal:
+        return Proposal(Answer("ok"), thought="nothing to do")
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize("change", [{"decoder": "stock"}, {"max_reply_tokens": 64}, {"max_string_chars": 80}])
+def test_a_changed_policy_setting_builds_a_new_policy_for_the_next_task(
+        qtbot: Any, make_app: Any, change: dict[str, Any]) -> None:
+    """Settings that only the policy reads (the decoder, the reply length) apply from the next task on,
+    without a restart; a setting the policy does not read keeps the loaded one."""
+    kit = make_app([])
+    app = kit.app
+    built: list[_AnswersAtOncePolicy] = []
+
+    def factory(settings: Any, progress: Any) -> Any:
+        built.append(_AnswersAtOncePolicy(settings))
+        return built[-1]
+
+    app.policy_factory = factory
+
+    def run_task() -> None:
+        app.start_task("answer")
+        qtbot.waitUntil(lambda: app.runner.running or app.last_result is not None, timeout=5000)
+        assert wait_finished(qtbot, app).status is State.FINISHED
+        app.last_result = None
+
+    run_task()
+    run_task()
+    assert len(built) == 1  # same settings: the loaded policy is kept
+    app.apply_settings(app.settings.model_copy(update={"approval": "auto", "max_steps": 5}))
+    run_task()
+    assert len(built) == 1  # settings the policy does not read
+    app.apply_settings(app.settings.model_copy(update=change))
+    run_task()
+    assert len(built) == 2 and built[0].closed and not built[1].closed
+    (name, value), = change.items()
+    assert getattr(built[1].settings, name) == value

@@ -18,7 +18,7 @@ import pytest
 from holodesk.capture.pipewire_backend import MutterCapture
 from holodesk.control.mutter_executor import MutterExecutor
 from holodesk.core.actions import Move
-from holodesk.core.geometry import Frame, frame_pixel_to_point, to_input_point
+from holodesk.core.geometry import Frame, frame_pixel_to_point, place, to_input_point
 from holodesk.display.mutter import MutterRemoteDesktop
 from tests.helpers.mutter import MutterSession, TargetApp, missing_programs, mutter_session
 
@@ -85,7 +85,7 @@ def wait_until_window_settled(executor: MutterExecutor, frame: Frame, app: Targe
     for attempt in itertools.count():
         point = frame_pixel_to_point(frame, (ax + 40 + attempt % 2) * k, (ay + 30) * k)
         aim = to_input_point(frame, point)
-        assert executor.execute(Move(point), frame).ok
+        assert executor.execute(place(Move(point), frame)).ok
         expected = [(aim.x + 0.5) / k - ax, (aim.y + 0.5) / k - ay]
         try:
             app.wait_state(lambda s, e=expected: s.get("pointer") == e, timeout_s=0.5)

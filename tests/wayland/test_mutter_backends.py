@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from holodesk.core.actions import Click, DoubleClick, Key, Scroll, Type
-from holodesk.core.geometry import Frame, frame_pixel_to_point, to_input_point
+from holodesk.core.geometry import Frame, frame_pixel_to_point, place, to_input_point
 from tests.helpers.mutter import MutterSession, TargetApp
 from tests.wayland.conftest import GnomeDesktop, wait_until_window_settled
 
@@ -40,7 +40,7 @@ COLUMNS, OWN_CLIPBOARD = app_constants()
 def click_at(gnome: GnomeDesktop, frame: Frame, x: float, y: float, action: type = Click) -> None:
     """Perform ``action`` at screen point (x, y) the way a proposal would arrive: as a [0, 1000] point on
     ``frame``, mapped back by the executor."""
-    result = gnome.executor.execute(action(frame_pixel_to_point(frame, x, y)), frame)
+    result = gnome.executor.execute(place(action(frame_pixel_to_point(frame, x, y)), frame))
     assert result.ok, result
 
 
@@ -102,16 +102,16 @@ def test_text_arrives_exactly_and_the_clipboard_is_restored(gnome: GnomeDesktop,
     gtk_app.wait_state(lambda s: s.get("clipboard") == OWN_CLIPBOARD)
     click_at(gnome, frame, *gtk_app.center("entry"))
     gtk_app.wait_state(lambda s: s["entry_focused"])
-    result = gnome.executor.execute(Type(TEXT), frame)
+    result = gnome.executor.execute(place(Type(TEXT), frame))
     assert result.ok, result
     assert result.details["typing_method"] == "clipboard"
     assert gtk_app.wait_state(lambda s: s["text"] == TEXT)["text"] == TEXT
     # Keys right after a paste land after the pasted text.
-    assert gnome.executor.execute(Type("!\n"), frame).details["typing_method"] == "keysym"
+    assert gnome.executor.execute(place(Type("!\n"), frame)).details["typing_method"] == "keysym"
     assert gtk_app.wait_state(lambda s: s["text"] == TEXT + "!")["text"] == TEXT + "!"
     # Ctrl+A then typing replaces the text: chords work.
-    assert gnome.executor.execute(Key(("ctrl", "a")), frame).ok
-    assert gnome.executor.execute(Type("ok"), frame).ok
+    assert gnome.executor.execute(place(Key(("ctrl", "a")), frame)).ok
+    assert gnome.executor.execute(place(Type("ok"), frame)).ok
     assert gtk_app.wait_state(lambda s: s["text"] == "ok")["text"] == "ok"
     # The user's clipboard holds its own text again, as the app reads it.
     reads = gtk_app.state()["clipboard_reads"]
@@ -122,7 +122,8 @@ def test_text_arrives_exactly_and_the_clipboard_is_restored(gnome: GnomeDesktop,
 
 def test_scroll_and_unknown_monitor(gnome: GnomeDesktop, gtk_app: TargetApp) -> None:
     frame = gnome.capture.grab(1)
-    result = gnome.executor.execute(Scroll("down", 2, frame_pixel_to_point(frame, *gtk_app.center("area"))), frame)
+    scroll = Scroll("down", 2, frame_pixel_to_point(frame, *gtk_app.center("area")))
+    result = gnome.executor.execute(place(scroll, frame))
     assert result.ok and result.details["method"] == "NotifyPointerAxisDiscrete", result
     from holodesk.errors import CaptureError
 

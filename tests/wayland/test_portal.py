@@ -17,7 +17,7 @@ import pytest
 
 from holodesk.control.mutter_executor import MutterExecutor
 from holodesk.core.actions import Click, Key, Point, Type
-from holodesk.core.geometry import Frame, to_input_point
+from holodesk.core.geometry import Frame, place, to_input_point
 from holodesk.display import MUTTER_NAMES, PORTAL_NAME, choose_backend
 from holodesk.display.portal import PortalRemoteDesktop, load_restore_token, portal_state
 from holodesk.errors import DisplayError
@@ -102,17 +102,17 @@ def test_executor_drives_the_portal_session(portal_v1: FakePortal, tmp_path: Pat
         frame = Frame(pixels=np.zeros((mon.height, mon.width, 3), np.uint8), monitor=mon, captured_at=0.0)
         point = Point(100, 200)
         aim = to_input_point(frame, point)
-        result = executor.execute(Click(point), frame)
+        result = executor.execute(place(Click(point), frame))
         assert result.ok, result.message
         assert result.details["backend"] == "portal"
         (motion,) = portal_v1.args_of("NotifyPointerMotionAbsolute")
         assert motion[2:] == (42, aim.x + 0.5, aim.y + 0.5)  # stream 42's logical coordinates, cell centre
         assert [a[2:] for a in portal_v1.args_of("NotifyPointerButton")] == [(0x110, 1), (0x110, 0)]
-        assert executor.execute(Key(["ctrl", "a"]), frame).ok
+        assert executor.execute(place(Key(["ctrl", "a"]), frame)).ok
         assert [a[2:] for a in portal_v1.args_of("NotifyKeyboardKeysym")][2:] == [
             (0xFFE3, 1), (0x61, 1), (0x61, 0), (0xFFE3, 0)]
         # The portal has no clipboard: text outside ASCII fails with the reason, nothing typed.
-        failed = executor.execute(Type("Grüße"), frame)
+        failed = executor.execute(place(Type("Grüße"), frame))
         assert not failed.ok and "desktop portal" in failed.message
         # OpenPipeWireRemote hands over a connection: bytes written by the portal's end arrive.
         fd = remote.open_pipewire_fd()

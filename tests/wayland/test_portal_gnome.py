@@ -18,7 +18,7 @@ import pytest
 from holodesk.capture.pipewire_backend import MutterCapture
 from holodesk.control.mutter_executor import MutterExecutor
 from holodesk.core.actions import Click
-from holodesk.core.geometry import frame_pixel_to_point
+from holodesk.core.geometry import frame_pixel_to_point, place
 from holodesk.display.mutter import MutterRemoteDesktop, keysym_for
 from holodesk.display.portal import PortalRemoteDesktop
 from tests.helpers.mutter import MutterSession, missing_programs, mutter_session
@@ -125,7 +125,7 @@ def test_portal_dialog_then_frames_and_a_click(shell: MutterSession, tmp_path: P
         assert frame.pixels.shape == (shell.height, shell.width, 3) and capture.name == "portal"
         executor = MutterExecutor(portal)
         wait_until_window_settled(executor, frame, app)
-        result = executor.execute(Click(frame_pixel_to_point(frame, *app.center("button"))), frame)
+        result = executor.execute(place(Click(frame_pixel_to_point(frame, *app.center("button"))), frame))
         assert result.ok and result.details["backend"] == "portal", result.message
         app.wait_state(lambda s: s.get("clicks") == 1)
     finally:

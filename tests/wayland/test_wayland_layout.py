@@ -13,7 +13,7 @@ import pytest
 from holodesk.capture.pipewire_backend import MutterCapture
 from holodesk.control.mutter_executor import MutterExecutor
 from holodesk.core.actions import Click
-from holodesk.core.geometry import frame_pixel_to_point, to_input_point
+from holodesk.core.geometry import frame_pixel_to_point, place, to_input_point
 from holodesk.display.mutter import DISPLAY_CONFIG, MutterRemoteDesktop
 from tests.helpers.mutter import MutterSession, mutter_session
 from tests.wayland.conftest import _require_programs, wait_until_window_settled
@@ -65,7 +65,7 @@ def test_layout_change_replaces_the_session_and_clicks_stay_exact(big_mutter: Mu
         wait_until_window_settled(executor, after, app)
         ax, ay, _w, _h = state["area"]
         for n, (px, py) in enumerate([(601, 201), (2000, 333)], start=1):
-            result = executor.execute(Click(frame_pixel_to_point(after, px, py)), after)
+            result = executor.execute(place(Click(frame_pixel_to_point(after, px, py)), after))
             assert result.ok, result
             aim = to_input_point(after, frame_pixel_to_point(after, px, py))
             pressed = app.wait_state(lambda s, n=n: len(s["presses"]) == n)["presses"][-1]

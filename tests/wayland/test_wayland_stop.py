@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from holodesk.core.geometry import Frame, Monitor, frame_pixel_to_point
+from holodesk.core.geometry import Frame, Monitor, frame_pixel_to_point, place
 from holodesk.policy.scripted import ScriptedPolicy
 from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse
 from holodesk.session.loop import Session, SessionEvent, SessionLimits, State
@@ -69,11 +69,11 @@ def test_stop_request_ends_a_running_wait_and_nothing_more_happens(mutter: Mutte
     try:
         from holodesk.core.actions import Click
 
-        refused = gnome.executor.execute(Click(button), gnome.capture.grab(1))
+        refused = gnome.executor.execute(place(Click(button), gnome.capture.grab(1)))
     finally:
         gnome.executor.stop_event.clear()
     assert refused.status == "stopped_by_user"
     assert gtk_app.state()["clicks"] == 0
     # Cleared again, the same backends work: a click lands.
-    assert gnome.executor.execute(Click(button), gnome.capture.grab(1)).ok
+    assert gnome.executor.execute(place(Click(button), gnome.capture.grab(1))).ok
     assert gtk_app.wait_state(lambda s: s["clicks"] == 1)["clicks"] == 1

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from holodesk.core.actions import Action
-from holodesk.core.geometry import Frame
+from holodesk.core.geometry import PlacedAction
 
 
 @dataclass(frozen=True)
@@ -34,8 +33,8 @@ class ActionResult:
 
 
 class Executor(Protocol):
-    """Performs actions. ``frame`` is the frame the action was proposed for; every point is mapped
-    through :func:`holodesk.core.geometry.to_input_point` with it.
+    """Performs actions at the input points they were placed at (:func:`holodesk.core.geometry.place`,
+    once per step, the points the approval showed); an executor never maps a point again.
 
     An executor that keeps state between the steps of an episode (the X11 typer's keyboard bindings)
     also has ``end_episode() -> None``, which the session calls once when an episode ends, whatever its
@@ -43,5 +42,4 @@ class Executor(Protocol):
 
     name: str
 
-    def execute(self, action: Action, frame: Frame) -> ActionResult: ...
-
+    def execute(self, placed: PlacedAction) -> ActionResult: ...

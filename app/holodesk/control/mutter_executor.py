@@ -1,7 +1,8 @@
 """The GNOME-on-Wayland executor: input through Mutter's RemoteDesktop ``Notify*`` calls.
 
-* Points go through :func:`holodesk.core.geometry.to_input_point` with the frame the action was proposed
-  for (Mutter's logical layout), then into that monitor's stream pixels for ``NotifyPointerMotionAbsolute``.
+* Actions arrive placed (:class:`holodesk.core.geometry.PlacedAction`, the input points the approval showed,
+  in Mutter's logical layout); each goes into its monitor's stream pixels for ``NotifyPointerMotionAbsolute``
+  only while that monitor still has the layout of the frame.
 * Keys are sent as keysyms; Mutter finds the keycode and the shift level in the active layout.
 * Text of printable ASCII, newlines and tabs is typed key by key; a text with any other character (outside
   the keyboard layout on most systems: CJK, most accented letters on ``us``, which Mutter drops as keys) is
@@ -22,7 +23,6 @@ from typing import Any
 
 from holodesk.control.base import ActionResult
 from holodesk.core.actions import (
-    Action,
     Answer,
     Click,
     Done,
@@ -37,7 +37,7 @@ from holodesk.core.actions import (
     Type,
     Wait,
 )
-from holodesk.core.geometry import Frame, InputPoint, to_input_point
+from holodesk.core.geometry import Frame, InputPoint, PlacedAction
 from holodesk.display.mutter import (
     AXIS_HORIZONTAL,
     AXIS_VERTICAL,
@@ -99,19 +99,21 @@ class MutterExecutor:
         self.input_ready_timeout_s = input_ready_timeout_s
         self.paste_settle_s = paste_settle_s
 
-    def execute(self, action: Action, frame: Frame) -> ActionResult:
-        """Perform ``action``; points are mapped with ``to_input_point(frame, point)``.
+    def execute(self, placed: PlacedAction) -> ActionResult:
+        """Perform ``placed.action`` at ``placed.input_points`` (the points the approval showed); refused
+        when the frame's monitor no longer has the layout it had at capture.
 
         Returns:
             ActionResult: "performed", "failed" (with the reason) or "stopped_by_user". ``details`` carry
             ``input_points``, ``method`` and, for text, ``typing_method`` and the runs pasted. Never raises.
         """
         t0 = time.perf_counter()
+        action, frame = placed.action, placed.frame
         details: dict[str, Any] = {"kind": action.kind, "monitor": frame.monitor.index, "backend": self.name}
         try:
             if self.stop_event.is_set():
                 raise _Stopped()
-            message = self._perform(action, frame, details)
+            message = self._perform(placed, details)
             status, ok = "performed", True
         except _Stopped:
             status, ok, message = "stopped_by_user", False, "stopped by user"
@@ -149,7 +151,8 @@ class MutterExecutor:
             self.session.button(button, True)
             self.session.button(button, False)
 
-    def _perform(self, action: Action, frame: Frame, details: dict[str, Any]) -> str:
+    def _perform(self, placed: PlacedAction, details: dict[str, Any]) -> str:
+        action, frame, points = placed.action, placed.frame, placed.input_points
         if isinstance(action, (Answer, Done, Plan)):
             details["method"] = "none"
             return "nothing to do on screen"
@@ -162,7 +165,6 @@ class MutterExecutor:
             raise ActionError("Holodesk's input on this desktop is not confirmed yet (no frame has been captured "
                               "since the remote-desktop session started); did nothing",
                               hint="Capture a frame first; `holodesk doctor` shows the Wayland backend's state.")
-        points = [to_input_point(frame, p) for p in action.points()]
         details["input_points"] = [[p.x, p.y] for p in points]
         if isinstance(action, (Click, DoubleClick, RightClick, MiddleClick)):
             (ip,) = points

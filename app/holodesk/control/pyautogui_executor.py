@@ -3,8 +3,8 @@
 
 * pyautogui is imported lazily, after :func:`holodesk.display.require_display`, because it
   raises at import without a display (F16).
-* Every point goes through :func:`holodesk.core.geometry.to_input_point` with the frame the action was
-  proposed for; there is no other coordinate math here.
+* Actions arrive placed (:class:`holodesk.core.geometry.PlacedAction`): the pointer goes to exactly the
+  input points the approval showed; there is no coordinate math here.
 * After each pointer move the position is read back until it has settled (F22): a window manager
   that holds a synchronous button grab freezes the pointer until it replays the previous click, so
   the move can arrive a few hundred milliseconds after the request. The readback is polled until the
@@ -49,7 +49,7 @@ from holodesk.core.actions import (
     Type,
     Wait,
 )
-from holodesk.core.geometry import Frame, InputPoint, Monitor, to_input_point
+from holodesk.core.geometry import InputPoint, Monitor, PlacedAction
 from holodesk.errors import ActionError, DisplayError, GeometryMismatch, HolodeskError
 
 log = logging.getLogger(__name__)
@@ -312,8 +312,8 @@ class PyAutoGUIExecutor:
                 raise _Stopped()
 
     # -- Executor ------------------------------------------------------------------------------------
-    def execute(self, action: Action, frame: Frame) -> ActionResult:
-        """Perform ``action``; points are mapped with ``to_input_point(frame, point)``.
+    def execute(self, placed: PlacedAction) -> ActionResult:
+        """Perform ``placed.action`` at ``placed.input_points`` (the points the approval showed).
 
         Returns:
             ActionResult: "performed" (ok), "failed" (with the reason) or "stopped_by_user"
@@ -321,9 +321,10 @@ class PyAutoGUIExecutor:
             typing, which path ran. Never raises.
         """
         t0 = time.perf_counter()
-        details: dict[str, Any] = {"kind": action.kind, "monitor": frame.monitor.index}
+        action = placed.action
+        details: dict[str, Any] = {"kind": action.kind, "monitor": placed.frame.monitor.index}
         try:
-            message = self._perform(action, frame, details)
+            message = self._perform(action, placed.input_points, details)
             status, ok = "performed", True
         except _Unreachable as exc:
             details.update(exc.details)
@@ -347,7 +348,7 @@ class PyAutoGUIExecutor:
         return ActionResult(ok=ok, status=status, message=message, details=details,
                             duration_ms=(time.perf_counter() - t0) * 1000.0, verified=verified)
 
-    def _perform(self, action: Action, frame: Frame, details: dict[str, Any]) -> str:
+    def _perform(self, action: Action, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
         if isinstance(action, (Answer, Done, Plan)):
             details["method"] = "none"
             return "nothing to do on screen"
@@ -355,7 +356,6 @@ class PyAutoGUIExecutor:
             details["method"] = "wait"
             self._wait(action.seconds)
             return f"waited {action.seconds:g} s"
-        points = [to_input_point(frame, p) for p in action.points()]
         details["input_points"] = [[p.x, p.y] for p in points]
         gui = self._gui()
         # The corner is a stop signal for every action (F12), also for typing through XTest, which

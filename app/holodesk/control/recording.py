@@ -8,8 +8,7 @@ from dataclasses import dataclass
 
 from holodesk.control.base import ActionResult
 from holodesk.core.actions import Action
-from holodesk.core.geometry import Frame, InputPoint, to_input_point
-from holodesk.errors import HolodeskError
+from holodesk.core.geometry import Frame, InputPoint, PlacedAction
 
 
 @dataclass(frozen=True)
@@ -18,7 +17,7 @@ class RecordedAction:
 
     Attributes:
         action: the action as given.
-        input_points: its points mapped with ``to_input_point(frame, point)`` (input space), in order.
+        input_points: the input-space points it was placed at (``PlacedAction.input_points``), in order.
         frame: the frame it was proposed for.
         result: the result that was returned.
     """
@@ -36,8 +35,7 @@ class RecordingExecutor:
         scripted: results to return instead, keyed by 0-based call number (e.g. ``{2: ActionResult(
             ok=False, status="failed", message="boom")}``); calls not listed succeed.
 
-    Points are converted exactly as the real executor does, so a bad point yields the same failed
-    result. Thread-safe.
+    It records the placed points as given, as the real executors use them. Thread-safe.
 
     Attributes:
         calls: every :class:`RecordedAction`, in call order.
@@ -60,19 +58,14 @@ class RecordingExecutor:
         """The recorded actions, in call order."""
         return [c.action for c in self.calls]
 
-    def execute(self, action: Action, frame: Frame) -> ActionResult:
-        """Record ``action`` with its input points and return an ok (or scripted) result."""
+    def execute(self, placed: PlacedAction) -> ActionResult:
+        """Record ``placed`` (action, input points, frame) and return an ok (or scripted) result."""
+        action, frame, points = placed.action, placed.frame, placed.input_points
         with self._lock:
             number = len(self.calls)
-            points: tuple[InputPoint, ...] = ()
-            try:
-                points = tuple(to_input_point(frame, p) for p in action.points())
-                details = {"kind": action.kind, "monitor": frame.monitor.index,
-                           "input_points": [[p.x, p.y] for p in points], "method": "recording"}
-                result = self.scripted.get(number) or ActionResult(
-                    ok=True, status="performed", message=f"recorded {action.kind}", details=details)
-            except HolodeskError as exc:
-                result = ActionResult(ok=False, status="failed", message=str(exc),
-                                      details={"kind": action.kind, "error": type(exc).__name__})
+            details = {"kind": action.kind, "monitor": frame.monitor.index,
+                       "input_points": [[p.x, p.y] for p in points], "method": "recording"}
+            result = self.scripted.get(number) or ActionResult(
+                ok=True, status="performed", message=f"recorded {action.kind}", details=details)
             self.calls.append(RecordedAction(action=action, input_points=points, frame=frame, result=result))
             return result

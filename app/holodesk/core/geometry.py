@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from holodesk.core.actions import NORM_MAX, Point
+from holodesk.core.actions import NORM_MAX, Action, Point
 from holodesk.errors import ActionError, CaptureError
 
 if TYPE_CHECKING:
@@ -157,6 +157,32 @@ def to_input_point(frame: Frame, point: Point) -> InputPoint:
     """
     px, py = point_to_frame_pixel(frame, point)
     return frame_pixel_to_input(frame, px, py)
+
+
+@dataclass(frozen=True)
+class PlacedAction:
+    """An action with the OS input-space points where it happens, mapped once from the frame it was
+    proposed for: the approval shows these points and the executor performs exactly these points
+    (never a recomputation, which could land elsewhere if the mapping changed in between).
+
+    Attributes:
+        action: the action (its points are in model space).
+        frame: the frame the action was proposed for (its monitor is where it happens).
+        input_points: ``to_input_point(frame, p)`` for each of ``action.points()``, in order.
+    """
+
+    action: Action
+    frame: Frame
+    input_points: tuple[InputPoint, ...]
+
+
+def place(action: Action, frame: Frame) -> PlacedAction:
+    """Map each of ``action``'s points to input space through ``frame`` (:func:`to_input_point`).
+
+    Raises:
+        ActionError: a point is not a valid Point.
+    """
+    return PlacedAction(action, frame, tuple(to_input_point(frame, p) for p in action.points()))
 
 
 def frame_pixel_to_point(frame: Frame, px: float, py: float) -> Point:

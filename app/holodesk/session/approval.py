@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from holodesk.core.actions import Action
-from holodesk.core.geometry import Frame, InputPoint, to_input_point
+from holodesk.core.geometry import Frame, InputPoint, PlacedAction
 from holodesk.core.risk import Risk, RiskAssessment
 from holodesk.core.wording import WindowInfo, step_words
 from holodesk.policy.base import Proposal
@@ -37,7 +37,8 @@ class ApprovalRequest:
         frame: the frame the action was computed for (its monitor is where it will happen).
         description: the headline: what the step does to what, in plain words
             (:func:`holodesk.core.wording.step_words`), e.g. "Click ‘Cancel button’ in Demo form".
-        input_points: where each of the action's points lands, in OS input space.
+        input_points: where each of the action's points lands, in OS input space (from
+            :func:`holodesk.core.geometry.place`): exactly where the executor performs it once approved.
         risk: risk level and reason.
         mode: "step" or "auto".
         details: the headline's secondary lines (coordinates, window application, text length).
@@ -84,13 +85,14 @@ Approver = Callable[[ApprovalRequest], ApprovalResponse]
 """A user-facing approver: blocks until the user decides (terminal prompt, overlay card)."""
 
 
-def make_request(step: int, proposal: Proposal, frame: Frame, risk: RiskAssessment, mode: str, *,
+def make_request(step: int, proposal: Proposal, placed: PlacedAction, risk: RiskAssessment, mode: str, *,
                  window: WindowInfo | None = None, focus_element: str | None = None) -> ApprovalRequest:
-    """Build the request shown to the approver, mapping each point through the frame it was computed on
-    and wording it with :func:`holodesk.core.wording.step_words` (``window``: where it acts, when known;
-    ``focus_element``: for typing, the focused field in words)."""
-    points = tuple(to_input_point(frame, p) for p in proposal.action.points())
-    words = step_words(proposal.action, window=window, focus_element=focus_element, input_points=points,
+    """Build the request shown to the approver for ``placed`` (the proposal's action placed on the frame it
+    was computed on: its input points are shown, and performed once approved), worded with
+    :func:`holodesk.core.wording.step_words` (``window``: where it acts, when known; ``focus_element``: for
+    typing, the focused field in words)."""
+    frame, points = placed.frame, placed.input_points
+    words = step_words(placed.action, window=window, focus_element=focus_element, input_points=points,
                        monitor_label=frame.monitor.label)
     return ApprovalRequest(
         step=step,

@@ -1,21 +1,27 @@
-"""Builds the parts of a session (policy, capture, executor) from settings.
+"""Builds sessions from settings: the policy, capture, executor, approval and limits.
 
-Shared by the CLI and the tray app so both run the very same configuration. Heavy backends are
-imported only when chosen.
+:func:`build_session` is the one place a :class:`~holodesk.session.loop.Session` is assembled; the CLI,
+the tray app (and through it the MCP server) and the tests use it, so all run the very same
+configuration. Heavy backends are imported only when chosen.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from holodesk.errors import SettingsError
+from holodesk.session.approval import ApprovalPolicy
+from holodesk.session.loop import Session, SessionLimits
+from holodesk.settings import policy_fields
 
 if TYPE_CHECKING:
     from holodesk.capture.base import CaptureBackend
     from holodesk.control.base import Executor
+    from holodesk.core.wording import WindowInfo
     from holodesk.display import BackendChoice
     from holodesk.display.mutter import MutterRemoteDesktop
     from holodesk.display.portal import PortalRemoteDesktop
@@ -25,24 +31,22 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def build_policy(settings: Settings, *, script: Path | None = None, progress: Any = None,
-                 cancel: threading.Event | None = None) -> Policy:
-    """The policy the settings (or an explicit script) select. ``progress(stage, fraction)`` and ``cancel``
-    reach the local model's download and load.
+def build_policy(settings: Settings, *, progress: Any = None, cancel: threading.Event | None = None) -> Policy:
+    """The policy the settings select, built from the settings of :func:`holodesk.settings.policy_fields`
+    only (:func:`policy_key` keeps a built one while they stay the same). ``progress(stage, fraction)`` and
+    ``cancel`` reach the local model's download and load.
 
     Raises:
-        SettingsError: remote policy without an endpoint, unknown policy.
+        SettingsError: replay without a script file, remote policy without an endpoint, unknown policy.
         ModelLoadError / PolicyError: from the chosen backend.
     """
-    if script is None and settings.policy == "script":
-        script = settings.script_file
-    if script is not None or settings.policy == "script":
-        if script is None:
+    if settings.policy == "script":
+        if settings.script_file is None:
             raise SettingsError("policy 'script' needs a script file",
                                 hint="Choose the replay file in Settings (Replay file), or pass --script FILE.")
         from holodesk.policy.scripted import ScriptedPolicy
 
-        return ScriptedPolicy(script)  # the script file names its protocol (old files: holo-v1)
+        return ScriptedPolicy(settings.script_file)  # the script file names its protocol (old files: holo-v1)
     if settings.policy == "remote":
         if not settings.endpoint:
             raise SettingsError("the remote policy needs an endpoint URL",
@@ -166,3 +170,108 @@ def build_executor(settings: Settings, stop_event: threading.Event | None = None
     from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 
     return PyAutoGUIExecutor(typing=settings.typing, stop_event=stop_event)
+
+
+# -- the session ------------------------------------------------------------------------------------------
+PolicyKey = tuple[tuple[str, Any], ...]
+
+
+def policy_key(settings: Settings) -> PolicyKey:
+    """``((name, value), ...)`` of every setting the policy is built from (:func:`holodesk.settings.policy_fields`):
+    two settings with the same key build the same policy."""
+    return tuple((name, getattr(settings, name)) for name in policy_fields())
+
+
+class PolicyCache:
+    """One policy kept from task to task, built again when :func:`policy_key` changes (a setting the policy
+    reads was changed); a replay is used up by its run, so it is read again for every task."""
+
+    def __init__(self) -> None:
+        self.policy: Policy | None = None
+        self.key: PolicyKey | None = None
+
+    def get(self, settings: Settings, build: Callable[[Settings], Policy]) -> Policy:
+        """The kept policy when ``settings`` have its key, else ``build(settings)`` (the old one is closed).
+
+        Raises:
+            Whatever ``build`` raises (the old policy is closed and forgotten first).
+        """
+        key = policy_key(settings)
+        if self.policy is None or key != self.key or settings.policy == "script":
+            self.close()
+            self.policy = build(settings)
+            self.key = key
+        return self.policy
+
+    def close(self) -> None:
+        """Close the kept policy (if any) and forget it."""
+        policy, self.policy, self.key = self.policy, None, None
+        if policy is not None:
+            policy.close()
+
+
+def session_limits(settings: Settings) -> SessionLimits:
+    """The caps of one task and its monitor, from the settings."""
+    return SessionLimits(settings.max_steps, settings.max_wall_s, settings.max_parse_failures,
+                         settings.max_repeats, settings.monitor)
+
+
+def build_session(
+    settings: Settings,
+    approval: ApprovalPolicy | Callable[[Policy], ApprovalPolicy],
+    *,
+    policy: Callable[[Settings], Policy] = build_policy,
+    capture: Callable[[Settings], CaptureBackend] = build_capture,
+    executor: Callable[[Settings, threading.Event], Executor] = build_executor,
+    stop_event: threading.Event | None = None,
+    episodes_dir: Path | None = None,
+    focus_probe: Callable[[], str | None] | None = None,
+    window_probe: Callable[..., WindowInfo | None] | None = None,
+    before_capture: Callable[[], None] | None = None,
+    after_capture: Callable[[], None] | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> Session:
+    """The session for one task with ``settings``: capture, executor (``prepare()``d when it has one),
+    policy, approval and limits, all from the same settings, sharing one stop event.
+
+    Args:
+        settings: the effective settings of the task (overrides already applied, e.g. ``load_settings(**flags)``).
+        approval: the approval policy, or a function of the policy that makes it (a terminal approver
+            speaks the policy's protocol).
+        policy / capture / executor: how each part is built from the settings (defaults:
+            :func:`build_policy`, :func:`build_capture`, :func:`build_executor`); a :class:`PolicyCache`'s
+            ``get`` keeps a loaded model between tasks.
+        stop_event: the task's stop event (default: a new one); the executor and the Session share it, so a
+            stop or the wall-time cap also ends a running ``wait`` (F09, F12).
+        episodes_dir: where the episode is recorded (default ``settings.episodes_dir``).
+        focus_probe / window_probe / before_capture / after_capture: as :class:`Session` takes them.
+        meta: extra fields for the episode's start record (the monitor's label is added).
+
+    Raises:
+        SettingsError: ``settings.monitor`` does not exist on this display (or from the policy).
+        DisplayError, CaptureError, ModelLoadError, SecretStoreError, PolicyError: from the parts.
+    """
+    stop = stop_event if stop_event is not None else threading.Event()
+    grabber = capture(settings)
+    monitors = grabber.monitors()
+    if not 1 <= settings.monitor <= len(monitors):
+        raise SettingsError(f"monitor {settings.monitor} does not exist; this display has {len(monitors)}",
+                            hint="Pick another monitor (Settings, or --monitor N); `holodesk doctor` lists them.")
+    performer = executor(settings, stop)
+    if getattr(performer, "stop_event", stop) is not stop:
+        performer.stop_event = stop  # type: ignore[attr-defined]  # executors that wait watch it
+    prepare = getattr(performer, "prepare", None)
+    if callable(prepare):
+        prepare()
+    chosen = policy(settings)
+    return Session(
+        chosen, grabber, performer, approval if isinstance(approval, ApprovalPolicy) else approval(chosen),
+        session_limits(settings),
+        episodes_dir=episodes_dir if episodes_dir is not None else settings.episodes_dir,
+        focus_probe=focus_probe,
+        window_probe=window_probe,
+        before_capture=before_capture,
+        after_capture=after_capture,
+        meta={"monitor_label": monitors[settings.monitor - 1].label, **(meta or {})},
+        stop_event=stop,
+    )

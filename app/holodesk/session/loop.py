@@ -26,13 +26,13 @@ from typing import Any
 
 from holodesk.capture.base import CaptureBackend
 from holodesk.control.base import ActionResult, Executor
-from holodesk.core.actions import Action, Answer, Click, Done, DoubleClick, MiddleClick, RightClick, Type
-from holodesk.core.geometry import Frame, to_input_point
+from holodesk.core.actions import Answer, Click, Done, DoubleClick, MiddleClick, RightClick, Type
+from holodesk.core.geometry import Frame, PlacedAction, place
 from holodesk.core.risk import Risk, RiskAssessment, assess
 from holodesk.core.wording import WindowInfo
 from holodesk.errors import GeometryMismatch, HolodeskError, PolicyError, PolicyOutputError, TaskError
-from holodesk.policy.base import HistoryStep, Observation, Policy
-from holodesk.session.approval import ApprovalPolicy, ApprovalResponse, Decision, make_request
+from holodesk.policy.base import HistoryStep, Observation, Policy, Proposal
+from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision, make_request
 from holodesk.session.episode import RESULT_UNKNOWN, EpisodeRecorder
 
 log = logging.getLogger(__name__)
@@ -112,6 +112,50 @@ REASON_ANSWERED = "the model answered"
 """The reason of a run that ended with an ``answer`` action (its text is ``EpisodeResult.answer``)."""
 FAILSAFE_STOP_REASON = "stopped: the pointer was moved to a screen corner (the fail-safe); the run has ended"
 """The reason of a run that the executor's fail-safe ended (its result has ``details["failsafe"]``)."""
+
+
+@dataclass
+class _Run:
+    """What one run carries from step to step.
+
+    Attributes:
+        task: the task in words.
+        started: ``time.monotonic()`` at the start (the wall-time cap counts from it).
+        step: the 0-based number of the current step.
+        history: the steps so far, as the policy sees them.
+        parse_failures: consecutive replies that were not a valid action.
+        focus_element: the field the last performed click named (typing goes there), when known.
+        repeats: (frame digest, action) of the last steps while they were all the same (F09).
+        failed_actions: "step N: message" for each approved action that could not be performed.
+    """
+
+    task: str
+    started: float
+    step: int = 0
+    history: list[HistoryStep] = field(default_factory=list)
+    parse_failures: int = 0
+    focus_element: str | None = None
+    repeats: list[tuple[str, str]] = field(default_factory=list)
+    failed_actions: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Judgement:
+    """What the risk rules concluded for one placed action.
+
+    Attributes:
+        focused: the focused window's class, None when unknown.
+        pointer_windows: the application class under each of the action's points (None where unknown);
+            None without a ``window_probe`` or without points.
+        risk: the risk level and reason.
+        window: the window the action acts in, for the approval's words: under its first point, else the
+            focused one; None when unknown.
+    """
+
+    focused: str | None
+    pointer_windows: list[str | None] | None
+    risk: RiskAssessment
+    window: WindowInfo | None
 
 
 class _Stop(Exception):
@@ -272,12 +316,8 @@ class Session:
                     end_episode()
 
     def _run_locked(self, task: str) -> EpisodeResult:
-        started = time.monotonic()
-        history: list[HistoryStep] = []
-        parse_failures = 0
-        focus_element: str | None = None  # the field the last performed click named (typing goes there)
-        repeats: list[tuple[str, str]] = []
-        step = 0
+        """The run: one :meth:`_step` after another until a :class:`_Stop` (or an error) ends it."""
+        run = _Run(task, time.monotonic())
         self._recorded_steps = set()
         if self.episodes_dir is not None:
             self.recorder = EpisodeRecorder(
@@ -287,181 +327,14 @@ class Session:
                  "executor": getattr(self.executor, "name", type(self.executor).__name__),
                  "mode": self.approval.mode, "limits": self.limits.__dict__, **self.meta},
             )
-        result: EpisodeResult
-        failed_actions: list[str] = []  # "step N: message" for each approved action that failed
         self._clear_failsafe_corner()
         try:
             self._check_geometry()
             while True:
-                self._check_limits(step, started)
-                record: dict[str, Any] = {"type": "step", "step": step}
-                timings: dict[str, float] = {}
-
-                # CAPTURING
-                self._set_state(State.CAPTURING, step)
-                t0 = time.perf_counter()
-                if self.before_capture:
-                    self.before_capture()
-                try:
-                    frame = self.capture.grab(self.limits.monitor)
-                finally:
-                    if self.after_capture:
-                        self.after_capture()
-                timings["capture"] = (time.perf_counter() - t0) * 1000
-                if self.recorder:
-                    record["frame"] = self.recorder.save_frame(step, frame)
-                record["monitor"] = frame.monitor.__dict__
-                record["frame_size"] = [frame.width, frame.height]
-                self._check_limits(step, started)
-
-                # THINKING
-                self._set_state(State.THINKING, step)
-                t0 = time.perf_counter()
-                try:
-                    proposal = self.policy.propose(Observation(task, frame, tuple(history)))
-                except PolicyOutputError as exc:
-                    timings["policy"] = (time.perf_counter() - t0) * 1000
-                    timings.update({f"policy.{k}": v for k, v in exc.timings_ms.items()})
-                    parse_failures += 1
-                    record.update(raw_text=exc.raw_text, error=str(exc), decision=None, timings_ms=timings)
-                    if exc.extra:
-                        record.update(policy_extra=exc.extra)
-                    self._write(record)
-                    # str(exc) quotes the raw reply (F05, F07): the user sees what the model said.
-                    self._emit("warning", step, f"The model's reply was not a valid action, so nothing was "
-                               f"done: {exc}", raw_text=exc.raw_text)
-                    history.append(HistoryStep(step, frame, None, raw_text=exc.raw_text,
-                                               outcome=f"reply rejected: {exc.message}"))
-                    if parse_failures >= self.limits.max_parse_failures:
-                        raise _Stop(State.FAILED, f"{parse_failures} consecutive replies were not valid "
-                                    f"actions; last: {exc}") from exc
-                    step += 1
-                    continue
-                except PolicyError as exc:
-                    record.update(error=str(exc), timings_ms=timings)
-                    self._write(record)
-                    raise _Stop(State.FAILED, f"the policy failed: {exc}") from exc
-                parse_failures = 0
-                timings["policy"] = (time.perf_counter() - t0) * 1000
-                timings.update({f"policy.{k}": v for k, v in proposal.timings_ms.items()})
-                action = proposal.action
-                record.update(raw_text=proposal.raw_text, action=action.to_dict(), thought=proposal.thought,
-                              note=proposal.note, policy_extra=proposal.extra)
-                if proposal.notices:
-                    record["notices"] = list(proposal.notices)
-                for notice in proposal.notices:  # a policy fallback is told, never silent (F21)
-                    self._emit("warning", step, notice, notice=True)
-                self._emit("proposal", step, proposal.thought, proposal=proposal, frame=frame)
-
-                if isinstance(action, (Answer, Done)):
-                    record.update(decision="none needed", timings_ms=timings)
-                    self._write(record)
-                    answer = action.text if isinstance(action, Answer) else (action.message or None)
-                    raise _Stop(State.FINISHED, REASON_ANSWERED if isinstance(action, Answer)
-                                else "the model reports the task is done", answer)
-
-                # Loop detection (F09): same action on an unchanged screen.
-                key = (frame_digest(frame), repr(action))
-                repeats = [*repeats, key] if repeats and repeats[-1] == key else [key]
-                if len(repeats) >= self.limits.max_repeats:
-                    record.update(decision=None, timings_ms=timings)
-                    self._write(record)
-                    raise _Stop(State.FAILED, f"the same action was proposed {len(repeats)} times on an "
-                                "unchanged screen; stopping to avoid a loop")
-                if len(repeats) == self.limits.max_repeats - 1:
-                    self._emit("warning", step, "The same action was proposed again on an unchanged screen; "
-                               "one more repeat stops the run.")
-
-                # AWAITING_APPROVAL
-                self._set_state(State.AWAITING_APPROVAL, step)
-                focused, pointer_windows, risk, window = self._assess(action, frame)
-                typed_into = focus_element if isinstance(action, Type) else None
-                request = make_request(step, proposal, frame, risk, self.approval.mode, window=window,
-                                       focus_element=typed_into)
-                t0 = time.perf_counter()
-                response = self.approval.decide(request)
-                if response.by == "autopilot" and response.decision is Decision.APPROVE:
-                    # The windows may have changed during the autopilot's countdown (a terminal opened
-                    # or took the focus): judged again just before acting; if no longer low, ask the user.
-                    focused, pointer_windows, risk, window = self._assess(action, frame)
-                    if risk.level is not Risk.LOW:
-                        record["risk_changed_during_countdown"] = True
-                        request = make_request(step, proposal, frame, risk, self.approval.mode, window=window,
-                                               focus_element=typed_into)
-                        response = self.approval.decide(request)
-                timings["approval"] = (time.perf_counter() - t0) * 1000
-                if not isinstance(response, ApprovalResponse):
-                    raise _Stop(State.FAILED, f"approver returned {response!r}, not an ApprovalResponse")
-                record.update(risk={"level": risk.level.value, "reason": risk.reason},
-                              decision=response.decision.value, decided_by=response.by,
-                              focused_window=focused, headline=request.description,
-                              window=window.to_dict() if window is not None else None,
-                              focus_element=typed_into)
-                if pointer_windows is not None:
-                    record["pointer_windows"] = pointer_windows
-                self._emit("decision", step, response.decision.value, response=response, request=request)
-                if response.decision is Decision.STOP:
-                    record["timings_ms"] = timings
-                    self._write(record)
-                    raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}" if self._stop.is_set()
-                                else "stopped by user at the approval prompt")
-                if response.decision is Decision.SKIP:
-                    record["timings_ms"] = timings
-                    self._write(record)
-                    history.append(HistoryStep(step, frame, action, proposal.thought, proposal.note,
-                                               proposal.raw_text, "skipped by the user"))
-                    step += 1
-                    continue
-                if response.decision is Decision.EDIT:
-                    assert response.action is not None
-                    action = response.action
-                    record["edited_action"] = action.to_dict()
-                if self._stop.is_set():
-                    record["timings_ms"] = timings
-                    self._write(record)
-                    raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}")
-
-                # EXECUTING — only reachable with an APPROVE or EDIT response in hand. Write-ahead (F24):
-                # the step is on disk, result unknown, before the action is performed.
-                self._write({**record, "result": RESULT_UNKNOWN, "timings_ms": timings})
-                self._set_state(State.EXECUTING, step)
-                outcome = self._execute(action, frame)
-                timings["execute"] = outcome.duration_ms
-                record.update(result={"ok": outcome.ok, "status": outcome.status, "message": outcome.message,
-                                      "verified": outcome.verified, "details": outcome.details},
-                              timings_ms=timings)
-                self._write(record)
-                self._emit("result", step, outcome.message, result=outcome)
-                if outcome.status == "unknown":  # the executor itself broke: stop, the screen is unknown
-                    raise _Stop(State.FAILED, f"internal error: {outcome.message}")
-                if outcome.status == "stopped_by_user":  # a stop request ended the action, or the fail-safe
-                    if self._stop.is_set():
-                        raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}")
-                    if outcome.details.get("failsafe"):
-                        raise _Stop(State.STOPPED, FAILSAFE_STOP_REASON)
-                    raise _Stop(State.STOPPED, f"stopped by user: {outcome.message}")
-                if not outcome.ok:
-                    failed_actions.append(f"step {step + 1}: {outcome.message}")
-                said = "performed" if outcome.ok else f"failed: {outcome.message}"
-                if outcome.ok and outcome.verified is False:  # F15: never reported as a sure success
-                    said = f"sent but not verified: {outcome.message}"
-                    self._emit("warning", step, f"Could not verify that the action worked: {outcome.message}. "
-                               "Check the screen.")
-                history.append(HistoryStep(step, frame, action, proposal.thought, proposal.note,
-                                           proposal.raw_text, said))
-                if isinstance(action, (Click, DoubleClick, RightClick, MiddleClick)):
-                    focus_element = action.element if outcome.ok else None
-                elif not isinstance(action, Type):
-                    focus_element = None
-                step += 1
+                self._step(run)
+                run.step += 1
         except _Stop as stop:
-            if stop.status is State.STOPPED and self._deadline_hit.is_set():
-                stop = _Stop(State.FAILED, self._wall_cap_reason())  # the cap stopped it, not the user
-            if stop.status is State.FINISHED and failed_actions:
-                # The model may believe a step worked that did not: never report such a run as done.
-                stop = _Stop(State.FAILED, f"{stop.reason}, but {len(failed_actions)} approved action(s) could "
-                             f"not be performed ({'; '.join(failed_actions)}); check the screen", stop.answer)
-            result = EpisodeResult(stop.status, stop.reason, stop.answer, len(self._recorded_steps))
+            result = self._stopped(stop, run.failed_actions)
         except KeyboardInterrupt:
             result = EpisodeResult(State.STOPPED, "interrupted by the user (Ctrl+C)", None, len(self._recorded_steps))
         except HolodeskError as exc:
@@ -471,44 +344,283 @@ class Session:
             log.exception("unexpected error in the session loop")
             result = EpisodeResult(State.FAILED, f"internal error: {type(exc).__name__}: {exc}", None,
                                    len(self._recorded_steps))
-        self.state = result.status
-        if self.recorder:
-            end = {"status": result.status.value, "reason": result.reason, "answer": result.answer,
-                   "steps": result.steps}
-            if result.status is State.STOPPED:
-                end["stopped_by"] = self._stopped_by if self._stop.is_set() else "user"
-            try:
-                self.recorder.close(end)
-            except HolodeskError as exc:  # what was written stays; the user is told the record is incomplete
-                log.error("could not finish the episode record: %s", exc)
-                result.reason = f"{result.reason}; the episode record is incomplete: {exc}"
-            result.episode_path = self.recorder.path
-        self._emit("end", step, result.reason, result=result)
-        self._emit("state", step, result.status.value)
+        self._end(result)
+        self._emit("end", run.step, result.reason, result=result)
+        self._emit("state", run.step, result.status.value)
         return result
 
-    def _assess(self, action: Action, frame: Frame) -> tuple[str | None, list[str | None] | None, RiskAssessment,
-                                                             WindowInfo | None]:
-        """Probe the windows and classify the action.
+    def _step(self, run: _Run) -> None:
+        """One step: capture, think, approve, act; each phase writes its part of the step record.
+        Returns when the step is over and the next may start.
 
-        Returns:
-            (focused window class, the application class under each of the action's points — None where
-            unknown; the list is None without a ``window_probe`` or without points —, the risk, and the
-            window the action acts in for the approval's words: under its first point, else the focused
-            one, None if unknown).
+        Raises:
+            _Stop: the run ends (finished, stopped or failed) in this step.
         """
+        self._check_limits(run.step, run.started)
+        record: dict[str, Any] = {"type": "step", "step": run.step}
+        timings: dict[str, float] = {}
+        frame = self._capture(run.step, record, timings)
+        self._check_limits(run.step, run.started)
+        proposal = self._think(run, frame, record, timings)
+        if proposal is None:  # the reply was rejected; the model is told in the next step
+            return
+        self._check_proposal(run, proposal, frame, record, timings)
+        placed = self._approve(run, proposal, place(proposal.action, frame), record, timings)
+        if placed is not None:
+            self._act(run, proposal, placed, record, timings)
+
+    # -- CAPTURING
+    def _capture(self, step: int, record: dict[str, Any], timings: dict[str, float]) -> Frame:
+        """Grab the monitor (the hooks around the grab hide the UI's overlay, F13) and save the frame."""
+        self._set_state(State.CAPTURING, step)
+        t0 = time.perf_counter()
+        if self.before_capture:
+            self.before_capture()
+        try:
+            frame = self.capture.grab(self.limits.monitor)
+        finally:
+            if self.after_capture:
+                self.after_capture()
+        timings["capture"] = (time.perf_counter() - t0) * 1000
+        if self.recorder:
+            record["frame"] = self.recorder.save_frame(step, frame)
+        record["monitor"] = frame.monitor.__dict__
+        record["frame_size"] = [frame.width, frame.height]
+        return frame
+
+    # -- THINKING
+    def _think(self, run: _Run, frame: Frame, record: dict[str, Any], timings: dict[str, float]) -> Proposal | None:
+        """Ask the policy; None when its reply was not a valid action (recorded, told, kept in the history).
+
+        Raises:
+            _Stop: (FAILED) the policy failed, or too many consecutive replies were rejected.
+        """
+        self._set_state(State.THINKING, run.step)
+        t0 = time.perf_counter()
+        try:
+            proposal = self.policy.propose(Observation(run.task, frame, tuple(run.history)))
+        except PolicyOutputError as exc:
+            timings["policy"] = (time.perf_counter() - t0) * 1000
+            self._reply_rejected(run, frame, exc, record, timings)
+            return None
+        except PolicyError as exc:
+            record.update(error=str(exc), timings_ms=timings)
+            self._write(record)
+            raise _Stop(State.FAILED, f"the policy failed: {exc}") from exc
+        run.parse_failures = 0
+        timings["policy"] = (time.perf_counter() - t0) * 1000
+        timings.update({f"policy.{k}": v for k, v in proposal.timings_ms.items()})
+        record.update(raw_text=proposal.raw_text, action=proposal.action.to_dict(), thought=proposal.thought,
+                      note=proposal.note, policy_extra=proposal.extra)
+        if proposal.notices:
+            record["notices"] = list(proposal.notices)
+        for notice in proposal.notices:  # a policy fallback is told, never silent (F21)
+            self._emit("warning", run.step, notice, notice=True)
+        self._emit("proposal", run.step, proposal.thought, proposal=proposal, frame=frame)
+        return proposal
+
+    def _reply_rejected(self, run: _Run, frame: Frame, exc: PolicyOutputError, record: dict[str, Any],
+                        timings: dict[str, float]) -> None:
+        """Record and tell a reply that was not a valid action (F05, F07); the model sees why next step.
+
+        Raises:
+            _Stop: (FAILED) ``limits.max_parse_failures`` consecutive replies were rejected.
+        """
+        timings.update({f"policy.{k}": v for k, v in exc.timings_ms.items()})
+        run.parse_failures += 1
+        record.update(raw_text=exc.raw_text, error=str(exc), decision=None, timings_ms=timings)
+        if exc.extra:
+            record.update(policy_extra=exc.extra)
+        self._write(record)
+        # str(exc) quotes the raw reply (F05, F07): the user sees what the model said.
+        self._emit("warning", run.step, f"The model's reply was not a valid action, so nothing was "
+                   f"done: {exc}", raw_text=exc.raw_text)
+        run.history.append(HistoryStep(run.step, frame, None, raw_text=exc.raw_text,
+                                       outcome=f"reply rejected: {exc.message}"))
+        if run.parse_failures >= self.limits.max_parse_failures:
+            raise _Stop(State.FAILED, f"{run.parse_failures} consecutive replies were not valid "
+                        f"actions; last: {exc}") from exc
+
+    def _check_proposal(self, run: _Run, proposal: Proposal, frame: Frame, record: dict[str, Any],
+                        timings: dict[str, float]) -> None:
+        """End the run on an answer or done, and on a loop of the same action (F09).
+
+        Raises:
+            _Stop: (FINISHED) the model answered or said done; (FAILED) the same action was proposed
+                ``limits.max_repeats`` times on an unchanged screen.
+        """
+        action = proposal.action
+        if isinstance(action, (Answer, Done)):
+            record.update(decision="none needed", timings_ms=timings)
+            self._write(record)
+            answer = action.text if isinstance(action, Answer) else (action.message or None)
+            raise _Stop(State.FINISHED, REASON_ANSWERED if isinstance(action, Answer)
+                        else "the model reports the task is done", answer)
+        key = (frame_digest(frame), repr(action))
+        run.repeats = [*run.repeats, key] if run.repeats and run.repeats[-1] == key else [key]
+        if len(run.repeats) >= self.limits.max_repeats:
+            record.update(decision=None, timings_ms=timings)
+            self._write(record)
+            raise _Stop(State.FAILED, f"the same action was proposed {len(run.repeats)} times on an "
+                        "unchanged screen; stopping to avoid a loop")
+        if len(run.repeats) == self.limits.max_repeats - 1:
+            self._emit("warning", run.step, "The same action was proposed again on an unchanged screen; "
+                       "one more repeat stops the run.")
+
+    # -- AWAITING_APPROVAL
+    def _approve(self, run: _Run, proposal: Proposal, placed: PlacedAction, record: dict[str, Any],
+                 timings: dict[str, float]) -> PlacedAction | None:
+        """Show ``placed`` for approval; the approved (or edited) action with the input points to perform,
+        or None when the user skipped it.
+
+        Raises:
+            _Stop: the user stopped at the prompt, a stop was requested, or the approver broke.
+        """
+        self._set_state(State.AWAITING_APPROVAL, run.step)
+        typed_into = run.focus_element if isinstance(proposal.action, Type) else None
+        t0 = time.perf_counter()
+        request, response, judged = self._decide(run.step, proposal, placed, typed_into, record)
+        timings["approval"] = (time.perf_counter() - t0) * 1000
+        if not isinstance(response, ApprovalResponse):
+            raise _Stop(State.FAILED, f"approver returned {response!r}, not an ApprovalResponse")
+        record.update(risk={"level": judged.risk.level.value, "reason": judged.risk.reason},
+                      decision=response.decision.value, decided_by=response.by,
+                      focused_window=judged.focused, headline=request.description,
+                      window=judged.window.to_dict() if judged.window is not None else None,
+                      focus_element=typed_into)
+        if judged.pointer_windows is not None:
+            record["pointer_windows"] = judged.pointer_windows
+        self._emit("decision", run.step, response.decision.value, response=response, request=request)
+        if response.decision is Decision.STOP:
+            record["timings_ms"] = timings
+            self._write(record)
+            raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}" if self._stop.is_set()
+                        else "stopped by user at the approval prompt")
+        if response.decision is Decision.SKIP:
+            record["timings_ms"] = timings
+            self._write(record)
+            run.history.append(HistoryStep(run.step, placed.frame, proposal.action, proposal.thought,
+                                           proposal.note, proposal.raw_text, "skipped by the user"))
+            return None
+        if response.decision is Decision.EDIT:
+            assert response.action is not None
+            # the edit was shown at the points this placement gives (the same frame, the same mapping)
+            placed = place(response.action, placed.frame)
+            record["edited_action"] = response.action.to_dict()
+        if self._stop.is_set():
+            record["timings_ms"] = timings
+            self._write(record)
+            raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}")
+        return placed
+
+    def _decide(self, step: int, proposal: Proposal, placed: PlacedAction, typed_into: str | None,
+                record: dict[str, Any]) -> tuple[ApprovalRequest, ApprovalResponse, _Judgement]:
+        """The approval policy's answer for ``placed``, with the request shown and the judgement behind it."""
+        judged = self._assess(placed)
+        request = make_request(step, proposal, placed, judged.risk, self.approval.mode, window=judged.window,
+                               focus_element=typed_into)
+        response = self.approval.decide(request)
+        if response.by == "autopilot" and response.decision is Decision.APPROVE:
+            # The windows may have changed during the autopilot's countdown (a terminal opened
+            # or took the focus): judged again just before acting; if no longer low, ask the user.
+            judged = self._assess(placed)
+            if judged.risk.level is not Risk.LOW:
+                record["risk_changed_during_countdown"] = True
+                request = make_request(step, proposal, placed, judged.risk, self.approval.mode,
+                                       window=judged.window, focus_element=typed_into)
+                response = self.approval.decide(request)
+        return request, response, judged
+
+    # -- EXECUTING
+    def _act(self, run: _Run, proposal: Proposal, placed: PlacedAction, record: dict[str, Any],
+             timings: dict[str, float]) -> None:
+        """Perform the approved ``placed`` action (only reachable with an APPROVE or EDIT response in hand)
+        and record the outcome; what happened goes into the history for the model.
+
+        Raises:
+            _Stop: the executor broke, or a stop (user, fail-safe) ended the action.
+        """
+        # Write-ahead (F24): the step is on disk, result unknown, before the action is performed.
+        self._write({**record, "result": RESULT_UNKNOWN, "timings_ms": timings})
+        self._set_state(State.EXECUTING, run.step)
+        outcome = self._execute(placed)
+        timings["execute"] = outcome.duration_ms
+        record.update(result={"ok": outcome.ok, "status": outcome.status, "message": outcome.message,
+                              "verified": outcome.verified, "details": outcome.details},
+                      timings_ms=timings)
+        self._write(record)
+        self._emit("result", run.step, outcome.message, result=outcome)
+        if outcome.status == "unknown":  # the executor itself broke: stop, the screen is unknown
+            raise _Stop(State.FAILED, f"internal error: {outcome.message}")
+        if outcome.status == "stopped_by_user":  # a stop request ended the action, or the fail-safe
+            if self._stop.is_set():
+                raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}")
+            if outcome.details.get("failsafe"):
+                raise _Stop(State.STOPPED, FAILSAFE_STOP_REASON)
+            raise _Stop(State.STOPPED, f"stopped by user: {outcome.message}")
+        self._remember(run, proposal, placed, outcome)
+
+    def _remember(self, run: _Run, proposal: Proposal, placed: PlacedAction, outcome: ActionResult) -> None:
+        """Keep a performed (or failed) action in the run: its history step, a failure for the end
+        reason, and the field that now has the keyboard focus."""
+        action = placed.action
+        if not outcome.ok:
+            run.failed_actions.append(f"step {run.step + 1}: {outcome.message}")
+        said = "performed" if outcome.ok else f"failed: {outcome.message}"
+        if outcome.ok and outcome.verified is False:  # F15: never reported as a sure success
+            said = f"sent but not verified: {outcome.message}"
+            self._emit("warning", run.step, f"Could not verify that the action worked: {outcome.message}. "
+                       "Check the screen.")
+        run.history.append(HistoryStep(run.step, placed.frame, action, proposal.thought, proposal.note,
+                                       proposal.raw_text, said))
+        if isinstance(action, (Click, DoubleClick, RightClick, MiddleClick)):
+            run.focus_element = action.element if outcome.ok else None
+        elif not isinstance(action, Type):
+            run.focus_element = None
+
+    # -- the end
+    def _stopped(self, stop: _Stop, failed_actions: list[str]) -> EpisodeResult:
+        """The result of a run that a :class:`_Stop` ended."""
+        if stop.status is State.STOPPED and self._deadline_hit.is_set():
+            stop = _Stop(State.FAILED, self._wall_cap_reason())  # the cap stopped it, not the user
+        if stop.status is State.FINISHED and failed_actions:
+            # The model may believe a step worked that did not: never report such a run as done.
+            stop = _Stop(State.FAILED, f"{stop.reason}, but {len(failed_actions)} approved action(s) could "
+                         f"not be performed ({'; '.join(failed_actions)}); check the screen", stop.answer)
+        return EpisodeResult(stop.status, stop.reason, stop.answer, len(self._recorded_steps))
+
+    def _end(self, result: EpisodeResult) -> None:
+        """Set the final state and close the episode record with ``result`` (an incomplete record is
+        named in ``result.reason``)."""
+        self.state = result.status
+        if not self.recorder:
+            return
+        end = {"status": result.status.value, "reason": result.reason, "answer": result.answer,
+               "steps": result.steps}
+        if result.status is State.STOPPED:
+            end["stopped_by"] = self._stopped_by if self._stop.is_set() else "user"
+        try:
+            self.recorder.close(end)
+        except HolodeskError as exc:  # what was written stays; the user is told the record is incomplete
+            log.error("could not finish the episode record: %s", exc)
+            result.reason = f"{result.reason}; the episode record is incomplete: {exc}"
+        result.episode_path = self.recorder.path
+
+    def _assess(self, placed: PlacedAction) -> _Judgement:
+        """Probe the windows at the action's input points and classify the action."""
+        action = placed.action
         focused = self.focus_probe() if self.focus_probe else None
         if self.window_probe is None:
-            return focused, None, assess(action, focused_window=focused), None
-        points = action.points()
-        input_points = [to_input_point(frame, p) for p in points]
+            return _Judgement(focused, None, assess(action, focused_window=focused), None)
+        input_points = placed.input_points
         infos = [self._probe_window(at) for at in input_points]
         window = infos[0] if infos else self._probe_window(None)
-        pointer_windows = [info.app or None if info is not None else None for info in infos] if points else None
+        pointer_windows = [info.app or None if info is not None else None for info in infos] if input_points else None
         on_frame = any(info is not None and info.on_frame(at.x, at.y)
                        for info, at in zip(infos, input_points, strict=True))
-        return focused, pointer_windows, assess(action, focused_window=focused, pointer_windows=pointer_windows,
-                                                on_window_frame=on_frame), window
+        return _Judgement(focused, pointer_windows, assess(action, focused_window=focused,
+                                                           pointer_windows=pointer_windows,
+                                                           on_window_frame=on_frame), window)
 
     def _probe_window(self, at: Any) -> WindowInfo | None:
         """``window_probe`` at input point ``at`` (None: the focused window); None when it fails."""
@@ -559,12 +671,13 @@ class Session:
         except HolodeskError as exc:  # no display: the first pointer action reports it properly
             log.warning("could not run the start-up geometry check: %s", exc)
 
-    def _execute(self, action: Action, frame: Frame) -> ActionResult:
-        """Perform ``action``; an executor that raises gives a "failed" result (HolodeskError) or, for
-        any other exception, an "unknown" one (it may have done part of the action)."""
+    def _execute(self, placed: PlacedAction) -> ActionResult:
+        """Perform ``placed`` at its input points; an executor that raises gives a "failed" result
+        (HolodeskError) or, for any other exception, an "unknown" one (it may have done part of the action)."""
+        action = placed.action
         t0 = time.perf_counter()
         try:
-            outcome = self.executor.execute(action, frame)
+            outcome = self.executor.execute(placed)
         except HolodeskError as exc:
             outcome = ActionResult(False, "failed", str(exc))
         except Exception as exc:  # recorded, then the run ends (see the loop)

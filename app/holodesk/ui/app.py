@@ -25,7 +25,8 @@ from PySide6.QtWidgets import QApplication, QMessageBox, QProgressDialog, QSyste
 from holodesk.errors import HolodeskError, ModelLoadError, SettingsError
 from holodesk.instance import ChannelError, ChannelServer, DriveLock, InstanceLock
 from holodesk.session.approval import ApprovalPolicy
-from holodesk.session.loop import EpisodeResult, Session, SessionEvent, SessionLimits, State
+from holodesk.session.factory import PolicyCache, build_capture, build_executor, build_session
+from holodesk.session.loop import EpisodeResult, Session, SessionEvent, State
 from holodesk.settings import Settings, config_path, load_settings
 from holodesk.ui.approval import ApprovalController
 from holodesk.ui.download import DownloadFn
@@ -43,8 +44,8 @@ from holodesk.ui.workers import GuiApprover, ProgressFn, TaskRunner, WindowGuard
 log = logging.getLogger(__name__)
 
 PolicyFactory = Callable[[Settings, ProgressFn], Any]
-CaptureFactory = Callable[[], Any]
-ExecutorFactory = Callable[[Settings], Any]
+CaptureFactory = Callable[[Settings], Any]
+ExecutorFactory = Callable[[Settings, threading.Event], Any]
 
 
 def hub_download(repo_id: str, *, revision: str, cache_dir: Path, progress: Callable[[Any], None],
@@ -71,19 +72,6 @@ def _default_policy(settings: Settings, progress: ProgressFn, cancel: threading.
     return build_policy(settings, progress=report, cancel=cancel)
 
 
-def _default_capture() -> Any:
-    from holodesk.session.factory import build_capture
-    from holodesk.settings import load_settings
-
-    return build_capture(load_settings())
-
-
-def _default_executor(settings: Settings, stop_event: threading.Event | None = None) -> Any:
-    from holodesk.session.factory import build_executor
-
-    return build_executor(settings, stop_event)
-
-
 def _focus_probe() -> Callable[[], str | None] | None:
     try:
         from holodesk.control.window import focused_window_class
@@ -107,8 +95,10 @@ class HolodeskApp(QObject):
         settings: effective settings (``load_settings()``).
         force_window: show the small window even when a tray exists (``holodesk tray --no-tray``).
         hotkeys: listen for the global hotkeys (tests driving everything through Qt may turn it off).
-        policy_factory / capture_factory / executor_factory: how the session's parts are built (default:
-            :mod:`holodesk.session.factory`); called on the worker thread.
+        policy_factory / capture_factory / executor_factory: how the session's parts are built from the
+            task's settings (``policy_factory(settings, progress)``, ``capture_factory(settings)``,
+            ``executor_factory(settings, stop_event)``; default: :mod:`holodesk.session.factory`); called on
+            the worker thread by :func:`holodesk.session.factory.build_session`.
         settings_path: file the settings dialog writes (default :func:`holodesk.settings.config_path`).
         marker_color: overlay mark colour.
         dialogs: show errors as message boxes when there is no tray (tests turn it off and read
@@ -146,11 +136,9 @@ class HolodeskApp(QObject):
         # Stop and Quit set the runner's stop event: it also ends a download of the local model at once
         self.policy_factory = policy_factory or (
             lambda s, progress: _default_policy(s, progress, cancel=self.runner.stop_event))
-        self.capture_factory = capture_factory or _default_capture
-        self.executor_factory = executor_factory or _default_executor
-        self._policy: Any = None
-        self._policy_key: tuple[Any, ...] | None = None
-        self._executor: Any = None
+        self.capture_factory = capture_factory or build_capture
+        self.executor_factory = executor_factory or build_executor
+        self.policies = PolicyCache()
         self.last_result: EpisodeResult | None = None
         self.download = download
         self.facts = facts or gather_facts
@@ -190,6 +178,13 @@ class HolodeskApp(QObject):
         self.tray: TrayIcon | None = None
         self.window: FallbackWindow | None = None
         self.tray_available = bool(QSystemTrayIcon.isSystemTrayAvailable())
+        self._make_tray_or_window(headless=headless, force_window=force_window)
+        self._connect_actions()
+        self.actions.update_state(running=False, mode=settings.approval, paused=False)
+        self._connect_runner()
+
+    def _make_tray_or_window(self, *, headless: bool, force_window: bool) -> None:
+        """The tray icon, else the small window (no tray, or ``force_window``); neither when headless."""
         if headless:
             log.info("headless: no tray icon and no window (tasks come from a caller)")
         elif self.tray_available and not force_window:
@@ -203,6 +198,8 @@ class HolodeskApp(QObject):
             if not self.tray_available:
                 log.warning("no system tray available: showing the Holodesk window instead")
 
+    def _connect_actions(self) -> None:
+        """The menu's (and the window's) commands."""
         a = self.actions
         a.new_task.triggered.connect(self.open_palette)
         a.stop.triggered.connect(self.stop)
@@ -214,8 +211,9 @@ class HolodeskApp(QObject):
         a.history.triggered.connect(self.open_history)
         a.open_logs.triggered.connect(self.open_logs)
         a.quit.triggered.connect(self.quit)
-        a.update_state(running=False, mode=settings.approval, paused=False)
 
+    def _connect_runner(self) -> None:
+        """The task runner's signals (GUI thread)."""
         self.runner.state_changed.connect(self._on_state)
         self.runner.session_event.connect(self._on_event)
         self.runner.finished.connect(self._on_finished)
@@ -272,11 +270,10 @@ class HolodeskApp(QObject):
         for w in (self._settings_dialog, self._history, self._wizard):
             if w is not None:
                 w.close()
-        if self._policy is not None:
-            try:
-                self._policy.close()
-            except Exception:  # closing at exit: log, never block quitting
-                log.exception("closing the policy failed")
+        try:
+            self.policies.close()
+        except Exception:  # closing at exit: log, never block quitting
+            log.exception("closing the policy failed")
 
     # -- commands ---------------------------------------------------------------------------------
     def open_palette(self) -> None:
@@ -424,52 +421,31 @@ class HolodeskApp(QObject):
             self.notifier.warning("Cannot open the logs folder", f"The logs are in {folder}.")
 
     # -- session ----------------------------------------------------------------------------------
-    def _policy_for(self, s: Settings, progress: ProgressFn) -> Any:
-        key = (s.policy, s.model, s.precision, s.endpoint, s.protocol, s.reasoning, s.max_images,
-               s.constrained_decoding, s.script_file)
-        # a replay is used up by its run: it is read again for every task
-        if self._policy is None or key != self._policy_key or s.policy == "script":
-            if self._policy is not None:
-                self._policy.close()
-            self._policy = self.policy_factory(s, progress)
-            self._policy_key = key
-        return self._policy
-
     def _build_session(self, progress: ProgressFn) -> Session:
-        """Worker thread: build (or reuse) the policy, capture and executor; returns a ready Session.
+        """Worker thread: the task's Session (:func:`holodesk.session.factory.build_session`) with the
+        task's settings, the app's approval and the policy kept in :attr:`policies` while the settings it
+        is built from stay the same.
 
         Raises:
             DisplayError, CaptureError, ModelLoadError, SettingsError, SecretStoreError, PolicyError.
         """
         s = self._task_settings
-        capture = self.capture_factory()
-        monitors = capture.monitors()
-        if not 1 <= s.monitor <= len(monitors):
-            raise SettingsError(f"monitor {s.monitor} does not exist; this display has {len(monitors)}",
-                                hint="Pick another monitor in Settings.")
-        stop = self.runner.stop_event
-        executor = (_default_executor(s, stop) if self.executor_factory is _default_executor
-                    else self.executor_factory(s))
-        # One stop event for everything of this task: the tray/hotkey Stop, the Session's wall-time cap,
-        # the pending approval and a running ``wait`` of the executor all set or watch it (F09, F12).
-        if getattr(executor, "stop_event", stop) is not stop:
-            executor.stop_event = stop
-        prepare = getattr(executor, "prepare", None)
-        if callable(prepare):
-            prepare()
-        policy = self._policy_for(s, progress)
-        progress("Ready", 1.0)
-        return Session(
-            policy, capture, executor, self.approval_policy,
-            SessionLimits(s.max_steps, s.max_wall_s, s.max_parse_failures, s.max_repeats, s.monitor),
-            episodes_dir=s.episodes_dir,
+        session = build_session(
+            s, self.approval_policy,
+            policy=lambda settings: self.policies.get(settings, lambda fresh: self.policy_factory(fresh, progress)),
+            capture=self.capture_factory,
+            executor=self.executor_factory,
+            # One stop event for everything of this task: the tray/hotkey Stop, the Session's wall-time cap,
+            # the pending approval and a running ``wait`` of the executor all set or watch it (F09, F12).
+            stop_event=self.runner.stop_event,
             focus_probe=self.focus_probe,
             window_probe=self.window_probe,
             before_capture=self.guard.before_capture,
             after_capture=self.guard.after_capture,
-            meta={"monitor_label": monitors[s.monitor - 1].label, "ui": "tray"},
-            stop_event=stop,
+            meta={"ui": "tray"},
         )
+        progress("Ready", 1.0)
+        return session
 
     def _set_status(self, status: Status, detail: str = "") -> None:
         self.status = status

@@ -28,7 +28,7 @@ from PySide6.QtCore import QObject, QPointF, QTimer, Signal, Slot
 from PySide6.QtGui import QCursor
 
 from holodesk.core.actions import Action, Drag, Point, Type
-from holodesk.core.geometry import InputPoint, input_to_point, to_input_point
+from holodesk.core.geometry import input_to_point, place
 from holodesk.core.text import display_safe
 from holodesk.core.wording import step_words
 from holodesk.errors import ActionError
@@ -292,7 +292,7 @@ class ApprovalController(QObject):
         self.edited = edited
         request = pending.request
         frame = request.frame
-        points: list[InputPoint] = [to_input_point(frame, p) for p in edited.points()]
+        points = list(place(edited, frame).input_points)  # what the session places and performs once approved
         # a new target may lie in another window: only typing keeps the window (and field) it had
         same_place = isinstance(edited, Type)
         window = request.window if same_place else None

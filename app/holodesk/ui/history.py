@@ -244,6 +244,31 @@ class HistoryWindow(QDialog):
         self.current_image: QImage | None = None  # the shown frame with its marks, frame pixels
         self.confirm: QMessageBox | None = None
 
+        bar = self._make_bar()
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.episode_list = QListWidget()
+        self.episode_list.setObjectName("episodes")
+        self.episode_list.setWordWrap(True)
+        self.step_list = QListWidget()
+        self.step_list.setObjectName("steps")
+        self.step_list.setIconSize(THUMB)
+        self.step_list.setWordWrap(True)
+        self.step_list.setSpacing(2)
+        right = self._make_step_view()
+        splitter.addWidget(self.episode_list)
+        splitter.addWidget(self.step_list)
+        splitter.addWidget(right)
+        splitter.setSizes([240, 300, 640])
+        layout = QVBoxLayout(self)
+        layout.addLayout(bar)
+        layout.addWidget(splitter, 1)
+        self.episode_list.currentItemChanged.connect(self._episode_selected)
+        self.step_list.currentRowChanged.connect(self._step_selected)
+        self.resize(1180, 720)
+        self.reload()
+
+    def _make_bar(self) -> QHBoxLayout:
+        """The top bar: search, date range, Export and Delete."""
         bar = QHBoxLayout()
         self.search = QLineEdit()
         self.search.setObjectName("search")
@@ -273,16 +298,10 @@ class HistoryWindow(QDialog):
         bar.addStretch(1)
         bar.addWidget(self.export_button)
         bar.addWidget(self.delete_button)
+        return bar
 
-        splitter = QSplitter(Qt.Orientation.Horizontal)
-        self.episode_list = QListWidget()
-        self.episode_list.setObjectName("episodes")
-        self.episode_list.setWordWrap(True)
-        self.step_list = QListWidget()
-        self.step_list.setObjectName("steps")
-        self.step_list.setIconSize(THUMB)
-        self.step_list.setWordWrap(True)
-        self.step_list.setSpacing(2)
+    def _make_step_view(self) -> QWidget:
+        """The right pane: the step's header, its frame with the marks, what happened, the raw reply."""
         right = QWidget()
         right_layout = QVBoxLayout(right)
         self.header = QLabel()
@@ -311,17 +330,7 @@ class HistoryWindow(QDialog):
         right_layout.addWidget(self.details, 1)
         right_layout.addWidget(self.raw_toggle)
         right_layout.addWidget(self.raw)
-        splitter.addWidget(self.episode_list)
-        splitter.addWidget(self.step_list)
-        splitter.addWidget(right)
-        splitter.setSizes([240, 300, 640])
-        layout = QVBoxLayout(self)
-        layout.addLayout(bar)
-        layout.addWidget(splitter, 1)
-        self.episode_list.currentItemChanged.connect(self._episode_selected)
-        self.step_list.currentRowChanged.connect(self._step_selected)
-        self.resize(1180, 720)
-        self.reload()
+        return right
 
     def _toggle_raw(self, shown: bool) -> None:
         self.raw.setVisible(shown)

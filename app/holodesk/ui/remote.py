@@ -169,78 +169,91 @@ class AppRemote(QObject):
             ``{"ok": True, "outcome": {...}}`` (see :func:`~holodesk.session.report.outcome`), or
             ``{"ok": False, "error": TEXT, "busy": bool}`` when the task could not start.
         """
-        done = threading.Event()
-        box: dict[str, Any] = {}
-        reporter = StepReporter(on_step)
-
-        def finished(result: EpisodeResult) -> None:
-            box["outcome"] = outcome(result, reporter.reports)
-            done.set()
-
-        def failed(exc: BaseException) -> None:
-            if isinstance(exc, DesktopBusy):  # another process's task drives the desktop
-                box["refused"] = {"ok": False, "busy": True, "error": str(exc)}
-            else:
-                box["outcome"] = outcome(EpisodeResult(State.FAILED, f"the task could not run: {exc}"),
-                                         reporter.reports)
-            done.set()
-
-        def start() -> dict[str, Any] | None:
-            app = self.app
-            if app.runner.running:
-                return {"ok": False, "busy": True, "error": BUSY}
-            if not task.strip():
-                return {"ok": False, "busy": False, "error": "the task is empty: say what Holodesk should do"}
-            try:
-                chosen = allowed_mode(mode, app.approval_policy.mode, app.settings.mcp_allowed_modes.split(","))
-            except ValueError as exc:
-                return {"ok": False, "busy": False, "error": str(exc)}
-            previous = app.approval_policy.mode
-            box["previous_mode"], box["mode"] = previous, chosen
-            if chosen != previous:
-                app.set_mode(chosen)
-            app.palette.hide()
-            app.notifier.info("A task from another program", f"{task}\nEvery step is approved as usual; Esc on the "
-                              "overlay or the stop hotkey stops it.")
-            app.runner.session_event.connect(reporter)
-            app.runner.finished.connect(finished)
-            app.runner.failed.connect(failed)
-            if not app.start_task(task):
-                disconnect()
-                restore_mode()
-                return {"ok": False, "busy": False, "error": "the app could not start the task"}
-            return None
-
-        def disconnect() -> None:
-            app = self.app
-            for qt_signal, slot in ((app.runner.session_event, reporter), (app.runner.finished, finished),
-                                    (app.runner.failed, failed)):
-                with contextlib.suppress(RuntimeError, TypeError):
-                    qt_signal.disconnect(slot)
-
-        def restore_mode() -> None:
-            if self.app.approval_policy.mode == box.get("mode") and box.get("previous_mode") != box.get("mode"):
-                self.app.set_mode(box["previous_mode"])
-
-        refused = self.on_gui(start)
+        call = _CallerTask(self.app, task, mode, StepReporter(on_step))
+        refused = self.on_gui(call.start)
         if refused is not None:
             return dict(refused)
         stopped = False
-        while not done.wait(0.05):
+        while not call.done.wait(0.05):
             if cancel.is_set() and not stopped:
                 stopped = True
                 who = by()
                 log.info("%s stopped the task", who)
                 self.on_gui(functools.partial(self.app.stop, by=who))
+        self.on_gui(call.end)
+        if call.refused is not None:
+            return dict(call.refused)
+        return {"ok": True, "outcome": call.outcome}
 
-        def end() -> None:
-            disconnect()
-            restore_mode()
 
-        self.on_gui(end)
-        if "refused" in box:
-            return dict(box["refused"])
-        return {"ok": True, "outcome": box["outcome"]}
+class _CallerTask:
+    """One caller's task in the app: started and ended on the GUI thread (:meth:`start`, :meth:`end`),
+    its end awaited on the caller's thread (:attr:`done`).
+
+    Attributes:
+        done: set when the task ended or could not run.
+        outcome: the caller's :func:`~holodesk.session.report.outcome` once it ended.
+        refused: the refusal when another process's task drives the desktop (``DesktopBusy``), else None.
+    """
+
+    def __init__(self, app: HolodeskApp, task: str, mode: str | None, reporter: StepReporter) -> None:
+        self.app, self.task, self.mode, self.reporter = app, task, mode, reporter
+        self.done = threading.Event()
+        self.outcome: dict[str, Any] | None = None
+        self.refused: dict[str, Any] | None = None
+        self.previous_mode: str | None = None
+        self.chosen_mode: str | None = None
+        self.connected: tuple[tuple[Any, Callable[..., None]], ...] = ()
+
+    def finished(self, result: EpisodeResult) -> None:
+        self.outcome = outcome(result, self.reporter.reports)
+        self.done.set()
+
+    def failed(self, exc: BaseException) -> None:
+        if isinstance(exc, DesktopBusy):  # another process's task drives the desktop
+            self.refused = {"ok": False, "busy": True, "error": str(exc)}
+        else:
+            self.outcome = outcome(EpisodeResult(State.FAILED, f"the task could not run: {exc}"),
+                                   self.reporter.reports)
+        self.done.set()
+
+    def start(self) -> dict[str, Any] | None:
+        """GUI thread: start the task in the chosen mode; the refusal (``{"ok": False, ...}``) or None."""
+        app = self.app
+        if app.runner.running:
+            return {"ok": False, "busy": True, "error": BUSY}
+        if not self.task.strip():
+            return {"ok": False, "busy": False, "error": "the task is empty: say what Holodesk should do"}
+        try:
+            chosen = allowed_mode(self.mode, app.approval_policy.mode, app.settings.mcp_allowed_modes.split(","))
+        except ValueError as exc:
+            return {"ok": False, "busy": False, "error": str(exc)}
+        self.previous_mode, self.chosen_mode = app.approval_policy.mode, chosen
+        if chosen != self.previous_mode:
+            app.set_mode(chosen)
+        app.palette.hide()
+        app.notifier.info("A task from another program", f"{self.task}\nEvery step is approved as usual; Esc on the "
+                          "overlay or the stop hotkey stops it.")
+        slots: tuple[Callable[..., None], ...] = (self.reporter, self.finished, self.failed)
+        self.connected = tuple(zip((app.runner.session_event, app.runner.finished, app.runner.failed), slots,
+                                   strict=True))  # the very slot objects, to disconnect them
+        for qt_signal, slot in self.connected:
+            qt_signal.connect(slot)
+        if not app.start_task(self.task):
+            self.end()
+            return {"ok": False, "busy": False, "error": "the app could not start the task"}
+        return None
+
+    def end(self) -> None:
+        """GUI thread: stop listening to the app and give back the mode the user had."""
+        app = self.app
+        for qt_signal, slot in self.connected:
+            with contextlib.suppress(RuntimeError, TypeError):
+                qt_signal.disconnect(slot)
+        self.connected = ()
+        if (self.previous_mode is not None and app.approval_policy.mode == self.chosen_mode
+                and self.previous_mode != self.chosen_mode):
+            app.set_mode(self.previous_mode)
 
 
 def host_tasks(settings: Settings, serve: Callable[[AppRemote], None]) -> int:

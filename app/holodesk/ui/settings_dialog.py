@@ -292,88 +292,106 @@ class FieldEditor(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
-        self.editor: QWidget
-        self.line: QLineEdit | None = None
-        if self.kind == "combo":
-            combo = QComboBox()
-            for choice in typing.get_args(Settings.model_fields[name].annotation):
-                text = precision_item_text(choice, gpu) if name == "precision" else choice_label(name, choice)
-                combo.addItem(text, choice)
-                combo.setItemData(combo.count() - 1, f"In settings.toml: {name} = {choice!r}",
-                                  Qt.ItemDataRole.ToolTipRole)
-            combo.setCurrentIndex(max(0, combo.findData(value)))
-            combo.currentIndexChanged.connect(self.changed)
-            wheel_guard.guard(combo)
-            self.editor = combo
-        elif self.kind == "check":
-            check = QCheckBox()
-            check.setChecked(bool(value))
-            check.toggled.connect(self.changed)
-            self.editor = check
-        elif self.kind == "int":
-            spin = QSpinBox()
-            lo, hi, excl = _bounds(name)
-            low = int(lo + (1 if excl else 0)) if lo is not None else -1_000_000
-            if self.optional:  # one step below the minimum means "not set"
-                low -= 1
-                spin.setSpecialValueText("not set")
-            spin.setRange(low, int(hi) if hi is not None else 1_000_000)
-            spin.setValue(low if value is None else int(value))
-            wheel_guard.guard(spin)
-            self.editor = spin
-        elif self.kind == "float":
-            dspin = QDoubleSpinBox()
-            lo, hi, excl = _bounds(name)
-            dspin.setDecimals(1)
-            flow = lo + (0.1 if excl else 0.0) if lo is not None else -1e9
-            if self.optional:
-                flow -= 0.1
-                dspin.setSpecialValueText("not set")
-            dspin.setRange(flow, hi if hi is not None else 1e9)
-            dspin.setValue(flow if value is None else float(value))
-            wheel_guard.guard(dspin)
-            self.editor = dspin
-        elif self.kind == "hotkey":
-            self.editor = HotkeyEdit(str(value or ""))
-            self.editor.keySequenceChanged.connect(self.changed)
-        elif self.kind in ("file", "folder"):
-            box = QWidget()
-            row = QHBoxLayout(box)
-            row.setContentsMargins(0, 0, 0, 0)
-            self.line = QLineEdit("" if value is None else str(value))
-            self.line.setObjectName(f"path_{name}")
-            if self.optional:
-                self.line.setPlaceholderText("not set")
-            self.line.textChanged.connect(self.changed)
-            browse = QPushButton("Choose...")
-            browse.setObjectName(f"browse_{name}")
-            browse.clicked.connect(self._browse)
-            row.addWidget(self.line, 1)
-            row.addWidget(browse)
-            self.editor = box
-        else:
-            line = QLineEdit("" if value is None else str(value))
-            if self.optional:
-                line.setPlaceholderText("not set")
-            line.textChanged.connect(self.changed)
-            self.editor = line
+        self.line: QLineEdit | None = None  # the path or text line of "file" / "folder" editors
+        self.editor = self._make_editor(value, wheel_guard, gpu)
         self.editor.setObjectName(f"field_{name}")
         self.editor.setToolTip(field_tooltip(name))
         layout.addWidget(self.editor)
-        self.error = QLabel()
-        self.error.setObjectName(f"error_{name}")
-        self.error.setTextFormat(Qt.TextFormat.PlainText)
-        self.error.setWordWrap(True)
-        self.error.setStyleSheet("color: #b3261e;")
-        self.error.hide()
+        self.error = self._message_line(f"error_{name}", "#b3261e")
         layout.addWidget(self.error)
-        self.note = QLabel()
-        self.note.setObjectName(f"note_{name}")
-        self.note.setTextFormat(Qt.TextFormat.PlainText)
-        self.note.setWordWrap(True)
-        self.note.setStyleSheet("color: #5b6b7f;")
-        self.note.hide()
+        self.note = self._message_line(f"note_{name}", "#5b6b7f")
         layout.addWidget(self.note)
+
+    @staticmethod
+    def _message_line(object_name: str, color: str) -> QLabel:
+        """A hidden plain-text, word-wrapped message line in ``color``."""
+        label = QLabel()
+        label.setObjectName(object_name)
+        label.setTextFormat(Qt.TextFormat.PlainText)
+        label.setWordWrap(True)
+        label.setStyleSheet(f"color: {color};")
+        label.hide()
+        return label
+
+    def _make_editor(self, value: Any, wheel_guard: WheelGuard, gpu: GpuInfo | None) -> QWidget:
+        """The editor of this field's kind (:func:`editor_kind`), showing ``value``."""
+        if self.kind == "combo":
+            return self._combo(value, wheel_guard, gpu)
+        if self.kind == "check":
+            check = QCheckBox()
+            check.setChecked(bool(value))
+            check.toggled.connect(self.changed)
+            return check
+        if self.kind == "int":
+            return self._int_spin(value, wheel_guard)
+        if self.kind == "float":
+            return self._float_spin(value, wheel_guard)
+        if self.kind == "hotkey":
+            hotkey = HotkeyEdit(str(value or ""))
+            hotkey.keySequenceChanged.connect(self.changed)
+            return hotkey
+        if self.kind in ("file", "folder"):
+            return self._path_row(value)
+        line = QLineEdit("" if value is None else str(value))
+        if self.optional:
+            line.setPlaceholderText("not set")
+        line.textChanged.connect(self.changed)
+        return line
+
+    def _combo(self, value: Any, wheel_guard: WheelGuard, gpu: GpuInfo | None) -> QComboBox:
+        name = self.name
+        combo = QComboBox()
+        for choice in typing.get_args(Settings.model_fields[name].annotation):
+            text = precision_item_text(choice, gpu) if name == "precision" else choice_label(name, choice)
+            combo.addItem(text, choice)
+            combo.setItemData(combo.count() - 1, f"In settings.toml: {name} = {choice!r}",
+                              Qt.ItemDataRole.ToolTipRole)
+        combo.setCurrentIndex(max(0, combo.findData(value)))
+        combo.currentIndexChanged.connect(self.changed)
+        wheel_guard.guard(combo)
+        return combo
+
+    def _int_spin(self, value: Any, wheel_guard: WheelGuard) -> QSpinBox:
+        spin = QSpinBox()
+        lo, hi, excl = _bounds(self.name)
+        low = int(lo + (1 if excl else 0)) if lo is not None else -1_000_000
+        if self.optional:  # one step below the minimum means "not set"
+            low -= 1
+            spin.setSpecialValueText("not set")
+        spin.setRange(low, int(hi) if hi is not None else 1_000_000)
+        spin.setValue(low if value is None else int(value))
+        wheel_guard.guard(spin)
+        return spin
+
+    def _float_spin(self, value: Any, wheel_guard: WheelGuard) -> QDoubleSpinBox:
+        dspin = QDoubleSpinBox()
+        lo, hi, excl = _bounds(self.name)
+        dspin.setDecimals(1)
+        flow = lo + (0.1 if excl else 0.0) if lo is not None else -1e9
+        if self.optional:
+            flow -= 0.1
+            dspin.setSpecialValueText("not set")
+        dspin.setRange(flow, hi if hi is not None else 1e9)
+        dspin.setValue(flow if value is None else float(value))
+        wheel_guard.guard(dspin)
+        return dspin
+
+    def _path_row(self, value: Any) -> QWidget:
+        """A path line with a Choose... button (:meth:`_browse`); the line is :attr:`line`."""
+        box = QWidget()
+        row = QHBoxLayout(box)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.line = QLineEdit("" if value is None else str(value))
+        self.line.setObjectName(f"path_{self.name}")
+        if self.optional:
+            self.line.setPlaceholderText("not set")
+        self.line.textChanged.connect(self.changed)
+        browse = QPushButton("Choose...")
+        browse.setObjectName(f"browse_{self.name}")
+        browse.clicked.connect(self._browse)
+        row.addWidget(self.line, 1)
+        row.addWidget(browse)
+        return box
 
     def _browse(self) -> None:
         assert self.line is not None

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QApplication
 
 from holodesk.capture.mss_backend import MssCapture
 from holodesk.core.actions import Click
-from holodesk.core.geometry import frame_pixel_to_point
+from holodesk.core.geometry import frame_pixel_to_point, place
 from holodesk.core.risk import Risk, RiskAssessment
 from holodesk.policy.base import Proposal
 from holodesk.session.approval import make_request
@@ -34,7 +34,8 @@ def main() -> int:
     frame = capture.grab(1)
     sx, sy = frame.scale
     point = frame_pixel_to_point(frame, (x - frame.monitor.left) * sx, (y - frame.monitor.top) * sy)
-    request = make_request(0, Proposal(Click(point)), frame, RiskAssessment(Risk.LOW, "pointer action"), "step")
+    request = make_request(0, Proposal(Click(point)), place(Click(point), frame),
+                           RiskAssessment(Risk.LOW, "pointer action"), "step")
     controller = ApprovalController(WindowGuard())
     controller.present(PendingDecision(request, "user"))
     end = time.monotonic() + 1.5
