@@ -215,3 +215,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _DISPLAY_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.gui)
+
+
+@pytest.fixture(autouse=True)
+def _executors_end_their_episode(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every PyAutoGUIExecutor a test makes gives back what it held between steps (the X11 typer's
+    keyboard bindings) when the test ends, as a session does when an episode ends: the X servers are
+    shared between tests, and their few spare keycodes must not run out."""
+    from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
+
+    made: list[PyAutoGUIExecutor] = []
+    original = PyAutoGUIExecutor.__init__
+
+    def init(self: PyAutoGUIExecutor, *args: object, **kwargs: object) -> None:
+        original(self, *args, **kwargs)  # type: ignore[arg-type]
+        made.append(self)
+
+    monkeypatch.setattr(PyAutoGUIExecutor, "__init__", init)
+    yield
+    for executor in made:
+        executor.end_episode()

@@ -201,15 +201,16 @@ class X11KeysymTyper:
         self._lock = threading.Lock()
         self._held: dict[int, int] = {}  # keysym -> spare keycode bound to it by us, until release()
         self._held_rows: dict[int, tuple[int, ...]] = {}  # keycode -> its keysyms as read back after binding
+        self._held_display: str | None = None  # the X display the bindings were made on
 
-    def _open(self) -> Any:
+    def _open(self, display_name: str | None = None) -> Any:
         try:
             from Xlib import display as xdisplay
         except ImportError as exc:
             raise DisplayError("python-xlib is not installed, so text cannot be typed on X11",
                                hint="pip install python-xlib") from exc
         try:
-            conn = xdisplay.Display(self.display_name)
+            conn = xdisplay.Display(display_name or self.display_name)
         except Exception as exc:
             raise DisplayError(f"cannot connect to the X display for typing ({exc})",
                                hint="Check DISPLAY and XAUTHORITY.") from exc
@@ -388,6 +389,7 @@ class X11KeysymTyper:
         new = dict(zip(needed, free, strict=False))
         self._change_map(conn, {kc: [ks, ks] for ks, kc in new.items()}, width)
         self._held.update(new)
+        self._held_display = conn.get_display_name()  # release() restores on this server, whatever $DISPLAY is then
         # what the server reports for them now (XKB may fill more levels than the two we set)
         self._held_rows.update({kc: tuple(conn.get_keyboard_mapping(kc, 1)[0]) for kc in new.values()})
         sync.wait(self.settle_s)
@@ -400,6 +402,9 @@ class X11KeysymTyper:
         if not self._held:
             return
         sync.wait(self.restore_delay_s)
+        info = conn.display.info
+        min_kc = int(info.min_keycode)
+        self._forget_stale(conn.get_keyboard_mapping(min_kc, int(info.max_keycode) - min_kc + 1), min_kc)
         self._restore(conn, {kc: ks for ks, kc in self._held.items()}, width)
         self._held.clear()
         self._held_rows.clear()
@@ -413,7 +418,7 @@ class X11KeysymTyper:
             if not self._held:
                 return
             try:
-                conn = self._open()
+                conn = self._open(self._held_display)
             except DisplayError as exc:
                 log.warning("could not restore the keyboard map after typing: %s", exc)
                 return
