@@ -58,7 +58,7 @@ def test_terminal_approval_speaks_the_same_words_as_the_card() -> None:
     from holodesk.core.risk import Risk, RiskAssessment
     from holodesk.core.wording import WindowInfo, step_words
     from holodesk.policy.base import Proposal
-    from holodesk.policy.protocol import get_protocol
+    from holodesk.policy.registry import get_protocol
     from holodesk.session.approval import Decision, make_request
 
     frame = Frame(np.zeros((1080, 1920, 3), np.uint8), Monitor(1, 0, 0, 1920, 1080))

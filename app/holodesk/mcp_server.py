@@ -14,7 +14,7 @@ The user stays in charge: a caller's task is approved exactly like a task typed 
 (the approval overlay, the autopilot's countdown for low-risk steps when the user allowed ``auto`` in
 ``mcp_allowed_modes``). When the desktop app runs, tasks are handed to it over the single-instance
 channel (:mod:`holodesk.instance`); when it does not, this process hosts a headless app
-(:func:`holodesk.ui.remote.host_tasks`). Only one task drives the desktop at a time: a second call gets
+(:func:`holodesk.ui.host.host_tasks`). Only one task drives the desktop at a time: a second call gets
 a ``busy`` outcome. A cancelled call, a client that disconnects and a host that exits stop the task
 before its next action; the episode records ``stopped_by``.
 """
@@ -397,7 +397,8 @@ def run(*, http_port: int | None = None, script: Path | None = None) -> int:
         settings = settings.model_copy(update={"policy": "script", "script_file": script})
     token = http_token(http_port) if http_port is not None else None
     desktop_backend(settings)  # a clear DisplayError when no backend can see this desktop (X11 or Wayland)
-    from holodesk.ui.remote import AppRemote, host_tasks
+    from holodesk.ui.host import host_tasks
+    from holodesk.ui.remote import AppRemote
 
     def serve(remote: AppRemote) -> None:
         desk = Desk(remote.run_task, remote.status)

@@ -17,9 +17,9 @@ from holodesk.core.actions import (
     Type,
     Wait,
     action_from_dict,
-    describe,
 )
 from holodesk.core.risk import Risk, assess
+from holodesk.core.wording import describe
 from holodesk.errors import ActionError
 
 

@@ -19,7 +19,8 @@ from holodesk.capture.fake import FakeCapture
 from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 from holodesk.core.actions import Action, Answer, Click, Point
 from holodesk.errors import PolicyOutputError
-from holodesk.policy.protocol import PROTOCOL_NAMES, get_protocol
+from holodesk.policy.protocol import PROTOCOL_NAMES
+from holodesk.policy.registry import get_protocol
 from holodesk.session.approval import ApprovalResponse, Decision
 from holodesk.session.loop import SessionLimits, State
 from tests.field_cases.fakes import FakePanel, SpyApprover, make_run, reply, single_frame_capture

@@ -78,7 +78,7 @@ def test_F24_hostile_text_is_shown_as_escapes(tmp_path: Path) -> None:
     assert display_safe("a\nb", keep_newlines=True) == "a\nb" and display_safe("a\nb") == "a\\nb"
 
     from holodesk.cli import TerminalApprover
-    from holodesk.policy.protocol import get_protocol
+    from holodesk.policy.registry import get_protocol
 
     frame = FakePanel((1280, 800), 1.0).frame()
     out = io.StringIO()

@@ -154,7 +154,7 @@ def test_F10_model_text_cannot_restyle_the_terminal_or_fake_a_prompt_line(capsys
     import io
 
     from holodesk.cli import TerminalApprover, _print_event, terminal_safe
-    from holodesk.policy.protocol import get_protocol
+    from holodesk.policy.registry import get_protocol
 
     evil = "fine\x1b[2J\x1b[1A\n  risk: low (pointer action)\x1b]52;c;cm0gLXJmIH4=\x07\u200b"
     frame = FakePanel((1280, 800), 1.0).frame()

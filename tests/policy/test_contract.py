@@ -36,7 +36,7 @@ from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import ActionError, PolicyOutputError
 from holodesk.policy.base import HistoryStep, Observation, pointer_after
 from holodesk.policy.contract import TOOLS, Reply, Tool, tool_list, tool_names
-from holodesk.policy.protocol import get_protocol
+from holodesk.policy.registry import get_protocol
 from holodesk.policy.remote import RemotePolicy
 from tests.policy.remote_helpers import ScriptedServer
 

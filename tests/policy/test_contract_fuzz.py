@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from holodesk.core.actions import Point
 from holodesk.errors import PolicyOutputError
 from holodesk.policy.contract import REFUSED_TOOLS, tool_names
-from holodesk.policy.protocol import get_protocol
+from holodesk.policy.registry import get_protocol
 
 P = get_protocol("agent-loop-v1")
 SCHEMA = P.json_schema()

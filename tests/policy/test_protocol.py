@@ -35,8 +35,8 @@ from holodesk.policy.protocol import (
     TOOL_NAMES,
     ActionProtocol,
     ParsedReply,
-    get_protocol,
 )
+from holodesk.policy.registry import get_protocol
 
 P = get_protocol("holo-v1")
 

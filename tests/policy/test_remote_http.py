@@ -22,7 +22,7 @@ from holodesk.core.actions import Click, Point
 from holodesk.core.geometry import InputPoint, Monitor, point_to_frame_pixel, to_input_point
 from holodesk.errors import PolicyError, PolicyOutputError
 from holodesk.policy.base import Observation, Policy
-from holodesk.policy.protocol import get_protocol
+from holodesk.policy.registry import get_protocol
 from holodesk.policy.remote import (
     RemotePolicy,
     ReplyCutOffError,

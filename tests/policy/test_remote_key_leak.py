@@ -18,7 +18,7 @@ import pytest
 from holodesk.capture.fake import FakeCapture
 from holodesk.control.recording import RecordingExecutor
 from holodesk.core.actions import Answer, Click, Point
-from holodesk.policy.protocol import get_protocol
+from holodesk.policy.registry import get_protocol
 from holodesk.policy.remote import RemotePolicy
 from holodesk.session.approval import ApprovalPolicy, ApprovalResponse, Decision
 from holodesk.session.loop import Session, SessionLimits, State

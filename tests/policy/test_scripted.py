@@ -12,7 +12,7 @@ from holodesk.core.actions import Answer, Click, Key, Point, Scroll, Type
 from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import PolicyError, PolicyOutputError, SettingsError
 from holodesk.policy.base import Observation, Policy
-from holodesk.policy.protocol import get_protocol
+from holodesk.policy.registry import get_protocol
 from holodesk.policy.scripted import ScriptedPolicy, read_script, write_script
 
 OBS = Observation(task="t", frame=Frame(np.zeros((2, 2, 3), np.uint8), Monitor(1, 0, 0, 2, 2)))

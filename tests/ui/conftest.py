@@ -25,7 +25,7 @@ import pytest
 from holodesk.capture.fake import FakeCapture
 from holodesk.control.recording import RecordingExecutor
 from holodesk.core.actions import Action, Done
-from holodesk.policy.protocol import get_protocol
+from holodesk.policy.registry import get_protocol
 from holodesk.policy.scripted import ScriptedPolicy
 from tests.helpers.processes import stop_process
 from tests.helpers.qt import qapplication_on

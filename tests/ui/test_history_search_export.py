@@ -14,7 +14,8 @@ import pytest
 from PySide6.QtCore import QDate
 from PySide6.QtWidgets import QPushButton
 
-from holodesk.core.actions import Click, Point, describe
+from holodesk.core.actions import Click, Point
+from holodesk.core.wording import describe
 from holodesk.errors import HolodeskError
 from holodesk.session.episode import EPISODE_FILE, delete_episode, export_episode
 from holodesk.ui.history import HistoryWindow

@@ -27,7 +27,7 @@ def _unsafe(text: str) -> list[str]:
 
 
 def test_F24_card_and_history_show_hostile_text_as_escapes(qtbot: Any, make_app: Any) -> None:
-    from holodesk.policy.protocol import get_protocol
+    from holodesk.policy.registry import get_protocol
 
     reply = get_protocol().to_reply(Type(HOSTILE), thought=HOSTILE)
     kit = make_app([reply])

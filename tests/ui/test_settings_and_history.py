@@ -10,8 +10,9 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLabel, QLineEdit, QSpinBox
 
-from holodesk.core.actions import Click, Point, Type, describe
+from holodesk.core.actions import Click, Point, Type
 from holodesk.core.geometry import point_to_frame_pixel
+from holodesk.core.wording import describe
 from holodesk.session.loop import State
 from holodesk.settings import Settings, load_settings
 from holodesk.ui.settings_dialog import HotkeyEdit, SettingsDialog, field_groups

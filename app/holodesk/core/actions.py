@@ -438,11 +438,3 @@ def action_from_dict(data: dict[str, Any]) -> Action:
         return cls(**kwargs)
     except TypeError as exc:
         raise ActionError(f"bad fields for {kind}: {exc}", field=None) from exc
-
-
-def describe(action: Action) -> str:
-    """The action's headline in plain words without context, e.g. ``Click ‘OK’``
-    (:func:`holodesk.core.wording.step_words` gives the headline with its window and the details)."""
-    from holodesk.core.wording import step_words
-
-    return step_words(action).headline

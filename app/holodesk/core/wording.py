@@ -241,3 +241,9 @@ def step_words(
         case _:
             headline = plain(action.kind)
     return StepWords(headline, tuple(details))
+
+
+def describe(action: Action) -> str:
+    """The action's headline in plain words without context, e.g. ``Click ‘OK’`` (:func:`step_words`
+    gives the headline with its window and the details)."""
+    return step_words(action).headline

@@ -78,7 +78,7 @@ from holodesk.policy.protocol import (
 )
 
 NAME: Final = "agent-loop-v1"
-"""The protocol's name (:func:`holodesk.policy.protocol.get_protocol`)."""
+"""The protocol's name (:func:`holodesk.policy.registry.get_protocol`)."""
 
 IMAGE_PLACEHOLDER: Final = "[Image omitted by context cleaning]"
 """Text that replaces a screenshot beyond the image budget, inside its ``<observation>`` wrapper."""
@@ -517,7 +517,7 @@ def _validation_message(exc: ValidationError) -> str:
 class AgentLoopProtocol(ActionProtocol):
     """H Company's agent-loop contract, structured-output variant (``agent-loop-v1``).
 
-    Stateless and thread-safe; get one through :func:`holodesk.policy.protocol.get_protocol`.
+    Stateless and thread-safe; get one through :func:`holodesk.policy.registry.get_protocol`.
     """
 
     name: str = NAME

@@ -2,7 +2,7 @@
 
 One versioned component holds the prompt text, the JSON schema of a reply, the parser and the
 coordinate convention, so that the local runtime, the remote client and the scripted policy all speak
-exactly the same language. Select it by name (:func:`get_protocol`); the names are in
+exactly the same language. Select it by name (:func:`holodesk.policy.registry.get_protocol`); the names are in
 :data:`PROTOCOL_NAMES`.
 
 ``holo-v1`` reproduces H Company's public contract for its agent models (Holo2/Holo3), as summarised
@@ -75,7 +75,7 @@ from holodesk.errors import ActionError, PolicyOutputError, SettingsError
 from holodesk.policy.base import HistoryStep, Observation
 
 PROTOCOL_NAMES: tuple[str, ...] = ("holo-v1", "agent-loop-v1")
-"""Names accepted by :func:`get_protocol`, newest last."""
+"""Names accepted by :func:`holodesk.policy.registry.get_protocol`, newest last."""
 
 DEFAULT_PROTOCOL: Final = "agent-loop-v1"
 """The protocol Holotron-12B is prompted in (local and remote): H Company's agent-loop contract
@@ -747,7 +747,7 @@ class ActionProtocol:
     """The ``holo-v1`` action protocol (H Company Holo2/Holo3 agent contract, as summarised in
     ``shared/docs/holotron.md``, "Action protocol").
 
-    Stateless and thread-safe; get one through :func:`get_protocol`.
+    Stateless and thread-safe; get one through :func:`holodesk.policy.registry.get_protocol`.
 
     Attributes:
         name: the protocol's versioned name, ``"holo-v1"``.
@@ -1004,24 +1004,3 @@ def _as_text(raw: Any) -> str:
 
 
 _SCHEMA: Final[dict[str, Any]] = _build_schema()
-
-_PROTOCOLS: Final[dict[str, ActionProtocol]] = {"holo-v1": ActionProtocol()}
-
-
-def get_protocol(name: str = "holo-v1") -> ActionProtocol:
-    """The action protocol called ``name`` (one of :data:`PROTOCOL_NAMES`).
-
-    Raises:
-        SettingsError: for an unknown name; the message lists the known ones.
-    """
-    if name == "agent-loop-v1" and name not in _PROTOCOLS:
-        from holodesk.policy.contract import PROTOCOL  # imports this module: registered on first use
-
-        _PROTOCOLS[name] = PROTOCOL
-    protocol = _PROTOCOLS.get(name) if isinstance(name, str) else None
-    if protocol is None:
-        raise SettingsError(
-            f"unknown action protocol {name!r}",
-            hint="Known protocols: " + ", ".join(PROTOCOL_NAMES) + ".",
-        )
-    return protocol

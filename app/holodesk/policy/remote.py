@@ -44,7 +44,8 @@ from PIL import Image
 from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import PolicyError, PolicyOutputError
 from holodesk.policy.base import Observation, Proposal, pointer_after
-from holodesk.policy.protocol import DEFAULT_PROTOCOL, ActionProtocol, get_protocol
+from holodesk.policy.protocol import DEFAULT_PROTOCOL, ActionProtocol
+from holodesk.policy.registry import get_protocol
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ class RemotePolicy:
         model: the served model name as ``GET /v1/models`` lists it (vLLM ``--served-model-name``).
         api_key: bearer token, or None for a server without ``--api-key``. Resolve it with
             :func:`holodesk.secrets.resolve_api_key`; never read it from settings.
-        protocol: action protocol name (see :func:`~holodesk.policy.protocol.get_protocol`) or instance.
+        protocol: action protocol name (see :func:`~holodesk.policy.registry.get_protocol`) or instance.
         max_images: screenshots kept in the prompt as images, current one included (F21); passed to
             ``protocol.build_messages``.
         image_format: ``"png"`` (lossless, default) or ``"jpeg"`` (smaller uploads).

@@ -39,7 +39,8 @@ from typing import Any
 from holodesk.core.actions import Action
 from holodesk.errors import PolicyError, PolicyOutputError
 from holodesk.policy.base import Observation, Proposal, pointer_after
-from holodesk.policy.protocol import ActionProtocol, get_protocol
+from holodesk.policy.protocol import ActionProtocol
+from holodesk.policy.registry import get_protocol
 
 Reply = str | dict[str, Any]
 """One scripted reply: a raw reply text, or a reply object to be serialised."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from holodesk.core.actions import describe
+from holodesk.core.wording import describe
 from holodesk.session.approval import Decision
 from holodesk.session.loop import REASON_ANSWERED, EpisodeResult, SessionEvent, State
 

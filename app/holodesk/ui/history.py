@@ -4,7 +4,7 @@ Top: search by task text and by date (from / to), Export... (a zip of the episod
 :func:`~holodesk.session.episode.export_episode`) and Delete... (after a confirmation,
 :func:`~holodesk.session.episode.delete_episode`). Left: episodes (newest first) from
 :func:`~holodesk.session.episode.list_episodes`. Middle: the steps of the selected episode, each a
-thumbnail of the screen the model saw and a sentence (:func:`~holodesk.core.actions.describe`, who
+thumbnail of the screen the model saw and a sentence (:func:`~holodesk.core.wording.describe`, who
 decided, what happened). Right: the step's frame with its action drawn on it (the mark sits on the frame
 pixel the action designated, :func:`~holodesk.core.geometry.point_to_frame_pixel`), the step in words and
 the timings in ms; the model's reply as received is one click away.
@@ -39,10 +39,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from holodesk.core.actions import Action, action_from_dict, describe
+from holodesk.core.actions import Action, action_from_dict
 from holodesk.core.geometry import point_to_frame_pixel
 from holodesk.core.text import display_safe
-from holodesk.core.wording import step_words
+from holodesk.core.wording import describe, step_words
 from holodesk.errors import HolodeskError
 from holodesk.session.episode import Episode, delete_episode, export_episode, list_episodes, load_episode
 from holodesk.ui.overlay import paint_action_on_image

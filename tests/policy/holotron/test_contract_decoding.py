@@ -30,7 +30,7 @@ import torch
 from holodesk.core.actions import Action, Point
 from holodesk.policy.contract import tool_names
 from holodesk.policy.holotron import runtime
-from holodesk.policy.protocol import get_protocol
+from holodesk.policy.registry import get_protocol
 
 jsonschema = pytest.importorskip("jsonschema")
 

@@ -82,7 +82,7 @@ class HolotronPolicy:
         max_string_chars: int | None = None,
         decoder: str = "static",
     ) -> None:
-        from holodesk.policy.protocol import get_protocol
+        from holodesk.policy.registry import get_protocol
 
         if max_images < 1:
             raise PolicyError(f"max_images must be >= 1, got {max_images}")
