@@ -119,62 +119,18 @@ class StaticEngine:
         bucket: int = 2048,
         warm_up: bool | None = None,
     ) -> None:
-        from holodesk.policy.holotron.fast_decode import StaticLM
+        from holodesk.policy.holotron.decoder import StaticDecoder
 
         self.loaded = loaded
         cuda = getattr(loaded.device, "type", "cpu") == "cuda"
-        quantized = loaded.quantization is not None
-        if impl is None:
-            impl = "torch" if cuda and not quantized else "dispatch"
-        if compile is None:
-            compile = impl == "torch" and cuda
-        self.impl, self.compile = impl, bool(compile)
-        self.notes: list[str] = []
+        self.impl, self.compile = impl or "torch", bool(compile)  # kept for describe(); the decoder decides
         t0 = time.perf_counter()
-        lm = loaded.model.language_model
-        # unquantised on CUDA: prefill chunks padded to multiples of 128 rows so their Mamba/MLP segments
-        # can be captured as CUDA graphs below (prefill is otherwise host-bound on slow hosts)
-        pad = prefill_bucket_for(impl, cuda=cuda, graphs=graphs is not False, chunk=chunk)
-        self.static = StaticLM(lm, max_len=max_len, bucket=bucket, chunk=chunk, impl=impl, compile=self.compile,
-                               snapshot_slots=1, prefill_bucket=pad)
-        self.windows: list[int] = []
-        if cuda and graphs is not False:
-            try:
-                self.windows = self.static.capture_graphs()
-            except Exception as exc:
-                note = f"decode graphs could not be captured ({type(exc).__name__}: {str(exc)[:160]})"
-                if impl == "torch":
-                    # the compiled blocks failed here: fall back to the stock kernels, captured if possible
-                    del self.static
-                    self.impl, self.compile = "dispatch", False
-                    self.static = StaticLM(lm, max_len=max_len, bucket=bucket, chunk=chunk, impl="dispatch",
-                                           snapshot_slots=1)
-                    try:
-                        self.windows = self.static.capture_graphs()
-                        note += "; using the stock kernels in the graphs instead (slower per token)"
-                    except Exception as exc2:
-                        note += f"; the stock kernels could not be captured either ({type(exc2).__name__})"
-                if not self.windows:  # e.g. LLM.int8 outlier handling synchronises with the host
-                    self.static.graphs.clear()
-                    self.static.reset()
-                    note += "; decoding eagerly, several times slower per token"
-                log.warning("Holotron: %s", note)
-                self.notes.append(note)
-            if self.static.prefill_bucket:
-                try:
-                    self.static.capture_prefill_graphs()
-                except Exception as exc:
-                    note = (f"prefill graphs could not be captured ({type(exc).__name__}: {str(exc)[:160]}); "
-                            "prefill launches its kernels from Python (slower on a slow host)")
-                    log.warning("Holotron: %s", note)
-                    self.notes.append(note)
-                    self.static.drop_prefill_graphs()
-            if self.static.gemv_error:
-                note = f"the chosen matrix-vector kernels failed ({self.static.gemv_error}); using F.linear"
-                log.warning("Holotron: %s", note)
-                self.notes.append(note)
-        elif cuda:
-            self.notes.append("decode graphs switched off: decoding eagerly")
+        self.static = StaticDecoder(loaded.model.language_model, max_len=max_len, bucket=bucket, chunk=chunk,
+                                    prefill_bucket=PREFILL_BUCKET if chunk % PREFILL_BUCKET == 0 else chunk,
+                                    eager=not cuda or graphs is False)
+        self.static.capture()
+        self.notes = self.static.notes
+        self.windows: list[int] = self.static.describe()["decode_graphs"]
         self._serials = itertools.count(1)
         self._frames: dict[int, tuple[Any, int]] = {}  # id(pixels) -> (pixels held, serial)
         self._embeds: dict[int, Any] = {}  # serial -> projected image embeddings (tokens, hidden)
@@ -183,19 +139,8 @@ class StaticEngine:
             try:
                 self.warm_up()
             except Exception as exc:
-                note = f"warm-up at load failed ({type(exc).__name__}: {str(exc)[:160]})"
+                note = f"warm-up at load failed ({type(exc).__name__}: {str(exc)[:160]}); the first step compiles"
                 self.reset()
-                if self.static.fused_prefill:
-                    # the fused prefill kernels are the newest part of the path: retry on the stock blocks
-                    self.static.set_prefill(False)
-                    try:
-                        self.warm_up()
-                        note += "; prefill now runs the stock block modules (slower prefill)"
-                    except Exception as exc2:
-                        note += f"; again on the stock blocks ({type(exc2).__name__}); the first step compiles"
-                        self.reset()
-                else:  # never blocks loading; the first step then pays the compile time
-                    note += "; the first step compiles"
                 log.warning("Holotron: %s", note)
                 self.notes.append(note)
         self.setup_seconds = time.perf_counter() - t0
@@ -219,7 +164,7 @@ class StaticEngine:
             embeds = loaded.model.get_input_embeddings()(ids[None])
             keys = [int(t) for t in ids.tolist()]
             s.prefill(embeds[:, :first], keys[:first], snapshot_at=[first - 5])
-            resume = s.resume_point(keys)
+            resume = s.state.resume_point(keys)
             s.prefill(embeds[:, resume:], keys, embeds_offset=resume)
             s.token.fill_(3)
             for _ in range(3):
@@ -231,20 +176,9 @@ class StaticEngine:
     # ------------------------------------------------------------------------------------------ facts
     def describe(self) -> dict[str, Any]:
         """What runs: implementation, compile, captured windows, cache size, notes (for logs and doctor)."""
-        return {
-            "decoder": "static",
-            "impl": self.impl,
-            "compile": self.compile,
-            "graphs": list(self.windows),
-            "max_len": self.static.max_len,
-            "gemv": {role: how.label() for role, how in self.static.gemv.items()},
-            "gated_norm": self.static.gated_norm,
-            "prefill": self.static.prefill_kernels,
-            "state_bytes": self.static.state_bytes(),
-            "setup_seconds": round(self.setup_seconds, 2),
-            "warm_up_seconds": None if self.warm_up_seconds is None else round(self.warm_up_seconds, 2),
-            "notes": list(self.notes),
-        }
+        return {**self.static.describe(), "impl": self.impl, "compile": self.static.setup.compiled,
+                "graphs": list(self.windows), "setup_seconds": round(self.setup_seconds, 2),
+                "warm_up_seconds": None if self.warm_up_seconds is None else round(self.warm_up_seconds, 2)}
 
     def fits(self, prompt_tokens: int, reply_tokens: int) -> bool:
         """True when a prompt of ``prompt_tokens`` plus ``reply_tokens`` fit the static cache."""
@@ -252,7 +186,7 @@ class StaticEngine:
 
     def reset(self) -> None:
         """Forget the previous step (state, held frames, image embeddings); the next step is cold."""
-        self.static.reset()
+        self.static.state.reset()
         self._frames.clear()
         self._embeds.clear()
 
@@ -317,7 +251,7 @@ class StaticEngine:
         keys: list[int] = list(ids)  # text tokens: their id; image rows: frame serial and row
         for (start, n), serial in zip(spans, serials, strict=True):
             keys[start : start + n] = [IMAGE_KEY_BASE + (serial << 20) + row for row in range(n)]
-        resume = self.static.resume_point(keys)
+        resume = self.static.state.resume_point(keys)
 
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
