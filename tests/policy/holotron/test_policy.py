@@ -151,7 +151,7 @@ def test_package_imports_without_torch() -> None:
 
 def test_tiny_cli(tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "holodesk.policy.holotron.tiny", str(tmp_path / "ck")],
+        [sys.executable, "-m", "holodesk.bench.tiny_checkpoint", str(tmp_path / "ck")],
         capture_output=True, text=True, check=False,
     )
     assert out.returncode == 0, out.stderr
