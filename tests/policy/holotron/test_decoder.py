@@ -1,6 +1,12 @@
-"""StaticLM (static-state prefill/decode) against stock transformers NemotronH on a tiny fp32 model (CPU)."""
+"""StaticDecoder and DecoderState against stock transformers NemotronH on a tiny fp32 model.
+
+The CPU tests run the decoder users run (the padded chunked prefill and the per-block decode functions),
+eagerly; the GPU tests add torch.compile and CUDA graphs and compare them with the eager path.
+"""
 
 from __future__ import annotations
+
+import logging
 
 import pytest
 
@@ -9,14 +15,20 @@ pytest.importorskip("transformers.models.nemotron_h")
 
 from transformers import NemotronHConfig, NemotronHForCausalLM  # noqa: E402
 
-from holodesk.policy.holotron.fast_decode import StaticLM, mamba_step_torch  # noqa: E402
+from holodesk.policy.holotron import decoder as decoder_module  # noqa: E402
+from holodesk.policy.holotron.decoder import Setup, StaticDecoder, fused_qkv_weight  # noqa: E402
+from holodesk.policy.holotron.ops.gemv import Gemv  # noqa: E402
+from holodesk.policy.holotron.state import DecoderState  # noqa: E402
 
-PATTERN = "M*-M-M*-"  # Mamba-2, attention and MLP blocks, two attention layers
+PATTERN = "M*-M-M*-"  # Mamba-2, attention and MLP blocks; attention at blocks 1 and 6
 VOCAB = 256
 STEPS = 40
+ATTENTION_BLOCKS = (1, 6)
 
 
-def _tiny_lm(seed: int = 0) -> NemotronHForCausalLM:
+def tiny_lm(seed: int = 0, dtype: torch.dtype = torch.float32, device: str = "cpu") -> NemotronHForCausalLM:
+    """A random ``NemotronHForCausalLM`` with every block kind; larger residual branches, SSM inputs and
+    steps, so that every block and the carried SSM state (any error in padding) move the logits."""
     torch.manual_seed(seed)
     cfg = NemotronHConfig(
         vocab_size=VOCAB, hidden_size=64, hybrid_override_pattern=PATTERN,
@@ -26,154 +38,351 @@ def _tiny_lm(seed: int = 0) -> NemotronHForCausalLM:
         pad_token_id=0, bos_token_id=1, eos_token_id=2,
     )
     lm = NemotronHForCausalLM(cfg).eval()
-    with torch.no_grad():  # larger residual branches so every block moves the logits
+    with torch.no_grad():
         for name, p in lm.named_parameters():
             if name.endswith(("out_proj.weight", "o_proj.weight", "down_proj.weight")):
                 p.mul_(3)
-    return lm
+            if name.endswith("in_proj.weight"):
+                p.mul_(4)
+            if name.endswith("dt_bias"):
+                p.fill_(0.5)
+    return lm.to(device=device, dtype=dtype)
 
 
-def _prompt(n: int, seed: int) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randint(3, VOCAB, (1, n), generator=gen)  # no pad/bos/eos ids: generate() masks pad
-
-
-def _static_greedy(s: StaticLM, lm: NemotronHForCausalLM, ids: torch.Tensor, keys: bool = False,
-                   snapshot_at: tuple[int, ...] = ()) -> tuple[list[int], torch.Tensor]:
+def fuse_qkv_by_hand(lm: NemotronHForCausalLM) -> None:
+    """Lay each attention layer's q/k/v weights out as adjacent rows of one buffer, as the loader does."""
     with torch.no_grad():
-        emb = lm.model.embeddings(ids)
-    logits, _ = s.prefill(emb, ids[0].tolist() if keys else None, snapshot_at=snapshot_at)
-    first = logits.argmax(-1, keepdim=True)
-    s.token.copy_(first)
-    tokens, all_logits = [int(first)], [logits.clone()]
+        for i in ATTENTION_BLOCKS:
+            m = lm.model.layers[i].mixer
+            projs = (m.q_proj, m.k_proj, m.v_proj)
+            fused = torch.cat([p.weight.detach() for p in projs])
+            start = 0
+            for p in projs:
+                rows = p.weight.shape[0]
+                p.weight = torch.nn.Parameter(fused[start : start + rows], requires_grad=False)
+                start += rows
+
+
+def prompt(n: int, seed: int, device: str = "cpu") -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(3, VOCAB, (1, n), generator=gen).to(device)  # no pad/bos/eos ids
+
+
+def embed(lm: NemotronHForCausalLM, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return lm.model.embeddings(ids)
+
+
+def static_greedy(d: StaticDecoder, lm: NemotronHForCausalLM, ids: torch.Tensor, *, keys: bool = False,
+                  snapshot_at: tuple[int, ...] = ()) -> tuple[list[int], torch.Tensor]:
+    logits, _ = d.prefill(embed(lm, ids), ids[0].tolist() if keys else None, snapshot_at=snapshot_at)
+    d.token.copy_(logits.argmax(-1, keepdim=True))
+    tokens, all_logits = [int(d.token)], [logits.clone()]
     for _ in range(STEPS - 1):
-        s.step()
-        tokens.append(int(s.token))
-        all_logits.append(s.logits.clone())
+        d.step()
+        tokens.append(int(d.token))
+        all_logits.append(d.logits.clone())
     return tokens, torch.cat(all_logits)
 
 
-def _stock(lm: NemotronHForCausalLM, ids: torch.Tensor) -> tuple[list[int], torch.Tensor]:
+def stock_greedy(lm: NemotronHForCausalLM, ids: torch.Tensor) -> tuple[list[int], torch.Tensor]:
     with torch.no_grad():
         out = lm.generate(ids, max_new_tokens=STEPS, do_sample=False, output_logits=True,
                           return_dict_in_generate=True, eos_token_id=None, pad_token_id=0)
     return out.sequences[0, ids.shape[1]:].tolist(), torch.stack(out.logits, 1)[0]
 
 
-@pytest.mark.parametrize("impl", ["dispatch", "torch"])
-@pytest.mark.parametrize("chunk", [1000, 20])
-def test_greedy_40_steps_equal_stock_generate(impl: str, chunk: int) -> None:
-    lm = _tiny_lm()
-    ids = _prompt(57, seed=1)
-    ref_tokens, ref_logits = _stock(lm, ids)
-    s = StaticLM(lm, max_len=128, bucket=32, chunk=chunk, impl=impl)
-    tokens, logits = _static_greedy(s, lm, ids)
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-12))
+
+
+@pytest.mark.parametrize(("chunk", "prefill_bucket"), [(64, 64), (16, 8), (20, 5)])
+def test_greedy_decoding_equals_stock_generate(chunk: int, prefill_bucket: int) -> None:
+    lm = tiny_lm()
+    ids = prompt(57, seed=1)
+    ref_tokens, ref_logits = stock_greedy(lm, ids)
+    d = StaticDecoder(lm, max_len=128, bucket=32, chunk=chunk, prefill_bucket=prefill_bucket)
+    assert d.eager and d.describe()["decode_graphs"] == []  # CPU: eager by necessity, the same code
+    tokens, logits = static_greedy(d, lm, ids)
     assert tokens == ref_tokens
-    err = (logits - ref_logits).norm() / ref_logits.norm()
-    assert err < 1e-5, err
-    assert s.length == 57 + STEPS - 1
+    assert rel(logits, ref_logits) < 1e-5
+    assert d.state.length == 57 + STEPS - 1
 
 
-def test_mamba_step_torch_matches_transformers_reference() -> None:
-    lm = _tiny_lm(seed=3)
-    layer = lm.model.layers[0]
-    m = layer.mixer
-    gen = torch.Generator().manual_seed(5)
-    s_ref = StaticLM(lm, max_len=32, bucket=32, impl="dispatch")
-    conv0 = torch.randn(s_ref.conv[0].shape, generator=gen)
-    ssm0 = torch.randn(s_ref.ssm[0].shape, generator=gen)
-    x = torch.randn(1, 1, 64, generator=gen)
-    s_ref.conv[0].copy_(conv0)
-    s_ref.ssm[0].copy_(ssm0)
+def test_padded_prefill_state_equals_the_stock_forward() -> None:
+    """Chunks cut at 1-3 tokens and padded to 8 rows give the conv, SSM and KV state and the logits of one
+    unpadded stock forward over the whole prompt."""
+    lm = tiny_lm(seed=7)
+    ids = prompt(61, seed=4)
     with torch.no_grad():
-        ref = s_ref._mamba_decode(0, m, x)
-        conv, ssm = conv0.clone(), ssm0.clone()
-        out = mamba_step_torch(
-            x[:, 0], m.in_proj.weight, m.conv1d.weight.squeeze(1), m.conv1d.bias, m.dt_bias,
-            -torch.exp(m.A_log.float()), m.D, m.norm.weight, m.out_proj.weight, conv, ssm,
-            (m.intermediate_size, m.conv_dim, m.num_heads, m.head_dim, m.n_groups, m.ssm_state_size),
-            m.norm.variance_epsilon,
-        )
-    assert torch.allclose(out, ref[:, 0], rtol=1e-5, atol=1e-6)
-    assert torch.allclose(conv, s_ref.conv[0], atol=1e-7)
-    assert torch.allclose(ssm, s_ref.ssm[0], rtol=1e-5, atol=1e-6)
+        out = lm(ids, use_cache=True)
+    cache = out.past_key_values
+    d = StaticDecoder(lm, max_len=128, bucket=32, chunk=16, prefill_bucket=8, snapshot_slots=6)
+    logits, report = d.prefill(embed(lm, ids), ids[0].tolist(), snapshot_at=(1, 3, 17, 18, 33, 36))
+    assert report.chunks == 10 and report.snapshots == [1, 3, 17, 18, 33, 36]
+    assert rel(logits, out.logits[:, -1]) < 1e-5
+    for i, conv in d.state.conv.items():
+        assert rel(conv, cache.get_conv_state(i)) < 1e-6
+        assert rel(d.state.ssm[i], cache.get_recurrent_state(i)) < 1e-5
+    for i in ATTENTION_BLOCKS:
+        assert rel(d.state.k[i][:, :, :61], cache.layers[i].keys) < 1e-6
+        assert rel(d.state.v[i][:, :, :61], cache.layers[i].values) < 1e-6
 
 
-def test_incremental_prefill_reuses_prefix_and_equals_cold() -> None:
-    lm = _tiny_lm(seed=2)
-    first = _prompt(40, seed=7)
-    extra = _prompt(25, seed=8)
-    second = torch.cat([first, extra], dim=1)
-    s = StaticLM(lm, max_len=160, bucket=32, chunk=16)
-    _static_greedy(s, lm, first, keys=True, snapshot_at=(40,))
-    with torch.no_grad():
-        logits, report = s.prefill(lm.model.embeddings(second), second[0].tolist(), snapshot_at=(65,))
-    assert report.reused == 40 and report.computed == 25
-    cold = StaticLM(lm, max_len=160, bucket=32, chunk=16)
-    with torch.no_grad():
-        ref, _ = cold.prefill(lm.model.embeddings(second), None)
-    assert torch.allclose(logits, ref, rtol=1e-5, atol=1e-5)
+def test_resume_from_a_snapshot_equals_a_cold_prefill() -> None:
+    lm = tiny_lm(seed=2)
+    first = prompt(40, seed=7)
+    second = torch.cat([first, prompt(25, seed=8)], dim=1)
+    d = StaticDecoder(lm, max_len=160, bucket=32, chunk=16, prefill_bucket=8)
+    static_greedy(d, lm, first, keys=True, snapshot_at=(40,))
+    logits, report = d.prefill(embed(lm, second), second[0].tolist(), snapshot_at=(65,))
+    assert (report.reused, report.computed) == (40, 25)
+    cold = StaticDecoder(lm, max_len=160, bucket=32, chunk=16, prefill_bucket=8)
+    ref, _ = cold.prefill(embed(lm, second), None)
+    assert rel(logits, ref) < 1e-5
+    # and decoding on from the resumed state equals decoding from the cold one
+    assert static_greedy(d, lm, second, keys=True)[0] == static_greedy(cold, lm, second)[0]
 
 
-def test_changed_prefix_rebuilds_from_earlier_snapshot() -> None:
-    lm = _tiny_lm(seed=4)
-    base = _prompt(60, seed=9)
-    s = StaticLM(lm, max_len=160, bucket=32, chunk=16, snapshot_slots=3)
-    with torch.no_grad():
-        s.prefill(lm.model.embeddings(base), base[0].tolist(), snapshot_at=(20, 45, 60))
+def test_changed_prefix_rebuilds_from_an_earlier_snapshot() -> None:
+    lm = tiny_lm(seed=4)
+    base = prompt(60, seed=9)
+    d = StaticDecoder(lm, max_len=160, bucket=32, chunk=16, prefill_bucket=8, snapshot_slots=3)
+    d.prefill(embed(lm, base), base[0].tolist(), snapshot_at=(20, 45, 60))
     changed = base.clone()
-    changed[0, 30:38] = _prompt(8, seed=10)[0]  # e.g. an old screenshot dropped out of the window
-    with torch.no_grad():
-        logits, report = s.prefill(lm.model.embeddings(changed), changed[0].tolist())
-    assert report.reused == 20
-    cold = StaticLM(lm, max_len=160, bucket=32, chunk=16)
-    with torch.no_grad():
-        ref, _ = cold.prefill(lm.model.embeddings(changed), None)
-    assert torch.allclose(logits, ref, rtol=1e-5, atol=1e-5)
-    assert sorted(s.snapshots) == [20]
+    changed[0, 30:38] = prompt(8, seed=10)[0]  # e.g. an old screenshot dropped out of the window
+    logits, report = d.prefill(embed(lm, changed), changed[0].tolist())
+    assert report.reused == 20 and sorted(d.state.snapshots) == [20]
+    ref, _ = StaticDecoder(lm, max_len=160, bucket=32, chunk=16, prefill_bucket=8).prefill(embed(lm, changed))
+    assert rel(logits, ref) < 1e-5
 
 
-def test_prompt_too_long_is_refused() -> None:
-    lm = _tiny_lm()
-    s = StaticLM(lm, max_len=32, bucket=32)
-    with torch.no_grad(), pytest.raises(ValueError):
-        s.prefill(lm.model.embeddings(_prompt(40, seed=1)), None)
+def test_tail_embeddings_snapshot_cap_and_refusals() -> None:
+    lm = tiny_lm(seed=6)
+    first = prompt(48, seed=11)
+    second = torch.cat([first, prompt(20, seed=12)], dim=1)
+    d = StaticDecoder(lm, max_len=160, bucket=32, chunk=16, prefill_bucket=8, snapshot_slots=2)
+    before = d.nbytes()
+    d.prefill(embed(lm, first), first[0].tolist(), snapshot_at=(10, 20, 30, 40, 48))
+    assert d.nbytes() == before  # snapshots go into preallocated slots
+    assert sorted(d.state.snapshots) == [40, 48]
+    resume = d.state.resume_point(second[0].tolist())
+    assert resume == 48
+    tail = embed(lm, second[:, resume:])
+    logits, report = d.prefill(tail, second[0].tolist(), embeds_offset=resume)
+    assert (report.reused, report.computed) == (48, 20)
+    ref, _ = StaticDecoder(lm, max_len=160, bucket=32, chunk=16, prefill_bucket=8).prefill(embed(lm, second))
+    assert rel(logits, ref) < 1e-5
+    d.state.reset()
+    with pytest.raises(ValueError, match="resumes at 0"):  # embeddings that start after the resume point
+        d.prefill(tail, second[0].tolist(), embeds_offset=resume)
+    with pytest.raises(ValueError, match="does not fit"):
+        d.prefill(embed(lm, prompt(160, seed=1)))
+    with pytest.raises(ValueError, match="keys"):
+        d.prefill(embed(lm, first), [1, 2, 3])
+    with pytest.raises(ValueError, match="prefill_bucket"):
+        StaticDecoder(lm, max_len=64, bucket=32, chunk=16, prefill_bucket=5)
 
 
-def test_tail_embeddings_and_snapshot_cap() -> None:
-    lm = _tiny_lm(seed=6)
-    first = _prompt(48, seed=11)
-    second = torch.cat([first, _prompt(20, seed=12)], dim=1)
-    s = StaticLM(lm, max_len=160, bucket=32, chunk=16, snapshot_slots=2)
-    with torch.no_grad():
-        before = s.state_bytes()
-        s.prefill(lm.model.embeddings(first), first[0].tolist(), snapshot_at=(10, 20, 30, 40, 48))
-        assert s.state_bytes() == before  # snapshots go into preallocated slots
-        assert sorted(s.snapshots) == [40, 48]
-        resume = s.resume_point(second[0].tolist())
-        assert resume == 48
-        tail = lm.model.embeddings(second[:, resume:])
-        logits, report = s.prefill(tail, second[0].tolist(), embeds_offset=resume)
-        assert report.reused == 48 and report.computed == 20
-        cold = StaticLM(lm, max_len=160, bucket=32, chunk=16)
-        ref, _ = cold.prefill(lm.model.embeddings(second), None)
-        assert torch.allclose(logits, ref, rtol=1e-5, atol=1e-5)
-        with pytest.raises(ValueError):  # embeddings that start after the resume point cannot be run
-            s.reset()
-            s.prefill(tail, second[0].tolist(), embeds_offset=resume)
+def test_decoder_state_bookkeeping() -> None:
+    lm = tiny_lm(seed=1)
+    st = DecoderState(lm, max_len=70, bucket=32, snapshot_slots=2)
+    assert st.max_len == 96 and (st.window(0), st.window(31), st.window(32)) == (32, 32, 64)
+    with pytest.raises(ValueError):
+        st.window(96)
+    kv = 2 * 2 * (1 * 2 * 96 * 16 * 4)  # two attention layers, k and v, fp32
+    mamba = 3 * (192 * 4 * 4 + 8 * 16 * 16 * 4)  # three Mamba layers, conv + ssm
+    assert st.nbytes() == kv + 3 * mamba + 8  # state + two snapshot slots + pos
+    st.keys = [5, 6, 7, 8, 9]
+    st.ssm[0].fill_(1.0)
+    st.snapshot(2)
+    st.ssm[0].fill_(2.0)
+    st.snapshot(4)
+    st.ssm[0].fill_(3.0)
+    st.snapshot(5)  # no free slot: replaces the oldest (2)
+    assert sorted(st.snapshots) == [4, 5]
+    assert st.resume_point([5, 6, 7, 8, 9, 10]) == 5
+    assert st.resume_point([5, 6, 7, 8, 9]) == 4  # the last token must run to give logits
+    assert st.resume_point([5, 6, 7, 0, 9, 10]) == 0
+    st.restore(4)
+    assert float(st.ssm[0][0, 0, 0, 0]) == 2.0 and sorted(st.snapshots) == [4]
+    with pytest.raises(KeyError):
+        st.restore(5)
+    st.restore(0)
+    assert float(st.ssm[0].abs().sum()) == 0.0 and st.snapshots == {} and st.keys == []
 
 
-def test_fused_qkv_leaves_the_modules_and_stock_intact() -> None:
-    lm = _tiny_lm(seed=8)
-    ids = _prompt(38, seed=13)
-    ref_tokens, ref_logits = _stock(lm, ids)
-    q_before = lm.model.layers[1].mixer.q_proj.weight.detach().clone()
-    s = StaticLM(lm, max_len=128, bucket=32, chunk=16, impl="torch")
-    assert sorted(s._qkv) == [1, 6]  # the two attention blocks of "M*-M-M*-" (blocks 0-7: M * - M - M * -)
-    # the projection modules now hold views of the fused weight: same values, stock path unchanged
-    assert torch.equal(lm.model.layers[1].mixer.q_proj.weight, q_before)
-    assert lm.model.layers[1].mixer.q_proj.weight.data_ptr() == s._qkv[1].data_ptr()
-    assert _stock(lm, ids)[0] == ref_tokens
-    tokens, logits = _static_greedy(s, lm, ids)
-    assert tokens == ref_tokens
-    assert torch.allclose(logits, ref_logits, rtol=1e-5, atol=1e-5)
+def _fingerprint(lm: NemotronHForCausalLM) -> list[tuple[str, int, float]]:
+    return [(n, p.data_ptr(), float(p.detach().double().sum())) for n, p in lm.named_parameters()]
+
+
+def test_fused_qkv_layout_is_used_and_the_model_stays_stock() -> None:
+    lm = tiny_lm(seed=8)
+    ids = prompt(38, seed=13)
+    ref_tokens, ref_logits = stock_greedy(lm, ids)
+    for i in ATTENTION_BLOCKS:
+        assert fused_qkv_weight(lm.model.layers[i].mixer) is None  # separately allocated weights
+    fuse_qkv_by_hand(lm)
+    m = lm.model.layers[1].mixer
+    fused = fused_qkv_weight(m)
+    assert fused is not None and fused.shape == (64 + 2 * 32, 64)
+    assert torch.equal(fused[64:96], m.k_proj.weight) and fused.data_ptr() == m.q_proj.weight.data_ptr()
+    before = _fingerprint(lm)
+    d = StaticDecoder(lm, max_len=128, bucket=32, chunk=16, prefill_bucket=8)
+    assert all(d._args[i][3] is None for i in ATTENTION_BLOCKS)  # one fused product per attention block
+    tokens, logits = static_greedy(d, lm, ids)
+    assert tokens == ref_tokens and rel(logits, ref_logits) < 1e-5
+    assert _fingerprint(lm) == before  # no weight replaced or changed
+    assert not any("forward" in vars(mod) for mod in lm.modules())  # no module patched
+    assert stock_greedy(lm, ids)[0] == ref_tokens
+
+
+class ModuleLinear(torch.nn.Linear):
+    """A projection the decoder must call as a module (as it does bitsandbytes' quantised layers)."""
+
+
+def test_projection_modules_are_called_as_modules() -> None:
+    lm = tiny_lm(seed=9)
+    ids = prompt(30, seed=14)
+    ref_tokens, ref_logits = stock_greedy(lm, ids)
+    for layer in lm.model.layers:
+        for name in ("in_proj", "up_proj", "k_proj"):
+            old = getattr(layer.mixer, name, None)
+            if old is not None:
+                new = ModuleLinear(old.in_features, old.out_features, bias=False)
+                new.weight = old.weight
+                setattr(layer.mixer, name, new)
+    d = StaticDecoder(lm, max_len=128, bucket=32, chunk=16, prefill_bucket=8)
+    assert not d.plain and "not compiled" in d.describe()["decode"]
+    tokens, logits = static_greedy(d, lm, ids)
+    assert tokens == ref_tokens and rel(logits, ref_logits) < 1e-5
+
+
+# ---------------------------------------------------------------- load-time fallbacks (forced, CPU)
+def _forced(monkeypatch: pytest.MonkeyPatch, start: Setup, fails: object) -> StaticDecoder:
+    """A decoder whose decode capture raises while ``fails(setup)`` (a fake of the CUDA capture, which
+    cannot run here) and whose prefill capture succeeds, started from ``start`` as on a GPU."""
+    lm = tiny_lm(seed=3)
+
+    def capture_decode(self: StaticDecoder) -> None:
+        if fails(self.setup):  # type: ignore[operator]
+            raise RuntimeError("forced capture failure")
+
+    monkeypatch.setattr(StaticDecoder, "_capture_decode", capture_decode)
+    monkeypatch.setattr(StaticDecoder, "_capture_prefill", lambda self: None)
+    d = StaticDecoder(lm, max_len=128, bucket=32, chunk=16, prefill_bucket=8)
+    d.eager = False
+    d.setup = start
+    return d
+
+
+def _still_decodes(d: StaticDecoder) -> None:
+    ids = prompt(33, seed=15)
+    assert static_greedy(d, d.lm, ids)[0] == stock_greedy(d.lm, ids)[0]
+
+
+def test_failing_gemv_kernels_fall_back_to_f_linear(monkeypatch: pytest.MonkeyPatch,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    triton = {"lm_head": Gemv("triton", 8, 512, 4), "up": Gemv()}
+    d = _forced(monkeypatch, Setup(compiled=False, gemv=triton, graphs=True), lambda s: bool(s.gemv))
+    with caplog.at_level(logging.WARNING, logger=decoder_module.__name__):
+        d.capture()
+    assert d.setup == Setup(compiled=False, gemv={}, graphs=True)
+    assert len(d.notes) == 1 and "chosen matrix-vector kernels, CUDA graphs failed at load" in d.notes[0]
+    assert "using plain torch blocks, F.linear, CUDA graphs" in d.notes[0]
+    assert d.notes[0] in caplog.text and d.describe()["notes"] == d.notes
+    _still_decodes(d)
+
+
+def test_failing_compile_falls_back_to_plain_torch(monkeypatch: pytest.MonkeyPatch,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    d = _forced(monkeypatch, Setup(compiled=True, gemv={}, graphs=True), lambda s: s.compiled)
+    with caplog.at_level(logging.WARNING, logger=decoder_module.__name__):
+        d.capture()
+    assert d.setup == Setup(compiled=False, gemv={}, graphs=True)
+    assert len(d.notes) == 1 and d.notes[0].startswith("decode with compiled blocks") and d.notes[0] in caplog.text
+    _still_decodes(d)
+
+
+def test_failing_capture_falls_back_to_eager_decode(monkeypatch: pytest.MonkeyPatch,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    d = _forced(monkeypatch, Setup(compiled=True, gemv={"qkv": Gemv("triton", 4, 512, 4)}, graphs=True),
+                lambda s: True)
+    with caplog.at_level(logging.WARNING, logger=decoder_module.__name__):
+        d.capture()
+    assert d.setup == Setup(compiled=False, gemv={}, graphs=False)
+    assert len(d.notes) == 3 and d.notes[-1].endswith("using plain torch blocks, F.linear, eager")
+    assert all(note in caplog.text for note in d.notes)
+    assert d.describe()["decode"] == "plain torch blocks, F.linear, eager"
+    _still_decodes(d)
+
+
+def test_failing_prefill_graphs_leave_prefill_eager(monkeypatch: pytest.MonkeyPatch,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    d = _forced(monkeypatch, Setup(compiled=False, gemv={}, graphs=True), lambda s: False)
+
+    def broken(self: StaticDecoder) -> None:
+        self.graphs[(0, 8)] = "a graph captured before the failure"  # type: ignore[assignment]
+        raise RuntimeError("forced prefill capture failure")
+
+    monkeypatch.setattr(StaticDecoder, "_capture_prefill", broken)
+    with caplog.at_level(logging.WARNING, logger=decoder_module.__name__):
+        d.capture()
+    assert d.graphs == {} and len(d.notes) == 1 and "prefill graphs could not be captured" in d.notes[0]
+    assert d.notes[0] in caplog.text and "0 segment graphs" in d.describe()["prefill"]
+    _still_decodes(d)
+
+
+def test_eager_capture_does_nothing() -> None:
+    d = StaticDecoder(tiny_lm(seed=3), max_len=64, bucket=32, chunk=16, prefill_bucket=8, eager=True)
+    d.capture()
+    assert d.graphs == {} and d.notes == [] and d.setup == Setup(compiled=False, gemv={}, graphs=False)
+
+
+# ---------------------------------------------------------------- GPU: compile + graphs vs eager
+def cuda(fn):  # type: ignore[no-untyped-def]
+    """GPU test: marked ``gpu`` and skipped without CUDA."""
+    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")(fn))
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_graphs_and_eager_agree_and_equal_stock(dtype: torch.dtype) -> None:
+    lm = tiny_lm(seed=5, dtype=dtype, device="cuda")
+    fuse_qkv_by_hand(lm)
+    ids = prompt(61, seed=4, device="cuda")
+    before = _fingerprint(lm)
+    fast = StaticDecoder(lm, max_len=128, bucket=32, chunk=16, prefill_bucket=8, snapshot_slots=2)
+    fast.capture()
+    eager = StaticDecoder(lm, max_len=128, bucket=32, chunk=16, prefill_bucket=8, snapshot_slots=2, eager=True)
+    info = fast.describe()
+    assert fast.notes == [] and info["decode"].startswith("compiled blocks") and info["decode"].endswith("graphs")
+    assert info["decode_graphs"] == [32, 64, 96, 128] and "16 segment graphs" in info["prefill"], info
+    assert eager.describe()["decode"] == "plain torch blocks, F.linear, eager"
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    for _ in range(2):  # replays twice: the graphs keep no state of their own
+        for d in (fast, eager):
+            d.state.reset()
+        got = static_greedy(fast, lm, ids, keys=True, snapshot_at=(17, 36))
+        want = static_greedy(eager, lm, ids, keys=True, snapshot_at=(17, 36))
+        assert rel(got[1][0], want[1][0]) < tol  # prefill logits
+        for a, b in zip(fast.state.ssm.values(), eager.state.ssm.values(), strict=True):
+            assert rel(a, b) < tol
+        if dtype == torch.float32:
+            assert got[0] == want[0] and got[0] == stock_greedy(lm, ids)[0]
+            assert rel(got[1], want[1]) < tol
+    assert _fingerprint(lm) == before
+
+
+@cuda
+def test_gpu_resume_with_graphs_equals_cold() -> None:
+    lm = tiny_lm(seed=2, device="cuda")
+    first = prompt(40, seed=7, device="cuda")
+    second = torch.cat([first, prompt(25, seed=8, device="cuda")], dim=1)
+    d = StaticDecoder(lm, max_len=160, bucket=32, chunk=16, prefill_bucket=8)
+    d.capture()
+    static_greedy(d, lm, first, keys=True, snapshot_at=(40,))
+    logits, report = d.prefill(embed(lm, second), second[0].tolist())
+    cold, _ = StaticDecoder(lm, max_len=160, bucket=32, chunk=16, prefill_bucket=8, eager=True).prefill(
+        embed(lm, second))
+    assert report.reused == 40 and rel(logits, cold) < 1e-4

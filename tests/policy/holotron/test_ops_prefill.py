@@ -1,5 +1,5 @@
-"""Prefill operations (prefill_ops): the torch references on the CPU, the CUDA kernels against them on a GPU,
-and StaticLM's fused prefill path against the stock block modules."""
+"""Prefill kernels (ops.prefill): the torch references against the definitions on the CPU, the CUDA kernels
+against the references on a GPU. The decoder's prefill as a whole is tested in test_decoder.py."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers.models.nemotron_h")
 
-from holodesk.policy.holotron import prefill_ops  # noqa: E402
-from holodesk.policy.holotron.fast_decode import StaticLM  # noqa: E402
+from holodesk.policy.holotron.ops import prefill as prefill_ops  # noqa: E402
 
 
 def cuda(fn):  # type: ignore[no-untyped-def]
@@ -79,55 +78,25 @@ def test_relu_square_and_add_rms_norm_references() -> None:
     assert torch.equal(first, prefill_ops.rms_norm_reference(h, w, 1e-5))
 
 
-def _tiny_lm(seed: int, dtype: torch.dtype = torch.float32, device: str = "cpu"):  # type: ignore[no-untyped-def]
-    from transformers import NemotronHConfig, NemotronHForCausalLM
+def _naive_gated_norm(y: torch.Tensor, gate: torch.Tensor, w: torch.Tensor, eps: float, group: int) -> torch.Tensor:
+    """NemotronHRMSNormGated by its definition, float64: per group g = y*silu(z); g / sqrt(mean(g^2) + eps)."""
+    g = y.double() * torch.nn.functional.silu(gate.double())
+    parts = g.split(group, dim=-1)
+    return torch.cat([p / torch.sqrt(p.pow(2).mean(-1, keepdim=True) + eps) for p in parts], dim=-1) * w.double()
 
-    torch.manual_seed(seed)
-    cfg = NemotronHConfig(
-        vocab_size=256, hidden_size=64, hybrid_override_pattern="M*-M-M*-",
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-        mamba_num_heads=8, mamba_head_dim=16, n_groups=2, ssm_state_size=16, conv_kernel=4, chunk_size=16,
-        intermediate_size=128, mlp_hidden_act="relu2", layer_norm_epsilon=1e-5, use_bias=False,
-        use_conv_bias=True, pad_token_id=0, bos_token_id=1, eos_token_id=2,
-    )
-    lm = NemotronHForCausalLM(cfg).eval()
+
+def test_gated_rms_norm_reference_is_the_definition_and_the_stock_module() -> None:
+    from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHRMSNormGated
+
+    gen = torch.Generator().manual_seed(2)
+    y, gate = torch.randn(2, 5, 48, generator=gen), torch.randn(2, 5, 48, generator=gen)
+    w = torch.randn(48, generator=gen)
+    out = prefill_ops.gated_rms_norm(y, gate, w, 1e-5, 16)  # CPU: the reference
+    assert torch.allclose(out.double(), _naive_gated_norm(y, gate, w, 1e-5, 16), atol=1e-5)
+    stock = NemotronHRMSNormGated(48, group_size=16, eps=1e-5)
     with torch.no_grad():
-        for name, p in lm.named_parameters():
-            if name.endswith(("out_proj.weight", "o_proj.weight", "down_proj.weight")):
-                p.mul_(3)
-            if name.endswith("dt_bias"):  # steps of ~1 (softplus(0.5)), not ~0.02: padding would show
-                p.fill_(0.5)
-    return lm.to(device=device, dtype=dtype)
-
-
-def _run_both(lm, device: str, cuts: tuple[int, ...]) -> tuple[StaticLM, StaticLM, list, list]:  # type: ignore[no-untyped-def]
-    """Prefill the same prompt, cut at ``cuts`` (chunk boundaries of 1-3 tokens included), on both paths."""
-    gen = torch.Generator().manual_seed(3)
-    ids = torch.randint(3, 256, (1, 61), generator=gen).to(device)
-    with torch.no_grad():
-        emb = lm.model.embeddings(ids)
-    runs, logits = [], []
-    for fused in (True, False):
-        s = StaticLM(lm, max_len=128, bucket=32, chunk=16, fused_prefill=fused, snapshot_slots=len(cuts))
-        with torch.no_grad():
-            out, _ = s.prefill(emb, ids[0].tolist(), snapshot_at=cuts)
-        runs.append(s)
-        logits.append(out)
-    return runs[0], runs[1], logits, list(ids[0].tolist())
-
-
-def test_fused_prefill_path_equals_stock_blocks_on_cpu() -> None:
-    lm = _tiny_lm(seed=5)
-    fused, stock, logits, _ = _run_both(lm, "cpu", cuts=(1, 3, 17, 18, 33, 36))
-    assert fused.fused_prefill and not stock.fused_prefill
-    assert fused.prefill_kernels.startswith("holodesk torch path")
-    assert stock.prefill_kernels.startswith("stock blocks")
-    assert torch.allclose(logits[0], logits[1], rtol=1e-5, atol=1e-5)
-    for i in fused.conv:
-        assert torch.allclose(fused.conv[i], stock.conv[i], atol=1e-6)
-        assert torch.allclose(fused.ssm[i], stock.ssm[i], rtol=1e-5, atol=1e-5)
-    for i in fused.k:
-        assert torch.allclose(fused.k[i][:, :, :61], stock.k[i][:, :, :61], rtol=1e-5, atol=1e-5)
+        stock.weight.copy_(w)
+        assert torch.equal(out, stock(y, gate))
 
 
 @cuda
@@ -155,20 +124,21 @@ def test_gpu_relu_square_and_add_rms_norm_equal_references() -> None:
     assert torch.equal(stream, h + pending)
     ref = prefill_ops.rms_norm_reference(h + pending, w, 1e-5)
     assert (normed.float() - ref.float()).abs().max() <= 0.02 * ref.float().abs().max()
+    assert prefill_ops.fused_available(torch.device("cuda")) is None
 
 
 @cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gpu_fused_prefill_equals_stock_blocks(dtype: torch.dtype) -> None:
-    assert prefill_ops.fused_available(torch.device("cuda")) is None
-    lm = _tiny_lm(seed=5, dtype=dtype, device="cuda")
-    fused, stock, logits, _ = _run_both(lm, "cuda", cuts=(1, 3, 17, 18, 33, 36))
-    assert fused.prefill_kernels.startswith("fused") and stock.prefill_kernels.startswith("stock blocks")
-    # half precision: all query heads in one flash call over the grouped KV heads (fp32: per-head loop)
-    assert ("one flash call" in fused.prefill_kernels) == (dtype == torch.bfloat16), fused.prefill_kernels
-    assert "failed" not in fused.prefill_kernels, fused.prefill_kernels
-    err = (logits[0] - logits[1]).norm() / logits[1].norm()
-    assert err < (1e-4 if dtype == torch.float32 else 3e-2), err
+def test_gpu_gated_rms_norm_kernel_equals_reference(dtype: torch.dtype) -> None:
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    wide = torch.randn(1, 300, 1024 + 512, generator=gen, device="cuda", dtype=dtype)
+    y, gate = wide[..., :1024], wide[..., 512:]  # strided column slices, as the scan output and the gate
+    w = torch.randn(1024, generator=gen, device="cuda", dtype=dtype)
+    out = prefill_ops.gated_rms_norm(y, gate, w, 1e-5, 128)
+    ref = prefill_ops.gated_rms_norm_reference(y, gate, w, 1e-5, 128)
+    assert out.shape == ref.shape
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    assert float((out.float() - ref.float()).norm() / ref.float().norm()) < tol
 
 
 @pytest.mark.parametrize("length", [1, 2, 3, 4, 7, 9])
@@ -181,74 +151,3 @@ def test_conv_state_at_a_device_length_ignores_the_padding(length: int) -> None:
     assert torch.allclose(out[:, :length], want, atol=1e-6)  # real rows never read the padded ones
 
 
-def _prefill_states(s: StaticLM, lm, ids: torch.Tensor, cuts: tuple[int, ...]) -> tuple:  # type: ignore[no-untyped-def]
-    with torch.no_grad():
-        logits, _ = s.prefill(lm.model.embeddings(ids), ids[0].tolist(), snapshot_at=cuts)
-    n = ids.shape[1]
-    return (logits, [c.clone() for c in s.conv.values()], [t.clone() for t in s.ssm.values()],
-            [k[:, :, :n].clone() for k in s.k.values()])
-
-
-def test_padded_prefill_equals_unpadded_on_cpu() -> None:
-    """Chunks padded to multiples of 8 rows in static buffers (the path the prefill graphs capture), with
-    padded dt masked out of the scan and the conv state taken at the real length, give the unpadded state."""
-    lm = _tiny_lm(seed=7)
-    gen = torch.Generator().manual_seed(4)
-    ids = torch.randint(3, 256, (1, 61), generator=gen)
-    cuts = (1, 3, 17, 18, 33, 36)
-    plain = StaticLM(lm, max_len=128, bucket=32, chunk=16, snapshot_slots=len(cuts))
-    padded = StaticLM(lm, max_len=128, bucket=32, chunk=16, snapshot_slots=len(cuts), prefill_bucket=8)
-    assert "padded to multiples of 8 rows, eager" in padded.prefill_kernels
-    want = _prefill_states(plain, lm, ids, cuts)
-    got = _prefill_states(padded, lm, ids, cuts)
-    assert torch.allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
-    for a_list, b_list in zip(got[1:], want[1:], strict=True):
-        for a, b in zip(a_list, b_list, strict=True):
-            assert float((a - b).norm() / b.norm()) < 1e-5
-    # a resumed prefill on top of the padded state (the episode case) equals a cold one
-    longer = torch.cat([ids, torch.randint(3, 256, (1, 21), generator=gen)], dim=1)
-    with torch.no_grad():
-        resumed, report = padded.prefill(lm.model.embeddings(longer), longer[0].tolist())
-        cold, _ = StaticLM(lm, max_len=128, bucket=32, chunk=16).prefill(lm.model.embeddings(longer), None)
-    assert report.reused == 36
-    assert torch.allclose(resumed, cold, rtol=1e-5, atol=1e-5)
-
-
-def test_prefill_bucket_must_divide_the_chunk() -> None:
-    with pytest.raises(ValueError, match="prefill_bucket"):
-        StaticLM(_tiny_lm(seed=1), max_len=64, bucket=32, chunk=16, prefill_bucket=5)
-
-
-@cuda
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gpu_prefill_graphs_equal_the_eager_path(dtype: torch.dtype) -> None:
-    lm = _tiny_lm(seed=7, dtype=dtype, device="cuda")
-    gen = torch.Generator().manual_seed(4)
-    ids = torch.randint(3, 256, (1, 61), generator=gen).cuda()
-    cuts = (1, 3, 17, 18, 33, 36)
-    plain = StaticLM(lm, max_len=128, bucket=32, chunk=16, snapshot_slots=len(cuts))
-    graphed = StaticLM(lm, max_len=128, bucket=32, chunk=16, snapshot_slots=len(cuts), prefill_bucket=8)
-    assert graphed.capture_prefill_graphs() == [8, 16]
-    assert "segments as CUDA graphs" in graphed.prefill_kernels
-    tol = 1e-4 if dtype == torch.float32 else 3e-2
-    for _ in range(2):  # replays twice: the graphs keep no state of their own
-        want = _prefill_states(plain, lm, ids, cuts)
-        got = _prefill_states(graphed, lm, ids, cuts)
-        assert float((got[0] - want[0]).norm() / want[0].norm()) < tol
-        for a, b in zip(got[2], want[2], strict=True):  # SSM states
-            assert float((a - b).norm() / b.norm().clamp_min(1e-6)) < tol
-
-
-def test_dropping_the_prefill_graphs_returns_to_unpadded_chunks() -> None:
-    """What the engine does when capturing the prefill graphs fails: buffers freed, chunks at their own
-    length again, same results."""
-    lm = _tiny_lm(seed=7)
-    ids = torch.randint(3, 256, (1, 40), generator=torch.Generator().manual_seed(5))
-    s = StaticLM(lm, max_len=128, bucket=32, chunk=16, prefill_bucket=8)
-    before = s.state_bytes()
-    s.drop_prefill_graphs()
-    assert s.prefill_bucket == 0 and s._pbuf_h is None and "padded" not in s.prefill_kernels
-    assert s.state_bytes() == before - 3 * 16 * 64 * 4  # three [1, chunk, hidden] float32 buffers
-    want = _prefill_states(StaticLM(lm, max_len=128, bucket=32, chunk=16), lm, ids, ())
-    got = _prefill_states(s, lm, ids, ())
-    assert torch.equal(got[0], want[0])
