@@ -149,8 +149,8 @@ def _engine_runs(loaded: LoadedHolotron, args: argparse.Namespace, result: dict[
         result["history_cold"] = runs.history_runs(engine, args, weights)
         result.update(runs.episode_runs(engine, args, weights))
         if not args.no_stock or args.quant:
-            ids, frames = compare.one_screenshot(fixed, args)
-            reference = compare.static_reference(engine, ids, frames, args.reply_tokens)
+            ids, images = compare.one_screenshot(fixed, args)
+            reference = compare.static_reference(engine, ids, images, args.reply_tokens)
             result["_quant_ref"] = reference
         if reference is not None and not args.no_stock:
             stock = compare.stock_baseline(engine, args, reference)

@@ -17,17 +17,16 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from holodesk.bench.floors import allocated, param_bytes, peak, reset_peak
-from holodesk.bench.runs import prompt_ids, random_frame, size, timed_step
+from holodesk.bench.runs import prompt_ids, prompt_images, random_frame, size, timed_step
 
 if TYPE_CHECKING:
     import argparse
 
-    import numpy as np
     import torch
 
     from holodesk.policy.holotron.engine import StaticEngine
     from holodesk.policy.holotron.loader import LoadedHolotron
-    from holodesk.policy.holotron.runtime import Constraint, Generation
+    from holodesk.policy.holotron.runtime import Constraint, Generation, PromptImage
 
 
 class FirstLogits:
@@ -74,18 +73,18 @@ def agreement(tokens: Sequence[int], logits: torch.Tensor, ref_tokens: Sequence[
     return {"n": len(ref_tokens), "tokens_equal": equal, "equal_prefix": prefix, "first_logits_rel_err": rel}
 
 
-def one_screenshot(loaded: LoadedHolotron, args: argparse.Namespace) -> tuple[list[int], list[np.ndarray[Any, Any]]]:
-    """The prompt of one ``--history-size`` screenshot shared by the comparisons (ids, frames)."""
+def one_screenshot(loaded: LoadedHolotron, args: argparse.Namespace) -> tuple[list[int], list[PromptImage]]:
+    """The prompt of one ``--history-size`` screenshot shared by the comparisons (ids, images)."""
     frames = [random_frame(*size(args.history_size), seed=0)]
-    return prompt_ids(loaded, frames, args, seed=0), frames
+    return prompt_ids(loaded, frames, args, seed=0), prompt_images(loaded, frames)
 
 
-def static_reference(engine: StaticEngine, ids: list[int], frames: Sequence[np.ndarray[Any, Any]],
+def static_reference(engine: StaticEngine, ids: list[int], images: Sequence[PromptImage],
                      reply: int) -> dict[str, Any]:
     """A cold static-decoder reply to ``ids``: ``tokens`` and ``first_logits`` (on the CPU)."""
     probe = FirstLogits()
     engine.reset()
-    generation, _ = engine.run(ids, frames, max_new_tokens=reply, constraint=probe.as_constraint(),
+    generation, _ = engine.run(ids, images, max_new_tokens=reply, constraint=probe.as_constraint(),
                                reasoning=False, max_think_tokens=0)
     engine.reset()
     assert probe.first is not None  # decode_loop masks before its first choice
@@ -99,12 +98,12 @@ def stock_baseline(engine: StaticEngine, args: argparse.Namespace, fast: dict[st
     from holodesk.policy.holotron import runtime
 
     loaded = engine.loaded
-    ids, frames = one_screenshot(loaded, args)
-    embeds = runtime.embed_prompt(loaded, ids, runtime.encode_images(loaded, frames).embeds)
+    ids, images = one_screenshot(loaded, args)
     n = args.reply_tokens
 
     def reply(constraint: Constraint | None = None) -> Generation:
-        return runtime.generate(loaded, embeds, max_new_tokens=n, constraint=constraint)
+        return runtime.generate(loaded, ids, images, max_new_tokens=n, constraint=constraint, reasoning=False,
+                                max_think_tokens=0)
 
     reply()
     timed = [reply() for _ in range(max(1, args.repeats - 1))]
@@ -123,15 +122,15 @@ def quant_run(loaded: LoadedHolotron, args: argparse.Namespace, ref: dict[str, A
     from holodesk.policy.holotron.engine import StaticEngine
 
     device = loaded.device
-    ids, frames = one_screenshot(loaded, args)
+    ids, images = one_screenshot(loaded, args)
     engine = StaticEngine(loaded, max_len=len(ids) + args.reply_tokens + 64, eager=args.eager)
     try:
         at_rest = allocated(device)
-        timed_step(engine, ids, frames, args.reply_tokens, 0)  # warm-up
+        timed_step(engine, ids, images, args.reply_tokens, 0)  # warm-up
         engine.reset()
-        step = timed_step(engine, ids, frames, args.reply_tokens, 0)
+        step = timed_step(engine, ids, images, args.reply_tokens, 0)
         top = peak(device)
-        mine = static_reference(engine, ids, frames, args.reply_tokens)
+        mine = static_reference(engine, ids, images, args.reply_tokens)
         return {"engine": engine.describe(), "memory_at_rest_bytes": at_rest, "peak_total_bytes": top,
                 "lm_bytes": param_bytes(loaded.model.language_model),
                 **{k: round(step[k], 3) for k in ("ttfa_ms", "vision_ms", "prefill_ms", "decode_ms_per_token")},

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from holodesk.policy.holotron.engine import StaticEngine
     from holodesk.policy.holotron.loader import LoadedHolotron
+    from holodesk.policy.holotron.runtime import PromptImage
 
 HEADER_TOKENS = 8
 """Text ids after the last screenshot (the assistant header of a real prompt)."""
@@ -49,11 +50,12 @@ def random_frame(width: int, height: int, seed: int) -> np.ndarray[Any, Any]:
 
 def image_tokens(loaded: LoadedHolotron, width: int, height: int) -> int:
     """``<image>`` tokens of a ``width x height`` frame with the checkpoint's tiling."""
-    from holodesk.policy.holotron.tiling import image_tiles
+    return loaded.info.tiling(width, height).tokens
 
-    info = loaded.info
-    tiles = image_tiles(width, height, info.max_tiles, tile_size=info.tile_size, use_thumbnail=info.use_thumbnail)
-    return int(tiles * info.tokens_per_tile)
+
+def prompt_images(loaded: LoadedHolotron, frames: Sequence[np.ndarray[Any, Any]]) -> list[PromptImage]:
+    """The engine's ``images`` argument for ``frames``: each pixel array with its tiling, planned once."""
+    return [(pixels, loaded.info.tiling(int(pixels.shape[1]), int(pixels.shape[0]))) for pixels in frames]
 
 
 def text_ids(loaded: LoadedHolotron, n: int, seed: int) -> list[int]:
@@ -88,14 +90,14 @@ def longest_prompt(loaded: LoadedHolotron, args: argparse.Namespace) -> int:
     return args.prompt_tokens + HEADER_TOKENS + max(lengths) + args.reply_tokens + 1
 
 
-def timed_step(engine: StaticEngine, ids: list[int], frames: Sequence[np.ndarray[Any, Any]], reply: int,
-               weights: int, snapshot_at: Sequence[int] = ()) -> dict[str, Any]:
+def timed_step(engine: StaticEngine, ids: list[int], images: Sequence[PromptImage], reply: int, weights: int,
+               snapshot_at: Sequence[int] = ()) -> dict[str, Any]:
     """One :meth:`StaticEngine.run` of ``reply`` tokens, timed. Returns the stage ms, ``ttfa_ms``,
     ``decode_ms_per_token``, the engine's details, ``tokens`` and peak bytes over rest and ``weights``."""
     device = engine.loaded.device
     base = reset_peak(device)
     t0 = time.perf_counter()
-    generation, details = engine.run(ids, frames, snapshot_at=snapshot_at, max_new_tokens=reply, constraint=None,
+    generation, details = engine.run(ids, images, snapshot_at=snapshot_at, max_new_tokens=reply, constraint=None,
                                      reasoning=False, max_think_tokens=0)
     wall = (time.perf_counter() - t0) * 1e3
     ms = {f"{stage}_ms": float(v) for stage, v in generation.timings_ms.items()}
@@ -131,8 +133,8 @@ def frame_runs(engine: StaticEngine, args: argparse.Namespace, floors: dict[str,
         for r in range(args.repeats + 1):
             engine.reset()
             pixels = random_frame(w, h, r)
-            step = timed_step(engine, prompt_ids(loaded, [pixels], args, seed=r), [pixels], args.reply_tokens,
-                              weights["total"])
+            step = timed_step(engine, prompt_ids(loaded, [pixels], args, seed=r), prompt_images(loaded, [pixels]),
+                              args.reply_tokens, weights["total"])
             if r:  # r == 0 is the warm-up
                 samples.append(step)
         med = _median(samples)
@@ -176,7 +178,7 @@ def history_runs(engine: StaticEngine, args: argparse.Namespace, weights: dict[s
         samples = []
         for _ in range(max(1, args.repeats - 1)):
             engine.reset()
-            samples.append(timed_step(engine, ids, frames, args.reply_tokens, weights["total"]))
+            samples.append(timed_step(engine, ids, prompt_images(loaded, frames), args.reply_tokens, weights["total"]))
         med = _median(samples)
         row = {"screenshots": n, **med, "ttfa_cold_ms": med["ttfa_ms"]}
         rows.append(row)
@@ -200,7 +202,8 @@ def _episode(engine: StaticEngine, args: argparse.Namespace, weights: int, steps
     for k in range(steps):
         frames.append(random_frame(w, h, 200 + k + 1000 * salt))
         ids = prompt_ids(loaded, frames, args, seed=11, replies=replies)
-        step = timed_step(engine, ids, frames, args.reply_tokens, weights, snapshot_at=(len(ids) - HEADER_TOKENS,))
+        step = timed_step(engine, ids, prompt_images(loaded, frames), args.reply_tokens, weights,
+                          snapshot_at=(len(ids) - HEADER_TOKENS,))
         replies.append(step.pop("tokens"))
         rows.append({"step": k + 1, **step})
     return rows
