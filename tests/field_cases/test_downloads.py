@@ -458,9 +458,9 @@ def test_F30_bad_cached_file_at_load_time_says_how_to_repair_it(
     load fail with the repair in the message; ``holodesk download`` then checks and re-fetches it."""
     from huggingface_hub import constants
 
+    from holodesk.bench.tiny_checkpoint import write_tiny_checkpoint
     from holodesk.errors import ModelLoadError
     from holodesk.policy.holotron.loader import load_holotron
-    from holodesk.policy.holotron.tiny import write_tiny_checkpoint
 
     tiny = write_tiny_checkpoint(tmp_path / "tiny", seed=0)
     hub.add_repo("owner/tiny", {p.name: p.read_bytes() for p in tiny.iterdir() if p.is_file()})

@@ -26,7 +26,7 @@ def _one_thread() -> None:
 
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from holodesk.policy.holotron.tiny import write_tiny_checkpoint
+    from holodesk.bench.tiny_checkpoint import write_tiny_checkpoint
 
     return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "holotron-tiny", seed=0)
 

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from holodesk.core.geometry import Frame, Monitor  # noqa: E402
 from holodesk.policy.base import HistoryStep, Observation, Proposal  # noqa: E402
 from holodesk.policy.holotron import HolotronPolicy  # noqa: E402
-from holodesk.policy.holotron.runtime import full_logits  # noqa: E402
+from tests.helpers.holotron_reference import stock_logits  # noqa: E402
 
 
 def _frame(w: int, h: int, seed: int) -> Frame:
@@ -60,7 +60,7 @@ def _spy_prefill_logits(policy: HolotronPolicy, monkeypatch: pytest.MonkeyPatch)
 def _reference_logits(policy: HolotronPolicy, obs: Observation) -> torch.Tensor:
     """Last-position logits of the whole prompt through transformers' forward, no cache (the reference)."""
     prepared = policy.prepare(obs, max_images=policy.max_images)
-    logits = full_logits(policy.loaded, prepared["input_ids"], [f.pixels for f in prepared["frames"]])
+    logits = stock_logits(policy.loaded, prepared["input_ids"], [f.pixels for f in prepared["frames"]])
     return logits[-1]
 
 

@@ -7,7 +7,6 @@ Public API:
 * :func:`tile_grid`, :func:`image_tiles`, :func:`image_token_count` — the tiling rule (pure Python).
 * :class:`HolotronPolicy` — ``HolotronPolicy.load(source, ...)`` then ``propose(observation)``.
 * :func:`kernel_report` — which Mamba-2 / conv1d kernels transformers' NemotronH will use, and why.
-* :func:`write_tiny_checkpoint` — a tiny random checkpoint in the published layout (tests, demos).
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from holodesk.policy.holotron.tiling import (
 if TYPE_CHECKING:
     from holodesk.policy.holotron.kernels import kernel_report
     from holodesk.policy.holotron.policy import HolotronPolicy
-    from holodesk.policy.holotron.tiny import write_tiny_checkpoint
 
 __all__ = [
     "MAX_TILES",
@@ -37,13 +35,11 @@ __all__ = [
     "image_token_count",
     "kernel_report",
     "tile_grid",
-    "write_tiny_checkpoint",
 ]
 
 _LAZY = {
     "HolotronPolicy": "holodesk.policy.holotron.policy",
     "kernel_report": "holodesk.policy.holotron.kernels",
-    "write_tiny_checkpoint": "holodesk.policy.holotron.tiny",
 }
 
 

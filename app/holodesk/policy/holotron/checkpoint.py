@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from holodesk.errors import ModelLoadError
+from holodesk.policy.holotron.tiling import Tiling, plan_tiling
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,12 @@ class CheckpointInfo:
     norm_from: str = ""
     notes: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def tiling(self, width: int, height: int) -> Tiling:
+        """The :class:`~holodesk.policy.holotron.tiling.Tiling` of a ``width`` x ``height`` image with this
+        checkpoint's tile settings (computed once per frame, by the policy's prompt builder)."""
+        return plan_tiling(width, height, self.max_tiles, tile_size=self.tile_size, use_thumbnail=self.use_thumbnail,
+                           tokens_per_tile=self.tokens_per_tile)
 
     def block_counts(self) -> dict[str, int]:
         """Blocks per kind, e.g. ``{"Mamba-2": 28, "attention": 6, "MLP": 28}`` for Holotron-12B."""

@@ -3,6 +3,12 @@
 No remote code is ever executed: the model class is transformers' ``NemotronH_Omni_Reasoning_V3``,
 the config is translated by :mod:`holodesk.policy.holotron.checkpoint`, the tokenizer is loaded with
 ``AutoTokenizer`` (``trust_remote_code`` left False).
+
+One layout choice is made here, at load, and never changed afterwards: each attention layer's q/k/v
+projection weights live in one contiguous ``[q + k + v, hidden]`` buffer (:func:`lay_out_qkv`). The
+modules stay transformers' own ``nn.Linear`` with ordinary Parameters (views of that buffer), so the stock
+forward computes exactly what it would on separate tensors, and the static decoder finds the buffer
+(``decoder.fused_qkv_weight``) and projects q, k and v with one matrix-vector product per token.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from holodesk.errors import ModelLoadError
 from holodesk.policy.holotron.checkpoint import (
@@ -28,6 +34,9 @@ from holodesk.policy.holotron.checkpoint import (
     translate_config,
 )
 from holodesk.policy.holotron.kernels import kernel_report, prepare_kernels
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +77,8 @@ class LoadedHolotron:
     img_end_id: int
     eos_ids: tuple[int, ...]
     think_end_id: int | None
-    device: Any
-    dtype: Any
+    device: torch.device
+    dtype: torch.dtype
     quantization: str | None
     notes: list[str] = field(default_factory=list)
     kernels: dict[str, Any] = field(default_factory=dict)
@@ -145,7 +154,7 @@ def no_gpu_advice() -> str:
             "use a remote server instead (Settings > Endpoint, or holodesk run --endpoint URL --model NAME).")
 
 
-def _torch_dtype(name: str) -> Any:
+def _torch_dtype(name: str) -> torch.dtype:
     import torch
 
     table = {
@@ -161,7 +170,7 @@ def _torch_dtype(name: str) -> Any:
     return table[name]
 
 
-def _quantization_config(quantization: str | None, device: Any) -> Any:
+def _quantization_config(quantization: str | None, device: torch.device) -> Any:
     if quantization is None:
         return None
     if quantization not in QUANTIZATIONS:
@@ -191,6 +200,33 @@ def _quantization_config(quantization: str | None, device: Any) -> Any:
         bnb_4bit_use_double_quant=False,
         llm_int8_skip_modules=list(KEEP_UNQUANTIZED),
     )
+
+
+def lay_out_qkv(model: Any) -> int:
+    """Move the q/k/v projection weights of every attention mixer of ``model``'s language model into one
+    contiguous ``[q_rows + k_rows + v_rows, hidden]`` buffer, each projection's Parameter a view of its
+    rows (same Parameter objects, same values; only the storage changes). Projections that are not plain
+    ``torch.nn.Linear`` without bias (bitsandbytes modules, biased layers) keep their own storage.
+
+    Returns:
+        the number of attention layers laid out.
+    """
+    import torch
+
+    count = 0
+    for module in model.language_model.modules():
+        projs = [getattr(module, name, None) for name in ("q_proj", "k_proj", "v_proj")]
+        if any(type(p) is not torch.nn.Linear or p.bias is not None for p in projs):
+            continue
+        with torch.no_grad():
+            buffer = torch.cat([p.weight for p in projs], dim=0)
+            start = 0
+            for p in projs:
+                rows = p.weight.shape[0]
+                p.weight.data = buffer[start : start + rows]
+                start += rows
+        count += 1
+    return count
 
 
 def _token_id(tokenizer: Any, token: str, folder: Path) -> int:
@@ -309,11 +345,9 @@ def load_holotron(
         raise ModelLoadError(exc.message, hint=f"{exc.hint} {repair}".strip()) from exc
 
 
-def _load_folder(folder: Path, *, dtype: str, quantization: str | None, target: Any, progress: ProgressFn | None,
-                 attn_implementation: str | None) -> LoadedHolotron:
+def _load_folder(folder: Path, *, dtype: str, quantization: str | None, target: torch.device,
+                 progress: ProgressFn | None, attn_implementation: str | None) -> LoadedHolotron:
     """The part of :func:`load_holotron` after the checkpoint folder is known (same arguments)."""
-    from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3
-
     started = time.perf_counter()
     if progress is not None:
         progress("reading checkpoint", None)
@@ -327,74 +361,23 @@ def _load_folder(folder: Path, *, dtype: str, quantization: str | None, target: 
     log.info("Holotron language model: %s", ", ".join(f"{n} {k}" for k, n in info.block_counts().items()))
     config = translate_config(info, attn_implementation=attn_implementation)
     mean, std, norm_source = read_normalisation(info)
-
     torch_dtype = _torch_dtype(dtype)
     quant_config = _quantization_config(quantization, target)
-
     if progress is not None:
         progress("loading weights", None)
-    kwargs: dict[str, Any] = {
-        "config": config,
-        "dtype": torch_dtype,
-        "output_loading_info": True,
-        "local_files_only": True,
-        "trust_remote_code": False,
-        # report size mismatches in loading_info instead of raising, so the error can name them
-        "ignore_mismatched_sizes": True,
-    }
-    if attn_implementation is not None:
-        kwargs["attn_implementation"] = attn_implementation
-    if quant_config is not None:
-        kwargs["quantization_config"] = quant_config
-    if target.type != "cpu":
-        kwargs["device_map"] = {"": str(target)}
-    from transformers.utils import logging as hf_logging
-
-    # transformers prints its own load-report table; Holodesk checks the same report itself
-    # (check_load_report below) and raises with the keys named, so the raw table is kept out of the
-    # user's terminal.
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        result: Any = NemotronH_Omni_Reasoning_V3.from_pretrained(str(folder), **kwargs)
-        model, loading_info = result
-    except ModelLoadError:
-        raise
-    except Exception as exc:
-        raise ModelLoadError(f"loading the weights from {folder} failed: {type(exc).__name__}: {exc}") from exc
-    finally:
-        hf_logging.set_verbosity(verbosity)
+    model, loading_info = _from_pretrained(folder, config, torch_dtype, quant_config, target, attn_implementation)
     forward_names, expected_name = key_namers(model, sorted(info.shapes))
     report_notes = check_load_report(loading_info, forward_names, expected_name)
     model.eval()
     if target.type == "cpu":
         model.to(target)
-
+    lay_out_qkv(model)
     image_token_id = info.image_token_id
     assert image_token_id is not None  # resolve_image_token set it or raised
     lm_vocab = int(config.text_config.vocab_size)
     if image_token_id >= lm_vocab:
         raise ModelLoadError(f"img_context_token_id {image_token_id} is outside the {lm_vocab}-row vocabulary")
-    eos: list[int] = []
-    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    for candidate in (gen_eos, tokenizer.eos_token_id, vocab.get("<SPECIAL_12>")):
-        for tok in candidate if isinstance(candidate, list) else [candidate]:
-            if isinstance(tok, int) and tok not in eos:
-                eos.append(tok)
-    if not eos:
-        raise ModelLoadError(f"no end-of-turn token found for {folder} (generation_config / tokenizer)")
-
-    report = kernel_report()
-    if target.type != "cuda" and any(f["live"] for f in report["functions"].values()):
-        raise ModelLoadError(
-            f"cannot run Holotron on {target}: mamba-ssm / causal-conv1d are installed, so transformers "
-            "sends the Mamba-2 layers to their Triton/CUDA kernels, which cannot take CPU tensors",
-            hint="Load on a CUDA device, or uninstall mamba-ssm and causal-conv1d for CPU use.",
-        )
-    if target.type == "cuda" and not report["fast_path"]:
-        log.warning("Holotron: %s", report["summary"])
-    else:
-        log.info("Holotron: %s", report["summary"])
+    report = _kernels_for(target)
     for note in report_notes:
         log.info("Holotron load: %s", note)
     loaded = LoadedHolotron(
@@ -407,7 +390,7 @@ def _load_folder(folder: Path, *, dtype: str, quantization: str | None, target: 
         image_token_id=image_token_id,
         img_start_id=_token_id(tokenizer, "<img>", folder),
         img_end_id=_token_id(tokenizer, "</img>", folder),
-        eos_ids=tuple(eos),
+        eos_ids=_eos_ids(model, tokenizer, vocab, folder),
         think_end_id=vocab.get("</think>"),
         device=target,
         dtype=torch_dtype,
@@ -419,3 +402,69 @@ def _load_folder(folder: Path, *, dtype: str, quantization: str | None, target: 
     if progress is not None:
         progress("ready", 1.0)
     return loaded
+
+
+def _from_pretrained(folder: Path, config: Any, dtype: torch.dtype, quant_config: Any, target: torch.device,
+                     attn_implementation: str | None) -> tuple[Any, dict[str, Any]]:
+    """``NemotronH_Omni_Reasoning_V3.from_pretrained`` with the load report (size mismatches reported,
+    not raised, so the error can name them) and transformers' own report table held back (Holodesk checks
+    the same report with :func:`check_load_report` and names the keys itself).
+
+    Raises:
+        ModelLoadError: when transformers fails to load the weights.
+    """
+    from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3
+    from transformers.utils import logging as hf_logging
+
+    kwargs: dict[str, Any] = {"config": config, "dtype": dtype, "output_loading_info": True,
+                              "local_files_only": True, "trust_remote_code": False, "ignore_mismatched_sizes": True}
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    if quant_config is not None:
+        kwargs["quantization_config"] = quant_config
+    if target.type != "cpu":
+        kwargs["device_map"] = {"": str(target)}
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        model, loading_info = NemotronH_Omni_Reasoning_V3.from_pretrained(str(folder), **kwargs)
+    except Exception as exc:
+        raise ModelLoadError(f"loading the weights from {folder} failed: {type(exc).__name__}: {exc}") from exc
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    return model, loading_info
+
+
+def _eos_ids(model: Any, tokenizer: Any, vocab: dict[str, int], folder: Path) -> tuple[int, ...]:
+    """Token ids that end a reply: generation_config's, the tokenizer's, ``<SPECIAL_12>`` (deduplicated).
+
+    Raises:
+        ModelLoadError: when there is none.
+    """
+    eos: list[int] = []
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for candidate in (gen_eos, tokenizer.eos_token_id, vocab.get("<SPECIAL_12>")):
+        for tok in candidate if isinstance(candidate, list) else [candidate]:
+            if isinstance(tok, int) and tok not in eos:
+                eos.append(tok)
+    if not eos:
+        raise ModelLoadError(f"no end-of-turn token found for {folder} (generation_config / tokenizer)")
+    return tuple(eos)
+
+
+def _kernels_for(target: torch.device) -> dict[str, Any]:
+    """:func:`kernel_report` for a model on ``target``, logged (a warning on CUDA without the fast path).
+
+    Raises:
+        ModelLoadError: off CUDA while transformers sends the Mamba-2 layers to GPU-only kernels.
+    """
+    report = kernel_report()
+    if target.type != "cuda" and any(f["live"] for f in report["functions"].values()):
+        raise ModelLoadError(
+            f"cannot run Holotron on {target}: mamba-ssm / causal-conv1d are installed, so transformers "
+            "sends the Mamba-2 layers to their Triton/CUDA kernels, which cannot take CPU tensors",
+            hint="Load on a CUDA device, or uninstall mamba-ssm and causal-conv1d for CPU use.",
+        )
+    log.log(logging.WARNING if target.type == "cuda" and not report["fast_path"] else logging.INFO,
+            "Holotron: %s", report["summary"])
+    return report
