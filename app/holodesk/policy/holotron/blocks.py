@@ -47,6 +47,39 @@ def project(x: torch.Tensor, w: Weight, how: How = None) -> torch.Tensor:
     return w(x)
 
 
+def fused_qkv_weight(mixer: torch.nn.Module) -> torch.Tensor | None:
+    """The ``[q + k + v, H]`` weight of an attention mixer whose unbiased ``q_proj``/``k_proj``/``v_proj``
+    weights are adjacent row blocks of one contiguous buffer (the loader lays them out so), as a view of
+    that buffer; None otherwise (e.g. quantised modules, or separately allocated weights)."""
+    import torch
+
+    projs = [mixer.get_submodule(name) for name in ("q_proj", "k_proj", "v_proj")]
+    linear: list[torch.nn.Linear] = []
+    for p in projs:
+        if not isinstance(p, torch.nn.Linear) or type(p) is not torch.nn.Linear or p.bias is not None:
+            return None
+        linear.append(p)
+    q, k, v = (p.weight for p in linear)
+    if not all(w.is_contiguous() and w.dtype == q.dtype and w.shape[1] == q.shape[1] for w in (q, k, v)):
+        return None
+    if len({w.untyped_storage().data_ptr() for w in (q, k, v)}) != 1:
+        return None
+    if k.storage_offset() != q.storage_offset() + q.numel() or v.storage_offset() != k.storage_offset() + k.numel():
+        return None
+    rows = q.shape[0] + k.shape[0] + v.shape[0]
+    return q.detach().as_strided((rows, q.shape[1]), (q.shape[1], 1), q.storage_offset())
+
+
+def weight_of(module: torch.nn.Module) -> torch.Tensor | torch.nn.Module:
+    """A projection as :func:`project` takes it: the weight of an unbiased ``nn.Linear``, else the
+    module itself (bitsandbytes' quantised layers, biased layers)."""
+    import torch
+
+    if isinstance(module, torch.nn.Linear) and type(module) is torch.nn.Linear and module.bias is None:
+        return module.weight.detach()
+    return module
+
+
 def mamba_block(h: torch.Tensor, norm32: torch.Tensor, eps: float, in_w: Weight, conv_w: torch.Tensor,
                 conv_b: torch.Tensor | None, dt_bias: torch.Tensor, a_neg: torch.Tensor, d_skip: torch.Tensor,
                 gnorm_w: torch.Tensor, out_w: Weight, conv_state: torch.Tensor, ssm_state: torch.Tensor,
@@ -103,7 +136,7 @@ def qkv(h: torch.Tensor, norm32: torch.Tensor, eps: float, q_w: Weight, k_w: Wei
     """Normed projections of one token: q ``[B, kvh, rep, hd]``, k and v ``[B, kvh, 1, hd]``.
 
     With ``k_w`` and ``v_w`` None, ``q_w`` is the fused ``[(kvh*rep + 2*kvh) * hd, H]`` weight
-    (:func:`.decoder.fused_qkv_weight`): one matrix-vector product through ``how``, split by views.
+    (:func:`fused_qkv_weight`): one matrix-vector product through ``how``, split by views.
     """
     bsz = h.shape[0]
     x = rms_norm_reference(h, norm32, eps)

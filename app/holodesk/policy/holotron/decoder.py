@@ -29,8 +29,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from holodesk.policy.holotron import blocks
+from holodesk.policy.holotron.blocks import fused_qkv_weight, weight_of
 from holodesk.policy.holotron.ops import gemv, prefill
-from holodesk.policy.holotron.state import ATTENTION, MAMBA, MLP, DecoderState
+from holodesk.policy.holotron.state import ATTENTION, MAMBA, MLP, DecoderState, PrefillReport
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -39,18 +40,6 @@ if TYPE_CHECKING:
     from transformers import NemotronHForCausalLM
 
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass
-class PrefillReport:
-    """What one prefill did: prompt ``tokens``, ``reused`` from the previous state (the resume point),
-    ``computed`` (``tokens - reused``), ``chunks`` run, positions whose Mamba state was saved."""
-
-    tokens: int
-    reused: int
-    computed: int
-    chunks: int
-    snapshots: list[int] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,39 +68,6 @@ class Setup:
         kernels = "chosen matrix-vector kernels" if self.kernels() else "F.linear"
         return (f"{'compiled' if self.compiled else 'plain torch'} blocks, {kernels}, "
                 f"{'CUDA graphs' if self.graphs else 'eager'}")
-
-
-def fused_qkv_weight(mixer: torch.nn.Module) -> torch.Tensor | None:
-    """The ``[q + k + v, H]`` weight of an attention mixer whose unbiased ``q_proj``/``k_proj``/``v_proj``
-    weights are adjacent row blocks of one contiguous buffer (the loader lays them out so), as a view of
-    that buffer; None otherwise (e.g. quantised modules, or separately allocated weights)."""
-    import torch
-
-    projs = [mixer.get_submodule(name) for name in ("q_proj", "k_proj", "v_proj")]
-    linear: list[torch.nn.Linear] = []
-    for p in projs:
-        if not isinstance(p, torch.nn.Linear) or type(p) is not torch.nn.Linear or p.bias is not None:
-            return None
-        linear.append(p)
-    q, k, v = (p.weight for p in linear)
-    if not all(w.is_contiguous() and w.dtype == q.dtype and w.shape[1] == q.shape[1] for w in (q, k, v)):
-        return None
-    if len({w.untyped_storage().data_ptr() for w in (q, k, v)}) != 1:
-        return None
-    if k.storage_offset() != q.storage_offset() + q.numel() or v.storage_offset() != k.storage_offset() + k.numel():
-        return None
-    rows = q.shape[0] + k.shape[0] + v.shape[0]
-    return q.detach().as_strided((rows, q.shape[1]), (q.shape[1], 1), q.storage_offset())
-
-
-def _weight(module: torch.nn.Module) -> torch.Tensor | torch.nn.Module:
-    """A projection as :func:`.blocks.project` takes it: the weight of an unbiased ``nn.Linear``, else the
-    module itself (bitsandbytes' quantised layers, biased layers)."""
-    import torch
-
-    if isinstance(module, torch.nn.Linear) and type(module) is torch.nn.Linear and module.bias is None:
-        return module.weight.detach()
-    return module
 
 
 class StaticDecoder:
@@ -167,16 +123,15 @@ class StaticDecoder:
         self._args = [self._block_args(i) for i in range(len(self.layers))]
         self._norms = [layer.norm.weight.detach() for layer in self.layers]  # model dtype, for prefill
         self._head_args = (lm.model.norm_f.weight.detach().float(), float(lm.model.norm_f.variance_epsilon),
-                           _weight(lm.lm_head))
-        self._out = {i: (_weight(layer.mixer.o_proj), float(layer.mixer.scaling))
+                           weight_of(lm.lm_head))
+        self._out = {i: (weight_of(layer.mixer.o_proj), float(layer.mixer.scaling))
                      for i, layer in enumerate(self.layers) if self.kinds[i] == ATTENTION}
         self.plain = all(isinstance(w, torch.Tensor) for ws in self._weights().values() for w in ws)
         self.gemv_timings: dict[str, dict[str, float]] = {}
-        chosen = {} if self.eager or not self.plain else self._choose_gemv()
         self.setup = Setup(compiled=False, gemv={}, graphs=False)
+        chosen = {} if self.eager or not self.plain else self._choose_gemv()
         self._apply(Setup(compiled=not self.eager and self.plain, gemv=chosen, graphs=not self.eager))
 
-    # ------------------------------------------------------------------ set-up
     def _block_args(self, i: int) -> tuple[Any, ...]:
         """The tensors (and static ints) block ``i``'s decode function takes after ``h``."""
         import torch
@@ -187,13 +142,13 @@ class StaticDecoder:
         if kind == MAMBA:
             dims = (m.intermediate_size, m.conv_dim, m.num_heads, m.head_dim, m.n_groups, m.ssm_state_size)
             a_neg = -torch.exp(m.A_log.detach().float())
-            return (*norm, _weight(m.in_proj), m.conv1d.weight.detach().squeeze(1), m.conv1d.bias, m.dt_bias.detach(),
-                    a_neg, m.D.detach(), m.norm.weight.detach(), _weight(m.out_proj), st.conv[i], st.ssm[i], dims,
-                    float(m.norm.variance_epsilon))
+            return (*norm, weight_of(m.in_proj), m.conv1d.weight.detach().squeeze(1), m.conv1d.bias,
+                    m.dt_bias.detach(), a_neg, m.D.detach(), m.norm.weight.detach(), weight_of(m.out_proj), st.conv[i],
+                    st.ssm[i], dims, float(m.norm.variance_epsilon))
         if kind == MLP:
-            return (*norm, _weight(m.up_proj), _weight(m.down_proj))
+            return (*norm, weight_of(m.up_proj), weight_of(m.down_proj))
         fused = fused_qkv_weight(m)
-        proj = (fused, None, None) if fused is not None else (_weight(m.q_proj), _weight(m.k_proj), _weight(m.v_proj))
+        proj = (fused, None, None) if fused is not None else tuple(weight_of(p) for p in (m.q_proj, m.k_proj, m.v_proj))
         return (*norm, *proj, st.k[i].shape[1], m.num_key_value_groups, m.head_dim)
 
     def _weights(self) -> dict[str, list[Any]]:
@@ -211,14 +166,10 @@ class StaticDecoder:
     def _choose_gemv(self) -> dict[str, gemv.Gemv]:
         """Time the matrix-vector implementations per weight role (:func:`.ops.gemv.choose`); separate q/k/v
         products (no fused weight) keep ``F.linear``."""
-        import torch
-
-        chosen: dict[str, gemv.Gemv] = {}
-        fused = all(self._args[i][3] is None for i, k in enumerate(self.kinds) if k == ATTENTION)
-        with torch.no_grad():
-            for role, weights in self._weights().items():
-                if weights and (role != "qkv" or fused):
-                    chosen[role], self.gemv_timings[role] = gemv.choose(weights)
+        fused, chosen = all(self._args[i][3] is None for i, k in enumerate(self.kinds) if k == ATTENTION), {}
+        for role, weights in self._weights().items():
+            if role != "qkv" or fused:
+                chosen[role], self.gemv_timings[role] = gemv.choose(weights)
         return chosen
 
     def _apply(self, setup: Setup) -> None:
@@ -234,9 +185,9 @@ class StaticDecoder:
         self._how = {role: how.spec() for role, how in setup.gemv.items()}
         self.setup = setup
 
-    def _note(self, text: str) -> None:
-        log.warning("static decoder: %s", text)
-        self.notes.append(text)
+    def _note(self, exc: Exception, what: str, instead: str) -> None:
+        self.notes.append(f"{what} failed at load ({type(exc).__name__}: {str(exc)[:200]}); {instead}")
+        log.warning("static decoder: %s", self.notes[-1])
 
     def capture(self) -> None:
         """At load, capture the decode graphs (one per window) and the prefill segment graphs (one per segment
@@ -253,8 +204,7 @@ class StaticDecoder:
             except Exception as exc:
                 self._drop_graphs(decode=True)
                 nxt = setup.simpler()
-                self._note(f"decode with {setup.label()} failed at load ({type(exc).__name__}: {str(exc)[:200]}); "
-                           f"using {nxt.label() if nxt else 'nothing simpler'}")
+                self._note(exc, f"decode with {setup.label()}", f"using {nxt.label() if nxt else 'nothing simpler'}")
                 setup = nxt
         if setup is not None and setup != self.setup:
             self._apply(setup)
@@ -262,8 +212,7 @@ class StaticDecoder:
             self._capture_prefill()
         except Exception as exc:
             self._drop_graphs(decode=False)
-            self._note(f"prefill graphs could not be captured ({type(exc).__name__}: {str(exc)[:200]}); "
-                       "prefill launches its kernels from Python")
+            self._note(exc, "capturing the prefill graphs", "prefill launches its kernels from Python")
 
     def _drop_graphs(self, *, decode: bool) -> None:
         self.graphs = {k: g for k, g in self.graphs.items() if (len(k) == 1) != decode}
@@ -323,7 +272,6 @@ class StaticDecoder:
             torch.cuda.synchronize()
             self.state.reset()
 
-    # ------------------------------------------------------------------ decode
     def _step_body(self, window: int) -> None:
         """The captured work: ``token`` -> ``logits``, the greedy ``token``, ``pos += 1`` (no host sync)."""
         fns, how, st = self._fns, self._how.get, self.state
@@ -361,7 +309,6 @@ class StaticDecoder:
         st.length += 1
         return self.logits
 
-    # ------------------------------------------------------------------ prefill
     def _segment(self, k: int, rows: int) -> None:
         """Segment ``k`` over the first ``rows`` rows of the pad buffers: its blocks, then the next attention
         block's add + norm into ``_pbuf_x`` (after the last segment: the final add), the stream into ``_pbuf_h``.
@@ -447,7 +394,6 @@ class StaticDecoder:
         st.pos.fill_(total)
         return logits, PrefillReport(total, resume, total - resume, len(cuts) - 1, wanted)
 
-    # ------------------------------------------------------------------ facts
     def nbytes(self) -> int:
         """Bytes of preallocated state and buffers (the graphs' pool is not counted)."""
         extra = (self.token, self.logits, self._pbuf_h, self._pbuf_p, self._pbuf_x)
@@ -467,4 +413,4 @@ class StaticDecoder:
                 "notes": list(self.notes)}
 
 
-__all__ = ["PrefillReport", "Setup", "StaticDecoder", "fused_qkv_weight"]
+__all__ = ["PrefillReport", "Setup", "StaticDecoder", "fused_qkv_weight"]  # the last two re-exported
