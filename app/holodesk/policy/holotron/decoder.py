@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     import torch
+    from torch.cuda.graphs import _POOL_HANDLE
     from transformers import NemotronHForCausalLM
 
 log = logging.getLogger(__name__)
@@ -105,8 +106,8 @@ class StaticDecoder:
         self.eager = eager or self.device.type != "cuda"
         self.notes: list[str] = []
         self.graphs: dict[tuple[int, ...], torch.cuda.CUDAGraph] = {}  # (window,) or (segment, rows)
-        self._pool: Any = None  # the graphs' memory pool and capture stream, made by capture()
-        self._side: Any = None
+        self._pool: _POOL_HANDLE | None = None  # the graphs' memory pool and capture stream (made on first use)
+        self._side: torch.cuda.Stream | None = None
         dev, batch, hidden = self.device, 1, lm.config.hidden_size
         self.token = torch.zeros(batch, 1, dtype=torch.long, device=dev)
         self.logits = torch.zeros(batch, lm.config.vocab_size, dtype=torch.float32, device=dev)
@@ -151,9 +152,9 @@ class StaticDecoder:
         proj = (fused, None, None) if fused is not None else tuple(weight_of(p) for p in (m.q_proj, m.k_proj, m.v_proj))
         return (*norm, *proj, st.k[i].shape[1], m.num_key_value_groups, m.head_dim)
 
-    def _weights(self) -> dict[str, list[Any]]:
+    def _weights(self) -> dict[str, list[torch.Tensor | torch.nn.Module]]:
         """The decode step's projections by role (the gemv choice is made per role)."""
-        roles: dict[str, list[Any]] = {"lm_head": [self._head_args[2]]}
+        roles: dict[str, list[torch.Tensor | torch.nn.Module]] = {"lm_head": [self._head_args[2]]}
         where = {MAMBA: (("in_proj", 2), ("out_proj", 9)), MLP: (("up", 2), ("down", 3)), ATTENTION: (("qkv", 2),)}
         for i, kind in enumerate(self.kinds):
             for role, j in where[kind]:
@@ -166,10 +167,12 @@ class StaticDecoder:
     def _choose_gemv(self) -> dict[str, gemv.Gemv]:
         """Time the matrix-vector implementations per weight role (:func:`.ops.gemv.choose`); separate q/k/v
         products (no fused weight) keep ``F.linear``."""
+        import torch
+
         fused, chosen = all(self._args[i][3] is None for i, k in enumerate(self.kinds) if k == ATTENTION), {}
         for role, weights in self._weights().items():
-            if role != "qkv" or fused:
-                chosen[role], self.gemv_timings[role] = gemv.choose(weights)
+            if role != "qkv" or fused:  # plain weights only (the caller checks)
+                chosen[role], self.gemv_timings[role] = gemv.choose([w for w in weights if isinstance(w, torch.Tensor)])
         return chosen
 
     def _apply(self, setup: Setup) -> None:
@@ -224,11 +227,11 @@ class StaticDecoder:
         then ``prepare()`` and ``body(*args)`` captured as graph ``key``, all on a side stream, in the pool."""
         import torch
 
-        if self._pool is None:
+        if self._pool is None or self._side is None:
             self._pool, self._side = torch.cuda.graph_pool_handle(), torch.cuda.Stream()
-        main = torch.cuda.current_stream()
-        self._side.wait_stream(main)
-        with torch.cuda.stream(self._side):
+        main, side = torch.cuda.current_stream(), self._side
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
             for _ in range(warm):
                 prepare()
                 body(*args)
@@ -239,7 +242,7 @@ class StaticDecoder:
                 body(*args)
             finally:
                 graph.capture_end()
-        main.wait_stream(self._side)
+        main.wait_stream(side)
         self.graphs[key] = graph
 
     def _capture_decode(self) -> None:
