@@ -214,9 +214,10 @@ def lay_out_qkv(model: Any) -> int:
     import torch
 
     count = 0
+    names = ("q_proj", "k_proj", "v_proj")
     for module in model.language_model.modules():
-        projs = [getattr(module, name, None) for name in ("q_proj", "k_proj", "v_proj")]
-        if any(type(p) is not torch.nn.Linear or p.bias is not None for p in projs):
+        projs = [getattr(module, name) for name in names] if all(hasattr(module, n) for n in names) else []
+        if not projs or any(type(p) is not torch.nn.Linear or p.bias is not None for p in projs):
             continue
         with torch.no_grad():
             buffer = torch.cat([p.weight for p in projs], dim=0)
@@ -427,11 +428,12 @@ def _from_pretrained(folder: Path, config: Any, dtype: torch.dtype, quant_config
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
-        model, loading_info = NemotronH_Omni_Reasoning_V3.from_pretrained(str(folder), **kwargs)
+        result: Any = NemotronH_Omni_Reasoning_V3.from_pretrained(str(folder), **kwargs)
     except Exception as exc:
         raise ModelLoadError(f"loading the weights from {folder} failed: {type(exc).__name__}: {exc}") from exc
     finally:
         hf_logging.set_verbosity(verbosity)
+    model, loading_info = result
     return model, loading_info
 
 
