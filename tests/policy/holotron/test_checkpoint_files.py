@@ -19,8 +19,9 @@ import pytest
 
 from holodesk import doctor
 from holodesk.errors import ModelLoadError
-from holodesk.policy.holotron.checkpoint import checkpoint_info, read_checkpoint, translate_config
+from holodesk.policy.holotron.checkpoint import checkpoint_info, read_checkpoint
 from holodesk.policy.holotron.fullsize import FULL, STAND_IN_IDS, full_size_config, full_size_shapes
+from holodesk.policy.holotron.hf_config import translate_config
 from holodesk.policy.holotron.loader import inspect_checkpoint, load_holotron
 from holodesk.policy.holotron.tiny import SPECIAL_TOKENS
 

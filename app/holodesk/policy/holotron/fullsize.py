@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from holodesk.policy.holotron.checkpoint import CheckpointInfo, checkpoint_info, translate_config
+from holodesk.policy.holotron.checkpoint import CheckpointInfo, checkpoint_info
+from holodesk.policy.holotron.hf_config import translate_config
 
 PATTERN = "M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M-"
 """Holotron-12B / Nemotron-Nano-12B-v2 layer pattern: 62 blocks, 28 Mamba-2, 6 attention, 28 MLP."""
