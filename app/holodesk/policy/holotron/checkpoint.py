@@ -23,7 +23,7 @@ import math
 import re
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +87,6 @@ class CheckpointInfo:
     norm_std: tuple[float, ...] | None = None
     norm_from: str = ""
     notes: tuple[str, ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def tiling(self, width: int, height: int) -> Tiling:
         """The :class:`~holodesk.policy.holotron.tiling.Tiling` of a ``width`` x ``height`` image with this
@@ -474,15 +473,9 @@ def read_normalisation(info: CheckpointInfo) -> tuple[tuple[float, ...], tuple[f
     """
     from safetensors import safe_open
 
-    weight_map: dict[str, Path] = {}
-    index = info.folder / "model.safetensors.index.json"
-    if index.exists():
-        weight_map = {k: info.folder / v for k, v in _read_json(index)["weight_map"].items()}
     values: list[tuple[float, ...]] = []
     for key in _CONDITIONER_KEYS:
-        path = weight_map.get(key) or next(
-            (f for f in info.weight_files if key in safetensors_shapes(f)), None
-        )
+        path = next((f for f in info.weight_files if key in safetensors_shapes(f)), None)
         if path is None:
             break
         with safe_open(str(path), framework="pt") as fh:
@@ -490,9 +483,8 @@ def read_normalisation(info: CheckpointInfo) -> tuple[tuple[float, ...], tuple[f
     if len(values) == 2 and all(len(v) == 3 for v in values):
         for what, buffer, stated in (("mean", values[0], info.norm_mean), ("std", values[1], info.norm_std)):
             # the buffers may be stored in bf16 (8-bit mantissa): compare to 1 %
-            if stated is not None and not all(
-                math.isclose(a, b, rel_tol=1e-2) for a, b in zip(buffer, stated, strict=True)
-            ):
+            if stated is not None and any(not math.isclose(a, b, rel_tol=1e-2) for a, b in zip(buffer, stated,
+                                                                                                strict=True)):
                 log.warning("Holotron: the checkpoint's input_conditioner %s %s differs from the files' %s; "
                             "using the checkpoint's", what, list(buffer), list(stated))
         return values[0], values[1], "checkpoint input_conditioner buffers"
