@@ -1,10 +1,9 @@
 """Static prefill and greedy decoding for transformers' NemotronH (the Holotron-12B language model).
 
-Stock ``generate()`` re-enters Python for every layer of every token, grows its KV cache and launches ~1300
-small kernels per token. :class:`StaticDecoder` keeps all decoder state in tensors allocated once
-(:class:`~.state.DecoderState`), so a decode step is a fixed sequence of kernels over fixed addresses, captured
-as a CUDA graph at load and replayed per token. It never changes the model: it reads its weights and calls
-its embedding, final norm and head modules.
+:class:`StaticDecoder` keeps all decoder state in tensors allocated once (:class:`~.state.DecoderState`), so a
+decode step is a fixed sequence of kernels over fixed addresses, captured as a CUDA graph at load and replayed
+per token (stock ``generate()`` launches ~1300 small kernels from Python per token). It never changes the
+model: it reads its weights and calls its embedding, final norm and head modules.
 
 Decode (:meth:`StaticDecoder.step`): embedding -> one :mod:`.blocks` function per block (compiled when every
 projection is a plain weight) -> ``norm_f`` -> ``lm_head`` -> argmax into ``token``, ``pos += 1``; one graph
@@ -55,20 +54,16 @@ class Setup:
         """Whether any matrix-vector product runs a chosen kernel rather than ``F.linear``."""
         return any(how.kind != "linear" for how in self.gemv.values())
 
-    def simpler(self) -> Setup | None:
-        """The next configuration to try when this one fails at load, or None."""
+    def simpler(self) -> Setup:
+        """The next configuration to try when this one fails at load (plain torch, F.linear, eager: itself)."""
         if self.kernels():
             return dataclasses.replace(self, gemv={})
-        if self.compiled:
-            return dataclasses.replace(self, compiled=False)
-        if self.graphs:
-            return dataclasses.replace(self, graphs=False)
-        return None
+        return dataclasses.replace(self, compiled=False) if self.compiled else dataclasses.replace(self, graphs=False)
 
     def label(self) -> str:
         kernels = "chosen matrix-vector kernels" if self.kernels() else "F.linear"
-        return (f"{'compiled' if self.compiled else 'plain torch'} blocks, {kernels}, "
-                f"{'CUDA graphs' if self.graphs else 'eager'}")
+        run = "CUDA graphs" if self.graphs else "eager"
+        return f"{'compiled' if self.compiled else 'plain torch'} blocks, {kernels}, {run}"
 
 
 class StaticDecoder:
@@ -198,18 +193,17 @@ class StaticDecoder:
         one until one works; failing prefill graphs leave prefill eager. Each fallback is logged and noted."""
         if self.eager:
             return
-        setup: Setup | None = self.setup
-        while setup is not None and setup.graphs:
+        setup = self.setup
+        while setup.graphs:
             try:
                 self._apply(setup)
                 self._capture_decode()
                 break
             except Exception as exc:
                 self._drop_graphs(decode=True)
-                nxt = setup.simpler()
-                self._note(exc, f"decode with {setup.label()}", f"using {nxt.label() if nxt else 'nothing simpler'}")
-                setup = nxt
-        if setup is not None and setup != self.setup:
+                self._note(exc, f"decode with {setup.label()}", f"using {setup.simpler().label()}")
+                setup = setup.simpler()
+        if setup != self.setup:
             self._apply(setup)
         try:
             self._capture_prefill()
@@ -217,7 +211,7 @@ class StaticDecoder:
             self._drop_graphs(decode=False)
             self._note(exc, "capturing the prefill graphs", "prefill launches its kernels from Python")
 
-    def _drop_graphs(self, *, decode: bool) -> None:
+    def _drop_graphs(self, *, decode: bool) -> None:  # decode graphs are keyed (window,), prefill (segment, rows)
         self.graphs = {k: g for k, g in self.graphs.items() if (len(k) == 1) != decode}
         self.state.reset()
 
@@ -269,8 +263,8 @@ class StaticDecoder:
             with torch.no_grad():
                 for rows in range(self.chunk, 0, -self.prefill_bucket):
                     for k in range(len(self._segs)):
-                        real = functools.partial(self._n_real.fill_, rows)
-                        self._capture((k, rows), real, self._segment, k, rows, warm=1)
+                        self._capture((k, rows), functools.partial(self._n_real.fill_, rows), self._segment, k, rows,
+                                      warm=1)
         finally:
             torch.cuda.synchronize()
             self.state.reset()
@@ -360,17 +354,14 @@ class StaticDecoder:
                 snapshot_at: Sequence[int] = (), embeds_offset: int = 0) -> tuple[torch.Tensor, PrefillReport]:
         """Run a prompt into the state, resuming where ``keys`` allow, and return the last position's logits.
 
-        Args:
-            inputs_embeds: ``[B, T - embeds_offset, H]`` embeddings of tokens ``[embeds_offset, T)``, model dtype.
-            keys: one int per prompt token identifying its content; the common prefix with the previous prompt
-                comes from the latest snapshot inside it (:meth:`.DecoderState.resume_point`). None: cold.
-            snapshot_at: positions after which to save the Mamba state (each costs a chunk boundary).
-            embeds_offset: first token ``inputs_embeds`` covers; at most the resume point.
-        Returns:
-            (logits ``[B, vocab]`` float32 of the last prompt token, :class:`PrefillReport`).
-        Raises:
-            ValueError: ``keys`` and the prompt differ in length, the prompt does not fit ``max_len``, or
-                ``embeds_offset`` is past the resume point.
+        Args: ``inputs_embeds`` ``[B, T - embeds_offset, H]`` embeddings of tokens ``[embeds_offset, T)`` (model
+        dtype); ``keys`` one int per prompt token identifying its content (None: cold), the common prefix with
+        the previous prompt coming from the latest snapshot inside it (:meth:`.DecoderState.resume_point`);
+        ``snapshot_at`` positions after which to save the Mamba state (a chunk boundary each);
+        ``embeds_offset`` the first token embedded, at most the resume point.
+        Returns: (logits ``[B, vocab]`` float32 of the last prompt token, :class:`PrefillReport`).
+        Raises: ValueError: ``keys`` and the prompt differ in length, the prompt does not fit ``max_len``, or
+        ``embeds_offset`` is past the resume point.
         """
         import torch
 
