@@ -74,7 +74,7 @@ class StaticDecoder:
             blocks then not compiled).
         max_len: tokens of the static cache (prompt + reply); chunk: prefill chunk in tokens; bucket: decode
             window granularity in tokens; prefill_bucket: chunks are padded to multiples of it (divides chunk).
-        eager: no ``torch.compile``, no CUDA graphs, ``F.linear``: the same code run eagerly (always off CUDA).
+        eager: no ``torch.compile``, no CUDA graphs, ``F.linear``: the same code run eagerly (always off CUDA);
         snapshot_slots: Mamba-state snapshots kept for resuming (:class:`~.state.DecoderState`).
     Raises:
         ValueError: ``prefill_bucket`` does not divide ``chunk``; a block the decoder cannot run.
@@ -95,8 +95,7 @@ class StaticDecoder:
             if (kind == MAMBA and layer.mixer.activation != "silu") or (
                     kind == MLP and not isinstance(layer.mixer.act_fn, ReLUSquaredActivation)):
                 raise ValueError(f"a {kind} block with another activation is not supported; use decoder 'stock'")
-        emb = lm.model.embeddings.weight
-        self.device, self.dtype = emb.device, emb.dtype
+        self.device, self.dtype = self.state.pos.device, lm.model.embeddings.weight.dtype
         self.chunk, self.max_len, self.prefill_bucket = chunk, self.state.max_len, prefill_bucket
         self.eager = eager or self.device.type != "cuda"
         self.notes: list[str] = []
@@ -122,10 +121,15 @@ class StaticDecoder:
                            weight_of(lm.lm_head))
         self._out = {i: (weight_of(layer.mixer.o_proj), float(layer.mixer.scaling))
                      for i, layer in enumerate(self.layers) if self.kinds[i] == ATTENTION}
-        self.plain = all(isinstance(w, torch.Tensor) for ws in self._weights().values() for w in ws)
+        roles = self._weights()
+        self.plain = all(isinstance(w, torch.Tensor) for ws in roles.values() for w in ws)
+        fused = all(self._args[i][3] is None for i, k in enumerate(self.kinds) if k == ATTENTION)
         self.gemv_timings: dict[str, dict[str, float]] = {}
+        chosen: dict[str, gemv.Gemv] = {}
+        for role, ws in roles.items():  # timed on the real weights (separate q/k/v products keep F.linear)
+            if not self.eager and self.plain and (role != "qkv" or fused):
+                chosen[role], self.gemv_timings[role] = gemv.choose([w for w in ws if isinstance(w, torch.Tensor)])
         self.setup = Setup(compiled=False, gemv={}, graphs=False)
-        chosen = {} if self.eager or not self.plain else self._choose_gemv()
         self._apply(Setup(compiled=not self.eager and self.plain, gemv=chosen, graphs=not self.eager))
 
     def _block_args(self, i: int) -> tuple[Any, ...]:
@@ -159,17 +163,6 @@ class StaticDecoder:
                 roles.setdefault("o_proj", []).append(self._out[i][0])
         return roles
 
-    def _choose_gemv(self) -> dict[str, gemv.Gemv]:
-        """Time the matrix-vector implementations per weight role (:func:`.ops.gemv.choose`); separate q/k/v
-        products (no fused weight) keep ``F.linear``."""
-        import torch
-
-        fused, chosen = all(self._args[i][3] is None for i, k in enumerate(self.kinds) if k == ATTENTION), {}
-        for role, weights in self._weights().items():
-            if role != "qkv" or fused:  # plain weights only (the caller checks)
-                chosen[role], self.gemv_timings[role] = gemv.choose([w for w in weights if isinstance(w, torch.Tensor)])
-        return chosen
-
     def _apply(self, setup: Setup) -> None:
         """Make ``setup`` the running configuration (compiling the block functions if it says so)."""
         import torch
@@ -200,7 +193,8 @@ class StaticDecoder:
                 self._capture_decode()
                 break
             except Exception as exc:
-                self._drop_graphs(decode=True)
+                self.graphs = {k: g for k, g in self.graphs.items() if len(k) != 1}
+                self.state.reset()
                 self._note(exc, f"decode with {setup.label()}", f"using {setup.simpler().label()}")
                 setup = setup.simpler()
         if setup != self.setup:
@@ -208,12 +202,9 @@ class StaticDecoder:
         try:
             self._capture_prefill()
         except Exception as exc:
-            self._drop_graphs(decode=False)
+            self.graphs = {k: g for k, g in self.graphs.items() if len(k) == 1}
+            self.state.reset()
             self._note(exc, "capturing the prefill graphs", "prefill launches its kernels from Python")
-
-    def _drop_graphs(self, *, decode: bool) -> None:  # decode graphs are keyed (window,), prefill (segment, rows)
-        self.graphs = {k: g for k, g in self.graphs.items() if (len(k) == 1) != decode}
-        self.state.reset()
 
     def _capture(self, key: tuple[int, ...], prepare: Callable[[], object], body: Callable[..., None],
                  *args: int, warm: int) -> None:
@@ -307,16 +298,15 @@ class StaticDecoder:
         return self.logits
 
     def _segment(self, k: int, rows: int) -> None:
-        """Segment ``k`` over the first ``rows`` rows of the pad buffers: its blocks, then the next attention
-        block's add + norm into ``_pbuf_x`` (after the last segment: the final add), the stream into ``_pbuf_h``.
-        Only device values decide anything (real length ``_n_real``), so one graph per ``(k, rows)`` serves."""
+        """Segment ``k`` over ``rows`` rows of the pad buffers: its blocks, the next attention block's add + norm
+        into ``_pbuf_x`` (or the final add), the stream into ``_pbuf_h``; one graph per ``(k, rows)`` serves."""
         blks, attn = self._segs[k]
         h = self._pbuf_h[:, :rows]
         pending = None if k == 0 else self._pbuf_p[:, :rows]
         for i in blks:
             x, h = prefill.add_rms_norm(pending, h, self._norms[i], self._args[i][1])
             if self.kinds[i] == MAMBA:
-                m = self.layers[i].mixer
+                m = self.layers[i].mixer  # padded rows: mamba_chunk reads the real length from the device
                 pending = blocks.mamba_chunk(x, *self._args[i][2:], length=self._n_real, arange=self._arange,
                                              chunk_size=m.chunk_size, dt_limit=m.time_step_limit)
             else:
