@@ -186,19 +186,16 @@ class StaticDecoder:
         one until one works; failing prefill graphs leave prefill eager. Each fallback is logged and noted."""
         if self.eager:
             return
-        setup = self.setup
-        while setup.graphs:
+        while self.setup.graphs:
             try:
-                self._apply(setup)
                 self._capture_decode()
                 break
             except Exception as exc:
                 self.graphs = {k: g for k, g in self.graphs.items() if len(k) != 1}
                 self.state.reset()
-                self._note(exc, f"decode with {setup.label()}", f"using {setup.simpler().label()}")
-                setup = setup.simpler()
-        if setup != self.setup:
-            self._apply(setup)
+                simpler = self.setup.simpler()
+                self._note(exc, f"decode with {self.setup.label()}", f"using {simpler.label()}")
+                self._apply(simpler)
         try:
             self._capture_prefill()
         except Exception as exc:
