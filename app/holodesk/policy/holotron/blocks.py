@@ -54,12 +54,12 @@ def fused_qkv_weight(mixer: torch.nn.Module) -> torch.Tensor | None:
     import torch
 
     projs = [mixer.get_submodule(name) for name in ("q_proj", "k_proj", "v_proj")]
-    linear: list[torch.nn.Linear] = []
+    mods: list[torch.nn.Linear] = []
     for p in projs:
         if not isinstance(p, torch.nn.Linear) or type(p) is not torch.nn.Linear or p.bias is not None:
             return None
-        linear.append(p)
-    q, k, v = (p.weight for p in linear)
+        mods.append(p)
+    q, k, v = (p.weight for p in mods)
     if not all(w.is_contiguous() and w.dtype == q.dtype and w.shape[1] == q.shape[1] for w in (q, k, v)):
         return None
     if len({w.untyped_storage().data_ptr() for w in (q, k, v)}) != 1:
