@@ -278,7 +278,7 @@ def test_qkv_weights_share_one_buffer_and_the_stock_forward_is_unchanged(tiny_lo
     decoder finds that buffer, and transformers' forward gives bit-identical logits with or without it."""
     import copy
 
-    from holodesk.policy.holotron.decoder import fused_qkv_weight
+    from holodesk.policy.holotron.blocks import fused_qkv_weight
     from holodesk.policy.holotron.loader import lay_out_qkv
 
     mixers = _attention_mixers(tiny_loaded.model)

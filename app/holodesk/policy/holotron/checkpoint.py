@@ -94,10 +94,9 @@ class CheckpointInfo:
         return plan_tiling(width, height, self.max_tiles, tile_size=self.tile_size, use_thumbnail=self.use_thumbnail,
                            tokens_per_tile=self.tokens_per_tile)
 
-    def block_counts(self) -> dict[str, int]:
-        """Blocks per kind, e.g. ``{"Mamba-2": 28, "attention": 6, "MLP": 28}`` for Holotron-12B."""
-        return {name: self.block_pattern.count(ch) for ch, name in BLOCK_NAMES.items()
-                if ch in self.block_pattern}
+    def blocks_in_words(self) -> str:
+        """The language model's blocks per kind, e.g. ``"28 Mamba-2, 6 attention, 28 MLP"`` for Holotron-12B."""
+        return ", ".join(f"{n} {name}" for name, n in block_counts(self.block_pattern).items())
 
 
 BLOCK_NAMES = {"M": "Mamba-2", "*": "attention", "-": "MLP", "E": "MoE"}
@@ -205,9 +204,14 @@ def block_types_from_weights(shapes: dict[str, tuple[int, ...]]) -> dict[int, st
     return {i: (next(iter(k)) if len(k) == 1 else "?") for i, k in sorted(kinds.items())}
 
 
+def block_counts(pattern: str) -> dict[str, int]:
+    """Blocks per kind of a block pattern, e.g. ``{"Mamba-2": 28, "attention": 6, "MLP": 28}``."""
+    return {name: pattern.count(ch) for ch, name in BLOCK_NAMES.items() if ch in pattern}
+
+
 def pattern_words(pattern: str) -> str:
-    counts = {name: pattern.count(ch) for ch, name in BLOCK_NAMES.items() if ch in pattern}
-    return f"{len(pattern)} blocks: " + " / ".join(f"{n} {name}" for name, n in counts.items())
+    """A block pattern in words, e.g. ``"62 blocks: 28 Mamba-2 / 6 attention / 28 MLP"``."""
+    return f"{len(pattern)} blocks: " + " / ".join(f"{n} {name}" for name, n in block_counts(pattern).items())
 
 
 def resolve_block_pattern(
@@ -281,13 +285,13 @@ def resolve_block_pattern(
 PREPROCESSOR_FILE = "preprocessor_config.json"
 
 
-def _three_floats(value: Any) -> tuple[float, ...] | None:
+def _three_floats(value: object) -> tuple[float, ...] | None:
     if isinstance(value, list) and len(value) == 3 and all(isinstance(v, (int, float)) for v in value):
         return tuple(float(v) for v in value)
     return None
 
 
-def _close(a: Any, b: Any) -> bool:
+def _close(a: object, b: object) -> bool:
     if isinstance(a, tuple) and isinstance(b, tuple):
         return len(a) == len(b) and all(
             math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9) for x, y in zip(a, b, strict=True)

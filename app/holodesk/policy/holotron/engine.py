@@ -32,6 +32,7 @@ from holodesk.policy.holotron import runtime
 from holodesk.policy.holotron.kernels import record_decoder
 from holodesk.policy.holotron.prompt import image_token_runs
 from holodesk.policy.holotron.runtime import Constraint, Generation, PromptImage, decode_loop, sync
+from holodesk.policy.holotron.tiling import tile_count
 
 if TYPE_CHECKING:
     import torch
@@ -51,8 +52,7 @@ def static_cache_tokens(loaded: LoadedHolotron, *, max_images: int, max_new_toke
     """Tokens the static cache must hold: ``max_images`` frames of the largest tile grid (thumbnail
     included), :data:`TEXT_TOKEN_BUDGET` of text, the reply and the thinking budget."""
     info = loaded.info
-    tiles = info.max_tiles + (1 if info.use_thumbnail and info.max_tiles > 1 else 0)
-    image = tiles * info.tokens_per_tile + 2  # <img> ... </img>
+    image = tile_count(info.max_tiles, use_thumbnail=info.use_thumbnail) * info.tokens_per_tile + 2  # <img> </img>
     return max_images * image + TEXT_TOKEN_BUDGET + max_new_tokens + (max_think_tokens if reasoning else 0) + 1
 
 

@@ -90,8 +90,10 @@ def _vision_config(info: CheckpointInfo) -> dict[str, Any]:
     num_cls = first(args, "num_cls_tokens")
     if num_cls is None:
         teachers = args.get("teachers")
-        per_teacher = args.get("cls_token_per_teacher") and isinstance(teachers, list) and teachers
-        num_cls = len(teachers) if per_teacher else min(2, info.num_prefix_tokens)
+        if args.get("cls_token_per_teacher") and isinstance(teachers, list) and teachers:
+            num_cls = len(teachers)  # one cls token per distillation teacher
+        else:
+            num_cls = min(2, info.num_prefix_tokens)
     num_cls = max(1, min(int(num_cls), info.num_prefix_tokens))
     summary = shapes.get(VISION_PREFIX + "summary_idxs")
     vision = {

@@ -8,7 +8,7 @@ One layout choice is made here, at load, and never changed afterwards: each atte
 projection weights live in one contiguous ``[q + k + v, hidden]`` buffer (:func:`lay_out_qkv`). The
 modules stay transformers' own ``nn.Linear`` with ordinary Parameters (views of that buffer), so the stock
 forward computes exactly what it would on separate tensors, and the static decoder finds the buffer
-(``decoder.fused_qkv_weight``) and projects q, k and v with one matrix-vector product per token.
+(``blocks.fused_qkv_weight``) and projects q, k and v with one matrix-vector product per token.
 """
 
 from __future__ import annotations
@@ -188,6 +188,15 @@ def load_tokenizer(folder: Path) -> Any:
         config_log.setLevel(level)
 
 
+def _read_facts(folder: Path) -> tuple[CheckpointInfo, Any, list[str]]:
+    """The checkpoint's files and tokenizer, the ``<image>`` id settled between them, and every
+    disagreement between the files (notes)."""
+    info = read_checkpoint(folder)
+    tokenizer = load_tokenizer(folder)
+    info, token_notes = resolve_image_token(info, tokenizer.get_vocab())
+    return info, tokenizer, [*info.notes, *token_notes]
+
+
 def inspect_checkpoint(source: str | Path) -> dict[str, Any]:
     """What ``holodesk doctor`` shows about a checkpoint, without loading any weights.
 
@@ -202,12 +211,10 @@ def inspect_checkpoint(source: str | Path) -> dict[str, Any]:
         ModelLoadError: for a missing, uncached or unreadable checkpoint.
     """
     folder = resolve_source(source, download=False)
-    info = read_checkpoint(folder)
-    info, token_notes = resolve_image_token(info, load_tokenizer(folder).get_vocab())
-    notes = [*info.notes, *token_notes]
+    info, _tokenizer, notes = _read_facts(folder)
     return {
         "folder": str(folder),
-        "language model": ", ".join(f"{n} {kind}" for kind, n in info.block_counts().items()),
+        "language model": info.blocks_in_words(),
         "tiles": f"{info.tile_size} px, up to {info.max_tiles}"
                  + (" + thumbnail" if info.use_thumbnail else ", no thumbnail")
                  + (f", mean/std from {info.norm_from}" if info.norm_from else ""),
@@ -277,14 +284,11 @@ def _load_folder(folder: Path, *, dtype: str, quantization: str | None, target: 
     started = time.perf_counter()
     if progress is not None:
         progress("reading checkpoint", None)
-    info = read_checkpoint(folder)
-    tokenizer = load_tokenizer(folder)
+    info, tokenizer, checkpoint_notes = _read_facts(folder)
     vocab = tokenizer.get_vocab()
-    info, token_notes = resolve_image_token(info, vocab)
-    checkpoint_notes = [*info.notes, *token_notes]
     for note in checkpoint_notes:  # the files disagree: say which value is used (also in holodesk doctor)
         log.warning("Holotron checkpoint %s: %s", folder, note)
-    log.info("Holotron language model: %s", ", ".join(f"{n} {k}" for k, n in info.block_counts().items()))
+    log.info("Holotron language model: %s", info.blocks_in_words())
     config = translate_config(info, attn_implementation=attn_implementation)
     mean, std, norm_source = read_normalisation(info)
     torch_dtype = _torch_dtype(dtype)

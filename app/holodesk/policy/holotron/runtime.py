@@ -124,7 +124,7 @@ def cap_strings(schema: dict[str, Any], max_chars: int) -> dict[str, Any]:
     if max_chars < 1:
         raise ValueError(f"max_chars must be >= 1, got {max_chars}")
 
-    def visit(node: Any) -> None:
+    def visit(node: object) -> None:
         if isinstance(node, dict):
             types = node.get("type")
             fixed = "const" in node or "enum" in node  # its values already bound the length

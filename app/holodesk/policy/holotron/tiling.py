@@ -102,8 +102,13 @@ def plan_tiling(width: int, height: int, max_tiles: int = MAX_TILES, *, tile_siz
         ValueError: as :func:`tile_grid`.
     """
     cols, rows = tile_grid(width, height, max_tiles, tile_size=tile_size)
-    tiles = cols * rows + (1 if use_thumbnail and cols * rows > 1 else 0)
+    tiles = tile_count(cols * rows, use_thumbnail=use_thumbnail)
     return Tiling(cols, rows, tiles, tiles * tokens_per_tile)
+
+
+def tile_count(cells: int, *, use_thumbnail: bool) -> int:
+    """Tiles sent for a grid of ``cells`` tiles: one thumbnail more when there is more than one."""
+    return cells + (1 if use_thumbnail and cells > 1 else 0)
 
 
 def image_tiles(width: int, height: int, max_tiles: int = MAX_TILES, *, tile_size: int = TILE_SIZE,
