@@ -98,14 +98,14 @@ def test_tiny_cpu_bench_product_path(tmp_path: Path) -> None:
 @pytest.mark.gpu
 def test_gpu_tiny_bench_measures_floors_and_ratios(tmp_path: Path) -> None:
     """On CUDA: the floors are measured, the engine captures its graphs without a note, every ratio to a
-    floor is computed, the Mamba-2 kernels are live (else ``checks_failed`` and exit status 1), and in
-    float32 the static decoder's reply equals the stock decoder's."""
+    floor is computed, the kernel profile is taken, the Mamba-2 kernels are live (else ``checks_failed`` and
+    exit status 1), and in float32 the static decoder's reply equals the stock decoder's."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     result = _bench(tmp_path, "--dtype", "float32", "--sizes", "1920x1080", "--history", "1,2", "--history-size",
                     "1920x1080", "--episode-steps", "2", "--episode-warmup", "0", "--episode-repeats", "1",
-                    device="cuda")
+                    "--profile", device="cuda")
     assert result["kernels"]["fast_path"] is True
     assert result["floors"]["copy_GBps"] > 0 and result["floors"]["matmul_TFLOPs"] > 0
     engine = result["engine"]
@@ -116,6 +116,7 @@ def test_gpu_tiny_bench_measures_floors_and_ratios(tmp_path: Path) -> None:
     assert result["episode"][1]["reused_tokens"] == result["episode"][0]["prompt_tokens"] - 8
     agreement = result["stock"]["agreement"]
     assert agreement["tokens_equal"] == agreement["n"] == 8
+    assert result["profile"]["kernel_launches"] > 0 and result["profile"]["top"]
 
 
 def _mixers(model: Any) -> dict[str, int]:

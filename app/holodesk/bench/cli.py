@@ -6,7 +6,8 @@ One process, in this order (each part can be left out):
 2. one :class:`~holodesk.policy.holotron.engine.StaticEngine` built as the policy builds it, then the
    measured runs through its ``run`` (:mod:`holodesk.bench.runs`): one screenshot per ``--sizes`` entry
    (stage ms, TTFA, decode ms/token, their floors and ratios, peak memory over the weights), cold prompts
-   with N screenshots (``--history``), an episode with incremental prefill (step N / step 1 TTFA);
+   with N screenshots (``--history``), an episode with incremental prefill (step N / step 1 TTFA), and with
+   ``--profile`` the GPU time per kernel of one step;
 3. the stock decoder (transformers' forward and cache) on a 1080p prompt, and the static decoder's
    agreement with it (:mod:`holodesk.bench.compare`);
 4. ``--product``: :meth:`HolotronPolicy.propose` at 1080p (:mod:`holodesk.bench.product`);
@@ -61,6 +62,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--no-floors", action="store_true", help="skip the copy and matmul floors")
     p.add_argument("--no-stock", action="store_true", help="skip the stock decoder baseline")
+    p.add_argument("--profile", action="store_true", help="GPU time per kernel over one 1080p step (CUDA only)")
     p.add_argument("--product", action="store_true", help="also run HolotronPolicy.propose at 1080p")
     p.add_argument("--product-repeats", type=int, default=2, help="cold one-screenshot propose() calls")
     p.add_argument("--product-steps", type=int, default=4, help="steps of the propose() episode")
@@ -148,6 +150,8 @@ def _engine_runs(loaded: LoadedHolotron, args: argparse.Namespace, result: dict[
         result["frames"] = runs.frame_runs(engine, args, result["floors"], weights)
         result["history_cold"] = runs.history_runs(engine, args, weights)
         result.update(runs.episode_runs(engine, args, weights))
+        if args.profile and loaded.device.type == "cuda":
+            result["profile"] = runs.profile_step(engine, args)
         if not args.no_stock or args.quant:
             ids, images = compare.one_screenshot(fixed, args)
             reference = compare.static_reference(engine, ids, images, args.reply_tokens)
@@ -182,7 +186,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         result["checks_failed"].append("Mamba-2 kernels are not live: " + "; ".join(loaded.kernels.get("reasons", [])))
     result["floors"] = {} if args.no_floors else measure_floors(device)
     print(f"floors: {result['floors']}", flush=True)
-    engine_parts = (args.sizes, args.history, args.episode_steps > 0, not args.no_stock, args.quant)
+    engine_parts = (args.sizes, args.history, args.episode_steps > 0, not args.no_stock, args.quant, args.profile)
     if any(engine_parts):
         _engine_runs(loaded, args, result)
     _free(device)

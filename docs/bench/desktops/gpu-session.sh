@@ -26,7 +26,7 @@ case ,$part, in *,tests,*)
 esac
 case ,$part, in *,bench,*)
     bench 540 --sizes 1920x1080 --history 1,8 --episode-steps 8 --episode-repeats 2 --repeats 2 --no-stock \
-        --product --product-repeats 2 --product-steps 4 --json "$out/bench.json" 2>&1 \
+        --profile --product --product-repeats 2 --product-steps 4 --json "$out/bench.json" 2>&1 \
         | grep -v "Warning\|warn(" | cut -c1-600 | tee "$out/bench.log"
 esac
 case ,$part, in *,quant,*)
