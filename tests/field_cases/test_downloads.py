@@ -427,7 +427,7 @@ def test_F30_loader_downloads_through_the_manager_and_falls_back_to_the_cache(
         hub: LoopbackHub, cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     from huggingface_hub import constants
 
-    from holodesk.policy.holotron.loader import resolve_source
+    from holodesk.policy.download import resolve_source
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
     stages: list[tuple[str, float | None]] = []

@@ -1,7 +1,7 @@
 """Holotron-shaped models with seeded random weights, for the bench (no 25 GB download).
 
 The config goes through the loader's own translation (:func:`~holodesk.policy.holotron.checkpoint.checkpoint_info`
-and :func:`~holodesk.policy.holotron.checkpoint.translate_config`) of the config.json and tensor shapes a
+and :func:`~holodesk.policy.holotron.hf_config.translate_config`) of the config.json and tensor shapes a
 checkpoint of that size would have; the model is transformers' ``NemotronH_Omni_Reasoning_V3`` built
 directly on the device. :func:`random_loaded` wraps it in a
 :class:`~holodesk.policy.holotron.loader.LoadedHolotron` with the tiny test tokenizer
@@ -16,7 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from holodesk.policy.holotron.checkpoint import CheckpointInfo, checkpoint_info, translate_config
+from holodesk.policy.holotron.checkpoint import CheckpointInfo, checkpoint_info
+from holodesk.policy.holotron.hf_config import translate_config
 
 if TYPE_CHECKING:
     import torch

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from holodesk.errors import ModelLoadError
-from holodesk.policy.holotron.checkpoint import read_checkpoint, translate_config
+from holodesk.policy.holotron.checkpoint import read_checkpoint
+from holodesk.policy.holotron.hf_config import translate_config
 from holodesk.policy.holotron.loader import load_holotron
 from holodesk.policy.holotron.prompt import tokenize_prompt
 from holodesk.policy.holotron.tiling import plan_tiling, preprocess_pixels

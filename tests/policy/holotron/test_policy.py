@@ -76,8 +76,8 @@ def _fail_first_calls(monkeypatch: pytest.MonkeyPatch, policy: HolotronPolicy, f
         target: object = runtime
         name = "generate"
     else:
-        real = policy.engine.static.prefill
-        target = policy.engine.static
+        real = policy.engine.decoder.prefill
+        target = policy.engine.decoder
         name = "prefill"
 
     def flaky(*args, **kw):  # type: ignore[no-untyped-def]

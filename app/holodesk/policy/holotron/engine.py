@@ -25,10 +25,11 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from holodesk.policy.holotron import runtime
+from holodesk.policy.holotron.kernels import record_decoder
 from holodesk.policy.holotron.prompt import image_token_runs
 from holodesk.policy.holotron.runtime import Constraint, Generation, PromptImage, decode_loop, sync
 
@@ -73,9 +74,10 @@ def planned_decoder(decoder: str, *, cuda: bool, precision: str) -> str:
 class StaticEngine:
     """Static-state decoding for one policy (see the module docstring).
 
-    Building it builds the decoder, captures its CUDA graphs (on CUDA, unless ``eager``) and warms it up.
-    What fails there is recorded once, as a note (logged as a warning, returned by :meth:`describe`,
-    shown by ``holodesk doctor``); nothing is retried or rebuilt at run time.
+    Building it builds the decoder, captures its CUDA graphs (on CUDA, unless ``eager``; the decoder falls
+    back to simpler configurations there itself) and warms it up. What fails is recorded once, as a note
+    (logged as a warning, in :meth:`describe`, which is kept for ``holodesk doctor`` by
+    :func:`~holodesk.policy.holotron.kernels.record_decoder`); nothing is retried or rebuilt at run time.
 
     Args:
         loaded: the loaded model.
@@ -85,7 +87,7 @@ class StaticEngine:
             happen at load rather than in the first step.
     Attributes:
         decoder: the ``StaticDecoder``; max_len: the capacity :meth:`fits` checks against.
-        notes: what failed at load here and what the engine does instead.
+        notes: what failed at load here (the warm-up) and what the engine does instead.
     """
 
     def __init__(self, loaded: LoadedHolotron, *, max_len: int, eager: bool = False,
@@ -102,22 +104,18 @@ class StaticEngine:
         self._embeds: dict[int, torch.Tensor] = {}  # serial -> projected image embeddings (tokens, hidden)
         self.warm_up_seconds: float | None = None
         self.decoder = StaticDecoder(loaded.model.language_model, max_len=max_len, eager=eager or not cuda)
-        if cuda and not eager:
-            self._at_load("capturing the CUDA graphs", self.decoder.capture, "decoding without them")
+        self.decoder.capture()  # no-op when eager; its own fallbacks go to decoder.notes
         if warm_up if warm_up is not None else cuda:
-            self._at_load("the warm-up", self.warm_up, "the first step compiles and autotunes instead")
+            try:
+                self.warm_up()
+            except Exception as exc:
+                self.reset()
+                note = (f"the warm-up failed at load ({type(exc).__name__}: {str(exc)[:160]}); the first step "
+                        "compiles and autotunes instead")
+                log.warning("Holotron: %s", note)
+                self.notes.append(note)
         self.setup_seconds = time.perf_counter() - t0
-
-    def _at_load(self, what: str, action: Callable[[], None], instead: str) -> None:
-        """Run one load-time ``action``; a failure becomes a note (and a warning) saying what happens
-        ``instead``, and the decoder state is reset."""
-        try:
-            action()
-        except Exception as exc:
-            self.reset()
-            note = f"{what} failed at load ({type(exc).__name__}: {str(exc)[:160]}); {instead}"
-            log.warning("Holotron: %s", note)
-            self.notes.append(note)
+        record_decoder(self.describe())
 
     def warm_up(self) -> None:
         """Run every kernel a step uses once on dummy input, then forget it: the vision tower on a blank
@@ -146,12 +144,11 @@ class StaticEngine:
         self.warm_up_seconds = time.perf_counter() - t0
 
     def describe(self) -> dict[str, Any]:
-        """What runs (for logs, doctor, the bench): ``StaticDecoder.describe()`` plus ``decoder: "static"``,
-        ``max_len``, setup and warm-up seconds, and every note (the decoder's, then the engine's)."""
+        """What runs (for logs, doctor, the bench): ``StaticDecoder.describe()`` plus setup and warm-up
+        seconds, and every note (the decoder's, then the engine's)."""
         return {
             **self.decoder.describe(),
             "decoder": "static",
-            "max_len": self.max_len,
             "setup_seconds": round(self.setup_seconds, 2),
             "warm_up_seconds": None if self.warm_up_seconds is None else round(self.warm_up_seconds, 2),
             "notes": [*self.decoder.notes, *self.notes],

@@ -1,7 +1,7 @@
 """Resolve a checkpoint source (folder or hub repo id) and load Holotron through transformers' classes.
 
 No remote code is ever executed: the model class is transformers' ``NemotronH_Omni_Reasoning_V3``,
-the config is translated by :mod:`holodesk.policy.holotron.checkpoint`, the tokenizer is loaded with
+the config is translated by :mod:`holodesk.policy.holotron.hf_config`, the tokenizer is loaded with
 ``AutoTokenizer`` (``trust_remote_code`` left False).
 
 One layout choice is made here, at load, and never changed afterwards: each attention layer's q/k/v
@@ -14,8 +14,6 @@ forward computes exactly what it would on separate tensors, and the static decod
 from __future__ import annotations
 
 import logging
-import re
-import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -23,16 +21,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from holodesk.errors import ModelLoadError
+from holodesk.policy.download import no_gpu_advice, resolve_source
 from holodesk.policy.holotron.checkpoint import (
     CheckpointInfo,
     ProgressFn,
-    check_load_report,
-    key_namers,
     read_checkpoint,
     read_normalisation,
     resolve_image_token,
-    translate_config,
 )
+from holodesk.policy.holotron.hf_config import check_load_report, key_namers, translate_config
 from holodesk.policy.holotron.kernels import kernel_report, prepare_kernels
 
 if TYPE_CHECKING:
@@ -40,7 +37,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 QUANTIZATIONS = (None, "8bit", "4bit")
 KEEP_UNQUANTIZED = ["vision_model", "multi_modal_projector", "lm_head"]
 """Modules bitsandbytes leaves in bf16: the vision tower, the projector and the output head."""
@@ -85,92 +81,26 @@ class LoadedHolotron:
     load_seconds: float = 0.0
 
 
-def resolve_source(source: str | Path, *, progress: ProgressFn | None = None, download: bool = True,
-                   cancel: threading.Event | None = None) -> Path:
-    """Turn a checkpoint source into a local folder.
-
-    A path that exists is used as is. Otherwise ``owner/name`` is treated as a Hugging Face repo id and
-    fetched by :func:`holodesk.policy.download.download_model` (safetensors, configs, tokenizer files;
-    resumed, sha256-checked, ``progress("Downloading owner/name: 1.2 GB of 25.0 GB ...", fraction)``,
-    stopped by ``cancel``); when the hub is unreachable, stuck or failing, a complete cached copy is used
-    instead. With ``download=False`` only the cache is looked at.
-
-    Raises:
-        ModelLoadError: when the path does not exist and is not a repo id, or (``download=False``) when
-            the repo is not cached.
-        DownloadError: (a ModelLoadError) when the download fails and no cached copy exists, or when the
-            repo id, its access or the disk is the problem; its ``advice`` says what to do.
-    """
-    path = Path(source).expanduser()
-    if path.exists():
-        if not path.is_dir():
-            raise ModelLoadError(f"{path} is a file; give the checkpoint folder")
-        return path
-    text = str(source)
-    if not _REPO_ID.match(text):
-        raise ModelLoadError(
-            f"checkpoint {text!r} is neither an existing folder nor a Hugging Face repo id (owner/name)"
-        )
-    try:
-        import huggingface_hub  # noqa: F401 - the transport of holodesk.policy.download
-    except ImportError:
-        raise ModelLoadError(
-            "huggingface_hub is not installed, so a repo id cannot be downloaded",
-            hint="Install holodesk[local] or give a local checkpoint folder.",
-        ) from None
-    from holodesk.policy.download import DownloadError, cached_snapshot, download_model, hub_token
-
-    if not download:
-        cached = cached_snapshot(text)
-        if cached is None:
-            raise ModelLoadError(
-                f"checkpoint {text} is not on this machine, and it is not downloaded for a machine without a "
-                "CUDA GPU (about 25 GB of weights that would run far too slowly on the CPU)",
-                hint=("Give a local checkpoint folder to run on the CPU anyway." + no_gpu_advice()).strip(),
-            )
-        return cached
-    try:
-        result = download_model(
-            text,
-            progress=(lambda p: progress(p.describe(), p.fraction)) if progress is not None else None,
-            cancel=cancel,
-            token=hub_token(),
-        )
-        return result.folder
-    except DownloadError as exc:
-        cached = cached_snapshot(text) if exc.kind in ("offline", "server", "stalled", "unstable") else None
-        if cached is None:
-            raise
-        log.warning("%s; using the cached copy of %s", exc.message, text)
-        return cached
-
-
-def no_gpu_advice() -> str:
-    """A sentence for load errors on machines without an NVIDIA GPU (no ``nvidia-smi``), where the local
-    Holotron-12B cannot be used in practice and a remote server is the way; empty where a GPU exists."""
-    if shutil.which("nvidia-smi"):
-        return ""
-    return (" No NVIDIA GPU was found on this machine, and Holotron-12B needs one to run at a usable speed: "
-            "use a remote server instead (Settings > Endpoint, or holodesk run --endpoint URL --model NAME).")
+_DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float32": "float32", "fp32": "float32",
+           "float16": "float16", "fp16": "float16"}
+"""``dtype`` argument -> torch dtype name."""
 
 
 def _torch_dtype(name: str) -> torch.dtype:
     import torch
 
-    table = {
-        "bfloat16": torch.bfloat16,
-        "bf16": torch.bfloat16,
-        "float32": torch.float32,
-        "fp32": torch.float32,
-        "float16": torch.float16,
-        "fp16": torch.float16,
-    }
-    if name not in table:
+    if name not in _DTYPES:
         raise ModelLoadError(f"unknown dtype {name!r}; use bfloat16 or float32")
-    return table[name]
+    dtype: torch.dtype = getattr(torch, _DTYPES[name])
+    return dtype
 
 
 def _quantization_config(quantization: str | None, device: torch.device) -> Any:
+    """transformers' ``BitsAndBytesConfig`` for ``"8bit"`` / ``"4bit"`` (nf4), None for None.
+
+    Raises:
+        ModelLoadError: an unknown value, no CUDA GPU, or bitsandbytes not installed.
+    """
     if quantization is None:
         return None
     if quantization not in QUANTIZATIONS:
@@ -193,13 +123,8 @@ def _quantization_config(quantization: str | None, device: torch.device) -> Any:
 
     if quantization == "8bit":
         return BitsAndBytesConfig(load_in_8bit=True, llm_int8_skip_modules=list(KEEP_UNQUANTIZED))
-    return BitsAndBytesConfig(
-        load_in_4bit=True,
-        bnb_4bit_quant_type="nf4",
-        bnb_4bit_compute_dtype=torch.bfloat16,
-        bnb_4bit_use_double_quant=False,
-        llm_int8_skip_modules=list(KEEP_UNQUANTIZED),
-    )
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
+                              bnb_4bit_use_double_quant=False, llm_int8_skip_modules=list(KEEP_UNQUANTIZED))
 
 
 def lay_out_qkv(model: Any) -> int:
@@ -214,9 +139,10 @@ def lay_out_qkv(model: Any) -> int:
     import torch
 
     count = 0
+    names = ("q_proj", "k_proj", "v_proj")
     for module in model.language_model.modules():
-        projs = [getattr(module, name, None) for name in ("q_proj", "k_proj", "v_proj")]
-        if any(type(p) is not torch.nn.Linear or p.bias is not None for p in projs):
+        projs = [getattr(module, name) for name in names] if all(hasattr(module, n) for n in names) else []
+        if not projs or any(type(p) is not torch.nn.Linear or p.bias is not None for p in projs):
             continue
         with torch.no_grad():
             buffer = torch.cat([p.weight for p in projs], dim=0)
@@ -381,23 +307,11 @@ def _load_folder(folder: Path, *, dtype: str, quantization: str | None, target: 
     for note in report_notes:
         log.info("Holotron load: %s", note)
     loaded = LoadedHolotron(
-        model=model,
-        tokenizer=tokenizer,
-        info=info,
-        mean=mean,
-        std=std,
-        norm_source=norm_source,
-        image_token_id=image_token_id,
-        img_start_id=_token_id(tokenizer, "<img>", folder),
-        img_end_id=_token_id(tokenizer, "</img>", folder),
-        eos_ids=_eos_ids(model, tokenizer, vocab, folder),
-        think_end_id=vocab.get("</think>"),
-        device=target,
-        dtype=torch_dtype,
-        quantization=quantization,
-        notes=checkpoint_notes + report_notes,
-        kernels=report,
-        load_seconds=time.perf_counter() - started,
+        model=model, tokenizer=tokenizer, info=info, mean=mean, std=std, norm_source=norm_source,
+        image_token_id=image_token_id, img_start_id=_token_id(tokenizer, "<img>", folder),
+        img_end_id=_token_id(tokenizer, "</img>", folder), eos_ids=_eos_ids(model, tokenizer, vocab, folder),
+        think_end_id=vocab.get("</think>"), device=target, dtype=torch_dtype, quantization=quantization,
+        notes=checkpoint_notes + report_notes, kernels=report, load_seconds=time.perf_counter() - started,
     )
     if progress is not None:
         progress("ready", 1.0)
@@ -427,11 +341,12 @@ def _from_pretrained(folder: Path, config: Any, dtype: torch.dtype, quant_config
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
-        model, loading_info = NemotronH_Omni_Reasoning_V3.from_pretrained(str(folder), **kwargs)
+        result: Any = NemotronH_Omni_Reasoning_V3.from_pretrained(str(folder), **kwargs)
     except Exception as exc:
         raise ModelLoadError(f"loading the weights from {folder} failed: {type(exc).__name__}: {exc}") from exc
     finally:
         hf_logging.set_verbosity(verbosity)
+    model, loading_info = result
     return model, loading_info
 
 
