@@ -127,9 +127,13 @@ def _header(args: argparse.Namespace, argv: list[str], device: torch.device, dty
             "checks_failed": []}
 
 
-def _engine_runs(loaded: LoadedHolotron, args: argparse.Namespace, result: dict[str, Any]) -> None:
-    """Build the engine, run the measured runs and the stock comparison into ``result``; returns the
-    reference reply for the quantised runs in ``result["_quant_ref"]`` (removed before output)."""
+def _engine_runs(loaded: LoadedHolotron, args: argparse.Namespace, result: dict[str, Any]) -> dict[str, Any] | None:
+    """Build the engine, run the measured runs and the stock comparison into ``result``.
+
+    Returns:
+        the static decoder's reply to the one-screenshot prompt (``compare.static_reference``), the
+        reference of the quantised runs; None when neither they nor the stock comparison were asked for.
+    """
     from holodesk.bench import compare, runs
     from holodesk.bench.floors import allocated, param_bytes
     from holodesk.policy.holotron.engine import StaticEngine
@@ -143,7 +147,8 @@ def _engine_runs(loaded: LoadedHolotron, args: argparse.Namespace, result: dict[
     engine = StaticEngine(fixed, max_len=runs.longest_prompt(loaded, args), eager=args.eager)
     result["engine_build_s"] = round(time.perf_counter() - t0, 2)
     result["engine"] = engine.describe()
-    result["memory_at_rest_over_weights_bytes"] = allocated(loaded.device) - weights["total"]
+    if loaded.device.type == "cuda":  # the CPU keeps no allocator statistics
+        result["memory_at_rest_over_weights_bytes"] = allocated(loaded.device) - weights["total"]
     print(f"engine ({result['engine_build_s']} s): {result['engine']}", flush=True)
     reference: dict[str, Any] | None = None
     try:
@@ -155,7 +160,6 @@ def _engine_runs(loaded: LoadedHolotron, args: argparse.Namespace, result: dict[
         if not args.no_stock or args.quant:
             ids, images = compare.one_screenshot(fixed, args)
             reference = compare.static_reference(engine, ids, images, args.reply_tokens)
-            result["_quant_ref"] = reference
         if reference is not None and not args.no_stock:
             stock = compare.stock_baseline(engine, args, reference)
             result["stock"] = stock
@@ -165,6 +169,7 @@ def _engine_runs(loaded: LoadedHolotron, args: argparse.Namespace, result: dict[
             print(f"stock: {stock}; decode speed-up {result.get('decode_speedup_vs_stock')}x", flush=True)
     finally:
         del engine
+    return reference
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
@@ -186,14 +191,14 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         result["checks_failed"].append("Mamba-2 kernels are not live: " + "; ".join(loaded.kernels.get("reasons", [])))
     result["floors"] = {} if args.no_floors else measure_floors(device)
     print(f"floors: {result['floors']}", flush=True)
-    engine_parts = (args.sizes, args.history, args.episode_steps > 0, not args.no_stock, args.quant, args.profile)
-    if any(engine_parts):
-        _engine_runs(loaded, args, result)
+    reference = None
+    if any((args.sizes, args.history, args.episode_steps > 0, not args.no_stock, args.quant, args.profile)):
+        reference = _engine_runs(loaded, args, result)
     _free(device)
-    reference = result.pop("_quant_ref", None)
     if args.product:
         from holodesk.bench.product import product_path
 
+        # last user of this model: closing the policy drops loaded.model
         result["product"] = product_path(loaded, args, param_bytes(loaded.model))
         result["checks_failed"] += result["product"]["checks_failed"]
         _free(device)
