@@ -10,8 +10,8 @@ import pytest
 
 from holodesk.policy.holotron.kernels import prepare_kernels
 
-# Test modules of this folder import transformers' NemotronH at collection time (test_fast_decode.py,
-# test_prefill_ops.py). transformers picks its Mamba-2 kernels once, at that import: without the
+# Test modules of this folder import transformers' NemotronH at collection time (test_decoder.py,
+# test_ops_prefill.py). transformers picks its Mamba-2 kernels once, at that import: without the
 # selective_scan_cuda placeholder in place first it silently takes the torch fallback for the whole
 # session, and test_gpu_kernels_live failed whenever those modules were collected before it.
 prepare_kernels()

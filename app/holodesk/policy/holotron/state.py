@@ -17,6 +17,7 @@ address, so a decode step is a fixed sequence of kernels that a CUDA graph can c
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,18 @@ if TYPE_CHECKING:
 
 MAMBA, ATTENTION, MLP = "linear_attention", "full_attention", "mlp"
 """Block kinds as NemotronH names them (``NemotronHBlock.block_type``: Mamba-2, attention, MLP)."""
+
+
+@dataclasses.dataclass
+class PrefillReport:
+    """What one ``StaticDecoder.prefill`` did to the state: prompt ``tokens``, ``reused`` from the previous
+    state (the resume point), ``computed`` (``tokens - reused``), ``chunks`` run, ``snapshots`` saved."""
+
+    tokens: int
+    reused: int
+    computed: int
+    chunks: int
+    snapshots: list[int] = dataclasses.field(default_factory=list)
 
 
 class DecoderState:
@@ -155,4 +168,4 @@ class DecoderState:
         return int(sum(t.numel() * t.element_size() for t in tensors))
 
 
-__all__ = ["ATTENTION", "MAMBA", "MLP", "DecoderState"]
+__all__ = ["ATTENTION", "MAMBA", "MLP", "DecoderState", "PrefillReport"]
