@@ -32,11 +32,11 @@ def test_bench_cli_imports_without_torch() -> None:
     assert "the local runtime is not installed" in out.stderr
 
 
-def _bench(tmp_path: Path, *extra: str) -> dict[str, Any]:
+def _bench(tmp_path: Path, *extra: str, device: str = "cpu") -> dict[str, Any]:
     from holodesk.bench.cli import main
 
     out = tmp_path / "bench.json"
-    status = main(["--device", "cpu", "--tiny", "--prompt-tokens", "40", "--reply-tokens", "8", "--repeats", "1",
+    status = main(["--device", device, "--tiny", "--prompt-tokens", "40", "--reply-tokens", "8", "--repeats", "1",
                    "--history-size", "1280x720", "--json", str(out), *extra])
     assert status == 0
     result: dict[str, Any] = json.loads(out.read_text())
@@ -93,6 +93,30 @@ def test_tiny_cpu_bench_product_path(tmp_path: Path) -> None:
     assert first["images"] == 1 and second["images"] == 2
     assert second["reused_tokens"] > 0  # the first screenshot stayed in the prompt: its prefix was reused
     assert second["images_encoded"] == 1
+
+
+@pytest.mark.gpu
+def test_gpu_tiny_bench_measures_floors_and_ratios(tmp_path: Path) -> None:
+    """On CUDA: the floors are measured, the engine captures its graphs without a note, every ratio to a
+    floor is computed, the kernel profile is taken, the Mamba-2 kernels are live (else ``checks_failed`` and
+    exit status 1), and in float32 the static decoder's reply equals the stock decoder's."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    result = _bench(tmp_path, "--dtype", "float32", "--sizes", "1920x1080", "--history", "1,2", "--history-size",
+                    "1920x1080", "--episode-steps", "2", "--episode-warmup", "0", "--episode-repeats", "1",
+                    "--profile", device="cuda")
+    assert result["kernels"]["fast_path"] is True
+    assert result["floors"]["copy_GBps"] > 0 and result["floors"]["matmul_TFLOPs"] > 0
+    engine = result["engine"]
+    assert engine["decode_graphs"] and engine["notes"] == [] and engine["eager"] is False
+    (frame,) = result["frames"]
+    assert frame["tiles"] == 9 and frame["ttfa_over_floor"] > 0 and frame["decode_fraction_of_floor"] > 0
+    assert all(h["peak_over_weights_bytes"] > 0 for h in result["history_cold"])
+    assert result["episode"][1]["reused_tokens"] == result["episode"][0]["prompt_tokens"] - 8
+    agreement = result["stock"]["agreement"]
+    assert agreement["tokens_equal"] == agreement["n"] == 8
+    assert result["profile"]["kernel_launches"] > 0 and result["profile"]["top"]
 
 
 def _mixers(model: Any) -> dict[str, int]:

@@ -6,7 +6,8 @@ One process, in this order (each part can be left out):
 2. one :class:`~holodesk.policy.holotron.engine.StaticEngine` built as the policy builds it, then the
    measured runs through its ``run`` (:mod:`holodesk.bench.runs`): one screenshot per ``--sizes`` entry
    (stage ms, TTFA, decode ms/token, their floors and ratios, peak memory over the weights), cold prompts
-   with N screenshots (``--history``), an episode with incremental prefill (step N / step 1 TTFA);
+   with N screenshots (``--history``), an episode with incremental prefill (step N / step 1 TTFA), and with
+   ``--profile`` the GPU time per kernel of one step;
 3. the stock decoder (transformers' forward and cache) on a 1080p prompt, and the static decoder's
    agreement with it (:mod:`holodesk.bench.compare`);
 4. ``--product``: :meth:`HolotronPolicy.propose` at 1080p (:mod:`holodesk.bench.product`);
@@ -61,6 +62,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--no-floors", action="store_true", help="skip the copy and matmul floors")
     p.add_argument("--no-stock", action="store_true", help="skip the stock decoder baseline")
+    p.add_argument("--profile", action="store_true", help="GPU time per kernel over one 1080p step (CUDA only)")
     p.add_argument("--product", action="store_true", help="also run HolotronPolicy.propose at 1080p")
     p.add_argument("--product-repeats", type=int, default=2, help="cold one-screenshot propose() calls")
     p.add_argument("--product-steps", type=int, default=4, help="steps of the propose() episode")
@@ -125,9 +127,13 @@ def _header(args: argparse.Namespace, argv: list[str], device: torch.device, dty
             "checks_failed": []}
 
 
-def _engine_runs(loaded: LoadedHolotron, args: argparse.Namespace, result: dict[str, Any]) -> None:
-    """Build the engine, run the measured runs and the stock comparison into ``result``; returns the
-    reference reply for the quantised runs in ``result["_quant_ref"]`` (removed before output)."""
+def _engine_runs(loaded: LoadedHolotron, args: argparse.Namespace, result: dict[str, Any]) -> dict[str, Any] | None:
+    """Build the engine, run the measured runs and the stock comparison into ``result``.
+
+    Returns:
+        the static decoder's reply to the one-screenshot prompt (``compare.static_reference``), the
+        reference of the quantised runs; None when neither they nor the stock comparison were asked for.
+    """
     from holodesk.bench import compare, runs
     from holodesk.bench.floors import allocated, param_bytes
     from holodesk.policy.holotron.engine import StaticEngine
@@ -141,17 +147,19 @@ def _engine_runs(loaded: LoadedHolotron, args: argparse.Namespace, result: dict[
     engine = StaticEngine(fixed, max_len=runs.longest_prompt(loaded, args), eager=args.eager)
     result["engine_build_s"] = round(time.perf_counter() - t0, 2)
     result["engine"] = engine.describe()
-    result["memory_at_rest_over_weights_bytes"] = allocated(loaded.device) - weights["total"]
+    if loaded.device.type == "cuda":  # the CPU keeps no allocator statistics
+        result["memory_at_rest_over_weights_bytes"] = allocated(loaded.device) - weights["total"]
     print(f"engine ({result['engine_build_s']} s): {result['engine']}", flush=True)
     reference: dict[str, Any] | None = None
     try:
         result["frames"] = runs.frame_runs(engine, args, result["floors"], weights)
         result["history_cold"] = runs.history_runs(engine, args, weights)
         result.update(runs.episode_runs(engine, args, weights))
+        if args.profile and loaded.device.type == "cuda":
+            result["profile"] = runs.profile_step(engine, args)
         if not args.no_stock or args.quant:
             ids, images = compare.one_screenshot(fixed, args)
             reference = compare.static_reference(engine, ids, images, args.reply_tokens)
-            result["_quant_ref"] = reference
         if reference is not None and not args.no_stock:
             stock = compare.stock_baseline(engine, args, reference)
             result["stock"] = stock
@@ -161,6 +169,7 @@ def _engine_runs(loaded: LoadedHolotron, args: argparse.Namespace, result: dict[
             print(f"stock: {stock}; decode speed-up {result.get('decode_speedup_vs_stock')}x", flush=True)
     finally:
         del engine
+    return reference
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
@@ -182,14 +191,14 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         result["checks_failed"].append("Mamba-2 kernels are not live: " + "; ".join(loaded.kernels.get("reasons", [])))
     result["floors"] = {} if args.no_floors else measure_floors(device)
     print(f"floors: {result['floors']}", flush=True)
-    engine_parts = (args.sizes, args.history, args.episode_steps > 0, not args.no_stock, args.quant)
-    if any(engine_parts):
-        _engine_runs(loaded, args, result)
+    reference = None
+    if any((args.sizes, args.history, args.episode_steps > 0, not args.no_stock, args.quant, args.profile)):
+        reference = _engine_runs(loaded, args, result)
     _free(device)
-    reference = result.pop("_quant_ref", None)
     if args.product:
         from holodesk.bench.product import product_path
 
+        # last user of this model: closing the policy drops loaded.model
         result["product"] = product_path(loaded, args, param_bytes(loaded.model))
         result["checks_failed"] += result["product"]["checks_failed"]
         _free(device)

@@ -20,20 +20,14 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from holodesk.policy.holotron.runtime import sync
+
 if TYPE_CHECKING:
     import torch
 
     from holodesk.policy.holotron.loader import LoadedHolotron
 
 GiB = 1024**3
-
-
-def sync(device: torch.device) -> None:
-    """Wait for the device's queued work (nothing to wait for on the CPU)."""
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def median_ms(fn: Callable[[], object], device: torch.device, repeats: int, warmup: int = 1) -> float:

@@ -238,3 +238,33 @@ def episode_runs(engine: StaticEngine, args: argparse.Namespace, weights: dict[s
         print(f"episode: step {len(rows)} / step 1 TTFA {out['episode_last_over_first']}", flush=True)
     return out
 
+
+
+def profile_step(engine: StaticEngine, args: argparse.Namespace) -> dict[str, Any]:
+    """GPU time per kernel over one cold ``--history-size`` step after a warm-up (torch.profiler with CUPTI,
+    which also records the kernels a CUDA graph replay launches): GPU-busy microseconds, kernel launches and
+    the 25 kernels with the most time. Profiling slows the host, so its wall time is not a measurement."""
+    from torch.profiler import ProfilerActivity, profile
+
+    loaded = engine.loaded
+    pixels = random_frame(*size(args.history_size), seed=5)
+    ids, images = prompt_ids(loaded, [pixels], args, seed=5), prompt_images(loaded, [pixels])
+    for _ in range(2):  # the first run warms up, the second is profiled
+        engine.reset()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            timed_step(engine, ids, images, args.reply_tokens, 0)
+    engine.reset()
+    rows = []
+    for event in prof.key_averages():
+        us = float(getattr(event, "device_time_total", 0.0) or 0.0)
+        if us > 0 and event.count > 0:
+            rows.append({"kernel": event.key[:120], "calls": int(event.count), "us": round(us, 1)})
+    rows.sort(key=lambda r: -float(r["us"]))
+    out = {"prompt_tokens": len(ids), "reply_tokens": args.reply_tokens,
+           "gpu_busy_us": round(sum(float(r["us"]) for r in rows), 1),
+           "kernel_launches": sum(int(r["calls"]) for r in rows), "top": rows[:25]}
+    print(f"profile: {out['gpu_busy_us']} us GPU-busy, {out['kernel_launches']} kernel launches over one step of "
+          f"{len(ids)} prompt and {args.reply_tokens} reply tokens", flush=True)
+    for r in rows[:25]:
+        print(f"  {r['us']:10.1f} us  x{r['calls']:5d}  {r['kernel']}", flush=True)
+    return out
