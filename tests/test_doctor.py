@@ -109,3 +109,26 @@ def test_doctor_leaves_no_process_behind(make_xvfb: Any, tmp_path: Path) -> None
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     assert left == set()
+
+
+def test_kernel_section_shows_the_last_static_decoder_and_its_notes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The static decoder is built in the app's process; doctor, another process, shows what the last one
+    recorded at load: its set-up and every load-time fallback (notes)."""
+    pytest.importorskip("torch")
+    from holodesk.policy.holotron.kernels import record_decoder
+
+    monkeypatch.setattr(doctor, "CHECKS", [("Holotron kernels", doctor._kernels)])
+    monkeypatch.setenv("HOLODESK_CONFIG", str(tmp_path / "config.toml"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    section = doctor.collect(timeout_s=30)["Holotron kernels"]
+    assert section["static decoder at its last load"] == "none built on this machine yet"
+    record_decoder({"decoder": "static", "decode": "plain torch blocks, F.linear, eager",
+                    "notes": ["decode with compiled blocks failed at load (RuntimeError: boom); using plain torch"]})
+    last = doctor.collect(timeout_s=30)["Holotron kernels"]["static decoder at its last load"]
+    assert last["decode"] == "plain torch blocks, F.linear, eager" and last["recorded"]
+    assert last["notes"] == ["decode with compiled blocks failed at load (RuntimeError: boom); using plain torch"]
+    (tmp_path / "state" / "holodesk" / "holotron-decoder.json").write_text("{not json")
+    broken = doctor.collect(timeout_s=30)["Holotron kernels"]["static decoder at its last load"]
+    assert broken.startswith("its record could not be read")

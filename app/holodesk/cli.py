@@ -109,12 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return print_report(sys.stdout)
         if args.command == "bench":
-            from holodesk.policy.holotron.bench import main as bench_main
+            from holodesk.bench.cli import main as bench_main
 
             # the bench parses its own options (holodesk bench --help lists them)
             return int(bench_main([*unknown, *args.rest]) or 0)
         if args.command == "tiny-checkpoint":
-            from holodesk.policy.holotron.tiny import write_tiny_checkpoint
+            from holodesk.bench.tiny_checkpoint import write_tiny_checkpoint
 
             print(write_tiny_checkpoint(args.path, seed=args.seed))
             return EXIT_OK

@@ -140,6 +140,7 @@ def _local_fit() -> dict[str, Any]:
 def _kernels() -> dict[str, Any]:
     from holodesk.policy.holotron import kernel_report
     from holodesk.policy.holotron.engine import planned_decoder
+    from holodesk.policy.holotron.kernels import last_decoder
     from holodesk.settings import load_settings
 
     report = dict(kernel_report())
@@ -154,6 +155,13 @@ def _kernels() -> dict[str, Any]:
         report["decoder"] = f"unknown: the settings could not be read ({str(exc).splitlines()[0]})"
     else:
         report["decoder"] = planned_decoder(s.decoder, cuda=cuda, precision=s.precision)
+    try:
+        last = last_decoder()
+    except (OSError, ValueError) as exc:
+        report["static decoder at its last load"] = f"its record could not be read: {exc}"
+    else:  # the load-time fallbacks (notes) of the last static decoder built on this machine
+        report["static decoder at its last load"] = (
+            {**last, "notes": last.get("notes") or "none"} if last else "none built on this machine yet")
     return report
 
 

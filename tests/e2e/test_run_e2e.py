@@ -175,7 +175,7 @@ def test_local_tiny_holotron_acts_on_the_screen(desktop: Desktop, tmp_path: Path
     """`holodesk run --model <tiny checkpoint>`: a random Holotron-shaped checkpoint in the published
     layout, loaded through the public loader on the CPU. Constrained decoding makes each reply a valid
     action, and the actions it chose are performed on the real screen."""
-    from holodesk.policy.holotron.tiny import write_tiny_checkpoint
+    from holodesk.bench.tiny_checkpoint import write_tiny_checkpoint
 
     # Seed 6's random weights choose clicks on this screen (seeds 0, 1, 4, 5 answer at once; 2 waits,
     # 3 scrolls, 7 drags): the test needs pointer actions to check they really happened.

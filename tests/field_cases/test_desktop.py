@@ -238,7 +238,7 @@ def test_F19_local_model_needs_no_secret_at_all(tmp_path: Path) -> None:
     home.mkdir()
     script = textwrap.dedent(f"""
         import sys
-        from holodesk.policy.holotron.tiny import write_tiny_checkpoint
+        from holodesk.bench.tiny_checkpoint import write_tiny_checkpoint
         from holodesk.session.factory import build_policy
         from holodesk.settings import load_settings
         path = write_tiny_checkpoint({str(tmp_path / "tiny")!r}, seed=0)

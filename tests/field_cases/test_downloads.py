@@ -427,7 +427,7 @@ def test_F30_loader_downloads_through_the_manager_and_falls_back_to_the_cache(
         hub: LoopbackHub, cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     from huggingface_hub import constants
 
-    from holodesk.policy.holotron.loader import resolve_source
+    from holodesk.policy.download import resolve_source
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
     stages: list[tuple[str, float | None]] = []
@@ -458,9 +458,9 @@ def test_F30_bad_cached_file_at_load_time_says_how_to_repair_it(
     load fail with the repair in the message; ``holodesk download`` then checks and re-fetches it."""
     from huggingface_hub import constants
 
+    from holodesk.bench.tiny_checkpoint import write_tiny_checkpoint
     from holodesk.errors import ModelLoadError
     from holodesk.policy.holotron.loader import load_holotron
-    from holodesk.policy.holotron.tiny import write_tiny_checkpoint
 
     tiny = write_tiny_checkpoint(tmp_path / "tiny", seed=0)
     hub.add_repo("owner/tiny", {p.name: p.read_bytes() for p in tiny.iterdir() if p.is_file()})

@@ -171,8 +171,8 @@ def tiny_holotron(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The real local policy on a tiny random Holotron-shaped checkpoint, on the CPU. Strings in the
     constrained reply are capped so that random weights still produce a complete JSON reply."""
     pytest.importorskip("torch")
+    from holodesk.bench.tiny_checkpoint import write_tiny_checkpoint
     from holodesk.policy.holotron.policy import HolotronPolicy
-    from holodesk.policy.holotron.tiny import write_tiny_checkpoint
 
     path = write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-holotron") / "ckpt", seed=0)
     policy = HolotronPolicy.load(str(path), max_images=3, device="cpu", max_string_chars=8, max_new_tokens=256)

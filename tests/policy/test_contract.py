@@ -164,8 +164,8 @@ def test_golden_local_prompt_of_a_three_step_episode(tiny_loaded_module: Any) ->
 @pytest.fixture(scope="module")
 def tiny_loaded_module(tmp_path_factory: pytest.TempPathFactory) -> Any:
     pytest.importorskip("torch")
+    from holodesk.bench.tiny_checkpoint import write_tiny_checkpoint
     from holodesk.policy.holotron.loader import load_holotron
-    from holodesk.policy.holotron.tiny import write_tiny_checkpoint
 
     folder = write_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "t", seed=0, shards=1)
     return load_holotron(folder, dtype="float32", device="cpu")

@@ -42,6 +42,7 @@ import errno
 import hashlib
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -968,6 +969,77 @@ def cached_snapshot(repo_id: str, *, revision: str = "main", cache_dir: str | Pa
                                           allow_patterns=list(patterns), local_files_only=True)))
     except Exception:
         return None
+
+
+REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+"""A Hugging Face repo id, ``owner/name``."""
+
+
+def resolve_source(source: str | Path, *, progress: Callable[[str, float | None], None] | None = None,
+                   download: bool = True, cancel: threading.Event | None = None) -> Path:
+    """Turn a checkpoint source (a folder, or a hub repo id) into a local folder.
+
+    A path that exists is used as is. Otherwise ``owner/name`` is treated as a Hugging Face repo id and
+    fetched by :func:`download_model` (safetensors, configs, tokenizer files;
+    resumed, sha256-checked, ``progress("Downloading owner/name: 1.2 GB of 25.0 GB ...", fraction)``,
+    stopped by ``cancel``); when the hub is unreachable, stuck or failing, a complete cached copy is used
+    instead. With ``download=False`` only the cache is looked at.
+
+    Raises:
+        ModelLoadError: when the path does not exist and is not a repo id, or (``download=False``) when
+            the repo is not cached.
+        DownloadError: (a ModelLoadError) when the download fails and no cached copy exists, or when the
+            repo id, its access or the disk is the problem; its ``advice`` says what to do.
+    """
+    path = Path(source).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ModelLoadError(f"{path} is a file; give the checkpoint folder")
+        return path
+    text = str(source)
+    if not REPO_ID.match(text):
+        raise ModelLoadError(
+            f"checkpoint {text!r} is neither an existing folder nor a Hugging Face repo id (owner/name)"
+        )
+    try:
+        import huggingface_hub  # noqa: F401 - the transport of this module
+    except ImportError:
+        raise ModelLoadError(
+            "huggingface_hub is not installed, so a repo id cannot be downloaded",
+            hint="Install holodesk[local] or give a local checkpoint folder.",
+        ) from None
+    if not download:
+        cached = cached_snapshot(text)
+        if cached is None:
+            raise ModelLoadError(
+                f"checkpoint {text} is not on this machine, and it is not downloaded for a machine without a "
+                "CUDA GPU (about 25 GB of weights that would run far too slowly on the CPU)",
+                hint=("Give a local checkpoint folder to run on the CPU anyway." + no_gpu_advice()).strip(),
+            )
+        return cached
+    try:
+        result = download_model(
+            text,
+            progress=(lambda p: progress(p.describe(), p.fraction)) if progress is not None else None,
+            cancel=cancel,
+            token=hub_token(),
+        )
+        return result.folder
+    except DownloadError as exc:
+        cached = cached_snapshot(text) if exc.kind in ("offline", "server", "stalled", "unstable") else None
+        if cached is None:
+            raise
+        log.warning("%s; using the cached copy of %s", exc.message, text)
+        return cached
+
+
+def no_gpu_advice() -> str:
+    """A sentence for load errors on machines without an NVIDIA GPU (no ``nvidia-smi``), where the local
+    Holotron-12B cannot be used in practice and a remote server is the way; empty where a GPU exists."""
+    if shutil.which("nvidia-smi"):
+        return ""
+    return (" No NVIDIA GPU was found on this machine, and Holotron-12B needs one to run at a usable speed: "
+            "use a remote server instead (Settings > Endpoint, or holodesk run --endpoint URL --model NAME).")
 
 
 def cache_repair_advice(folder: Path) -> str:

@@ -1,22 +1,35 @@
 #!/usr/bin/env bash
-# Re-run of the Holotron runtime on the lent H200 after the "real desktops" round (agent contract prompt,
-# checkpoint files, download hook): every GPU test, the bench at 1080p and the product path (propose() with
-# the default protocol). Run from the repo root on the GPU machine with the carried wheels in .whl4
-# (transformers 5.23.0, xgrammar 0.2.8 and its pydantic / tvm-ffi needs, the mamba-ssm 2.3.2.post1 sdist).
-#   bash docs/bench/desktops/gpu-session.sh [OUT]
+# The Holotron runtime on the lent H200: every GPU test, then ONE bench call (floors, 1080p step, history 1 and 8,
+# an 8-step episode, and the product path: HolotronPolicy.propose at 1080p). Run from the repo root on the GPU
+# machine with the carried wheels in .whl4 (transformers 5.23.0, xgrammar 0.2.8 and its pydantic / tvm-ffi needs,
+# the mamba-ssm 2.3.2.post1 sdist) and, for PARTS=quant, .whlq (bitsandbytes).
+#   bash docs/bench/desktops/gpu-session.sh [OUT] [PARTS]    PARTS: comma list of tests, bench, quant (default tests,bench)
+# Each part stays under 9 minutes; on a lent machine with a 10-minute limit per command, run one part per call.
 set -u
 out=${1:-${OUT:-/tmp/holodesk-bench}}
+part=${2:-tests,bench}
 mkdir -p "$out"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl4/*.whl 2>/dev/null || exit 1
+if [ -d .whlq ] && ls .whlq/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whlq/*.whl || exit 1
+fi
 MAMBA_SKIP_CUDA_BUILD=TRUE MAMBA_FORCE_BUILD=TRUE python3 -m pip install -q --no-index --no-deps \
     --no-build-isolation --target /tmp/site .whl4/mamba_ssm-*.tar.gz >/dev/null 2>&1 || exit 1
 export PYTHONPATH=/tmp/site:app PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv,noheader
-timeout 400 python3 -m pytest -q -p no:cacheprovider -m gpu tests/policy/holotron -W ignore 2>&1 \
-    | grep -v "warnings.warn\|UserWarning" | tail -15 | tee "$out/gpu-tests.log"
-timeout 300 python3 -c 'import sys; from holodesk.policy.holotron.bench import main; sys.exit(main(sys.argv[1:]))' \
-    --sizes 1920x1080 --history 1,8 --episode-steps 8 --episode-repeats 2 --repeats 2 --no-stock \
-    --json "$out/bench.json" 2>&1 | grep -v "Warning\|warn(" | tee "$out/bench.log"
-timeout 200 python3 -m holodesk.policy.holotron.fullsize --repeats 2 --episode-steps 4 --max-new-tokens 1024 \
-    --out "$out/product.json" > "$out/product.log" 2>&1
-grep -v "^ \|^{\|^}\|Warning\|warn(" "$out/product.log" | tail -40
+bench() {  # bench SECONDS ARGS: holodesk bench ARGS under a time limit (no console script on the GPU machine)
+    timeout "$1" python3 -c 'import sys; from holodesk.bench.cli import main; sys.exit(main(sys.argv[1:]))' "${@:2}"
+}
+case ,$part, in *,tests,*)
+    timeout 540 python3 -m pytest -q -p no:cacheprovider -m gpu tests/policy/holotron tests/bench -W ignore 2>&1 \
+        | grep -v "warnings.warn\|UserWarning" | tail -15 | tee "$out/gpu-tests.log"
+esac
+case ,$part, in *,bench,*)
+    bench 540 --sizes 1920x1080 --history 1,8 --episode-steps 8 --episode-repeats 2 --repeats 2 --no-stock \
+        --profile --product --product-repeats 2 --product-steps 4 --json "$out/bench.json" 2>&1 \
+        | grep -v "Warning\|warn(" | cut -c1-600 | tee "$out/bench.log"
+esac
+case ,$part, in *,quant,*)
+    bench 300 --sizes '' --history '' --episode-steps 0 --no-floors --no-stock --quant 8bit,4bit --json "$out/quant.json" 2>&1 \
+        | grep -v "Warning\|warn(" | cut -c1-600 | tee "$out/quant.log"
+esac

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from holodesk.policy.holotron.kernels import prepare_kernels
 
-# Test modules of this folder import transformers' NemotronH at collection time (test_fast_decode.py,
-# test_prefill_ops.py). transformers picks its Mamba-2 kernels once, at that import: without the
+# Test modules of this folder import transformers' NemotronH at collection time (test_decoder.py,
+# test_ops_prefill.py). transformers picks its Mamba-2 kernels once, at that import: without the
 # selective_scan_cuda placeholder in place first it silently takes the torch fallback for the whole
 # session, and test_gpu_kernels_live failed whenever those modules were collected before it.
 prepare_kernels()
@@ -24,9 +26,22 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Engines built here record their set-up for doctor (kernels.record_decoder): into a temporary
+    XDG state folder, not the user's."""
+    old = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    yield
+    if old is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = old
+
+
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from holodesk.policy.holotron.tiny import write_tiny_checkpoint
+    from holodesk.bench.tiny_checkpoint import write_tiny_checkpoint
 
     return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "holotron-tiny", seed=0)
 

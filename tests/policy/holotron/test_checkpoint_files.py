@@ -18,11 +18,12 @@ from typing import Any
 import pytest
 
 from holodesk import doctor
+from holodesk.bench.model import FULL, STAND_IN_IDS, full_size_config, full_size_shapes
+from holodesk.bench.tiny_checkpoint import SPECIAL_TOKENS
 from holodesk.errors import ModelLoadError
-from holodesk.policy.holotron.checkpoint import checkpoint_info, read_checkpoint, translate_config
-from holodesk.policy.holotron.fullsize import FULL, STAND_IN_IDS, full_size_config, full_size_shapes
+from holodesk.policy.holotron.checkpoint import block_counts, checkpoint_info, read_checkpoint
+from holodesk.policy.holotron.hf_config import translate_config
 from holodesk.policy.holotron.loader import inspect_checkpoint, load_holotron
-from holodesk.policy.holotron.tiny import SPECIAL_TOKENS
 
 TINY_PATTERN = "M-M*-"  # write_tiny_checkpoint's default
 REMOTE_NAMES = {"M": "mamba", "*": "attention", "-": "moe"}  # what newer remote configs write
@@ -61,7 +62,7 @@ def test_layer_types_with_moe_do_not_turn_mlp_blocks_into_moe(copy: Path, caplog
     assert kinds == Counter({"NemotronHMamba2Mixer": 2, "NemotronHAttention": 1, "NemotronHMLP": 2}), kinds
     assert loaded.model.config.text_config.layers_block_type == [
         "linear_attention", "mlp", "linear_attention", "full_attention", "mlp"]
-    assert loaded.info.block_counts() == {"Mamba-2": 2, "attention": 1, "MLP": 2}
+    assert block_counts(loaded.info.block_pattern) == {"Mamba-2": 2, "attention": 1, "MLP": 2}
     said = [n for n in loaded.notes if "layer_types" in n]
     assert len(said) == 1 and "2 MoE" in said[0] and "the pattern is used" in said[0]
     assert any("layer_types" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
@@ -71,7 +72,7 @@ def test_the_12b_pattern_wins_over_layer_types_with_28_mlp_blocks() -> None:
     raw = full_size_config(STAND_IN_IDS["image"], STAND_IN_IDS["eos"], STAND_IN_IDS["bos"], STAND_IN_IDS["pad"])
     raw["llm_config"]["layer_types"] = [REMOTE_NAMES[ch] for ch in FULL["pattern"]]
     info = checkpoint_info(Path("no-such-folder"), raw, (), full_size_shapes(raw))
-    assert info.block_counts() == {"Mamba-2": 28, "attention": 6, "MLP": 28}
+    assert block_counts(info.block_pattern) == {"Mamba-2": 28, "attention": 6, "MLP": 28}
     built = Counter(translate_config(info).text_config.layers_block_type)
     assert built == Counter({"linear_attention": 28, "full_attention": 6, "mlp": 28})
     assert "moe" not in built
@@ -101,7 +102,7 @@ def test_block_types_that_contradict_the_weights_fail_naming_the_block(copy: Pat
 def test_agreeing_files_give_no_notes(tiny_dir: Path) -> None:
     info = read_checkpoint(tiny_dir)
     assert info.notes == ()
-    assert info.block_counts() == {"Mamba-2": 2, "attention": 1, "MLP": 2}
+    assert block_counts(info.block_pattern) == {"Mamba-2": 2, "attention": 1, "MLP": 2}
 
 
 # -- preprocessor_config.json -------------------------------------------------------------------------

@@ -12,11 +12,12 @@ import pytest
 import torch
 
 from holodesk.errors import ModelLoadError
-from holodesk.policy.holotron.checkpoint import read_checkpoint, translate_config
+from holodesk.policy.holotron.checkpoint import read_checkpoint
+from holodesk.policy.holotron.hf_config import translate_config
 from holodesk.policy.holotron.loader import load_holotron
 from holodesk.policy.holotron.prompt import tokenize_prompt
-from holodesk.policy.holotron.runtime import full_logits
-from holodesk.policy.holotron.tiling import preprocess_pixels
+from holodesk.policy.holotron.tiling import plan_tiling, preprocess_pixels
+from tests.helpers.holotron_reference import stock_logits
 
 # The published -> native key layout, written here from docs/holotron.md independently of
 # transformers' conversion_mapping.py (which the loader uses).
@@ -78,7 +79,7 @@ def test_logits_match_native_reference(tiny_dir: Path, tiny_loaded) -> None:  # 
         img_end_id=loaded.img_end_id,
         image_token_id=loaded.image_token_id,
     )
-    ours = full_logits(loaded, ids, [image])
+    ours = stock_logits(loaded, ids, [image])
 
     # reference: native modules built from the translated config, weights by our own renaming
     config = translate_config(read_checkpoint(tiny_dir), attn_implementation="eager")
@@ -88,10 +89,11 @@ def test_logits_match_native_reference(tiny_dir: Path, tiny_loaded) -> None:  # 
     assert {k for k in missing if ".layer_scale" not in k} == {"vision_model.embeddings.video_patch_projection.weight"}
     assert unexpected == []
     raw = json.loads((tiny_dir / "config.json").read_text())
-    tiles, grid = preprocess_pixels(image, mean=raw["norm_mean"], std=raw["norm_std"],
-                                    max_tiles=raw["max_num_tiles"], tile_size=raw["force_image_size"],
-                                    use_thumbnail=raw["use_thumbnail"])
-    assert grid == (2, 1) and tiles.shape == (3, 3, 512, 512)
+    tiling = plan_tiling(1280, 720, raw["max_num_tiles"], tile_size=raw["force_image_size"],
+                         use_thumbnail=raw["use_thumbnail"])
+    tiles = preprocess_pixels(image, tiling, mean=raw["norm_mean"], std=raw["norm_std"],
+                              tile_size=raw["force_image_size"])
+    assert (tiling.cols, tiling.rows) == (2, 1) and tiles.shape == (3, 3, 512, 512)
     with torch.inference_mode():
         feats = ref.vision_model(tiles).features  # (3, 1024, 32)
         feats = _pixel_shuffle(feats.reshape(3, 32, 32, -1)).reshape(3, 256, -1)
@@ -265,3 +267,42 @@ def test_progress_callback(tiny_dir: Path) -> None:
     stages: list[str] = []
     load_holotron(tiny_dir, dtype="float32", device="cpu", progress=lambda stage, frac: stages.append(stage))
     assert stages[0] == "reading checkpoint" and stages[-1] == "ready"
+
+
+def _attention_mixers(model) -> list:  # type: ignore[no-untyped-def]
+    return [m for m in model.language_model.modules() if hasattr(m, "q_proj")]
+
+
+def test_qkv_weights_share_one_buffer_and_the_stock_forward_is_unchanged(tiny_loaded) -> None:  # type: ignore[no-untyped-def]
+    """The loader lays out each attention layer's q/k/v weights as consecutive rows of one buffer: the
+    decoder finds that buffer, and transformers' forward gives bit-identical logits with or without it."""
+    import copy
+
+    from holodesk.policy.holotron.blocks import fused_qkv_weight
+    from holodesk.policy.holotron.loader import lay_out_qkv
+
+    mixers = _attention_mixers(tiny_loaded.model)
+    assert mixers
+    for mixer in mixers:
+        q, k, v = mixer.q_proj.weight, mixer.k_proj.weight, mixer.v_proj.weight
+        assert isinstance(q, torch.nn.Parameter) and type(mixer.q_proj) is torch.nn.Linear
+        assert k.data_ptr() == q.data_ptr() + q.nbytes and v.data_ptr() == k.data_ptr() + k.nbytes
+        fused = fused_qkv_weight(mixer)
+        assert fused is not None and torch.equal(fused, torch.cat([q, k, v]))
+
+    separate = copy.deepcopy(tiny_loaded.model)  # the same weights in three tensors, as transformers loads them
+    for mixer in _attention_mixers(separate):
+        for proj in (mixer.q_proj, mixer.k_proj, mixer.v_proj):
+            proj.weight.data = proj.weight.data.clone()
+        assert fused_qkv_weight(mixer) is None
+    ids = torch.tensor([list(range(3, 90))])
+
+    def logits(model) -> torch.Tensor:  # type: ignore[no-untyped-def]
+        with torch.inference_mode():
+            return model.language_model(input_ids=ids, use_cache=False).logits
+
+    reference = logits(separate)
+    assert torch.equal(logits(tiny_loaded.model), reference)
+    assert lay_out_qkv(separate) == len(mixers)
+    assert torch.equal(logits(separate), reference)
+    assert all(fused_qkv_weight(m) is not None for m in _attention_mixers(separate))

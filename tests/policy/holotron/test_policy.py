@@ -76,8 +76,8 @@ def _fail_first_calls(monkeypatch: pytest.MonkeyPatch, policy: HolotronPolicy, f
         target: object = runtime
         name = "generate"
     else:
-        real = policy.engine.static.prefill
-        target = policy.engine.static
+        real = policy.engine.decoder.prefill
+        target = policy.engine.decoder
         name = "prefill"
 
     def flaky(*args, **kw):  # type: ignore[no-untyped-def]
@@ -151,7 +151,7 @@ def test_package_imports_without_torch() -> None:
 
 def test_tiny_cli(tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "holodesk.policy.holotron.tiny", str(tmp_path / "ck")],
+        [sys.executable, "-m", "holodesk.bench.tiny_checkpoint", str(tmp_path / "ck")],
         capture_output=True, text=True, check=False,
     )
     assert out.returncode == 0, out.stderr
@@ -199,24 +199,25 @@ def test_gpu_logits_match_cpu_reference(tiny_dir: Path) -> None:
     import subprocess as sp
 
     from holodesk.policy.holotron.loader import load_holotron
-    from holodesk.policy.holotron.runtime import full_logits
+    from tests.helpers.holotron_reference import stock_logits
 
     image = np.random.default_rng(5).integers(0, 256, (720, 1280, 3), dtype=np.uint8)
     ids = [3, 4] + [6] + [8] * 768 + [7] + list(range(20, 60)) * 8 + [4]
-    gpu_logits = full_logits(load_holotron(tiny_dir, dtype="float32", device="cuda"), ids, [image]).cpu()
+    gpu_logits = stock_logits(load_holotron(tiny_dir, dtype="float32", device="cuda"), ids, [image]).cpu()
     # the CPU reference runs in a process without mamba-ssm (its Triton kernels cannot take CPU tensors)
     script = (
         "import sys, numpy as np, torch\n"
         "sys.modules['mamba_ssm'] = None\n"
         "torch.set_num_threads(4)\n"
         "from holodesk.policy.holotron.loader import load_holotron\n"
-        "from holodesk.policy.holotron.runtime import full_logits\n"
+        "from tests.helpers.holotron_reference import stock_logits\n"
         f"image = np.random.default_rng(5).integers(0, 256, (720, 1280, 3), dtype=np.uint8)\n"
-        f"l = full_logits(load_holotron({str(tiny_dir)!r}, dtype='float32', device='cpu'), {ids!r}, [image])\n"
+        f"l = stock_logits(load_holotron({str(tiny_dir)!r}, dtype='float32', device='cpu'), {ids!r}, [image])\n"
         "torch.save(l, sys.argv[1])\n"
     )
     target = tiny_dir.parent / "cpu_logits.pt"
-    sp.run([sys.executable, "-c", script, str(target)], check=True, capture_output=True)
+    sp.run([sys.executable, "-c", script, str(target)], check=True, capture_output=True,
+           cwd=Path(__file__).resolve().parents[3])  # the repository root, where tests.helpers is found
     cpu_logits = torch.load(target)
     rel = (gpu_logits - cpu_logits).norm() / cpu_logits.norm()
     assert rel.item() < 1e-3, rel.item()

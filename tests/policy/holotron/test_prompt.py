@@ -51,8 +51,8 @@ def test_layout_and_reasoning_switch() -> None:
 
 
 def test_fallback_used_without_template(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from holodesk.bench.tiny_checkpoint import write_tiny_checkpoint
     from holodesk.policy.holotron.loader import load_tokenizer
-    from holodesk.policy.holotron.tiny import write_tiny_checkpoint
 
     folder = write_tiny_checkpoint(tmp_path / "t", chat_template=False, shards=1)
     tok = load_tokenizer(folder)
@@ -155,9 +155,9 @@ def test_a_template_for_plain_strings_gets_the_string_form_and_it_is_reported(ca
 
 
 def test_fallback_without_template_starts_with_bos(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from holodesk.bench.tiny_checkpoint import write_tiny_checkpoint
     from holodesk.policy.holotron.loader import load_tokenizer
     from holodesk.policy.holotron.prompt import render_prompt, special_token_strings
-    from holodesk.policy.holotron.tiny import write_tiny_checkpoint
 
     tok = load_tokenizer(write_tiny_checkpoint(tmp_path / "t", chat_template=False, shards=1))
     a, b = _frame(), _frame(32, 32)

@@ -1,4 +1,5 @@
-"""tile_grid and token counts against docs/holotron.md's worked values, plus a property test of the rule."""
+"""tile_grid, plan_tiling and token counts against the worked values of InternVL's rule, plus a property test
+of the rule."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from holodesk.policy.holotron import image_tiles, image_token_count, tile_grid
+from holodesk.policy.holotron.tiling import Tiling, plan_tiling
 
 WORKED = [
-    # (width, height, (cols, rows), tiles incl. thumbnail)  -- docs/holotron.md, "Worked values"
+    # (width, height, (cols, rows), tiles incl. thumbnail)
     (1920, 1080, (4, 2), 9),
     (2560, 1440, (4, 2), 9),
     (3840, 2160, (4, 2), 9),
@@ -28,6 +30,7 @@ def test_worked_values(width: int, height: int, grid: tuple[int, int], tiles: in
     assert tile_grid(width, height) == grid
     assert image_tiles(width, height) == tiles
     assert image_token_count(width, height) == 256 * tiles
+    assert plan_tiling(width, height) == Tiling(grid[0], grid[1], tiles, 256 * tiles)
 
 
 def test_1080p_is_2304_tokens() -> None:

@@ -1,13 +1,13 @@
-"""In-process Holotron-12B runtime: native transformers classes, no remote code.
+"""In-process Holotron-12B runtime: native transformers classes, no remote code (docs/holotron-runtime.md).
 
 Importing this package needs neither torch nor transformers; they are imported when a model is loaded.
 
 Public API:
 
-* :func:`tile_grid`, :func:`image_tiles`, :func:`image_token_count` — the tiling rule (pure Python).
+* :func:`plan_tiling` (and :func:`tile_grid`, :func:`image_tiles`, :func:`image_token_count`) — the tiling
+  rule, pure Python.
 * :class:`HolotronPolicy` — ``HolotronPolicy.load(source, ...)`` then ``propose(observation)``.
 * :func:`kernel_report` — which Mamba-2 / conv1d kernels transformers' NemotronH will use, and why.
-* :func:`write_tiny_checkpoint` — a tiny random checkpoint in the published layout (tests, demos).
 """
 
 from __future__ import annotations
@@ -18,33 +18,21 @@ from holodesk.policy.holotron.tiling import (
     MAX_TILES,
     TILE_SIZE,
     TOKENS_PER_TILE,
+    Tiling,
     image_tiles,
     image_token_count,
+    plan_tiling,
     tile_grid,
 )
 
 if TYPE_CHECKING:
     from holodesk.policy.holotron.kernels import kernel_report
     from holodesk.policy.holotron.policy import HolotronPolicy
-    from holodesk.policy.holotron.tiny import write_tiny_checkpoint
 
-__all__ = [
-    "MAX_TILES",
-    "TILE_SIZE",
-    "TOKENS_PER_TILE",
-    "HolotronPolicy",
-    "image_tiles",
-    "image_token_count",
-    "kernel_report",
-    "tile_grid",
-    "write_tiny_checkpoint",
-]
+__all__ = ["MAX_TILES", "TILE_SIZE", "TOKENS_PER_TILE", "HolotronPolicy", "Tiling", "image_tiles", "image_token_count",
+           "kernel_report", "plan_tiling", "tile_grid"]
 
-_LAZY = {
-    "HolotronPolicy": "holodesk.policy.holotron.policy",
-    "kernel_report": "holodesk.policy.holotron.kernels",
-    "write_tiny_checkpoint": "holodesk.policy.holotron.tiny",
-}
+_LAZY = {"HolotronPolicy": "holodesk.policy.holotron.policy", "kernel_report": "holodesk.policy.holotron.kernels"}
 
 
 def __getattr__(name: str) -> Any:

@@ -1,15 +1,14 @@
-"""Which Mamba-2 / conv1d kernels transformers' NemotronH uses, and why (for ``holodesk doctor``).
+"""What ``holodesk doctor`` shows about the local runtime: which Mamba-2 / conv1d kernels transformers'
+NemotronH uses and why (:func:`kernel_report`), and how the static decoder was set up at its last load
+(:func:`record_decoder`, :func:`last_decoder`).
 
-transformers decides at the import of ``transformers.models.nemotron_h.modeling_nemotron_h``: each of
-``mamba_chunk_scan_combined``, ``selective_state_update`` (package ``mamba_ssm``) and ``causal_conv1d_fn``
-/ ``causal_conv1d_update`` (package ``causal_conv1d``) is taken from its package when the import works,
-and otherwise silently replaced by a torch reference (correct, much slower: a 1080p prefill takes
-2.3-3.1 s instead of 147 ms on an H200 and needs 22 GiB more memory, docs/holotron.md).
-
-The Triton-only mamba-ssm build (``MAMBA_SKIP_CUDA_BUILD=TRUE``, the only one that installs offline)
-lacks the Mamba-1 extension ``selective_scan_cuda`` that ``import mamba_ssm`` needs. Mamba-2 never
-calls it, so :func:`prepare_kernels` registers an empty placeholder module under that name before
-transformers imports mamba_ssm (the workaround documented in docs/holotron.md).
+transformers decides at the import of ``modeling_nemotron_h``: each of ``mamba_chunk_scan_combined``,
+``selective_state_update`` (package ``mamba_ssm``), ``causal_conv1d_fn`` / ``causal_conv1d_update``
+(package ``causal_conv1d``) comes from its package when the import works, else from a torch reference
+(correct, much slower: a 1080p prefill takes 2.3-3.1 s instead of 147 ms on an H200, docs/benchmarks.md).
+The Triton-only mamba-ssm build (the one that installs offline) lacks the Mamba-1 extension
+``selective_scan_cuda`` that ``import mamba_ssm`` needs; Mamba-2 never calls it, so :func:`prepare_kernels`
+registers an empty placeholder module under that name before transformers imports mamba_ssm.
 """
 
 from __future__ import annotations
@@ -17,137 +16,113 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import json
+import logging
 import sys
+import time
 import types
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+log = logging.getLogger(__name__)
+
 _NEMOTRON_MODULE = "transformers.models.nemotron_h.modeling_nemotron_h"
-_PLACEHOLDER_ATTR = "__holodesk_placeholder__"
-
-# transformers' wrapper name -> (package, kernel function) it tries, per its hub_kernels mapping.
-_FUNCTIONS = {
-    "mamba2_chunk_scan": ("mamba_ssm", "mamba_chunk_scan_combined"),
-    "mamba2_selective_state_update": ("mamba_ssm", "selective_state_update"),
-    "causal_conv1d_fn": ("causal_conv1d", "causal_conv1d_fn"),
-    "causal_conv1d_update": ("causal_conv1d", "causal_conv1d_update"),
+_FUNCTIONS = {  # transformers' wrapper name -> the kernel function it tries (hub_kernels mapping)
+    "mamba2_chunk_scan": "mamba_chunk_scan_combined", "mamba2_selective_state_update": "selective_state_update",
+    "causal_conv1d_fn": "causal_conv1d_fn", "causal_conv1d_update": "causal_conv1d_update",
 }
-
-_state: dict[str, Any] = {"placeholder": False, "prepared_before_import": None}
-
-
-def _dist_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+_DISTRIBUTIONS = {"mamba_ssm": "mamba-ssm", "causal_conv1d": "causal-conv1d"}
+_state: dict[str, bool | None] = {"placeholder": False, "prepared_before_import": None}
 
 
 def prepare_kernels() -> None:
     """Make the Triton-only mamba-ssm importable; call before transformers' NemotronH is imported.
 
     When ``mamba_ssm`` is installed and ``selective_scan_cuda`` is not importable, an empty module is
-    registered under that name (marked as a placeholder so :func:`kernel_report` can say so). Does
-    nothing when mamba-ssm is absent or complete. Idempotent; never raises.
+    registered under that name. Does nothing when mamba-ssm is absent or complete. Idempotent; never raises.
     """
     if _state["prepared_before_import"] is None:
         _state["prepared_before_import"] = _NEMOTRON_MODULE not in sys.modules
     try:
-        if importlib.util.find_spec("mamba_ssm") is None:
-            return
-        if "selective_scan_cuda" in sys.modules:
-            return
-        if importlib.util.find_spec("selective_scan_cuda") is not None:
+        if (importlib.util.find_spec("mamba_ssm") is None or "selective_scan_cuda" in sys.modules
+                or importlib.util.find_spec("selective_scan_cuda") is not None):
             return
     except (ImportError, ValueError):
         return
     placeholder = types.ModuleType("selective_scan_cuda")
-    placeholder.__doc__ = (
-        "Placeholder registered by holodesk: the Triton-only mamba-ssm build has no Mamba-1 CUDA "
-        "extension, which Mamba-2 (NemotronH) never calls."
-    )
-    setattr(placeholder, _PLACEHOLDER_ATTR, True)
+    placeholder.__doc__ = "Placeholder registered by holodesk: Mamba-2 (NemotronH) never calls this extension."
     sys.modules["selective_scan_cuda"] = placeholder
     _state["placeholder"] = True
 
 
-def _find_dispatch(fn: Any) -> tuple[Any, Any] | None:
-    """Find (implementation, torch_function) in the closure of transformers' fallback wrapper.
-
-    ``use_kernel_func_from_hub_with_fallback`` (transformers.integrations.hub_kernels) closes over both;
-    the implementation is the torch function itself when the package import failed.
-    """
+def _dispatch(fn: Callable[..., object]) -> tuple[object, object] | None:
+    """(implementation, torch_function) from the closures of transformers' fallback wrapper
+    (``hub_kernels.use_kernel_func_from_hub_with_fallback``), or None when they cannot be found."""
     seen: set[int] = set()
-    todo = [fn]
+    todo: list[object] = [fn]
     while todo:
         current = todo.pop()
-        if id(current) in seen or not callable(current):
+        code, closure = getattr(current, "__code__", None), getattr(current, "__closure__", None)
+        if id(current) in seen or code is None or not closure:
             continue
         seen.add(id(current))
-        code = getattr(current, "__code__", None)
-        closure = getattr(current, "__closure__", None)
-        if code is not None and closure:
-            cells = dict(zip(code.co_freevars, closure, strict=False))
+        cells = dict(zip(code.co_freevars, closure, strict=False))
+        try:
             if "implementation" in cells and "torch_function" in cells:
-                try:
-                    return cells["implementation"].cell_contents, cells["torch_function"].cell_contents
-                except ValueError:
-                    return None
-            for cell in closure:
-                try:
-                    todo.append(cell.cell_contents)
-                except ValueError:
-                    continue
-        wrapped = getattr(current, "__wrapped__", None)
-        if wrapped is not None:
-            todo.append(wrapped)
+                return cells["implementation"].cell_contents, cells["torch_function"].cell_contents
+            todo.extend(cell.cell_contents for cell in closure if callable(cell.cell_contents))
+        except ValueError:  # an empty cell
+            continue
     return None
 
 
-def _package_status(package: str) -> dict[str, Any]:
-    dist = {"mamba_ssm": "mamba-ssm", "causal_conv1d": "causal-conv1d"}[package]
-    status: dict[str, Any] = {"installed": False, "version": _dist_version(dist), "import_error": None}
+def _package(package: str) -> dict[str, Any]:
+    """``installed``, ``version`` and ``import_error`` (None when it imports) of one kernel package."""
+    dist = _DISTRIBUTIONS[package]
+    try:
+        version: str | None = importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        version = None
     if importlib.util.find_spec(package) is None:
-        status["import_error"] = f"{dist} is not installed"
-        return status
-    status["installed"] = True
+        return {"installed": False, "version": version, "import_error": f"{dist} is not installed"}
     try:
         importlib.import_module(package)
     except Exception as exc:  # any import failure is what we report
-        status["import_error"] = f"{type(exc).__name__}: {exc}"
-    return status
+        return {"installed": True, "version": version, "import_error": f"{type(exc).__name__}: {exc}"}
+    return {"installed": True, "version": version, "import_error": None}
+
+
+def _function(module: object, wrapper: str) -> dict[str, Any]:
+    """``live`` and ``implementation`` of one kernel function as transformers' ``module`` dispatches it
+    (``live`` None: unknown)."""
+    found = _dispatch(getattr(module, wrapper)) if hasattr(module, wrapper) else None
+    if found is None:
+        why = "transformers not imported" if module is None else "transformers' dispatch could not be inspected"
+        return {"live": None, "implementation": f"unknown ({why})"}
+    impl, torch_fn = found
+    label = f"{getattr(impl, '__module__', '?')}.{getattr(impl, '__qualname__', '?')}"
+    live = impl is not torch_fn
+    return {"live": live, "implementation": label if live else f"torch reference ({label})"}
 
 
 def kernel_report(*, import_transformers: bool = True) -> dict[str, Any]:
-    """Report which kernel path transformers' NemotronH takes in this process.
+    """Which kernel path transformers' NemotronH takes in this process, as a JSON-able dict:
+    ``fast_path`` (Mamba-2 scan and state update from mamba-ssm, on CUDA), ``summary`` (one line),
+    ``torch`` (version), ``cuda`` (``available``, ``device``), ``packages`` (``installed``, ``version``,
+    ``import_error`` per package), ``selective_scan_cuda_placeholder``, ``prepared_before_transformers``
+    (None: never prepared), ``functions`` (``live``, ``implementation`` per kernel) and ``reasons``
+    (why something is not live).
 
     Args:
-        import_transformers: import transformers' NemotronH module to inspect its dispatch (after
-            :func:`prepare_kernels`); when False and it is not imported yet, only package checks are done.
-    Returns:
-        A JSON-able dict::
-
-            {"fast_path": bool,              # Mamba-2 scan + state update from mamba-ssm, and CUDA present
-             "summary": str,                 # one line for the log / doctor
-             "cuda": {"available": bool, "device": str | None},
-             "packages": {"mamba_ssm": {...}, "causal_conv1d": {...}},   # installed, version, import_error
-             "selective_scan_cuda_placeholder": bool,
-             "prepared_before_transformers": bool | None,  # prepare_kernels ran before NemotronH was
-                                                           # imported (None: never prepared)
-             "functions": {name: {"live": bool | None, "implementation": str}},
-             "reasons": [str, ...]}          # why something is not live
+        import_transformers: import transformers' NemotronH module to inspect its dispatch; when False and
+            it is not imported yet, only the packages are checked.
     """
     prepare_kernels()
     reasons: list[str] = []
-    report: dict[str, Any] = {
-        "fast_path": False,
-        "summary": "",
-        "cuda": {"available": False, "device": None},
-        "packages": {},
-        "selective_scan_cuda_placeholder": bool(_state["placeholder"]),
-        "prepared_before_transformers": _state["prepared_before_import"],
-        "functions": {},
-        "reasons": reasons,
-    }
+    report: dict[str, Any] = {"fast_path": False, "summary": "", "cuda": {"available": False, "device": None},
+                              "selective_scan_cuda_placeholder": bool(_state["placeholder"]),
+                              "prepared_before_transformers": _state["prepared_before_import"], "reasons": reasons}
     try:
         import torch
 
@@ -158,16 +133,11 @@ def kernel_report(*, import_transformers: bool = True) -> dict[str, Any]:
         reasons.append("torch is not installed")
     if not report["cuda"]["available"]:
         reasons.append("no CUDA device: the mamba-ssm Triton kernels only run on NVIDIA GPUs")
-    for package in ("mamba_ssm", "causal_conv1d"):
-        report["packages"][package] = _package_status(package)
-    if report["packages"]["mamba_ssm"]["import_error"]:
-        reasons.append("mamba-ssm: " + report["packages"]["mamba_ssm"]["import_error"])
-    if report["packages"]["causal_conv1d"]["import_error"]:
-        reasons.append(
-            "causal-conv1d: " + report["packages"]["causal_conv1d"]["import_error"]
-            + " (conv1d then runs as F.conv1d: correct and cheap)"
-        )
-
+    packages = report["packages"] = {name: _package(name) for name in _DISTRIBUTIONS}
+    for name, consequence in (("mamba_ssm", ""),
+                              ("causal_conv1d", " (conv1d then runs as F.conv1d: correct and cheap)")):
+        if packages[name]["import_error"]:
+            reasons.append(f"{_DISTRIBUTIONS[name]}: {packages[name]['import_error']}{consequence}")
     module = sys.modules.get(_NEMOTRON_MODULE)
     if module is None and import_transformers:
         try:
@@ -175,40 +145,41 @@ def kernel_report(*, import_transformers: bool = True) -> dict[str, Any]:
         except Exception as exc:
             reasons.append(f"transformers' NemotronH could not be imported: {type(exc).__name__}: {exc}")
     if _state["prepared_before_import"] is False and _state["placeholder"]:
-        reasons.append(
-            "transformers' NemotronH was imported before the selective_scan_cuda placeholder was "
-            "registered; import holodesk.policy.holotron before transformers' nemotron_h"
-        )
-    for wrapper, (package, kernel) in _FUNCTIONS.items():
-        entry: dict[str, Any] = {"live": None, "implementation": "unknown (transformers not imported)"}
-        fn = getattr(module, wrapper, None) if module is not None else None
-        if fn is not None:
-            found = _find_dispatch(fn)
-            if found is None:
-                ok = report["packages"][package]["installed"] and not report["packages"][package]["import_error"]
-                entry = {
-                    "live": ok,
-                    "implementation": f"{package}.{kernel} (inferred: transformers' dispatch not inspectable)"
-                    if ok
-                    else "torch reference (inferred)",
-                }
-            else:
-                impl, torch_fn = found
-                live = impl is not torch_fn
-                name = f"{getattr(impl, '__module__', '?')}.{getattr(impl, '__qualname__', '?')}"
-                entry = {"live": live, "implementation": name if live else f"torch reference ({name})"}
-        report["functions"][kernel] = entry
-
-    scan = report["functions"]["mamba_chunk_scan_combined"]["live"]
-    step = report["functions"]["selective_state_update"]["live"]
-    report["fast_path"] = bool(scan and step and report["cuda"]["available"])
-    conv = report["functions"]["causal_conv1d_fn"]["live"]
-    if report["fast_path"]:
-        report["summary"] = "Mamba-2 kernels live (mamba-ssm Triton)" + (
-            "; conv1d from causal-conv1d" if conv else "; conv1d via F.conv1d"
-        )
-    else:
-        report["summary"] = "Mamba-2 runs on transformers' torch fallback (slow): " + (
-            reasons[0] if reasons else "mamba-ssm kernels not picked up"
-        )
+        reasons.append("transformers' NemotronH was imported before the selective_scan_cuda placeholder was "
+                       "registered; import holodesk.policy.holotron before transformers' nemotron_h")
+    functions = report["functions"] = {kernel: _function(module, wrapper) for wrapper, kernel in _FUNCTIONS.items()}
+    report["fast_path"] = bool(functions["mamba_chunk_scan_combined"]["live"]
+                               and functions["selective_state_update"]["live"] and report["cuda"]["available"])
+    conv = "; conv1d from causal-conv1d" if functions["causal_conv1d_fn"]["live"] else "; conv1d via F.conv1d"
+    report["summary"] = ("Mamba-2 kernels live (mamba-ssm Triton)" + conv if report["fast_path"] else
+                         "Mamba-2 runs on transformers' torch fallback (slow): "
+                         + (reasons[0] if reasons else "mamba-ssm kernels not picked up"))
     return report
+
+
+def decoder_record_path() -> Path:
+    """Where the last static decoder built on this machine is described (``$XDG_STATE_HOME/holodesk``)."""
+    import platformdirs
+
+    return Path(platformdirs.user_state_dir("holodesk")) / "holotron-decoder.json"
+
+
+def record_decoder(description: dict[str, Any]) -> None:
+    """Keep ``description`` (``StaticEngine.describe()``, with the time) for :func:`last_decoder`, so that
+    ``holodesk doctor``, another process, shows the load-time fallbacks. A write failure is logged only."""
+    path = decoder_record_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"recorded": time.strftime("%Y-%m-%d %H:%M:%S"), **description}, default=str))
+    except OSError as exc:
+        log.warning("Holotron: the decoder description could not be kept in %s: %s", path, exc)
+
+
+def last_decoder() -> dict[str, Any] | None:
+    """What :func:`record_decoder` kept last, or None when no static decoder was built here yet.
+
+    Raises:
+        OSError, ValueError: the record exists but cannot be read (doctor reports it).
+    """
+    path = decoder_record_path()
+    return dict(json.loads(path.read_text())) if path.exists() else None

@@ -1,37 +1,42 @@
 """Resolve a checkpoint source (folder or hub repo id) and load Holotron through transformers' classes.
 
 No remote code is ever executed: the model class is transformers' ``NemotronH_Omni_Reasoning_V3``,
-the config is translated by :mod:`holodesk.policy.holotron.checkpoint`, the tokenizer is loaded with
+the config is translated by :mod:`holodesk.policy.holotron.hf_config`, the tokenizer is loaded with
 ``AutoTokenizer`` (``trust_remote_code`` left False).
+
+One layout choice is made here, at load, and never changed afterwards: each attention layer's q/k/v
+projection weights live in one contiguous ``[q + k + v, hidden]`` buffer (:func:`lay_out_qkv`). The
+modules stay transformers' own ``nn.Linear`` with ordinary Parameters (views of that buffer), so the stock
+forward computes exactly what it would on separate tensors, and the static decoder finds the buffer
+(``blocks.fused_qkv_weight``) and projects q, k and v with one matrix-vector product per token.
 """
 
 from __future__ import annotations
 
 import logging
-import re
-import shutil
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from holodesk.errors import ModelLoadError
+from holodesk.policy.download import no_gpu_advice, resolve_source
 from holodesk.policy.holotron.checkpoint import (
     CheckpointInfo,
     ProgressFn,
-    check_load_report,
-    key_namers,
     read_checkpoint,
     read_normalisation,
     resolve_image_token,
-    translate_config,
 )
+from holodesk.policy.holotron.hf_config import check_load_report, key_namers, translate_config
 from holodesk.policy.holotron.kernels import kernel_report, prepare_kernels
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
-_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 QUANTIZATIONS = (None, "8bit", "4bit")
 KEEP_UNQUANTIZED = ["vision_model", "multi_modal_projector", "lm_head"]
 """Modules bitsandbytes leaves in bf16: the vision tower, the projector and the output head."""
@@ -68,100 +73,34 @@ class LoadedHolotron:
     img_end_id: int
     eos_ids: tuple[int, ...]
     think_end_id: int | None
-    device: Any
-    dtype: Any
+    device: torch.device
+    dtype: torch.dtype
     quantization: str | None
     notes: list[str] = field(default_factory=list)
     kernels: dict[str, Any] = field(default_factory=dict)
     load_seconds: float = 0.0
 
 
-def resolve_source(source: str | Path, *, progress: ProgressFn | None = None, download: bool = True,
-                   cancel: threading.Event | None = None) -> Path:
-    """Turn a checkpoint source into a local folder.
-
-    A path that exists is used as is. Otherwise ``owner/name`` is treated as a Hugging Face repo id and
-    fetched by :func:`holodesk.policy.download.download_model` (safetensors, configs, tokenizer files;
-    resumed, sha256-checked, ``progress("Downloading owner/name: 1.2 GB of 25.0 GB ...", fraction)``,
-    stopped by ``cancel``); when the hub is unreachable, stuck or failing, a complete cached copy is used
-    instead. With ``download=False`` only the cache is looked at.
-
-    Raises:
-        ModelLoadError: when the path does not exist and is not a repo id, or (``download=False``) when
-            the repo is not cached.
-        DownloadError: (a ModelLoadError) when the download fails and no cached copy exists, or when the
-            repo id, its access or the disk is the problem; its ``advice`` says what to do.
-    """
-    path = Path(source).expanduser()
-    if path.exists():
-        if not path.is_dir():
-            raise ModelLoadError(f"{path} is a file; give the checkpoint folder")
-        return path
-    text = str(source)
-    if not _REPO_ID.match(text):
-        raise ModelLoadError(
-            f"checkpoint {text!r} is neither an existing folder nor a Hugging Face repo id (owner/name)"
-        )
-    try:
-        import huggingface_hub  # noqa: F401 - the transport of holodesk.policy.download
-    except ImportError:
-        raise ModelLoadError(
-            "huggingface_hub is not installed, so a repo id cannot be downloaded",
-            hint="Install holodesk[local] or give a local checkpoint folder.",
-        ) from None
-    from holodesk.policy.download import DownloadError, cached_snapshot, download_model, hub_token
-
-    if not download:
-        cached = cached_snapshot(text)
-        if cached is None:
-            raise ModelLoadError(
-                f"checkpoint {text} is not on this machine, and it is not downloaded for a machine without a "
-                "CUDA GPU (about 25 GB of weights that would run far too slowly on the CPU)",
-                hint=("Give a local checkpoint folder to run on the CPU anyway." + no_gpu_advice()).strip(),
-            )
-        return cached
-    try:
-        result = download_model(
-            text,
-            progress=(lambda p: progress(p.describe(), p.fraction)) if progress is not None else None,
-            cancel=cancel,
-            token=hub_token(),
-        )
-        return result.folder
-    except DownloadError as exc:
-        cached = cached_snapshot(text) if exc.kind in ("offline", "server", "stalled", "unstable") else None
-        if cached is None:
-            raise
-        log.warning("%s; using the cached copy of %s", exc.message, text)
-        return cached
+_DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float32": "float32", "fp32": "float32",
+           "float16": "float16", "fp16": "float16"}
+"""``dtype`` argument -> torch dtype name."""
 
 
-def no_gpu_advice() -> str:
-    """A sentence for load errors on machines without an NVIDIA GPU (no ``nvidia-smi``), where the local
-    Holotron-12B cannot be used in practice and a remote server is the way; empty where a GPU exists."""
-    if shutil.which("nvidia-smi"):
-        return ""
-    return (" No NVIDIA GPU was found on this machine, and Holotron-12B needs one to run at a usable speed: "
-            "use a remote server instead (Settings > Endpoint, or holodesk run --endpoint URL --model NAME).")
-
-
-def _torch_dtype(name: str) -> Any:
+def _torch_dtype(name: str) -> torch.dtype:
     import torch
 
-    table = {
-        "bfloat16": torch.bfloat16,
-        "bf16": torch.bfloat16,
-        "float32": torch.float32,
-        "fp32": torch.float32,
-        "float16": torch.float16,
-        "fp16": torch.float16,
-    }
-    if name not in table:
+    if name not in _DTYPES:
         raise ModelLoadError(f"unknown dtype {name!r}; use bfloat16 or float32")
-    return table[name]
+    dtype: torch.dtype = getattr(torch, _DTYPES[name])
+    return dtype
 
 
-def _quantization_config(quantization: str | None, device: Any) -> Any:
+def _quantization_config(quantization: str | None, device: torch.device) -> Any:
+    """transformers' ``BitsAndBytesConfig`` for ``"8bit"`` / ``"4bit"`` (nf4), None for None.
+
+    Raises:
+        ModelLoadError: an unknown value, no CUDA GPU, or bitsandbytes not installed.
+    """
     if quantization is None:
         return None
     if quantization not in QUANTIZATIONS:
@@ -184,13 +123,36 @@ def _quantization_config(quantization: str | None, device: Any) -> Any:
 
     if quantization == "8bit":
         return BitsAndBytesConfig(load_in_8bit=True, llm_int8_skip_modules=list(KEEP_UNQUANTIZED))
-    return BitsAndBytesConfig(
-        load_in_4bit=True,
-        bnb_4bit_quant_type="nf4",
-        bnb_4bit_compute_dtype=torch.bfloat16,
-        bnb_4bit_use_double_quant=False,
-        llm_int8_skip_modules=list(KEEP_UNQUANTIZED),
-    )
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
+                              bnb_4bit_use_double_quant=False, llm_int8_skip_modules=list(KEEP_UNQUANTIZED))
+
+
+def lay_out_qkv(model: Any) -> int:
+    """Move the q/k/v projection weights of every attention mixer of ``model``'s language model into one
+    contiguous ``[q_rows + k_rows + v_rows, hidden]`` buffer, each projection's Parameter a view of its
+    rows (same Parameter objects, same values; only the storage changes). Projections that are not plain
+    ``torch.nn.Linear`` without bias (bitsandbytes modules, biased layers) keep their own storage.
+
+    Returns:
+        the number of attention layers laid out.
+    """
+    import torch
+
+    count = 0
+    names = ("q_proj", "k_proj", "v_proj")
+    for module in model.language_model.modules():
+        projs = [getattr(module, name) for name in names] if all(hasattr(module, n) for n in names) else []
+        if not projs or any(type(p) is not torch.nn.Linear or p.bias is not None for p in projs):
+            continue
+        with torch.no_grad():
+            buffer = torch.cat([p.weight for p in projs], dim=0)
+            start = 0
+            for p in projs:
+                rows = p.weight.shape[0]
+                p.weight.data = buffer[start : start + rows]
+                start += rows
+        count += 1
+    return count
 
 
 def _token_id(tokenizer: Any, token: str, folder: Path) -> int:
@@ -226,6 +188,15 @@ def load_tokenizer(folder: Path) -> Any:
         config_log.setLevel(level)
 
 
+def _read_facts(folder: Path) -> tuple[CheckpointInfo, Any, list[str]]:
+    """The checkpoint's files and tokenizer, the ``<image>`` id settled between them, and every
+    disagreement between the files (notes)."""
+    info = read_checkpoint(folder)
+    tokenizer = load_tokenizer(folder)
+    info, token_notes = resolve_image_token(info, tokenizer.get_vocab())
+    return info, tokenizer, [*info.notes, *token_notes]
+
+
 def inspect_checkpoint(source: str | Path) -> dict[str, Any]:
     """What ``holodesk doctor`` shows about a checkpoint, without loading any weights.
 
@@ -240,12 +211,10 @@ def inspect_checkpoint(source: str | Path) -> dict[str, Any]:
         ModelLoadError: for a missing, uncached or unreadable checkpoint.
     """
     folder = resolve_source(source, download=False)
-    info = read_checkpoint(folder)
-    info, token_notes = resolve_image_token(info, load_tokenizer(folder).get_vocab())
-    notes = [*info.notes, *token_notes]
+    info, _tokenizer, notes = _read_facts(folder)
     return {
         "folder": str(folder),
-        "language model": ", ".join(f"{n} {kind}" for kind, n in info.block_counts().items()),
+        "language model": info.blocks_in_words(),
         "tiles": f"{info.tile_size} px, up to {info.max_tiles}"
                  + (" + thumbnail" if info.use_thumbnail else ", no thumbnail")
                  + (f", mean/std from {info.norm_from}" if info.norm_from else ""),
@@ -309,72 +278,88 @@ def load_holotron(
         raise ModelLoadError(exc.message, hint=f"{exc.hint} {repair}".strip()) from exc
 
 
-def _load_folder(folder: Path, *, dtype: str, quantization: str | None, target: Any, progress: ProgressFn | None,
-                 attn_implementation: str | None) -> LoadedHolotron:
+def _load_folder(folder: Path, *, dtype: str, quantization: str | None, target: torch.device,
+                 progress: ProgressFn | None, attn_implementation: str | None) -> LoadedHolotron:
     """The part of :func:`load_holotron` after the checkpoint folder is known (same arguments)."""
-    from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3
-
     started = time.perf_counter()
     if progress is not None:
         progress("reading checkpoint", None)
-    info = read_checkpoint(folder)
-    tokenizer = load_tokenizer(folder)
+    info, tokenizer, checkpoint_notes = _read_facts(folder)
     vocab = tokenizer.get_vocab()
-    info, token_notes = resolve_image_token(info, vocab)
-    checkpoint_notes = [*info.notes, *token_notes]
     for note in checkpoint_notes:  # the files disagree: say which value is used (also in holodesk doctor)
         log.warning("Holotron checkpoint %s: %s", folder, note)
-    log.info("Holotron language model: %s", ", ".join(f"{n} {k}" for k, n in info.block_counts().items()))
+    log.info("Holotron language model: %s", info.blocks_in_words())
     config = translate_config(info, attn_implementation=attn_implementation)
     mean, std, norm_source = read_normalisation(info)
-
     torch_dtype = _torch_dtype(dtype)
     quant_config = _quantization_config(quantization, target)
-
     if progress is not None:
         progress("loading weights", None)
-    kwargs: dict[str, Any] = {
-        "config": config,
-        "dtype": torch_dtype,
-        "output_loading_info": True,
-        "local_files_only": True,
-        "trust_remote_code": False,
-        # report size mismatches in loading_info instead of raising, so the error can name them
-        "ignore_mismatched_sizes": True,
-    }
+    model, loading_info = _from_pretrained(folder, config, torch_dtype, quant_config, target, attn_implementation)
+    forward_names, expected_name = key_namers(model, sorted(info.shapes))
+    report_notes = check_load_report(loading_info, forward_names, expected_name)
+    model.eval()
+    if target.type == "cpu":
+        model.to(target)
+    lay_out_qkv(model)
+    image_token_id = info.image_token_id
+    assert image_token_id is not None  # resolve_image_token set it or raised
+    lm_vocab = int(config.text_config.vocab_size)
+    if image_token_id >= lm_vocab:
+        raise ModelLoadError(f"img_context_token_id {image_token_id} is outside the {lm_vocab}-row vocabulary")
+    report = _kernels_for(target)
+    for note in report_notes:
+        log.info("Holotron load: %s", note)
+    loaded = LoadedHolotron(
+        model=model, tokenizer=tokenizer, info=info, mean=mean, std=std, norm_source=norm_source,
+        image_token_id=image_token_id, img_start_id=_token_id(tokenizer, "<img>", folder),
+        img_end_id=_token_id(tokenizer, "</img>", folder), eos_ids=_eos_ids(model, tokenizer, vocab, folder),
+        think_end_id=vocab.get("</think>"), device=target, dtype=torch_dtype, quantization=quantization,
+        notes=checkpoint_notes + report_notes, kernels=report, load_seconds=time.perf_counter() - started,
+    )
+    if progress is not None:
+        progress("ready", 1.0)
+    return loaded
+
+
+def _from_pretrained(folder: Path, config: Any, dtype: torch.dtype, quant_config: Any, target: torch.device,
+                     attn_implementation: str | None) -> tuple[Any, dict[str, Any]]:
+    """``NemotronH_Omni_Reasoning_V3.from_pretrained`` with the load report (size mismatches reported,
+    not raised, so the error can name them) and transformers' own report table held back (Holodesk checks
+    the same report with :func:`check_load_report` and names the keys itself).
+
+    Raises:
+        ModelLoadError: when transformers fails to load the weights.
+    """
+    from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3
+    from transformers.utils import logging as hf_logging
+
+    kwargs: dict[str, Any] = {"config": config, "dtype": dtype, "output_loading_info": True,
+                              "local_files_only": True, "trust_remote_code": False, "ignore_mismatched_sizes": True}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
     if quant_config is not None:
         kwargs["quantization_config"] = quant_config
     if target.type != "cpu":
         kwargs["device_map"] = {"": str(target)}
-    from transformers.utils import logging as hf_logging
-
-    # transformers prints its own load-report table; Holodesk checks the same report itself
-    # (check_load_report below) and raises with the keys named, so the raw table is kept out of the
-    # user's terminal.
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
         result: Any = NemotronH_Omni_Reasoning_V3.from_pretrained(str(folder), **kwargs)
-        model, loading_info = result
-    except ModelLoadError:
-        raise
     except Exception as exc:
         raise ModelLoadError(f"loading the weights from {folder} failed: {type(exc).__name__}: {exc}") from exc
     finally:
         hf_logging.set_verbosity(verbosity)
-    forward_names, expected_name = key_namers(model, sorted(info.shapes))
-    report_notes = check_load_report(loading_info, forward_names, expected_name)
-    model.eval()
-    if target.type == "cpu":
-        model.to(target)
+    model, loading_info = result
+    return model, loading_info
 
-    image_token_id = info.image_token_id
-    assert image_token_id is not None  # resolve_image_token set it or raised
-    lm_vocab = int(config.text_config.vocab_size)
-    if image_token_id >= lm_vocab:
-        raise ModelLoadError(f"img_context_token_id {image_token_id} is outside the {lm_vocab}-row vocabulary")
+
+def _eos_ids(model: Any, tokenizer: Any, vocab: dict[str, int], folder: Path) -> tuple[int, ...]:
+    """Token ids that end a reply: generation_config's, the tokenizer's, ``<SPECIAL_12>`` (deduplicated).
+
+    Raises:
+        ModelLoadError: when there is none.
+    """
     eos: list[int] = []
     gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     for candidate in (gen_eos, tokenizer.eos_token_id, vocab.get("<SPECIAL_12>")):
@@ -383,7 +368,15 @@ def _load_folder(folder: Path, *, dtype: str, quantization: str | None, target: 
                 eos.append(tok)
     if not eos:
         raise ModelLoadError(f"no end-of-turn token found for {folder} (generation_config / tokenizer)")
+    return tuple(eos)
 
+
+def _kernels_for(target: torch.device) -> dict[str, Any]:
+    """:func:`kernel_report` for a model on ``target``, logged (a warning on CUDA without the fast path).
+
+    Raises:
+        ModelLoadError: off CUDA while transformers sends the Mamba-2 layers to GPU-only kernels.
+    """
     report = kernel_report()
     if target.type != "cuda" and any(f["live"] for f in report["functions"].values()):
         raise ModelLoadError(
@@ -391,31 +384,6 @@ def _load_folder(folder: Path, *, dtype: str, quantization: str | None, target: 
             "sends the Mamba-2 layers to their Triton/CUDA kernels, which cannot take CPU tensors",
             hint="Load on a CUDA device, or uninstall mamba-ssm and causal-conv1d for CPU use.",
         )
-    if target.type == "cuda" and not report["fast_path"]:
-        log.warning("Holotron: %s", report["summary"])
-    else:
-        log.info("Holotron: %s", report["summary"])
-    for note in report_notes:
-        log.info("Holotron load: %s", note)
-    loaded = LoadedHolotron(
-        model=model,
-        tokenizer=tokenizer,
-        info=info,
-        mean=mean,
-        std=std,
-        norm_source=norm_source,
-        image_token_id=image_token_id,
-        img_start_id=_token_id(tokenizer, "<img>", folder),
-        img_end_id=_token_id(tokenizer, "</img>", folder),
-        eos_ids=tuple(eos),
-        think_end_id=vocab.get("</think>"),
-        device=target,
-        dtype=torch_dtype,
-        quantization=quantization,
-        notes=checkpoint_notes + report_notes,
-        kernels=report,
-        load_seconds=time.perf_counter() - started,
-    )
-    if progress is not None:
-        progress("ready", 1.0)
-    return loaded
+    log.log(logging.WARNING if target.type == "cuda" and not report["fast_path"] else logging.INFO,
+            "Holotron: %s", report["summary"])
+    return report

@@ -7,19 +7,18 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from holodesk.errors import PolicyError, PolicyOutputError
 from holodesk.policy.base import Observation, Proposal, pointer_after
 from holodesk.policy.holotron.checkpoint import ProgressFn
 from holodesk.policy.holotron.loader import LoadedHolotron, load_holotron
-from holodesk.policy.holotron.prompt import (
-    image_token_runs,
-    render_prompt,
-    special_token_strings,
-    tokenize_prompt,
-)
+from holodesk.policy.holotron.prompt import render_prompt, special_token_strings, tokenize_prompt
 from holodesk.policy.protocol import DEFAULT_PROTOCOL
+
+if TYPE_CHECKING:
+    from holodesk.policy.holotron.engine import StaticEngine
+    from holodesk.policy.holotron.runtime import Constraint, Generation
 
 log = logging.getLogger(__name__)
 
@@ -48,17 +47,19 @@ class HolotronPolicy:
     """Holotron-12B run in this process with transformers' native classes (no remote code).
 
     One :meth:`propose` call: the protocol builds the chat (system prompt, task, notes, history as text,
-    the last ``max_images`` screenshots as images), each screenshot is tiled (docs/holotron.md), the
-    vision tower + projector encode the tiles, the LM prefills and decodes greedily, constrained to the
-    protocol's JSON schema unless ``constrained=False``, and the reply is parsed by the protocol.
+    the last ``max_images`` screenshots as images), each screenshot's tiling is planned once
+    (:meth:`CheckpointInfo.tiling`: its token count in the prompt and its tiles), the vision tower +
+    projector encode the tiles, the LM prefills and decodes greedily, constrained to the protocol's JSON
+    schema unless ``constrained=False``, and the reply is parsed by the protocol
+    (docs/holotron-runtime.md, "One step").
 
     Decoders: ``"static"`` (default) runs each step through
     :class:`~holodesk.policy.holotron.engine.StaticEngine`: preallocated decoder state, decode replayed
     as CUDA graphs captured when the policy is built, and the part of the prompt shared with the previous
     step (everything up to the previous screenshot while no screenshot leaves the window) taken from the
-    state instead of recomputed. ``"stock"`` uses transformers' forward and cache for every step (slower;
-    for comparison and troubleshooting). A prompt too long for the static cache runs on the stock decoder
-    and the user is told.
+    state instead of recomputed. ``"stock"`` (:func:`~holodesk.policy.holotron.runtime.generate`) uses
+    transformers' forward and cache, untouched, for every step (slower; the reference, for comparison and
+    troubleshooting). A prompt too long for the static cache runs on the stock decoder and the user is told.
 
     Attributes:
         name: ``"holotron-local"``.
@@ -96,11 +97,11 @@ class HolotronPolicy:
         self.max_new_tokens = max_new_tokens
         self.max_think_tokens = max_think_tokens
         self.max_string_chars = max_string_chars
-        self._constraint: Any = None
+        self._constraint: Constraint | None = None
         self._specials: list[str] | None = None
         self._closed = False
         self.decoder = decoder
-        self.engine: Any = None
+        self.engine: StaticEngine | None = None
         if decoder == "static":
             from holodesk.policy.holotron.engine import StaticEngine, static_cache_tokens
 
@@ -150,32 +151,17 @@ class HolotronPolicy:
         Raises:
             ModelLoadError: see :func:`~holodesk.policy.holotron.loader.load_holotron`.
         """
-        loaded = load_holotron(
-            source,
-            dtype=dtype,
-            quantization=quantization,
-            device=device,
-            progress=progress,
-            attn_implementation=attn_implementation,
-            cancel=cancel,
-        )
-        policy = cls(
-            loaded,
-            reasoning=reasoning,
-            max_images=max_images,
-            constrained=constrained,
-            protocol=protocol,
-            max_new_tokens=max_new_tokens,
-            max_think_tokens=max_think_tokens,
-            max_string_chars=max_string_chars,
-            decoder=decoder,
-        )
+        loaded = load_holotron(source, dtype=dtype, quantization=quantization, device=device, progress=progress,
+                               attn_implementation=attn_implementation, cancel=cancel)
+        policy = cls(loaded, reasoning=reasoning, max_images=max_images, constrained=constrained, protocol=protocol,
+                     max_new_tokens=max_new_tokens, max_think_tokens=max_think_tokens,
+                     max_string_chars=max_string_chars, decoder=decoder)
         if constrained:
             policy._get_constraint()  # compile the grammar at load time, not in the first step
         return policy
 
     # ------------------------------------------------------------------------------------------ steps
-    def _get_constraint(self) -> Any:
+    def _get_constraint(self) -> Constraint:
         if self._constraint is None:
             from holodesk.policy.holotron.runtime import Constraint, cap_strings
 
@@ -189,100 +175,69 @@ class HolotronPolicy:
         """Build the prompt for ``observation`` with at most ``max_images`` images.
 
         Returns:
-            dict with ``input_ids`` (list[int]), ``frames`` (list[Frame]), ``template``
-            (``"chat_template"``, ``"chat_template (string content)"`` or ``"fallback"``; see
+            dict with ``input_ids`` (list[int]), ``frames`` (list[Frame]), ``tilings`` (one
+            :class:`~holodesk.policy.holotron.tiling.Tiling` per frame, the only place it is computed),
+            ``template`` (``"chat_template"``, ``"chat_template (string content)"`` or ``"fallback"``; see
             :func:`~holodesk.policy.holotron.prompt.render_prompt`) and ``prompt_text`` (sentinels in place
             of images).
         """
-        from holodesk.policy.holotron.tiling import image_tiles
-
         messages = self.protocol.build_messages(observation, max_images=max_images, reasoning=self.reasoning)
         if self._specials is None:
             self._specials = special_token_strings(self.loaded.tokenizer)
         prompt_text, frames, template = render_prompt(self.loaded.tokenizer, messages, self._specials)
-        info = self.loaded.info
-        counts = [
-            info.tokens_per_tile
-            * image_tiles(
-                f.width, f.height, info.max_tiles, tile_size=info.tile_size, use_thumbnail=info.use_thumbnail
-            )
-            for f in frames
-        ]
+        tilings = [self.loaded.info.tiling(f.width, f.height) for f in frames]
         input_ids = tokenize_prompt(
             self.loaded.tokenizer,
             prompt_text,
-            counts,
+            [t.tokens for t in tilings],
             img_start_id=self.loaded.img_start_id,
             img_end_id=self.loaded.img_end_id,
             image_token_id=self.loaded.image_token_id,
         )
-        return {"input_ids": input_ids, "frames": frames, "template": template, "prompt_text": prompt_text}
+        return {"input_ids": input_ids, "frames": frames, "tilings": tilings, "template": template,
+                "prompt_text": prompt_text}
 
-    def _attempt(
-        self, observation: Observation, max_images: int, notices: list[str]
-    ) -> tuple[Any, dict[str, Any], dict[str, float]]:
+    def _attempt(self, observation: Observation, max_images: int,
+                 notices: list[str]) -> tuple[Generation, dict[str, Any]]:
+        """One try at a step with at most ``max_images`` screenshots: the static engine when the prompt
+        fits its cache, else the stock decoder (told through ``notices``)."""
         from holodesk.policy.holotron import runtime
 
-        timings: dict[str, float] = {}
         t0 = time.perf_counter()
         prepared = self.prepare(observation, max_images=max_images)
-        ids, frames = prepared["input_ids"], prepared["frames"]
-        details: dict[str, Any] = {"images": len(frames), "template": prepared["template"]}
-        info = self.loaded.info
-        from holodesk.policy.holotron.tiling import tile_grid
-
-        details["grids"] = [tile_grid(f.width, f.height, info.max_tiles, tile_size=info.tile_size) for f in frames]
-        runs = image_token_runs(ids, self.loaded.image_token_id)
-        details["image_tokens"] = sum(n for _, n in runs)
-        details["tiles"] = [n // info.tokens_per_tile for _, n in runs]
-        reply_budget = self.max_new_tokens + (self.max_think_tokens if self.reasoning else 0)
+        ids, frames, tilings = prepared["input_ids"], prepared["frames"], prepared["tilings"]
+        images = [(f.pixels, t) for f, t in zip(frames, tilings, strict=True)]
+        details: dict[str, Any] = {
+            "images": len(frames), "template": prepared["template"], "grids": [(t.cols, t.rows) for t in tilings],
+            "tiles": [t.tiles for t in tilings], "image_tokens": sum(t.tokens for t in tilings),
+        }
         constraint = self._get_constraint() if self.constrained else None
         engine = self.engine
-        if engine is not None and not engine.fits(len(ids), reply_budget):
-            message = (
-                f"the prompt ({len(ids)} tokens) is longer than the static decoder's cache "
-                f"({engine.static.max_len}); this step used the slower stock decoder"
-            )
+        if engine is not None and not engine.fits(len(ids), self.max_new_tokens + (
+                self.max_think_tokens if self.reasoning else 0)):
+            message = (f"the prompt ({len(ids)} tokens) is longer than the static decoder's cache "
+                       f"({engine.max_len}); this step used the slower stock decoder")
             log.warning("Holotron: %s", message)
             notices.append(message)
             engine = None
+        prompt_ms = (time.perf_counter() - t0) * 1000.0
         if engine is not None:
-            prompt_ms = (time.perf_counter() - t0) * 1000.0
             # Keep the state at the end of the current screenshot when the next step's prompt will
             # still start with this one up to there (no older screenshot leaves the window).
             snapshot_at = []
             if len(frames) < max_images and self.loaded.img_end_id in ids:
                 snapshot_at = [len(ids) - ids[::-1].index(self.loaded.img_end_id)]
             generation, engine_details = engine.run(
-                ids, [f.pixels for f in frames], snapshot_at=snapshot_at, max_new_tokens=self.max_new_tokens,
-                constraint=constraint, reasoning=self.reasoning, max_think_tokens=self.max_think_tokens,
-            )
-            timings.update(generation.timings_ms)
-            timings["preprocess"] = timings.get("preprocess", 0.0) + prompt_ms
-            details.update(engine_details)
-            details["decoder"] = "static"
-            return generation, details, timings
-        tiles, _grids, _counts = runtime.tile_images(self.loaded, [f.pixels for f in frames])
-        timings["preprocess"] = (time.perf_counter() - t0) * 1000.0
-        runtime._sync(self.loaded.device)
-        t1 = time.perf_counter()
-        image_embeds = runtime.encode_tiles(self.loaded, tiles)
-        del tiles
-        embeds = runtime.embed_prompt(self.loaded, ids, image_embeds)
-        del image_embeds
-        runtime._sync(self.loaded.device)
-        timings["vision"] = (time.perf_counter() - t1) * 1000.0
-        generation = runtime.generate(
-            self.loaded,
-            embeds,
-            max_new_tokens=self.max_new_tokens,
-            constraint=constraint,
-            reasoning=self.reasoning,
-            max_think_tokens=self.max_think_tokens,
-        )
-        timings.update(generation.timings_ms)
-        details["decoder"] = "stock"
-        return generation, details, timings
+                ids, images, snapshot_at=snapshot_at, max_new_tokens=self.max_new_tokens, constraint=constraint,
+                reasoning=self.reasoning, max_think_tokens=self.max_think_tokens)
+            details.update(engine_details, decoder="static")
+        else:
+            generation = runtime.generate(self.loaded, ids, images, max_new_tokens=self.max_new_tokens,
+                                          constraint=constraint, reasoning=self.reasoning,
+                                          max_think_tokens=self.max_think_tokens)
+            details["decoder"] = "stock"
+        generation.timings_ms["preprocess"] = generation.timings_ms.get("preprocess", 0.0) + prompt_ms
+        return generation, details
 
     def propose(self, observation: Observation) -> Proposal:
         """Propose the next action for ``observation``.
@@ -304,7 +259,7 @@ class HolotronPolicy:
         images = self.max_images
         while True:
             try:
-                generation, details, timings = self._attempt(observation, images, warnings)
+                generation, details = self._attempt(observation, images, warnings)
                 break
             except (PolicyError, PolicyOutputError):
                 raise
@@ -324,7 +279,7 @@ class HolotronPolicy:
                 log.warning("Holotron: %s", message)
                 warnings.append(message)
                 images -= 1
-        raw = generation.text
+        raw, timings = generation.text, generation.timings_ms
         extra: dict[str, Any] = {
             **details,
             "prompt_tokens": generation.prompt_tokens,

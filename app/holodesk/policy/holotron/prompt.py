@@ -1,16 +1,14 @@
 """Chat prompt for Holotron: protocol messages -> text -> token ids with image placeholders.
 
-Layout (Nemotron Nano 2, docs/holotron.md "Prompt layout")::
+Layout (Nemotron Nano 2, as its chat template renders it; docs/holotron-runtime.md, "One step")::
 
     <s><SPECIAL_10>System\\n{system}\\n<SPECIAL_11>User\\n{user}\\n<SPECIAL_11>Assistant\\n<think></think>
 
-NVIDIA's chat template iterates list-form content parts: ``{"type": "image"}`` renders ``<image>`` and
-``{"type": "text", "text": ...}`` its text, parts concatenated. :func:`render_prompt` hands the
-checkpoint's template exactly that form and counts the ``<image>`` placeholders it produced; only when a
-template renders a different number (one written for plain strings) is the string form used, with each
-image carried as a private sentinel, and that fallback is reported. Without a template,
-:func:`fallback_chat` reproduces the layout (BOS included). Each image then becomes ``<img>`` +
-``<image>`` x (256 x tiles) + ``</img>`` (no per-tile markers).
+NVIDIA's chat template iterates list-form content parts (``{"type": "image"}`` renders ``<image>``).
+:func:`render_prompt` hands the checkpoint's template that form and counts the ``<image>`` placeholders;
+only a template that renders another number gets the string form (images as a private sentinel), and
+that is reported. Without a template, :func:`fallback_chat` reproduces the layout (BOS included). Each
+image then becomes ``<img>`` + ``<image>`` x (256 x tiles) + ``</img>`` (no per-tile markers).
 """
 
 from __future__ import annotations
@@ -36,44 +34,6 @@ _CONTROL_TAGS = ("/no_think", "/think")
 log = logging.getLogger(__name__)
 
 
-def flatten_messages(messages: Sequence[dict[str, Any]]) -> tuple[list[dict[str, str]], list[Frame]]:
-    """Turn protocol messages (content = list of text/image parts) into plain-text chat messages.
-
-    Parts of one message are joined with ``"\\n"``; every image part becomes :data:`IMAGE_SENTINEL`.
-
-    Returns:
-        (messages with string content, frames in prompt order).
-    Raises:
-        PolicyError: for an unknown role or part type, or an image part without a Frame.
-    """
-    out: list[dict[str, str]] = []
-    frames: list[Frame] = []
-    for message in messages:
-        role = message.get("role")
-        if role not in ("system", "user", "assistant"):
-            raise PolicyError(f"chat message has an unknown role {role!r}")
-        content = message.get("content")
-        if isinstance(content, str):
-            out.append({"role": role, "content": content})
-            continue
-        pieces: list[str] = []
-        for part in content or ():
-            kind = part.get("type")
-            if kind == "text":
-                # the sentinel's own characters in text (a task, a reply) must not read as an image
-                pieces.append(str(part.get("text", "")).replace(IMAGE_SENTINEL, IMAGE_SENTINEL[:-1] + "\u200b\ue000"))
-            elif kind == "image":
-                frame = part.get("frame")
-                if not isinstance(frame, Frame):
-                    raise PolicyError("an image part of the chat has no Frame")
-                frames.append(frame)
-                pieces.append(IMAGE_SENTINEL)
-            else:
-                raise PolicyError(f"chat message part has an unknown type {kind!r}")
-        out.append({"role": role, "content": "\n".join(pieces)})
-    return out, frames
-
-
 def reasoning_requested(messages: Sequence[dict[str, str]]) -> bool:
     """Nemotron Nano 2 rule: the last ``/think`` or ``/no_think`` in system/user text decides; default on."""
     state = True
@@ -88,6 +48,7 @@ def reasoning_requested(messages: Sequence[dict[str, str]]) -> bool:
 
 
 def _strip_controls(text: str) -> str:
+    """``text`` without ``/think`` / ``/no_think``, stripped."""
     for tag in _CONTROL_TAGS:
         text = text.replace(tag, "")
     return text.strip()
@@ -102,7 +63,7 @@ def message_text(content: str | Sequence[dict[str, Any]]) -> str:
 
 
 def fallback_chat(messages: Sequence[dict[str, Any]], *, add_generation_prompt: bool = True, bos: str = BOS) -> str:
-    """Render the Nemotron Nano 2 chat layout without a template (docs/holotron.md, "Prompt layout").
+    """Render the Nemotron Nano 2 chat layout (module docstring) without a template.
 
     ``bos`` first, then the system turn (``<SPECIAL_10>System\\n...\\n``, empty when absent), then
     ``<SPECIAL_11>User\\n...\\n`` and ``<SPECIAL_11>Assistant\\n...\\n<SPECIAL_12>\\n`` turns. Content
@@ -111,10 +72,8 @@ def fallback_chat(messages: Sequence[dict[str, Any]], *, add_generation_prompt: 
     ``<think></think>``.
     """
     texts = [{"role": m["role"], "content": message_text(m["content"])} for m in messages]
-    system = ""
-    for message in texts:
-        if message["role"] == "system":
-            system = message["content"]  # the last system message wins, as in the template
+    # the last system message wins, as in the template
+    system = next((m["content"] for m in reversed(texts) if m["role"] == "system"), "")
     parts = [bos + "<SPECIAL_10>System\n" + _strip_controls(system) + "\n"]
     for message in texts:
         if message["role"] == "user":
@@ -137,32 +96,19 @@ def special_token_strings(tokenizer: Any) -> list[str]:
     return sorted((t for t in found if t), key=len, reverse=True)
 
 
-def neutralize_special_tokens(messages: Sequence[dict[str, str]], specials: Sequence[str]) -> list[dict[str, str]]:
-    """Copies of ``messages`` where, outside the system message, special-token text is broken up with a
-    zero-width space after its first character, so that it is tokenized as ordinary text.
-
-    Why: that content is user and model text (the task, earlier replies, notes). Rendered into the chat
-    text and tokenized, a literal ``<image>`` would become an image token (and the prompt would hold more
-    image slots than images), ``</think>`` would end a thought, ``<SPECIAL_12>`` a turn. Only the chat
-    template places special tokens. (The reasoning switches ``/think`` / ``/no_think`` in that text are
-    disarmed for every runtime by the protocol's ``build_messages``.)
-    """
-    out = []
-    for message in messages:
-        content = message["content"]
-        if message["role"] != "system":
-            for token in specials:
-                if token in content and token != IMAGE_SENTINEL:
-                    content = content.replace(token, token[0] + "\u200b" + token[1:])
-        out.append({**message, "content": content})
-    return out
+def _break_specials(text: str, specials: Sequence[str]) -> str:
+    """``text`` with every special-token string in it broken up by a zero-width space after its first
+    character, so that it is tokenized as ordinary text."""
+    for token in specials:
+        if token in text:
+            text = text.replace(token, token[0] + "\u200b" + token[1:])
+    return text
 
 
 def render_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> tuple[str, str]:
-    """Render plain-text messages with the tokenizer's chat template, or the fallback.
+    """Render plain-text messages with the tokenizer's chat template, or :func:`fallback_chat`: (prompt text
+    ending with the generation prompt, ``"chat_template"`` | ``"fallback"``).
 
-    Returns:
-        (prompt text ending with the generation prompt, ``"chat_template"`` or ``"fallback"``).
     Raises:
         PolicyError: when the checkpoint's template fails to render.
     """
@@ -175,19 +121,21 @@ def render_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> tuple[str
     return fallback_chat(messages), "fallback"
 
 
-def template_parts(
-    messages: Sequence[dict[str, Any]], specials: Sequence[str]
-) -> tuple[list[dict[str, Any]], list[Frame]]:
-    """Protocol messages in the list form NVIDIA's template iterates: ``{"type": "image"}`` and
-    ``{"type": "text", "text": ...}`` parts (a message of text parts only becomes one string). Text
-    outside the system message has its special-token text broken up (:func:`neutralize_special_tokens`).
+def _content_parts(messages: Sequence[dict[str, Any]],
+                   specials: Sequence[str]) -> tuple[list[tuple[str, list[dict[str, Any]]]], list[Frame]]:
+    """Protocol messages as ``(role, parts)`` with text parts made safe. The sentinel's own characters in
+    any text cannot read as an image. Outside the system message, special-token text (``<image>``
+    included) is broken up (:func:`_break_specials`): that text is the task, earlier replies, notes, and
+    tokenized as is a literal ``<image>`` would become an image slot, ``</think>`` would end a thought,
+    ``<SPECIAL_12>`` a turn; only the chat template places special tokens. (``/think`` / ``/no_think`` in
+    that text are disarmed for every runtime by the protocol's ``build_messages``.)
 
     Returns:
-        (messages, frames in prompt order).
+        (messages as ``(role, [{"type": "text", "text"} | {"type": "image"}])``, frames in prompt order).
     Raises:
         PolicyError: for an unknown role or part type, or an image part without a Frame.
     """
-    out: list[dict[str, Any]] = []
+    out: list[tuple[str, list[dict[str, Any]]]] = []
     frames: list[Frame] = []
     specials = [*specials, IMAGE_PLACEHOLDER] if IMAGE_PLACEHOLDER not in specials else list(specials)
     for message in messages:
@@ -195,15 +143,13 @@ def template_parts(
         if role not in ("system", "user", "assistant"):
             raise PolicyError(f"chat message has an unknown role {role!r}")
         content = message.get("content")
-        raw = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or ())
         parts: list[dict[str, Any]] = []
-        for part in raw:
+        for part in [{"type": "text", "text": content}] if isinstance(content, str) else list(content or ()):
             kind = part.get("type")
             if kind == "text":
-                # the sentinel's own characters in text (a task, a reply) must not read as an image
                 text = str(part.get("text", "")).replace(IMAGE_SENTINEL, IMAGE_SENTINEL[:-1] + "\u200b\ue000")
                 if role != "system":
-                    text = neutralize_special_tokens([{"role": role, "content": text}], specials)[0]["content"]
+                    text = _break_specials(text, specials)
                 parts.append({"type": "text", "text": text})
             elif kind == "image":
                 frame = part.get("frame")
@@ -213,16 +159,33 @@ def template_parts(
                 parts.append({"type": "image"})
             else:
                 raise PolicyError(f"chat message part has an unknown type {kind!r}")
-        if all(p["type"] == "text" for p in parts):
-            out.append({"role": role, "content": "".join(p["text"] for p in parts)})
-        else:
-            out.append({"role": role, "content": parts})
+        out.append((str(role), parts))
     return out, frames
 
 
-def render_prompt(
-    tokenizer: Any, messages: Sequence[dict[str, Any]], specials: Sequence[str]
-) -> tuple[str, list[Frame], str]:
+def template_parts(messages: Sequence[dict[str, Any]],
+                   specials: Sequence[str]) -> tuple[list[dict[str, Any]], list[Frame]]:
+    """Protocol messages in the list form NVIDIA's template iterates (``{"type": "image"}`` and
+    ``{"type": "text", "text": ...}`` parts; text only: one string), and the frames in prompt order.
+    Text is made safe and errors raised by :func:`_content_parts`."""
+    parts, frames = _content_parts(messages, specials)
+    out = [{"role": role, "content": "".join(p["text"] for p in content)
+            if all(p["type"] == "text" for p in content) else content} for role, content in parts]
+    return out, frames
+
+
+def flatten_messages(messages: Sequence[dict[str, Any]],
+                     specials: Sequence[str] = ()) -> tuple[list[dict[str, str]], list[Frame]]:
+    """Protocol messages as plain-text chat messages (for a template that reads strings; parts joined
+    with ``"\\n"``, each image as :data:`IMAGE_SENTINEL`), and the frames in prompt order. Text is made
+    safe and errors raised by :func:`_content_parts`."""
+    parts, frames = _content_parts(messages, specials)
+    return [{"role": role, "content": "\n".join(IMAGE_SENTINEL if p["type"] == "image" else p["text"]
+                                                 for p in content)} for role, content in parts], frames
+
+
+def render_prompt(tokenizer: Any, messages: Sequence[dict[str, Any]],
+                  specials: Sequence[str]) -> tuple[str, list[Frame], str]:
     """Render protocol messages to prompt text with one :data:`IMAGE_SENTINEL` per image.
 
     The checkpoint's template gets list-form parts (:func:`template_parts`) and must render exactly one
@@ -252,8 +215,7 @@ def render_prompt(
         problem = f"it rendered {found} image placeholder(s) for {len(frames)} image(s)"
     log.warning("the checkpoint's chat template does not take list-form content (%s); using string content",
                 problem)
-    flat, frames = flatten_messages(messages)
-    flat = neutralize_special_tokens(flat, specials)
+    flat, frames = flatten_messages(messages, specials)
     text, _how = render_chat(tokenizer, flat)
     return text, frames, "chat_template (string content)"
 
@@ -272,15 +234,8 @@ def image_token_runs(ids: Sequence[int], image_token_id: int) -> list[tuple[int,
     return runs
 
 
-def tokenize_prompt(
-    tokenizer: Any,
-    text: str,
-    image_token_counts: Sequence[int],
-    *,
-    img_start_id: int,
-    img_end_id: int,
-    image_token_id: int,
-) -> list[int]:
+def tokenize_prompt(tokenizer: Any, text: str, image_token_counts: Sequence[int], *, img_start_id: int,
+                    img_end_id: int, image_token_id: int) -> list[int]:
     """Token ids of a rendered prompt with each sentinel expanded to ``<img> <image>*n </img>``.
 
     Text between sentinels is tokenized without added special tokens (the chat text already holds

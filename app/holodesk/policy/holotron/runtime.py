@@ -1,9 +1,9 @@
-"""Vision encoding, prompt embedding, prefill and greedy (optionally grammar-constrained) decoding.
+"""What both decoders share, and the stock decoder itself.
 
-Plain functions over a :class:`~holodesk.policy.holotron.loader.LoadedHolotron`, in the gpt-fast
-style: ``encode_images`` -> ``embed_prompt`` -> ``prefill`` -> ``decode``. The model's own modules do
-all the math (transformers' RADIO, pixel shuffle + projector of ``NemotronH_Omni_Reasoning_V3``,
-NemotronH with its hybrid cache); this module only wires them for tiled v2 images.
+Plain functions over a :class:`~holodesk.policy.holotron.loader.LoadedHolotron`: :func:`tile_images` ->
+:func:`encode_tiles` (transformers' RADIO, pixel shuffle + projector) -> :func:`embed_prompt` (the one
+image-embedding merge) -> a decoder -> :func:`decode_loop` (greedy choice, :class:`Constraint`'s grammar
+mask, stop rules). :func:`generate` is the ``stock`` decoder: transformers' own forward and hybrid cache.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from holodesk.errors import PolicyError
-from holodesk.policy.holotron.tiling import preprocess_pixels
+from holodesk.policy.holotron.tiling import Tiling, preprocess_pixels
 
 if TYPE_CHECKING:
     import numpy as np
@@ -26,61 +26,33 @@ if TYPE_CHECKING:
 VISION_BATCH_TILES = 16
 """Tiles sent through the vision tower at once (bounds activation memory for many screenshots)."""
 
+PromptImage = tuple["np.ndarray[Any, Any]", Tiling]
+"""One image of a prompt: RGB uint8 ``(h, w, 3)`` pixels and their :class:`Tiling` (computed once, when the
+prompt's token counts were)."""
 
-def _sync(device: Any) -> None:
+
+def sync(device: torch.device) -> None:
+    """Wait for ``device``'s queued work (CUDA), so that host timings measure it; no-op on the CPU."""
     import torch
 
-    if getattr(device, "type", "cpu") == "cuda":
+    if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-@dataclass
-class EncodedImages:
-    """Projected image embeddings for the prompt.
-
-    Attributes:
-        embeds: ``(total_image_tokens, lm_hidden)`` in the LM's embedding dtype, on the model device.
-        token_counts: image-context tokens per image (256 x tiles), prompt order.
-        grids: (cols, rows) per image; tiles: tiles per image (thumbnail included).
-    """
-
-    embeds: torch.Tensor
-    token_counts: list[int]
-    grids: list[tuple[int, int]]
-    tiles: list[int]
-
-
-def tile_images(loaded: LoadedHolotron, images: Sequence[np.ndarray[Any, Any]]) -> tuple[
-    torch.Tensor, list[tuple[int, int]], list[int]
-]:
-    """Tile every image with the checkpoint's settings, on the model's GPU when it has one.
+def tile_images(loaded: LoadedHolotron, images: Sequence[PromptImage]) -> torch.Tensor:
+    """Normalised tiles of every image (:func:`~holodesk.policy.holotron.tiling.preprocess_pixels`), on
+    the model's GPU when it has one.
 
     Returns:
-        (tiles float32 ``(n_tiles, 3, S, S)`` on the model's CUDA device, else the CPU; grids; tiles per
-        image).
+        float32 ``(sum of tiles, 3, S, S)`` on the model's CUDA device, else the CPU, prompt order.
     """
     import torch
 
-    info = loaded.info
-    device = loaded.device if getattr(loaded.device, "type", "cpu") == "cuda" else None
-    all_tiles, grids, counts = [], [], []
-    for pixels in images:
-        tiles, grid = preprocess_pixels(
-            pixels,
-            mean=loaded.mean,
-            std=loaded.std,
-            max_tiles=info.max_tiles,
-            tile_size=info.tile_size,
-            use_thumbnail=info.use_thumbnail,
-            device=device,
-        )
-        all_tiles.append(tiles)
-        grids.append(grid)
-        counts.append(int(tiles.shape[0]))
-    if not all_tiles:
-        size = info.tile_size
-        return torch.zeros(0, 3, size, size), grids, counts
-    return torch.cat(all_tiles), grids, counts
+    size = loaded.info.tile_size
+    device = loaded.device if loaded.device.type == "cuda" else None
+    tiles = [preprocess_pixels(pixels, tiling, mean=loaded.mean, std=loaded.std, tile_size=size, device=device)
+             for pixels, tiling in images]
+    return torch.cat(tiles) if tiles else torch.zeros(0, 3, size, size)
 
 
 def encode_tiles(loaded: LoadedHolotron, tiles: torch.Tensor) -> torch.Tensor:
@@ -94,62 +66,47 @@ def encode_tiles(loaded: LoadedHolotron, tiles: torch.Tensor) -> torch.Tensor:
     import torch
 
     model = loaded.model
-    vision = model.vision_model
-    vision_dtype = next(vision.parameters()).dtype
+    vision_dtype = next(model.vision_model.parameters()).dtype
     side = loaded.info.tile_size // loaded.info.patch_size
     out = []
     with torch.inference_mode():
         for start in range(0, int(tiles.shape[0]), VISION_BATCH_TILES):
             batch = tiles[start : start + VISION_BATCH_TILES].to(loaded.device, vision_dtype)
-            features = vision(batch).features  # (b, side*side, vit_hidden), prefix tokens dropped
+            features = model.vision_model(batch).features  # (b, side*side, vit_hidden), prefix tokens dropped
             projected = model.project_vision_features(features, side, side)  # (b, tokens, lm_hidden)
             out.append(projected.reshape(-1, projected.shape[-1]))
     if not out:
-        hidden = int(model.config.text_config.hidden_size)
-        return torch.zeros(0, hidden, device=loaded.device)
+        return torch.zeros(0, int(model.config.text_config.hidden_size), device=loaded.device)
     return torch.cat(out)
 
 
-def encode_images(loaded: LoadedHolotron, images: Sequence[np.ndarray[Any, Any]]) -> EncodedImages:
-    """Tile and encode images (RGB uint8 ``(h, w, 3)`` each) into LM embeddings."""
-    tiles, grids, counts = tile_images(loaded, images)
-    embeds = encode_tiles(loaded, tiles)
-    tokens = [c * loaded.info.tokens_per_tile for c in counts]
-    return EncodedImages(embeds=embeds, token_counts=tokens, grids=grids, tiles=counts)
+def embed_prompt(loaded: LoadedHolotron, input_ids: Sequence[int], image_rows: Sequence[torch.Tensor]) -> torch.Tensor:
+    """LM input embeddings of ``input_ids`` with their ``<image>`` positions replaced, in order, by the
+    rows of ``image_rows`` (the one image-embedding merge: the static engine and the stock decoder both
+    call it, the engine with the part of the prompt after its resume point).
 
-
-def embed_prompt(loaded: LoadedHolotron, input_ids: Sequence[int], image_embeds: torch.Tensor) -> torch.Tensor:
-    """LM input embeddings with the ``<image>`` positions replaced, in order, by ``image_embeds``.
-
+    Args:
+        input_ids: token ids (a whole prompt or its tail).
+        image_rows: ``(rows, lm_hidden)`` tensors whose rows, concatenated, are the embeddings of the
+            ``<image>`` tokens in ``input_ids``.
     Returns:
-        ``(1, len(input_ids), lm_hidden)`` on the model device.
+        ``(1, len(input_ids), lm_hidden)`` on the model device, in the embedding dtype.
     Raises:
-        PolicyError: when the number of ``<image>`` tokens differs from the number of embeddings.
+        PolicyError: when the number of ``<image>`` tokens differs from the number of rows.
     """
     import torch
 
-    model = loaded.model
     ids = torch.tensor([list(input_ids)], dtype=torch.long, device=loaded.device)
+    rows = sum(int(r.shape[0]) for r in image_rows)
     with torch.inference_mode():
-        embeds = model.get_input_embeddings()(ids)
+        embeds = loaded.model.get_input_embeddings()(ids)
         mask = ids[0] == loaded.image_token_id
         n = int(mask.sum())
-        if n != int(image_embeds.shape[0]):
-            raise PolicyError(f"the prompt has {n} image tokens but {int(image_embeds.shape[0])} image embeddings")
+        if n != rows:
+            raise PolicyError(f"the prompt has {n} image tokens but {rows} image embeddings")
         if n:
-            embeds[0, mask] = image_embeds.to(embeds.dtype)
+            embeds[0, mask] = torch.cat(list(image_rows)).to(embeds.dtype)
     return embeds
-
-
-def full_logits(loaded: LoadedHolotron, input_ids: Sequence[int], images: Sequence[np.ndarray[Any, Any]]) -> Any:
-    """Logits for every prompt position (float32 ``(len(input_ids), vocab)``), for tests and checks."""
-    import torch
-
-    encoded = encode_images(loaded, images)
-    embeds = embed_prompt(loaded, input_ids, encoded.embeds)
-    with torch.inference_mode():
-        out = loaded.model.language_model(inputs_embeds=embeds, use_cache=False)
-    return out.logits[0].float()
 
 
 def cap_strings(schema: dict[str, Any], max_chars: int) -> dict[str, Any]:
@@ -167,7 +124,7 @@ def cap_strings(schema: dict[str, Any], max_chars: int) -> dict[str, Any]:
     if max_chars < 1:
         raise ValueError(f"max_chars must be >= 1, got {max_chars}")
 
-    def visit(node: Any) -> None:
+    def visit(node: object) -> None:
         if isinstance(node, dict):
             types = node.get("type")
             fixed = "const" in node or "enum" in node  # its values already bound the length
@@ -228,11 +185,9 @@ class Constraint:
         self._xgr = xgr
         vocab_size = int(loaded.model.config.text_config.vocab_size)
         self.vocab_size = vocab_size
-        info = xgr.TokenizerInfo.from_huggingface(
-            loaded.tokenizer, vocab_size=vocab_size, stop_token_ids=list(loaded.eos_ids)
-        )
-        compiler = xgr.GrammarCompiler(info)
-        self.compiled = compiler.compile_json_schema(json.dumps(schema), any_whitespace=False)
+        info = xgr.TokenizerInfo.from_huggingface(loaded.tokenizer, vocab_size=vocab_size,
+                                                  stop_token_ids=list(loaded.eos_ids))
+        self.compiled = xgr.GrammarCompiler(info).compile_json_schema(json.dumps(schema), any_whitespace=False)
         self.matcher: Any = None
         self.bitmask: Any = None
         import torch
@@ -244,7 +199,7 @@ class Constraint:
         # with the tiny checkpoint: a capped string then came out longer than its maxLength). Tokens
         # holding an invalid sequence are masked always; a token that continues the previous token's
         # lead byte into an invalid second byte is masked after that token (Unicode Table 3-7).
-        starts_bad: dict[int, Any] = {lead: torch.zeros(vocab_size, dtype=torch.bool) for lead in _BAD_SECOND}
+        starts_bad: dict[int, torch.Tensor] = {lead: torch.zeros(vocab_size, dtype=torch.bool) for lead in _BAD_SECOND}
         self._ends_with_lead: dict[int, int] = {}
         for token_id, piece in enumerate(info.decoded_vocab[:vocab_size]):
             if token_id in stops or not piece:
@@ -258,10 +213,8 @@ class Constraint:
                     starts_bad[lead][token_id] = True
             if data[-1] in _BAD_SECOND:
                 self._ends_with_lead[token_id] = data[-1]
-        self._ban_cpu = ban
-        self._ban: Any = None
-        self._starts_bad_cpu = starts_bad
-        self._starts_bad: dict[int, Any] = {}
+        self._ban = ban.to(loaded.device)  # the logits of both decoders are on the model's device
+        self._starts_bad = {lead: m.to(loaded.device) for lead, m in starts_bad.items()}
         self._last: int | None = None
 
     def start(self) -> None:
@@ -274,9 +227,6 @@ class Constraint:
         """Set disallowed tokens of ``logits`` (float ``(vocab,)``) to -inf, in place."""
         self.matcher.fill_next_token_bitmask(self.bitmask)
         self._xgr.apply_token_bitmask_inplace(logits.view(1, -1), self.bitmask.to(logits.device))
-        if self._ban is None or self._ban.device != logits.device:
-            self._ban = self._ban_cpu.to(logits.device)
-            self._starts_bad = {lead: m.to(logits.device) for lead, m in self._starts_bad_cpu.items()}
         logits.masked_fill_(self._ban[: logits.shape[-1]], float("-inf"))
         lead = self._ends_with_lead.get(self._last) if self._last is not None else None
         if lead is not None:
@@ -301,7 +251,7 @@ class Generation:
         text: decoded reply (special tokens kept, so ``</think>`` stays visible).
         stop_reason: ``"eos"``, ``"max_new_tokens"`` or ``"grammar"`` (constraint rejected a token).
         prompt_tokens: prompt length in tokens.
-        timings_ms: prefill, decode (ms).
+        timings_ms: preprocess (tiling), vision, prefill, decode (ms).
     """
 
     token_ids: list[int]
@@ -311,16 +261,9 @@ class Generation:
     timings_ms: dict[str, float] = field(default_factory=dict)
 
 
-def decode_loop(
-    loaded: LoadedHolotron,
-    first_logits: torch.Tensor,
-    step: Callable[[int], torch.Tensor],
-    *,
-    max_new_tokens: int,
-    constraint: Constraint | None,
-    reasoning: bool,
-    max_think_tokens: int,
-) -> tuple[list[int], str]:
+def decode_loop(loaded: LoadedHolotron, first_logits: torch.Tensor, step: Callable[[int], torch.Tensor], *,
+                max_new_tokens: int, constraint: Constraint | None, reasoning: bool,
+                max_think_tokens: int) -> tuple[list[int], str]:
     """Greedy token choice shared by every decoder: thinking, the grammar mask, stop rules.
 
     Args:
@@ -367,26 +310,19 @@ def decode_loop(
     return tokens, "max_new_tokens"
 
 
-def generate(
-    loaded: LoadedHolotron,
-    embeds: torch.Tensor,
-    *,
-    max_new_tokens: int = 1024,
-    constraint: Constraint | None = None,
-    reasoning: bool = False,
-    max_think_tokens: int = 1024,
-) -> Generation:
-    """Greedy decoding with transformers' own forward and cache (the ``stock`` decoder).
-
-    With ``constraint`` the reply is forced to match the JSON schema; with ``reasoning`` the model
-    first thinks freely until ``</think>`` (forced after ``max_think_tokens``) and only the part after
-    it is constrained (:func:`decode_loop`).
+def generate(loaded: LoadedHolotron, input_ids: Sequence[int], images: Sequence[PromptImage], *,
+             max_new_tokens: int, constraint: Constraint | None, reasoning: bool, max_think_tokens: int) -> Generation:
+    """One reply with transformers' own forward and cache (the ``stock`` decoder; its modules are used as
+    loaded, nothing is replaced): tile and encode every image, merge (:func:`embed_prompt`), prefill,
+    then :func:`decode_loop` with one forward per token.
 
     Args:
-        embeds: ``(1, prompt_len, hidden)`` from :func:`embed_prompt`.
+        input_ids: prompt token ids with ``<image>`` runs (``tokenize_prompt``).
+        images: the prompt's images in order, with their tiling.
     Returns:
-        :class:`Generation`.
+        :class:`Generation` with ``timings_ms`` preprocess (tiling), vision, prefill, decode.
     Raises:
+        PolicyError: the prompt's ``<image>`` tokens and the images' tiles disagree.
         torch.OutOfMemoryError: passed through so the caller can retry with fewer images.
     """
     import torch
@@ -394,33 +330,35 @@ def generate(
     model = loaded.model.language_model
     device = loaded.device
     timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    tiles = tile_images(loaded, images)
+    sync(device)
+    t1 = time.perf_counter()
+    embeds = embed_prompt(loaded, input_ids, [encode_tiles(loaded, tiles)])
+    del tiles
+    sync(device)
+    t2 = time.perf_counter()
+    timings.update(preprocess=(t1 - t0) * 1000.0, vision=(t2 - t1) * 1000.0)
     with torch.inference_mode():
-        _sync(device)
-        t0 = time.perf_counter()
         out = model(inputs_embeds=embeds, use_cache=True, logits_to_keep=1)
-        state = {"cache": out.past_key_values}
-        logits = out.logits[0, -1].float()
-        _sync(device)
-        t1 = time.perf_counter()
-        timings["prefill"] = (t1 - t0) * 1000.0
+        del embeds
+        cache = [out.past_key_values]
+        sync(device)
+        t3 = time.perf_counter()
+        timings["prefill"] = (t3 - t2) * 1000.0
 
         def step(token: int) -> torch.Tensor:
             ids = torch.tensor([[token]], dtype=torch.long, device=device)
-            nxt = model(input_ids=ids, past_key_values=state["cache"], use_cache=True, logits_to_keep=1)
-            state["cache"] = nxt.past_key_values
+            nxt = model(input_ids=ids, past_key_values=cache[0], use_cache=True, logits_to_keep=1)
+            cache[0] = nxt.past_key_values
             return nxt.logits[0, -1].float()
 
         tokens, stop_reason = decode_loop(
-            loaded, logits, step, max_new_tokens=max_new_tokens, constraint=constraint, reasoning=reasoning,
-            max_think_tokens=max_think_tokens,
+            loaded, out.logits[0, -1].float(), step, max_new_tokens=max_new_tokens, constraint=constraint,
+            reasoning=reasoning, max_think_tokens=max_think_tokens,
         )
-        _sync(device)
-        timings["decode"] = (time.perf_counter() - t1) * 1000.0
+        sync(device)
+        timings["decode"] = (time.perf_counter() - t3) * 1000.0
     text = loaded.tokenizer.decode(tokens, skip_special_tokens=False)
-    return Generation(
-        token_ids=tokens,
-        text=str(text),
-        stop_reason=stop_reason,
-        prompt_tokens=int(embeds.shape[1]),
-        timings_ms=timings,
-    )
+    return Generation(token_ids=tokens, text=str(text), stop_reason=stop_reason, prompt_tokens=len(input_ids),
+                      timings_ms=timings)

@@ -1,18 +1,19 @@
 """Image tiling for Holotron-12B (Nemotron Nano 2 VL): grid choice, pixel pipeline, token counts.
 
-The algorithm reproduces the preprocessing the model was trained with, as written down in
-``docs/holotron.md`` ("Image preprocessing"): InternVL's dynamic tiling (``find_closest_aspect_ratio``
-in InternVL's ``dynamic_preprocess``, also used by Nemotron Nano 2 VL), bicubic resize with antialiasing
+The algorithm reproduces the preprocessing the model was trained with (docs/holotron-runtime.md, "One
+step"): InternVL's dynamic tiling (``find_closest_aspect_ratio`` in InternVL's ``dynamic_preprocess``,
+also used by Nemotron Nano 2 VL), bicubic resize with antialiasing
 on float pixels in ``[0, 1]`` without clamping (torchvision's tensor ``Resize`` / vLLM's
 ``F.interpolate(..., antialias=True)``), row-major tiles plus a thumbnail, per-channel normalisation.
 
-:func:`tile_grid` and the token-count helpers are pure Python; :func:`preprocess_pixels` imports torch
-lazily, so importing this module needs neither torch nor numpy.
+:func:`plan_tiling` (grid, tiles and tokens of one image, computed once per frame) is pure Python;
+:func:`preprocess_pixels` imports torch lazily, so importing this module needs neither torch nor numpy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -40,19 +41,12 @@ def candidate_grids(max_tiles: int = MAX_TILES, min_tiles: int = 1) -> list[tupl
     """
     if max_tiles < 1 or min_tiles < 1 or min_tiles > max_tiles:
         raise ValueError(f"need 1 <= min_tiles <= max_tiles, got {min_tiles}, {max_tiles}")
-    grids = {
-        (i, j)
-        for n in range(min_tiles, max_tiles + 1)
-        for i in range(1, n + 1)
-        for j in range(1, n + 1)
-        if min_tiles <= i * j <= max_tiles
-    }
+    grids = {(i, j) for n in range(min_tiles, max_tiles + 1) for i in range(1, n + 1) for j in range(1, n + 1)
+             if min_tiles <= i * j <= max_tiles}
     return sorted(grids, key=lambda grid: grid[0] * grid[1])
 
 
-def tile_grid(
-    width: int, height: int, max_tiles: int = MAX_TILES, *, tile_size: int = TILE_SIZE
-) -> tuple[int, int]:
+def tile_grid(width: int, height: int, max_tiles: int = MAX_TILES, *, tile_size: int = TILE_SIZE) -> tuple[int, int]:
     """Choose the tile grid (cols, rows) for an image of ``width`` x ``height`` pixels.
 
     Rule (InternVL ``find_closest_aspect_ratio``, as used by Nemotron Nano 2 VL): walk the candidate
@@ -60,7 +54,7 @@ def tile_grid(
     on an exact tie, switch to the later (larger) grid when the image area exceeds
     ``0.5 * tile_size**2 * cols * rows`` of that grid.
 
-    Worked values (docs/holotron.md): 1920x1080 -> (4, 2); 1280x800 -> (3, 2); 1280x720 -> (2, 1);
+    Worked values: 1920x1080 -> (4, 2); 1280x800 -> (3, 2); 1280x720 -> (2, 1);
     1024x768 -> (4, 3); 3440x1440 -> (5, 2); 1080x1920 -> (2, 4); 512x512 -> (1, 1).
 
     Args:
@@ -88,72 +82,68 @@ def tile_grid(
     return best
 
 
-def tile_count(cols: int, rows: int, *, use_thumbnail: bool = True) -> int:
-    """Tiles sent for a (cols, rows) grid: ``cols*rows`` plus one thumbnail when there is more than one."""
-    n = cols * rows
-    return n + 1 if use_thumbnail and n > 1 else n
+@dataclass(frozen=True)
+class Tiling:
+    """How one image is cut: grid ``cols`` x ``rows``, ``tiles`` sent (thumbnail included) and the
+    ``tokens`` (``<image>`` placeholders, without ``<img>``/``</img>``) they become."""
+
+    cols: int
+    rows: int
+    tiles: int
+    tokens: int
 
 
-def image_tiles(
-    width: int,
-    height: int,
-    max_tiles: int = MAX_TILES,
-    *,
-    tile_size: int = TILE_SIZE,
-    use_thumbnail: bool = True,
-) -> int:
-    """Number of tiles (thumbnail included) for a ``width`` x ``height`` image. 1920x1080 -> 9."""
-    cols, rows = tile_grid(width, height, max_tiles, tile_size=tile_size)
-    return tile_count(cols, rows, use_thumbnail=use_thumbnail)
+def plan_tiling(width: int, height: int, max_tiles: int = MAX_TILES, *, tile_size: int = TILE_SIZE,
+                use_thumbnail: bool = True, tokens_per_tile: int = TOKENS_PER_TILE) -> Tiling:
+    """The tiling of a ``width`` x ``height`` image: :func:`tile_grid`, plus one thumbnail when the grid
+    has more than one tile. 1920x1080 -> ``Tiling(4, 2, tiles=9, tokens=2304)``.
 
-
-def image_token_count(
-    width: int,
-    height: int,
-    max_tiles: int = MAX_TILES,
-    *,
-    tile_size: int = TILE_SIZE,
-    tokens_per_tile: int = TOKENS_PER_TILE,
-    use_thumbnail: bool = True,
-) -> int:
-    """Image-context tokens (``<image>`` placeholders) for one image, without ``<img>``/``</img>``.
-
-    1920x1080 -> 9 tiles x 256 = 2304.
+    Raises:
+        ValueError: as :func:`tile_grid`.
     """
-    return tokens_per_tile * image_tiles(
-        width, height, max_tiles, tile_size=tile_size, use_thumbnail=use_thumbnail
-    )
+    cols, rows = tile_grid(width, height, max_tiles, tile_size=tile_size)
+    tiles = tile_count(cols * rows, use_thumbnail=use_thumbnail)
+    return Tiling(cols, rows, tiles, tiles * tokens_per_tile)
 
 
-def preprocess_pixels(
-    pixels: np.ndarray[Any, Any],
-    *,
-    mean: Sequence[float],
-    std: Sequence[float],
-    max_tiles: int,
-    tile_size: int,
-    use_thumbnail: bool,
-    device: Any = None,
-) -> tuple[torch.Tensor, tuple[int, int]]:
-    """Turn one RGB frame into normalised tiles.
+def tile_count(cells: int, *, use_thumbnail: bool) -> int:
+    """Tiles sent for a grid of ``cells`` tiles: one thumbnail more when there is more than one."""
+    return cells + (1 if use_thumbnail and cells > 1 else 0)
 
-    Steps (docs/holotron.md, "Image preprocessing"): uint8 -> float32 in [0, 1]; grid by
-    :func:`tile_grid`; bicubic antialiased resize of the whole image to ``tile_size*cols`` x
-    ``tile_size*rows`` (aspect ratio not kept, no clamping); cut row-major; when there is more than one
-    tile, append the whole image resized to ``tile_size`` x ``tile_size``; normalise each channel with
-    ``(x - mean) / std``.
+
+def image_tiles(width: int, height: int, max_tiles: int = MAX_TILES, *, tile_size: int = TILE_SIZE,
+                use_thumbnail: bool = True) -> int:
+    """Number of tiles (thumbnail included) for a ``width`` x ``height`` image. 1920x1080 -> 9."""
+    return plan_tiling(width, height, max_tiles, tile_size=tile_size, use_thumbnail=use_thumbnail).tiles
+
+
+def image_token_count(width: int, height: int, max_tiles: int = MAX_TILES, *, tile_size: int = TILE_SIZE,
+                      tokens_per_tile: int = TOKENS_PER_TILE, use_thumbnail: bool = True) -> int:
+    """Image-context tokens for one image (:attr:`Tiling.tokens`). 1920x1080 -> 9 tiles x 256 = 2304."""
+    return plan_tiling(width, height, max_tiles, tile_size=tile_size, use_thumbnail=use_thumbnail,
+                       tokens_per_tile=tokens_per_tile).tokens
+
+
+def preprocess_pixels(pixels: np.ndarray[Any, Any], tiling: Tiling, *, mean: Sequence[float], std: Sequence[float],
+                      tile_size: int, device: torch.device | None = None) -> torch.Tensor:
+    """Turn one RGB frame into normalised tiles, cut as ``tiling`` says (:func:`plan_tiling` of its size).
+
+    Steps: uint8 -> float32 in [0, 1]; bicubic antialiased resize of the whole image to
+    ``tile_size*cols`` x ``tile_size*rows`` (aspect ratio not kept, no clamping); cut row-major; when
+    ``tiling`` has a thumbnail, append the whole image resized to ``tile_size`` x ``tile_size``;
+    normalise each channel with ``(x - mean) / std``.
 
     Args:
         pixels: ``uint8`` array of shape ``(height, width, 3)``, RGB.
-        mean, std: per-channel normalisation, read from the checkpoint.
-        max_tiles, tile_size, use_thumbnail: the checkpoint's tiling (``CheckpointInfo``: config.json and
-            preprocessor_config.json); no default, so a caller cannot silently use other values.
+        tiling: the image's :class:`Tiling`, computed once per frame by the caller.
+        mean, std, tile_size: the checkpoint's values (``LoadedHolotron``); no default, so a caller cannot
+            silently use other values.
         device: torch device to do the work on (default the CPU). On a GPU the frame goes over as uint8
-            (a quarter of the float32 bytes) and the same torch operations run there: 1-2 ms instead of
-            25-100 ms on the CPU for a 1080p frame (docs/benchmarks.md), equal up to float rounding.
+            (a quarter of the float32 bytes): 1-2 ms instead of 25-100 ms on the CPU for a 1080p frame
+            (docs/benchmarks.md), equal up to float rounding.
     Returns:
-        (tiles, (cols, rows)) where ``tiles`` is float32 of shape ``(n_tiles, 3, tile_size, tile_size)``
-        on ``device``, tiles in row-major order followed by the thumbnail.
+        float32 ``(tiling.tiles, 3, tile_size, tile_size)`` on ``device``: tiles row-major, then the
+        thumbnail.
     Raises:
         ValueError: when ``pixels`` is not ``(h, w, 3)``.
     """
@@ -165,28 +155,19 @@ def preprocess_pixels(
     if arr.ndim != 3 or arr.shape[2] != 3:
         raise ValueError(f"expected RGB pixels of shape (height, width, 3), got {arr.shape}")
     height, width = int(arr.shape[0]), int(arr.shape[1])
-    cols, rows = tile_grid(width, height, max_tiles, tile_size=tile_size)
-    raw = torch.from_numpy(np.ascontiguousarray(arr))
-    if device is not None:
-        raw = raw.to(device, non_blocking=False)
-    image = raw.permute(2, 0, 1).to(torch.float32).div_(255.0)
-    image = image.unsqueeze(0)  # (1, 3, h, w)
+    cols, rows = tiling.cols, tiling.rows
+    raw = torch.from_numpy(np.ascontiguousarray(arr)).to(device or "cpu")
+    image = raw.permute(2, 0, 1).to(torch.float32).div_(255.0).unsqueeze(0)  # (1, 3, h, w)
 
     def resize(target_h: int, target_w: int) -> torch.Tensor:
         if (target_h, target_w) == (height, width):
             return image
-        return F.interpolate(
-            image, size=(target_h, target_w), mode="bicubic", align_corners=False, antialias=True
-        )
+        return F.interpolate(image, size=(target_h, target_w), mode="bicubic", align_corners=False, antialias=True)
 
     resized = resize(tile_size * rows, tile_size * cols)[0]  # (3, S*rows, S*cols)
-    tiles = (
-        resized.reshape(3, rows, tile_size, cols, tile_size)
-        .permute(1, 3, 0, 2, 4)
-        .reshape(rows * cols, 3, tile_size, tile_size)
-    )
-    if use_thumbnail and rows * cols > 1:
+    tiles = resized.reshape(3, rows, tile_size, cols, tile_size).permute(1, 3, 0, 2, 4)
+    tiles = tiles.reshape(rows * cols, 3, tile_size, tile_size)
+    if tiling.tiles > rows * cols:
         tiles = torch.cat([tiles, resize(tile_size, tile_size)], dim=0)
-    mean_t = torch.tensor([float(v) for v in mean], dtype=torch.float32, device=image.device).view(1, 3, 1, 1)
-    std_t = torch.tensor([float(v) for v in std], dtype=torch.float32, device=image.device).view(1, 3, 1, 1)
-    return ((tiles - mean_t) / std_t).contiguous(), (cols, rows)
+    mean_t, std_t = (torch.tensor([float(v) for v in x], device=image.device).view(1, 3, 1, 1) for x in (mean, std))
+    return ((tiles - mean_t) / std_t).contiguous()

@@ -1,6 +1,6 @@
-"""A tiny random checkpoint in Holotron-12B's PUBLISHED layout, for tests and demos.
+"""A tiny random checkpoint in Holotron-12B's PUBLISHED layout, for tests and demos (a tool, not runtime API).
 
-The folder looks like the hub repo (docs/holotron.md): a remote-code style ``config.json``
+The folder looks like the hub repo: a remote-code style ``config.json``
 (``model_type`` ``NemotronH_Nano_VL_V2`` with ``llm_config`` / ``vision_config``), sharded safetensors
 with the original key names (``vision_model.radio_model.*``, ``mlp1.*``, ``language_model.backbone.*``,
 ``language_model.lm_head.*``) plus ``model.safetensors.index.json``, and a small byte-level BPE
@@ -9,7 +9,7 @@ tokenizer carrying the model's special tokens and a chat template reproducing th
 The key names and shapes are written here from the published description, independently of
 transformers' conversion mapping, so loading this folder tests that mapping.
 
-Run ``python -m holodesk.policy.holotron.tiny DIR`` to write one.
+Write one with ``holodesk tiny-checkpoint DIR`` or ``python -m holodesk.bench.tiny_checkpoint DIR``.
 """
 
 from __future__ import annotations
@@ -18,21 +18,14 @@ import argparse
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 SPECIAL_TOKENS = [
-    "<unk>",
-    "<s>",
-    "</s>",
-    "<SPECIAL_10>",
-    "<SPECIAL_11>",
-    "<SPECIAL_12>",
-    "<img>",
-    "</img>",
-    "<image>",
-    "<think>",
-    "</think>",
-    "<pad>",
+    "<unk>", "<s>", "</s>", "<SPECIAL_10>", "<SPECIAL_11>", "<SPECIAL_12>", "<img>", "</img>", "<image>",
+    "<think>", "</think>", "<pad>",
 ]
 """Special tokens of the tiny tokenizer, ids 0..11 in this order."""
 
@@ -67,7 +60,7 @@ CHAT_TEMPLATE = (
     "{{- '<SPECIAL_11>Assistant\\n' + ('<think>\\n' if ns.reasoning else '<think></think>') -}}"
     "{%- endif -%}"
 )
-"""Nemotron Nano 2 chat layout (docs/holotron.md, "Prompt layout") as a Jinja template written the way
+"""Nemotron Nano 2 chat layout (docs/holotron-runtime.md) as a Jinja template written the way
 NVIDIA's iterates content: BOS first; list-form parts concatenated, ``{"type": "image"}`` as ``<image>``."""
 
 _TRAINING_TEXT = """
@@ -84,18 +77,8 @@ System User Assistant task screenshot history step click double_click right_clic
 
 
 def _tiny_config(
-    *,
-    vocab_size: int,
-    vision_hidden: int,
-    vision_layers: int,
-    vision_heads: int,
-    llm_hidden: int,
-    pattern: str,
-    tile_size: int,
-    patch_size: int,
-    max_img_size: int,
-    num_prefix_tokens: int,
-    special_ids: dict[str, int],
+    *, vocab_size: int, vision_hidden: int, vision_layers: int, vision_heads: int, llm_hidden: int, pattern: str,
+    tile_size: int, patch_size: int, max_img_size: int, num_prefix_tokens: int, special_ids: dict[str, int],
     dtype: str,
 ) -> dict[str, Any]:
     """The remote-code style config.json (NemotronH_Nano_VL_V2) for the tiny model."""
@@ -169,8 +152,9 @@ def _tiny_config(
     }
 
 
-def _write_tokenizer(path: Path, *, vocab_size: int) -> tuple[int, dict[str, int]]:
-    """Train a tiny byte-level BPE and write tokenizer.json / tokenizer_config.json.
+def write_tokenizer(path: Path, *, vocab_size: int = 480) -> tuple[int, dict[str, int]]:
+    """Train a tiny byte-level BPE with :data:`SPECIAL_TOKENS` and the chat template, and write
+    tokenizer.json, tokenizer_config.json and special_tokens_map.json into the existing folder ``path``.
 
     Returns:
         (number of tokens in the tokenizer, special token -> id).
@@ -253,7 +237,6 @@ def write_tiny_checkpoint(
         ValueError: for an impossible size combination.
     """
     import torch
-    from safetensors.torch import save_file
 
     if set(pattern) - set("M*-") or not pattern:
         raise ValueError(f"pattern may only contain M, * and -, got {pattern!r}")
@@ -261,7 +244,7 @@ def write_tiny_checkpoint(
         raise ValueError("max_img_size must be a multiple of patch_size and tile_size of 2*patch_size")
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
-    n_tokens, special_ids = _write_tokenizer(out, vocab_size=tokenizer_vocab)
+    n_tokens, special_ids = write_tokenizer(out, vocab_size=tokenizer_vocab)
     if vocab_size < n_tokens:
         raise ValueError(f"vocab_size {vocab_size} is smaller than the tokenizer's {n_tokens} tokens")
     if not chat_template:
@@ -271,99 +254,114 @@ def write_tiny_checkpoint(
         cfg_path.write_text(json.dumps(tok_cfg, indent=2))
 
     config = _tiny_config(
-        vocab_size=vocab_size,
-        vision_hidden=vision_hidden,
-        vision_layers=vision_layers,
-        vision_heads=vision_heads,
-        llm_hidden=llm_hidden,
-        pattern=pattern,
-        tile_size=tile_size,
-        patch_size=patch_size,
-        max_img_size=max_img_size,
-        num_prefix_tokens=num_prefix_tokens,
-        special_ids=special_ids,
-        dtype=dtype,
+        vocab_size=vocab_size, vision_hidden=vision_hidden, vision_layers=vision_layers, vision_heads=vision_heads,
+        llm_hidden=llm_hidden, pattern=pattern, tile_size=tile_size, patch_size=patch_size, max_img_size=max_img_size,
+        num_prefix_tokens=num_prefix_tokens, special_ids=special_ids, dtype=dtype,
     )
     (out / "config.json").write_text(json.dumps(config, indent=2))
-    (out / "generation_config.json").write_text(
-        json.dumps({"bos_token_id": special_ids["<s>"], "eos_token_id": special_ids["<SPECIAL_12>"]})
-    )
+    generation = {"bos_token_id": special_ids["<s>"], "eos_token_id": special_ids["<SPECIAL_12>"]}
+    (out / "generation_config.json").write_text(json.dumps(generation))
 
-    gen = torch.Generator().manual_seed(seed)
+    draw = _Draws(seed)
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    tensors = {**_vision_tensors(config, draw, vision_layers, num_prefix_tokens), **_lm_tensors(config, draw)}
+    tensors = {k: (t.to(torch_dtype) if t.is_floating_point() else t).contiguous() for k, t in tensors.items()}
+    _save(tensors, out, shards)
+    return out
 
-    def normal(*shape: int, std: float = 0.02) -> torch.Tensor:
-        return torch.randn(*shape, generator=gen) * std
 
-    def near_one(n: int) -> torch.Tensor:
-        return 1.0 + normal(n, std=0.1)
+class _Draws:
+    """Seeded normal draws (``torch.Generator``); same seed and call order -> identical tensors."""
 
-    tensors: dict[str, torch.Tensor] = {}
+    def __init__(self, seed: int) -> None:
+        import torch
+
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def normal(self, *shape: int, std: float = 0.02) -> torch.Tensor:
+        import torch
+
+        return torch.randn(*shape, generator=self.gen) * std
+
+    def near_one(self, n: int) -> torch.Tensor:
+        return 1.0 + self.normal(n, std=0.1)
+
+
+def _vision_tensors(config: dict[str, Any], draw: _Draws, layers: int, prefix: int) -> dict[str, torch.Tensor]:
+    """RADIO ViT (``layers`` blocks, ``prefix`` cls+register tokens) and ``mlp1`` tensors, published names."""
+    import torch
+
+    normal, near_one = draw.normal, draw.near_one
     v = "vision_model.radio_model."
-    dv = vision_hidden
-    positions = (max_img_size // patch_size) ** 2
-    tensors[v + "input_conditioner.norm_mean"] = torch.tensor(config["norm_mean"]).view(3, 1, 1)
-    tensors[v + "input_conditioner.norm_std"] = torch.tensor(config["norm_std"]).view(3, 1, 1)
-    tensors[v + "summary_idxs"] = torch.tensor([0, 1], dtype=torch.int64)
-    tensors[v + "model.patch_generator.cls_token.token"] = normal(num_prefix_tokens, dv)
-    tensors[v + "model.patch_generator.embedder.weight"] = normal(dv, 3 * patch_size * patch_size)
-    tensors[v + "model.patch_generator.pos_embed"] = normal(1, positions, dv)
-    for i in range(vision_layers):
+    dv, patch = int(config["vit_hidden_size"]), int(config["patch_size"])
+    positions = (int(config["vision_config"]["max_resolution"]) // patch) ** 2
+    t: dict[str, torch.Tensor] = {
+        v + "input_conditioner.norm_mean": torch.tensor(config["norm_mean"]).view(3, 1, 1),
+        v + "input_conditioner.norm_std": torch.tensor(config["norm_std"]).view(3, 1, 1),
+        v + "summary_idxs": torch.tensor([0, 1], dtype=torch.int64),
+    }
+    t[v + "model.patch_generator.cls_token.token"] = normal(prefix, dv)
+    t[v + "model.patch_generator.embedder.weight"] = normal(dv, 3 * patch * patch)
+    t[v + "model.patch_generator.pos_embed"] = normal(1, positions, dv)
+    for i in range(layers):
         b = f"{v}model.blocks.{i}."
-        tensors[b + "norm1.weight"] = near_one(dv)
-        tensors[b + "norm1.bias"] = normal(dv)
-        tensors[b + "attn.qkv.weight"] = normal(3 * dv, dv, std=0.1)
-        tensors[b + "attn.qkv.bias"] = normal(3 * dv)
-        tensors[b + "attn.proj.weight"] = normal(dv, dv, std=0.1)
-        tensors[b + "attn.proj.bias"] = normal(dv)
-        tensors[b + "norm2.weight"] = near_one(dv)
-        tensors[b + "norm2.bias"] = normal(dv)
-        tensors[b + "mlp.fc1.weight"] = normal(4 * dv, dv, std=0.1)
-        tensors[b + "mlp.fc1.bias"] = normal(4 * dv)
-        tensors[b + "mlp.fc2.weight"] = normal(dv, 4 * dv, std=0.1)
-        tensors[b + "mlp.fc2.bias"] = normal(dv)
-
+        t[b + "norm1.weight"], t[b + "norm1.bias"] = near_one(dv), normal(dv)
+        t[b + "attn.qkv.weight"], t[b + "attn.qkv.bias"] = normal(3 * dv, dv, std=0.1), normal(3 * dv)
+        t[b + "attn.proj.weight"], t[b + "attn.proj.bias"] = normal(dv, dv, std=0.1), normal(dv)
+        t[b + "norm2.weight"], t[b + "norm2.bias"] = near_one(dv), normal(dv)
+        t[b + "mlp.fc1.weight"], t[b + "mlp.fc1.bias"] = normal(4 * dv, dv, std=0.1), normal(4 * dv)
+        t[b + "mlp.fc2.weight"], t[b + "mlp.fc2.bias"] = normal(dv, 4 * dv, std=0.1), normal(dv)
     proj_in, proj_hidden = 4 * dv, int(config["projector_hidden_size"])
-    tensors["mlp1.0.weight"] = near_one(proj_in)
-    tensors["mlp1.1.weight"] = normal(proj_hidden, proj_in, std=0.1)
-    tensors["mlp1.3.weight"] = normal(llm_hidden, proj_hidden, std=0.1)
+    t["mlp1.0.weight"] = near_one(proj_in)
+    t["mlp1.1.weight"] = normal(proj_hidden, proj_in, std=0.1)
+    t["mlp1.3.weight"] = normal(int(config["llm_config"]["hidden_size"]), proj_hidden, std=0.1)
+    return t
 
+
+def _lm_tensors(config: dict[str, Any], draw: _Draws) -> dict[str, torch.Tensor]:
+    """Nemotron-H tensors for ``llm_config`` (M = Mamba-2, ``*`` = attention, ``-`` = MLP), published names."""
+    import torch
+
+    normal, near_one = draw.normal, draw.near_one
     llm = config["llm_config"]
-    h = llm_hidden
-    mamba_heads, mamba_head_dim = int(llm["mamba_num_heads"]), int(llm["mamba_head_dim"])
-    inner = mamba_heads * mamba_head_dim
-    groups, state = int(llm["n_groups"]), int(llm["ssm_state_size"])
-    conv_dim = inner + 2 * groups * state
-    head_dim = int(llm["attention_head_dim"])
+    h, vocab, pattern = int(llm["hidden_size"]), int(llm["vocab_size"]), str(llm["hybrid_override_pattern"])
+    mamba_heads = int(llm["mamba_num_heads"])
+    inner = mamba_heads * int(llm["mamba_head_dim"])
+    conv_dim = inner + 2 * int(llm["n_groups"]) * int(llm["ssm_state_size"])
+    head_dim, mlp = int(llm["attention_head_dim"]), int(llm["intermediate_size"])
+    heads, kv_heads = int(llm["num_attention_heads"]), int(llm["num_key_value_heads"])
     lm = "language_model.backbone."
-    tensors[lm + "embeddings.weight"] = normal(vocab_size, h, std=1.0)
+    t: dict[str, torch.Tensor] = {lm + "embeddings.weight": normal(vocab, h, std=1.0)}
     for i, kind in enumerate(pattern):
         b = f"{lm}layers.{i}."
-        tensors[b + "norm.weight"] = near_one(h)
+        t[b + "norm.weight"] = near_one(h)
         if kind == "M":
-            tensors[b + "mixer.in_proj.weight"] = normal(inner + conv_dim + mamba_heads, h, std=0.1)
-            tensors[b + "mixer.conv1d.weight"] = normal(conv_dim, 1, int(llm["conv_kernel"]), std=0.3)
-            tensors[b + "mixer.conv1d.bias"] = normal(conv_dim)
-            tensors[b + "mixer.dt_bias"] = normal(mamba_heads, std=0.5)
-            tensors[b + "mixer.A_log"] = torch.log(torch.arange(1, mamba_heads + 1, dtype=torch.float32))
-            tensors[b + "mixer.D"] = torch.ones(mamba_heads)
-            tensors[b + "mixer.norm.weight"] = near_one(inner)
-            tensors[b + "mixer.out_proj.weight"] = normal(h, inner, std=0.1 / math.sqrt(len(pattern)))
+            t[b + "mixer.in_proj.weight"] = normal(inner + conv_dim + mamba_heads, h, std=0.1)
+            t[b + "mixer.conv1d.weight"] = normal(conv_dim, 1, int(llm["conv_kernel"]), std=0.3)
+            t[b + "mixer.conv1d.bias"] = normal(conv_dim)
+            t[b + "mixer.dt_bias"] = normal(mamba_heads, std=0.5)
+            t[b + "mixer.A_log"] = torch.log(torch.arange(1, mamba_heads + 1, dtype=torch.float32))
+            t[b + "mixer.D"] = torch.ones(mamba_heads)
+            t[b + "mixer.norm.weight"] = near_one(inner)
+            t[b + "mixer.out_proj.weight"] = normal(h, inner, std=0.1 / math.sqrt(len(pattern)))
         elif kind == "*":
-            heads, kv_heads = int(llm["num_attention_heads"]), int(llm["num_key_value_heads"])
-            tensors[b + "mixer.q_proj.weight"] = normal(heads * head_dim, h, std=0.1)
-            tensors[b + "mixer.k_proj.weight"] = normal(kv_heads * head_dim, h, std=0.1)
-            tensors[b + "mixer.v_proj.weight"] = normal(kv_heads * head_dim, h, std=0.1)
-            tensors[b + "mixer.o_proj.weight"] = normal(h, heads * head_dim, std=0.1)
+            t[b + "mixer.q_proj.weight"] = normal(heads * head_dim, h, std=0.1)
+            t[b + "mixer.k_proj.weight"] = normal(kv_heads * head_dim, h, std=0.1)
+            t[b + "mixer.v_proj.weight"] = normal(kv_heads * head_dim, h, std=0.1)
+            t[b + "mixer.o_proj.weight"] = normal(h, heads * head_dim, std=0.1)
         else:
-            tensors[b + "mixer.up_proj.weight"] = normal(int(llm["intermediate_size"]), h, std=0.1)
-            tensors[b + "mixer.down_proj.weight"] = normal(h, int(llm["intermediate_size"]), std=0.1)
-    tensors[lm + "norm_f.weight"] = near_one(h)
-    tensors["language_model.lm_head.weight"] = normal(vocab_size, h, std=0.5)
+            t[b + "mixer.up_proj.weight"] = normal(mlp, h, std=0.1)
+            t[b + "mixer.down_proj.weight"] = normal(h, mlp, std=0.1)
+    t[lm + "norm_f.weight"] = near_one(h)
+    t["language_model.lm_head.weight"] = normal(vocab, h, std=0.5)
+    return t
 
-    tensors = {
-        k: (t.to(torch_dtype) if t.is_floating_point() else t).contiguous() for k, t in tensors.items()
-    }
+
+def _save(tensors: dict[str, torch.Tensor], out: Path, shards: int) -> None:
+    """Write ``tensors`` as ``shards`` safetensors files (with an index json when more than one),
+    replacing the folder's previous weight files."""
+    from safetensors.torch import save_file
+
     for old in out.glob("model*.safetensors"):
         old.unlink()
     names = list(tensors)
@@ -371,7 +369,7 @@ def write_tiny_checkpoint(
     if shards == 1:
         save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
         (out / "model.safetensors.index.json").unlink(missing_ok=True)
-        return out
+        return
     per = math.ceil(len(names) / shards)
     weight_map: dict[str, str] = {}
     total = 0
@@ -384,21 +382,17 @@ def write_tiny_checkpoint(
             total += tensors[k].numel() * tensors[k].element_size()
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m holodesk.policy.holotron.tiny DIR [--seed N] [--dtype bfloat16]``."""
+    """``python -m holodesk.bench.tiny_checkpoint DIR [--seed N] [--dtype bfloat16]``."""
     parser = argparse.ArgumentParser(description="Write a tiny random Holotron-shaped checkpoint.")
     parser.add_argument("path", type=Path)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--no-chat-template", action="store_true")
     args = parser.parse_args(argv)
-    out = write_tiny_checkpoint(
-        args.path, seed=args.seed, dtype=args.dtype, chat_template=not args.no_chat_template
-    )
-    print(out)
+    print(write_tiny_checkpoint(args.path, seed=args.seed, dtype=args.dtype, chat_template=not args.no_chat_template))
     return 0
 
 

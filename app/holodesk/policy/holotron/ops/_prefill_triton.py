@@ -1,4 +1,4 @@
-"""Triton kernels for prefill (see :mod:`.prefill_ops`, which holds the torch references and the dispatch).
+"""Triton kernels for prefill (see :mod:`.prefill`, which holds the torch references and the dispatch).
 
 Importing this module needs Triton (raises ImportError otherwise); the kernels need a CUDA device.
 """

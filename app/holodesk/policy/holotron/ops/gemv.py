@@ -2,34 +2,42 @@
 
 A decode step of Holotron-12B is ~90% matrix-vector products (one token against every weight matrix):
 ``y[1, N] = x[1, K] @ W[N, K]^T``, bound by reading ``W`` from memory. cuBLAS picks its kernel by
-heuristics; on one H200 (docs/benchmarks.md, run 4) it read the MLP and Mamba weights at about 3.7-4.0 TB/s
+heuristics; on one H200 (docs/benchmarks.md) it read the MLP and Mamba weights at about 3.7-4.0 TB/s
 in those products. :func:`choose` times, for each weight shape, ``F.linear`` (cuBLASLt, the default) and
-a Triton kernel (:mod:`._gemv_op`: each program reads ``BLOCK_N`` rows of ``W`` in ``BLOCK_K``-wide
+a Triton kernel (:mod:`._gemv_triton`: each program reads ``BLOCK_N`` rows of ``W`` in ``BLOCK_K``-wide
 coalesced slices, multiplies by ``x`` in float32 and reduces once at the end; no split-K, no atomics,
 so the output is deterministic) in several tiles, on the real weights, and keeps the fastest.
 
 Only implementations that run as timed are offered: the Triton kernel is an opaque op
 (``torch.ops.holodesk.gemv``) that ``torch.compile`` calls as it is; a ``torch.mv`` variant was dropped
-because inside a compiled block inductor rewrote it into a much slower reduction (run 4).
+because inside a compiled block inductor rewrote it into a much slower reduction.
 
 Every implementation accumulates in float32 and rounds the result once to the weight dtype, as cuBLAS
 does; results differ only in the order of the float32 sums. :func:`choose` rejects any candidate whose
-result differs from ``F.linear`` by more than the dtype's rounding (``check_rtol``).
+result differs from ``F.linear`` by more than the dtype's rounding (``check_rtol``);
+:func:`gemv_reference` is that product written out (float32 sums, one rounding).
 
 Triton is only needed on CUDA; without it (the CPU test environment) only ``"linear"`` exists.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
+Product = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
+"""A matrix-vector implementation: ``(x [1, K], w [N, K]) -> [1, N]``."""
+
 try:  # pragma: no cover - depends on the machine
-    from holodesk.policy.holotron import _gemv_op  # noqa: F401  (registers torch.ops.holodesk.gemv)
+    from holodesk.policy.holotron.ops import _gemv_triton  # noqa: F401  (registers torch.ops.holodesk.gemv)
 
     HAVE_TRITON = True
 except Exception as _exc:  # CPU-only installs (CI) have no Triton; an old torch has no triton_op
@@ -65,8 +73,15 @@ TRITON_TILES: tuple[tuple[int, int, int], ...] = (
 """Triton tiles tried at load ``(BLOCK_N, BLOCK_K, num_warps)``."""
 
 
-def linear(x: Any, w: Any, how: tuple[str, int, int, int] | None = None) -> Any:
-    """``F.linear(x, w)`` for ``x [B, K]``, ``w [N, K]`` -> ``[B, N]``, through ``how`` when ``B == 1``.
+def gemv_reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``x [B, K] @ w [N, K]^T`` summed in float32 and rounded once to ``w``'s dtype: what every
+    implementation of :func:`linear` computes, up to the order of the float32 sums."""
+    return (x.float() @ w.float().t()).to(w.dtype)
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, how: tuple[str, int, int, int] | None = None) -> torch.Tensor:
+    """``F.linear(x, w)`` for ``x [B, K]``, ``w [N, K]`` -> ``[B, N]``, through ``how`` when ``x`` is one
+    row (``[1, K]``).
 
     Args:
         how: :meth:`Gemv.spec` of the chosen implementation (a plain tuple, so that ``torch.compile``
@@ -76,7 +91,7 @@ def linear(x: Any, w: Any, how: tuple[str, int, int, int] | None = None) -> Any:
     """
     import torch.nn.functional as F
 
-    if how is None or how[0] == "linear" or x.shape[0] != 1:
+    if how is None or how[0] == "linear" or x.dim() != 2 or x.shape[0] != 1:
         return F.linear(x, w)
     if how[0] == "triton":
         import torch
@@ -105,15 +120,15 @@ def _cycles_per_us() -> float:
     return _CYCLES_PER_US[0]
 
 
-def _time_us(fn: Any, weights: Sequence[Any], x: Any, rounds: int = 5) -> float:
+def _time_us(fn: Product, weights: Sequence[torch.Tensor], x: torch.Tensor, rounds: int = 5) -> float:
     """Median over ``rounds`` of the mean microseconds per product, cycling through ``weights`` (distinct
     matrices, as in a decode step, so the L2 cache does not hold the weight between products).
 
     GPU time only, as in the decode graph where the products run back to back: each round is queued
     behind a spin kernel that outlasts twice the host's time to launch it, so the products start one
     after another on the GPU. Timed eagerly without it, a candidate's host-side launch cost (60-90 us
-    for the registered Triton op on the run-5 host, more than the kernel) decided the choice. No CUDA
-    graph is captured here: timing graphs left about 94 MiB allocated after loading (run 5b).
+    for the registered Triton op on a slow host, more than the kernel) decided the choice. No CUDA
+    graph is captured here: timing graphs left about 94 MiB allocated after loading.
     """
     import statistics
     import time
@@ -143,7 +158,7 @@ def _time_us(fn: Any, weights: Sequence[Any], x: Any, rounds: int = 5) -> float:
     return statistics.median(samples)
 
 
-def choose(weights: Sequence[Any], *, check_rtol: float | None = None) -> tuple[Gemv, dict[str, float]]:
+def choose(weights: Sequence[torch.Tensor], *, check_rtol: float | None = None) -> tuple[Gemv, dict[str, float]]:
     """Time every implementation on these same-shape weights ``[N, K]`` (CUDA) and return the fastest.
 
     Args:
@@ -164,13 +179,12 @@ def choose(weights: Sequence[Any], *, check_rtol: float | None = None) -> tuple[
     gen = torch.Generator(device=w0.device).manual_seed(0)
     x = torch.randn(1, w0.shape[1], generator=gen, device=w0.device, dtype=w0.dtype)
     ref = F.linear(x, w0).float()
-    candidates: list[tuple[Gemv, Any]] = [(LINEAR, lambda a, b: F.linear(a, b))]
+    candidates: list[tuple[Gemv, Product]] = [(LINEAR, F.linear)]
     if HAVE_TRITON:
         for bn, bk, nw in TRITON_TILES:
-            if bk > 2 * w0.shape[1]:
-                continue
-            candidates.append((Gemv("triton", bn, bk, nw),
-                               lambda a, b, bn=bn, bk=bk, nw=nw: torch.ops.holodesk.gemv(a, b, bn, bk, nw)))
+            if bk <= 2 * w0.shape[1]:
+                tile = Gemv("triton", bn, bk, nw)
+                candidates.append((tile, functools.partial(linear, how=tile.spec())))
     best = LINEAR
     best_us = float("inf")
     timings: dict[str, float] = {}
@@ -193,4 +207,4 @@ def choose(weights: Sequence[Any], *, check_rtol: float | None = None) -> tuple[
     return Gemv(best.kind, best.block_n, best.block_k, best.num_warps, round(best_us, 2)), timings
 
 
-__all__ = ["HAVE_TRITON", "LINEAR", "TRITON_TILES", "Gemv", "choose", "linear"]
+__all__ = ["HAVE_TRITON", "LINEAR", "TRITON_TILES", "Gemv", "choose", "gemv_reference", "linear"]

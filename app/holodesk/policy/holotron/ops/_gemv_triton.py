@@ -1,4 +1,5 @@
-"""The Triton matrix-vector kernel and its ``torch.ops.holodesk.gemv`` op (see :mod:`.gemv`).
+"""The Triton matrix-vector kernel and its ``torch.ops.holodesk.gemv`` op (see :mod:`.gemv`; reference
+:func:`.gemv.gemv_reference`).
 
 Kept apart, without ``from __future__ import annotations``: ``torch.library.triton_op`` reads the op's
 schema from real annotations. Importing this module needs torch and Triton (raises ImportError otherwise).

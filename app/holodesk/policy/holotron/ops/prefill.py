@@ -1,36 +1,43 @@
 """Prefill operations of the Nemotron-H blocks that the stock modules run as several unfused kernels.
 
-Measured on one H200 (docs/benchmarks.md, run 4c: a 2642-token 1080p prefill, 128 ms of GPU work, 3204
-kernels), transformers' Mamba-2 mixer without the ``causal-conv1d`` package spent 10.3 ms in ``F.conv1d``
-(a generic depthwise kernel), 7.3 ms concatenating the conv state in front of every chunk, 2.6 ms in a
-separate SiLU and ~5.6 ms copying the transposed conv output back to a token-major layout; the block
-RMSNorm (float32 torch ops: cast, square, mean, rsqrt, two products, cast back) took about 12 ms; the MLP's
-relu^2 2.8 ms in two passes. This module gives each one kernel on CUDA:
+Measured on one H200 (docs/benchmarks.md: a 2642-token 1080p prefill, 128 ms of GPU work, 3204 kernels),
+transformers' Mamba-2 mixer without the ``causal-conv1d`` package spent 10.3 ms in ``F.conv1d`` (a generic
+depthwise kernel), 7.3 ms concatenating the conv state in front of every chunk, 2.6 ms in a separate SiLU
+and ~5.6 ms copying the transposed conv output back to a token-major layout; the block RMSNorm (float32
+torch ops: cast, square, mean, rsqrt, two products, cast back) took about 12 ms; the MLP's relu^2 2.8 ms
+in two passes. This module gives each one kernel on CUDA:
 
 * :func:`causal_conv1d` -- depthwise causal convolution with the stored past as the left context, bias and
   SiLU fused, reading the ``xBC`` columns straight out of ``in_proj``'s output (token-major, strided) and
   writing token-major, so the chunk scan gets contiguous ``x``/``B``/``C`` without copies; the conv state is
   then set to the last ``width`` inputs. The maths is ``causal_conv1d_fn`` of Dao's causal-conv1d
-  (``initial_states`` form); the kernel is ours (:mod:`._prefill_kernels`).
+  (``initial_states`` form); the kernel is ours (:mod:`._prefill_triton`).
 * :func:`relu_square_` -- ``relu(x)^2`` in one in-place pass (``ReLUSquaredActivation``, So et al. 2021).
 * :func:`add_rms_norm` -- ``h += pending`` and ``rmsnorm(h)`` in one pass, through mamba-ssm's fused
   layer-norm kernel (``ops.triton.layer_norm.rms_norm_fn``, ``prenorm=True``), float32 inside, as
   ``NemotronHRMSNorm``.
+* :func:`gated_rms_norm` -- the Mamba-2 mixer's gated RMSNorm through mamba-ssm's
+  ``ops.triton.layernorm_gated.rmsnorm_fn`` (``norm_before_gate=False``).
 
-Each has a torch reference with the stock modules' maths, used off CUDA (the CPU tests) and by the tests
-that compare the kernels against it. :func:`fused_available` says whether the CUDA kernels can run.
+Each has a torch reference (``*_reference``) with the stock modules' maths, used off CUDA (the CPU tests)
+and by the tests that compare the kernels against it. :func:`fused_available` says whether the CUDA
+kernels can run.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
 try:  # pragma: no cover - depends on the machine
-    from holodesk.policy.holotron import _prefill_kernels as _kernels
+    from holodesk.policy.holotron.ops import _prefill_triton as _kernels
 
     HAVE_TRITON = True
 except Exception as _exc:  # no Triton: the torch references only
@@ -40,7 +47,7 @@ except Exception as _exc:  # no Triton: the torch references only
 
 
 @functools.cache
-def _mamba_rms_norm_fn() -> Any:
+def _mamba_rms_norm_fn() -> Callable[..., Any] | None:
     """mamba-ssm's fused RMSNorm entry point, or None; looked up once (it is asked per block per chunk)."""
     try:
         from mamba_ssm.ops.triton.layer_norm import rms_norm_fn
@@ -50,7 +57,18 @@ def _mamba_rms_norm_fn() -> Any:
     return rms_norm_fn
 
 
-def fused_available(device: Any) -> str | None:
+@functools.cache
+def _mamba_gated_norm_fn() -> Callable[..., Any] | None:
+    """mamba-ssm's fused gated RMSNorm entry point, or None; looked up once."""
+    try:
+        from mamba_ssm.ops.triton.layernorm_gated import rmsnorm_fn
+    except Exception as exc:  # mamba-ssm missing or unusable
+        log.debug("mamba-ssm gated RMSNorm unavailable (%s: %s)", type(exc).__name__, exc)
+        return None
+    return rmsnorm_fn
+
+
+def fused_available(device: torch.device) -> str | None:
     """Why the fused prefill kernels cannot run on ``device`` (a ``torch.device``), or None when they can.
 
     They need a CUDA device, Triton and mamba-ssm (for :func:`add_rms_norm`).
@@ -64,7 +82,8 @@ def fused_available(device: Any) -> str | None:
     return None
 
 
-def causal_conv1d_reference(x: Any, state: Any, weight: Any, bias: Any, silu: bool) -> Any:
+def causal_conv1d_reference(x: torch.Tensor, state: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                            silu: bool) -> torch.Tensor:
     """The torch maths of :func:`causal_conv1d` (transformers' ``update_conv_state`` + ``causal_conv1d_fn``).
 
     Args/Returns: as :func:`causal_conv1d` (``state`` is updated in place).
@@ -83,7 +102,7 @@ def causal_conv1d_reference(x: Any, state: Any, weight: Any, bias: Any, silu: bo
     return out.transpose(1, 2).to(x.dtype).contiguous()
 
 
-def set_conv_state(state: Any, x: Any, length: Any) -> None:
+def set_conv_state(state: torch.Tensor, x: torch.Tensor, length: torch.Tensor) -> None:
     """Set ``state [B, D, W]`` to the last ``W`` inputs of ``past + x[:, :length]``, with ``length`` a
     device tensor (``[1]`` int64, ``1 <= length <= T``): the rows of ``x`` past it are padding. Index
     arithmetic on the device only, so a CUDA graph can capture it and replay it for any length."""
@@ -96,8 +115,8 @@ def set_conv_state(state: Any, x: Any, length: Any) -> None:
     state.copy_(torch.where(idx >= 0, from_x, from_past))
 
 
-def causal_conv1d(x: Any, state: Any, weight: Any, bias: Any = None, *, silu: bool = True,
-                  length: Any = None) -> Any:
+def causal_conv1d(x: torch.Tensor, state: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+                  silu: bool = True, length: torch.Tensor | None = None) -> torch.Tensor:
     """Depthwise causal conv over a chunk, continuing from ``state``, and the state after it.
 
     ``out[b, t, d] = act(bias[d] + sum_k weight[d, k] * src[b, t + k + 1 - width, d])`` where ``src`` is the
@@ -151,30 +170,79 @@ def causal_conv1d(x: Any, state: Any, weight: Any, bias: Any = None, *, silu: bo
     return out
 
 
-def relu_square_(x: Any) -> Any:
+def relu_square_reference(x: torch.Tensor) -> torch.Tensor:
+    """``x = relu(x) ** 2`` in place by torch's ``relu_`` then ``square_`` (relu is exact, the square
+    rounds once, as the kernel does); returns ``x``."""
+    x.relu_()
+    return x.square_()
+
+
+def relu_square_(x: torch.Tensor) -> torch.Tensor:
     """``x = relu(x) ** 2`` in place (the MLP activation ``relu2``); returns ``x``.
 
-    On CUDA with Triton one pass over a contiguous ``x``; elsewhere (or non-contiguous) torch's
-    ``relu_`` then ``square_``, which round the same way (relu is exact, the square rounds once).
+    On CUDA with Triton one pass over a contiguous ``x``; elsewhere :func:`relu_square_reference`.
     """
     if x.is_cuda and HAVE_TRITON and x.is_contiguous():
         n = x.numel()
         block = 4096
         _kernels.relu_square_kernel[((n + block - 1) // block,)](x, n, BLOCK=block, num_warps=8)
         return x
-    x.relu_()
-    return x.square_()
+    return relu_square_reference(x)
 
 
-def rms_norm_reference(h: Any, weight: Any, eps: float) -> Any:
-    """``NemotronHRMSNorm``: float32 ``h * rsqrt(mean(h^2) + eps) * weight``, cast to ``h``'s dtype (the
-    decode step's ``fast_decode._rms_norm_f32``)."""
-    from holodesk.policy.holotron.fast_decode import _rms_norm_f32
+def rms_norm_reference(h: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``NemotronHRMSNorm``: float32 ``h * rsqrt(mean(h^2) + eps) * weight``, cast to ``h``'s dtype.
 
-    return _rms_norm_f32(h, weight.float(), eps, h.dtype)
+    ``weight`` may already be float32 (the decoder passes a float32 copy so ``.float()`` is free).
+    """
+    import torch
+
+    hf = h.float()
+    hf = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)
+    return (weight.float() * hf).to(h.dtype)
 
 
-def add_rms_norm(pending: Any, h: Any, weight: Any, eps: float) -> tuple[Any, Any]:
+def gated_rms_norm_reference(y: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float,
+                             group_size: int) -> torch.Tensor:
+    """``NemotronHRMSNormGated`` with a gate: float32 ``y * silu(gate)`` normalised per group of
+    ``group_size`` channels, cast to ``weight``'s dtype (the model dtype), times ``weight``.
+    ``y``, ``gate`` ``[..., I]`` (``y`` may be float32)."""
+    import torch
+    import torch.nn.functional as F
+
+    g = y.float() * F.silu(gate.float())
+    *prefix, width = g.shape
+    grouped = g.view(*prefix, width // group_size, group_size)
+    grouped = grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * grouped.view(*prefix, width).to(weight.dtype)
+
+
+def gated_rms_norm(y: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float,
+                   group_size: int) -> torch.Tensor:
+    """:func:`gated_rms_norm_reference` in one kernel on CUDA with mamba-ssm (its ``rmsnorm_fn`` with
+    ``norm_before_gate=False``: ``w * rmsnorm(y * silu(z))`` per group, float32 inside); the reference
+    elsewhere. Returns ``y``'s shape (the kernel: in ``y``'s dtype; the reference: ``weight``'s)."""
+    fn = _mamba_gated_norm_fn() if y.is_cuda else None
+    if fn is None:
+        return gated_rms_norm_reference(y, gate, weight, eps, group_size)
+    shape = y.shape
+    x = y.reshape(-1, shape[-1])
+    z = gate.reshape(-1, shape[-1])
+    out = fn(x if x.stride(-1) == 1 else x.contiguous(), weight, None, z=z if z.stride(-1) == 1 else z.contiguous(),
+             eps=eps, group_size=group_size, norm_before_gate=False)
+    return out.reshape(shape)
+
+
+def add_rms_norm_reference(pending: torch.Tensor | None, h: torch.Tensor, weight: torch.Tensor, eps: float
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`add_rms_norm` in torch: the sum rounded to ``h``'s dtype, then :func:`rms_norm_reference`."""
+    if pending is not None:
+        h = h + pending
+    return rms_norm_reference(h, weight, eps), h
+
+
+def add_rms_norm(pending: torch.Tensor | None, h: torch.Tensor, weight: torch.Tensor, eps: float
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Add a block's output to the residual stream and normalise for the next block, in one pass.
 
     Args:
@@ -193,6 +261,4 @@ def add_rms_norm(pending: Any, h: Any, weight: Any, eps: float) -> tuple[Any, An
             if pending is None:
                 return fn(h, weight, None, eps=eps), h
             return fn(pending, weight, None, residual=h, prenorm=True, eps=eps)
-    if pending is not None:
-        h = h + pending
-    return rms_norm_reference(h, weight, eps), h
+    return add_rms_norm_reference(pending, h, weight, eps)

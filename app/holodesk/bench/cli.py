@@ -1,0 +1,244 @@
+"""``holodesk bench``: speed and memory of the local Holotron runtime on this machine, against its floors.
+
+One process, in this order (each part can be left out):
+
+1. floors (:mod:`holodesk.bench.floors`): copy bandwidth and bf16 matmul rate measured on the device;
+2. one :class:`~holodesk.policy.holotron.engine.StaticEngine` built as the policy builds it, then the
+   measured runs through its ``run`` (:mod:`holodesk.bench.runs`): one screenshot per ``--sizes`` entry
+   (stage ms, TTFA, decode ms/token, their floors and ratios, peak memory over the weights), cold prompts
+   with N screenshots (``--history``), an episode with incremental prefill (step N / step 1 TTFA), and with
+   ``--profile`` the GPU time per kernel of one step;
+3. the stock decoder (transformers' forward and cache) on a 1080p prompt, and the static decoder's
+   agreement with it (:mod:`holodesk.bench.compare`);
+4. ``--product``: :meth:`HolotronPolicy.propose` at 1080p (:mod:`holodesk.bench.product`);
+5. ``--quant 8bit,4bit``: bitsandbytes LM weights, speed, memory and drift from bf16.
+
+Weights are seeded random draws in Holotron-12B's shapes (:mod:`holodesk.bench.model`) unless
+``--checkpoint`` names a folder. ``--device cpu --tiny`` runs a tiny model in about a minute (CI smoke
+test). Results are printed and written as JSON (``--json``). Exit status: 0, 1 when a check failed
+(``checks_failed`` in the JSON: Mamba-2 kernels not live on CUDA without ``--allow-fallback``, a product
+path check), 2 when the local runtime is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from holodesk.errors import HolodeskError
+
+if TYPE_CHECKING:
+    import torch
+
+    from holodesk.policy.holotron.loader import LoadedHolotron
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The bench's options (``holodesk bench --help``)."""
+    p = argparse.ArgumentParser(prog="holodesk bench", description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    p.add_argument("--tiny", action="store_true", help="tiny random model (CPU smoke test)")
+    p.add_argument("--dtype", choices=["bfloat16", "float32"], default=None,
+                   help="model dtype (default: bfloat16 on CUDA, float32 on CPU)")
+    p.add_argument("--pattern", default=None, help="LM block pattern of the random model (reduced depth), e.g. 'M*-M-'")
+    p.add_argument("--checkpoint", type=Path, default=None, help="real checkpoint folder instead of random weights")
+    p.add_argument("--eager", action="store_true", help="build the engine with eager=True (no compile, no graphs)")
+    p.add_argument("--sizes", default="1280x720,1920x1080,2560x1440", help="frame sizes of the one-screenshot runs")
+    p.add_argument("--history", default="1,3,8", help="screenshots in the prompt for the cold history runs")
+    p.add_argument("--history-size", default="1920x1080", help="frame size of the history, episode and stock runs")
+    p.add_argument("--episode-steps", type=int, default=8, help="steps of the incremental-prefill episode (0: skip)")
+    p.add_argument("--episode-warmup", type=int, default=2, help="untimed episode steps first")
+    p.add_argument("--episode-repeats", type=int, default=3, help="timed episodes; per step the median")
+    p.add_argument("--prompt-tokens", type=int, default=300, help="text tokens before the first screenshot")
+    p.add_argument("--reply-tokens", type=int, default=40, help="tokens of every reply (fixed length)")
+    p.add_argument("--step-text-tokens", type=int, default=30, help="text tokens before each screenshot")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--no-floors", action="store_true", help="skip the copy and matmul floors")
+    p.add_argument("--no-stock", action="store_true", help="skip the stock decoder baseline")
+    p.add_argument("--profile", action="store_true", help="GPU time per kernel over one 1080p step (CUDA only)")
+    p.add_argument("--product", action="store_true", help="also run HolotronPolicy.propose at 1080p")
+    p.add_argument("--product-repeats", type=int, default=2, help="cold one-screenshot propose() calls")
+    p.add_argument("--product-steps", type=int, default=4, help="steps of the propose() episode")
+    p.add_argument("--product-tokens", type=int, default=1024, help="the policy's reply budget (max_new_tokens)")
+    p.add_argument("--quant", default="", help="comma list of 8bit,4bit (bitsandbytes, CUDA only)")
+    p.add_argument("--allow-fallback", action="store_true", help="no failed check when Mamba-2 kernels are not live")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path, default=None, help="write the result here")
+    return p.parse_args(argv)
+
+
+def _device(args: argparse.Namespace) -> tuple[torch.device, torch.dtype]:
+    import torch
+
+    try:
+        device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    except RuntimeError as exc:
+        raise HolodeskError(f"--device {args.device!r} is not a device PyTorch knows ({exc})",
+                            hint="Use --device cuda or --device cpu.") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise HolodeskError("--device cuda was asked for, but PyTorch sees no CUDA GPU on this machine",
+                            hint="Run on a machine with an NVIDIA GPU, or use --device cpu --tiny for a smoke test.")
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    if args.dtype:
+        dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
+    return device, dtype
+
+
+def _load(args: argparse.Namespace, device: torch.device, dtype: torch.dtype,
+          quantization: str | None = None) -> LoadedHolotron:
+    """The checkpoint of ``--checkpoint`` through :func:`load_holotron`, else the random model."""
+    if args.checkpoint is not None:
+        from holodesk.policy.holotron.loader import load_holotron
+
+        return load_holotron(args.checkpoint, dtype=str(dtype).replace("torch.", ""), quantization=quantization,
+                             device=str(device))
+    from holodesk.bench.model import random_loaded
+
+    return random_loaded(tiny=args.tiny, device=device, dtype=dtype, seed=args.seed, pattern=args.pattern,
+                         quantization=quantization)
+
+
+def _free(device: torch.device) -> None:
+    import torch
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _header(args: argparse.Namespace, argv: list[str], device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
+    import torch
+    import transformers
+
+    from holodesk.bench.floors import host_cpu
+
+    return {"command": "holodesk bench " + " ".join(argv),
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "host_cpu": host_cpu(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "dtype": str(dtype).replace("torch.", ""), "tiny": args.tiny,
+            "weights": str(args.checkpoint) if args.checkpoint else f"random (seed {args.seed})",
+            "checks_failed": []}
+
+
+def _engine_runs(loaded: LoadedHolotron, args: argparse.Namespace, result: dict[str, Any]) -> dict[str, Any] | None:
+    """Build the engine, run the measured runs and the stock comparison into ``result``.
+
+    Returns:
+        the static decoder's reply to the one-screenshot prompt (``compare.static_reference``), the
+        reference of the quantised runs; None when neither they nor the stock comparison were asked for.
+    """
+    from holodesk.bench import compare, runs
+    from holodesk.bench.floors import allocated, param_bytes
+    from holodesk.policy.holotron.engine import StaticEngine
+
+    model = loaded.model
+    weights = {"vision": param_bytes(model.vision_model), "projector": param_bytes(model.multi_modal_projector),
+               "lm": param_bytes(model.language_model), "total": param_bytes(model)}
+    result["weights_bytes"] = weights
+    fixed = dataclasses.replace(loaded, eos_ids=())  # fixed-length replies (runs module docstring)
+    t0 = time.perf_counter()
+    engine = StaticEngine(fixed, max_len=runs.longest_prompt(loaded, args), eager=args.eager)
+    result["engine_build_s"] = round(time.perf_counter() - t0, 2)
+    result["engine"] = engine.describe()
+    if loaded.device.type == "cuda":  # the CPU keeps no allocator statistics
+        result["memory_at_rest_over_weights_bytes"] = allocated(loaded.device) - weights["total"]
+    print(f"engine ({result['engine_build_s']} s): {result['engine']}", flush=True)
+    reference: dict[str, Any] | None = None
+    try:
+        result["frames"] = runs.frame_runs(engine, args, result["floors"], weights)
+        result["history_cold"] = runs.history_runs(engine, args, weights)
+        result.update(runs.episode_runs(engine, args, weights))
+        if args.profile and loaded.device.type == "cuda":
+            result["profile"] = runs.profile_step(engine, args)
+        if not args.no_stock or args.quant:
+            ids, images = compare.one_screenshot(fixed, args)
+            reference = compare.static_reference(engine, ids, images, args.reply_tokens)
+        if reference is not None and not args.no_stock:
+            stock = compare.stock_baseline(engine, args, reference)
+            result["stock"] = stock
+            fast = next((f for f in result["frames"] if f["size"] == args.history_size), None)
+            if fast:
+                result["decode_speedup_vs_stock"] = round(stock["decode_ms_per_token"] / fast["decode_ms_per_token"], 2)
+            print(f"stock: {stock}; decode speed-up {result.get('decode_speedup_vs_stock')}x", flush=True)
+    finally:
+        del engine
+    return reference
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
+    """Run the parts of the module docstring; returns the JSON-able result."""
+    from holodesk.bench import compare
+    from holodesk.bench.floors import measure_floors, param_bytes
+    from holodesk.policy.holotron.kernels import prepare_kernels
+
+    prepare_kernels()  # before transformers imports NemotronH
+    device, dtype = _device(args)
+    result = _header(args, argv, device, dtype)
+    t0 = time.perf_counter()
+    loaded = _load(args, device, dtype)
+    result["build_s"] = round(time.perf_counter() - t0, 2)
+    result["kernels"] = {k: loaded.kernels.get(k) for k in ("fast_path", "summary", "reasons")}
+    result["kernels"]["functions"] = {k: v["implementation"] for k, v in loaded.kernels.get("functions", {}).items()}
+    print(f"kernels: {loaded.kernels.get('summary')}", flush=True)
+    if device.type == "cuda" and not loaded.kernels.get("fast_path") and not args.allow_fallback:
+        result["checks_failed"].append("Mamba-2 kernels are not live: " + "; ".join(loaded.kernels.get("reasons", [])))
+    result["floors"] = {} if args.no_floors else measure_floors(device)
+    print(f"floors: {result['floors']}", flush=True)
+    reference = None
+    if any((args.sizes, args.history, args.episode_steps > 0, not args.no_stock, args.quant, args.profile)):
+        reference = _engine_runs(loaded, args, result)
+    _free(device)
+    if args.product:
+        from holodesk.bench.product import product_path
+
+        # last user of this model: closing the policy drops loaded.model
+        result["product"] = product_path(loaded, args, param_bytes(loaded.model))
+        result["checks_failed"] += result["product"]["checks_failed"]
+        _free(device)
+    if args.quant and reference is not None:
+        del loaded
+        _free(device)
+        result["quant"] = compare.quant_runs(lambda mode: _load(args, device, dtype, mode), args, reference)
+    return result
+
+
+def _clean(obj: object) -> object:
+    """``obj`` with non-finite floats as None and tuples as lists (strict JSON)."""
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of ``holodesk bench``; returns the exit status (module docstring).
+
+    Raises:
+        HolodeskError: for a device PyTorch does not know or CUDA asked for without a GPU.
+    """
+    args = parse_args(list(argv))
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        print(f"holodesk bench: the local runtime is not installed ({exc}); pip install 'holodesk[local]'",
+              file=sys.stderr)
+        return 2
+    result = run(args, list(argv))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(_clean(result), indent=2, default=str))
+        print(f"wrote {args.json}")
+    for failure in result["checks_failed"]:
+        print(f"holodesk bench: check failed: {failure}", file=sys.stderr)
+    return 1 if result["checks_failed"] else 0

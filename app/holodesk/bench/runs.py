@@ -1,0 +1,270 @@
+"""The measured runs: every step goes through :meth:`StaticEngine.run`, the call the policy makes.
+
+A bench prompt is token ids and RGB frames, as the policy hands them to the engine: ``--prompt-tokens``
+random text ids, then per screenshot ``--step-text-tokens`` text ids, ``<img>``, one ``<image>`` per image
+token of the frame (256 per tile, the checkpoint's tiling), ``</img>`` and, for an earlier step of an
+episode, that step's reply; then 8 ids for the assistant header. Frames are random uint8 pixels made
+outside the timed region. Replies are a fixed ``--reply-tokens`` long: the engine's model is given no stop
+token (``eos_ids=()``) and no grammar, so every reply runs to ``max_new_tokens``.
+
+Stage timings are the engine's own (``Generation.timings_ms``: preprocess = tiling, vision, prefill,
+decode; each ends with a device synchronisation); TTFA is the host wall time of the ``run`` call. Decode
+ms/token is the decode time over the reply's tokens (one decoder step per token). Peak memory is torch's
+allocator peak during the call, over the memory held before it and over the weights.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from holodesk.bench.floors import decode_step_bytes, floor_ms, peak, reset_peak, stage_flops
+
+if TYPE_CHECKING:
+    import argparse
+
+    import numpy as np
+
+    from holodesk.policy.holotron.engine import StaticEngine
+    from holodesk.policy.holotron.loader import LoadedHolotron
+    from holodesk.policy.holotron.runtime import PromptImage
+
+HEADER_TOKENS = 8
+"""Text ids after the last screenshot (the assistant header of a real prompt)."""
+
+
+def size(text: str) -> tuple[int, int]:
+    """``"1920x1080"`` -> ``(1920, 1080)``."""
+    w, h = (int(v) for v in text.lower().split("x"))
+    return w, h
+
+
+def random_frame(width: int, height: int, seed: int) -> np.ndarray[Any, Any]:
+    """Random RGB uint8 pixels ``(height, width, 3)`` standing in for a capture."""
+    import numpy as np
+
+    return np.random.default_rng(int(seed)).integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+
+
+def image_tokens(loaded: LoadedHolotron, width: int, height: int) -> int:
+    """``<image>`` tokens of a ``width x height`` frame with the checkpoint's tiling."""
+    return loaded.info.tiling(width, height).tokens
+
+
+def prompt_images(loaded: LoadedHolotron, frames: Sequence[np.ndarray[Any, Any]]) -> list[PromptImage]:
+    """The engine's ``images`` argument for ``frames``: each pixel array with its tiling, planned once."""
+    return [(pixels, loaded.info.tiling(int(pixels.shape[1]), int(pixels.shape[0]))) for pixels in frames]
+
+
+def text_ids(loaded: LoadedHolotron, n: int, seed: int) -> list[int]:
+    """``n`` random text ids in ``[16, vocab)`` (above the special tokens), the same for the same seed."""
+    import numpy as np
+
+    vocab = int(loaded.model.config.text_config.vocab_size)
+    return [int(t) for t in np.random.default_rng(seed).integers(16, vocab, size=n)]
+
+
+def prompt_ids(loaded: LoadedHolotron, frames: Sequence[np.ndarray[Any, Any]], args: argparse.Namespace, seed: int,
+               replies: Sequence[Sequence[int]] = ()) -> list[int]:
+    """Token ids of a bench prompt over ``frames`` (module docstring); ``replies[i]`` follows frame ``i``."""
+    ids = text_ids(loaded, args.prompt_tokens, seed)
+    for i, pixels in enumerate(frames):
+        ids += text_ids(loaded, args.step_text_tokens, seed * 1009 + i + 1)
+        n = image_tokens(loaded, int(pixels.shape[1]), int(pixels.shape[0]))
+        ids += [loaded.img_start_id, *([loaded.image_token_id] * n), loaded.img_end_id]
+        if i < len(replies):
+            ids += list(replies[i])
+    return ids + text_ids(loaded, HEADER_TOKENS, seed * 1009)
+
+
+def longest_prompt(loaded: LoadedHolotron, args: argparse.Namespace) -> int:
+    """Tokens the engine's cache must hold for every run of ``args``, reply included."""
+    per_frame = args.step_text_tokens + 2
+    hw = size(args.history_size)
+    shot = per_frame + image_tokens(loaded, *hw) + args.reply_tokens
+    screenshots = [int(v) for v in args.history.split(",") if v] + [args.episode_steps, 1]
+    lengths = [per_frame + image_tokens(loaded, *size(s)) for s in args.sizes.split(",") if s]
+    lengths += [n * shot for n in screenshots]
+    return args.prompt_tokens + HEADER_TOKENS + max(lengths) + args.reply_tokens + 1
+
+
+def timed_step(engine: StaticEngine, ids: list[int], images: Sequence[PromptImage], reply: int, weights: int,
+               snapshot_at: Sequence[int] = ()) -> dict[str, Any]:
+    """One :meth:`StaticEngine.run` of ``reply`` tokens, timed. Returns the stage ms, ``ttfa_ms``,
+    ``decode_ms_per_token``, the engine's details, ``tokens`` and peak bytes over rest and ``weights``."""
+    device = engine.loaded.device
+    base = reset_peak(device)
+    t0 = time.perf_counter()
+    generation, details = engine.run(ids, images, snapshot_at=snapshot_at, max_new_tokens=reply, constraint=None,
+                                     reasoning=False, max_think_tokens=0)
+    wall = (time.perf_counter() - t0) * 1e3
+    ms = {f"{stage}_ms": float(v) for stage, v in generation.timings_ms.items()}
+    top = peak(device)
+    return {**ms, "ttfa_ms": wall, "decode_ms_per_token": ms["decode_ms"] / max(1, len(generation.token_ids)),
+            "prompt_tokens": len(ids), "reused_tokens": int(details["reused_tokens"]),
+            "prefill_tokens": int(details["prefill_tokens"]), "images_encoded": int(details["images_encoded"]),
+            "tokens": list(generation.token_ids), "memory_at_rest_bytes": base - weights,
+            "peak_over_rest_bytes": top - base, "peak_over_weights_bytes": top - weights}
+
+
+def _median(samples: list[dict[str, Any]]) -> dict[str, float]:
+    keys = [k for k, v in samples[0].items() if isinstance(v, int | float)]
+    return {k: round(statistics.median(float(s[k]) for s in samples), 3) for k in keys}
+
+
+def _memory_text(row: dict[str, Any], cuda: bool) -> str:
+    if not cuda:
+        return "peak memory: n/a on the CPU"
+    return f"peak over weights {row['peak_over_weights_bytes'] / 2**30:.3f} GiB"
+
+
+def frame_runs(engine: StaticEngine, args: argparse.Namespace, floors: dict[str, Any],
+               weights: dict[str, int]) -> list[dict[str, Any]]:
+    """Cold steps with one screenshot per ``--sizes`` entry: a warm-up, then ``--repeats`` timed steps on
+    new frames; medians, the floors of each stage and the ratios to them."""
+    loaded = engine.loaded
+    cuda = loaded.device.type == "cuda"
+    rows = []
+    for text in (s for s in args.sizes.split(",") if s):
+        w, h = size(text)
+        samples = []
+        for r in range(args.repeats + 1):
+            engine.reset()
+            pixels = random_frame(w, h, r)
+            step = timed_step(engine, prompt_ids(loaded, [pixels], args, seed=r), prompt_images(loaded, [pixels]),
+                              args.reply_tokens, weights["total"])
+            if r:  # r == 0 is the warm-up
+                samples.append(step)
+        med = _median(samples)
+        tiles = image_tokens(loaded, w, h) // loaded.info.tokens_per_tile
+        flops = stage_flops(loaded, int(med["prompt_tokens"]), tiles)
+        step_bytes = decode_step_bytes(loaded, int(med["prompt_tokens"]) + args.reply_tokens // 2)
+        vision_floor = floor_ms(floors, flops["vision"] + flops["projector"], weights["vision"] + weights["projector"])
+        prefill_floor = floor_ms(floors, flops["prefill"], weights["lm"])
+        decode_floor = floor_ms(floors, 0.0, step_bytes)
+        ttfa_floor = None
+        if vision_floor is not None and prefill_floor is not None and decode_floor is not None:
+            ttfa_floor = vision_floor + prefill_floor + decode_floor * args.reply_tokens
+        row: dict[str, Any] = {"size": text, "tiles": tiles, **med,
+                               "prefill_samples_ms": [round(s["prefill_ms"], 1) for s in samples],
+                               "flops": flops, "decode_bytes_per_token": step_bytes,
+                               "floor_ms": {"vision": vision_floor, "prefill": prefill_floor,
+                                            "decode_per_token": decode_floor, "ttfa": ttfa_floor}}
+        if ttfa_floor and decode_floor:
+            row["ttfa_over_floor"] = round(med["ttfa_ms"] / ttfa_floor, 3)
+            row["decode_fraction_of_floor"] = round(decode_floor / med["decode_ms_per_token"], 3)
+        rows.append(row)
+        print(f"{text}: tiles {tiles} tokens {med['prompt_tokens']:.0f} | pre {med['preprocess_ms']:.1f} vision "
+              f"{med['vision_ms']:.1f} prefill {med['prefill_ms']:.1f} decode {med['decode_ms']:.1f} "
+              f"({med['decode_ms_per_token']:.2f}/tok) TTFA {med['ttfa_ms']:.1f} ms | {_memory_text(med, cuda)} | "
+              f"floors {row['floor_ms']} | TTFA/floor {row.get('ttfa_over_floor')} decode floor/measured "
+              f"{row.get('decode_fraction_of_floor')}", flush=True)
+    return rows
+
+
+def history_runs(engine: StaticEngine, args: argparse.Namespace, weights: dict[str, int]) -> list[dict[str, Any]]:
+    """Cold steps with N ``--history-size`` screenshots in the prompt for each N in ``--history`` (earlier
+    screenshots followed by a reply), ``max(1, --repeats - 1)`` runs each, the engine reset before each."""
+    loaded = engine.loaded
+    w, h = size(args.history_size)
+    vocab = int(loaded.model.config.text_config.vocab_size)
+    rows = []
+    for n in (int(v) for v in args.history.split(",") if v):
+        frames = [random_frame(w, h, 100 + i) for i in range(n)]
+        replies = [[16 + (j * 7 + i) % (vocab - 16) for j in range(args.reply_tokens)] for i in range(n - 1)]
+        ids = prompt_ids(loaded, frames, args, seed=7, replies=replies)
+        samples = []
+        for _ in range(max(1, args.repeats - 1)):
+            engine.reset()
+            samples.append(timed_step(engine, ids, prompt_images(loaded, frames), args.reply_tokens, weights["total"]))
+        med = _median(samples)
+        row = {"screenshots": n, **med, "ttfa_cold_ms": med["ttfa_ms"]}
+        rows.append(row)
+        print(f"history {n}: tokens {len(ids)} vision {med['vision_ms']:.1f} prefill {med['prefill_ms']:.1f} ms "
+              f"decode {med['decode_ms_per_token']:.2f} ms/tok cold TTFA {med['ttfa_ms']:.1f} ms "
+              f"{_memory_text(med, loaded.device.type == 'cuda')}", flush=True)
+    return rows
+
+
+def _episode(engine: StaticEngine, args: argparse.Namespace, weights: int, steps: int,
+             salt: int) -> list[dict[str, Any]]:
+    """One episode from a reset engine: step k's prompt holds the frames of steps 1..k, each earlier one
+    followed by its reply; the state is kept at the end of each prompt before the header, where the next
+    step's prompt continues (so only the reply, the step text and the new frame are prefilled)."""
+    loaded = engine.loaded
+    w, h = size(args.history_size)
+    engine.reset()
+    frames: list[Any] = []
+    replies: list[list[int]] = []
+    rows = []
+    for k in range(steps):
+        frames.append(random_frame(w, h, 200 + k + 1000 * salt))
+        ids = prompt_ids(loaded, frames, args, seed=11, replies=replies)
+        step = timed_step(engine, ids, prompt_images(loaded, frames), args.reply_tokens, weights,
+                          snapshot_at=(len(ids) - HEADER_TOKENS,))
+        replies.append(step.pop("tokens"))
+        rows.append({"step": k + 1, **step})
+    return rows
+
+
+def episode_runs(engine: StaticEngine, args: argparse.Namespace, weights: dict[str, int]) -> dict[str, Any]:
+    """``--episode-warmup`` untimed steps, then ``--episode-repeats`` episodes of ``--episode-steps`` steps;
+    per step the median of its samples (memory: the largest), and step N / step 1 TTFA."""
+    if args.episode_steps <= 0:
+        return {"episode": []}
+    if args.episode_warmup > 0:
+        _episode(engine, args, weights["total"], args.episode_warmup, salt=0)
+    runs = [_episode(engine, args, weights["total"], args.episode_steps, salt=1 + i)
+            for i in range(max(1, args.episode_repeats))]
+    rows = []
+    for k in range(args.episode_steps):
+        samples = [run[k] for run in runs]
+        row = {name: samples[0][name] for name in ("step", "prompt_tokens", "reused_tokens", "prefill_tokens")}
+        for name in ("vision_ms", "prefill_ms", "decode_ms", "ttfa_ms"):
+            row[name] = round(statistics.median(s[name] for s in samples), 2)
+        for name in ("memory_at_rest_bytes", "peak_over_rest_bytes", "peak_over_weights_bytes"):
+            row[name] = max(s[name] for s in samples)
+        row["ttfa_samples_ms"] = [round(s["ttfa_ms"], 1) for s in samples]
+        rows.append(row)
+        print(f"episode step {k + 1}: tokens {row['prompt_tokens']} reused {row['reused_tokens']} prefill "
+              f"{row['prefill_ms']} ms decode {row['decode_ms']} ms TTFA {row['ttfa_ms']} ms", flush=True)
+    out: dict[str, Any] = {"episode": rows}
+    if len(rows) >= 2:
+        out["episode_last_over_first"] = round(rows[-1]["ttfa_ms"] / rows[0]["ttfa_ms"], 3)
+        rest = [r["memory_at_rest_bytes"] for r in rows]
+        out["episode_memory_at_rest_growth_bytes"] = max(rest) - min(rest)
+        print(f"episode: step {len(rows)} / step 1 TTFA {out['episode_last_over_first']}", flush=True)
+    return out
+
+
+
+def profile_step(engine: StaticEngine, args: argparse.Namespace) -> dict[str, Any]:
+    """GPU time per kernel over one cold ``--history-size`` step after a warm-up (torch.profiler with CUPTI,
+    which also records the kernels a CUDA graph replay launches): GPU-busy microseconds, kernel launches and
+    the 25 kernels with the most time. Profiling slows the host, so its wall time is not a measurement."""
+    from torch.profiler import ProfilerActivity, profile
+
+    loaded = engine.loaded
+    pixels = random_frame(*size(args.history_size), seed=5)
+    ids, images = prompt_ids(loaded, [pixels], args, seed=5), prompt_images(loaded, [pixels])
+    for _ in range(2):  # the first run warms up, the second is profiled
+        engine.reset()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            timed_step(engine, ids, images, args.reply_tokens, 0)
+    engine.reset()
+    rows = []
+    for event in prof.key_averages():
+        us = float(getattr(event, "device_time_total", 0.0) or 0.0)
+        if us > 0 and event.count > 0:
+            rows.append({"kernel": event.key[:120], "calls": int(event.count), "us": round(us, 1)})
+    rows.sort(key=lambda r: -float(r["us"]))
+    out = {"prompt_tokens": len(ids), "reply_tokens": args.reply_tokens,
+           "gpu_busy_us": round(sum(float(r["us"]) for r in rows), 1),
+           "kernel_launches": sum(int(r["calls"]) for r in rows), "top": rows[:25]}
+    print(f"profile: {out['gpu_busy_us']} us GPU-busy, {out['kernel_launches']} kernel launches over one step of "
+          f"{len(ids)} prompt and {args.reply_tokens} reply tokens", flush=True)
+    for r in rows[:25]:
+        print(f"  {r['us']:10.1f} us  x{r['calls']:5d}  {r['kernel']}", flush=True)
+    return out

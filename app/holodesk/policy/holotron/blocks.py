@@ -1,0 +1,251 @@
+"""The maths of each NemotronH block as plain functions of tensors: one decode step, one prefill chunk.
+
+The static decoder (:mod:`.decoder`) holds the tensors and calls these. Decode: one call per block and token
+(``*_block``, :func:`qkv`, :func:`attn_out`, :func:`head`; compiled with ``torch.compile`` so that the norm,
+the residual add and the element-wise work fuse around the matrix-vector products) and :func:`attend`.
+Prefill: :func:`mamba_chunk` and :func:`attention_chunk` over a chunk of rows, with the kernels of
+:mod:`.ops.prefill`. Shapes: ``h [B, H]`` the residual stream of one token, ``x [B, T, H]`` a chunk's
+normed rows, model dtype.
+
+The maths is transformers 5.23 ``modeling_nemotron_h`` (``NemotronHBlock``, ``NemotronHMamba2Mixer``'s
+one-token branch, ``NemotronHMLP`` with ``relu2``, ``NemotronHAttention``); the Mamba-2 recurrence is the
+reference step of Dao & Gu 2024 (``selective_state_update``): ``dt = softplus(dt + dt_bias)``,
+``s = s * exp(dt * A) + dt * B x``, ``y = s C + D x``.
+
+A projection ``w`` is either a plain weight ``[N, K]`` multiplied as :func:`.ops.gemv.linear` chooses
+(``how``), or a module (bitsandbytes' quantised ``Linear``, or one with a bias) that is called as it is
+(:func:`project`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from holodesk.policy.holotron.ops import prefill
+from holodesk.policy.holotron.ops.gemv import linear
+from holodesk.policy.holotron.ops.prefill import gated_rms_norm_reference, rms_norm_reference
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
+
+    Weight = torch.Tensor | Callable[[torch.Tensor], torch.Tensor]
+    How = tuple[str, int, int, int] | None
+
+MambaDims = tuple[int, int, int, int, int, int]
+"""``(I, C, nh, hd, groups, n)``: inner width, conv width, heads, head dim, groups, state size."""
+
+
+def project(x: torch.Tensor, w: Weight, how: How = None) -> torch.Tensor:
+    """``x @ w^T`` for a plain weight ``w [N, K]`` (through ``how``, :meth:`.ops.gemv.Gemv.spec`), else
+    ``w(x)`` (a module). ``x [B, K]`` -> ``[B, N]``."""
+    import torch
+
+    if isinstance(w, torch.Tensor):
+        return linear(x, w, how)
+    return w(x)
+
+
+def fused_qkv_weight(mixer: torch.nn.Module) -> torch.Tensor | None:
+    """The ``[q + k + v, H]`` weight of an attention mixer whose unbiased ``q_proj``/``k_proj``/``v_proj``
+    weights are adjacent row blocks of one contiguous buffer (the loader lays them out so), as a view of
+    that buffer; None otherwise (e.g. quantised modules, or separately allocated weights)."""
+    import torch
+
+    projs = [mixer.get_submodule(name) for name in ("q_proj", "k_proj", "v_proj")]
+    mods: list[torch.nn.Linear] = []
+    for p in projs:
+        if not isinstance(p, torch.nn.Linear) or type(p) is not torch.nn.Linear or p.bias is not None:
+            return None
+        mods.append(p)
+    q, k, v = (p.weight for p in mods)
+    if not all(w.is_contiguous() and w.dtype == q.dtype and w.shape[1] == q.shape[1] for w in (q, k, v)):
+        return None
+    if len({w.untyped_storage().data_ptr() for w in (q, k, v)}) != 1:
+        return None
+    if k.storage_offset() != q.storage_offset() + q.numel() or v.storage_offset() != k.storage_offset() + k.numel():
+        return None
+    rows = q.shape[0] + k.shape[0] + v.shape[0]
+    return q.detach().as_strided((rows, q.shape[1]), (q.shape[1], 1), q.storage_offset())
+
+
+def weight_of(module: torch.nn.Module) -> torch.Tensor | torch.nn.Module:
+    """A projection as :func:`project` takes it: the weight of an unbiased ``nn.Linear``, else the
+    module itself (bitsandbytes' quantised layers, biased layers)."""
+    import torch
+
+    if isinstance(module, torch.nn.Linear) and type(module) is torch.nn.Linear and module.bias is None:
+        return module.weight.detach()
+    return module
+
+
+def mamba_block(h: torch.Tensor, norm32: torch.Tensor, eps: float, in_w: Weight, conv_w: torch.Tensor,
+                conv_b: torch.Tensor | None, dt_bias: torch.Tensor, a_neg: torch.Tensor, d_skip: torch.Tensor,
+                gnorm_w: torch.Tensor, out_w: Weight, conv_state: torch.Tensor, ssm_state: torch.Tensor,
+                dims: MambaDims, gnorm_eps: float, in_how: How = None, out_how: How = None) -> torch.Tensor:
+    """``h + mamba(rmsnorm(h))`` for one token.
+
+    Args:
+        norm32: the block norm's weight in float32; in_w ``in_proj`` ``[I + C + nh, H]``; conv_w
+            ``[C, K]``; conv_b ``[C]`` or None; dt_bias ``[nh]``; a_neg ``[nh]`` float32 ``-exp(A_log)``;
+            d_skip ``[nh]``; gnorm_w ``[I]`` (gated RMSNorm weight); out_w ``out_proj`` ``[H, I]``.
+        conv_state: ``[B, C, K]`` updated in place (shifted left, new input appended).
+        ssm_state: ``[B, nh, hd, n]`` float32 updated in place.
+        gnorm_eps: epsilon of the gated RMSNorm (normalised per group of ``I / groups`` channels).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    inner, conv_dim, nh, hd, groups, n = dims
+    bsz = h.shape[0]
+    dtype = h.dtype
+    zxbcdt = project(rms_norm_reference(h, norm32, eps), in_w, in_how)
+    gate, xbc, dt = zxbcdt.split([inner, conv_dim, nh], dim=-1)
+    window = torch.cat([conv_state[:, :, 1:], xbc.unsqueeze(-1).to(conv_state.dtype)], dim=-1)
+    conv_state.copy_(window)
+    xbc = (window * conv_w).sum(-1)
+    if conv_b is not None:
+        xbc = xbc + conv_b
+    xs, b, c = F.silu(xbc).to(dtype).split([inner, groups * n, groups * n], dim=-1)
+    dt = F.softplus((dt + dt_bias.to(dt.dtype)).float())  # [B, nh]
+    xs = xs.view(bsz, nh, hd).float()
+    rep = nh // groups
+    b = b.view(bsz, groups, 1, n).expand(bsz, groups, rep, n).reshape(bsz, nh, 1, n).float()
+    c = c.view(bsz, groups, 1, n).expand(bsz, groups, rep, n).reshape(bsz, nh, n, 1).float()
+    decay = torch.exp(dt * a_neg).view(bsz, nh, 1, 1)
+    new_state = ssm_state * decay + (dt.view(bsz, nh, 1, 1) * xs.unsqueeze(-1)) * b
+    ssm_state.copy_(new_state)
+    y = (torch.matmul(new_state, c).squeeze(-1) + xs * d_skip.float().view(1, nh, 1)).reshape(bsz, inner)
+    y = gated_rms_norm_reference(y, gate, gnorm_w, gnorm_eps, inner // groups)
+    return h + project(y, out_w, out_how)
+
+
+def mlp_block(h: torch.Tensor, norm32: torch.Tensor, eps: float, up_w: Weight, down_w: Weight,
+              up_how: How = None, down_how: How = None) -> torch.Tensor:
+    """``h + down(relu(up(rmsnorm(h)))^2)`` (``NemotronHMLP``, activation ``relu2``)."""
+    import torch
+    import torch.nn.functional as F
+
+    x = rms_norm_reference(h, norm32, eps)
+    return h + project(torch.square(F.relu(project(x, up_w, up_how))), down_w, down_how)
+
+
+def qkv(h: torch.Tensor, norm32: torch.Tensor, eps: float, q_w: Weight, k_w: Weight | None, v_w: Weight | None,
+        kvh: int, rep: int, hd: int, how: How = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Normed projections of one token: q ``[B, kvh, rep, hd]``, k and v ``[B, kvh, 1, hd]``.
+
+    With ``k_w`` and ``v_w`` None, ``q_w`` is the fused ``[(kvh*rep + 2*kvh) * hd, H]`` weight
+    (:func:`fused_qkv_weight`): one matrix-vector product through ``how``, split by views.
+    """
+    bsz = h.shape[0]
+    x = rms_norm_reference(h, norm32, eps)
+    if k_w is None or v_w is None:
+        q, k, v = project(x, q_w, how).split([kvh * rep * hd, kvh * hd, kvh * hd], dim=-1)
+    else:
+        q, k, v = project(x, q_w), project(x, k_w), project(x, v_w)
+    return q.reshape(bsz, kvh, rep, hd), k.reshape(bsz, kvh, 1, hd), v.reshape(bsz, kvh, 1, hd)
+
+
+def attn_out(h: torch.Tensor, o: torch.Tensor, o_w: Weight, how: How = None) -> torch.Tensor:
+    """``h + o_proj(o)``, ``o [B, heads * hd]``."""
+    return h + project(o, o_w, how)
+
+
+def head(h: torch.Tensor, normf32: torch.Tensor, eps: float, lm_w: Weight, how: How = None
+         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Final norm, ``lm_head`` in float32 logits ``[B, vocab]`` and the greedy token ``[B, 1]`` int64."""
+    import torch
+
+    logits = project(rms_norm_reference(h, normf32, eps), lm_w, how).float()
+    return logits, torch.argmax(logits, dim=-1, keepdim=True)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+           pos: torch.Tensor, arange: torch.Tensor, window: int, scaling: float) -> torch.Tensor:
+    """Write one token's ``k``/``v`` ``[B, kvh, 1, hd]`` at ``pos`` (``[1]`` int64) into the caches
+    ``[B, kvh, L, hd]`` and attend ``q [B, kvh, rep, hd]`` over keys ``[0, window)``, those after ``pos``
+    masked (``arange``: ``0 .. L-1`` on the device). Returns ``[B, kvh * rep * hd]``.
+
+    The ``rep`` query heads sharing a KV head are ``rep`` query rows of it (head ``h`` uses KV head
+    ``h // rep``, transformers' ``repeat_kv``), so no key is copied; the arithmetic is transformers'
+    ``eager_attention_forward`` (model-dtype scores, float32 softmax). Plain matmuls spread the key length
+    over the whole GPU, where a fused attention kernel would give the few query rows a few thread blocks.
+    """
+    import torch
+
+    k_cache.index_copy_(2, pos, k)
+    v_cache.index_copy_(2, pos, v)
+    scores = torch.matmul(q, k_cache[:, :, :window].transpose(2, 3)) * scaling
+    scores = scores.float().masked_fill(arange[:window] > pos, float("-inf"))
+    out = torch.matmul(torch.softmax(scores, dim=-1).to(q.dtype), v_cache[:, :, :window])
+    return out.reshape(q.shape[0], -1)
+
+
+def mamba_chunk(x: torch.Tensor, in_w: Weight, conv_w: torch.Tensor, conv_b: torch.Tensor | None,
+                dt_bias: torch.Tensor, a_neg: torch.Tensor, d_skip: torch.Tensor, gnorm_w: torch.Tensor, out_w: Weight,
+                conv_state: torch.Tensor, ssm_state: torch.Tensor, dims: MambaDims, gnorm_eps: float, *,
+                length: torch.Tensor, arange: torch.Tensor, chunk_size: int,
+                dt_limit: tuple[float, float]) -> torch.Tensor:
+    """Mamba-2 mixer over the normed rows ``x [B, T, H]`` of which the first ``length`` (``[1]`` int64 on
+    the device) are real, continuing from ``conv_state``/``ssm_state`` (updated in place; arguments as
+    :func:`mamba_block`). Returns ``[B, T, H]`` (padded rows: garbage).
+
+    ``NemotronHMamba2Mixer``'s chunk branch: ``in_proj`` -> causal conv with SiLU over the ``xBC`` columns
+    (:func:`.ops.prefill.causal_conv1d`, state taken at ``length``) -> chunked scan (transformers'
+    ``mamba2_chunk_scan``: mamba-ssm's ``mamba_chunk_scan_combined`` when live) -> gated RMSNorm
+    (:func:`.ops.prefill.gated_rms_norm`) -> ``out_proj``. The step is computed here as the scan would
+    (``clamp(softplus(dt + dt_bias), *dt_limit)`` in float32) and set to exactly 0 on padded rows, so
+    ``exp(dt A) = 1`` and ``dt B x = 0`` there and the state leaves the chunk as the last real row left it
+    (masking the raw ``dt`` would leave the ``time_step_min`` floor on padded rows).
+    """
+    import torch.nn.functional as F
+    from transformers.models.nemotron_h import modeling_nemotron_h as mnh
+
+    inner, conv_dim, heads, hd, groups, n = dims
+    bsz, t, _ = x.shape
+    gate, xbc, dt = project(x, in_w).split([inner, conv_dim, heads], dim=-1)
+    dt = F.softplus(dt.float() + dt_bias.float()).clamp(*dt_limit)
+    dt = dt.masked_fill((arange[:t] >= length)[None, :, None], 0.0)
+    xbc = prefill.causal_conv1d(xbc, conv_state, conv_w, conv_b, silu=True, length=length)
+    xs, b, c = xbc.split([inner, groups * n, groups * n], dim=-1)
+    out, final = mnh.mamba2_chunk_scan(
+        xs.view(bsz, t, heads, hd), dt, a_neg, b.view(bsz, t, groups, n), c.view(bsz, t, groups, n),
+        chunk_size=chunk_size, D=d_skip, z=None, dt_bias=None, initial_states=ssm_state, dt_softplus=False,
+        dt_limit=(0.0, float("inf")), return_final_states=True)
+    ssm_state.copy_(final)
+    y = prefill.gated_rms_norm(out.reshape(bsz, t, -1), gate, gnorm_w, gnorm_eps, inner // groups)
+    return project(y.to(x.dtype), out_w)
+
+
+def attention_chunk(x: torch.Tensor, q_w: Weight, k_w: Weight | None, v_w: Weight | None, kvh: int, rep: int,
+                    hd: int, *, k_cache: torch.Tensor, v_cache: torch.Tensor, start: int, o_w: Weight,
+                    scaling: float) -> torch.Tensor:
+    """Attention of the real rows ``x [B, T, H]`` at positions ``[start, start + T)`` over the cached past
+    (projections as :func:`qkv`): keys and values go into the caches, then one SDPA call over the grouped KV
+    heads with a causal mask aligned to the bottom right (query ``t`` sees keys ``<= start + t``). Flash only
+    on CUDA in half precision (an input it refuses raises rather than run a slower backend); the math
+    backend elsewhere. Returns ``[B, T, H]``."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.bias import causal_lower_right
+
+    bsz, t, _ = x.shape
+    if k_w is None or v_w is None:
+        q, k, v = project(x, q_w).split([kvh * rep * hd, kvh * hd, kvh * hd], dim=-1)
+    else:
+        q, k, v = project(x, q_w), project(x, k_w), project(x, v_w)
+    end = start + t
+    k_cache[:, :, start:end].copy_(k.view(bsz, t, kvh, hd).transpose(1, 2))
+    v_cache[:, :, start:end].copy_(v.view(bsz, t, kvh, hd).transpose(1, 2))
+    flash = x.is_cuda and x.dtype in (torch.float16, torch.bfloat16)
+    mask: dict[str, Any] = {"is_causal": True} if start == 0 else {"attn_mask": causal_lower_right(t, end)}
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION] if flash else [SDPBackend.MATH]):
+        out = F.scaled_dot_product_attention(q.view(bsz, t, kvh * rep, hd).transpose(1, 2), k_cache[:, :, :end],
+                                             v_cache[:, :, :end], scale=scaling, enable_gqa=True, **mask)
+    return project(out.transpose(1, 2).reshape(bsz, t, -1), o_w)
+
+
+BLOCK_FUNCTIONS = {"mamba": mamba_block, "mlp": mlp_block, "qkv": qkv, "out": attn_out, "head": head}
+"""The functions a decode step calls, by role (compiled together by the decoder)."""

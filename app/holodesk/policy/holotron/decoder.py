@@ -1,0 +1,397 @@
+"""Static prefill and greedy decoding for transformers' NemotronH (the Holotron-12B language model).
+
+:class:`StaticDecoder` keeps all decoder state in tensors allocated once (:class:`~.state.DecoderState`), so a
+decode step is a fixed sequence of kernels over fixed addresses, captured as a CUDA graph at load and replayed
+per token (stock ``generate()`` launches ~1300 small kernels from Python per token). It never changes the
+model: it reads its weights and calls its embedding, final norm and head modules.
+
+Decode (:meth:`StaticDecoder.step`): embedding -> one :mod:`.blocks` function per block (compiled when every
+projection is a plain weight) -> ``norm_f`` -> ``lm_head`` -> argmax into ``token``, ``pos += 1``; one graph
+per attention window (:meth:`.DecoderState.window`).
+
+Prefill (:meth:`StaticDecoder.prefill`): chunks of at most ``chunk`` tokens padded to multiples of
+``prefill_bucket`` rows in static buffers. The Mamba/MLP blocks between two attention layers form a segment
+that reads the real length from the device, one CUDA graph per (segment, padded length); attention runs
+eagerly on the real rows (:func:`.blocks.attention_chunk`). Mamba-state snapshots let the next prompt resume.
+
+:meth:`StaticDecoder.capture` fills the one graph cache (one memory pool). A failure there falls back once,
+at load, to the next simpler configuration (:meth:`Setup.simpler`), logged and kept in ``notes``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from holodesk.policy.holotron import blocks
+from holodesk.policy.holotron.blocks import fused_qkv_weight, weight_of
+from holodesk.policy.holotron.ops import gemv, prefill
+from holodesk.policy.holotron.state import ATTENTION, MAMBA, MLP, DecoderState, PrefillReport
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
+    from torch.cuda.graphs import _POOL_HANDLE
+    from transformers import NemotronHForCausalLM
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """How decode runs: blocks ``compiled``, matrix-vector ``gemv`` per weight role, decode ``graphs``."""
+
+    compiled: bool
+    gemv: dict[str, gemv.Gemv]
+    graphs: bool
+
+    def kernels(self) -> bool:
+        """Whether any matrix-vector product runs a chosen kernel rather than ``F.linear``."""
+        return any(how.kind != "linear" for how in self.gemv.values())
+
+    def simpler(self) -> Setup:
+        """The next configuration to try when this one fails at load (plain torch, F.linear, eager: itself)."""
+        if self.kernels():
+            return dataclasses.replace(self, gemv={})
+        return dataclasses.replace(self, compiled=False) if self.compiled else dataclasses.replace(self, graphs=False)
+
+    def label(self) -> str:
+        kernels = "chosen matrix-vector kernels" if self.kernels() else "F.linear"
+        run = "CUDA graphs" if self.graphs else "eager"
+        return f"{'compiled' if self.compiled else 'plain torch'} blocks, {kernels}, {run}"
+
+
+class StaticDecoder:
+    """Static prefill + greedy decode of a ``NemotronHForCausalLM`` (see the module docstring).
+
+    Args:
+        lm: ``NemotronHForCausalLM`` in eval mode; bitsandbytes projections are called as modules (and the
+            blocks then not compiled).
+        max_len: tokens of the static cache (prompt + reply); chunk: prefill chunk in tokens; bucket: decode
+            window granularity in tokens; prefill_bucket: chunks are padded to multiples of it (divides chunk).
+        eager: no ``torch.compile``, no CUDA graphs, ``F.linear``: the same code run eagerly (always off CUDA);
+        snapshot_slots: Mamba-state snapshots kept for resuming (:class:`~.state.DecoderState`).
+    Raises:
+        ValueError: ``prefill_bucket`` does not divide ``chunk``; a block the decoder cannot run.
+    """
+
+    def __init__(self, lm: NemotronHForCausalLM, *, max_len: int, chunk: int = 2048, bucket: int = 2048,
+                 prefill_bucket: int = 128, eager: bool = False, snapshot_slots: int = 1) -> None:
+        import torch
+        from transformers.activations import ReLUSquaredActivation
+
+        if prefill_bucket <= 0 or chunk % prefill_bucket:
+            raise ValueError(f"prefill_bucket must divide chunk ({chunk}), got {prefill_bucket}")
+        self.lm = lm
+        self.state = DecoderState(lm, max_len=max_len, bucket=bucket, snapshot_slots=snapshot_slots)
+        self.layers = list(lm.model.layers)
+        self.kinds = self.state.kinds
+        for layer, kind in zip(self.layers, self.kinds, strict=True):
+            if (kind == MAMBA and layer.mixer.activation != "silu") or (
+                    kind == MLP and not isinstance(layer.mixer.act_fn, ReLUSquaredActivation)):
+                raise ValueError(f"a {kind} block with another activation is not supported; use decoder 'stock'")
+        self.device, self.dtype = self.state.pos.device, lm.model.embeddings.weight.dtype
+        self.chunk, self.max_len, self.prefill_bucket = chunk, self.state.max_len, prefill_bucket
+        self.eager = eager or self.device.type != "cuda"
+        self.notes: list[str] = []
+        self.graphs: dict[tuple[int, ...], torch.cuda.CUDAGraph] = {}  # (window,) or (segment, rows)
+        self._pool: _POOL_HANDLE | None = None  # the graphs' memory pool and capture stream (made on first use)
+        self._side: torch.cuda.Stream | None = None
+        dev, batch, hidden = self.device, 1, lm.config.hidden_size
+        self.token = torch.zeros(batch, 1, dtype=torch.long, device=dev)
+        self.logits = torch.zeros(batch, lm.config.vocab_size, dtype=torch.float32, device=dev)
+        self._pbuf_h, self._pbuf_p, self._pbuf_x = (
+            torch.zeros(batch, chunk, hidden, dtype=self.dtype, device=dev) for _ in range(3))
+        self._n_real = torch.zeros(1, dtype=torch.long, device=dev)
+        self._arange = torch.arange(max(self.max_len, chunk), device=dev)
+        self._segs: list[tuple[list[int], int | None]] = [([], None)]  # (Mamba/MLP blocks, attention after)
+        for i, kind in enumerate(self.kinds):
+            if kind == ATTENTION:
+                self._segs[-1:] = [(self._segs[-1][0], i), ([], None)]
+            else:
+                self._segs[-1][0].append(i)
+        self._args = [self._block_args(i) for i in range(len(self.layers))]
+        self._norms = [layer.norm.weight.detach() for layer in self.layers]  # model dtype, for prefill
+        self._head_args = (lm.model.norm_f.weight.detach().float(), float(lm.model.norm_f.variance_epsilon),
+                           weight_of(lm.lm_head))
+        self._out = {i: (weight_of(layer.mixer.o_proj), float(layer.mixer.scaling))
+                     for i, layer in enumerate(self.layers) if self.kinds[i] == ATTENTION}
+        roles = self._weights()
+        self.plain = all(isinstance(w, torch.Tensor) for ws in roles.values() for w in ws)
+        fused = all(self._args[i][3] is None for i, k in enumerate(self.kinds) if k == ATTENTION)
+        self.gemv_timings: dict[str, dict[str, float]] = {}
+        chosen: dict[str, gemv.Gemv] = {}
+        for role, ws in roles.items():  # timed on the real weights (separate q/k/v products keep F.linear)
+            if not self.eager and self.plain and (role != "qkv" or fused):
+                chosen[role], self.gemv_timings[role] = gemv.choose([w for w in ws if isinstance(w, torch.Tensor)])
+        self.setup = Setup(compiled=False, gemv={}, graphs=False)
+        self._apply(Setup(compiled=not self.eager and self.plain, gemv=chosen, graphs=not self.eager))
+
+    def _block_args(self, i: int) -> tuple[Any, ...]:
+        """The tensors (and static ints) block ``i``'s decode function takes after ``h``."""
+        import torch
+
+        layer, kind, st = self.layers[i], self.kinds[i], self.state
+        m = layer.mixer
+        norm = (layer.norm.weight.detach().float(), float(layer.norm.variance_epsilon))
+        if kind == MAMBA:
+            dims = (m.intermediate_size, m.conv_dim, m.num_heads, m.head_dim, m.n_groups, m.ssm_state_size)
+            a_neg = -torch.exp(m.A_log.detach().float())
+            return (*norm, weight_of(m.in_proj), m.conv1d.weight.detach().squeeze(1), m.conv1d.bias,
+                    m.dt_bias.detach(), a_neg, m.D.detach(), m.norm.weight.detach(), weight_of(m.out_proj), st.conv[i],
+                    st.ssm[i], dims, float(m.norm.variance_epsilon))
+        if kind == MLP:
+            return (*norm, weight_of(m.up_proj), weight_of(m.down_proj))
+        fused = fused_qkv_weight(m)
+        proj = (fused, None, None) if fused is not None else tuple(weight_of(p) for p in (m.q_proj, m.k_proj, m.v_proj))
+        return (*norm, *proj, st.k[i].shape[1], m.num_key_value_groups, m.head_dim)
+
+    def _weights(self) -> dict[str, list[torch.Tensor | torch.nn.Module]]:
+        """The decode step's projections by role (the gemv choice is made per role)."""
+        roles: dict[str, list[torch.Tensor | torch.nn.Module]] = {"lm_head": [self._head_args[2]]}
+        where = {MAMBA: (("in_proj", 2), ("out_proj", 9)), MLP: (("up", 2), ("down", 3)), ATTENTION: (("qkv", 2),)}
+        for i, kind in enumerate(self.kinds):
+            for role, j in where[kind]:
+                roles.setdefault(role, []).append(self._args[i][j])
+            if kind == ATTENTION:
+                roles["qkv"] += [w for w in self._args[i][3:5] if w is not None]
+                roles.setdefault("o_proj", []).append(self._out[i][0])
+        return roles
+
+    def _apply(self, setup: Setup) -> None:
+        """Make ``setup`` the running configuration (compiling the block functions if it says so)."""
+        import torch
+
+        if self.setup.compiled and not setup.compiled:
+            torch._dynamo.reset()
+        fns: dict[str, Any] = dict(blocks.BLOCK_FUNCTIONS)
+        if setup.compiled:  # one graph per block kind: every layer of a kind passes the same shapes
+            fns = {k: torch.compile(f, dynamic=False, fullgraph=True) for k, f in fns.items()}
+        self._fns = fns
+        self._how = {role: how.spec() for role, how in setup.gemv.items()}
+        self.setup = setup
+
+    def _note(self, exc: Exception, what: str, instead: str) -> None:
+        self.notes.append(f"{what} failed at load ({type(exc).__name__}: {str(exc)[:200]}); {instead}")
+        log.warning("static decoder: %s", self.notes[-1])
+
+    def capture(self) -> None:
+        """At load, capture the decode graphs (one per window) and the prefill segment graphs (one per segment
+        and padded length); nothing when eager. A failing decode configuration is replaced by the next simpler
+        one until one works; failing prefill graphs leave prefill eager. Each fallback is logged and noted."""
+        if self.eager:
+            return
+        while self.setup.graphs:
+            try:
+                self._capture_decode()
+                break
+            except Exception as exc:
+                self.graphs = {k: g for k, g in self.graphs.items() if len(k) != 1}
+                self.state.reset()
+                simpler = self.setup.simpler()
+                self._note(exc, f"decode with {self.setup.label()}", f"using {simpler.label()}")
+                self._apply(simpler)
+        try:
+            self._capture_prefill()
+        except Exception as exc:
+            self.graphs = {k: g for k, g in self.graphs.items() if len(k) == 1}
+            self.state.reset()
+            self._note(exc, "capturing the prefill graphs", "prefill launches its kernels from Python")
+
+    def _capture(self, key: tuple[int, ...], prepare: Callable[[], object], body: Callable[..., None],
+                 *args: int, warm: int) -> None:
+        """``prepare()`` then ``body(*args)`` ``warm`` times eagerly (Triton and inductor compile and autotune),
+        then ``prepare()`` and ``body(*args)`` captured as graph ``key``, all on a side stream, in the pool."""
+        import torch
+
+        if self._pool is None or self._side is None:
+            self._pool, self._side = torch.cuda.graph_pool_handle(), torch.cuda.Stream()
+        main, side = torch.cuda.current_stream(), self._side
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            for _ in range(warm):
+                prepare()
+                body(*args)
+            prepare()
+            graph = torch.cuda.CUDAGraph()
+            graph.capture_begin(pool=self._pool)
+            try:
+                body(*args)
+            finally:
+                graph.capture_end()
+        main.wait_stream(side)
+        self.graphs[key] = graph
+
+    def _capture_decode(self) -> None:
+        """One graph per window, the largest first (the pool then fits the smaller ones)."""
+        import torch
+
+        self.state.reset()
+        with torch.no_grad():
+            for w in range(self.max_len, 0, -self.state.bucket):
+                self._capture((w,), self.state.pos.zero_, self._step_body, w, warm=2)
+        torch.cuda.synchronize()
+        self.state.reset()
+        self.token.zero_()
+        self.logits.zero_()
+
+    def _capture_prefill(self) -> None:
+        """One graph per segment and padded length, the longest first: Triton autotunes mamba-ssm's scan and
+        norm kernels on their first call with keys that ignore the length, so that must be a full chunk."""
+        import torch
+
+        self._pbuf_h.zero_()
+        self._pbuf_p.zero_()
+        try:
+            with torch.no_grad():
+                for rows in range(self.chunk, 0, -self.prefill_bucket):
+                    for k in range(len(self._segs)):
+                        self._capture((k, rows), functools.partial(self._n_real.fill_, rows), self._segment, k, rows,
+                                      warm=1)
+        finally:
+            torch.cuda.synchronize()
+            self.state.reset()
+
+    def _step_body(self, window: int) -> None:
+        """The captured work: ``token`` -> ``logits``, the greedy ``token``, ``pos += 1`` (no host sync)."""
+        fns, how, st = self._fns, self._how.get, self.state
+        h = self.lm.model.embeddings(self.token)[:, 0]  # [B, H]
+        for i, kind in enumerate(self.kinds):
+            a = self._args[i]
+            if kind == MAMBA:
+                h = fns["mamba"](h, *a, how("in_proj"), how("out_proj"))
+            elif kind == MLP:
+                h = fns["mlp"](h, *a, how("up"), how("down"))
+            else:
+                o_w, scaling = self._out[i]
+                q, k, v = fns["qkv"](h, *a, how("qkv"))
+                o = blocks.attend(q, k, v, st.k[i], st.v[i], st.pos, self._arange, window, scaling)
+                h = fns["out"](h, o, o_w, how("o_proj"))
+        logits, token = fns["head"](h, *self._head_args, how("lm_head"))
+        self.logits.copy_(logits)
+        self.token.copy_(token)
+        st.pos.add_(1)
+
+    def step(self) -> torch.Tensor:
+        """Decode one token: consume ``token``, write ``logits`` ``[B, vocab]`` float32 (returned; overwritten by
+        the next step) and the greedy next ``token`` (to constrain, ``token.copy_()`` another before the next
+        call). Replays the window's graph when captured."""
+        import torch
+
+        st = self.state
+        window = st.window(st.length)
+        graph = self.graphs.get((window,))
+        if graph is not None:
+            graph.replay()
+        else:
+            with torch.no_grad():
+                self._step_body(window)
+        st.length += 1
+        return self.logits
+
+    def _segment(self, k: int, rows: int) -> None:
+        """Segment ``k`` over ``rows`` rows of the pad buffers: its blocks, the next attention block's add + norm
+        into ``_pbuf_x`` (or the final add), the stream into ``_pbuf_h``; one graph per ``(k, rows)`` serves."""
+        blks, attn = self._segs[k]
+        h = self._pbuf_h[:, :rows]
+        pending = None if k == 0 else self._pbuf_p[:, :rows]
+        for i in blks:
+            x, h = prefill.add_rms_norm(pending, h, self._norms[i], self._args[i][1])
+            if self.kinds[i] == MAMBA:
+                m = self.layers[i].mixer  # padded rows: mamba_chunk reads the real length from the device
+                pending = blocks.mamba_chunk(x, *self._args[i][2:], length=self._n_real, arange=self._arange,
+                                             chunk_size=m.chunk_size, dt_limit=m.time_step_limit)
+            else:
+                pending = blocks.project(prefill.relu_square_(blocks.project(x, self._args[i][2])), self._args[i][3])
+        if attn is not None:
+            x, h = prefill.add_rms_norm(pending, h, self._norms[attn], self._args[attn][1])
+            self._pbuf_x[:, :rows].copy_(x)
+        elif pending is not None:
+            h = h + pending
+        if h.data_ptr() != self._pbuf_h.data_ptr():
+            self._pbuf_h[:, :rows].copy_(h)
+
+    def _forward_chunk(self, h: torch.Tensor, start: int) -> torch.Tensor:
+        """Every block over a chunk ``h [B, T, H]`` at ``[start, start + T)``, padded: segments replayed when
+        captured (else run), attention on the real rows. Returns the stream before ``norm_f`` (a buffer view)."""
+        t = int(h.shape[1])
+        rows = min(self.chunk, -(-t // self.prefill_bucket) * self.prefill_bucket)
+        self._pbuf_h[:, :t].copy_(h)
+        self._pbuf_h[:, t:rows].zero_()
+        self._n_real.fill_(t)
+        for k, (_blks, attn) in enumerate(self._segs):
+            graph = self.graphs.get((k, rows))
+            if graph is not None:
+                graph.replay()
+            else:
+                self._segment(k, rows)
+            if attn is not None:
+                st, (o_w, scaling) = self.state, self._out[attn]
+                out = blocks.attention_chunk(self._pbuf_x[:, :t], *self._args[attn][2:], k_cache=st.k[attn],
+                                             v_cache=st.v[attn], start=start, o_w=o_w, scaling=scaling)
+                self._pbuf_p[:, :t].copy_(out)
+        return self._pbuf_h[:, :t]
+
+    def prefill(self, inputs_embeds: torch.Tensor, keys: Sequence[int] | None = None, *,
+                snapshot_at: Sequence[int] = (), embeds_offset: int = 0) -> tuple[torch.Tensor, PrefillReport]:
+        """Run a prompt into the state, resuming where ``keys`` allow, and return the last position's logits.
+
+        Args: ``inputs_embeds`` ``[B, T - embeds_offset, H]`` embeddings of tokens ``[embeds_offset, T)`` (model
+        dtype); ``keys`` one int per prompt token identifying its content (None: cold), the common prefix with
+        the previous prompt coming from the latest snapshot inside it (:meth:`.DecoderState.resume_point`);
+        ``snapshot_at`` positions after which to save the Mamba state (a chunk boundary each);
+        ``embeds_offset`` the first token embedded, at most the resume point.
+        Returns: (logits ``[B, vocab]`` float32 of the last prompt token, :class:`PrefillReport`).
+        Raises: ValueError: ``keys`` and the prompt differ in length, the prompt does not fit ``max_len``, or
+        ``embeds_offset`` is past the resume point.
+        """
+        import torch
+
+        st = self.state
+        total = int(inputs_embeds.shape[1]) + embeds_offset
+        if keys is not None and len(keys) != total:
+            raise ValueError(f"{len(keys)} keys for a prompt of {total} tokens")
+        if total + 1 > self.max_len:
+            raise ValueError(f"prompt of {total} tokens does not fit the static cache of {self.max_len}")
+        new_keys = [int(k) for k in keys] if keys is not None else []
+        resume = st.resume_point(new_keys) if keys is not None else 0
+        if embeds_offset > resume:
+            raise ValueError(f"embeddings start at token {embeds_offset} but the state resumes at {resume}")
+        st.restore(resume)
+        wanted = sorted({int(p) for p in snapshot_at if resume < int(p) <= total}) if st.snapshot_slots else []
+        cuts = sorted({*range(resume, total, self.chunk), total, *wanted})
+        with torch.no_grad():
+            for a, b in itertools.pairwise(cuts):
+                h = self._forward_chunk(inputs_embeds[:, a - embeds_offset : b - embeds_offset], a)
+                if b in wanted:
+                    st.snapshot(b)
+            logits = self.lm.lm_head(self.lm.model.norm_f(h[:, -1:])).float()[:, -1]
+        st.length, st.keys = total, new_keys
+        st.pos.fill_(total)
+        return logits, PrefillReport(total, resume, total - resume, len(cuts) - 1, wanted)
+
+    def nbytes(self) -> int:
+        """Bytes of preallocated state and buffers (the graphs' pool is not counted)."""
+        extra = (self.token, self.logits, self._pbuf_h, self._pbuf_p, self._pbuf_x)
+        return self.state.nbytes() + sum(t.numel() * t.element_size() for t in extra)
+
+    def describe(self) -> dict[str, Any]:
+        """What runs (for logs, doctor and the bench), with the load-time fallbacks in ``notes``."""
+        why = prefill.fused_available(self.device)
+        kernels = "Triton causal conv1d + relu^2, mamba-ssm (gated) RMSNorm" if why is None else f"torch ({why})"
+        return {"decoder": "static", "eager": self.eager, "max_len": self.max_len, "state_bytes": self.nbytes(),
+                "decode": self.setup.label() + ("" if self.plain else " (quantised projections are called as "
+                                                "modules, so the blocks are not compiled)"),
+                "gemv": {role: how.label() for role, how in self.setup.gemv.items()},
+                "decode_graphs": sorted(k[0] for k in self.graphs if len(k) == 1),
+                "prefill": f"{kernels}; chunks of {self.chunk} padded to multiples of {self.prefill_bucket} rows; "
+                           f"{sum(len(k) == 2 for k in self.graphs)} segment graphs",
+                "notes": list(self.notes)}
+
+
+__all__ = ["PrefillReport", "Setup", "StaticDecoder", "fused_qkv_weight"]  # the last two re-exported

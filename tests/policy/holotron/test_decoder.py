@@ -1,0 +1,394 @@
+"""StaticDecoder and DecoderState against stock transformers NemotronH on a tiny fp32 model.
+
+The CPU tests run the decoder users run (the padded chunked prefill and the per-block decode functions),
+eagerly; the GPU tests add torch.compile and CUDA graphs and compare them with the eager path.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers.models.nemotron_h")
+
+from transformers import NemotronHConfig, NemotronHForCausalLM  # noqa: E402
+
+from holodesk.policy.holotron import decoder as decoder_module  # noqa: E402
+from holodesk.policy.holotron.decoder import Setup, StaticDecoder, fused_qkv_weight  # noqa: E402
+from holodesk.policy.holotron.ops.gemv import Gemv  # noqa: E402
+from holodesk.policy.holotron.state import DecoderState  # noqa: E402
+
+PATTERN = "M*-M-M*-"  # Mamba-2, attention and MLP blocks; attention at blocks 1 and 6
+VOCAB = 256
+STEPS = 40
+ATTENTION_BLOCKS = (1, 6)
+
+
+def tiny_lm(seed: int = 0, dtype: torch.dtype = torch.float32, device: str = "cpu") -> NemotronHForCausalLM:
+    """A random ``NemotronHForCausalLM`` with every block kind; larger residual branches, SSM inputs and
+    steps, so that every block and the carried SSM state (any error in padding) move the logits."""
+    torch.manual_seed(seed)
+    cfg = NemotronHConfig(
+        vocab_size=VOCAB, hidden_size=64, hybrid_override_pattern=PATTERN,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        mamba_num_heads=8, mamba_head_dim=16, n_groups=2, ssm_state_size=16, conv_kernel=4, chunk_size=16,
+        intermediate_size=128, mlp_hidden_act="relu2", layer_norm_epsilon=1e-5, use_bias=False, use_conv_bias=True,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2,
+    )
+    lm = NemotronHForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for name, p in lm.named_parameters():
+            if name.endswith(("out_proj.weight", "o_proj.weight", "down_proj.weight")):
+                p.mul_(3)
+            if name.endswith("in_proj.weight"):
+                p.mul_(4)
+            if name.endswith("dt_bias"):
+                p.fill_(0.5)
+    return lm.to(device=device, dtype=dtype)
+
+
+def fuse_qkv_by_hand(lm: NemotronHForCausalLM) -> None:
+    """Lay each attention layer's q/k/v weights out as adjacent rows of one buffer, as the loader does."""
+    with torch.no_grad():
+        for i in ATTENTION_BLOCKS:
+            m = lm.model.layers[i].mixer
+            projs = (m.q_proj, m.k_proj, m.v_proj)
+            fused = torch.cat([p.weight.detach() for p in projs])
+            start = 0
+            for p in projs:
+                rows = p.weight.shape[0]
+                p.weight = torch.nn.Parameter(fused[start : start + rows], requires_grad=False)
+                start += rows
+
+
+def prompt(n: int, seed: int, device: str = "cpu") -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(3, VOCAB, (1, n), generator=gen).to(device)  # no pad/bos/eos ids
+
+
+def embed(lm: NemotronHForCausalLM, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return lm.model.embeddings(ids)
+
+
+def static_greedy(d: StaticDecoder, lm: NemotronHForCausalLM, ids: torch.Tensor, *, keys: bool = False,
+                  snapshot_at: tuple[int, ...] = ()) -> tuple[list[int], torch.Tensor]:
+    logits, _ = d.prefill(embed(lm, ids), ids[0].tolist() if keys else None, snapshot_at=snapshot_at)
+    d.token.copy_(logits.argmax(-1, keepdim=True))
+    tokens, all_logits = [int(d.token)], [logits.clone()]
+    for _ in range(STEPS - 1):
+        d.step()
+        tokens.append(int(d.token))
+        all_logits.append(d.logits.clone())
+    return tokens, torch.cat(all_logits)
+
+
+def stock_greedy(lm: NemotronHForCausalLM, ids: torch.Tensor) -> tuple[list[int], torch.Tensor]:
+    with torch.no_grad():
+        out = lm.generate(ids, max_new_tokens=STEPS, do_sample=False, output_logits=True,
+                          return_dict_in_generate=True, eos_token_id=None, pad_token_id=0)
+    return out.sequences[0, ids.shape[1]:].tolist(), torch.stack(out.logits, 1)[0]
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-12))
+
+
+@pytest.mark.parametrize(("chunk", "prefill_bucket"), [(64, 64), (16, 8), (20, 5)])
+def test_greedy_decoding_equals_stock_generate(chunk: int, prefill_bucket: int) -> None:
+    lm = tiny_lm()
+    ids = prompt(57, seed=1)
+    ref_tokens, ref_logits = stock_greedy(lm, ids)
+    d = StaticDecoder(lm, max_len=128, bucket=32, chunk=chunk, prefill_bucket=prefill_bucket)
+    assert d.eager and d.describe()["decode_graphs"] == []  # CPU: eager by necessity, the same code
+    tokens, logits = static_greedy(d, lm, ids)
+    assert tokens == ref_tokens
+    assert rel(logits, ref_logits) < 1e-5
+    assert d.state.length == 57 + STEPS - 1
+
+
+def test_padded_prefill_state_equals_the_stock_forward() -> None:
+    """Chunks cut at 1-3 tokens and padded to 8 rows give the conv, SSM and KV state and the logits of one
+    unpadded stock forward over the whole prompt."""
+    lm = tiny_lm(seed=7)
+    ids = prompt(61, seed=4)
+    with torch.no_grad():
+        out = lm(ids, use_cache=True)
+    cache = out.past_key_values
+    d = StaticDecoder(lm, max_len=128, bucket=32, chunk=16, prefill_bucket=8, snapshot_slots=6)
+    logits, report = d.prefill(embed(lm, ids), ids[0].tolist(), snapshot_at=(1, 3, 17, 18, 33, 36))
+    assert report.chunks == 10 and report.snapshots == [1, 3, 17, 18, 33, 36]
+    assert rel(logits, out.logits[:, -1]) < 1e-5
+    for i, conv in d.state.conv.items():
+        assert rel(conv, cache.get_conv_state(i)) < 1e-6
+        assert rel(d.state.ssm[i], cache.get_recurrent_state(i)) < 1e-5
+    for i in ATTENTION_BLOCKS:
+        assert rel(d.state.k[i][:, :, :61], cache.layers[i].keys) < 1e-6
+        assert rel(d.state.v[i][:, :, :61], cache.layers[i].values) < 1e-6
+
+
+def test_resume_from_a_snapshot_equals_a_cold_prefill() -> None:
+    lm = tiny_lm(seed=2)
+    first = prompt(40, seed=7)
+    second = torch.cat([first, prompt(25, seed=8)], dim=1)
+    d = StaticDecoder(lm, max_len=160, bucket=32, chunk=16, prefill_bucket=8)
+    static_greedy(d, lm, first, keys=True, snapshot_at=(40,))
+    logits, report = d.prefill(embed(lm, second), second[0].tolist(), snapshot_at=(65,))
+    assert (report.reused, report.computed) == (40, 25)
+    cold = StaticDecoder(lm, max_len=160, bucket=32, chunk=16, prefill_bucket=8)
+    ref, _ = cold.prefill(embed(lm, second), None)
+    assert rel(logits, ref) < 1e-5
+    # and decoding on from the resumed state equals decoding from the cold one
+    assert static_greedy(d, lm, second, keys=True)[0] == static_greedy(cold, lm, second)[0]
+
+
+def test_changed_prefix_rebuilds_from_an_earlier_snapshot() -> None:
+    lm = tiny_lm(seed=4)
+    base = prompt(60, seed=9)
+    d = StaticDecoder(lm, max_len=160, bucket=32, chunk=16, prefill_bucket=8, snapshot_slots=3)
+    d.prefill(embed(lm, base), base[0].tolist(), snapshot_at=(20, 45, 60))
+    changed = base.clone()
+    changed[0, 30:38] = prompt(8, seed=10)[0]  # e.g. an old screenshot dropped out of the window
+    logits, report = d.prefill(embed(lm, changed), changed[0].tolist())
+    assert report.reused == 20 and sorted(d.state.snapshots) == [20]
+    ref, _ = StaticDecoder(lm, max_len=160, bucket=32, chunk=16, prefill_bucket=8).prefill(embed(lm, changed))
+    assert rel(logits, ref) < 1e-5
+
+
+def test_tail_embeddings_snapshot_cap_and_refusals() -> None:
+    lm = tiny_lm(seed=6)
+    first = prompt(48, seed=11)
+    second = torch.cat([first, prompt(20, seed=12)], dim=1)
+    d = StaticDecoder(lm, max_len=160, bucket=32, chunk=16, prefill_bucket=8, snapshot_slots=2)
+    before = d.nbytes()
+    d.prefill(embed(lm, first), first[0].tolist(), snapshot_at=(10, 20, 30, 40, 48))
+    assert d.nbytes() == before  # snapshots go into preallocated slots
+    assert sorted(d.state.snapshots) == [40, 48]
+    resume = d.state.resume_point(second[0].tolist())
+    assert resume == 48
+    tail = embed(lm, second[:, resume:])
+    logits, report = d.prefill(tail, second[0].tolist(), embeds_offset=resume)
+    assert (report.reused, report.computed) == (48, 20)
+    ref, _ = StaticDecoder(lm, max_len=160, bucket=32, chunk=16, prefill_bucket=8).prefill(embed(lm, second))
+    assert rel(logits, ref) < 1e-5
+    d.state.reset()
+    with pytest.raises(ValueError, match="resumes at 0"):  # embeddings that start after the resume point
+        d.prefill(tail, second[0].tolist(), embeds_offset=resume)
+    with pytest.raises(ValueError, match="does not fit"):
+        d.prefill(embed(lm, prompt(160, seed=1)))
+    with pytest.raises(ValueError, match="keys"):
+        d.prefill(embed(lm, first), [1, 2, 3])
+    with pytest.raises(ValueError, match="prefill_bucket"):
+        StaticDecoder(lm, max_len=64, bucket=32, chunk=16, prefill_bucket=5)
+
+
+def test_decoder_state_bookkeeping() -> None:
+    lm = tiny_lm(seed=1)
+    st = DecoderState(lm, max_len=70, bucket=32, snapshot_slots=2)
+    assert st.max_len == 96 and (st.window(0), st.window(31), st.window(32)) == (32, 32, 64)
+    with pytest.raises(ValueError):
+        st.window(96)
+    kv = 2 * 2 * (1 * 2 * 96 * 16 * 4)  # two attention layers, k and v, fp32
+    mamba = 3 * (192 * 4 * 4 + 8 * 16 * 16 * 4)  # three Mamba layers, conv + ssm
+    assert st.nbytes() == kv + 3 * mamba + 8  # state + two snapshot slots + pos
+    st.keys = [5, 6, 7, 8, 9]
+    st.ssm[0].fill_(1.0)
+    st.snapshot(2)
+    st.ssm[0].fill_(2.0)
+    st.snapshot(4)
+    st.ssm[0].fill_(3.0)
+    st.snapshot(5)  # no free slot: replaces the oldest (2)
+    assert sorted(st.snapshots) == [4, 5]
+    assert st.resume_point([5, 6, 7, 8, 9, 10]) == 5
+    assert st.resume_point([5, 6, 7, 8, 9]) == 4  # the last token must run to give logits
+    assert st.resume_point([5, 6, 7, 0, 9, 10]) == 0
+    st.restore(4)
+    assert float(st.ssm[0][0, 0, 0, 0]) == 2.0 and sorted(st.snapshots) == [4]
+    with pytest.raises(KeyError):
+        st.restore(5)
+    st.restore(0)
+    assert float(st.ssm[0].abs().sum()) == 0.0 and st.snapshots == {} and st.keys == []
+
+
+def _fingerprint(lm: NemotronHForCausalLM) -> list[tuple[str, int, float]]:
+    return [(n, p.data_ptr(), float(p.detach().double().sum())) for n, p in lm.named_parameters()]
+
+
+def test_fused_qkv_layout_is_used_and_the_model_stays_stock() -> None:
+    lm = tiny_lm(seed=8)
+    ids = prompt(38, seed=13)
+    ref_tokens, ref_logits = stock_greedy(lm, ids)
+    for i in ATTENTION_BLOCKS:
+        assert fused_qkv_weight(lm.model.layers[i].mixer) is None  # separately allocated weights
+    fuse_qkv_by_hand(lm)
+    m = lm.model.layers[1].mixer
+    fused = fused_qkv_weight(m)
+    assert fused is not None and fused.shape == (64 + 2 * 32, 64)
+    assert torch.equal(fused[64:96], m.k_proj.weight) and fused.data_ptr() == m.q_proj.weight.data_ptr()
+    before = _fingerprint(lm)
+    d = StaticDecoder(lm, max_len=128, bucket=32, chunk=16, prefill_bucket=8)
+    assert all(d._args[i][3] is None for i in ATTENTION_BLOCKS)  # one fused product per attention block
+    tokens, logits = static_greedy(d, lm, ids)
+    assert tokens == ref_tokens and rel(logits, ref_logits) < 1e-5
+    assert _fingerprint(lm) == before  # no weight replaced or changed
+    assert not any("forward" in vars(mod) for mod in lm.modules())  # no module patched
+    assert stock_greedy(lm, ids)[0] == ref_tokens
+
+
+class ModuleLinear(torch.nn.Linear):
+    """A projection the decoder must call as a module (as it does bitsandbytes' quantised layers)."""
+
+
+def test_projection_modules_are_called_as_modules() -> None:
+    lm = tiny_lm(seed=9)
+    ids = prompt(30, seed=14)
+    ref_tokens, ref_logits = stock_greedy(lm, ids)
+    for layer in lm.model.layers:
+        for name in ("in_proj", "up_proj", "k_proj"):
+            old = getattr(layer.mixer, name, None)
+            if old is not None:
+                new = ModuleLinear(old.in_features, old.out_features, bias=False)
+                new.weight = old.weight
+                setattr(layer.mixer, name, new)
+    d = StaticDecoder(lm, max_len=128, bucket=32, chunk=16, prefill_bucket=8)
+    assert not d.plain and "not compiled" in d.describe()["decode"]
+    tokens, logits = static_greedy(d, lm, ids)
+    assert tokens == ref_tokens and rel(logits, ref_logits) < 1e-5
+
+
+# ---------------------------------------------------------------- load-time fallbacks (forced, CPU)
+def _forced(monkeypatch: pytest.MonkeyPatch, start: Setup, fails: object) -> StaticDecoder:
+    """A decoder whose decode capture raises while ``fails(setup)`` (a fake of the CUDA capture, which
+    cannot run here) and whose prefill capture succeeds, started from ``start`` as on a GPU."""
+    lm = tiny_lm(seed=3)
+
+    def capture_decode(self: StaticDecoder) -> None:
+        if fails(self.setup):  # type: ignore[operator]
+            raise RuntimeError("forced capture failure")
+
+    monkeypatch.setattr(StaticDecoder, "_capture_decode", capture_decode)
+    monkeypatch.setattr(StaticDecoder, "_capture_prefill", lambda self: None)
+    d = StaticDecoder(lm, max_len=128, bucket=32, chunk=16, prefill_bucket=8)
+    d.eager = False
+    d._apply(start)  # as __init__ does on a GPU (compiling is lazy: nothing is compiled here)
+    return d
+
+
+def _still_decodes(d: StaticDecoder) -> None:
+    ids = prompt(33, seed=15)
+    assert static_greedy(d, d.lm, ids)[0] == stock_greedy(d.lm, ids)[0]
+
+
+def test_failing_gemv_kernels_fall_back_to_f_linear(monkeypatch: pytest.MonkeyPatch,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    triton = {"lm_head": Gemv("triton", 8, 512, 4), "up": Gemv()}
+    d = _forced(monkeypatch, Setup(compiled=False, gemv=triton, graphs=True), lambda s: bool(s.gemv))
+    with caplog.at_level(logging.WARNING, logger=decoder_module.__name__):
+        d.capture()
+    assert d.setup == Setup(compiled=False, gemv={}, graphs=True)
+    assert len(d.notes) == 1 and "chosen matrix-vector kernels, CUDA graphs failed at load" in d.notes[0]
+    assert "using plain torch blocks, F.linear, CUDA graphs" in d.notes[0]
+    assert d.notes[0] in caplog.text and d.describe()["notes"] == d.notes
+    _still_decodes(d)
+
+
+def test_failing_compile_falls_back_to_plain_torch(monkeypatch: pytest.MonkeyPatch,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    d = _forced(monkeypatch, Setup(compiled=True, gemv={}, graphs=True), lambda s: s.compiled)
+    with caplog.at_level(logging.WARNING, logger=decoder_module.__name__):
+        d.capture()
+    assert d.setup == Setup(compiled=False, gemv={}, graphs=True)
+    assert len(d.notes) == 1 and d.notes[0].startswith("decode with compiled blocks") and d.notes[0] in caplog.text
+    _still_decodes(d)
+
+
+def test_failing_capture_falls_back_to_eager_decode(monkeypatch: pytest.MonkeyPatch,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    d = _forced(monkeypatch, Setup(compiled=True, gemv={"qkv": Gemv("triton", 4, 512, 4)}, graphs=True),
+                lambda s: True)
+    with caplog.at_level(logging.WARNING, logger=decoder_module.__name__):
+        d.capture()
+    assert d.setup == Setup(compiled=False, gemv={}, graphs=False)
+    assert len(d.notes) == 3 and d.notes[-1].endswith("using plain torch blocks, F.linear, eager")
+    assert all(note in caplog.text for note in d.notes)
+    assert d.describe()["decode"] == "plain torch blocks, F.linear, eager"
+    _still_decodes(d)
+
+
+def test_failing_prefill_graphs_leave_prefill_eager(monkeypatch: pytest.MonkeyPatch,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    d = _forced(monkeypatch, Setup(compiled=False, gemv={}, graphs=True), lambda s: False)
+
+    def broken(self: StaticDecoder) -> None:
+        self.graphs[(0, 8)] = "a graph captured before the failure"  # type: ignore[assignment]
+        raise RuntimeError("forced prefill capture failure")
+
+    monkeypatch.setattr(StaticDecoder, "_capture_prefill", broken)
+    with caplog.at_level(logging.WARNING, logger=decoder_module.__name__):
+        d.capture()
+    assert d.graphs == {} and len(d.notes) == 1 and "capturing the prefill graphs failed at load" in d.notes[0]
+    assert d.notes[0] in caplog.text and "0 segment graphs" in d.describe()["prefill"]
+    _still_decodes(d)
+
+
+def test_eager_capture_does_nothing() -> None:
+    d = StaticDecoder(tiny_lm(seed=3), max_len=64, bucket=32, chunk=16, prefill_bucket=8, eager=True)
+    d.capture()
+    assert d.graphs == {} and d.notes == [] and d.setup == Setup(compiled=False, gemv={}, graphs=False)
+
+
+# ---------------------------------------------------------------- GPU: compile + graphs vs eager
+def cuda(fn):  # type: ignore[no-untyped-def]
+    """GPU test: marked ``gpu`` and skipped without CUDA."""
+    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")(fn))
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_graphs_and_eager_agree_and_equal_stock(dtype: torch.dtype) -> None:
+    """Compiled blocks, chosen matrix-vector kernels and CUDA graphs (decode windows and prefill segments) give
+    the eager decoder's prefill state and logits; in float32 also its tokens and stock generate()'s."""
+    lm = tiny_lm(seed=5, dtype=dtype, device="cuda")
+    fuse_qkv_by_hand(lm)
+    ids = prompt(61, seed=4, device="cuda")
+    before = _fingerprint(lm)
+    fast = StaticDecoder(lm, max_len=128, bucket=32, chunk=16, prefill_bucket=8, snapshot_slots=2)
+    fast.capture()
+    eager = StaticDecoder(lm, max_len=128, bucket=32, chunk=16, prefill_bucket=8, snapshot_slots=2, eager=True)
+    info = fast.describe()
+    assert fast.notes == [] and info["decode"].startswith("compiled blocks") and info["decode"].endswith("graphs")
+    # "M*-M-M*-": segments [M] -> attention, [- M - M] -> attention, [-]; padded lengths 8 and 16
+    assert info["decode_graphs"] == [32, 64, 96, 128] and "6 segment graphs" in info["prefill"], info
+    assert eager.describe()["decode"] == "plain torch blocks, F.linear, eager" and eager.graphs == {}
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    for _ in range(2):  # replays twice: the graphs keep no state of their own
+        got, _ = fast.prefill(embed(lm, ids), ids[0].tolist(), snapshot_at=(17, 36))
+        want, _ = eager.prefill(embed(lm, ids), ids[0].tolist(), snapshot_at=(17, 36))
+        assert rel(got, want) < tol
+        for a, b in zip([*fast.state.ssm.values(), *fast.state.conv.values()],
+                        [*eager.state.ssm.values(), *eager.state.conv.values()], strict=True):
+            assert rel(a, b) < tol
+        for d in (fast, eager):
+            d.state.reset()
+    if dtype == torch.float32:
+        tokens, logits = static_greedy(fast, lm, ids)
+        eager_tokens, eager_logits = static_greedy(eager, lm, ids)
+        assert tokens == eager_tokens == stock_greedy(lm, ids)[0]
+        assert rel(logits, eager_logits) < tol
+    assert _fingerprint(lm) == before
+
+
+@cuda
+def test_gpu_resume_with_graphs_equals_cold() -> None:
+    lm = tiny_lm(seed=2, device="cuda")
+    first = prompt(40, seed=7, device="cuda")
+    second = torch.cat([first, prompt(25, seed=8, device="cuda")], dim=1)
+    d = StaticDecoder(lm, max_len=160, bucket=32, chunk=16, prefill_bucket=8)
+    d.capture()
+    static_greedy(d, lm, first, keys=True, snapshot_at=(40,))
+    logits, report = d.prefill(embed(lm, second), second[0].tolist())
+    cold, _ = StaticDecoder(lm, max_len=160, bucket=32, chunk=16, prefill_bucket=8, eager=True).prefill(
+        embed(lm, second))
+    assert report.reused == 40 and rel(logits, cold) < 1e-4
