@@ -357,6 +357,7 @@ class PyAutoGUIExecutor:
             _Unreachable: a target point cannot be reached (F06).
             _Stopped: the stop event was set during a wait.
             ActionError: an action this executor cannot perform, or a key pyautogui does not know.
+            DisplayError: no usable display for pyautogui (:meth:`_gui`).
             FailSafeException: the pointer is in a screen corner (the user's stop signal, F12).
         """
         if isinstance(action, (Answer, Done, Plan)):
