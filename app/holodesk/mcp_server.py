@@ -194,7 +194,8 @@ def episode_folder(settings: Settings, episode_id: str) -> Path:
 
 
 def build_server(desk: Desk, settings: Settings) -> MCPServer:
-    """The MCP server with Holodesk's tools and resources."""
+    """The MCP server with Holodesk's tools (``run_task``, ``get_status``, ``list_episodes``) and resources
+    (an episode's record, its screenshots)."""
     server: MCPServer = MCPServer(
         "holodesk", version=__version__,
         instructions="Holodesk carries out a task on the user's desktop, one approved step at a time. The user "
@@ -206,40 +207,7 @@ def build_server(desk: Desk, settings: Settings) -> MCPServer:
                  "approved on the user's screen (mode 'step'), or low-risk steps by the autopilot when the user "
                  "allowed 'auto'. Progress notifications tell each step in plain words.")
     async def run_task(task: str, ctx: Context, mode: Literal["step", "auto"] | None = None) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        cancel = threading.Event()  # set when the call is cancelled, the client disconnects or the host exits
-
-        def on_step(report: dict[str, Any]) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, ("step", report))
-
-        def work() -> None:
-            try:
-                value: Any = ("done", desk.run_task(task, mode, on_step, cancel, lambda: CALLER))
-            except HolodeskError as exc:
-                value = ("error", exc)
-            except Exception as exc:  # reported to the caller and logged, never swallowed
-                log.exception("run_task failed")
-                value = ("error", exc)
-            with contextlib.suppress(RuntimeError):  # the loop is gone when the server ended
-                loop.call_soon_threadsafe(queue.put_nowait, value)
-
-        worker = threading.Thread(target=work, name="holodesk-mcp-task", daemon=True)
-        worker.start()
-        try:
-            while True:
-                kind, value = await queue.get()
-                if kind == "step":
-                    await ctx.report_progress(float(value["step"]), None, step_message(value))
-                elif kind == "error":  # told to the caller in words (other exceptions are logged above)
-                    raise ToolError(str(value)) from value
-                else:
-                    return dict(value)
-        except anyio.get_cancelled_exc_class():
-            cancel.set()
-            with anyio.CancelScope(shield=True):  # the stop is recorded before the handler ends
-                await anyio.to_thread.run_sync(worker.join, 60.0)
-            raise
+        return await _run_task_with_progress(desk, task, mode, ctx)
 
     @server.tool(description="Whether Holodesk (the desktop app, or this server) is running a task, the "
                  "approval mode, and the modes the user allows for callers.")
@@ -260,17 +228,74 @@ def build_server(desk: Desk, settings: Settings) -> MCPServer:
                      description="A screenshot of an episode (step-000.png ...), only when the user allowed "
                      "sharing screenshots (Settings: mcp_share_screenshots).")
     def screenshot(episode_id: str, frame: str) -> bytes:
-        if not settings.mcp_share_screenshots:
-            raise ResourceError("the user has not allowed sharing screenshots with MCP clients "
-                                "(Settings: mcp_share_screenshots)")
-        if not _FRAME.match(frame):
-            raise ResourceError(f"{frame!r} is not a screenshot name (step-000.png, ...)")
-        path = episode_folder(settings, episode_id) / frame
-        if not path.is_file():
-            raise ResourceError(f"episode {episode_id!r} has no {frame}")
-        return path.read_bytes()
+        return episode_screenshot(settings, episode_id, frame)
 
     return server
+
+
+async def _run_task_with_progress(desk: Desk, task: str, mode: str | None, ctx: Context) -> dict[str, Any]:
+    """Run ``task`` through ``desk`` on a worker thread and return its outcome; each step's report goes to
+    the caller as a progress notification (progress = the step number, message = :func:`step_message`).
+
+    A cancelled call (also a client that disconnects) sets the task's stop event and waits (at most 60 s,
+    shielded) for the worker to record the stop before the cancellation propagates.
+
+    Raises:
+        ToolError: the task could not run or failed (the message says why; errors that are not a
+            :class:`HolodeskError` are logged with their traceback too).
+    """
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+    cancel = threading.Event()  # set when the call is cancelled, the client disconnects or the host exits
+
+    def on_step(report: dict[str, Any]) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, ("step", report))
+
+    def work() -> None:
+        try:
+            value: Any = ("done", desk.run_task(task, mode, on_step, cancel, lambda: CALLER))
+        except HolodeskError as exc:
+            value = ("error", exc)
+        except Exception as exc:  # reported to the caller and logged, never swallowed
+            log.exception("run_task failed")
+            value = ("error", exc)
+        with contextlib.suppress(RuntimeError):  # the loop is gone when the server ended
+            loop.call_soon_threadsafe(queue.put_nowait, value)
+
+    worker = threading.Thread(target=work, name="holodesk-mcp-task", daemon=True)
+    worker.start()
+    try:
+        while True:
+            kind, value = await queue.get()
+            if kind == "step":
+                await ctx.report_progress(float(value["step"]), None, step_message(value))
+            elif kind == "error":  # told to the caller in words (other exceptions are logged above)
+                raise ToolError(str(value)) from value
+            else:
+                return dict(value)
+    except anyio.get_cancelled_exc_class():
+        cancel.set()
+        with anyio.CancelScope(shield=True):  # the stop is recorded before the handler ends
+            await anyio.to_thread.run_sync(worker.join, 60.0)
+        raise
+
+
+def episode_screenshot(settings: Settings, episode_id: str, frame: str) -> bytes:
+    """The PNG bytes of screenshot ``frame`` (``step-NNN.png``) of episode ``episode_id``.
+
+    Raises:
+        ResourceError: the user has not allowed sharing screenshots (``mcp_share_screenshots``), ``frame``
+            is not a screenshot name, or no such episode or screenshot.
+    """
+    if not settings.mcp_share_screenshots:
+        raise ResourceError("the user has not allowed sharing screenshots with MCP clients "
+                            "(Settings: mcp_share_screenshots)")
+    if not _FRAME.match(frame):
+        raise ResourceError(f"{frame!r} is not a screenshot name (step-000.png, ...)")
+    path = episode_folder(settings, episode_id) / frame
+    if not path.is_file():
+        raise ResourceError(f"episode {episode_id!r} has no {frame}")
+    return path.read_bytes()
 
 
 # -- HTTP ----------------------------------------------------------------------------------------------

@@ -349,6 +349,17 @@ class PyAutoGUIExecutor:
                             duration_ms=(time.perf_counter() - t0) * 1000.0, verified=verified)
 
     def _perform(self, action: Action, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+        """Perform ``action`` at ``points`` (OS input space, in the order of ``action.points()``) and return
+        what was done, in words. Records ``method`` (the pyautogui calls, "wait" or "none") and, for an
+        action on the screen, ``input_points`` as ``[[x, y], ...]`` in ``details``.
+
+        Raises:
+            _Unreachable: a target point cannot be reached (F06).
+            _Stopped: the stop event was set during a wait.
+            ActionError: an action this executor cannot perform, or a key pyautogui does not know.
+            DisplayError: no usable display for pyautogui (:meth:`_gui`).
+            FailSafeException: the pointer is in a screen corner (the user's stop signal, F12).
+        """
         if isinstance(action, (Answer, Done, Plan)):
             details["method"] = "none"
             return "nothing to do on screen"
@@ -361,70 +372,95 @@ class PyAutoGUIExecutor:
         # The corner is a stop signal for every action (F12), also for typing through XTest, which
         # never passes pyautogui's own fail-safe check.
         self._raise_if_failsafe(gui)
-        if isinstance(action, (Click, DoubleClick, RightClick, MiddleClick)):
-            (ip,) = points
-            details["pointer_settle_s"] = self._move_verified(gui, ip)
-            if isinstance(action, DoubleClick):
-                gui.doubleClick(button="left")
-                self._note_clicked_window()
-                details["method"] = "pyautogui.doubleClick"
-                return f"double-clicked at ({ip.x}, {ip.y})"
-            button = {Click: "left", RightClick: "right", MiddleClick: "middle"}[type(action)]
-            gui.click(button=button)
-            if button == "left":
-                self._note_clicked_window()
-            details["method"] = f"pyautogui.click(button={button!r})"
-            return f"{button}-clicked at ({ip.x}, {ip.y})"
-        if isinstance(action, Move):
-            (ip,) = points
-            details["pointer_settle_s"] = self._move_verified(gui, ip)
-            details["method"] = "pyautogui.moveTo"
-            return f"moved the pointer to ({ip.x}, {ip.y})"
-        if isinstance(action, Drag):
-            start, end = points
-            # Check that the end is reachable before the button goes down: a release at a clamped
-            # position would drop whatever was dragged there (F06).
-            self._move_verified(gui, end)
-            self._move_verified(gui, start)
-            gui.mouseDown(button="left")
-            try:
-                gui.moveTo(end.x, end.y, duration=self.drag_duration_s)
-                self._check_position(end, "drag end", released_note=True, before=(start.x, start.y))
-            finally:
-                gui.mouseUp(button="left")
-            details["method"] = "pyautogui.mouseDown/moveTo/mouseUp"
-            return f"dragged from ({start.x}, {start.y}) to ({end.x}, {end.y})"
-        if isinstance(action, Scroll):
-            if points:
-                self._move_verified(gui, points[0])
-            clicks = action.amount * (_WHEEL_DELTA_WINDOWS if sys.platform.startswith("win") else 1)
-            if action.direction in ("up", "down"):
-                gui.scroll(clicks if action.direction == "up" else -clicks)
-                details["method"] = "pyautogui.scroll"
-            else:
-                gui.hscroll(clicks if action.direction == "right" else -clicks)
-                details["method"] = "pyautogui.hscroll"
-            details["wheel_clicks"] = action.amount
-            return f"scrolled {action.direction} by {action.amount}"
-        if isinstance(action, (Key, Type)):
-            self._await_click_focus(details)
-        if isinstance(action, Key):
-            names = self._press_chord(action.keys)
-            details["method"] = "pyautogui.keyDown/keyUp"
-            details["pyautogui_keys"] = names
-            return "pressed " + "+".join(action.keys)
-        if isinstance(action, Type):
-            report = self._type(action.text)
-            details.update(report.to_details())
-            details["method"] = report.method
-            if report.method == "clipboard":
-                if not report.extra or not report.extra.get("clipboard_restored"):
-                    return (f"pasted {report.characters} characters with {details.get('paste_chord')}, but "
-                            "the previous clipboard could NOT be restored; the result was not verified")
-                return (f"pasted {report.characters} characters with {details.get('paste_chord')} "
-                        "(clipboard restored); whether the target received them could not be verified")
-            return f"typed {report.characters} characters ({report.remapped} via temporary keycodes)"
+        match action:
+            case DoubleClick():
+                return self._double_click(gui, points, details)
+            case Click() | RightClick() | MiddleClick():
+                return self._click(gui, action, points, details)
+            case Move():
+                (ip,) = points
+                details["pointer_settle_s"] = self._move_verified(gui, ip)
+                details["method"] = "pyautogui.moveTo"
+                return f"moved the pointer to ({ip.x}, {ip.y})"
+            case Drag():
+                return self._drag(gui, points, details)
+            case Scroll():
+                return self._scroll(gui, action, points, details)
+            case Key():
+                self._await_click_focus(details)
+                names = self._press_chord(action.keys)
+                details["method"] = "pyautogui.keyDown/keyUp"
+                details["pyautogui_keys"] = names
+                return "pressed " + "+".join(action.keys)
+            case Type():
+                self._await_click_focus(details)
+                return self._type_text(action.text, details)
         raise ActionError(f"the pyautogui executor cannot perform {action.kind!r}", field="kind")
+
+    def _double_click(self, gui: Any, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+        """Double-click with the left button at the one point in ``points``."""
+        (ip,) = points
+        details["pointer_settle_s"] = self._move_verified(gui, ip)
+        gui.doubleClick(button="left")
+        self._note_clicked_window()
+        details["method"] = "pyautogui.doubleClick"
+        return f"double-clicked at ({ip.x}, {ip.y})"
+
+    def _click(self, gui: Any, action: Click | RightClick | MiddleClick, points: tuple[InputPoint, ...],
+               details: dict[str, Any]) -> str:
+        """Click the action's button once at the one point in ``points``."""
+        (ip,) = points
+        details["pointer_settle_s"] = self._move_verified(gui, ip)
+        button = {Click: "left", RightClick: "right", MiddleClick: "middle"}[type(action)]
+        gui.click(button=button)
+        if button == "left":
+            self._note_clicked_window()
+        details["method"] = f"pyautogui.click(button={button!r})"
+        return f"{button}-clicked at ({ip.x}, {ip.y})"
+
+    def _drag(self, gui: Any, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+        """Press the left button at ``points[0]``, move to ``points[1]`` and release (always released)."""
+        start, end = points
+        # Check that the end is reachable before the button goes down: a release at a clamped
+        # position would drop whatever was dragged there (F06).
+        self._move_verified(gui, end)
+        self._move_verified(gui, start)
+        gui.mouseDown(button="left")
+        try:
+            gui.moveTo(end.x, end.y, duration=self.drag_duration_s)
+            self._check_position(end, "drag end", released_note=True, before=(start.x, start.y))
+        finally:
+            gui.mouseUp(button="left")
+        details["method"] = "pyautogui.mouseDown/moveTo/mouseUp"
+        return f"dragged from ({start.x}, {start.y}) to ({end.x}, {end.y})"
+
+    def _scroll(self, gui: Any, action: Scroll, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+        """Turn the wheel ``action.amount`` notches, at ``points[0]`` when given, else where the pointer is."""
+        if points:
+            self._move_verified(gui, points[0])
+        clicks = action.amount * (_WHEEL_DELTA_WINDOWS if sys.platform.startswith("win") else 1)
+        if action.direction in ("up", "down"):
+            gui.scroll(clicks if action.direction == "up" else -clicks)
+            details["method"] = "pyautogui.scroll"
+        else:
+            gui.hscroll(clicks if action.direction == "right" else -clicks)
+            details["method"] = "pyautogui.hscroll"
+        details["wheel_clicks"] = action.amount
+        return f"scrolled {action.direction} by {action.amount}"
+
+    def _type_text(self, text: str, details: dict[str, Any]) -> str:
+        """Type ``text`` (:meth:`_type`); ``details`` get the typing report and ``method`` ("xtest_keysym" or
+        "clipboard"). The words say when a paste could not be verified or the clipboard not restored."""
+        report = self._type(text)
+        details.update(report.to_details())
+        details["method"] = report.method
+        if report.method != "clipboard":
+            return f"typed {report.characters} characters ({report.remapped} via temporary keycodes)"
+        if not report.extra or not report.extra.get("clipboard_restored"):
+            return (f"pasted {report.characters} characters with {details.get('paste_chord')}, but "
+                    "the previous clipboard could NOT be restored; the result was not verified")
+        return (f"pasted {report.characters} characters with {details.get('paste_chord')} "
+                "(clipboard restored); whether the target received them could not be verified")
 
     # -- pointer -------------------------------------------------------------------------------------
     def _move_verified(self, gui: Any, target: InputPoint) -> float:

@@ -252,22 +252,42 @@ def assess(action: Action, *, focused_window: str | None = None,
         # it, whatever window has the focus.
         return RiskAssessment(Risk.HIGH, "a middle click pastes the selected text (Linux) where the pointer is")
     if isinstance(action, Type):
-        window = _window_reason(focused_window, "types text")
-        if window is not None:
-            return RiskAssessment(Risk.HIGH, window)
-        if any(ch in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029" for ch in action.text):
-            return RiskAssessment(Risk.HIGH, "the text contains a line break, which may submit or run it")
-        if not action.text.isprintable():
-            return RiskAssessment(Risk.HIGH, "the text contains control or invisible characters "
-                                  "(shown as escapes), which may act as keys")
-        return RiskAssessment(Risk.LOW, "types one line of text")
+        return _assess_typing(action, focused_window)
     if isinstance(action, Key):
-        if frozenset(action.keys) not in LOW_RISK_CHORDS:
-            return RiskAssessment(Risk.HIGH, _chord_reason(action.keys))
-        window = _window_reason(focused_window, f"presses {chord_name(action.keys)}")
-        if window is not None:
-            return RiskAssessment(Risk.HIGH, window)
-        return RiskAssessment(Risk.LOW, "navigation key")
+        return _assess_keys(action, focused_window)
+    return _assess_pointer(action, focused_window, pointer_windows, on_window_frame)
+
+
+def _assess_typing(action: Type, focused_window: str | None) -> RiskAssessment:
+    """:func:`assess` for a type action: LOW only for one line of printable text typed into a known window
+    that is not a terminal."""
+    window = _window_reason(focused_window, "types text")
+    if window is not None:
+        return RiskAssessment(Risk.HIGH, window)
+    if any(ch in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029" for ch in action.text):
+        return RiskAssessment(Risk.HIGH, "the text contains a line break, which may submit or run it")
+    if not action.text.isprintable():
+        return RiskAssessment(Risk.HIGH, "the text contains control or invisible characters "
+                              "(shown as escapes), which may act as keys")
+    return RiskAssessment(Risk.LOW, "types one line of text")
+
+
+def _assess_keys(action: Key, focused_window: str | None) -> RiskAssessment:
+    """:func:`assess` for a key action: LOW only for a chord on :data:`LOW_RISK_CHORDS` pressed in a known
+    window that is not a terminal."""
+    if frozenset(action.keys) not in LOW_RISK_CHORDS:
+        return RiskAssessment(Risk.HIGH, _chord_reason(action.keys))
+    window = _window_reason(focused_window, f"presses {chord_name(action.keys)}")
+    if window is not None:
+        return RiskAssessment(Risk.HIGH, window)
+    return RiskAssessment(Risk.LOW, "navigation key")
+
+
+def _assess_pointer(action: Action, focused_window: str | None, pointer_windows: Sequence[str | None] | None,
+                    on_window_frame: bool) -> RiskAssessment:
+    """:func:`assess` for a pointer action (click, double/right click, move, drag, scroll): HIGH for a
+    pressing action on a risky element, on a window's frame, or where the window under a point (else the
+    focused window) is unknown or a terminal; LOW otherwise."""
     if isinstance(action, _PRESSING_ACTIONS):
         target = target_risk(action.element)
         if target is not None:
@@ -275,6 +295,7 @@ def assess(action: Action, *, focused_window: str | None = None,
     if on_window_frame and not isinstance(action, Move):
         return RiskAssessment(Risk.HIGH, "acts on a window's title bar or frame (its buttons close, minimise or "
                               "resize the window)")
+    harmless = RiskAssessment(Risk.LOW, f"a {action.kind.replace('_', ' ')} in a known window that is not a terminal")
     if pointer_windows is not None and action.points():
         for under in pointer_windows:
             if not under:
@@ -282,7 +303,11 @@ def assess(action: Action, *, focused_window: str | None = None,
                                       "tell whether it is a terminal)")
             if is_terminal(under):
                 return RiskAssessment(Risk.HIGH, f"acts with the pointer in a terminal ({display_safe(under)})")
-        return RiskAssessment(Risk.LOW, f"a {action.kind.replace('_', ' ')} in a known window that is not a terminal")
+        return harmless
+    window = _window_reason(focused_window, "acts with the pointer")
+    if window is not None:
+        return RiskAssessment(Risk.HIGH, window)
+    return harmless
     window = _window_reason(focused_window, "acts with the pointer")
     if window is not None:
         return RiskAssessment(Risk.HIGH, window)

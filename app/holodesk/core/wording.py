@@ -181,66 +181,91 @@ def step_words(
         :class:`StepWords`. Every piece of model or window text in it has gone through :func:`plain`.
     """
     where_window = f" in {plain(window.name, WINDOW_CHARS)}" if window is not None and window.name else ""
-    element = getattr(action, "element", None)
-    target = f"‘{plain(element, ELEMENT_CHARS)}’" if element else None
     model_points = action.points()
-    screen = len(input_points) == len(model_points) and bool(model_points)
+    on_screen = tuple(input_points) if len(input_points) == len(model_points) and model_points else ()
+    spots = (tuple(_pt(p) for p in on_screen) if on_screen
+             else tuple(f"{_pt(p)} of 1000" for p in model_points))
+    details = _where_details(action, on_screen, monitor_label, window)
+    headline = _pointer_headline(action, spots, where_window)
+    if headline is None:
+        headline, more = _other_headline(action, focus_element, where_window)
+        details.extend(more)
+    return StepWords(headline, tuple(details))
 
-    def at(i: int) -> str:
-        if screen:
-            return f"at {_pt(input_points[i])}"
-        return f"at {_pt(model_points[i])} of 1000"
 
+_CLICK_VERBS: dict[type[Action], str] = {
+    DoubleClick: "Double-click", RightClick: "Right-click", MiddleClick: "Middle-click",
+}
+"""The headline's verb for each click action but the plain click ("Click")."""
+
+
+def _where_details(action: Action, on_screen: Sequence[InputPoint], monitor_label: str | None,
+                   window: WindowInfo | None) -> list[str]:
+    """The details that say where ``action`` acts: its points (screen coordinates when ``on_screen`` has
+    them, and the model's 0–1000 ones), or for a scroll without points "Where the pointer is"; then the
+    window's title and application when both are known."""
+    model_points = action.points()
+    on = f" on {monitor_label}" if monitor_label else ""
     details: list[str] = []
     if model_points:
         model = " to ".join(_pt(p) for p in model_points)
-        on = f" on {monitor_label}" if monitor_label else ""
-        if screen:
-            details.append("Screen " + " to ".join(_pt(p) for p in input_points) + on
-                           + f" · model point {model} of 1000")
+        if on_screen:
+            details.append("Screen " + " to ".join(_pt(p) for p in on_screen) + on + f" · model point {model} of 1000")
         else:
             details.append(f"Model point {model} of 1000{on}")
+    elif isinstance(action, Scroll):
+        details.append("Where the pointer is" + on)
     if window is not None and window.title.strip() and window.app.strip():
         details.append(f"Window: {plain(window.title, 120)} ({plain(window.app, 40)})")
+    return details
 
-    verb: dict[type[Action], str] = {
-        DoubleClick: "Double-click", RightClick: "Right-click", MiddleClick: "Middle-click",
-    }
+
+def _pointer_headline(action: Action, spots: Sequence[str], where_window: str) -> str | None:
+    """The headline of a pointer action (move, drag, scroll, clicks), else None.
+
+    Args:
+        spots: the action's points in words, e.g. "(960, 540)" on the screen or "(500, 500) of 1000".
+        where_window: " in <window>" or "".
+    """
+    element = getattr(action, "element", None)
+    target = f"‘{plain(element, ELEMENT_CHARS)}’" if element else None
     match action:
         case Move():
-            headline = f"Move the pointer to {target or at(0)}{where_window}"
+            return f"Move the pointer to {target or 'at ' + spots[0]}{where_window}"
         case Drag():
-            end = f"to {target}" if target else f"to {at(1)[3:]}"
-            headline = f"Drag from {at(0)[3:]} {end}{where_window}"
+            return f"Drag from {spots[0]} to {target or spots[1]}{where_window}"
         case Scroll(direction=d, amount=n):
-            over = f" over {target}" if target else (f" {at(0)}" if model_points else "")
-            headline = f"Scroll {d} {n}{over}{where_window}"
-            if not model_points:
-                details.insert(0, "Where the pointer is" + (f" on {monitor_label}" if monitor_label else ""))
+            over = f" over {target}" if target else (f" at {spots[0]}" if spots else "")
+            return f"Scroll {d} {n}{over}{where_window}"
+        case _ if spots:  # click, double-click, right-click, middle-click
+            return f"{_CLICK_VERBS.get(type(action), 'Click')} {target or 'at ' + spots[0]}{where_window}"
+    return None
+
+
+def _other_headline(action: Action, focus_element: str | None, where_window: str) -> tuple[str, list[str]]:
+    """The headline of an action without points (type, key, wait, plan, answer, done) and the details it
+    adds after the window's: the length of the text to type, or the plan's goals."""
+    match action:
         case Type(text=t):
             into = f" into ‘{plain(focus_element, ELEMENT_CHARS)}’" if focus_element else ""
-            headline = f"Type ‘{plain(t, TYPED_CHARS)}’{into}{where_window}"
             lines = t.count("\n") + 1
-            details.append(f"{len(t)} character{'s' if len(t) != 1 else ''}"
-                           + (f" on {lines} lines" if lines > 1 else "")
-                           + (", shortened above" if plain(t, TYPED_CHARS) != plain(t) else ""))
+            return (f"Type ‘{plain(t, TYPED_CHARS)}’{into}{where_window}",
+                    [f"{len(t)} character{'s' if len(t) != 1 else ''}"
+                     + (f" on {lines} lines" if lines > 1 else "")
+                     + (", shortened above" if plain(t, TYPED_CHARS) != plain(t) else "")])
         case Key(keys=keys):
-            headline = f"Press {key_words(keys)}{where_window}"
+            return f"Press {key_words(keys)}{where_window}", []
         case Wait(seconds=s):
-            headline = f"Wait {s:g} s"
+            return f"Wait {s:g} s", []
         case Plan(goals=goals):
             current = next((title for title, status in goals if status == "running"), None)
-            headline = "Update the plan" + (f": now ‘{plain(current, 200)}’" if current else "")
-            details.extend(f"{PLAN_STATUS_WORDS.get(status, status)}: {plain(title, 200)}" for title, status in goals)
+            return ("Update the plan" + (f": now ‘{plain(current, 200)}’" if current else ""),
+                    [f"{PLAN_STATUS_WORDS.get(status, status)}: {plain(title, 200)}" for title, status in goals])
         case Answer(text=t):
-            headline = f"Answer: {plain(t, 200)}"
+            return f"Answer: {plain(t, 200)}", []
         case Done(message=m):
-            headline = "Finish the task" + (f": {plain(m, 200)}" if m else "")
-        case _ if model_points:  # click, double-click, right-click, middle-click
-            headline = f"{verb.get(type(action), 'Click')} {target or at(0)}{where_window}"
-        case _:
-            headline = plain(action.kind)
-    return StepWords(headline, tuple(details))
+            return "Finish the task" + (f": {plain(m, 200)}" if m else ""), []
+    return plain(action.kind), []
 
 
 def describe(action: Action) -> str:

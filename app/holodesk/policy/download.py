@@ -50,7 +50,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import Any, BinaryIO, NoReturn, cast
 
 from holodesk.errors import ModelLoadError
 
@@ -251,6 +251,10 @@ def login_advice(repo_id: str) -> str:
             "https://huggingface.co/settings/tokens; Holodesk keeps it in the system keychain.")
 
 
+_RESUMES = "What was downloaded so far is kept and the download resumes."
+"""The end of the advice for a failure that leaves a resumable download."""
+
+
 def _move_cache_advice() -> str:
     return ("or move the model cache to a disk with room: set HF_HUB_CACHE (or HF_HOME) to a folder there, "
             "or run `holodesk download MODEL --cache-dir FOLDER`")
@@ -262,8 +266,7 @@ def disk_full_error(repo_id: str, folder: Path, needed: int, free: int) -> Downl
         "disk_full",
         f"not enough disk space to download {repo_id}: it needs {human_bytes(needed)} more in {folder}, "
         f"which has {human_bytes(free)} free",
-        f"Free {human_bytes(max(0, needed - free))} on that disk, {_move_cache_advice()}. "
-        "What was downloaded so far is kept and the download resumes.",
+        f"Free {human_bytes(max(0, needed - free))} on that disk, {_move_cache_advice()}. {_RESUMES}",
         repo_id=repo_id, folder=folder)
 
 
@@ -276,21 +279,41 @@ def _status_of(exc: BaseException) -> int | None:
 def classify(exc: BaseException, repo_id: str, endpoint: str, folder: Path | None, *,
              token_given: bool) -> DownloadError:
     """Turn an exception raised by huggingface_hub/httpx2/the file system into a :class:`DownloadError`
-    with the advice for its kind (see :data:`KINDS`)."""
+    with the advice for its kind (see :data:`KINDS`); a :class:`DownloadError` is returned as it is.
+
+    The hub's answers are read first (:func:`_hub_refusal`), then a full disk (:func:`_disk_full`), then
+    offline mode and the network (:func:`_network_failure`); anything else is a "server" error."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if isinstance(exc, DownloadError):
+        return exc
+    error = (_hub_refusal(exc, repo_id, endpoint, folder, token_given=token_given)
+             or _disk_full(exc, repo_id, folder)
+             or _network_failure(exc, repo_id, endpoint, folder))
+    if error is not None:
+        return error
+    if isinstance(exc, HfHubHTTPError):
+        return DownloadError("server", f"the model hub answered {_status_of(exc)} for {repo_id}: {exc}",
+                             f"Try again later. {_RESUMES}", repo_id=repo_id, folder=folder)
+    return DownloadError("server", f"downloading {repo_id} failed: {type(exc).__name__}: {exc}",
+                         f"Try again later. {_RESUMES}", repo_id=repo_id, folder=folder)
+
+
+def _hub_refusal(exc: BaseException, repo_id: str, endpoint: str, folder: Path | None, *,
+                 token_given: bool) -> DownloadError | None:
+    """The error for a hub answer that refuses the request: a gated repo, a missing revision, file or repo
+    ("not_found"), a refused token or account ("auth": 401 with a token, 403), an overloaded or failing
+    hub ("server": 5xx, 429); None for any other exception."""
     from huggingface_hub.errors import (
         GatedRepoError,
         HfHubHTTPError,
-        OfflineModeIsEnabled,
         RemoteEntryNotFoundError,
         RepositoryNotFoundError,
         RevisionNotFoundError,
     )
 
-    if isinstance(exc, DownloadError):
-        return exc
     page = f"{endpoint.rstrip('/')}/{repo_id}"
     status = _status_of(exc)
-    resume = "What was downloaded so far is kept and the download resumes."
     if isinstance(exc, GatedRepoError):
         return DownloadError(
             "gated", f"{repo_id} is a gated model: its owners must grant you access first",
@@ -304,11 +327,11 @@ def classify(exc: BaseException, repo_id: str, endpoint: str, folder: Path | Non
         return DownloadError("not_found", f"a file listed for {repo_id} is missing on the hub ({status})",
                              "The repo changed while downloading; run the download again.",
                              repo_id=repo_id, folder=folder)
+    if status == 401 and token_given:
+        return DownloadError("auth", f"the hub refused the token for {repo_id} (401)",
+                             "The token may be expired or lack read access. " + login_advice(repo_id),
+                             repo_id=repo_id, folder=folder)
     if isinstance(exc, RepositoryNotFoundError) or status == 401:
-        if status == 401 and token_given:
-            return DownloadError("auth", f"the hub refused the token for {repo_id} (401)",
-                                 "The token may be expired or lack read access. " + login_advice(repo_id),
-                                 repo_id=repo_id, folder=folder)
         return DownloadError(
             "not_found", f"no model {repo_id} on {endpoint} (or it is private or gated: {status})",
             "Check the repo id (owner/name, exactly as on the model page). If the model is private or gated: "
@@ -319,39 +342,49 @@ def classify(exc: BaseException, repo_id: str, endpoint: str, folder: Path | Non
                              repo_id=repo_id, folder=folder)
     if isinstance(exc, HfHubHTTPError) and status is not None and (status >= 500 or status == 429):
         return DownloadError("server", f"the model hub answered {status} for {repo_id}",
-                             f"The problem is on the hub's side: try again later. {resume}",
+                             f"The problem is on the hub's side: try again later. {_RESUMES}",
                              repo_id=repo_id, folder=folder)
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        where = Path(exc.filename).parent if getattr(exc, "filename", None) else folder or Path(".")
-        try:
-            free = shutil.disk_usage(where).free
-        except OSError:
-            free = 0
-        return DownloadError(
-            "disk_full", f"the disk filled up while downloading {repo_id} into {where} "
-            f"({human_bytes(free)} free)",
-            f"Free space on that disk, {_move_cache_advice()}. {resume}", repo_id=repo_id, folder=folder)
+    return None
+
+
+def _disk_full(exc: BaseException, repo_id: str, folder: Path | None) -> DownloadError | None:
+    """The "disk_full" error for an :class:`OSError` ENOSPC/EDQUOT (with the free bytes of the disk the
+    file was written to, else of ``folder``); None for any other exception."""
+    if not (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)):
+        return None
+    where = Path(exc.filename).parent if getattr(exc, "filename", None) else folder or Path(".")
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        free = 0
+    return DownloadError(
+        "disk_full", f"the disk filled up while downloading {repo_id} into {where} "
+        f"({human_bytes(free)} free)",
+        f"Free space on that disk, {_move_cache_advice()}. {_RESUMES}", repo_id=repo_id, folder=folder)
+
+
+def _network_failure(exc: BaseException, repo_id: str, endpoint: str, folder: Path | None) -> DownloadError | None:
+    """The error for offline mode (``HF_HUB_OFFLINE``) or a network failure: "offline" (mode on, or the hub
+    cannot be reached), "stalled" (a timeout), "unstable" (any other httpx2 transport error); None for any
+    other exception."""
     import httpx2
+    from huggingface_hub.errors import OfflineModeIsEnabled
 
     if isinstance(exc, OfflineModeIsEnabled) or os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0"):
         return DownloadError("offline", f"{repo_id} cannot be downloaded: offline mode is on (HF_HUB_OFFLINE)",
                              "Unset HF_HUB_OFFLINE to download.", repo_id=repo_id, folder=folder)
     if isinstance(exc, httpx2.ConnectError | httpx2.ConnectTimeout):
         return DownloadError("offline", f"cannot reach the model hub at {endpoint} ({exc})",
-                             f"Check the internet connection (and proxy settings), then try again. {resume}",
+                             f"Check the internet connection (and proxy settings), then try again. {_RESUMES}",
                              repo_id=repo_id, folder=folder)
     if isinstance(exc, httpx2.TimeoutException):
         return DownloadError("stalled", f"the model hub at {endpoint} stopped answering ({type(exc).__name__})",
-                             f"The server or the network is stuck: try again later. {resume}",
+                             f"The server or the network is stuck: try again later. {_RESUMES}",
                              repo_id=repo_id, folder=folder)
     if isinstance(exc, httpx2.TransportError):
         return DownloadError("unstable", f"the connection to {endpoint} kept failing ({type(exc).__name__}: {exc})",
-                             f"Check the network and try again later. {resume}", repo_id=repo_id, folder=folder)
-    if isinstance(exc, HfHubHTTPError):
-        return DownloadError("server", f"the model hub answered {status} for {repo_id}: {exc}",
-                             f"Try again later. {resume}", repo_id=repo_id, folder=folder)
-    return DownloadError("server", f"downloading {repo_id} failed: {type(exc).__name__}: {exc}",
-                         f"Try again later. {resume}", repo_id=repo_id, folder=folder)
+                             f"Check the network and try again later. {_RESUMES}", repo_id=repo_id, folder=folder)
+    return None
 
 
 # ------------------------------------------------------------------------------------------ cache layout
@@ -567,6 +600,58 @@ class _Job:
         """Raises _Aborted once :meth:`stopped`."""
         if self.stopped():
             raise _Aborted()
+
+    def halt(self) -> None:
+        """Stop the worker from the caller's thread: from here on it writes nothing. A partial file that
+        received no byte is deleted, and the file lock is released so that a new download may start at
+        once."""
+        with self.lock:
+            self.abort.set()
+            if self.partial is not None and self.partial.exists() and self.partial.stat().st_size == 0:
+                self.partial.unlink(missing_ok=True)
+            if self.file_lock is not None:
+                self.file_lock.release(force=True)
+                self.file_lock = None
+
+
+class _ProgressReporter:
+    """Turns a job's counters into :class:`DownloadProgress` calls on the caller's thread: one figure in
+    bytes for the whole model that never goes backwards, the speed over the last ``_SPEED_WINDOW_S``
+    seconds (bytes/s; 0 until 0.5 s of samples) and the time left (s; None while the speed is 0)."""
+
+    def __init__(self, job: _Job, repo_id: str, progress: ProgressCallback | None) -> None:
+        self.job = job
+        self.repo_id = repo_id
+        self.progress = progress
+        self.samples: deque[tuple[float, int]] = deque()  # (monotonic s, bytes fetched)
+        self.shown = 0
+        self.last_report = 0.0
+
+    def __call__(self, final: bool = False) -> None:
+        """Report, unless there is no callback, no plan yet, or (unless ``final``) the last report is
+        less than ``_PROGRESS_EVERY_S`` old."""
+        now = time.monotonic()
+        if self.progress is None or (not final and now - self.last_report < _PROGRESS_EVERY_S):
+            return
+        job = self.job
+        with job.lock:
+            plan = job.plan
+            if plan is None:
+                return
+            done = job.base_bytes + job.file_bytes
+            fetched, file, index, stage = job.fetched, job.file, job.file_index, job.stage
+        self.last_report = now
+        self.shown = max(self.shown, min(done, plan.total_bytes))  # one bar, never backwards
+        samples = self.samples
+        samples.append((now, fetched))
+        while len(samples) > 2 and now - samples[0][0] > _SPEED_WINDOW_S:
+            samples.popleft()
+        span = now - samples[0][0]
+        speed = (fetched - samples[0][1]) / span if span > 0.5 else 0.0
+        left = plan.total_bytes - self.shown
+        eta = left / speed if speed > 0 else (0.0 if left == 0 else None)
+        self.progress(DownloadProgress(self.repo_id, self.shown, plan.total_bytes, speed, eta, file, index,
+                                       len(plan.files), plan.repo_folder, stage))
 
 
 class _GuardedFile:
@@ -880,83 +965,63 @@ def download_model(repo_id: str, *, revision: str = "main", cache_dir: str | Pat
         target=_run_job, name=f"download {repo_id}", daemon=True,
         args=(job, repo_id, revision, cache, token, base, tuple(patterns), retry_budget, verify_cached,
               stall_timeout_s))
-    samples: deque[tuple[float, int]] = deque()
-    shown = 0
-    last_report = 0.0
-
-    def report(final: bool = False) -> None:
-        nonlocal shown, last_report
-        now = time.monotonic()
-        if progress is None or (not final and now - last_report < _PROGRESS_EVERY_S):
-            return
-        with job.lock:
-            plan = job.plan
-            if plan is None:
-                return
-            done = job.base_bytes + job.file_bytes
-            fetched, file, index, stage = job.fetched, job.file, job.file_index, job.stage
-        last_report = now
-        shown = max(shown, min(done, plan.total_bytes))  # one bar, never backwards
-        samples.append((now, fetched))
-        while len(samples) > 2 and now - samples[0][0] > _SPEED_WINDOW_S:
-            samples.popleft()
-        span = now - samples[0][0]
-        speed = (fetched - samples[0][1]) / span if span > 0.5 else 0.0
-        left = plan.total_bytes - shown
-        eta = left / speed if speed > 0 else (0.0 if left == 0 else None)
-        progress(DownloadProgress(repo_id, shown, plan.total_bytes, speed, eta, file, index, len(plan.files),
-                                  plan.repo_folder, stage))
-
-    def stop(error: DownloadError) -> DownloadError:
-        with job.lock:
-            job.abort.set()  # from here on the worker writes nothing
-            if job.partial is not None and job.partial.exists() and job.partial.stat().st_size == 0:
-                job.partial.unlink(missing_ok=True)  # nothing arrived: leave no empty file behind
-            if job.file_lock is not None:  # a new download may start at once
-                job.file_lock.release(force=True)
-                job.file_lock = None
-        return error
-
-    def cancelled() -> DownloadCancelled:
-        return DownloadCancelled(
-            "cancelled", f"the download of {repo_id} was stopped",
-            "Start it again to resume where it stopped: the partial file is kept in "
-            f"{folder / 'blobs'}.", repo_id=repo_id, folder=folder)
-
+    report = _ProgressReporter(job, repo_id, progress)
     worker.start()
     try:
         while not job.done.wait(_TICK_S):
             if job.cancel.is_set():
-                raise stop(cancelled())
+                job.halt()
+                raise _cancelled(repo_id, folder)
             if time.monotonic() - job.last_activity > stall_timeout_s:
-                raise stop(DownloadError(
+                job.halt()
+                raise DownloadError(
                     "stalled", f"the model hub at {base} sent nothing for {stall_timeout_s:.0f} s while "
                     f"downloading {repo_id}",
                     "The server or the network is stuck: try again later (the download resumes where it "
-                    "stopped).", repo_id=repo_id, folder=folder))
+                    "stopped).", repo_id=repo_id, folder=folder)
             report()
     except BaseException:
         job.abort.set()  # KeyboardInterrupt too: the worker writes nothing more
         raise
     if job.error is not None:
-        exc = job.error
-        if isinstance(exc, _RetryableFileError):
-            advice = {
-                "unstable": "The connection keeps dropping and the server cannot resume; try again later or "
-                            "on another network.",
-                "truncated": "The server sends less than the listed size; try again later (the part that "
-                             "arrived is kept and resumed).",
-                "corrupt": "The file was damaged on the way or on the server; try again later. Nothing "
-                           "damaged was stored.",
-            }[exc.kind]
-            raise DownloadError(exc.kind, f"downloading {repo_id} failed: {exc}", advice, repo_id=repo_id,
-                                folder=folder) from None
-        if isinstance(exc, _Aborted):  # the worker saw ``cancel`` before this thread did
-            raise stop(cancelled())
-        raise classify(exc, repo_id, base, folder, token_given=bool(token)) from exc
+        _raise_worker_error(job, job.error, repo_id, base, folder, token_given=bool(token))
     report(final=True)
     assert job.result is not None
     return job.result
+
+
+def _cancelled(repo_id: str, folder: Path) -> DownloadCancelled:
+    """The error for a download stopped through ``cancel``; ``folder`` is the repo's cache folder."""
+    return DownloadCancelled(
+        "cancelled", f"the download of {repo_id} was stopped",
+        "Start it again to resume where it stopped: the partial file is kept in "
+        f"{folder / 'blobs'}.", repo_id=repo_id, folder=folder)
+
+
+def _raise_worker_error(job: _Job, exc: BaseException, repo_id: str, endpoint: str, folder: Path, *,
+                        token_given: bool) -> NoReturn:
+    """Raise the error for the exception ``exc`` that ended ``job``'s worker.
+
+    Raises:
+        DownloadError: kind "unstable", "truncated" or "corrupt" once the retry budget is spent, else the
+            kind :func:`classify` gives (chained to ``exc``).
+        DownloadCancelled: the worker saw ``cancel`` before the caller's thread did.
+    """
+    if isinstance(exc, _RetryableFileError):
+        advice = {
+            "unstable": "The connection keeps dropping and the server cannot resume; try again later or "
+                        "on another network.",
+            "truncated": "The server sends less than the listed size; try again later (the part that "
+                         "arrived is kept and resumed).",
+            "corrupt": "The file was damaged on the way or on the server; try again later. Nothing "
+                       "damaged was stored.",
+        }[exc.kind]
+        raise DownloadError(exc.kind, f"downloading {repo_id} failed: {exc}", advice, repo_id=repo_id,
+                            folder=folder) from None
+    if isinstance(exc, _Aborted):
+        job.halt()
+        raise _cancelled(repo_id, folder)
+    raise classify(exc, repo_id, endpoint, folder, token_given=token_given) from exc
 
 
 def cached_snapshot(repo_id: str, *, revision: str = "main", cache_dir: str | Path | None = None,

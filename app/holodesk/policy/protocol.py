@@ -256,27 +256,76 @@ def _strip_reasoning(text: str) -> tuple[str, bool]:
 
 
 def _extract_object(raw_text: str) -> tuple[dict[str, Any], list[str]]:
-    """Find the one JSON object of a reply. Returns (object, warnings); raises _Fail."""
+    """Find the one JSON object of a reply. Returns (object, warnings); raises _Fail.
+
+    The reply is read whole as JSON first; else a reasoning block is dropped, the top-level brace groups
+    are found in one scan (:func:`_scan_objects`), each is read as JSON or as an unambiguous literal
+    (:func:`_read_fragment`), and all that parse must be the same object. Linear in ``len(raw_text)``
+    (field case F25): every scan is one pass, and the groups are disjoint, so each character is parsed
+    at most once as part of a group.
+    """
+    _check_reply_size(raw_text)
+    # 1. The whole reply is JSON (the normal case).
+    whole = _whole_reply_object(raw_text)
+    if whole is not None:
+        return whole, []
+    # 2. JSON inside prose / markdown fences / after a reasoning block.
     warnings: list[str] = []
+    body, had_reasoning = _strip_reasoning(raw_text)
+    if had_reasoning:
+        warnings.append("a <think> reasoning block before the reply was ignored")
+    spans = _candidate_spans(body)
+    found = _read_candidates(body, spans, warnings)
+    distinct = {json.dumps(obj, sort_keys=True) for obj in found}
+    if len(distinct) > 1:
+        raise _Fail(
+            f"the reply contains {len(distinct)} different JSON objects; exactly one is expected, and "
+            "which one was meant is not guessed",
+            hint="Reply with one JSON object per step.",
+        )
+    if len(found) > 1:
+        warnings.append(f"the same JSON object was repeated {len(found)} times; it is used once")
+    before = body[: spans[0][0]].strip()
+    after = body[spans[-1][1]:].strip()
+    if before.startswith("```") or after.endswith("```"):
+        warnings.append("the JSON object was fenced in markdown")
+    elif before or after:
+        warnings.append("text outside the JSON object was ignored")
+    return found[0], warnings
+
+
+def _check_reply_size(raw_text: str) -> None:
+    """Raises _Fail for a reply that is not text, is blank, or is longer than :data:`MAX_REPLY_CHARS`."""
     if not isinstance(raw_text, str):
         raise _Fail(f"the reply is not text but {type(raw_text).__name__}")
     if not raw_text.strip():
         raise _Fail("the reply is empty")
     if len(raw_text) > MAX_REPLY_CHARS:
         raise _Fail(f"the reply has {len(raw_text)} characters, more than {MAX_REPLY_CHARS}")
-    # 1. The whole reply is JSON (the normal case).
+
+
+def _whole_reply_object(raw_text: str) -> dict[str, Any] | None:
+    """The reply as one JSON object when the whole (stripped) reply is JSON, else None.
+
+    Raises:
+        _Fail: the whole reply is JSON but not an object (a list, string, number, ...).
+    """
     try:
         whole = _json_loads(raw_text.strip())
     except ValueError:
-        pass
-    else:
-        if isinstance(whole, dict):
-            return whole, warnings
-        raise _Fail(f"the reply is JSON but a {_json_type(whole)}, not one object")
-    # 2. JSON inside prose / markdown fences / after a reasoning block.
-    body, had_reasoning = _strip_reasoning(raw_text)
-    if had_reasoning:
-        warnings.append("a <think> reasoning block before the reply was ignored")
+        return None
+    if isinstance(whole, dict):
+        return whole
+    raise _Fail(f"the reply is JSON but a {_json_type(whole)}, not one object")
+
+
+def _candidate_spans(body: str) -> list[tuple[int, int]]:
+    """The top-level brace groups of ``body`` as [start, end) pairs (:func:`_scan_objects`).
+
+    Raises:
+        _Fail: a group is never closed, there is none, or there are more than
+            :data:`MAX_CANDIDATE_OBJECTS`.
+    """
     spans, unterminated = _scan_objects(body)
     if unterminated:
         raise _Fail(
@@ -287,6 +336,16 @@ def _extract_object(raw_text: str) -> tuple[dict[str, Any], list[str]]:
         raise _Fail("the reply contains no JSON object", hint="Reply with one JSON object only.")
     if len(spans) > MAX_CANDIDATE_OBJECTS:
         raise _Fail(f"the reply contains {len(spans)} brace-delimited groups; expected one JSON object")
+    return spans
+
+
+def _read_candidates(body: str, spans: list[tuple[int, int]], warnings: list[str]) -> list[dict[str, Any]]:
+    """The objects read from the groups ``spans`` of ``body``, in order (at least one). A group without a
+    colon that does not parse is prose in braces and is skipped.
+
+    Raises:
+        _Fail: a group with a colon is neither JSON nor an unambiguous literal, or no group is an object.
+    """
     found: list[dict[str, Any]] = []
     malformed: list[str] = []
     for start, end in spans:
@@ -305,22 +364,7 @@ def _extract_object(raw_text: str) -> tuple[dict[str, Any], list[str]]:
         )
     if not found:
         raise _Fail("the reply contains no JSON object", hint="Reply with one JSON object only.")
-    distinct = {json.dumps(obj, sort_keys=True) for obj in found}
-    if len(distinct) > 1:
-        raise _Fail(
-            f"the reply contains {len(distinct)} different JSON objects; exactly one is expected, and "
-            "which one was meant is not guessed",
-            hint="Reply with one JSON object per step.",
-        )
-    if len(found) > 1:
-        warnings.append(f"the same JSON object was repeated {len(found)} times; it is used once")
-    before = body[: spans[0][0]].strip()
-    after = body[spans[-1][1]:].strip()
-    if before.startswith("```") or after.endswith("```"):
-        warnings.append("the JSON object was fenced in markdown")
-    elif before or after:
-        warnings.append("text outside the JSON object was ignored")
-    return found[0], warnings
+    return found
 
 
 def _read_fragment(fragment: str, warnings: list[str]) -> dict[str, Any] | None:
