@@ -235,3 +235,16 @@ def _executors_end_their_episode(monkeypatch: pytest.MonkeyPatch) -> Iterator[No
     yield
     for executor in made:
         executor.end_episode()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """What the code under test keeps in the XDG state folder (e.g. the static decoder's record for
+    doctor, kernels.record_decoder) goes to a temporary folder, not the user's."""
+    old = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    yield
+    if old is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = old

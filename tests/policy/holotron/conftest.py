@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,19 +22,6 @@ pytest.importorskip("transformers")
 def _one_thread() -> None:
     # The CPU box is shared; OpenMP spinning on busy cores makes the tiny model 30x slower.
     torch.set_num_threads(1)
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Engines built here record their set-up for doctor (kernels.record_decoder): into a temporary
-    XDG state folder, not the user's."""
-    old = os.environ.get("XDG_STATE_HOME")
-    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
-    yield
-    if old is None:
-        os.environ.pop("XDG_STATE_HOME", None)
-    else:
-        os.environ["XDG_STATE_HOME"] = old
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from holodesk.core.geometry import Frame, Monitor  # noqa: E402
+from holodesk.errors import PolicyError  # noqa: E402
 from holodesk.policy.base import HistoryStep, Observation, Proposal  # noqa: E402
 from holodesk.policy.holotron import HolotronPolicy  # noqa: E402
 from tests.helpers.holotron_reference import stock_logits  # noqa: E402
@@ -270,3 +271,23 @@ def test_gpu_static_engine_graphs_equal_stock(tiny_dir, monkeypatch: pytest.Monk
     for got, obs in zip(first_logits, observations, strict=True):
         ref = _reference_logits(policy, obs)
         assert torch.allclose(got, ref, rtol=1e-3, atol=1e-3), float((got - ref).abs().max())
+
+
+def test_prompt_embeddings_read_in_slices_equal_the_whole_merge(tiny_loaded) -> None:  # type: ignore[no-untyped-def]
+    """The engine hands the prefill a prompt's embeddings built one chunk at a time: every slice, across
+    and inside image-token runs, equals the same slice of the whole prompt's merge."""
+    from holodesk.policy.holotron import runtime
+
+    image = int(tiny_loaded.image_token_id)
+    hidden = int(tiny_loaded.model.get_input_embeddings().weight.shape[1])
+    t = [x for x in range(20, 40) if x != image]  # text tokens
+    ids = [t[0], t[1], *[image] * 7, t[2], t[3], t[4], *[image] * 4, t[5]]
+    gen = torch.Generator().manual_seed(0)
+    rows = [torch.randn(7, hidden, generator=gen), torch.randn(4, hidden, generator=gen)]
+    whole = runtime.embed_prompt(tiny_loaded, ids, rows)
+    lazy = runtime.PromptEmbeddings(tiny_loaded, ids, rows)
+    assert tuple(lazy.shape) == tuple(whole.shape)
+    for a, b in [(0, len(ids)), (0, 3), (3, 12), (4, 6), (8, 16), (10, 11), (15, 16)]:
+        assert torch.equal(lazy[:, a:b], whole[:, a:b]), (a, b)
+    with pytest.raises(PolicyError, match="image tokens"):
+        runtime.PromptEmbeddings(tiny_loaded, ids, rows[:1])

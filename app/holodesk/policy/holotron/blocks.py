@@ -112,11 +112,13 @@ def mamba_block(h: torch.Tensor, norm32: torch.Tensor, eps: float, in_w: Weight,
     xs = xs.view(bsz, nh, hd).float()
     rep = nh // groups
     b = b.view(bsz, groups, 1, n).expand(bsz, groups, rep, n).reshape(bsz, nh, 1, n).float()
-    c = c.view(bsz, groups, 1, n).expand(bsz, groups, rep, n).reshape(bsz, nh, n, 1).float()
+    c = c.view(bsz, groups, 1, n).expand(bsz, groups, rep, n).reshape(bsz, nh, 1, n).float()
     decay = torch.exp(dt * a_neg).view(bsz, nh, 1, 1)
     new_state = ssm_state * decay + (dt.view(bsz, nh, 1, 1) * xs.unsqueeze(-1)) * b
     ssm_state.copy_(new_state)
-    y = (torch.matmul(new_state, c).squeeze(-1) + xs * d_skip.float().view(1, nh, 1)).reshape(bsz, inner)
+    # s C as a product and a sum over the state (not a matmul): compiled, the update, the store and this
+    # reduction are one kernel that reads the state once
+    y = ((new_state * c).sum(-1) + xs * d_skip.float().view(1, nh, 1)).reshape(bsz, inner)
     y = gated_rms_norm_reference(y, gate, gnorm_w, gnorm_eps, inner // groups)
     return h + project(y, out_w, out_how)
 

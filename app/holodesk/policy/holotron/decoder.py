@@ -7,15 +7,13 @@ model: it reads its weights and calls its embedding, final norm and head modules
 
 Decode (:meth:`StaticDecoder.step`): embedding -> one :mod:`.blocks` function per block (compiled when every
 projection is a plain weight) -> ``norm_f`` -> ``lm_head`` -> argmax into ``token``, ``pos += 1``; one graph
-per attention window (:meth:`.DecoderState.window`).
-
-Prefill (:meth:`StaticDecoder.prefill`): chunks of at most ``chunk`` tokens padded to multiples of
-``prefill_bucket`` rows in static buffers. The Mamba/MLP blocks between two attention layers form a segment
-that reads the real length from the device, one CUDA graph per (segment, padded length); attention runs
-eagerly on the real rows (:func:`.blocks.attention_chunk`). Mamba-state snapshots let the next prompt resume.
-
-:meth:`StaticDecoder.capture` fills the one graph cache (one memory pool). A failure there falls back once,
-at load, to the next simpler configuration (:meth:`Setup.simpler`), logged and kept in ``notes``.
+per attention window (:meth:`.DecoderState.window`). Prefill (:meth:`StaticDecoder.prefill`): chunks of at
+most ``chunk`` tokens padded to multiples of ``prefill_bucket`` rows in static buffers; the Mamba/MLP blocks
+between two attention layers form a segment that reads the real length from the device, one CUDA graph per
+(segment, padded length); attention runs eagerly on the real rows (:func:`.blocks.attention_chunk`).
+Mamba-state snapshots let the next prompt resume. :meth:`StaticDecoder.capture` fills the one graph cache
+(one memory pool); a failure there falls back once, at load, to the next simpler configuration
+(:meth:`Setup.simpler`), logged and kept in ``notes``.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from holodesk.policy.holotron import blocks
 from holodesk.policy.holotron.blocks import fused_qkv_weight, weight_of
 from holodesk.policy.holotron.ops import gemv, prefill
-from holodesk.policy.holotron.state import ATTENTION, MAMBA, MLP, DecoderState, PrefillReport
+from holodesk.policy.holotron.state import ATTENTION, MAMBA, MLP, DecoderState, Embeddings, PrefillReport
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -60,7 +58,7 @@ class Setup:
             return dataclasses.replace(self, gemv={})
         return dataclasses.replace(self, compiled=False) if self.compiled else dataclasses.replace(self, graphs=False)
 
-    def label(self) -> str:
+    def label(self) -> str:  # e.g. "compiled blocks, F.linear, CUDA graphs"
         kernels = "chosen matrix-vector kernels" if self.kernels() else "F.linear"
         run = "CUDA graphs" if self.graphs else "eager"
         return f"{'compiled' if self.compiled else 'plain torch'} blocks, {kernels}, {run}"
@@ -337,13 +335,13 @@ class StaticDecoder:
                 self._pbuf_p[:, :t].copy_(out)
         return self._pbuf_h[:, :t]
 
-    def prefill(self, inputs_embeds: torch.Tensor, keys: Sequence[int] | None = None, *,
+    def prefill(self, inputs_embeds: Embeddings, keys: Sequence[int] | None = None, *,
                 snapshot_at: Sequence[int] = (), embeds_offset: int = 0) -> tuple[torch.Tensor, PrefillReport]:
         """Run a prompt into the state, resuming where ``keys`` allow, and return the last position's logits.
 
-        Args: ``inputs_embeds`` ``[B, T - embeds_offset, H]`` embeddings of tokens ``[embeds_offset, T)`` (model
-        dtype); ``keys`` one int per prompt token identifying its content (None: cold), the common prefix with
-        the previous prompt coming from the latest snapshot inside it (:meth:`.DecoderState.resume_point`);
+        Args: ``inputs_embeds`` ``[B, T - embeds_offset, H]`` embeddings of tokens ``[embeds_offset, T)``
+        (model dtype; :class:`Embeddings`); ``keys`` one int per prompt token identifying its content (None:
+        cold), the common prefix with the previous prompt from the latest snapshot inside it;
         ``snapshot_at`` positions after which to save the Mamba state (a chunk boundary each);
         ``embeds_offset`` the first token embedded, at most the resume point.
         Returns: (logits ``[B, vocab]`` float32 of the last prompt token, :class:`PrefillReport`).
@@ -394,4 +392,5 @@ class StaticDecoder:
                 "notes": list(self.notes)}
 
 
-__all__ = ["PrefillReport", "Setup", "StaticDecoder", "fused_qkv_weight"]  # the last two re-exported
+# Embeddings, PrefillReport and fused_qkv_weight are re-exported
+__all__ = ["Embeddings", "PrefillReport", "Setup", "StaticDecoder", "fused_qkv_weight"]

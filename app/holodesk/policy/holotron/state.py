@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch
@@ -28,6 +28,16 @@ if TYPE_CHECKING:
 
 MAMBA, ATTENTION, MLP = "linear_attention", "full_attention", "mlp"
 """Block kinds as NemotronH names them (``NemotronHBlock.block_type``: Mamba-2, attention, MLP)."""
+
+
+class Embeddings(Protocol):
+    """What the prefill reads its input from: a ``[B, T, H]`` tensor, or an object read the same way that
+    builds each chunk when asked (:class:`holodesk.policy.holotron.runtime.PromptEmbeddings`)."""
+
+    @property
+    def shape(self) -> Sequence[int]: ...
+
+    def __getitem__(self, index: tuple[slice, slice], /) -> torch.Tensor: ...
 
 
 @dataclasses.dataclass
@@ -168,4 +178,4 @@ class DecoderState:
         return int(sum(t.numel() * t.element_size() for t in tensors))
 
 
-__all__ = ["ATTENTION", "MAMBA", "MLP", "DecoderState", "PrefillReport"]
+__all__ = ["ATTENTION", "MAMBA", "MLP", "DecoderState", "Embeddings", "PrefillReport"]
