@@ -84,6 +84,8 @@ class StaticEngine:
     Args:
         loaded: the loaded model.
         max_len: capacity of the attention cache in tokens (:func:`static_cache_tokens`).
+        max_images: frames whose embeddings are held at once; on CUDA as many page-locked host slots of
+            the largest frame's size are allocated now, so no step allocates host memory.
         eager: run the decoder without torch.compile and CUDA graphs (the same code; the escape hatch).
         warm_up: run :meth:`warm_up` now (default: on CUDA), so that Triton's compilation and autotuning
             happen at load rather than in the first step.
@@ -92,7 +94,7 @@ class StaticEngine:
         notes: what failed at load here (the warm-up) and what the engine does instead.
     """
 
-    def __init__(self, loaded: LoadedHolotron, *, max_len: int, eager: bool = False,
+    def __init__(self, loaded: LoadedHolotron, *, max_len: int, max_images: int = 8, eager: bool = False,
                  warm_up: bool | None = None) -> None:
         from holodesk.policy.holotron.decoder import StaticDecoder
 
@@ -105,6 +107,7 @@ class StaticEngine:
         self._frames: dict[int, tuple[Any, int]] = {}  # id(pixels) -> (pixels held, serial)
         self._embeds: dict[int, torch.Tensor] = {}  # serial -> projected image embeddings (tokens, hidden)
         self.warm_up_seconds: float | None = None
+        self._slots = self._host_slots(max_images) if cuda else []
         self.decoder = StaticDecoder(loaded.model.language_model, max_len=max_len, eager=eager or not cuda)
         self.decoder.capture()  # no-op when eager; its own fallbacks go to decoder.notes
         if warm_up if warm_up is not None else cuda:
@@ -166,17 +169,33 @@ class StaticEngine:
         self._frames.clear()
         self._embeds.clear()
 
-    def _hold(self, encoded: torch.Tensor) -> torch.Tensor:
-        """Where a frame's projected embeddings wait while the frame is in the prompt: page-locked host
-        memory when the model is on a GPU (copied back one prefill chunk at a time, about 1 ms per
-        2048 rows over PCIe; 24 MB per 1080p frame that GPU memory does not hold), else as they are."""
-        if encoded.device.type != "cuda":
-            return encoded
+    def _host_slots(self, count: int) -> list[torch.Tensor]:
+        """``count`` page-locked host buffers ``(tokens of the largest tile grid, hidden)`` in the input
+        embeddings' dtype, for :meth:`_hold`."""
         import torch
 
-        host = torch.empty(encoded.shape, dtype=encoded.dtype, pin_memory=True)
-        host.copy_(encoded)
-        return host
+        info, model = self.loaded.info, self.loaded.model
+        rows = tile_count(info.max_tiles, use_thumbnail=info.use_thumbnail) * info.tokens_per_tile
+        weight = model.get_input_embeddings().weight  # the rows end up in the embeddings' dtype anyway
+        return [torch.empty(rows, int(weight.shape[1]), dtype=weight.dtype, pin_memory=True) for _ in range(count)]
+
+    def _hold(self, encoded: torch.Tensor) -> torch.Tensor:
+        """Where a frame's projected embeddings ``(tokens, hidden)`` wait while the frame is in the prompt:
+        a free page-locked host slot when the model is on a GPU (24 MB per 1080p frame that GPU memory does
+        not hold; copied back one prefill chunk at a time, about 1 ms per 2048 rows), else as they are.
+
+        Raises:
+            ValueError: every slot holds a frame of the prompt (more images than ``max_images``).
+        """
+        if encoded.device.type != "cuda":
+            return encoded
+        taken = {e.data_ptr() for e in self._embeds.values()}
+        free = [slot for slot in self._slots if slot.data_ptr() not in taken]
+        if not free or encoded.shape[0] > free[0].shape[0]:
+            raise ValueError(f"the prompt holds more images than the {len(self._slots)} the engine was built for")
+        held = free[0][: encoded.shape[0]]
+        held.copy_(encoded)
+        return held
 
     def _serial(self, pixels: object) -> int:
         """The frame serial of ``pixels`` (a new one for an array not held)."""
@@ -257,6 +276,9 @@ class StaticEngine:
         for (start, n), serial in zip(spans, serials, strict=True):
             keys[start : start + n] = [IMAGE_KEY_BASE + (serial << 20) + row for row in range(n)]
         resume = self.decoder.state.resume_point(keys)
+        live = set(serials)  # keep only what the prompt still shows
+        self._embeds = {s: e for s, e in self._embeds.items() if s in live}
+        self._frames = {k: v for k, v in self._frames.items() if v[1] in live}
         needed = [i for i, (start, n) in enumerate(spans) if start + n > resume]
         todo = [i for i in needed if serials[i] not in self._embeds]
         for i in todo:  # one frame at a time: the vision tower's activations are those of one frame
@@ -273,9 +295,6 @@ class StaticEngine:
         timings.setdefault("vision", 0.0)
         rows = [self._embeds[serials[i]][max(0, resume - spans[i][0]) :] for i in needed]
         embeds = runtime.PromptEmbeddings(loaded, ids[resume:], rows)
-        live = set(serials)  # keep only what the prompt still shows
-        self._embeds = {s: e for s, e in self._embeds.items() if s in live}
-        self._frames = {k: v for k, v in self._frames.items() if v[1] in live}
         return embeds, keys, resume, len(todo)
 
 

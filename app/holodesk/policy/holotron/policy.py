@@ -107,7 +107,7 @@ class HolotronPolicy:
 
             max_len = static_cache_tokens(loaded, max_images=max_images, max_new_tokens=max_new_tokens,
                                           max_think_tokens=max_think_tokens, reasoning=reasoning)
-            self.engine = StaticEngine(loaded, max_len=max_len)
+            self.engine = StaticEngine(loaded, max_len=max_len, max_images=max_images)
             log.info("Holotron static decoder: %s", self.engine.describe())
 
     @classmethod
