@@ -21,9 +21,10 @@ from holodesk import doctor
 from holodesk.bench.model import FULL, STAND_IN_IDS, full_size_config, full_size_shapes
 from holodesk.bench.tiny_checkpoint import SPECIAL_TOKENS
 from holodesk.errors import ModelLoadError
-from holodesk.policy.holotron.checkpoint import block_counts, checkpoint_info, read_checkpoint
+from holodesk.policy.holotron.checkpoint import checkpoint_info, read_checkpoint
 from holodesk.policy.holotron.hf_config import translate_config
 from holodesk.policy.holotron.loader import inspect_checkpoint, load_holotron
+from holodesk.policy.holotron.pattern import block_counts
 
 TINY_PATTERN = "M-M*-"  # write_tiny_checkpoint's default
 REMOTE_NAMES = {"M": "mamba", "*": "attention", "-": "moe"}  # what newer remote configs write

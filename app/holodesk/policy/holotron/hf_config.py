@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from holodesk.errors import ModelLoadError
-from holodesk.policy.holotron.checkpoint import VISION_PREFIX, CheckpointInfo, first, pattern_words
+from holodesk.policy.holotron.checkpoint import VISION_PREFIX, CheckpointInfo, first
+from holodesk.policy.holotron.pattern import pattern_words
 
 log = logging.getLogger(__name__)
 
