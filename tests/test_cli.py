@@ -130,3 +130,18 @@ def test_expected_errors_are_one_clear_line_without_a_traceback(case: str, tmp_p
     assert "Traceback" not in res.stderr and "Traceback" not in res.stdout, res.stderr
     assert expected.replace("TMP", str(tmp_path)) in res.stderr, res.stderr
     assert not list((tmp_path / "data").rglob("episode.jsonl"))  # nothing ran
+
+
+def test_tiny_checkpoint_without_the_local_runtime_says_what_to_install(tmp_path: Path) -> None:
+    """The README's setup without a GPU leaves torch out: ``holodesk tiny-checkpoint`` says so in one line."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None; from holodesk.cli import main; "
+            f"sys.exit(main(['tiny-checkpoint', {str(tmp_path / 'tc')!r}]))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={"PYTHONPATH": "app", "PATH": "/usr/bin:/bin"}, cwd=Path(__file__).resolve().parents[1])
+    assert res.returncode == 2, res.stderr  # EXIT_ERROR
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert "the local runtime is not installed" in res.stderr and "holodesk[local]" in res.stderr
+    assert not (tmp_path / "tc").exists()

@@ -46,8 +46,9 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--model", help="local Holotron checkpoint folder or Hugging Face repo id; with --endpoint, "
                      "the model name the server serves")
     run.add_argument("--endpoint", help="OpenAI-compatible server URL (vLLM), e.g. http://host:8000/v1")
-    run.add_argument("--approve", choices=["step", "auto"], help="step: ask before every action (default); "
-                     "auto: autopilot approves low-risk actions, asks for high-risk ones")
+    run.add_argument("--approve", choices=["step", "auto"], help="step: ask before every action; auto: autopilot "
+                     "approves low-risk actions, asks for high-risk ones (default: the 'approval' setting, which "
+                     "is 'step' unless you changed it; the run says which is in force)")
     run.add_argument("--monitor", type=int, help="monitor to act on (1 = first)")
     run.add_argument("--max-steps", type=int, help="hard cap on steps")
     run.add_argument("--max-seconds", type=float, help="hard cap on wall time")
@@ -114,6 +115,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             # the bench parses its own options (holodesk bench --help lists them)
             return int(bench_main([*unknown, *args.rest]) or 0)
         if args.command == "tiny-checkpoint":
+            try:
+                import torch  # noqa: F401  (the writer draws the weights with it)
+            except ImportError as exc:
+                raise HolodeskError(f"the local runtime is not installed: {exc}",
+                                    hint="Install it with: pip install 'holodesk[local]'.") from exc
             from holodesk.bench.tiny_checkpoint import write_tiny_checkpoint
 
             print(write_tiny_checkpoint(args.path, seed=args.seed))
@@ -251,6 +257,10 @@ def _run_task(args: argparse.Namespace, task: str, settings: Settings) -> int:
         window_probe=_window_probe(),
     )
     session.subscribe(_print_event)
+    if settings.approval == "auto":
+        source = "--approve auto" if args.approve else "the 'approval' setting"
+        print(f"Autopilot is on ({source}): low-risk steps run without asking; use --approve step to be asked "
+              "before every action.")
     try:
         result = session.run(task)
     finally:

@@ -90,3 +90,39 @@ def test_a_window_that_never_takes_the_focus_ends_the_wait_at_the_timeout(xvfb: 
         _set_focus_none()
         focused, waited = wait_for_focus_in(top, timeout_s=0.3)
         assert not focused and waited >= 0.3
+
+
+def test_a_terminal_is_known_by_its_process_whatever_its_class(xvfb: Any, tmp_path: Path) -> None:
+    """``xterm -class Notes`` has a window class no terminal list names; its process holds the pty master
+    its shell runs on, so the focused-window probe and the window under the pointer say terminal, and the
+    autopilot asks for text typed into it. The Qt target window's process holds none."""
+    import subprocess
+
+    from holodesk.control.window import TERMINAL_MARK, focused_window_class
+    from holodesk.core.actions import Click, Point, Type
+    from holodesk.core.risk import Risk, assess
+    from tests.helpers.desktop import wait_until
+
+    term = subprocess.Popen(["xterm", "-name", "notes", "-class", "Notes", "-T", "Shopping list", "-geometry",
+                             "60x10+50+50", "-e", "bash", "--norc"])
+    try:
+        def mapped() -> str:
+            out = subprocess.run(["xdotool", "search", "--sync", "--onlyvisible", "--class", "Notes"],
+                                 capture_output=True, text=True, timeout=10).stdout.split()
+            return out[0] if out else ""
+
+        wid = wait_until(mapped, 15, "the xterm window")
+        subprocess.run(["xdotool", "windowfocus", "--sync", wid], check=True, timeout=10)
+        focused = wait_until(lambda: (focused_window_class() or "").startswith("notes Notes")
+                             and focused_window_class(), 10, "the xterm focused")
+        assert focused == "notes Notes" + TERMINAL_MARK
+        assert assess(Type("touch /tmp/x"), focused_window=focused).level is Risk.HIGH
+        under = window_at(60, 60)
+        assert under is not None and under.app == "Notes" + TERMINAL_MARK
+        assert assess(Click(Point(1, 1)), focused_window=focused, pointer_windows=[under.app]).level is Risk.HIGH
+    finally:
+        term.terminate()
+        term.wait(timeout=10)
+    with TargetWindow.start(tmp_path, x=300, y=200) as win:
+        info = window_at(*win.center("Cancel"))
+        assert info is not None and info.app and TERMINAL_MARK not in info.app

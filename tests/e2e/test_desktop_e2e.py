@@ -81,6 +81,7 @@ def test_autopilot_fills_a_tk_form(desktop: Desktop, tmp_path: Path) -> None:
     ]
     res = run_holodesk(desktop, tmp_path, replies, approve="auto", task="fill in the form")
     assert res.returncode == 0, res.stdout + res.stderr
+    assert "Autopilot is on (--approve auto)" in res.stdout  # the run says which approval is in force
     assert form.result() == {"name": GREETING, "agree": True, "count": 0, "submitted": True}
     assert summary(res)["status"] == "finished"
     ep = episode(tmp_path)
@@ -122,6 +123,7 @@ def test_step_mode_skip_leaves_the_gtk_form_unsubmitted(desktop: Desktop, tmp_pa
     ]
     res = run_holodesk(desktop, tmp_path, replies, approve="step", stdin="a\na\ns\n")
     assert res.returncode == 0, res.stdout + res.stderr
+    assert "Autopilot is on" not in res.stdout
     assert res.stdout.count("[a]pprove / [e]dit / [s]kip / [q]uit") == 3
     form.wait_layout(lambda lay: lay.get("name") == "Ada")
     assert form.process.poll() is None  # the skipped Submit never reached the form
@@ -240,7 +242,7 @@ def test_xterm_every_keystroke_needs_approval_and_a_skipped_enter_runs_nothing(
 
 # -- a failed step is not "finished" ----------------------------------------------------------------------
 def test_a_run_with_a_failed_step_does_not_end_finished(desktop: Desktop, tmp_path: Path) -> None:
-    """A click on a fail-safe corner is refused by the executor ("did not click"); the model then says
+    """A click on a fail-safe corner is refused by the executor ("not moved there"); the model then says
     it is done. The run must end failed (exit 1) naming the failed step, and the form saw no click."""
     form = desktop.tk_form(700, 400)
     replies = [

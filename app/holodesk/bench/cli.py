@@ -14,7 +14,7 @@ One process, in this order (each part can be left out):
 5. ``--quant 8bit,4bit``: bitsandbytes LM weights, speed, memory and drift from bf16.
 
 Weights are seeded random draws in Holotron-12B's shapes (:mod:`holodesk.bench.model`) unless
-``--checkpoint`` names a folder. ``--device cpu --tiny`` runs a tiny model in about a minute (CI smoke
+``--checkpoint`` names a folder. ``--device cpu --tiny`` runs a tiny model in a few minutes (CI smoke
 test). Results are printed and written as JSON (``--json``). Exit status: 0, 1 when a check failed
 (``checks_failed`` in the JSON: Mamba-2 kernels not live on CUDA without ``--allow-fallback``, a product
 path check), 2 when the local runtime is not installed.

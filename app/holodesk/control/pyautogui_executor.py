@@ -475,7 +475,7 @@ class PyAutoGUIExecutor:
         if (target.x, target.y) in corners:
             raise _Unreachable(
                 f"target ({target.x}, {target.y}) is a screen corner, which triggers pyautogui's fail-safe; "
-                "did not click",
+                "the pointer was not moved there",
                 {"target": [target.x, target.y]},
             )
         before = self._position()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import select
+import socket
 import sys
 import time
 from typing import Any
@@ -38,7 +39,7 @@ def focused_window_class() -> str | None:
                     return None
                 cls = win.get_wm_class()
                 if cls:
-                    return " ".join(cls).strip()
+                    return " ".join(cls).strip() + terminal_mark(d, win)
                 tree = win.query_tree()
                 if tree.parent in (None, X.NONE) or tree.parent == tree.root:
                     return None
@@ -49,6 +50,44 @@ def focused_window_class() -> str | None:
     except (XError, OSError, Exception) as exc:  # Xlib raises several unrelated types on a bad display
         log.warning("could not read the focused window: %s", exc)
         return None
+
+
+TERMINAL_MARK = " [terminal]"
+"""Appended to a window's class when its process holds a pseudo-terminal master, so that the risk rules
+(:func:`holodesk.core.risk.is_terminal`) see a terminal whatever the class says."""
+
+
+def holds_pty_master(pid: int) -> bool | None:
+    """Whether process ``pid`` has a pseudo-terminal master open (``/dev/ptmx``): what a terminal
+    emulator does to run its shell on the other end, whatever its window class (``xterm -class Notes``,
+    ``kitty --class``). None when ``/proc/<pid>/fd`` cannot be read (another user's process, no /proc)."""
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    for name in names:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{name}") in ("/dev/ptmx", "/dev/pts/ptmx"):
+                return True
+        except OSError:  # closed meanwhile
+            continue
+    return False
+
+
+def terminal_mark(d: Any, client: Any) -> str:
+    """:data:`TERMINAL_MARK` when the process owning ``client`` (``_NET_WM_PID``, on this machine by
+    ``WM_CLIENT_MACHINE``) holds a pseudo-terminal master, else ""; "" too when that cannot be told."""
+    try:
+        prop = client.get_full_property(d.intern_atom("_NET_WM_PID"), 0)
+        machine = client.get_wm_client_machine()
+    except Exception:
+        return ""
+    if prop is None or not len(prop.value):
+        return ""
+    host = machine.decode("latin-1", "replace") if isinstance(machine, bytes) else str(machine or "")
+    if host and host != socket.gethostname():
+        return ""  # a client of another machine: its pid means nothing here
+    return TERMINAL_MARK if holds_pty_master(int(prop.value[0])) else ""
 
 
 def _text_property(d: Any, win: Any, name: str) -> str:
@@ -86,8 +125,8 @@ def _info(d: Any, root: Any, top: Any, client: Any) -> WindowInfo:
     border = int(getattr(geo, "border_width", 0))
     client_geo = client.get_geometry()
     client_origin = root.translate_coords(client, 0, 0)
-    return WindowInfo(str(title), str(cls[-1]), (int(origin.x) - border, int(origin.y) - border,
-                                                   int(geo.width) + 2 * border, int(geo.height) + 2 * border),
+    rect = (int(origin.x) - border, int(origin.y) - border, int(geo.width) + 2 * border, int(geo.height) + 2 * border)
+    return WindowInfo(str(title), str(cls[-1]) + terminal_mark(d, client), rect,
                       (int(client_origin.x), int(client_origin.y), int(client_geo.width), int(client_geo.height)))
 
 
