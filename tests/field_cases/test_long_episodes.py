@@ -149,21 +149,30 @@ def test_F21_default_bound_is_declared_once() -> None:
 
 # -- F21: out of memory during generation -----------------------------------------------------------------
 class FakeGpuOutOfMemory:
-    """Stands in for a GPU with too little memory: the runtime's tiling step raises torch's
-    OutOfMemoryError whenever more than ``max_images`` screenshots are in one prompt."""
+    """Stands in for a GPU with too little memory: a step of the static engine raises torch's
+    OutOfMemoryError whenever more than ``max_images`` screenshots are in its prompt (install it with
+    :meth:`install`)."""
 
-    def __init__(self, real_tile_images: Any, max_images: int) -> None:
-        self.real = real_tile_images
+    def __init__(self, max_images: int) -> None:
         self.max_images = max_images
         self.attempts: list[int] = []
 
-    def __call__(self, loaded: Any, pixels: list[Any]) -> Any:
-        import torch
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeGpuOutOfMemory:
+        from holodesk.policy.holotron.engine import StaticEngine
 
-        self.attempts.append(len(pixels))
-        if len(pixels) > self.max_images:
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (fake GPU)")
-        return self.real(loaded, pixels)
+        real = StaticEngine.run
+        fake = self
+
+        def run(engine: Any, input_ids: Any, images: Any, **kwargs: Any) -> Any:
+            import torch
+
+            fake.attempts.append(len(images))
+            if len(images) > fake.max_images:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (fake GPU)")
+            return real(engine, input_ids, images, **kwargs)
+
+        monkeypatch.setattr(StaticEngine, "run", run)
+        return self
 
 
 @pytest.fixture(scope="module")
@@ -193,10 +202,7 @@ def _long_observation() -> Any:
 
 @pytest.mark.slow
 def test_F21_out_of_memory_retry_with_fewer_images(tiny_holotron: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from holodesk.policy.holotron import runtime
-
-    fake = FakeGpuOutOfMemory(runtime.tile_images, max_images=1)
-    monkeypatch.setattr(runtime, "tile_images", fake)
+    fake = FakeGpuOutOfMemory(max_images=1).install(monkeypatch)
     proposal = tiny_holotron.propose(_long_observation())
     assert fake.attempts == [3, 2, 1]  # 3 screenshots, then 2, then only the current one
     assert proposal.extra["max_images_used"] == 1 and proposal.extra["images"] == 1
@@ -210,9 +216,8 @@ def test_F21_out_of_memory_retry_with_fewer_images(tiny_holotron: Any, monkeypat
 def test_F21_out_of_memory_with_one_image_fails_with_advice(tiny_holotron: Any,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     from holodesk.errors import PolicyError
-    from holodesk.policy.holotron import runtime
 
-    monkeypatch.setattr(runtime, "tile_images", FakeGpuOutOfMemory(runtime.tile_images, max_images=0))
+    FakeGpuOutOfMemory(max_images=0).install(monkeypatch)
     with pytest.raises(PolicyError, match="ran out of memory even with only the current screenshot") as info:
         tiny_holotron.propose(_long_observation())
     assert "4-bit" in info.value.hint
@@ -220,11 +225,9 @@ def test_F21_out_of_memory_with_one_image_fails_with_advice(tiny_holotron: Any,
 
 @pytest.mark.slow
 def test_F21_out_of_memory_retry_is_told_to_the_user(tiny_holotron: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from holodesk.policy.holotron import runtime
-
     """The retry reaches the user: the runtime puts it in Proposal.notices, which the session shows as
     a warning event (test_F21_a_policy_fallback_is_told_to_the_user)."""
-    monkeypatch.setattr(runtime, "tile_images", FakeGpuOutOfMemory(runtime.tile_images, max_images=2))
+    FakeGpuOutOfMemory(max_images=2).install(monkeypatch)
     proposal = tiny_holotron.propose(_long_observation())
     assert proposal.notices == (
         "GPU memory ran out with 3 screenshot(s); retried with 2 (older screenshots sent as text only)",)
