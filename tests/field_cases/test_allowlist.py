@@ -233,7 +233,7 @@ def test_F23_real_window_manager_terminal_asks_application_window_goes_to_autopi
         run.session.run("tidy up")
         assert [r.action.kind for r in spy.requests] == ["type", "key"]
         assert all(r.risk.level is Risk.HIGH for r in spy.requests)
-        assert "in a terminal (xterm XTerm)" in spy.requests[0].risk.reason
+        assert "in a terminal (xterm XTerm [terminal])" in spy.requests[0].risk.reason  # by class and by pty
         assert run.executor.actions == []
 
         with TargetWindow.start(tmp_path / "app", x=300, y=200, env=env) as win:
@@ -278,7 +278,7 @@ def test_F23_real_windows_under_the_pointer(make_xvfb: Callable[..., XvfbServer]
     term = subprocess.Popen(["xterm", "-geometry", "60x20+700+400"], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
-        _wait(lambda: getattr(window_at(760, 460), "app", "") == "XTerm", 20, "xterm did not appear")
+        _wait(lambda: getattr(window_at(760, 460), "app", "") == "XTerm [terminal]", 20, "xterm did not appear")
         with TargetWindow.start(tmp_path, x=100, y=100, env=env) as win:
             frame = FakePanel((1280, 800), 1.0).frame()
             on_app = frame_pixel_to_point(frame, *win.center("field"))
@@ -295,7 +295,7 @@ def test_F23_real_windows_under_the_pointer(make_xvfb: Callable[..., XvfbServer]
     finally:
         stop_process(term)
     assert [r.action.kind for r in spy.requests] == ["click", "drag"]
-    assert all("in a terminal (XTerm)" in r.risk.reason for r in spy.requests)
+    assert all("in a terminal (XTerm [terminal])" in r.risk.reason for r in spy.requests)
     assert run.executor.actions == [Click(on_app)]
 
 
