@@ -24,7 +24,7 @@ import time
 from holodesk.capture.pipewire_backend import MutterCapture
 from holodesk.control.mutter_executor import MutterExecutor
 from holodesk.core.actions import Click
-from holodesk.core.geometry import frame_pixel_to_point
+from holodesk.core.geometry import frame_pixel_to_point, place
 from holodesk.display.mutter import MutterRemoteDesktop
 from tests.helpers.mutter import mutter_session
 
@@ -63,7 +63,7 @@ def main() -> None:
             changed: list[float] = []
             cx, cy = app.center("area")
             for n in range(1, args.grabs + 1):
-                executor.execute(Click(frame_pixel_to_point(frame, cx, cy)), frame)
+                executor.execute(place(Click(frame_pixel_to_point(frame, cx, cy)), frame))
                 app.wait_state(lambda s, n=n: len(s["presses"]) == n)
                 t0 = time.perf_counter()
                 capture.grab(1)
