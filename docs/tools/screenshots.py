@@ -184,7 +184,7 @@ def take_screenshots(out: Path) -> int:
     executor = RecordingExecutor()
     holo = HolodeskApp(settings, hotkeys=False, dialogs=False,
                        policy_factory=lambda s, p: DemoPolicy(),
-                       capture_factory=MssCapture, executor_factory=lambda s: executor,
+                       capture_factory=lambda _s: MssCapture(), executor_factory=lambda _s, _stop: executor,
                        settings_path=data / "settings.toml")
     holo.start()
     pump(1.0)
