@@ -77,17 +77,17 @@ def holds_pty_master(pid: int) -> bool | None:
 def terminal_mark(d: Any, client: Any) -> str:
     """:data:`TERMINAL_MARK` when the process owning ``client`` (``_NET_WM_PID``, on this machine by
     ``WM_CLIENT_MACHINE``) holds a pseudo-terminal master, else ""; "" too when that cannot be told."""
+    pid = _wm_pid(d, client)
+    if pid is None:
+        return ""
     try:
-        prop = client.get_full_property(d.intern_atom("_NET_WM_PID"), 0)
         machine = client.get_wm_client_machine()
     except Exception:
-        return ""
-    if prop is None or not len(prop.value):
         return ""
     host = machine.decode("latin-1", "replace") if isinstance(machine, bytes) else str(machine or "")
     if host and host != socket.gethostname():
         return ""  # a client of another machine: its pid means nothing here
-    return TERMINAL_MARK if holds_pty_master(int(prop.value[0])) else ""
+    return TERMINAL_MARK if holds_pty_master(pid) else ""
 
 
 def _text_property(d: Any, win: Any, name: str) -> str:
@@ -130,12 +130,17 @@ def _info(d: Any, root: Any, top: Any, client: Any) -> WindowInfo:
                       (int(client_origin.x), int(client_origin.y), int(client_geo.width), int(client_geo.height)))
 
 
-def _own(d: Any, client: Any) -> bool:
+def _wm_pid(d: Any, client: Any) -> int | None:
+    """The process id ``client`` states (``_NET_WM_PID``), None when it states none."""
     try:
         prop = client.get_full_property(d.intern_atom("_NET_WM_PID"), 0)
     except Exception:
-        return False
-    return prop is not None and len(prop.value) > 0 and int(prop.value[0]) == os.getpid()
+        return None
+    return int(prop.value[0]) if prop is not None and len(prop.value) > 0 else None
+
+
+def _own(d: Any, client: Any) -> bool:
+    return _wm_pid(d, client) == os.getpid()
 
 
 def window_at(x: int | None = None, y: int | None = None) -> WindowInfo | None:
