@@ -115,11 +115,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             # the bench parses its own options (holodesk bench --help lists them)
             return int(bench_main([*unknown, *args.rest]) or 0)
         if args.command == "tiny-checkpoint":
-            try:
-                import torch  # noqa: F401  (the writer draws the weights with it)
-            except ImportError as exc:
-                raise HolodeskError(f"the local runtime is not installed: {exc}",
-                                    hint="Install it with: pip install 'holodesk[local]'.") from exc
+            from holodesk.bench.cli import local_runtime_missing
+
+            missing = local_runtime_missing()  # the writer draws the weights with torch
+            if missing is not None:
+                raise HolodeskError(f"the local runtime is not installed: {missing}",
+                                    hint="Install it with: pip install 'holodesk[local]'.")
             from holodesk.bench.tiny_checkpoint import write_tiny_checkpoint
 
             print(write_tiny_checkpoint(args.path, seed=args.seed))

@@ -220,6 +220,17 @@ def _clean(obj: object) -> object:
     return obj
 
 
+def local_runtime_missing() -> str | None:
+    """Why the local runtime (torch and transformers, the ``local`` extra) cannot be imported, or None
+    when it can (the bench and ``holodesk tiny-checkpoint`` need it)."""
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        return str(exc)
+    return None
+
+
 def main(argv: list[str]) -> int:
     """Entry point of ``holodesk bench``; returns the exit status (module docstring).
 
@@ -227,11 +238,9 @@ def main(argv: list[str]) -> int:
         HolodeskError: for a device PyTorch does not know or CUDA asked for without a GPU.
     """
     args = parse_args(list(argv))
-    try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError as exc:
-        print(f"holodesk bench: the local runtime is not installed ({exc}); pip install 'holodesk[local]'",
+    missing = local_runtime_missing()
+    if missing is not None:
+        print(f"holodesk bench: the local runtime is not installed ({missing}); pip install 'holodesk[local]'",
               file=sys.stderr)
         return 2
     result = run(args, list(argv))
