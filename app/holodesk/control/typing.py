@@ -382,7 +382,8 @@ class X11KeysymTyper:
         """Bind each keysym of ``needed`` to a spare keycode and wait until the focused client and the
         window manager have handled the change (:meth:`ClientSync.wait`). When too few spare keycodes are
         free, every held binding is released first (:meth:`_release_held`)."""
-        free = [kc for kc in spare if kc not in set(self._held.values())]
+        held = set(self._held.values())
+        free = [kc for kc in spare if kc not in held]
         if len(free) < len(needed):
             self._release_held(conn, sync, width)
             free = list(spare)
