@@ -259,9 +259,9 @@ class MutterCapture:
 def _sample_to_rgb(gst: Any, sample: Any) -> np.ndarray[Any, Any]:
     """A BGRx GstSample -> RGB ``uint8`` array ``(height, width, 3)``, writable (rows may be padded).
 
-    Pillow's C unpacker does the channel shuffle (3x faster than a strided numpy copy at 1080p)."""
-    from PIL import Image
-
+    One output array, filled channel by channel from the mapped buffer: at 1080p this took 34 ms from
+    request to frame against 43-52 ms through Pillow's ``BGRX`` unpacker and ``np.array`` (docs/benchmarks.md),
+    whose two intermediate 6 MB buffers are fresh memory that is page-faulted in on every frame."""
     caps = sample.get_caps().get_structure(0)
     width, height = int(caps.get_value("width")), int(caps.get_value("height"))
     buffer = sample.get_buffer()
@@ -273,7 +273,11 @@ def _sample_to_rgb(gst: Any, sample: Any) -> np.ndarray[Any, Any]:
         stride = size // height
         if stride < width * 4:
             raise CaptureError(f"the screen cast sent {size} bytes for a {width}x{height} BGRx frame")
-        image = Image.frombuffer("RGB", (width, height), info.data, "raw", "BGRX", stride, 1)
-        return np.array(image)
+        bgrx = np.frombuffer(info.data, np.uint8, count=stride * height).reshape(height, stride)
+        bgrx = bgrx[:, : width * 4].reshape(height, width, 4)
+        rgb = np.empty((height, width, 3), np.uint8)
+        for channel in range(3):
+            rgb[..., channel] = bgrx[..., 2 - channel]
+        return rgb
     finally:
         buffer.unmap(info)
