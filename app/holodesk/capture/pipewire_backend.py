@@ -273,8 +273,8 @@ def _sample_to_rgb(gst: Any, sample: Any) -> np.ndarray[Any, Any]:
         stride = size // height
         if stride < width * 4:
             raise CaptureError(f"the screen cast sent {size} bytes for a {width}x{height} BGRx frame")
-        bgrx = np.frombuffer(info.data, np.uint8, count=stride * height).reshape(height, stride)
-        bgrx = bgrx[:, : width * 4].reshape(height, width, 4)
+        rows = np.frombuffer(info.data, np.uint8, count=stride * height).reshape(height, stride)
+        bgrx = rows[:, : width * 4].reshape(height, width, 4)
         rgb = np.empty((height, width, 3), np.uint8)
         for channel in range(3):
             rgb[..., channel] = bgrx[..., 2 - channel]
