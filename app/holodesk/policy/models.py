@@ -384,6 +384,13 @@ def find_model(name: str) -> ModelSpec | None:
     return None
 
 
+def hub_id_for(name: str) -> str:
+    """The hub repo to download for ``name``: the registry model's hub id when ``name`` designates one
+    (a key such as ``holo2-8b``, a served name, a hub id in any case), else ``name`` unchanged."""
+    spec = find_model(name)
+    return spec.hub_id if spec is not None else name
+
+
 def protocol_for(model: str, protocol: str = AUTO_PROTOCOL) -> str:
     """The action protocol to speak with ``model``: ``protocol`` itself when it names one (the user's
     override), else (``"auto"``) the registry's protocol for the model, else :data:`DEFAULT_PROTOCOL`
@@ -449,5 +456,5 @@ def describe(spec: ModelSpec) -> dict[str, str]:
 
 
 __all__ = ["AUTO_PROTOCOL", "DEFAULT_MODEL", "MODELS", "PRECISIONS", "Architecture", "ImagePreprocessing",
-           "ModelFit", "ModelSpec", "Reasoning", "describe", "find_model", "fit_table", "get_model",
+           "ModelFit", "ModelSpec", "Reasoning", "describe", "find_model", "fit_table", "get_model", "hub_id_for",
            "models_that_fit", "protocol_for"]
