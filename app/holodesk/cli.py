@@ -297,7 +297,6 @@ def cmd_download(args: argparse.Namespace) -> int:
         hub_token,
         store_hub_token,
     )
-
     from holodesk.policy.models import hub_id_for
     from holodesk.settings import load_settings
 

@@ -158,7 +158,8 @@ def _local_fit() -> dict[str, Any]:
         disk = disk_free_bytes(cache)
         estimated = "" if spec.checkpoint_bytes is not None else " (estimated)"
         out["disk"] = (f"{disk / 1e9:.1f} GB free in {cache} (the checkpoint needs "
-                       f"{spec.download_bytes / 1e9:.1f} GB{estimated})" + ("" if spec.disk_fits(disk) else ": not enough"))
+                       f"{spec.download_bytes / 1e9:.1f} GB{estimated})"
+                       + ("" if spec.disk_fits(disk) else ": not enough"))
     fitting = models_that_fit(free)
     out["models that fit this GPU"] = [
         f"{f.model.display_name}: {f.best} (needs {f.model.needs_free_bytes(f.best) / GIB:.0f} GiB)"

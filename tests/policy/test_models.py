@@ -4,6 +4,7 @@ resolved as the ``model`` setting holds them."""
 from __future__ import annotations
 
 import ast
+import itertools
 from pathlib import Path
 
 import pytest
@@ -84,7 +85,7 @@ def test_the_fit_rule_is_monotone() -> None:
     free_steps = [g * GIB for g in range(0, 90, 2)]
     for m in MODELS:
         fitting = [{f.precision for f in m.precision_fits(free) if f.fits} for free in free_steps]
-        for smaller, larger in zip(fitting, fitting[1:], strict=False):
+        for smaller, larger in itertools.pairwise(fitting):
             assert smaller <= larger  # more free memory never loses a precision
     with pytest.raises(ValueError):
         needs_free_bytes(10, "fp8")
