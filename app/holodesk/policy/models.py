@@ -28,6 +28,10 @@ Sources (read 2026-12-01; facts not found there are None and shown as "unknown")
   served with ``--reasoning-parser qwen3``.
 * [TRANSFORMERS] transformers 5.23 source (models/auto, models/nemotron_h_omni): the classes named here
   and the Nemotron Omni image processor's defaults.
+* [NEMO-CUA] github.com/NVIDIA-NeMo/Nemotron (commit e27b371),
+  usage-cookbook/Nemotron-3-Nano-Omni/computer-use-agent-with-omni: README.md (vLLM 0.20.0 serving
+  Hcompany/Holotron-3-Nano, "the same Omni-Nano-v3 backbone" as Nemotron 3 Nano Omni) and
+  server/holotron_agent.py (``chat_template_kwargs {"enable_thinking": False}`` when thinking is off).
 * Third-party pages, marked where used: Holo3-35B-A3B is a fine-tune of Qwen/Qwen3.5-35B-A3B with
   ``model_type`` qwen3_5_moe (OsaurusAI/Holo3-35B-A3B-mxfp4 card); Holo-3.1-35B-A3B is a fine-tune of
   Qwen/Qwen3.6-35B-A3B, ``model_type`` qwen3_5_moe (GazTrab/Holo-3.1-35B-A3B-oQ8-mtp card, Baseten's
@@ -275,12 +279,14 @@ MODELS: Final[tuple[ModelSpec, ...]] = (
             "Nemotron 3 Nano Omni: hybrid Mamba-2 + attention with mixture-of-experts layers, RADIO vision "
             "tower", verified=False),
         parameters=33 * _B, active_parameters=3 * _B, protocol="agent-loop-v1", image=_NEMOTRON_OMNI_IMAGE,
-        reasoning=Reasoning("chat_template_kwargs", "enable_thinking", on_by_default=None,
+        reasoning=Reasoning("chat_template_kwargs", "enable_thinking", on_by_default=True,
                             vllm_reasoning_parser="nemotron_v3"),
-        license=None, base_model=None,
-        notes=("The model card and config.json were not read: the base model (NVIDIA Nemotron 3 Nano Omni "
-               "30B-A3B), the model_type, the license and the reasoning switch are taken from the Nemotron 3 "
-               "Nano Omni family (NVIDIA's docs, third-party pages), not from Holotron-3-Nano's own files.",
+        license=None, base_model="NVIDIA Nemotron 3 Nano Omni (30B-A3B)",
+        notes=("Reasoning switch, vLLM flags and the Omni-Nano-v3 backbone from NVIDIA's computer-use cookbook "
+               "[NEMO-CUA], which serves Hcompany/Holotron-3-Nano with --reasoning-parser nemotron_v3 and sends "
+               "chat_template_kwargs {'enable_thinking': false} to switch thinking off.",
+               "The model card and config.json were not read: the checkpoint's model_type and the license are "
+               "unknown.",
                "Parameters: 33B as the hub lists it; about 3B active per token (Nemotron 3 Nano Omni).")),
     ModelSpec(
         key="holo2-4b", display_name="Holo2-4B", hub_id="Hcompany/Holo2-4B", family="Holo2",
