@@ -268,9 +268,9 @@ def field_tooltip(name: str) -> str:
     return f"{description}\n\nIn settings.toml: {name}"
 
 
-def precision_item_text(precision: str, gpu: GpuInfo | None, model: ModelSpec | None = None) -> str:
-    """A precision choice with what ``model`` (default: the default model; None when the chosen model is not
-    in the registry, whose need is unknown) needs in it and whether it fits ``gpu`` (no GPU: no verdict)."""
+def precision_item_text(precision: str, gpu: GpuInfo | None, model: ModelSpec | None) -> str:
+    """A precision choice with what ``model`` needs in it and whether it fits ``gpu`` (no GPU: no verdict);
+    ``model`` None: the chosen model is not in the registry, so its need is unknown."""
     label = choice_label("precision", precision)
     if model is None:
         return f"{label} — need unknown (the model is not in Holodesk's model list)"
