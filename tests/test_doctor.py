@@ -99,7 +99,7 @@ def test_doctor_reports_the_chosen_model_its_architecture_precision_and_fit(
     assert section["model"] == "Holo2-8B (Hcompany/Holo2-8B)"
     assert section["architecture"].startswith("qwen3_vl (Qwen3VLForConditionalGeneration)")
     assert section["protocol"] == "agent-loop-v1"
-    assert section["license"] == "unknown"
+    assert section["license"] == "Apache 2.0"
     assert section["chosen precision"] == "bf16: needs 20 GiB; fits this GPU: yes"
     assert section["precision that fits"] == get_model("holo2-8b").best_precision(23500 * 2**20) == "bf16"
     listed = section["models that fit this GPU"]
@@ -112,6 +112,7 @@ def test_doctor_reports_the_chosen_model_its_architecture_precision_and_fit(
     assert section["chosen precision"] == "4bit: needs 25 GiB; fits this GPU: no"
     assert section["precision that fits"] == "none: use a server"
     assert "nemotron_h_omni" in section["architecture"] and "not read from its config.json" in section["architecture"]
+    assert section["license"] == "unknown"  # not found in the sources: said, not invented
 
     config.write_text('model = "/data/my-own-checkpoint"\n', encoding="utf-8")
     section = doctor.collect(timeout_s=30)["Model and GPU fit"]

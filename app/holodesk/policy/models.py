@@ -300,8 +300,9 @@ MODELS: Final[tuple[ModelSpec, ...]] = (
         architecture=Architecture("qwen3_vl", "Qwen3VLForConditionalGeneration",
                                   "Qwen3-VL dense transformer with vision tower"),
         parameters=9 * _B, active_parameters=None, protocol="agent-loop-v1", image=_HOLO2_IMAGE,
-        reasoning=_HOLO2_REASONING, license=None, base_model="Qwen3-VL Thinking (8B)",
-        notes=("License not read from the model card: unknown.",)),
+        reasoning=_HOLO2_REASONING, license="Apache 2.0", base_model="Qwen/Qwen3-VL-8B-Thinking",
+        notes=("License and base model as a third-party survey quotes the model card (the card itself was "
+               "not read).",)),
     ModelSpec(
         key="holo2-30b-a3b", display_name="Holo2-30B-A3B", hub_id="Hcompany/Holo2-30B-A3B", family="Holo2",
         architecture=Architecture("qwen3_vl_moe", "Qwen3VLMoeForConditionalGeneration",
