@@ -73,6 +73,53 @@ def test_local_fit_names_the_precision_the_wizard_would_pick(tmp_path: Path, mon
     assert section["precision that fits"] == "none: use a server" and "nvidia-smi" in section["gpu"]
 
 
+def _fake_nvidia_smi(folder: Path, free_mib: int) -> None:
+    import stat
+
+    exe = folder / "nvidia-smi"  # a fake nvidia-smi: this machine has no NVIDIA driver
+    exe.write_text(f'#!/bin/sh\necho "0, NVIDIA GeForce RTX 4090, 24564, {free_mib}"\n')
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+
+
+def test_doctor_reports_the_chosen_model_its_architecture_precision_and_fit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chosen model comes from the settings file; doctor names its architecture and says whether the
+    chosen precision fits the (fake) GPU, which precision does, and which registry models fit."""
+    from holodesk.policy.models import get_model, models_that_fit
+
+    _fake_nvidia_smi(tmp_path, 23500)  # 22.9 GiB free
+    monkeypatch.setenv("PATH", str(tmp_path))
+    config = tmp_path / "settings.toml"
+    config.write_text('model = "Hcompany/Holo2-8B"\nprecision = "bf16"\n', encoding="utf-8")
+    monkeypatch.setenv("HOLODESK_CONFIG", str(config))
+    monkeypatch.setattr(doctor, "CHECKS", [("Model and GPU fit", doctor._local_fit)])
+    section = doctor.collect(timeout_s=30)["Model and GPU fit"]
+    assert section["chosen model"] == "Hcompany/Holo2-8B"
+    assert section["model"] == "Holo2-8B (Hcompany/Holo2-8B)"
+    assert section["architecture"].startswith("qwen3_vl (Qwen3VLForConditionalGeneration)")
+    assert section["protocol"] == "agent-loop-v1"
+    assert section["license"] == "Apache 2.0"
+    assert section["chosen precision"] == "bf16: needs 20 GiB; fits this GPU: yes"
+    assert section["precision that fits"] == get_model("holo2-8b").best_precision(23500 * 2**20) == "bf16"
+    listed = section["models that fit this GPU"]
+    assert [line.split(":")[0] for line in listed] == [f.model.display_name for f in models_that_fit(23500 * 2**20)]
+    assert "Holotron-12B: 8bit (needs 18 GiB)" in listed
+    assert not any(line.startswith("Holotron-3-Nano") for line in listed)  # needs 25 GiB even in NF4
+
+    config.write_text('model = "Hcompany/Holotron-3-Nano"\nprecision = "4bit"\n', encoding="utf-8")
+    section = doctor.collect(timeout_s=30)["Model and GPU fit"]
+    assert section["chosen precision"] == "4bit: needs 25 GiB; fits this GPU: no"
+    assert section["precision that fits"] == "none: use a server"
+    assert "nemotron_h_omni" in section["architecture"] and "not read from its config.json" in section["architecture"]
+    assert section["license"] == "unknown"  # not found in the sources: said, not invented
+
+    config.write_text('model = "/data/my-own-checkpoint"\n', encoding="utf-8")
+    section = doctor.collect(timeout_s=30)["Model and GPU fit"]
+    assert "not in Holodesk's model registry" in section["model"]
+    assert section["precision that fits"] == "unknown"
+
+
 def _processes_on(display: str) -> set[tuple[int, str]]:
     """(pid, command line) of every process whose environment names ``display`` (what an X11 D-Bus
     autolaunch leaves behind carries it)."""

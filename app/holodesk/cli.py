@@ -68,7 +68,8 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="print the snippet that registers Holodesk with claude-code, cursor or codex, and exit")
     download = sub.add_parser("download", help="download a model from the Hugging Face hub into the model cache "
                               "(resumable; every file checked against the hub's sha256)")
-    download.add_argument("model", help="Hugging Face repo id, owner/name")
+    download.add_argument("model", nargs="?", help="Hugging Face repo id (owner/name) or a listed model's short "
+                          "name (holotron-12b, holo2-8b, holo3.1-9b, ...); default: the 'model' setting's model")
     download.add_argument("--revision", default="main", help="branch, tag or commit (default: main)")
     download.add_argument("--cache-dir", type=Path, help="model cache folder (default: HF_HUB_CACHE, else "
                           "~/.cache/huggingface/hub)")
@@ -296,7 +297,10 @@ def cmd_download(args: argparse.Namespace) -> int:
         hub_token,
         store_hub_token,
     )
+    from holodesk.policy.models import hub_id_for
+    from holodesk.settings import load_settings
 
+    args.model = hub_id_for(args.model or load_settings().model)
     if args.login:  # Ctrl+C at the prompt: KeyboardInterrupt, as everywhere else
         token = getpass.getpass("Hugging Face token (from https://huggingface.co/settings/tokens): ").strip()
         if not token:

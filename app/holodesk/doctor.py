@@ -117,23 +117,53 @@ def _torch() -> dict[str, Any]:
 
 
 def _local_fit() -> dict[str, Any]:
-    """Which precision of Holotron-12B fits this machine (the rule the wizard and Settings use)."""
-    from holodesk.core.fit import CHECKPOINT_BYTES, best_precision, disk_fits, explain_precision
+    """The chosen model (the ``model`` setting) and this GPU: what the model is (from the model registry),
+    which precision of it fits the GPU's free memory, whether the chosen precision fits, and which models
+    fit at all (the one rule of :mod:`holodesk.core.fit`, as the wizard and Settings use it)."""
+    from holodesk.core.fit import GIB
     from holodesk.machine import disk_free_bytes, probe_gpus
     from holodesk.policy.download import default_cache_dir
+    from holodesk.policy.models import describe, find_model, models_that_fit
+    from holodesk.settings import Settings, load_settings
 
+    try:
+        s = load_settings()
+        settings_note = ""
+    except Exception as exc:  # the Settings section reports the error itself; judge the defaults here
+        s = Settings.model_construct()
+        settings_note = f"the settings could not be read ({str(exc).splitlines()[0]}); showing the defaults"
     probe = probe_gpus()
     gpu = probe.best
-    cache = default_cache_dir()
-    disk = disk_free_bytes(cache)
+    free = gpu.free_bytes if gpu else None
     out: dict[str, Any] = {
-        "gpu": f"{gpu.name}, {gpu.free_bytes / 2**30:.1f} GiB free of {gpu.total_bytes / 2**30:.1f} GiB"
-        if gpu else f"none ({probe.detail})",
-        "precision that fits": (best_precision(gpu.free_bytes) if gpu else None) or "none: use a server",
-        "advice": explain_precision(gpu.free_bytes if gpu else None, gpu.name if gpu else "this GPU"),
-        "disk": f"{disk / 1e9:.1f} GB free in {cache} (the checkpoint needs {CHECKPOINT_BYTES / 1e9:.1f} GB)"
-        + ("" if disk_fits(disk) else ": not enough"),
+        "gpu": f"{gpu.name}, {free / GIB:.1f} GiB free of {gpu.total_bytes / GIB:.1f} GiB"
+        if gpu and free is not None else f"none ({probe.detail})",
+        "chosen model": s.model,
     }
+    if settings_note:
+        out["note"] = settings_note
+    spec = find_model(s.model)
+    if spec is None:
+        out["model"] = (f"{s.model!r} is not in Holodesk's model registry: its architecture, size and memory "
+                        "need are unknown")
+        out["precision that fits"] = "unknown"
+    else:
+        out.update(describe(spec))
+        chosen = next(f for f in spec.precision_fits(free) if f.precision == s.precision)
+        verdict = "unknown (no GPU measured)" if chosen.fits is None else ("yes" if chosen.fits else "no")
+        out["chosen precision"] = f"{s.precision}: needs {chosen.needs_bytes / GIB:.0f} GiB; fits this GPU: {verdict}"
+        out["precision that fits"] = spec.best_precision(free) or "none: use a server"
+        out["advice"] = spec.explain_fit(free, gpu.name if gpu else "this GPU")
+        cache = default_cache_dir()
+        disk = disk_free_bytes(cache)
+        estimated = "" if spec.checkpoint_bytes is not None else " (estimated)"
+        out["disk"] = (f"{disk / 1e9:.1f} GB free in {cache} (the checkpoint needs "
+                       f"{spec.download_bytes / 1e9:.1f} GB{estimated})"
+                       + ("" if spec.disk_fits(disk) else ": not enough"))
+    fitting = models_that_fit(free)
+    out["models that fit this GPU"] = [
+        f"{f.model.display_name}: {f.best} (needs {f.model.needs_free_bytes(f.best) / GIB:.0f} GiB)"
+        for f in fitting if f.best is not None] or ("unknown: no GPU measured" if gpu is None else "none")
     return out
 
 
@@ -233,7 +263,7 @@ CHECKS: list[Check] = [
     ("Monitors", _monitors),
     ("DPI awareness", _dpi),
     ("PyTorch and GPU", _torch),
-    ("Local model fit", _local_fit),
+    ("Model and GPU fit", _local_fit),
     ("Holotron kernels", _kernels),
     ("Holotron checkpoint", _checkpoint),
     ("Remote endpoint", _endpoint),

@@ -66,8 +66,9 @@ class Settings(BaseSettings):
     )
     model: str = Field(
         "Hcompany/Holotron-12B",
-        description="Local policy: a checkpoint folder or a Hugging Face repo id. Remote policy: the model "
-        "name the server serves.",
+        description="Local policy: a checkpoint folder or a Hugging Face repo id (the wizard and Settings list "
+        "H Company's models that fit this GPU: Holotron-12B, Holotron-3-Nano, Holo2, Holo3, Holo3.1). Remote "
+        "policy: the model name the server serves.",
         json_schema_extra=POLICY,
     )
     precision: Literal["bf16", "8bit", "4bit"] = Field(
@@ -96,10 +97,11 @@ class Settings(BaseSettings):
         json_schema_extra=POLICY,
     )
     protocol: str = Field(
-        "agent-loop-v1",
-        description="Action protocol spoken with the model (prompt, schema, parser): 'agent-loop-v1' is H Company's "
-        "agent-loop contract (the default for Holotron-12B, local and remote); 'holo-v1' is Holodesk's first "
-        "protocol. A script file names its own protocol.",
+        "auto",
+        description="Action protocol spoken with the model (prompt, schema, parser): 'auto' speaks the one the "
+        "model registry declares for the chosen model ('agent-loop-v1', H Company's agent-loop contract, for "
+        "every Holotron, Holo2 and Holo3 model, and for a model the registry does not know); 'agent-loop-v1' or "
+        "'holo-v1' (Holodesk's first protocol) override it. A script file names its own protocol.",
         json_schema_extra=POLICY,
     )
     reasoning: bool = Field(

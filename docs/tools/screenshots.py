@@ -381,7 +381,8 @@ def take_setup_screenshots(out: Path) -> int:
     from holodesk.core.fit import explain_precision
 
     notifier.error("The task could not run", ModelLoadError("checkpoint Hcompany/Holotron-12B is not on this machine"),
-                   explain_precision(None) + " Open the setup wizard to switch to a server or a replay file.")
+                   explain_precision(None)
+                   + " Open the setup wizard to switch to a smaller model, a server or a replay file.")
     wait(lambda: bool(notifier.open_dialogs))
     render("error-no-gpu.png", notifier.open_dialogs[0])
     notifier.close_dialog()

@@ -423,6 +423,24 @@ def test_F30_holodesk_download_prints_bytes_speed_and_advice(hub: LoopbackHub, c
     assert failing.returncode == 2 and "answered 502" in failing.stderr and "try again later" in failing.stderr
 
 
+def test_holodesk_download_takes_the_chosen_models_hub_id(hub: LoopbackHub, cache: Path, tmp_path: Path) -> None:
+    """`holodesk download holo2-8b` fetches the registry model's hub repo; with no argument it fetches the
+    'model' setting's model (here set to Holo3.1-9B by its short name)."""
+    for repo in ("Hcompany/Holo2-8B", "Hcompany/Holo-3.1-9B"):
+        hub.add_repo(repo, {"config.json": CONFIG})
+    env = _child_env(hub)
+    by_key = _holodesk("download", "holo2-8b", "--cache-dir", str(cache), env=env)
+    assert by_key.returncode == 0, by_key.stderr
+    assert f"Hcompany/Holo2-8B is ready in {repo_folder('Hcompany/Holo2-8B', cache)}" in by_key.stdout
+    assert cached_snapshot("Hcompany/Holo2-8B", cache_dir=cache) is not None
+    config = tmp_path / "settings.toml"
+    config.write_text('model = "holo3.1-9b"\n', encoding="utf-8")
+    from_setting = _holodesk("download", "--cache-dir", str(cache), env={**env, "HOLODESK_CONFIG": str(config)})
+    assert from_setting.returncode == 0, from_setting.stderr
+    assert "Hcompany/Holo-3.1-9B is ready" in from_setting.stdout
+    assert cached_snapshot("Hcompany/Holo-3.1-9B", cache_dir=cache) is not None
+
+
 def test_F30_loader_downloads_through_the_manager_and_falls_back_to_the_cache(
         hub: LoopbackHub, cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     from huggingface_hub import constants

@@ -331,11 +331,14 @@ def test_reasoning_switch_in_user_text_is_disarmed() -> None:
 
 
 def test_the_contract_is_the_default_protocol_everywhere() -> None:
+    from holodesk.policy.models import AUTO_PROTOCOL, protocol_for
     from holodesk.policy.protocol import DEFAULT_PROTOCOL
     from holodesk.settings import Settings
 
-    assert DEFAULT_PROTOCOL == "agent-loop-v1" == Settings.model_fields["protocol"].default
-    assert RemotePolicy.__init__.__kwdefaults__["protocol"] == DEFAULT_PROTOCOL
+    settings = Settings()
+    assert settings.protocol == AUTO_PROTOCOL == RemotePolicy.__init__.__kwdefaults__["protocol"]
+    # "auto" resolves to the contract for the default model and for a model the registry does not know
+    assert DEFAULT_PROTOCOL == "agent-loop-v1" == protocol_for(settings.model) == protocol_for("some-served-name")
 
 
 @pytest.mark.parametrize(("call", "words", "not_words"), [

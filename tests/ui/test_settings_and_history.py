@@ -31,7 +31,7 @@ def dialog(qtbot: Any, tmp_path: Path) -> SettingsDialog:
 def test_editors_come_from_the_schema(dialog: SettingsDialog) -> None:
     kinds = {"precision": QComboBox, "policy": QComboBox, "approval": QComboBox, "reasoning": QCheckBox,
              "max_steps": QSpinBox, "max_images": QSpinBox, "monitor": QSpinBox,
-             "autopilot_countdown_s": QDoubleSpinBox, "endpoint": QLineEdit, "model": QLineEdit,
+             "autopilot_countdown_s": QDoubleSpinBox, "endpoint": QLineEdit, "model": QComboBox,
              "hotkey_palette": HotkeyEdit, "hotkey_stop": HotkeyEdit}
     for name, cls in kinds.items():
         assert isinstance(dialog.fields[name].editor, cls), name
@@ -42,6 +42,8 @@ def test_editors_come_from_the_schema(dialog: SettingsDialog) -> None:
     for name in shown:  # the description, then the raw name, as tooltip
         assert dialog.labels[name].toolTip().startswith(Settings.model_fields[name].description or "")
         assert dialog.labels[name].toolTip().endswith(f"In settings.toml: {name}")
+    model = dialog.fields["model"].editor  # the model registry's list, editable for a folder or a served name
+    assert isinstance(model, QComboBox) and model.isEditable()
     precision = dialog.fields["precision"].editor
     assert isinstance(precision, QComboBox)
     assert [precision.itemData(i) for i in range(precision.count())] == ["bf16", "8bit", "4bit"]
@@ -75,6 +77,8 @@ def test_save_writes_the_file_and_loads_back(dialog: SettingsDialog, tmp_path: P
     reasoning = dialog.fields["reasoning"].editor
     assert isinstance(reasoning, QCheckBox)
     reasoning.setChecked(True)
+    model = dialog.fields["model"].editor  # the model registry's list, editable for a folder or a served name
+    assert isinstance(model, QComboBox) and model.isEditable()
     precision = dialog.fields["precision"].editor
     assert isinstance(precision, QComboBox)
     precision.setCurrentIndex(precision.findData("4bit"))

@@ -136,6 +136,39 @@ def test_the_precision_picker_shows_what_fits_this_gpu(make_dialog: Any) -> None
     assert "No NVIDIA GPU" in unknown.fields["precision"].note.text()
 
 
+def test_the_model_picker_lists_the_registry_and_what_fits_this_gpu(make_dialog: Any) -> None:
+    """The model list is the registry's (in its order, hub ids as values); each item says which precisions
+    fit this GPU; choosing a model re-judges the precision picker; a typed folder is kept as typed."""
+    from holodesk.policy.models import MODELS, get_model
+
+    d = make_dialog(gpu=RTX_4090, precision="bf16")
+    box = combo(d, "model")
+    assert [box.itemData(i) for i in range(box.count())] == [m.hub_id for m in MODELS]
+    texts = {box.itemData(i): box.itemText(i) for i in range(box.count())}
+    for m in MODELS:
+        fitting = [f.precision for f in m.precision_fits(RTX_4090.free_bytes) if f.fits]
+        expected = f"fits this GPU in {', '.join(fitting)}" if fitting else "does not fit this GPU"
+        assert texts[m.hub_id].startswith(m.display_name) and texts[m.hub_id].endswith(expected)
+    assert texts["Hcompany/Holo2-8B"].endswith("fits this GPU in bf16, 8bit, 4bit")
+    assert texts["Hcompany/Holotron-3-Nano"].endswith("does not fit this GPU")
+    assert d.fields["model"].value() == "Hcompany/Holotron-12B"
+    note = d.fields["precision"].note
+    assert note.text().startswith("Full precision (bf16) does not fit")  # Holotron-12B: 8bit on 23 GiB
+    box.setCurrentIndex(box.findData("Hcompany/Holo2-8B"))
+    assert d.fields["model"].value() == "Hcompany/Holo2-8B"
+    precision = combo(d, "precision")
+    assert precision.itemText(precision.findData("bf16")).endswith(
+        f"needs {get_model('holo2-8b').needs_free_bytes('bf16') // GIB} GiB: fits this GPU")
+    assert "Holo2-8B runs in bf16" in note.text()
+    assert "Holo2-8B (bf16)" in d.fields["model"].note.text() and "Holotron-3-Nano" not in d.fields["model"].note.text()
+    box.setEditText("/data/models/my-checkpoint")
+    assert d.fields["model"].value() == "/data/models/my-checkpoint"
+    assert "not in Holodesk's model list" in note.text()
+    assert d.save() and load_settings().model == "/data/models/my-checkpoint"
+    box.setCurrentIndex(box.findData("Hcompany/Holo-3.1-9B"))
+    assert d.save() and load_settings().model == "Hcompany/Holo-3.1-9B"
+
+
 def _xdotool(*args: str) -> None:
     subprocess.run(["xdotool", *args], check=True, capture_output=True, timeout=10)
 

@@ -74,7 +74,7 @@ def fake_download(repo_id: str, *, revision: str, cache_dir: Path, progress: Any
 
 
 def test_without_a_fitting_gpu_the_local_model_is_not_offered(make_wizard: Any, tmp_path: Path) -> None:
-    for free in (None, 8.0):  # no NVIDIA GPU; a GPU too small even for 4-bit
+    for free in (None, 3.0):  # no NVIDIA GPU; a GPU too small even for the smallest model in 4-bit
         w = make_wizard(facts(free, tmp_path))
         page = w.choice_page
         assert not page.local.isEnabled() and page.server.isChecked()
@@ -110,6 +110,41 @@ def test_local_path_picks_the_precision_that_fits_and_downloads(qtbot: Any, make
     w.button(QWizard.WizardButton.FinishButton).click()
     saved = load_settings()
     assert (saved.policy, saved.precision, saved.model) == ("local", "8bit", str(dialog.result_path))
+
+
+def test_local_page_offers_only_the_models_that_fit_and_downloads_the_chosen_one(
+        qtbot: Any, make_wizard: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a 24 GB card the model list is the registry's models that fit (Holotron-3-Nano does not); choosing
+    Holo2-8B re-picks the precision (bf16 fits) and the download fetches Holo2-8B's hub repo."""
+    from holodesk.policy.models import models_that_fit
+
+    monkeypatch.setattr(wizard_module, "disk_free_bytes", lambda path: 60 * 10**9)  # FAKE disk reading
+    asked: list[str] = []
+
+    def recording_download(repo_id: str, **kw: Any) -> Path:
+        asked.append(repo_id)
+        return fake_download(repo_id, **kw)
+
+    w = make_wizard(facts(23.0, tmp_path), download=recording_download)
+    assert "Holo2-8B (bf16)" in w.choice_page.local_note.text()
+    w.next()
+    page = w.local_page
+    listed = [page.model.itemData(i) for i in range(page.model.count())]
+    assert listed == [f.model.key for f in models_that_fit(int(23.0 * GIB))]
+    assert "holotron-3-nano" not in listed and "holo2-8b" in listed
+    assert page.model.currentData() == "holotron-12b"  # the settings' model fits: it is kept
+    page.model.setCurrentIndex(page.model.findData("holo2-8b"))
+    assert page.precision.currentData() == "bf16"
+    assert "Holo2-8B runs in bf16" in page.explanation.text()
+    assert page.download_button.text() == "Download Holo2-8B"
+    dialog = page.start_download()
+    assert isinstance(dialog, DownloadDialog)
+    qtbot.waitUntil(lambda: dialog.state == "done", timeout=10000)
+    assert asked == ["Hcompany/Holo2-8B"]
+    # the FAKE download writes a Holotron-12B cache folder: the page says it holds another model
+    assert page.checkpoint is None and "holds Holotron-12B, not Holo2-8B" in page.folder_state.text()
+    page.model.setCurrentIndex(page.model.findData("holotron-12b"))
+    qtbot.waitUntil(lambda: finish_enabled(w), timeout=5000)
 
 
 def test_local_path_with_too_little_disk_says_so(make_wizard: Any, tmp_path: Path,

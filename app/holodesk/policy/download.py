@@ -1044,7 +1044,9 @@ def resolve_source(source: str | Path, *, progress: Callable[[str, float | None]
                    download: bool = True, cancel: threading.Event | None = None) -> Path:
     """Turn a checkpoint source (a folder, or a hub repo id) into a local folder.
 
-    A path that exists is used as is. Otherwise ``owner/name`` is treated as a Hugging Face repo id and
+    A path that exists is used as is. A model of the registry named by its key (``holo2-8b``) becomes its
+    hub id (:func:`holodesk.policy.models.hub_id_for`). Otherwise ``owner/name`` is treated as a Hugging
+    Face repo id and
     fetched by :func:`download_model` (safetensors, configs, tokenizer files;
     resumed, sha256-checked, ``progress("Downloading owner/name: 1.2 GB of 25.0 GB ...", fraction)``,
     stopped by ``cancel``); when the hub is unreachable, stuck or failing, a complete cached copy is used
@@ -1061,7 +1063,9 @@ def resolve_source(source: str | Path, *, progress: Callable[[str, float | None]
         if not path.is_dir():
             raise ModelLoadError(f"{path} is a file; give the checkpoint folder")
         return path
-    text = str(source)
+    from holodesk.policy.models import hub_id_for
+
+    text = hub_id_for(str(source))  # a registry model's key or served name -> its hub repo
     if not REPO_ID.match(text):
         raise ModelLoadError(
             f"checkpoint {text!r} is neither an existing folder nor a Hugging Face repo id (owner/name)"

@@ -44,7 +44,8 @@ from PIL import Image
 from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import PolicyError, PolicyOutputError
 from holodesk.policy.base import Observation, Proposal, pointer_after
-from holodesk.policy.protocol import DEFAULT_PROTOCOL, ActionProtocol
+from holodesk.policy.models import AUTO_PROTOCOL, find_model, protocol_for
+from holodesk.policy.protocol import ActionProtocol
 from holodesk.policy.registry import get_protocol
 
 log = logging.getLogger(__name__)
@@ -136,7 +137,9 @@ class RemotePolicy:
         model: the served model name as ``GET /v1/models`` lists it (vLLM ``--served-model-name``).
         api_key: bearer token, or None for a server without ``--api-key``. Resolve it with
             :func:`holodesk.secrets.resolve_api_key`; never read it from settings.
-        protocol: action protocol name (see :func:`~holodesk.policy.registry.get_protocol`) or instance.
+        protocol: action protocol name (see :func:`~holodesk.policy.registry.get_protocol`), ``"auto"`` (the
+            protocol the model registry declares for ``model``: :func:`holodesk.policy.models.protocol_for`),
+            or an instance.
         max_images: screenshots kept in the prompt as images, current one included (F21); passed to
             ``protocol.build_messages``.
         image_format: ``"png"`` (lossless, default) or ``"jpeg"`` (smaller uploads).
@@ -151,6 +154,10 @@ class RemotePolicy:
         reasoning: ask the model to think before answering (protocol toggles ``/think``).
         max_tokens: generation limit per reply; a reply cut at it raises :class:`ReplyCutOffError`.
         temperature: sampling temperature (0 = greedy, the protocol's default for grounding).
+        chat_template_kwargs: sent as the request's ``chat_template_kwargs`` (vLLM passes them to the chat
+            template); None: the model registry's reasoning switch for ``model`` (e.g. ``{"thinking":
+            false}`` for Holo2, ``{"enable_thinking": false}`` for Holo3.x; nothing for Holotron-12B, whose
+            switch is the system prompt's ``/no_think`` line, or for a model the registry does not know).
         transport: optional ``httpx`` transport (tests); normal use leaves it None.
 
     Raises:
@@ -165,7 +172,7 @@ class RemotePolicy:
         model: str,
         *,
         api_key: str | None,
-        protocol: str | ActionProtocol = DEFAULT_PROTOCOL,
+        protocol: str | ActionProtocol = AUTO_PROTOCOL,
         max_images: int = 3,
         image_format: ImageFormat = "png",
         max_image_side: int | None = None,
@@ -178,6 +185,7 @@ class RemotePolicy:
         temperature: float = 0.0,
         backoff_s: float = 0.5,
         backoff_max_s: float = 8.0,
+        chat_template_kwargs: dict[str, Any] | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         if not model:
@@ -196,7 +204,7 @@ class RemotePolicy:
             raise PolicyError(f"jpeg_quality must be in 1..95, got {jpeg_quality}")
         self.endpoint = normalize_base_url(endpoint)
         self.model = model
-        self.protocol = get_protocol(protocol) if isinstance(protocol, str) else protocol
+        self.protocol = get_protocol(protocol_for(model, protocol)) if isinstance(protocol, str) else protocol
         self.max_images = max_images
         self.image_format: ImageFormat = image_format
         self.max_image_side = max_image_side
@@ -209,6 +217,10 @@ class RemotePolicy:
         self.temperature = temperature
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
+        if chat_template_kwargs is None:
+            spec = find_model(model)
+            chat_template_kwargs = spec.reasoning.template_kwargs(reasoning) if spec is not None else {}
+        self.chat_template_kwargs = dict(chat_template_kwargs)
         self._api_key = api_key or None
         # None = not tried yet, True = accepted, False = rejected (then the detail says why).
         self._structured_accepted: bool | None = None
@@ -271,6 +283,7 @@ class RemotePolicy:
             "model": self.model,
             "server_model": data.get("model"),
             "protocol": self.protocol.name,
+            "chat_template_kwargs": dict(self.chat_template_kwargs),
             "images_sent": images_sent,
             "structured_output": self.structured_output_state,
             "finish_reason": finish_reason,
@@ -425,6 +438,8 @@ class RemotePolicy:
             "temperature": self.temperature,
             "stream": False,
         }
+        if self.chat_template_kwargs:
+            body["chat_template_kwargs"] = dict(self.chat_template_kwargs)
         if self.structured_output and self._structured_accepted is not False:
             body["response_format"] = {
                 "type": "json_schema",

@@ -60,13 +60,14 @@ def build_policy(settings: Settings, *, progress: Any = None, cancel: threading.
             settings.endpoint,
             settings.model,
             api_key=api_key,
-            protocol=settings.protocol,
+            protocol=settings.protocol,  # "auto": the registry's protocol for the model (RemotePolicy)
             max_images=settings.max_images,
             structured_output=settings.constrained_decoding,
             reasoning=settings.reasoning,
         )
     if settings.policy == "local":
         from holodesk.policy.holotron import HolotronPolicy
+        from holodesk.policy.models import protocol_for
 
         quant = {"bf16": None, "8bit": "8bit", "4bit": "4bit"}[settings.precision]
         return HolotronPolicy.load(
@@ -75,7 +76,7 @@ def build_policy(settings: Settings, *, progress: Any = None, cancel: threading.
             reasoning=settings.reasoning,
             max_images=settings.max_images,
             constrained=settings.constrained_decoding,
-            protocol=settings.protocol,
+            protocol=protocol_for(settings.model, settings.protocol),
             progress=progress,
             max_new_tokens=settings.max_reply_tokens,
             max_string_chars=settings.max_string_chars,

@@ -516,14 +516,16 @@ class HolodeskApp(QObject):
         (the error's own hint is shown)."""
         if not isinstance(exc, ModelLoadError) or self._task_settings.policy != "local":
             return ""
-        from holodesk.core.fit import best_precision, explain_precision
         from holodesk.machine import probe_gpus
+        from holodesk.policy.models import DEFAULT_MODEL, find_model, get_model
 
         gpu = probe_gpus().best
-        if gpu is not None and best_precision(gpu.free_bytes) is not None:
+        # the chosen model's need (a folder outside the registry is judged as the default model)
+        model = find_model(self._task_settings.model) or get_model(DEFAULT_MODEL)
+        if gpu is not None and model.best_precision(gpu.free_bytes) is not None:
             return ""
-        return (explain_precision(gpu.free_bytes if gpu else None, gpu.name if gpu else "this GPU")
-                + " Open the setup wizard to switch to a server or a replay file.")
+        return (model.explain_fit(gpu.free_bytes if gpu else None, gpu.name if gpu else "this GPU")
+                + " Open the setup wizard to switch to a smaller model, a server or a replay file.")
 
     def _on_running(self, running: bool) -> None:
         self.actions.update_state(running=running)

@@ -47,9 +47,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from holodesk.core.fit import GIB, best_precision, explain_precision, precision_fits
+from holodesk.core.fit import GIB
 from holodesk.errors import HolodeskError, SecretStoreError, SettingsError
 from holodesk.machine import GpuInfo
+from holodesk.policy.models import DEFAULT_MODEL, MODELS, ModelSpec, find_model, get_model
 from holodesk.settings import Settings, save_settings, validate_field
 
 log = logging.getLogger(__name__)
@@ -267,15 +268,29 @@ def field_tooltip(name: str) -> str:
     return f"{description}\n\nIn settings.toml: {name}"
 
 
-def precision_item_text(precision: str, gpu: GpuInfo | None) -> str:
-    """A precision choice with what it needs and whether it fits ``gpu`` (no GPU measured: no verdict)."""
-    fit = next(f for f in precision_fits(gpu.free_bytes if gpu else None) if f.precision == precision)
-    text = f"{choice_label('precision', precision)} — needs {fit.needs_bytes / GIB:.0f} GiB"
+def precision_item_text(precision: str, gpu: GpuInfo | None, model: ModelSpec | None) -> str:
+    """A precision choice with what ``model`` needs in it and whether it fits ``gpu`` (no GPU: no verdict);
+    ``model`` None: the chosen model is not in the registry, so its need is unknown."""
+    label = choice_label("precision", precision)
+    if model is None:
+        return f"{label} — need unknown (the model is not in Holodesk's model list)"
+    fit = next(f for f in model.precision_fits(gpu.free_bytes if gpu else None) if f.precision == precision)
+    text = f"{label} — needs {fit.needs_bytes / GIB:.0f} GiB"
     if fit.fits is True:
         text += ": fits this GPU"
     elif fit.fits is False:
         text += ": does not fit this GPU"
     return text
+
+
+def model_item_text(model: ModelSpec, gpu: GpuInfo | None) -> str:
+    """A model choice: its name, size and which precisions fit ``gpu`` (no GPU measured: no verdict), e.g.
+    ``"Holo2-8B — 9B parameters: fits this GPU in bf16, 8bit, 4bit"``."""
+    text = f"{model.display_name} — {model.size_text()}"
+    if gpu is None:
+        return text
+    fitting = [f.precision for f in model.precision_fits(gpu.free_bytes) if f.fits]
+    return text + (f": fits this GPU in {', '.join(fitting)}" if fitting else ": does not fit this GPU")
 
 
 class FieldEditor(QWidget):
@@ -314,7 +329,10 @@ class FieldEditor(QWidget):
         return label
 
     def _make_editor(self, value: Any, wheel_guard: WheelGuard, gpu: GpuInfo | None) -> QWidget:
-        """The editor of this field's kind (:func:`editor_kind`), showing ``value``."""
+        """The editor of this field's kind (:func:`editor_kind`), showing ``value``; ``model`` is an
+        editable list of the registry's models (:meth:`_model_combo`)."""
+        if self.name == "model":
+            return self._model_combo(value, wheel_guard, gpu)
         if self.kind == "combo":
             return self._combo(value, wheel_guard, gpu)
         if self.kind == "check":
@@ -338,11 +356,31 @@ class FieldEditor(QWidget):
         line.textChanged.connect(self.changed)
         return line
 
+    def _model_combo(self, value: Any, wheel_guard: WheelGuard, gpu: GpuInfo | None) -> QComboBox:
+        """Every registry model (text: :func:`model_item_text`, data: its hub id), editable so a checkpoint
+        folder or a server's own model name can be typed; a value outside the registry is shown as typed."""
+        combo = QComboBox()
+        combo.setEditable(True)
+        combo.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
+        for model in MODELS:
+            combo.addItem(model_item_text(model, gpu), model.hub_id)
+            combo.setItemData(combo.count() - 1, f"In settings.toml: model = {model.hub_id!r}",
+                              Qt.ItemDataRole.ToolTipRole)
+        index = combo.findData(str(value))
+        if index >= 0:
+            combo.setCurrentIndex(index)
+        else:
+            combo.setEditText(str(value))
+        combo.currentTextChanged.connect(self.changed)
+        wheel_guard.guard(combo)
+        return combo
+
     def _combo(self, value: Any, wheel_guard: WheelGuard, gpu: GpuInfo | None) -> QComboBox:
         name = self.name
         combo = QComboBox()
         for choice in typing.get_args(Settings.model_fields[name].annotation):
-            text = precision_item_text(choice, gpu) if name == "precision" else choice_label(name, choice)
+            text = (precision_item_text(choice, gpu, get_model(DEFAULT_MODEL)) if name == "precision"
+                    else choice_label(name, choice))
             combo.addItem(text, choice)
             combo.setItemData(combo.count() - 1, f"In settings.toml: {name} = {choice!r}",
                               Qt.ItemDataRole.ToolTipRole)
@@ -406,6 +444,9 @@ class FieldEditor(QWidget):
 
     def value(self) -> Any:
         e = self.editor
+        if isinstance(e, QComboBox) and e.isEditable():  # the model: a listed model's hub id, else the text
+            index = e.findText(e.currentText())
+            return e.itemData(index) if index >= 0 else e.currentText().strip()
         if isinstance(e, QComboBox):
             return e.currentData()
         if isinstance(e, QCheckBox):
@@ -561,18 +602,41 @@ class SettingsDialog(QDialog):
             remote = values["policy"] == "remote"
             self.key_row.setEnabled(remote)
             self.api_key_label.setEnabled(remote)
+        model = find_model(str(values["model"])) if "model" in values else get_model(DEFAULT_MODEL)
         if "precision" in self.fields:
-            self.fields["precision"].set_note(self._precision_note(values["precision"])
+            combo = self.fields["precision"].editor
+            assert isinstance(combo, QComboBox)
+            for i in range(combo.count()):
+                combo.setItemText(i, precision_item_text(combo.itemData(i), self.gpu, model))
+            self.fields["precision"].set_note(self._precision_note(values["precision"], model)
                                               if values["policy"] == "local" else "")
+        if "model" in self.fields:
+            self.fields["model"].set_note(self._model_note(model, str(values["model"]))
+                                          if values["policy"] == "local" else "")
 
-    def _precision_note(self, precision: str) -> str:
+    def _precision_note(self, precision: str, model: ModelSpec | None) -> str:
+        """What fits this GPU for ``model`` (None: not in the registry, so unknown)."""
         gpu = self.gpu
-        advice = explain_precision(gpu.free_bytes if gpu else None, gpu.name if gpu else "this GPU")
-        fits = best_precision(gpu.free_bytes if gpu else None)
-        if gpu is not None and fits is not None and [f.fits for f in precision_fits(gpu.free_bytes)
-                                                     if f.precision == precision] == [False]:
+        if model is None:
+            return "This model is not in Holodesk's model list, so its memory need is unknown."
+        free = gpu.free_bytes if gpu else None
+        advice = model.explain_fit(free, gpu.name if gpu else "this GPU")
+        if gpu is not None and model.best_precision(free) is not None and [
+                f.fits for f in model.precision_fits(free) if f.precision == precision] == [False]:
             return f"{choice_label('precision', precision)} does not fit: {advice}"
         return advice
+
+    def _model_note(self, model: ModelSpec | None, value: str) -> str:
+        """The models that fit this GPU (and in which precision), or why none is known to."""
+        gpu = self.gpu
+        if gpu is None:
+            return "No GPU was measured, so which models fit is unknown."
+        fitting = [f"{m.display_name} ({m.best_precision(gpu.free_bytes)})" for m in MODELS
+                   if m.best_precision(gpu.free_bytes) is not None]
+        listed = "Fit this GPU: " + ", ".join(fitting) + "." if fitting else "No listed model fits this GPU."
+        if model is None and value:
+            return f"{value} is not in Holodesk's model list: its memory need is unknown. {listed}"
+        return listed
 
     def validate(self, name: str) -> bool:
         """Validate one field and show its message; True when valid."""

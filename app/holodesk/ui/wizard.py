@@ -1,9 +1,10 @@
 """The first-run wizard: what this machine has, then one of three ways to run, each checked before it is
 saved, so the wizard never leaves Holodesk set to something that cannot run here.
 
-* **Run Holotron-12B on this GPU** — offered only when a precision fits the GPU's free memory
-  (:func:`holodesk.core.fit.best_precision`); the precision is chosen for the user and explained; the
-  checkpoint is a folder already on disk or downloaded through the download dialog.
+* **Run a model on this GPU** — offered only when a model of the registry (:mod:`holodesk.policy.models`)
+  fits the GPU's free memory in some precision (the rule of :mod:`holodesk.core.fit`); the list shows only
+  the models that fit, the precision is chosen for the user and explained; the checkpoint is a folder
+  already on disk or the chosen model's hub repo downloaded through the download dialog.
 * **Use a server** — URL, model name and API key; *Test* makes a real ``GET {url}/models`` request with
   the key and the page cannot finish until the test passed for the values shown; the key goes into the
   OS keychain (or, when none is usable, this session's memory after the user chooses so).
@@ -38,26 +39,26 @@ from PySide6.QtWidgets import (
     QWizardPage,
 )
 
-from holodesk.core.fit import (
-    CHECKPOINT_BYTES,
-    DISK_MARGIN_BYTES,
-    GIB,
-    PRECISION_TRADEOFF,
-    best_precision,
-    disk_fits,
-    explain_precision,
-    precision_fits,
-)
+from holodesk.core.fit import DISK_MARGIN_BYTES, GIB, PRECISION_TRADEOFF, disk_fits, explain_precision
 from holodesk.errors import HolodeskError, SecretStoreError, SettingsError
 from holodesk.machine import GpuInfo, disk_free_bytes, probe_gpus
 from holodesk.policy.download import default_cache_dir
+from holodesk.policy.models import (
+    DEFAULT_MODEL,
+    MODELS,
+    ModelFit,
+    ModelSpec,
+    find_model,
+    get_model,
+    models_that_fit,
+)
 from holodesk.settings import Settings, save_settings, validate_field
 from holodesk.ui.download import DownloadDialog, DownloadFn, format_bytes
 
 log = logging.getLogger(__name__)
 
-MODEL_REPO = "Hcompany/Holotron-12B"
-"""The checkpoint the wizard downloads (and the model name a server is expected to serve)."""
+MODEL_REPO = get_model(DEFAULT_MODEL).hub_id
+"""The model name a server is expected to serve when none is typed (the default model's hub id)."""
 
 
 @dataclass(frozen=True)
@@ -86,9 +87,9 @@ class MachineFacts:
     tray: bool
 
     @property
-    def precision(self) -> str | None:
-        """The precision that fits the GPU (None: the local model cannot run here)."""
-        return best_precision(self.gpu.free_bytes if self.gpu else None)
+    def fitting(self) -> list[ModelFit]:
+        """The registry's models that fit the GPU in some precision ([]: no local model can run here)."""
+        return models_that_fit(self.gpu.free_bytes if self.gpu else None)
 
 
 def _keychain_status(timeout_s: float = 5.0) -> tuple[bool, str]:
@@ -152,7 +153,7 @@ class ChoicePage(QWizardPage):
         gpu_text = (f"{gpu.name}, {gpu.free_bytes / GIB:.1f} GiB free of {gpu.total_bytes / GIB:.1f} GiB"
                     if gpu else f"none ({facts.gpu_detail})")
         form = QFormLayout()
-        rows = [("GPU", _mark(facts.precision is not None), gpu_text),
+        rows = [("GPU", _mark(bool(facts.fitting)), gpu_text),
                 ("Disk", _mark(disk_fits(facts.disk_free_bytes)),
                  f"{format_bytes(facts.disk_free_bytes)} free in {facts.cache_dir}"),
                 ("Display", _mark(facts.display_usable), facts.display),
@@ -165,7 +166,7 @@ class ChoicePage(QWizardPage):
             form.addRow(f"{mark} {name}", _label(text, f"fact_{name.lower()}"))
         layout.addLayout(form)
         self.group = QButtonGroup(self)
-        self.local = QRadioButton("Run Holotron-12B on this GPU")
+        self.local = QRadioButton("Run a model on this GPU")
         self.local.setObjectName("choice_local")
         self.server = QRadioButton("Use a server (vLLM or another OpenAI-compatible server)")
         self.server.setObjectName("choice_server")
@@ -174,49 +175,65 @@ class ChoicePage(QWizardPage):
         for i, button in enumerate((self.local, self.server, self.replay)):
             self.group.addButton(button, i)
         layout.addWidget(self.local)
-        self.local_note = _label(explain_precision(gpu.free_bytes if gpu else None, gpu.name if gpu else "this GPU"),
-                                 "local_note", muted=True)
+        self.local_note = _label(_fitting_text(facts), "local_note", muted=True)
         self.local_note.setContentsMargins(24, 0, 0, 6)
         layout.addWidget(self.local_note)
         layout.addWidget(self.server)
         layout.addWidget(self.replay)
         layout.addStretch(1)
-        self.local.setEnabled(facts.precision is not None)
-        (self.local if facts.precision is not None else self.server).setChecked(True)
+        self.local.setEnabled(bool(facts.fitting))
+        (self.local if facts.fitting else self.server).setChecked(True)
 
     def choice(self) -> str:
         """"local", "server" or "replay"."""
         return "local" if self.local.isChecked() else "server" if self.server.isChecked() else "replay"
 
 
-class LocalPage(QWizardPage):
-    """The local model: the precision that fits (chosen and explained) and the checkpoint folder."""
+def _fitting_text(facts: MachineFacts) -> str:
+    """Which models fit this GPU and in which precision, or why none does (the choice page's note)."""
+    gpu = facts.gpu
+    if not facts.fitting:
+        smallest = min(MODELS, key=lambda m: m.parameters)
+        return smallest.explain_fit(gpu.free_bytes if gpu else None, gpu.name if gpu else "this GPU")
+    listed = ", ".join(f"{f.model.display_name} ({f.best})" for f in facts.fitting)
+    assert gpu is not None
+    return f"{gpu.name} has {gpu.free_bytes / GIB:.1f} GiB free; these models fit it: {listed}."
 
-    def __init__(self, facts: MachineFacts, download: DownloadFn | None) -> None:
+
+def _default_choice(facts: MachineFacts, current: str) -> ModelSpec | None:
+    """The model the local page starts on: the current setting's model when it fits, else the default
+    model when it fits, else the first model that fits (None: none fits)."""
+    fitting = [f.model for f in facts.fitting]
+    for wanted in (find_model(current), get_model(DEFAULT_MODEL)):
+        if wanted is not None and wanted in fitting:
+            return wanted
+    return fitting[0] if fitting else None
+
+
+class LocalPage(QWizardPage):
+    """The local model: the models that fit this GPU, the precision that fits the chosen one (chosen and
+    explained), and the checkpoint folder (on disk, or the chosen model's hub repo downloaded)."""
+
+    def __init__(self, facts: MachineFacts, download: DownloadFn | None, current_model: str = "") -> None:
         super().__init__()
         self.facts = facts
         self.download_fn = download
-        self.setTitle("Run Holotron-12B on this GPU")
-        self.setSubTitle(f"The model is a {format_bytes(CHECKPOINT_BYTES)} download; every precision uses the "
-                         "same files.")
+        self.setTitle("Run a model on this GPU")
         layout = QVBoxLayout(self)
-        gpu = facts.gpu
-        self.explanation = _label(explain_precision(gpu.free_bytes if gpu else None,
-                                                    gpu.name if gpu else "this GPU"), "explanation")
-        layout.addWidget(self.explanation)
         form = QFormLayout()
+        self.model = QComboBox()
+        self.model.setObjectName("model")
+        for fit in facts.fitting:
+            m = fit.model
+            self.model.addItem(f"{m.display_name} — {m.size_text()}, best fit {fit.best} "
+                               f"(needs {m.needs_free_bytes(fit.best or 'bf16') / GIB:.0f} GiB)", m.key)
+        start = _default_choice(facts, current_model)
+        if start is not None:
+            self.model.setCurrentIndex(self.model.findData(start.key))
+        form.addRow("Model", self.model)
+        self.explanation = _label("", "explanation")
         self.precision = QComboBox()
         self.precision.setObjectName("precision")
-        fits = precision_fits(gpu.free_bytes if gpu else None)
-        for fit in fits:
-            text = f"{fit.precision} — {PRECISION_TRADEOFF[fit.precision]} (needs {fit.needs_bytes / GIB:.0f} GiB)"
-            if fit.fits is False:
-                text += ": does not fit"
-            self.precision.addItem(text, fit.precision)
-            model = self.precision.model()
-            assert isinstance(model, QStandardItemModel)
-            model.item(self.precision.count() - 1).setEnabled(bool(fit.fits))
-        self.precision.setCurrentIndex(max(0, self.precision.findData(facts.precision)))
         form.addRow("Precision", self.precision)
         folder_row = QHBoxLayout()
         self.folder = QLineEdit(str(facts.cache_dir))
@@ -227,16 +244,50 @@ class LocalPage(QWizardPage):
         folder_row.addWidget(self.folder, 1)
         folder_row.addWidget(browse)
         form.addRow("Folder", folder_row)
+        layout.addWidget(self.explanation)
         layout.addLayout(form)
         self.folder_state = _label("", "folder_state")
         layout.addWidget(self.folder_state)
-        self.download_button = QPushButton("Download Holotron-12B")
+        self.download_button = QPushButton("Download")
         self.download_button.setObjectName("download")
         self.download_button.clicked.connect(self.start_download)
         layout.addWidget(self.download_button, 0, Qt.AlignmentFlag.AlignLeft)
         layout.addStretch(1)
         self.checkpoint: Path | None = None
         self.dialog: DownloadDialog | None = None
+        self.model.currentIndexChanged.connect(self._model_changed)
+        self._model_changed()
+
+    @property
+    def spec(self) -> ModelSpec | None:
+        """The chosen model (None: no model fits this GPU)."""
+        key = self.model.currentData()
+        return get_model(key) if key else None
+
+    def _model_changed(self) -> None:
+        """Fill the precision list and the texts for the chosen model, then judge the folder again."""
+        spec = self.spec
+        gpu = self.facts.gpu
+        free = gpu.free_bytes if gpu else None
+        self.precision.clear()
+        if spec is None:
+            self.explanation.setText(explain_precision(free, gpu.name if gpu else "this GPU"))
+            self.download_button.setText("Download")
+            self._folder_changed()
+            return
+        self.setSubTitle(f"{spec.display_name} is a {format_bytes(spec.download_bytes)} download; every precision "
+                         "uses the same files.")
+        self.explanation.setText(spec.explain_fit(free, gpu.name if gpu else "this GPU"))
+        for fit in spec.precision_fits(free):
+            text = f"{fit.precision} — {PRECISION_TRADEOFF[fit.precision]} (needs {fit.needs_bytes / GIB:.0f} GiB)"
+            if fit.fits is False:
+                text += ": does not fit"
+            self.precision.addItem(text, fit.precision)
+            model = self.precision.model()
+            assert isinstance(model, QStandardItemModel)
+            model.item(self.precision.count() - 1).setEnabled(bool(fit.fits))
+        self.precision.setCurrentIndex(max(0, self.precision.findData(spec.best_precision(free))))
+        self.download_button.setText(f"Download {spec.display_name}")
         self._folder_changed()
 
     def _browse(self) -> None:
@@ -246,32 +297,42 @@ class LocalPage(QWizardPage):
 
     def _folder_changed(self) -> None:
         folder = Path(self.folder.text().strip()).expanduser()
-        if (folder / "config.json").is_file():
+        spec = self.spec
+        holds = find_model(str(folder)) if (folder / "config.json").is_file() else None
+        if (folder / "config.json").is_file() and spec is not None and holds not in (None, spec):
+            self.checkpoint = None
+            self.folder_state.setText(f"This folder holds {holds.display_name}, not {spec.display_name}. Choose "
+                                      f"{holds.display_name} above, or another folder.")
+            self.download_button.setEnabled(False)
+        elif (folder / "config.json").is_file():
             self.checkpoint = folder
             self.folder_state.setText(f"✔ A checkpoint is in this folder; Holodesk will load it from {folder}.")
             self.download_button.setEnabled(False)
         else:
             self.checkpoint = None
+            need = spec.download_bytes if spec is not None else 0
             free = disk_free_bytes(folder) if self.folder.text().strip() else 0
-            room = free >= CHECKPOINT_BYTES + DISK_MARGIN_BYTES
+            room = free >= need + DISK_MARGIN_BYTES
             if self.download_fn is None:
                 self.folder_state.setText("No checkpoint in this folder. Downloading is not available in this "
                                           "build: run `holodesk download` in a terminal, then choose the folder.")
             elif not room:
                 self.folder_state.setText(f"No checkpoint in this folder, and only {format_bytes(free)} free "
-                                          f"there; the download needs {format_bytes(CHECKPOINT_BYTES)}. Choose "
+                                          f"there; the download needs {format_bytes(need)}. Choose "
                                           "another folder.")
             else:
                 self.folder_state.setText(f"No checkpoint in this folder yet. Download it here "
                                           f"({format_bytes(free)} free).")
-            self.download_button.setEnabled(self.download_fn is not None and room)
+            self.download_button.setEnabled(self.download_fn is not None and room and spec is not None)
         self.completeChanged.emit()
 
     def start_download(self) -> DownloadDialog | None:
-        """Open the download dialog for this folder; on success the checkpoint folder is set."""
-        if self.download_fn is None:
+        """Open the download dialog for the chosen model's hub repo into this folder; on success the
+        checkpoint folder is set."""
+        spec = self.spec
+        if self.download_fn is None or spec is None:
             return None
-        dialog = DownloadDialog(self.download_fn, MODEL_REPO, Path(self.folder.text().strip()).expanduser(),
+        dialog = DownloadDialog(self.download_fn, spec.hub_id, Path(self.folder.text().strip()).expanduser(),
                                 parent=self)
         dialog.downloaded.connect(lambda path: self.folder.setText(str(path)))
         self.dialog = dialog
@@ -297,8 +358,9 @@ class ServerPage(QWizardPage):
         super().__init__()
         self.facts = facts
         self.setTitle("Use a server")
-        self.setSubTitle("An OpenAI-compatible server that serves Holotron-12B, e.g. vLLM on a GPU machine. "
-                         "Test the connection before you finish.")
+        self.setSubTitle("An OpenAI-compatible server that serves an H Company model (Holotron, Holo2, Holo3), "
+                         "e.g. vLLM on a GPU machine (docs/scaling.md has a recipe per model). Test the "
+                         "connection before you finish.")
         layout = QVBoxLayout(self)
         form = QFormLayout()
         self.url = QLineEdit(settings.endpoint)
@@ -528,7 +590,7 @@ class SetupWizard(QWizard):
         self.path = path
         self.saved_settings: Settings | None = None
         self.choice_page = ChoicePage(facts)
-        self.local_page = LocalPage(facts, download)
+        self.local_page = LocalPage(facts, download, settings.model)
         self.server_page = ServerPage(settings, facts)
         self.replay_page = ReplayPage(settings)
         self.setPage(self.PAGE_CHOICE, self.choice_page)

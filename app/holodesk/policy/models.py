@@ -1,0 +1,467 @@
+"""The policy models Holodesk knows, declared once: H Company's Holotron, Holo2, Holo3 and Holo3.1 families.
+
+Pure data and small functions (no torch, no transformers): the wizard, the Settings model picker,
+``holodesk doctor``, the remote policy (which contract to speak) and the download dialog all read this
+table, so a model is added or corrected here and nowhere else.
+
+Each :class:`ModelSpec` carries the model's hub id, its architecture (the ``model_type`` transformers
+dispatches on and the transformers class that loads it without remote code), its parameter count and
+checkpoint size, the action protocol it was trained on (H Company's ``agent-loop-v1`` for every model
+here), its image preprocessing, its reasoning switch and its license. Memory needs per precision are not
+stored: they follow from the parameter count through the one fit rule of :mod:`holodesk.core.fit`.
+
+Sources (read 2026-12-01; facts not found there are None and shown as "unknown"):
+
+* [HF-COLL] Hugging Face collections of H Company: huggingface.co/collections/Hcompany/holotron, .../holo2,
+  .../holo3, .../holo31 -- hub ids and the parameter counts the hub lists (rounded to 1B).
+* [HOLOTRON] shared/docs/holotron.md (Holotron-12B card, config and checkpoint facts checked there).
+* [BENCH] docs/benchmarks.md: Holotron-12B's 24.56 GiB of bf16 weights, measured.
+* [COOKBOOK] github.com/hcompai/hai-cookbook (commit 2ba8961): holo2/deploy_with_vllm.md (vLLM flags,
+  ``--reasoning-parser holo2``, thinking on by default, ``chat_template_kwargs {"thinking": false}``) and
+  holo2/holo_2_localization_huggingface.ipynb (Qwen3-VL base, ``AutoModelForImageTextToText``, sizes
+  4B / 8B / 30B-A3B, resize with the processor's ``patch_size x merge_size`` and its size limits).
+* [HUB-MODELS] hub.hcompany.ai/models: Holo3.1-35B-A3B is MoE 35B / 3B active, Apache 2.0; the Holo3.1
+  collection also has 0.8B, 4B and 9B; at most 5 images per request on H Company's API.
+* [HUB-API] hub.hcompany.ai/models-api/chat-completions: ``chat_template_kwargs {"enable_thinking": bool}``
+  toggles Holo3.x's reasoning channel.
+* [VLLM-QWEN35] docs.vllm.ai/projects/recipes/en/latest/Qwen/Qwen3.5.html: Qwen3.5 / Qwen3.6 are
+  served with ``--reasoning-parser qwen3``.
+* [TRANSFORMERS] transformers 5.23 source (models/auto, models/nemotron_h_omni): the classes named here
+  and the Nemotron Omni image processor's defaults.
+* [NEMO-CUA] github.com/NVIDIA-NeMo/Nemotron (commit e27b371),
+  usage-cookbook/Nemotron-3-Nano-Omni/computer-use-agent-with-omni: README.md (vLLM 0.20.0 serving
+  Hcompany/Holotron-3-Nano, "the same Omni-Nano-v3 backbone" as Nemotron 3 Nano Omni) and
+  server/holotron_agent.py (``chat_template_kwargs {"enable_thinking": False}`` when thinking is off).
+* Third-party pages, marked where used: Holo3-35B-A3B is a fine-tune of Qwen/Qwen3.5-35B-A3B with
+  ``model_type`` qwen3_5_moe (OsaurusAI/Holo3-35B-A3B-mxfp4 card); Holo-3.1-35B-A3B is a fine-tune of
+  Qwen/Qwen3.6-35B-A3B, ``model_type`` qwen3_5_moe (GazTrab/Holo-3.1-35B-A3B-oQ8-mtp card, Baseten's
+  Holo 3.1 page).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import PurePath
+from typing import Final, Literal
+
+from holodesk.core.fit import (
+    CHECKPOINT_BYTES,
+    HOLOTRON_12B_PARAMETERS,
+    PRECISIONS,
+    PrecisionFit,
+    best_precision,
+    disk_fits,
+    explain_precision,
+    needs_free_bytes,
+    precision_fits,
+)
+from holodesk.errors import SettingsError
+from holodesk.policy.protocol import DEFAULT_PROTOCOL, PROTOCOL_NAMES
+
+AUTO_PROTOCOL: Final = "auto"
+"""The ``protocol`` setting's value meaning "the protocol the registry declares for the model"."""
+
+UNKNOWN: Final = "unknown"
+"""How a fact the sources do not give is shown to people."""
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """How a checkpoint is built and which transformers class loads it (never remote code).
+
+    Attributes:
+        model_type: the ``model_type`` transformers dispatches on (``nemotron_h_omni``, ``qwen3_vl``, ...).
+        transformers_class: the class of transformers (5.23) that loads it, e.g.
+            ``Qwen3VLForConditionalGeneration``.
+        checkpoint_model_type: what the checkpoint's own config.json says when it differs from
+            ``model_type`` (Holotron-12B: ``NemotronH_Nano_VL_V2``, translated at load); None when the same
+            or not read.
+        summary: the architecture in words.
+        verified: False when ``model_type`` was inferred from the base model rather than read from the
+            checkpoint's config.json or its card.
+    """
+
+    model_type: str
+    transformers_class: str
+    summary: str
+    checkpoint_model_type: str | None = None
+    verified: bool = True
+
+
+@dataclass(frozen=True)
+class ImagePreprocessing:
+    """How the model's processor turns a screenshot into image tokens.
+
+    Attributes:
+        method: ``"tiles"`` (fixed tiles + thumbnail, Holotron-12B) or ``"dynamic"`` (the image resized to a
+            multiple of the patch grid within a pixel budget, keeping its aspect ratio).
+        patch_px: side of one vision patch, pixels; None: unknown.
+        pixels_per_token: side, in pixels, of the square one image token covers (patch x merge); None:
+            unknown.
+        tile_px, max_tiles: tiling only: tile side and most tiles (a thumbnail is added when more than one).
+        min_pixels, max_pixels: dynamic only: the pixel budget of one image; None: unknown (the checkpoint's
+            preprocessor_config.json decides; it was not read).
+        note: where the values come from.
+    """
+
+    method: Literal["tiles", "dynamic"]
+    patch_px: int | None
+    pixels_per_token: int | None
+    note: str
+    tile_px: int | None = None
+    max_tiles: int | None = None
+    min_pixels: int | None = None
+    max_pixels: int | None = None
+
+    def describe(self) -> str:
+        """One line, e.g. ``"tiles of 512 px, at most 12 + a thumbnail"``; unknown values say "unknown"."""
+        if self.method == "tiles":
+            return f"tiles of {self.tile_px} px, at most {self.max_tiles} + a thumbnail"
+
+        def px(v: int | None) -> str:
+            return UNKNOWN if v is None else f"{v:,} px"
+
+        per_token = UNKNOWN if self.pixels_per_token is None else f"{self.pixels_per_token} px"
+        return (f"dynamic resolution, one token per {per_token} square, "
+                f"{px(self.min_pixels)} to {px(self.max_pixels)} per image")
+
+
+@dataclass(frozen=True)
+class Reasoning:
+    """How the model's reasoning channel is switched, and what it does unswitched.
+
+    Attributes:
+        switch: ``"system_prompt"`` (a ``/think`` or ``/no_think`` line, Nemotron Nano 2) or
+            ``"chat_template_kwargs"`` (a chat-template variable sent with the request).
+        template_kwarg: the chat-template variable (``"thinking"`` for Holo2, ``"enable_thinking"`` for
+            Holo3.x and Nemotron 3); None for ``system_prompt``.
+        on_by_default: whether the model reasons when nothing switches it; None: unknown.
+        vllm_reasoning_parser: vLLM's ``--reasoning-parser`` for it; None: none found in the sources.
+    """
+
+    switch: Literal["system_prompt", "chat_template_kwargs"]
+    template_kwarg: str | None
+    on_by_default: bool | None
+    vllm_reasoning_parser: str | None
+
+    def template_kwargs(self, reasoning: bool) -> dict[str, bool]:
+        """The ``chat_template_kwargs`` a request carries to switch reasoning on or off ({} for models
+        switched in the system prompt, which the action protocol writes)."""
+        if self.switch != "chat_template_kwargs" or self.template_kwarg is None:
+            return {}
+        return {self.template_kwarg: reasoning}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One policy model.
+
+    Attributes:
+        key: short stable name (``"holo2-8b"``).
+        display_name: what people see (``"Holo2-8B"``).
+        hub_id: Hugging Face repo id, ``owner/name``; the download fetches it.
+        family: ``"Holotron"``, ``"Holo2"``, ``"Holo3"`` or ``"Holo3.1"``.
+        architecture: see :class:`Architecture`.
+        parameters: total parameters (the hub's listing, rounded to 1B, except where measured).
+        active_parameters: parameters used per token for mixture-of-experts models; None for dense models.
+        protocol: the action protocol the model speaks (a name of
+            :data:`holodesk.policy.protocol.PROTOCOL_NAMES`).
+        image: see :class:`ImagePreprocessing`.
+        reasoning: see :class:`Reasoning`.
+        license: the license's name; None: unknown.
+        base_model: the model it was post-trained from; None: unknown.
+        checkpoint_bytes: download size of the bf16 checkpoint when measured; None: estimated from the
+            parameters (:attr:`download_bytes`).
+        notes: facts that could not be verified, in words.
+    """
+
+    key: str
+    display_name: str
+    hub_id: str
+    family: str
+    architecture: Architecture
+    parameters: int
+    active_parameters: int | None
+    protocol: str
+    image: ImagePreprocessing
+    reasoning: Reasoning
+    license: str | None
+    base_model: str | None
+    checkpoint_bytes: int | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def download_bytes(self) -> int:
+        """Bytes of the bf16 checkpoint: measured when known, else 2 bytes per parameter (an estimate)."""
+        return self.checkpoint_bytes if self.checkpoint_bytes is not None else 2 * self.parameters
+
+    def needs_free_bytes(self, precision: str) -> int:
+        """Free GPU memory it needs at ``precision`` (the rule of :mod:`holodesk.core.fit`)."""
+        return needs_free_bytes(self.parameters, precision)
+
+    def precision_fits(self, free_bytes: int | None) -> list[PrecisionFit]:
+        """Each precision with its need and whether it fits ``free_bytes`` (None: no GPU measured)."""
+        return precision_fits(free_bytes, self.parameters)
+
+    def best_precision(self, free_bytes: int | None) -> str | None:
+        """The most faithful precision that fits ``free_bytes``; None when none fits or unknown."""
+        return best_precision(free_bytes, self.parameters)
+
+    def explain_fit(self, free_bytes: int | None, gpu_name: str = "this GPU") -> str:
+        """Plain sentences saying which precision fits and why."""
+        return explain_precision(free_bytes, gpu_name, model=self.display_name, parameters=self.parameters)
+
+    def disk_fits(self, free_bytes: int) -> bool:
+        """True when ``free_bytes`` of disk hold its checkpoint plus the margin."""
+        return disk_fits(free_bytes, self.download_bytes)
+
+    def size_text(self) -> str:
+        """``"9B parameters"`` or ``"35B parameters (3B active)"``."""
+        text = f"{_billions(self.parameters)} parameters"
+        if self.active_parameters is not None:
+            text += f" ({_billions(self.active_parameters)} active)"
+        return text
+
+
+def _billions(n: int) -> str:
+    value = n / 1e9
+    return f"{value:.1f}B" if value < 10 and value != int(value) else f"{value:.0f}B"
+
+
+_B = 1_000_000_000
+
+_HOLO2_IMAGE = ImagePreprocessing(
+    "dynamic", patch_px=16, pixels_per_token=32,
+    note="Qwen3-VL processor: patch 16 px, 2x2 merge [COOKBOOK, TRANSFORMERS]; the pixel budget is the "
+         "checkpoint's preprocessor_config.json size (not read: unknown)")
+_QWEN35_IMAGE = ImagePreprocessing(
+    "dynamic", patch_px=16, pixels_per_token=None,
+    note="Qwen3.5 uses transformers' Qwen3VLProcessor [TRANSFORMERS]; patch 16 px per a third-party card "
+         "(OsaurusAI); merge and pixel budget come from the checkpoint's preprocessor_config.json (not read)")
+_NEMOTRON_OMNI_IMAGE = ImagePreprocessing(
+    "dynamic", patch_px=16, pixels_per_token=32, min_pixels=1024 * 16 * 16, max_pixels=13312 * 16 * 16,
+    note="transformers' NemotronH_Omni_Reasoning_V3 image processor defaults: patch 16 px, pixel shuffle 0.5, "
+         "1024 to 13312 patches [TRANSFORMERS]; the checkpoint's preprocessor_config.json may override them "
+         "(not read)")
+
+_HOLO2_REASONING = Reasoning("chat_template_kwargs", "thinking", on_by_default=True, vllm_reasoning_parser="holo2")
+_HOLO3_REASONING = Reasoning("chat_template_kwargs", "enable_thinking", on_by_default=None,
+                             vllm_reasoning_parser="qwen3")
+_QWEN35_ARCH = Architecture(
+    "qwen3_5", "Qwen3_5ForConditionalGeneration",
+    "Qwen3.5 dense: Gated DeltaNet linear attention + full attention, vision tower", verified=False)
+_QWEN35_MOE_ARCH = Architecture(
+    "qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration",
+    "Qwen3.5 mixture of experts: Gated DeltaNet linear attention + full attention, 256 experts, vision tower")
+
+
+MODELS: Final[tuple[ModelSpec, ...]] = (
+    ModelSpec(
+        key="holotron-12b", display_name="Holotron-12B", hub_id="Hcompany/Holotron-12B", family="Holotron",
+        architecture=Architecture(
+            "nemotron_h_omni", "NemotronH_Omni_Reasoning_V3",
+            "Nemotron-H hybrid: Mamba-2 + attention (dense), RADIO vision tower",
+            checkpoint_model_type="NemotronH_Nano_VL_V2"),
+        parameters=HOLOTRON_12B_PARAMETERS, active_parameters=None, protocol="agent-loop-v1",
+        image=ImagePreprocessing("tiles", patch_px=16, pixels_per_token=32, tile_px=512, max_tiles=12,
+                                 note="InternVL-style tiling [HOLOTRON]"),
+        reasoning=Reasoning("system_prompt", None, on_by_default=None, vllm_reasoning_parser=None),
+        license="NVIDIA Open Model License", base_model="nvidia/NVIDIA-Nemotron-Nano-12B-v2-VL-BF16",
+        checkpoint_bytes=CHECKPOINT_BYTES,
+        notes=("Reasoning with no /think or /no_think line: unknown.",
+               "vLLM reasoning parser: a plugin file shipped with NVIDIA's base checkpoint, not a built-in name.")),
+    ModelSpec(
+        key="holotron-3-nano", display_name="Holotron-3-Nano", hub_id="Hcompany/Holotron-3-Nano",
+        family="Holotron",
+        architecture=Architecture(
+            "nemotron_h_omni", "NemotronH_Omni_Reasoning_V3",
+            "Nemotron 3 Nano Omni: hybrid Mamba-2 + attention with mixture-of-experts layers, RADIO vision "
+            "tower", verified=False),
+        parameters=33 * _B, active_parameters=3 * _B, protocol="agent-loop-v1", image=_NEMOTRON_OMNI_IMAGE,
+        reasoning=Reasoning("chat_template_kwargs", "enable_thinking", on_by_default=True,
+                            vllm_reasoning_parser="nemotron_v3"),
+        license=None, base_model="NVIDIA Nemotron 3 Nano Omni (30B-A3B)",
+        notes=("Reasoning switch, vLLM flags and the Omni-Nano-v3 backbone from NVIDIA's computer-use cookbook "
+               "[NEMO-CUA], which serves Hcompany/Holotron-3-Nano with --reasoning-parser nemotron_v3 and sends "
+               "chat_template_kwargs {'enable_thinking': false} to switch thinking off.",
+               "The model card and config.json were not read: the checkpoint's model_type and the license are "
+               "unknown.",
+               "Parameters: 33B as the hub lists it; about 3B active per token (Nemotron 3 Nano Omni).")),
+    ModelSpec(
+        key="holo2-4b", display_name="Holo2-4B", hub_id="Hcompany/Holo2-4B", family="Holo2",
+        architecture=Architecture("qwen3_vl", "Qwen3VLForConditionalGeneration",
+                                  "Qwen3-VL dense transformer with vision tower"),
+        parameters=4 * _B, active_parameters=None, protocol="agent-loop-v1", image=_HOLO2_IMAGE,
+        reasoning=_HOLO2_REASONING, license=None, base_model="Qwen3-VL Thinking (4B)",
+        notes=("License not read from the model card: unknown.",)),
+    ModelSpec(
+        key="holo2-8b", display_name="Holo2-8B", hub_id="Hcompany/Holo2-8B", family="Holo2",
+        architecture=Architecture("qwen3_vl", "Qwen3VLForConditionalGeneration",
+                                  "Qwen3-VL dense transformer with vision tower"),
+        parameters=9 * _B, active_parameters=None, protocol="agent-loop-v1", image=_HOLO2_IMAGE,
+        reasoning=_HOLO2_REASONING, license="Apache 2.0", base_model="Qwen/Qwen3-VL-8B-Thinking",
+        notes=("License and base model as a third-party survey quotes the model card (the card itself was "
+               "not read).",)),
+    ModelSpec(
+        key="holo2-30b-a3b", display_name="Holo2-30B-A3B", hub_id="Hcompany/Holo2-30B-A3B", family="Holo2",
+        architecture=Architecture("qwen3_vl_moe", "Qwen3VLMoeForConditionalGeneration",
+                                  "Qwen3-VL mixture of experts with vision tower", verified=False),
+        parameters=31 * _B, active_parameters=3 * _B, protocol="agent-loop-v1", image=_HOLO2_IMAGE,
+        reasoning=_HOLO2_REASONING, license=None, base_model="Qwen3-VL Thinking (30B-A3B)",
+        notes=("model_type qwen3_vl_moe is the one of its base Qwen3-VL-30B-A3B; its own config.json was not "
+               "read.", "License not read from the model card: unknown.")),
+    ModelSpec(
+        key="holo3-35b-a3b", display_name="Holo3-35B-A3B", hub_id="Hcompany/Holo3-35B-A3B", family="Holo3",
+        architecture=_QWEN35_MOE_ARCH, parameters=35 * _B, active_parameters=3 * _B, protocol="agent-loop-v1",
+        image=_QWEN35_IMAGE, reasoning=_HOLO3_REASONING, license="Apache 2.0",
+        base_model="Qwen/Qwen3.5-35B-A3B",
+        notes=("Base model, model_type and license from third-party pages (OsaurusAI card, news coverage); the "
+               "model card itself was not read.",)),
+    ModelSpec(
+        key="holo3.1-0.8b", display_name="Holo3.1-0.8B", hub_id="Hcompany/Holo-3.1-0.8B", family="Holo3.1",
+        architecture=_QWEN35_ARCH, parameters=1 * _B, active_parameters=None, protocol="agent-loop-v1",
+        image=_QWEN35_IMAGE, reasoning=_HOLO3_REASONING, license=None, base_model=None,
+        notes=("model_type qwen3_5 (dense) is assumed from the family; config.json, base model and license "
+               "were not read.", "Parameters: the hub lists 1B (rounded).")),
+    ModelSpec(
+        key="holo3.1-4b", display_name="Holo3.1-4B", hub_id="Hcompany/Holo-3.1-4B", family="Holo3.1",
+        architecture=_QWEN35_ARCH, parameters=5 * _B, active_parameters=None, protocol="agent-loop-v1",
+        image=_QWEN35_IMAGE, reasoning=_HOLO3_REASONING, license=None, base_model=None,
+        notes=("model_type qwen3_5 (dense) is assumed from the family; config.json, base model and license "
+               "were not read.", "Parameters: the hub lists 5B (rounded).")),
+    ModelSpec(
+        key="holo3.1-9b", display_name="Holo3.1-9B", hub_id="Hcompany/Holo-3.1-9B", family="Holo3.1",
+        architecture=_QWEN35_ARCH, parameters=9 * _B, active_parameters=None, protocol="agent-loop-v1",
+        image=_QWEN35_IMAGE, reasoning=_HOLO3_REASONING, license=None, base_model=None,
+        notes=("model_type qwen3_5 (dense) is assumed from the family; config.json, base model and license "
+               "were not read.",)),
+    ModelSpec(
+        key="holo3.1-35b-a3b", display_name="Holo3.1-35B-A3B", hub_id="Hcompany/Holo-3.1-35B-A3B",
+        family="Holo3.1", architecture=_QWEN35_MOE_ARCH, parameters=35 * _B, active_parameters=3 * _B,
+        protocol="agent-loop-v1", image=_QWEN35_IMAGE, reasoning=_HOLO3_REASONING, license="Apache 2.0",
+        base_model="Qwen/Qwen3.6-35B-A3B",
+        notes=("Base model and model_type from third-party pages (Baseten, a derived MLX card); license from "
+               "hub.hcompany.ai/models.",)),
+)
+"""Every model Holodesk offers, in the order the wizard and Settings list them."""
+
+DEFAULT_MODEL: Final = "holotron-12b"
+"""Key of the model a new installation uses (the ``model`` setting's default is its hub id)."""
+
+_BY_KEY: Final[dict[str, ModelSpec]] = {m.key: m for m in MODELS}
+_CACHE_DIR = re.compile(r"^models--([^/]+?)--(.+)$")
+
+
+def get_model(key: str) -> ModelSpec:
+    """The model with this ``key``.
+
+    Raises:
+        SettingsError: unknown key; the message lists the known ones.
+    """
+    spec = _BY_KEY.get(key)
+    if spec is None:
+        raise SettingsError(f"unknown model {key!r}", hint="Known models: " + ", ".join(_BY_KEY) + ".")
+    return spec
+
+
+def find_model(name: str) -> ModelSpec | None:
+    """The registry's model that ``name`` designates, or None.
+
+    ``name`` is what the ``model`` setting holds: a hub id (``Hcompany/Holo2-8B``), a key (``holo2-8b``), a
+    served model name (vLLM ``--served-model-name``, e.g. ``Holotron-12B`` or ``holo2-8b``), or a local
+    folder -- a hub-cache snapshot (``.../models--Hcompany--Holo2-8B/snapshots/<commit>``) or a folder named
+    after the repo. Matching ignores case.
+    """
+    text = name.strip()
+    if not text:
+        return None
+    low = text.lower()
+    for spec in MODELS:
+        repo = spec.hub_id.split("/", 1)[1].lower()
+        if low in (spec.key, spec.hub_id.lower(), repo, spec.display_name.lower()):
+            return spec
+    parts = PurePath(text).parts
+    for part in reversed(parts):
+        match = _CACHE_DIR.match(part)
+        if match:
+            return find_model(f"{match.group(1)}/{match.group(2)}")
+    if len(parts) > 1:
+        return find_model(parts[-1])
+    return None
+
+
+def hub_id_for(name: str) -> str:
+    """The hub repo to download for ``name``: the registry model's hub id when ``name`` designates one
+    (a key such as ``holo2-8b``, a served name, a hub id in any case), else ``name`` unchanged."""
+    spec = find_model(name)
+    return spec.hub_id if spec is not None else name
+
+
+def protocol_for(model: str, protocol: str = AUTO_PROTOCOL) -> str:
+    """The action protocol to speak with ``model``: ``protocol`` itself when it names one (the user's
+    override), else (``"auto"``) the registry's protocol for the model, else :data:`DEFAULT_PROTOCOL`
+    for a model the registry does not know.
+
+    Raises:
+        SettingsError: ``protocol`` is neither ``"auto"`` nor a known protocol name.
+    """
+    if protocol != AUTO_PROTOCOL:
+        if protocol not in PROTOCOL_NAMES:
+            raise SettingsError(f"unknown action protocol {protocol!r}",
+                                hint="Use 'auto' or one of: " + ", ".join(PROTOCOL_NAMES) + ".")
+        return protocol
+    spec = find_model(model)
+    return spec.protocol if spec is not None else DEFAULT_PROTOCOL
+
+
+@dataclass(frozen=True)
+class ModelFit:
+    """One model against one GPU: ``fits`` lists every precision; ``best`` is the most faithful that fits
+    (None when none fits or no GPU was measured)."""
+
+    model: ModelSpec
+    fits: tuple[PrecisionFit, ...]
+    best: str | None
+
+
+def fit_table(free_bytes: int | None) -> list[ModelFit]:
+    """Every registry model (registry order) with its fit on a GPU with ``free_bytes`` free (None: none
+    measured)."""
+    return [ModelFit(m, tuple(m.precision_fits(free_bytes)), m.best_precision(free_bytes)) for m in MODELS]
+
+
+def models_that_fit(free_bytes: int | None) -> list[ModelFit]:
+    """The models at least one precision of which fits ``free_bytes`` (registry order); [] without a GPU."""
+    return [f for f in fit_table(free_bytes) if f.best is not None]
+
+
+def describe(spec: ModelSpec) -> dict[str, str]:
+    """The model's facts as plain lines (doctor, tooltips); unknown facts read "unknown"."""
+    arch = spec.architecture
+    arch_text = f"{arch.model_type} ({arch.transformers_class}): {arch.summary}"
+    if arch.checkpoint_model_type:
+        arch_text += f"; the checkpoint says {arch.checkpoint_model_type}"
+    if not arch.verified:
+        arch_text += " [not read from its config.json]"
+    reasoning = spec.reasoning
+    switch = ("a /think or /no_think line in the system prompt" if reasoning.switch == "system_prompt"
+              else f"chat_template_kwargs {{{reasoning.template_kwarg!r}: bool}}")
+    default = UNKNOWN if reasoning.on_by_default is None else ("on" if reasoning.on_by_default else "off")
+    size = spec.size_text()
+    disk = f"{spec.download_bytes / 1e9:.1f} GB" + ("" if spec.checkpoint_bytes is not None else " (estimated)")
+    return {
+        "model": f"{spec.display_name} ({spec.hub_id})",
+        "architecture": arch_text,
+        "size": f"{size}, {disk} to download",
+        "protocol": spec.protocol,
+        "images": spec.image.describe(),
+        "reasoning": f"switched by {switch}; unswitched: {default}",
+        "license": spec.license or UNKNOWN,
+        "base model": spec.base_model or UNKNOWN,
+    }
+
+
+__all__ = ["AUTO_PROTOCOL", "DEFAULT_MODEL", "MODELS", "PRECISIONS", "Architecture", "ImagePreprocessing",
+           "ModelFit", "ModelSpec", "Reasoning", "describe", "find_model", "fit_table", "get_model", "hub_id_for",
+           "models_that_fit", "protocol_for"]

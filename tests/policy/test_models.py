@@ -1,0 +1,147 @@
+"""The model registry (holodesk.policy.models): every entry consistent, the one fit rule monotone, names
+resolved as the ``model`` setting holds them."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from pathlib import Path
+
+import pytest
+
+from holodesk.core.fit import GIB, NEEDS_FREE_BYTES, PRECISIONS, needs_free_bytes
+from holodesk.errors import SettingsError
+from holodesk.policy.download import REPO_ID
+from holodesk.policy.models import (
+    DEFAULT_MODEL,
+    MODELS,
+    describe,
+    find_model,
+    fit_table,
+    get_model,
+    models_that_fit,
+    protocol_for,
+)
+from holodesk.policy.protocol import PROTOCOL_NAMES
+from holodesk.policy.registry import get_protocol
+from holodesk.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_entry_is_consistent() -> None:
+    keys = [m.key for m in MODELS]
+    assert len(set(keys)) == len(keys)
+    assert len({m.hub_id.lower() for m in MODELS}) == len(MODELS)
+    for m in MODELS:
+        assert m.protocol in PROTOCOL_NAMES
+        assert get_protocol(m.protocol).name == m.protocol
+        assert REPO_ID.match(m.hub_id), m.hub_id
+        assert m.hub_id.startswith("Hcompany/")
+        assert m.parameters > 0
+        assert m.active_parameters is None or 0 < m.active_parameters < m.parameters
+        assert m.architecture.model_type and m.architecture.transformers_class
+        assert m.reasoning.switch in ("system_prompt", "chat_template_kwargs")
+        assert (m.reasoning.template_kwarg is None) == (m.reasoning.switch == "system_prompt")
+        if m.image.method == "tiles":
+            assert m.image.tile_px and m.image.max_tiles
+        assert m.download_bytes > 0
+        assert get_model(m.key) is m
+        # every H Company model speaks H Company's agent contract
+        assert m.protocol == "agent-loop-v1"
+
+
+def test_the_default_model_is_the_settings_default() -> None:
+    assert get_model(DEFAULT_MODEL).hub_id == Settings.model_fields["model"].default
+    assert find_model(Settings().model) is get_model(DEFAULT_MODEL)
+
+
+def test_unknown_facts_read_unknown() -> None:
+    for m in MODELS:
+        facts = describe(m)
+        assert facts["license"] == (m.license or "unknown")
+        assert facts["base model"] == (m.base_model or "unknown")
+        assert "None" not in " ".join(facts.values())
+    nano = describe(get_model("holotron-3-nano"))
+    assert nano["license"] == "unknown"
+    assert "[not read from its config.json]" in nano["architecture"]
+
+
+def test_the_fit_rule_reproduces_holotron_measurements() -> None:
+    """Calibration: the rule gives the needs measured for Holotron-12B (docs/benchmarks.md)."""
+    holotron = get_model("holotron-12b")
+    assert {p: holotron.needs_free_bytes(p) // GIB for p in PRECISIONS} == {"bf16": 28, "8bit": 18, "4bit": 12}
+    assert {p: holotron.needs_free_bytes(p) for p in PRECISIONS} == NEEDS_FREE_BYTES
+
+
+def test_the_fit_rule_is_monotone() -> None:
+    sizes = sorted({m.parameters for m in MODELS})
+    for p in PRECISIONS:
+        needs = [needs_free_bytes(n, p) for n in sizes]
+        assert needs == sorted(needs)  # more parameters never need less
+    for n in sizes:
+        needs = [needs_free_bytes(n, p) for p in PRECISIONS]
+        assert needs == sorted(needs, reverse=True)  # bf16 > 8bit > 4bit
+    free_steps = [g * GIB for g in range(0, 90, 2)]
+    for m in MODELS:
+        fitting = [{f.precision for f in m.precision_fits(free) if f.fits} for free in free_steps]
+        for smaller, larger in itertools.pairwise(fitting):
+            assert smaller <= larger  # more free memory never loses a precision
+    with pytest.raises(ValueError):
+        needs_free_bytes(10, "fp8")
+    with pytest.raises(ValueError):
+        needs_free_bytes(0, "bf16")
+
+
+def test_models_that_fit_a_24_gb_card_and_none_without_gpu() -> None:
+    free = int(23.2 * GIB)  # a 24 GB card with a desktop on it
+    fits = {f.model.key: f.best for f in models_that_fit(free)}
+    assert fits["holotron-12b"] == "8bit"
+    assert fits["holo2-4b"] == "bf16" and fits["holo3.1-0.8b"] == "bf16"
+    assert "holotron-3-nano" not in fits  # 33B: even NF4 needs 25 GiB
+    assert {f.model.key: f.best for f in models_that_fit(26 * GIB)}["holotron-3-nano"] == "4bit"
+    assert models_that_fit(None) == []
+    table = fit_table(None)
+    assert [f.model for f in table] == list(MODELS)
+    assert all(f.best is None and all(p.fits is None for p in f.fits) for f in table)
+    assert models_that_fit(3 * GIB) == []  # nothing fits 3 GiB
+
+
+@pytest.mark.parametrize(("name", "key"), [
+    ("Hcompany/Holo2-8B", "holo2-8b"),
+    ("hcompany/holo2-8b", "holo2-8b"),
+    ("Holo2-8B", "holo2-8b"),
+    ("holo3.1-9b", "holo3.1-9b"),
+    ("Hcompany/Holo-3.1-9B", "holo3.1-9b"),
+    ("Holotron-12B", "holotron-12b"),
+    ("/home/u/.cache/huggingface/hub/models--Hcompany--Holo3-35B-A3B/snapshots/abc123", "holo3-35b-a3b"),
+    ("/data/models/Holotron-3-Nano", "holotron-3-nano"),
+])
+def test_find_model_resolves_the_setting(name: str, key: str) -> None:
+    spec = find_model(name)
+    assert spec is not None and spec.key == key
+
+
+@pytest.mark.parametrize("name", ["", "Qwen/Qwen3-VL-8B-Instruct", "/data/models/my-checkpoint", "gpt-4o"])
+def test_find_model_knows_only_registry_models(name: str) -> None:
+    assert find_model(name) is None
+
+
+def test_protocol_for_auto_override_and_bad_names() -> None:
+    assert protocol_for("Hcompany/Holo2-8B") == "agent-loop-v1"
+    assert protocol_for("Hcompany/Holo2-8B", "holo-v1") == "holo-v1"
+    assert protocol_for("unknown-model") == "agent-loop-v1"
+    with pytest.raises(SettingsError, match="unknown action protocol"):
+        protocol_for("Hcompany/Holo2-8B", "holo-v2")
+    with pytest.raises(SettingsError, match="unknown model"):
+        get_model("holo9")
+
+
+def test_registry_module_stays_pure() -> None:
+    """models.py is data: it imports neither torch nor transformers nor Qt (checked on its source)."""
+    tree = ast.parse((ROOT / "app/holodesk/policy/models.py").read_text(encoding="utf-8"))
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module}
+    assert not imported & {"torch", "transformers", "PySide6"}
