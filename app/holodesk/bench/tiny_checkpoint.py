@@ -20,6 +20,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from holodesk.policy.native.families import FAMILIES
+
 if TYPE_CHECKING:
     import torch
 
@@ -152,12 +154,15 @@ def _tiny_config(
     }
 
 
-def write_tokenizer(path: Path, *, vocab_size: int = 480) -> tuple[int, dict[str, int]]:
-    """Train a tiny byte-level BPE with :data:`SPECIAL_TOKENS` and the chat template, and write
-    tokenizer.json, tokenizer_config.json and special_tokens_map.json into the existing folder ``path``.
+def train_tokenizer(path: Path, special_tokens: list[str], *, vocab_size: int = 480,
+                    text: str = _TRAINING_TEXT) -> tuple[int, dict[str, int]]:
+    """Train a tiny byte-level BPE on ``text`` with ``special_tokens`` first (ids 0.. in order) and write it as
+    ``path / "tokenizer.json"`` (the folder must exist).
 
     Returns:
         (number of tokens in the tokenizer, special token -> id).
+    Raises:
+        RuntimeError: when the trained tokenizer lost a special token.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -166,18 +171,29 @@ def write_tokenizer(path: Path, *, vocab_size: int = 480) -> tuple[int, dict[str
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=special_tokens,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator([_TRAINING_TEXT] * 4, trainer=trainer)
+    tokenizer.train_from_iterator([text] * 4, trainer=trainer)
     tokenizer.save(str(path / "tokenizer.json"))
     special_ids: dict[str, int] = {}
-    for tok in SPECIAL_TOKENS:
+    for tok in special_tokens:
         token_id = tokenizer.token_to_id(tok)
         if token_id is None:
             raise RuntimeError(f"the trained tokenizer lost the special token {tok}")
         special_ids[tok] = int(token_id)
+    return int(tokenizer.get_vocab_size()), special_ids
+
+
+def write_tokenizer(path: Path, *, vocab_size: int = 480) -> tuple[int, dict[str, int]]:
+    """Train a tiny byte-level BPE with :data:`SPECIAL_TOKENS` and the chat template, and write
+    tokenizer.json, tokenizer_config.json and special_tokens_map.json into the existing folder ``path``.
+
+    Returns:
+        (number of tokens in the tokenizer, special token -> id).
+    """
+    size, special_ids = train_tokenizer(path, SPECIAL_TOKENS, vocab_size=vocab_size)
     tokenizer_config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": "<s>",
@@ -192,7 +208,7 @@ def write_tokenizer(path: Path, *, vocab_size: int = 480) -> tuple[int, dict[str
     (path / "special_tokens_map.json").write_text(
         json.dumps({"bos_token": "<s>", "eos_token": "<SPECIAL_12>", "unk_token": "<unk>", "pad_token": "<pad>"})
     )
-    return int(tokenizer.get_vocab_size()), special_ids
+    return size, special_ids
 
 
 def write_tiny_checkpoint(
@@ -384,15 +400,38 @@ def _save(tensors: dict[str, torch.Tensor], out: Path, shards: int) -> None:
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
 
 
+FAMILY_KEYS = tuple(family.key for family in FAMILIES)
+"""``--family`` choices: Holotron-12B (this module's writer) and the native families
+(:func:`holodesk.bench.families.write_family_checkpoint`)."""
+
+
+def write_checkpoint(path: str | Path, *, family: str = "holotron", seed: int = 0) -> Path:
+    """A tiny random checkpoint of ``family`` (one of :data:`FAMILY_KEYS`) in ``path``; returns the folder.
+
+    Raises:
+        ValueError / ModelLoadError: an unknown family.
+    """
+    if family == "holotron":
+        return write_tiny_checkpoint(path, seed=seed)
+    from holodesk.bench.families import write_family_checkpoint
+
+    return write_family_checkpoint(path, family, seed=seed)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m holodesk.bench.tiny_checkpoint DIR [--seed N] [--dtype bfloat16]``."""
-    parser = argparse.ArgumentParser(description="Write a tiny random Holotron-shaped checkpoint.")
+    """``python -m holodesk.bench.tiny_checkpoint DIR [--family NAME] [--seed N] [--dtype bfloat16]``."""
+    parser = argparse.ArgumentParser(description="Write a tiny random checkpoint (Holotron-12B or a native family).")
     parser.add_argument("path", type=Path)
+    parser.add_argument("--family", choices=FAMILY_KEYS, default="holotron")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
-    parser.add_argument("--no-chat-template", action="store_true")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="Holotron only")
+    parser.add_argument("--no-chat-template", action="store_true", help="Holotron only")
     args = parser.parse_args(argv)
-    print(write_tiny_checkpoint(args.path, seed=args.seed, dtype=args.dtype, chat_template=not args.no_chat_template))
+    if args.family == "holotron":
+        print(write_tiny_checkpoint(args.path, seed=args.seed, dtype=args.dtype,
+                                    chat_template=not args.no_chat_template))
+    else:
+        print(write_checkpoint(args.path, family=args.family, seed=args.seed))
     return 0
 
 
