@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if missing is not None:
                 raise HolodeskError(f"the local runtime is not installed: {missing}",
                                     hint="Install it with: pip install 'holodesk[local]'.")
-            from holodesk.bench.tiny_checkpoint import write_checkpoint
+            from holodesk.bench.families import write_checkpoint
 
             print(write_checkpoint(args.path, family=args.family, seed=args.seed))
             return EXIT_OK

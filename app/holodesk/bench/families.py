@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from holodesk.bench.tiny_checkpoint import CHAT_TEMPLATE as NEMOTRON_CHAT_TEMPLATE
-from holodesk.bench.tiny_checkpoint import train_tokenizer
+from holodesk.bench.tiny_checkpoint import train_tokenizer, write_tiny_checkpoint
 from holodesk.policy.native.families import NATIVE_FAMILIES, family_by_key
 
 if TYPE_CHECKING:
@@ -132,7 +132,8 @@ def _tiny_config(key: str, ids: dict[str, int], vocab: int) -> dict[str, Any]:
     }
     if key == "qwen3_5":
         return {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5", **image_ids,
-                "tie_word_embeddings": False, "text_config": {**text, "model_type": "qwen3_5_text", "intermediate_size": 64},
+                "tie_word_embeddings": False,
+                "text_config": {**text, "model_type": "qwen3_5_text", "intermediate_size": 64},
                 "vision_config": _tiny_qwen_vision("qwen3_5", hidden)}
     return {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe", **image_ids,
             "tie_word_embeddings": False,
@@ -219,6 +220,19 @@ def write_family_checkpoint(path: str | Path, family: str, *, seed: int = 0, tok
     return out
 
 
+def write_checkpoint(path: str | Path, *, family: str = "holotron", seed: int = 0) -> Path:
+    """A tiny random checkpoint of ``family`` (any :data:`~holodesk.policy.native.families.FAMILIES` key:
+    ``holotron`` goes to :func:`holodesk.bench.tiny_checkpoint.write_tiny_checkpoint`, the others to
+    :func:`write_family_checkpoint`) in ``path``; returns the folder. The writer of ``holodesk tiny-checkpoint``.
+
+    Raises:
+        ModelLoadError: an unknown family.
+    """
+    if family_by_key(family).runtime == "holotron":
+        return write_tiny_checkpoint(path, seed=seed)
+    return write_family_checkpoint(path, family, seed=seed)
+
+
 # ---------------------------------------------------------------------------------------------- full size
 PUBLISHED: Final[dict[str, dict[str, Any] | None]] = {
     "qwen3_vl": None,
@@ -252,4 +266,4 @@ def full_size_model(family: str, device: torch.device, dtype: torch.dtype) -> An
 
 
 __all__ = ["NEMOTRON_SPECIAL_TOKENS", "PUBLISHED", "QWEN_CHAT_TEMPLATE", "QWEN_SPECIAL_TOKENS", "full_size_model",
-           "write_family_checkpoint"]
+           "write_checkpoint", "write_family_checkpoint"]

@@ -20,8 +20,6 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from holodesk.policy.native.families import FAMILIES
-
 if TYPE_CHECKING:
     import torch
 
@@ -400,38 +398,16 @@ def _save(tensors: dict[str, torch.Tensor], out: Path, shards: int) -> None:
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
 
 
-FAMILY_KEYS = tuple(family.key for family in FAMILIES)
-"""``--family`` choices: Holotron-12B (this module's writer) and the native families
-(:func:`holodesk.bench.families.write_family_checkpoint`)."""
-
-
-def write_checkpoint(path: str | Path, *, family: str = "holotron", seed: int = 0) -> Path:
-    """A tiny random checkpoint of ``family`` (one of :data:`FAMILY_KEYS`) in ``path``; returns the folder.
-
-    Raises:
-        ValueError / ModelLoadError: an unknown family.
-    """
-    if family == "holotron":
-        return write_tiny_checkpoint(path, seed=seed)
-    from holodesk.bench.families import write_family_checkpoint
-
-    return write_family_checkpoint(path, family, seed=seed)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """``python -m holodesk.bench.tiny_checkpoint DIR [--family NAME] [--seed N] [--dtype bfloat16]``."""
-    parser = argparse.ArgumentParser(description="Write a tiny random checkpoint (Holotron-12B or a native family).")
+    """``python -m holodesk.bench.tiny_checkpoint DIR [--seed N] [--dtype bfloat16]`` (Holotron-12B; the other
+    families: ``holodesk tiny-checkpoint DIR --family NAME``)."""
+    parser = argparse.ArgumentParser(description="Write a tiny random Holotron-shaped checkpoint.")
     parser.add_argument("path", type=Path)
-    parser.add_argument("--family", choices=FAMILY_KEYS, default="holotron")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="Holotron only")
-    parser.add_argument("--no-chat-template", action="store_true", help="Holotron only")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    parser.add_argument("--no-chat-template", action="store_true")
     args = parser.parse_args(argv)
-    if args.family == "holotron":
-        print(write_tiny_checkpoint(args.path, seed=args.seed, dtype=args.dtype,
-                                    chat_template=not args.no_chat_template))
-    else:
-        print(write_checkpoint(args.path, family=args.family, seed=args.seed))
+    print(write_tiny_checkpoint(args.path, seed=args.seed, dtype=args.dtype, chat_template=not args.no_chat_template))
     return 0
 
 

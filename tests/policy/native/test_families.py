@@ -63,7 +63,7 @@ def test_nemotron_config_without_block_types_is_refused() -> None:
 def test_read_family_reads_config_json(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3_5_moe"}))
     assert read_family(tmp_path) is QWEN3_5_MOE
-    with pytest.raises(ModelLoadError, match="config.json is missing"):
+    with pytest.raises(ModelLoadError, match=r"config\.json is missing"):
         read_family(tmp_path / "nowhere")
     (tmp_path / "config.json").write_text("[1, 2]")
     with pytest.raises(ModelLoadError, match="JSON object"):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -29,10 +29,13 @@ its object well inside the token budget."""
 PUBLISHED_NAMES = {
     "qwen3_vl": ["model.visual.blocks.0.attn.qkv.weight", "model.visual.deepstack_merger_list.0.linear_fc1.weight",
                  "model.language_model.layers.1.self_attn.q_norm.weight", "lm_head.weight"],
-    "qwen3_5": ["model.visual.merger.linear_fc1.weight", "model.language_model.layers.0.linear_attn.in_proj_qkv.weight",
-                "model.language_model.layers.1.self_attn.q_proj.weight", "model.language_model.layers.0.mlp.gate_proj.weight"],
+    "qwen3_5": ["model.visual.merger.linear_fc1.weight",
+                "model.language_model.layers.0.linear_attn.in_proj_qkv.weight",
+                "model.language_model.layers.1.self_attn.q_proj.weight",
+                "model.language_model.layers.0.mlp.gate_proj.weight"],
     "qwen3_5_moe": ["model.language_model.layers.0.mlp.experts.3.gate_proj.weight",
-                    "model.language_model.layers.0.mlp.shared_expert_gate.weight", "model.language_model.layers.0.mlp.gate.weight"],
+                    "model.language_model.layers.0.mlp.shared_expert_gate.weight",
+                    "model.language_model.layers.0.mlp.gate.weight"],
     "nemotron_h_omni": ["language_model.backbone.layers.1.mixer.experts.3.up_proj.weight",
                         "language_model.backbone.layers.0.mixer.A_log", "mlp1.1.weight",
                         "vision_model.radio_model.model.blocks.0.attn.qkv.weight", "language_model.lm_head.weight"],
@@ -54,10 +57,11 @@ def _keys(folder: Path) -> set[str]:
 
 
 _POLICIES: dict[str, NativePolicy] = {}
+LoadPolicy = Callable[[str], NativePolicy]
 
 
 @pytest.fixture
-def load_policy(family_dirs: dict[str, Path]) -> Any:  # noqa: ANN401 - a loader function
+def load_policy(family_dirs: dict[str, Path]) -> LoadPolicy:
     def load(key: str) -> NativePolicy:
         if key not in _POLICIES:
             _POLICIES[key] = NativePolicy.load(family_dirs[key], dtype="float32", device="cpu", max_new_tokens=1024,
@@ -81,7 +85,7 @@ def test_tiny_checkpoint_has_the_published_layout(family_dirs: dict[str, Path], 
 
 
 @pytest.mark.parametrize("key", NATIVE_KEYS)
-def test_proposes_a_valid_action_for_a_1080p_frame(load_policy: Any, key: str) -> None:  # noqa: ANN401
+def test_proposes_a_valid_action_for_a_1080p_frame(load_policy: LoadPolicy, key: str) -> None:
     policy = load_policy(key)
     assert isinstance(policy, Policy)
     assert policy.describe()["cache"] == "static" and policy.describe()["compiled"] is False  # CPU: eager
@@ -102,7 +106,7 @@ def test_proposes_a_valid_action_for_a_1080p_frame(load_policy: Any, key: str) -
 
 
 @pytest.mark.parametrize("key", NATIVE_KEYS)
-def test_each_screenshot_gets_the_processors_placeholder_count(load_policy: Any, key: str) -> None:  # noqa: ANN401
+def test_each_screenshot_gets_the_processors_placeholder_count(load_policy: LoadPolicy, key: str) -> None:
     policy = load_policy(key)
     history = tuple(HistoryStep(i, _frame(1280, 720, seed=i), None, outcome="performed") for i in range(3))
     prepared = policy.prepare(Observation(task="Click OK", frame=_frame(), history=history))

@@ -52,7 +52,8 @@ QWEN3_VL: Final = Family("qwen3_vl", ("qwen3_vl",), "native", "Holo2 (e.g. Holo2
                          "Qwen3-VL: ViT with DeepStack + dense transformer")
 QWEN3_5: Final = Family("qwen3_5", ("qwen3_5",), "native", "Holo3 / Holo3.1, dense sizes",
                         "Qwen3.5: ViT + hybrid Gated DeltaNet / attention, dense MLP")
-QWEN3_5_MOE: Final = Family("qwen3_5_moe", ("qwen3_5_moe",), "native", "Holo3 / Holo3.1, MoE sizes (e.g. Holo3-35B-A3B)",
+QWEN3_5_MOE: Final = Family("qwen3_5_moe", ("qwen3_5_moe",), "native",
+                            "Holo3 / Holo3.1, MoE sizes (e.g. Holo3-35B-A3B)",
                             "Qwen3.5-MoE: ViT + hybrid Gated DeltaNet / attention, MoE", moe=True)
 NEMOTRON_H_OMNI: Final = Family("nemotron_h_omni", ("nemotron_h_omni",), "native",
                                 "Holotron-3-Nano (Nemotron 3 Nano Omni)",

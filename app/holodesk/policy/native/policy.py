@@ -152,10 +152,11 @@ def load_native(
     if target.type != "cpu":
         kwargs["device_map"] = {"": str(target)}
     try:
-        model, info = AutoModelForImageTextToText.from_pretrained(str(folder), **kwargs)
+        result: Any = AutoModelForImageTextToText.from_pretrained(str(folder), **kwargs)
     except Exception as exc:
         raise ModelLoadError(f"loading {folder} with transformers' {family.architecture} classes failed: "
                              f"{type(exc).__name__}: {exc}") from exc
+    model, info = result
     ignored = set(getattr(model, "_keys_to_ignore_on_load_missing", None) or [])
     missing = [k for k in info.get("missing_keys", []) if not any(re.search(p, k) for p in ignored)]
     problems = [f"{len(missing)} missing ({', '.join(sorted(missing)[:4])})"] if missing else []
