@@ -234,36 +234,78 @@ def write_checkpoint(path: str | Path, *, family: str = "holotron", seed: int = 
 
 
 # ---------------------------------------------------------------------------------------------- full size
+QWEN3_VL_8B: Final[dict[str, Any]] = {
+    "architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl",
+    "image_token_id": 151655, "video_token_id": 151656, "vision_start_token_id": 151652, "vision_end_token_id": 151653,
+    "tie_word_embeddings": False,
+    "text_config": {
+        "model_type": "qwen3_vl_text", "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 12288,
+        "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+        "hidden_act": "silu", "max_position_embeddings": 262144, "rms_norm_eps": 1e-6, "attention_bias": False,
+        "attention_dropout": 0.0, "initializer_range": 0.02, "bos_token_id": 151643, "eos_token_id": 151645,
+        "rope_scaling": {"rope_type": "default", "mrope_interleaved": True, "mrope_section": [24, 20, 20]},
+        "rope_theta": 5000000, "tie_word_embeddings": False, "dtype": "bfloat16",
+    },
+    "vision_config": {
+        "model_type": "qwen3_vl", "depth": 27, "hidden_size": 1152, "hidden_act": "gelu_pytorch_tanh",
+        "intermediate_size": 4304, "num_heads": 16, "in_channels": 3, "patch_size": 16, "spatial_merge_size": 2,
+        "temporal_patch_size": 2, "out_hidden_size": 4096, "num_position_embeddings": 2304,
+        "deepstack_visual_indexes": [8, 16, 24], "initializer_range": 0.02,
+    },
+}
+"""Qwen3-VL-8B's config.json, the architecture Holo2-8B is fine-tuned from. Sources (read 2026-12-01): the
+config.json of a public Qwen3-VL-8B fine-tune (huggingface.co/Steinate/Cortex, ``base_model``
+Qwen/Qwen3-VL-8B-Instruct; its vision block as in huggingface.co/quanliang/F1, the same tower) and, for every
+dimension it states, Ollama's GGUF metadata of qwen3-vl:8b (36 blocks, width 4096, FFN 12288, 32 heads / 8 KV
+heads of 128, rope base 5e6; vision 27 blocks, width 1152, 16 heads, patch 16, merge 2, temporal patch 2,
+DeepStack layers 8, 16, 24). Not read from Hcompany/Holo2-8B's own repository (not reachable from here)."""
+
 PUBLISHED: Final[dict[str, dict[str, Any] | None]] = {
-    "qwen3_vl": None,
+    "qwen3_vl": QWEN3_VL_8B,
     "qwen3_5": None,
     "qwen3_5_moe": None,
     "nemotron_h_omni": None,
 }
-"""Published config.json of each family's full-size model (None: not found, the bench says so)."""
+"""Published config.json of each family's full-size model, None where Holodesk has not found it: Holo3 /
+Holo3.1 (Qwen3.5, Qwen3.5-MoE, e.g. Hcompany/Holo3-35B-A3B) and Holotron-3-Nano (Nemotron 3 Nano Omni) —
+``holodesk bench --family KEY --config config.json`` takes the file instead."""
+
+PUBLISHED_MAX_PIXELS: Final[dict[str, int]] = {"qwen3_vl": 16777216}
+"""The published image processor's pixel budget per image (Qwen3-VL's preprocessor ``size.longest_edge``;
+Ollama's qwen3-vl metadata ``vision.longest_edge`` 16777216): a 1080p screenshot is not scaled down."""
 
 
-def full_size_model(family: str, device: torch.device, dtype: torch.dtype) -> Any:
-    """Family ``family``'s full-size model (:data:`PUBLISHED`) with random weights, built on ``device``.
+def full_size_model(config: dict[str, Any], device: torch.device, dtype: torch.dtype) -> Any:
+    """The model of ``config`` (a config.json of a native family) with transformers' random initialisation,
+    built on ``device`` in ``dtype``, eval mode.
 
     Raises:
-        ModelLoadError: an unknown family, or one whose published config is not known.
+        ModelLoadError: transformers does not know the config's model_type.
     """
     import torch
     from transformers import AutoConfig, AutoModelForImageTextToText
 
     from holodesk.errors import ModelLoadError
 
-    chosen = family_by_key(family)
-    published = PUBLISHED.get(chosen.key)
-    if published is None:
-        raise ModelLoadError(f"the published config.json of {chosen.models} is not known to Holodesk",
-                             hint="Pass --checkpoint DIR with that config.json (no weights are read).")
-    config = AutoConfig.for_model(**published)
+    fields = {k: v for k, v in config.items() if k not in ("model_type", "architectures")}
+    try:
+        built = AutoConfig.for_model(str(config.get("model_type")), **fields)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"transformers cannot build a config for model_type {config.get('model_type')!r}: "
+                             f"{exc}") from exc
     with torch.device(device):
-        model = AutoModelForImageTextToText.from_config(config, dtype=dtype)
+        model = AutoModelForImageTextToText.from_config(built, dtype=dtype)
     return model.eval()
 
 
-__all__ = ["NEMOTRON_SPECIAL_TOKENS", "PUBLISHED", "QWEN_CHAT_TEMPLATE", "QWEN_SPECIAL_TOKENS", "full_size_model",
-           "write_checkpoint", "write_family_checkpoint"]
+__all__ = [
+    "NEMOTRON_SPECIAL_TOKENS",
+    "PUBLISHED",
+    "PUBLISHED_MAX_PIXELS",
+    "QWEN3_VL_8B",
+    "QWEN_CHAT_TEMPLATE",
+    "QWEN_SPECIAL_TOKENS",
+    "full_size_model",
+    "write_checkpoint",
+    "write_family_checkpoint",
+]

@@ -394,8 +394,15 @@ class NativePolicy:
             moved["pixel_values"] = moved["pixel_values"].to(self.loaded.dtype)
         return {"inputs": moved, "prompt_text": prompt_text, "images": len(images)}
 
-    def _generate(self, observation: Observation) -> tuple[str, dict[str, float], dict[str, Any]]:
-        """One reply: (raw text, timings in ms, details)."""
+    def generate(self, observation: Observation) -> tuple[str, dict[str, float], dict[str, Any]]:
+        """One reply to ``observation``, unparsed (the bench measures it; :meth:`propose` parses it).
+
+        Returns:
+            (raw text, ``timings_ms`` as :meth:`propose`'s, details: ``images``, ``prompt_tokens``,
+            ``generated_tokens``, ``stop_reason``, ``ttfa_ms``, ``decode_ms_per_token`` and :meth:`describe`).
+        Raises:
+            torch and transformers errors as they come (``propose`` wraps them in PolicyError).
+        """
         import torch
 
         t0 = time.perf_counter()
@@ -457,7 +464,7 @@ class NativePolicy:
         if self._closed:
             raise PolicyError("the native policy was closed")
         try:
-            raw, timings, extra = self._generate(observation)
+            raw, timings, extra = self.generate(observation)
         except (PolicyError, PolicyOutputError):
             raise
         except Exception as exc:
