@@ -215,3 +215,15 @@ def test_reply_rule_thinking_budget_then_grammar() -> None:
     stopped = call(13)  # the grammar rejects 13: only the stop token is left
     assert rule.stop_reason == "grammar"
     assert torch.isfinite(stopped).nonzero().flatten().tolist() == [eos]
+
+
+def test_tiny_checkpoint_cli_writes_each_family(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from holodesk.cli import main
+
+    assert main(["tiny-checkpoint", str(tmp_path / "holo3"), "--family", "qwen3_5"]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "holo3")
+    assert json.loads((tmp_path / "holo3" / "config.json").read_text())["model_type"] == "qwen3_5"
+    assert main(["tiny-checkpoint", str(tmp_path / "holotron")]) == 0  # the default stays Holotron-12B
+    assert json.loads((tmp_path / "holotron" / "config.json").read_text())["model_type"] == "NemotronH_Nano_VL_V2"
+    with pytest.raises(SystemExit):
+        main(["tiny-checkpoint", str(tmp_path / "x"), "--family", "llama"])
