@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from holodesk.errors import ModelLoadError, PolicyError, PolicyOutputError
 from holodesk.policy.base import Observation, Proposal, pointer_after
-from holodesk.policy.native.families import Family, read_family
+from holodesk.policy.native.families import NEMOTRON_H_OMNI, Family, read_family
 from holodesk.policy.protocol import DEFAULT_PROTOCOL
 
 if TYPE_CHECKING:
@@ -100,6 +100,27 @@ def _stop_ids(model: Any, tokenizer: Any, folder: Path) -> tuple[int, ...]:
     return tuple(ids)
 
 
+def _check_mamba_kernels(target: torch.device) -> None:
+    """Before a Nemotron-H model is built: make mamba-ssm's Triton kernels usable
+    (:func:`~holodesk.policy.holotron.kernels.prepare_kernels`) and log which Mamba-2 path transformers takes.
+
+    Raises:
+        ModelLoadError: off CUDA while mamba-ssm is installed (transformers would send CPU tensors to its
+            GPU-only kernels).
+    """
+    from holodesk.policy.holotron.kernels import kernel_report, prepare_kernels
+
+    prepare_kernels()
+    report = kernel_report()
+    if target.type != "cuda" and any(f["live"] for f in report["functions"].values()):
+        raise ModelLoadError(
+            f"cannot run a Nemotron-H model on {target}: mamba-ssm / causal-conv1d are installed, so transformers "
+            "sends the Mamba-2 layers to their Triton/CUDA kernels, which cannot take CPU tensors",
+            hint="Load on a CUDA device, or uninstall mamba-ssm and causal-conv1d for CPU use.")
+    log.log(logging.WARNING if target.type == "cuda" and not report["fast_path"] else logging.INFO,
+            "Nemotron-H Mamba-2 kernels: %s", report["summary"])
+
+
 def load_native(
     source: str | Path,
     *,
@@ -143,6 +164,8 @@ def load_native(
         raise ModelLoadError(f"{folder} is a {family.models} checkpoint, which runs on Holodesk's Holotron runtime",
                              hint="Load it with holodesk.policy.local.load_local_policy.")
     started = time.perf_counter()
+    if family is NEMOTRON_H_OMNI:
+        _check_mamba_kernels(target)
     if progress is not None:
         progress("loading weights", None)
     kwargs: dict[str, Any] = {"dtype": _torch_dtype(dtype), "local_files_only": True, "trust_remote_code": False,
