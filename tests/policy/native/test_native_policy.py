@@ -7,6 +7,7 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -58,6 +59,7 @@ def _keys(folder: Path) -> set[str]:
 
 _POLICIES: dict[str, NativePolicy] = {}
 LoadPolicy = Callable[[str], NativePolicy]
+Generated = tuple[str, dict[str, float], dict[str, Any]]
 
 
 @pytest.fixture
@@ -227,3 +229,25 @@ def test_tiny_checkpoint_cli_writes_each_family(tmp_path: Path, capsys: pytest.C
     assert json.loads((tmp_path / "holotron" / "config.json").read_text())["model_type"] == "NemotronH_Nano_VL_V2"
     with pytest.raises(SystemExit):
         main(["tiny-checkpoint", str(tmp_path / "x"), "--family", "llama"])
+
+
+def test_out_of_gpu_memory_retries_with_fewer_screenshots(load_policy: LoadPolicy,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """F21: CUDA memory running out (a FAKE: raised for prompts with more than one screenshot, which a CPU
+    cannot run out of) makes the step retry with one screenshot fewer, and the user is told."""
+    policy = load_policy("qwen3_5_moe")
+    real = policy.generate
+    tried: list[int | None] = []
+
+    def generate(observation: Observation, *, max_images: int | None = None) -> Generated:
+        tried.append(max_images)
+        if max_images is not None and max_images > 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (fake)")
+        return real(observation, max_images=max_images)
+
+    monkeypatch.setattr(policy, "generate", generate)
+    history = tuple(HistoryStep(i, _frame(1280, 720, seed=i), None, outcome="performed") for i in range(2))
+    proposal = policy.propose(Observation(task="Click OK", frame=_frame(), history=history))
+    assert tried == [3, 2, 1]
+    assert proposal.extra["images"] == 1 and proposal.extra["max_images_used"] == 1
+    assert len(proposal.notices) == 2 and "retried with 1" in proposal.notices[-1]

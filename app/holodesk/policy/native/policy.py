@@ -385,7 +385,7 @@ class NativePolicy:
             self._constraint = Constraint(self.loaded, schema)
         return self._constraint
 
-    def prepare(self, observation: Observation) -> dict[str, Any]:
+    def prepare(self, observation: Observation, *, max_images: int | None = None) -> dict[str, Any]:
         """The model inputs of ``observation``: the contract's chat with at most ``max_images`` screenshots,
         rendered by the checkpoint's chat template and processor.
 
@@ -396,7 +396,8 @@ class NativePolicy:
         """
         from PIL import Image
 
-        messages = self.protocol.build_messages(observation, max_images=self.max_images, reasoning=self.reasoning)
+        images_kept = self.max_images if max_images is None else max_images
+        messages = self.protocol.build_messages(observation, max_images=images_kept, reasoning=self.reasoning)
         images: list[Any] = []
         chat: list[dict[str, Any]] = []
         for message in messages:
@@ -417,7 +418,8 @@ class NativePolicy:
             moved["pixel_values"] = moved["pixel_values"].to(self.loaded.dtype)
         return {"inputs": moved, "prompt_text": prompt_text, "images": len(images)}
 
-    def generate(self, observation: Observation) -> tuple[str, dict[str, float], dict[str, Any]]:
+    def generate(self, observation: Observation, *,
+                 max_images: int | None = None) -> tuple[str, dict[str, float], dict[str, Any]]:
         """One reply to ``observation``, unparsed (the bench measures it; :meth:`propose` parses it).
 
         Returns:
@@ -429,7 +431,7 @@ class NativePolicy:
         import torch
 
         t0 = time.perf_counter()
-        prepared = self.prepare(observation)
+        prepared = self.prepare(observation, max_images=max_images)
         inputs = prepared["inputs"]
         prompt_tokens = int(inputs["input_ids"].shape[1])
         budget = self.max_new_tokens + (self.max_think_tokens if self.reasoning else 0)
@@ -475,6 +477,10 @@ class NativePolicy:
     def propose(self, observation: Observation) -> Proposal:
         """Propose the next action for ``observation``.
 
+        On a CUDA out-of-memory error the step is retried with one screenshot fewer each time (down to the
+        current one only); each retry is logged and told through ``Proposal.notices`` (F21), as
+        :class:`~holodesk.policy.holotron.HolotronPolicy` does.
+
         Returns:
             Proposal with the parsed action, thought, note, raw reply, ``timings_ms`` (preprocess: template
             and processor; prefill: vision and prompt up to the first token's logits; decode; ms) and ``extra``
@@ -482,16 +488,36 @@ class NativePolicy:
             processor, cache, compilation).
         Raises:
             PolicyOutputError: the reply is not a valid action (``raw_text`` carries it).
-            PolicyError: the policy is closed, or generation failed.
+            PolicyError: the policy is closed, or generation failed (also out of memory with one screenshot).
         """
         if self._closed:
             raise PolicyError("the native policy was closed")
-        try:
-            raw, timings, extra = self.generate(observation)
-        except (PolicyError, PolicyOutputError):
-            raise
-        except Exception as exc:
-            raise PolicyError(f"{self.loaded.family.models} generation failed: {type(exc).__name__}: {exc}") from exc
+        from holodesk.policy.holotron.policy import _free_cuda_memory, _is_oom
+
+        notices: list[str] = []
+        images = self.max_images
+        while True:
+            try:
+                raw, timings, extra = self.generate(observation, max_images=images)
+                break
+            except (PolicyError, PolicyOutputError):
+                raise
+            except Exception as exc:
+                if not _is_oom(exc):
+                    raise PolicyError(f"{self.loaded.family.models} generation failed: {type(exc).__name__}: {exc}"
+                                      ) from exc
+                _free_cuda_memory()
+                if images <= 1:
+                    raise PolicyError("the GPU ran out of memory even with only the current screenshot",
+                                      hint="Close other GPU programs, or use a remote policy.") from exc
+                message = (f"GPU memory ran out with {images} screenshot(s); retried with {images - 1} "
+                           "(older screenshots sent as text only)")
+                log.warning("%s: %s", self.loaded.family.models, message)
+                notices.append(message)
+                images -= 1
+        extra["max_images_used"] = images
+        if notices:
+            extra["warnings"] = notices
         extra.update(constrained=self.constrained, reasoning=self.reasoning)
         if self.loaded.notes:
             extra["load_notes"] = list(self.loaded.notes)
@@ -505,7 +531,7 @@ class NativePolicy:
         if parsed.warnings:
             extra["parse_warnings"] = list(parsed.warnings)
         return Proposal(action=parsed.action, thought=parsed.thought, note=parsed.note, raw_text=raw,
-                        timings_ms=timings, extra=extra)
+                        timings_ms=timings, extra=extra, notices=tuple(notices))
 
     def close(self) -> None:
         """Drop the model and free GPU memory. Idempotent."""
