@@ -251,3 +251,21 @@ def test_out_of_gpu_memory_retries_with_fewer_screenshots(load_policy: LoadPolic
     assert tried == [3, 2, 1]
     assert proposal.extra["images"] == 1 and proposal.extra["max_images_used"] == 1
     assert len(proposal.notices) == 2 and "retried with 1" in proposal.notices[-1]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("key", NATIVE_KEYS)
+def test_gpu_static_cache_and_compiled_decode_propose(family_dirs: dict[str, Path], key: str) -> None:
+    """On CUDA: the static cache and transformers' compiled decode step are used, and two steps (the second
+    reusing the compiled step) each give a valid action."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    policy = NativePolicy.load(family_dirs[key], device="cuda", max_string_chars=STRING_CAP)
+    try:
+        assert policy.describe()["compiled"] is True and policy.describe()["cache"] == "static"
+        for seed in (0, 1):
+            proposal = policy.propose(Observation(task="Click OK", frame=_frame(seed=seed)))
+            Reply.model_validate_json(proposal.raw_text)
+            assert proposal.extra["stop_reason"] == "eos"
+    finally:
+        policy.close()
