@@ -20,7 +20,7 @@ from holodesk.errors import ModelLoadError
 from holodesk.policy.base import HistoryStep, Observation, Policy, Proposal
 from holodesk.policy.contract import IMAGE_PLACEHOLDER, Reply
 from holodesk.policy.native import NativePolicy
-from holodesk.policy.native.policy import ReplyRule
+from holodesk.policy.native.policy import CACHE_STEP, ReplyRule
 from tests.policy.native.conftest import NATIVE_KEYS
 
 STRING_CAP = 8
@@ -105,6 +105,9 @@ def test_proposes_a_valid_action_for_a_1080p_frame(load_policy: LoadPolicy, key:
     assert all(v > 0 for v in proposal.timings_ms.values())
     assert extra["ttfa_ms"] == pytest.approx(proposal.timings_ms["preprocess"] + proposal.timings_ms["prefill"])
     assert extra["decode_ms_per_token"] > 0
+    # transformers built a StaticCache for this generate, sized to a multiple of CACHE_STEP tokens
+    assert policy.loaded.model._previous_max_cache_length % CACHE_STEP == 0
+    assert policy.loaded.model._previous_max_cache_length >= extra["prompt_tokens"] + policy.max_new_tokens
 
 
 @pytest.mark.parametrize("key", NATIVE_KEYS)
