@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from holodesk import __version__
 from holodesk.errors import ActionError, HolodeskError
+from holodesk.policy.native.families import FAMILIES
 
 if TYPE_CHECKING:
     from holodesk.policy.base import Policy
@@ -83,8 +84,13 @@ def _build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="measure the local runtime's speed and memory", add_help=False)
     bench.add_argument("rest", nargs=argparse.REMAINDER, help="options of the benchmark (see --help)")
 
-    tiny = sub.add_parser("tiny-checkpoint", help="write a tiny random Holotron-shaped checkpoint (for tests)")
+    tiny = sub.add_parser("tiny-checkpoint", help="write a tiny random checkpoint in a model family's published "
+                          "layout (for tests)")
     tiny.add_argument("path", type=Path)
+    tiny.add_argument("--family", default="holotron",
+                      choices=[family.key for family in FAMILIES],
+                      help="holotron (Holotron-12B, default), qwen3_vl (Holo2), qwen3_5 / qwen3_5_moe (Holo3, "
+                      "Holo3.1), nemotron_h_omni (Holotron-3-Nano)")
     tiny.add_argument("--seed", type=int, default=0)
     return parser
 
@@ -122,9 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if missing is not None:
                 raise HolodeskError(f"the local runtime is not installed: {missing}",
                                     hint="Install it with: pip install 'holodesk[local]'.")
-            from holodesk.bench.tiny_checkpoint import write_tiny_checkpoint
+            from holodesk.bench.families import write_checkpoint
 
-            print(write_tiny_checkpoint(args.path, seed=args.seed))
+            print(write_checkpoint(args.path, family=args.family, seed=args.seed))
             return EXIT_OK
         return cmd_tray(getattr(args, "no_tray", False))
     except (HolodeskError, OSError) as exc:  # expected: bad input, missing files, no display, no model

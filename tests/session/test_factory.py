@@ -59,9 +59,9 @@ def fake_backends(monkeypatch: pytest.MonkeyPatch) -> None:
     import holodesk.policy.remote
     import holodesk.secrets
 
-    local = types.ModuleType("holodesk.policy.holotron")
-    local.HolotronPolicy = _FakeBackend  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "holodesk.policy.holotron", local)
+    local = types.ModuleType("holodesk.policy.local")  # the local runtimes' one entry (it dispatches by family)
+    local.load_local_policy = _FakeBackend.load  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "holodesk.policy.local", local)
     monkeypatch.setattr(holodesk.policy.remote, "RemotePolicy", _FakeBackend)
     monkeypatch.setattr(holodesk.secrets, "resolve_api_key", lambda endpoint: ("", "none (fake)"))
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from holodesk.errors import HolodeskError
+from holodesk.policy.native.families import FAMILIES
 
 if TYPE_CHECKING:
     import torch
@@ -69,6 +70,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--product-tokens", type=int, default=1024, help="the policy's reply budget (max_new_tokens)")
     p.add_argument("--quant", default="", help="comma list of 8bit,4bit (bitsandbytes, CUDA only)")
     p.add_argument("--allow-fallback", action="store_true", help="no failed check when Mamba-2 kernels are not live")
+    p.add_argument("--family", default=None, choices=[f.key for f in FAMILIES],
+                   help="bench a native family (Holo2 qwen3_vl, Holo3 / Holo3.1 qwen3_5 and qwen3_5_moe, "
+                   "Holotron-3-Nano nemotron_h_omni) through NativePolicy at --history-size, with --reply-tokens, "
+                   "--repeats; default: Holotron-12B")
+    p.add_argument("--config", type=Path, default=None,
+                   help="with --family: the full-size model's config.json (default: the one Holodesk knows)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=None, help="write the result here")
     return p.parse_args(argv)
@@ -181,6 +188,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     prepare_kernels()  # before transformers imports NemotronH
     device, dtype = _device(args)
     result = _header(args, argv, device, dtype)
+    if args.family not in (None, "holotron"):
+        from holodesk.bench.native import run_family
+
+        return run_family(args, device, dtype, result)
     t0 = time.perf_counter()
     loaded = _load(args, device, dtype)
     result["build_s"] = round(time.perf_counter() - t0, 2)

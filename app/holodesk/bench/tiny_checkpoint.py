@@ -152,12 +152,15 @@ def _tiny_config(
     }
 
 
-def write_tokenizer(path: Path, *, vocab_size: int = 480) -> tuple[int, dict[str, int]]:
-    """Train a tiny byte-level BPE with :data:`SPECIAL_TOKENS` and the chat template, and write
-    tokenizer.json, tokenizer_config.json and special_tokens_map.json into the existing folder ``path``.
+def train_tokenizer(path: Path, special_tokens: list[str], *, vocab_size: int = 480,
+                    text: str = _TRAINING_TEXT) -> tuple[int, dict[str, int]]:
+    """Train a tiny byte-level BPE on ``text`` with ``special_tokens`` first (ids 0.. in order) and write it as
+    ``path / "tokenizer.json"`` (the folder must exist).
 
     Returns:
         (number of tokens in the tokenizer, special token -> id).
+    Raises:
+        RuntimeError: when the trained tokenizer lost a special token.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -166,18 +169,29 @@ def write_tokenizer(path: Path, *, vocab_size: int = 480) -> tuple[int, dict[str
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=special_tokens,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator([_TRAINING_TEXT] * 4, trainer=trainer)
+    tokenizer.train_from_iterator([text] * 4, trainer=trainer)
     tokenizer.save(str(path / "tokenizer.json"))
     special_ids: dict[str, int] = {}
-    for tok in SPECIAL_TOKENS:
+    for tok in special_tokens:
         token_id = tokenizer.token_to_id(tok)
         if token_id is None:
             raise RuntimeError(f"the trained tokenizer lost the special token {tok}")
         special_ids[tok] = int(token_id)
+    return int(tokenizer.get_vocab_size()), special_ids
+
+
+def write_tokenizer(path: Path, *, vocab_size: int = 480) -> tuple[int, dict[str, int]]:
+    """Train a tiny byte-level BPE with :data:`SPECIAL_TOKENS` and the chat template, and write
+    tokenizer.json, tokenizer_config.json and special_tokens_map.json into the existing folder ``path``.
+
+    Returns:
+        (number of tokens in the tokenizer, special token -> id).
+    """
+    size, special_ids = train_tokenizer(path, SPECIAL_TOKENS, vocab_size=vocab_size)
     tokenizer_config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": "<s>",
@@ -192,7 +206,7 @@ def write_tokenizer(path: Path, *, vocab_size: int = 480) -> tuple[int, dict[str
     (path / "special_tokens_map.json").write_text(
         json.dumps({"bos_token": "<s>", "eos_token": "<SPECIAL_12>", "unk_token": "<unk>", "pad_token": "<pad>"})
     )
-    return int(tokenizer.get_vocab_size()), special_ids
+    return size, special_ids
 
 
 def write_tiny_checkpoint(
@@ -385,7 +399,8 @@ def _save(tensors: dict[str, torch.Tensor], out: Path, shards: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m holodesk.bench.tiny_checkpoint DIR [--seed N] [--dtype bfloat16]``."""
+    """``python -m holodesk.bench.tiny_checkpoint DIR [--seed N] [--dtype bfloat16]`` (Holotron-12B; the other
+    families: ``holodesk tiny-checkpoint DIR --family NAME``)."""
     parser = argparse.ArgumentParser(description="Write a tiny random Holotron-shaped checkpoint.")
     parser.add_argument("path", type=Path)
     parser.add_argument("--seed", type=int, default=0)

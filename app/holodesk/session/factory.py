@@ -66,11 +66,11 @@ def build_policy(settings: Settings, *, progress: Any = None, cancel: threading.
             reasoning=settings.reasoning,
         )
     if settings.policy == "local":
-        from holodesk.policy.holotron import HolotronPolicy
+        from holodesk.policy.local import load_local_policy
         from holodesk.policy.models import protocol_for
 
         quant = {"bf16": None, "8bit": "8bit", "4bit": "4bit"}[settings.precision]
-        return HolotronPolicy.load(
+        return load_local_policy(  # Holotron-12B or a native family, by the checkpoint's config.json
             settings.model,
             quantization=quant,
             reasoning=settings.reasoning,

@@ -13,7 +13,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from holodesk.errors import PolicyError
 from holodesk.policy.holotron.tiling import Tiling, preprocess_pixels
@@ -196,6 +196,17 @@ def _utf8_pairs_valid(data: bytes) -> bool:
     return True
 
 
+class DecodingTarget(Protocol):
+    """What :class:`Constraint` reads of a loaded model (a :class:`~holodesk.policy.holotron.loader.LoadedHolotron`
+    or a :class:`~holodesk.policy.native.policy.LoadedNative`): ``model.config.text_config.vocab_size`` (the
+    logits' width), the tokenizer, the stop tokens and the device of the logits."""
+
+    model: Any
+    tokenizer: Any
+    eos_ids: tuple[int, ...]
+    device: torch.device
+
+
 class Constraint:
     """JSON-schema constraint with xgrammar: a compiled grammar and a fresh matcher per reply.
 
@@ -208,7 +219,7 @@ class Constraint:
     constrained.
     """
 
-    def __init__(self, loaded: LoadedHolotron, schema: dict[str, Any]) -> None:
+    def __init__(self, loaded: DecodingTarget, schema: dict[str, Any]) -> None:
         try:
             import xgrammar as xgr
         except ImportError:

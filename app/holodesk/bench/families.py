@@ -1,0 +1,311 @@
+"""Random-weight checkpoints of the native families (Holo2, Holo3 / Holo3.1, Holotron-3-Nano), for tests and the bench.
+
+Two sizes, one layout:
+
+* :func:`write_family_checkpoint`: a tiny checkpoint folder laid out as the family's hub repos are: a
+  ``config.json`` in the family's format with tiny dimensions, safetensors weights under the checkpoint's
+  parameter names (written by the model class's own ``save_pretrained``, which saves in the checkpoint layout,
+  e.g. Qwen3.5-MoE's experts one tensor per expert), ``generation_config.json``, and the files the
+  family's processor loads: ``tokenizer.json`` / ``tokenizer_config.json`` (a tiny byte-level BPE trained as
+  :func:`holodesk.bench.tiny_checkpoint.train_tokenizer` does, carrying the family's special and image
+  placeholder tokens), ``chat_template.jinja`` and ``preprocessor_config.json``.
+* :data:`PUBLISHED`: the published ``config.json`` values of each family's full-size model, for
+  ``holodesk bench --family`` (:func:`full_size_model` builds it with random weights on the device).
+
+Write a tiny one with ``holodesk tiny-checkpoint DIR --family qwen3_vl`` (or qwen3_5, qwen3_5_moe,
+nemotron_h_omni).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from holodesk.bench.tiny_checkpoint import CHAT_TEMPLATE as NEMOTRON_CHAT_TEMPLATE
+from holodesk.bench.tiny_checkpoint import train_tokenizer, write_tiny_checkpoint
+from holodesk.policy.native.families import NATIVE_FAMILIES, family_by_key
+
+if TYPE_CHECKING:
+    import torch
+
+QWEN_SPECIAL_TOKENS: Final = [
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
+    "<|image_pad|>", "<|video_pad|>", "<think>", "</think>",
+]
+"""Qwen3-VL / Qwen3.5 special tokens the tiny tokenizer carries (the processor's image placeholder
+``<|image_pad|>`` and its ``<|vision_start|>`` / ``<|vision_end|>`` frame included)."""
+
+NEMOTRON_SPECIAL_TOKENS: Final = [
+    "<unk>", "<s>", "</s>", "<SPECIAL_10>", "<SPECIAL_11>", "<SPECIAL_12>", "<img>", "</img>", "<image>",
+    "<video>", "<so_embedding>", "<so_start>", "<so_end>", "<think>", "</think>", "<pad>",
+]
+"""Nemotron-H Omni special tokens (the Omni processor's ``<img>``, ``<image>``, ``</img>``, ``<video>`` and the
+audio placeholders)."""
+
+QWEN_CHAT_TEMPLATE: Final = (
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
+    "{%- if message['content'] is string -%}{{- message['content'] -}}"
+    "{%- else -%}{%- for part in message['content'] -%}"
+    "{%- if part['type'] == 'image' -%}{{- '<|vision_start|><|image_pad|><|vision_end|>' -}}"
+    "{%- elif part['type'] == 'text' -%}{{- part['text'] -}}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}"
+    "{{- '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}"
+    "{%- if enable_thinking is defined and enable_thinking -%}{{- '<think>\\n' -}}"
+    "{%- else -%}{{- '<think>\\n\\n</think>\\n\\n' -}}{%- endif -%}{%- endif -%}"
+)
+"""The Qwen chat layout (ChatML turns, an image as ``<|vision_start|><|image_pad|><|vision_end|>``, the Qwen3.5
+thinking switch ``enable_thinking``), written for the tiny checkpoints."""
+
+_TRAINING_TEXT: Final = (
+    '{"note": null, "thought": "Click the OK button.", "tool_call": {"tool_name": "click_desktop", '
+    '"element": "OK button", "x": 512, "y": 87, "button": "left"}}\n'
+    '{"thought": "Type it.", "tool_call": {"tool_name": "write_desktop", "content": "hello", "press_enter": true}}\n'
+    '{"tool_call": {"tool_name": "scroll_desktop", "direction": "down", "scroll_size": 3}} wait_desktop seconds\n'
+    "hotkey_desktop keys ctrl shift tab update_plan goals title status todo running done answer\n"
+    "<observation> </observation> Task: system user assistant 0 1 2 3 4 5 6 7 8 9 100 250 500 999 1000\n"
+)
+
+
+def _tiny_qwen_vision(model_type: str, out_hidden: int) -> dict[str, Any]:
+    vision = {"model_type": model_type, "depth": 2, "hidden_size": 32, "hidden_act": "gelu_pytorch_tanh",
+              "intermediate_size": 64, "num_heads": 2, "in_channels": 3, "patch_size": 16, "spatial_merge_size": 2,
+              "temporal_patch_size": 2, "out_hidden_size": out_hidden, "num_position_embeddings": 64,
+              "initializer_range": 0.02}
+    if model_type == "qwen3_vl":
+        vision["deepstack_visual_indexes"] = [1]
+    return vision
+
+
+def _tiny_config(key: str, ids: dict[str, int], vocab: int) -> dict[str, Any]:
+    """The tiny config.json of family ``key`` in the family's published format."""
+    hidden = 32
+    if key == "nemotron_h_omni":
+        pattern = "ME*E"
+        return {
+            "architectures": ["NemotronH_Omni_Reasoning_V3"], "model_type": "nemotron_h_omni",
+            "downsample_ratio": 0.5, "projector_hidden_size": 4 * hidden, "vision_hidden_size": 32,
+            "image_token_id": ids["<image>"], "video_token_id": ids["<video>"], "audio_token_id": ids["<so_embedding>"],
+            "audio_config": None, "video_temporal_patch_size": 2,
+            "text_config": {
+                "model_type": "nemotron_h", "vocab_size": vocab, "hidden_size": hidden,
+                "layers_block_type": [{"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}[c] for c in pattern],
+                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "intermediate_size": 64,
+                "mamba_num_heads": 8, "mamba_head_dim": 8, "ssm_state_size": 16, "n_groups": 2, "conv_kernel": 4,
+                "expand": 2, "chunk_size": 64, "n_routed_experts": 4, "n_shared_experts": 1,
+                "moe_intermediate_size": 16, "moe_shared_expert_intermediate_size": 16, "num_experts_per_tok": 2,
+                "bos_token_id": ids["<s>"], "eos_token_id": ids["<SPECIAL_12>"], "pad_token_id": ids["<pad>"],
+                "tie_word_embeddings": False,
+            },
+            "vision_config": {"model_type": "radio", "hidden_size": 32, "num_hidden_layers": 2,
+                              "num_attention_heads": 2, "intermediate_size": 128, "patch_size": 16,
+                              "video_temporal_patch_size": 2},
+        }
+    image_ids = {"image_token_id": ids["<|image_pad|>"], "video_token_id": ids["<|video_pad|>"],
+                 "vision_start_token_id": ids["<|vision_start|>"], "vision_end_token_id": ids["<|vision_end|>"]}
+    if key == "qwen3_vl":
+        return {
+            "architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl", **image_ids,
+            "tie_word_embeddings": False,
+            "text_config": {
+                "model_type": "qwen3_vl_text", "vocab_size": vocab, "hidden_size": hidden, "intermediate_size": 64,
+                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+                "hidden_act": "silu", "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
+                "attention_bias": False, "bos_token_id": ids["<|endoftext|>"], "eos_token_id": ids["<|im_end|>"],
+                "rope_scaling": {"rope_type": "default", "mrope_interleaved": True, "mrope_section": [2, 1, 1]},
+                "rope_theta": 5000000, "tie_word_embeddings": False,
+            },
+            "vision_config": _tiny_qwen_vision("qwen3_vl", hidden),
+        }
+    text: dict[str, Any] = {
+        "vocab_size": vocab, "hidden_size": hidden, "num_hidden_layers": 4, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 8, "hidden_act": "silu", "max_position_embeddings": 32768,
+        "rms_norm_eps": 1e-6, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 8, "linear_value_head_dim": 8,
+        "linear_num_key_heads": 2, "linear_num_value_heads": 4, "full_attention_interval": 2,
+        "layer_types": ["linear_attention", "full_attention", "linear_attention", "full_attention"],
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.5,
+                            "mrope_interleaved": True, "mrope_section": [1, 1, 0]},
+        "eos_token_id": ids["<|im_end|>"], "tie_word_embeddings": False,
+    }
+    if key == "qwen3_5":
+        return {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5", **image_ids,
+                "tie_word_embeddings": False,
+                "text_config": {**text, "model_type": "qwen3_5_text", "intermediate_size": 64},
+                "vision_config": _tiny_qwen_vision("qwen3_5", hidden)}
+    return {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe", **image_ids,
+            "tie_word_embeddings": False,
+            "text_config": {**text, "model_type": "qwen3_5_moe_text", "moe_intermediate_size": 16,
+                            "shared_expert_intermediate_size": 16, "num_experts": 4, "num_experts_per_tok": 2},
+            "vision_config": _tiny_qwen_vision("qwen3_5_moe", hidden)}
+
+
+def _processor_files(key: str, out: Path, max_pixels: int) -> None:
+    """preprocessor_config.json and chat_template.jinja of family ``key`` (the files its processor reads)."""
+    if key == "nemotron_h_omni":
+        pre = {"image_processor_type": "NemotronH_Omni_Reasoning_V3ImageProcessor",
+               "processor_class": "NemotronH_Omni_Reasoning_V3Processor", "patch_size": 16, "downsample_ratio": 0.5,
+               "min_num_patches": 4, "max_num_patches": max(4, max_pixels // 256), "max_model_len": 8192,
+               "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711]}
+        template = NEMOTRON_CHAT_TEMPLATE
+    else:
+        pre = {"image_processor_type": "Qwen2VLImageProcessorFast", "processor_class": "Qwen3VLProcessor",
+               "size": {"shortest_edge": 32 * 32, "longest_edge": max_pixels}, "patch_size": 16,
+               "temporal_patch_size": 2, "merge_size": 2, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+               "do_rescale": True, "do_normalize": True, "do_convert_rgb": True}
+        template = QWEN_CHAT_TEMPLATE
+    (out / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))
+    (out / "chat_template.jinja").write_text(template)
+
+
+def _tokenizer_files(key: str, out: Path, vocab_size: int) -> tuple[int, dict[str, int]]:
+    """tokenizer.json / tokenizer_config.json of family ``key``; returns (tokenizer size, special ids)."""
+    if key == "nemotron_h_omni":
+        specials = NEMOTRON_SPECIAL_TOKENS
+        config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "<SPECIAL_12>",
+                  "unk_token": "<unk>", "pad_token": "<pad>", "model_max_length": 262144,
+                  "clean_up_tokenization_spaces": False}
+    else:
+        specials = QWEN_SPECIAL_TOKENS
+        config = {"tokenizer_class": "Qwen2Tokenizer", "bos_token": None, "eos_token": "<|im_end|>",
+                  "pad_token": "<|endoftext|>", "unk_token": None, "model_max_length": 262144, "errors": "replace",
+                  "add_prefix_space": False, "clean_up_tokenization_spaces": False}
+    size, ids = train_tokenizer(out, specials, vocab_size=vocab_size, text=_TRAINING_TEXT)
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    return size, ids
+
+
+def write_family_checkpoint(path: str | Path, family: str, *, seed: int = 0, tokenizer_vocab: int = 480,
+                            vocab_size: int = 512, max_pixels: int = 128 * 128) -> Path:
+    """Write a tiny random checkpoint of the native family ``family`` (a ``--family`` key) to ``path``.
+
+    Args:
+        path: folder to create (may exist; its files are overwritten).
+        family: ``qwen3_vl``, ``qwen3_5``, ``qwen3_5_moe`` or ``nemotron_h_omni``.
+        seed: torch RNG seed of the weight draws (transformers' own initialisation); same seed, same tensors.
+        tokenizer_vocab: BPE vocabulary to train; vocab_size: the LM's rows (>= the tokenizer's size).
+        max_pixels: the image processor's pixel budget per image (screenshots are scaled down to it; small
+            keeps the tiny model's prompts short).
+    Returns:
+        The checkpoint folder.
+    Raises:
+        ModelLoadError: an unknown or non-native family.
+        ValueError: ``vocab_size`` below the tokenizer's size.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    chosen = family_by_key(family)
+    if chosen not in NATIVE_FAMILIES:
+        raise ValueError(f"{family} is not a native family; Holotron-12B has its own writer (tiny_checkpoint.py)")
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    size, ids = _tokenizer_files(chosen.key, out, tokenizer_vocab)
+    if vocab_size < size:
+        raise ValueError(f"vocab_size {vocab_size} is smaller than the tokenizer's {size} tokens")
+    _processor_files(chosen.key, out, max_pixels)
+    published = _tiny_config(chosen.key, ids, vocab_size)
+    (out / "config.json").write_text(json.dumps(published, indent=2))
+    config = AutoConfig.from_pretrained(str(out), local_files_only=True)
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    for old in out.glob("model*.safetensors"):
+        old.unlink()
+    model.save_pretrained(str(out))  # the class's checkpoint layout (conversion mapping reversed)
+    (out / "config.json").write_text(json.dumps(published, indent=2))  # the published format, not the re-save
+    stops = [ids["<|im_end|>"], ids["<|endoftext|>"]] if "<|im_end|>" in ids else [ids["<SPECIAL_12>"]]
+    (out / "generation_config.json").write_text(json.dumps({"eos_token_id": stops, "do_sample": False}))
+    return out
+
+
+def write_checkpoint(path: str | Path, *, family: str = "holotron", seed: int = 0) -> Path:
+    """A tiny random checkpoint of ``family`` (any :data:`~holodesk.policy.native.families.FAMILIES` key:
+    ``holotron`` goes to :func:`holodesk.bench.tiny_checkpoint.write_tiny_checkpoint`, the others to
+    :func:`write_family_checkpoint`) in ``path``; returns the folder. The writer of ``holodesk tiny-checkpoint``.
+
+    Raises:
+        ModelLoadError: an unknown family.
+    """
+    if family_by_key(family).runtime == "holotron":
+        return write_tiny_checkpoint(path, seed=seed)
+    return write_family_checkpoint(path, family, seed=seed)
+
+
+# ---------------------------------------------------------------------------------------------- full size
+QWEN3_VL_8B: Final[dict[str, Any]] = {
+    "architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl",
+    "image_token_id": 151655, "video_token_id": 151656, "vision_start_token_id": 151652, "vision_end_token_id": 151653,
+    "tie_word_embeddings": False,
+    "text_config": {
+        "model_type": "qwen3_vl_text", "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 12288,
+        "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+        "hidden_act": "silu", "max_position_embeddings": 262144, "rms_norm_eps": 1e-6, "attention_bias": False,
+        "attention_dropout": 0.0, "initializer_range": 0.02, "bos_token_id": 151643, "eos_token_id": 151645,
+        "rope_scaling": {"rope_type": "default", "mrope_interleaved": True, "mrope_section": [24, 20, 20]},
+        "rope_theta": 5000000, "tie_word_embeddings": False, "dtype": "bfloat16",
+    },
+    "vision_config": {
+        "model_type": "qwen3_vl", "depth": 27, "hidden_size": 1152, "hidden_act": "gelu_pytorch_tanh",
+        "intermediate_size": 4304, "num_heads": 16, "in_channels": 3, "patch_size": 16, "spatial_merge_size": 2,
+        "temporal_patch_size": 2, "out_hidden_size": 4096, "num_position_embeddings": 2304,
+        "deepstack_visual_indexes": [8, 16, 24], "initializer_range": 0.02,
+    },
+}
+"""Qwen3-VL-8B's config.json, the architecture Holo2-8B is fine-tuned from. Sources (read 2026-12-01): the
+config.json of a public Qwen3-VL-8B fine-tune (huggingface.co/Steinate/Cortex, ``base_model``
+Qwen/Qwen3-VL-8B-Instruct; its vision block as in huggingface.co/quanliang/F1, the same tower) and, for every
+dimension it states, Ollama's GGUF metadata of qwen3-vl:8b (36 blocks, width 4096, FFN 12288, 32 heads / 8 KV
+heads of 128, rope base 5e6; vision 27 blocks, width 1152, 16 heads, patch 16, merge 2, temporal patch 2,
+DeepStack layers 8, 16, 24). Not read from Hcompany/Holo2-8B's own repository (not reachable from here)."""
+
+PUBLISHED: Final[dict[str, dict[str, Any] | None]] = {
+    "qwen3_vl": QWEN3_VL_8B,
+    "qwen3_5": None,
+    "qwen3_5_moe": None,
+    "nemotron_h_omni": None,
+}
+"""Published config.json of each family's full-size model, None where Holodesk has not found it: Holo3 /
+Holo3.1 (Qwen3.5, Qwen3.5-MoE, e.g. Hcompany/Holo3-35B-A3B) and Holotron-3-Nano (Nemotron 3 Nano Omni) —
+``holodesk bench --family KEY --config config.json`` takes the file instead."""
+
+PUBLISHED_MAX_PIXELS: Final[dict[str, int]] = {"qwen3_vl": 16777216}
+"""The published image processor's pixel budget per image (Qwen3-VL's preprocessor ``size.longest_edge``;
+Ollama's qwen3-vl metadata ``vision.longest_edge`` 16777216): a 1080p screenshot is not scaled down."""
+
+
+def full_size_model(config: dict[str, Any], device: torch.device, dtype: torch.dtype) -> Any:
+    """The model of ``config`` (a config.json of a native family) with transformers' random initialisation,
+    built on ``device`` in ``dtype``, eval mode.
+
+    Raises:
+        ModelLoadError: transformers does not know the config's model_type.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from holodesk.errors import ModelLoadError
+
+    fields = {k: v for k, v in config.items() if k not in ("model_type", "architectures")}
+    try:
+        built = AutoConfig.for_model(str(config.get("model_type")), **fields)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"transformers cannot build a config for model_type {config.get('model_type')!r}: "
+                             f"{exc}") from exc
+    with torch.device(device):
+        model = AutoModelForImageTextToText.from_config(built, dtype=dtype)
+    return model.eval()
+
+
+__all__ = [
+    "NEMOTRON_SPECIAL_TOKENS",
+    "PUBLISHED",
+    "PUBLISHED_MAX_PIXELS",
+    "QWEN3_VL_8B",
+    "QWEN_CHAT_TEMPLATE",
+    "QWEN_SPECIAL_TOKENS",
+    "full_size_model",
+    "write_checkpoint",
+    "write_family_checkpoint",
+]

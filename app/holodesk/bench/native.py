@@ -1,0 +1,199 @@
+"""``holodesk bench --family KEY``: a native family's model (Holo2, Holo3 / Holo3.1, Holotron-3-Nano) with random
+weights, through :class:`~holodesk.policy.native.NativePolicy`'s own step, on this machine.
+
+Reported for a 1080p screenshot: the weights (bytes, vision and language model), the peak memory of the step
+over the weights (CUDA), TTFA (template and processor, vision and prefill, up to the first token's logits),
+decode ms/token and its memory floor: the bytes one decode step must read (the language model's weights
+but the embedding table, only ``num_experts_per_tok / num_experts`` of the expert weights, the KV entries of
+the attention layers) over the copy bandwidth measured by :func:`holodesk.bench.floors.measure_floors`.
+
+The model is the family's full-size one built from its published config.json on the device
+(:data:`holodesk.bench.families.PUBLISHED`, or ``--config FILE``), or with ``--tiny`` the tiny checkpoint of
+``holodesk tiny-checkpoint --family`` loaded through :func:`~holodesk.policy.native.policy.load_native` (the
+CPU check of this code path). Both use the tiny checkpoint's tokenizer, chat template and processor files
+(the published image-token ids are replaced by the tiny tokenizer's, which does not change any shape); the
+full size uses the published image processor's pixel budget, so a 1080p screenshot gets the real image
+token count. Replies have a fixed length (``--reply-tokens``; no stop token, no grammar): speed does not
+depend on the weight values, and the replies are meaningless.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from holodesk.bench.families import PUBLISHED, PUBLISHED_MAX_PIXELS, full_size_model, write_family_checkpoint
+from holodesk.errors import ModelLoadError
+from holodesk.policy.native.families import NEMOTRON_H_OMNI, family_by_key
+
+if TYPE_CHECKING:
+    import torch
+
+    from holodesk.policy.native.policy import LoadedNative
+
+
+def published_config(key: str, config_path: Path | None) -> dict[str, Any]:
+    """The full-size config.json of family ``key``: ``config_path`` when given, else :data:`PUBLISHED`.
+
+    Raises:
+        ModelLoadError: no published config is known for the family and none was given, or the file is unreadable.
+    """
+    if config_path is not None:
+        from holodesk.policy.native.families import read_config
+
+        return read_config(config_path.parent if config_path.name == "config.json" else config_path)
+    published = PUBLISHED.get(key)
+    if published is None:
+        raise ModelLoadError(f"the published config.json of {family_by_key(key).models} is not known to Holodesk",
+                             hint="Pass --config with that model's config.json (no weights are read).")
+    return json.loads(json.dumps(published))
+
+
+def random_native(key: str, *, tiny: bool, config_path: Path | None, device: torch.device, dtype: torch.dtype,
+                  seed: int, workdir: Path) -> LoadedNative:
+    """Family ``key``'s model with random weights and the tiny checkpoint's processor files, as a
+    :class:`~holodesk.policy.native.policy.LoadedNative` (module docstring).
+
+    Raises:
+        ModelLoadError: see :func:`published_config` and :func:`~holodesk.policy.native.policy.load_native`.
+    """
+    from holodesk.policy.native.policy import LoadedNative, load_native
+    from holodesk.policy.native.processor import load_processor
+
+    family = family_by_key(key)
+    folder = workdir / key
+    if tiny:
+        write_family_checkpoint(folder, key, seed=seed)
+        return load_native(folder, dtype=str(dtype).removeprefix("torch."), device=str(device))
+    config = published_config(key, config_path)
+    write_family_checkpoint(folder, key, seed=seed, max_pixels=PUBLISHED_MAX_PIXELS.get(key, 128 * 128))
+    tiny_config = json.loads((folder / "config.json").read_text())
+    for name in ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id",
+                 "audio_token_id"):
+        if name in tiny_config:
+            config[name] = tiny_config[name]
+    import torch
+
+    torch.manual_seed(seed)
+    model = full_size_model(config, device, dtype)
+    processor, how = load_processor(folder, family)
+    tokenizer = getattr(processor, "tokenizer", processor)
+    stop = int(model.config.get_text_config().vocab_size)  # an id no reply can hold: fixed-length replies
+    return LoadedNative(model=model, processor=processor, tokenizer=tokenizer, family=family, folder=folder,
+                        eos_ids=(stop,), pad_id=int(tokenizer.pad_token_id or 0),
+                        think_end_id=tokenizer.get_vocab().get("</think>"), device=device, dtype=dtype,
+                        processor_kind=how)
+
+
+def decode_step_bytes(model: Any, length: int) -> int:
+    """Bytes one decode step reads with ``length`` tokens in the cache: the decoder's weights but the embedding
+    table (one row), expert weights scaled by ``num_experts_per_tok / num_experts``, the output head, and the
+    K and V entries of the attention layers (every layer when the config lists no layer types; the recurrent
+    state of the linear-attention / Mamba layers is left out: a few MB)."""
+    text = model.config.get_text_config()
+    experts = getattr(text, "num_experts", None) or getattr(text, "n_routed_experts", None)
+    active = float(text.num_experts_per_tok) / float(experts) if experts else 1.0
+    total = 0.0
+    decoder = model.get_decoder()
+    itemsize = 2
+    for name, param in decoder.named_parameters():
+        size = param.numel() * param.element_size()
+        itemsize = param.element_size()
+        if "embed" in name:
+            total += size / param.shape[0]  # one row
+        else:
+            total += size * (active if ".experts." in name else 1.0)
+    head = model.get_output_embeddings()
+    if head is not None:
+        total += head.weight.numel() * head.weight.element_size()
+    kinds = [str(k) for k in (getattr(text, "layer_types", None) or getattr(text, "layers_block_type", None) or [])]
+    attention = sum(1 for k in kinds if k in ("full_attention", "attention")) if kinds else text.num_hidden_layers
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    total += attention * 2 * text.num_key_value_heads * head_dim * itemsize * length
+    return int(total)
+
+
+def family_runs(loaded: LoadedNative, args: argparse.Namespace, floors: dict[str, Any]) -> dict[str, Any]:
+    """``--repeats`` timed steps (after one untimed: compilation) of a 1080p screenshot through
+    :meth:`NativePolicy.generate`, with their peak memory and the decode floor (module docstring)."""
+    import numpy as np
+
+    from holodesk.bench.floors import allocated, floor_ms, param_bytes, peak, reset_peak
+    from holodesk.core.geometry import Frame, Monitor
+    from holodesk.policy.base import Observation
+    from holodesk.policy.native.policy import NativePolicy
+
+    model = loaded.model
+    vision = next((m for m in (getattr(model, "vision_model", None), getattr(getattr(model, "model", None), "visual",
+                                                                              None)) if m is not None), None)
+    total = param_bytes(model)
+    weights = {"total": total, "vision": param_bytes(vision) if vision is not None else None,
+               "language_model": param_bytes(model.get_decoder())}
+    policy = NativePolicy(loaded, constrained=False, max_images=1, max_new_tokens=args.reply_tokens)
+    width, height = (int(v) for v in args.history_size.split("x"))
+    pixels = np.random.default_rng(args.seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    observation = Observation(task="Open the settings and turn on dark mode.",
+                              frame=Frame(pixels, Monitor(1, 0, 0, width, height)))
+    device = loaded.device
+    policy.generate(observation)  # untimed: the compiled decode step and the static cache are built here
+    steps = []
+    for _ in range(max(1, args.repeats)):
+        at_rest = reset_peak(device)
+        _raw, timings, details = policy.generate(observation)
+        steps.append({"timings_ms": timings, "ttfa_ms": details["ttfa_ms"],
+                      "decode_ms_per_token": details["decode_ms_per_token"],
+                      "generated_tokens": details["generated_tokens"], "prompt_tokens": details["prompt_tokens"],
+                      "peak_over_rest_bytes": peak(device) - at_rest if device.type == "cuda" else None})
+    per_token = [s["decode_ms_per_token"] for s in steps if s["decode_ms_per_token"]]
+    decode_ms = statistics.median(per_token) if per_token else None
+    length = steps[-1]["prompt_tokens"] + args.reply_tokens
+    nbytes = decode_step_bytes(model, length)
+    flops = float(nbytes)  # 2 FLOPs (a multiply-add) per bf16 weight of 2 bytes read
+    floor = floor_ms(floors, flops, nbytes) if floors else None
+    result = {
+        "family": loaded.family.key, "models": loaded.family.models, "runtime": policy.describe(),
+        "frame": args.history_size, "weights_bytes": weights,
+        "memory_at_rest_over_weights_bytes": allocated(device) - total if device.type == "cuda" else None,
+        "prompt_tokens": steps[-1]["prompt_tokens"], "reply_tokens": args.reply_tokens,
+        "ttfa_ms": statistics.median(s["ttfa_ms"] for s in steps),
+        "prefill_ms": statistics.median(s["timings_ms"]["prefill"] for s in steps),
+        "decode_ms_per_token": decode_ms, "decode_step_bytes": nbytes, "decode_floor_ms_per_token": floor,
+        "decode_vs_floor": (decode_ms / floor) if decode_ms and floor else None,
+        "peak_over_rest_bytes": max((s["peak_over_rest_bytes"] or 0) for s in steps) if device.type == "cuda" else None,
+        "steps": steps,
+    }
+    policy.close()
+    return result
+
+
+def run_family(args: argparse.Namespace, device: torch.device, dtype: torch.dtype,
+               result: dict[str, Any]) -> dict[str, Any]:
+    """The ``--family`` bench into ``result`` (the header); returns it.
+
+    Raises:
+        ModelLoadError: an unknown family, a non-native one, or no published config (:func:`published_config`).
+    """
+    from holodesk.bench.floors import measure_floors
+
+    family = family_by_key(args.family)
+    if family.runtime != "native":
+        raise ModelLoadError(f"--family {args.family} runs on the Holotron bench; leave --family out for it")
+    if family is NEMOTRON_H_OMNI:
+        result["notes"] = ["Holotron-3-Nano's processor needs torchvision"]
+    result["floors"] = {} if args.no_floors else measure_floors(device)
+    print(f"floors: {result['floors']}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="holodesk-bench-") as tmp:
+        loaded = random_native(args.family, tiny=args.tiny, config_path=args.config, device=device, dtype=dtype,
+                               seed=args.seed, workdir=Path(tmp))
+        row = family_runs(loaded, args, result["floors"])
+        del loaded
+    result["family_row"] = row
+    print(json.dumps({k: v for k, v in row.items() if k != "steps"}, default=str), flush=True)
+    return result
+
+
+__all__ = ["decode_step_bytes", "family_runs", "published_config", "random_native", "run_family"]

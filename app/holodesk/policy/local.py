@@ -1,0 +1,72 @@
+"""The local policy for a checkpoint: the one place that decides which runtime loads it.
+
+:func:`load_local_policy` reads the checkpoint's ``config.json`` and dispatches by its family
+(:func:`holodesk.policy.native.families.family_of`): Holotron-12B to
+:class:`~holodesk.policy.holotron.HolotronPolicy` (Holodesk's static decoder), Holo2, Holo3 / Holo3.1 and
+Holotron-3-Nano to :class:`~holodesk.policy.native.NativePolicy` (transformers' own classes), anything else
+to a :class:`~holodesk.errors.ModelLoadError` naming what is supported.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from holodesk.policy.native.families import read_family
+
+if TYPE_CHECKING:
+    from holodesk.policy.base import Policy
+    from holodesk.policy.holotron.checkpoint import ProgressFn
+
+
+def load_local_policy(
+    source: str | Path,
+    *,
+    quantization: str | None = None,
+    decoder: str = "static",
+    progress: ProgressFn | None = None,
+    cancel: threading.Event | None = None,
+    **options: Any,
+) -> Policy:
+    """Load ``source`` (a checkpoint folder or a hub repo id) with the runtime of its family.
+
+    Args:
+        source: checkpoint folder, or ``owner/name`` on the hub (downloaded only with a CUDA GPU).
+        quantization: None, ``"8bit"`` or ``"4bit"``: Holotron-12B only (bitsandbytes).
+        decoder: ``"static"`` or ``"stock"``: Holotron-12B's decoder (the native families always use
+            transformers' ``generate`` with a static cache).
+        progress, cancel: reach the download and the load.
+        options: what both policies' ``load`` take: ``reasoning``, ``max_images``, ``constrained``,
+            ``protocol``, ``max_new_tokens``, ``max_think_tokens``, ``max_string_chars``, ``dtype``,
+            ``device``, ``attn_implementation``.
+    Raises:
+        ModelLoadError: an unsupported or unreadable checkpoint (the message lists the supported families),
+            quantization asked for a native family, or the chosen runtime's load errors.
+    """
+    from holodesk.errors import ModelLoadError
+    from holodesk.policy.download import resolve_source
+
+    device = options.get("device")
+    if device is None:
+        import torch
+
+        on_gpu = torch.cuda.is_available()
+    else:
+        on_gpu = str(device).startswith("cuda")
+    folder = resolve_source(source, progress=progress, download=on_gpu, cancel=cancel)
+    family = read_family(folder)
+    if family.runtime == "holotron":
+        from holodesk.policy.holotron import HolotronPolicy
+
+        return HolotronPolicy.load(folder, quantization=quantization, decoder=decoder, progress=progress,
+                                   cancel=cancel, **options)
+    if quantization is not None:
+        raise ModelLoadError(f"{quantization} weights are offered for Holotron-12B only, not for {family.models}",
+                             hint="Choose bf16 precision for this model.")
+    from holodesk.policy.native import NativePolicy
+
+    return NativePolicy.load(folder, progress=progress, cancel=cancel, **options)
+
+
+__all__ = ["load_local_policy"]

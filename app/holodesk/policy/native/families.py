@@ -1,0 +1,170 @@
+"""The H Company model families Holodesk runs locally, declared once, and the load-time dispatch rule.
+
+A checkpoint's ``config.json`` decides its runtime (:func:`family_of`):
+
+* ``NemotronH_Nano_VL_V2`` whose language model has no MoE block (Holotron-12B's dense Mamba-2 /
+  attention / MLP pattern) -> Holodesk's own Holotron runtime (:mod:`holodesk.policy.holotron`);
+* ``qwen3_vl`` (Holo2), ``qwen3_5`` and ``qwen3_5_moe`` (Holo3 / Holo3.1), and Nemotron-H Omni
+  checkpoints whose language model has MoE blocks (Holotron-3-Nano, built on Nemotron 3 Nano Omni, in
+  transformers' layout: ``nemotron_h_omni``) -> transformers' own classes (:mod:`holodesk.policy.native`);
+* anything else -> :class:`~holodesk.errors.ModelLoadError` naming what is supported.
+
+Pure Python: no torch or transformers import (the doctor and the settings can read a checkpoint's family).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from holodesk.errors import ModelLoadError
+from holodesk.policy.holotron.pattern import resolve_block_pattern
+
+Runtime = Literal["holotron", "native"]
+
+
+@dataclass(frozen=True)
+class Family:
+    """One architecture family and how Holodesk runs it.
+
+    Attributes:
+        key: the ``--family`` name (transformers' ``model_type``, or ``holotron`` for Holotron-12B).
+        model_types: ``config.json`` ``model_type`` values of the family (transformers' name first).
+        runtime: ``"holotron"`` (Holodesk's static decoder) or ``"native"`` (transformers' classes).
+        models: the H Company models of the family, in words.
+        architecture: the architecture in words.
+        moe: True when the family's language model is a mixture of experts.
+    """
+
+    key: str
+    model_types: tuple[str, ...]
+    runtime: Runtime
+    models: str
+    architecture: str
+    moe: bool = False
+
+
+HOLOTRON: Final = Family("holotron", ("NemotronH_Nano_VL_V2",), "holotron", "Holotron-12B",
+                         "Nemotron Nano 2 VL: RADIO + hybrid Mamba-2 / attention / MLP (dense)")
+QWEN3_VL: Final = Family("qwen3_vl", ("qwen3_vl",), "native", "Holo2 (e.g. Holo2-8B)",
+                         "Qwen3-VL: ViT with DeepStack + dense transformer")
+QWEN3_5: Final = Family("qwen3_5", ("qwen3_5",), "native", "Holo3 / Holo3.1, dense sizes",
+                        "Qwen3.5: ViT + hybrid Gated DeltaNet / attention, dense MLP")
+QWEN3_5_MOE: Final = Family("qwen3_5_moe", ("qwen3_5_moe",), "native",
+                            "Holo3 / Holo3.1, MoE sizes (e.g. Holo3-35B-A3B)",
+                            "Qwen3.5-MoE: ViT + hybrid Gated DeltaNet / attention, MoE", moe=True)
+NEMOTRON_H_OMNI: Final = Family("nemotron_h_omni", ("nemotron_h_omni",), "native",
+                                "Holotron-3-Nano (Nemotron 3 Nano Omni)",
+                                "Nemotron-H Omni: RADIO + hybrid Mamba-2 / attention / MoE", moe=True)
+
+FAMILIES: Final[tuple[Family, ...]] = (HOLOTRON, QWEN3_VL, QWEN3_5, QWEN3_5_MOE, NEMOTRON_H_OMNI)
+"""Every family Holodesk runs locally, in the order they are listed to the user."""
+
+NATIVE_FAMILIES: Final = tuple(f for f in FAMILIES if f.runtime == "native")
+
+_NEMOTRON_TYPES: Final = frozenset(HOLOTRON.model_types + NEMOTRON_H_OMNI.model_types)
+
+
+def supported_text() -> str:
+    """The supported checkpoints in words, one family per clause (for error messages and the docs)."""
+    return "; ".join(f"{f.models}: model_type {' or '.join(f.model_types)}"
+                     + (" with MoE blocks" if f is NEMOTRON_H_OMNI else "")
+                     + (" without MoE blocks" if f is HOLOTRON else "") for f in FAMILIES)
+
+
+def family_by_key(key: str) -> Family:
+    """The family called ``key`` (:attr:`Family.key`).
+
+    Raises:
+        ModelLoadError: for an unknown key; the message lists the known ones.
+    """
+    for family in FAMILIES:
+        if family.key == key:
+            return family
+    raise ModelLoadError(f"unknown model family {key!r}",
+                         hint="Known families: " + ", ".join(f.key for f in FAMILIES) + ".")
+
+
+def language_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The language model's part of a config.json: ``text_config`` (transformers), ``llm_config`` (remote
+    code), else the config itself."""
+    for key in ("text_config", "llm_config"):
+        value = config.get(key)
+        if isinstance(value, dict):
+            return value
+    return config
+
+
+def nemotron_block_pattern(config: dict[str, Any], where: str = "config.json") -> str:
+    """The Nemotron-H block pattern (``M`` Mamba-2, ``*`` attention, ``-`` MLP, ``E`` MoE) of a
+    config.json (:func:`holodesk.policy.holotron.pattern.resolve_block_pattern`, without weights).
+
+    Raises:
+        ModelLoadError: the config states no block types, or unknown ones.
+    """
+    pattern, _notes = resolve_block_pattern(language_config(config), {}, where)
+    return pattern
+
+
+def family_of(config: dict[str, Any], where: str = "config.json") -> Family:
+    """The family of a parsed ``config.json`` (the dispatch rule in the module docstring).
+
+    Raises:
+        ModelLoadError: an unsupported ``model_type`` (the message lists the supported ones), or a Nemotron
+            config whose block types cannot be read or whose kind (dense / MoE) does not fit its type.
+    """
+    model_type = config.get("model_type")
+    if model_type in _NEMOTRON_TYPES:
+        moe = "E" in nemotron_block_pattern(config, where)
+        if model_type in HOLOTRON.model_types and not moe:
+            return HOLOTRON
+        if model_type in NEMOTRON_H_OMNI.model_types and moe:
+            return NEMOTRON_H_OMNI
+        raise ModelLoadError(
+            f"{where} has model_type {model_type!r} with a {'MoE' if moe else 'dense'} language model, which "
+            "Holodesk does not run locally",
+            hint=f"Supported: {supported_text()}. Use the remote policy for other models.",
+        )
+    for family in NATIVE_FAMILIES:
+        if model_type in family.model_types:
+            return family
+    raise ModelLoadError(
+        f"{where} has model_type {model_type!r}, which Holodesk does not run locally",
+        hint=f"Supported: {supported_text()}. Use the remote policy for other models.",
+    )
+
+
+def read_config(folder: str | Path) -> dict[str, Any]:
+    """``config.json`` of a checkpoint folder.
+
+    Raises:
+        ModelLoadError: the folder or the file is missing, unreadable, or not a JSON object.
+    """
+    path = Path(folder) / "config.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelLoadError(f"config.json is missing from {path.parent}",
+                             hint="Point Holodesk at the folder that holds config.json and the .safetensors "
+                                  "files.") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(f"{path} could not be read: {exc}") from None
+    if not isinstance(data, dict):
+        raise ModelLoadError(f"{path} does not hold a JSON object")
+    return data
+
+
+def read_family(folder: str | Path) -> Family:
+    """The family of the checkpoint in ``folder`` (:func:`family_of` of its config.json).
+
+    Raises:
+        ModelLoadError: see :func:`read_config` and :func:`family_of`.
+    """
+    return family_of(read_config(folder), str(Path(folder) / "config.json"))
+
+
+__all__ = ["FAMILIES", "HOLOTRON", "NATIVE_FAMILIES", "NEMOTRON_H_OMNI", "QWEN3_5", "QWEN3_5_MOE", "QWEN3_VL", "Family",
+           "family_by_key", "family_of", "language_config", "nemotron_block_pattern", "read_config", "read_family",
+           "supported_text"]
