@@ -131,6 +131,18 @@ def test_eager_decoder_on_a_quantised_model_calls_the_modules() -> None:
     assert sum(isinstance(o[0], quant.NF4Weight) for o in d._qout.values()) == 2
 
 
+def test_doctor_reports_the_quantised_decode_path() -> None:
+    from holodesk.policy.holotron.kernels import kernel_report, quant_decode_report
+
+    off = quant_decode_report(cuda=False)
+    assert off["bitsandbytes"] == bnb.__version__ and off["triton_kernels"] is quant.HAVE_TRITON
+    assert off["live"] is False and "no CUDA device" in off["detail"]
+    on = quant_decode_report(cuda=True)
+    assert on["live"] is quant.HAVE_TRITON and ("Triton kernels" in on["detail"]) is quant.HAVE_TRITON
+    report = kernel_report(import_transformers=False)["quantized_decode"]
+    assert report == quant_decode_report(cuda=torch.cuda.is_available())
+
+
 @pytest.fixture(scope="module")
 def interpreted() -> dict[str, Any]:
     """The real Triton kernels run by Triton's interpreter on CPU tensors, in a child process (the interpreter is
