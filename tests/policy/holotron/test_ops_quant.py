@@ -99,7 +99,12 @@ def test_tiles_hold_whole_quantisation_blocks_and_fit_k() -> None:
     int8 = quant.quant_weight(layer("int8", torch.randn(8, 192)))
     assert nf4 is not None and int8 is not None
     assert quant.tiles(nf4) and all(t.kind == "nf4" and t.block_k % 64 == 0 and t.block_k <= 384
-                                    for t in quant.tiles(nf4))
+                                    for t in quant.tiles(nf4))  # no step divides K = 192: no bf16 pairs
+    wide = quant.quant_weight(layer("nf4", torch.randn(8, 512)))
+    assert wide is not None
+    pairs = [t for t in quant.tiles(wide) if t.kind == "nf4-pairs"]
+    assert pairs and all(512 % t.block_k == 0 for t in pairs)
+    assert not [t for t in quant.tiles(wide, torch.float32) if t.kind == "nf4-pairs"]  # bf16 activations only
     assert quant.tiles(int8) and all(t.kind == "int8" and t.block_k <= 384 for t in quant.tiles(int8))
     with pytest.raises(ValueError, match="does not read"):
         quant.linear(torch.randn(1, 192), int8, ("nf4", 4, 64, 4))
@@ -156,14 +161,17 @@ def interpreted() -> dict[str, Any]:
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+@pytest.mark.slow
 def test_interpreted_kernels_equal_bitsandbytes_dequantise_and_matmul(interpreted: dict[str, Any]) -> None:
     cases = interpreted["kernels"]
     assert len(cases) == 3 * 3 and all(cases.values()), cases
+    assert any(label.startswith("nf4-pairs") for label in cases["nf4 13x512 torch.bfloat16"])
     for case, errors in cases.items():
         tol = 1e-5 if "float32" in case else BF16_ROUNDING  # float32 sums; or one bf16 rounding of the output
         assert all(e < tol for e in errors.values()), (case, errors)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["nf4-double", "int8"])
 def test_interpreted_decoder_reads_storage_and_equals_the_module_path(interpreted: dict[str, Any],
                                                                        mode: str) -> None:
@@ -205,18 +213,19 @@ def test_gpu_choose_times_tiles_and_picks_a_kernel(mode: str) -> None:
     stored = [quant.quant_weight(m) for m in layers]
     assert all(s is not None for s in stored)
     best, timings = quant.choose([s for s in stored if s is not None], dtype=torch.bfloat16)
-    assert best.kind == ("int8" if mode == "int8" else "nf4") and best.us > 0, (best, timings)
+    assert best.kind in (("int8",) if mode == "int8" else ("nf4", "nf4-pairs")) and best.us > 0, (best, timings)
     assert set(timings) == {t.label() for t in quant.tiles(stored[0])}, timings  # every tile compiled and ran
 
 
 @cuda
-@pytest.mark.parametrize("mode", MODES)
-def test_gpu_op_compiles_and_replays_in_a_cuda_graph(mode: str) -> None:
+@pytest.mark.parametrize(("mode", "kind"), [("nf4", "nf4-pairs"), ("nf4-double", "nf4-pairs"), ("nf4", "nf4"),
+                                            ("int8", "int8")])
+def test_gpu_op_compiles_and_replays_in_a_cuda_graph(mode: str, kind: str) -> None:
     gen = torch.Generator().manual_seed(3)
     m = layer(mode, torch.randn(1024, 5120, generator=gen).to(torch.bfloat16), "cuda")
     stored = quant.quant_weight(m)
     assert stored is not None
-    how = quant.tiles(stored)[0].spec()
+    how = next(t for t in quant.tiles(stored) if t.kind == kind).spec()
 
     def step(x: torch.Tensor, w: quant.QuantWeight) -> torch.Tensor:
         return blocks.project(torch.nn.functional.silu(x), w, how) * 2

@@ -71,14 +71,17 @@ class Int8Weight(NamedTuple):
 
 
 QuantWeight = NF4Weight | Int8Weight
-QUANT_KINDS = ("nf4", "int8")
-"""The :attr:`.gemv.Gemv.kind` of the kernels here."""
+QUANT_KINDS = ("nf4", "nf4-pairs", "int8")
+"""The :attr:`.gemv.Gemv.kind` of the kernels here: ``"nf4-pairs"`` is the NF4 kernel reading bf16
+activations as int32 pairs (:func:`._quant_triton.nf4_gemv_kernel`'s ``X_PAIRS``: no shared-memory
+round trip per step; compiled for sm_90 it has no barrier in its loop, the other variant four)."""
 
 NF4_TILES: tuple[tuple[int, int, int], ...] = (
-    (2, 1024, 4), (4, 512, 4), (4, 1024, 8), (8, 256, 4), (8, 512, 8), (16, 256, 8), (16, 128, 4),
+    (4, 1024, 4), (8, 512, 4), (16, 256, 4), (8, 1024, 8), (16, 512, 8), (32, 256, 8), (4, 512, 4), (16, 128, 4),
 )
-"""NF4 tiles tried at load ``(BLOCK_N, BLOCK_K elements, num_warps)``: a tile must fit ``BLOCK_K <= 2 K``
-(:func:`tiles`), so the 128-wide ones serve small models too."""
+"""NF4 tiles tried at load ``(BLOCK_N, BLOCK_K elements, num_warps)``, each with both activation reads where
+they apply (:func:`tiles`); most give each thread 16 weight bytes a step; a tile must fit ``BLOCK_K <= 2 K``,
+so the 128-wide one serves small models too."""
 INT8_TILES: tuple[tuple[int, int, int], ...] = (
     (4, 1024, 4), (8, 512, 4), (8, 1024, 8), (16, 512, 8), (16, 256, 4), (32, 256, 8), (16, 128, 4),
 )
@@ -177,19 +180,26 @@ def linear(x: torch.Tensor, w: QuantWeight, how: tuple[str, int, int, int] | Non
     if how is None or how[0] == "linear" or x.dim() != 2 or x.shape[0] != 1:
         return gemv_reference(x, w)
     _, bn, bk, nw = how
-    if how[0] == "nf4" and isinstance(w, NF4Weight):
+    if how[0] in ("nf4", "nf4-pairs") and isinstance(w, NF4Weight):
         return torch.ops.holodesk.gemv_nf4(x.contiguous(), w.packed, w.absmax, w.code, w.absmax2, w.code2, w.offset,
-                                           w.rows, w.cols, w.blocksize, w.blocksize2, w.double, bn, bk, nw)
+                                           w.rows, w.cols, w.blocksize, w.blocksize2, w.double, bn, bk, nw,
+                                           how[0] == "nf4-pairs")
     if how[0] == "int8" and isinstance(w, Int8Weight):
         return torch.ops.holodesk.gemv_int8(x.contiguous(), w.cb, w.scb, bn, bk, nw)
     raise ValueError(f"matrix-vector implementation {how[0]!r} does not read a {type(w).__name__}")
 
 
-def tiles(w: QuantWeight) -> list[Gemv]:
-    """The kernel tiles that fit ``w`` (unchosen, untimed): NF4 steps hold whole quantisation blocks."""
+def tiles(w: QuantWeight, dtype: torch.dtype | None = None) -> list[Gemv]:
+    """The kernel tiles that fit ``w`` and activations of ``dtype`` (default bfloat16; unchosen, untimed):
+    NF4 steps hold whole quantisation blocks; ``"nf4-pairs"`` needs bf16 and ``K`` a multiple of the step."""
+    import torch
+
     k = shape(w)[1]
     if isinstance(w, NF4Weight):
-        return [Gemv("nf4", bn, bk, nw) for bn, bk, nw in NF4_TILES if bk % w.blocksize == 0 and bk <= 2 * k]
+        fit = [(bn, bk, nw) for bn, bk, nw in NF4_TILES if bk % w.blocksize == 0 and bk <= 2 * k]
+        pairs = [Gemv("nf4-pairs", bn, bk, nw) for bn, bk, nw in fit
+                 if (dtype or torch.bfloat16) == torch.bfloat16 and k % bk == 0]
+        return pairs + [Gemv("nf4", bn, bk, nw) for bn, bk, nw in fit]
     return [Gemv("int8", bn, bk, nw) for bn, bk, nw in INT8_TILES if bk <= 2 * k]
 
 
@@ -216,7 +226,7 @@ def choose(weights: Sequence[QuantWeight], *, dtype: torch.dtype | None = None,
     x = torch.randn(1, shape(w0)[1], generator=gen, device=dev, dtype=dtype or torch.bfloat16)
     ref = gemv_reference(x, w0).float()
     best, best_us, timings = LINEAR, float("inf"), {}
-    for tile in tiles(w0):
+    for tile in tiles(w0, x.dtype):
         fn = functools.partial(linear, how=tile.spec())
         try:
             out = fn(x, w0).float()
