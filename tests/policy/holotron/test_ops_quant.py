@@ -55,6 +55,20 @@ def test_reference_dequantises_the_stored_bytes_as_bitsandbytes(mode: str) -> No
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_dequantising_by_rows_equals_the_whole(mode: str) -> None:
+    """Row ranges (the chunks of the reference at load) index the blocks and the nested blocks, which cross
+    rows (70 x 64 blocks of 64 values, nested in 256s), as the whole does."""
+    m = layer(mode, torch.randn(70, 4096, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16))
+    stored = quant.quant_weight(m)
+    assert stored is not None
+    whole = quant.dequantize(stored)
+    assert torch.equal(torch.cat([quant.dequantize(stored, rows=(r, min(70, r + 9))) for r in range(0, 70, 9)]),
+                       whole)
+    x = torch.randn(2, 4096, generator=torch.Generator().manual_seed(6))
+    assert torch.allclose(quant.gemv_reference(x, stored, chunk_rows=16), x @ whole.t(), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_the_storage_is_the_modules_own(mode: str) -> None:
     m = layer(mode, torch.randn(32, 128))
     stored = quant.quant_weight(m)

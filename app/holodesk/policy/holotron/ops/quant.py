@@ -142,30 +142,41 @@ def nbytes(w: QuantWeight) -> int:
     return sum(t.numel() * t.element_size() for t in ts)
 
 
-def dequantize(w: QuantWeight, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """The weight ``[N, K]`` in float32 (or ``dtype``), written out in torch from the storage."""
+def dequantize(w: QuantWeight, dtype: torch.dtype | None = None, rows: tuple[int, int] | None = None
+               ) -> torch.Tensor:
+    """The weight's rows ``[r0, r1)`` (default all ``N``) ``[r1 - r0, K]`` in float32 (or ``dtype``), written
+    out in torch from the storage."""
     import torch
 
+    r0, r1 = rows if rows is not None else (0, shape(w)[0])
     if isinstance(w, Int8Weight):
-        out = w.cb.float() * w.scb.float().view(-1, 1) * 7.874015718698502e-3  # bitsandbytes' order
+        out = w.cb[r0:r1].float() * w.scb[r0:r1].float().view(-1, 1) * 7.874015718698502e-3  # bitsandbytes' order
         return out if dtype is None else out.to(dtype)
-    b = w.packed.reshape(-1)
+    per_row = w.cols // w.blocksize  # quantisation blocks per row (cols is a multiple of blocksize)
+    b = w.packed.reshape(-1)[r0 * w.cols // 2 : r1 * w.cols // 2]
     idx = torch.stack([(b >> 4).long(), (b & 15).long()], dim=-1).reshape(-1)
     values = w.code.float()[idx].view(-1, w.blocksize)
+    first, last = r0 * per_row, r1 * per_row  # the flat block indices of these rows
     if w.double:
-        blocks = values.shape[0]
-        scale = (w.code2.float()[w.absmax.long().reshape(-1)]
-                 * w.absmax2.float().reshape(-1).repeat_interleave(w.blocksize2)[:blocks] + w.offset.float())
+        nested = torch.arange(first, last, device=b.device) // w.blocksize2
+        scale = (w.code2.float()[w.absmax.reshape(-1)[first:last].long()] * w.absmax2.float().reshape(-1)[nested]
+                 + w.offset.float())
     else:
-        scale = w.absmax.float().reshape(-1)
-    out = (values * scale.view(-1, 1)).view(w.rows, w.cols)
+        scale = w.absmax.float().reshape(-1)[first:last]
+    out = (values * scale.view(-1, 1)).view(r1 - r0, w.cols)
     return out if dtype is None else out.to(dtype)
 
 
-def gemv_reference(x: torch.Tensor, w: QuantWeight) -> torch.Tensor:
+def gemv_reference(x: torch.Tensor, w: QuantWeight, chunk_rows: int = 1024) -> torch.Tensor:
     """``x [B, K] @ W^T`` with ``W`` dequantised in float32, summed in float32 and rounded once to ``x``'s
-    dtype: what the kernels compute, up to the order of the float32 sums."""
-    return (x.float() @ dequantize(w).t()).to(x.dtype)
+    dtype: what the kernels compute, up to the order of the float32 sums. ``W`` is dequantised
+    ``chunk_rows`` rows at a time, so the temporaries stay small (tile checks at load, 12B shapes)."""
+    import torch
+
+    n = shape(w)[0]
+    xf = x.float()
+    parts = [xf @ dequantize(w, rows=(r, min(n, r + chunk_rows))).t() for r in range(0, n, chunk_rows)]
+    return torch.cat(parts, dim=-1).to(x.dtype)
 
 
 def linear(x: torch.Tensor, w: QuantWeight, how: tuple[str, int, int, int] | None = None) -> torch.Tensor:
