@@ -7,7 +7,7 @@ apt_install "${APT_RUNTIME[@]}" "${APT_TEST[@]}" "${APT_WAYLAND[@]}" "${APT_WAYL
 make_venv
 # CPU PyTorch for tests (a plain 'torch' would pull a multi-GB CUDA build).
 pip_install -c "$HOLODESK_ROOT/installers/constraints-test.txt" "torch==2.13.0"
-pip_install -c "$HOLODESK_ROOT/installers/constraints-test.txt" -e "$HOLODESK_ROOT[local,dev,serve-test,wayland]"
+pip_install -c "$HOLODESK_ROOT/installers/constraints-test.txt" -e "$HOLODESK_ROOT[local,dev,serve-test,wayland,quant]"
 fix_xlib
 
 cd "$HOLODESK_ROOT"

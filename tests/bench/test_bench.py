@@ -178,3 +178,52 @@ def test_random_loaded_takes_tiling_and_normalisation_from_the_config(tmp_path: 
     vocab = loaded.tokenizer.get_vocab()
     assert loaded.image_token_id == vocab["<image>"] == raw["img_context_token_id"]
     assert loaded.eos_ids == (vocab["<SPECIAL_12>"],) and loaded.think_end_id == vocab["</think>"]
+
+
+def test_quant_modes_are_checked() -> None:
+    from holodesk.bench.cli import parse_args
+
+    assert parse_args(["--quant", "bf16,8bit,4bit"]).quant == "bf16,8bit,4bit"
+    with pytest.raises(SystemExit):
+        parse_args(["--quant", "4bit,nf4"])
+
+
+def test_decode_floor_counts_the_quantised_bytes_read() -> None:
+    """A quantised model's decode bytes are its weights as stored plus the statistics the kernels read with
+    them (absmax, nested absmax, code tables, int8 row scales), which are not parameters."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("bitsandbytes", reason="bitsandbytes is not installed (pip install 'holodesk[quant]')")
+    from holodesk.bench.floors import decode_step_bytes, param_bytes, quant_state_bytes
+    from holodesk.bench.model import random_loaded
+    from holodesk.policy.holotron.ops import quant
+
+    cpu = torch.device("cpu")
+    plain = random_loaded(tiny=True, device=cpu, dtype=torch.float32, seed=0)
+    assert quant_state_bytes(plain.model) == 0
+    for mode in ("4bit", "8bit"):
+        q = random_loaded(tiny=True, device=cpu, dtype=torch.float32, seed=0, quantization=mode)
+        lm, lm0 = q.model.language_model, plain.model.language_model
+        bnb_layers = [m for m in lm.modules() if type(m).__name__ in ("Linear4bit", "Linear8bitLt")]
+        layers = [m for m in lm.modules() if quant.quant_weight(m) is not None]
+        assert layers == bnb_layers and len(layers) >= 10  # the kernels read every quantised linear
+        read = sum(quant.nbytes(s) for s in map(quant.quant_weight, layers) if s is not None)
+        weights = sum(m.weight.numel() * m.weight.element_size() for m in layers)
+        assert quant_state_bytes(lm) == read - weights > 0
+        grown = decode_step_bytes(q, 100) - decode_step_bytes(plain, 100)
+        assert grown == param_bytes(lm) + quant_state_bytes(lm) - param_bytes(lm0) < 0  # fewer bytes than fp32
+
+
+@pytest.mark.slow
+def test_tiny_cpu_bench_quant_rows_side_by_side(tmp_path: Path) -> None:
+    pytest.importorskip("transformers.models.nemotron_h_omni")
+    result = _bench(tmp_path, "--sizes", "", "--history", "", "--episode-steps", "0", "--no-stock",
+                    "--quant", "bf16,4bit")
+    rows = result["quant"]
+    assert rows["4bit"] == {"error": "bitsandbytes needs CUDA"}
+    bf16 = rows["bf16"]
+    assert bf16["decode_ms_per_token"] > 0 and bf16["ttfa_ms"] > 0 and bf16["decode_bytes_per_token"] > 0
+    assert bf16["decode_floor_ms"] is None and bf16["decode_fraction_of_floor"] is None  # no floors on the CPU
+    assert bf16["vs_bf16"]["tokens_equal"] == bf16["vs_bf16"]["n"] == 8  # the same weights, rebuilt
+    assert list(rows["side_by_side"]) == ["bf16"]
+    assert set(rows["side_by_side"]["bf16"]) == {"decode_ms_per_token", "decode_floor_ms", "decode_fraction_of_floor",
+                                                 "ttfa_ms", "peak_total_bytes"}

@@ -11,7 +11,9 @@ One process, in this order (each part can be left out):
 3. the stock decoder (transformers' forward and cache) on a 1080p prompt, and the static decoder's
    agreement with it (:mod:`holodesk.bench.compare`);
 4. ``--product``: :meth:`HolotronPolicy.propose` at 1080p (:mod:`holodesk.bench.product`);
-5. ``--quant 8bit,4bit``: bitsandbytes LM weights, speed, memory and drift from bf16.
+5. ``--quant bf16,8bit,4bit``: each mode a fresh model (bitsandbytes LM weights for 8bit / 4bit): decode
+   ms/token against its floor (the bytes a step reads as stored), TTFA, peak memory side by side, and drift
+   from bf16.
 
 Weights are seeded random draws in Holotron-12B's shapes (:mod:`holodesk.bench.model`) unless
 ``--checkpoint`` names a folder. ``--device cpu --tiny`` runs a tiny model in a few minutes (CI smoke
@@ -39,6 +41,9 @@ if TYPE_CHECKING:
     import torch
 
     from holodesk.policy.holotron.loader import LoadedHolotron
+
+QUANT_MODES = ("bf16", "8bit", "4bit")
+"""``--quant`` modes: bf16 weights, bitsandbytes int8, bitsandbytes NF4."""
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -68,7 +73,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--product-repeats", type=int, default=2, help="cold one-screenshot propose() calls")
     p.add_argument("--product-steps", type=int, default=4, help="steps of the propose() episode")
     p.add_argument("--product-tokens", type=int, default=1024, help="the policy's reply budget (max_new_tokens)")
-    p.add_argument("--quant", default="", help="comma list of 8bit,4bit (bitsandbytes, CUDA only)")
+    p.add_argument("--quant", default="",
+                   help="comma list of bf16,8bit,4bit: each a fresh model (8bit/4bit bitsandbytes, CUDA only) run "
+                        "the same way, decode against its floor, side by side")
     p.add_argument("--allow-fallback", action="store_true", help="no failed check when Mamba-2 kernels are not live")
     p.add_argument("--family", default=None, choices=[f.key for f in FAMILIES],
                    help="bench a native family (Holo2 qwen3_vl, Holo3 / Holo3.1 qwen3_5 and qwen3_5_moe, "
@@ -78,7 +85,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="with --family: the full-size model's config.json (default: the one Holodesk knows)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=None, help="write the result here")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    unknown = [m for m in args.quant.split(",") if m and m not in QUANT_MODES]
+    if unknown:
+        p.error(f"--quant: unknown mode(s) {', '.join(unknown)}; use a comma list of {', '.join(QUANT_MODES)}")
+    return args
 
 
 def _device(args: argparse.Namespace) -> tuple[torch.device, torch.dtype]:
@@ -216,7 +227,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     if args.quant and reference is not None:
         del loaded
         _free(device)
-        result["quant"] = compare.quant_runs(lambda mode: _load(args, device, dtype, mode), args, reference)
+        result["quant"] = compare.quant_runs(lambda mode: _load(args, device, dtype, None if mode == "bf16" else mode),
+                                             args, reference, result["floors"])
     return result
 
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from holodesk.bench.floors import allocated, param_bytes, peak, reset_peak
+from holodesk.bench.floors import allocated, decode_step_bytes, floor_ms, param_bytes, peak, reset_peak
 from holodesk.bench.runs import prompt_ids, prompt_images, random_frame, size, timed_step
 
 if TYPE_CHECKING:
@@ -116,9 +116,13 @@ def stock_baseline(engine: StaticEngine, args: argparse.Namespace, fast: dict[st
             "agreement": agreement(fast["tokens"], fast["first_logits"], stock.token_ids, probe.first)}
 
 
-def quant_run(loaded: LoadedHolotron, args: argparse.Namespace, ref: dict[str, Any]) -> dict[str, Any]:
-    """A static engine on quantised weights (``loaded.quantization``): one cold 1080p step after a warm-up,
-    memory at rest and peak (whole model), speed, and drift from the bf16 reply ``ref``."""
+def quant_run(loaded: LoadedHolotron, args: argparse.Namespace, ref: dict[str, Any],
+              floors: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A static engine on the weights of ``loaded`` (bf16 or ``loaded.quantization``): one cold step on the
+    one-screenshot prompt after a warm-up, memory at rest and peak (whole model), speed, and drift from the
+    bf16 reply ``ref``; with measured ``floors`` also the decode floor from the bytes a step reads as stored
+    (:func:`~holodesk.bench.floors.decode_step_bytes`, the reply's middle token) and the fraction of it
+    reached (floor / measured)."""
     from holodesk.policy.holotron.engine import StaticEngine
 
     device = loaded.device
@@ -131,37 +135,51 @@ def quant_run(loaded: LoadedHolotron, args: argparse.Namespace, ref: dict[str, A
         step = timed_step(engine, ids, images, args.reply_tokens, 0)
         top = peak(device)
         mine = static_reference(engine, ids, images, args.reply_tokens)
+        step_bytes = decode_step_bytes(loaded, len(ids) + args.reply_tokens // 2)
+        floor = floor_ms(floors or {}, 0.0, step_bytes)
         return {"engine": engine.describe(), "memory_at_rest_bytes": at_rest, "peak_total_bytes": top,
-                "lm_bytes": param_bytes(loaded.model.language_model),
+                "lm_bytes": param_bytes(loaded.model.language_model), "decode_bytes_per_token": step_bytes,
                 **{k: round(step[k], 3) for k in ("ttfa_ms", "vision_ms", "prefill_ms", "decode_ms_per_token")},
+                "decode_floor_ms": None if floor is None else round(floor, 4),
+                "decode_fraction_of_floor": None if floor is None else round(floor / step["decode_ms_per_token"], 3),
                 "vs_bf16": agreement(mine["tokens"], mine["first_logits"], ref["tokens"], ref["first_logits"])}
     finally:
         del engine
         gc.collect()
 
 
-def quant_runs(build: Callable[[str], LoadedHolotron], args: argparse.Namespace,
-               ref: dict[str, Any]) -> dict[str, Any]:
-    """:func:`quant_run` for each mode of ``--quant``; ``build(mode)`` returns a fresh LoadedHolotron with
-    that quantisation (the previous one is freed first, so its memory is not counted)."""
+SIDE_BY_SIDE = ("decode_ms_per_token", "decode_floor_ms", "decode_fraction_of_floor", "ttfa_ms",
+                "peak_total_bytes")
+"""The figures :func:`quant_runs` puts side by side per mode."""
+
+
+def quant_runs(build: Callable[[str], LoadedHolotron], args: argparse.Namespace, ref: dict[str, Any],
+               floors: dict[str, Any] | None = None) -> dict[str, Any]:
+    """:func:`quant_run` for each mode of ``--quant`` (``bf16``, ``8bit``, ``4bit``); ``build(mode)`` returns a
+    fresh LoadedHolotron with those weights (the previous one is freed first, so its memory is not counted).
+    Returns each mode's run by name and ``side_by_side``: :data:`SIDE_BY_SIDE` per mode that ran."""
     import torch
 
     out: dict[str, Any] = {}
     for mode in (m for m in args.quant.split(",") if m):
-        if not torch.cuda.is_available():
+        if mode != "bf16" and not torch.cuda.is_available():
             out[mode] = {"error": "bitsandbytes needs CUDA"}
             continue
         gc.collect()
-        torch.cuda.empty_cache()
-        reset_peak(torch.device("cuda"))
+        if torch.cuda.is_available():  # a bf16 row on a CPU-only machine has no CUDA allocator
+            torch.cuda.empty_cache()
+            reset_peak(torch.device("cuda"))
         try:
             t0 = time.perf_counter()
             loaded = build(mode)
             loaded = dataclasses.replace(loaded, eos_ids=())  # fixed-length replies, as the measured runs
             built = round(time.perf_counter() - t0, 1)
-            out[mode] = {"build_s": built, **quant_run(loaded, args, ref)}
+            out[mode] = {"build_s": built, **quant_run(loaded, args, ref, floors)}
             del loaded
         except Exception as exc:  # one failing mode must not hide the others: reported in the JSON
             out[mode] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
         print(f"{mode}: {out[mode]}", flush=True)
+    out["side_by_side"] = {mode: {k: run.get(k) for k in SIDE_BY_SIDE} for mode, run in out.items()
+                           if "error" not in run}
+    print(f"side by side: {out['side_by_side']}", flush=True)
     return out

@@ -5,8 +5,9 @@
 * FLOPs per stage: linear layers ``2 x params x tokens``; attention ``4 x tokens x context x width`` per layer
   (halved over the new tokens, causal); the Mamba scan is left out (about 1 % of the linear FLOPs at
   Holotron's sizes);
-* bytes per decode step: the LM weights (one embedding row), the valid KV entries, the conv and SSM state
-  read and written.
+* bytes per decode step: the LM weights as stored (one embedding row; for bitsandbytes layers the packed
+  NF4 / int8 weights plus the statistics the decode kernels read with them, :func:`quant_state_bytes`), the
+  valid KV entries, the conv and SSM state read and written.
 
 A stage's floor is ``max(FLOPs / matmul rate, bytes / copy bandwidth)``.
 """
@@ -83,6 +84,32 @@ def linear_params(module: torch.nn.Module) -> int:
     return n
 
 
+def quant_state_bytes(module: torch.nn.Module) -> int:
+    """Bytes of bitsandbytes' quantisation statistics under ``module`` that are neither parameters nor buffers
+    (so :func:`param_bytes` misses them) and that a decode step reads with the weights: per ``Linear4bit`` its
+    ``quant_state``'s ``absmax`` and ``code`` and, with double quantisation, the nested ``absmax`` and ``code``;
+    per ``Linear8bitLt`` the row scales ``SCB`` (on the weight before the first forward, on the module's
+    state after). 0 for a model without bitsandbytes layers."""
+    import torch
+
+    n = 0
+    for m in module.modules():
+        weight = getattr(m, "weight", None)
+        qs = getattr(weight, "quant_state", None)
+        if qs is not None:
+            stats = [qs.absmax, qs.code]
+            if getattr(qs, "nested", False) and qs.state2 is not None:
+                stats += [qs.state2.absmax, qs.state2.code]
+            n += sum(t.numel() * t.element_size() for t in stats if isinstance(t, torch.Tensor))
+        elif weight is not None and weight.dtype == torch.int8:
+            scb = getattr(weight, "SCB", None)
+            if scb is None:
+                scb = getattr(getattr(m, "state", None), "SCB", None)
+            if isinstance(scb, torch.Tensor):
+                n += scb.numel() * scb.element_size()
+    return int(n)
+
+
 def host_cpu() -> str:
     """The host processor's model name (Linux ``/proc/cpuinfo``, else :mod:`platform`) and CPU count."""
     name = ""
@@ -148,13 +175,16 @@ def stage_flops(loaded: LoadedHolotron, tokens: int, tiles: int, prior_tokens: i
 
 
 def decode_step_bytes(loaded: LoadedHolotron, length: int) -> int:
-    """Bytes one decode step reads or writes with ``length`` tokens in the state: the LM weights except the
-    embedding table (one row read), the KV entries of the attention layers, and the conv (model dtype)
-    and SSM (float32) state of the Mamba layers, read and written."""
+    """Bytes one decode step reads or writes with ``length`` tokens in the state: the LM weights as stored
+    except the embedding table (one row read; bitsandbytes layers: packed weights plus
+    :func:`quant_state_bytes`; ``lm_head``, norms, conv and the rest in the model dtype), the KV entries of
+    the attention layers, and the conv (model dtype) and SSM (float32) state of the Mamba layers, read and
+    written."""
     lm = loaded.model.language_model
     tcfg = loaded.model.config.text_config
     itemsize = next(lm.model.embeddings.parameters()).element_size()
-    weights = param_bytes(lm) - param_bytes(lm.model.embeddings) + tcfg.hidden_size * itemsize
+    weights = (param_bytes(lm) + quant_state_bytes(lm) - param_bytes(lm.model.embeddings)
+               + tcfg.hidden_size * itemsize)
     kinds = list(tcfg.layers_block_type)
     kv = kinds.count("full_attention") * 2 * tcfg.num_key_value_heads * tcfg.head_dim * itemsize * (length + 1)
     inner = tcfg.mamba_num_heads * tcfg.mamba_head_dim

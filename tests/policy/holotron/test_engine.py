@@ -244,8 +244,10 @@ def test_planned_decoder_names_the_slow_paths() -> None:
     assert "fast path" in planned_decoder("static", cuda=True, precision="bf16")
     for slow in (planned_decoder("stock", cuda=True, precision="bf16"),
                  planned_decoder("static", cuda=False, precision="bf16"),
-                 planned_decoder("static", cuda=True, precision="8bit")):
-        assert "slow path" in slow
+                 planned_decoder("static", cuda=False, precision="4bit")):
+        assert "slow path" in slow and "fast path" not in slow
+    nf4, int8 = (planned_decoder("static", cuda=True, precision=p) for p in ("4bit", "8bit"))
+    assert "fast path" in nf4 and "NF4 storage" in nf4 and "int8 weight-only storage" in int8
 
 
 @pytest.mark.gpu

@@ -12,16 +12,17 @@ one-token branch, ``NemotronHMLP`` with ``relu2``, ``NemotronHAttention``); the 
 reference step of Dao & Gu 2024 (``selective_state_update``): ``dt = softplus(dt + dt_bias)``,
 ``s = s * exp(dt * A) + dt * B x``, ``y = s C + D x``.
 
-A projection ``w`` is either a plain weight ``[N, K]`` multiplied as :func:`.ops.gemv.linear` chooses
-(``how``), or a module (bitsandbytes' quantised ``Linear``, or one with a bias) that is called as it is
-(:func:`project`).
+A projection ``w`` is a plain weight ``[N, K]`` multiplied as :func:`.ops.gemv.linear` chooses (``how``),
+a bitsandbytes weight as stored (:class:`.ops.quant.NF4Weight` / :class:`.ops.quant.Int8Weight`, decode
+only) multiplied by :func:`.ops.quant.linear`, or a module (bitsandbytes' quantised ``Linear`` for
+prefill, or one with a bias) that is called as it is (:func:`project`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from holodesk.policy.holotron.ops import prefill
+from holodesk.policy.holotron.ops import prefill, quant
 from holodesk.policy.holotron.ops.gemv import linear
 from holodesk.policy.holotron.ops.prefill import gated_rms_norm_reference, rms_norm_reference
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
     import torch
 
-    Weight = torch.Tensor | Callable[[torch.Tensor], torch.Tensor]
+    Weight = torch.Tensor | quant.QuantWeight | Callable[[torch.Tensor], torch.Tensor]
     How = tuple[str, int, int, int] | None
 
 MambaDims = tuple[int, int, int, int, int, int]
@@ -38,12 +39,14 @@ MambaDims = tuple[int, int, int, int, int, int]
 
 
 def project(x: torch.Tensor, w: Weight, how: How = None) -> torch.Tensor:
-    """``x @ w^T`` for a plain weight ``w [N, K]`` (through ``how``, :meth:`.ops.gemv.Gemv.spec`), else
-    ``w(x)`` (a module). ``x [B, K]`` -> ``[B, N]``."""
+    """``x @ w^T`` for a plain weight ``w [N, K]`` or a quantised one (:mod:`.ops.quant`), through ``how``
+    (:meth:`.ops.gemv.Gemv.spec`), else ``w(x)`` (a module). ``x [B, K]`` -> ``[B, N]``."""
     import torch
 
     if isinstance(w, torch.Tensor):
         return linear(x, w, how)
+    if isinstance(w, (quant.NF4Weight, quant.Int8Weight)):
+        return quant.linear(x, w, how)
     return w(x)
 
 
@@ -70,13 +73,20 @@ def fused_qkv_weight(mixer: torch.nn.Module) -> torch.Tensor | None:
     return q.detach().as_strided((rows, q.shape[1]), (q.shape[1], 1), q.storage_offset())
 
 
-def weight_of(module: torch.nn.Module) -> torch.Tensor | torch.nn.Module:
-    """A projection as :func:`project` takes it: the weight of an unbiased ``nn.Linear``, else the
-    module itself (bitsandbytes' quantised layers, biased layers)."""
+def weight_of(module: torch.nn.Module, *, quantized: bool = False
+              ) -> torch.Tensor | quant.QuantWeight | torch.nn.Module:
+    """A projection as :func:`project` takes it: the weight of an unbiased ``nn.Linear``; with ``quantized``,
+    the storage of an unbiased bitsandbytes NF4 / int8 layer (:func:`.ops.quant.quant_weight`, the same
+    tensors, for the decode kernels); else the module itself (bitsandbytes' layers called as they are,
+    biased layers)."""
     import torch
 
     if isinstance(module, torch.nn.Linear) and type(module) is torch.nn.Linear and module.bias is None:
         return module.weight.detach()
+    if quantized:
+        stored = quant.quant_weight(module)
+        if stored is not None:
+            return stored
     return module
 
 
@@ -138,14 +148,15 @@ def qkv(h: torch.Tensor, norm32: torch.Tensor, eps: float, q_w: Weight, k_w: Wei
     """Normed projections of one token: q ``[B, kvh, rep, hd]``, k and v ``[B, kvh, 1, hd]``.
 
     With ``k_w`` and ``v_w`` None, ``q_w`` is the fused ``[(kvh*rep + 2*kvh) * hd, H]`` weight
-    (:func:`fused_qkv_weight`): one matrix-vector product through ``how``, split by views.
+    (:func:`fused_qkv_weight`): one matrix-vector product through ``how``, split by views; else three
+    products through ``how`` (one quantised kernel tile serves the three shapes).
     """
     bsz = h.shape[0]
     x = rms_norm_reference(h, norm32, eps)
     if k_w is None or v_w is None:
         q, k, v = project(x, q_w, how).split([kvh * rep * hd, kvh * hd, kvh * hd], dim=-1)
     else:
-        q, k, v = project(x, q_w), project(x, k_w), project(x, v_w)
+        q, k, v = project(x, q_w, how), project(x, k_w, how), project(x, v_w, how)
     return q.reshape(bsz, kvh, rep, hd), k.reshape(bsz, kvh, 1, hd), v.reshape(bsz, kvh, 1, hd)
 
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from holodesk.policy.holotron import blocks
 from holodesk.policy.holotron.blocks import fused_qkv_weight, weight_of
-from holodesk.policy.holotron.ops import gemv, prefill
+from holodesk.policy.holotron.ops import gemv, prefill, quant
 from holodesk.policy.holotron.state import ATTENTION, MAMBA, MLP, DecoderState, Embeddings, PrefillReport
 
 if TYPE_CHECKING:
@@ -42,24 +42,36 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class Setup:
-    """How decode runs: blocks ``compiled``, matrix-vector ``gemv`` per weight role, decode ``graphs``."""
+    """How decode runs: blocks ``compiled``, matrix-vector ``gemv`` per weight role, decode ``graphs``;
+    ``quantized``: the model's projections are bitsandbytes modules (decode reads their storage through the
+    :mod:`.ops.quant` kernels when ``gemv`` names them, else calls the modules, uncompiled)."""
 
     compiled: bool
     gemv: dict[str, gemv.Gemv]
     graphs: bool
+    quantized: bool = False
 
     def kernels(self) -> bool:
         """Whether any matrix-vector product runs a chosen kernel rather than ``F.linear``."""
         return any(how.kind != "linear" for how in self.gemv.values())
 
+    def quant_kernels(self) -> bool:
+        """Whether decode reads quantised storage through the :mod:`.ops.quant` kernels."""
+        return any(how.kind in quant.QUANT_KINDS for how in self.gemv.values())
+
     def simpler(self) -> Setup:
-        """The next configuration to try when this one fails at load (plain torch, F.linear, eager: itself)."""
+        """The next configuration to try when this one fails at load (plain torch, F.linear / bitsandbytes'
+        modules, eager: itself)."""
         if self.kernels():
-            return dataclasses.replace(self, gemv={})
+            return dataclasses.replace(self, gemv={}, compiled=self.compiled and not self.quantized)
         return dataclasses.replace(self, compiled=False) if self.compiled else dataclasses.replace(self, graphs=False)
 
     def label(self) -> str:  # e.g. "compiled blocks, F.linear, CUDA graphs"
         kernels = "chosen matrix-vector kernels" if self.kernels() else "F.linear"
+        if self.quant_kernels():
+            kernels += " (quantised weights read as bitsandbytes stores them)"
+        elif self.quantized:
+            kernels += " (bitsandbytes modules called as they are)"
         run = "CUDA graphs" if self.graphs else "eager"
         return f"{'compiled' if self.compiled else 'plain torch'} blocks, {kernels}, {run}"
 
@@ -68,8 +80,9 @@ class StaticDecoder:
     """Static prefill + greedy decode of a ``NemotronHForCausalLM`` (see the module docstring).
 
     Args:
-        lm: ``NemotronHForCausalLM`` in eval mode; bitsandbytes projections are called as modules (and the
-            blocks then not compiled).
+        lm: ``NemotronHForCausalLM`` in eval mode; for bitsandbytes NF4 / int8 projections decode reads their
+            storage through the :mod:`.ops.quant` kernels (compiled and captured like bf16) and prefill calls
+            the modules (dequantise + bf16 GEMM); where no kernel serves, decode calls the modules uncompiled.
         max_len: tokens of the static cache (prompt + reply); chunk: prefill chunk in tokens; bucket: decode
             window granularity in tokens; prefill_bucket: chunks are padded to multiples of it (divides chunk).
         eager: no ``torch.compile``, no CUDA graphs, ``F.linear``: the same code run eagerly (always off CUDA);
@@ -113,22 +126,43 @@ class StaticDecoder:
                 self._segs[-1:] = [(self._segs[-1][0], i), ([], None)]
             else:
                 self._segs[-1][0].append(i)
-        self._args = [self._block_args(i) for i in range(len(self.layers))]
+        self._args = [self._block_args(i) for i in range(len(self.layers))]  # prefill: modules as they are
+        self._qargs = [self._stored(a) for a in self._args]  # decode: bitsandbytes storage in place of modules
         self._norms = [layer.norm.weight.detach() for layer in self.layers]  # model dtype, for prefill
         self._head_args = (lm.model.norm_f.weight.detach().float(), float(lm.model.norm_f.variance_epsilon),
                            weight_of(lm.lm_head))
         self._out = {i: (weight_of(layer.mixer.o_proj), float(layer.mixer.scaling))
                      for i, layer in enumerate(self.layers) if self.kinds[i] == ATTENTION}
-        roles = self._weights()
+        self._qout = {i: self._stored(o) for i, o in self._out.items()}
+        self._dargs, self._dout = self._args, self._out  # what decode reads (set by _apply)
+        roles = self._weights(self._args, self._out)
         self.plain = all(isinstance(w, torch.Tensor) for ws in roles.values() for w in ws)
+        qroles = self._weights(self._qargs, self._qout)
+        stored = (quant.NF4Weight, quant.Int8Weight)
+        quantized = any(isinstance(w, stored) for ws in qroles.values() for w in ws)
         fused = all(self._args[i][3] is None for i, k in enumerate(self.kinds) if k == ATTENTION)
         self.gemv_timings: dict[str, dict[str, float]] = {}
         chosen: dict[str, gemv.Gemv] = {}
-        for role, ws in roles.items():  # timed on the real weights (separate q/k/v products keep F.linear)
-            if not self.eager and self.plain and (role != "qkv" or fused):
+        for role, ws in qroles.items():  # timed on the real weights (separate bf16 q/k/v products keep F.linear)
+            if self.eager:
+                break
+            if all(isinstance(w, torch.Tensor) for w in ws) and (role != "qkv" or fused):
                 chosen[role], self.gemv_timings[role] = gemv.choose([w for w in ws if isinstance(w, torch.Tensor)])
+            elif all(isinstance(w, stored) for w in ws) and len({type(w) for w in ws}) == 1:
+                chosen[role], self.gemv_timings[role] = quant.choose(
+                    [w for w in ws if isinstance(w, stored)], dtype=self.dtype)
+        # the quantised decode is compiled only when a kernel reads every projection's storage
+        served = all(all(isinstance(w, torch.Tensor) for w in ws) or chosen.get(role, gemv.LINEAR).kind
+                     in quant.QUANT_KINDS for role, ws in qroles.items())
+        if quantized and not served:
+            log.warning("static decoder: no quantised matrix-vector kernel for some projections (%s); decode calls "
+                        "bitsandbytes' modules, uncompiled", ", ".join(
+                            r for r, ws in qroles.items() if not all(isinstance(w, torch.Tensor) for w in ws)
+                            and chosen.get(r, gemv.LINEAR).kind not in quant.QUANT_KINDS))
+            chosen = {r: h for r, h in chosen.items() if h.kind not in quant.QUANT_KINDS}
+        compiled = not self.eager and (self.plain or (quantized and served))
         self.setup = Setup(compiled=False, gemv={}, graphs=False)
-        self._apply(Setup(compiled=not self.eager and self.plain, gemv=chosen, graphs=not self.eager))
+        self._apply(Setup(compiled=compiled, gemv=chosen, graphs=not self.eager, quantized=quantized))
 
     def _block_args(self, i: int) -> tuple[Any, ...]:
         """The tensors (and static ints) block ``i``'s decode function takes after ``h``."""
@@ -149,16 +183,25 @@ class StaticDecoder:
         proj = (fused, None, None) if fused is not None else tuple(weight_of(p) for p in (m.q_proj, m.k_proj, m.v_proj))
         return (*norm, *proj, st.k[i].shape[1], m.num_key_value_groups, m.head_dim)
 
-    def _weights(self) -> dict[str, list[torch.Tensor | torch.nn.Module]]:
-        """The decode step's projections by role (the gemv choice is made per role)."""
-        roles: dict[str, list[torch.Tensor | torch.nn.Module]] = {"lm_head": [self._head_args[2]]}
+    @staticmethod
+    def _stored(args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """``args`` with each bitsandbytes projection module replaced by its storage where the decode kernels
+        read it (:func:`.blocks.weight_of` ``quantized``); the same tensors, nothing copied."""
+        import torch
+
+        return tuple(weight_of(a, quantized=True) if isinstance(a, torch.nn.Module) else a for a in args)
+
+    def _weights(self, args: list[tuple[Any, ...]], out: dict[int, tuple[Any, float]]) -> dict[str, list[Any]]:
+        """The decode step's projections by role in the block arguments ``args`` and attention outputs ``out``
+        (the gemv choice is made per role)."""
+        roles: dict[str, list[Any]] = {"lm_head": [self._head_args[2]]}
         where = {MAMBA: (("in_proj", 2), ("out_proj", 9)), MLP: (("up", 2), ("down", 3)), ATTENTION: (("qkv", 2),)}
         for i, kind in enumerate(self.kinds):
             for role, j in where[kind]:
-                roles.setdefault(role, []).append(self._args[i][j])
+                roles.setdefault(role, []).append(args[i][j])
             if kind == ATTENTION:
-                roles["qkv"] += [w for w in self._args[i][3:5] if w is not None]
-                roles.setdefault("o_proj", []).append(self._out[i][0])
+                roles["qkv"] += [w for w in args[i][3:5] if w is not None]
+                roles.setdefault("o_proj", []).append(out[i][0])
         return roles
 
     def _apply(self, setup: Setup) -> None:
@@ -172,6 +215,8 @@ class StaticDecoder:
             fns = {k: torch.compile(f, dynamic=False, fullgraph=True) for k, f in fns.items()}
         self._fns = fns
         self._how = {role: how.spec() for role, how in setup.gemv.items()}
+        quantised = setup.quant_kernels()
+        self._dargs, self._dout = (self._qargs, self._qout) if quantised else (self._args, self._out)
         self.setup = setup
 
     def _note(self, exc: Exception, what: str, instead: str) -> None:
@@ -260,13 +305,13 @@ class StaticDecoder:
         fns, how, st = self._fns, self._how.get, self.state
         h = self.lm.model.embeddings(self.token)[:, 0]  # [B, H]
         for i, kind in enumerate(self.kinds):
-            a = self._args[i]
+            a = self._dargs[i]
             if kind == MAMBA:
                 h = fns["mamba"](h, *a, how("in_proj"), how("out_proj"))
             elif kind == MLP:
                 h = fns["mlp"](h, *a, how("up"), how("down"))
             else:
-                o_w, scaling = self._out[i]
+                o_w, scaling = self._dout[i]
                 q, k, v = fns["qkv"](h, *a, how("qkv"))
                 o = blocks.attend(q, k, v, st.k[i], st.v[i], st.pos, self._arange, window, scaling)
                 h = fns["out"](h, o, o_w, how("o_proj"))
@@ -383,8 +428,9 @@ class StaticDecoder:
         why = prefill.fused_available(self.device)
         kernels = "Triton causal conv1d + relu^2, mamba-ssm (gated) RMSNorm" if why is None else f"torch ({why})"
         return {"decoder": "static", "eager": self.eager, "max_len": self.max_len, "state_bytes": self.nbytes(),
-                "decode": self.setup.label() + ("" if self.plain else " (quantised projections are called as "
-                                                "modules, so the blocks are not compiled)"),
+                "decode": self.setup.label() + ("" if self.plain or self.setup.quant_kernels() else
+                                                " (projection modules are called as they are, so the blocks are "
+                                                "not compiled)"),
                 "gemv": {role: how.label() for role, how in self.setup.gemv.items()},
                 "decode_graphs": sorted(k[0] for k in self.graphs if len(k) == 1),
                 "prefill": f"{kernels}; chunks of {self.chunk} padded to multiples of {self.prefill_bucket} rows; "

@@ -110,7 +110,8 @@ def kernel_report(*, import_transformers: bool = True) -> dict[str, Any]:
     """Which kernel path transformers' NemotronH takes in this process, as a JSON-able dict:
     ``fast_path`` (Mamba-2 scan and state update from mamba-ssm, on CUDA), ``summary`` (one line),
     ``torch`` (version), ``cuda`` (``available``, ``device``), ``packages`` (``installed``, ``version``,
-    ``import_error`` per package), ``selective_scan_cuda_placeholder``, ``prepared_before_transformers``
+    ``import_error`` per package), ``quantized_decode`` (:func:`quant_decode_report`),
+    ``selective_scan_cuda_placeholder``, ``prepared_before_transformers``
     (None: never prepared), ``functions`` (``live``, ``implementation`` per kernel) and ``reasons``
     (why something is not live).
 
@@ -151,10 +152,38 @@ def kernel_report(*, import_transformers: bool = True) -> dict[str, Any]:
     report["fast_path"] = bool(functions["mamba_chunk_scan_combined"]["live"]
                                and functions["selective_state_update"]["live"] and report["cuda"]["available"])
     conv = "; conv1d from causal-conv1d" if functions["causal_conv1d_fn"]["live"] else "; conv1d via F.conv1d"
+    report["quantized_decode"] = quant_decode_report(cuda=bool(report["cuda"]["available"]))
     report["summary"] = ("Mamba-2 kernels live (mamba-ssm Triton)" + conv if report["fast_path"] else
                          "Mamba-2 runs on transformers' torch fallback (slow): "
                          + (reasons[0] if reasons else "mamba-ssm kernels not picked up"))
     return report
+
+
+def quant_decode_report(*, cuda: bool) -> dict[str, Any]:
+    """Whether 8-bit / 4-bit decode can read bitsandbytes' storage through the Triton matrix-vector kernels
+    (:mod:`.ops.quant`): ``bitsandbytes`` (version or None), ``triton_kernels`` (they import), ``live``
+    (both, on CUDA) and ``detail`` (one line). Never raises."""
+    try:
+        version: str | None = importlib.metadata.version("bitsandbytes")
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    try:
+        from holodesk.policy.holotron.ops import quant
+
+        kernels, why = quant.HAVE_TRITON, "Triton or torch.library.triton_op is missing"
+    except Exception as exc:  # torch itself missing or broken
+        kernels, why = False, f"{type(exc).__name__}: {exc}"
+    live = bool(version and kernels and cuda)
+    if live:
+        detail = f"NF4 / int8 decode reads bitsandbytes {version} storage through Triton kernels"
+    elif version is None:
+        detail = "bitsandbytes is not installed (pip install 'holodesk[quant]'): no 8-bit / 4-bit weights"
+    elif not kernels:
+        detail = (f"the quantised Triton kernels are unavailable ({why}): 8-bit / 4-bit decode calls "
+                  "bitsandbytes' modules")
+    else:
+        detail = "no CUDA device: bitsandbytes' 8-bit / 4-bit weights need one"
+    return {"bitsandbytes": version, "triton_kernels": kernels, "live": live, "detail": detail}
 
 
 def decoder_record_path() -> Path:

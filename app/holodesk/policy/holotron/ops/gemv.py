@@ -47,7 +47,8 @@ except Exception as _exc:  # CPU-only installs (CI) have no Triton; an old torch
 
 @dataclass(frozen=True)
 class Gemv:
-    """How one weight shape is multiplied: ``kind`` ``"linear"`` | ``"triton"`` and, for Triton,
+    """How one weight shape is multiplied: ``kind`` ``"linear"`` | ``"triton"`` (bf16) | ``"nf4"`` | ``"int8"``
+    (:mod:`.quant`) and, for the Triton kernels,
     the tile ``(block_n, block_k, num_warps)``; ``us`` the measured microseconds per product at load."""
 
     kind: str = "linear"
@@ -61,9 +62,10 @@ class Gemv:
         return (self.kind, self.block_n, self.block_k, self.num_warps)
 
     def label(self) -> str:
-        if self.kind == "triton":
-            return f"triton {self.block_n}x{self.block_k}/{self.num_warps}w"
-        return self.kind
+        """``"linear"``, or the kernel kind and tile, e.g. ``"triton 8x512/4w"``, ``"nf4 4x512/4w"``."""
+        if self.kind == "linear":
+            return self.kind
+        return f"{self.kind} {self.block_n}x{self.block_k}/{self.num_warps}w"
 
 
 LINEAR = Gemv()

@@ -1,0 +1,149 @@
+"""Triton matrix-vector kernels that read bitsandbytes' storage directly, and their ops
+``torch.ops.holodesk.gemv_nf4`` / ``torch.ops.holodesk.gemv_int8`` (see :mod:`.quant`; references
+:func:`.quant.dequantize` and :func:`.quant.gemv_reference`).
+
+Kept apart, without ``from __future__ import annotations``: ``torch.library.triton_op`` reads the op's
+schema from real annotations. Importing this module needs torch and Triton (raises ImportError otherwise).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def nf4_gemv_kernel(q_ptr, absmax_ptr, code_ptr, absmax2_ptr, code2_ptr, offset_ptr, x_ptr, xw_ptr, y_ptr,  # type: ignore[no-untyped-def]
+                    n_rows, n_cols, BLOCKSIZE: tl.constexpr, BLOCKSIZE2: tl.constexpr, DOUBLE: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, X_PAIRS: tl.constexpr):
+    """``y[r] = sum_k W[r, k] x[k]`` with ``W`` in bitsandbytes' NF4 layout: the row-major ``[N, K]`` weight
+    flattened, two 4-bit indices a byte (the high nibble is the even element), value ``code[index] *
+    absmax[element // BLOCKSIZE]``; with ``DOUBLE`` (``compress_statistics``) ``absmax`` holds uint8
+    indices and the scale is ``code2[absmax[b]] * absmax2[b // BLOCKSIZE2] + offset``.
+
+    Each program takes ``BLOCK_N`` rows and walks ``K`` in steps of ``BLOCK_K`` elements, held as
+    ``[BLOCK_N, BLOCK_K // BLOCKSIZE, BLOCKSIZE // 2]`` bytes so that each quantisation block's scale is
+    one value broadcast over its bytes; float32 products accumulate per lane, one reduction at the end.
+    ``X_PAIRS`` (bf16 ``x``, ``EVEN_K``): ``xw_ptr`` is ``x`` viewed as int32, one word per byte of the
+    weight holding the two activations its nibbles multiply, loaded in the weight's own layout (one
+    vector load per thread, repeated across the rows from L1) instead of two strided loads redistributed
+    through shared memory; the bf16 halves become float32 by shifting.
+    """
+    G: tl.constexpr = BLOCK_K // BLOCKSIZE
+    HALF: tl.constexpr = BLOCKSIZE // 2
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < n_rows
+    rows = tl.where(row_ok, rows, 0)  # rows past the end read row 0 and are not stored
+    blocks_per_row = n_cols // BLOCKSIZE
+    g = tl.arange(0, G)
+    j = tl.arange(0, HALF)
+    if DOUBLE:
+        offset = tl.load(offset_ptr)
+    acc = tl.zeros([BLOCK_N, G, HALF], dtype=tl.float32)
+    for k0 in range(0, n_cols, BLOCK_K):
+        blk = k0 // BLOCKSIZE + g  # [G] block index within the row
+        byte = rows[:, None, None] * (n_cols // 2) + blk[None, :, None] * HALF + j[None, None, :]
+        col = blk[:, None] * BLOCKSIZE + 2 * j[None, :]  # [G, HALF] the even element of each byte
+        flat = rows[:, None] * blocks_per_row + blk[None, :]  # [BLOCK_N, G] block index in the flat weight
+        if X_PAIRS:
+            b = tl.load(q_ptr + byte).to(tl.int32)
+            pair = blk[:, None] * HALF + j[None, :]  # [G, HALF] the word of x under each byte
+            xw = tl.load(tl.broadcast_to(xw_ptr + pair[None, :, :], (BLOCK_N, G, HALF)))
+            xe = (xw << 16).to(tl.float32, bitcast=True)  # low half: the even element (little-endian)
+            xo = (xw & -65536).to(tl.float32, bitcast=True)
+            if DOUBLE:
+                a8 = tl.load(absmax_ptr + flat).to(tl.int32)
+                scale = tl.load(code2_ptr + a8) * tl.load(absmax2_ptr + flat // BLOCKSIZE2) + offset
+            else:
+                scale = tl.load(absmax_ptr + flat)
+        elif EVEN_K:
+            b = tl.load(q_ptr + byte).to(tl.int32)
+            xe = tl.load(x_ptr + col).to(tl.float32)[None, :, :]
+            xo = tl.load(x_ptr + col + 1).to(tl.float32)[None, :, :]
+            if DOUBLE:
+                a8 = tl.load(absmax_ptr + flat).to(tl.int32)
+                scale = tl.load(code2_ptr + a8) * tl.load(absmax2_ptr + flat // BLOCKSIZE2) + offset
+            else:
+                scale = tl.load(absmax_ptr + flat)
+        else:
+            ok = blk < blocks_per_row
+            b = tl.load(q_ptr + byte, mask=ok[None, :, None], other=0).to(tl.int32)
+            xe = tl.load(x_ptr + col, mask=ok[:, None], other=0.0).to(tl.float32)[None, :, :]
+            xo = tl.load(x_ptr + col + 1, mask=ok[:, None], other=0.0).to(tl.float32)[None, :, :]
+            if DOUBLE:
+                a8 = tl.load(absmax_ptr + flat, mask=ok[None, :], other=0).to(tl.int32)
+                scale = tl.load(code2_ptr + a8) * tl.load(absmax2_ptr + flat // BLOCKSIZE2, mask=ok[None, :],
+                                                          other=0.0) + offset
+                scale = tl.where(ok[None, :], scale, 0.0)
+            else:
+                scale = tl.load(absmax_ptr + flat, mask=ok[None, :], other=0.0)
+        hi = tl.load(code_ptr + (b >> 4))
+        lo = tl.load(code_ptr + (b & 15))
+        acc += (hi * xe + lo * xo) * scale[:, :, None]
+    y = tl.sum(tl.sum(acc, axis=2), axis=1)
+    tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
+
+
+@triton.jit
+def int8_gemv_kernel(w_ptr, scb_ptr, x_ptr, y_ptr, n_rows, n_cols, stride_w,  # type: ignore[no-untyped-def]
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """``y[r] = SCB[r] / 127 * sum_k CB[r, k] x[k]``: bitsandbytes' int8 weight (``CB [N, K]`` int8, row
+    scales ``SCB [N]`` float32) read as stored; ``BLOCK_K``-wide coalesced slices of ``BLOCK_N`` rows,
+    float32 products per lane, one reduction and one scale per row at the end."""
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < n_rows
+    rows = tl.where(row_ok, rows, 0)
+    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    for k0 in range(0, n_cols, BLOCK_K):
+        cols = k0 + tl.arange(0, BLOCK_K)
+        if EVEN_K:  # x read in the weight's layout (repeated across the rows from L1): no shared-memory round trip
+            w = tl.load(w_ptr + rows[:, None] * stride_w + cols[None, :])
+            x = tl.load(tl.broadcast_to(x_ptr + cols[None, :], (BLOCK_N, BLOCK_K)))
+        else:
+            col_ok = cols < n_cols
+            w = tl.load(w_ptr + rows[:, None] * stride_w + cols[None, :], mask=col_ok[None, :], other=0)
+            x = tl.load(x_ptr + cols, mask=col_ok, other=0.0)[None, :]
+        acc += w.to(tl.float32) * x.to(tl.float32)
+    y = tl.sum(acc, axis=1) * (tl.load(scb_ptr + rows) * 7.874015718698502e-3)  # 1/127 as bitsandbytes writes it
+    tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
+
+
+@torch.library.triton_op("holodesk::gemv_nf4", mutates_args=())
+def gemv_nf4_op(x: torch.Tensor, packed: torch.Tensor, absmax: torch.Tensor, code: torch.Tensor,
+                absmax2: torch.Tensor, code2: torch.Tensor, offset: torch.Tensor, n_rows: int, n_cols: int,
+                blocksize: int, blocksize2: int, double: bool, block_n: int, block_k: int,
+                num_warps: int, x_pairs: bool) -> torch.Tensor:
+    """``torch.ops.holodesk.gemv_nf4``: ``x [1, K]`` times the NF4 weight ``[N, K]`` (``packed`` uint8
+    ``[N * K / 2, 1]`` and its quantisation state, :class:`.quant.NF4Weight`) -> ``[1, N]`` in ``x``'s
+    dtype, by :func:`nf4_gemv_kernel`; ``block_k`` a multiple of ``blocksize``; ``x_pairs`` (bf16 ``x``,
+    ``K`` a multiple of ``block_k``) reads ``x`` as int32 pairs.
+
+    Raises:
+        ValueError: ``x_pairs`` for an ``x`` that is not bf16 or a ``K`` that ``block_k`` does not divide.
+    """
+    even = n_cols % block_k == 0
+    if x_pairs and (x.dtype != torch.bfloat16 or not even):
+        raise ValueError("x_pairs needs bf16 activations and K a multiple of block_k")
+    y = torch.empty(1, n_rows, dtype=x.dtype, device=x.device)
+    xw = x.view(torch.int32) if x_pairs else x  # the same bytes: word j = (x[2j], x[2j + 1])
+    grid = (triton.cdiv(n_rows, block_n),)
+    torch.library.wrap_triton(nf4_gemv_kernel)[grid](
+        packed, absmax, code, absmax2, code2, offset, x, xw, y, n_rows, n_cols, BLOCKSIZE=blocksize,
+        BLOCKSIZE2=blocksize2, DOUBLE=double, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=even, X_PAIRS=x_pairs,
+        num_warps=num_warps)
+    return y
+
+
+@torch.library.triton_op("holodesk::gemv_int8", mutates_args=())
+def gemv_int8_op(x: torch.Tensor, cb: torch.Tensor, scb: torch.Tensor, block_n: int, block_k: int,
+                 num_warps: int) -> torch.Tensor:
+    """``torch.ops.holodesk.gemv_int8``: ``x [1, K]`` times the int8 weight ``cb [N, K]`` with row scales
+    ``scb [N]`` (``W = cb * scb / 127``) -> ``[1, N]`` in ``x``'s dtype, by :func:`int8_gemv_kernel`."""
+    n_rows, n_cols = cb.shape
+    y = torch.empty(1, n_rows, dtype=x.dtype, device=x.device)
+    grid = (triton.cdiv(n_rows, block_n),)
+    torch.library.wrap_triton(int8_gemv_kernel)[grid](
+        cb, scb, x, y, n_rows, n_cols, cb.stride(0), BLOCK_N=block_n, BLOCK_K=block_k,
+        EVEN_K=n_cols % block_k == 0, num_warps=num_warps)
+    return y

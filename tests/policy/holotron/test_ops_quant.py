@@ -1,0 +1,281 @@
+"""Quantised decode (ops/quant.py): bitsandbytes' NF4 / int8 storage read in place by Triton matrix-vector
+kernels, each against bitsandbytes' own dequantisation + matmul on the same weights.
+
+CPU: the storage is the module's (no copy), the torch reference equals bitsandbytes' dequantisation bit for
+bit, and the real Triton kernels run under Triton's interpreter (a child process with ``TRITON_INTERPRET=1``)
+alone and inside the static decoder. GPU (``gpu``): every tile at Holotron-12B's shapes, the tile chosen at
+load, the op compiled and replayed in a CUDA graph, and the captured quantised decoder against bitsandbytes'
+modules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("bitsandbytes", reason="bitsandbytes is not installed (pip install 'holodesk[quant]')")
+pytest.importorskip("transformers")
+
+import bitsandbytes as bnb  # noqa: E402
+
+from holodesk.policy.holotron import blocks  # noqa: E402
+from holodesk.policy.holotron.decoder import Setup  # noqa: E402
+from holodesk.policy.holotron.ops import quant  # noqa: E402
+from holodesk.policy.holotron.ops.gemv import Gemv  # noqa: E402
+from tests.policy.holotron import quant_cases  # noqa: E402
+from tests.policy.holotron.quant_cases import bnb_weight, layer, rel  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[3]
+MODES = ("nf4", "nf4-double", "int8")
+BF16_ROUNDING = 1e-2  # relative L2 of one bf16 rounding of the output (2^-8), with margin
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_reference_dequantises_the_stored_bytes_as_bitsandbytes(mode: str) -> None:
+    gen = torch.Generator().manual_seed(1)
+    w = torch.randn(48, 320, generator=gen).to(torch.bfloat16)
+    m = layer(mode, w)
+    stored = quant.quant_weight(m)
+    assert stored is not None and quant.shape(stored) == (48, 320)
+    if mode == "int8":  # bitsandbytes' int8_vectorwise_dequant, float32, bit for bit
+        assert torch.equal(quant.dequantize(stored), bnb_weight(m))
+    else:  # dequantize_4bit in the layer's dtype, bit for bit (nibble order, blocks, nested statistics)
+        want = bnb.functional.dequantize_4bit(m.weight.data, m.weight.quant_state)
+        assert want.dtype == torch.bfloat16 and torch.equal(quant.dequantize(stored, torch.bfloat16), want)
+    x = torch.randn(1, 320, generator=gen).to(torch.bfloat16)
+    assert rel(quant.gemv_reference(x, stored), x.float() @ bnb_weight(m).t()) < BF16_ROUNDING
+    assert rel(quant.gemv_reference(x, stored), w.float() @ x.float().t().flatten()) < 0.2  # it is the weight
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dequantising_by_rows_equals_the_whole(mode: str) -> None:
+    """Row ranges (the chunks of the reference at load) index the blocks and the nested blocks, which cross
+    rows (70 x 64 blocks of 64 values, nested in 256s), as the whole does."""
+    m = layer(mode, torch.randn(70, 4096, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16))
+    stored = quant.quant_weight(m)
+    assert stored is not None
+    whole = quant.dequantize(stored)
+    assert torch.equal(torch.cat([quant.dequantize(stored, rows=(r, min(70, r + 9))) for r in range(0, 70, 9)]),
+                       whole)
+    x = torch.randn(2, 4096, generator=torch.Generator().manual_seed(6))
+    assert torch.allclose(quant.gemv_reference(x, stored, chunk_rows=16), x @ whole.t(), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_storage_is_the_modules_own(mode: str) -> None:
+    m = layer(mode, torch.randn(32, 128))
+    stored = quant.quant_weight(m)
+    assert stored is not None
+    if isinstance(stored, quant.NF4Weight):
+        qs = m.weight.quant_state
+        assert stored.packed.data_ptr() == m.weight.data_ptr() and stored.packed.dtype == torch.uint8
+        assert stored.absmax is qs.absmax and stored.code is qs.code and stored.double == (mode == "nf4-double")
+        if stored.double:
+            assert stored.absmax.dtype == torch.uint8 and stored.absmax2 is qs.state2.absmax
+            assert stored.code2 is qs.state2.code and stored.blocksize2 == 256
+        assert quant.nbytes(stored) == 32 * 128 // 2 + qs.absmax.numel() * qs.absmax.element_size() + 16 * 4 + (
+            qs.state2.absmax.numel() * 4 + 256 * 4 + 4 if stored.double else 0)
+    else:
+        assert stored.cb.data_ptr() == m.weight.data_ptr() and stored.cb.dtype == torch.int8
+        assert quant.nbytes(stored) == 32 * 128 + 32 * 4
+    x = torch.randn(1, 128)
+    m(x)  # bitsandbytes' forward moves Int8Params' SCB into the module's state: still found, still the same
+    again, via_blocks = quant.quant_weight(m), blocks.weight_of(m, quantized=True)
+    for other in (again, via_blocks):
+        assert type(other) is type(stored)
+        tensors = [(a, b) for a, b in zip(other, stored, strict=True) if isinstance(a, torch.Tensor)]
+        assert all(a.data_ptr() == b.data_ptr() for a, b in tensors[:5])  # NF4's offset may be a fresh zero
+    assert blocks.weight_of(m) is m
+
+
+def test_layers_the_kernels_do_not_read_stay_modules() -> None:
+    w = torch.randn(16, 128)
+    biased = bnb.nn.Linear4bit(128, 16, bias=True, quant_type="nf4", device="meta")
+    biased.weight = bnb.nn.Params4bit(w.clone(), requires_grad=False, quant_type="nf4")
+    biased.bias = torch.nn.Parameter(torch.zeros(16), requires_grad=False)
+    fp4 = bnb.nn.Linear4bit(128, 16, bias=False, quant_type="fp4", device="meta")
+    fp4.weight = bnb.nn.Params4bit(w.clone(), requires_grad=False, quant_type="fp4")
+    for m in (biased.to("cpu"), fp4.to("cpu"), torch.nn.Linear(128, 16, bias=True)):
+        assert quant.quant_weight(m) is None and blocks.weight_of(m, quantized=True) is m
+    plain = torch.nn.Linear(128, 16, bias=False)
+    assert quant.quant_weight(plain) is None and blocks.weight_of(plain, quantized=True) is not plain
+
+
+def test_tiles_hold_whole_quantisation_blocks_and_fit_k() -> None:
+    nf4 = quant.quant_weight(layer("nf4", torch.randn(8, 192)))
+    int8 = quant.quant_weight(layer("int8", torch.randn(8, 192)))
+    assert nf4 is not None and int8 is not None
+    assert quant.tiles(nf4) and all(t.kind == "nf4" and t.block_k % 64 == 0 and t.block_k <= 384
+                                    for t in quant.tiles(nf4))  # no step divides K = 192: no bf16 pairs
+    wide = quant.quant_weight(layer("nf4", torch.randn(8, 512)))
+    assert wide is not None
+    pairs = [t for t in quant.tiles(wide) if t.kind == "nf4-pairs"]
+    assert pairs and all(512 % t.block_k == 0 for t in pairs)
+    assert not [t for t in quant.tiles(wide, torch.float32) if t.kind == "nf4-pairs"]  # bf16 activations only
+    assert quant.tiles(int8) and all(t.kind == "int8" and t.block_k <= 384 for t in quant.tiles(int8))
+    with pytest.raises(ValueError, match="does not read"):
+        quant.linear(torch.randn(1, 192), int8, ("nf4", 4, 64, 4))
+    # off CUDA nothing is chosen: the decoder keeps bitsandbytes' modules
+    assert quant.choose([nf4]) == (Gemv(), {})
+
+
+def test_quantised_setup_falls_back_to_uncompiled_modules() -> None:
+    fast = Setup(compiled=True, gemv={"up": Gemv("nf4", 4, 512, 4), "lm_head": Gemv("triton", 8, 512, 4)},
+                 graphs=True, quantized=True)
+    assert fast.quant_kernels() and "read as bitsandbytes stores them" in fast.label()
+    simpler = fast.simpler()
+    assert simpler == Setup(compiled=False, gemv={}, graphs=True, quantized=True)
+    assert "bitsandbytes modules called as they are" in simpler.label()
+    bf16 = Setup(compiled=True, gemv={"up": Gemv("triton", 8, 512, 4)}, graphs=True)
+    assert bf16.simpler() == Setup(compiled=True, gemv={}, graphs=True) and not bf16.quant_kernels()
+
+
+def test_eager_decoder_on_a_quantised_model_calls_the_modules() -> None:
+    from holodesk.policy.holotron.decoder import StaticDecoder
+    from tests.policy.holotron.test_decoder import tiny_lm
+
+    lm = tiny_lm(seed=4)
+    quant_cases.quantize_lm(lm, "nf4-double")
+    d = StaticDecoder(lm, max_len=64, bucket=32, chunk=16, prefill_bucket=8)
+    assert d.setup == Setup(compiled=False, gemv={}, graphs=False, quantized=True) and not d.plain
+    assert d._dargs is d._args and "bitsandbytes modules called as they are" in d.describe()["decode"]
+    assert sum(isinstance(w, quant.NF4Weight) for a in d._qargs for w in a) == 18  # 4 Mamba x2, 2 MLP x2, 2 attn x3
+    assert sum(isinstance(o[0], quant.NF4Weight) for o in d._qout.values()) == 2
+
+
+def test_doctor_reports_the_quantised_decode_path() -> None:
+    from holodesk.policy.holotron.kernels import kernel_report, quant_decode_report
+
+    off = quant_decode_report(cuda=False)
+    assert off["bitsandbytes"] == bnb.__version__ and off["triton_kernels"] is quant.HAVE_TRITON
+    assert off["live"] is False and "no CUDA device" in off["detail"]
+    on = quant_decode_report(cuda=True)
+    assert on["live"] is quant.HAVE_TRITON and ("Triton kernels" in on["detail"]) is quant.HAVE_TRITON
+    report = kernel_report(import_transformers=False)["quantized_decode"]
+    assert report == quant_decode_report(cuda=torch.cuda.is_available())
+
+
+@pytest.fixture(scope="module")
+def interpreted() -> dict[str, Any]:
+    """The real Triton kernels run by Triton's interpreter on CPU tensors, in a child process (the interpreter is
+    chosen when a kernel is defined, so this process's already-defined kernels cannot use it)."""
+    env = {**os.environ, "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "app"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    code = "import json; from tests.policy.holotron import quant_cases; print(json.dumps(quant_cases.interpreted()))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=900, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.slow
+def test_interpreted_kernels_equal_bitsandbytes_dequantise_and_matmul(interpreted: dict[str, Any]) -> None:
+    cases = interpreted["kernels"]
+    assert len(cases) == 3 * 3 and all(cases.values()), cases
+    assert any(label.startswith("nf4-pairs") for label in cases["nf4 13x512 torch.bfloat16"])
+    for case, errors in cases.items():
+        tol = 1e-5 if "float32" in case else BF16_ROUNDING  # float32 sums; or one bf16 rounding of the output
+        assert all(e < tol for e in errors.values()), (case, errors)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["nf4-double", "int8"])
+def test_interpreted_decoder_reads_storage_and_equals_the_module_path(interpreted: dict[str, Any],
+                                                                       mode: str) -> None:
+    got = interpreted["decoder"][mode]
+    assert got["setup_kernels"] and got["quantised_projections"] == 18 and got["same_storage"], got
+    assert "read as bitsandbytes stores them" in got["decode"] and got["notes"] == []
+    assert len(got["errors"]) == 7 and max(got["errors"]) < 1e-4, got["errors"]
+
+
+# ---------------------------------------------------------------- GPU
+H, INNER, MLP_W = 5120, 10240, 20480
+SHAPES_12B = {"mamba in_proj": (2 * INNER + 2 * 8 * 128 + 128, H), "mamba out_proj": (H, INNER), "mlp up": (MLP_W, H),
+              "mlp down": (H, MLP_W), "q / o_proj": (H, H), "k / v": (8 * 128, H)}
+"""Holotron-12B's quantised projections ``(N, K)`` (bench/model.py HOLOTRON_12B: hidden 5120, Mamba inner
+2 x hidden, 8 groups x state 128, 128 heads; MLP 20480; 40 x 128 query and 8 x 128 KV heads)."""
+
+
+def cuda(fn):  # type: ignore[no-untyped-def]
+    """GPU test: marked ``gpu``, skipped without CUDA; with CUDA a missing Triton kernel fails."""
+    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")(fn))
+
+
+@cuda
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("role", list(SHAPES_12B))
+def test_gpu_every_tile_equals_bitsandbytes_at_12b_shapes(mode: str, role: str) -> None:
+    assert quant.HAVE_TRITON, "the quantised Triton kernels did not import on a CUDA machine"
+    n, k = SHAPES_12B[role]
+    errors = quant_cases.kernel_errors(mode, n, k, torch.bfloat16, "cuda")
+    assert errors and all(e < BF16_ROUNDING for e in errors.values()), errors
+
+
+@cuda
+@pytest.mark.parametrize("mode", MODES)
+def test_gpu_choose_times_tiles_and_picks_a_kernel(mode: str) -> None:
+    gen = torch.Generator().manual_seed(2)
+    layers = [layer(mode, torch.randn(*SHAPES_12B["mlp up"], generator=gen).to(torch.bfloat16), "cuda")
+              for _ in range(3)]
+    stored = [quant.quant_weight(m) for m in layers]
+    assert all(s is not None for s in stored)
+    best, timings = quant.choose([s for s in stored if s is not None], dtype=torch.bfloat16)
+    assert best.kind in (("int8",) if mode == "int8" else ("nf4", "nf4-pairs")) and best.us > 0, (best, timings)
+    assert set(timings) == {t.label() for t in quant.tiles(stored[0])}, timings  # every tile compiled and ran
+
+
+@cuda
+@pytest.mark.parametrize(("mode", "kind"), [("nf4", "nf4-pairs"), ("nf4-double", "nf4-pairs"), ("nf4", "nf4"),
+                                            ("int8", "int8")])
+def test_gpu_op_compiles_and_replays_in_a_cuda_graph(mode: str, kind: str) -> None:
+    gen = torch.Generator().manual_seed(3)
+    m = layer(mode, torch.randn(1024, 5120, generator=gen).to(torch.bfloat16), "cuda")
+    stored = quant.quant_weight(m)
+    assert stored is not None
+    how = next(t for t in quant.tiles(stored) if t.kind == kind).spec()
+
+    def step(x: torch.Tensor, w: quant.QuantWeight) -> torch.Tensor:
+        return blocks.project(torch.nn.functional.silu(x), w, how) * 2
+
+    fn = torch.compile(step, dynamic=False, fullgraph=True)
+    x = torch.randn(1, 5120, device="cuda", dtype=torch.bfloat16)
+    want = (torch.nn.functional.silu(x).float() @ bnb_weight(m).t() * 2)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            fn(x, stored)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fn(x, stored)
+    torch.cuda.current_stream().wait_stream(stream)
+    x.copy_(torch.randn(1, 5120, device="cuda", dtype=torch.bfloat16))
+    want = (torch.nn.functional.silu(x).float() @ bnb_weight(m).t() * 2)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel(out, want) < BF16_ROUNDING
+
+
+@cuda
+@pytest.mark.parametrize("mode", ["nf4", "nf4-double", "int8"])
+def test_gpu_captured_quantised_decoder_equals_the_module_path(mode: str) -> None:
+    """The decoder sets itself up on a quantised tiny model: kernels chosen for every quantised role, blocks
+    compiled, decode graphs captured, no fallback; its logits follow bitsandbytes' modules run eagerly."""
+    from tests.policy.holotron.test_decoder import prompt, tiny_lm
+
+    lm = tiny_lm(seed=6, dtype=torch.bfloat16, device="cuda")
+    quant_cases.quantize_lm(lm, mode, "cuda")
+    got = quant_cases.decoder_errors(lm, prompt(20, seed=7, device="cuda"), (4, 64, 4), graphs=True)
+    assert got["notes"] == [] and got["setup_kernels"] and got["same_storage"], got
+    assert got["decode"].startswith("compiled blocks") and got["decode"].endswith("CUDA graphs"), got
+    assert got["graphs"] == [32, 64] and got["quantised_projections"] == 18, got
+    # bf16 activations; the module path rounds the dequantised weight to bf16 (NF4) or quantises the
+    # activations (LLM.int8), the kernels do neither
+    assert max(got["errors"]) < (0.1 if mode == "int8" else 3e-2), got["errors"]
