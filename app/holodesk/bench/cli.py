@@ -13,6 +13,10 @@ One process, in this order (each part can be left out):
 4. ``--product``: :meth:`HolotronPolicy.propose` at 1080p (:mod:`holodesk.bench.product`);
 5. ``--quant 8bit,4bit``: bitsandbytes LM weights, speed, memory and drift from bf16.
 
+``--cold-start`` runs instead :mod:`holodesk.bench.cold_start`: a checkpoint written to local disk in the
+published layout (full size, or the tiny one with ``--tiny``), its file-read floor, and start -> imports ->
+weights loaded -> graphs ready -> first proposal in fresh processes with the page cache cold and warm.
+
 Weights are seeded random draws in Holotron-12B's shapes (:mod:`holodesk.bench.model`) unless
 ``--checkpoint`` names a folder. ``--device cpu --tiny`` runs a tiny model in a few minutes (CI smoke
 test). Results are printed and written as JSON (``--json``). Exit status: 0, 1 when a check failed
@@ -69,6 +73,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--product-tokens", type=int, default=1024, help="the policy's reply budget (max_new_tokens)")
     p.add_argument("--quant", default="", help="comma list of 8bit,4bit (bitsandbytes, CUDA only)")
     p.add_argument("--allow-fallback", action="store_true", help="no failed check when Mamba-2 kernels are not live")
+    p.add_argument("--cold-start", action="store_true",
+                   help="time to first proposal from a checkpoint on disk, in fresh processes (see above)")
+    p.add_argument("--cold-start-dir", type=Path, default=None,
+                   help="where the cold-start checkpoint is written (default: $TMPDIR/holodesk-cold-start-full, "
+                        "or -tiny with --tiny); with --checkpoint that folder is measured instead")
+    p.add_argument("--cold-start-drop", choices=["auto", "files"], default="auto",
+                   help="cold page cache: auto = /proc/sys/vm/drop_caches when root (the whole page cache) plus "
+                        "fadvise(DONTNEED) on the checkpoint's files; files = fadvise only")
+    p.add_argument("--cold-start-steps", type=int, default=2,
+                   help="propose() calls per cold-start process (the first, then steps on new frames)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=None, help="write the result here")
     return p.parse_args(argv)
@@ -181,6 +195,13 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     prepare_kernels()  # before transformers imports NemotronH
     device, dtype = _device(args)
     result = _header(args, argv, device, dtype)
+    if args.cold_start:
+        from holodesk.bench.cold_start import run_cold_start
+
+        cold = run_cold_start(args, str(device), str(dtype).replace("torch.", ""))
+        result["checks_failed"] += cold.pop("checks_failed")
+        result["cold_start"] = cold
+        return result
     t0 = time.perf_counter()
     loaded = _load(args, device, dtype)
     result["build_s"] = round(time.perf_counter() - t0, 2)
