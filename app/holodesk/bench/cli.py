@@ -81,6 +81,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--cold-start-drop", choices=["auto", "files"], default="auto",
                    help="cold page cache: auto = /proc/sys/vm/drop_caches when root (the whole page cache) plus "
                         "fadvise(DONTNEED) on the checkpoint's files; files = fadvise only")
+    p.add_argument("--cold-start-runs", default="cold,warm",
+                   help="the fresh processes, in order, by page cache state, e.g. cold,warm,cold")
     p.add_argument("--cold-start-steps", type=int, default=2,
                    help="propose() calls per cold-start process (the first, then steps on new frames)")
     p.add_argument("--seed", type=int, default=0)
