@@ -60,6 +60,8 @@ def test_cold_start_runs_fresh_processes_on_the_tiny_checkpoint(tmp_path: Path) 
         assert step["tiles"] == [9] and step["image_tokens"] == 2304  # a real propose() on a 1080p frame
         assert step["generated_tokens"] > 0 and run["propose_error"] is None
         assert run["engine"]["decoder"] == "static" and run["engine"]["eager"] is True  # CPU: no graphs
+        assert run["engine"]["capture_seconds"] == {} and run["prefill_capture_s"] is None  # nothing captured
+        assert 0 <= run["engine_build_s"] <= run["engine_setup_s"] <= run["capture_s"]
 
 
 def test_a_checkpoint_this_bench_wrote_is_reused_until_a_file_changes(tmp_path: Path) -> None:
