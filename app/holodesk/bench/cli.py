@@ -74,10 +74,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--quant", default="", help="comma list of 8bit,4bit (bitsandbytes, CUDA only)")
     p.add_argument("--allow-fallback", action="store_true", help="no failed check when Mamba-2 kernels are not live")
     p.add_argument("--cold-start", action="store_true",
-                   help="time to first proposal from a checkpoint on disk, in fresh processes (see above)")
+                   help="instead of the runs above: time to first proposal from a checkpoint on local disk, in fresh "
+                        "processes, page cache cold and warm, against the file-read floor (holodesk.bench.cold_start)")
     p.add_argument("--cold-start-dir", type=Path, default=None,
                    help="where the cold-start checkpoint is written (default: $TMPDIR/holodesk-cold-start-full, "
-                        "or -tiny with --tiny); with --checkpoint that folder is measured instead")
+                        "or -tiny with --tiny); --checkpoint DIR measures DIR instead and writes nothing")
     p.add_argument("--cold-start-drop", choices=["auto", "files"], default="auto",
                    help="cold page cache: auto = /proc/sys/vm/drop_caches when root (the whole page cache) plus "
                         "fadvise(DONTNEED) on the checkpoint's files; files = fadvise only")

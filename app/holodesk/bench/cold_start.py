@@ -198,13 +198,22 @@ def phases(child: dict[str, Any]) -> dict[str, float | None]:
 
 
 def run_cold_start(args: argparse.Namespace, device: str, dtype: str) -> dict[str, Any]:
-    """Parts 1-3 of the module docstring; returns the JSON-able result (``checks_failed``: children that
-    failed, in words)."""
+    """Parts 1-3 of the module docstring; returns the JSON-able result (``checks_failed``: the failed
+    checks of the module docstring, in words).
+
+    Raises:
+        HolodeskError: a bad ``--cold-start-runs``, a ``--checkpoint`` that is not a folder, too little disk.
+    """
     import torch
 
+    run_modes = modes(args.cold_start_runs)  # before 25 GB are written
     folder = args.checkpoint or args.cold_start_dir or default_folder(args.tiny)
     out: dict[str, Any] = {"checks_failed": []}
     if args.checkpoint is not None:
+        if not folder.is_dir():
+            raise HolodeskError(f"--checkpoint {folder} is not a folder on this machine",
+                                hint="--cold-start measures a local checkpoint folder (or writes one without "
+                                     "--checkpoint).")
         files = checkpoint_files(folder)
         out["checkpoint"] = {"folder": str(folder), "size": "given", "written": False, "write_s": None,
                              "bytes": sum(f.stat().st_size for f in files), "files": len(files)}
@@ -220,7 +229,7 @@ def run_cold_start(args: argparse.Namespace, device: str, dtype: str) -> dict[st
     out["read_floor"] = floor
     print(f"cold start: read floor {floor}", flush=True)
     runs: list[dict[str, Any]] = []
-    for mode in modes(args.cold_start_runs):
+    for mode in run_modes:
         if mode == "cold":
             state = _drop(files, system_drop)
         else:
@@ -246,7 +255,8 @@ def run_cold_start(args: argparse.Namespace, device: str, dtype: str) -> dict[st
             f"{k} {run.get(k)}" for k in ("startup_s", "imports_s", "load_s", "load_over_floor", "capture_s",
                                           "engine_setup_s", "engine_build_s", "decode_capture_s",
                                           "prefill_capture_s", "warm_up_s", "first_proposal_s", "total_s"))
-              + f"; steps {[step['wall_s'] for step in run.get('steps', [])]} s; {run['target']}", flush=True)
+              + f"; steps {[step['wall_s'] for step in run.get('steps', [])]} s; page cache {state}; "
+              + run["target"], flush=True)
     out["runs"] = runs
     return out
 
