@@ -61,7 +61,17 @@ def test_cold_start_runs_fresh_processes_on_the_tiny_checkpoint(tmp_path: Path) 
         assert step["generated_tokens"] > 0 and run["propose_error"] is None
         assert run["engine"]["decoder"] == "static" and run["engine"]["eager"] is True  # CPU: no graphs
         assert run["engine"]["capture_seconds"] == {} and run["prefill_capture_s"] is None  # nothing captured
-        assert 0 <= run["engine_build_s"] <= run["engine_setup_s"] <= run["capture_s"]
+        assert 0 <= run["engine_build_s"] <= run["engine_setup_s"] <= run["capture_s"] + 0.01  # (rounded)
+
+    # an existing folder (--checkpoint): measured as it is, nothing written; one warm process
+    status = main(["--device", "cpu", "--tiny", "--cold-start", "--checkpoint", str(folder), "--cold-start-runs",
+                   "warm", "--cold-start-drop", "files", "--cold-start-steps", "1", "--json", str(out)])
+    given = json.loads(out.read_text())
+    assert status == 0 and given["checks_failed"] == []
+    measured = given["cold_start"]["checkpoint"]
+    assert measured["size"] == "given" and measured["written"] is False and measured["bytes"] == checkpoint["bytes"]
+    (run,) = given["cold_start"]["runs"]
+    assert run["mode"] == "warm" and run["steps"][0]["image_tokens"] == 2304
 
 
 def test_a_checkpoint_this_bench_wrote_is_reused_until_a_file_changes(tmp_path: Path) -> None:
@@ -101,7 +111,7 @@ def test_filesystem_names_the_mount_of_a_path(tmp_path: Path) -> None:
     from holodesk.bench.page_cache import filesystem
 
     mounts = [line.split() for line in Path("/proc/mounts").read_text().splitlines()]
-    root = next(kind for _dev, point, kind, *_ in mounts if point == "/")
+    root = [kind for _dev, point, kind, *_ in mounts if point == "/"][-1]  # the last mount on / is the one seen
     assert filesystem(Path("/")) == root
     assert filesystem(Path("/proc/self")) == "proc"
 

@@ -133,8 +133,8 @@ def read_seconds(files: Sequence[Path], threads: int = 4) -> float:
 
 
 def filesystem(path: Path) -> str:
-    """The filesystem type ``path`` lives on (the longest mount point above it in /proc/mounts), or
-    "unknown"."""
+    """The filesystem type ``path`` lives on (the longest mount point above it in /proc/mounts, the last
+    one mounted there), or "unknown"."""
     try:
         mounts = Path("/proc/mounts").read_text().splitlines()
     except OSError:
@@ -147,6 +147,6 @@ def filesystem(path: Path) -> str:
             continue
         point = parts[1].replace("\\040", " ")
         inside = target == point or target.startswith(point.rstrip("/") + "/")
-        if inside and len(point) > len(best):
+        if inside and len(point) >= len(best):  # a later mount on the same point hides the earlier
             best, kind = point, parts[2]
     return kind
