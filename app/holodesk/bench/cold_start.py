@@ -100,7 +100,8 @@ def prepare_checkpoint(folder: Path, *, tiny: bool, seed: int, device: str) -> d
     if not reuse:
         marker.unlink(missing_ok=True)
         folder.mkdir(parents=True, exist_ok=True)
-        free = shutil.disk_usage(folder).free
+        # the writer replaces the folder's weight files: their space counts as free
+        free = shutil.disk_usage(folder).free + sum(f.stat().st_size for f in folder.glob("model*.safetensors"))
         if not tiny and free < FULL_BYTES_NEEDED:
             raise HolodeskError(f"{folder} has {free / 2**30:.1f} GiB free; the full-size checkpoint needs "
                                 f"{FULL_BYTES_NEEDED / 2**30:.0f} GiB",
