@@ -128,6 +128,12 @@ def _drop(files: list[Path], system: bool) -> dict[str, Any]:
             "dropped": None if after is None else after < 0.05}
 
 
+def _cache(files: list[Path]) -> None:
+    """Read ``files`` through unless ``mincore`` says they are all in the page cache already."""
+    if (page_cache.resident_fraction(files) or 0.0) < 0.99:
+        page_cache.read_seconds(files)
+
+
 def _round(x: float | None, digits: int = 3) -> float | None:
     return None if x is None else round(x, digits)
 
@@ -141,7 +147,7 @@ def measure_floor(files: list[Path], *, system_drop: bool) -> dict[str, Any]:
     nbytes = sum(f.stat().st_size for f in files)
     drop = _drop(files, system_drop)
     cold = page_cache.read_seconds(files)
-    page_cache.read_seconds(files)  # make sure everything is cached before the warm read
+    _cache(files)
     resident = page_cache.resident_fraction(files)
     warm = page_cache.read_seconds(files)
     return {"bytes": nbytes, "readers": 4,
@@ -234,8 +240,7 @@ def run_cold_start(args: argparse.Namespace, device: str, dtype: str) -> dict[st
         if mode == "cold":
             state = _drop(files, system_drop)
         else:
-            if (page_cache.resident_fraction(files) or 0.0) < 0.99:
-                page_cache.read_seconds(files)
+            _cache(files)
             state = {"resident": _round(page_cache.resident_fraction(files))}
         caches = compile_caches()
         child = run_child(folder, args, device, dtype)
