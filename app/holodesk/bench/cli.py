@@ -15,6 +15,10 @@ One process, in this order (each part can be left out):
    ms/token against its floor (the bytes a step reads as stored), TTFA, peak memory side by side, and drift
    from bf16.
 
+``--cold-start`` runs instead :mod:`holodesk.bench.cold_start`: a checkpoint written to local disk in the
+published layout (full size, or the tiny one with ``--tiny``), its file-read floor, and start -> imports ->
+weights loaded -> graphs ready -> first proposal in fresh processes with the page cache cold and warm.
+
 Weights are seeded random draws in Holotron-12B's shapes (:mod:`holodesk.bench.model`) unless
 ``--checkpoint`` names a folder. ``--device cpu --tiny`` runs a tiny model in a few minutes (CI smoke
 test). Results are printed and written as JSON (``--json``). Exit status: 0, 1 when a check failed
@@ -83,6 +87,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    "--repeats; default: Holotron-12B")
     p.add_argument("--config", type=Path, default=None,
                    help="with --family: the full-size model's config.json (default: the one Holodesk knows)")
+    p.add_argument("--cold-start", action="store_true",
+                   help="instead of the runs above: time to first proposal from a checkpoint on local disk, in fresh "
+                        "processes, page cache cold and warm, against the file-read floor (holodesk.bench.cold_start)")
+    p.add_argument("--cold-start-dir", type=Path, default=None,
+                   help="where the cold-start checkpoint is written (default: $TMPDIR/holodesk-cold-start-full, "
+                        "or -tiny with --tiny); --checkpoint DIR measures DIR instead and writes nothing")
+    p.add_argument("--cold-start-drop", choices=["auto", "files"], default="auto",
+                   help="cold page cache: auto = /proc/sys/vm/drop_caches when root (the whole page cache) plus "
+                        "fadvise(DONTNEED) on the checkpoint's files; files = fadvise only")
+    p.add_argument("--cold-start-runs", default="cold,warm",
+                   help="the fresh processes, in order, by page cache state, e.g. cold,warm,cold")
+    p.add_argument("--cold-start-steps", type=int, default=2,
+                   help="propose() calls per cold-start process (the first, then steps on new frames)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=None, help="write the result here")
     args = p.parse_args(argv)
@@ -203,6 +220,13 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         from holodesk.bench.native import run_family
 
         return run_family(args, device, dtype, result)
+    if args.cold_start:
+        from holodesk.bench.cold_start import run_cold_start
+
+        cold = run_cold_start(args, str(device), str(dtype).replace("torch.", ""))
+        result["checks_failed"] += cold.pop("checks_failed")
+        result["cold_start"] = cold
+        return result
     t0 = time.perf_counter()
     loaded = _load(args, device, dtype)
     result["build_s"] = round(time.perf_counter() - t0, 2)

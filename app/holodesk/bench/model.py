@@ -127,6 +127,32 @@ def full_size_shapes(
     return shapes
 
 
+FULL_SHARD_BYTES = 5 * 10**9
+"""Largest safetensors shard of :func:`write_full_checkpoint` (the hub's usual 5 GB)."""
+
+
+def write_full_checkpoint(path: str | Path, *, seed: int = 0, device: str = "cpu",
+                          shard_bytes: int = FULL_SHARD_BYTES) -> Path:
+    """Write a checkpoint of Holotron-12B's full size (:data:`holodesk.bench.model.FULL`, 13.2 B parameters,
+    24.5 GiB of bf16) in the published layout: shards of at most ``shard_bytes`` with their index,
+    config.json, preprocessor_config.json, generation_config.json and the tiny test tokenizer.
+
+    Weights are drawn on ``device`` (``"cuda"`` draws 13 B normals in well under a second; the CPU takes
+    minutes) and written one shard at a time: host memory holds one shard (plus safetensors'
+    serialisation copy of it), never the whole model.
+
+    Returns:
+        The checkpoint folder as a Path.
+    """
+    from holodesk.bench.tiny_checkpoint import write_checkpoint
+
+    def config(ids: dict[str, int]) -> dict[str, Any]:
+        return full_size_config(ids["<image>"], ids["<SPECIAL_12>"], ids["<s>"], ids["<pad>"], FULL)
+
+    return write_checkpoint(path, config, vision_layers=FULL["vision_layers"], num_prefix_tokens=8, seed=seed,
+                            dtype="bfloat16", shard_bytes=shard_bytes, device=device, preprocessor=True)
+
+
 class RandomConfig(NamedTuple):
     """:func:`random_config`'s result: the translated native config, the checkpoint facts it came from
     (``info.image_token_id`` is ``<image>``), and the remote-style config.json."""

@@ -1,4 +1,6 @@
-"""A tiny random checkpoint in Holotron-12B's PUBLISHED layout, for tests and demos (a tool, not runtime API).
+"""A tiny random checkpoint in Holotron-12B's PUBLISHED layout, for tests and demos (a tool, not runtime API),
+and the writer behind it (:func:`write_checkpoint`), which also writes the full-size one of the cold-start
+bench (:func:`holodesk.bench.model.write_full_checkpoint`) one shard at a time.
 
 The folder looks like the hub repo: a remote-code style ``config.json``
 (``model_type`` ``NemotronH_Nano_VL_V2`` with ``llm_config`` / ``vision_config``), sharded safetensors
@@ -17,8 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from holodesk.policy.holotron.checkpoint import first
 
 if TYPE_CHECKING:
     import torch
@@ -227,6 +233,7 @@ def write_tiny_checkpoint(
     tokenizer_vocab: int = 480,
     vocab_size: int = 512,
     chat_template: bool = True,
+    preprocessor: bool = False,
 ) -> Path:
     """Write a tiny random Holotron-shaped checkpoint to ``path`` and return the folder.
 
@@ -235,8 +242,7 @@ def write_tiny_checkpoint(
     positions, ``num_prefix_tokens`` cls+register tokens), ``mlp1`` (RMSNorm(4*vision_hidden) ->
     Linear -> relu2 -> Linear, no bias) and a Nemotron-H LM with ``pattern`` (M = Mamba-2,
     ``*`` = attention, ``-`` = MLP). Tiles stay 512 px by default so token counts are the real ones
-    (256 per tile). Weights are seeded normal draws (std 0.02; norm weights near 1; Mamba ``A_log`` =
-    log(1..heads), ``D`` = 1).
+    (256 per tile). Weights are seeded normal draws (:func:`tensor_specs`).
 
     Args:
         path: folder to create (may exist; files are overwritten).
@@ -245,155 +251,287 @@ def write_tiny_checkpoint(
         shards: number of safetensors files (an index json is written when > 1).
         tokenizer_vocab: BPE vocabulary size to train; ``vocab_size``: LM rows (>= tokenizer size).
         chat_template: include the Jinja chat template in tokenizer_config.json (False tests the fallback).
+        preprocessor: also write a ``preprocessor_config.json`` that agrees with config.json.
     Returns:
         The checkpoint folder as a Path.
     Raises:
         ValueError: for an impossible size combination.
     """
-    import torch
-
     if set(pattern) - set("M*-") or not pattern:
         raise ValueError(f"pattern may only contain M, * and -, got {pattern!r}")
     if max_img_size % patch_size or tile_size % (2 * patch_size):
         raise ValueError("max_img_size must be a multiple of patch_size and tile_size of 2*patch_size")
+
+    def config(special_ids: dict[str, int]) -> dict[str, Any]:
+        return _tiny_config(
+            vocab_size=vocab_size, vision_hidden=vision_hidden, vision_layers=vision_layers,
+            vision_heads=vision_heads, llm_hidden=llm_hidden, pattern=pattern, tile_size=tile_size,
+            patch_size=patch_size, max_img_size=max_img_size, num_prefix_tokens=num_prefix_tokens,
+            special_ids=special_ids, dtype=dtype,
+        )
+
+    return write_checkpoint(path, config, vision_layers=vision_layers, num_prefix_tokens=num_prefix_tokens,
+                            seed=seed, dtype=dtype, shards=shards, tokenizer_vocab=tokenizer_vocab,
+                            chat_template=chat_template, preprocessor=preprocessor)
+
+
+def write_checkpoint(
+    path: str | Path,
+    config_for: Callable[[dict[str, int]], dict[str, Any]],
+    *,
+    vision_layers: int,
+    num_prefix_tokens: int,
+    seed: int,
+    dtype: str,
+    shards: int | None = None,
+    shard_bytes: int | None = None,
+    device: str = "cpu",
+    tokenizer_vocab: int = 480,
+    chat_template: bool = True,
+    preprocessor: bool = False,
+) -> Path:
+    """Write a random checkpoint in the published layout to ``path``: the tiny test tokenizer, the
+    config.json that ``config_for(special token -> id)`` returns, generation_config.json, optionally an
+    agreeing preprocessor_config.json, and the tensors of :func:`tensor_specs` as safetensors files.
+
+    Args:
+        vision_layers, num_prefix_tokens: RADIO depth and cls+register tokens (config.json does not say).
+        dtype: ``"float32"`` or ``"bfloat16"`` for the stored floating-point tensors.
+        shards: split into this many files by tensor count; or ``shard_bytes``: files of at most this
+            many bytes (a larger single tensor gets a file of its own). Neither: one file.
+        device: where the normal draws are made (the values depend on it; the CPU's match earlier
+            versions of this writer).
+    Returns:
+        The checkpoint folder as a Path.
+    Raises:
+        ValueError: the tokenizer has more tokens than the LM's vocabulary.
+    """
+    import torch
+
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     n_tokens, special_ids = write_tokenizer(out, vocab_size=tokenizer_vocab)
-    if vocab_size < n_tokens:
-        raise ValueError(f"vocab_size {vocab_size} is smaller than the tokenizer's {n_tokens} tokens")
     if not chat_template:
         cfg_path = out / "tokenizer_config.json"
         tok_cfg = json.loads(cfg_path.read_text())
         tok_cfg.pop("chat_template")
         cfg_path.write_text(json.dumps(tok_cfg, indent=2))
-
-    config = _tiny_config(
-        vocab_size=vocab_size, vision_hidden=vision_hidden, vision_layers=vision_layers, vision_heads=vision_heads,
-        llm_hidden=llm_hidden, pattern=pattern, tile_size=tile_size, patch_size=patch_size, max_img_size=max_img_size,
-        num_prefix_tokens=num_prefix_tokens, special_ids=special_ids, dtype=dtype,
-    )
+    config = config_for(special_ids)
+    vocab_size = int(config["llm_config"]["vocab_size"])
+    if vocab_size < n_tokens:
+        raise ValueError(f"vocab_size {vocab_size} is smaller than the tokenizer's {n_tokens} tokens")
     (out / "config.json").write_text(json.dumps(config, indent=2))
     generation = {"bos_token_id": special_ids["<s>"], "eos_token_id": special_ids["<SPECIAL_12>"]}
     (out / "generation_config.json").write_text(json.dumps(generation))
-
-    draw = _Draws(seed)
+    if preprocessor:
+        (out / "preprocessor_config.json").write_text(json.dumps(_preprocessor_config(config), indent=2))
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
-    tensors = {**_vision_tensors(config, draw, vision_layers, num_prefix_tokens), **_lm_tensors(config, draw)}
-    tensors = {k: (t.to(torch_dtype) if t.is_floating_point() else t).contiguous() for k, t in tensors.items()}
-    _save(tensors, out, shards)
+    specs = tensor_specs(config, vision_layers=vision_layers, num_prefix_tokens=num_prefix_tokens)
+    itemsize = torch.empty((), dtype=torch_dtype).element_size()
+    if shards is not None:
+        plan = _shards_by_count(list(specs), shards)
+    else:
+        plan = _shards_by_bytes(specs, itemsize, shard_bytes)
+    _save(specs, plan, out, _Draws(seed, device), torch_dtype, itemsize)
     return out
 
 
-class _Draws:
-    """Seeded normal draws (``torch.Generator``); same seed and call order -> identical tensors."""
+def _preprocessor_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The ``preprocessor_config.json`` of NVIDIA's image processor, agreeing with ``config``."""
+    return {
+        "image_processor_type": "NemotronNanoVLV2ImageProcessor",
+        "image_size": config["force_image_size"], "patch_size": config["patch_size"],
+        "downsample_ratio": config["downsample_ratio"], "max_num_tiles": config["max_num_tiles"],
+        "use_thumbnail": config["use_thumbnail"], "norm_mean": config["norm_mean"], "norm_std": config["norm_std"],
+    }
 
-    def __init__(self, seed: int) -> None:
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor of a random checkpoint before it is drawn.
+
+    Attributes:
+        shape: the tensor's shape.
+        std: a normal draw times ``std`` (unless ``near_one`` or ``const``).
+        near_one: ``1 + 0.1 * normal`` (norm weights; 1-D).
+        const: a fixed value instead of a draw (float32, or int64 when ``integer``).
+        integer: stored as int64, not cast to the checkpoint's dtype.
+    """
+
+    shape: tuple[int, ...]
+    std: float = 0.02
+    near_one: bool = False
+    const: Callable[[], torch.Tensor] | None = None
+    integer: bool = False
+
+    def nbytes(self, itemsize: int) -> int:
+        """Bytes on disk with floating-point tensors of ``itemsize`` bytes."""
+        return math.prod(self.shape) * (8 if self.integer else itemsize)
+
+
+class _Draws:
+    """Seeded normal draws (``torch.Generator`` on ``device``); same seed, device and call order ->
+    identical tensors."""
+
+    def __init__(self, seed: int, device: str = "cpu") -> None:
         import torch
 
-        self.gen = torch.Generator().manual_seed(seed)
+        self.device = torch.device(device)
+        self.gen = torch.Generator(device=self.device).manual_seed(seed)
 
     def normal(self, *shape: int, std: float = 0.02) -> torch.Tensor:
         import torch
 
-        return torch.randn(*shape, generator=self.gen) * std
+        return torch.randn(*shape, generator=self.gen, device=self.device) * std
 
     def near_one(self, n: int) -> torch.Tensor:
         return 1.0 + self.normal(n, std=0.1)
 
+    def make(self, spec: TensorSpec, dtype: torch.dtype) -> torch.Tensor:
+        """The tensor of ``spec`` on the CPU, floating point in ``dtype``, contiguous."""
+        if spec.const is not None:
+            t = spec.const()
+        elif spec.near_one:
+            t = self.near_one(spec.shape[0])
+        else:
+            t = self.normal(*spec.shape, std=spec.std)
+        return (t.to(dtype) if t.is_floating_point() else t).cpu().contiguous()
 
-def _vision_tensors(config: dict[str, Any], draw: _Draws, layers: int, prefix: int) -> dict[str, torch.Tensor]:
+
+def tensor_specs(config: dict[str, Any], *, vision_layers: int, num_prefix_tokens: int) -> dict[str, TensorSpec]:
+    """Every tensor of a checkpoint with the published config ``config``, published key names, in the
+    order they are drawn: the RADIO ViT and ``mlp1`` (:func:`_vision_specs`), then the Nemotron-H LM
+    (:func:`_lm_specs`). Weights are normal draws (std 0.02; linear layers 0.1; norm weights near 1;
+    Mamba ``A_log`` = log(1..heads), ``D`` = 1)."""
+    return {**_vision_specs(config, vision_layers, num_prefix_tokens), **_lm_specs(config)}
+
+
+def _vision_specs(config: dict[str, Any], layers: int, prefix: int) -> dict[str, TensorSpec]:
     """RADIO ViT (``layers`` blocks, ``prefix`` cls+register tokens) and ``mlp1`` tensors, published names."""
     import torch
 
-    normal, near_one = draw.normal, draw.near_one
+    S = TensorSpec
     v = "vision_model.radio_model."
     dv, patch = int(config["vit_hidden_size"]), int(config["patch_size"])
     positions = (int(config["vision_config"]["max_resolution"]) // patch) ** 2
-    t: dict[str, torch.Tensor] = {
-        v + "input_conditioner.norm_mean": torch.tensor(config["norm_mean"]).view(3, 1, 1),
-        v + "input_conditioner.norm_std": torch.tensor(config["norm_std"]).view(3, 1, 1),
-        v + "summary_idxs": torch.tensor([0, 1], dtype=torch.int64),
+    mean, std = list(config["norm_mean"]), list(config["norm_std"])
+
+    def one(n: int) -> TensorSpec:
+        return S((n,), near_one=True)
+
+    t: dict[str, TensorSpec] = {
+        v + "input_conditioner.norm_mean": S((3, 1, 1), const=lambda: torch.tensor(mean).view(3, 1, 1)),
+        v + "input_conditioner.norm_std": S((3, 1, 1), const=lambda: torch.tensor(std).view(3, 1, 1)),
+        v + "summary_idxs": S((2,), const=lambda: torch.tensor([0, 1], dtype=torch.int64), integer=True),
+        v + "model.patch_generator.cls_token.token": S((prefix, dv)),
+        v + "model.patch_generator.embedder.weight": S((dv, 3 * patch * patch)),
+        v + "model.patch_generator.pos_embed": S((1, positions, dv)),
     }
-    t[v + "model.patch_generator.cls_token.token"] = normal(prefix, dv)
-    t[v + "model.patch_generator.embedder.weight"] = normal(dv, 3 * patch * patch)
-    t[v + "model.patch_generator.pos_embed"] = normal(1, positions, dv)
     for i in range(layers):
         b = f"{v}model.blocks.{i}."
-        t[b + "norm1.weight"], t[b + "norm1.bias"] = near_one(dv), normal(dv)
-        t[b + "attn.qkv.weight"], t[b + "attn.qkv.bias"] = normal(3 * dv, dv, std=0.1), normal(3 * dv)
-        t[b + "attn.proj.weight"], t[b + "attn.proj.bias"] = normal(dv, dv, std=0.1), normal(dv)
-        t[b + "norm2.weight"], t[b + "norm2.bias"] = near_one(dv), normal(dv)
-        t[b + "mlp.fc1.weight"], t[b + "mlp.fc1.bias"] = normal(4 * dv, dv, std=0.1), normal(4 * dv)
-        t[b + "mlp.fc2.weight"], t[b + "mlp.fc2.bias"] = normal(dv, 4 * dv, std=0.1), normal(dv)
+        t[b + "norm1.weight"], t[b + "norm1.bias"] = one(dv), S((dv,))
+        t[b + "attn.qkv.weight"], t[b + "attn.qkv.bias"] = S((3 * dv, dv), std=0.1), S((3 * dv,))
+        t[b + "attn.proj.weight"], t[b + "attn.proj.bias"] = S((dv, dv), std=0.1), S((dv,))
+        t[b + "norm2.weight"], t[b + "norm2.bias"] = one(dv), S((dv,))
+        t[b + "mlp.fc1.weight"], t[b + "mlp.fc1.bias"] = S((4 * dv, dv), std=0.1), S((4 * dv,))
+        t[b + "mlp.fc2.weight"], t[b + "mlp.fc2.bias"] = S((dv, 4 * dv), std=0.1), S((dv,))
     proj_in, proj_hidden = 4 * dv, int(config["projector_hidden_size"])
-    t["mlp1.0.weight"] = near_one(proj_in)
-    t["mlp1.1.weight"] = normal(proj_hidden, proj_in, std=0.1)
-    t["mlp1.3.weight"] = normal(int(config["llm_config"]["hidden_size"]), proj_hidden, std=0.1)
+    t["mlp1.0.weight"] = one(proj_in)
+    t["mlp1.1.weight"] = S((proj_hidden, proj_in), std=0.1)
+    t["mlp1.3.weight"] = S((int(config["llm_config"]["hidden_size"]), proj_hidden), std=0.1)
     return t
 
 
-def _lm_tensors(config: dict[str, Any], draw: _Draws) -> dict[str, torch.Tensor]:
+def _lm_specs(config: dict[str, Any]) -> dict[str, TensorSpec]:
     """Nemotron-H tensors for ``llm_config`` (M = Mamba-2, ``*`` = attention, ``-`` = MLP), published names."""
     import torch
 
-    normal, near_one = draw.normal, draw.near_one
+    S = TensorSpec
     llm = config["llm_config"]
     h, vocab, pattern = int(llm["hidden_size"]), int(llm["vocab_size"]), str(llm["hybrid_override_pattern"])
     mamba_heads = int(llm["mamba_num_heads"])
     inner = mamba_heads * int(llm["mamba_head_dim"])
     conv_dim = inner + 2 * int(llm["n_groups"]) * int(llm["ssm_state_size"])
-    head_dim, mlp = int(llm["attention_head_dim"]), int(llm["intermediate_size"])
+    head_dim, mlp = int(first(llm, "head_dim", "attention_head_dim")), int(llm["intermediate_size"])
     heads, kv_heads = int(llm["num_attention_heads"]), int(llm["num_key_value_heads"])
     lm = "language_model.backbone."
-    t: dict[str, torch.Tensor] = {lm + "embeddings.weight": normal(vocab, h, std=1.0)}
+
+    def a_log() -> torch.Tensor:
+        return torch.log(torch.arange(1, mamba_heads + 1, dtype=torch.float32))
+
+    def ones() -> torch.Tensor:
+        return torch.ones(mamba_heads)
+
+    t: dict[str, TensorSpec] = {lm + "embeddings.weight": S((vocab, h), std=1.0)}
     for i, kind in enumerate(pattern):
         b = f"{lm}layers.{i}."
-        t[b + "norm.weight"] = near_one(h)
+        t[b + "norm.weight"] = S((h,), near_one=True)
         if kind == "M":
-            t[b + "mixer.in_proj.weight"] = normal(inner + conv_dim + mamba_heads, h, std=0.1)
-            t[b + "mixer.conv1d.weight"] = normal(conv_dim, 1, int(llm["conv_kernel"]), std=0.3)
-            t[b + "mixer.conv1d.bias"] = normal(conv_dim)
-            t[b + "mixer.dt_bias"] = normal(mamba_heads, std=0.5)
-            t[b + "mixer.A_log"] = torch.log(torch.arange(1, mamba_heads + 1, dtype=torch.float32))
-            t[b + "mixer.D"] = torch.ones(mamba_heads)
-            t[b + "mixer.norm.weight"] = near_one(inner)
-            t[b + "mixer.out_proj.weight"] = normal(h, inner, std=0.1 / math.sqrt(len(pattern)))
+            t[b + "mixer.in_proj.weight"] = S((inner + conv_dim + mamba_heads, h), std=0.1)
+            t[b + "mixer.conv1d.weight"] = S((conv_dim, 1, int(llm["conv_kernel"])), std=0.3)
+            t[b + "mixer.conv1d.bias"] = S((conv_dim,))
+            t[b + "mixer.dt_bias"] = S((mamba_heads,), std=0.5)
+            t[b + "mixer.A_log"] = S((mamba_heads,), const=a_log)
+            t[b + "mixer.D"] = S((mamba_heads,), const=ones)
+            t[b + "mixer.norm.weight"] = S((inner,), near_one=True)
+            t[b + "mixer.out_proj.weight"] = S((h, inner), std=0.1 / math.sqrt(len(pattern)))
         elif kind == "*":
-            t[b + "mixer.q_proj.weight"] = normal(heads * head_dim, h, std=0.1)
-            t[b + "mixer.k_proj.weight"] = normal(kv_heads * head_dim, h, std=0.1)
-            t[b + "mixer.v_proj.weight"] = normal(kv_heads * head_dim, h, std=0.1)
-            t[b + "mixer.o_proj.weight"] = normal(h, heads * head_dim, std=0.1)
+            t[b + "mixer.q_proj.weight"] = S((heads * head_dim, h), std=0.1)
+            t[b + "mixer.k_proj.weight"] = S((kv_heads * head_dim, h), std=0.1)
+            t[b + "mixer.v_proj.weight"] = S((kv_heads * head_dim, h), std=0.1)
+            t[b + "mixer.o_proj.weight"] = S((h, heads * head_dim), std=0.1)
         else:
-            t[b + "mixer.up_proj.weight"] = normal(mlp, h, std=0.1)
-            t[b + "mixer.down_proj.weight"] = normal(h, mlp, std=0.1)
-    t[lm + "norm_f.weight"] = near_one(h)
-    t["language_model.lm_head.weight"] = normal(vocab, h, std=0.5)
+            t[b + "mixer.up_proj.weight"] = S((mlp, h), std=0.1)
+            t[b + "mixer.down_proj.weight"] = S((h, mlp), std=0.1)
+    t[lm + "norm_f.weight"] = S((h,), near_one=True)
+    t["language_model.lm_head.weight"] = S((vocab, h), std=0.5)
     return t
 
 
-def _save(tensors: dict[str, torch.Tensor], out: Path, shards: int) -> None:
-    """Write ``tensors`` as ``shards`` safetensors files (with an index json when more than one),
-    replacing the folder's previous weight files."""
+def _shards_by_count(names: list[str], shards: int) -> list[list[str]]:
+    """``names`` in ``shards`` consecutive runs of ``ceil(len / shards)`` names (at least one run)."""
+    shards = max(1, min(shards, len(names)))
+    per = math.ceil(len(names) / shards)
+    return [names[s * per : (s + 1) * per] for s in range(shards)]
+
+
+def _shards_by_bytes(specs: dict[str, TensorSpec], itemsize: int, limit: int | None) -> list[list[str]]:
+    """Consecutive runs of tensor names of at most ``limit`` bytes each (one run when ``limit`` is None)."""
+    plan: list[list[str]] = [[]]
+    size = 0
+    for name, spec in specs.items():
+        n = spec.nbytes(itemsize)
+        if limit is not None and plan[-1] and size + n > limit:
+            plan.append([])
+            size = 0
+        plan[-1].append(name)
+        size += n
+    return plan
+
+
+def _save(specs: dict[str, TensorSpec], plan: list[list[str]], out: Path, draw: _Draws, dtype: torch.dtype,
+          itemsize: int) -> None:
+    """Draw and write the tensors one file of ``plan`` at a time (with an index json when there is more
+    than one file), replacing the folder's previous weight files."""
     from safetensors.torch import save_file
 
     for old in out.glob("model*.safetensors"):
         old.unlink()
-    names = list(tensors)
-    shards = max(1, min(shards, len(names)))
-    if shards == 1:
-        save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    if len(plan) == 1:
+        save_file({k: draw.make(specs[k], dtype) for k in plan[0]}, str(out / "model.safetensors"),
+                  metadata={"format": "pt"})
         (out / "model.safetensors.index.json").unlink(missing_ok=True)
         return
-    per = math.ceil(len(names) / shards)
     weight_map: dict[str, str] = {}
     total = 0
-    for s in range(shards):
-        part = names[s * per : (s + 1) * per]
-        fname = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
-        save_file({k: tensors[k] for k in part}, str(out / fname), metadata={"format": "pt"})
+    for s, part in enumerate(plan):
+        fname = f"model-{s + 1:05d}-of-{len(plan):05d}.safetensors"
+        tensors = {k: draw.make(specs[k], dtype) for k in part}
+        save_file(tensors, str(out / fname), metadata={"format": "pt"})
+        del tensors  # one shard in host memory at a time
         for k in part:
             weight_map[k] = fname
-            total += tensors[k].numel() * tensors[k].element_size()
+            total += specs[k].nbytes(itemsize)
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
 

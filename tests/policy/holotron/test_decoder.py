@@ -337,6 +337,14 @@ def test_eager_capture_does_nothing() -> None:
     d = StaticDecoder(tiny_lm(seed=3), max_len=64, bucket=32, chunk=16, prefill_bucket=8, eager=True)
     d.capture()
     assert d.graphs == {} and d.notes == [] and d.setup == Setup(compiled=False, gemv={}, graphs=False)
+    assert d.describe()["capture_seconds"] == {}
+
+
+def test_capture_times_the_decode_and_the_prefill_graphs_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    d = _forced(monkeypatch, Setup(compiled=False, gemv={}, graphs=True), lambda s: False)
+    d.capture()
+    seconds = d.describe()["capture_seconds"]
+    assert set(seconds) == {"decode", "prefill"} and all(v >= 0 for v in seconds.values())
 
 
 # ---------------------------------------------------------------- GPU: compile + graphs vs eager

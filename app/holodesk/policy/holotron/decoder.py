@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import itertools
 import logging
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -110,6 +111,7 @@ class StaticDecoder:
         self.chunk, self.max_len, self.prefill_bucket = chunk, self.state.max_len, prefill_bucket
         self.eager = eager or self.device.type != "cuda"
         self.notes: list[str] = []
+        self.capture_seconds: dict[str, float] = {}  # "decode" / "prefill": wall seconds of capture()
         self.graphs: dict[tuple[int, ...], torch.cuda.CUDAGraph] = {}  # (window,) or (segment, rows)
         self._pool: _POOL_HANDLE | None = None  # the graphs' memory pool and capture stream (made on first use)
         self._side: torch.cuda.Stream | None = None
@@ -226,9 +228,11 @@ class StaticDecoder:
     def capture(self) -> None:
         """At load, capture the decode graphs (one per window) and the prefill segment graphs (one per segment
         and padded length); nothing when eager. A failing decode configuration is replaced by the next simpler
-        one until one works; failing prefill graphs leave prefill eager. Each fallback is logged and noted."""
+        one until one works; failing prefill graphs leave prefill eager. Each fallback is logged and noted.
+        The wall seconds of each part (fallbacks included) go to ``capture_seconds``."""
         if self.eager:
             return
+        t0 = time.perf_counter()
         while self.setup.graphs:
             try:
                 self._capture_decode()
@@ -239,12 +243,14 @@ class StaticDecoder:
                 simpler = self.setup.simpler()
                 self._note(exc, f"decode with {self.setup.label()}", f"using {simpler.label()}")
                 self._apply(simpler)
+        t1 = time.perf_counter()
         try:
             self._capture_prefill()
         except Exception as exc:
             self.graphs = {k: g for k, g in self.graphs.items() if len(k) == 1}
             self.state.reset()
             self._note(exc, "capturing the prefill graphs", "prefill launches its kernels from Python")
+        self.capture_seconds = {"decode": t1 - t0, "prefill": time.perf_counter() - t1}
 
     def _capture(self, key: tuple[int, ...], prepare: Callable[[], object], body: Callable[..., None],
                  *args: int, warm: int) -> None:
@@ -435,6 +441,7 @@ class StaticDecoder:
                 "decode_graphs": sorted(k[0] for k in self.graphs if len(k) == 1),
                 "prefill": f"{kernels}; chunks of {self.chunk} padded to multiples of {self.prefill_bucket} rows; "
                            f"{sum(len(k) == 2 for k in self.graphs)} segment graphs",
+                "capture_seconds": {k: round(v, 2) for k, v in self.capture_seconds.items()},
                 "notes": list(self.notes)}
 
 

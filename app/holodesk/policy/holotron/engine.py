@@ -112,6 +112,7 @@ class StaticEngine:
         self.warm_up_seconds: float | None = None
         self._slots = self._host_slots(max_images) if cuda else []
         self.decoder = StaticDecoder(loaded.model.language_model, max_len=max_len, eager=eager or not cuda)
+        self.build_seconds = time.perf_counter() - t0  # state, host slots, the matrix-vector kernel choice
         self.decoder.capture()  # no-op when eager; its own fallbacks go to decoder.notes
         if warm_up if warm_up is not None else cuda:
             try:
@@ -152,12 +153,14 @@ class StaticEngine:
         self.warm_up_seconds = time.perf_counter() - t0
 
     def describe(self) -> dict[str, Any]:
-        """What runs (for logs, doctor, the bench): ``StaticDecoder.describe()`` plus setup and warm-up
-        seconds, and every note (the decoder's, then the engine's)."""
+        """What runs (for logs, doctor, the bench): ``StaticDecoder.describe()`` (with its ``capture_seconds``)
+        plus the engine's setup seconds, of which ``build_seconds`` before the capture and ``warm_up_seconds``
+        after it, and every note (the decoder's, then the engine's)."""
         return {
             **self.decoder.describe(),
             "decoder": "static",
             "setup_seconds": round(self.setup_seconds, 2),
+            "build_seconds": round(self.build_seconds, 2),
             "warm_up_seconds": None if self.warm_up_seconds is None else round(self.warm_up_seconds, 2),
             "notes": [*self.decoder.notes, *self.notes],
         }

@@ -1,0 +1,389 @@
+"""``holodesk bench --cold-start``: from a checkpoint on local disk to the first proposal, in fresh
+processes, with the page cache cold and warm, against the file-read floor.
+
+1. **Checkpoint.** A random checkpoint in the published layout is written to ``--cold-start-dir`` (default
+   ``$TMPDIR/holodesk-cold-start-{full,tiny}``): full size (:func:`~holodesk.bench.model.write_full_checkpoint`,
+   24.5 GiB of bf16 in 6 shards of at most 5 GB, drawn on the GPU, written one shard at a time), or with
+   ``--tiny`` the tiny test checkpoint. A folder this bench wrote with the same size and seed is reused
+   (its file list and sizes are recorded in :data:`MARKER`). ``--checkpoint DIR`` measures that folder
+   instead and writes nothing. Every file is ``fsync``-ed, so its pages can be dropped.
+2. **Read floor.** Every file of the folder read through (:func:`~holodesk.bench.page_cache.read_seconds`,
+   4 readers) with the files dropped from the page cache (:func:`~holodesk.bench.page_cache.drop`:
+   ``drop_caches`` when root unless ``--cold-start-drop files``, always ``POSIX_FADV_DONTNEED``), and again
+   with them cached. The residency (``mincore``) before and after each drop is reported: a drop that left
+   the files cached is reported as such (``dropped`` False), never passed off as cold.
+3. **Fresh processes.** ``python -m holodesk.bench.cold_start`` (a new interpreter) per entry of
+   ``--cold-start-runs`` (default ``cold,warm``): ``cold`` drops the files first, ``warm`` reads them into the
+   cache first. Before each, the files in Triton's and inductor's on-disk caches are counted
+   (:func:`compile_caches`): the first process on a fresh machine also compiles and autotunes every kernel.
+   The child records wall-clock timestamps at: interpreter up (this module imported), imports done (torch
+   and its CUDA context, the transformers classes loading uses, the policy), weights on the device
+   (``load_holotron``'s "ready"), graphs ready (``HolotronPolicy.load`` returned: the static engine built,
+   its CUDA graphs captured, warmed up, the grammar compiled), and each of ``--cold-start-steps``
+   ``HolotronPolicy.propose`` calls on a new 1920x1080 desktop-like frame. It writes them as JSON for the
+   parent, which took the spawn time.
+
+Reported per process: ``startup_s`` (spawn -> interpreter up), ``imports_s``, ``load_s`` (imports ->
+weights), ``capture_s`` (weights -> graphs ready; split by :func:`_engine_split`), ``first_proposal_s``,
+``total_s`` (spawn -> first proposal), each step's wall time, and ``load_over_floor`` = ``load_s`` / the
+read floor of the same cache state. Target (issue 16): ``load_over_floor`` <= 2 and ``capture_s`` <= 10 s;
+the verdict is printed and kept in the JSON. A missed target is not a failed check; these are (listed in
+``checks_failed``, exit status 1): a child that fails or times out, a ``propose`` that raises, and on CUDA
+Mamba-2 kernels that are not live (unless ``--allow-fallback``).
+"""
+
+from __future__ import annotations
+
+import time
+
+_T_UP = time.time()  # the child's "interpreter up": before anything heavy is imported
+
+import argparse  # noqa: E402 - after the timestamp above
+import getpass  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+from holodesk.bench import page_cache  # noqa: E402
+from holodesk.errors import HolodeskError  # noqa: E402
+
+MARKER = ".holodesk-cold-start.json"
+"""Written last into a checkpoint folder this bench wrote: size, seed and every file with its size."""
+TARGET_LOAD_OVER_FLOOR = 2.0
+TARGET_CAPTURE_S = 10.0
+CHILD_TIMEOUT_S = 420
+FULL_BYTES_NEEDED = 25 * 2**30
+"""Free disk the full-size checkpoint needs (24.5 GiB of weights, the rest small files), rounded up."""
+
+
+def default_folder(tiny: bool) -> Path:
+    """Where the checkpoint is written without ``--cold-start-dir``."""
+    return Path(tempfile.gettempdir()) / f"holodesk-cold-start-{'tiny' if tiny else 'full'}"
+
+
+def checkpoint_files(folder: Path) -> list[Path]:
+    """The regular files of ``folder`` (symbolic links resolved, as in a hub cache); hidden files (such as
+    :data:`MARKER` and a writer's temporary files) left out."""
+    return sorted(f.resolve() for f in folder.iterdir() if not f.name.startswith(".") and f.resolve().is_file())
+
+
+def _marker(folder: Path, size: str, seed: int) -> dict[str, Any]:
+    return {"size": size, "seed": seed,
+            "files": {f.name: f.stat().st_size for f in checkpoint_files(folder)}}
+
+
+def prepare_checkpoint(folder: Path, *, tiny: bool, seed: int, device: str) -> dict[str, Any]:
+    """Write the random checkpoint into ``folder`` unless this bench already wrote the same one there.
+
+    Returns:
+        ``{"folder", "size", "written" (bool), "write_s" (None when reused), "bytes", "files"}``.
+    Raises:
+        HolodeskError: the disk has too little free space for the full-size checkpoint.
+    """
+    from holodesk.bench.model import write_full_checkpoint
+    from holodesk.bench.tiny_checkpoint import write_tiny_checkpoint
+
+    size = "tiny" if tiny else "full"
+    marker = folder / MARKER
+    reuse = False
+    if marker.exists():
+        try:
+            reuse = json.loads(marker.read_text()) == _marker(folder, size, seed)
+        except (OSError, ValueError):
+            reuse = False
+    write_s = None
+    if not reuse:
+        marker.unlink(missing_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        # the writer replaces the folder's weight files: their space counts as free
+        free = shutil.disk_usage(folder).free + sum(f.stat().st_size for f in folder.glob("model*.safetensors"))
+        if not tiny and free < FULL_BYTES_NEEDED:
+            raise HolodeskError(f"{folder} has {free / 2**30:.1f} GiB free; the full-size checkpoint needs "
+                                f"{FULL_BYTES_NEEDED / 2**30:.0f} GiB",
+                                hint="Pass --cold-start-dir on a local disk with more free space.")
+        t0 = time.perf_counter()
+        if tiny:
+            write_tiny_checkpoint(folder, seed=seed, preprocessor=True)
+        else:
+            write_full_checkpoint(folder, seed=seed, device=device)
+        page_cache.flush(checkpoint_files(folder))
+        write_s = round(time.perf_counter() - t0, 2)
+        marker.write_text(json.dumps(_marker(folder, size, seed)))
+    files = checkpoint_files(folder)
+    return {"folder": str(folder), "size": size, "written": not reuse, "write_s": write_s,
+            "bytes": sum(f.stat().st_size for f in files), "files": len(files)}
+
+
+def _drop(files: list[Path], system: bool) -> dict[str, Any]:
+    """:func:`page_cache.drop` with the residency before and after, and whether it worked."""
+    before = page_cache.resident_fraction(files)
+    how = page_cache.drop(files, system=system)
+    after = page_cache.resident_fraction(files)
+    return {**how, "resident_before": _round(before), "resident_after": _round(after),
+            "dropped": None if after is None else after < 0.05}
+
+
+def _cache(files: list[Path]) -> None:
+    """Read ``files`` through unless ``mincore`` says they are all in the page cache already."""
+    if (page_cache.resident_fraction(files) or 0.0) < 0.99:
+        page_cache.read_seconds(files)
+
+
+def _round(x: float | None, digits: int = 3) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+def measure_floor(files: list[Path], *, system_drop: bool) -> dict[str, Any]:
+    """The file-read floor (module docstring, part 2): cold then warm read of ``files``.
+
+    Returns:
+        ``{"bytes", "cold": {"seconds", "GBps", "drop": ...}, "warm": {"seconds", "GBps", "resident"}}``.
+    """
+    nbytes = sum(f.stat().st_size for f in files)
+    drop = _drop(files, system_drop)
+    cold = page_cache.read_seconds(files)
+    _cache(files)
+    resident = page_cache.resident_fraction(files)
+    warm = page_cache.read_seconds(files)
+    return {"bytes": nbytes, "readers": 4,
+            "cold": {"seconds": round(cold, 3), "GBps": round(nbytes / cold / 1e9, 3), "drop": drop},
+            "warm": {"seconds": round(warm, 3), "GBps": round(nbytes / warm / 1e9, 3), "resident": _round(resident)}}
+
+
+def run_child(folder: Path, args: argparse.Namespace, device: str, dtype: str) -> dict[str, Any]:
+    """One fresh ``python -m holodesk.bench.cold_start`` process on ``folder``; its JSON with the parent's
+    spawn time added, or ``{"error": ...}`` when it failed (exit status, timeout, no result)."""
+    import torch
+
+    with tempfile.TemporaryDirectory(prefix="holodesk-cold-start-") as tmp:
+        result_path = Path(tmp) / "child.json"
+        cmd = [sys.executable, "-m", "holodesk.bench.cold_start", str(folder), "--device", device, "--dtype", dtype,
+               "--result", str(result_path), "--steps", str(args.cold_start_steps), "--seed", str(args.seed),
+               "--max-new-tokens", str(args.product_tokens), "--threads", str(torch.get_num_threads())]
+        spawn = time.time()
+        try:
+            proc = subprocess.run(cmd, timeout=CHILD_TIMEOUT_S, capture_output=True, text=True, check=False)
+        except subprocess.TimeoutExpired:
+            return {"error": f"the child process ran past {CHILD_TIMEOUT_S} s and was killed", "spawn": spawn}
+        log_tail = (proc.stdout + proc.stderr)[-4000:]
+        if proc.returncode != 0 or not result_path.exists():
+            return {"error": f"the child process exited with status {proc.returncode}", "log_tail": log_tail,
+                    "spawn": spawn}
+        child: dict[str, Any] = json.loads(result_path.read_text())
+    child["spawn"] = spawn
+    child["log_tail"] = log_tail[-1500:]
+    return child
+
+
+def compile_caches() -> dict[str, dict[str, Any]]:
+    """Files in Triton's and inductor's on-disk caches (``TRITON_CACHE_DIR``, else ``~/.triton/cache``;
+    ``TORCHINDUCTOR_CACHE_DIR``, else ``$TMPDIR/torchinductor_$USER``): with them empty, a process compiles
+    and autotunes every kernel at load, which a cold page cache alone does not cause."""
+    dirs = {"triton": os.environ.get("TRITON_CACHE_DIR") or str(Path.home() / ".triton" / "cache"),
+            "inductor": os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+            or str(Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}")}
+    return {name: {"dir": d, "files": sum(len(names) for _root, _dirs, names in os.walk(d))}
+            for name, d in dirs.items()}
+
+
+def phases(child: dict[str, Any]) -> dict[str, float | None]:
+    """Seconds between the child's timestamps (module docstring); None for a phase it did not reach."""
+    t = {"spawn": child["spawn"], **child.get("timestamps", {})}
+
+    def span(a: str, b: str) -> float | None:
+        return round(t[b] - t[a], 3) if a in t and b in t else None
+
+    return {"startup_s": span("spawn", "interpreter"), "imports_s": span("interpreter", "imports"),
+            "load_s": span("imports", "weights"), "capture_s": span("weights", "graphs"),
+            "first_proposal_s": span("graphs", "first_proposal"), "total_s": span("spawn", "first_proposal"),
+            "spawn_to_weights_s": span("spawn", "weights")}
+
+
+def run_cold_start(args: argparse.Namespace, device: str, dtype: str) -> dict[str, Any]:
+    """Parts 1-3 of the module docstring; returns the JSON-able result (``checks_failed``: the failed
+    checks of the module docstring, in words).
+
+    Raises:
+        HolodeskError: a bad ``--cold-start-runs``, a ``--checkpoint`` that is not a folder, too little disk.
+    """
+    import torch
+
+    run_modes = modes(args.cold_start_runs)  # before 25 GB are written
+    folder = args.checkpoint or args.cold_start_dir or default_folder(args.tiny)
+    out: dict[str, Any] = {"checks_failed": []}
+    if args.checkpoint is not None:
+        if not folder.is_dir():
+            raise HolodeskError(f"--checkpoint {folder} is not a folder on this machine",
+                                hint="--cold-start measures a local checkpoint folder (or writes one without "
+                                     "--checkpoint).")
+        files = checkpoint_files(folder)
+        out["checkpoint"] = {"folder": str(folder), "size": "given", "written": False, "write_s": None,
+                             "bytes": sum(f.stat().st_size for f in files), "files": len(files)}
+    else:
+        out["checkpoint"] = prepare_checkpoint(folder, tiny=args.tiny, seed=args.seed, device=device)
+        files = checkpoint_files(folder)
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()  # the draws' memory goes back before the children start
+    out["checkpoint"]["filesystem"] = page_cache.filesystem(folder)
+    print(f"cold start: checkpoint {out['checkpoint']}", flush=True)
+    system_drop = args.cold_start_drop == "auto"
+    floor = measure_floor(files, system_drop=system_drop)
+    out["read_floor"] = floor
+    print(f"cold start: read floor {floor}", flush=True)
+    runs: list[dict[str, Any]] = []
+    for mode in run_modes:
+        if mode == "cold":
+            state = _drop(files, system_drop)
+        else:
+            _cache(files)
+            state = {"resident": _round(page_cache.resident_fraction(files))}
+        caches = compile_caches()
+        child = run_child(folder, args, device, dtype)
+        run = {"mode": mode, "page_cache": state, "compile_caches_before": caches,
+               **(phases(child) if "error" not in child else {}), **_engine_split(child), **child}
+        if "error" in child:
+            out["checks_failed"].append(f"{mode} start: {child['error']}")
+        elif child.get("propose_error"):
+            out["checks_failed"].append(f"{mode} start: propose failed: {child['propose_error']}"[:500])
+        elif device.startswith("cuda") and not child.get("fast_path") and not args.allow_fallback:
+            out["checks_failed"].append(f"{mode} start: Mamba-2 kernels are not live: {child.get('kernels')}")
+        floor_s = floor[mode]["seconds"]
+        if run.get("load_s") is not None and floor_s > 0:
+            run["load_over_floor"] = round(run["load_s"] / floor_s, 2)
+        run["target"] = _verdict(run)
+        runs.append(run)
+        print(f"cold start, {mode} page cache: " + ", ".join(
+            f"{k} {run.get(k)}" for k in ("startup_s", "imports_s", "load_s", "load_over_floor", "capture_s",
+                                          "engine_setup_s", "engine_build_s", "decode_capture_s",
+                                          "prefill_capture_s", "warm_up_s", "first_proposal_s", "total_s"))
+              + f"; steps {[step['wall_s'] for step in run.get('steps', [])]} s; page cache {state}; "
+              + run["target"], flush=True)
+    out["runs"] = runs
+    return out
+
+
+def modes(spec: str) -> list[str]:
+    """``--cold-start-runs`` as a list, e.g. ``"cold,warm,cold"`` -> ``["cold", "warm", "cold"]``.
+
+    Raises:
+        HolodeskError: an entry other than cold or warm.
+    """
+    out = [m.strip() for m in spec.split(",") if m.strip()]
+    bad = [m for m in out if m not in ("cold", "warm")]
+    if bad or not out:
+        raise HolodeskError(f"--cold-start-runs takes a comma list of cold and warm, got {spec!r}",
+                            hint="For example --cold-start-runs cold,warm.")
+    return out
+
+
+def _engine_split(child: dict[str, Any]) -> dict[str, float | None]:
+    """The engine's part of ``capture_s``: its whole setup and, within it, the build (state, host slots, the
+    matrix-vector kernel choice), the capture of the decode and of the prefill graphs (``StaticDecoder.capture``)
+    and the warm-up; the rest of ``capture_s`` is the grammar's compilation."""
+    engine = child.get("engine") or {}
+    captured = engine.get("capture_seconds") or {}
+    return {"engine_setup_s": engine.get("setup_seconds"), "engine_build_s": engine.get("build_seconds"),
+            "decode_capture_s": captured.get("decode"), "prefill_capture_s": captured.get("prefill"),
+            "warm_up_s": engine.get("warm_up_seconds")}
+
+
+def _verdict(run: dict[str, Any]) -> str:
+    """The target check of one run, in words."""
+    ratio, capture = run.get("load_over_floor"), run.get("capture_s")
+    if ratio is None or capture is None:
+        return "target: not measured"
+    met = ratio <= TARGET_LOAD_OVER_FLOOR and capture <= TARGET_CAPTURE_S
+    return (f"target {'met' if met else 'NOT met'}: load {ratio}x the read floor (<= {TARGET_LOAD_OVER_FLOOR}x), "
+            f"capture {capture} s (<= {TARGET_CAPTURE_S:.0f} s)")
+
+
+# ------------------------------------------------------------------------------------------------ the child
+def child_main(argv: list[str]) -> int:
+    """The fresh process (module docstring, part 3): load, build the policy, propose; JSON to ``--result``."""
+    p = argparse.ArgumentParser(prog="python -m holodesk.bench.cold_start")
+    p.add_argument("folder", type=Path)
+    p.add_argument("--device", required=True)
+    p.add_argument("--dtype", required=True)
+    p.add_argument("--result", type=Path, required=True)
+    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-new-tokens", type=int, default=1024)
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    args = p.parse_args(argv)
+    stamps: dict[str, float] = {"interpreter": _T_UP}
+
+    import torch
+
+    from holodesk.policy.holotron.kernels import prepare_kernels
+
+    prepare_kernels()  # before transformers imports NemotronH, as load_holotron does
+    # transformers imports lazily: name the classes loading uses, so that their modules load here
+    from transformers import AutoTokenizer  # noqa: F401
+    from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3  # noqa: F401
+
+    from holodesk.bench.product import TASK, desktop_frame
+    from holodesk.errors import PolicyError, PolicyOutputError
+    from holodesk.policy.base import Observation
+    from holodesk.policy.holotron.policy import HolotronPolicy
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    cuda = args.device.startswith("cuda")
+    if cuda:
+        torch.cuda.init()  # the CUDA context belongs to the imports phase, not to reading the weights
+    stamps["imports"] = time.time()
+
+    def progress(stage: str, _fraction: float | None) -> None:
+        if stage == "ready":
+            if cuda:
+                torch.cuda.synchronize()
+            stamps["weights"] = time.time()
+
+    policy = HolotronPolicy.load(args.folder, dtype=args.dtype, device=args.device, progress=progress, max_images=3,
+                                 max_new_tokens=args.max_new_tokens, max_string_chars=24)
+    if cuda:
+        torch.cuda.synchronize()
+    stamps["graphs"] = time.time()
+    steps: list[dict[str, Any]] = []
+    error = None
+    for k in range(args.steps):
+        t0 = time.perf_counter()
+        try:
+            proposal = policy.propose(Observation(task=TASK, frame=desktop_frame(args.seed + 1000 + k)))
+        except (PolicyError, PolicyOutputError) as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            break
+        finally:
+            if k == 0:
+                stamps["first_proposal"] = time.time()
+        details = ("tiles", "image_tokens", "prompt_tokens", "generated_tokens", "stop_reason")
+        steps.append({"wall_s": round(time.perf_counter() - t0, 3),
+                      "timings_ms": {name: round(v, 1) for name, v in proposal.timings_ms.items()},
+                      **{name: proposal.extra.get(name) for name in details}})
+    engine = policy.engine.describe() if policy.engine is not None else None
+    result = {
+        "pid": os.getpid(), "timestamps": stamps, "steps": steps, "propose_error": error,
+        "load_seconds": round(policy.loaded.load_seconds, 3), "engine": engine,
+        "kernels": policy.loaded.kernels.get("summary"), "fast_path": bool(policy.loaded.kernels.get("fast_path")),
+        "gpu_allocated_gib": round(torch.cuda.memory_allocated() / 2**30, 2) if cuda else None,
+        "max_rss_gib": round(_max_rss_bytes() / 2**30, 2),
+    }
+    policy.close()
+    args.result.write_text(json.dumps(result, default=str))
+    return 0
+
+
+def _max_rss_bytes() -> int:
+    """Peak resident memory of this process (``getrusage``; Linux reports KiB)."""
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+if __name__ == "__main__":
+    raise SystemExit(child_main(sys.argv[1:]))

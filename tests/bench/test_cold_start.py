@@ -1,0 +1,160 @@
+"""``holodesk bench --cold-start`` on the CPU: the tiny checkpoint written in the published layout, its read
+floor with the page cache dropped per file (``--cold-start-drop files``: never the whole machine's cache
+here), and the phases of fresh processes up to a real 1080p proposal; plus the full-size checkpoint's
+tensors and shards, computed without writing them."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+@pytest.mark.slow
+def test_cold_start_runs_fresh_processes_on_the_tiny_checkpoint(tmp_path: Path) -> None:
+    pytest.importorskip("transformers.models.nemotron_h_omni")
+    pytest.importorskip("xgrammar")
+    from holodesk.bench.cli import main
+
+    folder, out = tmp_path / "ckpt", tmp_path / "cold.json"
+    status = main(["--device", "cpu", "--tiny", "--cold-start", "--cold-start-dir", str(folder),
+                   "--cold-start-drop", "files", "--cold-start-steps", "1", "--json", str(out)])
+    result: dict[str, Any] = json.loads(out.read_text())
+    assert status == 0 and result["checks_failed"] == []
+    cold_start = result["cold_start"]
+
+    checkpoint = cold_start["checkpoint"]
+    names = {p.name for p in folder.iterdir()}
+    assert {"config.json", "preprocessor_config.json", "model.safetensors.index.json", "tokenizer.json",
+            "tokenizer_config.json", "model-00001-of-00002.safetensors"} <= names
+    files = [p for p in folder.iterdir() if not p.name.startswith(".")]
+    assert checkpoint["written"] is True and checkpoint["files"] == len(files)
+    assert checkpoint["bytes"] == sum(p.stat().st_size for p in files)
+
+    floor = cold_start["read_floor"]
+    assert floor["bytes"] == checkpoint["bytes"]
+    assert floor["cold"]["drop"]["method"] == "fadvise"  # --cold-start-drop files: no drop_caches
+    if floor["cold"]["drop"]["resident_after"] is not None:  # mincore answered: the drop is checked
+        assert floor["cold"]["drop"]["dropped"] is True
+        assert floor["warm"]["resident"] == 1.0
+    assert floor["cold"]["seconds"] > 0 and floor["warm"]["seconds"] > 0
+
+    cold, warm = cold_start["runs"]
+    assert (cold["mode"], warm["mode"]) == ("cold", "warm")
+    assert len({cold["pid"], warm["pid"], os.getpid()}) == 3  # two fresh processes
+    if cold["page_cache"]["resident_after"] is not None:
+        assert cold["page_cache"]["dropped"] is True
+    for run in (cold, warm):
+        t = [run["spawn"]] + [run["timestamps"][k] for k in ("interpreter", "imports", "weights", "graphs",
+                                                              "first_proposal")]
+        assert t == sorted(t)
+        assert math.isclose(run["total_s"], sum(run[k] for k in ("startup_s", "imports_s", "load_s", "capture_s",
+                                                                 "first_proposal_s")), abs_tol=0.01)
+        assert run["load_over_floor"] == round(run["load_s"] / floor[run["mode"]]["seconds"], 2)
+        assert run["target"].startswith(("target met", "target NOT met"))
+        (step,) = run["steps"]
+        assert step["tiles"] == [9] and step["image_tokens"] == 2304  # a real propose() on a 1080p frame
+        assert step["generated_tokens"] > 0 and run["propose_error"] is None
+        assert run["engine"]["decoder"] == "static" and run["engine"]["eager"] is True  # CPU: no graphs
+        assert run["engine"]["capture_seconds"] == {} and run["prefill_capture_s"] is None  # nothing captured
+        assert 0 <= run["engine_build_s"] <= run["engine_setup_s"] <= run["capture_s"] + 0.01  # (rounded)
+
+    # an existing folder (--checkpoint): measured as it is, nothing written; one warm process
+    status = main(["--device", "cpu", "--tiny", "--cold-start", "--checkpoint", str(folder), "--cold-start-runs",
+                   "warm", "--cold-start-drop", "files", "--cold-start-steps", "1", "--json", str(out)])
+    given = json.loads(out.read_text())
+    assert status == 0 and given["checks_failed"] == []
+    measured = given["cold_start"]["checkpoint"]
+    assert measured["size"] == "given" and measured["written"] is False and measured["bytes"] == checkpoint["bytes"]
+    (run,) = given["cold_start"]["runs"]
+    assert run["mode"] == "warm" and run["steps"][0]["image_tokens"] == 2304
+
+
+def test_a_checkpoint_this_bench_wrote_is_reused_until_a_file_changes(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from holodesk.bench.cold_start import MARKER, prepare_checkpoint
+
+    first = prepare_checkpoint(tmp_path, tiny=True, seed=0, device="cpu")
+    assert first["written"] is True and first["write_s"] is not None and (tmp_path / MARKER).exists()
+    again = prepare_checkpoint(tmp_path, tiny=True, seed=0, device="cpu")
+    assert again["written"] is False and again["bytes"] == first["bytes"]
+    assert prepare_checkpoint(tmp_path, tiny=True, seed=1, device="cpu")["written"] is True  # another seed
+    with (tmp_path / "config.json").open("a") as fh:
+        fh.write(" ")
+    assert prepare_checkpoint(tmp_path, tiny=True, seed=1, device="cpu")["written"] is True
+
+
+def test_page_cache_drop_residency_and_read(tmp_path: Path) -> None:
+    from holodesk.bench import page_cache
+
+    files = []
+    for i in range(3):
+        f = tmp_path / f"f{i}.bin"
+        f.write_bytes(os.urandom(2 * 2**20 + i))
+        files.append(f)
+    page_cache.flush(files)
+    how = page_cache.drop(files, system=False)
+    assert how["method"] == "fadvise" and "not asked for" in how["why"]
+    resident = page_cache.resident_fraction(files)
+    if resident is None:
+        pytest.skip("mincore is not available here")
+    assert resident < 0.05
+    assert page_cache.read_seconds(files, threads=2) > 0
+    assert page_cache.resident_fraction(files) == 1.0
+
+
+def test_filesystem_names_the_mount_of_a_path(tmp_path: Path) -> None:
+    from holodesk.bench.page_cache import filesystem
+
+    mounts = [line.split() for line in Path("/proc/mounts").read_text().splitlines()]
+    root = [kind for _dev, point, kind, *_ in mounts if point == "/"][-1]  # the last mount on / is the one seen
+    assert filesystem(Path("/")) == root
+    assert filesystem(Path("/proc/self")) == "proc"
+
+
+def test_full_size_checkpoint_has_holotron_12b_tensors_in_5_gb_shards() -> None:
+    """The full-size checkpoint's tensors, computed from the config without drawing them: the shapes the
+    loader reads, every parameter of the native model but the parts a v2 checkpoint lacks (the Omni video
+    projection, RADIO's layer scales) plus the two normalisation buffers and ``summary_idxs``, and shards
+    of at most 5 GB in key order."""
+    pytest.importorskip("transformers.models.nemotron_h_omni")
+    import torch
+
+    from holodesk.bench.model import (
+        FULL,
+        FULL_SHARD_BYTES,
+        build_random_model,
+        full_size_config,
+        full_size_shapes,
+        random_config,
+    )
+    from holodesk.bench.tiny_checkpoint import _shards_by_bytes, tensor_specs
+
+    config = full_size_config(8, 2, 1, 0)
+    specs = tensor_specs(config, vision_layers=FULL["vision_layers"], num_prefix_tokens=8)
+    for key, shape in full_size_shapes(config).items():
+        assert specs[key].shape == shape
+    model = build_random_model(random_config(FULL).config, torch.device("meta"), torch.bfloat16, seed=0)
+    lacking = sum(p.numel() for name, p in model.named_parameters()
+                  if "video_patch_projection" in name or "layer_scale" in name)
+    stored_only = 3 + 3 + 2  # input_conditioner.norm_mean / norm_std, summary_idxs
+    assert sum(math.prod(s.shape) for s in specs.values()) == (
+        sum(p.numel() for p in model.parameters()) - lacking + stored_only)
+    plan = _shards_by_bytes(specs, 2, FULL_SHARD_BYTES)
+    assert [name for part in plan for name in part] == list(specs)
+    sizes = [sum(specs[k].nbytes(2) for k in part) for part in plan]
+    assert len(plan) == 6 and max(sizes) <= FULL_SHARD_BYTES
+    assert sum(sizes) / 2**30 == pytest.approx(24.53, abs=0.01)
+
+
+def test_cold_start_runs_are_cold_or_warm() -> None:
+    from holodesk.bench.cold_start import modes
+    from holodesk.errors import HolodeskError
+
+    assert modes("cold, warm,cold") == ["cold", "warm", "cold"]
+    with pytest.raises(HolodeskError, match="cold and warm"):
+        modes("hot")
