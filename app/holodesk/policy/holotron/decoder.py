@@ -373,6 +373,35 @@ class StaticDecoder:
         st.pos.fill_(total)
         return logits, PrefillReport(total, resume, total - resume, len(cuts) - 1, wanted)
 
+    def extend(self, tokens: Sequence[int]) -> torch.Tensor:
+        """Feed several tokens in one pass after the current state (jump-forward decoding): the prefill's
+        chunk path (:meth:`_forward_chunk`, padded to a multiple of ``prefill_bucket`` rows and split at
+        ``chunk``) from the conv/SSM state and KV cache the decode steps left, then the decode step's head
+        (:func:`.blocks.head`) on the last row. ``length``/``pos`` advance by ``len(tokens)``; the prompt's
+        keys and snapshots are left as they are (the next prompt resumes from a snapshot).
+
+        Args:
+            tokens: one or more token ids.
+        Returns:
+            logits ``[B, vocab]`` float32 after the last token (a new tensor).
+        Raises:
+            ValueError: no tokens, or the state would then hold more than ``max_len - 1`` tokens.
+        """
+        import torch
+
+        st, n = self.state, len(tokens)
+        if n == 0 or st.length + n + 1 > self.max_len:
+            raise ValueError(f"{n} token(s) after {st.length} do not fit the static cache of {self.max_len}")
+        with torch.no_grad():
+            ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
+            embeds = self.lm.model.embeddings(ids)
+            for a in range(0, n, self.chunk):
+                h = self._forward_chunk(embeds[:, a : a + self.chunk], st.length + a)
+            logits, _ = blocks.head(h[:, -1].contiguous(), *self._head_args)
+        st.length += n
+        st.pos.fill_(st.length)
+        return logits
+
     def nbytes(self) -> int:
         """Bytes of preallocated state and buffers (the graphs' pool is not counted)."""
         extra = (self.token, self.logits, self._pbuf_h, self._pbuf_p, self._pbuf_x)
