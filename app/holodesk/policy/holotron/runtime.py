@@ -258,6 +258,7 @@ class Constraint:
         self._starts_bad = {lead: m.to(loaded.device) for lead, m in starts_bad.items()}
         self._ban_host, self._starts_bad_host = ban, starts_bad  # for forced tokens, read without a device sync
         self._stops = frozenset(int(t) for t in stops)
+        self._tokenizer = loaded.tokenizer
         self._last: int | None = None
 
     def start(self) -> None:
@@ -285,9 +286,12 @@ class Constraint:
         return bool(self.matcher.is_terminated())
 
     def forced_tokens(self, budget: int) -> list[int]:
-        """Accept and return the tokens the grammar forces next: xgrammar's jump-forward tokens (class
-        docstring), at most ``budget`` of them, stopping before any token :meth:`mask` would mask (a
-        byte-level ban) or the matcher rejects. Empty when the next token is the model's choice.
+        """Accept and return the tokens the grammar forces next, at most ``budget`` of them: xgrammar's
+        jump-forward tokens (class docstring), stopping before any token :meth:`mask` would mask (a
+        byte-level ban) or the matcher rejects; when they are all of the forced text but a last token that a
+        longer one could extend, and that text completes the reply (nothing but a stop token may follow, so
+        nothing can join it), its tokens from the tokenizer as well. Empty when the next token is the
+        model's choice.
 
         Args:
             budget: tokens the reply may still take (``<= 0``: none).
@@ -297,28 +301,45 @@ class Constraint:
         if budget <= 0:
             return []
         out: list[int] = []
-        for token in self.matcher.find_jump_forward_tokens()[:budget]:
-            token = int(token)
-            lead = self._ends_with_lead.get(self._last) if self._last is not None else None
-            if token >= self.vocab_size or bool(self._ban_host[token]) or (
-                    lead is not None and bool(self._starts_bad_host[lead][token])):
-                break
-            if not self.matcher.accept_token(token):
-                break
+        run = [int(t) for t in self.matcher.find_jump_forward_tokens()]
+        for token in run[:budget]:
+            if not self._allowed(token) or not self.matcher.accept_token(token):
+                return out
             self._last = token
             out.append(token)
+        rest = self.matcher.find_jump_forward_string() if len(out) == len(run) else ""
+        if rest:
+            closing = [int(t) for t in self._tokenizer.encode(rest, add_special_tokens=False)]
+            trial = self.matcher.fork()
+            if (len(out) + len(closing) <= budget and all(self._allowed(t) and trial.accept_token(t) for t in closing)
+                    and self._stop_only(trial) is not None):
+                for token in closing:
+                    self.matcher.accept_token(token)
+                    self._last = token
+                out += closing
         return out
 
     def forced_stop(self) -> int | None:
         """A stop token when the reply is complete and the grammar allows nothing but stop tokens next
         (the model's choice there is a stop token whatever its logits), else None. Nothing is accepted."""
-        if not self.matcher.is_completed() or self.matcher.is_terminated():
+        return self._stop_only(self.matcher)
+
+    def _allowed(self, token: int) -> bool:
+        """Whether :meth:`mask` leaves ``token`` allowed as far as the byte-level rules go (after ``_last``)."""
+        lead = self._ends_with_lead.get(self._last) if self._last is not None else None
+        return 0 <= token < self.vocab_size and not bool(self._ban_host[token]) and not (
+            lead is not None and bool(self._starts_bad_host[lead][token]))
+
+    def _stop_only(self, matcher: Any) -> int | None:
+        """The smallest stop token when ``matcher`` is complete and allows only stop tokens next, else None."""
+        if not matcher.is_completed() or matcher.is_terminated():
             return None
         import torch
 
-        self.matcher.fill_next_token_bitmask(self.bitmask)
+        bitmask = self._xgr.allocate_token_bitmask(1, self.vocab_size)
+        matcher.fill_next_token_bitmask(bitmask)
         allowed = torch.zeros(1, self.vocab_size)
-        self._xgr.apply_token_bitmask_inplace(allowed, self.bitmask)
+        self._xgr.apply_token_bitmask_inplace(allowed, bitmask)
         ids = {int(t) for t in torch.isfinite(allowed[0]).nonzero().flatten().tolist()}
         return min(ids) if ids and ids <= self._stops else None
 
