@@ -210,7 +210,8 @@ def _interleaved(d: StaticDecoder, lm: NemotronHForCausalLM, ids: torch.Tensor, 
 def test_extend_equals_one_step_per_token(chunk: int, prefill_bucket: int) -> None:
     """Jump-forward's multi-token pass from the decode state (KV cache, conv and SSM state the steps left)
     gives the logits and state of one decode step per token: runs of 1 to 41 tokens, shorter and longer
-    than a padded bucket and than a chunk (cut into several), alternating with single steps."""
+    than a padded bucket and than a chunk (cut into several), alternating with single steps; with
+    ``prefill_bucket`` 64 the short passes are padded to 8, 16 and 32 rows."""
     lm = tiny_lm(seed=3)
     ids = prompt(37, seed=5)
     runs = [0, 3, 1, 0, 9, 41, 2, 17, 0, 6]
@@ -446,6 +447,33 @@ def test_gpu_graphs_and_eager_agree_and_equal_stock(dtype: torch.dtype) -> None:
         assert tokens == eager_tokens == stock_greedy(lm, ids)[0]
         assert rel(logits, eager_logits) < tol
     assert _fingerprint(lm) == before
+
+
+@cuda
+def test_gpu_extend_with_graphs_equals_eager_steps() -> None:
+    """Jump-forward passes replayed as segment graphs (short ones padded to 8 and 16 rows, longer ones to
+    32-row buckets and cut at the 64-token chunk) give the logits, tokens and state of the eager decoder fed
+    one step per token, in float32."""
+    lm = tiny_lm(seed=3, device="cuda")
+    fuse_qkv_by_hand(lm)
+    ids = prompt(37, seed=5, device="cuda")
+    runs = [0, 3, 1, 0, 9, 41, 2, 17, 0, 6, 70, 0, 12]
+    kw = {"max_len": 320, "bucket": 32, "chunk": 64, "prefill_bucket": 32}
+    fast = StaticDecoder(lm, **kw)
+    fast.capture()
+    assert fast.notes == [] and fast.short_rows == [8, 16], fast.notes
+    assert {(k, 8) for k in range(len(fast._segs))} <= set(fast.graphs), sorted(fast.graphs)
+    eager = StaticDecoder(lm, **kw, eager=True)
+    for _ in range(2):  # the graphs keep no state of their own
+        got_tokens, got = _interleaved(fast, lm, ids, runs, jump=True)
+        want_tokens, want = _interleaved(eager, lm, ids, runs, jump=False)
+        assert got_tokens == want_tokens
+        assert rel(got, want) < 1e-4, rel(got, want)
+        for i in fast.state.ssm:
+            assert rel(fast.state.ssm[i], eager.state.ssm[i]) < 1e-4
+            assert rel(fast.state.conv[i], eager.state.conv[i]) < 1e-4
+        for d in (fast, eager):
+            d.state.reset()
 
 
 @cuda

@@ -268,6 +268,8 @@ def test_gpu_jump_forward_replies_equal_one_step_per_token(tiny_dir) -> None:  #
     info = engine.describe()
     assert info["decode"].startswith("compiled blocks") and info["decode"].endswith("CUDA graphs"), info
     assert info["notes"] == [] and "segment graphs" in info["prefill"], info
+    short = engine.decoder.short_rows
+    assert short == [8, 16, 32, 64] and {(0, r) for r in short} <= set(engine.decoder.graphs), short
     constraint = Sampled(loaded, runtime.cap_strings(get_protocol("agent-loop-v1").json_schema(), 12))
     totals = {False: 0, True: 0}
     for seed in [None, None, *range(40)]:

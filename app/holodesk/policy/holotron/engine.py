@@ -126,7 +126,8 @@ class StaticEngine:
 
     def warm_up(self) -> None:
         """Run every kernel a step uses once on dummy input, then forget it: the vision tower on a blank
-        tile, a cold prefill longer than one chunk with a snapshot, a resumed prefill, three decode steps.
+        tile, a cold prefill longer than one chunk with a snapshot, a resumed prefill, three decode steps, a
+        jump-forward pass and a step after it.
         Triton compiles and autotunes on first use (28-44 s for Holotron-12B on an H200,
         docs/benchmarks.md), so this moves that time into loading."""
         import torch
@@ -146,6 +147,8 @@ class StaticEngine:
             d.token.fill_(3)
             for _ in range(3):
                 d.step()
+            d.extend([3, 4, 5])
+            d.step()
             sync(loaded.device)
         self.reset()
         self.warm_up_seconds = time.perf_counter() - t0
