@@ -101,8 +101,8 @@ def static_reference(engine: StaticEngine, ids: list[int], images: Sequence[Prom
 
 def stock_baseline(engine: StaticEngine, args: argparse.Namespace, fast: dict[str, Any]) -> dict[str, Any]:
     """``runtime.generate`` (the stock decoder) on :func:`one_screenshot`'s prompt: prefill ms and decode
-    ms per model step (``decode_ms_per_token``: one token each here; median of ``max(1, --repeats - 1)`` after a warm-up), and its agreement with the static
-    decoder's reply ``fast`` (:func:`static_reference`)."""
+    ms per model step (``decode_ms_per_token``: one token each here; median of ``max(1, --repeats - 1)``
+    after a warm-up), and its agreement with the static decoder's reply ``fast`` (:func:`static_reference`)."""
     from holodesk.policy.holotron import runtime
 
     loaded = engine.loaded

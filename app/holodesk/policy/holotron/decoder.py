@@ -337,7 +337,8 @@ class StaticDecoder:
         """Every block over a chunk ``h [B, T, H]`` at ``[start, start + T)``, padded: segments replayed when
         captured (else run), attention on the real rows. Returns the stream before ``norm_f`` (a buffer view)."""
         t = int(h.shape[1])
-        rows = next((r for r in self.short_rows if r >= t), min(self.chunk, -(-t // self.prefill_bucket) * self.prefill_bucket))
+        bucketed = min(self.chunk, -(-t // self.prefill_bucket) * self.prefill_bucket)
+        rows = next((r for r in self.short_rows if r >= t), bucketed)
         self._pbuf_h[:, :t].copy_(h)
         self._pbuf_h[:, t:rows].zero_()
         self._n_real.fill_(t)
@@ -394,7 +395,8 @@ class StaticDecoder:
 
     def extend(self, tokens: Sequence[int]) -> torch.Tensor:
         """Feed several tokens in one pass after the current state (jump-forward decoding): the prefill's
-        chunk path (:meth:`_forward_chunk`: a few tokens padded to 8 or 16 rows, split at ``chunk``) from the conv/SSM state and KV cache the decode steps left, then the decode step's head
+        chunk path (:meth:`_forward_chunk`: a few tokens padded to 8 or 16 rows, split at ``chunk``) from
+        the conv/SSM state and KV cache the decode steps left, then the decode step's head
         (:func:`.blocks.head`) on the last row. ``length``/``pos`` advance by ``len(tokens)``; the prompt's
         keys and snapshots are left as they are (the next prompt resumes from a snapshot).
 

@@ -385,6 +385,29 @@ class Decoded:
     forced_tokens: int
 
 
+def _feed(tokens: list[int], step: Callable[[int], torch.Tensor],
+          forward: Callable[[list[int]], torch.Tensor] | None) -> tuple[torch.Tensor, int]:
+    """Feed ``tokens`` (one or more) to the model: one ``forward`` pass for several when given, else one
+    ``step`` each. Returns the logits after the last token and the passes made."""
+    if len(tokens) > 1 and forward is not None:
+        return forward(tokens), 1
+    logits = [step(token) for token in tokens][-1]
+    return logits, len(tokens)
+
+
+def _choose(loaded: LoadedHolotron, logits: torch.Tensor, constraint: Constraint | None, *,
+            thinking_over: bool) -> int:
+    """The model's next token: ``</think>`` when the thinking budget is spent, else the greedy token of
+    ``logits`` after ``constraint``'s mask (applied in place; None: no mask)."""
+    import torch
+
+    if thinking_over:
+        return int(loaded.think_end_id)  # type: ignore[arg-type]
+    if constraint is not None:
+        constraint.mask(logits)
+    return int(torch.argmax(logits).item())
+
+
 def decode_loop(loaded: LoadedHolotron, first_logits: torch.Tensor, step: Callable[[int], torch.Tensor], *,
                 max_new_tokens: int, constraint: Constraint | None, reasoning: bool, max_think_tokens: int,
                 forward: Callable[[list[int]], torch.Tensor] | None = None) -> Decoded:
@@ -410,7 +433,6 @@ def decode_loop(loaded: LoadedHolotron, first_logits: torch.Tensor, step: Callab
     Returns:
         :class:`Decoded`: the ids, the stop reason, the forward passes made and the forced tokens.
     """
-    import torch
 
     eos = set(loaded.eos_ids)
     thinking = reasoning and loaded.think_end_id is not None
@@ -434,20 +456,12 @@ def decode_loop(loaded: LoadedHolotron, first_logits: torch.Tensor, step: Callab
                 return Decoded(tokens, "eos", steps, forced)
         elif len(tokens) >= max_new_tokens:
             return Decoded(tokens, "max_new_tokens", steps, forced)
-        if len(pending) > 1 and forward is not None:
-            logits = forward(pending)
-            steps += 1
-        else:
-            for token in pending:
-                logits = step(token)
-                steps += 1
-        pending = []
-        if thinking and think_tokens >= max_think_tokens:
-            token = int(loaded.think_end_id)  # type: ignore[arg-type]
-        else:
-            if constraint is not None and not thinking:
-                constraint.mask(logits)
-            token = int(torch.argmax(logits).item())
+        if pending:
+            logits, fed = _feed(pending, step, forward)
+            steps += fed
+            pending = []
+        token = _choose(loaded, logits, None if thinking else constraint,
+                        thinking_over=thinking and think_tokens >= max_think_tokens)
         if thinking:
             think_tokens += 1
             if token == loaded.think_end_id:
