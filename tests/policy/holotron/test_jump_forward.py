@@ -32,19 +32,22 @@ WORDS = ("open", "click", "the", "save", "button", "menu", "file", "edit", "type
 class Sampled(runtime.Constraint):
     """The grammar of :class:`runtime.Constraint` with seeded Gumbel noise added to the logits before the
     mask at each of the model's choices (``seed`` None: greedy; ``temperature`` scales the noise), and a
-    record of the forced runs: ``runs`` holds ``(tokens before the run, run)``."""
+    record of the forced runs: ``runs`` holds ``(tokens before the run, run)``; with ``record_gaps``,
+    ``gaps`` maps the position of each choice to the gap between its two best masked logits."""
 
     def __init__(self, loaded: Any, schema: dict[str, Any]) -> None:
         super().__init__(loaded, schema)
         self.seed: int | None = None
         self.temperature = 1.0
+        self.record_gaps = False
+        self.gaps: dict[int, float] = {}
         self.runs: list[tuple[int, list[int]]] = []
         self._gen = torch.Generator()
         self._appended = 0
 
     def start(self) -> None:
         super().start()
-        self.runs, self._appended = [], 0
+        self.runs, self._appended, self.gaps = [], 0, {}
         if self.seed is not None:
             self._gen.manual_seed(self.seed)
 
@@ -53,6 +56,9 @@ class Sampled(runtime.Constraint):
             uniform = torch.rand(logits.shape, generator=self._gen).clamp_(1e-9, 1.0 - 1e-9)
             logits.add_((-torch.log(-torch.log(uniform)) * self.temperature).to(logits.device))
         super().mask(logits)
+        if self.record_gaps:
+            top = logits.float().topk(2).values
+            self.gaps[self._appended] = float(top[0] - top[1])
 
     def accept(self, token: int) -> bool:
         self._appended += 1
@@ -255,12 +261,31 @@ def test_the_policy_switch(tiny_loaded, decoder: str) -> None:  # type: ignore[n
 
 
 # ---------------------------------------------------------------- GPU: compiled blocks and CUDA graphs
+NEAR_TIE = 1e-2
+"""Logit gap below which a choice may go either way on the GPU: mamba-ssm's Triton chunk scan (the prefill
+and jump-forward passes) multiplies float32 in TF32, the decode step does not; both are within 1e-3 of a
+full float32 forward (test_engine.py)."""
+
+
+def _agree(got: list[int], want: list[int], gaps: dict[int, float], what: object) -> bool:
+    """True when the replies are the same; False when they first differ at a choice of the model whose two
+    best logits were within :data:`NEAR_TIE` in ``want``'s decoding (a tie the arithmetic can break either
+    way); AssertionError for any other difference (a forced token, or a clear choice)."""
+    if got == want:
+        return True
+    i = next((k for k, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), min(len(got), len(want)))
+    gap = gaps.get(i)
+    assert gap is not None and gap < NEAR_TIE, (what, i, gap, got, want)
+    return False
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_jump_forward_replies_equal_one_step_per_token(tiny_dir) -> None:  # type: ignore[no-untyped-def]
-    """On CUDA in float32 (compiled blocks, decode graphs, prefill segment graphs): 40 sampled and 2
-    greedy replies equal with jump-forward on and off, and equal the stock decoder's; the fast path's
-    passes are the captured prefill segments (no note, no fallback)."""
+    """On CUDA in float32 (compiled blocks, decode graphs, prefill segment graphs incl. the short ones): 40
+    sampled and 2 greedy replies with jump-forward equal those with one step per token, and the first 6
+    the stock decoder's. A reply may differ only from a near tie on (``_agree``), in at most 2 of the 42;
+    a pass from a wrong state differs at clear choices and fails."""
     from holodesk.policy.holotron.loader import load_holotron
 
     loaded = load_holotron(tiny_dir, dtype="float32", device="cuda")
@@ -271,17 +296,29 @@ def test_gpu_jump_forward_replies_equal_one_step_per_token(tiny_dir) -> None:  #
     short = engine.decoder.short_rows
     assert short == [8, 16, 32, 64] and {(0, r) for r in short} <= set(engine.decoder.graphs), short
     constraint = Sampled(loaded, runtime.cap_strings(get_protocol("agent-loop-v1").json_schema(), 12))
+    constraint.record_gaps = True
     totals = {False: 0, True: 0}
+    ties = 0
     for seed in [None, None, *range(40)]:
         constraint.seed = seed
         ids = task_ids(loaded, 1000 + (seed or 0))
-        replies = both(engine, constraint, ids)
-        assert replies[True].token_ids == replies[False].token_ids, (seed, replies[True].text, replies[False].text)
-        assert replies[True].stop_reason == "eos", (seed, replies[True].text)
+        engine.reset()
+        slow, _ = engine.run(ids, [], max_new_tokens=400, constraint=constraint, reasoning=False,
+                             max_think_tokens=0, jump_forward=False)
+        gaps = dict(constraint.gaps)
+        engine.reset()
+        fast, _ = engine.run(ids, [], max_new_tokens=400, constraint=constraint, reasoning=False,
+                             max_think_tokens=0, jump_forward=True)
+        assert fast.stop_reason == slow.stop_reason == "eos", (seed, fast.text, slow.text)
+        if _agree(fast.token_ids, slow.token_ids, gaps, seed):
+            assert fast.text == slow.text and fast.model_steps < slow.model_steps, seed
+            totals[False] += slow.model_steps
+            totals[True] += fast.model_steps
+        else:
+            ties += 1
         if seed is not None and seed < 6:
             stock = runtime.generate(loaded, ids, [], max_new_tokens=400, constraint=constraint, reasoning=False,
-                                     max_think_tokens=0, jump_forward=False)
-            assert stock.token_ids == replies[True].token_ids, seed
-        for jump in (False, True):
-            totals[jump] += replies[jump].model_steps
+                                     max_think_tokens=0, jump_forward=True)
+            ties += not _agree(stock.token_ids, slow.token_ids, gaps, ("stock", seed))
+    assert ties <= 2, ties
     assert totals[True] <= 0.75 * totals[False], totals
