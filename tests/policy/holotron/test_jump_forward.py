@@ -241,6 +241,18 @@ def test_a_forced_run_stops_before_a_token_a_longer_token_extends(tiny_loaded) -
     assert constraint.forced_tokens(0) == []
 
 
+def test_an_xgrammar_without_jump_forward_tokens_is_a_clear_error(tiny_loaded,  # type: ignore[no-untyped-def]
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import xgrammar as xgr
+
+    from holodesk.errors import PolicyError
+
+    monkeypatch.delattr(xgr.GrammarMatcher, "find_jump_forward_tokens")
+    with pytest.raises(PolicyError, match=r"xgrammar 0\.2\.9 or newer") as info:
+        runtime.Constraint(tiny_loaded, {"type": "object"})
+    assert "pip install" in (info.value.hint or "")
+
+
 def _frame(seed: int) -> Frame:
     pixels = np.random.default_rng(seed).integers(0, 256, (400, 640, 3), dtype=np.uint8)
     return Frame(pixels, Monitor(1, 0, 0, 640, 400))

@@ -213,6 +213,9 @@ class Constraint:
     vocabulary tokens, complete UTF-8 characters only, no special or stop token, the last token left out
     when a longer token extends it, so the model still chooses how forced text joins the free text after
     it) and from the bitmask (a complete reply that allows only stop tokens).
+
+    Raises:
+        PolicyError: xgrammar is not installed, or older than 0.2.9 (no jump-forward tokens).
     """
 
     def __init__(self, loaded: LoadedHolotron, schema: dict[str, Any]) -> None:
@@ -223,6 +226,11 @@ class Constraint:
                 "constrained decoding needs xgrammar, which is not installed",
                 hint="pip install 'holodesk[local]', or turn constrained decoding off.",
             ) from None
+        if not hasattr(xgr.GrammarMatcher, "find_jump_forward_tokens"):
+            raise PolicyError(
+                "constrained decoding needs xgrammar 0.2.9 or newer (jump-forward tokens)",
+                hint="pip install -U 'xgrammar>=0.2.9', or turn constrained decoding off.",
+            )
         self._xgr = xgr
         vocab_size = int(loaded.model.config.text_config.vocab_size)
         self.vocab_size = vocab_size
