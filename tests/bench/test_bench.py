@@ -60,6 +60,15 @@ def test_tiny_cpu_bench_writes_json(tmp_path: Path) -> None:
     for key in ("preprocess_ms", "vision_ms", "prefill_ms", "decode_ms", "decode_ms_per_token", "ttfa_ms"):
         assert frame[key] > 0
     assert frame["reused_tokens"] == 0 and frame["prefill_tokens"] == frame["prompt_tokens"]
+    assert frame["model_steps"] == 8 - 1  # the last token is not fed back: nothing reads its logits
+    # the agent-loop reply (the script, else checks_failed) with one model step per token, then jump-forward
+    agent = result["agent_reply"]
+    off, on = agent["rows"]
+    assert (off["jump_forward"], on["jump_forward"]) == (False, True) and agent["size"] == "1280x720"
+    assert off["reply_tokens"] == on["reply_tokens"] > 100  # the tiny tokenizer spends many tokens
+    assert off["forced_tokens"] == on["forced_tokens"] > 0
+    assert off["model_steps"] == off["reply_tokens"] - 1  # after "}}" only the stop token is allowed: not fed
+    assert on["model_steps"] < off["model_steps"] and agent["steps_saved"] >= 0.25
     assert [h["screenshots"] for h in result["history_cold"]] == [1, 2]
     assert [h["images_encoded"] for h in result["history_cold"]] == [1, 2]  # cold: every screenshot encoded
     first, second = result["episode"]
@@ -87,6 +96,7 @@ def test_tiny_cpu_bench_product_path(tmp_path: Path) -> None:
     (one,) = product["one_screenshot"]
     assert one["tiles"] == [9] and one["image_tokens"] == 2304 and one["decoder"] == "static"
     assert one["generated_tokens"] > 0 and one["timings_ms"]["prefill"] > 0
+    assert one["forced_tokens"] > 0 and 0 < one["model_steps"] < one["generated_tokens"] - one["forced_tokens"] + 1
     assert product["three_screenshots"]["images"] == 3
     assert product["three_screenshots"]["image_tokens"] == 3 * 2304
     first, second = product["episode"]

@@ -5,9 +5,10 @@ One process, in this order (each part can be left out):
 1. floors (:mod:`holodesk.bench.floors`): copy bandwidth and bf16 matmul rate measured on the device;
 2. one :class:`~holodesk.policy.holotron.engine.StaticEngine` built as the policy builds it, then the
    measured runs through its ``run`` (:mod:`holodesk.bench.runs`): one screenshot per ``--sizes`` entry
-   (stage ms, TTFA, decode ms/token, their floors and ratios, peak memory over the weights), cold prompts
-   with N screenshots (``--history``), an episode with incremental prefill (step N / step 1 TTFA), and with
-   ``--profile`` the GPU time per kernel of one step;
+   (stage ms, TTFA, decode ms/token, their floors and ratios, peak memory over the weights), a typical
+   agent-loop reply at ``--history-size`` with and without jump-forward (tokens and model steps per reply,
+   step time), cold prompts with N screenshots (``--history``), an episode with incremental prefill (step
+   N / step 1 TTFA), and with ``--profile`` the GPU time per kernel of one step;
 3. the stock decoder (transformers' forward and cache) on a 1080p prompt, and the static decoder's
    agreement with it (:mod:`holodesk.bench.compare`);
 4. ``--product``: :meth:`HolotronPolicy.propose` at 1080p (:mod:`holodesk.bench.product`);
@@ -23,7 +24,7 @@ Weights are seeded random draws in Holotron-12B's shapes (:mod:`holodesk.bench.m
 ``--checkpoint`` names a folder. ``--device cpu --tiny`` runs a tiny model in a few minutes (CI smoke
 test). Results are printed and written as JSON (``--json``). Exit status: 0, 1 when a check failed
 (``checks_failed`` in the JSON: Mamba-2 kernels not live on CUDA without ``--allow-fallback``, a product
-path check), 2 when the local runtime is not installed.
+path check, an agent-loop reply that is not the script), 2 when the local runtime is not installed.
 """
 
 from __future__ import annotations
@@ -188,6 +189,9 @@ def _engine_runs(loaded: LoadedHolotron, args: argparse.Namespace, result: dict[
     reference: dict[str, Any] | None = None
     try:
         result["frames"] = runs.frame_runs(engine, args, result["floors"], weights)
+        if args.history_size:
+            result["agent_reply"] = runs.agent_reply_runs(engine, loaded, args, weights)
+            result["checks_failed"] += result["agent_reply"].pop("checks_failed")
         result["history_cold"] = runs.history_runs(engine, args, weights)
         result.update(runs.episode_runs(engine, args, weights))
         if args.profile and loaded.device.type == "cuda":

@@ -53,8 +53,16 @@ class FirstLogits:
         """Never: the reply runs to ``max_new_tokens``."""
         return False
 
+    def forced_tokens(self, budget: int) -> list[int]:
+        """None: the model chooses every token."""
+        return []
+
+    def forced_stop(self) -> int | None:
+        """Never: the reply runs to ``max_new_tokens``."""
+        return None
+
     def as_constraint(self) -> Constraint:
-        """This object typed as the ``constraint`` argument (``decode_loop`` calls only the four methods)."""
+        """This object typed as the ``constraint`` argument (``decode_loop`` calls only these methods)."""
         return cast("Constraint", self)
 
 
@@ -93,8 +101,8 @@ def static_reference(engine: StaticEngine, ids: list[int], images: Sequence[Prom
 
 def stock_baseline(engine: StaticEngine, args: argparse.Namespace, fast: dict[str, Any]) -> dict[str, Any]:
     """``runtime.generate`` (the stock decoder) on :func:`one_screenshot`'s prompt: prefill ms and decode
-    ms/token (median of ``max(1, --repeats - 1)`` after a warm-up), and its agreement with the static
-    decoder's reply ``fast`` (:func:`static_reference`)."""
+    ms per model step (``decode_ms_per_token``: one token each here; median of ``max(1, --repeats - 1)``
+    after a warm-up), and its agreement with the static decoder's reply ``fast`` (:func:`static_reference`)."""
     from holodesk.policy.holotron import runtime
 
     loaded = engine.loaded
@@ -111,7 +119,7 @@ def stock_baseline(engine: StaticEngine, args: argparse.Namespace, fast: dict[st
     stock = reply(probe.as_constraint())
     assert probe.first is not None
     prefill = statistics.median(g.timings_ms["prefill"] for g in timed)
-    decode = statistics.median(g.timings_ms["decode"] / max(1, len(g.token_ids)) for g in timed)
+    decode = statistics.median(g.timings_ms["decode"] / max(1, g.model_steps) for g in timed)
     return {"prompt_tokens": len(ids), "prefill_ms": round(prefill, 2), "decode_ms_per_token": round(decode, 3),
             "agreement": agreement(fast["tokens"], fast["first_logits"], stock.token_ids, probe.first)}
 

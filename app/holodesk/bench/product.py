@@ -50,8 +50,8 @@ def desktop_frame(seed: int, width: int = WIDTH, height: int = HEIGHT) -> Frame:
 def _row(proposal: Proposal, wall_ms: float, weights: int, base: int, device: torch.device) -> dict[str, Any]:
     """One step's figures: wall ms, the policy's details and stage ms, memory over the weights (CUDA only)."""
     extra = proposal.extra
-    names = ("images", "tiles", "image_tokens", "prompt_tokens", "generated_tokens", "stop_reason", "reused_tokens",
-             "prefill_tokens", "images_encoded", "decoder")
+    names = ("images", "tiles", "image_tokens", "prompt_tokens", "generated_tokens", "model_steps", "forced_tokens",
+             "stop_reason", "reused_tokens", "prefill_tokens", "images_encoded", "decoder")
     cuda = device.type == "cuda"
     return {"wall_ms": round(wall_ms, 1), **{k: extra.get(k) for k in names},
             "timings_ms": {k: round(v, 1) for k, v in proposal.timings_ms.items()},

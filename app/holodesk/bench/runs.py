@@ -7,10 +7,15 @@ episode, that step's reply; then 8 ids for the assistant header. Frames are rand
 outside the timed region. Replies are a fixed ``--reply-tokens`` long: the engine's model is given no stop
 token (``eos_ids=()``) and no grammar, so every reply runs to ``max_new_tokens``.
 
+The agent-loop reply (:func:`agent_reply_runs`) is the exception: :data:`AGENT_REPLY` written under the
+default protocol's grammar (:class:`ScriptedReply` puts the script's next token where the model chooses,
+the grammar forces the rest), once fed one model step per token and once with jump-forward.
+
 Stage timings are the engine's own (``Generation.timings_ms``: preprocess = tiling, vision, prefill,
 decode; each ends with a device synchronisation); TTFA is the host wall time of the ``run`` call. Decode
-ms/token is the decode time over the reply's tokens (one decoder step per token). Peak memory is torch's
-allocator peak during the call, over the memory held before it and over the weights.
+ms/token is the decode time over the decoder's steps (``Generation.model_steps``: one per token here but
+the last, whose step would only give logits that nothing reads). Peak memory is torch's allocator peak
+during the call, over the memory held before it and over the weights.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from holodesk.bench.floors import decode_step_bytes, floor_ms, peak, reset_peak, stage_flops
 
@@ -26,13 +31,19 @@ if TYPE_CHECKING:
     import argparse
 
     import numpy as np
+    import torch
 
     from holodesk.policy.holotron.engine import StaticEngine
     from holodesk.policy.holotron.loader import LoadedHolotron
-    from holodesk.policy.holotron.runtime import PromptImage
+    from holodesk.policy.holotron.runtime import Constraint, PromptImage
 
 HEADER_TOKENS = 8
 """Text ids after the last screenshot (the assistant header of a real prompt)."""
+AGENT_REPLY = ('{"note": "Settings window is open; dark mode is under Appearance.", "thought": "Click the '
+               'Appearance tab in the sidebar to find the dark mode switch.", "tool_call": {"tool_name": '
+               '"click_desktop", "element": "Appearance tab in the left sidebar", "x": 112, "y": 348}}')
+"""A typical agent-loop-v1 reply (note, thought, a click with its element), compact JSON as the grammar
+writes it."""
 
 
 def size(text: str) -> tuple[int, int]:
@@ -87,22 +98,32 @@ def longest_prompt(loaded: LoadedHolotron, args: argparse.Namespace) -> int:
     screenshots = [int(v) for v in args.history.split(",") if v] + [args.episode_steps, 1]
     lengths = [per_frame + image_tokens(loaded, *size(s)) for s in args.sizes.split(",") if s]
     lengths += [n * shot for n in screenshots]
-    return args.prompt_tokens + HEADER_TOKENS + max(lengths) + args.reply_tokens + 1
+    return args.prompt_tokens + HEADER_TOKENS + max(lengths) + max(args.reply_tokens, agent_reply_budget(loaded)) + 1
+
+
+def agent_reply_budget(loaded: LoadedHolotron) -> int:
+    """``max_new_tokens`` of the agent-loop reply runs: :data:`AGENT_REPLY`'s tokens and a margin."""
+    return len(loaded.tokenizer.encode(AGENT_REPLY, add_special_tokens=False)) + 16
 
 
 def timed_step(engine: StaticEngine, ids: list[int], images: Sequence[PromptImage], reply: int, weights: int,
-               snapshot_at: Sequence[int] = ()) -> dict[str, Any]:
-    """One :meth:`StaticEngine.run` of ``reply`` tokens, timed. Returns the stage ms, ``ttfa_ms``,
-    ``decode_ms_per_token``, the engine's details, ``tokens`` and peak bytes over rest and ``weights``."""
+               snapshot_at: Sequence[int] = (), constraint: Constraint | None = None,
+               jump_forward: bool = True) -> dict[str, Any]:
+    """One :meth:`StaticEngine.run` of at most ``reply`` tokens, timed. Returns the stage ms, ``ttfa_ms``,
+    ``decode_ms_per_token`` (per model step), the engine's details, ``tokens``, ``reply_tokens``,
+    ``model_steps``, ``forced_tokens``, ``text`` and peak bytes over rest and ``weights``."""
     device = engine.loaded.device
     base = reset_peak(device)
     t0 = time.perf_counter()
-    generation, details = engine.run(ids, images, snapshot_at=snapshot_at, max_new_tokens=reply, constraint=None,
-                                     reasoning=False, max_think_tokens=0)
+    generation, details = engine.run(ids, images, snapshot_at=snapshot_at, max_new_tokens=reply,
+                                     constraint=constraint, reasoning=False, max_think_tokens=0,
+                                     jump_forward=jump_forward)
     wall = (time.perf_counter() - t0) * 1e3
     ms = {f"{stage}_ms": float(v) for stage, v in generation.timings_ms.items()}
     top = peak(device)
-    return {**ms, "ttfa_ms": wall, "decode_ms_per_token": ms["decode_ms"] / max(1, len(generation.token_ids)),
+    return {**ms, "ttfa_ms": wall, "decode_ms_per_token": ms["decode_ms"] / max(1, generation.model_steps),
+            "reply_tokens": len(generation.token_ids), "model_steps": generation.model_steps,
+            "forced_tokens": generation.forced_tokens, "text": generation.text,
             "prompt_tokens": len(ids), "reused_tokens": int(details["reused_tokens"]),
             "prefill_tokens": int(details["prefill_tokens"]), "images_encoded": int(details["images_encoded"]),
             "tokens": list(generation.token_ids), "memory_at_rest_bytes": base - weights,
@@ -146,7 +167,7 @@ def frame_runs(engine: StaticEngine, args: argparse.Namespace, floors: dict[str,
         decode_floor = floor_ms(floors, 0.0, step_bytes)
         ttfa_floor = None
         if vision_floor is not None and prefill_floor is not None and decode_floor is not None:
-            ttfa_floor = vision_floor + prefill_floor + decode_floor * args.reply_tokens
+            ttfa_floor = vision_floor + prefill_floor + decode_floor * (args.reply_tokens - 1)
         row: dict[str, Any] = {"size": text, "tiles": tiles, **med,
                                "prefill_samples_ms": [round(s["prefill_ms"], 1) for s in samples],
                                "flops": flops, "decode_bytes_per_token": step_bytes,
@@ -162,6 +183,98 @@ def frame_runs(engine: StaticEngine, args: argparse.Namespace, floors: dict[str,
               f"floors {row['floor_ms']} | TTFA/floor {row.get('ttfa_over_floor')} decode floor/measured "
               f"{row.get('decode_fraction_of_floor')}", flush=True)
     return rows
+
+
+class ScriptedReply:
+    """Takes the place of the grammar in :func:`decode_loop` so that the reply is ``script``: the real
+    :class:`Constraint` (its mask is computed, its matcher accepts every token and forces what the grammar
+    forces), with the model's choice replaced by the first token of the tokenizer's encoding of the rest
+    of the script (a stop token once it is written). The model still runs every step it would."""
+
+    def __init__(self, inner: Constraint, tokenizer: Any, script: str, stop: int) -> None:
+        self.inner, self.tokenizer, self.script, self.stop = inner, tokenizer, script, stop
+        self.tokens: list[int] = []
+
+    def start(self) -> None:
+        """A new reply begins."""
+        self.inner.start()
+        self.tokens = []
+
+    def mask(self, logits: torch.Tensor) -> None:
+        """The grammar's mask (for its cost), then every token but the script's next one masked."""
+        self.inner.mask(logits)
+        written = str(self.tokenizer.decode(self.tokens))
+        rest = self.script[len(written):] if self.script.startswith(written) else ""
+        ids = self.tokenizer.encode(rest, add_special_tokens=False) if rest else [self.stop]
+        logits.fill_(float("-inf"))
+        logits[int(ids[0])] = 0.0
+
+    def accept(self, token: int) -> bool:
+        """Pass the choice to the grammar."""
+        self.tokens.append(int(token))
+        return self.inner.accept(token)
+
+    def finished(self) -> bool:
+        """The grammar's answer."""
+        return self.inner.finished()
+
+    def forced_tokens(self, budget: int) -> list[int]:
+        """What the grammar forces (:meth:`Constraint.forced_tokens`)."""
+        run = self.inner.forced_tokens(budget)
+        self.tokens += run
+        return run
+
+    def forced_stop(self) -> int | None:
+        """The grammar's answer."""
+        return self.inner.forced_stop()
+
+    def as_constraint(self) -> Constraint:
+        """This object typed as the ``constraint`` argument (``decode_loop`` calls only these methods)."""
+        return cast("Constraint", self)
+
+
+def agent_reply_runs(engine: StaticEngine, loaded: LoadedHolotron, args: argparse.Namespace,
+                     weights: dict[str, int]) -> dict[str, Any]:
+    """Cold one-screenshot ``--history-size`` steps whose reply is :data:`AGENT_REPLY` under the default
+    protocol's grammar, one model step per token and with jump-forward: a warm-up, then ``--repeats``
+    timed steps each; medians of the step (TTFA), decode, tokens per reply and model steps per reply.
+
+    Args:
+        loaded: the model with its stop tokens (the engine's copy has none).
+    Returns:
+        ``{"text", "rows": [one step per token, jump-forward], "steps_saved", "checks_failed"}`` (a reply
+        that is not the script is a failed check).
+    """
+    from holodesk.policy.holotron.runtime import Constraint
+    from holodesk.policy.registry import get_protocol
+
+    constraint = Constraint(loaded, get_protocol("agent-loop-v1").json_schema())
+    script = ScriptedReply(constraint, loaded.tokenizer, AGENT_REPLY, stop=int(loaded.eos_ids[0]))
+    w, h = size(args.history_size)
+    budget = agent_reply_budget(loaded)
+    out: dict[str, Any] = {"text": AGENT_REPLY, "size": args.history_size, "rows": [], "checks_failed": []}
+    for jump in (False, True):
+        samples = []
+        for r in range(args.repeats + 1):
+            engine.reset()
+            pixels = random_frame(w, h, 300 + r)
+            step = timed_step(engine, prompt_ids(loaded, [pixels], args, seed=300 + r), prompt_images(loaded, [pixels]),
+                              budget, weights["total"], constraint=script.as_constraint(), jump_forward=jump)
+            if step["text"] != AGENT_REPLY:
+                out["checks_failed"].append(f"agent reply (jump_forward={jump}) is not the script: {step['text']!r}")
+            if r:  # r == 0 is the warm-up
+                samples.append(step)
+        med = _median(samples)
+        out["rows"].append({"jump_forward": jump, **{k: med[k] for k in (
+            "reply_tokens", "model_steps", "forced_tokens", "ttfa_ms", "vision_ms", "prefill_ms", "decode_ms",
+            "decode_ms_per_token")}})
+    off, on = out["rows"]
+    out["steps_saved"] = round(1.0 - on["model_steps"] / max(1.0, off["model_steps"]), 3)
+    print(f"agent reply at {args.history_size}: {on['reply_tokens']:.0f} tokens ({on['forced_tokens']:.0f} forced); "
+          f"model steps {off['model_steps']:.0f} one per token, {on['model_steps']:.0f} with jump-forward "
+          f"({out['steps_saved']:.0%} fewer); decode {off['decode_ms']:.1f} -> {on['decode_ms']:.1f} ms, "
+          f"step (TTFA) {off['ttfa_ms']:.1f} -> {on['ttfa_ms']:.1f} ms", flush=True)
+    return out
 
 
 def history_runs(engine: StaticEngine, args: argparse.Namespace, weights: dict[str, int]) -> list[dict[str, Any]]:

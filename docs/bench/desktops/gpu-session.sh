@@ -3,7 +3,7 @@
 # an 8-step episode, and the product path: HolotronPolicy.propose at 1080p). Run from the repo root on the GPU
 # machine with the carried wheels in .whl4 (transformers 5.23.0, xgrammar 0.2.8 and its pydantic / tvm-ffi needs,
 # the mamba-ssm 2.3.2.post1 sdist) and, for PARTS=quant, .whlq (bitsandbytes).
-#   bash docs/bench/desktops/gpu-session.sh [OUT] [PARTS]    PARTS: comma list of tests, bench, quant (default tests,bench)
+#   bash docs/bench/desktops/gpu-session.sh [OUT] [PARTS]    PARTS: comma list of tests, bench, quanttests, quant (default tests,bench)
 # Each part stays under 9 minutes (TESTS_S / BENCH_S lower the limits, e.g. to run both in one 10-minute call).
 set -u
 out=${1:-${OUT:-/tmp/holodesk-bench}}
@@ -29,7 +29,11 @@ case ,$part, in *,bench,*)
         --profile --product --product-repeats 2 --product-steps 4 --json "$out/bench.json" 2>&1 \
         | grep -v "Warning\|warn(" | cut -c1-600 | tee "$out/bench.log"
 esac
+case ,$part, in *,quanttests,*)
+    timeout "${QTESTS_S:-240}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/policy/holotron/test_ops_quant.py -W ignore \
+        --durations=5 2>&1 | grep -v "warnings.warn\|UserWarning" | tail -25 | tee "$out/gpu-quant-tests.log"
+esac
 case ,$part, in *,quant,*)
-    bench 300 --sizes '' --history '' --episode-steps 0 --no-floors --no-stock --quant 8bit,4bit --json "$out/quant.json" 2>&1 \
-        | grep -v "Warning\|warn(" | cut -c1-600 | tee "$out/quant.log"
+    bench "${QUANT_S:-400}" --sizes '' --history '' --episode-steps 0 --no-stock --quant bf16,8bit,4bit --json "$out/quant.json" 2>&1 \
+        | grep -v "Warning\|warn(" | cut -c1-900 | tee "$out/quant.log"
 esac

@@ -59,9 +59,9 @@ def _sampled_reply(loaded, constraint: runtime.Constraint, ids: list[int], seed:
             cache["kv"] = nxt.past_key_values
             return noisy(nxt.logits[0, -1].float())
 
-        tokens, stop = runtime.decode_loop(loaded, noisy(out.logits[0, -1].float()), step, max_new_tokens=MAX_TOKENS,
-                                           constraint=constraint, reasoning=False, max_think_tokens=0)
-    return str(loaded.tokenizer.decode(tokens, skip_special_tokens=False)), stop
+        decoded = runtime.decode_loop(loaded, noisy(out.logits[0, -1].float()), step, max_new_tokens=MAX_TOKENS,
+                                      constraint=constraint, reasoning=False, max_think_tokens=0)
+    return str(loaded.tokenizer.decode(decoded.tokens, skip_special_tokens=False)), decoded.stop_reason
 
 
 MAX_TOKENS = 512

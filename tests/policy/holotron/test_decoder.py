@@ -184,6 +184,75 @@ def test_tail_embeddings_snapshot_cap_and_refusals() -> None:
         StaticDecoder(lm, max_len=64, bucket=32, chunk=16, prefill_bucket=5)
 
 
+def _interleaved(d: StaticDecoder, lm: NemotronHForCausalLM, ids: torch.Tensor, runs: list[int], *,
+                 jump: bool, chosen: list[int] | None = None) -> tuple[list[int], torch.Tensor]:
+    """Prefill ``ids``, then per entry ``n`` of ``runs`` feed the greedy token (or the next of ``chosen``)
+    followed by ``n`` further tokens (a forced run: ``(greedy + 1 + i) % VOCAB``). ``jump``: each run is one
+    :meth:`StaticDecoder.extend`; else one :meth:`StaticDecoder.step` per token. Returns the tokens chosen
+    and the logits read (one row per run)."""
+    logits, _ = d.prefill(embed(lm, ids), ids[0].tolist())
+    tokens, rows = [], []
+    for j, n in enumerate(runs):
+        greedy = int(logits.argmax(-1)) if chosen is None else chosen[j]
+        fed = [greedy, *[(greedy + 1 + i) % VOCAB for i in range(n)]]
+        tokens.append(greedy)
+        if jump:
+            logits = d.extend(fed)
+        else:
+            for token in fed:
+                d.token.fill_(token)
+                logits = d.step()
+        rows.append(logits.clone())
+    return tokens, torch.cat(rows)
+
+
+@pytest.mark.parametrize(("chunk", "prefill_bucket"), [(64, 64), (16, 8), (20, 5)])
+def test_extend_equals_one_step_per_token(chunk: int, prefill_bucket: int) -> None:
+    """Jump-forward's multi-token pass from the decode state (KV cache, conv and SSM state the steps left)
+    gives the logits and state of one decode step per token: runs of 1 to 41 tokens, shorter and longer
+    than a padded bucket and than a chunk (cut into several), alternating with single steps; with
+    ``prefill_bucket`` 64 the short passes are padded to 8, 16 and 32 rows."""
+    lm = tiny_lm(seed=3)
+    ids = prompt(37, seed=5)
+    runs = [0, 3, 1, 0, 9, 41, 2, 17, 0, 6]
+    kw = {"max_len": 256, "bucket": 32, "chunk": chunk, "prefill_bucket": prefill_bucket}
+    fast, ref = StaticDecoder(lm, **kw), StaticDecoder(lm, **kw)
+    got_tokens, got = _interleaved(fast, lm, ids, runs, jump=True)
+    want_tokens, want = _interleaved(ref, lm, ids, runs, jump=False)
+    assert got_tokens == want_tokens
+    assert rel(got, want) < 1e-5, rel(got, want)
+    assert fast.state.length == ref.state.length == 37 + len(runs) + sum(runs)
+    assert int(fast.state.pos) == fast.state.length
+    for i in fast.state.conv:
+        assert rel(fast.state.conv[i], ref.state.conv[i]) < 1e-5
+        assert rel(fast.state.ssm[i], ref.state.ssm[i]) < 1e-5
+    end = fast.state.length
+    for i in ATTENTION_BLOCKS:
+        assert rel(fast.state.k[i][:, :, :end], ref.state.k[i][:, :, :end]) < 1e-5
+        assert rel(fast.state.v[i][:, :, :end], ref.state.v[i][:, :, :end]) < 1e-5
+    # a decode step after the last run (the graph-free step reads the state extend left)
+    nxt = int(got[-1].argmax())
+    assert nxt == int(want[-1].argmax())
+    for d in (fast, ref):
+        d.token.fill_(nxt)
+    after_fast, after_ref = fast.step().clone(), ref.step().clone()
+    assert rel(after_fast, after_ref) < 1e-5
+
+
+def test_extend_refuses_what_does_not_fit() -> None:
+    lm = tiny_lm(seed=3)
+    d = StaticDecoder(lm, max_len=64, bucket=32, chunk=16, prefill_bucket=8)
+    ids = prompt(50, seed=5)
+    d.prefill(embed(lm, ids), ids[0].tolist())
+    with pytest.raises(ValueError, match="do not fit"):
+        d.extend(list(range(3, 17)))  # 50 + 14 + 1 > 64
+    with pytest.raises(ValueError, match="do not fit"):
+        d.extend([])
+    assert d.state.length == 50
+    d.extend(list(range(3, 16)))  # 50 + 13 + 1 == 64: fits
+    assert d.state.length == 63
+
+
 def test_decoder_state_bookkeeping() -> None:
     lm = tiny_lm(seed=1)
     st = DecoderState(lm, max_len=70, bucket=32, snapshot_slots=2)
@@ -386,6 +455,37 @@ def test_gpu_graphs_and_eager_agree_and_equal_stock(dtype: torch.dtype) -> None:
         assert tokens == eager_tokens == stock_greedy(lm, ids)[0]
         assert rel(logits, eager_logits) < tol
     assert _fingerprint(lm) == before
+
+
+@cuda
+def test_gpu_extend_with_graphs_equals_eager_steps() -> None:
+    """Jump-forward passes replayed as segment graphs (short ones padded to 8 and 16 rows, longer ones to
+    32-row buckets and cut at the 64-token chunk) give the logits and state of the eager decoder fed one
+    step per token the same tokens, in float32. The bound is that of the prefill against a full forward
+    (mamba-ssm's Triton scan multiplies float32 in TF32); a pass from a wrong state is off by ~1."""
+    lm = tiny_lm(seed=3, device="cuda")
+    fuse_qkv_by_hand(lm)
+    ids = prompt(37, seed=5, device="cuda")
+    runs = [0, 3, 1, 0, 9, 41, 2, 17, 0, 6, 70, 0, 12]
+    kw = {"max_len": 320, "bucket": 32, "chunk": 64, "prefill_bucket": 32}
+    fast = StaticDecoder(lm, **kw)
+    fast.capture()
+    assert fast.notes == [] and fast.short_rows == [8, 16], fast.notes
+    assert {(k, 8) for k in range(len(fast._segs))} <= set(fast.graphs), sorted(fast.graphs)
+    eager = StaticDecoder(lm, **kw, eager=True)
+    for _ in range(2):  # the graphs keep no state of their own
+        want_tokens, want = _interleaved(eager, lm, ids, runs, jump=False)
+        got_tokens, got = _interleaved(fast, lm, ids, runs, jump=True, chosen=want_tokens)
+        assert got_tokens == want_tokens
+        assert rel(got, want) < 5e-3, rel(got, want)
+        for i in fast.state.ssm:
+            assert rel(fast.state.ssm[i], eager.state.ssm[i]) < 5e-3
+            assert rel(fast.state.conv[i], eager.state.conv[i]) < 5e-3
+        end = fast.state.length
+        for i in ATTENTION_BLOCKS:
+            assert rel(fast.state.k[i][:, :, :end], eager.state.k[i][:, :, :end]) < 5e-3
+        for d in (fast, eager):
+            d.state.reset()
 
 
 @cuda

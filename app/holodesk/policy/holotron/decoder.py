@@ -8,9 +8,11 @@ model: it reads its weights and calls its embedding, final norm and head modules
 Decode (:meth:`StaticDecoder.step`): embedding -> one :mod:`.blocks` function per block (compiled when every
 projection is a plain weight) -> ``norm_f`` -> ``lm_head`` -> argmax into ``token``, ``pos += 1``; one graph
 per attention window (:meth:`.DecoderState.window`). Prefill (:meth:`StaticDecoder.prefill`): chunks of at
-most ``chunk`` tokens padded to multiples of ``prefill_bucket`` rows in static buffers; the Mamba/MLP blocks
-between two attention layers form a segment that reads the real length from the device, one CUDA graph per
-(segment, padded length); attention runs eagerly on the real rows (:func:`.blocks.attention_chunk`).
+most ``chunk`` tokens padded to multiples of ``prefill_bucket`` rows in static buffers (a short pass, such as
+jump-forward's :meth:`StaticDecoder.extend`, to the smallest of :attr:`StaticDecoder.short_rows` that holds
+it); the Mamba/MLP blocks between two attention layers form a segment that reads the real length from the
+device, one CUDA graph per (segment, padded length); attention runs eagerly on the real rows
+(:func:`.blocks.attention_chunk`).
 Mamba-state snapshots let the next prompt resume. :meth:`StaticDecoder.capture` fills the one graph cache
 (one memory pool); a failure there falls back once, at load, to the next simpler configuration
 (:meth:`Setup.simpler`), logged and kept in ``notes``.
@@ -85,7 +87,8 @@ class StaticDecoder:
             storage through the :mod:`.ops.quant` kernels (compiled and captured like bf16) and prefill calls
             the modules (dequantise + bf16 GEMM); where no kernel serves, decode calls the modules uncompiled.
         max_len: tokens of the static cache (prompt + reply); chunk: prefill chunk in tokens; bucket: decode
-            window granularity in tokens; prefill_bucket: chunks are padded to multiples of it (divides chunk).
+            window granularity in tokens; prefill_bucket: chunks are padded to multiples of it (divides chunk),
+            shorter passes to a power of two from 8 below it (:attr:`short_rows`).
         eager: no ``torch.compile``, no CUDA graphs, ``F.linear``: the same code run eagerly (always off CUDA);
         snapshot_slots: Mamba-state snapshots kept for resuming (:class:`~.state.DecoderState`).
     Raises:
@@ -109,6 +112,8 @@ class StaticDecoder:
                 raise ValueError(f"a {kind} block with another activation is not supported; use decoder 'stock'")
         self.device, self.dtype = self.state.pos.device, lm.model.embeddings.weight.dtype
         self.chunk, self.max_len, self.prefill_bucket = chunk, self.state.max_len, prefill_bucket
+        #: padded lengths of passes shorter than ``prefill_bucket`` (8, 16, 32, 64 for the default 128)
+        self.short_rows = [1 << k for k in range(3, 16) if 1 << k < prefill_bucket]
         self.eager = eager or self.device.type != "cuda"
         self.notes: list[str] = []
         self.capture_seconds: dict[str, float] = {}  # "decode" / "prefill": wall seconds of capture()
@@ -291,7 +296,9 @@ class StaticDecoder:
 
     def _capture_prefill(self) -> None:
         """One graph per segment and padded length, the longest first: Triton autotunes mamba-ssm's scan and
-        norm kernels on their first call with keys that ignore the length, so that must be a full chunk."""
+        norm kernels on their first call with keys that ignore the length, so that must be a full chunk. The
+        :attr:`short_rows` lengths come last; if one of them fails, short passes are padded to
+        ``prefill_bucket`` rows instead (noted) and the other graphs stay."""
         import torch
 
         self._pbuf_h.zero_()
@@ -299,12 +306,24 @@ class StaticDecoder:
         try:
             with torch.no_grad():
                 for rows in range(self.chunk, 0, -self.prefill_bucket):
-                    for k in range(len(self._segs)):
-                        self._capture((k, rows), functools.partial(self._n_real.fill_, rows), self._segment, k, rows,
-                                      warm=1)
+                    self._capture_segments(rows)
+                try:
+                    for rows in reversed(self.short_rows):
+                        self._capture_segments(rows)
+                except Exception as exc:
+                    self.graphs = {key: g for key, g in self.graphs.items() if len(key) == 1 or key[1] not in
+                                   self.short_rows}
+                    self._note(exc, "capturing the short-pass graphs",
+                               f"short passes are padded to {self.prefill_bucket} rows")
+                    self.short_rows = []
         finally:
             torch.cuda.synchronize()
             self.state.reset()
+
+    def _capture_segments(self, rows: int) -> None:
+        """Capture every segment over ``rows`` padded rows."""
+        for k in range(len(self._segs)):
+            self._capture((k, rows), functools.partial(self._n_real.fill_, rows), self._segment, k, rows, warm=1)
 
     def _step_body(self, window: int) -> None:
         """The captured work: ``token`` -> ``logits``, the greedy ``token``, ``pos += 1`` (no host sync)."""
@@ -369,7 +388,8 @@ class StaticDecoder:
         """Every block over a chunk ``h [B, T, H]`` at ``[start, start + T)``, padded: segments replayed when
         captured (else run), attention on the real rows. Returns the stream before ``norm_f`` (a buffer view)."""
         t = int(h.shape[1])
-        rows = min(self.chunk, -(-t // self.prefill_bucket) * self.prefill_bucket)
+        bucketed = min(self.chunk, -(-t // self.prefill_bucket) * self.prefill_bucket)
+        rows = next((r for r in self.short_rows if r >= t), bucketed)
         self._pbuf_h[:, :t].copy_(h)
         self._pbuf_h[:, t:rows].zero_()
         self._n_real.fill_(t)
@@ -424,6 +444,35 @@ class StaticDecoder:
         st.pos.fill_(total)
         return logits, PrefillReport(total, resume, total - resume, len(cuts) - 1, wanted)
 
+    def extend(self, tokens: Sequence[int]) -> torch.Tensor:
+        """Feed several tokens in one pass after the current state (jump-forward decoding): the prefill's
+        chunk path (:meth:`_forward_chunk`: a few tokens padded to 8 or 16 rows, split at ``chunk``) from
+        the conv/SSM state and KV cache the decode steps left, then the decode step's head
+        (:func:`.blocks.head`) on the last row. ``length``/``pos`` advance by ``len(tokens)``; the prompt's
+        keys and snapshots are left as they are (the next prompt resumes from a snapshot).
+
+        Args:
+            tokens: one or more token ids.
+        Returns:
+            logits ``[B, vocab]`` float32 after the last token (a new tensor).
+        Raises:
+            ValueError: no tokens, or the state would then hold more than ``max_len - 1`` tokens.
+        """
+        import torch
+
+        st, n = self.state, len(tokens)
+        if n == 0 or st.length + n + 1 > self.max_len:
+            raise ValueError(f"{n} token(s) after {st.length} do not fit the static cache of {self.max_len}")
+        with torch.no_grad():
+            ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
+            embeds = self.lm.model.embeddings(ids)
+            for a in range(0, n, self.chunk):
+                h = self._forward_chunk(embeds[:, a : a + self.chunk], st.length + a)
+            logits, _ = blocks.head(h[:, -1].contiguous(), *self._head_args)
+        st.length += n
+        st.pos.fill_(st.length)
+        return logits
+
     def nbytes(self) -> int:
         """Bytes of preallocated state and buffers (the graphs' pool is not counted)."""
         extra = (self.token, self.logits, self._pbuf_h, self._pbuf_p, self._pbuf_x)
@@ -439,7 +488,8 @@ class StaticDecoder:
                                                 "not compiled)"),
                 "gemv": {role: how.label() for role, how in self.setup.gemv.items()},
                 "decode_graphs": sorted(k[0] for k in self.graphs if len(k) == 1),
-                "prefill": f"{kernels}; chunks of {self.chunk} padded to multiples of {self.prefill_bucket} rows; "
+                "prefill": f"{kernels}; chunks of {self.chunk} padded to multiples of {self.prefill_bucket} rows "
+                           f"(shorter passes to {self.short_rows}); "
                            f"{sum(len(k) == 2 for k in self.graphs)} segment graphs",
                 "capture_seconds": {k: round(v, 2) for k, v in self.capture_seconds.items()},
                 "notes": list(self.notes)}

@@ -13,8 +13,10 @@ what a policy step needs around it:
   tokens past the resume point go through the vision tower. Projected image embeddings of the frames in
   the prompt are kept, so a frame is encoded once while it stays in the window.
 * **Decode.** The greedy choice, the grammar mask and the stop rules are
-  :func:`~holodesk.policy.holotron.runtime.decode_loop`, shared with the stock decoder; each token is one
-  graph replay, and the grammar fills the next bitmask on the CPU while the replay runs.
+  :func:`~holodesk.policy.holotron.runtime.decode_loop`, shared with the stock decoder; a token the model
+  chose is one graph replay (the grammar fills the next bitmask on the CPU while it runs), and a token
+  the model chose together with the tokens the grammar forces after it is one pass through the prefill's
+  chunk path (jump-forward, :meth:`~holodesk.policy.holotron.decoder.StaticDecoder.extend`).
 
 Memory held between steps is constant: the static state (sized for the longest prompt the policy can
 build), one snapshot slot, and the image embeddings of at most ``max_images`` frames (in page-locked host
@@ -128,7 +130,8 @@ class StaticEngine:
 
     def warm_up(self) -> None:
         """Run every kernel a step uses once on dummy input, then forget it: the vision tower on a blank
-        tile, a cold prefill longer than one chunk with a snapshot, a resumed prefill, three decode steps.
+        tile, a cold prefill longer than one chunk with a snapshot, a resumed prefill, three decode steps, a
+        jump-forward pass and a step after it.
         Triton compiles and autotunes on first use (28-44 s for Holotron-12B on an H200,
         docs/benchmarks.md), so this moves that time into loading."""
         import torch
@@ -148,6 +151,8 @@ class StaticEngine:
             d.token.fill_(3)
             for _ in range(3):
                 d.step()
+            d.extend([3, 4, 5])
+            d.step()
             sync(loaded.device)
         self.reset()
         self.warm_up_seconds = time.perf_counter() - t0
@@ -212,8 +217,8 @@ class StaticEngine:
         return self._frames[id(pixels)][1]
 
     def run(self, input_ids: Sequence[int], images: Sequence[PromptImage], *, snapshot_at: Sequence[int] = (),
-            max_new_tokens: int, constraint: Constraint | None, reasoning: bool,
-            max_think_tokens: int) -> tuple[Generation, dict[str, int]]:
+            max_new_tokens: int, constraint: Constraint | None, reasoning: bool, max_think_tokens: int,
+            jump_forward: bool = True) -> tuple[Generation, dict[str, int]]:
         """Embed, prefill (from the resume point) and decode one step.
 
         Args:
@@ -221,8 +226,12 @@ class StaticEngine:
             images: the prompt's images in order with their tiling (the same pixel array objects from step
                 to step for a frame that stays in the prompt).
             snapshot_at: prompt positions after which to keep the Mamba state for the next step.
+            jump_forward: feed the tokens the grammar forces in one pass with the token the model chose
+                before them (:meth:`StaticDecoder.extend`); False: one decode step per token (the
+                reference: the same token ids, :func:`~holodesk.policy.holotron.runtime.decode_loop`).
         Returns:
-            (:class:`Generation` with ``timings_ms`` preprocess (tiling), vision, prefill, decode;
+            (:class:`Generation` with ``timings_ms`` preprocess (tiling), vision, prefill, decode,
+            ``model_steps`` and ``forced_tokens``;
             details: ``reused_tokens``, ``prefill_tokens``, ``images_encoded``, ``prefill_chunks``).
         Raises:
             ValueError: the prompt and reply do not fit the static cache (check :meth:`fits` first), or
@@ -245,17 +254,18 @@ class StaticEngine:
                 del embeds
                 sync(self.loaded.device)
                 t1 = time.perf_counter()
-                tokens, stop_reason = decode_loop(self.loaded, first[0], self._step, max_new_tokens=max_new_tokens,
-                                                  constraint=constraint, reasoning=reasoning,
-                                                  max_think_tokens=max_think_tokens)
+                decoded = decode_loop(self.loaded, first[0], self._step, max_new_tokens=max_new_tokens,
+                                      constraint=constraint, reasoning=reasoning, max_think_tokens=max_think_tokens,
+                                      forward=self._forward if jump_forward else None)
                 sync(self.loaded.device)
         except BaseException:
             self.reset()  # a half-written state must not be resumed from
             raise
         timings.update(prefill=(t1 - t0) * 1000.0, decode=(time.perf_counter() - t1) * 1000.0)
-        text = self.loaded.tokenizer.decode(tokens, skip_special_tokens=False)
-        generation = Generation(token_ids=tokens, text=str(text), stop_reason=stop_reason, prompt_tokens=len(ids),
-                                timings_ms=timings)
+        text = self.loaded.tokenizer.decode(decoded.tokens, skip_special_tokens=False)
+        generation = Generation(token_ids=decoded.tokens, text=str(text), stop_reason=decoded.stop_reason,
+                                prompt_tokens=len(ids), timings_ms=timings, model_steps=decoded.model_steps,
+                                forced_tokens=decoded.forced_tokens)
         return generation, {"reused_tokens": report.reused, "prefill_tokens": report.computed,
                             "images_encoded": encoded, "prefill_chunks": report.chunks}
 
@@ -263,6 +273,11 @@ class StaticEngine:
         """Feed ``token`` and return the next logits ``(vocab,)`` (one graph replay when captured)."""
         self.decoder.token.fill_(token)
         return self.decoder.step()[0]
+
+    def _forward(self, tokens: list[int]) -> torch.Tensor:
+        """Feed ``tokens`` in one pass (:meth:`StaticDecoder.extend`) and return the logits ``(vocab,)``
+        after the last."""
+        return self.decoder.extend(tokens)[0]
 
     def _embed(self, ids: list[int], images: Sequence[PromptImage],
                timings: dict[str, float]) -> tuple[runtime.PromptEmbeddings, list[int], int, int]:

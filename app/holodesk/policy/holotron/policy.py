@@ -82,6 +82,7 @@ class HolotronPolicy:
         max_think_tokens: int = 1024,
         max_string_chars: int | None = None,
         decoder: str = "static",
+        jump_forward: bool = True,
     ) -> None:
         from holodesk.policy.registry import get_protocol
 
@@ -101,6 +102,7 @@ class HolotronPolicy:
         self._specials: list[str] | None = None
         self._closed = False
         self.decoder = decoder
+        self.jump_forward = jump_forward
         self.engine: StaticEngine | None = None
         if decoder == "static":
             from holodesk.policy.holotron.engine import StaticEngine, static_cache_tokens
@@ -128,6 +130,7 @@ class HolotronPolicy:
         max_string_chars: int | None = None,
         attn_implementation: str | None = "sdpa",
         decoder: str = "static",
+        jump_forward: bool = True,
         cancel: threading.Event | None = None,
     ) -> HolotronPolicy:
         """Load a checkpoint folder or hub repo id and return a ready policy.
@@ -147,6 +150,9 @@ class HolotronPolicy:
                 many characters, so a wandering model still closes its object within the budget.
             attn_implementation: transformers attention backend.
             decoder: ``"static"`` (graphs and kernels are prepared here, at load) or ``"stock"``.
+            jump_forward: feed the tokens the grammar forces in one model pass with the token before them
+                (docs/holotron-runtime.md, "Jump-forward"); False: one model step per token, the same
+                reply (to rule the multi-token pass out when reporting a bug).
             cancel: when set, a hub download in progress stops within a second (resumable).
         Raises:
             ModelLoadError: see :func:`~holodesk.policy.holotron.loader.load_holotron`.
@@ -155,7 +161,7 @@ class HolotronPolicy:
                                attn_implementation=attn_implementation, cancel=cancel)
         policy = cls(loaded, reasoning=reasoning, max_images=max_images, constrained=constrained, protocol=protocol,
                      max_new_tokens=max_new_tokens, max_think_tokens=max_think_tokens,
-                     max_string_chars=max_string_chars, decoder=decoder)
+                     max_string_chars=max_string_chars, decoder=decoder, jump_forward=jump_forward)
         if constrained:
             policy._get_constraint()  # compile the grammar at load time, not in the first step
         return policy
@@ -229,12 +235,12 @@ class HolotronPolicy:
                 snapshot_at = [len(ids) - ids[::-1].index(self.loaded.img_end_id)]
             generation, engine_details = engine.run(
                 ids, images, snapshot_at=snapshot_at, max_new_tokens=self.max_new_tokens, constraint=constraint,
-                reasoning=self.reasoning, max_think_tokens=self.max_think_tokens)
+                reasoning=self.reasoning, max_think_tokens=self.max_think_tokens, jump_forward=self.jump_forward)
             details.update(engine_details, decoder="static")
         else:
             generation = runtime.generate(self.loaded, ids, images, max_new_tokens=self.max_new_tokens,
                                           constraint=constraint, reasoning=self.reasoning,
-                                          max_think_tokens=self.max_think_tokens)
+                                          max_think_tokens=self.max_think_tokens, jump_forward=self.jump_forward)
             details["decoder"] = "stock"
         generation.timings_ms["preprocess"] = generation.timings_ms.get("preprocess", 0.0) + prompt_ms
         return generation, details
@@ -284,6 +290,8 @@ class HolotronPolicy:
             **details,
             "prompt_tokens": generation.prompt_tokens,
             "generated_tokens": len(generation.token_ids),
+            "model_steps": generation.model_steps,
+            "forced_tokens": generation.forced_tokens,
             "stop_reason": generation.stop_reason,
             "constrained": self.constrained,
             "reasoning": self.reasoning,

@@ -3,7 +3,8 @@
 Plain functions over a :class:`~holodesk.policy.holotron.loader.LoadedHolotron`: :func:`tile_images` ->
 :func:`encode_tiles` (transformers' RADIO, pixel shuffle + projector) -> :func:`embed_prompt` (the one
 image-embedding merge) -> a decoder -> :func:`decode_loop` (greedy choice, :class:`Constraint`'s grammar
-mask, stop rules). :func:`generate` is the ``stock`` decoder: transformers' own forward and hybrid cache.
+mask and the tokens it forces, stop rules). :func:`generate` is the ``stock`` decoder: transformers' own
+forward and hybrid cache.
 """
 
 from __future__ import annotations
@@ -217,6 +218,15 @@ class Constraint:
     raw control characters, which JSON (and the protocol's parser) rejects. That same rule admits no
     escape sequences, so bounded strings (the ``type`` text) cannot contain ``"`` or ``\\`` while
     constrained.
+
+    Jump-forward (:meth:`forced_tokens`, :meth:`forced_stop`): what the grammar allows in one way only is
+    taken from xgrammar (``GrammarMatcher.find_jump_forward_tokens``: the forced text as the longest
+    vocabulary tokens, complete UTF-8 characters only, no special or stop token, the last token left out
+    when a longer token extends it, so the model still chooses how forced text joins the free text after
+    it) and from the bitmask (a complete reply that allows only stop tokens).
+
+    Raises:
+        PolicyError: xgrammar is not installed, or older than 0.2.9 (no jump-forward tokens).
     """
 
     def __init__(self, loaded: DecodingTarget, schema: dict[str, Any]) -> None:
@@ -227,6 +237,11 @@ class Constraint:
                 "constrained decoding needs xgrammar, which is not installed",
                 hint="pip install 'holodesk[local]', or turn constrained decoding off.",
             ) from None
+        if not hasattr(xgr.GrammarMatcher, "find_jump_forward_tokens"):
+            raise PolicyError(
+                "constrained decoding needs xgrammar 0.2.9 or newer (jump-forward tokens)",
+                hint="pip install -U 'xgrammar>=0.2.9', or turn constrained decoding off.",
+            )
         self._xgr = xgr
         vocab_size = int(loaded.model.config.text_config.vocab_size)
         self.vocab_size = vocab_size
@@ -260,6 +275,9 @@ class Constraint:
                 self._ends_with_lead[token_id] = data[-1]
         self._ban = ban.to(loaded.device)  # the logits of both decoders are on the model's device
         self._starts_bad = {lead: m.to(loaded.device) for lead, m in starts_bad.items()}
+        self._ban_host, self._starts_bad_host = ban, starts_bad  # for forced tokens, read without a device sync
+        self._stops = frozenset(int(t) for t in stops)
+        self._tokenizer = loaded.tokenizer
         self._last: int | None = None
 
     def start(self) -> None:
@@ -286,6 +304,64 @@ class Constraint:
         """True once the JSON object is complete and a stop token was accepted."""
         return bool(self.matcher.is_terminated())
 
+    def forced_tokens(self, budget: int) -> list[int]:
+        """Accept and return the tokens the grammar forces next, at most ``budget`` of them: xgrammar's
+        jump-forward tokens (class docstring), stopping before any token :meth:`mask` would mask (a
+        byte-level ban) or the matcher rejects; when they are all of the forced text but a last token that a
+        longer one could extend, and that text completes the reply (nothing but a stop token may follow, so
+        nothing can join it), its tokens from the tokenizer as well. Empty when the next token is the
+        model's choice.
+
+        Args:
+            budget: tokens the reply may still take (``<= 0``: none).
+        Returns:
+            the accepted token ids, in order.
+        """
+        if budget <= 0:
+            return []
+        out: list[int] = []
+        run = [int(t) for t in self.matcher.find_jump_forward_tokens()]
+        for token in run[:budget]:
+            if not self._allowed(token) or not self.matcher.accept_token(token):
+                return out
+            self._last = token
+            out.append(token)
+        rest = self.matcher.find_jump_forward_string() if len(out) == len(run) else ""
+        if rest:
+            closing = [int(t) for t in self._tokenizer.encode(rest, add_special_tokens=False)]
+            trial = self.matcher.fork()
+            if (len(out) + len(closing) <= budget and all(self._allowed(t) and trial.accept_token(t) for t in closing)
+                    and self._stop_only(trial) is not None):
+                for token in closing:
+                    self.matcher.accept_token(token)
+                    self._last = token
+                out += closing
+        return out
+
+    def forced_stop(self) -> int | None:
+        """A stop token when the reply is complete and the grammar allows nothing but stop tokens next
+        (the model's choice there is a stop token whatever its logits), else None. Nothing is accepted."""
+        return self._stop_only(self.matcher)
+
+    def _allowed(self, token: int) -> bool:
+        """Whether :meth:`mask` leaves ``token`` allowed as far as the byte-level rules go (after ``_last``)."""
+        lead = self._ends_with_lead.get(self._last) if self._last is not None else None
+        return 0 <= token < self.vocab_size and not bool(self._ban_host[token]) and not (
+            lead is not None and bool(self._starts_bad_host[lead][token]))
+
+    def _stop_only(self, matcher: Any) -> int | None:
+        """The smallest stop token when ``matcher`` is complete and allows only stop tokens next, else None."""
+        if not matcher.is_completed() or matcher.is_terminated():
+            return None
+        import torch
+
+        bitmask = self._xgr.allocate_token_bitmask(1, self.vocab_size)
+        matcher.fill_next_token_bitmask(bitmask)
+        allowed = torch.zeros(1, self.vocab_size)
+        self._xgr.apply_token_bitmask_inplace(allowed, bitmask)
+        ids = {int(t) for t in torch.isfinite(allowed[0]).nonzero().flatten().tolist()}
+        return min(ids) if ids and ids <= self._stops else None
+
 
 @dataclass
 class Generation:
@@ -297,6 +373,8 @@ class Generation:
         stop_reason: ``"eos"``, ``"max_new_tokens"`` or ``"grammar"`` (constraint rejected a token).
         prompt_tokens: prompt length in tokens.
         timings_ms: preprocess (tiling), vision, prefill, decode (ms).
+        model_steps: forward passes of the decoder after the prefill (:class:`Decoded`).
+        forced_tokens: tokens of ``token_ids`` the grammar forced (jump-forward) rather than the model chose.
     """
 
     token_ids: list[int]
@@ -304,66 +382,134 @@ class Generation:
     stop_reason: str
     prompt_tokens: int
     timings_ms: dict[str, float] = field(default_factory=dict)
+    model_steps: int = 0
+    forced_tokens: int = 0
+
+
+@dataclass
+class Decoded:
+    """What :func:`decode_loop` returns.
+
+    Attributes:
+        tokens: generated ids without the stop token.
+        stop_reason: ``"eos"`` | ``"max_new_tokens"`` | ``"grammar"``.
+        model_steps: forward passes made (``step`` calls plus ``forward`` calls); the first token's logits
+            come from the prefill and are not counted.
+        forced_tokens: tokens the grammar forced (:meth:`Constraint.forced_tokens`).
+    """
+
+    tokens: list[int]
+    stop_reason: str
+    model_steps: int
+    forced_tokens: int
+
+
+def _feed(tokens: list[int], step: Callable[[int], torch.Tensor],
+          forward: Callable[[list[int]], torch.Tensor] | None) -> tuple[torch.Tensor, int]:
+    """Feed ``tokens`` (one or more) to the model: one ``forward`` pass for several when given, else one
+    ``step`` each. Returns the logits after the last token and the passes made."""
+    if len(tokens) > 1 and forward is not None:
+        return forward(tokens), 1
+    logits = [step(token) for token in tokens][-1]
+    return logits, len(tokens)
+
+
+def _choose(loaded: LoadedHolotron, logits: torch.Tensor, constraint: Constraint | None, *,
+            thinking_over: bool) -> int:
+    """The model's next token: ``</think>`` when the thinking budget is spent, else the greedy token of
+    ``logits`` after ``constraint``'s mask (applied in place; None: no mask)."""
+    import torch
+
+    if thinking_over:
+        return int(loaded.think_end_id)  # type: ignore[arg-type]
+    if constraint is not None:
+        constraint.mask(logits)
+    return int(torch.argmax(logits).item())
 
 
 def decode_loop(loaded: LoadedHolotron, first_logits: torch.Tensor, step: Callable[[int], torch.Tensor], *,
-                max_new_tokens: int, constraint: Constraint | None, reasoning: bool,
-                max_think_tokens: int) -> tuple[list[int], str]:
-    """Greedy token choice shared by every decoder: thinking, the grammar mask, stop rules.
+                max_new_tokens: int, constraint: Constraint | None, reasoning: bool, max_think_tokens: int,
+                forward: Callable[[list[int]], torch.Tensor] | None = None) -> Decoded:
+    """Greedy token choice shared by every decoder: thinking, the grammar mask, jump-forward, stop rules.
+
+    The tokens appended since the model's last choice are fed to the model just before its next choice:
+    the chosen token and the tokens the grammar forces after it (:meth:`Constraint.forced_tokens`, not
+    while thinking). With ``forward`` they go through it in one pass (jump-forward); without, one
+    ``step`` each, the intermediate logits unused. Either way the model sees the same token ids and only
+    the logits after the last one are read, so both give the same reply (up to the arithmetic of a
+    multi-token pass against single steps). Nothing is fed when no choice follows: at ``max_new_tokens``,
+    or when the grammar allows only a stop token (:meth:`Constraint.forced_stop`; that token ends the reply
+    as the model's choice would).
 
     Args:
         first_logits: float ``(vocab,)`` logits after the prompt (modified in place by the mask).
-        step: ``step(token)`` feeds one chosen token to the decoder and returns the next float
-            ``(vocab,)`` logits (may be a buffer the next call overwrites). It is not called for the
-            stop token. The grammar's bitmask for the next token is filled on the CPU while the
-            decoder's kernels for ``step`` still run on the GPU (``step`` must not synchronise).
+        step: ``step(token)`` feeds one token to the decoder and returns the next float ``(vocab,)``
+            logits (may be a buffer the next call overwrites). The grammar's bitmask for the next token is
+            filled on the CPU while the decoder's kernels for ``step`` still run on the GPU (``step`` must
+            not synchronise).
+        forward: ``forward(tokens)`` feeds two or more tokens in one pass and returns the float
+            ``(vocab,)`` logits after the last; None: one ``step`` per token.
     Returns:
-        (generated ids without the stop token, stop reason ``"eos"`` | ``"max_new_tokens"`` |
-        ``"grammar"``).
+        :class:`Decoded`: the ids, the stop reason, the forward passes made and the forced tokens.
     """
-    import torch
 
     eos = set(loaded.eos_ids)
     thinking = reasoning and loaded.think_end_id is not None
     if constraint is not None:
         constraint.start()
     tokens: list[int] = []
+    pending: list[int] = []  # appended, not yet fed to the model
     logits = first_logits
-    think_tokens = 0
-    for _ in range(max_new_tokens):
-        if thinking and think_tokens >= max_think_tokens:
-            token = int(loaded.think_end_id)  # type: ignore[arg-type]
-        else:
-            if constraint is not None and not thinking:
-                constraint.mask(logits)
-            token = int(torch.argmax(logits).item())
+    think_tokens = steps = forced = 0
+    while True:
+        if constraint is not None and not thinking:
+            run = constraint.forced_tokens(max_new_tokens - len(tokens))
+            tokens += run
+            pending += run
+            forced += len(run)
+            if len(tokens) >= max_new_tokens:
+                return Decoded(tokens, "max_new_tokens", steps, forced)
+            stop = constraint.forced_stop()
+            if stop is not None:
+                constraint.accept(stop)
+                return Decoded(tokens, "eos", steps, forced)
+        elif len(tokens) >= max_new_tokens:
+            return Decoded(tokens, "max_new_tokens", steps, forced)
+        if pending:
+            logits, fed = _feed(pending, step, forward)
+            steps += fed
+            pending = []
+        token = _choose(loaded, logits, None if thinking else constraint,
+                        thinking_over=thinking and think_tokens >= max_think_tokens)
         if thinking:
             think_tokens += 1
             if token == loaded.think_end_id:
                 thinking = False
             elif token in eos:
-                return tokens, "eos"
+                return Decoded(tokens, "eos", steps, forced)
         elif constraint is not None:
             if not constraint.accept(token):
-                return tokens, "grammar"
+                return Decoded(tokens, "grammar", steps, forced)
             if token in eos or constraint.finished():
-                return tokens, "eos"
+                return Decoded(tokens, "eos", steps, forced)
         elif token in eos:
-            return tokens, "eos"
+            return Decoded(tokens, "eos", steps, forced)
         tokens.append(token)
-        logits = step(token)
-    return tokens, "max_new_tokens"
+        pending.append(token)
 
 
 def generate(loaded: LoadedHolotron, input_ids: Sequence[int], images: Sequence[PromptImage], *,
-             max_new_tokens: int, constraint: Constraint | None, reasoning: bool, max_think_tokens: int) -> Generation:
+             max_new_tokens: int, constraint: Constraint | None, reasoning: bool, max_think_tokens: int,
+             jump_forward: bool = True) -> Generation:
     """One reply with transformers' own forward and cache (the ``stock`` decoder; its modules are used as
     loaded, nothing is replaced): tile and encode every image, merge (:func:`embed_prompt`), prefill,
-    then :func:`decode_loop` with one forward per token.
+    then :func:`decode_loop` with one forward per model step.
 
     Args:
         input_ids: prompt token ids with ``<image>`` runs (``tokenize_prompt``).
         images: the prompt's images in order, with their tiling.
+        jump_forward: feed the tokens the grammar forces in one forward with the token before them
+            (transformers' forward over several tokens from the cache); False: one forward per token.
     Returns:
         :class:`Generation` with ``timings_ms`` preprocess (tiling), vision, prefill, decode.
     Raises:
@@ -392,18 +538,20 @@ def generate(loaded: LoadedHolotron, input_ids: Sequence[int], images: Sequence[
         t3 = time.perf_counter()
         timings["prefill"] = (t3 - t2) * 1000.0
 
-        def step(token: int) -> torch.Tensor:
-            ids = torch.tensor([[token]], dtype=torch.long, device=device)
+        def forward(tokens: list[int]) -> torch.Tensor:
+            ids = torch.tensor([tokens], dtype=torch.long, device=device)
             nxt = model(input_ids=ids, past_key_values=cache[0], use_cache=True, logits_to_keep=1)
             cache[0] = nxt.past_key_values
             return nxt.logits[0, -1].float()
 
-        tokens, stop_reason = decode_loop(
-            loaded, out.logits[0, -1].float(), step, max_new_tokens=max_new_tokens, constraint=constraint,
-            reasoning=reasoning, max_think_tokens=max_think_tokens,
+        decoded = decode_loop(
+            loaded, out.logits[0, -1].float(), lambda token: forward([token]), max_new_tokens=max_new_tokens,
+            constraint=constraint, reasoning=reasoning, max_think_tokens=max_think_tokens,
+            forward=forward if jump_forward else None,
         )
         sync(device)
         timings["decode"] = (time.perf_counter() - t3) * 1000.0
-    text = loaded.tokenizer.decode(tokens, skip_special_tokens=False)
-    return Generation(token_ids=tokens, text=str(text), stop_reason=stop_reason, prompt_tokens=len(input_ids),
-                      timings_ms=timings)
+    text = loaded.tokenizer.decode(decoded.tokens, skip_special_tokens=False)
+    return Generation(token_ids=decoded.tokens, text=str(text), stop_reason=decoded.stop_reason,
+                      prompt_tokens=len(input_ids), timings_ms=timings, model_steps=decoded.model_steps,
+                      forced_tokens=decoded.forced_tokens)
