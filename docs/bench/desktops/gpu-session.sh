@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The Holotron runtime on the lent H200: every GPU test, then ONE bench call (floors, 1080p step, history 1 and 8,
 # an 8-step episode, and the product path: HolotronPolicy.propose at 1080p). Run from the repo root on the GPU
-# machine with the carried wheels in .whl4 (transformers 5.23.0, xgrammar 0.2.8 and its pydantic / tvm-ffi needs,
+# machine with the carried wheels in .whl4 (transformers 5.23.0, xgrammar 0.2.9 and its pydantic / tvm-ffi needs,
 # the mamba-ssm 2.3.2.post1 sdist) and, for PARTS=quant, .whlq (bitsandbytes).
-#   bash docs/bench/desktops/gpu-session.sh [OUT] [PARTS]    PARTS: comma list of tests, bench, quanttests, quant (default tests,bench)
+#   bash docs/bench/desktops/gpu-session.sh [OUT] [PARTS]    PARTS: comma list of tests, bench, quanttests, quant, coldstart (default tests,bench;
+#   GPU_TESTS_K: a pytest -k filter for the tests part)
 # Each part stays under 9 minutes (TESTS_S / BENCH_S lower the limits, e.g. to run both in one 10-minute call).
 set -u
 out=${1:-${OUT:-/tmp/holodesk-bench}}
@@ -21,8 +22,9 @@ bench() {  # bench SECONDS ARGS: holodesk bench ARGS under a time limit (no cons
     timeout "$1" python3 -c 'import sys; from holodesk.bench.cli import main; sys.exit(main(sys.argv[1:]))' "${@:2}"
 }
 case ,$part, in *,tests,*)
-    timeout "${TESTS_S:-540}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/policy/holotron tests/bench -W ignore 2>&1 \
-        | grep -v "warnings.warn\|UserWarning" | tail -15 | tee "$out/gpu-tests.log"
+    timeout "${TESTS_S:-540}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/policy/holotron tests/bench tests/policy/native \
+        ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} -W ignore 2>&1 \
+        | grep -v "warnings.warn\|UserWarning" | tail -40 | tee "$out/gpu-tests.log"
 esac
 case ,$part, in *,bench,*)
     bench "${BENCH_S:-540}" --sizes 1920x1080 --history 1,8 --episode-steps 8 --episode-repeats 2 --repeats 2 --no-stock \
@@ -32,6 +34,10 @@ esac
 case ,$part, in *,quanttests,*)
     timeout "${QTESTS_S:-240}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/policy/holotron/test_ops_quant.py -W ignore \
         --durations=5 2>&1 | grep -v "warnings.warn\|UserWarning" | tail -25 | tee "$out/gpu-quant-tests.log"
+esac
+case ,$part, in *,coldstart,*)
+    bench "${COLD_S:-420}" --cold-start --cold-start-dir /var/tmp/holodesk-cold-start --json "$out/cold-start.json" 2>&1 \
+        | grep -v "Warning\|warn(" | cut -c1-900 | tee "$out/cold-start.log"
 esac
 case ,$part, in *,quant,*)
     bench "${QUANT_S:-400}" --sizes '' --history '' --episode-steps 0 --no-stock --quant bf16,8bit,4bit --json "$out/quant.json" 2>&1 \

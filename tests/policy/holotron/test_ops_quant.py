@@ -276,6 +276,6 @@ def test_gpu_captured_quantised_decoder_equals_the_module_path(mode: str) -> Non
     assert got["notes"] == [] and got["setup_kernels"] and got["same_storage"], got
     assert got["decode"].startswith("compiled blocks") and got["decode"].endswith("CUDA graphs"), got
     assert got["graphs"] == [32, 64] and got["quantised_projections"] == 18, got
-    # bf16 activations; the module path rounds the dequantised weight to bf16 (NF4) or quantises the
-    # activations (LLM.int8), the kernels do neither
-    assert max(got["errors"]) < (0.1 if mode == "int8" else 3e-2), got["errors"]
+    # bf16 activations; the module path rounds the dequantised weight to bf16 (NF4 through bitsandbytes'
+    # module, int8 weight-only through quant.matmul), the kernels do not
+    assert max(got["errors"]) < 3e-2, got["errors"]

@@ -40,14 +40,30 @@ MambaDims = tuple[int, int, int, int, int, int]
 
 def project(x: torch.Tensor, w: Weight, how: How = None) -> torch.Tensor:
     """``x @ w^T`` for a plain weight ``w [N, K]`` or a quantised one (:mod:`.ops.quant`), through ``how``
-    (:meth:`.ops.gemv.Gemv.spec`), else ``w(x)`` (a module). ``x [B, K]`` -> ``[B, N]``."""
+    (:meth:`.ops.gemv.Gemv.spec`), else ``w(x)`` (a module). ``x [B, K]`` -> ``[B, N]``, or ``[..., K]`` ->
+    ``[..., N]`` for several rows (prefill).
+
+    bitsandbytes' int8 layers are multiplied weight-only, also where they come as modules (prefill, the eager
+    decode): their storage dequantised and multiplied in ``x``'s dtype (:func:`.ops.quant.matmul`), never
+    through the module's LLM.int8 forward, which quantises the activations, decomposes outliers, syncs with
+    the host (it cannot be captured in a CUDA graph) and disagrees with the weight-only decode kernel."""
     import torch
 
     if isinstance(w, torch.Tensor):
         return linear(x, w, how)
-    if isinstance(w, (quant.NF4Weight, quant.Int8Weight)):
+    if not isinstance(w, (quant.NF4Weight, quant.Int8Weight)):
+        stored = quant.quant_weight(w) if _is_int8_module(w) else None
+        if stored is None:
+            return w(x)
+        w = stored
+    if x.dim() == 2 and x.shape[0] == 1:
         return quant.linear(x, w, how)
-    return w(x)
+    return quant.matmul(x, w)
+
+
+def _is_int8_module(w: object) -> bool:
+    """True for a bitsandbytes ``Linear8bitLt`` (checked by class name: bitsandbytes is optional)."""
+    return type(w).__name__ == "Linear8bitLt"
 
 
 def fused_qkv_weight(mixer: torch.nn.Module) -> torch.Tensor | None:

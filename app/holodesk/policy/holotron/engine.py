@@ -78,6 +78,13 @@ def planned_decoder(decoder: str, *, cuda: bool, precision: str) -> str:
             "slow path: logged at load and shown here)")
 
 
+JUMP_FORWARD_OFF_QUANTIZED = (
+    "quantised weights: forced tokens are fed one decode step each, because a multi-token pass multiplies by "
+    "the dequantised weights (dequantise + bf16 GEMM: several times the bytes of a decode step, an estimate "
+    "not measured) while a forced run is a few tokens")
+"""Why :attr:`StaticEngine.jump_forward` is off for bitsandbytes weights (logged, in ``describe()``)."""
+
+
 class StaticEngine:
     """Static-state decoding for one policy (see the module docstring).
 
@@ -96,6 +103,8 @@ class StaticEngine:
             happen at load rather than in the first step.
     Attributes:
         decoder: the ``StaticDecoder``; max_len: the capacity :meth:`fits` checks against.
+        jump_forward: whether :meth:`run` may feed forced tokens in one pass (off for quantised weights,
+            :data:`JUMP_FORWARD_OFF_QUANTIZED`).
         notes: what failed at load here (the warm-up) and what the engine does instead.
     """
 
@@ -115,6 +124,9 @@ class StaticEngine:
         self._slots = self._host_slots(max_images) if cuda else []
         self.decoder = StaticDecoder(loaded.model.language_model, max_len=max_len, eager=eager or not cuda)
         self.build_seconds = time.perf_counter() - t0  # state, host slots, the matrix-vector kernel choice
+        self.jump_forward = not self.decoder.setup.quantized
+        if not self.jump_forward:
+            log.info("Holotron: %s", JUMP_FORWARD_OFF_QUANTIZED)
         self.decoder.capture()  # no-op when eager; its own fallbacks go to decoder.notes
         if warm_up if warm_up is not None else cuda:
             try:
@@ -168,6 +180,7 @@ class StaticEngine:
             "build_seconds": round(self.build_seconds, 2),
             "warm_up_seconds": None if self.warm_up_seconds is None else round(self.warm_up_seconds, 2),
             "notes": [*self.decoder.notes, *self.notes],
+            "jump_forward": "on" if self.jump_forward else f"off: {JUMP_FORWARD_OFF_QUANTIZED}",
         }
 
     def fits(self, prompt_tokens: int, reply_tokens: int) -> bool:
@@ -256,7 +269,7 @@ class StaticEngine:
                 t1 = time.perf_counter()
                 decoded = decode_loop(self.loaded, first[0], self._step, max_new_tokens=max_new_tokens,
                                       constraint=constraint, reasoning=reasoning, max_think_tokens=max_think_tokens,
-                                      forward=self._forward if jump_forward else None)
+                                      forward=self._forward if jump_forward and self.jump_forward else None)
                 sync(self.loaded.device)
         except BaseException:
             self.reset()  # a half-written state must not be resumed from

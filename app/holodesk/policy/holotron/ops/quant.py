@@ -179,6 +179,20 @@ def gemv_reference(x: torch.Tensor, w: QuantWeight, chunk_rows: int = 1024) -> t
     return torch.cat(parts, dim=-1).to(x.dtype)
 
 
+def matmul(x: torch.Tensor, w: QuantWeight, chunk_rows: int = 4096) -> torch.Tensor:
+    """``x [..., K] @ W^T`` -> ``[..., N]`` in ``x``'s dtype for passes of several rows (prefill, a jump-forward
+    pass): ``W`` dequantised ``chunk_rows`` output rows at a time (float32, as :func:`dequantize`, then
+    rounded to ``x``'s dtype) and multiplied by cuBLAS (``F.linear``). Weight-only: the activations are not
+    quantised (bitsandbytes' ``Linear8bitLt`` forward would quantise them, LLM.int8). Temporaries: one chunk
+    of ``W`` (``chunk_rows x K`` float32 and ``x``'s dtype)."""
+    import torch
+    import torch.nn.functional as F
+
+    n = shape(w)[0]
+    parts = [F.linear(x, dequantize(w, x.dtype, rows=(r, min(n, r + chunk_rows)))) for r in range(0, n, chunk_rows)]
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+
+
 def linear(x: torch.Tensor, w: QuantWeight, how: tuple[str, int, int, int] | None = None) -> torch.Tensor:
     """``x [B, K] @ W^T`` -> ``[B, N]`` in ``x``'s dtype; through the kernel ``how`` (:meth:`.gemv.Gemv.spec`
     of kind ``"nf4"`` / ``"int8"``) when ``x`` is one row, else :func:`gemv_reference`.
@@ -258,4 +272,4 @@ def choose(weights: Sequence[QuantWeight], *, dtype: torch.dtype | None = None,
 
 
 __all__ = ["HAVE_TRITON", "INT8_TILES", "NF4_TILES", "QUANT_KINDS", "Int8Weight", "NF4Weight", "QuantWeight",
-           "choose", "dequantize", "gemv_reference", "linear", "nbytes", "quant_weight", "shape", "tiles"]
+           "choose", "dequantize", "gemv_reference", "linear", "matmul", "nbytes", "quant_weight", "shape", "tiles"]
