@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from holodesk.bench.families import PUBLISHED, PUBLISHED_MAX_PIXELS, full_size_model, write_family_checkpoint
 from holodesk.errors import ModelLoadError
-from holodesk.policy.native.families import NEMOTRON_H_OMNI, family_by_key
+from holodesk.policy.native.families import family_by_key
 
 if TYPE_CHECKING:
     import torch
@@ -182,8 +182,6 @@ def run_family(args: argparse.Namespace, device: torch.device, dtype: torch.dtyp
     family = family_by_key(args.family)
     if family.runtime != "native":
         raise ModelLoadError(f"--family {args.family} runs on the Holotron bench; leave --family out for it")
-    if family is NEMOTRON_H_OMNI:
-        result["notes"] = ["Holotron-3-Nano's processor needs torchvision"]
     result["floors"] = {} if args.no_floors else measure_floors(device)
     print(f"floors: {result['floors']}", flush=True)
     with tempfile.TemporaryDirectory(prefix="holodesk-bench-") as tmp:
