@@ -146,13 +146,21 @@ def test_published_qwen3_vl_8b_builds_on_the_meta_device() -> None:
     assert decode_step_bytes(model, 1000) == 2 * (lm - embedding) + 2 * 4096 + 2 * embedding + kv
 
 
-@pytest.mark.parametrize(("key", "billions", "layers"), [("qwen3_5_moe", 35.11, 40), ("nemotron_h_omni", 32.39, 52)])
-def test_full_size_configs_build_on_the_meta_device(key: str, billions: float, layers: int) -> None:
+@pytest.mark.parametrize(("key", "billions", "layers", "registry"), [
+    ("qwen3_5_moe", 35.11, 40, "holo3-35b-a3b"), ("nemotron_h_omni", 32.39, 52, "holotron-3-nano")])
+def test_full_size_configs_build_on_the_meta_device(key: str, billions: float, layers: int, registry: str) -> None:
     """Holo3-35B-A3B's base (Qwen3.5-35B-A3B, transformers' documented defaults) and Holotron-3-Nano's backbone
-    (Nemotron 3 Nano Omni without its sound encoder) built without memory: class, depth, parameters."""
+    (Nemotron 3 Nano Omni without its sound encoder) built without memory: class, depth, parameters, and the
+    model registry's parameter count agrees (to the hub's whole billions; the Omni with its sound encoder)."""
     import torch
 
-    from holodesk.bench.families import FULL_SIZE, NEMOTRON_3_NANO_PATTERN, full_size_model
+    from holodesk.bench.families import (
+        FULL_SIZE,
+        NEMOTRON_3_NANO_PATTERN,
+        PARAKEET_ENCODER_PARAMETERS,
+        full_size_model,
+    )
+    from holodesk.policy.models import get_model
     from holodesk.policy.native.families import family_of
 
     config = FULL_SIZE[key]()  # type: ignore[misc]  # both are known
@@ -160,7 +168,21 @@ def test_full_size_configs_build_on_the_meta_device(key: str, billions: float, l
     model = full_size_model(config, torch.device("meta"), torch.bfloat16)
     decoder = model.get_decoder()
     assert len(decoder.layers if hasattr(decoder, "layers") else decoder.model.layers) == layers
-    assert round(sum(p.numel() for p in model.parameters()) / 1e9, 2) == billions
+    params = sum(p.numel() for p in model.parameters())
+    sound = 0
+    if key == "nemotron_h_omni":  # the sound encoder the row leaves out, with the transcribed dimensions
+        from transformers import AutoConfig, AutoModel
+
+        encoder = AutoConfig.for_model("parakeet_encoder", hidden_size=1024, num_attention_heads=8,
+                                       num_hidden_layers=24, intermediate_size=4096, subsampling_factor=8,
+                                       num_mel_bins=128, attention_bias=False, scale_input=False)
+        with torch.device("meta"):
+            sound = sum(p.numel() for p in AutoModel.from_config(encoder).parameters())
+        assert sound == PARAKEET_ENCODER_PARAMETERS
+    spec = get_model(registry)
+    assert spec.architecture.model_type == key
+    assert round((params + sound) / 1e9) * 1e9 == spec.parameters
+    assert round(params / 1e9, 2) == billions
     text = model.config.get_text_config()
     if key == "qwen3_5_moe":
         assert (text.hidden_size, text.num_experts, text.num_experts_per_tok) == (2048, 256, 8)
