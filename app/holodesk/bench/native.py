@@ -13,9 +13,13 @@ device (:data:`holodesk.bench.families.FULL_SIZE`, or ``--config FILE``), or wit
 CPU check of this code path). Both use the tiny checkpoint's tokenizer, chat template and processor files
 (the published image-token ids are replaced by the tiny tokenizer's, which does not change any shape); the
 full size uses the published image processor's pixel budget, so a 1080p screenshot gets the real image
-token count. Replies have a fixed length (``--reply-tokens``; no stop token, no grammar): speed does not
-depend on the weight values, and the replies are meaningless. On CUDA the decode step is compiled by
-``generate`` for the classes that declare it (as in :class:`NativePolicy`); ``--eager`` keeps it eager, and
+token count. The text is tokenized by the tiny checkpoint's byte-level tokenizer (a few hundred tokens), which
+splits the contract's prompt into several times more tokens than the models' own tokenizers: the row gives
+``image_tokens`` (the real count for the frame), ``text_tokens`` and ``prompt_text_chars`` apart, and TTFA /
+prefill are for ``prompt_tokens`` as built. Replies have a fixed length (``--reply-tokens``; no stop token, no
+grammar): speed does not depend on the weight values, and the replies are meaningless. On CUDA the decode step
+is compiled by ``generate`` for the classes that declare it (as in :class:`NativePolicy`); ``--eager`` keeps it
+eager, and
 ``first_call_s`` (the untimed first step) shows what compiling cost. ``--family all`` (or a comma list) runs
 several families one after another in one process, freeing the GPU between them.
 """
@@ -169,6 +173,11 @@ def family_runs(loaded: LoadedNative, args: argparse.Namespace, floors: dict[str
     observation = Observation(task="Open the settings and turn on dark mode.",
                               frame=Frame(pixels, Monitor(1, 0, 0, width, height)))
     device = loaded.device
+    prepared = policy.prepare(observation)
+    ids = prepared["inputs"]["input_ids"]
+    image_tokens = int((ids == int(model.config.image_token_id)).sum())
+    prompt_chars = len(prepared["prompt_text"])
+    del prepared, ids
     started = time.perf_counter()
     policy.generate(observation)  # untimed: the compiled decode step and the static cache are built here
     first_call_s = time.perf_counter() - started
@@ -191,7 +200,9 @@ def family_runs(loaded: LoadedNative, args: argparse.Namespace, floors: dict[str
         "frame": args.history_size, "weights_bytes": weights,
         "parameters": sum(p.numel() for p in model.parameters()), "first_call_s": first_call_s,
         "memory_at_rest_over_weights_bytes": allocated(device) - total if device.type == "cuda" else None,
-        "prompt_tokens": steps[-1]["prompt_tokens"], "reply_tokens": args.reply_tokens,
+        "prompt_tokens": steps[-1]["prompt_tokens"], "image_tokens": image_tokens,
+        "text_tokens": steps[-1]["prompt_tokens"] - image_tokens, "prompt_text_chars": prompt_chars,
+        "reply_tokens": args.reply_tokens,
         "ttfa_ms": statistics.median(s["ttfa_ms"] for s in steps),
         "prefill_ms": statistics.median(s["timings_ms"]["prefill"] for s in steps),
         "decode_ms_per_token": decode_ms, "decode_step_bytes": nbytes, "decode_floor_ms_per_token": floor,
