@@ -19,9 +19,8 @@ splits the contract's prompt into several times more tokens than the models' own
 prefill are for ``prompt_tokens`` as built. Replies have a fixed length (``--reply-tokens``; no stop token, no
 grammar): speed does not depend on the weight values, and the replies are meaningless. On CUDA the decode step
 is compiled by ``generate`` for the classes that declare it (as in :class:`NativePolicy`); ``--eager`` keeps it
-eager, and
-``first_call_s`` (the untimed first step) shows what compiling cost. ``--family all`` (or a comma list) runs
-several families one after another in one process, freeing the GPU between them.
+eager, and ``first_call_s`` (the untimed first step) shows what compiling cost. ``--family all`` (or a comma
+list) runs several families one after another in one process, freeing the GPU between them.
 """
 
 from __future__ import annotations
