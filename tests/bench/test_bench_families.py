@@ -193,3 +193,22 @@ def test_full_size_configs_build_on_the_meta_device(key: str, billions: float, l
         assert NEMOTRON_3_NANO_PATTERN.count("M") == 23 and NEMOTRON_3_NANO_PATTERN.count("*") == 6
         symbols = {"linear_attention": "M", "moe": "E", "full_attention": "*"}  # transformers' names of M, E, *
         assert "".join(symbols.get(k, "?") for k in text.layers_block_type) == NEMOTRON_3_NANO_PATTERN
+
+
+@pytest.mark.slow
+def test_a_failing_family_is_recorded_and_the_next_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from holodesk.bench import families, native
+    from holodesk.bench.cli import main
+
+    def tiny_qwen3_vl() -> dict[str, Any]:
+        return _shrunk("qwen3_vl", json.loads(json.dumps(families.QWEN3_VL_8B)))
+
+    monkeypatch.setattr(native, "FULL_SIZE", {**families.FULL_SIZE, "qwen3_vl": tiny_qwen3_vl})
+    out = tmp_path / "bench.json"
+    status = main(["--device", "cpu", "--reply-tokens", "2", "--repeats", "1", "--json", str(out),
+                   "--family", "qwen3_5,qwen3_vl"])
+    result = json.loads(out.read_text())
+    assert status == 1  # a failed family is a failed check
+    rows = result["family_rows"]
+    assert "not known" in rows["qwen3_5"]["error"] and result["checks_failed"][0].startswith("--family qwen3_5")
+    assert "error" not in rows["qwen3_vl"] and rows["qwen3_vl"]["image_tokens"] == 60 * 34

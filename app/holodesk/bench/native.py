@@ -291,7 +291,7 @@ def run_family(args: argparse.Namespace, device: torch.device, dtype: torch.dtyp
         except Exception as exc:  # the other families still run; the failure is reported
             rows[key] = {"family": key, "error": f"{type(exc).__name__}: {exc}"}
             result["checks_failed"].append(f"--family {key}: {type(exc).__name__}: {exc}")
-            _free(device)
+        _free(device)  # here, where no traceback holds the last family's tensors any more
         print(json.dumps({k: v for k, v in rows[key].items() if k != "steps"}, default=str), flush=True)
     result["family_rows"] = rows
     return result
