@@ -134,3 +134,25 @@ def test_tiny_holotron_3_nano_proposes_on_the_cpu(family_dirs: dict[str, Path]) 
         assert proposal.extra["stop_reason"] in ("eos", "grammar") and proposal.extra["constrained"] is True
     finally:
         policy.close()
+
+
+@pytest.mark.gpu
+def test_gpu_tiny_holotron_3_nano_proposes(family_dirs: dict[str, Path]) -> None:
+    """On CUDA: the tiny Omni checkpoint on the static cache, its decode step eager (the Omni class does not
+    declare it compiles), with this machine's processor choice (transformers' AutoProcessor where torchvision
+    is installed), gives valid actions."""
+    from transformers.utils import is_torchvision_available
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    policy = NativePolicy.load(family_dirs["nemotron_h_omni"], device="cuda", max_string_chars=8)
+    try:
+        described = policy.describe()
+        assert described["compiled"] is False and described["cache"] == "static"
+        assert described["processor"] == ("AutoProcessor" if is_torchvision_available() else OMNI_WITHOUT_TORCHVISION)
+        for seed in (0, 1):
+            pixels = np.random.default_rng(seed).integers(0, 256, (1080, 1920, 3), dtype=np.uint8)
+            proposal = policy.propose(Observation(task="Click OK", frame=Frame(pixels, Monitor(1, 0, 0, 1920, 1080))))
+            Reply.model_validate_json(proposal.raw_text)
+    finally:
+        policy.close()
