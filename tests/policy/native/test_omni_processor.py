@@ -1,11 +1,14 @@
 """Nemotron-H Omni's image path without torchvision (holodesk.policy.native.processor): the patch grid rule on
-hand-computed cases, the patch layout and normalisation against an independent per-patch computation, the
-unclamped bicubic resize, the placeholder expansion, and a proposal of the tiny Holotron-3-Nano checkpoint."""
+hand-computed cases and against transformers' own get_patch_grid_size over a sweep of sizes, the patch layout
+and normalisation against an independent per-patch computation and transformers' convert_image_to_patches,
+the unclamped bicubic resize, the placeholder expansion, and a proposal of the tiny Holotron-3-Nano
+checkpoint."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -156,3 +159,45 @@ def test_gpu_tiny_holotron_3_nano_proposes(family_dirs: dict[str, Path]) -> None
             Reply.model_validate_json(proposal.raw_text)
     finally:
         policy.close()
+
+
+def _transformers_functions(*names: str) -> dict[str, Any]:
+    """Functions of transformers' installed Nemotron-H Omni image processor module, read from its file and
+    compiled alone: the module itself cannot be imported without torchvision, these two functions need only
+    ``math`` and ``torch``."""
+    import ast
+    import importlib.util
+    import math
+
+    spec = importlib.util.find_spec("transformers.models.nemotron_h_omni")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("transformers has no nemotron_h_omni module")
+    path = Path(next(iter(spec.submodule_search_locations))) / "image_processing_nemotron_h_omni.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    chosen = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name in names]
+    assert sorted(node.name for node in chosen) == sorted(names), f"{path} no longer defines {names}"
+    namespace: dict[str, Any] = {"math": math, "torch": torch}
+    exec(compile(ast.Module(body=chosen, type_ignores=[]), str(path), "exec"), namespace)
+    return namespace
+
+
+def test_grid_rule_and_patches_agree_with_transformers_own_functions() -> None:
+    """Against transformers' get_patch_grid_size and convert_image_to_patches themselves, over every size in
+    steps of 8 pixels from 8 to 4000 on each side (and budgets from the tiny checkpoint's to the context)."""
+    theirs = _transformers_functions("get_patch_grid_size", "convert_image_to_patches")
+    grid, patches = theirs["get_patch_grid_size"], theirs["convert_image_to_patches"]
+    for lowest, highest in ((4, 64), (1024, 13312), (1024, 65520), (256, 1024)):
+        for height in range(8, 4001, 88):
+            for width in range(8, 4001, 8):
+                try:
+                    expected = grid(height, width, 16, 2, lowest, highest)
+                except ZeroDivisionError:  # a side with no patch left: ours says so
+                    with pytest.raises(ValueError, match="too elongated"):
+                        omni_patch_grid(height, width, patch_size=16, merge_size=2, min_num_patches=lowest,
+                                        max_num_patches=highest)
+                    continue
+                ours = omni_patch_grid(height, width, patch_size=16, merge_size=2, min_num_patches=lowest,
+                                       max_num_patches=highest)
+                assert ours == expected, (height, width, lowest, highest)
+    image = torch.randn(1, 3, 48, 80)
+    assert torch.equal(patchify(image[0], 16), patches(image, 16)[0])

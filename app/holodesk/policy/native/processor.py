@@ -244,11 +244,17 @@ def omni_patch_grid(height: int, width: int, *, patch_size: int, merge_size: int
        the budget leaves room: ``max_num_patches > min_num_patches``; each side rounded up);
     4. each side made a multiple of ``merge_size`` (rows first, then columns): rounded up when the grid stays
        within ``max_num_patches``, else down (not below ``merge_size``).
+
+    Raises:
+        ValueError: step 2 leaves a side with no patch (an image far more elongated than a screen).
     """
     rows = _first_grid_side(height, patch_size)
     cols = _first_grid_side(width, patch_size)
     shrink = min(math.sqrt(max_num_patches / (rows * cols)), 1.0)
     rows, cols = math.floor(shrink * rows), math.floor(shrink * cols)
+    if rows * cols == 0:  # transformers' rule divides by zero here (a ZeroDivisionError there)
+        raise ValueError(f"a {width}x{height} image is too elongated for a {max_num_patches}-patch budget: one side "
+                         "would get no patch")
     if max_num_patches > min_num_patches and rows * cols < min_num_patches:
         grow = math.sqrt(min_num_patches / (rows * cols))
         rows, cols = math.ceil(grow * rows), math.ceil(grow * cols)
