@@ -179,3 +179,23 @@ def test_kernel_section_shows_the_last_static_decoder_and_its_notes(
     (tmp_path / "state" / "holodesk" / "holotron-decoder.json").write_text("{not json")
     broken = doctor.collect(timeout_s=30)["Holotron kernels"]["static decoder at its last load"]
     assert broken.startswith("its record could not be read")
+
+
+def test_torch_section_names_each_native_familys_processor() -> None:
+    """doctor shows how each native family's processor is built here: transformers' AutoProcessor with
+    torchvision, else the image path Holodesk builds without it (the same decision as load_processor)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from transformers.utils import is_torchvision_available
+
+    from holodesk.policy.native.processor import OMNI_WITHOUT_TORCHVISION, QWEN_WITHOUT_TORCHVISION
+
+    section = doctor._torch()
+    choices = section["native family processors"]
+    assert set(choices) == {"qwen3_vl", "qwen3_5", "qwen3_5_moe", "nemotron_h_omni"}
+    if is_torchvision_available():
+        assert set(choices.values()) == {"AutoProcessor"} and section["torchvision"] != "not installed"
+    else:
+        assert section["torchvision"] == "not installed"
+        assert choices["nemotron_h_omni"] == OMNI_WITHOUT_TORCHVISION
+        assert choices["qwen3_vl"] == QWEN_WITHOUT_TORCHVISION

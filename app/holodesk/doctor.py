@@ -111,8 +111,12 @@ def _torch() -> dict[str, Any]:
             out[f"gpu {i}"] = f"{props.name}, {props.total_memory / 2**30:.1f} GiB, sm_{props.major}{props.minor}"
     else:
         out["note"] = "no CUDA GPU: the local Holotron runtime would run on the CPU (far too slow for use)"
-    for name in ("transformers", "mamba_ssm", "causal_conv1d", "bitsandbytes", "xgrammar"):
+    for name in ("transformers", "torchvision", "mamba_ssm", "causal_conv1d", "bitsandbytes", "xgrammar"):
         out[name] = _version_of(name)
+    if importlib.util.find_spec("transformers") is not None:
+        from holodesk.policy.native.processor import processor_choices
+
+        out["native family processors"] = processor_choices()
     return out
 
 

@@ -51,6 +51,20 @@ QUANT_MODES = ("bf16", "8bit", "4bit")
 """``--quant`` modes: bf16 weights, bitsandbytes int8, bitsandbytes NF4."""
 
 
+def _family_spec(value: str) -> str:
+    """A ``--family`` value: a family key, a comma list of them, or ``all``.
+
+    Raises:
+        argparse.ArgumentTypeError: an unknown key (the known ones are listed).
+    """
+    known = [f.key for f in FAMILIES]
+    unknown = [k for k in value.split(",") if k.strip() and k.strip() not in known] if value != "all" else []
+    if unknown or not value.strip(","):
+        raise argparse.ArgumentTypeError(f"unknown family {', '.join(unknown) or value!r}; choose from "
+                                         f"{', '.join(known)}, a comma list of them, or all")
+    return value
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """The bench's options (``holodesk bench --help``)."""
     p = argparse.ArgumentParser(prog="holodesk bench", description=(__doc__ or "").split("\n\n")[0])
@@ -60,7 +74,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="model dtype (default: bfloat16 on CUDA, float32 on CPU)")
     p.add_argument("--pattern", default=None, help="LM block pattern of the random model (reduced depth), e.g. 'M*-M-'")
     p.add_argument("--checkpoint", type=Path, default=None, help="real checkpoint folder instead of random weights")
-    p.add_argument("--eager", action="store_true", help="build the engine with eager=True (no compile, no graphs)")
+    p.add_argument("--eager", action="store_true", help="build the engine with eager=True (no compile, no graphs); "
+                   "with --family: generate's decode step not compiled")
     p.add_argument("--sizes", default="1280x720,1920x1080,2560x1440", help="frame sizes of the one-screenshot runs")
     p.add_argument("--history", default="1,3,8", help="screenshots in the prompt for the cold history runs")
     p.add_argument("--history-size", default="1920x1080", help="frame size of the history, episode and stock runs")
@@ -82,10 +97,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="comma list of bf16,8bit,4bit: each a fresh model (8bit/4bit bitsandbytes, CUDA only) run "
                         "the same way, decode against its floor, side by side")
     p.add_argument("--allow-fallback", action="store_true", help="no failed check when Mamba-2 kernels are not live")
-    p.add_argument("--family", default=None, choices=[f.key for f in FAMILIES],
-                   help="bench a native family (Holo2 qwen3_vl, Holo3 / Holo3.1 qwen3_5 and qwen3_5_moe, "
-                   "Holotron-3-Nano nemotron_h_omni) through NativePolicy at --history-size, with --reply-tokens, "
-                   "--repeats; default: Holotron-12B")
+    p.add_argument("--family", default=None, type=_family_spec,
+                   help="bench native families (Holo2 qwen3_vl, Holo3 / Holo3.1 qwen3_5 and qwen3_5_moe, "
+                   "Holotron-3-Nano nemotron_h_omni; a comma list, or all) through NativePolicy at --history-size, "
+                   "with --reply-tokens, --repeats, one after another; default: Holotron-12B")
     p.add_argument("--config", type=Path, default=None,
                    help="with --family: the full-size model's config.json (default: the one Holodesk knows)")
     p.add_argument("--cold-start", action="store_true",

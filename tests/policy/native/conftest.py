@@ -10,7 +10,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 NATIVE_KEYS = ("qwen3_vl", "qwen3_5", "qwen3_5_moe")
-"""The families whose processor runs without torchvision (their image processor has a PIL backend)."""
+"""The Qwen families (their processor tests share Qwen3-VL's placeholder rule; Nemotron-H Omni has its own tests,
+test_omni_processor.py)."""
 
 
 @pytest.fixture(autouse=True, scope="session")
