@@ -3,7 +3,7 @@
 # an 8-step episode, and the product path: HolotronPolicy.propose at 1080p). Run from the repo root on the GPU
 # machine with the carried wheels in .whl4 (transformers 5.23.0, xgrammar 0.2.9 and its pydantic / tvm-ffi needs,
 # the mamba-ssm 2.3.2.post1 sdist) and, for PARTS=quant, .whlq (bitsandbytes).
-#   bash docs/bench/desktops/gpu-session.sh [OUT] [PARTS]    PARTS: comma list of tests, bench, quanttests, quant, coldstart (default tests,bench;
+#   bash docs/bench/desktops/gpu-session.sh [OUT] [PARTS]    PARTS: comma list of tests, bench, quanttests, quant, coldstart, families (default tests,bench;
 #   GPU_TESTS_K: a pytest -k filter for the tests part)
 # Each part stays under 9 minutes (TESTS_S / BENCH_S lower the limits, e.g. to run both in one 10-minute call).
 set -u
@@ -38,6 +38,10 @@ esac
 case ,$part, in *,coldstart,*)
     bench "${COLD_S:-420}" --cold-start --cold-start-dir /var/tmp/holodesk-cold-start --json "$out/cold-start.json" 2>&1 \
         | grep -v "Warning\|warn(" | cut -c1-900 | tee "$out/cold-start.log"
+esac
+case ,$part, in *,families,*)
+    bench "${FAMILIES_S:-300}" --family all --eager --reply-tokens 64 --repeats 3 --json "$out/families.json" 2>&1 \
+        | grep -v "Warning\|warn(" | cut -c1-900 | tail -30 | tee "$out/families.log"
 esac
 case ,$part, in *,quant,*)
     bench "${QUANT_S:-400}" --sizes '' --history '' --episode-steps 0 --no-stock --quant bf16,8bit,4bit --json "$out/quant.json" 2>&1 \
