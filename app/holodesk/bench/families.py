@@ -149,7 +149,11 @@ def _processor_files(key: str, out: Path, max_pixels: int) -> None:
         pre = {"image_processor_type": "NemotronH_Omni_Reasoning_V3ImageProcessor",
                "processor_class": "NemotronH_Omni_Reasoning_V3Processor", "patch_size": 16, "downsample_ratio": 0.5,
                "min_num_patches": 4, "max_num_patches": max(4, max_pixels // 256), "max_model_len": 8192,
-               "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711]}
+               "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711],
+               # the processor class also holds the sound encoder's feature extractor (transformers' Omni
+               # processor mirrors ParakeetFeatureExtractor); AutoProcessor builds it from this key even though
+               # Holodesk sends no audio, and refuses a folder without it
+               "feature_extractor_type": "ParakeetFeatureExtractor"}
         template = NEMOTRON_CHAT_TEMPLATE
     else:
         pre = {"image_processor_type": "Qwen2VLImageProcessorFast", "processor_class": "Qwen3VLProcessor",

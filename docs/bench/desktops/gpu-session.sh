@@ -3,8 +3,8 @@
 # an 8-step episode, and the product path: HolotronPolicy.propose at 1080p). Run from the repo root on the GPU
 # machine with the carried wheels in .whl4 (transformers 5.23.0, xgrammar 0.2.9 and its pydantic / tvm-ffi needs,
 # the mamba-ssm 2.3.2.post1 sdist) and, for PARTS=quant, .whlq (bitsandbytes).
-#   bash docs/bench/desktops/gpu-session.sh [OUT] [PARTS]    PARTS: comma list of tests, bench, quanttests, quant, coldstart, families (default tests,bench;
-#   GPU_TESTS_K: a pytest -k filter for the tests part)
+#   bash docs/bench/desktops/gpu-session.sh [OUT] [PARTS]    PARTS: comma list of tests, bench, nativetests, quanttests, quant, coldstart, families (default tests,bench;
+#   GPU_TESTS_K: a pytest -k filter for the tests part; FAMILIES: --family keys; COLD_ARGS: more cold-start flags)
 # Each part stays under 9 minutes (TESTS_S / BENCH_S lower the limits, e.g. to run both in one 10-minute call).
 set -u
 out=${1:-${OUT:-/tmp/holodesk-bench}}
@@ -31,16 +31,20 @@ case ,$part, in *,bench,*)
         --profile --product --product-repeats 2 --product-steps 4 --json "$out/bench.json" 2>&1 \
         | grep -v "Warning\|warn(" | cut -c1-600 | tee "$out/bench.log"
 esac
+case ,$part, in *,nativetests,*)
+    timeout "${NTESTS_S:-240}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/policy/native -W ignore 2>&1 \
+        | grep -v "warnings.warn\|UserWarning" | tail -25 | tee "$out/gpu-native-tests.log"
+esac
 case ,$part, in *,quanttests,*)
     timeout "${QTESTS_S:-240}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/policy/holotron/test_ops_quant.py -W ignore \
         --durations=5 2>&1 | grep -v "warnings.warn\|UserWarning" | tail -25 | tee "$out/gpu-quant-tests.log"
 esac
 case ,$part, in *,coldstart,*)
-    bench "${COLD_S:-420}" --cold-start --cold-start-dir /var/tmp/holodesk-cold-start --json "$out/cold-start.json" 2>&1 \
+    bench "${COLD_S:-420}" --cold-start --cold-start-dir /var/tmp/holodesk-cold-start ${COLD_ARGS:-} --json "$out/cold-start.json" 2>&1 \
         | grep -v "Warning\|warn(" | cut -c1-900 | tee "$out/cold-start.log"
 esac
 case ,$part, in *,families,*)
-    bench "${FAMILIES_S:-300}" --family all --eager --reply-tokens 64 --repeats 3 --json "$out/families.json" 2>&1 \
+    bench "${FAMILIES_S:-300}" --family "${FAMILIES:-all}" --eager --reply-tokens 64 --repeats 3 --json "$out/families.json" 2>&1 \
         | grep -v "Warning\|warn(" | cut -c1-900 | tail -30 | tee "$out/families.log"
 esac
 case ,$part, in *,quant,*)

@@ -201,3 +201,13 @@ def test_grid_rule_and_patches_agree_with_transformers_own_functions() -> None:
                 assert ours == expected, (height, width, lowest, highest)
     image = torch.randn(1, 3, 48, 80)
     assert torch.equal(patchify(image[0], 16), patches(image, 16)[0])
+
+
+def test_tiny_omni_checkpoint_names_the_audio_feature_extractor(family_dirs: dict[str, Path]) -> None:
+    """transformers' Omni processor (AutoProcessor, where torchvision is installed) also builds the sound
+    encoder's feature extractor and refuses a folder that does not name one; the tiny checkpoint names it and
+    transformers builds it from the folder."""
+    from transformers import AutoFeatureExtractor
+
+    extractor = AutoFeatureExtractor.from_pretrained(str(family_dirs["nemotron_h_omni"]), local_files_only=True)
+    assert type(extractor).__name__ == "ParakeetFeatureExtractor"
