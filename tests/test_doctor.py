@@ -192,7 +192,7 @@ def test_torch_section_names_each_native_familys_processor() -> None:
 
     section = doctor._torch()
     choices = section["native family processors"]
-    assert set(choices) == {"qwen3_vl", "qwen3_5", "qwen3_5_moe", "nemotron_h_omni"}
+    assert set(choices) == {"qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "nemotron_h_omni"}
     if is_torchvision_available():
         assert set(choices.values()) == {"AutoProcessor"} and section["torchvision"] != "not installed"
     else:

@@ -89,8 +89,8 @@ def _build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("path", type=Path)
     tiny.add_argument("--family", default="holotron",
                       choices=[family.key for family in FAMILIES],
-                      help="holotron (Holotron-12B, default), qwen3_vl (Holo2), qwen3_5 / qwen3_5_moe (Holo3, "
-                      "Holo3.1), nemotron_h_omni (Holotron-3-Nano)")
+                      help="; ".join(f"{family.key} ({family.models})" for family in FAMILIES)
+                      + "; default holotron")
     tiny.add_argument("--seed", type=int, default=0)
     return parser
 

@@ -1,5 +1,6 @@
-"""End to end: ``holodesk run --model <tiny checkpoint>`` for each native family (Holo2 / Qwen3-VL, Holo3 /
-Holo3.1 / Qwen3.5 and Qwen3.5-MoE, Holotron-3-Nano / Nemotron-H Omni) on a real Xvfb screen with openbox
+"""End to end: ``holodesk run --model <tiny checkpoint>`` for each native family (Holo2 / Qwen3-VL and
+Qwen3-VL-MoE, Holo3 / Holo3.1 / Qwen3.5 and Qwen3.5-MoE, Holotron-3-Nano / Nemotron-H Omni) on a real Xvfb screen
+with openbox
 (tests/helpers/desktop.py).
 
 The checkpoints are random (``holodesk tiny-checkpoint --family``), so what the model proposes is random
@@ -28,7 +29,8 @@ KINDS = {"click", "double_click", "right_click", "middle_click", "move", "drag",
 
 
 @pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
-@pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_5", "qwen3_5_moe", "nemotron_h_omni"])
+@pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe",
+                                    "nemotron_h_omni"])
 def test_local_tiny_family_runs_its_steps_on_the_screen(desktop: Desktop, tmp_path: Path, family: str) -> None:
     from holodesk.bench.families import write_family_checkpoint
 

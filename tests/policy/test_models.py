@@ -15,6 +15,7 @@ from holodesk.policy.download import REPO_ID
 from holodesk.policy.models import (
     DEFAULT_MODEL,
     MODELS,
+    ModelSpec,
     describe,
     find_model,
     fit_table,
@@ -22,6 +23,7 @@ from holodesk.policy.models import (
     models_that_fit,
     protocol_for,
 )
+from holodesk.policy.native.families import FAMILIES, family_of
 from holodesk.policy.protocol import PROTOCOL_NAMES
 from holodesk.policy.registry import get_protocol
 from holodesk.settings import Settings
@@ -49,6 +51,38 @@ def test_every_entry_is_consistent() -> None:
         assert get_model(m.key) is m
         # every H Company model speaks H Company's agent contract
         assert m.protocol == "agent-loop-v1"
+
+
+def _checkpoint_config(spec: ModelSpec) -> dict[str, object]:
+    """The least of a config.json of ``spec``'s checkpoint that the load-time dispatch reads: its own
+    ``model_type`` (``checkpoint_model_type`` where the registry states one, which is what the checkpoint's
+    config.json says) and, for the Nemotron-H types, a language model block pattern with MoE blocks (``E``)
+    exactly when the registry gives the model active parameters (mixture of experts)."""
+    arch = spec.architecture
+    config: dict[str, object] = {"model_type": arch.checkpoint_model_type or arch.model_type}
+    if config["model_type"] in ("NemotronH_Nano_VL_V2", "nemotron_h_omni"):
+        moe = spec.active_parameters is not None
+        config["text_config"] = {"hybrid_override_pattern": "ME*E" if moe else "M-*-"}
+    return config
+
+
+@pytest.mark.parametrize("spec", MODELS, ids=[m.key for m in MODELS])
+def test_every_registry_model_has_a_local_runtime(spec: ModelSpec) -> None:
+    """The wizard and Settings offer every registry model that fits the GPU for local use, so each one's
+    checkpoint must be dispatched by :func:`family_of` to a runtime that loads it (Holotron-12B and
+    Holotron-3-Nano: the same transformers type, told apart by MoE blocks), of its kind (dense / MoE)."""
+    family = family_of(_checkpoint_config(spec), spec.key)
+    assert family.runtime in ("holotron", "native")
+    assert family.moe == (spec.active_parameters is not None), (spec.key, family.key)
+    if family.runtime == "native":  # transformers' own class: the registry names the class of that model_type
+        assert spec.architecture.model_type in family.model_types, (spec.key, family.key)
+        assert spec.architecture.checkpoint_model_type is None, spec.key
+
+
+def test_every_native_family_has_a_registry_model() -> None:
+    """No family is declared for a model the registry does not offer."""
+    offered = {family_of(_checkpoint_config(m)).key for m in MODELS}
+    assert offered == {f.key for f in FAMILIES}
 
 
 def test_the_default_model_is_the_settings_default() -> None:

@@ -98,8 +98,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "the same way, decode against its floor, side by side")
     p.add_argument("--allow-fallback", action="store_true", help="no failed check when Mamba-2 kernels are not live")
     p.add_argument("--family", default=None, type=_family_spec,
-                   help="bench native families (Holo2 qwen3_vl, Holo3 / Holo3.1 qwen3_5 and qwen3_5_moe, "
-                   "Holotron-3-Nano nemotron_h_omni; a comma list, or all) through NativePolicy at --history-size, "
+                   help="bench native families ("
+                   + "; ".join(f"{f.key}: {f.models}" for f in FAMILIES if f.runtime == "native")
+                   + "; a comma list, or all) through NativePolicy at --history-size, "
                    "with --reply-tokens, --repeats, one after another; default: Holotron-12B")
     p.add_argument("--config", type=Path, default=None,
                    help="with --family: the full-size model's config.json (default: the one Holodesk knows)")

@@ -1,19 +1,21 @@
-"""Random-weight checkpoints of the native families (Holo2, Holo3 / Holo3.1, Holotron-3-Nano), for tests and the bench.
+"""Random-weight checkpoints of the native families (Holo2 dense and MoE, Holo3 / Holo3.1, Holotron-3-Nano), for tests
+and the bench.
 
 Two sizes, one layout:
 
 * :func:`write_family_checkpoint`: a tiny checkpoint folder laid out as the family's hub repos are: a
   ``config.json`` in the family's format with tiny dimensions, safetensors weights under the checkpoint's
   parameter names (written by the model class's own ``save_pretrained``, which saves in the checkpoint layout,
-  e.g. Qwen3.5-MoE's experts one tensor per expert), ``generation_config.json``, and the files the
+  e.g. Qwen3.5-MoE's experts one tensor per expert; Qwen3-VL-MoE's fused experts then put in their
+  published orientation, :data:`SAVED_TRANSPOSED`), ``generation_config.json``, and the files the
   family's processor loads: ``tokenizer.json`` / ``tokenizer_config.json`` (a tiny byte-level BPE trained as
   :func:`holodesk.bench.tiny_checkpoint.train_tokenizer` does, carrying the family's special and image
   placeholder tokens), ``chat_template.jinja`` and ``preprocessor_config.json``.
 * :data:`FULL_SIZE`: the ``config.json`` of each family's full-size model, for ``holodesk bench --family``
   (:func:`full_size_model` builds it with random weights on the device).
 
-Write a tiny one with ``holodesk tiny-checkpoint DIR --family qwen3_vl`` (or qwen3_5, qwen3_5_moe,
-nemotron_h_omni).
+Write a tiny one with ``holodesk tiny-checkpoint DIR --family qwen3_vl`` (or any other native family key of
+:data:`~holodesk.policy.native.families.NATIVE_FAMILIES`: qwen3_vl_moe, qwen3_5, qwen3_5_moe, nemotron_h_omni).
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ def _tiny_qwen_vision(model_type: str, out_hidden: int) -> dict[str, Any]:
               "intermediate_size": 64, "num_heads": 2, "in_channels": 3, "patch_size": 16, "spatial_merge_size": 2,
               "temporal_patch_size": 2, "out_hidden_size": out_hidden, "num_position_embeddings": 64,
               "initializer_range": 0.02}
-    if model_type == "qwen3_vl":
+    if model_type in ("qwen3_vl", "qwen3_vl_moe"):
         vision["deepstack_visual_indexes"] = [1]
     return vision
 
@@ -107,20 +109,24 @@ def _tiny_config(key: str, ids: dict[str, int], vocab: int) -> dict[str, Any]:
         }
     image_ids = {"image_token_id": ids["<|image_pad|>"], "video_token_id": ids["<|video_pad|>"],
                  "vision_start_token_id": ids["<|vision_start|>"], "vision_end_token_id": ids["<|vision_end|>"]}
-    if key == "qwen3_vl":
-        return {
-            "architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl", **image_ids,
-            "tie_word_embeddings": False,
-            "text_config": {
-                "model_type": "qwen3_vl_text", "vocab_size": vocab, "hidden_size": hidden, "intermediate_size": 64,
-                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
-                "hidden_act": "silu", "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
-                "attention_bias": False, "bos_token_id": ids["<|endoftext|>"], "eos_token_id": ids["<|im_end|>"],
-                "rope_scaling": {"rope_type": "default", "mrope_interleaved": True, "mrope_section": [2, 1, 1]},
-                "rope_theta": 5000000, "tie_word_embeddings": False,
-            },
-            "vision_config": _tiny_qwen_vision("qwen3_vl", hidden),
+    if key in ("qwen3_vl", "qwen3_vl_moe"):
+        qwen3_vl_text: dict[str, Any] = {
+            "model_type": "qwen3_vl_text", "vocab_size": vocab, "hidden_size": hidden, "intermediate_size": 64,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+            "hidden_act": "silu", "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
+            "attention_bias": False, "bos_token_id": ids["<|endoftext|>"], "eos_token_id": ids["<|im_end|>"],
+            "rope_scaling": {"rope_type": "default", "mrope_interleaved": True, "mrope_section": [2, 1, 1]},
+            "rope_theta": 5000000, "tie_word_embeddings": False,
         }
+        if key == "qwen3_vl_moe":  # Qwen3-VL-30B-A3B's text block: every layer sparse, routed experts only
+            # moe_intermediate_size 8: 2 * 8 != hidden, so the published expert tensors' shape tells their layout
+            qwen3_vl_text.update(model_type="qwen3_vl_moe_text", moe_intermediate_size=8, num_experts=4,
+                                 num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[],
+                                 norm_topk_prob=True)
+        architecture = "Qwen3VLMoeForConditionalGeneration" if key == "qwen3_vl_moe" else \
+            "Qwen3VLForConditionalGeneration"
+        return {"architectures": [architecture], "model_type": key, **image_ids, "tie_word_embeddings": False,
+                "text_config": qwen3_vl_text, "vision_config": _tiny_qwen_vision(key, hidden)}
     text: dict[str, Any] = {
         "vocab_size": vocab, "hidden_size": hidden, "num_hidden_layers": 4, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 8, "hidden_act": "silu", "max_position_embeddings": 32768,
@@ -141,6 +147,34 @@ def _tiny_config(key: str, ids: dict[str, int], vocab: int) -> dict[str, Any]:
             "text_config": {**text, "model_type": "qwen3_5_moe_text", "moe_intermediate_size": 16,
                             "shared_expert_intermediate_size": 16, "num_experts": 4, "num_experts_per_tok": 2},
             "vision_config": _tiny_qwen_vision("qwen3_5_moe", hidden)}
+
+
+SAVED_TRANSPOSED: Final[dict[str, tuple[str, ...]]] = {
+    "qwen3_vl_moe": (".mlp.experts.gate_up_proj", ".mlp.experts.down_proj"),
+}
+"""Per family, the weights the published checkpoints hold with their last two dimensions swapped against what
+transformers 5.23's ``save_pretrained`` writes. Qwen3-VL-MoE's experts are published fused as
+``(experts, hidden, 2 * moe_intermediate)`` and ``(experts, moe_intermediate, hidden)``; transformers holds them
+as ``(experts, 2 * moe_intermediate, hidden)`` and ``(experts, hidden, moe_intermediate)`` and transposes at load
+(its conversion mapping ``qwen3_vl_moe``: ``Transpose(1, 2, check_dims=True)``), but that rule's reverse keeps a
+tensor whose shape already matches the model's, so ``save_pretrained`` writes its in-memory layout."""
+
+
+def _to_published_layout(key: str, out: Path) -> None:
+    """Swap the last two dimensions of family ``key``'s :data:`SAVED_TRANSPOSED` weights in the safetensors files
+    of ``out`` (their metadata kept); nothing for the other families."""
+    suffixes = SAVED_TRANSPOSED.get(key)
+    if not suffixes:
+        return
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    for path in sorted(out.glob("model*.safetensors")):
+        with safe_open(str(path), "pt") as fh:
+            metadata = fh.metadata()
+            tensors = {name: fh.get_tensor(name) for name in fh.keys()}  # noqa: SIM118 (safe_open is no mapping)
+        save_file({name: tensor.transpose(-2, -1).contiguous() if name.endswith(suffixes) else tensor
+                   for name, tensor in tensors.items()}, str(path), metadata=metadata)
 
 
 def _processor_files(key: str, out: Path, max_pixels: int) -> None:
@@ -188,7 +222,8 @@ def write_family_checkpoint(path: str | Path, family: str, *, seed: int = 0, tok
 
     Args:
         path: folder to create (may exist; its files are overwritten).
-        family: ``qwen3_vl``, ``qwen3_5``, ``qwen3_5_moe`` or ``nemotron_h_omni``.
+        family: a native family key (``qwen3_vl``, ``qwen3_vl_moe``, ``qwen3_5``, ``qwen3_5_moe`` or
+            ``nemotron_h_omni``).
         seed: torch RNG seed of the weight draws (transformers' own initialisation); same seed, same tensors.
         tokenizer_vocab: BPE vocabulary to train; vocab_size: the LM's rows (>= the tokenizer's size).
         max_pixels: the image processor's pixel budget per image (screenshots are scaled down to it; small
@@ -219,6 +254,7 @@ def write_family_checkpoint(path: str | Path, family: str, *, seed: int = 0, tok
     for old in out.glob("model*.safetensors"):
         old.unlink()
     model.save_pretrained(str(out))  # the class's checkpoint layout (conversion mapping reversed)
+    _to_published_layout(chosen.key, out)
     (out / "config.json").write_text(json.dumps(published, indent=2))  # the published format, not the re-save
     stops = [ids["<|im_end|>"], ids["<|endoftext|>"]] if "<|im_end|>" in ids else [ids["<SPECIAL_12>"]]
     (out / "generation_config.json").write_text(json.dumps({"eos_token_id": stops, "do_sample": False}))
@@ -328,13 +364,16 @@ projector into the language model): about 1.2 GB in bf16."""
 
 FULL_SIZE: Final[dict[str, Callable[[], dict[str, Any]] | None]] = {
     "qwen3_vl": lambda: json.loads(json.dumps(QWEN3_VL_8B)),
+    "qwen3_vl_moe": None,
     "qwen3_5": None,
     "qwen3_5_moe": qwen3_5_moe_35b_a3b,
     "nemotron_h_omni": lambda: json.loads(json.dumps(NEMOTRON_3_NANO_OMNI)),
 }
 """Per native family, the config.json of its full-size model for ``holodesk bench --family`` (a fresh copy per
 call): Holo2-8B (:data:`QWEN3_VL_8B`), Holo3-35B-A3B (:func:`qwen3_5_moe_35b_a3b`), Holotron-3-Nano
-(:data:`NEMOTRON_3_NANO_OMNI`). None for Holo3 / Holo3.1 dense sizes (Qwen3.5, 0.8B / 4B / 9B): no config of
+(:data:`NEMOTRON_3_NANO_OMNI`). None for Holo2-30B-A3B (Qwen3-VL-30B-A3B): its config.json was not read, and
+transformers' ``Qwen3VLMoeConfig`` text defaults (24 layers, 60 experts) are not that model. None for Holo3 /
+Holo3.1 dense sizes (Qwen3.5, 0.8B / 4B / 9B): no config of
 those sizes was found, and transformers' ``Qwen3_5Config`` defaults (documented as Qwen/Qwen3.5-27B) build a
 9.4B model of width 4096 and 32 layers, which is not the 27B they name, so they are not used —
 ``holodesk bench --family qwen3_5 --config config.json`` takes the file instead."""
@@ -378,6 +417,7 @@ __all__ = [
     "QWEN3_VL_8B",
     "QWEN_CHAT_TEMPLATE",
     "QWEN_SPECIAL_TOKENS",
+    "SAVED_TRANSPOSED",
     "full_size_model",
     "qwen3_5_moe_35b_a3b",
     "write_checkpoint",

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-NATIVE_KEYS = ("qwen3_vl", "qwen3_5", "qwen3_5_moe")
+NATIVE_KEYS = ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")
 """The Qwen families (their processor tests share Qwen3-VL's placeholder rule; Nemotron-H Omni has its own tests,
 test_omni_processor.py)."""
 

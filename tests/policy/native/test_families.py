@@ -15,6 +15,7 @@ from holodesk.policy.native.families import (
     QWEN3_5,
     QWEN3_5_MOE,
     QWEN3_VL,
+    QWEN3_VL_MOE,
     family_by_key,
     family_of,
     read_family,
@@ -27,6 +28,7 @@ def _nemotron(model_type: str, pattern: str, where: str = "llm_config") -> dict[
 
 @pytest.mark.parametrize(("config", "family"), [
     ({"model_type": "qwen3_vl"}, QWEN3_VL),
+    ({"model_type": "qwen3_vl_moe"}, QWEN3_VL_MOE),
     ({"model_type": "qwen3_5"}, QWEN3_5),
     ({"model_type": "qwen3_5_moe"}, QWEN3_5_MOE),
     (_nemotron("NemotronH_Nano_VL_V2", "M-M*-M-"), HOLOTRON),
@@ -71,7 +73,8 @@ def test_read_family_reads_config_json(tmp_path: Path) -> None:
 
 
 def test_family_keys() -> None:
-    assert [f.key for f in FAMILIES] == ["holotron", "qwen3_vl", "qwen3_5", "qwen3_5_moe", "nemotron_h_omni"]
+    assert [f.key for f in FAMILIES] == ["holotron", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe",
+                                         "nemotron_h_omni"]
     assert family_by_key("qwen3_vl") is QWEN3_VL
     with pytest.raises(ModelLoadError, match="Known families"):
         family_by_key("holo9")

@@ -30,6 +30,10 @@ its object well inside the token budget."""
 PUBLISHED_NAMES = {
     "qwen3_vl": ["model.visual.blocks.0.attn.qkv.weight", "model.visual.deepstack_merger_list.0.linear_fc1.weight",
                  "model.language_model.layers.1.self_attn.q_norm.weight", "lm_head.weight"],
+    "qwen3_vl_moe": ["model.visual.deepstack_merger_list.0.linear_fc1.weight",
+                     "model.language_model.layers.1.mlp.experts.gate_up_proj",
+                     "model.language_model.layers.1.mlp.experts.down_proj",
+                     "model.language_model.layers.0.mlp.gate.weight"],
     "qwen3_5": ["model.visual.merger.linear_fc1.weight",
                 "model.language_model.layers.0.linear_attn.in_proj_qkv.weight",
                 "model.language_model.layers.1.self_attn.q_proj.weight",
@@ -84,6 +88,28 @@ def test_tiny_checkpoint_has_the_published_layout(family_dirs: dict[str, Path], 
     placeholder = "<image>" if key == "nemotron_h_omni" else "<|image_pad|>"
     assert added[placeholder] == config["image_token_id"]  # the token the processor writes is the model's
     assert (folder / "chat_template.jinja").exists() and (folder / "preprocessor_config.json").exists()
+
+
+def test_qwen3_vl_moe_experts_are_published_fused_and_transposed(family_dirs: dict[str, Path]) -> None:
+    """Qwen3-VL-MoE checkpoints hold each layer's experts as two fused tensors, ``gate_up_proj``
+    ``(experts, hidden, 2 * moe_intermediate)`` and ``down_proj`` ``(experts, moe_intermediate, hidden)``;
+    transformers transposes them into its own layout at load, with nothing missing."""
+    from transformers import AutoModelForImageTextToText
+
+    folder = family_dirs["qwen3_vl_moe"]
+    text = json.loads((folder / "config.json").read_text())["text_config"]
+    experts, hidden, inner = text["num_experts"], text["hidden_size"], text["moe_intermediate_size"]
+    prefix = "model.language_model.layers.0.mlp.experts."
+    with safe_open(str(folder / "model.safetensors"), "pt") as fh:
+        gate_up, down = fh.get_tensor(prefix + "gate_up_proj"), fh.get_tensor(prefix + "down_proj")
+    assert gate_up.shape == (experts, hidden, 2 * inner) and down.shape == (experts, inner, hidden)
+    model, info = AutoModelForImageTextToText.from_pretrained(str(folder), dtype=torch.float32,
+                                                              output_loading_info=True)
+    assert type(model).__name__ == "Qwen3VLMoeForConditionalGeneration"
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    loaded = model.model.language_model.layers[0].mlp.experts
+    assert torch.equal(loaded.gate_up_proj, gate_up.transpose(1, 2))
+    assert torch.equal(loaded.down_proj, down.transpose(1, 2))
 
 
 @pytest.mark.parametrize("key", NATIVE_KEYS)

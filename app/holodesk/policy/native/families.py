@@ -4,7 +4,7 @@ A checkpoint's ``config.json`` decides its runtime (:func:`family_of`):
 
 * ``NemotronH_Nano_VL_V2`` whose language model has no MoE block (Holotron-12B's dense Mamba-2 /
   attention / MLP pattern) -> Holodesk's own Holotron runtime (:mod:`holodesk.policy.holotron`);
-* ``qwen3_vl`` (Holo2), ``qwen3_5`` and ``qwen3_5_moe`` (Holo3 / Holo3.1), and Nemotron-H Omni
+* ``qwen3_vl`` and ``qwen3_vl_moe`` (Holo2), ``qwen3_5`` and ``qwen3_5_moe`` (Holo3 / Holo3.1), and Nemotron-H Omni
   checkpoints whose language model has MoE blocks (Holotron-3-Nano, built on Nemotron 3 Nano Omni, in
   transformers' layout: ``nemotron_h_omni``) -> transformers' own classes (:mod:`holodesk.policy.native`);
 * anything else -> :class:`~holodesk.errors.ModelLoadError` naming what is supported.
@@ -50,6 +50,8 @@ HOLOTRON: Final = Family("holotron", ("NemotronH_Nano_VL_V2",), "holotron", "Hol
                          "Nemotron Nano 2 VL: RADIO + hybrid Mamba-2 / attention / MLP (dense)")
 QWEN3_VL: Final = Family("qwen3_vl", ("qwen3_vl",), "native", "Holo2 (e.g. Holo2-8B)",
                          "Qwen3-VL: ViT with DeepStack + dense transformer")
+QWEN3_VL_MOE: Final = Family("qwen3_vl_moe", ("qwen3_vl_moe",), "native", "Holo2, MoE sizes (Holo2-30B-A3B)",
+                             "Qwen3-VL-MoE: ViT with DeepStack + MoE transformer", moe=True)
 QWEN3_5: Final = Family("qwen3_5", ("qwen3_5",), "native", "Holo3 / Holo3.1, dense sizes",
                         "Qwen3.5: ViT + hybrid Gated DeltaNet / attention, dense MLP")
 QWEN3_5_MOE: Final = Family("qwen3_5_moe", ("qwen3_5_moe",), "native",
@@ -59,7 +61,7 @@ NEMOTRON_H_OMNI: Final = Family("nemotron_h_omni", ("nemotron_h_omni",), "native
                                 "Holotron-3-Nano (Nemotron 3 Nano Omni)",
                                 "Nemotron-H Omni: RADIO + hybrid Mamba-2 / attention / MoE", moe=True)
 
-FAMILIES: Final[tuple[Family, ...]] = (HOLOTRON, QWEN3_VL, QWEN3_5, QWEN3_5_MOE, NEMOTRON_H_OMNI)
+FAMILIES: Final[tuple[Family, ...]] = (HOLOTRON, QWEN3_VL, QWEN3_VL_MOE, QWEN3_5, QWEN3_5_MOE, NEMOTRON_H_OMNI)
 """Every family Holodesk runs locally, in the order they are listed to the user."""
 
 NATIVE_FAMILIES: Final = tuple(f for f in FAMILIES if f.runtime == "native")
@@ -165,6 +167,7 @@ def read_family(folder: str | Path) -> Family:
     return family_of(read_config(folder), str(Path(folder) / "config.json"))
 
 
-__all__ = ["FAMILIES", "HOLOTRON", "NATIVE_FAMILIES", "NEMOTRON_H_OMNI", "QWEN3_5", "QWEN3_5_MOE", "QWEN3_VL", "Family",
+__all__ = ["FAMILIES", "HOLOTRON", "NATIVE_FAMILIES", "NEMOTRON_H_OMNI", "QWEN3_5", "QWEN3_5_MOE", "QWEN3_VL",
+           "QWEN3_VL_MOE", "Family",
            "family_by_key", "family_of", "language_config", "nemotron_block_pattern", "read_config", "read_family",
            "supported_text"]

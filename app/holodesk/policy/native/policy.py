@@ -282,8 +282,8 @@ class ReplyRule:
 
 class NativePolicy:
     """An H Company model run in this process with transformers' native class for its family (no remote code):
-    Holo2 (``qwen3_vl``), Holo3 / Holo3.1 (``qwen3_5``, ``qwen3_5_moe``), Holotron-3-Nano (``nemotron_h_omni``
-    with MoE blocks). Same contract, parser and :class:`~holodesk.policy.base.Proposal` as
+    Holo2 (``qwen3_vl``, ``qwen3_vl_moe``), Holo3 / Holo3.1 (``qwen3_5``, ``qwen3_5_moe``), Holotron-3-Nano
+    (``nemotron_h_omni`` with MoE blocks). Same contract, parser and :class:`~holodesk.policy.base.Proposal` as
     :class:`~holodesk.policy.holotron.HolotronPolicy` (module docstring: one step, cache, compilation).
 
     Attributes:
