@@ -89,7 +89,7 @@ def _build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("path", type=Path)
     tiny.add_argument("--family", default="holotron",
                       choices=[family.key for family in FAMILIES],
-                      help="; ".join(f"{family.key} ({family.models})" for family in FAMILIES)
+                      help="; ".join(f"{family.key}: {family.models}" for family in FAMILIES)
                       + "; default holotron")
     tiny.add_argument("--seed", type=int, default=0)
     return parser
