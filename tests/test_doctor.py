@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -199,3 +200,63 @@ def test_torch_section_names_each_native_familys_processor() -> None:
         assert section["torchvision"] == "not installed"
         assert choices["nemotron_h_omni"] == OMNI_WITHOUT_TORCHVISION
         assert choices["qwen3_vl"] == QWEN_WITHOUT_TORCHVISION
+
+
+PORTAL_SERVICE = Path("/usr/libexec/xdg-desktop-portal")
+
+
+def _bus_call(address: str, destination: str, path: str, interface: str, method: str,
+              signature: str | None = None, body: tuple[Any, ...] = ()) -> Any:
+    from jeepney import DBusAddress, new_method_call
+    from jeepney.io.blocking import open_dbus_connection
+
+    with open_dbus_connection(bus=address) as conn:
+        return conn.send_and_get_reply(
+            new_method_call(DBusAddress(path, bus_name=destination, interface=interface), method, signature, body),
+            timeout=60).body
+
+
+@pytest.mark.skipif(not PORTAL_SERVICE.exists() or not shutil.which("dbus-daemon"),
+                    reason="needs dbus-daemon and xdg-desktop-portal (installers/_setup.sh)")
+def test_a_portal_without_remote_desktop_is_not_said_to_ask(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What an X11 desktop has once a GTK program (mousepad) activated it: xdg-desktop-portal on the session
+    bus with no backend offering RemoteDesktop. The doctor says the portal controls nothing; it does not
+    claim the desktop will ask for permission on every start."""
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(runtime),
+           "XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_DATA_HOME": str(tmp_path / "data"),
+           "XDG_CACHE_HOME": str(tmp_path / "cache"), "XDG_CURRENT_DESKTOP": "", "GSETTINGS_BACKEND": "memory"}
+    bus = subprocess.Popen(["dbus-daemon", "--session", "--nofork", "--print-address=1"], env=env,
+                           stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    services: list[int] = []
+    try:
+        assert bus.stdout is not None
+        address = bus.stdout.readline().strip()
+        # activating the portal, as a GTK program does (the call waits until it owns its name)
+        _bus_call(address, "org.freedesktop.portal.Desktop", "/org/freedesktop/portal/desktop",
+                  "org.freedesktop.DBus.Peer", "Ping")
+        names = _bus_call(address, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+                          "ListNames")[0]
+        for name in names:
+            if not name.startswith(":") and name != "org.freedesktop.DBus":
+                services.append(int(_bus_call(address, "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                                              "org.freedesktop.DBus", "GetConnectionUnixProcessID", "s",
+                                              (name,))[0]))
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", address)
+        monkeypatch.setenv("HOLODESK_CONFIG", str(tmp_path / "settings.toml"))
+        report = doctor._desktop_backend()
+        assert report["interfaces"]["portal RemoteDesktop"] == "absent", report
+        assert report["portal permission"] == (
+            "none: the desktop portal runs but offers no RemoteDesktop, so it controls nothing")
+    finally:
+        bus.terminate()
+        bus.wait(timeout=30)
+        for pid in set(services):  # the activated services end with their bus; make sure of it
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+                time.sleep(0.05)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)

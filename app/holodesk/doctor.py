@@ -61,6 +61,8 @@ def _desktop_backend() -> dict[str, Any]:
                 remote_desktop = out["interfaces"].get("portal RemoteDesktop", "")
                 remembered = remote_desktop.isdigit() and int(remote_desktop) >= PERSIST_MIN_REMOTE_DESKTOP_VERSION
                 out["portal permission"] = (
+                    "none: the desktop portal runs but offers no RemoteDesktop, so it controls nothing"
+                    if not remote_desktop.isdigit() else
                     "the desktop portal asks once and remembers it (restore token)" if remembered else
                     "the desktop will ask for permission to control the screen each time Holodesk starts "
                     f"(RemoteDesktop sessions cannot be remembered on portal RemoteDesktop version {remote_desktop})")

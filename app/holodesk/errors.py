@@ -22,7 +22,9 @@ class HolodeskError(Exception):
         if not self.hint:
             return self.message
         message = self.message.rstrip()
-        end = "" if message.endswith((".", "!", "?", ":", ")")) else "."
+        # a closing parenthesis or quote ends a sentence only when the text inside it did: "(about 25 GB)"
+        # needs a full stop after it, "(see the log.)" does not
+        end = "" if message.rstrip(")\"'’”").endswith((".", "!", "?", ":")) else "."
         return f"{message}{end} {self.hint}".strip()
 
 

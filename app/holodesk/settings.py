@@ -60,8 +60,8 @@ class Settings(BaseSettings):
     # Policy
     policy: Literal["local", "remote", "script"] = Field(
         "local",
-        description="Where actions come from: 'local' runs Holotron-12B on this machine's GPU, 'remote' asks "
-        "an OpenAI-compatible server (vLLM), 'script' replays a file of protocol replies.",
+        description="Where actions come from: 'local' runs the chosen model (setting 'model') on this machine's GPU, "
+        "'remote' asks an OpenAI-compatible server (vLLM), 'script' replays a file of protocol replies.",
         json_schema_extra=POLICY,
     )
     model: str = Field(

@@ -162,6 +162,13 @@ def test_F09_hard_step_cap() -> None:
     assert len(run.executor.calls) == 4
 
 
+def test_F09_a_cap_of_one_step_reads_in_the_singular() -> None:
+    run = make_run([reply({"tool_name": "click", "x": 100, "y": 100})] * 2, _screen(),
+                   limits=SessionLimits(max_steps=1))
+    result = run.session.run("click forever")
+    assert result.reason == "reached the step cap (1 step) without finishing"
+
+
 def test_F09_hard_wall_time_cap_between_steps() -> None:
     executor = PyAutoGUIExecutor()  # wait needs no display
     replies = [reply({"tool_name": "wait", "seconds": 0.2 + i / 100}) for i in range(20)]

@@ -61,7 +61,8 @@ def test_basic_and_advanced_with_words_and_the_raw_value_in_a_tooltip(make_dialo
             raw = box.itemData(i)
             assert box.itemText(i).startswith(words[raw]) and box.itemText(i) != raw
             assert box.itemData(i, Qt.ItemDataRole.ToolTipRole) == f"In settings.toml: {name} = {raw!r}"
-    assert combo(d, "policy").currentText() == "Holotron-12B on this computer"
+    # the local choice names no model: the Model field under it says which (Holo2-8B, Holotron-12B, ...)
+    assert combo(d, "policy").currentText() == "The model below, on this computer"
     assert combo(d, "approval").currentText() == "Ask me before every action"
 
 

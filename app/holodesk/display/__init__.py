@@ -31,8 +31,8 @@ _HINT_NO_DISPLAY = (
     "`export DISPLAY=:99`."
 )
 _HINT_WAYLAND = (
-    "On GNOME, Holodesk's 'mutter' desktop backend sees and drives Wayland windows (Settings > Desktop "
-    "backend, or HOLODESK_DESKTOP_BACKEND=mutter); it needs Mutter's RemoteDesktop API on the session bus. "
+    "On GNOME, Holodesk's 'mutter' desktop backend sees and drives Wayland windows (Settings > Advanced > "
+    "Desktop backend, or HOLODESK_DESKTOP_BACKEND=mutter); it needs Mutter's RemoteDesktop API on the session bus. "
     "Other Wayland desktops (KDE Plasma, ...) need xdg-desktop-portal with their backend (the 'portal' desktop "
     "backend); without either, only X11 windows under XWayland can be seen and controlled (DISPLAY set)."
 )

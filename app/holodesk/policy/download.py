@@ -1080,10 +1080,15 @@ def resolve_source(source: str | Path, *, progress: Callable[[str, float | None]
     if not download:
         cached = cached_snapshot(text)
         if cached is None:
+            from holodesk.policy.models import find_model
+
+            spec = find_model(text)
+            size = f"{spec.download_bytes / 1e9:.1f} GB of weights" if spec is not None else "its weights"
             raise ModelLoadError(
                 f"checkpoint {text} is not on this machine, and it is not downloaded for a machine without a "
-                "CUDA GPU (about 25 GB of weights that would run far too slowly on the CPU)",
-                hint=("Give a local checkpoint folder to run on the CPU anyway." + no_gpu_advice()).strip(),
+                f"CUDA GPU ({size} that would run far too slowly on the CPU)",
+                hint=("Give a local checkpoint folder to run on the CPU anyway."
+                      + no_gpu_advice(spec.display_name if spec is not None else text)).strip(),
             )
         return cached
     try:
@@ -1102,13 +1107,15 @@ def resolve_source(source: str | Path, *, progress: Callable[[str, float | None]
         return cached
 
 
-def no_gpu_advice() -> str:
-    """A sentence for load errors on machines without an NVIDIA GPU (no ``nvidia-smi``), where the local
-    Holotron-12B cannot be used in practice and a remote server is the way; empty where a GPU exists."""
+def no_gpu_advice(model: str = "the local model") -> str:
+    """A sentence for load errors on machines without an NVIDIA GPU (no ``nvidia-smi``), where ``model`` (a
+    name people read, e.g. ``Holo2-8B``) cannot be used in practice and a remote server is the way; empty
+    where a GPU exists."""
     if shutil.which("nvidia-smi"):
         return ""
-    return (" No NVIDIA GPU was found on this machine, and Holotron-12B needs one to run at a usable speed: "
-            "use a remote server instead (Settings > Endpoint, or holodesk run --endpoint URL --model NAME).")
+    return (f" No NVIDIA GPU was found on this machine, and {model} needs one to run at a usable speed: "
+            "use a remote server instead (Settings > Basic > Server URL, or holodesk run --endpoint URL "
+            "--model NAME).")
 
 
 def cache_repair_advice(folder: Path) -> str:

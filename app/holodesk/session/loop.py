@@ -284,7 +284,8 @@ class Session:
         if self._stop.is_set():
             raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}")
         if step >= self.limits.max_steps:
-            raise _Stop(State.FAILED, f"reached the step cap ({self.limits.max_steps} steps) without finishing")
+            cap = self.limits.max_steps
+            raise _Stop(State.FAILED, f"reached the step cap ({cap} step{'' if cap == 1 else 's'}) without finishing")
 
     # ----------------------------------------------------------------- the loop
     def run(self, task: str) -> EpisodeResult:

@@ -93,7 +93,7 @@ LABELS = {
 }
 
 CHOICE_LABELS: dict[str, dict[str, str]] = {
-    "policy": {"local": "Holotron-12B on this computer", "remote": "A server (OpenAI-compatible)",
+    "policy": {"local": "The model below, on this computer", "remote": "A server (OpenAI-compatible)",
                "script": "A replay file"},
     "precision": {"bf16": "Full precision (bf16)", "8bit": "8-bit (int8)", "4bit": "4-bit (NF4)"},
     "decoder": {"static": "Fast (memory reserved at load, CUDA graphs)", "stock": "Standard (transformers, slower)"},

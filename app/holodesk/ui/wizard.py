@@ -194,7 +194,10 @@ def _fitting_text(facts: MachineFacts) -> str:
     gpu = facts.gpu
     if not facts.fitting:
         smallest = min(MODELS, key=lambda m: m.parameters)
-        return smallest.explain_fit(gpu.free_bytes if gpu else None, gpu.name if gpu else "this GPU")
+        if gpu is None:  # no model at all runs here, not only the smallest one named
+            return (f"No NVIDIA GPU was found, so none of the listed models (not even the smallest, "
+                    f"{smallest.display_name}) can run here at a usable speed. Use a server instead.")
+        return smallest.explain_fit(gpu.free_bytes, gpu.name)
     listed = ", ".join(f"{f.model.display_name} ({f.best})" for f in facts.fitting)
     assert gpu is not None
     return f"{gpu.name} has {gpu.free_bytes / GIB:.1f} GiB free; these models fit it: {listed}."

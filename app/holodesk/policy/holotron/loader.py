@@ -258,13 +258,13 @@ def load_holotron(
     except ImportError as exc:
         raise ModelLoadError(
             f"the local runtime needs torch and transformers >= 5.23 ({exc})",
-            hint="pip install 'holodesk[local]'." + no_gpu_advice(),
+            hint="pip install 'holodesk[local]'." + no_gpu_advice("Holotron-12B"),
         ) from None
 
     target = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if target.type == "cuda" and not torch.cuda.is_available():
         raise ModelLoadError("device cuda was asked for but torch sees no CUDA GPU")
-    # without a GPU a hub repo is only taken from the cache: 25 GB would download for an unusable model
+    # without a GPU a hub repo is only taken from the cache: GBs would download for an unusable model
     folder = resolve_source(source, progress=progress, download=target.type == "cuda", cancel=cancel)
     try:
         return _load_folder(folder, dtype=dtype, quantization=quantization, target=target, progress=progress,
