@@ -300,13 +300,13 @@ def cmd_download(args: argparse.Namespace) -> int:
         DownloadCancelled,
         TerminalProgress,
         download_model,
+        hub_repo,
         hub_token,
         store_hub_token,
     )
-    from holodesk.policy.models import hub_id_for
     from holodesk.settings import load_settings
 
-    args.model = hub_id_for(args.model or load_settings().model)
+    args.model = hub_repo(args.model or load_settings().model)
     if args.login:  # Ctrl+C at the prompt: KeyboardInterrupt, as everywhere else
         token = getpass.getpass("Hugging Face token (from https://huggingface.co/settings/tokens): ").strip()
         if not token:

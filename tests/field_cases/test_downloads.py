@@ -441,6 +441,17 @@ def test_holodesk_download_takes_the_chosen_models_hub_id(hub: LoopbackHub, cach
     assert cached_snapshot("Hcompany/Holo-3.1-9B", cache_dir=cache) is not None
 
 
+def test_holodesk_download_of_a_mistyped_short_name_lists_the_models(hub: LoopbackHub, cache: Path) -> None:
+    """A name that is neither a listed model nor owner/name is refused before any request, with the list of
+    models (offline it used to end in "cannot reach the model hub")."""
+    before = len(hub.requests)
+    typo = _holodesk("download", "holo9", "--cache-dir", str(cache), env=_child_env(hub))
+    assert typo.returncode != 0
+    assert "'holo9' is neither a model Holodesk lists nor a Hugging Face repo id (owner/name)" in typo.stderr
+    assert "holo2-8b" in typo.stderr and "Traceback" not in typo.stderr
+    assert len(hub.requests) == before
+
+
 def test_F30_loader_downloads_through_the_manager_and_falls_back_to_the_cache(
         hub: LoopbackHub, cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     from huggingface_hub import constants

@@ -1040,6 +1040,26 @@ REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 """A Hugging Face repo id, ``owner/name``."""
 
 
+def hub_repo(name: str, *, folder: bool = False) -> str:
+    """The Hugging Face repo id ``name`` designates: a registry model's hub id for its key or served name
+    (:func:`holodesk.policy.models.hub_id_for`), else ``name`` itself when it is ``owner/name``.
+
+    Raises:
+        ModelLoadError: ``name`` is neither (e.g. a mistyped short name); the hint lists the registry's
+            models. ``folder``: the message also says that no such folder exists (a checkpoint source).
+    """
+    from holodesk.policy.models import MODELS, hub_id_for
+
+    text = hub_id_for(name)
+    if REPO_ID.match(text):
+        return text
+    what = "an existing folder, " if folder else ""
+    raise ModelLoadError(
+        f"{name!r} is neither {what}a model Holodesk lists nor a Hugging Face repo id (owner/name)",
+        hint="The listed models: " + ", ".join(spec.key for spec in MODELS) + ".",
+    )
+
+
 def resolve_source(source: str | Path, *, progress: Callable[[str, float | None], None] | None = None,
                    download: bool = True, cancel: threading.Event | None = None) -> Path:
     """Turn a checkpoint source (a folder, or a hub repo id) into a local folder.
@@ -1063,13 +1083,7 @@ def resolve_source(source: str | Path, *, progress: Callable[[str, float | None]
         if not path.is_dir():
             raise ModelLoadError(f"{path} is a file; give the checkpoint folder")
         return path
-    from holodesk.policy.models import hub_id_for
-
-    text = hub_id_for(str(source))  # a registry model's key or served name -> its hub repo
-    if not REPO_ID.match(text):
-        raise ModelLoadError(
-            f"checkpoint {text!r} is neither an existing folder nor a Hugging Face repo id (owner/name)"
-        )
+    text = hub_repo(str(source), folder=True)
     try:
         import huggingface_hub  # noqa: F401 - the transport of this module
     except ImportError:

@@ -203,7 +203,7 @@ def test_missing_shard_fails(tiny_copy: Path) -> None:
 
 
 def test_absent_folder_and_offline_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ModelLoadError, match="neither an existing folder"):
+    with pytest.raises(ModelLoadError, match="neither an existing folder, a model Holodesk lists"):
         load_holotron(tmp_path / "nope" / "deeper" / "x", device="cpu")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
