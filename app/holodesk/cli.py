@@ -86,12 +86,12 @@ def _build_parser() -> argparse.ArgumentParser:
 
     tiny = sub.add_parser("tiny-checkpoint", help="write a tiny random checkpoint in a model family's published "
                           "layout (for tests)")
-    tiny.add_argument("path", type=Path)
+    tiny.add_argument("path", type=Path, help="the folder to write (created; config.json, weights, tokenizer)")
     tiny.add_argument("--family", default="holotron",
                       choices=[family.key for family in FAMILIES],
                       help="; ".join(f"{family.key}: {family.models}" for family in FAMILIES)
                       + "; default holotron")
-    tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
     return parser
 
 
