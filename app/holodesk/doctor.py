@@ -30,10 +30,7 @@ def _display() -> dict[str, Any]:
     info = check_display()
     out = info.to_dict() if hasattr(info, "to_dict") else dict(vars(info))
     if info.kind in ("wayland", "xwayland"):
-        # these two are about the X11 backend (mss/pyautogui), not about the desktop Holodesk drives here
-        out = {("x11_backend_usable" if k == "usable" else "x11_backend_problem" if k == "problem" else k): v
-               for k, v in out.items()}
-        out["note"] = ("x11_backend_* are about mss/pyautogui (X11 windows only); on GNOME the 'mutter' "
+        out["note"] = ("'usable' and 'problem' are about mss/pyautogui (X11 only); on GNOME the 'mutter' "
                        "backend serves Wayland windows: see Desktop backend")
     return out
 
