@@ -108,11 +108,11 @@ def test_all_families_run_one_after_another_through_the_full_size_path(
     """``--family all``: every family with a full-size config, in one process, through the full-size branch
     (the config built on the device, the published pixel budget: a 1080p screenshot gets the real image token
     count), here with the full-size configs shrunk to tiny widths on the CPU."""
-    from holodesk.bench import families, native
+    from holodesk.bench import full_size, native
 
     shrunk = {key: (lambda key=key, build=build: _shrunk(key, build()))
-              for key, build in families.FULL_SIZE.items() if build is not None}
-    monkeypatch.setattr(native, "FULL_SIZE", {**families.FULL_SIZE, **shrunk})
+              for key, build in full_size.FULL_SIZE.items() if build is not None}
+    monkeypatch.setattr(native, "FULL_SIZE", {**full_size.FULL_SIZE, **shrunk})
     result = _bench(tmp_path, "--family", "all", "--reply-tokens", "3")
     rows = result["family_rows"]
     assert list(rows) == ["qwen3_vl", "qwen3_5_moe", "nemotron_h_omni"]
@@ -133,7 +133,7 @@ def test_published_qwen3_vl_8b_builds_on_the_meta_device() -> None:
     measures, and the decode floor's bytes (bf16 decoder weights but the embedding table, and the head)."""
     import torch
 
-    from holodesk.bench.families import QWEN3_VL_8B, full_size_model
+    from holodesk.bench.full_size import QWEN3_VL_8B, full_size_model
     from holodesk.bench.native import decode_step_bytes
 
     model = full_size_model(QWEN3_VL_8B, torch.device("meta"), torch.bfloat16)
@@ -155,7 +155,7 @@ def test_full_size_configs_build_on_the_meta_device(key: str, billions: float, l
     model registry's parameter count agrees (to the hub's whole billions; the Omni with its sound encoder)."""
     import torch
 
-    from holodesk.bench.families import (
+    from holodesk.bench.full_size import (
         FULL_SIZE,
         NEMOTRON_3_NANO_PATTERN,
         PARAKEET_ENCODER_PARAMETERS,
@@ -197,13 +197,13 @@ def test_full_size_configs_build_on_the_meta_device(key: str, billions: float, l
 
 @pytest.mark.slow
 def test_a_failing_family_is_recorded_and_the_next_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from holodesk.bench import families, native
+    from holodesk.bench import full_size, native
     from holodesk.bench.cli import main
 
     def tiny_qwen3_vl() -> dict[str, Any]:
-        return _shrunk("qwen3_vl", json.loads(json.dumps(families.QWEN3_VL_8B)))
+        return _shrunk("qwen3_vl", json.loads(json.dumps(full_size.QWEN3_VL_8B)))
 
-    monkeypatch.setattr(native, "FULL_SIZE", {**families.FULL_SIZE, "qwen3_vl": tiny_qwen3_vl})
+    monkeypatch.setattr(native, "FULL_SIZE", {**full_size.FULL_SIZE, "qwen3_vl": tiny_qwen3_vl})
     out = tmp_path / "bench.json"
     status = main(["--device", "cpu", "--reply-tokens", "2", "--repeats", "1", "--json", str(out),
                    "--family", "qwen3_5,qwen3_vl"])

@@ -8,7 +8,7 @@ but the embedding table, only ``num_experts_per_tok / num_experts`` of the exper
 the attention layers) over the copy bandwidth measured by :func:`holodesk.bench.floors.measure_floors`.
 
 The model is the family's full-size one built from its config.json with random bf16 weights directly on the
-device (:data:`holodesk.bench.families.FULL_SIZE`, or ``--config FILE``), or with ``--tiny`` the tiny checkpoint of
+device (:data:`holodesk.bench.full_size.FULL_SIZE`, or ``--config FILE``), or with ``--tiny`` the tiny checkpoint of
 ``holodesk tiny-checkpoint --family`` loaded through :func:`~holodesk.policy.native.policy.load_native` (the
 CPU check of this code path). Both use the tiny checkpoint's tokenizer, chat template and processor files
 (the published image-token ids are replaced by the tiny tokenizer's, which does not change any shape); the
@@ -34,7 +34,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from holodesk.bench.families import FULL_SIZE, PUBLISHED_MAX_PIXELS, full_size_model, write_family_checkpoint
+from holodesk.bench.families import write_family_checkpoint
+from holodesk.bench.full_size import FULL_SIZE, PUBLISHED_MAX_PIXELS, full_size_model
 from holodesk.errors import ModelLoadError
 from holodesk.policy.native.families import family_by_key
 
@@ -215,7 +216,7 @@ def family_runs(loaded: LoadedNative, args: argparse.Namespace, floors: dict[str
 
 def family_keys(spec: str) -> list[str]:
     """The native family keys of a ``--family`` value: one key, a comma list, or ``all`` (every native family
-    with a known full-size config, :data:`~holodesk.bench.families.FULL_SIZE`, in :data:`FAMILIES` order).
+    with a known full-size config, :data:`~holodesk.bench.full_size.FULL_SIZE`, in :data:`FAMILIES` order).
 
     Raises:
         ModelLoadError: an unknown key, or ``holotron`` in a list (it has its own bench: leave --family out).

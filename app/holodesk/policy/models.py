@@ -288,7 +288,7 @@ MODELS: Final[tuple[ModelSpec, ...]] = (
                "The model card and config.json were not read: the checkpoint's model_type and the license are "
                "unknown.",
                "Parameters: 33B as the hub lists it; about 3B active per token (Nemotron 3 Nano Omni). Nemotron 3 "
-               "Nano Omni's architecture as holodesk bench builds it (holodesk.bench.families.NEMOTRON_3_NANO_OMNI, "
+               "Nano Omni's architecture as holodesk bench builds it (holodesk.bench.full_size.NEMOTRON_3_NANO_OMNI, "
                "transformers 5.23): 32.39B without the sound encoder, 0.61B more with it (about 33.0B); 4.39B per "
                "token with 6 of 128 experts (vision, embedding and head included).")),
     ModelSpec(
@@ -306,7 +306,7 @@ MODELS: Final[tuple[ModelSpec, ...]] = (
         reasoning=_HOLO2_REASONING, license="Apache 2.0", base_model="Qwen/Qwen3-VL-8B-Thinking",
         notes=("License and base model as a third-party survey quotes the model card (the card itself was "
                "not read).",
-               "Qwen3-VL-8B's architecture as holodesk bench builds it (holodesk.bench.families.QWEN3_VL_8B): "
+               "Qwen3-VL-8B's architecture as holodesk bench builds it (holodesk.bench.full_size.QWEN3_VL_8B): "
                "8.77B parameters.")),
     ModelSpec(
         key="holo2-30b-a3b", display_name="Holo2-30B-A3B", hub_id="Hcompany/Holo2-30B-A3B", family="Holo2",
@@ -324,7 +324,7 @@ MODELS: Final[tuple[ModelSpec, ...]] = (
         notes=("Base model, model_type and license from third-party pages (OsaurusAI card, news coverage); the "
                "model card itself was not read.",
                "Its base model's architecture, per transformers' documented defaults (Qwen3_5MoeConfig, "
-               "checkpoint Qwen/Qwen3.5-35B-A3B; holodesk.bench.families.qwen3_5_moe_35b_a3b): 35.11B parameters, "
+               "checkpoint Qwen/Qwen3.5-35B-A3B; holodesk.bench.full_size.qwen3_5_moe_35b_a3b): 35.11B parameters, "
                "3.90B per token with 8 of 256 experts (vision, embedding and head included).")),
     ModelSpec(
         key="holo3.1-0.8b", display_name="Holo3.1-0.8B", hub_id="Hcompany/Holo-3.1-0.8B", family="Holo3.1",
