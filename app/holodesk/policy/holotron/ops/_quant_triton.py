@@ -84,6 +84,172 @@ def nf4_gemv_kernel(q_ptr, absmax_ptr, code_ptr, absmax2_ptr, code2_ptr, offset_
     tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
 
 
+# NF4 lookup in registers (PTX ``prmt``, byte permute). The 16 NF4 values, rounded to bf16, are two byte
+# planes of four 32-bit words each (:func:`.quant.nf4_lut`): ``lut[0:4]`` the low bytes of entries 0-15 (four a
+# word, entry 0 in byte 0), ``lut[4:8]`` the high bytes; they are immediates in the kernel's PTX. One ``prmt``
+# picks a byte for each of four codes from a pair of words (8 entries; a nibble's low 3 bits select), a second
+# from the other pair, a third keeps per code the one its bit 3 names; the two planes are then interleaved
+# into bf16 pairs in the activations' element order.
+_LOOKUP_PTX = """and.b32 s, $W, 0x77777777;
+shr.u32 m, $W, 1;
+and.b32 m, m, 0x44444444;
+or.b32 m, m, 0x32103210;
+shr.u32 s2, s, 16;
+shr.u32 m2, m, 16;
+prmt.b32 la, L0, L1, s;
+prmt.b32 lb, L2, L3, s;
+prmt.b32 lo, la, lb, m;
+prmt.b32 ha, H0, H1, s;
+prmt.b32 hb, H2, H3, s;
+prmt.b32 hi, ha, hb, m;
+prmt.b32 p0, lo, hi, 0x4051;
+prmt.b32 p1, lo, hi, 0x6273;
+prmt.b32 la, L0, L1, s2;
+prmt.b32 lb, L2, L3, s2;
+prmt.b32 lo, la, lb, m2;
+prmt.b32 ha, H0, H1, s2;
+prmt.b32 hb, H2, H3, s2;
+prmt.b32 hi, ha, hb, m2;
+prmt.b32 p2, lo, hi, 0x4051;
+prmt.b32 p3, lo, hi, 0x6273;
+"""
+"""The lookup of one int32 weight word ``$W`` (bytes b0..b3 little-endian; byte i holds element 2i in its high
+nibble and 2i+1 in its low nibble) into ``p0..p3``: bf16 pairs of elements 0,1 / 2,3 / 4,5 / 6,7, the even
+element in the low half, as the activations' int32 words hold them. The selector nibbles of ``s`` run e1, e0,
+e3, e2 (then e5, e4, e7, e6 after the shift); ``0x4051`` / ``0x6273`` put (e0, e1) / (e2, e3) in order, low
+byte before high byte."""
+
+
+def nf4_ptx(lut: tuple[int, ...], dot: bool) -> str:
+    """The inline PTX of :func:`nf4_lut_gemv_kernel` for the byte planes ``lut`` (eight unsigned 32-bit words).
+
+    ``dot`` False: ``$4`` a weight word -> ``$0..$3`` its four bf16 pairs (:data:`_LOOKUP_PTX`). ``dot`` True:
+    ``$1`` a weight word and ``$2..$5`` the activations' four bf16 pairs under it -> ``$0``, float32 bits of
+    the word's dot product: the eight products summed by ``fma.rn.bf16x2`` (each product and each of the three
+    sums per half rounded to bf16), the two halves added in float32.
+    """
+    body = _LOOKUP_PTX.replace("$W", "$1" if dot else "$4")
+    for name, word in zip(("L0", "L1", "L2", "L3", "H0", "H1", "H2", "H3"), lut, strict=True):
+        body = body.replace(name, f"0x{word:08x}")
+    regs = ".reg .b32 s, m, s2, m2, la, lb, lo, ha, hb, hi, p0, p1, p2, p3"
+    if not dot:
+        return "{\n" + regs + ";\n" + body + "mov.b32 $0, p0;\nmov.b32 $1, p1;\nmov.b32 $2, p2;\nmov.b32 $3, p3;\n}"
+    return ("{\n" + regs + ", acc, e, o, z;\n.reg .f32 fe, fo;\n" + body
+            + "mov.b32 z, 0;\nfma.rn.bf16x2 acc, p0, $2, z;\nfma.rn.bf16x2 acc, p1, $3, acc;\n"
+            "fma.rn.bf16x2 acc, p2, $4, acc;\nfma.rn.bf16x2 acc, p3, $5, acc;\nshl.b32 e, acc, 16;\n"
+            "and.b32 o, acc, 0xffff0000;\nmov.b32 fe, e;\nmov.b32 fo, o;\nadd.f32 fe, fe, fo;\nmov.b32 $0, fe;\n}")
+
+
+@triton.jit
+def _nf4_load(qw_ptr, absmax_ptr, code2_ptr, absmax2_ptr, offset, row, k0, words_per_row, blocks_per_row,  # type: ignore[no-untyped-def]
+              BLOCKSIZE: tl.constexpr, BLOCKSIZE2: tl.constexpr, DOUBLE: tl.constexpr, BLOCK_K: tl.constexpr):
+    """One row's words of the step at element ``k0`` (int32 ``[G, WPB]``: ``G = BLOCK_K // BLOCKSIZE``
+    quantisation blocks of ``WPB = BLOCKSIZE // 8`` words) and their blocks' float32 scales ``[G]``."""
+    G: tl.constexpr = BLOCK_K // BLOCKSIZE
+    WPB: tl.constexpr = BLOCKSIZE // 8
+    blk = k0 // BLOCKSIZE + tl.arange(0, G)
+    wi = blk[:, None] * WPB + tl.arange(0, WPB)[None, :]
+    w = tl.load(qw_ptr + tl.multiple_of(row * words_per_row, 8) + wi)  # a row is whole blocks of 8+ words
+    flat = row * blocks_per_row + blk
+    if DOUBLE:
+        a8 = tl.load(absmax_ptr + flat).to(tl.int32)
+        scale = tl.load(code2_ptr + a8) * tl.load(absmax2_ptr + flat // BLOCKSIZE2) + offset
+    else:
+        scale = tl.load(absmax_ptr + flat)
+    return w, scale
+
+
+@triton.jit
+def _nf4_dot(w, scale, xw, xf, PTX: tl.constexpr, F32: tl.constexpr):  # type: ignore[no-untyped-def]
+    """``[G, WPB]`` float32: each weight word ``w`` dequantised in registers (``PTX``, :func:`nf4_ptx` with
+    ``dot`` = not ``F32``) and multiplied by its activations, summed per word, times its block's ``scale``
+    (``[G]``). ``xw``: the four int32 words of bf16 pairs under each weight word; ``xf``: the same eight
+    activations as float32 (read when ``F32``)."""
+    if F32:  # bf16 pairs out of the lookup, products and sums in float32
+        p0, p1, p2, p3 = tl.inline_asm_elementwise(PTX, "=r,=r,=r,=r,r", [w],
+                                                   dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True,
+                                                   pack=1)
+        x0, x1, x2, x3, x4, x5, x6, x7 = xf
+        part = ((p0 << 16).to(tl.float32, bitcast=True) * x0 + (p0 & -65536).to(tl.float32, bitcast=True) * x1
+                + (p1 << 16).to(tl.float32, bitcast=True) * x2 + (p1 & -65536).to(tl.float32, bitcast=True) * x3
+                + (p2 << 16).to(tl.float32, bitcast=True) * x4 + (p2 & -65536).to(tl.float32, bitcast=True) * x5
+                + (p3 << 16).to(tl.float32, bitcast=True) * x6 + (p3 & -65536).to(tl.float32, bitcast=True) * x7)
+    else:  # products and the word's sums in bf16 pairs (fma.rn.bf16x2), the two halves added in float32
+        xa, xb, xc, xd = xw
+        part = tl.inline_asm_elementwise(PTX, "=r,r,r,r,r,r", [w, xa, xb, xc, xd],
+                                         dtype=tl.int32, is_pure=True, pack=1).to(tl.float32, bitcast=True)
+    return part * scale[:, None]
+
+
+@triton.jit
+def nf4_lut_gemv_kernel(qw_ptr, absmax_ptr, code2_ptr, absmax2_ptr, offset_ptr, xw_ptr, y_ptr,  # type: ignore[no-untyped-def]
+                        n_rows, n_cols, BLOCKSIZE: tl.constexpr, BLOCKSIZE2: tl.constexpr, DOUBLE: tl.constexpr,
+                        ROWS: tl.constexpr, BLOCK_K: tl.constexpr, F32: tl.constexpr, PTX: tl.constexpr,
+                        STAGES: tl.constexpr):
+    """``y[r] = sum_k W[r, k] x[k]`` with ``W`` in bitsandbytes' NF4 layout (as :func:`nf4_gemv_kernel`), the
+    weight read as int32 words (eight 4-bit indices each) and the NF4 values looked up in registers
+    (``PTX``, :func:`nf4_ptx`) instead of from memory. bf16 ``x`` read as int32 pairs (``xw_ptr``); ``K`` a
+    multiple of ``BLOCK_K``, itself a multiple of ``BLOCKSIZE`` (a multiple of 8).
+
+    Each program takes ``ROWS`` (1, 2 or 4) consecutive rows; a step of ``BLOCK_K`` elements is held as
+    ``[BLOCK_K // BLOCKSIZE, BLOCKSIZE // 8]`` words, so one scale per quantisation block broadcasts over its
+    words, and the step's activations are read once for all the rows. With ``STAGES`` > 1 Triton pipelines
+    the loop: the loads of the next ``STAGES - 1`` steps are issued as asynchronous copies to shared memory
+    before this step's arithmetic. Each word's eight products with the bf16-rounded NF4 values are summed in
+    float32 (``F32``) or in bf16 pairs (:func:`nf4_ptx`), then times the block's float32 scale into float32
+    accumulators; one reduction per row at the end, rounded to ``y``'s dtype. Rows past ``n_rows`` compute
+    row ``n_rows - 1`` and are not stored."""
+    G: tl.constexpr = BLOCK_K // BLOCKSIZE
+    WPB: tl.constexpr = BLOCKSIZE // 8
+    pid = tl.program_id(0)
+    r0 = pid * ROWS
+    last = n_rows - 1
+    words_per_row = n_cols // 8
+    blocks_per_row = n_cols // BLOCKSIZE
+    wi = tl.arange(0, G)[:, None] * WPB + tl.arange(0, WPB)[None, :]  # [G, WPB] the word within a step
+    offset = tl.load(offset_ptr) if DOUBLE else 0.0
+    ra = tl.minimum(r0, last)
+    rb = tl.minimum(r0 + 1, last)
+    rc = tl.minimum(r0 + 2, last)
+    rd = tl.minimum(r0 + 3, last)
+    acc_a = tl.zeros([G, WPB], dtype=tl.float32)
+    acc_b = tl.zeros([G, WPB], dtype=tl.float32)
+    acc_c = tl.zeros([G, WPB], dtype=tl.float32)
+    acc_d = tl.zeros([G, WPB], dtype=tl.float32)
+    for k0 in tl.range(0, n_cols, BLOCK_K, num_stages=STAGES):
+        xo = 4 * (k0 // 8 + wi)  # the first of the four x words under each weight word
+        xa = tl.load(xw_ptr + xo)
+        xb = tl.load(xw_ptr + xo + 1)
+        xc = tl.load(xw_ptr + xo + 2)
+        xd = tl.load(xw_ptr + xo + 3)
+        xw = (xa, xb, xc, xd)
+        xf = ((xa << 16).to(tl.float32, bitcast=True), (xa & -65536).to(tl.float32, bitcast=True),
+              (xb << 16).to(tl.float32, bitcast=True), (xb & -65536).to(tl.float32, bitcast=True),
+              (xc << 16).to(tl.float32, bitcast=True), (xc & -65536).to(tl.float32, bitcast=True),
+              (xd << 16).to(tl.float32, bitcast=True), (xd & -65536).to(tl.float32, bitcast=True))
+        w, sc = _nf4_load(qw_ptr, absmax_ptr, code2_ptr, absmax2_ptr, offset, ra, k0, words_per_row, blocks_per_row,
+                          BLOCKSIZE, BLOCKSIZE2, DOUBLE, BLOCK_K)
+        acc_a += _nf4_dot(w, sc, xw, xf, PTX, F32)
+        if ROWS >= 2:
+            w, sc = _nf4_load(qw_ptr, absmax_ptr, code2_ptr, absmax2_ptr, offset, rb, k0, words_per_row,
+                              blocks_per_row, BLOCKSIZE, BLOCKSIZE2, DOUBLE, BLOCK_K)
+            acc_b += _nf4_dot(w, sc, xw, xf, PTX, F32)
+        if ROWS >= 4:
+            w, sc = _nf4_load(qw_ptr, absmax_ptr, code2_ptr, absmax2_ptr, offset, rc, k0, words_per_row,
+                              blocks_per_row, BLOCKSIZE, BLOCKSIZE2, DOUBLE, BLOCK_K)
+            acc_c += _nf4_dot(w, sc, xw, xf, PTX, F32)
+            w, sc = _nf4_load(qw_ptr, absmax_ptr, code2_ptr, absmax2_ptr, offset, rd, k0, words_per_row,
+                              blocks_per_row, BLOCKSIZE, BLOCKSIZE2, DOUBLE, BLOCK_K)
+            acc_d += _nf4_dot(w, sc, xw, xf, PTX, F32)
+    out = y_ptr.dtype.element_ty
+    tl.store(y_ptr + r0, tl.sum(tl.sum(acc_a, axis=1), axis=0).to(out), mask=r0 <= last)
+    if ROWS >= 2:
+        tl.store(y_ptr + r0 + 1, tl.sum(tl.sum(acc_b, axis=1), axis=0).to(out), mask=r0 + 1 <= last)
+    if ROWS >= 4:
+        tl.store(y_ptr + r0 + 2, tl.sum(tl.sum(acc_c, axis=1), axis=0).to(out), mask=r0 + 2 <= last)
+        tl.store(y_ptr + r0 + 3, tl.sum(tl.sum(acc_d, axis=1), axis=0).to(out), mask=r0 + 3 <= last)
+
+
 @triton.jit
 def int8_gemv_kernel(w_ptr, scb_ptr, x_ptr, y_ptr, n_rows, n_cols, stride_w,  # type: ignore[no-untyped-def]
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
@@ -146,4 +312,32 @@ def gemv_int8_op(x: torch.Tensor, cb: torch.Tensor, scb: torch.Tensor, block_n: 
     torch.library.wrap_triton(int8_gemv_kernel)[grid](
         cb, scb, x, y, n_rows, n_cols, cb.stride(0), BLOCK_N=block_n, BLOCK_K=block_k,
         EVEN_K=n_cols % block_k == 0, num_warps=num_warps)
+    return y
+
+
+@torch.library.triton_op("holodesk::gemv_nf4_lut", mutates_args=())
+def gemv_nf4_lut_op(x: torch.Tensor, packed: torch.Tensor, absmax: torch.Tensor, absmax2: torch.Tensor,
+                    code2: torch.Tensor, offset: torch.Tensor, lut: list[int], n_rows: int, n_cols: int,
+                    blocksize: int, blocksize2: int, double: bool, rows: int, block_k: int, num_warps: int,
+                    stages: int, f32: bool) -> torch.Tensor:
+    """``torch.ops.holodesk.gemv_nf4_lut``: bf16 ``x [1, K]`` times the NF4 weight ``[N, K]`` (``packed`` uint8
+    ``[N * K / 2, 1]`` and its quantisation state; ``lut``: the NF4 values' bf16 byte planes, eight unsigned
+    32-bit words, :func:`.quant.nf4_lut`) -> ``[1, N]`` bf16, by :func:`nf4_lut_gemv_kernel` with ``rows`` rows
+    a program and a loop pipelined ``stages`` deep; ``K`` a multiple of ``block_k``, itself a multiple of
+    ``blocksize``.
+
+    Raises:
+        ValueError: ``x`` not bf16, ``K`` not a multiple of ``block_k``, ``rows`` not 1, 2 or 4, or ``lut`` not
+            eight words.
+    """
+    if (x.dtype != torch.bfloat16 or n_cols % block_k or block_k % blocksize or rows not in (1, 2, 4)
+            or len(lut) != 8):
+        raise ValueError("the NF4 lookup kernel needs bf16 activations, K a multiple of block_k (a multiple of "
+                         "the blocksize), 1, 2 or 4 rows a program and eight table words")
+    y = torch.empty(1, n_rows, dtype=x.dtype, device=x.device)
+    grid = (triton.cdiv(n_rows, rows),)
+    torch.library.wrap_triton(nf4_lut_gemv_kernel)[grid](
+        packed.view(-1).view(torch.int32), absmax, code2, absmax2, offset, x.view(torch.int32), y, n_rows, n_cols,
+        BLOCKSIZE=blocksize, BLOCKSIZE2=blocksize2, DOUBLE=double, ROWS=rows, BLOCK_K=block_k, F32=f32,
+        PTX=nf4_ptx(tuple(lut), dot=not f32), STAGES=stages, num_warps=num_warps)
     return y
