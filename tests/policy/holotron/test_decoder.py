@@ -6,6 +6,7 @@ eagerly; the GPU tests add torch.compile and CUDA graphs and compare them with t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import pytest
@@ -328,12 +329,44 @@ def test_projection_modules_are_called_as_modules() -> None:
 
 
 # ---------------------------------------------------------------- load-time fallbacks (forced, CPU)
+class FakeGraph:
+    """Stands in for a CUDA graph on the CPU (no CUDA capture here): records the body and its arguments
+    without running them; ``replay()`` runs the body eagerly and counts the replays."""
+
+    def __init__(self, body: object, args: tuple[int, ...]) -> None:
+        self.body, self.args, self.replays = body, args, 0
+
+    def replay(self) -> None:
+        self.replays += 1
+        with torch.inference_mode():
+            self.body(*self.args)  # type: ignore[operator]
+
+
+def _fake_capture(monkeypatch: pytest.MonkeyPatch, fails: object = lambda body, args: False) -> list[tuple[int, ...]]:
+    """Replace the CUDA parts of recording a graph by fakes: the capture stream by no stream, the capture by
+    a :class:`FakeGraph` (or a RuntimeError while ``fails(body, args)``). Returns the ``args`` of every
+    recording attempt, in order."""
+    attempts: list[tuple[int, ...]] = []
+
+    def record(self: StaticDecoder, body: object, *args: int) -> FakeGraph:
+        attempts.append(args)
+        if fails(body, args):  # type: ignore[operator]
+            raise RuntimeError("forced recording failure")
+        return FakeGraph(body, args)
+
+    monkeypatch.setattr(StaticDecoder, "_capture_stream", lambda self: contextlib.nullcontext())
+    monkeypatch.setattr(StaticDecoder, "_record", record)
+    return attempts
+
+
 def _forced(monkeypatch: pytest.MonkeyPatch, start: Setup, fails: object) -> StaticDecoder:
     """A decoder whose decode capture raises while ``fails(setup)`` (a fake of the CUDA capture, which
-    cannot run here) and whose prefill capture succeeds, started from ``start`` as on a GPU."""
+    cannot run here) and whose prefill capture succeeds, started from ``start`` as on a GPU; graphs
+    recorded on first use afterwards are :class:`FakeGraph` s."""
     lm = tiny_lm(seed=3)
+    _fake_capture(monkeypatch)
 
-    def capture_decode(self: StaticDecoder) -> None:
+    def capture_decode(self: StaticDecoder, windows: list[int]) -> None:
         if fails(self.setup):  # type: ignore[operator]
             raise RuntimeError("forced capture failure")
 
