@@ -71,10 +71,10 @@ def planned_decoder(decoder: str, *, cuda: bool, precision: str) -> str:
     if not cuda:
         return "static, eager: no CUDA GPU, so no CUDA graphs (slow path)"
     if precision == "bf16":
-        return "static: compiled blocks, decode replayed as CUDA graphs captured at load (fast path)"
+        return "static: compiled blocks, decode replayed as CUDA graphs recorded on first use (fast path)"
     fmt = "NF4" if precision == "4bit" else "int8 weight-only"
     return (f"static with bitsandbytes {precision} weights: compiled blocks, decode reads the {fmt} storage through "
-            "Triton matrix-vector kernels, replayed as CUDA graphs captured at load; prefill calls bitsandbytes' "
+            "Triton matrix-vector kernels, replayed as CUDA graphs recorded on first use; prefill calls bitsandbytes' "
             "modules (fast path; where no kernel serves a projection decode calls the modules uncompiled, the "
             "slow path: logged at load and shown here)")
 
