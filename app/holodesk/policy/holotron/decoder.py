@@ -18,8 +18,8 @@ Mamba-state snapshots let the next prompt resume.
 Graphs are recorded on first use (:meth:`StaticDecoder._run`), all in one cache and one memory pool: a window
 or (segment, padded length) without a graph runs eagerly (the real computation, which also compiles and
 autotunes what it needs), then its graph is recorded without executing anything, and later uses replay it.
-:meth:`StaticDecoder.capture` applies this at load to the shapes the warm-up needs (a full chunk first, and
-the given decode windows); a failure there falls back once, at load, to the next simpler configuration
+:meth:`StaticDecoder.capture` applies this at load to the shapes the warm-up needs (the given decode windows,
+and a full chunk, the first prefill call); a failure there falls back once, at load, to the next simpler configuration
 (:meth:`Setup.simpler`), and a failure to record a graph later leaves that shape eager; each is logged and
 kept in ``notes``.
 """
@@ -316,7 +316,9 @@ class StaticDecoder:
         of a shape compiles and autotunes what it needs), and, where graphs of its kind are recorded on first
         use (or ``load``), record it right after without executing anything (:meth:`_record`): the live state,
         ``pos`` and the pad buffers are what the eager pass left. The eager pass and the recording run on the
-        capture stream, the main stream waiting for them. Seconds spent recording after load go to
+        capture stream, the main stream waiting for them, and always without autograd outside inference mode
+        (the compiled block functions' guards see one mode wherever the step is called from; the body reads
+        and writes only the state, the buffers and the weights). Seconds spent recording after load go to
         :attr:`lazy_captures`.
 
         Raises:
@@ -331,7 +333,8 @@ class StaticDecoder:
             return
         kind = "decode" if len(key) == 1 else "prefill"
         record = load or (kind in self._recording and key not in self._uncaptured)
-        with torch.inference_mode(), (self._capture_stream() if record else contextlib.nullcontext()):
+        with torch.inference_mode(False), torch.no_grad(), (
+                self._capture_stream() if record else contextlib.nullcontext()):
             body(*args)
             if not record:
                 return
