@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from typing import Any
 
 import pytest
 
@@ -717,3 +718,39 @@ def test_gpu_shapes_first_used_in_a_session_are_recorded_and_replayed_like_eager
     used = LAZY_NEW | {(k, 64) for k in range(3)}  # window 32 (recorded at load) is not used by a 90-token prompt
     assert all(fast.graphs[key].replays > 0 for key in used), {  # type: ignore[attr-defined]
         key: g.replays for key, g in fast.graphs.items()}  # type: ignore[attr-defined]
+
+
+@cuda
+def test_gpu_a_capture_failing_on_a_first_use_leaves_that_length_eager(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real capture that raises inside (after ``capture_begin``, the body's kernels recorded) on the first
+    use of segment 1 over 32 rows: the step goes on, the session equals the eager decoder's twice over, the
+    32-row segments 1 and 2 stay eager (segment 0's graph, recorded before, replays), every other shape is
+    still recorded, and one note says so."""
+    lm = tiny_lm(seed=3, device="cuda")
+    fuse_qkv_by_hand(lm)
+    ids = prompt(90, seed=5, device="cuda")
+    real = StaticDecoder._record
+
+    def record(self: StaticDecoder, body: Any, *args: int) -> torch.cuda.CUDAGraph:
+        def failing(*a: int) -> None:
+            body(*a)
+            raise RuntimeError("forced failure inside the capture")
+
+        return real(self, failing if args == (1, 32) else body, *args)
+
+    monkeypatch.setattr(StaticDecoder, "_record", record)
+    fast = StaticDecoder(lm, **LAZY)
+    fast.capture()
+    assert fast.notes == [], fast.notes
+    eager = StaticDecoder(lm, **LAZY, eager=True)
+    want_tokens, want = _session(eager, lm, ids, LAZY_RUNS)
+    for session in range(2):
+        _tokens, got = _session(fast, lm, ids, LAZY_RUNS, chosen=want_tokens)
+        assert got.argmax(-1).tolist() == want.argmax(-1).tolist(), session
+        assert rel(got, want) < 1e-3, (session, rel(got, want))
+        for i in fast.state.ssm:
+            assert rel(fast.state.ssm[i], eager.state.ssm[i]) < 1e-3, (session, i)
+        fast.state.reset()
+    assert set(fast.graphs) == {(32,), (0, 64), (1, 64), (2, 64)} | (LAZY_NEW - {(1, 32), (2, 32)}), sorted(fast.graphs)
+    (note,) = fast.notes
+    assert note.startswith("recording the CUDA graph of the prefill over 32 padded rows failed on its first use")
