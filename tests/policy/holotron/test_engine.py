@@ -301,13 +301,17 @@ def test_gpu_static_engine_graphs_equal_stock(tiny_dir, monkeypatch: pytest.Monk
     assert report["prefill"].startswith("Triton") and report["notes"] == [], report
     # the warm-up recorded the graphs of its shapes the load did not (e.g. its 3-token jump-forward pass)
     assert report["warm_up_captures"]["count"] > 0 and report["lazy_captures"]["count"] == 0, report
+    assert policy.engine is not None
+    at_load = set(policy.engine.decoder.graphs)
     first_logits = _spy_prefill_logits(policy, monkeypatch)
     observations: list[Observation] = []
     static = _episode(policy, frames, observations=observations)
     assert [p.raw_text for p in static] == [p.raw_text for p in stock]
     assert static[1].extra["reused_tokens"] > 0
     after = policy.kernel_report()["decoder"]  # the steps' shapes the warm-up did not use: recorded on first use
-    assert after["notes"] == [] and after["lazy_captures"]["count"] == len(after["lazy_captures"]["graphs"]), after
+    recorded = [tuple(key) for key in after["lazy_captures"]["graphs"]]
+    assert after["notes"] == [] and len(recorded) == after["lazy_captures"]["count"], after
+    assert set(recorded) == set(policy.engine.decoder.graphs) - at_load and len(set(recorded)) == len(recorded)
     for got, obs in zip(first_logits, observations, strict=True):
         ref = _reference_logits(policy, obs)
         assert torch.allclose(got, ref, rtol=1e-3, atol=1e-3), float((got - ref).abs().max())
