@@ -28,11 +28,11 @@ processes, with the page cache cold and warm, against the file-read floor.
 Reported per process: ``startup_s`` (spawn -> interpreter up), ``imports_s``, ``load_s`` (imports ->
 weights), ``capture_s`` (weights -> graphs ready; split by :func:`_engine_split`), ``first_proposal_s``,
 ``total_s`` (spawn -> first proposal), each step's wall time and graphs recorded on first use, and
-``load_over_floor`` = ``load_s`` / the
-read floor of the same cache state. Target (issue 16): ``load_over_floor`` <= 2 and ``capture_s`` <= 10 s;
-the verdict is printed and kept in the JSON. A missed target is not a failed check; these are (listed in
-``checks_failed``, exit status 1): a child that fails or times out, a ``propose`` that raises, and on CUDA
-Mamba-2 kernels that are not live (unless ``--allow-fallback``).
+``load_over_floor`` = ``load_s`` / the read floor of the same cache state. Target (issue 16):
+``load_over_floor`` <= 2 and ``capture_s`` <= 10 s; the verdict is printed and kept in the JSON. A missed
+target is not a failed check; these are (listed in ``checks_failed``, exit status 1): a child that fails or
+times out, a ``propose`` that raises, and on CUDA Mamba-2 kernels that are not live (unless
+``--allow-fallback``).
 """
 
 from __future__ import annotations
