@@ -61,6 +61,7 @@ def test_cold_start_runs_fresh_processes_on_the_tiny_checkpoint(tmp_path: Path) 
         assert step["generated_tokens"] > 0 and run["propose_error"] is None
         assert run["engine"]["decoder"] == "static" and run["engine"]["eager"] is True  # CPU: no graphs
         assert run["engine"]["capture_seconds"] == {} and run["prefill_capture_s"] is None  # nothing captured
+        assert step["lazy_captures"] == {"count": 0, "seconds": 0.0}  # nor recorded on first use (eager)
         assert 0 <= run["engine_build_s"] <= run["engine_setup_s"] <= run["capture_s"] + 0.01  # (rounded)
 
     # an existing folder (--checkpoint): measured as it is, nothing written; one warm process
@@ -158,3 +159,11 @@ def test_cold_start_runs_are_cold_or_warm() -> None:
     assert modes("cold, warm,cold") == ["cold", "warm", "cold"]
     with pytest.raises(HolodeskError, match="cold and warm"):
         modes("hot")
+
+
+def test_a_steps_graphs_recorded_on_first_use_in_words() -> None:
+    from holodesk.bench.cold_start import _lazy_words
+
+    assert _lazy_words({"lazy_captures": {"count": 14, "seconds": 0.52}}) == "14 in 0.52 s"
+    assert _lazy_words({"lazy_captures": {"count": 0, "seconds": 0.0}}) == "0 in 0.0 s"
+    assert _lazy_words({"lazy_captures": None}) == "-" and _lazy_words({}) == "-"

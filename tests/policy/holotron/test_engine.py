@@ -225,6 +225,40 @@ def test_a_failing_warm_up_is_noted_logged_shown_by_doctor_and_steps_still_run( 
     assert got.raw_text == HolotronPolicy(tiny_loaded, decoder="stock", **kw).propose(obs).raw_text
 
 
+def test_a_graph_failing_on_its_first_use_in_a_step_is_noted_logged_and_shown_by_doctor(  # type: ignore[no-untyped-def]
+        tiny_loaded, frames: list[Frame], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Recording a prefill length's graph on its first use in a step fails (the CUDA capture replaced by fakes,
+    as on a GPU: it cannot run here): the step still gives the stock decoder's reply, and the note is in
+    describe(), in the log and in doctor's record, which the step rewrote."""
+    from holodesk import doctor
+    from holodesk.policy.holotron.decoder import Setup
+    from holodesk.policy.holotron.engine import StaticEngine, static_cache_tokens
+    from tests.policy.holotron.test_decoder import _fake_capture
+
+    kw = {"max_new_tokens": 96, "max_string_chars": 12}
+    policy = HolotronPolicy(tiny_loaded, decoder="static", **kw)
+    max_len = static_cache_tokens(tiny_loaded, max_images=3, max_new_tokens=96, max_think_tokens=0, reasoning=False)
+    engine = StaticEngine(tiny_loaded, max_len=max_len, warm_up=False)
+    d = engine.decoder
+    attempts = _fake_capture(monkeypatch, lambda body, args: len(args) == 2 and args[1] != d.chunk)
+    d.eager = False
+    d._apply(Setup(compiled=False, gemv={}, graphs=True))
+    d.capture()  # as on a GPU at load: the decode window of a 0-token state and a full chunk
+    assert d.notes == [] and set(d.graphs) == {(d.state.bucket,)} | {(k, d.chunk) for k in range(len(d._segs))}
+    policy.engine = engine
+    assert doctor._kernels()["static decoder at its last load"]["notes"] == "none"  # recorded when built
+    obs = Observation(task="t", frame=frames[0])
+    with caplog.at_level("WARNING", logger="holodesk.policy.holotron.decoder"):
+        got = policy.propose(obs)
+    assert got.raw_text == HolotronPolicy(tiny_loaded, decoder="stock", **kw).propose(obs).raw_text
+    notes = engine.describe()["notes"]
+    assert notes and all(n.startswith("recording the CUDA graph of the prefill over") for n in notes), notes
+    assert [r.getMessage() for r in caplog.records if r.name == "holodesk.policy.holotron.decoder"] == [
+        f"static decoder: {n}" for n in notes]
+    assert len(notes) == len({args[1] for args in attempts if args[1:] and args[1] != d.chunk})  # one per length
+    assert doctor._kernels()["static decoder at its last load"]["notes"] == notes
+
+
 def test_a_rejected_reply_carries_its_timings_and_decoder(tiny_loaded, frames: list[Frame]) -> None:  # type: ignore[no-untyped-def]
     """A reply cut before its JSON closes is rejected; the error carries the step's timings and details so
     the episode record keeps them (the newcomer check found them missing)."""
@@ -265,11 +299,19 @@ def test_gpu_static_engine_graphs_equal_stock(tiny_dir, monkeypatch: pytest.Monk
     report = policy.kernel_report()["decoder"]
     assert report["decode"].startswith("compiled blocks") and report["decode_graphs"], report
     assert report["prefill"].startswith("Triton") and report["notes"] == [], report
+    # the warm-up recorded the graphs of its shapes the load did not (e.g. its 3-token jump-forward pass)
+    assert report["warm_up_captures"]["count"] > 0 and report["lazy_captures"]["count"] == 0, report
+    assert policy.engine is not None
+    at_load = set(policy.engine.decoder.graphs)
     first_logits = _spy_prefill_logits(policy, monkeypatch)
     observations: list[Observation] = []
     static = _episode(policy, frames, observations=observations)
     assert [p.raw_text for p in static] == [p.raw_text for p in stock]
     assert static[1].extra["reused_tokens"] > 0
+    after = policy.kernel_report()["decoder"]  # the steps' shapes the warm-up did not use: recorded on first use
+    recorded = [tuple(key) for key in after["lazy_captures"]["graphs"]]
+    assert after["notes"] == [] and len(recorded) == after["lazy_captures"]["count"], after
+    assert set(recorded) == set(policy.engine.decoder.graphs) - at_load and len(set(recorded)) == len(recorded)
     for got, obs in zip(first_logits, observations, strict=True):
         ref = _reference_logits(policy, obs)
         assert torch.allclose(got, ref, rtol=1e-3, atol=1e-3), float((got - ref).abs().max())

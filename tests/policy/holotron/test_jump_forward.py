@@ -305,8 +305,8 @@ def test_gpu_jump_forward_replies_equal_one_step_per_token(tiny_dir) -> None:  #
     info = engine.describe()
     assert info["decode"].startswith("compiled blocks") and info["decode"].endswith("CUDA graphs"), info
     assert info["notes"] == [] and "segment graphs" in info["prefill"], info
-    short = engine.decoder.short_rows
-    assert short == [8, 16, 32, 64] and {(0, r) for r in short} <= set(engine.decoder.graphs), short
+    d = engine.decoder  # at load: a full chunk, and on first use in the warm-up its 3-token pass (8 rows)
+    assert d.short_rows == [8, 16, 32, 64] and {(0, d.chunk), (0, 8)} <= set(d.graphs), sorted(d.graphs)
     constraint = Sampled(loaded, runtime.cap_strings(get_protocol("agent-loop-v1").json_schema(), 12))
     constraint.record_gaps = True
     totals = {False: 0, True: 0}
@@ -334,3 +334,4 @@ def test_gpu_jump_forward_replies_equal_one_step_per_token(tiny_dir) -> None:  #
             ties += not _agree(stock.token_ids, slow.token_ids, gaps, ("stock", seed))
     assert ties <= 2, ties
     assert totals[True] <= 0.75 * totals[False], totals
+    assert engine.describe()["notes"] == [], engine.describe()["notes"]  # no graph failed on its first use

@@ -278,7 +278,8 @@ def test_gpu_captured_quantised_decoder_equals_the_module_path(mode: str) -> Non
     got = quant_cases.decoder_errors(lm, prompt(20, seed=7, device="cuda"), (4, 64, 4), graphs=True)
     assert got["notes"] == [] and got["setup_kernels"] and got["same_storage"], got
     assert got["decode"].startswith("compiled blocks") and got["decode"].endswith("CUDA graphs"), got
-    assert got["graphs"] == [32, 64] and got["quantised_projections"] == 18, got
+    # window 32: recorded at load, and the only one a 20-token prompt and 6 steps use (64 would be on first use)
+    assert got["graphs"] == [32] and got["quantised_projections"] == 18, got
     # bf16 activations; the module path rounds the dequantised weight to bf16 (NF4 through bitsandbytes'
     # module, int8 weight-only through quant.matmul), the kernels do not
     assert max(got["errors"]) < 3e-2, got["errors"]

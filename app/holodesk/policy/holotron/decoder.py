@@ -1,7 +1,7 @@
 """Static prefill and greedy decoding for transformers' NemotronH (the Holotron-12B language model).
 
 :class:`StaticDecoder` keeps all decoder state in tensors allocated once (:class:`~.state.DecoderState`), so a
-decode step is a fixed sequence of kernels over fixed addresses, captured as a CUDA graph at load and replayed
+decode step is a fixed sequence of kernels over fixed addresses, recorded as a CUDA graph and replayed
 per token (stock ``generate()`` launches ~1300 small kernels from Python per token). It never changes the
 model: it reads its weights and calls its embedding, final norm and head modules.
 
@@ -13,15 +13,21 @@ jump-forward's :meth:`StaticDecoder.extend`, to the smallest of :attr:`StaticDec
 it); the Mamba/MLP blocks between two attention layers form a segment that reads the real length from the
 device, one CUDA graph per (segment, padded length); attention runs eagerly on the real rows
 (:func:`.blocks.attention_chunk`).
-Mamba-state snapshots let the next prompt resume. :meth:`StaticDecoder.capture` fills the one graph cache
-(one memory pool); a failure there falls back once, at load, to the next simpler configuration
-(:meth:`Setup.simpler`), logged and kept in ``notes``.
+Mamba-state snapshots let the next prompt resume.
+
+Graphs are recorded on first use (:meth:`StaticDecoder._run`), all in one cache and one memory pool: a window
+or (segment, padded length) without a graph runs eagerly (the real computation, which also compiles and
+autotunes what it needs), then its graph is recorded without executing anything, and later uses replay it.
+:meth:`StaticDecoder.capture` applies this at load to the shapes the warm-up needs (the given decode windows,
+and a full chunk, the first prefill call); a failure there falls back once, at load, to the next simpler configuration
+(:meth:`Setup.simpler`), and a failure to record a graph later leaves that shape eager; each is logged and
+kept in ``notes``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import functools
 import itertools
 import logging
 import time
@@ -34,7 +40,7 @@ from holodesk.policy.holotron.ops import gemv, prefill, quant
 from holodesk.policy.holotron.state import ATTENTION, MAMBA, MLP, DecoderState, Embeddings, PrefillReport
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     import torch
     from torch.cuda.graphs import _POOL_HANDLE
@@ -118,8 +124,11 @@ class StaticDecoder:
         self.notes: list[str] = []
         self.capture_seconds: dict[str, float] = {}  # "decode" / "prefill": wall seconds of capture()
         self.graphs: dict[tuple[int, ...], torch.cuda.CUDAGraph] = {}  # (window,) or (segment, rows)
-        self._pool: _POOL_HANDLE | None = None  # the graphs' memory pool and capture stream (made on first use)
-        self._side: torch.cuda.Stream | None = None
+        #: (graph key, wall seconds to record it) of each graph recorded on first use after capture(), in order
+        self.lazy_captures: list[tuple[tuple[int, ...], float]] = []
+        self._recording: set[str] = set()  # "decode" / "prefill": kinds recorded on first use (set by capture())
+        self._uncaptured: set[tuple[int, ...]] = set()  # keys whose recording failed: they stay eager
+        self._pool: tuple[_POOL_HANDLE, torch.cuda.Stream] | None = None  # graphs' memory pool, capture stream
         dev, batch, hidden = self.device, 1, lm.config.hidden_size
         self.token = torch.zeros(batch, 1, dtype=torch.long, device=dev)
         self.logits = torch.zeros(batch, lm.config.vocab_size, dtype=torch.float32, device=dev)
@@ -226,21 +235,28 @@ class StaticDecoder:
         self._dargs, self._dout = (self._qargs, self._qout) if quantised else (self._args, self._out)
         self.setup = setup
 
-    def _note(self, exc: Exception, what: str, instead: str) -> None:
-        self.notes.append(f"{what} failed at load ({type(exc).__name__}: {str(exc)[:200]}); {instead}")
+    def _note(self, exc: Exception, what: str, instead: str, *, when: str = "at load") -> None:
+        self.notes.append(f"{what} failed {when} ({type(exc).__name__}: {str(exc)[:200]}); {instead}")
         log.warning("static decoder: %s", self.notes[-1])
 
-    def capture(self) -> None:
-        """At load, capture the decode graphs (one per window) and the prefill segment graphs (one per segment
-        and padded length); nothing when eager. A failing decode configuration is replaced by the next simpler
-        one until one works; failing prefill graphs leave prefill eager. Each fallback is logged and noted.
-        The wall seconds of each part (fallbacks included) go to ``capture_seconds``."""
+    def capture(self, lengths: Sequence[int] = (0,)) -> None:
+        """At load, record the graphs the warm-up needs by their first use (:meth:`_run`): the decode graph of
+        the window of a step with each of ``lengths`` tokens in the state (clamped to ``max_len - 1``), then
+        every prefill segment over a full chunk (Triton autotunes mamba-ssm's scan and norm kernels on their
+        first call with keys that ignore the length, so that call must be a full chunk). Nothing when eager.
+        Every other window and padded length is recorded on its first use in a session.
+
+        A failing decode configuration is replaced by the next simpler one until one works; failing prefill
+        graphs leave prefill eager. Each fallback is logged and noted. The dummy passes' state is reset after.
+        The wall seconds of each part (eager first uses and fallbacks included) go to ``capture_seconds``."""
         if self.eager:
             return
+        windows = sorted({self.state.window(min(max(int(n), 0), self.max_len - 1)) for n in lengths}, reverse=True)
         t0 = time.perf_counter()
         while self.setup.graphs:
             try:
-                self._capture_decode()
+                self._capture_decode(windows)
+                self._recording.add("decode")
                 break
             except Exception as exc:
                 self.graphs = {k: g for k, g in self.graphs.items() if len(k) != 1}
@@ -251,79 +267,130 @@ class StaticDecoder:
         t1 = time.perf_counter()
         try:
             self._capture_prefill()
+            self._recording.add("prefill")
         except Exception as exc:
             self.graphs = {k: g for k, g in self.graphs.items() if len(k) == 1}
             self.state.reset()
             self._note(exc, "capturing the prefill graphs", "prefill launches its kernels from Python")
         self.capture_seconds = {"decode": t1 - t0, "prefill": time.perf_counter() - t1}
 
-    def _capture(self, key: tuple[int, ...], prepare: Callable[[], object], body: Callable[..., None],
-                 *args: int, warm: int) -> None:
-        """``prepare()`` then ``body(*args)`` ``warm`` times eagerly (Triton and inductor compile and autotune),
-        then ``prepare()`` and ``body(*args)`` captured as graph ``key``, all on a side stream, in the pool."""
-        import torch
+    def _capture_decode(self, windows: Sequence[int]) -> None:
+        """First use of each decode window in ``windows`` (the largest first, so that the pool then fits the
+        smaller ones) on a dummy state: ``token`` 0 at position 0; the state is reset after.
 
-        if self._pool is None or self._side is None:
-            self._pool, self._side = torch.cuda.graph_pool_handle(), torch.cuda.Stream()
-        main, side = torch.cuda.current_stream(), self._side
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
-            for _ in range(warm):
-                prepare()
-                body(*args)
-            prepare()
-            graph = torch.cuda.CUDAGraph()
-            graph.capture_begin(pool=self._pool)
-            try:
-                body(*args)
-            finally:
-                graph.capture_end()
-        main.wait_stream(side)
-        self.graphs[key] = graph
-
-    def _capture_decode(self) -> None:
-        """One graph per window, the largest first (the pool then fits the smaller ones)."""
-        import torch
-
-        self.state.reset()
-        with torch.no_grad():
-            for w in range(self.max_len, 0, -self.state.bucket):
-                self._capture((w,), self.state.pos.zero_, self._step_body, w, warm=2)
-        torch.cuda.synchronize()
+        Raises:
+            Exception: whatever the eager pass (compiling, autotuning) or the recording raised.
+        """
         self.state.reset()
         self.token.zero_()
-        self.logits.zero_()
+        try:
+            for w in windows:
+                self.state.pos.zero_()
+                self._run((w,), self._step_body, w, load=True)
+        finally:
+            self._synchronize()
+            self.state.reset()
+            self.token.zero_()
+            self.logits.zero_()
 
     def _capture_prefill(self) -> None:
-        """One graph per segment and padded length, the longest first: Triton autotunes mamba-ssm's scan and
-        norm kernels on their first call with keys that ignore the length, so that must be a full chunk. The
-        :attr:`short_rows` lengths come last; if one of them fails, short passes are padded to
-        ``prefill_bucket`` rows instead (noted) and the other graphs stay."""
-        import torch
+        """First use of every segment over a full chunk of zeroed pad buffers, all rows real; the state
+        (which the dummy pass changed) is reset after.
 
+        Raises:
+            Exception: whatever the eager pass or the recording raised.
+        """
         self._pbuf_h.zero_()
         self._pbuf_p.zero_()
+        self._n_real.fill_(self.chunk)
         try:
-            with torch.no_grad():
-                for rows in range(self.chunk, 0, -self.prefill_bucket):
-                    self._capture_segments(rows)
-                try:
-                    for rows in reversed(self.short_rows):
-                        self._capture_segments(rows)
-                except Exception as exc:
-                    self.graphs = {key: g for key, g in self.graphs.items() if len(key) == 1 or key[1] not in
-                                   self.short_rows}
-                    self._note(exc, "capturing the short-pass graphs",
-                               f"short passes are padded to {self.prefill_bucket} rows")
-                    self.short_rows = []
+            for k in range(len(self._segs)):
+                self._run((k, self.chunk), self._segment, k, self.chunk, load=True)
         finally:
-            torch.cuda.synchronize()
+            self._synchronize()
             self.state.reset()
 
-    def _capture_segments(self, rows: int) -> None:
-        """Capture every segment over ``rows`` padded rows."""
-        for k in range(len(self._segs)):
-            self._capture((k, rows), functools.partial(self._n_real.fill_, rows), self._segment, k, rows, warm=1)
+    def _run(self, key: tuple[int, ...], body: Callable[..., None], *args: int, load: bool = False) -> None:
+        """Run ``body(*args)`` (:meth:`_step_body` with key ``(window,)``, :meth:`_segment` with key ``(segment,
+        rows)``): replay graph ``key`` when recorded; else run it eagerly, the real computation (the first call
+        of a shape compiles and autotunes what it needs), and, where graphs of its kind are recorded on first
+        use (or ``load``), record it right after without executing anything (:meth:`_record`): the live state,
+        ``pos`` and the pad buffers are what the eager pass left. The eager pass and the recording run on the
+        capture stream, the main stream waiting for them, and always without autograd outside inference mode
+        (the compiled block functions' guards see one mode wherever the step is called from; the body reads
+        and writes only the state, the buffers and the weights). Seconds spent recording after load go to
+        :attr:`lazy_captures`.
+
+        Raises:
+            Exception: what the eager pass raises; with ``load``, also what the recording raises (else a failed
+                recording leaves ``key``, and every segment of the same length, eager: logged, noted).
+        """
+        import torch
+
+        graph = self.graphs.get(key)
+        if graph is not None:
+            graph.replay()
+            return
+        kind = "decode" if len(key) == 1 else "prefill"
+        record = load or (kind in self._recording and key not in self._uncaptured)
+        with torch.inference_mode(False), torch.no_grad(), (
+                self._capture_stream() if record else contextlib.nullcontext()):
+            body(*args)
+            if not record:
+                return
+            t0 = time.perf_counter()
+            try:
+                self.graphs[key] = self._record(body, *args)
+            except Exception as exc:
+                if load:
+                    raise
+                what = f"decode window {key[0]}" if kind == "decode" else f"the prefill over {key[1]} padded rows"
+                self._uncaptured |= {key} if kind == "decode" else {(k, key[1]) for k in range(len(self._segs))}
+                self._note(exc, f"recording the CUDA graph of {what}", "it runs eagerly (kernels launched from "
+                           "Python) from now on", when="on its first use")
+                return
+            if not load:
+                self.lazy_captures.append((key, time.perf_counter() - t0))
+
+    @contextlib.contextmanager
+    def _capture_stream(self) -> Iterator[None]:
+        """The capture stream (made with the graphs' memory pool on first use) as the current stream, after
+        the work queued on the current one; the current stream waits for it on leaving."""
+        import torch
+
+        if self._pool is None:
+            self._pool = (torch.cuda.graph_pool_handle(), torch.cuda.Stream())
+        main, side = torch.cuda.current_stream(), self._pool[1]
+        side.wait_stream(main)
+        try:
+            with torch.cuda.stream(side):
+                yield
+        finally:
+            main.wait_stream(side)
+
+    def _record(self, body: Callable[..., None], *args: int) -> torch.cuda.CUDAGraph:
+        """``body(*args)`` recorded as a CUDA graph on the current (capture) stream in the graphs' pool; nothing
+        runs (its temporaries come from the pool and are free again when it returns).
+
+        Raises:
+            RuntimeError: the capture failed (e.g. an operation that cannot be captured, out of memory).
+        """
+        import torch
+
+        graph = torch.cuda.CUDAGraph()
+        graph.capture_begin(pool=None if self._pool is None else self._pool[0])
+        try:
+            body(*args)
+        finally:
+            graph.capture_end()
+        return graph
+
+    def _synchronize(self) -> None:
+        """Wait for the device (CUDA only)."""
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def _step_body(self, window: int) -> None:
         """The captured work: ``token`` -> ``logits``, the greedy ``token``, ``pos += 1`` (no host sync)."""
@@ -348,17 +415,10 @@ class StaticDecoder:
     def step(self) -> torch.Tensor:
         """Decode one token: consume ``token``, write ``logits`` ``[B, vocab]`` float32 (returned; overwritten by
         the next step) and the greedy next ``token`` (to constrain, ``token.copy_()`` another before the next
-        call). Replays the window's graph when captured."""
-        import torch
-
+        call). Replays the window's graph, or runs eagerly and records it on the window's first use (:meth:`_run`)."""
         st = self.state
         window = st.window(st.length)
-        graph = self.graphs.get((window,))
-        if graph is not None:
-            graph.replay()
-        else:
-            with torch.no_grad():
-                self._step_body(window)
+        self._run((window,), self._step_body, window)
         st.length += 1
         return self.logits
 
@@ -385,8 +445,9 @@ class StaticDecoder:
             self._pbuf_h[:, :rows].copy_(h)
 
     def _forward_chunk(self, h: torch.Tensor, start: int) -> torch.Tensor:
-        """Every block over a chunk ``h [B, T, H]`` at ``[start, start + T)``, padded: segments replayed when
-        captured (else run), attention on the real rows. Returns the stream before ``norm_f`` (a buffer view)."""
+        """Every block over a chunk ``h [B, T, H]`` at ``[start, start + T)``, padded: segments by :meth:`_run`
+        (replayed, or run and recorded on a padded length's first use), attention on the real rows. Returns the
+        stream before ``norm_f`` (a buffer view)."""
         t = int(h.shape[1])
         bucketed = min(self.chunk, -(-t // self.prefill_bucket) * self.prefill_bucket)
         rows = next((r for r in self.short_rows if r >= t), bucketed)
@@ -394,11 +455,7 @@ class StaticDecoder:
         self._pbuf_h[:, t:rows].zero_()
         self._n_real.fill_(t)
         for k, (_blks, attn) in enumerate(self._segs):
-            graph = self.graphs.get((k, rows))
-            if graph is not None:
-                graph.replay()
-            else:
-                self._segment(k, rows)
+            self._run((k, rows), self._segment, k, rows)
             if attn is not None:
                 st, (o_w, scaling) = self.state, self._out[attn]
                 out = blocks.attention_chunk(self._pbuf_x[:, :t], *self._args[attn][2:], k_cache=st.k[attn],
@@ -478,8 +535,17 @@ class StaticDecoder:
         extra = (self.token, self.logits, self._pbuf_h, self._pbuf_p, self._pbuf_x)
         return self.state.nbytes() + sum(t.numel() * t.element_size() for t in extra)
 
+    def lazy_summary(self, start: int = 0, stop: int | None = None) -> dict[str, Any]:
+        """Entries ``[start:stop]`` of :attr:`lazy_captures`: ``{"count": graphs, "seconds": wall seconds spent
+        recording them (rounded to ms), "graphs": their keys}``."""
+        done = self.lazy_captures[start:stop]
+        return {"count": len(done), "seconds": round(sum(s for _key, s in done), 3),
+                "graphs": [list(key) for key, _s in done]}
+
     def describe(self) -> dict[str, Any]:
-        """What runs (for logs, doctor and the bench), with the load-time fallbacks in ``notes``."""
+        """What runs (for logs, doctor and the bench), with the fallbacks in ``notes``; ``capture_seconds``
+        is :meth:`capture` at load, ``lazy_captures`` the graphs recorded on first use since
+        (:meth:`lazy_summary`)."""
         why = prefill.fused_available(self.device)
         kernels = "Triton causal conv1d + relu^2, mamba-ssm (gated) RMSNorm" if why is None else f"torch ({why})"
         return {"decoder": "static", "eager": self.eager, "max_len": self.max_len, "state_bytes": self.nbytes(),
@@ -490,8 +556,9 @@ class StaticDecoder:
                 "decode_graphs": sorted(k[0] for k in self.graphs if len(k) == 1),
                 "prefill": f"{kernels}; chunks of {self.chunk} padded to multiples of {self.prefill_bucket} rows "
                            f"(shorter passes to {self.short_rows}); "
-                           f"{sum(len(k) == 2 for k in self.graphs)} segment graphs",
+                           f"{sum(len(k) == 2 for k in self.graphs)} segment graphs (recorded on first use)",
                 "capture_seconds": {k: round(v, 2) for k, v in self.capture_seconds.items()},
+                "lazy_captures": self.lazy_summary(),
                 "notes": list(self.notes)}
 
 

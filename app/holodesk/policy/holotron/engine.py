@@ -2,8 +2,9 @@
 on preallocated decoder state, resuming from the previous step where the prompt allows.
 
 :class:`StaticEngine` wraps :class:`~holodesk.policy.holotron.decoder.StaticDecoder` (static KV cache,
-in-place Mamba state, padded chunked prefill, decode replayed as CUDA graphs captured at load) and adds
-what a policy step needs around it:
+in-place Mamba state, padded chunked prefill, decode replayed as CUDA graphs: those of the warm-up's shapes
+recorded at load, every other attention window and padded prefill length on its first use) and adds what a
+policy step needs around it:
 
 * **Keys.** Every prompt token gets a key: its token id, or for an ``<image>`` token the serial number of
   its frame and its row in that frame. A frame's serial is tied to the pixel array object, which the
@@ -70,10 +71,10 @@ def planned_decoder(decoder: str, *, cuda: bool, precision: str) -> str:
     if not cuda:
         return "static, eager: no CUDA GPU, so no CUDA graphs (slow path)"
     if precision == "bf16":
-        return "static: compiled blocks, decode replayed as CUDA graphs captured at load (fast path)"
+        return "static: compiled blocks, decode replayed as CUDA graphs recorded on first use (fast path)"
     fmt = "NF4" if precision == "4bit" else "int8 weight-only"
     return (f"static with bitsandbytes {precision} weights: compiled blocks, decode reads the {fmt} storage through "
-            "Triton matrix-vector kernels, replayed as CUDA graphs captured at load; prefill calls bitsandbytes' "
+            "Triton matrix-vector kernels, replayed as CUDA graphs recorded on first use; prefill calls bitsandbytes' "
             "modules (fast path; where no kernel serves a projection decode calls the modules uncompiled, the "
             "slow path: logged at load and shown here)")
 
@@ -88,10 +89,12 @@ JUMP_FORWARD_OFF_QUANTIZED = (
 class StaticEngine:
     """Static-state decoding for one policy (see the module docstring).
 
-    Building it builds the decoder, captures its CUDA graphs (on CUDA, unless ``eager``; the decoder falls
-    back to simpler configurations there itself) and warms it up. What fails is recorded once, as a note
-    (logged as a warning, in :meth:`describe`, which is kept for ``holodesk doctor`` by
-    :func:`~holodesk.policy.holotron.kernels.record_decoder`); nothing is retried or rebuilt at run time.
+    Building it builds the decoder, captures the CUDA graphs the warm-up needs (on CUDA, unless ``eager``;
+    the decoder falls back to simpler configurations there itself) and warms it up, which records the graphs
+    of its other shapes on their first use; a session's other shapes are recorded on their first use in
+    :meth:`run`. What fails is recorded once, as a note (logged as a warning, in :meth:`describe`, which is
+    kept for ``holodesk doctor`` by :func:`~holodesk.policy.holotron.kernels.record_decoder`, again after a
+    step that added a note); nothing is retried or rebuilt at run time.
 
     Args:
         loaded: the loaded model.
@@ -127,7 +130,7 @@ class StaticEngine:
         self.jump_forward = not self.decoder.setup.quantized
         if not self.jump_forward:
             log.info("Holotron: %s", JUMP_FORWARD_OFF_QUANTIZED)
-        self.decoder.capture()  # no-op when eager; its own fallbacks go to decoder.notes
+        self.decoder.capture(lengths=(self._warm_up_lengths()[1],))  # no-op when eager; fallbacks: decoder.notes
         if warm_up if warm_up is not None else cuda:
             try:
                 self.warm_up()
@@ -137,13 +140,21 @@ class StaticEngine:
                         "compiles and autotunes instead")
                 log.warning("Holotron: %s", note)
                 self.notes.append(note)
+        self._lazy_from = len(self.decoder.lazy_captures)  # graphs recorded after this: by the session's steps
         self.setup_seconds = time.perf_counter() - t0
         record_decoder(self.describe())
+
+    def _warm_up_lengths(self) -> tuple[int, int]:
+        """Tokens of the warm-up's cold prompt (a chunk and more, at most half the cache) and of its second
+        prompt, after which it decodes."""
+        first = min(self.decoder.chunk + 37, self.decoder.max_len // 2)
+        return first, first + 53
 
     def warm_up(self) -> None:
         """Run every kernel a step uses once on dummy input, then forget it: the vision tower on a blank
         tile, a cold prefill longer than one chunk with a snapshot, a resumed prefill, three decode steps, a
-        jump-forward pass and a step after it.
+        jump-forward pass and a step after it; the graphs of the shapes it uses that :meth:`StaticDecoder.capture`
+        did not record (the prompt tails' padded lengths, the jump-forward pass's) are recorded on first use.
         Triton compiles and autotunes on first use (28-44 s for Holotron-12B on an H200,
         docs/benchmarks.md), so this moves that time into loading."""
         import torch
@@ -153,8 +164,8 @@ class StaticEngine:
         size = loaded.info.tile_size
         with torch.inference_mode():
             runtime.encode_tiles(loaded, torch.zeros(1, 3, size, size))
-            first = min(d.chunk + 37, d.max_len // 2)
-            ids = torch.arange(first + 53, device=loaded.device) % 97 + 3
+            first, second = self._warm_up_lengths()
+            ids = torch.arange(second, device=loaded.device) % 97 + 3
             embeds = loaded.model.get_input_embeddings()(ids[None])
             keys = [int(t) for t in ids.tolist()]
             d.prefill(embeds[:, :first], keys[:first], snapshot_at=[first - 5])
@@ -172,9 +183,14 @@ class StaticEngine:
     def describe(self) -> dict[str, Any]:
         """What runs (for logs, doctor, the bench): ``StaticDecoder.describe()`` (with its ``capture_seconds``)
         plus the engine's setup seconds, of which ``build_seconds`` before the capture and ``warm_up_seconds``
-        after it, and every note (the decoder's, then the engine's)."""
+        after it (``warm_up_captures``: the graphs the warm-up recorded on first use, in its seconds),
+        ``lazy_captures``: the graphs the steps since recorded on first use (``StaticDecoder.lazy_summary``:
+        count, seconds, keys), and every note (the decoder's, then the engine's)."""
+        d = self.decoder
         return {
-            **self.decoder.describe(),
+            **d.describe(),
+            "warm_up_captures": d.lazy_summary(0, self._lazy_from),
+            "lazy_captures": d.lazy_summary(self._lazy_from),
             "decoder": "static",
             "setup_seconds": round(self.setup_seconds, 2),
             "build_seconds": round(self.build_seconds, 2),
@@ -259,6 +275,7 @@ class StaticEngine:
 
         ids = [int(t) for t in input_ids]
         timings: dict[str, float] = {}
+        notes = len(self.decoder.notes)
         try:
             embeds, keys, resume, encoded = self._embed(ids, images, timings)
             t0 = time.perf_counter()
@@ -274,6 +291,9 @@ class StaticEngine:
         except BaseException:
             self.reset()  # a half-written state must not be resumed from
             raise
+        finally:
+            if len(self.decoder.notes) > notes:  # a graph recorded on first use failed: doctor shows it
+                record_decoder(self.describe())
         timings.update(prefill=(t1 - t0) * 1000.0, decode=(time.perf_counter() - t1) * 1000.0)
         text = self.loaded.tokenizer.decode(decoded.tokens, skip_special_tokens=False)
         generation = Generation(token_ids=decoded.tokens, text=str(text), stop_reason=decoded.stop_reason,
