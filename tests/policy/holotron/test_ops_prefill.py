@@ -3,12 +3,22 @@ against the references on a GPU. The decoder's prefill as a whole is tested in t
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers.models.nemotron_h")
 
 from holodesk.policy.holotron.ops import prefill as prefill_ops  # noqa: E402
+from tests.policy.holotron import prefill_cases  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def cuda(fn):  # type: ignore[no-untyped-def]
@@ -151,3 +161,75 @@ def test_conv_state_at_a_device_length_ignores_the_padding(length: int) -> None:
     assert torch.allclose(out[:, :length], want, atol=1e-6)  # real rows never read the padded ones
 
 
+
+
+def test_step_size_reference_zeroes_the_padded_rows_only() -> None:
+    """The torch reference: ``clamp(softplus(dt + bias))`` on the real rows (transformers' maths), exactly 0 on
+    the padded ones, whatever the floor of the clamp."""
+    import torch.nn.functional as F
+
+    gen = torch.Generator().manual_seed(2)
+    dt = torch.randn(1, 12, 6, generator=gen) * 5
+    bias = torch.randn(6, generator=gen)
+    got = prefill_ops.step_size_reference(dt, bias, torch.tensor([7]), (0.001, float("inf")))
+    assert torch.equal(got[:, :7], F.softplus(dt + bias).clamp(0.001, float("inf"))[:, :7])
+    assert torch.equal(got[:, 7:], torch.zeros(1, 5, 6))
+    # off CUDA the dispatch is the reference
+    assert torch.equal(prefill_ops.step_size(dt, bias, torch.tensor([7]), (0.001, float("inf"))), got)
+
+
+@pytest.fixture(scope="module")
+def interpreted() -> dict[str, Any]:
+    """The real Triton kernels run by Triton's interpreter on CPU tensors, in a child process (the interpreter is
+    chosen when a kernel is defined, so this process's already-defined kernels cannot use it)."""
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "app"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    code = ("import json; from tests.policy.holotron import prefill_cases; "
+            "print(json.dumps(prefill_cases.interpreted()))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.slow
+def test_interpreted_step_size_kernel_equals_reference(interpreted: dict[str, Any]) -> None:
+    for dtype, cases in interpreted.items():
+        assert len(cases["step_size"]) == 3 * 3 * 3, dtype
+        for case, got in cases["step_size"].items():
+            assert got["shape_dtype_equal"] and got["padding_zero"], (dtype, case, got)
+            assert got["excess"] < 1e-6, (dtype, case, got)
+
+
+@pytest.mark.slow
+def test_interpreted_conv_state_kernel_equals_reference(interpreted: dict[str, Any]) -> None:
+    for dtype, cases in interpreted.items():
+        assert len(cases["conv_state"]) == 3 * (1 + 5 + 9 + 40), dtype
+        assert all(cases["conv_state"].values()), (dtype, [c for c, ok in cases["conv_state"].items() if not ok])
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_step_size_and_conv_state_kernels_equal_references(dtype: torch.dtype) -> None:
+    assert prefill_ops.HAVE_TRITON
+    for case, got in prefill_cases.step_size_cases("cuda", dtype).items():
+        assert got["shape_dtype_equal"] and got["padding_zero"] and got["excess"] < 1e-6, (case, got)
+    cases = prefill_cases.conv_state_cases("cuda", dtype)
+    assert all(cases.values()), [c for c, ok in cases.items() if not ok]
+
+
+@cuda
+def test_gpu_padded_chunk_dispatch_runs_the_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA ``step_size`` and ``set_conv_state`` (what ``mamba_chunk`` calls) launch the Triton kernels, not
+    the torch references."""
+    def refuse(*args: object) -> None:
+        raise AssertionError("the torch reference ran on CUDA")
+
+    monkeypatch.setattr(prefill_ops, "step_size_reference", refuse)
+    monkeypatch.setattr(prefill_ops, "set_conv_state_reference", refuse)
+    x, state, weight, b = _conv_case(9, device="cuda", dtype=torch.bfloat16)
+    prefill_ops.causal_conv1d(x, state, weight, b, length=torch.tensor([5], device="cuda"))
+    dt = torch.randn(1, 16, 8 + 4, device="cuda")[..., 4:]
+    got = prefill_ops.step_size(dt, torch.zeros(8, device="cuda"), torch.tensor([5], device="cuda"), (0.001, 1e4))
+    assert got.shape == (1, 16, 8) and torch.equal(got[:, 5:], torch.zeros(1, 11, 8, device="cuda"))

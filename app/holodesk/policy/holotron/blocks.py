@@ -214,7 +214,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
 def mamba_chunk(x: torch.Tensor, in_w: Weight, conv_w: torch.Tensor, conv_b: torch.Tensor | None,
                 dt_bias: torch.Tensor, a_neg: torch.Tensor, d_skip: torch.Tensor, gnorm_w: torch.Tensor, out_w: Weight,
                 conv_state: torch.Tensor, ssm_state: torch.Tensor, dims: MambaDims, gnorm_eps: float, *,
-                length: torch.Tensor, arange: torch.Tensor, chunk_size: int,
+                length: torch.Tensor, chunk_size: int,
                 dt_limit: tuple[float, float]) -> torch.Tensor:
     """Mamba-2 mixer over the normed rows ``x [B, T, H]`` of which the first ``length`` (``[1]`` int64 on
     the device) are real, continuing from ``conv_state``/``ssm_state`` (updated in place; arguments as
@@ -224,18 +224,16 @@ def mamba_chunk(x: torch.Tensor, in_w: Weight, conv_w: torch.Tensor, conv_b: tor
     (:func:`.ops.prefill.causal_conv1d`, state taken at ``length``) -> chunked scan (transformers'
     ``mamba2_chunk_scan``: mamba-ssm's ``mamba_chunk_scan_combined`` when live) -> gated RMSNorm
     (:func:`.ops.prefill.gated_rms_norm`) -> ``out_proj``. The step is computed here as the scan would
-    (``clamp(softplus(dt + dt_bias), *dt_limit)`` in float32) and set to exactly 0 on padded rows, so
-    ``exp(dt A) = 1`` and ``dt B x = 0`` there and the state leaves the chunk as the last real row left it
-    (masking the raw ``dt`` would leave the ``time_step_min`` floor on padded rows).
+    (``clamp(softplus(dt + dt_bias), *dt_limit)`` in float32, :func:`.ops.prefill.step_size`) and set to
+    exactly 0 on padded rows, so ``exp(dt A) = 1`` and ``dt B x = 0`` there and the state leaves the chunk as
+    the last real row left it (masking the raw ``dt`` would leave the ``time_step_min`` floor on padded rows).
     """
-    import torch.nn.functional as F
     from transformers.models.nemotron_h import modeling_nemotron_h as mnh
 
     inner, conv_dim, heads, hd, groups, n = dims
     bsz, t, _ = x.shape
     gate, xbc, dt = project(x, in_w).split([inner, conv_dim, heads], dim=-1)
-    dt = F.softplus(dt.float() + dt_bias.float()).clamp(*dt_limit)
-    dt = dt.masked_fill((arange[:t] >= length)[None, :, None], 0.0)
+    dt = prefill.step_size(dt, dt_bias, length, dt_limit)
     xbc = prefill.causal_conv1d(xbc, conv_state, conv_w, conv_b, silu=True, length=length)
     xs, b, c = xbc.split([inner, groups * n, groups * n], dim=-1)
     out, final = mnh.mamba2_chunk_scan(

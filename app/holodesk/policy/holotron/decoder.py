@@ -432,7 +432,7 @@ class StaticDecoder:
             x, h = prefill.add_rms_norm(pending, h, self._norms[i], self._args[i][1])
             if self.kinds[i] == MAMBA:
                 m = self.layers[i].mixer  # padded rows: mamba_chunk reads the real length from the device
-                pending = blocks.mamba_chunk(x, *self._args[i][2:], length=self._n_real, arange=self._arange,
+                pending = blocks.mamba_chunk(x, *self._args[i][2:], length=self._n_real,
                                              chunk_size=m.chunk_size, dt_limit=m.time_step_limit)
             else:
                 pending = blocks.project(prefill.relu_square_(blocks.project(x, self._args[i][2])), self._args[i][3])

@@ -52,3 +52,57 @@ def relu_square_kernel(x_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untype
     x = tl.load(x_ptr + offs, mask=ok, other=0.0).to(tl.float32)
     x = tl.maximum(x, 0.0)
     tl.store(x_ptr + offs, (x * x).to(x_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def step_size_kernel(dt_ptr, bias_ptr, length_ptr, out_ptr,  # type: ignore[no-untyped-def]
+                     rows, heads, stride_db, stride_dt, stride_ob, stride_ot, lo, hi,
+                     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr):
+    """One ``[BLOCK_T, BLOCK_H]`` tile of the Mamba-2 step size ``out[b, t, h] = clamp(softplus(dt[b, t, h] +
+    bias[h]), lo, hi)`` in float32 for ``t < length`` (``length_ptr``: one int64 on the device) and exactly 0
+    for the padded rows after it. softplus as mamba-ssm's Triton kernels compute it for the scan
+    (``ops/triton/softplus.py``, Triton 3: ``log(exp(x) + 1)``, ``x`` itself above 20); torch's ``log1p`` form
+    differs from it by at most about 1e-4 relative, where ``exp(x)`` is small next to 1."""
+    pid_b = tl.program_id(0)
+    pid_t = tl.program_id(1)
+    t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    h = tl.arange(0, BLOCK_H)
+    n = tl.load(length_ptr)
+    h_ok = h < heads
+    ok = (t < rows)[:, None] & h_ok[None, :]
+    x = tl.load(dt_ptr + pid_b * stride_db + t[:, None] * stride_dt + h[None, :], mask=ok, other=0.0).to(tl.float32)
+    x = x + tl.load(bias_ptr + h, mask=h_ok, other=0.0).to(tl.float32)[None, :]
+    step = tl.where(x > 20.0, x, tl.log(tl.exp(x) + 1.0))
+    step = tl.minimum(tl.maximum(step, lo), hi)
+    step = tl.where((t < n)[:, None], step, 0.0)
+    tl.store(out_ptr + pid_b * stride_ob + t[:, None] * stride_ot + h[None, :], step, mask=ok)
+
+
+@triton.jit
+def conv_state_kernel(x_ptr, state_ptr, length_ptr,  # type: ignore[no-untyped-def]
+                      dim, stride_xb, stride_xt, stride_sb, stride_sd,
+                      WIDTH: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Channels ``[BLOCK_D]`` of ``state[b, :, j] = src[length - WIDTH + j]`` for ``j < WIDTH``, where ``src[i]``
+    is ``x[b, i, :]`` for ``i >= 0`` and the stored past ``state[b, :, WIDTH + i]`` for ``i < 0`` (``length_ptr``:
+    one int64 on the device; rows of ``x`` from it on are padding and never read). A program reads every value
+    it needs before any of its threads writes (a barrier between), and no two programs share a channel, so
+    the state is updated in place."""
+    pid_b = tl.program_id(0)
+    pid_d = tl.program_id(1)
+    d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    j = tl.arange(0, BLOCK_W)
+    n = tl.load(length_ptr)
+    src = n - WIDTH + j
+    d_ok = d < dim
+    j_ok = j < WIDTH
+    from_x = (src >= 0) & j_ok
+    from_state = (src < 0) & j_ok
+    xv = tl.load(x_ptr + pid_b * stride_xb + src[None, :] * stride_xt + d[:, None],
+                 mask=d_ok[:, None] & from_x[None, :], other=0.0)
+    sv = tl.load(state_ptr + pid_b * stride_sb + d[:, None] * stride_sd + (src + WIDTH)[None, :],
+                 mask=d_ok[:, None] & from_state[None, :], other=0.0)
+    new = tl.where(from_x[None, :], xv.to(state_ptr.dtype.element_ty), sv)
+    # a thread may store a column another thread of the program reads (lengths below WIDTH): every read first
+    tl.debug_barrier()
+    tl.store(state_ptr + pid_b * stride_sb + d[:, None] * stride_sd + j[None, :], new,
+             mask=d_ok[:, None] & j_ok[None, :])

@@ -102,10 +102,8 @@ def causal_conv1d_reference(x: torch.Tensor, state: torch.Tensor, weight: torch.
     return out.transpose(1, 2).to(x.dtype).contiguous()
 
 
-def set_conv_state(state: torch.Tensor, x: torch.Tensor, length: torch.Tensor) -> None:
-    """Set ``state [B, D, W]`` to the last ``W`` inputs of ``past + x[:, :length]``, with ``length`` a
-    device tensor (``[1]`` int64, ``1 <= length <= T``): the rows of ``x`` past it are padding. Index
-    arithmetic on the device only, so a CUDA graph can capture it and replay it for any length."""
+def set_conv_state_reference(state: torch.Tensor, x: torch.Tensor, length: torch.Tensor) -> None:
+    """:func:`set_conv_state` in torch ops (about ten small kernels on a GPU)."""
     import torch
 
     width = state.shape[-1]
@@ -113,6 +111,76 @@ def set_conv_state(state: torch.Tensor, x: torch.Tensor, length: torch.Tensor) -
     from_x = x.index_select(1, idx.clamp(min=0)).transpose(1, 2).to(state.dtype)  # [B, D, W]
     from_past = state.index_select(-1, (idx + width).clamp(0, width - 1))
     state.copy_(torch.where(idx >= 0, from_x, from_past))
+
+
+def set_conv_state(state: torch.Tensor, x: torch.Tensor, length: torch.Tensor) -> None:
+    """Set ``state [B, D, W]`` to the last ``W`` inputs of ``past + x[:, :length]``, with ``length`` a
+    device tensor (``[1]`` int64, ``1 <= length <= T``): the rows of ``x`` ``[B, T, D]`` past it are padding.
+    Index arithmetic on the device only, so a CUDA graph can capture it and replay it for any length: on
+    CUDA with Triton one kernel (``x``'s last dim and ``state``'s contiguous), elsewhere
+    :func:`set_conv_state_reference`; the same values either way (a gather, no arithmetic)."""
+    if not (x.is_cuda and HAVE_TRITON and x.stride(-1) == 1 and state.stride(-1) == 1):
+        set_conv_state_reference(state, x, length)
+        return
+    set_conv_state_triton(state, x, length)
+
+
+def set_conv_state_triton(state: torch.Tensor, x: torch.Tensor, length: torch.Tensor) -> None:
+    """:func:`set_conv_state` by the Triton kernel (CUDA tensors, or CPU tensors under Triton's interpreter);
+    ``x``'s and ``state``'s last dims contiguous."""
+    bsz, _, dim = x.shape
+    width = state.shape[-1]
+    block_d = 128
+    _kernels.conv_state_kernel[(bsz, (dim + block_d - 1) // block_d)](
+        x, state, length, dim, x.stride(0), x.stride(1), state.stride(0), state.stride(1),
+        WIDTH=width, BLOCK_W=max(2, 1 << (width - 1).bit_length()), BLOCK_D=block_d, num_warps=4)
+
+
+def step_size_reference(dt: torch.Tensor, dt_bias: torch.Tensor, length: torch.Tensor,
+                        dt_limit: tuple[float, float]) -> torch.Tensor:
+    """:func:`step_size` in torch ops (transformers' ``softplus`` and ``clamp``, then the padded rows zeroed;
+    about seven small kernels on a GPU)."""
+    import torch
+    import torch.nn.functional as F
+
+    step = F.softplus(dt.float() + dt_bias.float()).clamp(*dt_limit)
+    return step.masked_fill((torch.arange(dt.shape[1], device=dt.device) >= length)[None, :, None], 0.0)
+
+
+def step_size(dt: torch.Tensor, dt_bias: torch.Tensor, length: torch.Tensor,
+              dt_limit: tuple[float, float]) -> torch.Tensor:
+    """The Mamba-2 step size of a padded chunk: ``clamp(softplus(dt + dt_bias), *dt_limit)`` in float32 on
+    the rows before ``length`` (``[1]`` int64 on the device) and exactly 0 on the padded rows after it, so a
+    padded row leaves the SSM state as it was (``exp(0 * A) = 1``, ``0 * B x = 0``).
+
+    Args:
+        dt: ``[B, T, heads]`` raw step (``in_proj``'s last columns; the last dim must have stride 1 on CUDA).
+        dt_bias: ``[heads]``.
+        length: ``[1]`` int64, real rows of the chunk.
+        dt_limit: ``(low, high)`` clamp (``NemotronHMamba2Mixer.time_step_limit``; ``high`` may be inf).
+    Returns:
+        ``[B, T, heads]`` float32, contiguous. On CUDA with Triton one kernel; elsewhere
+        :func:`step_size_reference`.
+    """
+    if not (dt.is_cuda and HAVE_TRITON and dt.stride(-1) == 1):
+        return step_size_reference(dt, dt_bias, length, dt_limit)
+    return step_size_triton(dt, dt_bias, length, dt_limit)
+
+
+def step_size_triton(dt: torch.Tensor, dt_bias: torch.Tensor, length: torch.Tensor,
+                     dt_limit: tuple[float, float]) -> torch.Tensor:
+    """:func:`step_size` by the Triton kernel (CUDA tensors, or CPU tensors under Triton's interpreter);
+    ``dt``'s last dim contiguous."""
+    import torch
+
+    bsz, rows, heads = dt.shape
+    out = torch.empty(bsz, rows, heads, dtype=torch.float32, device=dt.device)
+    block_t = 32
+    _kernels.step_size_kernel[(bsz, (rows + block_t - 1) // block_t)](
+        dt, dt_bias, length, out, rows, heads, dt.stride(0), dt.stride(1), out.stride(0), out.stride(1),
+        float(dt_limit[0]), float(dt_limit[1]), BLOCK_T=block_t,
+        BLOCK_H=max(16, 1 << (heads - 1).bit_length()), num_warps=4)
+    return out
 
 
 def causal_conv1d(x: torch.Tensor, state: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
