@@ -335,3 +335,49 @@ def test_prompt_embeddings_read_in_slices_equal_the_whole_merge(tiny_loaded) -> 
         assert torch.equal(lazy[:, a:b], whole[:, a:b]), (a, b)
     with pytest.raises(PolicyError, match="image tokens"):
         runtime.PromptEmbeddings(tiny_loaded, ids, rows[:1])
+
+
+def test_embed_prompt_places_image_rows_split_across_runs(tiny_loaded) -> None:  # type: ignore[no-untyped-def]
+    """The merge by the definition: text positions hold their embedding rows, the ``<image>`` positions the
+    image rows in order, also when the row tensors split differently from the runs of image tokens."""
+    from holodesk.policy.holotron import runtime
+
+    image = int(tiny_loaded.image_token_id)
+    table = tiny_loaded.model.get_input_embeddings().weight
+    t = [x for x in range(20, 40) if x != image]
+    ids = [t[0], *[image] * 7, t[1], t[2], *[image] * 4, t[3]]
+    gen = torch.Generator().manual_seed(1)
+    rows = [torch.randn(n, int(table.shape[1]), generator=gen) for n in (5, 0, 4, 2)]  # runs are 7 and 4
+    got = runtime.embed_prompt(tiny_loaded, ids, rows)
+    images = iter(torch.cat(rows))
+    want = torch.stack([next(images) if x == image else table[x] for x in ids])[None].to(got.dtype)
+    assert torch.equal(got, want)
+    with pytest.raises(PolicyError, match="11 image tokens but 10"):
+        runtime.embed_prompt(tiny_loaded, ids, [*rows[:3], rows[3][:1]])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_embed_prompt_never_waits_for_the_gpu(tiny_dir) -> None:  # type: ignore[no-untyped-def]
+    """On CUDA the merge queues its copies without a host synchronisation (torch's sync debug mode raises on
+    one), from page-locked host rows and from GPU rows, and gives the definition's embeddings."""
+    from holodesk.policy.holotron import runtime
+    from holodesk.policy.holotron.loader import load_holotron
+
+    loaded = load_holotron(tiny_dir, dtype="float32", device="cuda")
+    image = int(loaded.image_token_id)
+    table = loaded.model.get_input_embeddings().weight
+    t = [x for x in range(20, 40) if x != image]
+    ids = [t[0], *[image] * 7, t[1], *[image] * 4, t[2]]
+    gen = torch.Generator().manual_seed(2)
+    host = torch.randn(7, int(table.shape[1]), generator=gen).pin_memory()
+    gpu = torch.randn(4, int(table.shape[1]), generator=gen).cuda()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        got = runtime.embed_prompt(loaded, ids, [host, gpu])
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    images = iter(torch.cat([host.cuda(), gpu]))
+    want = torch.stack([next(images) if x == image else table[x] for x in ids])[None]
+    assert torch.equal(got, want)

@@ -87,6 +87,11 @@ def embed_prompt(loaded: LoadedHolotron, input_ids: Sequence[int], image_rows: S
     rows of ``image_rows`` (the one image-embedding merge: the static engine and the stock decoder both
     call it, the engine with the part of the prompt after its resume point).
 
+    Nothing here waits for the GPU: the image positions are read from ``input_ids`` on the host, the ids
+    go up from page-locked memory without blocking, and each run of ``<image>`` tokens is one copy into
+    the embeddings (from page-locked host rows, a copy the GPU queues), so a prefill's next chunk is queued
+    while the previous one still runs.
+
     Args:
         input_ids: token ids (a whole prompt or its tail).
         image_rows: ``(rows, lm_hidden)`` tensors whose rows, concatenated, are the embeddings of the
@@ -98,16 +103,28 @@ def embed_prompt(loaded: LoadedHolotron, input_ids: Sequence[int], image_rows: S
     """
     import torch
 
-    ids = torch.tensor([list(input_ids)], dtype=torch.long, device=loaded.device)
-    rows = sum(int(r.shape[0]) for r in image_rows)
+    from holodesk.policy.holotron.prompt import image_token_runs
+
+    ids = [int(t) for t in input_ids]
+    runs = image_token_runs(ids, int(loaded.image_token_id))
+    n, rows = sum(count for _, count in runs), sum(int(r.shape[0]) for r in image_rows)
+    if n != rows:
+        raise PolicyError(f"the prompt has {n} image tokens but {rows} image embeddings")
+    host = torch.tensor([ids], dtype=torch.long)
+    cuda = loaded.device.type == "cuda"
     with torch.inference_mode():
-        embeds = loaded.model.get_input_embeddings()(ids)
-        mask = ids[0] == loaded.image_token_id
-        n = int(mask.sum())
-        if n != rows:
-            raise PolicyError(f"the prompt has {n} image tokens but {rows} image embeddings")
-        if n:
-            embeds[0, mask] = torch.cat([r.to(embeds.device, embeds.dtype, non_blocking=True) for r in image_rows])
+        embeds = loaded.model.get_input_embeddings()(
+            host.pin_memory().to(loaded.device, non_blocking=True) if cuda else host.to(loaded.device))
+        pieces = iter(image_rows)
+        piece, used = None, 0
+        for start, count in runs:
+            done = 0
+            while done < count:
+                while piece is None or used == int(piece.shape[0]):
+                    piece, used = next(pieces), 0
+                take = min(count - done, int(piece.shape[0]) - used)
+                embeds[0, start + done : start + done + take].copy_(piece[used : used + take], non_blocking=True)
+                done, used = done + take, used + take
     return embeds
 
 
