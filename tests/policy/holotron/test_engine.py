@@ -381,3 +381,43 @@ def test_gpu_embed_prompt_never_waits_for_the_gpu(tiny_dir) -> None:  # type: ig
     images = iter(torch.cat([host.cuda(), gpu]))
     want = torch.stack([next(images) if x == image else table[x] for x in ids])[None]
     assert torch.equal(got, want)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_new_frame_is_prefilled_from_the_gpu_and_kept_on_the_host(  # type: ignore[no-untyped-def]
+        tiny_dir, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The step's new frame goes into the prefill from the GPU while its page-locked host copy is made in the
+    background: after the step the host slot holds the vision tower's rows bit for bit, and a later prompt
+    that reads the frame back from the slot (nothing reused, nothing encoded) replies as a fresh engine
+    that encodes it."""
+    from holodesk.policy.holotron import runtime
+    from holodesk.policy.holotron.engine import StaticEngine
+    from holodesk.policy.holotron.loader import load_holotron
+
+    loaded = load_holotron(tiny_dir, dtype="float32", device="cuda")
+    pixels = _frame(1280, 720, 7).pixels
+    tiling = loaded.info.tiling(1280, 720)
+    images = [(pixels, tiling)]
+    image = [loaded.img_start_id, *[loaded.image_token_id] * tiling.tokens, loaded.img_end_id]
+    first, second = [21, 22, 23, *image, 24, 25], [31, 22, 23, *image, 24, 25]
+    encoded: list[torch.Tensor] = []
+    real = runtime.encode_tiles
+
+    def spy(*args: object) -> torch.Tensor:
+        out = real(*args)  # type: ignore[arg-type]
+        encoded.append(out[: tiling.tokens].detach().cpu())
+        return out
+
+    kw = {"max_new_tokens": 6, "constraint": None, "reasoning": False, "max_think_tokens": 0}
+    engine = StaticEngine(loaded, max_len=1024, max_images=2)
+    monkeypatch.setattr(runtime, "encode_tiles", spy)
+    engine.run(first, images, **kw)
+    (held,) = engine._embeds.values()
+    assert held.device.type == "cpu" and held.is_pinned() and len(encoded) == 1
+    assert torch.equal(held, encoded[0])
+    again, details = engine.run(second, images, **kw)
+    assert details["images_encoded"] == 0 and details["reused_tokens"] == 0 and len(encoded) == 1
+    fresh, fresh_details = StaticEngine(loaded, max_len=1024, max_images=2).run(second, images, **kw)
+    assert fresh_details["images_encoded"] == 1
+    assert again.token_ids == fresh.token_ids

@@ -125,6 +125,7 @@ class StaticEngine:
         self._embeds: dict[int, torch.Tensor] = {}  # serial -> projected image embeddings (tokens, hidden)
         self.warm_up_seconds: float | None = None
         self._slots = self._host_slots(max_images) if cuda else []
+        self._copy_stream: torch.cuda.Stream | None = None  # background copies into the slots (made on first use)
         self.decoder = StaticDecoder(loaded.model.language_model, max_len=max_len, eager=eager or not cuda)
         self.build_seconds = time.perf_counter() - t0  # state, host slots, the matrix-vector kernel choice
         self.jump_forward = not self.decoder.setup.quantized
@@ -219,14 +220,20 @@ class StaticEngine:
         weight = model.get_input_embeddings().weight  # the rows end up in the embeddings' dtype anyway
         return [torch.empty(rows, int(weight.shape[1]), dtype=weight.dtype, pin_memory=True) for _ in range(count)]
 
-    def _hold(self, encoded: torch.Tensor) -> torch.Tensor:
+    def _hold(self, encoded: torch.Tensor, *, background: bool = False) -> torch.Tensor:
         """Where a frame's projected embeddings ``(tokens, hidden)`` wait while the frame is in the prompt:
         a free page-locked host slot when the model is on a GPU (24 MB per 1080p frame that GPU memory does
         not hold; copied back one prefill chunk at a time, about 1 ms per 2048 rows), else as they are.
 
+        The copy into the slot blocks the host until it is done; with ``background`` it runs on a side
+        stream instead (``encoded`` is kept alive for it) while the GPU goes on with the step, and
+        :meth:`_embed` makes the next step's work wait for it before anything reads the slot.
+
         Raises:
             ValueError: every slot holds a frame of the prompt (more images than ``max_images``).
         """
+        import torch
+
         if encoded.device.type != "cuda":
             return encoded
         taken = {e.data_ptr() for e in self._embeds.values()}
@@ -234,7 +241,16 @@ class StaticEngine:
         if not free or encoded.shape[0] > free[0].shape[0]:
             raise ValueError(f"the prompt holds more images than the {len(self._slots)} the engine was built for")
         held = free[0][: encoded.shape[0]]
-        held.copy_(encoded)
+        if not background:
+            held.copy_(encoded)
+            return held
+        if self._copy_stream is None:
+            self._copy_stream = torch.cuda.Stream(encoded.device)
+        side = self._copy_stream
+        side.wait_stream(torch.cuda.current_stream(encoded.device))
+        with torch.cuda.stream(side):
+            held.copy_(encoded, non_blocking=True)
+        encoded.record_stream(side)
         return held
 
     def _serial(self, pixels: object) -> int:
@@ -321,7 +337,11 @@ class StaticEngine:
             (the embeddings of ``ids[resume:]``, built per chunk as the prefill reads them, keys, resume
             point, frames encoded).
         """
+        import torch
+
         loaded = self.loaded
+        if self._copy_stream is not None:  # the slots' background copies land before this step reads a slot
+            torch.cuda.current_stream(loaded.device).wait_stream(self._copy_stream)
         spans = image_token_runs(ids, loaded.image_token_id)  # per image: (first position, tokens)
         if len(spans) != len(images):
             raise ValueError(f"the prompt holds {len(spans)} run(s) of image tokens but {len(images)} image(s)")
@@ -335,19 +355,27 @@ class StaticEngine:
         self._frames = {k: v for k, v in self._frames.items() if v[1] in live}
         needed = [i for i, (start, n) in enumerate(spans) if start + n > resume]
         todo = [i for i in needed if serials[i] not in self._embeds]
+        fresh: dict[int, torch.Tensor] = {}  # serial -> this step's last encoded frame, still on the GPU
         for i in todo:  # one frame at a time: the vision tower's activations are those of one frame
             t0 = time.perf_counter()
             tiles = runtime.tile_images(loaded, [images[i]])
             sync(loaded.device)
             t1 = time.perf_counter()
-            self._embeds[serials[i]] = self._hold(runtime.encode_tiles(loaded, tiles)[: images[i][1].tokens])
+            encoded = runtime.encode_tiles(loaded, tiles)[: images[i][1].tokens]
             del tiles
+            last = i == todo[-1]
+            if not last:
+                self._embeds[serials[i]] = self._hold(encoded)
+                del encoded
             sync(loaded.device)
             timings["preprocess"] = timings.get("preprocess", 0.0) + (t1 - t0) * 1000.0
             timings["vision"] = timings.get("vision", 0.0) + (time.perf_counter() - t1) * 1000.0
+            if last:  # the prefill reads it from the GPU; its host copy is made meanwhile, for later steps
+                self._embeds[serials[i]] = self._hold(encoded, background=True)
+                fresh[serials[i]] = encoded
         timings.setdefault("preprocess", 0.0)
         timings.setdefault("vision", 0.0)
-        rows = [self._embeds[serials[i]][max(0, resume - spans[i][0]) :] for i in needed]
+        rows = [fresh.get(serials[i], self._embeds[serials[i]])[max(0, resume - spans[i][0]) :] for i in needed]
         embeds = runtime.PromptEmbeddings(loaded, ids[resume:], rows)
         return embeds, keys, resume, len(todo)
 
