@@ -2,7 +2,9 @@
 
 The static decoder (:mod:`.decoder`) holds the tensors and calls these. Decode: one call per block and token
 (``*_block``, :func:`qkv`, :func:`attn_out`, :func:`head`; compiled with ``torch.compile`` so that the norm,
-the residual add and the element-wise work fuse around the matrix-vector products) and :func:`attend`.
+the residual add and the element-wise work fuse around the matrix-vector products) and :func:`attend`. A
+block's function returns its output without adding it to the residual stream; the next one adds it
+(:func:`add_pending`) in the kernel of its own RMSNorm, so no block spends a kernel on the add.
 Prefill: :func:`mamba_chunk` and :func:`attention_chunk` over a chunk of rows, with the kernels of
 :mod:`.ops.prefill`. Shapes: ``h [B, H]`` the residual stream of one token, ``x [B, T, H]`` a chunk's
 normed rows, model dtype.
@@ -106,11 +108,20 @@ def weight_of(module: torch.nn.Module, *, quantized: bool = False
     return module
 
 
-def mamba_block(h: torch.Tensor, norm32: torch.Tensor, eps: float, in_w: Weight, conv_w: torch.Tensor,
-                conv_b: torch.Tensor | None, dt_bias: torch.Tensor, a_neg: torch.Tensor, d_skip: torch.Tensor,
-                gnorm_w: torch.Tensor, out_w: Weight, conv_state: torch.Tensor, ssm_state: torch.Tensor,
-                dims: MambaDims, gnorm_eps: float, in_how: How = None, out_how: How = None) -> torch.Tensor:
-    """``h + mamba(rmsnorm(h))`` for one token.
+def add_pending(h: torch.Tensor, pending: torch.Tensor | None) -> torch.Tensor:
+    """The residual stream ``h + pending`` (``pending``: the previous block's output, None before the first
+    block). Each decode block function starts with it, so that compiled, the previous block's residual add
+    and this block's RMSNorm are one kernel."""
+    return h if pending is None else h + pending
+
+
+def mamba_block(h: torch.Tensor, pending: torch.Tensor | None, norm32: torch.Tensor, eps: float, in_w: Weight,
+                conv_w: torch.Tensor, conv_b: torch.Tensor | None, dt_bias: torch.Tensor, a_neg: torch.Tensor,
+                d_skip: torch.Tensor, gnorm_w: torch.Tensor, out_w: Weight, conv_state: torch.Tensor,
+                ssm_state: torch.Tensor, dims: MambaDims, gnorm_eps: float, in_how: How = None,
+                out_how: How = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token through a Mamba-2 block: ``(s, mamba(rmsnorm(s)))`` with ``s = h + pending``
+    (:func:`add_pending`); the next block adds the second to the first.
 
     Args:
         norm32: the block norm's weight in float32; in_w ``in_proj`` ``[I + C + nh, H]``; conv_w
@@ -124,6 +135,7 @@ def mamba_block(h: torch.Tensor, norm32: torch.Tensor, eps: float, in_w: Weight,
     import torch.nn.functional as F
 
     inner, conv_dim, nh, hd, groups, n = dims
+    h = add_pending(h, pending)
     bsz = h.shape[0]
     dtype = h.dtype
     zxbcdt = project(rms_norm_reference(h, norm32, eps), in_w, in_how)
@@ -146,46 +158,53 @@ def mamba_block(h: torch.Tensor, norm32: torch.Tensor, eps: float, in_w: Weight,
     # reduction are one kernel that reads the state once
     y = ((new_state * c).sum(-1) + xs * d_skip.float().view(1, nh, 1)).reshape(bsz, inner)
     y = gated_rms_norm_reference(y, gate, gnorm_w, gnorm_eps, inner // groups)
-    return h + project(y, out_w, out_how)
+    return h, project(y, out_w, out_how)
 
 
-def mlp_block(h: torch.Tensor, norm32: torch.Tensor, eps: float, up_w: Weight, down_w: Weight,
-              up_how: How = None, down_how: How = None) -> torch.Tensor:
-    """``h + down(relu(up(rmsnorm(h)))^2)`` (``NemotronHMLP``, activation ``relu2``)."""
+def mlp_block(h: torch.Tensor, pending: torch.Tensor | None, norm32: torch.Tensor, eps: float, up_w: Weight,
+              down_w: Weight, up_how: How = None, down_how: How = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(s, down(relu(up(rmsnorm(s)))^2))`` with ``s = h + pending`` (``NemotronHMLP``, activation
+    ``relu2``; :func:`add_pending`)."""
     import torch
     import torch.nn.functional as F
 
+    h = add_pending(h, pending)
     x = rms_norm_reference(h, norm32, eps)
-    return h + project(torch.square(F.relu(project(x, up_w, up_how))), down_w, down_how)
+    return h, project(torch.square(F.relu(project(x, up_w, up_how))), down_w, down_how)
 
 
-def qkv(h: torch.Tensor, norm32: torch.Tensor, eps: float, q_w: Weight, k_w: Weight | None, v_w: Weight | None,
-        kvh: int, rep: int, hd: int, how: How = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Normed projections of one token: q ``[B, kvh, rep, hd]``, k and v ``[B, kvh, 1, hd]``.
+def qkv(h: torch.Tensor, pending: torch.Tensor | None, norm32: torch.Tensor, eps: float, q_w: Weight,
+        k_w: Weight | None, v_w: Weight | None, kvh: int, rep: int, hd: int, how: How = None
+        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The residual stream ``s = h + pending`` (:func:`add_pending`) and the normed projections of one
+    token: ``(s, q [B, kvh, rep, hd], k [B, kvh, 1, hd], v [B, kvh, 1, hd])``.
 
     With ``k_w`` and ``v_w`` None, ``q_w`` is the fused ``[(kvh*rep + 2*kvh) * hd, H]`` weight
     (:func:`fused_qkv_weight`): one matrix-vector product through ``how``, split by views; else three
     products through ``how`` (one quantised kernel tile serves the three shapes).
     """
+    h = add_pending(h, pending)
     bsz = h.shape[0]
     x = rms_norm_reference(h, norm32, eps)
     if k_w is None or v_w is None:
         q, k, v = project(x, q_w, how).split([kvh * rep * hd, kvh * hd, kvh * hd], dim=-1)
     else:
         q, k, v = project(x, q_w, how), project(x, k_w, how), project(x, v_w, how)
-    return q.reshape(bsz, kvh, rep, hd), k.reshape(bsz, kvh, 1, hd), v.reshape(bsz, kvh, 1, hd)
+    return h, q.reshape(bsz, kvh, rep, hd), k.reshape(bsz, kvh, 1, hd), v.reshape(bsz, kvh, 1, hd)
 
 
-def attn_out(h: torch.Tensor, o: torch.Tensor, o_w: Weight, how: How = None) -> torch.Tensor:
-    """``h + o_proj(o)``, ``o [B, heads * hd]``."""
-    return h + project(o, o_w, how)
+def attn_out(o: torch.Tensor, o_w: Weight, how: How = None) -> torch.Tensor:
+    """``o_proj(o)``, ``o [B, heads * hd]``: the attention block's output, which the next block adds."""
+    return project(o, o_w, how)
 
 
-def head(h: torch.Tensor, normf32: torch.Tensor, eps: float, lm_w: Weight, how: How = None
-         ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Final norm, ``lm_head`` in float32 logits ``[B, vocab]`` and the greedy token ``[B, 1]`` int64."""
+def head(h: torch.Tensor, pending: torch.Tensor | None, normf32: torch.Tensor, eps: float, lm_w: Weight,
+         how: How = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Final norm of ``h + pending`` (:func:`add_pending`), ``lm_head`` in float32 logits ``[B, vocab]`` and the
+    greedy token ``[B, 1]`` int64."""
     import torch
 
+    h = add_pending(h, pending)
     logits = project(rms_norm_reference(h, normf32, eps), lm_w, how).float()
     return logits, torch.argmax(logits, dim=-1, keepdim=True)
 

@@ -396,18 +396,19 @@ class StaticDecoder:
         """The captured work: ``token`` -> ``logits``, the greedy ``token``, ``pos += 1`` (no host sync)."""
         fns, how, st = self._fns, self._how.get, self.state
         h = self.lm.model.embeddings(self.token)[:, 0]  # [B, H]
+        pending = None  # a block's output, added to h by the next block's function (with its norm)
         for i, kind in enumerate(self.kinds):
             a = self._dargs[i]
             if kind == MAMBA:
-                h = fns["mamba"](h, *a, how("in_proj"), how("out_proj"))
+                h, pending = fns["mamba"](h, pending, *a, how("in_proj"), how("out_proj"))
             elif kind == MLP:
-                h = fns["mlp"](h, *a, how("up"), how("down"))
+                h, pending = fns["mlp"](h, pending, *a, how("up"), how("down"))
             else:
                 o_w, scaling = self._dout[i]
-                q, k, v = fns["qkv"](h, *a, how("qkv"))
+                h, q, k, v = fns["qkv"](h, pending, *a, how("qkv"))
                 o = blocks.attend(q, k, v, st.k[i], st.v[i], st.pos, self._arange, window, scaling)
-                h = fns["out"](h, o, o_w, how("o_proj"))
-        logits, token = fns["head"](h, *self._head_args, how("lm_head"))
+                pending = fns["out"](o, o_w, how("o_proj"))
+        logits, token = fns["head"](h, pending, *self._head_args, how("lm_head"))
         self.logits.copy_(logits)
         self.token.copy_(token)
         st.pos.add_(1)
@@ -525,7 +526,7 @@ class StaticDecoder:
             embeds = self.lm.model.embeddings(ids)
             for a in range(0, n, self.chunk):
                 h = self._forward_chunk(embeds[:, a : a + self.chunk], st.length + a)
-            logits, _ = blocks.head(h[:, -1].contiguous(), *self._head_args)
+            logits, _ = blocks.head(h[:, -1].contiguous(), None, *self._head_args)
         st.length += n
         st.pos.fill_(st.length)
         return logits
