@@ -209,11 +209,17 @@ def head(h: torch.Tensor, pending: torch.Tensor | None, normf32: torch.Tensor, e
     return logits, torch.argmax(logits, dim=-1, keepdim=True)
 
 
+def future_keys(pos: torch.Tensor, arange: torch.Tensor, window: int) -> torch.Tensor:
+    """``[window]`` bool, True for the keys after ``pos`` (``[1]`` int64; ``arange``: ``0 .. L-1`` on the
+    device): the mask :func:`attend` applies, the same for every attention layer of a step (computed once)."""
+    return arange[:window] > pos
+
+
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-           pos: torch.Tensor, arange: torch.Tensor, window: int, scaling: float) -> torch.Tensor:
+           pos: torch.Tensor, future: torch.Tensor, window: int, scaling: float) -> torch.Tensor:
     """Write one token's ``k``/``v`` ``[B, kvh, 1, hd]`` at ``pos`` (``[1]`` int64) into the caches
     ``[B, kvh, L, hd]`` and attend ``q [B, kvh, rep, hd]`` over keys ``[0, window)``, those after ``pos``
-    masked (``arange``: ``0 .. L-1`` on the device). Returns ``[B, kvh * rep * hd]``.
+    masked (``future``: :func:`future_keys`). Returns ``[B, kvh * rep * hd]``.
 
     The ``rep`` query heads sharing a KV head are ``rep`` query rows of it (head ``h`` uses KV head
     ``h // rep``, transformers' ``repeat_kv``), so no key is copied; the arithmetic is transformers'
@@ -225,7 +231,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
     k_cache.index_copy_(2, pos, k)
     v_cache.index_copy_(2, pos, v)
     scores = torch.matmul(q, k_cache[:, :, :window].transpose(2, 3)) * scaling
-    scores = scores.float().masked_fill(arange[:window] > pos, float("-inf"))
+    scores = scores.float().masked_fill(future, float("-inf"))
     out = torch.matmul(torch.softmax(scores, dim=-1).to(q.dtype), v_cache[:, :, :window])
     return out.reshape(q.shape[0], -1)
 

@@ -397,6 +397,7 @@ class StaticDecoder:
         fns, how, st = self._fns, self._how.get, self.state
         h = self.lm.model.embeddings(self.token)[:, 0]  # [B, H]
         pending = None  # a block's output, added to h by the next block's function (with its norm)
+        future = blocks.future_keys(st.pos, self._arange, window)  # one mask for every attention layer
         for i, kind in enumerate(self.kinds):
             a = self._dargs[i]
             if kind == MAMBA:
@@ -406,7 +407,7 @@ class StaticDecoder:
             else:
                 o_w, scaling = self._dout[i]
                 h, q, k, v = fns["qkv"](h, pending, *a, how("qkv"))
-                o = blocks.attend(q, k, v, st.k[i], st.v[i], st.pos, self._arange, window, scaling)
+                o = blocks.attend(q, k, v, st.k[i], st.v[i], st.pos, future, window, scaling)
                 pending = fns["out"](o, o_w, how("o_proj"))
         logits, token = fns["head"](h, pending, *self._head_args, how("lm_head"))
         self.logits.copy_(logits)
