@@ -3,11 +3,18 @@ kernel against the reference on a GPU."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from holodesk.policy.holotron.ops import gemv  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_linear_without_a_choice_is_f_linear_and_cpu_keeps_linear() -> None:
@@ -31,6 +38,56 @@ def test_reference_sums_in_float32_and_rounds_once() -> None:
     out = gemv.gemv_reference(x, w)
     assert out.dtype == torch.bfloat16
     assert torch.equal(out, exact.float().to(torch.bfloat16))  # float32 sums of 300 terms: one rounding
+
+
+def test_relu_square_is_the_product_of_the_activation() -> None:
+    """``relu_square``: the product of ``relu(x)^2`` rounded to ``x``'s dtype, for F.linear and for a chosen
+    kernel's spec that does not apply (a chunk of rows)."""
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(40, 64, generator=gen).to(torch.bfloat16)
+    x = torch.randn(1, 64, generator=gen).to(torch.bfloat16)
+    want = torch.nn.functional.linear(torch.square(torch.relu(x)), w)
+    assert torch.equal(gemv.linear(x, w, None, relu_square=True), want)
+    assert not torch.equal(gemv.linear(x, w, None), want)
+    chunk = torch.randn(1, 3, 64, generator=gen).to(torch.bfloat16)
+    want = torch.nn.functional.linear(torch.square(torch.relu(chunk)), w)
+    assert torch.equal(gemv.linear(chunk, w, ("triton", 8, 512, 4), relu_square=True), want)
+
+
+INTERPRETED_RELU_SQUARE = """
+import json, torch
+from holodesk.policy.holotron.ops import gemv
+torch.set_num_threads(1)
+gen = torch.Generator().manual_seed(4)
+out = {}
+for n, k, tile in ((24, 256, (8, 256, 4)), (13, 320, (4, 512, 4))):
+    w = torch.randn(n, k, generator=gen)
+    x = torch.randn(1, k, generator=gen)
+    spec = gemv.Gemv("triton", *tile).spec()
+    fused = gemv.linear(x, w, spec, relu_square=True)
+    apart = gemv.linear(torch.square(torch.relu(x)), w, spec)
+    out[f"{n}x{k}"] = [bool(torch.equal(fused, apart)), bool(torch.equal(gemv.linear(x, w, spec), fused))]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_interpreted_kernel_squares_x_as_a_separate_pass_would() -> None:
+    """The real Triton kernel under Triton's interpreter (a child process: the interpreter is chosen when a
+    kernel is defined): with ``relu_square`` it gives bit for bit what it gives for ``relu(x)^2`` computed
+    apart, and not what it gives for ``x`` (an even and a ragged ``K``). In float32: the interpreter rounds
+    float32 to bfloat16 toward zero where the GPU rounds to nearest even, so the bf16 rounding is checked
+    on the GPU (``test_gpu_relu_square_kernel_equals_the_separate_pass_compiled_and_captured``)."""
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "app"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", INTERPRETED_RELU_SQUARE], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    import json
+
+    cases = json.loads(done.stdout.strip().splitlines()[-1])
+    assert cases == {"24x256": [True, False], "13x320": [True, False]}, cases
 
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available() or not gemv.HAVE_TRITON, reason="needs CUDA and Triton")
@@ -88,3 +145,37 @@ def test_gpu_triton_gemv_compiles_and_replays_in_a_cuda_graph() -> None:
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, block(static_x))
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_relu_square_kernel_equals_the_separate_pass_compiled_and_captured() -> None:
+    """The MLP's down product with the activation read into the kernel: bit for bit the kernel on
+    ``relu(x)^2`` computed apart, for every tile, eagerly, compiled and replayed in a CUDA graph."""
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    w = torch.randn(5120, 20480, generator=gen, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(1, 20480, generator=gen, device="cuda", dtype=torch.bfloat16)
+    for bn, bk, nw in gemv.TRITON_TILES:
+        spec = gemv.Gemv("triton", bn, bk, nw).spec()
+        assert torch.equal(gemv.linear(x, w, spec, relu_square=True),
+                           gemv.linear(torch.square(torch.relu(x)), w, spec)), (bn, bk, nw)
+    spec = gemv.Gemv("triton", 4, 512, 4).spec()
+
+    def block(a: torch.Tensor) -> torch.Tensor:
+        return gemv.linear(a, w, spec, relu_square=True)
+
+    compiled = torch.compile(block, dynamic=False, fullgraph=True)
+    assert torch.equal(compiled(x), block(x))
+    static_x = x.clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        compiled(static_x)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = compiled(static_x)
+    static_x.copy_(torch.randn(1, 20480, generator=gen, device="cuda", dtype=torch.bfloat16))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, gemv.linear(torch.square(torch.relu(static_x)), w, spec))

@@ -40,19 +40,23 @@ MambaDims = tuple[int, int, int, int, int, int]
 """``(I, C, nh, hd, groups, n)``: inner width, conv width, heads, head dim, groups, state size."""
 
 
-def project(x: torch.Tensor, w: Weight, how: How = None) -> torch.Tensor:
+def project(x: torch.Tensor, w: Weight, how: How = None, *, relu_square: bool = False) -> torch.Tensor:
     """``x @ w^T`` for a plain weight ``w [N, K]`` or a quantised one (:mod:`.ops.quant`), through ``how``
     (:meth:`.ops.gemv.Gemv.spec`), else ``w(x)`` (a module). ``x [B, K]`` -> ``[B, N]``, or ``[..., K]`` ->
-    ``[..., N]`` for several rows (prefill).
+    ``[..., N]`` for several rows (prefill). With ``relu_square`` the product is of ``relu(x)^2`` (the MLP's
+    activation; a plain weight's Triton matrix-vector kernel applies it as it reads ``x``).
 
     bitsandbytes' int8 layers are multiplied weight-only, also where they come as modules (prefill, the eager
     decode): their storage dequantised and multiplied in ``x``'s dtype (:func:`.ops.quant.matmul`), never
     through the module's LLM.int8 forward, which quantises the activations, decomposes outliers, syncs with
     the host (it cannot be captured in a CUDA graph) and disagrees with the weight-only decode kernel."""
     import torch
+    import torch.nn.functional as F
 
     if isinstance(w, torch.Tensor):
-        return linear(x, w, how)
+        return linear(x, w, how, relu_square=relu_square)
+    if relu_square:
+        x = torch.square(F.relu(x))
     if not isinstance(w, (quant.NF4Weight, quant.Int8Weight)):
         stored = quant.quant_weight(w) if _is_int8_module(w) else None
         if stored is None:
@@ -165,12 +169,9 @@ def mlp_block(h: torch.Tensor, pending: torch.Tensor | None, norm32: torch.Tenso
               down_w: Weight, up_how: How = None, down_how: How = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(s, down(relu(up(rmsnorm(s)))^2))`` with ``s = h + pending`` (``NemotronHMLP``, activation
     ``relu2``; :func:`add_pending`)."""
-    import torch
-    import torch.nn.functional as F
-
     h = add_pending(h, pending)
     x = rms_norm_reference(h, norm32, eps)
-    return h, project(torch.square(F.relu(project(x, up_w, up_how))), down_w, down_how)
+    return h, project(project(x, up_w, up_how), down_w, down_how, relu_square=True)
 
 
 def qkv(h: torch.Tensor, pending: torch.Tensor | None, norm32: torch.Tensor, eps: float, q_w: Weight,

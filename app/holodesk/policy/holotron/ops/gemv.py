@@ -84,24 +84,26 @@ def gemv_reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return (x.float() @ w.float().t()).to(w.dtype)
 
 
-def linear(x: torch.Tensor, w: torch.Tensor, how: tuple[str, int, int, int, int] | None = None) -> torch.Tensor:
+def linear(x: torch.Tensor, w: torch.Tensor, how: tuple[str, int, int, int, int] | None = None, *,
+           relu_square: bool = False) -> torch.Tensor:
     """``F.linear(x, w)`` for ``x [B, K]``, ``w [N, K]`` -> ``[B, N]``, through ``how`` when ``x`` is one
-    row (``[1, K]``).
+    row (``[1, K]``); with ``relu_square`` of ``relu(x)^2`` (``x``'s dtype) instead of ``x``.
 
     Args:
         how: :meth:`Gemv.spec` of the chosen implementation (a plain tuple, so that ``torch.compile``
             specialises on it), or None for ``F.linear``.
+        relu_square: the Triton kernel squares as it reads ``x`` (no separate pass); elsewhere
+            ``torch.square(F.relu(x))`` first. The same values either way.
     Raises:
         ValueError: the kind in ``how`` is unknown.
     """
+    import torch
     import torch.nn.functional as F
 
     if how is None or how[0] == "linear" or x.dim() != 2 or x.shape[0] != 1:
-        return F.linear(x, w)
+        return F.linear(torch.square(F.relu(x)) if relu_square else x, w)
     if how[0] == "triton":
-        import torch
-
-        return torch.ops.holodesk.gemv(x, w, how[1], how[2], how[3])
+        return torch.ops.holodesk.gemv(x, w, how[1], how[2], how[3], relu_square)
     raise ValueError(f"unknown matrix-vector implementation {how[0]!r}")
 
 
