@@ -394,9 +394,12 @@ class StaticDecoder:
 
     def _step_body(self, window: int) -> None:
         """The captured work: ``token`` -> ``logits``, the greedy ``token``, ``pos += 1`` (no host sync)."""
+        import torch
+
         fns, how, st = self._fns, self._how.get, self.state
         h = self.lm.model.embeddings(self.token)[:, 0]  # [B, H]
-        pending = None  # a block's output, added to h by the next block's function (with its norm)
+        pending = torch.zeros_like(h)  # a block's output, added to h by the next block's function (with its norm);
+        # a tensor for the first block too, so each block function compiles once
         future = blocks.future_keys(st.pos, self._arange, window)  # one mask for every attention layer
         for i, kind in enumerate(self.kinds):
             a = self._dargs[i]

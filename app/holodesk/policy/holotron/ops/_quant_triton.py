@@ -6,6 +6,8 @@ Kept apart, without ``from __future__ import annotations``: ``torch.library.trit
 schema from real annotations. Importing this module needs torch and Triton (raises ImportError otherwise).
 """
 
+import struct
+
 import torch
 import triton
 import triton.language as tl
@@ -85,7 +87,7 @@ def nf4_gemv_kernel(q_ptr, absmax_ptr, code_ptr, absmax2_ptr, code2_ptr, offset_
 
 
 # NF4 lookup in registers (PTX ``prmt``, byte permute). The 16 NF4 values, rounded to bf16, are two byte
-# planes of four 32-bit words each (:func:`.quant.nf4_lut`): ``lut[0:4]`` the low bytes of entries 0-15 (four a
+# planes of four 32-bit words each (:func:`nf4_lut`): ``lut[0:4]`` the low bytes of entries 0-15 (four a
 # word, entry 0 in byte 0), ``lut[4:8]`` the high bytes; they are immediates in the kernel's PTX. One ``prmt``
 # picks a byte for each of four codes from a pair of words (8 entries; a nibble's low 3 bits select), a second
 # from the other pair, a third keeps per code the one its bit 3 names; the two planes are then interleaved
@@ -120,8 +122,9 @@ e3, e2 (then e5, e4, e7, e6 after the shift); ``0x4051`` / ``0x6273`` put (e0, e
 byte before high byte."""
 
 
-def nf4_ptx(lut: tuple[int, ...], dot: bool) -> str:
-    """The inline PTX of :func:`nf4_lut_gemv_kernel` for the byte planes ``lut`` (eight unsigned 32-bit words).
+def _nf4_ptx(lut: tuple[int, ...], dot: bool) -> str:
+    """The inline PTX of :func:`nf4_lut_gemv_kernel` for the byte planes ``lut`` (eight unsigned 32-bit words,
+    :func:`nf4_lut`).
 
     ``dot`` False: ``$4`` a weight word -> ``$0..$3`` its four bf16 pairs (:data:`_LOOKUP_PTX`). ``dot`` True:
     ``$1`` a weight word and ``$2..$5`` the activations' four bf16 pairs under it -> ``$0``, float32 bits of
@@ -138,6 +141,40 @@ def nf4_ptx(lut: tuple[int, ...], dot: bool) -> str:
             + "mov.b32 z, 0;\nfma.rn.bf16x2 acc, p0, $2, z;\nfma.rn.bf16x2 acc, p1, $3, acc;\n"
             "fma.rn.bf16x2 acc, p2, $4, acc;\nfma.rn.bf16x2 acc, p3, $5, acc;\nshl.b32 e, acc, 16;\n"
             "and.b32 o, acc, 0xffff0000;\nmov.b32 fe, e;\nmov.b32 fo, o;\nadd.f32 fe, fe, fo;\nmov.b32 $0, fe;\n}")
+
+
+NF4_VALUES: tuple[float, ...] = (
+    -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
+    -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
+    0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0,
+)
+"""The 16 NF4 values bitsandbytes stores as ``quant_state.code`` (``bitsandbytes.functional.get_4bit_type("nf4")``,
+the NormalFloat4 quantiles of QLoRA, Dettmers et al. 2023), as float32 reads them."""
+
+
+def nf4_lut(values: tuple[float, ...]) -> tuple[int, ...]:
+    """The 16 values rounded from float32 to bf16 (to nearest, ties to even), as two byte planes: eight unsigned
+    32-bit words, the low bytes of entries 0-3, 4-7, 8-11, 12-15 (entry ``4 i + b`` in byte ``b`` of word ``i``),
+    then the high bytes likewise.
+
+    Raises:
+        ValueError: not 16 values.
+    """
+    if len(values) != 16:
+        raise ValueError(f"an NF4 code table holds 16 values, not {len(values)}")
+    bits = []
+    for v in values:
+        f = struct.unpack("<I", struct.pack("<f", v))[0]
+        bits.append(((f + 0x7FFF + ((f >> 16) & 1)) >> 16) & 0xFFFF)
+    low = [sum((bits[4 * i + b] & 0xFF) << (8 * b) for b in range(4)) for i in range(4)]
+    high = [sum((bits[4 * i + b] >> 8) << (8 * b) for b in range(4)) for i in range(4)]
+    return tuple(low + high)
+
+
+NF4_LUT = nf4_lut(NF4_VALUES)
+"""The byte planes the lookup kernels hold as immediates: they read weights whose ``code`` is :data:`NF4_VALUES`."""
+_NF4_PAIRS_PTX = tl.constexpr(_nf4_ptx(NF4_LUT, dot=False))
+_NF4_DOT8_PTX = tl.constexpr(_nf4_ptx(NF4_LUT, dot=True))
 
 
 @triton.jit
@@ -160,13 +197,13 @@ def _nf4_load(qw_ptr, absmax_ptr, code2_ptr, absmax2_ptr, offset, row, k0, words
 
 
 @triton.jit
-def _nf4_dot(w, scale, xw, xf, PTX: tl.constexpr, F32: tl.constexpr):  # type: ignore[no-untyped-def]
-    """``[G, WPB]`` float32: each weight word ``w`` dequantised in registers (``PTX``, :func:`nf4_ptx` with
-    ``dot`` = not ``F32``) and multiplied by its activations, summed per word, times its block's ``scale``
+def _nf4_dot(w, scale, xw, xf, F32: tl.constexpr):  # type: ignore[no-untyped-def]
+    """``[G, WPB]`` float32: each weight word ``w`` dequantised in registers (:data:`NF4_LUT`, the PTX of
+    :func:`_nf4_ptx`) and multiplied by its activations, summed per word, times its block's ``scale``
     (``[G]``). ``xw``: the four int32 words of bf16 pairs under each weight word; ``xf``: the same eight
     activations as float32 (read when ``F32``)."""
     if F32:  # bf16 pairs out of the lookup, products and sums in float32
-        p0, p1, p2, p3 = tl.inline_asm_elementwise(PTX, "=r,=r,=r,=r,r", [w],
+        p0, p1, p2, p3 = tl.inline_asm_elementwise(_NF4_PAIRS_PTX, "=r,=r,=r,=r,r", [w],
                                                    dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True,
                                                    pack=1)
         x0, x1, x2, x3, x4, x5, x6, x7 = xf
@@ -176,7 +213,7 @@ def _nf4_dot(w, scale, xw, xf, PTX: tl.constexpr, F32: tl.constexpr):  # type: i
                 + (p3 << 16).to(tl.float32, bitcast=True) * x6 + (p3 & -65536).to(tl.float32, bitcast=True) * x7)
     else:  # products and the word's sums in bf16 pairs (fma.rn.bf16x2), the two halves added in float32
         xa, xb, xc, xd = xw
-        part = tl.inline_asm_elementwise(PTX, "=r,r,r,r,r,r", [w, xa, xb, xc, xd],
+        part = tl.inline_asm_elementwise(_NF4_DOT8_PTX, "=r,r,r,r,r,r", [w, xa, xb, xc, xd],
                                          dtype=tl.int32, is_pure=True, pack=1).to(tl.float32, bitcast=True)
     return part * scale[:, None]
 
@@ -184,11 +221,11 @@ def _nf4_dot(w, scale, xw, xf, PTX: tl.constexpr, F32: tl.constexpr):  # type: i
 @triton.jit
 def nf4_lut_gemv_kernel(qw_ptr, absmax_ptr, code2_ptr, absmax2_ptr, offset_ptr, xw_ptr, y_ptr,  # type: ignore[no-untyped-def]
                         n_rows, n_cols, BLOCKSIZE: tl.constexpr, BLOCKSIZE2: tl.constexpr, DOUBLE: tl.constexpr,
-                        ROWS: tl.constexpr, BLOCK_K: tl.constexpr, F32: tl.constexpr, PTX: tl.constexpr,
-                        STAGES: tl.constexpr):
+                        ROWS: tl.constexpr, BLOCK_K: tl.constexpr, F32: tl.constexpr, STAGES: tl.constexpr):
     """``y[r] = sum_k W[r, k] x[k]`` with ``W`` in bitsandbytes' NF4 layout (as :func:`nf4_gemv_kernel`), the
     weight read as int32 words (eight 4-bit indices each) and the NF4 values looked up in registers
-    (``PTX``, :func:`nf4_ptx`) instead of from memory. bf16 ``x`` read as int32 pairs (``xw_ptr``); ``K`` a
+    (:data:`NF4_LUT`, :func:`_nf4_ptx`) instead of from memory: for weights whose ``code`` is
+    :data:`NF4_VALUES`. bf16 ``x`` read as int32 pairs (``xw_ptr``); ``K`` a
     multiple of ``BLOCK_K``, itself a multiple of ``BLOCKSIZE`` (a multiple of 8).
 
     Each program takes ``ROWS`` (1, 2 or 4) consecutive rows; a step of ``BLOCK_K`` elements is held as
@@ -196,7 +233,7 @@ def nf4_lut_gemv_kernel(qw_ptr, absmax_ptr, code2_ptr, absmax2_ptr, offset_ptr, 
     words, and the step's activations are read once for all the rows. With ``STAGES`` > 1 Triton pipelines
     the loop: the loads of the next ``STAGES - 1`` steps are issued as asynchronous copies to shared memory
     before this step's arithmetic. Each word's eight products with the bf16-rounded NF4 values are summed in
-    float32 (``F32``) or in bf16 pairs (:func:`nf4_ptx`), then times the block's float32 scale into float32
+    float32 (``F32``) or in bf16 pairs (:func:`_nf4_ptx`), then times the block's float32 scale into float32
     accumulators; one reduction per row at the end, rounded to ``y``'s dtype. Rows past ``n_rows`` compute
     row ``n_rows - 1`` and are not stored."""
     G: tl.constexpr = BLOCK_K // BLOCKSIZE
@@ -229,18 +266,18 @@ def nf4_lut_gemv_kernel(qw_ptr, absmax_ptr, code2_ptr, absmax2_ptr, offset_ptr, 
               (xd << 16).to(tl.float32, bitcast=True), (xd & -65536).to(tl.float32, bitcast=True))
         w, sc = _nf4_load(qw_ptr, absmax_ptr, code2_ptr, absmax2_ptr, offset, ra, k0, words_per_row, blocks_per_row,
                           BLOCKSIZE, BLOCKSIZE2, DOUBLE, BLOCK_K)
-        acc_a += _nf4_dot(w, sc, xw, xf, PTX, F32)
+        acc_a += _nf4_dot(w, sc, xw, xf, F32)
         if ROWS >= 2:
             w, sc = _nf4_load(qw_ptr, absmax_ptr, code2_ptr, absmax2_ptr, offset, rb, k0, words_per_row,
                               blocks_per_row, BLOCKSIZE, BLOCKSIZE2, DOUBLE, BLOCK_K)
-            acc_b += _nf4_dot(w, sc, xw, xf, PTX, F32)
+            acc_b += _nf4_dot(w, sc, xw, xf, F32)
         if ROWS >= 4:
             w, sc = _nf4_load(qw_ptr, absmax_ptr, code2_ptr, absmax2_ptr, offset, rc, k0, words_per_row,
                               blocks_per_row, BLOCKSIZE, BLOCKSIZE2, DOUBLE, BLOCK_K)
-            acc_c += _nf4_dot(w, sc, xw, xf, PTX, F32)
+            acc_c += _nf4_dot(w, sc, xw, xf, F32)
             w, sc = _nf4_load(qw_ptr, absmax_ptr, code2_ptr, absmax2_ptr, offset, rd, k0, words_per_row,
                               blocks_per_row, BLOCKSIZE, BLOCKSIZE2, DOUBLE, BLOCK_K)
-            acc_d += _nf4_dot(w, sc, xw, xf, PTX, F32)
+            acc_d += _nf4_dot(w, sc, xw, xf, F32)
     out = y_ptr.dtype.element_ty
     tl.store(y_ptr + r0, tl.sum(tl.sum(acc_a, axis=1), axis=0).to(out), mask=r0 <= last)
     if ROWS >= 2:
@@ -317,27 +354,25 @@ def gemv_int8_op(x: torch.Tensor, cb: torch.Tensor, scb: torch.Tensor, block_n: 
 
 @torch.library.triton_op("holodesk::gemv_nf4_lut", mutates_args=())
 def gemv_nf4_lut_op(x: torch.Tensor, packed: torch.Tensor, absmax: torch.Tensor, absmax2: torch.Tensor,
-                    code2: torch.Tensor, offset: torch.Tensor, lut: list[int], n_rows: int, n_cols: int,
+                    code2: torch.Tensor, offset: torch.Tensor, n_rows: int, n_cols: int,
                     blocksize: int, blocksize2: int, double: bool, rows: int, block_k: int, num_warps: int,
                     stages: int, f32: bool) -> torch.Tensor:
     """``torch.ops.holodesk.gemv_nf4_lut``: bf16 ``x [1, K]`` times the NF4 weight ``[N, K]`` (``packed`` uint8
-    ``[N * K / 2, 1]`` and its quantisation state; ``lut``: the NF4 values' bf16 byte planes, eight unsigned
-    32-bit words, :func:`.quant.nf4_lut`) -> ``[1, N]`` bf16, by :func:`nf4_lut_gemv_kernel` with ``rows`` rows
+    ``[N * K / 2, 1]`` and its quantisation state, ``code`` :data:`NF4_VALUES`) -> ``[1, N]`` bf16, by
+    :func:`nf4_lut_gemv_kernel` with ``rows`` rows
     a program and a loop pipelined ``stages`` deep; ``K`` a multiple of ``block_k``, itself a multiple of
     ``blocksize``.
 
     Raises:
-        ValueError: ``x`` not bf16, ``K`` not a multiple of ``block_k``, ``rows`` not 1, 2 or 4, or ``lut`` not
-            eight words.
+        ValueError: ``x`` not bf16, ``K`` not a multiple of ``block_k`` or ``rows`` not 1, 2 or 4.
     """
-    if (x.dtype != torch.bfloat16 or n_cols % block_k or block_k % blocksize or rows not in (1, 2, 4)
-            or len(lut) != 8):
+    if x.dtype != torch.bfloat16 or n_cols % block_k or block_k % blocksize or rows not in (1, 2, 4):
         raise ValueError("the NF4 lookup kernel needs bf16 activations, K a multiple of block_k (a multiple of "
-                         "the blocksize), 1, 2 or 4 rows a program and eight table words")
+                         "the blocksize) and 1, 2 or 4 rows a program")
     y = torch.empty(1, n_rows, dtype=x.dtype, device=x.device)
     grid = (triton.cdiv(n_rows, rows),)
     torch.library.wrap_triton(nf4_lut_gemv_kernel)[grid](
         packed.view(-1).view(torch.int32), absmax, code2, absmax2, offset, x.view(torch.int32), y, n_rows, n_cols,
         BLOCKSIZE=blocksize, BLOCKSIZE2=blocksize2, DOUBLE=double, ROWS=rows, BLOCK_K=block_k, F32=f32,
-        PTX=nf4_ptx(tuple(lut), dot=not f32), STAGES=stages, num_warps=num_warps)
+        STAGES=stages, num_warps=num_warps)
     return y

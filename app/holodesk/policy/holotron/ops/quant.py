@@ -36,12 +36,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 try:  # pragma: no cover - depends on the machine
-    from holodesk.policy.holotron.ops import _quant_triton  # noqa: F401  (registers the ops)
+    from holodesk.policy.holotron.ops import _quant_triton  # registers the ops
 
     HAVE_TRITON = True
+    KERNEL_LUT: tuple[int, ...] = _quant_triton.NF4_LUT
 except Exception as _exc:  # CPU-only installs (CI) may lack Triton; an old torch has no triton_op
     log.debug("Triton quantised matrix-vector kernels unavailable (%s: %s)", type(_exc).__name__, _exc)
     HAVE_TRITON = False
+    KERNEL_LUT = ()
 
 
 class NF4Weight(NamedTuple):
@@ -60,7 +62,7 @@ class NF4Weight(NamedTuple):
     blocksize: int
     blocksize2: int
     double: bool
-    lut: tuple[int, ...]  # the NF4 values' bf16 byte planes for the lookup kernel (:func:`nf4_lut`)
+    lut: tuple[int, ...]  # ``code``'s bf16 byte planes (:func:`nf4_lut`); the lookup kernels need KERNEL_LUT
 
 
 class Int8Weight(NamedTuple):
@@ -140,18 +142,19 @@ def quant_weight(module: Any) -> QuantWeight | None:
 
 
 def nf4_lut(code: torch.Tensor) -> tuple[int, ...]:
-    """The 16 NF4 values ``code`` (float32 ``[16]``) rounded to bf16, as the lookup kernel's two byte planes:
-    eight unsigned 32-bit words, the low bytes of entries 0-3, 4-7, 8-11, 12-15 (entry ``4 i + b`` in byte
-    ``b`` of word ``i``), then the high bytes likewise (:func:`._quant_triton.nf4_ptx`).
+    """``code`` (float32 ``[16]``, a weight's NF4 values) as the lookup kernels' bf16 byte planes
+    (:func:`._quant_triton.nf4_lut`); the kernels serve a weight whose planes equal :data:`KERNEL_LUT`.
 
     Raises:
         ValueError: ``code`` does not hold 16 values.
     """
-    import torch
-
     if code.numel() != 16:
         raise ValueError(f"an NF4 code table holds 16 values, not {code.numel()}")
-    bits = (code.detach().reshape(-1).to(torch.bfloat16).view(torch.int16).to(torch.int64) & 0xFFFF).tolist()
+    import struct
+
+    values = [float(v) for v in code.detach().float().reshape(-1).tolist()]
+    bits = [((f + 0x7FFF + ((f >> 16) & 1)) >> 16) & 0xFFFF
+            for f in (struct.unpack("<I", struct.pack("<f", v))[0] for v in values)]
     low = [sum((bits[4 * i + b] & 0xFF) << (8 * b) for b in range(4)) for i in range(4)]
     high = [sum((bits[4 * i + b] >> 8) << (8 * b) for b in range(4)) for i in range(4)]
     return tuple(low + high)
@@ -238,8 +241,8 @@ def linear(x: torch.Tensor, w: QuantWeight, how: tuple[str, int, int, int, int] 
     _, bn, bk, nw, stages = how
     if how[0] in ("nf4-lut", "nf4-lut32") and isinstance(w, NF4Weight):
         return torch.ops.holodesk.gemv_nf4_lut(x.contiguous(), w.packed, w.absmax, w.absmax2, w.code2, w.offset,
-                                               list(w.lut), w.rows, w.cols, w.blocksize, w.blocksize2, w.double, bn,
-                                               bk, nw, stages, how[0] == "nf4-lut32")
+                                               w.rows, w.cols, w.blocksize, w.blocksize2, w.double, bn, bk, nw,
+                                               stages, how[0] == "nf4-lut32")
     if how[0] in ("nf4", "nf4-pairs") and isinstance(w, NF4Weight):
         return torch.ops.holodesk.gemv_nf4(x.contiguous(), w.packed, w.absmax, w.code, w.absmax2, w.code2, w.offset,
                                            w.rows, w.cols, w.blocksize, w.blocksize2, w.double, bn, bk, nw,
@@ -252,7 +255,8 @@ def linear(x: torch.Tensor, w: QuantWeight, how: tuple[str, int, int, int, int] 
 def tiles(w: QuantWeight, dtype: torch.dtype | None = None) -> list[Gemv]:
     """The kernel tiles that fit ``w`` and activations of ``dtype`` (default bfloat16; unchosen, untimed):
     NF4 steps hold whole quantisation blocks; ``"nf4-pairs"`` needs bf16 and ``K`` a multiple of the step;
-    the lookup kernels (``"nf4-lut"``, ``"nf4-lut32"``) also a weight on CUDA (their PTX has no interpreter)."""
+    the lookup kernels (``"nf4-lut"``, ``"nf4-lut32"``) also a weight on CUDA (their PTX has no interpreter)
+    whose NF4 values are the ones they hold (:data:`KERNEL_LUT`)."""
     import torch
 
     k = shape(w)[1]
@@ -262,7 +266,7 @@ def tiles(w: QuantWeight, dtype: torch.dtype | None = None) -> list[Gemv]:
         pairs = [Gemv("nf4-pairs", bn, bk, nw) for bn, bk, nw in fit if bf16 and k % bk == 0]
         lut = [Gemv(kind, rows, bk, nw, stages=st) for kind in ("nf4-lut", "nf4-lut32")
                for rows, bk, nw, st in NF4_LUT_TILES
-               if bf16 and w.packed.is_cuda and k % bk == 0 and bk % w.blocksize == 0]
+               if bf16 and w.packed.is_cuda and w.lut == KERNEL_LUT and k % bk == 0 and bk % w.blocksize == 0]
         return lut + pairs + [Gemv("nf4", bn, bk, nw) for bn, bk, nw in fit]
     return [Gemv("int8", bn, bk, nw) for bn, bk, nw in INT8_TILES if bk <= 2 * k]
 
@@ -310,6 +314,6 @@ def choose(weights: Sequence[QuantWeight], *, dtype: torch.dtype | None = None,
     return Gemv(best.kind, best.block_n, best.block_k, best.num_warps, round(best_us, 2), best.stages), timings
 
 
-__all__ = ["HAVE_TRITON", "INT8_TILES", "NF4_LUT_TILES", "NF4_TILES", "QUANT_KINDS", "Int8Weight", "NF4Weight",
-           "QuantWeight", "choose", "dequantize", "gemv_reference", "linear", "matmul", "nbytes", "nf4_lut",
-           "quant_weight", "shape", "tiles"]
+__all__ = ["HAVE_TRITON", "INT8_TILES", "KERNEL_LUT", "NF4_LUT_TILES", "NF4_TILES", "QUANT_KINDS", "Int8Weight",
+           "NF4Weight", "QuantWeight", "choose", "dequantize", "gemv_reference", "linear", "matmul", "nbytes",
+           "nf4_lut", "quant_weight", "shape", "tiles"]
