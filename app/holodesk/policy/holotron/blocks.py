@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import torch
 
     Weight = torch.Tensor | quant.QuantWeight | Callable[[torch.Tensor], torch.Tensor]
-    How = tuple[str, int, int, int, int] | None
+    How = tuple[str, int, int, int] | None
 
 MambaDims = tuple[int, int, int, int, int, int]
 """``(I, C, nh, hd, groups, n)``: inner width, conv width, heads, head dim, groups, state size."""

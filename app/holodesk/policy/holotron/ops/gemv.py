@@ -49,26 +49,23 @@ except Exception as _exc:  # CPU-only installs (CI) have no Triton; an old torch
 class Gemv:
     """How one weight shape is multiplied: ``kind`` ``"linear"`` | ``"triton"`` (bf16) | ``"nf4"`` | ``"int8"``
     (:mod:`.quant`) and, for the Triton kernels,
-    the tile ``(block_n, block_k, num_warps)``; ``us`` the measured microseconds per product at load;
-    ``stages`` the software-pipeline depth of the kernel's loop (1: none; the NF4 lookup kernels)."""
+    the tile ``(block_n, block_k, num_warps)``; ``us`` the measured microseconds per product at load."""
 
     kind: str = "linear"
     block_n: int = 0
     block_k: int = 0
     num_warps: int = 0
     us: float = 0.0
-    stages: int = 1
 
-    def spec(self) -> tuple[str, int, int, int, int]:
-        """``(kind, block_n, block_k, num_warps, stages)``, the argument :func:`linear` takes."""
-        return (self.kind, self.block_n, self.block_k, self.num_warps, self.stages)
+    def spec(self) -> tuple[str, int, int, int]:
+        """``(kind, block_n, block_k, num_warps)``, the argument :func:`linear` takes."""
+        return (self.kind, self.block_n, self.block_k, self.num_warps)
 
     def label(self) -> str:
-        """``"linear"``, or the kernel kind and tile, e.g. ``"triton 8x512/4w"``, ``"nf4-lut 4x512/1w/3s"``."""
+        """``"linear"``, or the kernel kind and tile, e.g. ``"triton 8x512/4w"``, ``"nf4 4x512/4w"``."""
         if self.kind == "linear":
             return self.kind
-        staged = f"/{self.stages}s" if self.stages != 1 else ""
-        return f"{self.kind} {self.block_n}x{self.block_k}/{self.num_warps}w{staged}"
+        return f"{self.kind} {self.block_n}x{self.block_k}/{self.num_warps}w"
 
 
 LINEAR = Gemv()
@@ -84,7 +81,7 @@ def gemv_reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return (x.float() @ w.float().t()).to(w.dtype)
 
 
-def linear(x: torch.Tensor, w: torch.Tensor, how: tuple[str, int, int, int, int] | None = None, *,
+def linear(x: torch.Tensor, w: torch.Tensor, how: tuple[str, int, int, int] | None = None, *,
            relu_square: bool = False) -> torch.Tensor:
     """``F.linear(x, w)`` for ``x [B, K]``, ``w [N, K]`` -> ``[B, N]``, through ``how`` when ``x`` is one
     row (``[1, K]``); with ``relu_square`` of ``relu(x)^2`` (``x``'s dtype) instead of ``x``.

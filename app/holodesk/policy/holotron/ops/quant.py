@@ -36,14 +36,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 try:  # pragma: no cover - depends on the machine
-    from holodesk.policy.holotron.ops import _quant_triton  # registers the ops
+    from holodesk.policy.holotron.ops import _quant_triton  # noqa: F401  (registers the ops)
 
     HAVE_TRITON = True
-    KERNEL_LUT: tuple[int, ...] = _quant_triton.NF4_LUT
 except Exception as _exc:  # CPU-only installs (CI) may lack Triton; an old torch has no triton_op
     log.debug("Triton quantised matrix-vector kernels unavailable (%s: %s)", type(_exc).__name__, _exc)
     HAVE_TRITON = False
-    KERNEL_LUT = ()
 
 
 class NF4Weight(NamedTuple):
@@ -62,7 +60,6 @@ class NF4Weight(NamedTuple):
     blocksize: int
     blocksize2: int
     double: bool
-    lut: tuple[int, ...]  # ``code``'s bf16 byte planes (:func:`nf4_lut`); the lookup kernels need KERNEL_LUT
 
 
 class Int8Weight(NamedTuple):
@@ -74,13 +71,10 @@ class Int8Weight(NamedTuple):
 
 
 QuantWeight = NF4Weight | Int8Weight
-QUANT_KINDS = ("nf4", "nf4-pairs", "nf4-lut", "nf4-lut32", "int8")
+QUANT_KINDS = ("nf4", "nf4-pairs", "int8")
 """The :attr:`.gemv.Gemv.kind` of the kernels here: ``"nf4-pairs"`` is the NF4 kernel reading bf16
 activations as int32 pairs (:func:`._quant_triton.nf4_gemv_kernel`'s ``X_PAIRS``: no shared-memory
-round trip per step; compiled for sm_90 it has no barrier in its loop, the other variant four).
-``"nf4-lut"`` / ``"nf4-lut32"``: :func:`._quant_triton.nf4_lut_gemv_kernel` (the NF4 values looked up in
-registers with PTX ``prmt``; CUDA only, bf16 activations), each word's products summed in bf16 pairs / in
-float32; their tile's ``block_n`` is the rows a program takes."""
+round trip per step; compiled for sm_90 it has no barrier in its loop, the other variant four)."""
 
 NF4_TILES: tuple[tuple[int, int, int], ...] = (
     (4, 1024, 4), (8, 512, 4), (16, 256, 4), (8, 1024, 8), (16, 512, 8), (32, 256, 8), (4, 512, 4), (16, 128, 4),
@@ -88,14 +82,6 @@ NF4_TILES: tuple[tuple[int, int, int], ...] = (
 """NF4 tiles tried at load ``(BLOCK_N, BLOCK_K elements, num_warps)``, each with both activation reads where
 they apply (:func:`tiles`); most give each thread 16 weight bytes a step; a tile must fit ``BLOCK_K <= 2 K``,
 so the 128-wide one serves small models too."""
-NF4_LUT_TILES: tuple[tuple[int, int, int, int], ...] = (
-    (4, 1024, 1, 1), (4, 512, 1, 1), (2, 512, 1, 1), (4, 256, 1, 1), (2, 256, 1, 1),
-    (4, 1024, 1, 2), (4, 512, 1, 3), (2, 512, 1, 3), (2, 512, 1, 4), (4, 256, 1, 3), (2, 256, 1, 4), (1, 512, 1, 4),
-)
-"""Tiles of the lookup kernels ``(rows a program, BLOCK_K elements, num_warps, stages)``; ``BLOCK_K`` must
-divide ``K`` (1024 divides Holotron-12B's 5120, 10240 and 20480). One warp over 1024 elements gives each
-thread four words (one 16-byte load) a row and step; ``stages`` > 1 has Triton pipeline the loop (the next
-steps' words and activations copied to shared memory ahead, ``cp.async``), fewer programs fitting an SM."""
 INT8_TILES: tuple[tuple[int, int, int], ...] = (
     (4, 1024, 4), (8, 512, 4), (8, 1024, 8), (16, 512, 8), (16, 256, 4), (32, 256, 8), (16, 128, 4),
 )
@@ -126,10 +112,9 @@ def quant_weight(module: Any) -> QuantWeight | None:
             s2 = qs.state2
             offset = qs.offset if isinstance(qs.offset, torch.Tensor) else torch.tensor(float(qs.offset))
             return NF4Weight(data, qs.absmax, qs.code, s2.absmax, s2.code, offset.to(data.device).float().reshape(()),
-                             rows, cols, int(qs.blocksize), int(s2.blocksize), True, nf4_lut(qs.code))
+                             rows, cols, int(qs.blocksize), int(s2.blocksize), True)
         zero = torch.zeros((), dtype=torch.float32, device=data.device)
-        return NF4Weight(data, qs.absmax, qs.code, qs.absmax, qs.code, zero, rows, cols, int(qs.blocksize), 1, False,
-                         nf4_lut(qs.code))
+        return NF4Weight(data, qs.absmax, qs.code, qs.absmax, qs.code, zero, rows, cols, int(qs.blocksize), 1, False)
     if isinstance(module, bnb.nn.Linear8bitLt):
         cb = module.weight.data
         scb = getattr(module.weight, "SCB", None)
@@ -139,25 +124,6 @@ def quant_weight(module: Any) -> QuantWeight | None:
             return None
         return Int8Weight(cb, scb)
     return None
-
-
-def nf4_lut(code: torch.Tensor) -> tuple[int, ...]:
-    """``code`` (float32 ``[16]``, a weight's NF4 values) as the lookup kernels' bf16 byte planes
-    (:func:`._quant_triton.nf4_lut`); the kernels serve a weight whose planes equal :data:`KERNEL_LUT`.
-
-    Raises:
-        ValueError: ``code`` does not hold 16 values.
-    """
-    if code.numel() != 16:
-        raise ValueError(f"an NF4 code table holds 16 values, not {code.numel()}")
-    import struct
-
-    values = [float(v) for v in code.detach().float().reshape(-1).tolist()]
-    bits = [((f + 0x7FFF + ((f >> 16) & 1)) >> 16) & 0xFFFF
-            for f in (struct.unpack("<I", struct.pack("<f", v))[0] for v in values)]
-    low = [sum((bits[4 * i + b] & 0xFF) << (8 * b) for b in range(4)) for i in range(4)]
-    high = [sum((bits[4 * i + b] >> 8) << (8 * b) for b in range(4)) for i in range(4)]
-    return tuple(low + high)
 
 
 def shape(w: QuantWeight) -> tuple[int, int]:
@@ -227,7 +193,7 @@ def matmul(x: torch.Tensor, w: QuantWeight, chunk_rows: int = 4096) -> torch.Ten
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
 
 
-def linear(x: torch.Tensor, w: QuantWeight, how: tuple[str, int, int, int, int] | None = None) -> torch.Tensor:
+def linear(x: torch.Tensor, w: QuantWeight, how: tuple[str, int, int, int] | None = None) -> torch.Tensor:
     """``x [B, K] @ W^T`` -> ``[B, N]`` in ``x``'s dtype; through the kernel ``how`` (:meth:`.gemv.Gemv.spec`
     of kind ``"nf4"`` / ``"int8"``) when ``x`` is one row, else :func:`gemv_reference`.
 
@@ -238,11 +204,7 @@ def linear(x: torch.Tensor, w: QuantWeight, how: tuple[str, int, int, int, int] 
 
     if how is None or how[0] == "linear" or x.dim() != 2 or x.shape[0] != 1:
         return gemv_reference(x, w)
-    _, bn, bk, nw, stages = how
-    if how[0] in ("nf4-lut", "nf4-lut32") and isinstance(w, NF4Weight):
-        return torch.ops.holodesk.gemv_nf4_lut(x.contiguous(), w.packed, w.absmax, w.absmax2, w.code2, w.offset,
-                                               w.rows, w.cols, w.blocksize, w.blocksize2, w.double, bn, bk, nw,
-                                               stages, how[0] == "nf4-lut32")
+    _, bn, bk, nw = how
     if how[0] in ("nf4", "nf4-pairs") and isinstance(w, NF4Weight):
         return torch.ops.holodesk.gemv_nf4(x.contiguous(), w.packed, w.absmax, w.code, w.absmax2, w.code2, w.offset,
                                            w.rows, w.cols, w.blocksize, w.blocksize2, w.double, bn, bk, nw,
@@ -254,20 +216,15 @@ def linear(x: torch.Tensor, w: QuantWeight, how: tuple[str, int, int, int, int] 
 
 def tiles(w: QuantWeight, dtype: torch.dtype | None = None) -> list[Gemv]:
     """The kernel tiles that fit ``w`` and activations of ``dtype`` (default bfloat16; unchosen, untimed):
-    NF4 steps hold whole quantisation blocks; ``"nf4-pairs"`` needs bf16 and ``K`` a multiple of the step;
-    the lookup kernels (``"nf4-lut"``, ``"nf4-lut32"``) also a weight on CUDA (their PTX has no interpreter)
-    whose NF4 values are the ones they hold (:data:`KERNEL_LUT`)."""
+    NF4 steps hold whole quantisation blocks; ``"nf4-pairs"`` needs bf16 and ``K`` a multiple of the step."""
     import torch
 
     k = shape(w)[1]
     if isinstance(w, NF4Weight):
-        bf16 = (dtype or torch.bfloat16) == torch.bfloat16
         fit = [(bn, bk, nw) for bn, bk, nw in NF4_TILES if bk % w.blocksize == 0 and bk <= 2 * k]
-        pairs = [Gemv("nf4-pairs", bn, bk, nw) for bn, bk, nw in fit if bf16 and k % bk == 0]
-        lut = [Gemv(kind, rows, bk, nw, stages=st) for kind in ("nf4-lut", "nf4-lut32")
-               for rows, bk, nw, st in NF4_LUT_TILES
-               if bf16 and w.packed.is_cuda and w.lut == KERNEL_LUT and k % bk == 0 and bk % w.blocksize == 0]
-        return lut + pairs + [Gemv("nf4", bn, bk, nw) for bn, bk, nw in fit]
+        pairs = [Gemv("nf4-pairs", bn, bk, nw) for bn, bk, nw in fit
+                 if (dtype or torch.bfloat16) == torch.bfloat16 and k % bk == 0]
+        return pairs + [Gemv("nf4", bn, bk, nw) for bn, bk, nw in fit]
     return [Gemv("int8", bn, bk, nw) for bn, bk, nw in INT8_TILES if bk <= 2 * k]
 
 
@@ -311,9 +268,8 @@ def choose(weights: Sequence[QuantWeight], *, dtype: torch.dtype | None = None,
             best, best_us = tile, us
     if not timings:
         return LINEAR, {}
-    return Gemv(best.kind, best.block_n, best.block_k, best.num_warps, round(best_us, 2), best.stages), timings
+    return Gemv(best.kind, best.block_n, best.block_k, best.num_warps, round(best_us, 2)), timings
 
 
-__all__ = ["HAVE_TRITON", "INT8_TILES", "KERNEL_LUT", "NF4_LUT_TILES", "NF4_TILES", "QUANT_KINDS", "Int8Weight",
-           "NF4Weight", "QuantWeight", "choose", "dequantize", "gemv_reference", "linear", "matmul", "nbytes",
-           "nf4_lut", "quant_weight", "shape", "tiles"]
+__all__ = ["HAVE_TRITON", "INT8_TILES", "NF4_TILES", "QUANT_KINDS", "Int8Weight", "NF4Weight", "QuantWeight",
+           "choose", "dequantize", "gemv_reference", "linear", "matmul", "nbytes", "quant_weight", "shape", "tiles"]
