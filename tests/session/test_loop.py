@@ -12,16 +12,18 @@ from typing import Any
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from holodesk.capture.fake import FakeCapture
 from holodesk.control.base import ActionResult
 from holodesk.control.recording import RecordingExecutor
 from holodesk.core.actions import Click, Plan, Point, Type
-from holodesk.core.geometry import Monitor, PlacedAction
+from holodesk.core.geometry import Frame, Monitor, PlacedAction
 from holodesk.policy.scripted import ScriptedPolicy
+from holodesk.session import loop
 from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision
 from holodesk.session.episode import list_episodes, load_episode
-from holodesk.session.loop import Session, SessionEvent, SessionLimits, State
+from holodesk.session.loop import SCREEN_SETTLE_S, SETTLE_GRABS, Session, SessionEvent, SessionLimits, State
 
 
 def click(x: int, y: int, thought: str = "") -> dict[str, Any]:
@@ -395,3 +397,85 @@ def test_update_plan_is_recorded_shown_and_returned_to_the_model_as_the_tool_out
     messages = policy.protocol.build_messages(policy.observations[1])
     texts = [part.get("text", "") for m in messages if m["role"] == "user" for part in m["content"]]
     assert '<tool_output tool="update_plan">\n1. [running] Open the form\n2. [todo] Submit it\n</tool_output>' in texts
+
+
+class LateRepaintScreen:
+    """A fake screen (capture backend) of a program that redraws late: what an action did shows only from
+    the ``lag``-th grab after the action was performed (mousepad on a loaded Xvfb desktop showed typed text
+    in a later grab than the first one after the typer returned). ``changing``: every grab differs (a video)."""
+
+    name = "late-repaint fake"
+
+    def __init__(self, lag: int, *, changing: bool = False) -> None:
+        self.lag, self.changing = lag, changing
+        self.drawn = 0  # actions the screen shows
+        self.performed = 0  # actions performed
+        self.grabs_since_action = 0
+        self.grabs = 0
+        self.monitor = Monitor(index=1, left=0, top=0, width=320, height=200, name="Fake monitor 1")
+
+    def monitors(self) -> list[Monitor]:
+        return [self.monitor]
+
+    def action_performed(self) -> None:
+        self.performed += 1
+        self.grabs_since_action = 0
+
+    def grab(self, monitor_index: int) -> Frame:
+        self.grabs += 1
+        self.grabs_since_action += 1
+        if self.grabs_since_action >= self.lag:
+            self.drawn = self.performed
+        pixels = np.zeros((200, 320, 3), np.uint8)
+        pixels[0, 0] = (self.drawn, self.grabs % 256 if self.changing else 0, 0)
+        return Frame(pixels=pixels, monitor=self.monitor, captured_at=0.0)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class TellingExecutor(RecordingExecutor):
+    """Performs into a :class:`LateRepaintScreen` (tells it an action happened)."""
+
+    def __init__(self, screen: LateRepaintScreen) -> None:
+        super().__init__()
+        self.screen = screen
+
+    def execute(self, placed: PlacedAction) -> ActionResult:
+        result = super().execute(placed)
+        self.screen.action_performed()
+        return result
+
+
+def test_the_frame_after_an_action_shows_what_the_action_did(tmp_path: Path) -> None:
+    """The next step's frame waits for the program to redraw (SCREEN_SETTLE_S): the model sees the text it
+    typed, and the loop guard (F09) does not call a changed screen unchanged."""
+    screen = LateRepaintScreen(lag=2)
+    session = Session(ScriptedPolicy([type_("hi"), type_("hi"), answer("ok")]), screen, TellingExecutor(screen),
+                      ApprovalPolicy("step", lambda r: A), SessionLimits(), episodes_dir=tmp_path,
+                      settle_s=SCREEN_SETTLE_S)
+    result = session.run("type hi twice")
+    assert result.status is State.FINISHED, result.reason
+    ep = load_episode(list_episodes(tmp_path)[0])
+    seen = [int(np.asarray(Image.open(ep.path / s["frame"]))[0, 0, 0]) for s in ep.steps]
+    assert seen == [0, 1, 2]  # each frame shows every action performed before it
+    assert screen.grabs >= 1 + 2 * SETTLE_GRABS
+
+
+def test_a_screen_that_keeps_changing_is_taken_as_it_is_after_the_settle_timeout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loop, "SETTLE_TIMEOUT_S", 0.3)
+    screen = LateRepaintScreen(lag=1, changing=True)
+    session = Session(ScriptedPolicy([click(1, 1), answer("ok")]), screen, TellingExecutor(screen),
+                      ApprovalPolicy("step", lambda r: A), SessionLimits(), settle_s=SCREEN_SETTLE_S)
+    result = session.run("click once")
+    assert result.status is State.FINISHED, result.reason
+    assert screen.drawn == 1
+
+
+def test_without_settle_s_one_grab_per_step() -> None:
+    screen = LateRepaintScreen(lag=1)
+    session = Session(ScriptedPolicy([click(1, 1), answer("ok")]), screen, TellingExecutor(screen),
+                      ApprovalPolicy("step", lambda r: A), SessionLimits())
+    assert session.run("click once").status is State.FINISHED
+    assert screen.grabs == 2

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from holodesk.errors import SettingsError
 from holodesk.session.approval import ApprovalPolicy
-from holodesk.session.loop import Session, SessionLimits
+from holodesk.session.loop import SCREEN_SETTLE_S, Session, SessionLimits
 from holodesk.settings import policy_fields
 
 if TYPE_CHECKING:
@@ -275,4 +275,5 @@ def build_session(
         after_capture=after_capture,
         meta={"monitor_label": monitors[settings.monitor - 1].label, **(meta or {})},
         stop_event=stop,
+        settle_s=SCREEN_SETTLE_S,
     )

@@ -127,6 +127,8 @@ class _Run:
         focus_element: the field the last performed click named (typing goes there), when known.
         repeats: (frame digest, action) of the last steps while they were all the same (F09).
         failed_actions: "step N: message" for each approved action that could not be performed.
+        acted: an action was handed to the executor since the last grab (the next grab waits for the
+            screen to settle).
     """
 
     task: str
@@ -137,6 +139,17 @@ class _Run:
     focus_element: str | None = None
     repeats: list[tuple[str, str]] = field(default_factory=list)
     failed_actions: list[str] = field(default_factory=list)
+    acted: bool = False
+
+
+SCREEN_SETTLE_S = 0.25
+"""Seconds the screen must stay unchanged after a performed action before the next step's frame is taken:
+a program redraws after it has read the input events, which is after the executor returns (mousepad on a
+loaded 2-core Xvfb desktop showed typed text only in a later grab)."""
+SETTLE_GRABS = 3
+"""Equal grabs in a row, beside :data:`SCREEN_SETTLE_S`, that make a settled screen."""
+SETTLE_TIMEOUT_S = 3.0
+"""The longest wait for a settled screen; a screen still changing then (a video, a spinner) is taken as it is."""
 
 
 @dataclass(frozen=True)
@@ -203,6 +216,11 @@ class Session:
         stop_event: the event :meth:`request_stop` sets; pass the executor's own stop event so that a
             stop also ends an action that is waiting (e.g. ``wait``). The wall-time cap sets it too, so
             ``limits.max_wall_s`` bounds a running action and a pending approval, not only step starts.
+        settle_s: after a performed action, the next frame is the first one that has stayed unchanged for
+            ``settle_s`` seconds and :data:`SETTLE_GRABS` grabs (at most :data:`SETTLE_TIMEOUT_S`), so the
+            model sees what the action did, not the screen before the program redrew; 0 takes the first
+            grab (replayed frames in tests; :func:`~holodesk.session.factory.build_session` passes
+            :data:`SCREEN_SETTLE_S`).
     """
 
     def __init__(
@@ -220,6 +238,7 @@ class Session:
         after_capture: Callable[[], None] | None = None,
         meta: dict[str, Any] | None = None,
         stop_event: threading.Event | None = None,
+        settle_s: float = 0.0,
     ) -> None:
         self.policy = policy
         self.capture = capture
@@ -232,6 +251,7 @@ class Session:
         self.before_capture = before_capture
         self.after_capture = after_capture
         self.meta = dict(meta or {})
+        self.settle_s = settle_s
         self.state = State.IDLE
         self._listeners: list[Listener] = []
         self._stop = stop_event if stop_event is not None else threading.Event()
@@ -360,7 +380,8 @@ class Session:
         self._check_limits(run.step, run.started)
         record: dict[str, Any] = {"type": "step", "step": run.step}
         timings: dict[str, float] = {}
-        frame = self._capture(run.step, record, timings)
+        frame = self._capture(run.step, record, timings, settle=run.acted)
+        run.acted = False
         self._check_limits(run.step, run.started)
         proposal = self._think(run, frame, record, timings)
         if proposal is None:  # the reply was rejected; the model is told in the next step
@@ -371,14 +392,16 @@ class Session:
             self._act(run, proposal, placed, record, timings)
 
     # -- CAPTURING
-    def _capture(self, step: int, record: dict[str, Any], timings: dict[str, float]) -> Frame:
-        """Grab the monitor (the hooks around the grab hide the UI's overlay, F13) and save the frame."""
+    def _capture(self, step: int, record: dict[str, Any], timings: dict[str, float], *, settle: bool) -> Frame:
+        """Grab the monitor (the hooks around the grab hide the UI's overlay, F13) and save the frame;
+        ``settle``: an action was performed since the last grab, so wait for the screen to settle
+        (:meth:`_settled_grab`)."""
         self._set_state(State.CAPTURING, step)
         t0 = time.perf_counter()
         if self.before_capture:
             self.before_capture()
         try:
-            frame = self.capture.grab(self.limits.monitor)
+            frame = self._settled_grab() if settle and self.settle_s > 0 else self.capture.grab(self.limits.monitor)
         finally:
             if self.after_capture:
                 self.after_capture()
@@ -387,6 +410,27 @@ class Session:
             record["frame"] = self.recorder.save_frame(step, frame)
         record["monitor"] = frame.monitor.__dict__
         record["frame_size"] = [frame.width, frame.height]
+        return frame
+
+    def _settled_grab(self) -> Frame:
+        """The first frame that stayed unchanged over ``settle_s`` seconds and :data:`SETTLE_GRABS` grabs in a
+        row, or the newest one after :data:`SETTLE_TIMEOUT_S` (logged) or a stop request."""
+        frame = self.capture.grab(self.limits.monitor)
+        digest, same, since = frame_digest(frame), 1, time.monotonic()
+        deadline = since + SETTLE_TIMEOUT_S
+        while not (same >= SETTLE_GRABS and time.monotonic() - since >= self.settle_s):
+            if time.monotonic() >= deadline:
+                log.info("the screen was still changing %.1f s after the action; taking it as it is",
+                         SETTLE_TIMEOUT_S)
+                break
+            if self._stop.wait(self.settle_s / SETTLE_GRABS):
+                break
+            frame = self.capture.grab(self.limits.monitor)
+            latest = frame_digest(frame)
+            if latest == digest:
+                same += 1
+            else:
+                digest, same, since = latest, 1, time.monotonic()
         return frame
 
     # -- THINKING
@@ -545,6 +589,7 @@ class Session:
         self._write({**record, "result": RESULT_UNKNOWN, "timings_ms": timings})
         self._set_state(State.EXECUTING, run.step)
         outcome = self._execute(placed)
+        run.acted = True
         timings["execute"] = outcome.duration_ms
         record.update(result={"ok": outcome.ok, "status": outcome.status, "message": outcome.message,
                               "verified": outcome.verified, "details": outcome.details},
