@@ -260,3 +260,23 @@ def test_a_portal_without_remote_desktop_is_not_said_to_ask(tmp_path: Path, monk
                 time.sleep(0.05)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
+
+
+def test_doctor_json_prints_the_report_as_one_json_object_and_nothing_else(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from holodesk.cli import main
+
+    def fails() -> dict[str, object]:
+        raise RuntimeError("no GPU driver")
+
+    monkeypatch.setattr(doctor, "CHECKS", [("PyTorch and GPU", lambda: {"cuda_available": False, "version": "2"}),
+                                           ("Holotron kernels", fails)])
+    assert main(["doctor", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out) == {"PyTorch and GPU": {"cuda_available": False, "version": "2"},
+                               "Holotron kernels": {"error": "RuntimeError: no GPU driver"}}
+    assert main(["doctor"]) == 0  # the text report is unchanged
+    text = capsys.readouterr().out
+    assert text.startswith("PyTorch and GPU\n  cuda_available: False\n") and "{" not in text

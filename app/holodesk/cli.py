@@ -77,7 +77,9 @@ def _build_parser() -> argparse.ArgumentParser:
     download.add_argument("--login", action="store_true", help="ask for a hub token first and keep it in the "
                           "system keychain (for gated or private models)")
 
-    sub.add_parser("doctor", help="report what this machine offers Holodesk (display, monitors, GPU, kernels)")
+    doctor = sub.add_parser("doctor", help="report what this machine offers Holodesk (display, monitors, GPU, kernels)")
+    doctor.add_argument("--json", action="store_true", help="print the report as one JSON object "
+                        "({section: {item: value}}) instead of text")
     tray = sub.add_parser("tray", help="start the desktop app (default)")
     tray.add_argument("--no-tray", action="store_true", help="open the small window instead of the tray icon")
 
@@ -115,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "doctor":
             from holodesk.doctor import print_report
 
-            return print_report(sys.stdout)
+            return print_report(sys.stdout, as_json=args.json)
         if args.command == "bench":
             from holodesk.bench.cli import main as bench_main
 

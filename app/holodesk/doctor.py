@@ -7,7 +7,6 @@ slow path that would be taken (no fused SSM kernels, no GPU) is named here.
 from __future__ import annotations
 
 import importlib.util
-import os
 import platform
 import sys
 import threading
@@ -323,14 +322,16 @@ def collect(timeout_s: float = CHECK_TIMEOUT_S) -> dict[str, dict[str, Any]]:
     return {title: _run_check(check, timeout_s) for title, check in CHECKS}
 
 
-def print_report(out: TextIO) -> int:
-    """Print the report; exit status 0 (doctor reports problems, it does not fail on them)."""
+def print_report(out: TextIO, *, as_json: bool = False) -> int:
+    """Print the report, as indented text or (``as_json``) as one JSON object ``{section: {item: value}}``
+    on one line; exit status 0 (doctor reports problems, it does not fail on them)."""
     report = collect()
-    for title, section in report.items():
-        out.write(f"{title}\n")
-        _write_items(out, section, 1)
-    if os.environ.get("HOLODESK_DOCTOR_JSON"):
+    if as_json:
         import json
 
         out.write(json.dumps(report, default=str) + "\n")
+        return 0
+    for title, section in report.items():
+        out.write(f"{title}\n")
+        _write_items(out, section, 1)
     return 0

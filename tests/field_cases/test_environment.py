@@ -47,9 +47,9 @@ def holodesk(env: dict[str, str], *args: str, timeout: float = 180) -> subproces
 
 
 def doctor_json(env: dict[str, str]) -> dict[str, Any]:
-    res = holodesk({**env, "HOLODESK_DOCTOR_JSON": "1"}, "doctor")
+    res = holodesk(env, "doctor", "--json")
     assert res.returncode == 0 and "Traceback" not in res.stdout + res.stderr, res.stdout + res.stderr
-    return dict(json.loads(res.stdout.strip().splitlines()[-1]))
+    return dict(json.loads(res.stdout))  # stdout is the one JSON object, nothing else
 
 
 @pytest.fixture
