@@ -263,7 +263,9 @@ def test_a_portal_without_remote_desktop_is_not_said_to_ask(tmp_path: Path, monk
 
 
 def test_doctor_json_prints_the_report_as_one_json_object_and_nothing_else(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    """What the probes print (python-xlib's "Xlib.xauth: warning" through print(), a child process through
+    file descriptor 1) goes to standard error; standard output is the JSON object alone."""
     import json
 
     from holodesk.cli import main
@@ -271,12 +273,19 @@ def test_doctor_json_prints_the_report_as_one_json_object_and_nothing_else(
     def fails() -> dict[str, object]:
         raise RuntimeError("no GPU driver")
 
+    def chatty() -> dict[str, object]:
+        print("Xlib.xauth: warning, no xauthority details available")
+        subprocess.run([sys.executable, "-c", "print('from a child process')"], check=True)
+        return {"kind": "x11"}
+
     monkeypatch.setattr(doctor, "CHECKS", [("PyTorch and GPU", lambda: {"cuda_available": False, "version": "2"}),
-                                           ("Holotron kernels", fails)])
+                                           ("Holotron kernels", fails), ("Display server", chatty)])
     assert main(["doctor", "--json"]) == 0
-    out = capsys.readouterr().out
+    out, err = capfd.readouterr()
     assert json.loads(out) == {"PyTorch and GPU": {"cuda_available": False, "version": "2"},
-                               "Holotron kernels": {"error": "RuntimeError: no GPU driver"}}
+                               "Holotron kernels": {"error": "RuntimeError: no GPU driver"},
+                               "Display server": {"kind": "x11"}}
+    assert "Xlib.xauth: warning" in err and "from a child process" in err
     assert main(["doctor"]) == 0  # the text report is unchanged
-    text = capsys.readouterr().out
-    assert text.startswith("PyTorch and GPU\n  cuda_available: False\n") and "{" not in text
+    text = capfd.readouterr().out
+    assert "PyTorch and GPU\n  cuda_available: False\n" in text and "{" not in text

@@ -6,7 +6,9 @@ slow path that would be taken (no fused SSM kernels, no GPU) is named here.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
 import platform
 import sys
 import threading
@@ -322,15 +324,33 @@ def collect(timeout_s: float = CHECK_TIMEOUT_S) -> dict[str, dict[str, Any]]:
     return {title: _run_check(check, timeout_s) for title, check in CHECKS}
 
 
+def _collect_quietly() -> dict[str, dict[str, Any]]:
+    """:func:`collect` with whatever the probes print to standard output (python-xlib prints
+    "Xlib.xauth: warning, no xauthority details available" there; child processes inherit file
+    descriptor 1) sent to standard error, so that standard output holds only the report."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            return collect()
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def print_report(out: TextIO, *, as_json: bool = False) -> int:
     """Print the report, as indented text or (``as_json``) as one JSON object ``{section: {item: value}}``
-    on one line; exit status 0 (doctor reports problems, it does not fail on them)."""
-    report = collect()
+    on one line and nothing else on ``out`` (what the probes print goes to standard error); exit status 0
+    (doctor reports problems, it does not fail on them)."""
     if as_json:
         import json
 
+        report = _collect_quietly()
         out.write(json.dumps(report, default=str) + "\n")
         return 0
+    report = collect()
     for title, section in report.items():
         out.write(f"{title}\n")
         _write_items(out, section, 1)
