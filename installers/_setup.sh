@@ -7,8 +7,9 @@ HOLODESK_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${HOLODESK_VENV:-$HOLODESK_ROOT/.venv}"
 PY="${PYTHON:-python3}"
 
-# Debian/Ubuntu packages: Qt's xcb platform plugin, clipboard and X tools.
-APT_RUNTIME=(libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-xinerama0 libxcb-randr0 libxcb-render-util0
+# Debian/Ubuntu packages: venv support for python3 (Debian's python3 lacks ensurepip without it), Qt's xcb
+# platform plugin, clipboard and X tools.
+APT_RUNTIME=(python3-venv libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-xinerama0 libxcb-randr0 libxcb-render-util0
              libxcb-image0 libxcb-shape0 libxcb-xkb1 libxkbcommon-x11-0 libegl1 libgl1 libfontconfig1
              libdbus-1-3 xclip x11-xserver-utils)
 # Extra packages the test suite needs: a virtual X server, a tray host, a real keychain, fonts, and the
@@ -44,6 +45,10 @@ apt_install() {
 }
 
 make_venv() {
+    if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+        say "Holodesk needs Python 3.11 or newer; $PY is $("$PY" -V 2>&1 || echo 'not found'). Install one (e.g. apt install python3.11 python3.11-venv) and run again with PYTHON=python3.11"
+        exit 1
+    fi
     if [ ! -x "$VENV/bin/python" ]; then
         say "creating the virtual environment in $VENV"
         "$PY" -m venv "$VENV"
