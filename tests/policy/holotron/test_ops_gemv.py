@@ -3,18 +3,12 @@ kernel against the reference on a GPU."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from holodesk.policy.holotron.ops import gemv  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests.policy.holotron.interpreter import run_interpreted  # noqa: E402
 
 
 def test_linear_without_a_choice_is_f_linear_and_cpu_keeps_linear() -> None:
@@ -79,15 +73,22 @@ def test_interpreted_kernel_squares_x_as_a_separate_pass_would() -> None:
     float32 to bfloat16 toward zero where the GPU rounds to nearest even, so the bf16 rounding is checked
     on the GPU (``test_gpu_relu_square_kernel_equals_the_separate_pass_compiled_and_captured``)."""
     pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "app"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", INTERPRETED_RELU_SQUARE], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stderr[-4000:]
-    import json
-
-    cases = json.loads(done.stdout.strip().splitlines()[-1])
+    cases = run_interpreted(INTERPRETED_RELU_SQUARE, timeout=600)
     assert cases == {"24x256": [True, False], "13x320": [True, False]}, cases
+
+
+def _captured(fn, static_x: torch.Tensor):  # type: ignore[no-untyped-def]
+    """``fn(static_x)`` run once on a side stream (compiles and autotunes), then recorded as a CUDA graph;
+    returns the graph and the output tensor its replays write."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn(static_x)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn(static_x)
+    return graph, out
 
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available() or not gemv.HAVE_TRITON, reason="needs CUDA and Triton")
@@ -133,14 +134,7 @@ def test_gpu_triton_gemv_compiles_and_replays_in_a_cuda_graph() -> None:
     eager = block(x)
     assert torch.equal(compiled(x), eager)
     static_x = x.clone()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        compiled(static_x)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = compiled(static_x)
+    graph, out = _captured(compiled, static_x)
     static_x.copy_(torch.randn(1, 1024, generator=gen, device="cuda", dtype=torch.bfloat16))
     graph.replay()
     torch.cuda.synchronize()
@@ -167,14 +161,7 @@ def test_gpu_relu_square_kernel_equals_the_separate_pass_compiled_and_captured()
     compiled = torch.compile(block, dynamic=False, fullgraph=True)
     assert torch.equal(compiled(x), block(x))
     static_x = x.clone()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        compiled(static_x)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = compiled(static_x)
+    graph, out = _captured(compiled, static_x)
     static_x.copy_(torch.randn(1, 20480, generator=gen, device="cuda", dtype=torch.bfloat16))
     graph.replay()
     torch.cuda.synchronize()

@@ -3,11 +3,6 @@ against the references on a GPU. The decoder's prefill as a whole is tested in t
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,8 +12,7 @@ pytest.importorskip("transformers.models.nemotron_h")
 
 from holodesk.policy.holotron.ops import prefill as prefill_ops  # noqa: E402
 from tests.policy.holotron import prefill_cases  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests.policy.holotron.interpreter import run_interpreted  # noqa: E402
 
 
 def cuda(fn):  # type: ignore[no-untyped-def]
@@ -180,17 +174,11 @@ def test_step_size_reference_zeroes_the_padded_rows_only() -> None:
 
 @pytest.fixture(scope="module")
 def interpreted() -> dict[str, Any]:
-    """The real Triton kernels run by Triton's interpreter on CPU tensors, in a child process (the interpreter is
-    chosen when a kernel is defined, so this process's already-defined kernels cannot use it)."""
+    """The real Triton kernels run by Triton's interpreter on CPU tensors (:func:`.interpreter.run_interpreted`)."""
     pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "app"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
     code = ("import json; from tests.policy.holotron import prefill_cases; "
             "print(json.dumps(prefill_cases.interpreted()))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600, check=False)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    return dict(run_interpreted(code, timeout=600))
 
 
 @pytest.mark.slow

@@ -10,11 +10,6 @@ modules.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,9 +25,9 @@ from holodesk.policy.holotron.decoder import Setup  # noqa: E402
 from holodesk.policy.holotron.ops import quant  # noqa: E402
 from holodesk.policy.holotron.ops.gemv import Gemv  # noqa: E402
 from tests.policy.holotron import quant_cases  # noqa: E402
+from tests.policy.holotron.interpreter import run_interpreted  # noqa: E402
 from tests.policy.holotron.quant_cases import bnb_weight, layer, rel  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[3]
 MODES = ("nf4", "nf4-double", "int8")
 BF16_ROUNDING = 1e-2  # relative L2 of one bf16 rounding of the output (2^-8), with margin
 
@@ -164,15 +159,9 @@ def test_doctor_reports_the_quantised_decode_path() -> None:
 
 @pytest.fixture(scope="module")
 def interpreted() -> dict[str, Any]:
-    """The real Triton kernels run by Triton's interpreter on CPU tensors, in a child process (the interpreter is
-    chosen when a kernel is defined, so this process's already-defined kernels cannot use it)."""
-    env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "app"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    """The real Triton kernels run by Triton's interpreter on CPU tensors (:func:`.interpreter.run_interpreted`)."""
     code = "import json; from tests.policy.holotron import quant_cases; print(json.dumps(quant_cases.interpreted()))"
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=900, check=False)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    return dict(run_interpreted(code, timeout=900))
 
 
 @pytest.mark.slow
