@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -133,6 +134,47 @@ def test_kernel_report_on_cpu() -> None:
         assert report["fast_path"] is False and report["reasons"]
 
 
+_AUTOTUNE_CHILD = """
+import json, os, sys, types
+import triton, triton.language as tl
+from holodesk.policy.holotron.kernels import autotune_cache, prepare_kernels
+prepare_kernels()
+# A stand-in for one mamba-ssm module (mamba-ssm needs CUDA to install): a real triton.autotune kernel
+# defined after prepare_kernels, as importing mamba_ssm defines them.
+@triton.autotune(configs=[triton.Config({"B": 16}), triton.Config({"B": 32})], key=["n"])
+@triton.jit
+def kernel(x, n, B: tl.constexpr):
+    pass
+module = types.ModuleType("mamba_ssm.ops.triton.ssd_chunk_scan")
+module.kernel = kernel
+sys.modules[module.__name__] = module
+print(json.dumps(autotune_cache()))
+"""
+
+
+@pytest.mark.parametrize("preset", [None, "0"])
+def test_prepare_kernels_keeps_autotuning_on_disk_unless_the_user_says_no(preset: str | None,
+                                                                          tmp_path: Path) -> None:
+    """prepare_kernels turns on Triton's on-disk autotuning cache (the kernels defined after it cache their
+    timings, read from Triton's own Autotuner) and leaves a user's TRITON_CACHE_AUTOTUNING=0 alone, which
+    autotune_cache then reports as the slow path it is."""
+    pytest.importorskip("triton")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_CACHE_AUTOTUNING"}
+    if preset is not None:
+        env["TRITON_CACHE_AUTOTUNING"] = preset
+    child = tmp_path / "child.py"  # Triton reads a kernel's source from its file
+    child.write_text(_AUTOTUNE_CHILD)
+    out = subprocess.run([sys.executable, str(child)], capture_output=True, text=True, check=False, env=env)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["kernels"] == 1
+    if preset is None:
+        assert report["env"] == "1" and report["cached"] == 1 and report["on"] is True
+    else:
+        assert report["env"] == "0" and report["cached"] == 0 and report["on"] is False
+        assert "again in each process" in report["detail"]
+
+
 def test_package_imports_without_torch() -> None:
     code = (
         "import sys\n"
@@ -180,6 +222,7 @@ def test_kernels_are_prepared_before_any_test_imports_nemotron_h() -> None:
 def test_gpu_kernels_live() -> None:
     report = kernel_report()
     assert report["fast_path"], report
+    assert report["autotune_cache"]["on"] is True and report["autotune_cache"]["kernels"] > 0, report
 
 
 @pytest.mark.gpu

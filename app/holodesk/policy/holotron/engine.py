@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from holodesk.policy.holotron import runtime
-from holodesk.policy.holotron.kernels import record_decoder
+from holodesk.policy.holotron.kernels import autotune_cache, record_decoder
 from holodesk.policy.holotron.prompt import image_token_runs
 from holodesk.policy.holotron.runtime import Constraint, Generation, PromptImage, decode_loop, sync
 from holodesk.policy.holotron.tiling import tile_count
@@ -186,7 +186,8 @@ class StaticEngine:
         plus the engine's setup seconds, of which ``build_seconds`` before the capture and ``warm_up_seconds``
         after it (``warm_up_captures``: the graphs the warm-up recorded on first use, in its seconds),
         ``lazy_captures``: the graphs the steps since recorded on first use (``StaticDecoder.lazy_summary``:
-        count, seconds, keys), and every note (the decoder's, then the engine's)."""
+        count, seconds, keys), ``autotune_cache`` (:func:`.kernels.autotune_cache`'s one line: whether
+        mamba-ssm's autotuning results come from disk) and every note (the decoder's, then the engine's)."""
         d = self.decoder
         return {
             **d.describe(),
@@ -196,6 +197,7 @@ class StaticEngine:
             "setup_seconds": round(self.setup_seconds, 2),
             "build_seconds": round(self.build_seconds, 2),
             "warm_up_seconds": None if self.warm_up_seconds is None else round(self.warm_up_seconds, 2),
+            "autotune_cache": autotune_cache()["detail"],
             "notes": [*self.decoder.notes, *self.notes],
             "jump_forward": "on" if self.jump_forward else f"off: {JUMP_FORWARD_OFF_QUANTIZED}",
         }

@@ -9,6 +9,12 @@ transformers decides at the import of ``modeling_nemotron_h``: each of ``mamba_c
 The Triton-only mamba-ssm build (the one that installs offline) lacks the Mamba-1 extension
 ``selective_scan_cuda`` that ``import mamba_ssm`` needs; Mamba-2 never calls it, so :func:`prepare_kernels`
 registers an empty placeholder module under that name before transformers imports mamba_ssm.
+
+mamba-ssm's scan kernels are ``triton.autotune``d: their first call in a process times every configuration
+(about 6 s for Holotron-12B's prefill on an H200, run 10a in docs/benchmarks.md). :func:`prepare_kernels`
+turns on Triton's own on-disk cache of those results (``TRITON_CACHE_AUTOTUNING``, read when an autotuned
+kernel is defined, i.e. when mamba-ssm is imported) unless the environment sets it; :func:`autotune_cache`
+reports it.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import importlib.metadata
 import importlib.util
 import json
 import logging
+import os
 import sys
 import time
 import types
@@ -34,16 +41,25 @@ _FUNCTIONS = {  # transformers' wrapper name -> the kernel function it tries (hu
 }
 _DISTRIBUTIONS = {"mamba_ssm": "mamba-ssm", "causal_conv1d": "causal-conv1d"}
 _state: dict[str, bool | None] = {"placeholder": False, "prepared_before_import": None}
+AUTOTUNE_CACHE_ENV = "TRITON_CACHE_AUTOTUNING"
+"""Triton's switch for keeping autotuning results on disk (``triton.knobs.autotuning.cache``, Triton >= 3.4),
+in its cache folder (``TRITON_CACHE_DIR``, default ``~/.triton/cache``)."""
+_MAMBA_TRITON_MODULES = ("ssd_chunk_scan", "ssd_chunk_state", "ssd_state_passing", "ssd_bmm", "ssd_combined",
+                         "selective_state_update", "layernorm_gated", "layer_norm")
 
 
 def prepare_kernels() -> None:
-    """Make the Triton-only mamba-ssm importable; call before transformers' NemotronH is imported.
+    """Make the Triton-only mamba-ssm importable and its autotuning results cached on disk; call before
+    transformers' NemotronH (or mamba-ssm) is imported.
 
-    When ``mamba_ssm`` is installed and ``selective_scan_cuda`` is not importable, an empty module is
-    registered under that name. Does nothing when mamba-ssm is absent or complete. Idempotent; never raises.
+    Sets ``TRITON_CACHE_AUTOTUNING=1`` unless the environment already sets it (a user's ``0`` stays, and
+    :func:`autotune_cache` then says what it costs). When ``mamba_ssm`` is installed and
+    ``selective_scan_cuda`` is not importable, an empty module is registered under that name. Idempotent;
+    never raises.
     """
     if _state["prepared_before_import"] is None:
         _state["prepared_before_import"] = _NEMOTRON_MODULE not in sys.modules
+    os.environ.setdefault(AUTOTUNE_CACHE_ENV, "1")
     try:
         if (importlib.util.find_spec("mamba_ssm") is None or "selective_scan_cuda" in sys.modules
                 or importlib.util.find_spec("selective_scan_cuda") is not None):
@@ -106,14 +122,40 @@ def _function(module: object, wrapper: str) -> dict[str, Any]:
     return {"live": live, "implementation": label if live else f"torch reference ({label})"}
 
 
+def autotune_cache() -> dict[str, Any]:
+    """Whether mamba-ssm's autotuned Triton kernels keep their timings on disk, so that a later process skips
+    them: ``env`` (``TRITON_CACHE_AUTOTUNING`` as set, or None), ``kernels`` (autotuned kernels found in the
+    imported ``mamba_ssm.ops.triton`` modules), ``cached`` (how many of them cache; each reads the switch when
+    defined, so a mamba-ssm imported before :func:`prepare_kernels` keeps the switch it saw), ``on`` (every
+    one found caches; None when none is imported) and ``detail`` (one line). Never raises."""
+    env = os.environ.get(AUTOTUNE_CACHE_ENV)
+    tuners = []
+    for name in _MAMBA_TRITON_MODULES:
+        module = sys.modules.get(f"mamba_ssm.ops.triton.{name}")
+        tuners += [v for v in vars(module).values() if hasattr(v, "cache_results") and hasattr(v, "configs")] \
+            if module is not None else []
+    cached = sum(bool(t.cache_results) for t in tuners)
+    on = None if not tuners else cached == len(tuners)
+    if on is None:
+        detail = (f"mamba-ssm's kernels are not imported in this process; {AUTOTUNE_CACHE_ENV}={env}"
+                  if env is not None else f"mamba-ssm's kernels are not imported; {AUTOTUNE_CACHE_ENV} unset")
+    elif on:
+        detail = f"autotuning results of {cached} mamba-ssm kernels are kept on disk ({AUTOTUNE_CACHE_ENV}={env})"
+    else:
+        detail = (f"{len(tuners) - cached} of {len(tuners)} mamba-ssm autotuned kernels time every configuration "
+                  f"again in each process (about 6 s at a 12B load; {AUTOTUNE_CACHE_ENV}={env}): unset it, or "
+                  "import holodesk.policy.holotron before mamba_ssm")
+    return {"env": env, "kernels": len(tuners), "cached": cached, "on": on, "detail": detail}
+
+
 def kernel_report(*, import_transformers: bool = True) -> dict[str, Any]:
     """Which kernel path transformers' NemotronH takes in this process, as a JSON-able dict:
     ``fast_path`` (Mamba-2 scan and state update from mamba-ssm, on CUDA), ``summary`` (one line),
     ``torch`` (version), ``cuda`` (``available``, ``device``), ``packages`` (``installed``, ``version``,
     ``import_error`` per package), ``quantized_decode`` (:func:`quant_decode_report`),
-    ``selective_scan_cuda_placeholder``, ``prepared_before_transformers``
-    (None: never prepared), ``functions`` (``live``, ``implementation`` per kernel) and ``reasons``
-    (why something is not live).
+    ``selective_scan_cuda_placeholder``, ``prepared_before_transformers`` (None: never prepared),
+    ``autotune_cache`` (:func:`autotune_cache`), ``functions`` (``live``, ``implementation`` per kernel) and
+    ``reasons`` (why something is not live).
 
     Args:
         import_transformers: import transformers' NemotronH module to inspect its dispatch; when False and
@@ -153,6 +195,9 @@ def kernel_report(*, import_transformers: bool = True) -> dict[str, Any]:
                                and functions["selective_state_update"]["live"] and report["cuda"]["available"])
     conv = "; conv1d from causal-conv1d" if functions["causal_conv1d_fn"]["live"] else "; conv1d via F.conv1d"
     report["quantized_decode"] = quant_decode_report(cuda=bool(report["cuda"]["available"]))
+    report["autotune_cache"] = autotune_cache()
+    if report["autotune_cache"]["on"] is False:
+        reasons.append(report["autotune_cache"]["detail"])
     report["summary"] = ("Mamba-2 kernels live (mamba-ssm Triton)" + conv if report["fast_path"] else
                          "Mamba-2 runs on transformers' torch fallback (slow): "
                          + (reasons[0] if reasons else "mamba-ssm kernels not picked up"))
