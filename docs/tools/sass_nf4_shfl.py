@@ -39,7 +39,7 @@ LINE = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s*(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*
 
 def compile_tile(block_n: int, block_k: int, num_warps: int, double: bool) -> str:
     """The SASS (``cuobjdump -sass``) of the kernel at this tile for sm_90, blocksize 64 (nested 256)."""
-    vec = block_k // (256 * num_warps)
+    vec = quant.NF4_SHFL_VEC
     sig = {"w_ptr": "*i32", "absmax_ptr": "*u8" if double else "*fp32", "code_ptr": "*fp32", "absmax2_ptr": "*fp32",
            "code2_ptr": "*fp32", "offset_ptr": "*fp32", "xw_ptr": "*i32", "y_ptr": "*bf16", "n_rows": "i32",
            "n_cols": "i32", "BLOCKSIZE": "constexpr", "BLOCKSIZE2": "constexpr", "DOUBLE": "constexpr",
@@ -104,7 +104,7 @@ def main() -> None:
             args.sass.mkdir(parents=True, exist_ok=True)
             (args.sass / f"{label.replace(' ', '_').replace('/', '_')}{'_double' if args.double else ''}.sass"
              ).write_text(sass)
-        weights = bn * bk // (32 * nw)  # weights one thread handles per iteration
+        weights = bn * bk // (32 * nw)  # weights a thread handles per iteration (more where Triton replicates)
         c = count(body)
         regs = sass.splitlines()[0].split()[-1]
         print(f"{label:22s} {regs:>4s} {weights:7d} " + " ".join(f"{c.get(k, 0) / weights:11.3f}" for k in cols)

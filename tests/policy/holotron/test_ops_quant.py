@@ -130,20 +130,21 @@ def test_shuffle_tiles_fit_k_and_blocks_and_stay_off_the_interpreter() -> None:
     shfl = [t for t in quant.tiles(w) if t.kind == "nf4-shfl"]
     assert shfl and {(t.block_n, t.block_k, t.num_warps) for t in shfl} == {
         t for t in quant.NF4_SHFL_TILES if 5120 % t[1] == 0}
-    assert all((t.block_k // (32 * t.num_warps)) in (8, 16, 32, 64) for t in shfl)
     assert quant.tiles(w)[: len(shfl)] == shfl  # timed first; the other kinds stay
     assert {t.kind for t in quant.tiles(w)} == {"nf4-shfl", "nf4-pairs", "nf4"}
     assert not [t for t in quant.tiles(w, shuffle=False) if t.kind == "nf4-shfl"]
     assert not [t for t in quant.tiles(w, torch.float32) if t.kind == "nf4-shfl"]
     narrow = quant.quant_weight(layer("nf4", torch.randn(8, 320)))  # no step divides K = 320
     assert narrow is not None and not [t for t in quant.tiles(narrow) if t.kind == "nf4-shfl"]
-    small_blocks = w._replace(blocksize=32)  # an 8-word (64-value) thread share would straddle 32-value blocks
-    assert not quant.shfl_fits(small_blocks, (4, 2048, 1)) and quant.shfl_fits(small_blocks, (4, 1024, 1))
+    assert quant.shfl_fits(w._replace(blocksize=32), (4, 1024, 1))  # a thread's 32 values fill one block
+    assert not quant.shfl_fits(w._replace(blocksize=16), (4, 1024, 1))  # they would straddle two
     if quant.HAVE_TRITON:  # the op refuses what the kernel cannot read before launching anything
         with pytest.raises(ValueError, match="needs bf16 x"):
             quant.linear(torch.randn(1, 5120), w, ("nf4-shfl", 4, 1024, 1))
         with pytest.raises(ValueError, match="K a multiple of block_k"):
             quant.linear(torch.randn(1, 5120, dtype=torch.bfloat16), w, ("nf4-shfl", 4, 4096, 4))
+        with pytest.raises(ValueError, match="blocksize multiples of 32"):
+            quant.linear(torch.randn(1, 5120, dtype=torch.bfloat16), w._replace(blocksize=16), ("nf4-shfl", 4, 1024, 1))
 
 
 def test_quantised_setup_falls_back_to_uncompiled_modules() -> None:

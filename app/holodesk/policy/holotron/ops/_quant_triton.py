@@ -103,12 +103,13 @@ def _nf4_shfl_steps(w_ptr, absmax_ptr, absmax2_ptr, code2_ptr, offset_ptr, xw_pt
         addr = (xw_ptr + 4 * (k0 // 8 + word)).to(tl.int64, bitcast=True)  # [T, VEC] pair 4m of word m
         if X16:
             p0, p1, p2, p3 = tl.inline_asm_elementwise("ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];",
-                                                       "=r,=r,=r,=r,l", [addr], dtype=(tl.int32,) * 4, is_pure=True,
+                                                       "=r,=r,=r,=r,l", [addr],
+                                                       dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True,
                                                        pack=1)
         else:
             p0, p1, p2, p3 = tl.inline_asm_elementwise(
                 "ld.global.nc.b32 $0, [$4]; ld.global.nc.b32 $1, [$4+4]; ld.global.nc.b32 $2, [$4+8]; ld.global.nc.b32 $3, [$4+12];",  # noqa: E501
-                "=r,=r,=r,=r,l", [addr], dtype=(tl.int32,) * 4, is_pure=True, pack=1)
+                "=r,=r,=r,=r,l", [addr], dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
         s = tl.zeros([BLOCK_N, T, VEC], dtype=tl.float32)
         for q in tl.static_range(4):
             pq = p0 if q == 0 else (p1 if q == 1 else (p2 if q == 2 else p3))
@@ -227,24 +228,24 @@ def gemv_nf4_shfl_op(x: torch.Tensor, packed: torch.Tensor, absmax: torch.Tensor
                      blocksize: int, blocksize2: int, double: bool, block_n: int, block_k: int,
                      num_warps: int) -> torch.Tensor:
     """``torch.ops.holodesk.gemv_nf4_shfl``: bf16 ``x [1, K]`` times the NF4 weight ``[N, K]`` (as
-    :func:`gemv_nf4_op`) -> ``[1, N]`` bf16, by :func:`nf4_shfl_gemv_kernel`; each thread holds
-    ``block_k / (32 num_warps)`` elements of a row a step (a multiple of 8, dividing ``blocksize``).
+    :func:`gemv_nf4_op`) -> ``[1, N]`` bf16, by :func:`nf4_shfl_gemv_kernel` with ``VEC``
+    :data:`.quant.NF4_SHFL_VEC`.
 
     Raises:
-        ValueError: ``x`` not bf16, ``K`` not a multiple of ``block_k``, or a tile whose thread share is not
-            a whole number of 8-element words inside one quantisation block.
+        ValueError: ``x`` not bf16, ``K`` not a multiple of ``block_k``, or ``block_k`` or ``blocksize`` not a
+            multiple of ``8 VEC`` (a thread's words of a row must lie inside one quantisation block).
     """
-    per_thread = block_k // (32 * num_warps)
-    if (x.dtype != torch.bfloat16 or n_cols % block_k or block_k % (32 * num_warps) or per_thread % 8
-            or blocksize % per_thread):
-        raise ValueError(f"gemv_nf4_shfl needs bf16 x, K a multiple of block_k and whole words a thread "
-                         f"(x {x.dtype}, K {n_cols}, block_k {block_k}, {num_warps} warps, blocksize {blocksize})")
+    from holodesk.policy.holotron.ops.quant import NF4_SHFL_VEC as SHFL_VEC
+
+    if x.dtype != torch.bfloat16 or n_cols % block_k or block_k % (8 * SHFL_VEC) or blocksize % (8 * SHFL_VEC):
+        raise ValueError(f"gemv_nf4_shfl needs bf16 x, K a multiple of block_k and block_k and the blocksize multiples "
+                         f"of {8 * SHFL_VEC} (x {x.dtype}, K {n_cols}, block_k {block_k}, blocksize {blocksize})")
     y = torch.empty(1, n_rows, dtype=x.dtype, device=x.device)
     words = packed.reshape(-1).view(torch.int32)  # the same bytes, little-endian words of eight indices
     grid = (triton.cdiv(n_rows, block_n),)
     torch.library.wrap_triton(nf4_shfl_gemv_kernel)[grid](
         words, absmax, code, absmax2, code2, offset, x.view(torch.int32), y, n_rows, n_cols, BLOCKSIZE=blocksize,
-        BLOCKSIZE2=blocksize2, DOUBLE=double, BLOCK_N=block_n, BLOCK_K=block_k, VEC=per_thread // 8,
+        BLOCKSIZE2=blocksize2, DOUBLE=double, BLOCK_N=block_n, BLOCK_K=block_k, VEC=SHFL_VEC,
         num_warps=num_warps)
     return y
 

@@ -85,11 +85,13 @@ NF4_TILES: tuple[tuple[int, int, int], ...] = (
 they apply (:func:`tiles`); most give each thread 16 weight bytes a step; a tile must fit ``BLOCK_K <= 2 K``,
 so the 128-wide one serves small models too."""
 NF4_SHFL_TILES: tuple[tuple[int, int, int], ...] = (
-    (4, 1024, 1), (8, 1024, 1), (2, 1024, 1), (4, 2048, 1), (4, 2048, 2), (8, 2048, 2), (4, 4096, 4), (8, 512, 1),
+    (4, 1024, 1), (8, 1024, 1), (2, 1024, 1), (8, 1024, 2), (16, 1024, 4), (16, 1024, 2), (4, 2048, 2), (8, 512, 1),
 )
-"""``"nf4-shfl"`` tiles ``(BLOCK_N, BLOCK_K elements, num_warps)``: each thread holds ``BLOCK_K / (32 num_warps)``
-elements of each of the ``BLOCK_N`` rows a step (16 or 32: whole 4-byte words inside one 64-value block;
-8 gives 8-byte loads); ``K`` must be a multiple of ``BLOCK_K`` (:func:`tiles`)."""
+"""``"nf4-shfl"`` tiles ``(BLOCK_N, BLOCK_K elements, num_warps)``; ``K`` must be a multiple of ``BLOCK_K``
+(:func:`shfl_fits`). Triton spreads ``BLOCK_K / (8 NF4_SHFL_VEC)`` threads along the step and the rest of the
+program's threads over its rows: e.g. ``8x1024/2w`` gives each warp four rows."""
+NF4_SHFL_VEC = 4
+"""Words (eight NF4 indices each) a thread of ``"nf4-shfl"`` reads of a row at a time: one 16-byte load."""
 INT8_TILES: tuple[tuple[int, int, int], ...] = (
     (4, 1024, 4), (8, 512, 4), (8, 1024, 8), (16, 512, 8), (16, 256, 4), (32, 256, 8), (16, 128, 4),
 )
@@ -228,10 +230,10 @@ def linear(x: torch.Tensor, w: QuantWeight, how: tuple[str, int, int, int] | Non
 
 def shfl_fits(w: NF4Weight, tile: tuple[int, int, int]) -> bool:
     """Whether ``"nf4-shfl"`` reads ``w`` at ``tile`` ``(BLOCK_N, BLOCK_K, num_warps)``: ``K`` a multiple of
-    ``BLOCK_K`` and each thread's share of a row whole 8-value words inside one quantisation block."""
-    _, bk, nw = tile
-    per_thread = bk // (32 * nw)
-    return w.cols % bk == 0 and bk % (32 * nw) == 0 and per_thread % 8 == 0 and w.blocksize % per_thread == 0
+    ``BLOCK_K``, and ``BLOCK_K`` and the blocksize multiples of a thread's ``8 NF4_SHFL_VEC`` values (which then
+    lie inside one quantisation block)."""
+    per_thread = 8 * NF4_SHFL_VEC
+    return w.cols % tile[1] == 0 and tile[1] % per_thread == 0 and w.blocksize % per_thread == 0
 
 
 def tiles(w: QuantWeight, dtype: torch.dtype | None = None, *, shuffle: bool = True) -> list[Gemv]:
@@ -294,6 +296,6 @@ def choose(weights: Sequence[QuantWeight], *, dtype: torch.dtype | None = None,
     return Gemv(best.kind, best.block_n, best.block_k, best.num_warps, round(best_us, 2)), timings
 
 
-__all__ = ["HAVE_TRITON", "INT8_TILES", "NF4_SHFL_TILES", "NF4_TILES", "QUANT_KINDS", "Int8Weight", "NF4Weight",
-           "QuantWeight", "choose", "dequantize", "gemv_reference", "linear", "matmul", "nbytes", "quant_weight",
-           "shape", "shfl_fits", "tiles"]
+__all__ = ["HAVE_TRITON", "INT8_TILES", "NF4_SHFL_TILES", "NF4_SHFL_VEC", "NF4_TILES", "QUANT_KINDS", "Int8Weight",
+           "NF4Weight", "QuantWeight", "choose", "dequantize", "gemv_reference", "linear", "matmul", "nbytes",
+           "quant_weight", "shape", "shfl_fits", "tiles"]
