@@ -226,27 +226,24 @@ def gemv_nf4_op(x: torch.Tensor, packed: torch.Tensor, absmax: torch.Tensor, cod
 def gemv_nf4_shfl_op(x: torch.Tensor, packed: torch.Tensor, absmax: torch.Tensor, code: torch.Tensor,
                      absmax2: torch.Tensor, code2: torch.Tensor, offset: torch.Tensor, n_rows: int, n_cols: int,
                      blocksize: int, blocksize2: int, double: bool, block_n: int, block_k: int,
-                     num_warps: int) -> torch.Tensor:
+                     num_warps: int, vec: int) -> torch.Tensor:
     """``torch.ops.holodesk.gemv_nf4_shfl``: bf16 ``x [1, K]`` times the NF4 weight ``[N, K]`` (as
-    :func:`gemv_nf4_op`) -> ``[1, N]`` bf16, by :func:`nf4_shfl_gemv_kernel` with ``VEC``
-    :data:`.quant.NF4_SHFL_VEC`.
+    :func:`gemv_nf4_op`) -> ``[1, N]`` bf16, by :func:`nf4_shfl_gemv_kernel`, each thread reading ``vec``
+    words (``8 vec`` values) of a row at a time.
 
     Raises:
         ValueError: ``x`` not bf16, ``K`` not a multiple of ``block_k``, or ``block_k`` or ``blocksize`` not a
-            multiple of ``8 VEC`` (a thread's words of a row must lie inside one quantisation block).
+            multiple of ``8 vec`` (a thread's words of a row must lie inside one quantisation block).
     """
-    from holodesk.policy.holotron.ops.quant import NF4_SHFL_VEC as SHFL_VEC
-
-    if x.dtype != torch.bfloat16 or n_cols % block_k or block_k % (8 * SHFL_VEC) or blocksize % (8 * SHFL_VEC):
+    if x.dtype != torch.bfloat16 or n_cols % block_k or block_k % (8 * vec) or blocksize % (8 * vec):
         raise ValueError(f"gemv_nf4_shfl needs bf16 x, K a multiple of block_k and block_k and the blocksize multiples "
-                         f"of {8 * SHFL_VEC} (x {x.dtype}, K {n_cols}, block_k {block_k}, blocksize {blocksize})")
+                         f"of {8 * vec} (x {x.dtype}, K {n_cols}, block_k {block_k}, blocksize {blocksize})")
     y = torch.empty(1, n_rows, dtype=x.dtype, device=x.device)
     words = packed.reshape(-1).view(torch.int32)  # the same bytes, little-endian words of eight indices
     grid = (triton.cdiv(n_rows, block_n),)
     torch.library.wrap_triton(nf4_shfl_gemv_kernel)[grid](
         words, absmax, code, absmax2, code2, offset, x.view(torch.int32), y, n_rows, n_cols, BLOCKSIZE=blocksize,
-        BLOCKSIZE2=blocksize2, DOUBLE=double, BLOCK_N=block_n, BLOCK_K=block_k, VEC=SHFL_VEC,
-        num_warps=num_warps)
+        BLOCKSIZE2=blocksize2, DOUBLE=double, BLOCK_N=block_n, BLOCK_K=block_k, VEC=vec, num_warps=num_warps)
     return y
 
 

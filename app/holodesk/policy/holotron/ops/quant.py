@@ -218,7 +218,7 @@ def linear(x: torch.Tensor, w: QuantWeight, how: tuple[str, int, int, int] | Non
     if how[0] == "nf4-shfl" and isinstance(w, NF4Weight):
         return torch.ops.holodesk.gemv_nf4_shfl(x.contiguous(), w.packed, w.absmax, w.code, w.absmax2, w.code2,
                                                 w.offset, w.rows, w.cols, w.blocksize, w.blocksize2, w.double, bn, bk,
-                                                nw)
+                                                nw, NF4_SHFL_VEC)
     if how[0] in ("nf4", "nf4-pairs") and isinstance(w, NF4Weight):
         return torch.ops.holodesk.gemv_nf4(x.contiguous(), w.packed, w.absmax, w.code, w.absmax2, w.code2, w.offset,
                                            w.rows, w.cols, w.blocksize, w.blocksize2, w.double, bn, bk, nw,
