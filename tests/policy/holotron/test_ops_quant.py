@@ -30,6 +30,7 @@ from tests.policy.holotron.quant_cases import bnb_weight, layer, rel  # noqa: E4
 
 MODES = ("nf4", "nf4-double", "int8")
 BF16_ROUNDING = 1e-2  # relative L2 of one bf16 rounding of the output (2^-8), with margin
+EXACT_CODES = 3e-3  # relative L2 of the bf16 rounding of the output alone (about 1.5e-3): float32 NF4 values
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -121,6 +122,31 @@ def test_tiles_hold_whole_quantisation_blocks_and_fit_k() -> None:
     assert quant.choose([nf4]) == (Gemv(), {})
 
 
+def test_shuffle_tiles_fit_k_and_blocks_and_stay_off_the_interpreter() -> None:
+    """``"nf4-shfl"`` (inline PTX) is offered for bf16 activations when ``K`` is a multiple of the step and each
+    thread's share is whole words inside one block; never with ``shuffle=False`` (Triton's interpreter)."""
+    w = quant.quant_weight(layer("nf4", torch.randn(8, 5120)))
+    assert w is not None
+    shfl = [t for t in quant.tiles(w) if t.kind == "nf4-shfl"]
+    assert shfl and {(t.block_n, t.block_k, t.num_warps) for t in shfl} == {
+        t for t in quant.NF4_SHFL_TILES if 5120 % t[1] == 0}
+    assert quant.tiles(w)[: len(shfl)] == shfl  # timed first; the other kinds stay
+    assert {t.kind for t in quant.tiles(w)} == {"nf4-shfl", "nf4-pairs", "nf4"}
+    assert not [t for t in quant.tiles(w, shuffle=False) if t.kind == "nf4-shfl"]
+    assert not [t for t in quant.tiles(w, torch.float32) if t.kind == "nf4-shfl"]
+    narrow = quant.quant_weight(layer("nf4", torch.randn(8, 320)))  # no step divides K = 320
+    assert narrow is not None and not [t for t in quant.tiles(narrow) if t.kind == "nf4-shfl"]
+    assert quant.shfl_fits(w._replace(blocksize=32), (4, 1024, 1))  # a thread's 32 values fill one block
+    assert not quant.shfl_fits(w._replace(blocksize=16), (4, 1024, 1))  # they would straddle two
+    if quant.HAVE_TRITON:  # the op refuses what the kernel cannot read before launching anything
+        with pytest.raises(ValueError, match="needs bf16 x"):
+            quant.linear(torch.randn(1, 5120), w, ("nf4-shfl", 4, 1024, 1))
+        with pytest.raises(ValueError, match="K a multiple of block_k"):
+            quant.linear(torch.randn(1, 5120, dtype=torch.bfloat16), w, ("nf4-shfl", 4, 4096, 4))
+        with pytest.raises(ValueError, match="blocksize multiples of 32"):
+            quant.linear(torch.randn(1, 5120, dtype=torch.bfloat16), w._replace(blocksize=16), ("nf4-shfl", 4, 1024, 1))
+
+
 def test_quantised_setup_falls_back_to_uncompiled_modules() -> None:
     fast = Setup(compiled=True, gemv={"up": Gemv("nf4", 4, 512, 4), "lm_head": Gemv("triton", 8, 512, 4)},
                  graphs=True, quantized=True)
@@ -207,6 +233,44 @@ def test_gpu_every_tile_equals_bitsandbytes_at_12b_shapes(mode: str, role: str) 
     assert errors and all(e < BF16_ROUNDING for e in errors.values()), errors
 
 
+def bnb_weight_f32(m: Any) -> torch.Tensor:
+    """bitsandbytes' ``dequantize_4bit`` of an NF4 layer written in float32 (``code[i] * absmax`` unrounded; its
+    own state asks for the layer's bf16)."""
+    import copy
+
+    qs = copy.copy(m.weight.quant_state)
+    qs.dtype = torch.float32
+    out = bnb.functional.dequantize_4bit(m.weight.data, qs)
+    assert out.dtype == torch.float32
+    return out
+
+
+@cuda
+@pytest.mark.parametrize("mode", ["nf4", "nf4-double"])
+@pytest.mark.parametrize("role", list(SHAPES_12B))
+def test_gpu_shuffle_kernel_equals_bitsandbytes_with_silu_activations(mode: str, role: str) -> None:
+    """Every ``"nf4-shfl"`` tile at the 12B shapes against bitsandbytes' float32 dequantisation times ``x``
+    (float32 sums), for mostly positive activations (``silu``), where a biased table would add up: each output
+    within one bf16 rounding of the reference (plus float32 summation order), the relative L2 error that of
+    rounding alone."""
+    n, k = SHAPES_12B[role]
+    gen = torch.Generator().manual_seed(11)
+    m = layer(mode, torch.randn(n, k, generator=gen).to(torch.bfloat16), "cuda")
+    stored = quant.quant_weight(m)
+    assert isinstance(stored, quant.NF4Weight)
+    x = torch.nn.functional.silu(torch.randn(1, k, generator=gen)).to(device="cuda", dtype=torch.bfloat16)
+    ref = x.float() @ bnb_weight_f32(m).t()
+    assert rel(quant.gemv_reference(x.float(), stored), ref) < 1e-6  # the same weights, float32 both
+    tiles = [t for t in quant.tiles(stored) if t.kind == "nf4-shfl"]
+    assert tiles
+    for tile in tiles:
+        y = quant.linear(x, stored, tile.spec())
+        assert y.dtype == torch.bfloat16 and y.shape == (1, n)
+        bound = ref.abs() * 2.0**-8 + 1e-5 * ref.abs().max()  # half a bf16 ulp is at most 2^-8 |ref|
+        assert bool(((y.float() - ref).abs() <= bound).all()), (tile.label(), float((y.float() - ref).abs().max()))
+        assert rel(y, ref) < EXACT_CODES, (tile.label(), rel(y, ref))
+
+
 @cuda
 @pytest.mark.parametrize("mode", MODES)
 def test_gpu_choose_times_tiles_and_picks_a_kernel(mode: str) -> None:
@@ -216,13 +280,14 @@ def test_gpu_choose_times_tiles_and_picks_a_kernel(mode: str) -> None:
     stored = [quant.quant_weight(m) for m in layers]
     assert all(s is not None for s in stored)
     best, timings = quant.choose([s for s in stored if s is not None], dtype=torch.bfloat16)
-    assert best.kind in (("int8",) if mode == "int8" else ("nf4", "nf4-pairs")) and best.us > 0, (best, timings)
+    assert best.kind in (("int8",) if mode == "int8" else ("nf4", "nf4-pairs", "nf4-shfl")) and best.us > 0, (
+        best, timings)
     assert set(timings) == {t.label() for t in quant.tiles(stored[0])}, timings  # every tile compiled and ran
 
 
 @cuda
 @pytest.mark.parametrize(("mode", "kind"), [("nf4", "nf4-pairs"), ("nf4-double", "nf4-pairs"), ("nf4", "nf4"),
-                                            ("int8", "int8")])
+                                            ("nf4", "nf4-shfl"), ("nf4-double", "nf4-shfl"), ("int8", "int8")])
 def test_gpu_op_compiles_and_replays_in_a_cuda_graph(mode: str, kind: str) -> None:
     gen = torch.Generator().manual_seed(3)
     m = layer(mode, torch.randn(1024, 5120, generator=gen).to(torch.bfloat16), "cuda")
@@ -249,7 +314,10 @@ def test_gpu_op_compiles_and_replays_in_a_cuda_graph(mode: str, kind: str) -> No
     want = (torch.nn.functional.silu(x).float() @ bnb_weight(m).t() * 2)
     graph.replay()
     torch.cuda.synchronize()
-    assert rel(out, want) < BF16_ROUNDING
+    assert rel(out, want) < (EXACT_CODES if kind == "nf4-shfl" else BF16_ROUNDING)
+    if kind == "nf4-shfl":  # the float32 NF4 values: no bias beside bitsandbytes' float32 dequantisation
+        exact = torch.nn.functional.silu(x).float() @ bnb_weight_f32(m).t() * 2
+        assert rel(out, exact) < EXACT_CODES
 
 
 @cuda

@@ -84,6 +84,93 @@ def nf4_gemv_kernel(q_ptr, absmax_ptr, code_ptr, absmax2_ptr, code2_ptr, offset_
     tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
 
 
+
+@triton.jit
+def _nf4_shfl_steps(w_ptr, absmax_ptr, absmax2_ptr, code2_ptr, offset_ptr, xw_ptr, table, rows, n_cols,  # type: ignore[no-untyped-def]
+                    BLOCKSIZE: tl.constexpr, BLOCKSIZE2: tl.constexpr, DOUBLE: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_K: tl.constexpr, VEC: tl.constexpr, X16: tl.constexpr):
+    """:func:`nf4_shfl_gemv_kernel`'s walk along ``K`` for the rows ``rows [BLOCK_N]``: the float32 partial sums
+    ``[BLOCK_N, BLOCK_K // (8 VEC)]`` (one a thread and row); ``X16``: ``x`` is 16-byte aligned."""
+    T: tl.constexpr = BLOCK_K // (8 * VEC)  # threads along a row's step
+    word = tl.arange(0, T)[:, None] * VEC + tl.arange(0, VEC)[None, :]  # [T, VEC] word within the step
+    words_per_row = tl.multiple_of(n_cols // 8, 4)
+    blocks_per_row = n_cols // BLOCKSIZE
+    if DOUBLE:
+        offset = tl.load(offset_ptr)
+    acc = tl.zeros([BLOCK_N, T], dtype=tl.float32)
+    for k0 in range(0, n_cols, BLOCK_K):
+        w = tl.load(w_ptr + rows[:, None, None] * words_per_row + (k0 // 8) + word[None, :, :])  # [BLOCK_N, T, VEC]
+        addr = (xw_ptr + 4 * (k0 // 8 + word)).to(tl.int64, bitcast=True)  # [T, VEC] pair 4m of word m
+        if X16:
+            p0, p1, p2, p3 = tl.inline_asm_elementwise("ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];",
+                                                       "=r,=r,=r,=r,l", [addr],
+                                                       dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True,
+                                                       pack=1)
+        else:
+            p0, p1, p2, p3 = tl.inline_asm_elementwise(
+                "ld.global.nc.b32 $0, [$4]; ld.global.nc.b32 $1, [$4+4]; ld.global.nc.b32 $2, [$4+8]; ld.global.nc.b32 $3, [$4+12];",  # noqa: E501
+                "=r,=r,=r,=r,l", [addr], dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+        s = tl.zeros([BLOCK_N, T, VEC], dtype=tl.float32)
+        for q in tl.static_range(4):
+            pq = p0 if q == 0 else (p1 if q == 1 else (p2 if q == 2 else p3))
+            x_odd = (pq & -65536).to(tl.float32, bitcast=True)[None, :, :]  # high half: element 8m + 2q + 1
+            x_even = (pq << 16).to(tl.float32, bitcast=True)[None, :, :]  # low half: element 8m + 2q
+            v_odd = tl.inline_asm_elementwise("shfl.sync.idx.b32 $0, $1, $2, 31, -1;", "=r,r,r",
+                                              [table, w >> (8 * q)], dtype=tl.int32, is_pure=True,
+                                              pack=1).to(tl.float32, bitcast=True)  # nibble 2q
+            v_even = tl.inline_asm_elementwise("shfl.sync.idx.b32 $0, $1, $2, 31, -1;", "=r,r,r",
+                                               [table, w >> (8 * q + 4)], dtype=tl.int32, is_pure=True,
+                                               pack=1).to(tl.float32, bitcast=True)  # nibble 2q + 1
+            s += v_odd * x_odd
+            s += v_even * x_even
+        blk = (k0 + tl.arange(0, T) * (8 * VEC)) // BLOCKSIZE
+        flat = rows[:, None] * blocks_per_row + blk[None, :]  # [BLOCK_N, T] block index in the flat weight
+        if DOUBLE:
+            a8 = tl.load(absmax_ptr + flat).to(tl.int32)
+            scale = tl.load(code2_ptr + a8) * tl.load(absmax2_ptr + flat // BLOCKSIZE2) + offset
+        else:
+            scale = tl.load(absmax_ptr + flat)
+        acc += tl.sum(s, axis=2) * scale
+    return acc
+
+
+@triton.jit
+def nf4_shfl_gemv_kernel(w_ptr, absmax_ptr, code_ptr, absmax2_ptr, code2_ptr, offset_ptr, xw_ptr, y_ptr,  # type: ignore[no-untyped-def]
+                         n_rows, n_cols, BLOCKSIZE: tl.constexpr, BLOCKSIZE2: tl.constexpr, DOUBLE: tl.constexpr,
+                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, VEC: tl.constexpr):
+    """``y[r] = sum_k W[r, k] x[k]`` for bitsandbytes' NF4 weight (layout as :func:`nf4_gemv_kernel`) and bf16
+    ``x``, the 16 NF4 values looked up by warp shuffle in float32, exactly as stored.
+
+    ``w_ptr`` is the packed weight as little-endian int32 words, eight indices a word: bits ``4j..4j+3`` hold
+    element ``8m + (j ^ 1)`` of word ``m`` (bitsandbytes puts the even element in a byte's high nibble).
+    ``xw_ptr`` is ``x`` as int32 pairs (word ``p`` = ``x[2p]`` low half, ``x[2p + 1]`` high half), so word
+    ``m``'s pair ``q`` holds the activations of its nibbles ``2q + 1`` (low half) and ``2q`` (high half).
+    Every lane holds ``code[lane & 15]`` in a register; a lookup is one ``shfl.sync.idx.b32 d, table, b, 31,
+    -1`` of the word shifted right by ``4j`` (PTX ISA, ``shfl.sync``: with ``c = 31``, no segment mask and
+    clamp 31, the source lane is ``b[4:0]``, whose value is ``code[b & 15]``: the bits above 4 are ignored
+    and bit 4 picks a half-warp holding the same table). Each program takes ``BLOCK_N`` rows; each thread
+    holds ``VEC`` consecutive words (``8 VEC`` elements, inside one quantisation block) of every row at the
+    same columns, so it loads and widens their activations once for all ``BLOCK_N`` rows (one 16-byte
+    ``ld.global.nc.v4`` a word; four 4-byte loads when ``x`` is not 16-byte aligned). Per weight: one
+    shuffle, at most one shift, one float32 FMA; per block of a row, one scale. Needs ``n_cols`` a multiple
+    of ``BLOCK_K`` and ``BLOCKSIZE`` a multiple of ``8 VEC``; inline PTX, so not in Triton's interpreter.
+    """
+    pid = tl.program_id(0)
+    lane = tl.inline_asm_elementwise("mov.u32 $0, %laneid;", "=r,r", [pid], dtype=tl.int32, is_pure=True, pack=1)
+    table = tl.load(code_ptr + (lane & 15)).to(tl.int32, bitcast=True)  # this lane's NF4 value, float32 bits
+    rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < n_rows
+    rows = tl.where(row_ok, rows, 0)  # rows past the end read row 0 and are not stored
+    if xw_ptr.to(tl.int64, bitcast=True) % 16 == 0:
+        acc = _nf4_shfl_steps(w_ptr, absmax_ptr, absmax2_ptr, code2_ptr, offset_ptr, xw_ptr, table, rows, n_cols,
+                              BLOCKSIZE, BLOCKSIZE2, DOUBLE, BLOCK_N, BLOCK_K, VEC, True)
+    else:
+        acc = _nf4_shfl_steps(w_ptr, absmax_ptr, absmax2_ptr, code2_ptr, offset_ptr, xw_ptr, table, rows, n_cols,
+                              BLOCKSIZE, BLOCKSIZE2, DOUBLE, BLOCK_N, BLOCK_K, VEC, False)
+    y = tl.sum(acc, axis=1)
+    tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
+
+
 @triton.jit
 def int8_gemv_kernel(w_ptr, scb_ptr, x_ptr, y_ptr, n_rows, n_cols, stride_w,  # type: ignore[no-untyped-def]
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
@@ -132,6 +219,31 @@ def gemv_nf4_op(x: torch.Tensor, packed: torch.Tensor, absmax: torch.Tensor, cod
         packed, absmax, code, absmax2, code2, offset, x, xw, y, n_rows, n_cols, BLOCKSIZE=blocksize,
         BLOCKSIZE2=blocksize2, DOUBLE=double, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=even, X_PAIRS=x_pairs,
         num_warps=num_warps)
+    return y
+
+
+@torch.library.triton_op("holodesk::gemv_nf4_shfl", mutates_args=())
+def gemv_nf4_shfl_op(x: torch.Tensor, packed: torch.Tensor, absmax: torch.Tensor, code: torch.Tensor,
+                     absmax2: torch.Tensor, code2: torch.Tensor, offset: torch.Tensor, n_rows: int, n_cols: int,
+                     blocksize: int, blocksize2: int, double: bool, block_n: int, block_k: int,
+                     num_warps: int, vec: int) -> torch.Tensor:
+    """``torch.ops.holodesk.gemv_nf4_shfl``: bf16 ``x [1, K]`` times the NF4 weight ``[N, K]`` (as
+    :func:`gemv_nf4_op`) -> ``[1, N]`` bf16, by :func:`nf4_shfl_gemv_kernel`, each thread reading ``vec``
+    words (``8 vec`` values) of a row at a time.
+
+    Raises:
+        ValueError: ``x`` not bf16, ``K`` not a multiple of ``block_k``, or ``block_k`` or ``blocksize`` not a
+            multiple of ``8 vec`` (a thread's words of a row must lie inside one quantisation block).
+    """
+    if x.dtype != torch.bfloat16 or n_cols % block_k or block_k % (8 * vec) or blocksize % (8 * vec):
+        raise ValueError(f"gemv_nf4_shfl needs bf16 x, K a multiple of block_k and block_k and the blocksize multiples "
+                         f"of {8 * vec} (x {x.dtype}, K {n_cols}, block_k {block_k}, blocksize {blocksize})")
+    y = torch.empty(1, n_rows, dtype=x.dtype, device=x.device)
+    words = packed.reshape(-1).view(torch.int32)  # the same bytes, little-endian words of eight indices
+    grid = (triton.cdiv(n_rows, block_n),)
+    torch.library.wrap_triton(nf4_shfl_gemv_kernel)[grid](
+        words, absmax, code, absmax2, code2, offset, x.view(torch.int32), y, n_rows, n_cols, BLOCKSIZE=blocksize,
+        BLOCKSIZE2=blocksize2, DOUBLE=double, BLOCK_N=block_n, BLOCK_K=block_k, VEC=vec, num_warps=num_warps)
     return y
 
 

@@ -71,10 +71,12 @@ class Int8Weight(NamedTuple):
 
 
 QuantWeight = NF4Weight | Int8Weight
-QUANT_KINDS = ("nf4", "nf4-pairs", "int8")
+QUANT_KINDS = ("nf4", "nf4-pairs", "nf4-shfl", "int8")
 """The :attr:`.gemv.Gemv.kind` of the kernels here: ``"nf4-pairs"`` is the NF4 kernel reading bf16
 activations as int32 pairs (:func:`._quant_triton.nf4_gemv_kernel`'s ``X_PAIRS``: no shared-memory
-round trip per step; compiled for sm_90 it has no barrier in its loop, the other variant four)."""
+round trip per step; compiled for sm_90 it has no barrier in its loop, the other variant four);
+``"nf4-shfl"`` looks the NF4 values up by warp shuffle (:func:`._quant_triton.nf4_shfl_gemv_kernel`, inline
+PTX: CUDA only, not in Triton's interpreter)."""
 
 NF4_TILES: tuple[tuple[int, int, int], ...] = (
     (4, 1024, 4), (8, 512, 4), (16, 256, 4), (8, 1024, 8), (16, 512, 8), (32, 256, 8), (4, 512, 4), (16, 128, 4),
@@ -82,6 +84,14 @@ NF4_TILES: tuple[tuple[int, int, int], ...] = (
 """NF4 tiles tried at load ``(BLOCK_N, BLOCK_K elements, num_warps)``, each with both activation reads where
 they apply (:func:`tiles`); most give each thread 16 weight bytes a step; a tile must fit ``BLOCK_K <= 2 K``,
 so the 128-wide one serves small models too."""
+NF4_SHFL_TILES: tuple[tuple[int, int, int], ...] = (
+    (4, 1024, 1), (8, 1024, 1), (2, 1024, 1), (8, 1024, 2), (16, 1024, 4), (16, 1024, 2), (4, 2048, 2), (8, 512, 1),
+)
+"""``"nf4-shfl"`` tiles ``(BLOCK_N, BLOCK_K elements, num_warps)``; ``K`` must be a multiple of ``BLOCK_K``
+(:func:`shfl_fits`). Triton spreads ``BLOCK_K / (8 NF4_SHFL_VEC)`` threads along the step and the rest of the
+program's threads over its rows: e.g. ``8x1024/2w`` gives each warp four rows."""
+NF4_SHFL_VEC = 4
+"""Words (eight NF4 indices each) a thread of ``"nf4-shfl"`` reads of a row at a time: one 16-byte load."""
 INT8_TILES: tuple[tuple[int, int, int], ...] = (
     (4, 1024, 4), (8, 512, 4), (8, 1024, 8), (16, 512, 8), (16, 256, 4), (32, 256, 8), (16, 128, 4),
 )
@@ -205,6 +215,10 @@ def linear(x: torch.Tensor, w: QuantWeight, how: tuple[str, int, int, int] | Non
     if how is None or how[0] == "linear" or x.dim() != 2 or x.shape[0] != 1:
         return gemv_reference(x, w)
     _, bn, bk, nw = how
+    if how[0] == "nf4-shfl" and isinstance(w, NF4Weight):
+        return torch.ops.holodesk.gemv_nf4_shfl(x.contiguous(), w.packed, w.absmax, w.code, w.absmax2, w.code2,
+                                                w.offset, w.rows, w.cols, w.blocksize, w.blocksize2, w.double, bn, bk,
+                                                nw, NF4_SHFL_VEC)
     if how[0] in ("nf4", "nf4-pairs") and isinstance(w, NF4Weight):
         return torch.ops.holodesk.gemv_nf4(x.contiguous(), w.packed, w.absmax, w.code, w.absmax2, w.code2, w.offset,
                                            w.rows, w.cols, w.blocksize, w.blocksize2, w.double, bn, bk, nw,
@@ -214,17 +228,28 @@ def linear(x: torch.Tensor, w: QuantWeight, how: tuple[str, int, int, int] | Non
     raise ValueError(f"matrix-vector implementation {how[0]!r} does not read a {type(w).__name__}")
 
 
-def tiles(w: QuantWeight, dtype: torch.dtype | None = None) -> list[Gemv]:
+def shfl_fits(w: NF4Weight, tile: tuple[int, int, int]) -> bool:
+    """Whether ``"nf4-shfl"`` reads ``w`` at ``tile`` ``(BLOCK_N, BLOCK_K, num_warps)``: ``K`` a multiple of
+    ``BLOCK_K``, and ``BLOCK_K`` and the blocksize multiples of a thread's ``8 NF4_SHFL_VEC`` values (which then
+    lie inside one quantisation block)."""
+    per_thread = 8 * NF4_SHFL_VEC
+    return w.cols % tile[1] == 0 and tile[1] % per_thread == 0 and w.blocksize % per_thread == 0
+
+
+def tiles(w: QuantWeight, dtype: torch.dtype | None = None, *, shuffle: bool = True) -> list[Gemv]:
     """The kernel tiles that fit ``w`` and activations of ``dtype`` (default bfloat16; unchosen, untimed):
-    NF4 steps hold whole quantisation blocks; ``"nf4-pairs"`` needs bf16 and ``K`` a multiple of the step."""
+    NF4 steps hold whole quantisation blocks; ``"nf4-pairs"`` needs bf16 and ``K`` a multiple of the step;
+    ``"nf4-shfl"`` (inline PTX, left out with ``shuffle=False``: Triton's interpreter cannot run it) needs bf16
+    and :func:`shfl_fits`."""
     import torch
 
     k = shape(w)[1]
     if isinstance(w, NF4Weight):
+        bf16 = (dtype or torch.bfloat16) == torch.bfloat16
         fit = [(bn, bk, nw) for bn, bk, nw in NF4_TILES if bk % w.blocksize == 0 and bk <= 2 * k]
-        pairs = [Gemv("nf4-pairs", bn, bk, nw) for bn, bk, nw in fit
-                 if (dtype or torch.bfloat16) == torch.bfloat16 and k % bk == 0]
-        return pairs + [Gemv("nf4", bn, bk, nw) for bn, bk, nw in fit]
+        shfl = [Gemv("nf4-shfl", *t) for t in NF4_SHFL_TILES if shuffle and bf16 and shfl_fits(w, t)]
+        pairs = [Gemv("nf4-pairs", bn, bk, nw) for bn, bk, nw in fit if bf16 and k % bk == 0]
+        return shfl + pairs + [Gemv("nf4", bn, bk, nw) for bn, bk, nw in fit]
     return [Gemv("int8", bn, bk, nw) for bn, bk, nw in INT8_TILES if bk <= 2 * k]
 
 
@@ -271,5 +296,6 @@ def choose(weights: Sequence[QuantWeight], *, dtype: torch.dtype | None = None,
     return Gemv(best.kind, best.block_n, best.block_k, best.num_warps, round(best_us, 2)), timings
 
 
-__all__ = ["HAVE_TRITON", "INT8_TILES", "NF4_TILES", "QUANT_KINDS", "Int8Weight", "NF4Weight", "QuantWeight",
-           "choose", "dequantize", "gemv_reference", "linear", "matmul", "nbytes", "quant_weight", "shape", "tiles"]
+__all__ = ["HAVE_TRITON", "INT8_TILES", "NF4_SHFL_TILES", "NF4_SHFL_VEC", "NF4_TILES", "QUANT_KINDS", "Int8Weight",
+           "NF4Weight", "QuantWeight", "choose", "dequantize", "gemv_reference", "linear", "matmul", "nbytes",
+           "quant_weight", "shape", "shfl_fits", "tiles"]
