@@ -2,7 +2,10 @@
 every tile ``quant.NF4_SHFL_TILES`` offers and count the SASS instructions of its inner loop per weight, by pipe.
 
 Needs Triton with its bundled ``ptxas`` and ``cuobjdump`` (``triton/backends/nvidia/bin``); no CUDA device.
-Run from the repo root: ``PYTHONPATH=app python docs/tools/sass_nf4_shfl.py [--double] [--sass DIR]``.
+Run from the repo root: ``PYTHONPATH=app python docs/tools/sass_nf4_shfl.py [--double] [--sass DIR]``. To
+compile with the Triton the GPU machine runs, unpack its wheel (``pip download --no-deps triton==3.6.0``, then
+``python -m zipfile -e WHEEL DIR``) and put ``DIR`` first on ``PYTHONPATH``; Triton chooses layouts differently
+between versions, and the table says which one compiled.
 
 The hot loop is the backward branch's body that holds the 16-byte activation load (``LDG.E.128.CONSTANT``;
 the kernel's other loop is the path for an ``x`` that is not 16-byte aligned). Pipes (sm_90, per SM and
@@ -90,7 +93,7 @@ def main() -> None:
     ap.add_argument("--sass", type=Path, help="also write each tile's SASS into this folder")
     args = ap.parse_args()
     cols = ["SHFL", "ALU", "IMAD", "FP32", "LDG", "LDS/STS/BAR", "other"]
-    print(f"sm_90 SASS, hot loop per weight; double quantisation {args.double}")
+    print(f"sm_90 SASS (Triton {triton.__version__}), hot loop per weight; double quantisation {args.double}")
     print(f"{'tile':22s} {'regs':>4s} {'weights':>7s} " + " ".join(f"{c:>11s}" for c in cols) + f" {'all':>6s}")
     for bn, bk, nw in quant.NF4_SHFL_TILES:
         label = f"nf4-shfl {bn}x{bk}/{nw}w"

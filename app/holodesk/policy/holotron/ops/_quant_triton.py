@@ -90,17 +90,24 @@ def _nf4_shfl_steps(w_ptr, absmax_ptr, absmax2_ptr, code2_ptr, offset_ptr, xw_pt
                     BLOCKSIZE: tl.constexpr, BLOCKSIZE2: tl.constexpr, DOUBLE: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_K: tl.constexpr, VEC: tl.constexpr, X16: tl.constexpr):
     """:func:`nf4_shfl_gemv_kernel`'s walk along ``K`` for the rows ``rows [BLOCK_N]``: the float32 partial sums
-    ``[BLOCK_N, BLOCK_K // (8 VEC)]`` (one a thread and row); ``X16``: ``x`` is 16-byte aligned."""
-    T: tl.constexpr = BLOCK_K // (8 * VEC)  # threads along a row's step
-    word = tl.arange(0, T)[:, None] * VEC + tl.arange(0, VEC)[None, :]  # [T, VEC] word within the step
+    ``[BLOCK_N, BLOCK_K // (8 VEC)]`` (one a thread and row); ``X16``: ``x`` is 16-byte aligned.
+
+    The weight is loaded as ``[BLOCK_N, BLOCK_K // 8]`` words, contiguous along the row, so that Triton (3.6
+    and 3.9 alike) gives each thread ``VEC`` consecutive words of every row: the threads run along the step,
+    the rows repeat in each thread. (A ``[BLOCK_N, T, VEC]`` load spread the rows over the lanes in Triton
+    3.6.) Everything else follows that layout: the activations and the scales are read by inline PTX,
+    which, unlike ``tl.load``, does not choose a layout of its own."""
+    W: tl.constexpr = BLOCK_K // 8  # words of a row a step
+    T: tl.constexpr = W // VEC  # threads along a row's step
+    word = tl.arange(0, W)
     words_per_row = tl.multiple_of(n_cols // 8, 4)
     blocks_per_row = n_cols // BLOCKSIZE
     if DOUBLE:
         offset = tl.load(offset_ptr)
     acc = tl.zeros([BLOCK_N, T], dtype=tl.float32)
     for k0 in range(0, n_cols, BLOCK_K):
-        w = tl.load(w_ptr + rows[:, None, None] * words_per_row + (k0 // 8) + word[None, :, :])  # [BLOCK_N, T, VEC]
-        addr = (xw_ptr + 4 * (k0 // 8 + word)).to(tl.int64, bitcast=True)  # [T, VEC] pair 4m of word m
+        w = tl.load(w_ptr + rows[:, None] * words_per_row + (k0 // 8) + word[None, :])  # [BLOCK_N, W]
+        addr = (xw_ptr + 4 * (k0 // 8 + word)).to(tl.int64, bitcast=True)  # [W] pair 4m of word m
         if X16:
             p0, p1, p2, p3 = tl.inline_asm_elementwise("ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];",
                                                        "=r,=r,=r,=r,l", [addr],
@@ -110,11 +117,11 @@ def _nf4_shfl_steps(w_ptr, absmax_ptr, absmax2_ptr, code2_ptr, offset_ptr, xw_pt
             p0, p1, p2, p3 = tl.inline_asm_elementwise(
                 "ld.global.nc.b32 $0, [$4]; ld.global.nc.b32 $1, [$4+4]; ld.global.nc.b32 $2, [$4+8]; ld.global.nc.b32 $3, [$4+12];",  # noqa: E501
                 "=r,=r,=r,=r,l", [addr], dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
-        s = tl.zeros([BLOCK_N, T, VEC], dtype=tl.float32)
+        s = tl.zeros([BLOCK_N, W], dtype=tl.float32)
         for q in tl.static_range(4):
             pq = p0 if q == 0 else (p1 if q == 1 else (p2 if q == 2 else p3))
-            x_odd = (pq & -65536).to(tl.float32, bitcast=True)[None, :, :]  # high half: element 8m + 2q + 1
-            x_even = (pq << 16).to(tl.float32, bitcast=True)[None, :, :]  # low half: element 8m + 2q
+            x_odd = (pq & -65536).to(tl.float32, bitcast=True)[None, :]  # high half: element 8m + 2q + 1
+            x_even = (pq << 16).to(tl.float32, bitcast=True)[None, :]  # low half: element 8m + 2q
             v_odd = tl.inline_asm_elementwise("shfl.sync.idx.b32 $0, $1, $2, 31, -1;", "=r,r,r",
                                               [table, w >> (8 * q)], dtype=tl.int32, is_pure=True,
                                               pack=1).to(tl.float32, bitcast=True)  # nibble 2q
@@ -125,12 +132,24 @@ def _nf4_shfl_steps(w_ptr, absmax_ptr, absmax2_ptr, code2_ptr, offset_ptr, xw_pt
             s += v_even * x_even
         blk = (k0 + tl.arange(0, T) * (8 * VEC)) // BLOCKSIZE
         flat = rows[:, None] * blocks_per_row + blk[None, :]  # [BLOCK_N, T] block index in the flat weight
+        # a tl.load of the scales takes its own layout (Triton 3.6: rows across lanes), and the partial sums
+        # then cross shared memory every step to meet it
         if DOUBLE:
-            a8 = tl.load(absmax_ptr + flat).to(tl.int32)
-            scale = tl.load(code2_ptr + a8) * tl.load(absmax2_ptr + flat // BLOCKSIZE2) + offset
+            a8 = tl.inline_asm_elementwise("ld.global.nc.u8 $0, [$1];", "=r,l",
+                                           [(absmax_ptr + flat).to(tl.int64, bitcast=True)], dtype=tl.int32,
+                                           is_pure=True, pack=1)
+            c2 = tl.inline_asm_elementwise("ld.global.nc.f32 $0, [$1];", "=f,l",
+                                           [(code2_ptr + a8).to(tl.int64, bitcast=True)], dtype=tl.float32,
+                                           is_pure=True, pack=1)
+            a2 = tl.inline_asm_elementwise("ld.global.nc.f32 $0, [$1];", "=f,l",
+                                           [(absmax2_ptr + flat // BLOCKSIZE2).to(tl.int64, bitcast=True)],
+                                           dtype=tl.float32, is_pure=True, pack=1)
+            scale = c2 * a2 + offset
         else:
-            scale = tl.load(absmax_ptr + flat)
-        acc += tl.sum(s, axis=2) * scale
+            scale = tl.inline_asm_elementwise("ld.global.nc.f32 $0, [$1];", "=f,l",
+                                              [(absmax_ptr + flat).to(tl.int64, bitcast=True)], dtype=tl.float32,
+                                              is_pure=True, pack=1)
+        acc += tl.sum(tl.reshape(s, [BLOCK_N, T, VEC]), axis=2) * scale
     return acc
 
 
