@@ -45,10 +45,10 @@ def compile_tile(block_n: int, block_k: int, num_warps: int, double: bool) -> st
     vec = quant.NF4_SHFL_VEC
     sig = {"w_ptr": "*i32", "absmax_ptr": "*u8" if double else "*fp32", "code_ptr": "*fp32", "absmax2_ptr": "*fp32",
            "code2_ptr": "*fp32", "offset_ptr": "*fp32", "xw_ptr": "*i32", "y_ptr": "*bf16", "n_rows": "i32",
-           "n_cols": "i32", "BLOCKSIZE": "constexpr", "BLOCKSIZE2": "constexpr", "DOUBLE": "constexpr",
+           "n_cols": "i32", "words_per_row": "i32", "BLOCKSIZE": "constexpr", "BLOCKSIZE2": "constexpr", "DOUBLE": "constexpr",
            "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "VEC": "constexpr"}
     const = {"BLOCKSIZE": 64, "BLOCKSIZE2": 256, "DOUBLE": double, "BLOCK_N": block_n, "BLOCK_K": block_k, "VEC": vec}
-    attrs = {(i,): [["tt.divisibility", 16]] for i in range(10)}  # as the JIT specialises aligned pointers, K % 16
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(11)}  # as the JIT specialises aligned pointers, K % 16
     src = ASTSource(_quant_triton.nf4_shfl_gemv_kernel, sig, const, attrs)
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"

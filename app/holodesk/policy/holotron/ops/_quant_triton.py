@@ -87,8 +87,8 @@ def nf4_gemv_kernel(q_ptr, absmax_ptr, code_ptr, absmax2_ptr, code2_ptr, offset_
 
 @triton.jit
 def _nf4_shfl_steps(w_ptr, absmax_ptr, absmax2_ptr, code2_ptr, offset_ptr, xw_ptr, table, rows, n_cols,  # type: ignore[no-untyped-def]
-                    BLOCKSIZE: tl.constexpr, BLOCKSIZE2: tl.constexpr, DOUBLE: tl.constexpr, BLOCK_N: tl.constexpr,
-                    BLOCK_K: tl.constexpr, VEC: tl.constexpr, X16: tl.constexpr):
+                    words_per_row, BLOCKSIZE: tl.constexpr, BLOCKSIZE2: tl.constexpr, DOUBLE: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, VEC: tl.constexpr, X16: tl.constexpr):
     """:func:`nf4_shfl_gemv_kernel`'s walk along ``K`` for the rows ``rows [BLOCK_N]``: the float32 partial sums
     ``[BLOCK_N, BLOCK_K // (8 VEC)]`` (one a thread and row); ``X16``: ``x`` is 16-byte aligned.
 
@@ -100,7 +100,6 @@ def _nf4_shfl_steps(w_ptr, absmax_ptr, absmax2_ptr, code2_ptr, offset_ptr, xw_pt
     W: tl.constexpr = BLOCK_K // 8  # words of a row a step
     T: tl.constexpr = W // VEC  # threads along a row's step
     word = tl.arange(0, W)
-    words_per_row = tl.multiple_of(n_cols // 8, 4)
     blocks_per_row = n_cols // BLOCKSIZE
     if DOUBLE:
         offset = tl.load(offset_ptr)
@@ -155,8 +154,8 @@ def _nf4_shfl_steps(w_ptr, absmax_ptr, absmax2_ptr, code2_ptr, offset_ptr, xw_pt
 
 @triton.jit
 def nf4_shfl_gemv_kernel(w_ptr, absmax_ptr, code_ptr, absmax2_ptr, code2_ptr, offset_ptr, xw_ptr, y_ptr,  # type: ignore[no-untyped-def]
-                         n_rows, n_cols, BLOCKSIZE: tl.constexpr, BLOCKSIZE2: tl.constexpr, DOUBLE: tl.constexpr,
-                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, VEC: tl.constexpr):
+                         n_rows, n_cols, words_per_row, BLOCKSIZE: tl.constexpr, BLOCKSIZE2: tl.constexpr,
+                         DOUBLE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, VEC: tl.constexpr):
     """``y[r] = sum_k W[r, k] x[k]`` for bitsandbytes' NF4 weight (layout as :func:`nf4_gemv_kernel`) and bf16
     ``x``, the 16 NF4 values looked up by warp shuffle in float32, exactly as stored.
 
@@ -173,6 +172,10 @@ def nf4_shfl_gemv_kernel(w_ptr, absmax_ptr, code_ptr, absmax2_ptr, code2_ptr, of
     ``ld.global.nc.v4`` a word; four 4-byte loads when ``x`` is not 16-byte aligned). Per weight: one
     shuffle, at most one shift, one float32 FMA; per block of a row, one scale. Needs ``n_cols`` a multiple
     of ``BLOCK_K`` and ``BLOCKSIZE`` a multiple of ``8 VEC``; inline PTX, so not in Triton's interpreter.
+    ``words_per_row`` is ``n_cols // 8``, passed by the host so that Triton's argument specialisation knows its
+    alignment (16-byte weight loads) without ``tl.multiple_of`` on a scalar argument: torch's analysis of which
+    arguments a user kernel writes (``identify_mutated_tensors``, torch 2.11) compiles it with the scalar
+    arguments as constants, where ``tl.multiple_of`` fails, and it then takes every argument as written.
     """
     pid = tl.program_id(0)
     lane = tl.inline_asm_elementwise("mov.u32 $0, %laneid;", "=r,r", [pid], dtype=tl.int32, is_pure=True, pack=1)
@@ -182,10 +185,10 @@ def nf4_shfl_gemv_kernel(w_ptr, absmax_ptr, code_ptr, absmax2_ptr, code2_ptr, of
     rows = tl.where(row_ok, rows, 0)  # rows past the end read row 0 and are not stored
     if xw_ptr.to(tl.int64, bitcast=True) % 16 == 0:
         acc = _nf4_shfl_steps(w_ptr, absmax_ptr, absmax2_ptr, code2_ptr, offset_ptr, xw_ptr, table, rows, n_cols,
-                              BLOCKSIZE, BLOCKSIZE2, DOUBLE, BLOCK_N, BLOCK_K, VEC, True)
+                              words_per_row, BLOCKSIZE, BLOCKSIZE2, DOUBLE, BLOCK_N, BLOCK_K, VEC, True)
     else:
         acc = _nf4_shfl_steps(w_ptr, absmax_ptr, absmax2_ptr, code2_ptr, offset_ptr, xw_ptr, table, rows, n_cols,
-                              BLOCKSIZE, BLOCKSIZE2, DOUBLE, BLOCK_N, BLOCK_K, VEC, False)
+                              words_per_row, BLOCKSIZE, BLOCKSIZE2, DOUBLE, BLOCK_N, BLOCK_K, VEC, False)
     y = tl.sum(acc, axis=1)
     tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
 
@@ -261,7 +264,8 @@ def gemv_nf4_shfl_op(x: torch.Tensor, packed: torch.Tensor, absmax: torch.Tensor
     words = packed.reshape(-1).view(torch.int32)  # the same bytes, little-endian words of eight indices
     grid = (triton.cdiv(n_rows, block_n),)
     torch.library.wrap_triton(nf4_shfl_gemv_kernel)[grid](
-        words, absmax, code, absmax2, code2, offset, x.view(torch.int32), y, n_rows, n_cols, BLOCKSIZE=blocksize,
+        words, absmax, code, absmax2, code2, offset, x.view(torch.int32), y, n_rows, n_cols, n_cols // 8,
+        BLOCKSIZE=blocksize,
         BLOCKSIZE2=blocksize2, DOUBLE=double, BLOCK_N=block_n, BLOCK_K=block_k, VEC=vec, num_warps=num_warps)
     return y
 
