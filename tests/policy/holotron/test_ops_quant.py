@@ -301,10 +301,10 @@ _KERNEL_POINTERS = {"q_ptr": "*u8", "w_ptr": "*i32", "xw_ptr": "*i32", "x_ptr": 
                     "absmax_ptr": "*u8", "cb_ptr": "*i8"}
 _KERNEL_CONSTANTS = {"n_rows": 5120, "n_cols": 5120, "words_per_row": 640, "stride_w": 5120, "BLOCKSIZE": 64,
                      "BLOCKSIZE2": 256, "DOUBLE": True, "BLOCK_N": 4, "BLOCK_K": 1024, "EVEN_K": True, "X_PAIRS": True,
-                     "VEC": quant.NF4_SHFL_VEC}
+                     "VEC": quant.NF4_SHFL_VEC, "RELU_SQ": True}
 
 
-@pytest.mark.parametrize("name", ["nf4_shfl_gemv_kernel", "nf4_gemv_kernel", "int8_gemv_kernel"])
+@pytest.mark.parametrize("name", ["nf4_shfl_gemv_kernel", "nf4_gemv_kernel", "int8_gemv_kernel", "gemv_kernel"])
 def test_kernels_compile_with_their_scalar_arguments_as_constants(name: str) -> None:
     """torch (2.11) decides which arguments a user Triton kernel writes by compiling it with its scalar arguments
     as constants (``identify_mutated_tensors``); a kernel that does not compile so is taken to write every
@@ -317,13 +317,14 @@ def test_kernels_compile_with_their_scalar_arguments_as_constants(name: str) -> 
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from holodesk.policy.holotron.ops import _quant_triton
+    from holodesk.policy.holotron.ops import _gemv_triton, _quant_triton
 
-    kernel = getattr(_quant_triton, name)
+    kernel = getattr(_gemv_triton if name == "gemv_kernel" else _quant_triton, name)
+    special = {("int8_gemv_kernel", "w_ptr"): "*i8", ("gemv_kernel", "w_ptr"): "*bf16"}
     sig: dict[str, str] = {}
     for arg in kernel.arg_names:
         if arg.endswith("_ptr"):
-            sig[arg] = "*i8" if (name, arg) == ("int8_gemv_kernel", "w_ptr") else _KERNEL_POINTERS.get(arg, "*fp32")
+            sig[arg] = special.get((name, arg), _KERNEL_POINTERS.get(arg, "*fp32"))
         else:
             sig[arg] = "constexpr"
     constants = {arg: _KERNEL_CONSTANTS[arg] for arg, kind in sig.items() if kind == "constexpr"}
