@@ -3,6 +3,8 @@ checkpoint in float32 on the CPU: same replies, step k+1 resumes from step k, no
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -223,6 +225,42 @@ def test_a_failing_warm_up_is_noted_logged_shown_by_doctor_and_steps_still_run( 
     got = policy.propose(obs)
     assert got.extra["decoder"] == "static" and failures == [1]
     assert got.raw_text == HolotronPolicy(tiny_loaded, decoder="stock", **kw).propose(obs).raw_text
+
+
+def test_a_kernel_torch_cannot_analyse_at_load_is_noted_logged_and_shown_by_doctor(  # type: ignore[no-untyped-def]
+        tiny_loaded, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """When torch cannot analyse a user Triton kernel while the decode compiles (it then copies every input,
+    weights included, at each call: run 10d's NF4 decode at 11.5 ms/token), the load says so once per
+    distinct warning: a note in describe(), a warning in the log, the note in doctor's report. The
+    compile only happens on CUDA, so torch's warning is stood in for: the same logger and message, emitted
+    from the load's capture, repeated as torch repeats it."""
+    from holodesk import doctor
+    from holodesk.policy.holotron.decoder import StaticDecoder
+    from holodesk.policy.holotron.engine import StaticEngine, static_cache_tokens
+    from holodesk.policy.holotron.kernels import TORCH_KERNEL_ANALYSIS_LOGGER
+
+    real = StaticDecoder.capture
+
+    def capture_as_torch_warns(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        for _ in range(3):
+            logging.getLogger(TORCH_KERNEL_ANALYSIS_LOGGER).warning(
+                "Encountered an exception in identify_mutated_tensors, assuming every input is mutated\n"
+                "Traceback (most recent call last): ...")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(StaticDecoder, "capture", capture_as_torch_warns)
+    max_len = static_cache_tokens(tiny_loaded, max_images=3, max_new_tokens=96, max_think_tokens=0, reasoning=False)
+    with caplog.at_level("WARNING", logger="holodesk.policy.holotron.engine"):
+        engine = StaticEngine(tiny_loaded, max_len=max_len, warm_up=False)
+    (note,) = engine.describe()["notes"]
+    assert "torch could not analyse a Triton kernel" in note and "assuming every input is mutated" in note
+    assert "Traceback" not in note
+    assert [r.getMessage() for r in caplog.records if r.name == "holodesk.policy.holotron.engine"] == [
+        f"Holotron: {note}"]
+    assert doctor._kernels()["static decoder at its last load"]["notes"] == [note]
+    # outside a load nothing listens
+    logging.getLogger(TORCH_KERNEL_ANALYSIS_LOGGER).warning("assuming every input is mutated")
+    assert engine.describe()["notes"] == [note]
 
 
 def test_a_graph_failing_on_its_first_use_in_a_step_is_noted_logged_and_shown_by_doctor(  # type: ignore[no-untyped-def]

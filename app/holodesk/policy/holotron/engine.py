@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from holodesk.policy.holotron import runtime
-from holodesk.policy.holotron.kernels import autotune_cache, record_decoder
+from holodesk.policy.holotron.kernels import autotune_cache, kernel_analysis_warnings, record_decoder
 from holodesk.policy.holotron.prompt import image_token_runs
 from holodesk.policy.holotron.runtime import Constraint, Generation, PromptImage, decode_loop, sync
 from holodesk.policy.holotron.tiling import tile_count
@@ -131,16 +131,22 @@ class StaticEngine:
         self.jump_forward = not self.decoder.setup.quantized
         if not self.jump_forward:
             log.info("Holotron: %s", JUMP_FORWARD_OFF_QUANTIZED)
-        self.decoder.capture(lengths=(self._warm_up_lengths()[1],))  # no-op when eager; fallbacks: decoder.notes
-        if warm_up if warm_up is not None else cuda:
-            try:
-                self.warm_up()
-            except Exception as exc:
-                self.reset()
-                note = (f"the warm-up failed at load ({type(exc).__name__}: {str(exc)[:160]}); the first step "
-                        "compiles and autotunes instead")
-                log.warning("Holotron: %s", note)
-                self.notes.append(note)
+        with kernel_analysis_warnings() as analysis:  # the block functions compile here
+            self.decoder.capture(lengths=(self._warm_up_lengths()[1],))  # no-op when eager; fallbacks: decoder.notes
+            if warm_up if warm_up is not None else cuda:
+                try:
+                    self.warm_up()
+                except Exception as exc:
+                    self.reset()
+                    note = (f"the warm-up failed at load ({type(exc).__name__}: {str(exc)[:160]}); the first step "
+                            "compiles and autotunes instead")
+                    log.warning("Holotron: %s", note)
+                    self.notes.append(note)
+        for line in analysis:
+            note = (f"torch could not analyse a Triton kernel of the decode ({line}): it copies every input of that "
+                    "kernel, weights included, at each call, so decode is much slower than its kernels' timings")
+            log.warning("Holotron: %s", note)
+            self.notes.append(note)
         self._lazy_from = len(self.decoder.lazy_captures)  # graphs recorded after this: by the session's steps
         self.setup_seconds = time.perf_counter() - t0
         record_decoder(self.describe())

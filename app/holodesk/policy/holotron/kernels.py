@@ -19,6 +19,7 @@ reports it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -28,7 +29,7 @@ import os
 import sys
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,39 @@ def autotune_cache() -> dict[str, Any]:
                   f"again in each process (about 6 s at a 12B load; {AUTOTUNE_CACHE_ENV}={env}): unset it, or "
                   "import holodesk.policy.holotron before mamba_ssm")
     return {"env": env, "kernels": len(tuners), "cached": cached, "on": on, "detail": detail}
+
+
+TORCH_KERNEL_ANALYSIS_LOGGER = "torch._higher_order_ops.triton_kernel_wrap"
+"""The logger of torch's analysis of user Triton kernels (``torch.library.triton_op``, as the ops of
+:mod:`.ops` are): when it cannot find what a kernel writes (torch 2.11: ``Encountered an exception in
+identify_mutated_tensors, assuming every input is mutated``) it copies every input of that kernel, weights
+included, before each call of the compiled code."""
+
+
+class _KernelAnalysisWarnings(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = record.getMessage().splitlines()[0][:200] if record.getMessage() else "(empty message)"
+        if line not in self.lines:
+            self.lines.append(line)
+
+
+@contextlib.contextmanager
+def kernel_analysis_warnings() -> Iterator[list[str]]:
+    """Collect, while the block runs (compiling the decode's block functions), the distinct first lines of the
+    warnings torch's user-kernel analysis logs (:data:`TORCH_KERNEL_ANALYSIS_LOGGER`): each one is a kernel
+    whose every input torch copies at every call, a slow path the caller must report. The list is filled as
+    the block runs; the handler is removed after it, also when it raises."""
+    handler = _KernelAnalysisWarnings()
+    logger = logging.getLogger(TORCH_KERNEL_ANALYSIS_LOGGER)
+    logger.addHandler(handler)
+    try:
+        yield handler.lines
+    finally:
+        logger.removeHandler(handler)
 
 
 def kernel_report(*, import_transformers: bool = True) -> dict[str, Any]:
