@@ -10,7 +10,6 @@ modules.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import pytest
@@ -23,6 +22,7 @@ import bitsandbytes as bnb  # noqa: E402
 
 from holodesk.policy.holotron import blocks  # noqa: E402
 from holodesk.policy.holotron.decoder import Setup  # noqa: E402
+from holodesk.policy.holotron.kernels import kernel_analysis_warnings  # noqa: E402
 from holodesk.policy.holotron.ops import quant  # noqa: E402
 from holodesk.policy.holotron.ops.gemv import Gemv  # noqa: E402
 from tests.policy.holotron import quant_cases  # noqa: E402
@@ -286,17 +286,6 @@ def test_gpu_choose_times_tiles_and_picks_a_kernel(mode: str) -> None:
     assert set(timings) == {t.label() for t in quant.tiles(stored[0])}, timings  # every tile compiled and ran
 
 
-class _Records(logging.Handler):
-    """Keeps the log records it is handed (torch's loggers may not propagate to pytest's)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 _KERNEL_POINTERS = {"q_ptr": "*u8", "w_ptr": "*i32", "xw_ptr": "*i32", "x_ptr": "*bf16", "y_ptr": "*bf16",
                     "absmax_ptr": "*u8", "cb_ptr": "*i8"}
 _KERNEL_CONSTANTS = {"n_rows": 5120, "n_cols": 5120, "words_per_row": 640, "stride_w": 5120, "BLOCKSIZE": 64,
@@ -351,15 +340,11 @@ def test_gpu_op_compiles_and_replays_in_a_cuda_graph(mode: str, kind: str) -> No
     want = (torch.nn.functional.silu(x).float() @ bnb_weight(m).t() * 2)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
-    analysis = _Records()  # torch's check of what the kernel writes: on failure it copies every input per call
-    logging.getLogger("torch._higher_order_ops.triton_kernel_wrap").addHandler(analysis)
-    try:
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                fn(x, stored)
-    finally:
-        logging.getLogger("torch._higher_order_ops.triton_kernel_wrap").removeHandler(analysis)
-    assert not [r for r in analysis.records if "assuming every input is mutated" in r.getMessage()]
+    # torch's check of what the kernel writes: when it fails, torch copies every input at each call
+    with kernel_analysis_warnings() as analysis, torch.cuda.stream(stream):
+        for _ in range(2):
+            fn(x, stored)
+    assert not [line for line in analysis if "assuming every input is mutated" in line]
     with torch.cuda.stream(stream):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):

@@ -162,7 +162,8 @@ class _KernelAnalysisWarnings(logging.Handler):
         self.lines: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        line = record.getMessage().splitlines()[0][:200] if record.getMessage() else "(empty message)"
+        message = record.getMessage()
+        line = message.splitlines()[0][:200] if message else "(empty message)"
         if line not in self.lines:
             self.lines.append(line)
 

@@ -84,7 +84,6 @@ def nf4_gemv_kernel(q_ptr, absmax_ptr, code_ptr, absmax2_ptr, code2_ptr, offset_
     tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
 
 
-
 @triton.jit
 def _nf4_shfl_steps(w_ptr, absmax_ptr, absmax2_ptr, code2_ptr, offset_ptr, xw_ptr, table, rows, n_cols,  # type: ignore[no-untyped-def]
                     words_per_row, BLOCKSIZE: tl.constexpr, BLOCKSIZE2: tl.constexpr, DOUBLE: tl.constexpr,
@@ -265,8 +264,8 @@ def gemv_nf4_shfl_op(x: torch.Tensor, packed: torch.Tensor, absmax: torch.Tensor
     grid = (triton.cdiv(n_rows, block_n),)
     torch.library.wrap_triton(nf4_shfl_gemv_kernel)[grid](
         words, absmax, code, absmax2, code2, offset, x.view(torch.int32), y, n_rows, n_cols, n_cols // 8,
-        BLOCKSIZE=blocksize,
-        BLOCKSIZE2=blocksize2, DOUBLE=double, BLOCK_N=block_n, BLOCK_K=block_k, VEC=vec, num_warps=num_warps)
+        BLOCKSIZE=blocksize, BLOCKSIZE2=blocksize2, DOUBLE=double, BLOCK_N=block_n, BLOCK_K=block_k, VEC=vec,
+        num_warps=num_warps)
     return y
 
 
