@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import itertools
 import os
 import re
 import subprocess
@@ -41,16 +40,14 @@ PIPES = {"SHFL": ("SHFL",), "FP32": ("FFMA", "FMUL", "FADD"), "IMAD": ("IMAD",),
 LINE = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s*(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*)")
 
 
-def compile_tile(block_n: int, block_k: int, num_warps: int, double: bool, prefetch: bool = False) -> str:
+def compile_tile(block_n: int, block_k: int, num_warps: int, double: bool) -> str:
     """The SASS (``cuobjdump -sass``) of the kernel at this tile for sm_90, blocksize 64 (nested 256)."""
     vec = quant.NF4_SHFL_VEC
     sig = {"w_ptr": "*i32", "absmax_ptr": "*u8" if double else "*fp32", "code_ptr": "*fp32", "absmax2_ptr": "*fp32",
            "code2_ptr": "*fp32", "offset_ptr": "*fp32", "xw_ptr": "*i32", "y_ptr": "*bf16", "n_rows": "i32",
-           "n_cols": "i32", "words_per_row": "i32", "BLOCKSIZE": "constexpr", "BLOCKSIZE2": "constexpr",
-           "DOUBLE": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "VEC": "constexpr",
-           "PREFETCH": "constexpr"}
-    const = {"BLOCKSIZE": 64, "BLOCKSIZE2": 256, "DOUBLE": double, "BLOCK_N": block_n, "BLOCK_K": block_k, "VEC": vec,
-             "PREFETCH": prefetch}
+           "n_cols": "i32", "words_per_row": "i32", "BLOCKSIZE": "constexpr", "BLOCKSIZE2": "constexpr", "DOUBLE": "constexpr",
+           "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "VEC": "constexpr"}
+    const = {"BLOCKSIZE": 64, "BLOCKSIZE2": 256, "DOUBLE": double, "BLOCK_N": block_n, "BLOCK_K": block_k, "VEC": vec}
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(11)}  # as the JIT specialises aligned pointers, K % 16
     src = ASTSource(_quant_triton.nf4_shfl_gemv_kernel, sig, const, attrs)
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
@@ -98,10 +95,10 @@ def main() -> None:
     cols = ["SHFL", "ALU", "IMAD", "FP32", "LDG", "LDS/STS/BAR", "other"]
     print(f"sm_90 SASS (Triton {triton.__version__}), hot loop per weight; double quantisation {args.double}")
     print(f"{'tile':22s} {'regs':>4s} {'weights':>7s} " + " ".join(f"{c:>11s}" for c in cols) + f" {'all':>6s}")
-    for (kind, prefetch), (bn, bk, nw) in itertools.product(quant.SHFL_PREFETCH.items(), quant.NF4_SHFL_TILES):
-        label = f"{kind} {bn}x{bk}/{nw}w"
+    for bn, bk, nw in quant.NF4_SHFL_TILES:
+        label = f"nf4-shfl {bn}x{bk}/{nw}w"
         try:
-            sass = compile_tile(bn, bk, nw, args.double, prefetch)
+            sass = compile_tile(bn, bk, nw, args.double)
             body = hot_loop(sass)
         except Exception as exc:  # report the tile and go on
             print(f"{label:22s} FAILED {type(exc).__name__}: {str(exc)[:300]}")

@@ -124,21 +124,19 @@ def test_tiles_hold_whole_quantisation_blocks_and_fit_k() -> None:
 
 
 def test_shuffle_tiles_fit_k_and_blocks_and_stay_off_the_interpreter() -> None:
-    """The shuffle kernel's kinds (``"nf4-shfl"``, ``"nf4-shfl-l2"``: inline PTX) are offered for bf16 activations
-    when ``K`` is a multiple of the step and each thread's share is whole words inside one block; never with
-    ``shuffle=False`` (Triton's interpreter)."""
+    """``"nf4-shfl"`` (inline PTX) is offered for bf16 activations when ``K`` is a multiple of the step and each
+    thread's share is whole words inside one block; never with ``shuffle=False`` (Triton's interpreter)."""
     w = quant.quant_weight(layer("nf4", torch.randn(8, 5120)))
     assert w is not None
-    fitting = {t for t in quant.NF4_SHFL_TILES if 5120 % t[1] == 0}
-    shfl = [t for t in quant.tiles(w) if t.kind in quant.SHFL_PREFETCH]
-    for kind in ("nf4-shfl", "nf4-shfl-l2"):
-        assert {(t.block_n, t.block_k, t.num_warps) for t in shfl if t.kind == kind} == fitting
+    shfl = [t for t in quant.tiles(w) if t.kind == "nf4-shfl"]
+    assert shfl and {(t.block_n, t.block_k, t.num_warps) for t in shfl} == {
+        t for t in quant.NF4_SHFL_TILES if 5120 % t[1] == 0}
     assert quant.tiles(w)[: len(shfl)] == shfl  # timed first; the other kinds stay
-    assert {t.kind for t in quant.tiles(w)} == {"nf4-shfl", "nf4-shfl-l2", "nf4-pairs", "nf4"}
-    assert not [t for t in quant.tiles(w, shuffle=False) if t.kind in quant.SHFL_PREFETCH]
-    assert not [t for t in quant.tiles(w, torch.float32) if t.kind in quant.SHFL_PREFETCH]
+    assert {t.kind for t in quant.tiles(w)} == {"nf4-shfl", "nf4-pairs", "nf4"}
+    assert not [t for t in quant.tiles(w, shuffle=False) if t.kind == "nf4-shfl"]
+    assert not [t for t in quant.tiles(w, torch.float32) if t.kind == "nf4-shfl"]
     narrow = quant.quant_weight(layer("nf4", torch.randn(8, 320)))  # no step divides K = 320
-    assert narrow is not None and not [t for t in quant.tiles(narrow) if t.kind in quant.SHFL_PREFETCH]
+    assert narrow is not None and not [t for t in quant.tiles(narrow) if t.kind == "nf4-shfl"]
     assert quant.shfl_fits(w._replace(blocksize=32), (4, 1024, 1))  # a thread's 32 values fill one block
     assert not quant.shfl_fits(w._replace(blocksize=16), (4, 1024, 1))  # they would straddle two
     if quant.HAVE_TRITON:  # the op refuses what the kernel cannot read before launching anything
@@ -252,10 +250,10 @@ def bnb_weight_f32(m: Any) -> torch.Tensor:
 @pytest.mark.parametrize("mode", ["nf4", "nf4-double"])
 @pytest.mark.parametrize("role", list(SHAPES_12B))
 def test_gpu_shuffle_kernel_equals_bitsandbytes_with_silu_activations(mode: str, role: str) -> None:
-    """Every tile of the shuffle kernel (both kinds) at the 12B shapes against bitsandbytes' float32
-    dequantisation times ``x`` (float32 sums), for mostly positive activations (``silu``), where a biased table
-    would add up: each output within one bf16 rounding of the reference (plus float32 summation order), the
-    relative L2 error that of rounding alone."""
+    """Every ``"nf4-shfl"`` tile at the 12B shapes against bitsandbytes' float32 dequantisation times ``x``
+    (float32 sums), for mostly positive activations (``silu``), where a biased table would add up: each output
+    within one bf16 rounding of the reference (plus float32 summation order), the relative L2 error that of
+    rounding alone."""
     n, k = SHAPES_12B[role]
     gen = torch.Generator().manual_seed(11)
     m = layer(mode, torch.randn(n, k, generator=gen).to(torch.bfloat16), "cuda")
@@ -264,8 +262,8 @@ def test_gpu_shuffle_kernel_equals_bitsandbytes_with_silu_activations(mode: str,
     x = torch.nn.functional.silu(torch.randn(1, k, generator=gen)).to(device="cuda", dtype=torch.bfloat16)
     ref = x.float() @ bnb_weight_f32(m).t()
     assert rel(quant.gemv_reference(x.float(), stored), ref) < 1e-6  # the same weights, float32 both
-    tiles = [t for t in quant.tiles(stored) if t.kind in quant.SHFL_PREFETCH]
-    assert {t.kind for t in tiles} == set(quant.SHFL_PREFETCH)
+    tiles = [t for t in quant.tiles(stored) if t.kind == "nf4-shfl"]
+    assert tiles
     for tile in tiles:
         y = quant.linear(x, stored, tile.spec())
         assert y.dtype == torch.bfloat16 and y.shape == (1, n)
@@ -283,8 +281,8 @@ def test_gpu_choose_times_tiles_and_picks_a_kernel(mode: str) -> None:
     stored = [quant.quant_weight(m) for m in layers]
     assert all(s is not None for s in stored)
     best, timings = quant.choose([s for s in stored if s is not None], dtype=torch.bfloat16)
-    kinds = ("int8",) if mode == "int8" else ("nf4", "nf4-pairs", *quant.SHFL_PREFETCH)
-    assert best.kind in kinds and best.us > 0, (best, timings)
+    assert best.kind in (("int8",) if mode == "int8" else ("nf4", "nf4-pairs", "nf4-shfl")) and best.us > 0, (
+        best, timings)
     assert set(timings) == {t.label() for t in quant.tiles(stored[0])}, timings  # every tile compiled and ran
 
 
@@ -292,7 +290,7 @@ _KERNEL_POINTERS = {"q_ptr": "*u8", "w_ptr": "*i32", "xw_ptr": "*i32", "x_ptr": 
                     "absmax_ptr": "*u8", "cb_ptr": "*i8"}
 _KERNEL_CONSTANTS = {"n_rows": 5120, "n_cols": 5120, "words_per_row": 640, "stride_w": 5120, "BLOCKSIZE": 64,
                      "BLOCKSIZE2": 256, "DOUBLE": True, "BLOCK_N": 4, "BLOCK_K": 1024, "EVEN_K": True, "X_PAIRS": True,
-                     "VEC": quant.NF4_SHFL_VEC, "RELU_SQ": True, "PREFETCH": True}
+                     "VEC": quant.NF4_SHFL_VEC, "RELU_SQ": True}
 
 
 @pytest.mark.parametrize("name", ["nf4_shfl_gemv_kernel", "nf4_gemv_kernel", "int8_gemv_kernel", "gemv_kernel"])
@@ -326,8 +324,7 @@ def test_kernels_compile_with_their_scalar_arguments_as_constants(name: str) -> 
 
 @cuda
 @pytest.mark.parametrize(("mode", "kind"), [("nf4", "nf4-pairs"), ("nf4-double", "nf4-pairs"), ("nf4", "nf4"),
-                                            ("nf4", "nf4-shfl"), ("nf4-double", "nf4-shfl"),
-                                            ("nf4-double", "nf4-shfl-l2"), ("int8", "int8")])
+                                            ("nf4", "nf4-shfl"), ("nf4-double", "nf4-shfl"), ("int8", "int8")])
 def test_gpu_op_compiles_and_replays_in_a_cuda_graph(mode: str, kind: str) -> None:
     gen = torch.Generator().manual_seed(3)
     m = layer(mode, torch.randn(1024, 5120, generator=gen).to(torch.bfloat16), "cuda")
@@ -357,8 +354,8 @@ def test_gpu_op_compiles_and_replays_in_a_cuda_graph(mode: str, kind: str) -> No
     want = (torch.nn.functional.silu(x).float() @ bnb_weight(m).t() * 2)
     graph.replay()
     torch.cuda.synchronize()
-    assert rel(out, want) < (EXACT_CODES if kind in quant.SHFL_PREFETCH else BF16_ROUNDING)
-    if kind in quant.SHFL_PREFETCH:  # the float32 NF4 values: no bias beside bitsandbytes' float32 dequantisation
+    assert rel(out, want) < (EXACT_CODES if kind == "nf4-shfl" else BF16_ROUNDING)
+    if kind == "nf4-shfl":  # the float32 NF4 values: no bias beside bitsandbytes' float32 dequantisation
         exact = torch.nn.functional.silu(x).float() @ bnb_weight_f32(m).t() * 2
         assert rel(out, exact) < EXACT_CODES
 

@@ -85,92 +85,11 @@ def nf4_gemv_kernel(q_ptr, absmax_ptr, code_ptr, absmax2_ptr, code2_ptr, offset_
 
 
 @triton.jit
-def _nf4_shfl_read(w_ptr, absmax_ptr, absmax2_ptr, xw_ptr, rows, k0, words_per_row, blocks_per_row,  # type: ignore[no-untyped-def]
-                   BLOCKSIZE: tl.constexpr, BLOCKSIZE2: tl.constexpr, DOUBLE: tl.constexpr, BLOCK_K: tl.constexpr,
-                   VEC: tl.constexpr, X16: tl.constexpr):
-    """The global reads of one step of :func:`_nf4_shfl_steps` at column ``k0``: the weight words
-    ``[BLOCK_N, BLOCK_K // 8]``, the activations as four int32 pairs ``[BLOCK_K // 8]`` a word, and the stored
-    scale of each thread's block ``[BLOCK_N, BLOCK_K // (8 VEC)]`` (float32 absmax, or with ``DOUBLE`` the
-    uint8 index into ``code2`` and the nested float32 scale)."""
-    W: tl.constexpr = BLOCK_K // 8  # words of a row a step
-    T: tl.constexpr = W // VEC  # threads along a row's step
-    word = tl.arange(0, W)
-    w = tl.load(w_ptr + rows[:, None] * words_per_row + (k0 // 8) + word[None, :])  # [BLOCK_N, W]
-    addr = (xw_ptr + 4 * (k0 // 8 + word)).to(tl.int64, bitcast=True)  # [W] pair 4m of word m
-    if X16:
-        p0, p1, p2, p3 = tl.inline_asm_elementwise("ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];",
-                                                   "=r,=r,=r,=r,l", [addr],
-                                                   dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True,
-                                                   pack=1)
-    else:
-        p0, p1, p2, p3 = tl.inline_asm_elementwise(
-            "ld.global.nc.b32 $0, [$4]; ld.global.nc.b32 $1, [$4+4]; ld.global.nc.b32 $2, [$4+8]; ld.global.nc.b32 $3, [$4+12];",  # noqa: E501
-            "=r,=r,=r,=r,l", [addr], dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
-    blk = (k0 + tl.arange(0, T) * (8 * VEC)) // BLOCKSIZE
-    flat = rows[:, None] * blocks_per_row + blk[None, :]  # [BLOCK_N, T] block index in the flat weight
-    # a tl.load of the scales takes its own layout (Triton 3.6: rows across lanes), and the partial sums
-    # then cross shared memory every step to meet it
-    if DOUBLE:
-        a8 = tl.inline_asm_elementwise("ld.global.nc.u8 $0, [$1];", "=r,l",
-                                       [(absmax_ptr + flat).to(tl.int64, bitcast=True)], dtype=tl.int32,
-                                       is_pure=True, pack=1)
-        a2 = tl.inline_asm_elementwise("ld.global.nc.f32 $0, [$1];", "=f,l",
-                                       [(absmax2_ptr + flat // BLOCKSIZE2).to(tl.int64, bitcast=True)],
-                                       dtype=tl.float32, is_pure=True, pack=1)
-    else:
-        a8 = flat  # unused
-        a2 = tl.inline_asm_elementwise("ld.global.nc.f32 $0, [$1];", "=f,l",
-                                       [(absmax_ptr + flat).to(tl.int64, bitcast=True)], dtype=tl.float32,
-                                       is_pure=True, pack=1)
-    return w, p0, p1, p2, p3, a8, a2
-
-
-@triton.jit
-def _nf4_shfl_products(w, p0, p1, p2, p3, table, BLOCK_N: tl.constexpr, W: tl.constexpr):  # type: ignore[no-untyped-def]
-    """One step's products ``[BLOCK_N, W]`` (float32, each the sum over a word's eight weights) of
-    :func:`_nf4_shfl_read`'s weight words and activation pairs: one shuffle per weight."""
-    s = tl.zeros([BLOCK_N, W], dtype=tl.float32)
-    for q in tl.static_range(4):
-        pq = p0 if q == 0 else (p1 if q == 1 else (p2 if q == 2 else p3))
-        x_odd = (pq & -65536).to(tl.float32, bitcast=True)[None, :]  # high half: element 8m + 2q + 1
-        x_even = (pq << 16).to(tl.float32, bitcast=True)[None, :]  # low half: element 8m + 2q
-        v_odd = tl.inline_asm_elementwise("shfl.sync.idx.b32 $0, $1, $2, 31, -1;", "=r,r,r",
-                                          [table, w >> (8 * q)], dtype=tl.int32, is_pure=True,
-                                          pack=1).to(tl.float32, bitcast=True)  # nibble 2q
-        v_even = tl.inline_asm_elementwise("shfl.sync.idx.b32 $0, $1, $2, 31, -1;", "=r,r,r",
-                                           [table, w >> (8 * q + 4)], dtype=tl.int32, is_pure=True,
-                                           pack=1).to(tl.float32, bitcast=True)  # nibble 2q + 1
-        s += v_odd * x_odd
-        s += v_even * x_even
-    return s
-
-
-@triton.jit
-def _nf4_shfl_prefetch(w_ptr, absmax_ptr, rows, k1, words_per_row, blocks_per_row, BLOCKSIZE: tl.constexpr,  # type: ignore[no-untyped-def]
-                       DOUBLE: tl.constexpr, BLOCK_K: tl.constexpr, T: tl.constexpr):
-    """Ask L2 for the step at column ``k1`` of the rows ``rows [BLOCK_N]``: per row one
-    ``cp.async.bulk.prefetch.L2.global`` of its ``BLOCK_K / 2`` weight bytes (16-byte aligned: ``K`` and
-    ``k1`` are multiples of 32) and one ``prefetch.global.L2`` of the line holding its scales, each issued by
-    the thread that holds the row's first word (PTX ISA 8.0, sm_90). Prefetches return nothing and fault on
-    nothing; the loads of that step then find the bytes in L2."""
-    first = (tl.arange(0, T) == 0).to(tl.int32)[None, :] + (rows * 0)[:, None]  # [BLOCK_N, T] one thread a row
-    wa = (w_ptr + (rows * words_per_row + k1 // 8)[:, None] + first * 0).to(tl.int64, bitcast=True)
-    sa = (absmax_ptr + (rows * blocks_per_row + k1 // BLOCKSIZE)[:, None] + first * 0).to(tl.int64, bitcast=True)
-    tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.u32 p, $3, 0; @p cp.async.bulk.prefetch.L2.global [$1], $4; @p prefetch.global.L2 [$2]; mov.u32 $0, 0; }",  # noqa: E501
-        "=r,l,l,r,r", [wa, sa, first, first * 0 + BLOCK_K // 2], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
 def _nf4_shfl_steps(w_ptr, absmax_ptr, absmax2_ptr, code2_ptr, offset_ptr, xw_ptr, table, rows, n_cols,  # type: ignore[no-untyped-def]
                     words_per_row, BLOCKSIZE: tl.constexpr, BLOCKSIZE2: tl.constexpr, DOUBLE: tl.constexpr,
-                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, VEC: tl.constexpr, X16: tl.constexpr,
-                    PREFETCH: tl.constexpr):
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, VEC: tl.constexpr, X16: tl.constexpr):
     """:func:`nf4_shfl_gemv_kernel`'s walk along ``K`` for the rows ``rows [BLOCK_N]``: the float32 partial sums
-    ``[BLOCK_N, BLOCK_K // (8 VEC)]`` (one a thread and row); ``X16``: ``x`` is 16-byte aligned. With
-    ``PREFETCH`` each step first asks L2 for the next one (:func:`_nf4_shfl_prefetch`), so that its loads
-    wait on L2 rather than on DRAM. (Loads of the next step into registers issued before the products do not
-    stay there: ptxas moves them after the products, next to their use.)
+    ``[BLOCK_N, BLOCK_K // (8 VEC)]`` (one a thread and row); ``X16``: ``x`` is 16-byte aligned.
 
     The weight is loaded as ``[BLOCK_N, BLOCK_K // 8]`` words, contiguous along the row, so that Triton (3.6
     and 3.9 alike) gives each thread ``VEC`` consecutive words of every row: the threads run along the step,
@@ -179,25 +98,55 @@ def _nf4_shfl_steps(w_ptr, absmax_ptr, absmax2_ptr, code2_ptr, offset_ptr, xw_pt
     which, unlike ``tl.load``, does not choose a layout of its own."""
     W: tl.constexpr = BLOCK_K // 8  # words of a row a step
     T: tl.constexpr = W // VEC  # threads along a row's step
+    word = tl.arange(0, W)
     blocks_per_row = n_cols // BLOCKSIZE
     if DOUBLE:
         offset = tl.load(offset_ptr)
     acc = tl.zeros([BLOCK_N, T], dtype=tl.float32)
     for k0 in range(0, n_cols, BLOCK_K):
-        if PREFETCH:
-            k1 = tl.where(k0 + BLOCK_K < n_cols, k0 + BLOCK_K, k0)  # the last step asks for its own columns again
-            _nf4_shfl_prefetch(w_ptr, absmax_ptr, rows, k1, words_per_row, blocks_per_row, BLOCKSIZE, DOUBLE, BLOCK_K,
-                               T)
-        w, p0, p1, p2, p3, a8, a2 = _nf4_shfl_read(w_ptr, absmax_ptr, absmax2_ptr, xw_ptr, rows, k0, words_per_row,
-                                                   blocks_per_row, BLOCKSIZE, BLOCKSIZE2, DOUBLE, BLOCK_K, VEC, X16)
-        s = _nf4_shfl_products(w, p0, p1, p2, p3, table, BLOCK_N, W)
+        w = tl.load(w_ptr + rows[:, None] * words_per_row + (k0 // 8) + word[None, :])  # [BLOCK_N, W]
+        addr = (xw_ptr + 4 * (k0 // 8 + word)).to(tl.int64, bitcast=True)  # [W] pair 4m of word m
+        if X16:
+            p0, p1, p2, p3 = tl.inline_asm_elementwise("ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];",
+                                                       "=r,=r,=r,=r,l", [addr],
+                                                       dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True,
+                                                       pack=1)
+        else:
+            p0, p1, p2, p3 = tl.inline_asm_elementwise(
+                "ld.global.nc.b32 $0, [$4]; ld.global.nc.b32 $1, [$4+4]; ld.global.nc.b32 $2, [$4+8]; ld.global.nc.b32 $3, [$4+12];",  # noqa: E501
+                "=r,=r,=r,=r,l", [addr], dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+        s = tl.zeros([BLOCK_N, W], dtype=tl.float32)
+        for q in tl.static_range(4):
+            pq = p0 if q == 0 else (p1 if q == 1 else (p2 if q == 2 else p3))
+            x_odd = (pq & -65536).to(tl.float32, bitcast=True)[None, :]  # high half: element 8m + 2q + 1
+            x_even = (pq << 16).to(tl.float32, bitcast=True)[None, :]  # low half: element 8m + 2q
+            v_odd = tl.inline_asm_elementwise("shfl.sync.idx.b32 $0, $1, $2, 31, -1;", "=r,r,r",
+                                              [table, w >> (8 * q)], dtype=tl.int32, is_pure=True,
+                                              pack=1).to(tl.float32, bitcast=True)  # nibble 2q
+            v_even = tl.inline_asm_elementwise("shfl.sync.idx.b32 $0, $1, $2, 31, -1;", "=r,r,r",
+                                               [table, w >> (8 * q + 4)], dtype=tl.int32, is_pure=True,
+                                               pack=1).to(tl.float32, bitcast=True)  # nibble 2q + 1
+            s += v_odd * x_odd
+            s += v_even * x_even
+        blk = (k0 + tl.arange(0, T) * (8 * VEC)) // BLOCKSIZE
+        flat = rows[:, None] * blocks_per_row + blk[None, :]  # [BLOCK_N, T] block index in the flat weight
+        # a tl.load of the scales takes its own layout (Triton 3.6: rows across lanes), and the partial sums
+        # then cross shared memory every step to meet it
         if DOUBLE:
+            a8 = tl.inline_asm_elementwise("ld.global.nc.u8 $0, [$1];", "=r,l",
+                                           [(absmax_ptr + flat).to(tl.int64, bitcast=True)], dtype=tl.int32,
+                                           is_pure=True, pack=1)
             c2 = tl.inline_asm_elementwise("ld.global.nc.f32 $0, [$1];", "=f,l",
                                            [(code2_ptr + a8).to(tl.int64, bitcast=True)], dtype=tl.float32,
                                            is_pure=True, pack=1)
+            a2 = tl.inline_asm_elementwise("ld.global.nc.f32 $0, [$1];", "=f,l",
+                                           [(absmax2_ptr + flat // BLOCKSIZE2).to(tl.int64, bitcast=True)],
+                                           dtype=tl.float32, is_pure=True, pack=1)
             scale = c2 * a2 + offset
         else:
-            scale = a2
+            scale = tl.inline_asm_elementwise("ld.global.nc.f32 $0, [$1];", "=f,l",
+                                              [(absmax_ptr + flat).to(tl.int64, bitcast=True)], dtype=tl.float32,
+                                              is_pure=True, pack=1)
         acc += tl.sum(tl.reshape(s, [BLOCK_N, T, VEC]), axis=2) * scale
     return acc
 
@@ -205,8 +154,7 @@ def _nf4_shfl_steps(w_ptr, absmax_ptr, absmax2_ptr, code2_ptr, offset_ptr, xw_pt
 @triton.jit
 def nf4_shfl_gemv_kernel(w_ptr, absmax_ptr, code_ptr, absmax2_ptr, code2_ptr, offset_ptr, xw_ptr, y_ptr,  # type: ignore[no-untyped-def]
                          n_rows, n_cols, words_per_row, BLOCKSIZE: tl.constexpr, BLOCKSIZE2: tl.constexpr,
-                         DOUBLE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, VEC: tl.constexpr,
-                         PREFETCH: tl.constexpr):
+                         DOUBLE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, VEC: tl.constexpr):
     """``y[r] = sum_k W[r, k] x[k]`` for bitsandbytes' NF4 weight (layout as :func:`nf4_gemv_kernel`) and bf16
     ``x``, the 16 NF4 values looked up by warp shuffle in float32, exactly as stored.
 
@@ -221,8 +169,7 @@ def nf4_shfl_gemv_kernel(w_ptr, absmax_ptr, code_ptr, absmax2_ptr, code2_ptr, of
     holds ``VEC`` consecutive words (``8 VEC`` elements, inside one quantisation block) of every row at the
     same columns, so it loads and widens their activations once for all ``BLOCK_N`` rows (one 16-byte
     ``ld.global.nc.v4`` a word; four 4-byte loads when ``x`` is not 16-byte aligned). Per weight: one
-    shuffle, at most one shift, one float32 FMA; per block of a row, one scale. With ``PREFETCH`` each step asks L2
-    for the next one (:func:`_nf4_shfl_prefetch`). Needs ``n_cols`` a multiple
+    shuffle, at most one shift, one float32 FMA; per block of a row, one scale. Needs ``n_cols`` a multiple
     of ``BLOCK_K`` and ``BLOCKSIZE`` a multiple of ``8 VEC``; inline PTX, so not in Triton's interpreter.
     ``words_per_row`` is ``n_cols // 8``, passed by the host so that Triton's argument specialisation knows its
     alignment (16-byte weight loads) without ``tl.multiple_of`` on a scalar argument: torch's analysis of which
@@ -237,10 +184,10 @@ def nf4_shfl_gemv_kernel(w_ptr, absmax_ptr, code_ptr, absmax2_ptr, code2_ptr, of
     rows = tl.where(row_ok, rows, 0)  # rows past the end read row 0 and are not stored
     if xw_ptr.to(tl.int64, bitcast=True) % 16 == 0:
         acc = _nf4_shfl_steps(w_ptr, absmax_ptr, absmax2_ptr, code2_ptr, offset_ptr, xw_ptr, table, rows, n_cols,
-                              words_per_row, BLOCKSIZE, BLOCKSIZE2, DOUBLE, BLOCK_N, BLOCK_K, VEC, True, PREFETCH)
+                              words_per_row, BLOCKSIZE, BLOCKSIZE2, DOUBLE, BLOCK_N, BLOCK_K, VEC, True)
     else:
         acc = _nf4_shfl_steps(w_ptr, absmax_ptr, absmax2_ptr, code2_ptr, offset_ptr, xw_ptr, table, rows, n_cols,
-                              words_per_row, BLOCKSIZE, BLOCKSIZE2, DOUBLE, BLOCK_N, BLOCK_K, VEC, False, PREFETCH)
+                              words_per_row, BLOCKSIZE, BLOCKSIZE2, DOUBLE, BLOCK_N, BLOCK_K, VEC, False)
     y = tl.sum(acc, axis=1)
     tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
 
@@ -300,10 +247,10 @@ def gemv_nf4_op(x: torch.Tensor, packed: torch.Tensor, absmax: torch.Tensor, cod
 def gemv_nf4_shfl_op(x: torch.Tensor, packed: torch.Tensor, absmax: torch.Tensor, code: torch.Tensor,
                      absmax2: torch.Tensor, code2: torch.Tensor, offset: torch.Tensor, n_rows: int, n_cols: int,
                      blocksize: int, blocksize2: int, double: bool, block_n: int, block_k: int,
-                     num_warps: int, vec: int, prefetch: bool) -> torch.Tensor:
+                     num_warps: int, vec: int) -> torch.Tensor:
     """``torch.ops.holodesk.gemv_nf4_shfl``: bf16 ``x [1, K]`` times the NF4 weight ``[N, K]`` (as
     :func:`gemv_nf4_op`) -> ``[1, N]`` bf16, by :func:`nf4_shfl_gemv_kernel`, each thread reading ``vec``
-    words (``8 vec`` values) of a row at a time, with ``prefetch`` asking L2 for each next step.
+    words (``8 vec`` values) of a row at a time.
 
     Raises:
         ValueError: ``x`` not bf16, ``K`` not a multiple of ``block_k``, or ``block_k`` or ``blocksize`` not a
@@ -318,7 +265,7 @@ def gemv_nf4_shfl_op(x: torch.Tensor, packed: torch.Tensor, absmax: torch.Tensor
     torch.library.wrap_triton(nf4_shfl_gemv_kernel)[grid](
         words, absmax, code, absmax2, code2, offset, x.view(torch.int32), y, n_rows, n_cols, n_cols // 8,
         BLOCKSIZE=blocksize, BLOCKSIZE2=blocksize2, DOUBLE=double, BLOCK_N=block_n, BLOCK_K=block_k, VEC=vec,
-        PREFETCH=prefetch, num_warps=num_warps)
+        num_warps=num_warps)
     return y
 
 

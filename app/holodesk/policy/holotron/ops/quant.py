@@ -71,15 +71,12 @@ class Int8Weight(NamedTuple):
 
 
 QuantWeight = NF4Weight | Int8Weight
-QUANT_KINDS = ("nf4", "nf4-pairs", "nf4-shfl", "nf4-shfl-l2", "int8")
+QUANT_KINDS = ("nf4", "nf4-pairs", "nf4-shfl", "int8")
 """The :attr:`.gemv.Gemv.kind` of the kernels here: ``"nf4-pairs"`` is the NF4 kernel reading bf16
 activations as int32 pairs (:func:`._quant_triton.nf4_gemv_kernel`'s ``X_PAIRS``: no shared-memory
 round trip per step; compiled for sm_90 it has no barrier in its loop, the other variant four);
 ``"nf4-shfl"`` looks the NF4 values up by warp shuffle (:func:`._quant_triton.nf4_shfl_gemv_kernel`, inline
-PTX: CUDA only, not in Triton's interpreter); ``"nf4-shfl-l2"`` is that kernel asking L2 for each next step
-before it multiplies the current one (``PREFETCH``)."""
-SHFL_PREFETCH = {"nf4-shfl": False, "nf4-shfl-l2": True}
-"""The shuffle kernel's kinds and whether each prefetches the next step into L2."""
+PTX: CUDA only, not in Triton's interpreter)."""
 
 NF4_TILES: tuple[tuple[int, int, int], ...] = (
     (4, 1024, 4), (8, 512, 4), (16, 256, 4), (8, 1024, 8), (16, 512, 8), (32, 256, 8), (4, 512, 4), (16, 128, 4),
@@ -218,10 +215,10 @@ def linear(x: torch.Tensor, w: QuantWeight, how: tuple[str, int, int, int] | Non
     if how is None or how[0] == "linear" or x.dim() != 2 or x.shape[0] != 1:
         return gemv_reference(x, w)
     _, bn, bk, nw = how
-    if how[0] in SHFL_PREFETCH and isinstance(w, NF4Weight):
+    if how[0] == "nf4-shfl" and isinstance(w, NF4Weight):
         return torch.ops.holodesk.gemv_nf4_shfl(x.contiguous(), w.packed, w.absmax, w.code, w.absmax2, w.code2,
                                                 w.offset, w.rows, w.cols, w.blocksize, w.blocksize2, w.double, bn, bk,
-                                                nw, NF4_SHFL_VEC, SHFL_PREFETCH[how[0]])
+                                                nw, NF4_SHFL_VEC)
     if how[0] in ("nf4", "nf4-pairs") and isinstance(w, NF4Weight):
         return torch.ops.holodesk.gemv_nf4(x.contiguous(), w.packed, w.absmax, w.code, w.absmax2, w.code2, w.offset,
                                            w.rows, w.cols, w.blocksize, w.blocksize2, w.double, bn, bk, nw,
@@ -242,16 +239,15 @@ def shfl_fits(w: NF4Weight, tile: tuple[int, int, int]) -> bool:
 def tiles(w: QuantWeight, dtype: torch.dtype | None = None, *, shuffle: bool = True) -> list[Gemv]:
     """The kernel tiles that fit ``w`` and activations of ``dtype`` (default bfloat16; unchosen, untimed):
     NF4 steps hold whole quantisation blocks; ``"nf4-pairs"`` needs bf16 and ``K`` a multiple of the step;
-    ``"nf4-shfl"`` and ``"nf4-shfl-l2"`` (inline PTX, left out with ``shuffle=False``: Triton's interpreter cannot
-    run them) need bf16 and :func:`shfl_fits`."""
+    ``"nf4-shfl"`` (inline PTX, left out with ``shuffle=False``: Triton's interpreter cannot run it) needs bf16
+    and :func:`shfl_fits`."""
     import torch
 
     k = shape(w)[1]
     if isinstance(w, NF4Weight):
         bf16 = (dtype or torch.bfloat16) == torch.bfloat16
         fit = [(bn, bk, nw) for bn, bk, nw in NF4_TILES if bk % w.blocksize == 0 and bk <= 2 * k]
-        shfl = [Gemv(kind, *t) for kind in SHFL_PREFETCH for t in NF4_SHFL_TILES
-                if shuffle and bf16 and shfl_fits(w, t)]
+        shfl = [Gemv("nf4-shfl", *t) for t in NF4_SHFL_TILES if shuffle and bf16 and shfl_fits(w, t)]
         pairs = [Gemv("nf4-pairs", bn, bk, nw) for bn, bk, nw in fit if bf16 and k % bk == 0]
         return shfl + pairs + [Gemv("nf4", bn, bk, nw) for bn, bk, nw in fit]
     return [Gemv("int8", bn, bk, nw) for bn, bk, nw in INT8_TILES if bk <= 2 * k]
@@ -300,6 +296,6 @@ def choose(weights: Sequence[QuantWeight], *, dtype: torch.dtype | None = None,
     return Gemv(best.kind, best.block_n, best.block_k, best.num_warps, round(best_us, 2)), timings
 
 
-__all__ = ["HAVE_TRITON", "INT8_TILES", "NF4_SHFL_TILES", "NF4_SHFL_VEC", "NF4_TILES", "QUANT_KINDS", "SHFL_PREFETCH",
-           "Int8Weight", "NF4Weight", "QuantWeight", "choose", "dequantize", "gemv_reference", "linear", "matmul",
-           "nbytes", "quant_weight", "shape", "shfl_fits", "tiles"]
+__all__ = ["HAVE_TRITON", "INT8_TILES", "NF4_SHFL_TILES", "NF4_SHFL_VEC", "NF4_TILES", "QUANT_KINDS", "Int8Weight",
+           "NF4Weight", "QuantWeight", "choose", "dequantize", "gemv_reference", "linear", "matmul", "nbytes",
+           "quant_weight", "shape", "shfl_fits", "tiles"]
