@@ -3,8 +3,6 @@ checkpoint in float32 on the CPU: same replies, step k+1 resumes from step k, no
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 import pytest
 
@@ -227,40 +225,65 @@ def test_a_failing_warm_up_is_noted_logged_shown_by_doctor_and_steps_still_run( 
     assert got.raw_text == HolotronPolicy(tiny_loaded, decoder="stock", **kw).propose(obs).raw_text
 
 
-def test_a_kernel_torch_cannot_analyse_at_load_is_noted_logged_and_shown_by_doctor(  # type: ignore[no-untyped-def]
+def test_torchs_own_analysis_failure_is_heard_on_the_logger_torch_writes_to() -> None:
+    """torch's analysis of a user Triton kernel, run for real (offline, a fake sm_90 driver): a kernel it reads
+    adds nothing; one it cannot read (side-effecting inline asm) is listed once per distinct failure, with the
+    reason, from the logger torch actually uses (``torch._dynamo``, not one named after the module)."""
+    pytest.importorskip("triton")
+    from holodesk.policy.holotron.kernels import (
+        KERNEL_ANALYSIS_FAILURE,
+        kernel_analysis_failures,
+        kernel_analysis_warnings,
+        watch_kernel_analysis,
+    )
+    from tests.policy.holotron.analysis_cases import analyse, readable, unreadable
+
+    since = watch_kernel_analysis()
+    assert analyse(readable) == ["y_ptr"]
+    assert kernel_analysis_failures(since) == []
+    with kernel_analysis_warnings() as during:
+        assert analyse(unreadable) == ["x_ptr", "y_ptr"]  # torch then copies x at every call
+        analyse(unreadable)
+    (line,) = kernel_analysis_failures(since)
+    assert during == [line]
+    assert KERNEL_ANALYSIS_FAILURE in line and "tt.elementwise_inline_asm" in line and "Traceback" not in line
+
+
+def test_a_kernel_torch_cannot_analyse_is_noted_logged_and_shown_by_doctor(  # type: ignore[no-untyped-def]
         tiny_loaded, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    """When torch cannot analyse a user Triton kernel while the decode compiles (it then copies every input,
-    weights included, at each call: run 10d's NF4 decode at 11.5 ms/token), the load says so once per
-    distinct warning: a note in describe(), a warning in the log, the note in doctor's report. The
-    compile only happens on CUDA, so torch's warning is stood in for: the same logger and message, emitted
-    from the load's capture, repeated as torch repeats it."""
+    """When torch cannot analyse a user Triton kernel as the decode compiles (it then copies every input,
+    weights included, at each call: run 10d's NF4 decode at 11.5 ms/token, 11c's at 4.73), the engine says so
+    once per distinct failure: a note in describe(), a warning in the log, the note in doctor's report; at
+    load, and also after a recompile during the steps. The decode compiles only on CUDA, so the load's capture
+    runs torch's real analysis of a kernel it cannot read instead (offline, :mod:`.analysis_cases`)."""
+    pytest.importorskip("triton")
     from holodesk import doctor
     from holodesk.policy.holotron.decoder import StaticDecoder
     from holodesk.policy.holotron.engine import StaticEngine, static_cache_tokens
-    from holodesk.policy.holotron.kernels import TORCH_KERNEL_ANALYSIS_LOGGER
+    from tests.policy.holotron.analysis_cases import analyse, unreadable
 
     real = StaticDecoder.capture
 
-    def capture_as_torch_warns(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        for _ in range(3):
-            logging.getLogger(TORCH_KERNEL_ANALYSIS_LOGGER).warning(
-                "Encountered an exception in identify_mutated_tensors, assuming every input is mutated\n"
-                "Traceback (most recent call last): ...")
+    def capture_and_analyse(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        for _ in range(3):  # torch analyses again at each compile of a call site
+            analyse(unreadable)
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(StaticDecoder, "capture", capture_as_torch_warns)
     max_len = static_cache_tokens(tiny_loaded, max_images=3, max_new_tokens=96, max_think_tokens=0, reasoning=False)
+    quiet = StaticEngine(tiny_loaded, max_len=max_len, warm_up=False)  # nothing fails at its load
+    assert quiet.describe()["notes"] == []
+    monkeypatch.setattr(StaticDecoder, "capture", capture_and_analyse)
     with caplog.at_level("WARNING", logger="holodesk.policy.holotron.engine"):
         engine = StaticEngine(tiny_loaded, max_len=max_len, warm_up=False)
     (note,) = engine.describe()["notes"]
     assert "torch could not analyse a Triton kernel" in note and "assuming every input is mutated" in note
-    assert "Traceback" not in note
+    assert "tt.elementwise_inline_asm" in note and "Traceback" not in note
     assert [r.getMessage() for r in caplog.records if r.name == "holodesk.policy.holotron.engine"] == [
         f"Holotron: {note}"]
     assert doctor._kernels()["static decoder at its last load"]["notes"] == [note]
-    # outside a load nothing listens
-    logging.getLogger(TORCH_KERNEL_ANALYSIS_LOGGER).warning("assuming every input is mutated")
+    analyse(unreadable)  # the same failure again, at a later compile: still one note
     assert engine.describe()["notes"] == [note]
+    assert quiet.describe()["notes"] == [note]  # a recompile during the other engine's steps is its note too
 
 
 def test_a_graph_failing_on_its_first_use_in_a_step_is_noted_logged_and_shown_by_doctor(  # type: ignore[no-untyped-def]

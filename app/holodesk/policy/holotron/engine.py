@@ -34,7 +34,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from holodesk.policy.holotron import runtime
-from holodesk.policy.holotron.kernels import autotune_cache, kernel_analysis_warnings, record_decoder
+from holodesk.policy.holotron.kernels import (
+    autotune_cache,
+    kernel_analysis_failures,
+    record_decoder,
+    watch_kernel_analysis,
+)
 from holodesk.policy.holotron.prompt import image_token_runs
 from holodesk.policy.holotron.runtime import Constraint, Generation, PromptImage, decode_loop, sync
 from holodesk.policy.holotron.tiling import tile_count
@@ -108,7 +113,8 @@ class StaticEngine:
         decoder: the ``StaticDecoder``; max_len: the capacity :meth:`fits` checks against.
         jump_forward: whether :meth:`run` may feed forced tokens in one pass (off for quantised weights,
             :data:`JUMP_FORWARD_OFF_QUANTIZED`).
-        notes: what failed at load here (the warm-up) and what the engine does instead.
+        notes: what failed here (the warm-up at load; torch's analysis of a Triton kernel, at load or at a
+            recompile, noted when :meth:`describe` runs) and what the engine does instead.
     """
 
     def __init__(self, loaded: LoadedHolotron, *, max_len: int, max_images: int = 8, eager: bool = False,
@@ -120,6 +126,8 @@ class StaticEngine:
         self.loaded = loaded
         self.max_len = max_len
         self.notes: list[str] = []
+        self._analysis_from = watch_kernel_analysis()  # torch's failures to analyse our kernels from here on
+        self._analysis_noted: set[str] = set()
         self._serials = itertools.count(1)
         self._frames: dict[int, tuple[Any, int]] = {}  # id(pixels) -> (pixels held, serial)
         self._embeds: dict[int, torch.Tensor] = {}  # serial -> projected image embeddings (tokens, hidden)
@@ -131,25 +139,32 @@ class StaticEngine:
         self.jump_forward = not self.decoder.setup.quantized
         if not self.jump_forward:
             log.info("Holotron: %s", JUMP_FORWARD_OFF_QUANTIZED)
-        with kernel_analysis_warnings() as analysis:  # the block functions compile here
-            self.decoder.capture(lengths=(self._warm_up_lengths()[1],))  # no-op when eager; fallbacks: decoder.notes
-            if warm_up if warm_up is not None else cuda:
-                try:
-                    self.warm_up()
-                except Exception as exc:
-                    self.reset()
-                    note = (f"the warm-up failed at load ({type(exc).__name__}: {str(exc)[:160]}); the first step "
-                            "compiles and autotunes instead")
-                    log.warning("Holotron: %s", note)
-                    self.notes.append(note)
-        for line in analysis:
+        self.decoder.capture(lengths=(self._warm_up_lengths()[1],))  # no-op when eager; fallbacks: decoder.notes
+        if warm_up if warm_up is not None else cuda:
+            try:
+                self.warm_up()
+            except Exception as exc:
+                self.reset()
+                note = (f"the warm-up failed at load ({type(exc).__name__}: {str(exc)[:160]}); the first step "
+                        "compiles and autotunes instead")
+                log.warning("Holotron: %s", note)
+                self.notes.append(note)
+        self._note_kernel_analysis()  # the block functions compiled in the capture and the warm-up
+        self._lazy_from = len(self.decoder.lazy_captures)  # graphs recorded after this: by the session's steps
+        self.setup_seconds = time.perf_counter() - t0
+        record_decoder(self.describe())
+
+    def _note_kernel_analysis(self) -> None:
+        """Note and log, once each, the failures of torch's analysis of our Triton kernels since this engine
+        began (:func:`.kernels.kernel_analysis_failures`): at load, or at a recompile during the steps."""
+        for line in kernel_analysis_failures(self._analysis_from):
+            if line in self._analysis_noted:
+                continue
+            self._analysis_noted.add(line)
             note = (f"torch could not analyse a Triton kernel of the decode ({line}): it copies every input of that "
                     "kernel, weights included, at each call, so decode is much slower than its kernels' timings")
             log.warning("Holotron: %s", note)
             self.notes.append(note)
-        self._lazy_from = len(self.decoder.lazy_captures)  # graphs recorded after this: by the session's steps
-        self.setup_seconds = time.perf_counter() - t0
-        record_decoder(self.describe())
 
     def _warm_up_lengths(self) -> tuple[int, int]:
         """Tokens of the warm-up's cold prompt (a chunk and more, at most half the cache) and of its second
@@ -194,6 +209,7 @@ class StaticEngine:
         ``lazy_captures``: the graphs the steps since recorded on first use (``StaticDecoder.lazy_summary``:
         count, seconds, keys), ``autotune_cache`` (:func:`.kernels.autotune_cache`'s one line: whether
         mamba-ssm's autotuning results come from disk) and every note (the decoder's, then the engine's)."""
+        self._note_kernel_analysis()  # a recompile during the steps may have added one
         d = self.decoder
         return {
             **d.describe(),

@@ -149,38 +149,78 @@ def autotune_cache() -> dict[str, Any]:
     return {"env": env, "kernels": len(tuners), "cached": cached, "on": on, "detail": detail}
 
 
-TORCH_KERNEL_ANALYSIS_LOGGER = "torch._higher_order_ops.triton_kernel_wrap"
-"""The logger of torch's analysis of user Triton kernels (``torch.library.triton_op``, as the ops of
-:mod:`.ops` are): when it cannot find what a kernel writes (torch 2.11: ``Encountered an exception in
-identify_mutated_tensors, assuming every input is mutated``) it copies every input of that kernel, weights
-included, before each call of the compiled code."""
+KERNEL_ANALYSIS_FAILURE = "assuming every input is mutated"
+"""What torch logs when its analysis of a user Triton kernel (``torch.library.triton_op``, as the ops of
+:mod:`.ops` are) cannot find which arguments the kernel writes (torch 2.11: ``Encountered an exception in
+identify_mutated_tensors, assuming every input is mutated``; 2.13: ``... identify_accessed_tensors, ...``):
+torch then copies every input of that kernel, weights included, before each call of the compiled code."""
 
 
-class _KernelAnalysisWarnings(logging.Handler):
+class _KernelAnalysisFailures(logging.Handler):
+    """Every :data:`KERNEL_ANALYSIS_FAILURE` record of torch's analysis since it was installed, as one line:
+    the message's first line and, when torch attached it, the exception that stopped the analysis."""
+
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.lines: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
-        line = message.splitlines()[0][:200] if message else "(empty message)"
-        if line not in self.lines:
-            self.lines.append(line)
+        if KERNEL_ANALYSIS_FAILURE not in message:
+            return
+        line = message.splitlines()[0][:200]
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None:
+            line += f" ({type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:160]})"
+        self.lines.append(line)
+
+
+_analysis_failures = _KernelAnalysisFailures()
+
+
+def torch_kernel_analysis_logger() -> logging.Logger:
+    """The logger torch's analysis of user Triton kernels writes to: the ``log`` of
+    ``torch._higher_order_ops.triton_kernel_wrap`` (torch 2.11-2.13: the ``torch._dynamo`` logger, not one
+    named after the module), else ``torch._dynamo``."""
+    try:
+        from torch._higher_order_ops import triton_kernel_wrap
+
+        logger = getattr(triton_kernel_wrap, "log", None)
+        if isinstance(logger, logging.Logger):
+            return logger
+    except ImportError:
+        pass
+    return logging.getLogger("torch._dynamo")
+
+
+def watch_kernel_analysis() -> int:
+    """Listen, for the rest of the process, to torch's analysis of user Triton kernels (idempotent) and return
+    how many failures it has logged so far: :func:`kernel_analysis_failures` of that count lists the ones
+    after. Process-wide, because torch analyses a kernel whenever it compiles a call to it: at load, and again
+    at any recompile during the steps."""
+    logger = torch_kernel_analysis_logger()
+    if _analysis_failures not in logger.handlers:
+        logger.addHandler(_analysis_failures)
+    return len(_analysis_failures.lines)
+
+
+def kernel_analysis_failures(since: int = 0) -> list[str]:
+    """The distinct failures of torch's kernel analysis logged after the first ``since`` (a count from
+    :func:`watch_kernel_analysis`), in order: each one a kernel whose every input torch copies at every call,
+    a slow path the caller must report."""
+    return list(dict.fromkeys(_analysis_failures.lines[since:]))
 
 
 @contextlib.contextmanager
 def kernel_analysis_warnings() -> Iterator[list[str]]:
-    """Collect, while the block runs (compiling the decode's block functions), the distinct first lines of the
-    warnings torch's user-kernel analysis logs (:data:`TORCH_KERNEL_ANALYSIS_LOGGER`): each one is a kernel
-    whose every input torch copies at every call, a slow path the caller must report. The list is filled as
-    the block runs; the handler is removed after it, also when it raises."""
-    handler = _KernelAnalysisWarnings()
-    logger = logging.getLogger(TORCH_KERNEL_ANALYSIS_LOGGER)
-    logger.addHandler(handler)
+    """The distinct failures of torch's kernel analysis logged while the block runs (:func:`kernel_analysis_failures`
+    since its start); the list is filled when the block ends, also when it raises."""
+    since = watch_kernel_analysis()
+    lines: list[str] = []
     try:
-        yield handler.lines
+        yield lines
     finally:
-        logger.removeHandler(handler)
+        lines.extend(kernel_analysis_failures(since))
 
 
 def kernel_report(*, import_transformers: bool = True) -> dict[str, Any]:
