@@ -491,7 +491,7 @@ def test_gpu_int8_matmul_without_triton_says_so(monkeypatch: pytest.MonkeyPatch,
     quant._int8_prefill_in_torch.cache_clear()
     said = [r.getMessage() for r in caplog.records if "int8 prefill dequantises its weights in torch" in r.getMessage()]
     assert len(said) == 1, caplog.records
-    assert torch.equal(plain, fused)
+    assert rel(plain, fused) < 1e-4  # the same bf16 weight bit for bit; only cuBLAS may sum otherwise
 
 
 @cuda

@@ -19,6 +19,9 @@ on the real weights at load, as :func:`.gemv.choose` does for bf16, and rejects 
 from the dequantise-and-multiply reference (:func:`gemv_reference`, plain torch, also the CPU path) by more
 than bf16 rounding. The ops (``torch.ops.holodesk.gemv_nf4`` / ``gemv_int8``) are opaque to
 ``torch.compile`` and captured in CUDA graphs like ``torch.ops.holodesk.gemv``.
+
+Passes of several rows (prefill) multiply by the dequantised weight (:func:`matmul`); on CUDA an int8 weight is
+dequantised by ``torch.ops.holodesk.dequant_int8``, one kernel, bit for bit :func:`dequantize`.
 """
 
 from __future__ import annotations
@@ -210,18 +213,15 @@ def matmul(x: torch.Tensor, w: QuantWeight, chunk_rows: int = 4096) -> torch.Ten
     import torch.nn.functional as F
 
     n = shape(w)[0]
-    fused = isinstance(w, Int8Weight) and w.cb.device.type == "cuda"
-    if fused and not HAVE_TRITON:
+    fused = w if isinstance(w, Int8Weight) and w.cb.device.type == "cuda" else None
+    if fused is not None and not HAVE_TRITON:
         _int8_prefill_in_torch()
-        fused = False
+        fused = None
     parts = []
     for r0 in range(0, n, chunk_rows):
         r1 = min(n, r0 + chunk_rows)
-        if fused:
-            assert isinstance(w, Int8Weight)
-            chunk = torch.ops.holodesk.dequant_int8(w.cb[r0:r1], w.scb[r0:r1], INT8_SCALE, x.dtype)
-        else:
-            chunk = dequantize(w, x.dtype, rows=(r0, r1))
+        chunk = (dequantize(w, x.dtype, rows=(r0, r1)) if fused is None else
+                 torch.ops.holodesk.dequant_int8(fused.cb[r0:r1], fused.scb[r0:r1], INT8_SCALE, x.dtype))
         parts.append(F.linear(x, chunk))
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
 
