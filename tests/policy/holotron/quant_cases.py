@@ -126,6 +126,44 @@ def decoder_errors(lm: torch.nn.Module, ids: torch.Tensor, tile: tuple[int, int,
             "graphs": sorted(k[0] for k in fast.graphs if len(k) == 1)}
 
 
+def tie_weight(k: int, seed: int = 0) -> quant.Int8Weight:
+    """An int8 weight ``[N, k]`` whose rows hold every int8 value (``-128..127`` repeated, then cut at ``k``) and
+    whose row scales were drawn so that each row holds at least one float32 value ``CB SCB INT8_SCALE`` halfway
+    between two bf16 values (the low 16 bits ``0x8000``): rounding to bf16 then has ties to break (even)."""
+    gen = torch.Generator().manual_seed(seed)
+    values = torch.arange(-128, 128, dtype=torch.float32)
+    candidates = torch.rand(1 << 14, generator=gen) * 4
+    products = values[None, :] * candidates[:, None] * quant.INT8_SCALE  # as dequantize multiplies, float32
+    ties = ((products.view(torch.int32) & 0xFFFF) == 0x8000).any(dim=1)
+    scb = candidates[ties]
+    cb = values.to(torch.int8).repeat(-(-k // 256))[:k].repeat(len(scb), 1)
+    return quant.Int8Weight(cb.contiguous(), scb.contiguous())
+
+
+def interpreted_dequant() -> dict[str, Any]:
+    """What ``torch.ops.holodesk.dequant_int8`` computes under ``TRITON_INTERPRET=1`` against :func:`.quant.dequantize`
+    of the same rows: for each case, whether the two are equal bit for bit, and the shape and dtype the op
+    returned; ``ties``: the float32 values of the tie weight halfway between two bf16 values."""
+    torch.set_num_threads(1)
+    m = int8_layer(torch.randn(40, 2100, generator=torch.Generator().manual_seed(8)).to(torch.bfloat16))
+    stored = quant.quant_weight(m)
+    assert isinstance(stored, quant.Int8Weight)
+    ties = tie_weight(1100)
+    cases = [(f"{dtype} rows {r0}:{r1}", stored, dtype, r0, r1) for dtype in (torch.bfloat16, torch.float16,
+                                                                               torch.float32, torch.float64)
+             for r0, r1 in ((0, 40), (5, 37), (39, 40))]
+    cases.append(("ties bf16", ties, torch.bfloat16, 0, len(ties.scb)))
+    out: dict[str, Any] = {"cases": {}}
+    for name, w, dtype, r0, r1 in cases:
+        got = torch.ops.holodesk.dequant_int8(w.cb[r0:r1], w.scb[r0:r1], quant.INT8_SCALE, dtype)
+        want = quant.dequantize(w, dtype, rows=(r0, r1))
+        out["cases"][name] = {"equal": bool(torch.equal(got, want)), "shape": list(got.shape),
+                              "dtype": str(got.dtype), "contiguous": got.is_contiguous()}
+    exact = quant.dequantize(ties)
+    out["ties"] = int(((exact.view(torch.int32) & 0xFFFF) == 0x8000).sum())
+    return out
+
+
 def interpreted() -> dict[str, Any]:
     """What the child process measures under ``TRITON_INTERPRET=1`` (CPU tensors): kernel errors for small
     shapes (a ragged ``K`` and a partial row tile included) and the decoder comparison on a tiny model."""

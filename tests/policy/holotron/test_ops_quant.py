@@ -184,6 +184,54 @@ def test_doctor_reports_the_quantised_decode_path() -> None:
     assert report == quant_decode_report(cuda=torch.cuda.is_available())
 
 
+def test_int8_dequantisation_op_refuses_what_it_cannot_write() -> None:
+    """``torch.ops.holodesk.dequant_int8`` checks its inputs before it launches anything (CPU tensors here)."""
+    if not quant.HAVE_TRITON:
+        pytest.skip("the Triton kernels do not import here")
+    w = quant.quant_weight(layer("int8", torch.randn(8, 192)))
+    assert isinstance(w, quant.Int8Weight)
+    op = torch.ops.holodesk.dequant_int8
+    with pytest.raises(ValueError, match="2-D int8 weight with contiguous columns"):
+        op(w.cb.float(), w.scb, quant.INT8_SCALE, torch.bfloat16)
+    with pytest.raises(ValueError, match="2-D int8 weight with contiguous columns"):
+        op(w.cb.t(), w.scb, quant.INT8_SCALE, torch.bfloat16)
+    with pytest.raises(ValueError, match="one scale a row"):
+        op(w.cb[2:6], w.scb, quant.INT8_SCALE, torch.bfloat16)
+    with pytest.raises(ValueError, match=r"not torch\.int32"):
+        op(w.cb, w.scb, quant.INT8_SCALE, torch.int32)
+
+
+def test_int8_matmul_off_cuda_dequantises_in_torch() -> None:
+    """On CPU ``quant.matmul`` multiplies by :func:`.quant.dequantize`'s chunks (the reference, plain torch):
+    chunked as one whole product, in ``x``'s dtype."""
+    w = quant.quant_weight(layer("int8", torch.randn(70, 320, generator=torch.Generator().manual_seed(9))))
+    assert isinstance(w, quant.Int8Weight)
+    x = torch.randn(3, 5, 320, generator=torch.Generator().manual_seed(10)).to(torch.bfloat16)
+    out = quant.matmul(x, w, chunk_rows=16)
+    assert out.dtype == torch.bfloat16 and out.shape == (3, 5, 70)
+    want = torch.nn.functional.linear(x, quant.dequantize(w, torch.bfloat16))
+    assert rel(out, want) < 1e-5
+
+
+def test_interpreted_int8_dequantisation_equals_the_torch_reference() -> None:
+    """The real ``int8_dequant_kernel`` under Triton's interpreter writes what :func:`.quant.dequantize` does, bit
+    for bit: ``K = 2100`` (not a multiple of its 1024 columns), row ranges from 0, from 5 and the last row alone,
+    bf16 / fp16 / float32 / float64; and a weight built to hold float32 values halfway between two bf16 values,
+    which must round to even as torch's ``.to`` does."""
+    if not quant.HAVE_TRITON:
+        pytest.skip("the Triton kernels do not import here")
+    code = ("import json; from tests.policy.holotron import quant_cases; "
+            "print(json.dumps(quant_cases.interpreted_dequant()))")
+    got = run_interpreted(code, timeout=300)
+    assert got["ties"] > 0, got  # the tie weight has ties to break
+    assert len(got["cases"]) == 13, got
+    for case, result in got["cases"].items():
+        assert result["equal"] and result["contiguous"], (case, result)
+        assert result["dtype"] == ("torch.bfloat16" if case == "ties bf16" else case.split()[0]), (case, result)
+    assert got["cases"]["torch.bfloat16 rows 5:37"]["shape"] == [32, 2100], got
+    assert got["cases"]["ties bf16"]["shape"] == [17, 1100], got
+
+
 @pytest.fixture(scope="module")
 def interpreted() -> dict[str, Any]:
     """The real Triton kernels run by Triton's interpreter on CPU tensors (:func:`.interpreter.run_interpreted`)."""
@@ -287,13 +335,14 @@ def test_gpu_choose_times_tiles_and_picks_a_kernel(mode: str) -> None:
 
 
 _KERNEL_POINTERS = {"q_ptr": "*u8", "w_ptr": "*i32", "xw_ptr": "*i32", "x_ptr": "*bf16", "y_ptr": "*bf16",
-                    "absmax_ptr": "*u8", "cb_ptr": "*i8"}
+                    "absmax_ptr": "*u8", "cb_ptr": "*i8", "out_ptr": "*bf16"}
 _KERNEL_CONSTANTS = {"n_rows": 5120, "n_cols": 5120, "words_per_row": 640, "stride_w": 5120, "BLOCKSIZE": 64,
                      "BLOCKSIZE2": 256, "DOUBLE": True, "BLOCK_N": 4, "BLOCK_K": 1024, "EVEN_K": True, "X_PAIRS": True,
-                     "VEC": quant.NF4_SHFL_VEC, "RELU_SQ": True}
+                     "VEC": quant.NF4_SHFL_VEC, "RELU_SQ": True, "SCALE": quant.INT8_SCALE}
 
 
-@pytest.mark.parametrize("name", ["nf4_shfl_gemv_kernel", "nf4_gemv_kernel", "int8_gemv_kernel", "gemv_kernel"])
+@pytest.mark.parametrize("name", ["nf4_shfl_gemv_kernel", "nf4_gemv_kernel", "int8_gemv_kernel", "int8_dequant_kernel",
+                                  "gemv_kernel"])
 def test_kernels_compile_with_their_scalar_arguments_as_constants(name: str) -> None:
     """torch (2.11) decides which arguments a user Triton kernel writes by compiling it with its scalar arguments
     as constants (``identify_mutated_tensors``); a kernel that does not compile so is taken to write every
@@ -377,3 +426,101 @@ def test_gpu_captured_quantised_decoder_equals_the_module_path(mode: str) -> Non
     # bf16 activations; the module path rounds the dequantised weight to bf16 (NF4 through bitsandbytes'
     # module, int8 weight-only through quant.matmul), the kernels do not
     assert max(got["errors"]) < 3e-2, got["errors"]
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_gpu_int8_dequantisation_op_equals_the_torch_reference_at_12b_shape(dtype: torch.dtype) -> None:
+    """``torch.ops.holodesk.dequant_int8`` on the 12B MLP down projection ``[5120, 20480]``, in prefill's
+    4096-row chunks (rows 0:4096 and 4096:5120): :func:`.quant.dequantize` of the same rows, bit for bit; and the
+    tie weight's halfway values rounded to even as torch rounds them."""
+    assert quant.HAVE_TRITON, "the quantised Triton kernels did not import on a CUDA machine"
+    n, k = SHAPES_12B["mlp down"]
+    m = layer("int8", torch.randn(n, k, generator=torch.Generator().manual_seed(12)).to(torch.bfloat16), "cuda")
+    w = quant.quant_weight(m)
+    assert isinstance(w, quant.Int8Weight) and w.cb.is_cuda
+    for r0, r1 in ((0, 4096), (4096, n)):
+        got = torch.ops.holodesk.dequant_int8(w.cb[r0:r1], w.scb[r0:r1], quant.INT8_SCALE, dtype)
+        want = quant.dequantize(w, dtype, rows=(r0, r1))
+        assert got.dtype == dtype and got.shape == (r1 - r0, k) and got.is_contiguous()
+        assert torch.equal(got, want), (r0, r1, int((got != want).sum()))
+    ties = quant_cases.tie_weight(20480)
+    ties = quant.Int8Weight(ties.cb.cuda(), ties.scb.cuda())
+    got = torch.ops.holodesk.dequant_int8(ties.cb, ties.scb, quant.INT8_SCALE, dtype)
+    assert torch.equal(got, quant.dequantize(ties, dtype))
+
+
+def _int8_cuda_weight(n: int, k: int, seed: int) -> quant.Int8Weight:
+    m = layer("int8", torch.randn(n, k, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16), "cuda")
+    w = quant.quant_weight(m)
+    assert isinstance(w, quant.Int8Weight)
+    return w
+
+
+@cuda
+def test_gpu_int8_matmul_dequantises_through_the_op_and_equals_linear(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``quant.matmul`` of 2048 rows on the 12B MLP up projection ``[20480, 5120]`` (five 4096-row chunks) equals
+    ``F.linear`` with the torch-dequantised weight, and never calls :func:`.quant.dequantize` on CUDA."""
+    assert quant.HAVE_TRITON, "the quantised Triton kernels did not import on a CUDA machine"
+    n, k = SHAPES_12B["mlp up"]
+    w = _int8_cuda_weight(n, k, 13)
+    x = torch.randn(1, 2048, k, generator=torch.Generator().manual_seed(14)).to(device="cuda", dtype=torch.bfloat16)
+    want = torch.nn.functional.linear(x, quant.dequantize(w, torch.bfloat16))
+
+    def torch_path(*args: Any, **kwargs: Any) -> torch.Tensor:
+        raise AssertionError("quant.matmul dequantised an int8 CUDA weight in torch")
+
+    monkeypatch.setattr(quant, "dequantize", torch_path)
+    out = quant.matmul(x, w)
+    assert out.dtype == torch.bfloat16 and out.shape == (1, 2048, n)
+    assert rel(out, want) < 1e-4  # the same bf16 weight; only cuBLAS's sums per chunk may differ
+
+
+@cuda
+def test_gpu_int8_matmul_without_triton_says_so(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+                                               ) -> None:
+    """Without the Triton kernels an int8 CUDA weight is dequantised in torch (same result), logged once."""
+    w = _int8_cuda_weight(512, 640, 15)
+    x = torch.randn(37, 640, device="cuda", dtype=torch.bfloat16)
+    fused = quant.matmul(x, w)
+    monkeypatch.setattr(quant, "HAVE_TRITON", False)
+    quant._int8_prefill_in_torch.cache_clear()
+    with caplog.at_level("WARNING", logger=quant.__name__):
+        plain = quant.matmul(x, w)
+        quant.matmul(x, w)
+    quant._int8_prefill_in_torch.cache_clear()
+    said = [r.getMessage() for r in caplog.records if "int8 prefill dequantises its weights in torch" in r.getMessage()]
+    assert len(said) == 1, caplog.records
+    assert rel(plain, fused) < 1e-4  # the same bf16 weight bit for bit; only cuBLAS may sum otherwise
+
+
+@cuda
+@pytest.mark.parametrize("compiled", [False, True])
+def test_gpu_int8_prefill_projection_replays_in_a_cuda_graph(compiled: bool) -> None:
+    """Prefill's int8 projection (``blocks.project`` of several rows: ``quant.matmul`` through the op) recorded in
+    a CUDA graph as the decoder records prefill segments (eagerly), and also compiled: no torch analysis
+    warning, and the replay follows new activations."""
+    assert quant.HAVE_TRITON, "the quantised Triton kernels did not import on a CUDA machine"
+    w = _int8_cuda_weight(*SHAPES_12B["q / o_proj"], 16)
+    weight = quant.dequantize(w, torch.bfloat16)
+
+    def body(x: torch.Tensor, stored: quant.QuantWeight) -> torch.Tensor:
+        return blocks.project(x, stored) * 2
+
+    fn = torch.compile(body, dynamic=False, fullgraph=True) if compiled else body
+    x = torch.randn(1, 256, SHAPES_12B["q / o_proj"][1], device="cuda", dtype=torch.bfloat16)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with kernel_analysis_warnings() as analysis, torch.cuda.stream(stream):
+        for _ in range(2):
+            fn(x, w)
+    assert not [line for line in analysis if "assuming every input is mutated" in line]
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fn(x, w)
+    torch.cuda.current_stream().wait_stream(stream)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel(out, torch.nn.functional.linear(x, weight) * 2) < 1e-4

@@ -281,8 +281,8 @@ def kernel_report(*, import_transformers: bool = True) -> dict[str, Any]:
 
 def quant_decode_report(*, cuda: bool) -> dict[str, Any]:
     """Whether 8-bit / 4-bit decode can read bitsandbytes' storage through the Triton matrix-vector kernels
-    (:mod:`.ops.quant`): ``bitsandbytes`` (version or None), ``triton_kernels`` (they import), ``live``
-    (both, on CUDA) and ``detail`` (one line). Never raises."""
+    (:mod:`.ops.quant`), and 8-bit prefill dequantise through its Triton kernel: ``bitsandbytes`` (version or
+    None), ``triton_kernels`` (they import), ``live`` (both, on CUDA) and ``detail`` (one line). Never raises."""
     try:
         version: str | None = importlib.metadata.version("bitsandbytes")
     except importlib.metadata.PackageNotFoundError:
@@ -295,12 +295,13 @@ def quant_decode_report(*, cuda: bool) -> dict[str, Any]:
         kernels, why = False, f"{type(exc).__name__}: {exc}"
     live = bool(version and kernels and cuda)
     if live:
-        detail = f"NF4 / int8 decode reads bitsandbytes {version} storage through Triton kernels"
+        detail = (f"NF4 / int8 decode reads bitsandbytes {version} storage through Triton kernels; int8 prefill "
+                  "dequantises in one Triton kernel")
     elif version is None:
         detail = "bitsandbytes is not installed (pip install 'holodesk[quant]'): no 8-bit / 4-bit weights"
     elif not kernels:
         detail = (f"the quantised Triton kernels are unavailable ({why}): 8-bit / 4-bit decode calls "
-                  "bitsandbytes' modules")
+                  "bitsandbytes' modules and 8-bit prefill dequantises in torch")
     else:
         detail = "no CUDA device: bitsandbytes' 8-bit / 4-bit weights need one"
     return {"bitsandbytes": version, "triton_kernels": kernels, "live": live, "detail": detail}

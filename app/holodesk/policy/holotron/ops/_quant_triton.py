@@ -1,6 +1,7 @@
-"""Triton matrix-vector kernels that read bitsandbytes' storage directly, and their ops
-``torch.ops.holodesk.gemv_nf4`` / ``torch.ops.holodesk.gemv_int8`` (see :mod:`.quant`; references
-:func:`.quant.dequantize` and :func:`.quant.gemv_reference`).
+"""Triton kernels that read bitsandbytes' storage directly: the matrix-vector products of decode and their ops
+``torch.ops.holodesk.gemv_nf4`` / ``gemv_nf4_shfl`` / ``gemv_int8``, and the int8 dequantisation of prefill,
+``torch.ops.holodesk.dequant_int8`` (see :mod:`.quant`; references :func:`.quant.dequantize` and
+:func:`.quant.gemv_reference`).
 
 Kept apart, without ``from __future__ import annotations``: ``torch.library.triton_op`` reads the op's
 schema from real annotations. Importing this module needs torch and Triton (raises ImportError otherwise).
@@ -9,6 +10,13 @@ schema from real annotations. Importing this module needs torch and Triton (rais
 import torch
 import triton
 import triton.language as tl
+
+DEQUANT_INT8_TILE = (16, 1024, 4)
+""":func:`int8_dequant_kernel`'s tile ``(BLOCK_N rows, BLOCK_K columns, num_warps)``: 16 KiB of int8 in, 32 KiB
+of bf16 out a program; each thread reads 8 consecutive bytes of a row at a time."""
+DEQUANT_INT8_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
+"""The output dtypes of ``torch.ops.holodesk.dequant_int8``: the float32 value rounded once (exactly for
+float32 and float64)."""
 
 
 @triton.jit
@@ -194,10 +202,10 @@ def nf4_shfl_gemv_kernel(w_ptr, absmax_ptr, code_ptr, absmax2_ptr, code2_ptr, of
 
 @triton.jit
 def int8_gemv_kernel(w_ptr, scb_ptr, x_ptr, y_ptr, n_rows, n_cols, stride_w,  # type: ignore[no-untyped-def]
-                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
-    """``y[r] = SCB[r] / 127 * sum_k CB[r, k] x[k]``: bitsandbytes' int8 weight (``CB [N, K]`` int8, row
-    scales ``SCB [N]`` float32) read as stored; ``BLOCK_K``-wide coalesced slices of ``BLOCK_N`` rows,
-    float32 products per lane, one reduction and one scale per row at the end."""
+                     SCALE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """``y[r] = SCB[r] SCALE sum_k CB[r, k] x[k]``: bitsandbytes' int8 weight (``CB [N, K]`` int8, row
+    scales ``SCB [N]`` float32, ``SCALE`` :data:`.quant.INT8_SCALE`) read as stored; ``BLOCK_K``-wide coalesced
+    slices of ``BLOCK_N`` rows, float32 products per lane, one reduction and one scale per row at the end."""
     pid = tl.program_id(0)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n_rows
@@ -213,8 +221,37 @@ def int8_gemv_kernel(w_ptr, scb_ptr, x_ptr, y_ptr, n_rows, n_cols, stride_w,  # 
             w = tl.load(w_ptr + rows[:, None] * stride_w + cols[None, :], mask=col_ok[None, :], other=0)
             x = tl.load(x_ptr + cols, mask=col_ok, other=0.0)[None, :]
         acc += w.to(tl.float32) * x.to(tl.float32)
-    y = tl.sum(acc, axis=1) * (tl.load(scb_ptr + rows) * 7.874015718698502e-3)  # 1/127 as bitsandbytes writes it
+    y = tl.sum(acc, axis=1) * (tl.load(scb_ptr + rows) * SCALE)
     tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
+
+
+@triton.jit
+def int8_dequant_kernel(cb_ptr, scb_ptr, out_ptr, n_rows, n_cols, stride_w,  # type: ignore[no-untyped-def]
+                        SCALE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """``out[r, k] = CB[r, k] SCB[r] SCALE`` in float32, in that order (:func:`.quant.dequantize`, bitsandbytes'
+    ``int8_vectorwise_dequant``), rounded once to ``out``'s dtype: bitsandbytes' int8 weight (``CB [N, K]``
+    int8, row stride ``stride_w`` elements, columns contiguous; row scales ``SCB [N]``; ``SCALE``
+    :data:`.quant.INT8_SCALE`) into a contiguous ``out [N, K]``. Program ``(i, j)`` writes the tile of rows
+    ``i BLOCK_N ..`` and columns ``j BLOCK_K ..``, masked at the edges (``K`` need not be a multiple of
+    ``BLOCK_K``): one read of each weight byte, one write of each output element, coalesced along the row.
+    bf16 is rounded on the float32 bits (to nearest, ties to even, as torch's ``.to``), so that Triton's
+    interpreter, whose ``.to(tl.bfloat16)`` truncates, computes what the GPU does (``cvt.rn.bf16.f32``); the
+    value is finite (int8 times a finite scale), so no NaN needs keeping."""
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    row_ok = rows < n_rows
+    ok = row_ok[:, None] & (cols < n_cols)[None, :]
+    rows64 = rows.to(tl.int64)  # element offsets in int64: N K may pass 2^31
+    cb = tl.load(cb_ptr + rows64[:, None] * stride_w + cols[None, :], mask=ok, other=0)
+    scb = tl.load(scb_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+    w = cb.to(tl.float32) * scb[:, None] * SCALE
+    if out_ptr.dtype.element_ty == tl.bfloat16:  # to nearest, ties to even, on the bits: the top 16 of float32
+        bits = w.to(tl.uint32, bitcast=True)
+        bits += 0x7FFF + ((bits >> 16) & 1)
+        out = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    else:
+        out = w.to(out_ptr.dtype.element_ty)
+    tl.store(out_ptr + rows64[:, None] * n_cols + cols[None, :], out, mask=ok)
 
 
 @torch.library.triton_op("holodesk::gemv_nf4", mutates_args=())
@@ -270,14 +307,45 @@ def gemv_nf4_shfl_op(x: torch.Tensor, packed: torch.Tensor, absmax: torch.Tensor
 
 
 @torch.library.triton_op("holodesk::gemv_int8", mutates_args=())
-def gemv_int8_op(x: torch.Tensor, cb: torch.Tensor, scb: torch.Tensor, block_n: int, block_k: int,
+def gemv_int8_op(x: torch.Tensor, cb: torch.Tensor, scb: torch.Tensor, scale: float, block_n: int, block_k: int,
                  num_warps: int) -> torch.Tensor:
     """``torch.ops.holodesk.gemv_int8``: ``x [1, K]`` times the int8 weight ``cb [N, K]`` with row scales
-    ``scb [N]`` (``W = cb * scb / 127``) -> ``[1, N]`` in ``x``'s dtype, by :func:`int8_gemv_kernel`."""
+    ``scb [N]`` (``W = cb * scb * scale``, ``scale`` :data:`.quant.INT8_SCALE` for bitsandbytes) -> ``[1, N]`` in
+    ``x``'s dtype, by :func:`int8_gemv_kernel` (``scale`` compiled in)."""
     n_rows, n_cols = cb.shape
     y = torch.empty(1, n_rows, dtype=x.dtype, device=x.device)
     grid = (triton.cdiv(n_rows, block_n),)
     torch.library.wrap_triton(int8_gemv_kernel)[grid](
-        cb, scb, x, y, n_rows, n_cols, cb.stride(0), BLOCK_N=block_n, BLOCK_K=block_k,
+        cb, scb, x, y, n_rows, n_cols, cb.stride(0), SCALE=scale, BLOCK_N=block_n, BLOCK_K=block_k,
         EVEN_K=n_cols % block_k == 0, num_warps=num_warps)
     return y
+
+
+@torch.library.triton_op("holodesk::dequant_int8", mutates_args=())
+def dequant_int8_op(cb: torch.Tensor, scb: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
+    """``torch.ops.holodesk.dequant_int8``: the int8 weight ``cb [N, K]`` (int8, columns contiguous; a row range
+    of bitsandbytes' stored ``CB`` is its slice) with row scales ``scb [N]`` (float32) -> ``W = cb * scb * scale``
+    ``[N, K]`` in ``dtype``, contiguous, by :func:`int8_dequant_kernel` (``scale`` compiled in): with ``scale``
+    :data:`.quant.INT8_SCALE`, bit for bit :func:`.quant.dequantize` of those rows (float32 in bitsandbytes'
+    order, one rounding). Reads ``N K`` bytes and writes ``N K`` elements (the torch expression's four kernels
+    write and read float32 temporaries).
+
+    Raises:
+        ValueError: ``cb`` not a 2-D int8 tensor with contiguous columns, ``scb`` not ``N`` scales, or ``dtype``
+            not one of :data:`DEQUANT_INT8_DTYPES`.
+    """
+    if cb.dtype != torch.int8 or cb.dim() != 2 or (cb.shape[1] > 1 and cb.stride(1) != 1):
+        raise ValueError(f"dequant_int8 needs a 2-D int8 weight with contiguous columns, got {cb.dtype} "
+                         f"{tuple(cb.shape)} strides {cb.stride()}")
+    if scb.shape != (cb.shape[0],):
+        raise ValueError(f"dequant_int8 needs one scale a row: {tuple(scb.shape)} scales for {cb.shape[0]} rows")
+    if dtype not in DEQUANT_INT8_DTYPES:
+        raise ValueError(f"dequant_int8 writes {', '.join(map(str, DEQUANT_INT8_DTYPES))}, not {dtype}")
+    n_rows, n_cols = cb.shape
+    out = torch.empty(n_rows, n_cols, dtype=dtype, device=cb.device)
+    block_n, block_k, num_warps = DEQUANT_INT8_TILE
+    grid = (triton.cdiv(n_rows, block_n), triton.cdiv(n_cols, block_k))
+    torch.library.wrap_triton(int8_dequant_kernel)[grid](
+        cb, scb, out, n_rows, n_cols, cb.stride(0), SCALE=scale, BLOCK_N=block_n, BLOCK_K=block_k,
+        num_warps=num_warps)
+    return out

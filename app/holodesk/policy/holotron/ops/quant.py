@@ -19,6 +19,9 @@ on the real weights at load, as :func:`.gemv.choose` does for bf16, and rejects 
 from the dequantise-and-multiply reference (:func:`gemv_reference`, plain torch, also the CPU path) by more
 than bf16 rounding. The ops (``torch.ops.holodesk.gemv_nf4`` / ``gemv_int8``) are opaque to
 ``torch.compile`` and captured in CUDA graphs like ``torch.ops.holodesk.gemv``.
+
+Passes of several rows (prefill) multiply by the dequantised weight (:func:`matmul`); on CUDA an int8 weight is
+dequantised by ``torch.ops.holodesk.dequant_int8``, one kernel, bit for bit :func:`dequantize`.
 """
 
 from __future__ import annotations
@@ -35,12 +38,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+INT8_SCALE = 7.874015718698502e-3
+"""``1 / 127`` as bitsandbytes writes it (``int8_vectorwise_dequant``): an int8 weight is ``W = CB * SCB *
+INT8_SCALE``, multiplied in float32 in that order (:func:`dequantize`; the int8 ops of :mod:`._quant_triton`
+take it as their ``scale``)."""
+
 try:  # pragma: no cover - depends on the machine
     from holodesk.policy.holotron.ops import _quant_triton  # noqa: F401  (registers the ops)
 
     HAVE_TRITON = True
+    _TRITON_MISSING = ""
 except Exception as _exc:  # CPU-only installs (CI) may lack Triton; an old torch has no triton_op
-    log.debug("Triton quantised matrix-vector kernels unavailable (%s: %s)", type(_exc).__name__, _exc)
+    _TRITON_MISSING = f"{type(_exc).__name__}: {_exc}"
+    log.debug("Triton quantised matrix-vector kernels unavailable (%s)", _TRITON_MISSING)
     HAVE_TRITON = False
 
 
@@ -160,7 +170,7 @@ def dequantize(w: QuantWeight, dtype: torch.dtype | None = None, rows: tuple[int
 
     r0, r1 = rows if rows is not None else (0, shape(w)[0])
     if isinstance(w, Int8Weight):
-        out = w.cb[r0:r1].float() * w.scb[r0:r1].float().view(-1, 1) * 7.874015718698502e-3  # bitsandbytes' order
+        out = w.cb[r0:r1].float() * w.scb[r0:r1].float().view(-1, 1) * INT8_SCALE  # bitsandbytes' order
         return out if dtype is None else out.to(dtype)
     per_row = w.cols // w.blocksize  # quantisation blocks per row (cols is a multiple of blocksize)
     b = w.packed.reshape(-1)[r0 * w.cols // 2 : r1 * w.cols // 2]
@@ -193,14 +203,35 @@ def matmul(x: torch.Tensor, w: QuantWeight, chunk_rows: int = 4096) -> torch.Ten
     """``x [..., K] @ W^T`` -> ``[..., N]`` in ``x``'s dtype for passes of several rows (prefill, a jump-forward
     pass): ``W`` dequantised ``chunk_rows`` output rows at a time (float32, as :func:`dequantize`, then
     rounded to ``x``'s dtype) and multiplied by cuBLAS (``F.linear``). Weight-only: the activations are not
-    quantised (bitsandbytes' ``Linear8bitLt`` forward would quantise them, LLM.int8). Temporaries: one chunk
-    of ``W`` (``chunk_rows x K`` float32 and ``x``'s dtype)."""
+    quantised (bitsandbytes' ``Linear8bitLt`` forward would quantise them, LLM.int8).
+
+    An int8 weight on CUDA is dequantised by ``torch.ops.holodesk.dequant_int8`` (one kernel: reads each weight
+    byte once and writes the chunk in ``x``'s dtype, bit for bit :func:`dequantize`); without Triton, or off
+    CUDA, by :func:`dequantize` in torch (temporaries: one chunk of ``W`` in float32 and in ``x``'s dtype; on
+    CUDA logged once, :func:`_int8_prefill_in_torch`)."""
     import torch
     import torch.nn.functional as F
 
     n = shape(w)[0]
-    parts = [F.linear(x, dequantize(w, x.dtype, rows=(r, min(n, r + chunk_rows)))) for r in range(0, n, chunk_rows)]
+    fused = w if isinstance(w, Int8Weight) and w.cb.device.type == "cuda" else None
+    if fused is not None and not HAVE_TRITON:
+        _int8_prefill_in_torch()
+        fused = None
+    parts = []
+    for r0 in range(0, n, chunk_rows):
+        r1 = min(n, r0 + chunk_rows)
+        chunk = (dequantize(w, x.dtype, rows=(r0, r1)) if fused is None else
+                 torch.ops.holodesk.dequant_int8(fused.cb[r0:r1], fused.scb[r0:r1], INT8_SCALE, x.dtype))
+        parts.append(F.linear(x, chunk))
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+
+
+@functools.cache
+def _int8_prefill_in_torch() -> None:
+    """Log, once, that int8 prefill on CUDA dequantises in torch (Triton missing: :data:`HAVE_TRITON`; ``holodesk
+    doctor`` shows it through :func:`.kernels.quant_decode_report`)."""
+    log.warning("int8 prefill dequantises its weights in torch (four kernels and a float32 copy a chunk): the "
+                "Triton kernels of ops/_quant_triton.py did not import (%s)", _TRITON_MISSING)
 
 
 def linear(x: torch.Tensor, w: QuantWeight, how: tuple[str, int, int, int] | None = None) -> torch.Tensor:
@@ -224,7 +255,7 @@ def linear(x: torch.Tensor, w: QuantWeight, how: tuple[str, int, int, int] | Non
                                            w.rows, w.cols, w.blocksize, w.blocksize2, w.double, bn, bk, nw,
                                            how[0] == "nf4-pairs")
     if how[0] == "int8" and isinstance(w, Int8Weight):
-        return torch.ops.holodesk.gemv_int8(x.contiguous(), w.cb, w.scb, bn, bk, nw)
+        return torch.ops.holodesk.gemv_int8(x.contiguous(), w.cb, w.scb, INT8_SCALE, bn, bk, nw)
     raise ValueError(f"matrix-vector implementation {how[0]!r} does not read a {type(w).__name__}")
 
 
@@ -296,6 +327,6 @@ def choose(weights: Sequence[QuantWeight], *, dtype: torch.dtype | None = None,
     return Gemv(best.kind, best.block_n, best.block_k, best.num_warps, round(best_us, 2)), timings
 
 
-__all__ = ["HAVE_TRITON", "INT8_TILES", "NF4_SHFL_TILES", "NF4_SHFL_VEC", "NF4_TILES", "QUANT_KINDS", "Int8Weight",
-           "NF4Weight", "QuantWeight", "choose", "dequantize", "gemv_reference", "linear", "matmul", "nbytes",
-           "quant_weight", "shape", "shfl_fits", "tiles"]
+__all__ = ["HAVE_TRITON", "INT8_SCALE", "INT8_TILES", "NF4_SHFL_TILES", "NF4_SHFL_VEC", "NF4_TILES", "QUANT_KINDS",
+           "Int8Weight", "NF4Weight", "QuantWeight", "choose", "dequantize", "gemv_reference", "linear", "matmul",
+           "nbytes", "quant_weight", "shape", "shfl_fits", "tiles"]
