@@ -236,14 +236,14 @@ def test_torchs_own_analysis_failure_is_heard_on_the_logger_torch_writes_to() ->
         kernel_analysis_warnings,
         watch_kernel_analysis,
     )
-    from tests.policy.holotron.analysis_cases import analyse, readable, unreadable
+    from tests.policy.holotron.analysis_cases import analyse
 
     since = watch_kernel_analysis()
-    assert analyse(readable) == ["y_ptr"]
+    assert analyse(pure=True) == ["y_ptr"]
     assert kernel_analysis_failures(since) == []
     with kernel_analysis_warnings() as during:
-        assert analyse(unreadable) == ["x_ptr", "y_ptr"]  # torch then copies x at every call
-        analyse(unreadable)
+        assert analyse(pure=False) == ["x_ptr", "y_ptr"]  # torch then copies x at every call
+        analyse(pure=False)
     (line,) = kernel_analysis_failures(since)
     assert during == [line]
     assert KERNEL_ANALYSIS_FAILURE in line and "tt.elementwise_inline_asm" in line and "Traceback" not in line
@@ -260,13 +260,13 @@ def test_a_kernel_torch_cannot_analyse_is_noted_logged_and_shown_by_doctor(  # t
     from holodesk import doctor
     from holodesk.policy.holotron.decoder import StaticDecoder
     from holodesk.policy.holotron.engine import StaticEngine, static_cache_tokens
-    from tests.policy.holotron.analysis_cases import analyse, unreadable
+    from tests.policy.holotron.analysis_cases import analyse
 
     real = StaticDecoder.capture
 
     def capture_and_analyse(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         for _ in range(3):  # torch analyses again at each compile of a call site
-            analyse(unreadable)
+            analyse(pure=False)
         return real(self, *args, **kwargs)
 
     max_len = static_cache_tokens(tiny_loaded, max_images=3, max_new_tokens=96, max_think_tokens=0, reasoning=False)
@@ -281,7 +281,7 @@ def test_a_kernel_torch_cannot_analyse_is_noted_logged_and_shown_by_doctor(  # t
     assert [r.getMessage() for r in caplog.records if r.name == "holodesk.policy.holotron.engine"] == [
         f"Holotron: {note}"]
     assert doctor._kernels()["static decoder at its last load"]["notes"] == [note]
-    analyse(unreadable)  # the same failure again, at a later compile: still one note
+    analyse(pure=False)  # the same failure again, at a later compile: still one note
     assert engine.describe()["notes"] == [note]
     assert quiet.describe()["notes"] == [note]  # a recompile during the other engine's steps is its note too
 
