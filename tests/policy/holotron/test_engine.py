@@ -250,7 +250,7 @@ def test_torchs_own_analysis_failure_is_heard_on_the_logger_torch_writes_to() ->
 
 
 def test_a_kernel_torch_cannot_analyse_is_noted_logged_and_shown_by_doctor(  # type: ignore[no-untyped-def]
-        tiny_loaded, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+        tiny_loaded, frames: list[Frame], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """When torch cannot analyse a user Triton kernel as the decode compiles (it then copies every input,
     weights included, at each call: run 10d's NF4 decode at 11.5 ms/token, 11c's at 4.73), the engine says so
     once per distinct failure: a note in describe(), a warning in the log, the note in doctor's report; at
@@ -284,6 +284,23 @@ def test_a_kernel_torch_cannot_analyse_is_noted_logged_and_shown_by_doctor(  # t
     analyse(pure=False)  # the same failure again, at a later compile: still one note
     assert engine.describe()["notes"] == [note]
     assert quiet.describe()["notes"] == [note]  # a recompile during the other engine's steps is its note too
+
+    # a recompile during a step (the prefill's, here): the step's engine notes it and doctor's record shows it
+    monkeypatch.setattr(StaticDecoder, "capture", real)
+    stepping = StaticEngine(tiny_loaded, max_len=max_len, warm_up=False)
+    real_prefill = StaticDecoder.prefill
+
+    def prefill_and_analyse(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        analyse(pure=False)
+        return real_prefill(self, *args, **kwargs)
+
+    monkeypatch.setattr(StaticDecoder, "prefill", prefill_and_analyse)
+    policy = HolotronPolicy(tiny_loaded, decoder="static", max_new_tokens=96, max_string_chars=12)
+    policy.engine = stepping
+    assert doctor._kernels()["static decoder at its last load"]["notes"] == "none"  # recorded when built
+    policy.propose(Observation(task="t", frame=frames[0]))
+    assert stepping.notes == [note]
+    assert doctor._kernels()["static decoder at its last load"]["notes"] == [note]
 
 
 def test_a_graph_failing_on_its_first_use_in_a_step_is_noted_logged_and_shown_by_doctor(  # type: ignore[no-untyped-def]

@@ -154,9 +154,11 @@ class StaticEngine:
         self.setup_seconds = time.perf_counter() - t0
         record_decoder(self.describe())
 
-    def _note_kernel_analysis(self) -> None:
+    def _note_kernel_analysis(self) -> bool:
         """Note and log, once each, the failures of torch's analysis of our Triton kernels since this engine
-        began (:func:`.kernels.kernel_analysis_failures`): at load, or at a recompile during the steps."""
+        began (:func:`.kernels.kernel_analysis_failures`): at load, or at a recompile during the steps. Returns
+        whether it noted one."""
+        noted = False
         for line in kernel_analysis_failures(self._analysis_from):
             if line in self._analysis_noted:
                 continue
@@ -165,6 +167,8 @@ class StaticEngine:
                     "kernel, weights included, at each call, so decode is much slower than its kernels' timings")
             log.warning("Holotron: %s", note)
             self.notes.append(note)
+            noted = True
+        return noted
 
     def _warm_up_lengths(self) -> tuple[int, int]:
         """Tokens of the warm-up's cold prompt (a chunk and more, at most half the cache) and of its second
@@ -332,7 +336,8 @@ class StaticEngine:
             self.reset()  # a half-written state must not be resumed from
             raise
         finally:
-            if len(self.decoder.notes) > notes:  # a graph recorded on first use failed: doctor shows it
+            # a graph recorded on first use failed, or torch could not analyse a kernel it recompiled: doctor shows it
+            if self._note_kernel_analysis() or len(self.decoder.notes) > notes:
                 record_decoder(self.describe())
         timings.update(prefill=(t1 - t0) * 1000.0, decode=(time.perf_counter() - t1) * 1000.0)
         text = self.loaded.tokenizer.decode(decoded.tokens, skip_special_tokens=False)
