@@ -149,10 +149,9 @@ class StaticEngine:
                         "compiles and autotunes instead")
                 log.warning("Holotron: %s", note)
                 self.notes.append(note)
-        self._note_kernel_analysis()  # the block functions compiled in the capture and the warm-up
         self._lazy_from = len(self.decoder.lazy_captures)  # graphs recorded after this: by the session's steps
         self.setup_seconds = time.perf_counter() - t0
-        record_decoder(self.describe())
+        record_decoder(self.describe())  # notes torch's failures to analyse what the capture and warm-up compiled
 
     def _note_kernel_analysis(self) -> bool:
         """Note and log, once each, the failures of torch's analysis of our Triton kernels since this engine
