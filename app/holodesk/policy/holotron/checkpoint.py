@@ -25,7 +25,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from holodesk.errors import ModelLoadError
 from holodesk.policy.holotron.pattern import block_counts, resolve_block_pattern
@@ -115,11 +115,22 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]]:
-    """Tensor shapes of one safetensors file from its header, without reading tensor data.
+class TensorEntry(NamedTuple):
+    """One tensor of a safetensors file as its header states it: ``dtype`` (the format's name, e.g. ``"BF16"``),
+    ``shape``, and its bytes ``begin``..``end`` counted from the file's start."""
 
-    Format (safetensors spec): 8-byte little-endian header length, then a JSON object mapping each
-    tensor name to ``{"dtype", "shape", "data_offsets"}`` (plus an optional ``__metadata__``).
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+
+def safetensors_header(path: Path) -> dict[str, TensorEntry]:
+    """The tensors of one safetensors file from its header, without reading tensor data.
+
+    Format (safetensors spec): 8-byte little-endian header length ``n``, then ``n`` bytes of a JSON object
+    mapping each tensor name to ``{"dtype", "shape", "data_offsets": [begin, end]}`` (plus an optional
+    ``__metadata__``); the offsets count from the end of the header, byte ``8 + n`` of the file.
 
     Raises:
         ModelLoadError: when the file is unreadable or not a safetensors file.
@@ -130,9 +141,17 @@ def safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]]:
             if length > 100_000_000:
                 raise ValueError(f"header length {length} is implausible")
             header = json.loads(fh.read(length))
-    except (OSError, struct.error, ValueError) as exc:
+        start = 8 + length
+        return {k: TensorEntry(str(v["dtype"]), tuple(int(d) for d in v["shape"]), start + int(v["data_offsets"][0]),
+                               start + int(v["data_offsets"][1]))
+                for k, v in header.items() if k != "__metadata__"}
+    except (OSError, struct.error, ValueError, KeyError, TypeError, IndexError) as exc:
         raise ModelLoadError(f"{path} is not a readable safetensors file: {exc}") from None
-    return {k: tuple(int(d) for d in v["shape"]) for k, v in header.items() if k != "__metadata__"}
+
+
+def safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor shapes of one safetensors file (:func:`safetensors_header`; same errors)."""
+    return {k: v.shape for k, v in safetensors_header(path).items()}
 
 
 def _weight_files(folder: Path) -> tuple[Path, ...]:
