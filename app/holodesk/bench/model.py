@@ -270,6 +270,7 @@ def random_loaded(
         dtype=dtype,
         quantization=quantization,
         kernels=kernel_report(),
+        weights_reader="none: random weights drawn on the device",
     )
 
 

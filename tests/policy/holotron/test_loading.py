@@ -115,6 +115,7 @@ def test_load_report_is_clean(tiny_loaded) -> None:  # type: ignore[no-untyped-d
     assert tiny_loaded.norm_source == "checkpoint input_conditioner buffers"
     assert tiny_loaded.info.num_prefix_tokens == 8 and tiny_loaded.info.max_img_size == 128
     assert tiny_loaded.info.tokens_per_tile == 256
+    assert tiny_loaded.weights_reader == "transformers, onto cpu"  # the page-locked reader is for CUDA
 
 
 def _rewrite(folder: Path, edit) -> None:  # type: ignore[no-untyped-def]

@@ -210,7 +210,8 @@ class StaticEngine:
         plus the engine's setup seconds, of which ``build_seconds`` before the capture and ``warm_up_seconds``
         after it (``warm_up_captures``: the graphs the warm-up recorded on first use, in its seconds),
         ``lazy_captures``: the graphs the steps since recorded on first use (``StaticDecoder.lazy_summary``:
-        count, seconds, keys), ``autotune_cache`` (:func:`.kernels.autotune_cache`'s one line: whether
+        count, seconds, keys), ``weights_reader`` (:attr:`.loader.LoadedHolotron.weights_reader`),
+        ``autotune_cache`` (:func:`.kernels.autotune_cache`'s one line: whether
         mamba-ssm's autotuning results come from disk) and every note (the decoder's, then the engine's)."""
         self._note_kernel_analysis()  # a recompile during the steps may have added one
         d = self.decoder
@@ -225,6 +226,7 @@ class StaticEngine:
             "autotune_cache": autotune_cache()["detail"],
             "notes": [*self.decoder.notes, *self.notes],
             "jump_forward": "on" if self.jump_forward else f"off: {JUMP_FORWARD_OFF_QUANTIZED}",
+            "weights_reader": self.loaded.weights_reader,
         }
 
     def fits(self, prompt_tokens: int, reply_tokens: int) -> bool:

@@ -60,6 +60,8 @@ class LoadedHolotron:
             the ``<image>`` id check), then the tolerated load-report differences.
         kernels: :func:`~holodesk.policy.holotron.kernels.kernel_report` at load time.
         load_seconds: wall time of the load (download excluded).
+        weights_reader: how the weights reached the device, in words (:func:`_from_pretrained`; shown by
+            ``holodesk doctor`` through the engine's record).
     """
 
     model: Any
@@ -79,6 +81,7 @@ class LoadedHolotron:
     notes: list[str] = field(default_factory=list)
     kernels: dict[str, Any] = field(default_factory=dict)
     load_seconds: float = 0.0
+    weights_reader: str = ""
 
 
 _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float32": "float32", "fp32": "float32",
@@ -295,7 +298,8 @@ def _load_folder(folder: Path, *, dtype: str, quantization: str | None, target: 
     quant_config = _quantization_config(quantization, target)
     if progress is not None:
         progress("loading weights", None)
-    model, loading_info = _from_pretrained(folder, config, torch_dtype, quant_config, target, attn_implementation)
+    model, loading_info, reader = _from_pretrained(folder, config, torch_dtype, quant_config, target,
+                                                   attn_implementation, info.weight_files)
     forward_names, expected_name = key_namers(model, sorted(info.shapes))
     report_notes = check_load_report(loading_info, forward_names, expected_name)
     model.eval()
@@ -316,6 +320,7 @@ def _load_folder(folder: Path, *, dtype: str, quantization: str | None, target: 
         img_end_id=_token_id(tokenizer, "</img>", folder), eos_ids=_eos_ids(model, tokenizer, vocab, folder),
         think_end_id=vocab.get("</think>"), device=target, dtype=torch_dtype, quantization=quantization,
         notes=checkpoint_notes + report_notes, kernels=report, load_seconds=time.perf_counter() - started,
+        weights_reader=reader,
     )
     if progress is not None:
         progress("ready", 1.0)
@@ -323,16 +328,27 @@ def _load_folder(folder: Path, *, dtype: str, quantization: str | None, target: 
 
 
 def _from_pretrained(folder: Path, config: Any, dtype: torch.dtype, quant_config: Any, target: torch.device,
-                     attn_implementation: str | None) -> tuple[Any, dict[str, Any]]:
+                     attn_implementation: str | None, weight_files: tuple[Path, ...] = ()
+                     ) -> tuple[Any, dict[str, Any], str]:
     """``NemotronH_Omni_Reasoning_V3.from_pretrained`` with the load report (size mismatches reported,
     not raised, so the error can name them) and transformers' own report table held back (Holodesk checks
-    the same report with :func:`check_load_report` and names the keys itself).
+    the same report with :func:`check_load_report` and names the keys itself), and how the weights were read,
+    in words.
+
+    On CUDA without quantisation the weights ``weight_files`` are read by :func:`.stream.read_state_dict`
+    (page-locked, several readers) and given to ``from_pretrained(state_dict=...)`` with the folder's
+    generation config. Otherwise transformers reads ``folder`` itself: quantised loads (bitsandbytes
+    quantises each tensor as it arrives, so the whole bf16 checkpoint is never on the device), the CPU, no
+    ``weight_files`` given, and a dtype the reader does not map (logged as a warning: the slower path).
 
     Raises:
-        ModelLoadError: when transformers fails to load the weights.
+        ModelLoadError: when the weights cannot be read or transformers fails to load them.
     """
+    from transformers import GenerationConfig
     from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3
     from transformers.utils import logging as hf_logging
+
+    from holodesk.policy.holotron import stream
 
     kwargs: dict[str, Any] = {"config": config, "dtype": dtype, "output_loading_info": True,
                               "local_files_only": True, "trust_remote_code": False, "ignore_mismatched_sizes": True}
@@ -342,16 +358,33 @@ def _from_pretrained(folder: Path, config: Any, dtype: torch.dtype, quant_config
         kwargs["quantization_config"] = quant_config
     if target.type != "cpu":
         kwargs["device_map"] = {"": str(target)}
+    source: str | None = str(folder)
+    reader = "transformers (pageable host copies)"
+    if quant_config is not None:
+        reader += ": bitsandbytes quantises each tensor as it is read"
+    elif target.type != "cuda":
+        reader = f"transformers, onto {target}"
+    elif weight_files and (why_not := stream.readable(weight_files)):
+        reader += f", the slower path: {why_not}, which the page-locked reader does not map"
+        log.warning("Holotron weights read by %s", reader)
+    elif weight_files:
+        started = time.perf_counter()
+        kwargs["state_dict"] = stream.read_state_dict(weight_files, target)
+        reader = f"page-locked, {stream.READERS} readers, {time.perf_counter() - started:.2f} s"
+        log.info("Holotron weights read onto %s: %s", target, reader)
+        if (folder / "generation_config.json").is_file():
+            kwargs["generation_config"] = GenerationConfig.from_pretrained(str(folder), local_files_only=True)
+        source = None
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
-        result: Any = NemotronH_Omni_Reasoning_V3.from_pretrained(str(folder), **kwargs)
+        result: Any = NemotronH_Omni_Reasoning_V3.from_pretrained(source, **kwargs)
     except Exception as exc:
         raise ModelLoadError(f"loading the weights from {folder} failed: {type(exc).__name__}: {exc}") from exc
     finally:
         hf_logging.set_verbosity(verbosity)
     model, loading_info = result
-    return model, loading_info
+    return model, loading_info, reader
 
 
 def _eos_ids(model: Any, tokenizer: Any, vocab: dict[str, int], folder: Path) -> tuple[int, ...]:
