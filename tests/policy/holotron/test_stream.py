@@ -99,6 +99,23 @@ def test_an_unmapped_dtype_is_named_before_reading(tmp_path: Path) -> None:
         stream.read_state_dict([f], torch.device("cpu"))
 
 
+def test_a_failed_read_is_a_load_error(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FAKE device: the reader is replaced by one that runs out of memory, as a card too small for bf16 would, so
+    that the CUDA branch of the loader runs here; the user gets a ModelLoadError, not torch's exception."""
+    from holodesk.policy.holotron.checkpoint import read_checkpoint
+    from holodesk.policy.holotron.hf_config import translate_config
+    from holodesk.policy.holotron.loader import _from_pretrained
+
+    def out_of_memory(*_a: object, **_k: object) -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.50 GiB")
+
+    monkeypatch.setattr(stream, "read_state_dict", out_of_memory)
+    info = read_checkpoint(tiny_dir)
+    with pytest.raises(ModelLoadError, match="OutOfMemoryError: CUDA out of memory"):
+        _from_pretrained(tiny_dir, translate_config(info, attn_implementation="sdpa"), torch.bfloat16, None,
+                         torch.device("cuda"), "sdpa", info.weight_files)
+
+
 def test_header_offsets_count_from_the_file_start(tmp_path: Path) -> None:
     f = tmp_path / "model.safetensors"
     save_file({"x": torch.arange(6, dtype=torch.int32)}, str(f))

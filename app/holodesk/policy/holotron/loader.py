@@ -369,7 +369,12 @@ def _from_pretrained(folder: Path, config: Any, dtype: torch.dtype, quant_config
         log.warning("Holotron weights read by %s", reader)
     elif weight_files:
         started = time.perf_counter()
-        kwargs["state_dict"] = stream.read_state_dict(weight_files, target)
+        try:
+            kwargs["state_dict"] = stream.read_state_dict(weight_files, target)
+        except ModelLoadError:
+            raise
+        except Exception as exc:  # e.g. out of device memory: worded as transformers' own failure below
+            raise ModelLoadError(f"loading the weights from {folder} failed: {type(exc).__name__}: {exc}") from exc
         reader = f"page-locked, {stream.READERS} readers, {time.perf_counter() - started:.2f} s"
         log.info("Holotron weights read onto %s: %s", target, reader)
         if (folder / "generation_config.json").is_file():
