@@ -90,6 +90,18 @@ def test_a_truncated_file_is_named(tmp_path: Path) -> None:
     assert "Download the checkpoint again" in err.value.hint
 
 
+def test_a_header_whose_range_is_not_the_tensor_size_is_named(tmp_path: Path) -> None:
+    f = tmp_path / "model.safetensors"
+    save_file({"w": torch.ones(8)}, str(f))
+    raw = f.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = raw[8:8 + n].replace(b'"shape":[8]', b'"shape":[9]')
+    assert header != raw[8:8 + n]
+    f.write_bytes(raw[:8] + header + raw[8 + n:])
+    with pytest.raises(ModelLoadError, match="spans 32 bytes, not 36"):
+        stream.read_state_dict([f], torch.device("cpu"))
+
+
 def test_an_unmapped_dtype_is_named_before_reading(tmp_path: Path) -> None:
     f = tmp_path / "model.safetensors"
     save_file({"w": torch.ones(4, dtype=torch.float8_e4m3fn), "v": torch.ones(2)}, str(f))

@@ -63,8 +63,9 @@ def read_state_dict(files: Sequence[Path], device: torch.device, *, readers: int
     Returns:
         checkpoint key -> tensor on ``device``.
     Raises:
-        ModelLoadError: a file that is unreadable, shorter than its header says, not a safetensors file, or
-            holding a dtype outside :data:`DTYPES` (check with :func:`readable` first).
+        ModelLoadError: a file that is unreadable, shorter than its header says, not a safetensors file (a
+            tensor's byte range not its size), or holding a dtype outside :data:`DTYPES` (check with
+            :func:`readable` first).
     """
     import torch
 
@@ -75,7 +76,11 @@ def read_state_dict(files: Sequence[Path], device: torch.device, *, readers: int
         for name, e in entries:
             if e.dtype not in DTYPES:
                 raise ModelLoadError(f"{f} holds {name} as {e.dtype}, which the page-locked reader does not map")
-            tensors[name] = torch.empty(e.shape, dtype=getattr(torch, DTYPES[e.dtype]), device=device)
+            t = torch.empty(e.shape, dtype=getattr(torch, DTYPES[e.dtype]), device=device)
+            if e.end - e.begin != t.numel() * t.element_size():
+                raise ModelLoadError(f"{f} is not a readable safetensors file: {name} ({e.dtype} {list(e.shape)}) "
+                                     f"spans {e.end - e.begin} bytes, not {t.numel() * t.element_size()}")
+            tensors[name] = t
         jobs += _chunks(f, [(tensors[n], e) for n, e in entries], chunk_bytes)
     lock = threading.Lock()
     failures: list[BaseException] = []
@@ -103,10 +108,10 @@ def read_state_dict(files: Sequence[Path], device: torch.device, *, readers: int
 
     threads = [threading.Thread(target=work, name=f"holodesk-weights-{i}", daemon=True)
                for i in range(max(1, min(readers, len(jobs))))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     if failures:
         exc = failures[0]
         if isinstance(exc, ModelLoadError):
