@@ -371,6 +371,23 @@ def test_kernels_compile_with_their_scalar_arguments_as_constants(name: str) -> 
     assert "tt.func" in compiled.asm["ttir"]
 
 
+def _warmed_and_recorded(fn, *args):  # type: ignore[no-untyped-def]
+    """``fn(*args)`` run twice on a side stream (compiling it) while torch's analysis of our kernels is listened
+    to (:func:`.kernels.kernel_analysis_warnings`), then recorded in a CUDA graph on that stream; returns the
+    graph, the output its replays write and the analysis lines logged meanwhile."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with kernel_analysis_warnings() as analysis, torch.cuda.stream(stream):
+        for _ in range(2):
+            fn(*args)
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fn(*args)
+    torch.cuda.current_stream().wait_stream(stream)
+    return graph, out, analysis
+
+
 @cuda
 @pytest.mark.parametrize(("mode", "kind"), [("nf4", "nf4-pairs"), ("nf4-double", "nf4-pairs"), ("nf4", "nf4"),
                                             ("nf4", "nf4-shfl"), ("nf4-double", "nf4-shfl"), ("int8", "int8")])
@@ -386,19 +403,9 @@ def test_gpu_op_compiles_and_replays_in_a_cuda_graph(mode: str, kind: str) -> No
 
     fn = torch.compile(step, dynamic=False, fullgraph=True)
     x = torch.randn(1, 5120, device="cuda", dtype=torch.bfloat16)
-    want = (torch.nn.functional.silu(x).float() @ bnb_weight(m).t() * 2)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
+    graph, out, analysis = _warmed_and_recorded(fn, x, stored)
     # torch's check of what the kernel writes: when it fails, torch copies every input at each call
-    with kernel_analysis_warnings() as analysis, torch.cuda.stream(stream):
-        for _ in range(2):
-            fn(x, stored)
     assert not [line for line in analysis if "assuming every input is mutated" in line]
-    with torch.cuda.stream(stream):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = fn(x, stored)
-    torch.cuda.current_stream().wait_stream(stream)
     x.copy_(torch.randn(1, 5120, device="cuda", dtype=torch.bfloat16))
     want = (torch.nn.functional.silu(x).float() @ bnb_weight(m).t() * 2)
     graph.replay()
@@ -509,17 +516,8 @@ def test_gpu_int8_prefill_projection_replays_in_a_cuda_graph(compiled: bool) -> 
 
     fn = torch.compile(body, dynamic=False, fullgraph=True) if compiled else body
     x = torch.randn(1, 256, SHAPES_12B["q / o_proj"][1], device="cuda", dtype=torch.bfloat16)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with kernel_analysis_warnings() as analysis, torch.cuda.stream(stream):
-        for _ in range(2):
-            fn(x, w)
+    graph, out, analysis = _warmed_and_recorded(fn, x, w)
     assert not [line for line in analysis if "assuming every input is mutated" in line]
-    with torch.cuda.stream(stream):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = fn(x, w)
-    torch.cuda.current_stream().wait_stream(stream)
     x.copy_(torch.randn_like(x))
     graph.replay()
     torch.cuda.synchronize()
