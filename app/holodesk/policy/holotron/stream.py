@@ -84,10 +84,10 @@ def read_state_dict(files: Sequence[Path], device: torch.device, *, readers: int
         jobs += _chunks(f, [(tensors[n], e) for n, e in entries], chunk_bytes)
     lock = threading.Lock()
     failures: list[BaseException] = []
+    cuda = device.type == "cuda"
 
     def work() -> None:
         try:
-            cuda = device.type == "cuda"
             buf = torch.empty(chunk_bytes, dtype=torch.uint8, pin_memory=cuda)
             view = buf.numpy().data  # the buffer's bytes (a memoryview)
             stream = torch.cuda.Stream(device=device) if cuda else None
