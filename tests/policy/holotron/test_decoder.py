@@ -397,6 +397,28 @@ def test_failing_gemv_kernels_fall_back_to_f_linear(monkeypatch: pytest.MonkeyPa
     _still_decodes(d)
 
 
+def test_mamba_step_path_decodes_as_stock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``fused_step`` a Mamba-2 block runs as ``mamba_in``, :func:`.ops.mamba_step.mamba_step` and its
+    ``out_proj``; on CPU tensors the step takes its torch reference, so the greedy tokens are stock's (the
+    kernels themselves: test_ops_mamba_step.py)."""
+    d = _forced(monkeypatch, Setup(compiled=False, gemv={}, graphs=True, fused_step=True), lambda s: False)
+    d.capture()
+    assert d.setup.fused_step and d.notes == []
+    assert d.describe()["decode"] == "plain torch blocks, F.linear, Mamba-2 step kernels, CUDA graphs"
+    _still_decodes(d)
+
+
+def test_failing_mamba_step_kernels_fall_back_to_the_blocks_maths(monkeypatch: pytest.MonkeyPatch,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    d = _forced(monkeypatch, Setup(compiled=False, gemv={}, graphs=True, fused_step=True), lambda s: s.fused_step)
+    with caplog.at_level(logging.WARNING, logger=decoder_module.__name__):
+        d.capture()
+    assert d.setup == Setup(compiled=False, gemv={}, graphs=True)
+    assert len(d.notes) == 1 and "F.linear, Mamba-2 step kernels, CUDA graphs failed at load" in d.notes[0]
+    assert d.notes[0].endswith("using plain torch blocks, F.linear, CUDA graphs") and d.notes[0] in caplog.text
+    _still_decodes(d)
+
+
 def test_failing_compile_falls_back_to_plain_torch(monkeypatch: pytest.MonkeyPatch,
                                                    caplog: pytest.LogCaptureFixture) -> None:
     d = _forced(monkeypatch, Setup(compiled=True, gemv={}, graphs=True), lambda s: s.compiled)

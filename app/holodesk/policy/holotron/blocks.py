@@ -1,8 +1,9 @@
 """The maths of each NemotronH block as plain functions of tensors: one decode step, one prefill chunk.
 
 The static decoder (:mod:`.decoder`) holds the tensors and calls these. Decode: one call per block and token
-(``*_block``, :func:`qkv`, :func:`attn_out`, :func:`head`; compiled with ``torch.compile`` so that the norm,
-the residual add and the element-wise work fuse around the matrix-vector products) and :func:`attend`. A
+(``*_block``, :func:`mamba_in`, :func:`qkv`, :func:`attn_out`, :func:`head`; compiled with ``torch.compile`` so
+that the norm, the residual add and the element-wise work fuse around the matrix-vector products),
+:func:`attend`, and on CUDA the Mamba-2 mixer's own kernels (:mod:`.ops.mamba_step`). A
 block's function returns its output without adding it to the residual stream; the next one adds it
 (:func:`add_pending`) in the kernel of its own RMSNorm, so no block spends a kernel on the add.
 Prefill: :func:`mamba_chunk` and :func:`attention_chunk` over a chunk of rows, with the kernels of
@@ -10,9 +11,8 @@ Prefill: :func:`mamba_chunk` and :func:`attention_chunk` over a chunk of rows, w
 normed rows, model dtype.
 
 The maths is transformers 5.23 ``modeling_nemotron_h`` (``NemotronHBlock``, ``NemotronHMamba2Mixer``'s
-one-token branch, ``NemotronHMLP`` with ``relu2``, ``NemotronHAttention``); the Mamba-2 recurrence is the
-reference step of Dao & Gu 2024 (``selective_state_update``): ``dt = softplus(dt + dt_bias)``,
-``s = s * exp(dt * A) + dt * B x``, ``y = s C + D x``.
+one-token branch, ``NemotronHMLP`` with ``relu2``, ``NemotronHAttention``); the Mamba-2 recurrence of one token
+is in :mod:`.ops.mamba_step`.
 
 A projection ``w`` is a plain weight ``[N, K]`` multiplied as :func:`.ops.gemv.linear` chooses (``how``),
 a bitsandbytes weight as stored (:class:`.ops.quant.NF4Weight` / :class:`.ops.quant.Int8Weight`, decode
@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from holodesk.policy.holotron.ops import prefill, quant
 from holodesk.policy.holotron.ops.gemv import linear
-from holodesk.policy.holotron.ops.prefill import gated_rms_norm_reference, rms_norm_reference
+from holodesk.policy.holotron.ops.mamba_step import MambaDims, mamba_step_reference
+from holodesk.policy.holotron.ops.prefill import rms_norm_reference
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -36,8 +37,6 @@ if TYPE_CHECKING:
     Weight = torch.Tensor | quant.QuantWeight | Callable[[torch.Tensor], torch.Tensor]
     How = tuple[str, int, int, int] | None
 
-MambaDims = tuple[int, int, int, int, int, int]
-"""``(I, C, nh, hd, groups, n)``: inner width, conv width, heads, head dim, groups, state size."""
 
 
 def project(x: torch.Tensor, w: Weight, how: How = None, *, relu_square: bool = False) -> torch.Tensor:
@@ -119,49 +118,34 @@ def add_pending(h: torch.Tensor, pending: torch.Tensor | None) -> torch.Tensor:
     return h if pending is None else h + pending
 
 
+def mamba_in(h: torch.Tensor, pending: torch.Tensor | None, norm32: torch.Tensor, eps: float, in_w: Weight,
+             in_how: How = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(s, in_proj(rmsnorm(s)))`` with ``s = h + pending`` (:func:`add_pending`): a Mamba-2 block's first
+    part, ``[B, H]`` and ``[B, I + C + nh]``; :func:`.ops.mamba_step.mamba_step` takes the second."""
+    h = add_pending(h, pending)
+    return h, project(rms_norm_reference(h, norm32, eps), in_w, in_how)
+
+
 def mamba_block(h: torch.Tensor, pending: torch.Tensor | None, norm32: torch.Tensor, eps: float, in_w: Weight,
-                conv_w: torch.Tensor, conv_b: torch.Tensor | None, dt_bias: torch.Tensor, a_neg: torch.Tensor,
-                d_skip: torch.Tensor, gnorm_w: torch.Tensor, out_w: Weight, conv_state: torch.Tensor,
+                out_w: Weight, conv_w: torch.Tensor, conv_b: torch.Tensor | None, dt_bias: torch.Tensor,
+                a_neg: torch.Tensor, d_skip: torch.Tensor, gnorm_w: torch.Tensor, conv_state: torch.Tensor,
                 ssm_state: torch.Tensor, dims: MambaDims, gnorm_eps: float, in_how: How = None,
                 out_how: How = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token through a Mamba-2 block: ``(s, mamba(rmsnorm(s)))`` with ``s = h + pending``
-    (:func:`add_pending`); the next block adds the second to the first.
+    """One token through a Mamba-2 block in torch ops: ``(s, out_proj(mix(in_proj(rmsnorm(s)))))`` with
+    ``s = h + pending`` (:func:`mamba_in`); the next block adds the second to the first. ``mix`` is
+    :func:`.ops.mamba_step.mamba_step_reference` (what ``torch.compile`` fuses when the decoder does not run
+    the step's own kernels: :attr:`.decoder.Setup.fused_step`).
 
     Args:
-        norm32: the block norm's weight in float32; in_w ``in_proj`` ``[I + C + nh, H]``; conv_w
-            ``[C, K]``; conv_b ``[C]`` or None; dt_bias ``[nh]``; a_neg ``[nh]`` float32 ``-exp(A_log)``;
-            d_skip ``[nh]``; gnorm_w ``[I]`` (gated RMSNorm weight); out_w ``out_proj`` ``[H, I]``.
-        conv_state: ``[B, C, K]`` updated in place (shifted left, new input appended).
-        ssm_state: ``[B, nh, hd, n]`` float32 updated in place.
-        gnorm_eps: epsilon of the gated RMSNorm (normalised per group of ``I / groups`` channels).
+        norm32: the block norm's weight in float32; in_w ``in_proj`` ``[I + C + nh, H]``; out_w ``out_proj``
+            ``[H, I]``; the rest as :func:`.ops.mamba_step.mamba_step` takes them (conv_w ``[C, K]``,
+            conv_b ``[C]`` or None, dt_bias ``[nh]``, a_neg ``[nh]`` float32 ``-exp(A_log)``, d_skip ``[nh]``,
+            gnorm_w ``[I]``, conv_state ``[B, C, K]`` and ssm_state ``[B, nh, hd, n]`` float32 updated in
+            place, gnorm_eps per group of ``I / groups`` channels).
     """
-    import torch
-    import torch.nn.functional as F
-
-    inner, conv_dim, nh, hd, groups, n = dims
-    h = add_pending(h, pending)
-    bsz = h.shape[0]
-    dtype = h.dtype
-    zxbcdt = project(rms_norm_reference(h, norm32, eps), in_w, in_how)
-    gate, xbc, dt = zxbcdt.split([inner, conv_dim, nh], dim=-1)
-    window = torch.cat([conv_state[:, :, 1:], xbc.unsqueeze(-1).to(conv_state.dtype)], dim=-1)
-    conv_state.copy_(window)
-    xbc = (window * conv_w).sum(-1)
-    if conv_b is not None:
-        xbc = xbc + conv_b
-    xs, b, c = F.silu(xbc).to(dtype).split([inner, groups * n, groups * n], dim=-1)
-    dt = F.softplus((dt + dt_bias.to(dt.dtype)).float())  # [B, nh]
-    xs = xs.view(bsz, nh, hd).float()
-    rep = nh // groups
-    b = b.view(bsz, groups, 1, n).expand(bsz, groups, rep, n).reshape(bsz, nh, 1, n).float()
-    c = c.view(bsz, groups, 1, n).expand(bsz, groups, rep, n).reshape(bsz, nh, 1, n).float()
-    decay = torch.exp(dt * a_neg).view(bsz, nh, 1, 1)
-    new_state = ssm_state * decay + (dt.view(bsz, nh, 1, 1) * xs.unsqueeze(-1)) * b
-    ssm_state.copy_(new_state)
-    # s C as a product and a sum over the state (not a matmul): compiled, the update, the store and this
-    # reduction are one kernel that reads the state once
-    y = ((new_state * c).sum(-1) + xs * d_skip.float().view(1, nh, 1)).reshape(bsz, inner)
-    y = gated_rms_norm_reference(y, gate, gnorm_w, gnorm_eps, inner // groups)
+    h, zx = mamba_in(h, pending, norm32, eps, in_w, in_how)
+    y = mamba_step_reference(zx, conv_w, conv_b, dt_bias, a_neg, d_skip, gnorm_w, conv_state, ssm_state, dims,
+                             gnorm_eps)
     return h, project(y, out_w, out_how)
 
 
@@ -237,8 +221,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
     return out.reshape(q.shape[0], -1)
 
 
-def mamba_chunk(x: torch.Tensor, in_w: Weight, conv_w: torch.Tensor, conv_b: torch.Tensor | None,
-                dt_bias: torch.Tensor, a_neg: torch.Tensor, d_skip: torch.Tensor, gnorm_w: torch.Tensor, out_w: Weight,
+def mamba_chunk(x: torch.Tensor, in_w: Weight, out_w: Weight, conv_w: torch.Tensor, conv_b: torch.Tensor | None,
+                dt_bias: torch.Tensor, a_neg: torch.Tensor, d_skip: torch.Tensor, gnorm_w: torch.Tensor,
                 conv_state: torch.Tensor, ssm_state: torch.Tensor, dims: MambaDims, gnorm_eps: float, *,
                 length: torch.Tensor, chunk_size: int,
                 dt_limit: tuple[float, float]) -> torch.Tensor:
@@ -300,5 +284,6 @@ def attention_chunk(x: torch.Tensor, q_w: Weight, k_w: Weight | None, v_w: Weigh
     return project(out.transpose(1, 2).reshape(bsz, t, -1), o_w)
 
 
-BLOCK_FUNCTIONS = {"mamba": mamba_block, "mlp": mlp_block, "qkv": qkv, "out": attn_out, "head": head}
+BLOCK_FUNCTIONS = {"mamba": mamba_block, "mamba_in": mamba_in, "mlp": mlp_block, "qkv": qkv, "out": attn_out,
+                   "head": head}
 """The functions a decode step calls, by role (compiled together by the decoder)."""

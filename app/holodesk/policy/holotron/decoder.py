@@ -6,13 +6,14 @@ per token (stock ``generate()`` launches ~1300 small kernels from Python per tok
 model: it reads its weights and calls its embedding, final norm and head modules.
 
 Decode (:meth:`StaticDecoder.step`): embedding -> one :mod:`.blocks` function per block (compiled when every
-projection is a plain weight) -> ``norm_f`` -> ``lm_head`` -> argmax into ``token``, ``pos += 1``; one graph
-per attention window (:meth:`.DecoderState.window`). Prefill (:meth:`StaticDecoder.prefill`): chunks of at
-most ``chunk`` tokens padded to multiples of ``prefill_bucket`` rows in static buffers (a short pass, such as
-jump-forward's :meth:`StaticDecoder.extend`, to the smallest of :attr:`StaticDecoder.short_rows` that holds
-it); the Mamba/MLP blocks between two attention layers form a segment that reads the real length from the
-device, one CUDA graph per (segment, padded length); attention runs eagerly on the real rows
-(:func:`.blocks.attention_chunk`).
+projection is a plain weight; a Mamba-2 block's mixer between its projections by its own kernels,
+:mod:`.ops.mamba_step`, where :attr:`Setup.fused_step`) -> ``norm_f`` -> ``lm_head`` -> argmax into ``token``,
+``pos += 1``; one graph per attention window (:meth:`.DecoderState.window`). Prefill
+(:meth:`StaticDecoder.prefill`): chunks of at most ``chunk`` tokens padded to multiples of ``prefill_bucket`` rows
+in static buffers (a short pass, such as jump-forward's :meth:`StaticDecoder.extend`, to the smallest of
+:attr:`StaticDecoder.short_rows` that holds it); the Mamba/MLP blocks between two attention layers form a
+segment that reads the real length from the device, one CUDA graph per (segment, padded length); attention runs
+eagerly on the real rows (:func:`.blocks.attention_chunk`).
 Mamba-state snapshots let the next prompt resume.
 
 Graphs are recorded on first use (:meth:`StaticDecoder._run`), all in one cache and one memory pool: a window
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from holodesk.policy.holotron import blocks
 from holodesk.policy.holotron.blocks import fused_qkv_weight, weight_of
-from holodesk.policy.holotron.ops import gemv, prefill, quant
+from holodesk.policy.holotron.ops import gemv, mamba_step, prefill, quant
 from holodesk.policy.holotron.state import ATTENTION, MAMBA, MLP, DecoderState, Embeddings, PrefillReport
 
 if TYPE_CHECKING:
@@ -53,12 +54,15 @@ log = logging.getLogger(__name__)
 class Setup:
     """How decode runs: blocks ``compiled``, matrix-vector ``gemv`` per weight role, decode ``graphs``;
     ``quantized``: the model's projections are bitsandbytes modules (decode reads their storage through the
-    :mod:`.ops.quant` kernels when ``gemv`` names them, else calls the modules, uncompiled)."""
+    :mod:`.ops.quant` kernels when ``gemv`` names them, else calls the modules, uncompiled); ``fused_step``:
+    each Mamba-2 mixer between its projections runs :func:`.ops.mamba_step.mamba_step`'s two kernels (else
+    its torch maths, compiled with the block when ``compiled``)."""
 
     compiled: bool
     gemv: dict[str, gemv.Gemv]
     graphs: bool
     quantized: bool = False
+    fused_step: bool = False
 
     def kernels(self) -> bool:
         """Whether any matrix-vector product runs a chosen kernel rather than ``F.linear``."""
@@ -69,10 +73,10 @@ class Setup:
         return any(how.kind in quant.QUANT_KINDS for how in self.gemv.values())
 
     def simpler(self) -> Setup:
-        """The next configuration to try when this one fails at load (plain torch, F.linear / bitsandbytes'
-        modules, eager: itself)."""
-        if self.kernels():
-            return dataclasses.replace(self, gemv={}, compiled=self.compiled and not self.quantized)
+        """The next configuration to try when this one fails at load (without our kernels; then plain torch;
+        then eager; eager plain torch with F.linear / bitsandbytes' modules: itself)."""
+        if self.kernels() or self.fused_step:
+            return dataclasses.replace(self, gemv={}, fused_step=False, compiled=self.compiled and not self.quantized)
         return dataclasses.replace(self, compiled=False) if self.compiled else dataclasses.replace(self, graphs=False)
 
     def label(self) -> str:  # e.g. "compiled blocks, F.linear, CUDA graphs"
@@ -81,6 +85,8 @@ class Setup:
             kernels += " (quantised weights read as bitsandbytes stores them)"
         elif self.quantized:
             kernels += " (bitsandbytes modules called as they are)"
+        if self.fused_step:
+            kernels += ", Mamba-2 step kernels"
         run = "CUDA graphs" if self.graphs else "eager"
         return f"{'compiled' if self.compiled else 'plain torch'} blocks, {kernels}, {run}"
 
@@ -178,7 +184,8 @@ class StaticDecoder:
             chosen = {r: h for r, h in chosen.items() if h.kind not in quant.QUANT_KINDS}
         compiled = not self.eager and (self.plain or (quantized and served))
         self.setup = Setup(compiled=False, gemv={}, graphs=False)
-        self._apply(Setup(compiled=compiled, gemv=chosen, graphs=not self.eager, quantized=quantized))
+        self._apply(Setup(compiled=compiled, gemv=chosen, graphs=not self.eager, quantized=quantized,
+                          fused_step=not self.eager and mamba_step.HAVE_TRITON))
 
     def _block_args(self, i: int) -> tuple[Any, ...]:
         """The tensors (and static ints) block ``i``'s decode function takes after ``h``."""
@@ -190,9 +197,10 @@ class StaticDecoder:
         if kind == MAMBA:
             dims = (m.intermediate_size, m.conv_dim, m.num_heads, m.head_dim, m.n_groups, m.ssm_state_size)
             a_neg = -torch.exp(m.A_log.detach().float())
-            return (*norm, weight_of(m.in_proj), m.conv1d.weight.detach().squeeze(1), m.conv1d.bias,
-                    m.dt_bias.detach(), a_neg, m.D.detach(), m.norm.weight.detach(), weight_of(m.out_proj), st.conv[i],
-                    st.ssm[i], dims, float(m.norm.variance_epsilon))
+            conv_b = None if m.conv1d.bias is None else m.conv1d.bias.detach()
+            return (*norm, weight_of(m.in_proj), weight_of(m.out_proj), m.conv1d.weight.detach().squeeze(1), conv_b,
+                    m.dt_bias.detach(), a_neg, m.D.detach(), m.norm.weight.detach(), st.conv[i], st.ssm[i], dims,
+                    float(m.norm.variance_epsilon))
         if kind == MLP:
             return (*norm, weight_of(m.up_proj), weight_of(m.down_proj))
         fused = fused_qkv_weight(m)
@@ -211,7 +219,7 @@ class StaticDecoder:
         """The decode step's projections by role in the block arguments ``args`` and attention outputs ``out``
         (the gemv choice is made per role)."""
         roles: dict[str, list[Any]] = {"lm_head": [self._head_args[2]]}
-        where = {MAMBA: (("in_proj", 2), ("out_proj", 9)), MLP: (("up", 2), ("down", 3)), ATTENTION: (("qkv", 2),)}
+        where = {MAMBA: (("in_proj", 2), ("out_proj", 3)), MLP: (("up", 2), ("down", 3)), ATTENTION: (("qkv", 2),)}
         for i, kind in enumerate(self.kinds):
             for role, j in where[kind]:
                 roles.setdefault(role, []).append(args[i][j])
@@ -403,7 +411,10 @@ class StaticDecoder:
         future = blocks.future_keys(st.pos, self._arange, window)  # one mask for every attention layer
         for i, kind in enumerate(self.kinds):
             a = self._dargs[i]
-            if kind == MAMBA:
+            if kind == MAMBA and self.setup.fused_step:  # (norm32, eps, in_w, out_w, *mixer arguments)
+                h, zx = fns["mamba_in"](h, pending, *a[:3], how("in_proj"))
+                pending = fns["out"](mamba_step.mamba_step(zx, *a[4:]), a[3], how("out_proj"))
+            elif kind == MAMBA:
                 h, pending = fns["mamba"](h, pending, *a, how("in_proj"), how("out_proj"))
             elif kind == MLP:
                 h, pending = fns["mlp"](h, pending, *a, how("up"), how("down"))
