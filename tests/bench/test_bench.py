@@ -127,6 +127,27 @@ def test_gpu_tiny_bench_measures_floors_and_ratios(tmp_path: Path) -> None:
     agreement = result["stock"]["agreement"]
     assert agreement["tokens_equal"] == agreement["n"] == 8
     assert result["profile"]["kernel_launches"] > 0 and result["profile"]["top"]
+    gaps = result["profile"]["gaps"]
+    assert 0 < gaps["idle_us"] < gaps["span_us"] and len(result["profile"]["kernels"]) >= len(result["profile"]["top"])
+
+
+def test_kernel_gaps_splits_idle_time_by_gap_length() -> None:
+    """A fake profile (kernel and CPU events as plain objects; the real one needs a GPU): overlapping kernels
+    count once, CPU events are ignored, gaps up to 5 us and longer ones are summed apart."""
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from holodesk.bench.runs import kernel_gaps
+
+    def event(start: float, end: float, device: Any) -> SimpleNamespace:
+        return SimpleNamespace(time_range=SimpleNamespace(start=start, end=end), device_type=device)
+
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    events = [event(0, 10, cuda), event(5, 12, cuda), event(14, 20, cuda), event(100, 110, cuda), event(0, 500, cpu)]
+    gaps = kernel_gaps(SimpleNamespace(events=lambda: events))
+    assert gaps == {"span_us": 110, "idle_us": 82, "idle_in_gaps_upto_5us": 2, "idle_in_gaps_over_5us": 80,
+                    "gaps_over_5us": 1}
+    assert kernel_gaps(SimpleNamespace(events=lambda: [event(0, 5, cpu)])) == {}
 
 
 def _mixers(model: Any) -> dict[str, int]:

@@ -184,14 +184,14 @@ def attn_out(o: torch.Tensor, o_w: Weight, how: How = None) -> torch.Tensor:
 
 
 def head(h: torch.Tensor, pending: torch.Tensor | None, normf32: torch.Tensor, eps: float, lm_w: Weight,
-         how: How = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Final norm of ``h + pending`` (:func:`add_pending`), ``lm_head`` in float32 logits ``[B, vocab]`` and the
-    greedy token ``[B, 1]`` int64."""
-    import torch
+         how: How = None) -> torch.Tensor:
+    """Final norm of ``h + pending`` (:func:`add_pending`) and ``lm_head``: float32 logits ``[B, vocab]``.
 
+    The greedy token is taken by the caller with ``torch.argmax`` outside ``torch.compile``: compiled, the
+    argmax over Holotron-12B's 131,072 logits was one thread block's reduction, 31 us a decode step on an
+    H200 (docs/benchmarks.md, run 13a), where torch's own kernel spreads it over the GPU."""
     h = add_pending(h, pending)
-    logits = project(rms_norm_reference(h, normf32, eps), lm_w, how).float()
-    return logits, torch.argmax(logits, dim=-1, keepdim=True)
+    return project(rms_norm_reference(h, normf32, eps), lm_w, how).float()
 
 
 def future_keys(pos: torch.Tensor, arange: torch.Tensor, window: int) -> torch.Tensor:

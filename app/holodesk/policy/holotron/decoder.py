@@ -423,9 +423,8 @@ class StaticDecoder:
                 h, q, k, v = fns["qkv"](h, pending, *a, how("qkv"))
                 o = blocks.attend(q, k, v, st.k[i], st.v[i], st.pos, future, window, scaling)
                 pending = fns["out"](o, o_w, how("o_proj"))
-        logits, token = fns["head"](h, pending, *self._head_args, how("lm_head"))
-        self.logits.copy_(logits)
-        self.token.copy_(token)
+        self.logits.copy_(fns["head"](h, pending, *self._head_args, how("lm_head")))
+        torch.argmax(self.logits, dim=-1, keepdim=True, out=self.token)  # eager: see blocks.head
         st.pos.add_(1)
 
     def step(self) -> torch.Tensor:
@@ -541,7 +540,7 @@ class StaticDecoder:
             embeds = self.lm.model.embeddings(ids)
             for a in range(0, n, self.chunk):
                 h = self._forward_chunk(embeds[:, a : a + self.chunk], st.length + a)
-            logits, _ = blocks.head(h[:, -1].contiguous(), None, *self._head_args)
+            logits = blocks.head(h[:, -1].contiguous(), None, *self._head_args)
         st.length += n
         st.pos.fill_(st.length)
         return logits

@@ -114,3 +114,21 @@ def mamba_step_norm_kernel(gated_ptr, norm_w_ptr, out_ptr, zx_ptr, conv_ptr, eps
         c = INNER + (part * GROUPS + g) * STATE + nn
         window = _conv_window(conv, zx, c, n_ok, j, stride_conv_c, WIDTH)
         tl.store(conv + c[:, None] * stride_conv_c + j[None, :], window, mask=n_ok[:, None] & (j[None, :] < WIDTH))
+
+
+@triton.jit
+def add_rms_norm_row_kernel(h_ptr, pending_ptr, w_ptr, h_out_ptr, x_out_ptr, eps,  # type: ignore[no-untyped-def]
+                            stride_h, stride_p, stride_ho, stride_xo,
+                            WIDTH: tl.constexpr, BLOCK: tl.constexpr):
+    """Row ``b`` (program ``b``): ``s = h + pending`` rounded to ``h``'s dtype, then ``x = w * s / rms(s)`` in
+    float32 (``w`` float32), rounded once: a decode block's residual add and RMSNorm."""
+    b = tl.program_id(0)
+    k = tl.arange(0, BLOCK)
+    ok = k < WIDTH
+    s = (tl.load(h_ptr + b * stride_h + k, mask=ok, other=0.0).to(tl.float32)
+         + tl.load(pending_ptr + b * stride_p + k, mask=ok, other=0.0).to(tl.float32)).to(h_out_ptr.dtype.element_ty)
+    tl.store(h_out_ptr + b * stride_ho + k, s, mask=ok)
+    sf = s.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(sf * sf, axis=0) / WIDTH + eps)
+    w = tl.load(w_ptr + k, mask=ok, other=0.0)
+    tl.store(x_out_ptr + b * stride_xo + k, (w * (sf * rstd)).to(x_out_ptr.dtype.element_ty), mask=ok)

@@ -38,6 +38,8 @@ except Exception as _exc:  # no Triton: the torch reference only
 
 BLOCK_P = 16
 """Head rows per program of the state pass (Holotron-12B: 128 heads x 5 = 640 programs of 16 x 128 floats)."""
+NUM_WARPS = 4
+"""Warps per program of the state pass."""
 
 
 def mamba_step_reference(zx: torch.Tensor, conv_w: torch.Tensor, conv_b: torch.Tensor | None, dt_bias: torch.Tensor,
@@ -109,9 +111,11 @@ def mamba_step(zx: torch.Tensor, conv_w: torch.Tensor, conv_b: torch.Tensor | No
 
 def mamba_step_triton(zx: torch.Tensor, conv_w: torch.Tensor, conv_b: torch.Tensor | None, dt_bias: torch.Tensor,
                       a_neg: torch.Tensor, d_skip: torch.Tensor, norm_w: torch.Tensor, conv_state: torch.Tensor,
-                      ssm_state: torch.Tensor, dims: MambaDims, eps: float) -> torch.Tensor:
+                      ssm_state: torch.Tensor, dims: MambaDims, eps: float, *, block_p: int = BLOCK_P,
+                      num_warps: int = NUM_WARPS) -> torch.Tensor:
     """:func:`mamba_step` by the two Triton kernels (CUDA tensors, or CPU tensors under Triton's interpreter);
-    arguments as there, ``ssm_state`` contiguous.
+    arguments as there, ``ssm_state`` contiguous; ``block_p`` head rows and ``num_warps`` warps a program of the
+    state pass.
 
     Raises:
         ValueError: the tensors' shapes disagree with ``dims``, or ``nh`` is not a multiple of ``groups``.
@@ -131,12 +135,12 @@ def mamba_step_triton(zx: torch.Tensor, conv_w: torch.Tensor, conv_b: torch.Tens
     out = torch.empty(bsz, inner, dtype=norm_w.dtype, device=zx.device)
     block_n = max(16, 1 << (n - 1).bit_length())
     block_w = max(2, 1 << (width - 1).bit_length())
-    _kernels.mamba_step_kernel[(bsz, nh, (hd + BLOCK_P - 1) // BLOCK_P)](
+    _kernels.mamba_step_kernel[(bsz, nh, (hd + block_p - 1) // block_p)](
         zx, conv_state, conv_w, conv_b if conv_b is not None else conv_w, dt_bias, a_neg, d_skip, ssm_state, gated,
         zx.stride(0), conv_state.stride(0), conv_state.stride(1), conv_w.stride(0), ssm_state.stride(0),
         gated.stride(0),
         INNER=inner, CONV_DIM=conv_dim, HEADS=nh, HEAD_DIM=hd, GROUPS=groups, STATE=n, WIDTH=width,
-        HAS_BIAS=conv_b is not None, BLOCK_P=BLOCK_P, BLOCK_N=block_n, BLOCK_W=block_w, num_warps=4)
+        HAS_BIAS=conv_b is not None, BLOCK_P=block_p, BLOCK_N=block_n, BLOCK_W=block_w, num_warps=num_warps)
     _kernels.mamba_step_norm_kernel[(bsz, groups)](
         gated, norm_w, out, zx, conv_state, float(eps),
         gated.stride(0), out.stride(0), zx.stride(0), conv_state.stride(0), conv_state.stride(1),
@@ -145,5 +149,5 @@ def mamba_step_triton(zx: torch.Tensor, conv_w: torch.Tensor, conv_b: torch.Tens
     return out
 
 
-__all__ = ["BLOCK_P", "HAVE_TRITON", "MambaDims", "kernels_apply", "mamba_step", "mamba_step_reference",
+__all__ = ["BLOCK_P", "HAVE_TRITON", "NUM_WARPS", "MambaDims", "kernels_apply", "mamba_step", "mamba_step_reference",
            "mamba_step_triton"]
