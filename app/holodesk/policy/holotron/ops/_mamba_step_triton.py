@@ -42,8 +42,9 @@ def mamba_step_kernel(zx_ptr, conv_ptr, conv_w_ptr, conv_b_ptr, dt_bias_ptr, a_n
     """Rows ``[p0, p0 + BLOCK_P)`` of head ``h`` (program ``(b, h, p0 / BLOCK_P)``) through one Mamba-2 token.
 
     ``zx [B, INNER + CONV_DIM + HEADS]`` is ``in_proj``'s output ``(gate z, xBC, dt)``. This program convolves
-    its ``x`` channels (and writes their conv state) and its group's ``B``/``C`` channels (read only: other
-    programs of the group read the same stored inputs, so :func:`mamba_step_norm_kernel` writes those), takes
+    its ``x`` channels (and writes their conv state, after a barrier: the state is shifted in place) and its
+    group's ``B``/``C`` channels (read only: other programs of the group read the same stored inputs, so
+    :func:`mamba_step_norm_kernel` writes those), takes
     ``dt = softplus(dt + dt_bias)``, updates its ``[BLOCK_P, STATE]`` tile of the float32 SSM state
     ``s = s exp(dt A) + dt x B`` and writes ``gated = (s C + D x) silu(z)`` in float32. The conv outputs and
     ``dt + dt_bias`` are rounded to ``zx``'s dtype, where the stock module stores them."""
@@ -61,8 +62,6 @@ def mamba_step_kernel(zx_ptr, conv_ptr, conv_w_ptr, conv_b_ptr, dt_bias_ptr, a_n
 
     cx = h * HEAD_DIM + p  # this program's x channels (of xBC)
     window = _conv_window(conv, zx + INNER, cx, p_ok, j, stride_conv_c, WIDTH)
-    tl.store(conv + cx[:, None] * stride_conv_c + j[None, :], window,
-             mask=p_ok[:, None] & (j[None, :] < WIDTH))
     x = _conv_silu(window, conv_w_ptr, conv_b_ptr, cx, p_ok, j, stride_wc, WIDTH, HAS_BIAS).to(dtype).to(tl.float32)
     cb = INNER + g * STATE + nn
     bv = _conv_silu(_conv_window(conv, zx + INNER, cb, n_ok, j, stride_conv_c, WIDTH), conv_w_ptr, conv_b_ptr, cb,
@@ -84,6 +83,10 @@ def mamba_step_kernel(zx_ptr, conv_ptr, conv_w_ptr, conv_b_ptr, dt_bias_ptr, a_n
     y = tl.sum(s * cv[None, :], axis=1) + x * tl.load(d_ptr + h).to(tl.float32)
     z = tl.load(zx + cx, mask=p_ok, other=0.0).to(tl.float32)
     tl.store(gated_ptr + b * stride_gated + cx, y * (z * tl.sigmoid(z)), mask=p_ok)
+    # The shifted window goes where it was read from, and a thread may store a column that another thread of
+    # the program (or a replica of its value in another warp) has yet to read: every read first.
+    tl.debug_barrier()
+    tl.store(conv + cx[:, None] * stride_conv_c + j[None, :], window, mask=p_ok[:, None] & (j[None, :] < WIDTH))
 
 
 @triton.jit
@@ -110,25 +113,12 @@ def mamba_step_norm_kernel(gated_ptr, norm_w_ptr, out_ptr, zx_ptr, conv_ptr, eps
     n_ok = nn < STATE
     zx = zx_ptr + b * stride_zx + INNER
     conv = conv_ptr + b * stride_conv_b
-    for part in tl.static_range(2):  # B, then C
-        c = INNER + (part * GROUPS + g) * STATE + nn
-        window = _conv_window(conv, zx, c, n_ok, j, stride_conv_c, WIDTH)
-        tl.store(conv + c[:, None] * stride_conv_c + j[None, :], window, mask=n_ok[:, None] & (j[None, :] < WIDTH))
+    cb = INNER + g * STATE + nn
+    cc = INNER + (GROUPS + g) * STATE + nn
+    window_b = _conv_window(conv, zx, cb, n_ok, j, stride_conv_c, WIDTH)
+    window_c = _conv_window(conv, zx, cc, n_ok, j, stride_conv_c, WIDTH)
+    tl.debug_barrier()  # every read before any thread stores (as in mamba_step_kernel)
+    ok = n_ok[:, None] & (j[None, :] < WIDTH)
+    tl.store(conv + cb[:, None] * stride_conv_c + j[None, :], window_b, mask=ok)
+    tl.store(conv + cc[:, None] * stride_conv_c + j[None, :], window_c, mask=ok)
 
-
-@triton.jit
-def add_rms_norm_row_kernel(h_ptr, pending_ptr, w_ptr, h_out_ptr, x_out_ptr, eps,  # type: ignore[no-untyped-def]
-                            stride_h, stride_p, stride_ho, stride_xo,
-                            WIDTH: tl.constexpr, BLOCK: tl.constexpr):
-    """Row ``b`` (program ``b``): ``s = h + pending`` rounded to ``h``'s dtype, then ``x = w * s / rms(s)`` in
-    float32 (``w`` float32), rounded once: a decode block's residual add and RMSNorm."""
-    b = tl.program_id(0)
-    k = tl.arange(0, BLOCK)
-    ok = k < WIDTH
-    s = (tl.load(h_ptr + b * stride_h + k, mask=ok, other=0.0).to(tl.float32)
-         + tl.load(pending_ptr + b * stride_p + k, mask=ok, other=0.0).to(tl.float32)).to(h_out_ptr.dtype.element_ty)
-    tl.store(h_out_ptr + b * stride_ho + k, s, mask=ok)
-    sf = s.to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(sf * sf, axis=0) / WIDTH + eps)
-    w = tl.load(w_ptr + k, mask=ok, other=0.0)
-    tl.store(x_out_ptr + b * stride_xo + k, (w * (sf * rstd)).to(x_out_ptr.dtype.element_ty), mask=ok)
