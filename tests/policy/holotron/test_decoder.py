@@ -408,6 +408,31 @@ def test_mamba_step_path_decodes_as_stock(monkeypatch: pytest.MonkeyPatch) -> No
     _still_decodes(d)
 
 
+@pytest.mark.parametrize("fused_step", [True, False], ids=["mamba-step-kernels", "block-maths"])
+def test_each_decode_function_sees_one_signature_per_model(monkeypatch: pytest.MonkeyPatch, fused_step: bool) -> None:
+    """Compiled with ``dynamic=False``, a decode function compiles again for every new shape or dtype it is called
+    with, and torch counts these per function (8 at most in a process: on the GPU, ``attn_out`` called for both
+    the attention and the Mamba output projections hit that limit in the test session and decode fell back).
+    Here every function of a step is wrapped to record the shapes and dtypes of its tensor arguments over
+    several steps and windows: one signature each."""
+    d = _forced(monkeypatch, Setup(compiled=False, gemv={}, graphs=True, fused_step=fused_step), lambda s: False)
+    d.capture()
+    seen: dict[str, set[tuple[object, ...]]] = {}
+
+    def recording(name: str, fn: Any) -> Any:
+        def call(*args: Any) -> Any:
+            seen.setdefault(name, set()).add(tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else
+                                                   type(a).__name__ for a in args))
+            return fn(*args)
+        return call
+
+    d._fns = {name: recording(name, fn) for name, fn in d._fns.items()}
+    _still_decodes(d)
+    assert seen and all(len(sigs) == 1 for sigs in seen.values()), seen
+    used = {"mamba_in", "mamba_out"} if fused_step else {"mamba"}
+    assert used <= seen.keys() and {"mlp", "qkv", "out", "head"} <= seen.keys()
+
+
 def test_failing_mamba_step_kernels_fall_back_to_the_blocks_maths(monkeypatch: pytest.MonkeyPatch,
                                                                   caplog: pytest.LogCaptureFixture) -> None:
     d = _forced(monkeypatch, Setup(compiled=False, gemv={}, graphs=True, fused_step=True), lambda s: s.fused_step)

@@ -1,10 +1,10 @@
 """The maths of each NemotronH block as plain functions of tensors: one decode step, one prefill chunk.
 
 The static decoder (:mod:`.decoder`) holds the tensors and calls these. Decode: one call per block and token
-(``*_block``, :func:`mamba_in`, :func:`qkv`, :func:`attn_out`, :func:`head`; compiled with ``torch.compile`` so
-that the norm, the residual add and the element-wise work fuse around the matrix-vector products),
-:func:`attend`, and on CUDA the Mamba-2 mixer's own kernels (:mod:`.ops.mamba_step`). A
-block's function returns its output without adding it to the residual stream; the next one adds it
+(``*_block``, :func:`mamba_in`, :func:`mamba_out`, :func:`qkv`, :func:`attn_out`, :func:`head`; compiled with
+``torch.compile`` so that the norm, the residual add and the element-wise work fuse around the matrix-vector
+products), :func:`attend`, and on CUDA the Mamba-2 mixer's own kernels (:mod:`.ops.mamba_step`). A block's
+function returns its output without adding it to the residual stream; the next one adds it
 (:func:`add_pending`) in the kernel of its own RMSNorm, so no block spends a kernel on the add.
 Prefill: :func:`mamba_chunk` and :func:`attention_chunk` over a chunk of rows, with the kernels of
 :mod:`.ops.prefill`. Shapes: ``h [B, H]`` the residual stream of one token, ``x [B, T, H]`` a chunk's
@@ -124,6 +124,13 @@ def mamba_in(h: torch.Tensor, pending: torch.Tensor | None, norm32: torch.Tensor
     part, ``[B, H]`` and ``[B, I + C + nh]``; :func:`.ops.mamba_step.mamba_step` takes the second."""
     h = add_pending(h, pending)
     return h, project(rms_norm_reference(h, norm32, eps), in_w, in_how)
+
+
+def mamba_out(y: torch.Tensor, out_w: Weight, out_how: How = None) -> torch.Tensor:
+    """``out_proj(y)``, ``y [B, I]`` (:func:`.ops.mamba_step.mamba_step`'s output): a Mamba-2 block's output,
+    which the next block adds. A function of its own, not :func:`attn_out`: compiled, each keeps one graph per
+    model (``torch.compile`` counts recompilations per function)."""
+    return project(y, out_w, out_how)
 
 
 def mamba_block(h: torch.Tensor, pending: torch.Tensor | None, norm32: torch.Tensor, eps: float, in_w: Weight,
@@ -284,6 +291,6 @@ def attention_chunk(x: torch.Tensor, q_w: Weight, k_w: Weight | None, v_w: Weigh
     return project(out.transpose(1, 2).reshape(bsz, t, -1), o_w)
 
 
-BLOCK_FUNCTIONS = {"mamba": mamba_block, "mamba_in": mamba_in, "mlp": mlp_block, "qkv": qkv, "out": attn_out,
-                   "head": head}
+BLOCK_FUNCTIONS = {"mamba": mamba_block, "mamba_in": mamba_in, "mamba_out": mamba_out, "mlp": mlp_block, "qkv": qkv,
+                   "out": attn_out, "head": head}
 """The functions a decode step calls, by role (compiled together by the decoder)."""

@@ -413,7 +413,7 @@ class StaticDecoder:
             a = self._dargs[i]
             if kind == MAMBA and self.setup.fused_step:  # (norm32, eps, in_w, out_w, *mixer arguments)
                 h, zx = fns["mamba_in"](h, pending, *a[:3], how("in_proj"))
-                pending = fns["out"](mamba_step.mamba_step(zx, *a[4:]), a[3], how("out_proj"))
+                pending = fns["mamba_out"](mamba_step.mamba_step(zx, *a[4:]), a[3], how("out_proj"))
             elif kind == MAMBA:
                 h, pending = fns["mamba"](h, pending, *a, how("in_proj"), how("out_proj"))
             elif kind == MLP:
