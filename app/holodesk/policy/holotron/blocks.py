@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     How = tuple[str, int, int, int] | None
 
 
-
 def project(x: torch.Tensor, w: Weight, how: How = None, *, relu_square: bool = False) -> torch.Tensor:
     """``x @ w^T`` for a plain weight ``w [N, K]`` or a quantised one (:mod:`.ops.quant`), through ``how``
     (:meth:`.ops.gemv.Gemv.spec`), else ``w(x)`` (a module). ``x [B, K]`` -> ``[B, N]``, or ``[..., K]`` ->
