@@ -137,7 +137,7 @@ def test_kernel_gaps_splits_idle_time_by_gap_length() -> None:
     torch = pytest.importorskip("torch")
     from types import SimpleNamespace
 
-    from holodesk.bench.runs import kernel_gaps
+    from holodesk.bench.profiling import kernel_gaps
 
     def event(start: float, end: float, device: Any) -> SimpleNamespace:
         return SimpleNamespace(time_range=SimpleNamespace(start=start, end=end), device_type=device)

@@ -186,7 +186,7 @@ def _engine_runs(loaded: LoadedHolotron, args: argparse.Namespace, result: dict[
         the static decoder's reply to the one-screenshot prompt (``compare.static_reference``), the
         reference of the quantised runs; None when neither they nor the stock comparison were asked for.
     """
-    from holodesk.bench import compare, runs
+    from holodesk.bench import compare, profiling, runs
     from holodesk.bench.floors import allocated, param_bytes
     from holodesk.policy.holotron.engine import StaticEngine
 
@@ -211,7 +211,7 @@ def _engine_runs(loaded: LoadedHolotron, args: argparse.Namespace, result: dict[
         result["history_cold"] = runs.history_runs(engine, args, weights)
         result.update(runs.episode_runs(engine, args, weights))
         if args.profile and loaded.device.type == "cuda":
-            result["profile"] = runs.profile_step(engine, args)
+            result["profile"] = profiling.profile_step(engine, args)
         if not args.no_stock or args.quant:
             ids, images = compare.one_screenshot(fixed, args)
             reference = compare.static_reference(engine, ids, images, args.reply_tokens)
