@@ -19,6 +19,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from holodesk.policy.holotron.ops.prefill import gated_rms_norm_reference
+
 if TYPE_CHECKING:
     import torch
 
@@ -50,8 +52,6 @@ def mamba_step_reference(zx: torch.Tensor, conv_w: torch.Tensor, conv_b: torch.T
     state and norm); also what the compiled decode fuses where the kernels are not used."""
     import torch
     import torch.nn.functional as F
-
-    from holodesk.policy.holotron.ops.prefill import gated_rms_norm_reference
 
     inner, conv_dim, nh, hd, groups, n = dims
     bsz = zx.shape[0]
