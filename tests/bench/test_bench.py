@@ -133,20 +133,26 @@ def test_gpu_tiny_bench_measures_floors_and_ratios(tmp_path: Path) -> None:
 
 def test_kernel_gaps_splits_idle_time_by_gap_length() -> None:
     """A fake profile (kernel and CPU events as plain objects; the real one needs a GPU): overlapping kernels
-    count once, CPU events are ignored, gaps up to 5 us and longer ones are summed apart."""
+    count once, CPU events are ignored, gaps up to 5 us and longer ones are summed apart, and the longer ones
+    by the kernels on either side (the one ending last before the gap, not one nested inside it)."""
     torch = pytest.importorskip("torch")
     from types import SimpleNamespace
 
     from holodesk.bench.profiling import kernel_gaps
 
-    def event(start: float, end: float, device: Any) -> SimpleNamespace:
-        return SimpleNamespace(time_range=SimpleNamespace(start=start, end=end), device_type=device)
+    def event(start: float, end: float, device: Any, name: str = "k") -> SimpleNamespace:
+        return SimpleNamespace(time_range=SimpleNamespace(start=start, end=end), device_type=device, name=name)
 
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
-    events = [event(0, 10, cuda), event(5, 12, cuda), event(14, 20, cuda), event(100, 110, cuda), event(0, 500, cpu)]
+    events = [event(0, 10, cuda, "a"), event(5, 12, cuda, "b"), event(1, 3, cuda, "inside"), event(14, 20, cuda, "c"),
+              event(100, 110, cuda, "argmax"), event(0, 500, cpu), event(130, 140, cuda, "gemv"),
+              event(150, 160, cuda, "argmax"), event(180, 190, cuda, "gemv")]
     gaps = kernel_gaps(SimpleNamespace(events=lambda: events))
-    assert gaps == {"span_us": 110, "idle_us": 82, "idle_in_gaps_upto_5us": 2, "idle_in_gaps_over_5us": 80,
-                    "gaps_over_5us": 1}
+    assert gaps == {"span_us": 190, "idle_us": 132, "idle_in_gaps_upto_5us": 2, "idle_in_gaps_over_5us": 130,
+                    "gaps_over_5us": 4,
+                    "where": [{"after": "c", "before": "argmax", "gaps": 1, "us": 80},
+                              {"after": "argmax", "before": "gemv", "gaps": 2, "us": 40},
+                              {"after": "gemv", "before": "argmax", "gaps": 1, "us": 10}]}
     assert kernel_gaps(SimpleNamespace(events=lambda: [event(0, 5, cpu)])) == {}
 
 

@@ -13,30 +13,38 @@ if TYPE_CHECKING:
     from holodesk.policy.holotron.engine import StaticEngine
 
 
-def kernel_gaps(prof: Any) -> dict[str, Any]:
+def kernel_gaps(prof: Any, *, pairs: int = 12) -> dict[str, Any]:
     """The GPU's idle time between the profiled kernels (``prof``: a finished ``torch.profiler.profile``):
     microseconds from the first kernel's start to the last one's end, with no kernel running, and that idle
     time split into gaps of at most 5 us (one kernel's launch after the previous one, as inside a CUDA graph)
-    and longer ones (the GPU waiting for the host; longer under the profiler than without it)."""
+    and longer ones (the GPU waiting for the host; longer under the profiler than without it). ``where``:
+    the longer gaps summed by the kernels on either side (``after``: the kernel that ended last before the
+    gap, ``before``: the one that starts it; names cut to 60 characters), the ``pairs`` largest sums first."""
     from torch.autograd import DeviceType
 
-    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+    spans = sorted((e.time_range.start, e.time_range.end, str(getattr(e, "name", ""))[:60]) for e in prof.events()
                    if e.device_type == DeviceType.CUDA and e.time_range.end > e.time_range.start)
     if not spans:
         return {}
     short = long = 0.0
     count_long = 0
-    reach = spans[0][1]
-    for start, end in spans[1:]:
+    where: dict[tuple[str, str], list[float]] = {}
+    reach, last = spans[0][1], spans[0][2]
+    for start, end, name in spans[1:]:
         gap = start - reach
         if gap > 5.0:
             long, count_long = long + gap, count_long + 1
+            total = where.setdefault((last, name), [0.0, 0])
+            total[0], total[1] = total[0] + gap, total[1] + 1
         elif gap > 0:
             short += gap
-        reach = max(reach, end)
+        if end >= reach:
+            reach, last = end, name
+    ranked = sorted(where.items(), key=lambda kv: -kv[1][0])[:pairs]
     return {"span_us": round(reach - spans[0][0], 1), "idle_us": round(short + long, 1),
             "idle_in_gaps_upto_5us": round(short, 1), "idle_in_gaps_over_5us": round(long, 1),
-            "gaps_over_5us": count_long}
+            "gaps_over_5us": count_long,
+            "where": [{"after": a, "before": b, "gaps": int(n), "us": round(us, 1)} for (a, b), (us, n) in ranked]}
 
 
 def profile_step(engine: StaticEngine, args: argparse.Namespace) -> dict[str, Any]:
@@ -65,7 +73,10 @@ def profile_step(engine: StaticEngine, args: argparse.Namespace) -> dict[str, An
            "kernel_launches": sum(int(r["calls"]) for r in rows), "top": rows[:25], "kernels": rows,
            "gaps": kernel_gaps(prof)}
     print(f"profile: {out['gpu_busy_us']} us GPU-busy, {out['kernel_launches']} kernel launches over one step of "
-          f"{len(ids)} prompt and {args.reply_tokens} reply tokens; idle between kernels {out['gaps']}", flush=True)
+          f"{len(ids)} prompt and {args.reply_tokens} reply tokens; idle between kernels "
+          f"{ {k: v for k, v in out['gaps'].items() if k != 'where'} }", flush=True)
     for r in rows[:25]:
         print(f"  {r['us']:10.1f} us  x{r['calls']:5d}  {r['kernel']}", flush=True)
+    for w in out["gaps"].get("where", []):
+        print(f"  idle {w['us']:9.1f} us in {w['gaps']:4d} gaps after {w['after']} before {w['before']}", flush=True)
     return out
