@@ -82,6 +82,7 @@ def static_greedy(d: StaticDecoder, lm: NemotronHForCausalLM, ids: torch.Tensor,
     tokens, all_logits = [int(d.token)], [logits.clone()]
     for _ in range(STEPS - 1):
         d.step()
+        d.token.copy_(d.logits.argmax(-1, keepdim=True))
         tokens.append(int(d.token))
         all_logits.append(d.logits.clone())
     return tokens, torch.cat(all_logits)

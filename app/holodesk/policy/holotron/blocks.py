@@ -193,9 +193,10 @@ def head(h: torch.Tensor, pending: torch.Tensor | None, normf32: torch.Tensor, e
          how: How = None) -> torch.Tensor:
     """Final norm of ``h + pending`` (:func:`add_pending`) and ``lm_head``: float32 logits ``[B, vocab]``.
 
-    The greedy token is taken by the caller with ``torch.argmax`` outside ``torch.compile``: compiled, the
-    argmax over Holotron-12B's 131,072 logits was one thread block's reduction, 31 us a decode step on an
-    H200 (docs/benchmarks.md, run 13a), where torch's own kernel spreads it over the GPU."""
+    The token is chosen by the caller outside ``torch.compile`` (:func:`.runtime.decode_loop`, with eager
+    ``torch.argmax``): compiled, the argmax over Holotron-12B's 131,072 logits was one thread block's
+    reduction, 31 us a decode step on an H200 (docs/benchmarks.md, run 13a), where torch's own kernel spreads
+    it over the GPU."""
     h = add_pending(h, pending)
     return project(rms_norm_reference(h, normf32, eps), lm_w, how).float()
 

@@ -7,8 +7,8 @@ model: it reads its weights and calls its embedding, final norm and head modules
 
 Decode (:meth:`StaticDecoder.step`): embedding -> one :mod:`.blocks` function per block (compiled when every
 projection is a plain weight; a Mamba-2 block's mixer between its projections by its own kernels,
-:mod:`.ops.mamba_step`, where :attr:`Setup.fused_step`) -> ``norm_f`` -> ``lm_head`` -> argmax into ``token``,
-``pos += 1``; one graph per attention window (:meth:`.DecoderState.window`). Prefill
+:mod:`.ops.mamba_step`, where :attr:`Setup.fused_step`) -> ``norm_f`` -> ``lm_head`` into ``logits``,
+``pos += 1`` (the caller chooses the next token from ``logits`` and writes it into ``token``); one graph per attention window (:meth:`.DecoderState.window`). Prefill
 (:meth:`StaticDecoder.prefill`): chunks of at most ``chunk`` tokens padded to multiples of ``prefill_bucket`` rows
 in static buffers (a short pass, such as jump-forward's :meth:`StaticDecoder.extend`, to the smallest of
 :attr:`StaticDecoder.short_rows` that holds it); the Mamba/MLP blocks between two attention layers form a
@@ -401,7 +401,7 @@ class StaticDecoder:
             torch.cuda.synchronize(self.device)
 
     def _step_body(self, window: int) -> None:
-        """The captured work: ``token`` -> ``logits``, the greedy ``token``, ``pos += 1`` (no host sync)."""
+        """The captured work: ``token`` -> ``logits``, ``pos += 1`` (no host sync)."""
         import torch
 
         fns, how, st = self._fns, self._how.get, self.state
@@ -424,13 +424,11 @@ class StaticDecoder:
                 o = blocks.attend(q, k, v, st.k[i], st.v[i], st.pos, future, window, scaling)
                 pending = fns["out"](o, o_w, how("o_proj"))
         self.logits.copy_(fns["head"](h, pending, *self._head_args, how("lm_head")))
-        torch.argmax(self.logits, dim=-1, keepdim=True, out=self.token)  # eager: see blocks.head
         st.pos.add_(1)
 
     def step(self) -> torch.Tensor:
         """Decode one token: consume ``token``, write ``logits`` ``[B, vocab]`` float32 (returned; overwritten by
-        the next step) and the greedy next ``token`` (to constrain, ``token.copy_()`` another before the next
-        call). Replays the window's graph, or runs eagerly and records it on the window's first use (:meth:`_run`)."""
+        the next step); the caller writes the next token into ``token`` before the next call. Replays the window's graph, or runs eagerly and records it on the window's first use (:meth:`_run`)."""
         st = self.state
         window = st.window(st.length)
         self._run((window,), self._step_body, window)
