@@ -266,7 +266,6 @@ class Constraint:
                                                   stop_token_ids=list(loaded.eos_ids))
         self.compiled = xgr.GrammarCompiler(info).compile_json_schema(json.dumps(schema), any_whitespace=False)
         self.matcher: Any = None
-        self.bitmask: Any = None
         import torch
 
         stops = set(loaded.eos_ids)
@@ -291,6 +290,13 @@ class Constraint:
             if data[-1] in _BAD_SECOND:
                 self._ends_with_lead[token_id] = data[-1]
         self._ban = ban.to(loaded.device)  # the logits of both decoders are on the model's device
+        # the bitmask is filled on the host while the step's kernels run, then copied behind them without a
+        # host wait: from page-locked memory into a device buffer (the next fill follows the token's read,
+        # so the copy has landed by then)
+        host_mask = xgr.allocate_token_bitmask(1, vocab_size)
+        cuda = self._ban.device.type == "cuda"
+        self._host_mask = host_mask.pin_memory() if cuda else host_mask
+        self._device_mask = host_mask.to(self._ban.device) if cuda else host_mask
         self._starts_bad = {lead: m.to(loaded.device) for lead, m in starts_bad.items()}
         self._ban_host, self._starts_bad_host = ban, starts_bad  # for forced tokens, read without a device sync
         self._stops = frozenset(int(t) for t in stops)
@@ -300,13 +306,15 @@ class Constraint:
     def start(self) -> None:
         """Begin a new reply."""
         self.matcher = self._xgr.GrammarMatcher(self.compiled)
-        self.bitmask = self._xgr.allocate_token_bitmask(1, self.vocab_size)
         self._last = None
 
     def mask(self, logits: torch.Tensor) -> None:
-        """Set disallowed tokens of ``logits`` (float ``(vocab,)``) to -inf, in place."""
-        self.matcher.fill_next_token_bitmask(self.bitmask)
-        self._xgr.apply_token_bitmask_inplace(logits.view(1, -1), self.bitmask.to(logits.device))
+        """Set disallowed tokens of ``logits`` (float ``(vocab,)``, on the model's device) to -inf, in place;
+        the work on the device is queued behind what produces ``logits``, with no host wait."""
+        self.matcher.fill_next_token_bitmask(self._host_mask)
+        if self._device_mask is not self._host_mask:
+            self._device_mask.copy_(self._host_mask, non_blocking=True)
+        self._xgr.apply_token_bitmask_inplace(logits.view(1, -1), self._device_mask)
         logits.masked_fill_(self._ban[: logits.shape[-1]], float("-inf"))
         lead = self._ends_with_lead.get(self._last) if self._last is not None else None
         if lead is not None:
