@@ -1,7 +1,8 @@
 """Cases shared by tests/policy/holotron/test_ops_prefill.py and its Triton-interpreter child process: the padded
 chunk's step-size and conv-state kernels (:func:`~holodesk.policy.holotron.ops.prefill.step_size_triton`,
 :func:`~holodesk.policy.holotron.ops.prefill.set_conv_state_triton`) against their torch references, on CPU
-tensors or CUDA ones. :func:`interpreted` returns what it measured as JSON-able values."""
+tensors or CUDA ones, and the decode step's add + RMSNorm kernel (``torch.ops.holodesk.add_rms_norm``) against
+the definition. :func:`interpreted` returns what it measured as JSON-able values."""
 
 from __future__ import annotations
 
@@ -57,8 +58,39 @@ def conv_state_cases(device: str, dtype: torch.dtype, seed: int = 0) -> dict[str
     return out
 
 
+ROW_NORM_SHAPES = ((1, 5120), (2, 40), (3, 1000))
+"""``[rows, H]`` of the add + RMSNorm cases: Holotron-12B's decode row, and widths that are not powers of two."""
+
+
+def add_rms_norm_row_cases(device: str, dtype: torch.dtype, seed: int = 0) -> dict[str, dict[str, Any]]:
+    """Per ``[rows, H]``: the kernel's ``s`` against ``h + pending`` in ``dtype`` (bit for bit), and the worst
+    error of its ``x`` and of :func:`~holodesk.policy.holotron.ops.prefill.add_rms_norm_reference`'s, each
+    relative to the largest ``|x|`` of the float64 definition (``w * s / sqrt(mean(s^2) + eps)`` of the rounded
+    sum). ``h`` and ``pending`` are column slices of wider tensors (strided rows); ``w`` is float32."""
+    gen = torch.Generator().manual_seed(seed)
+    out: dict[str, dict[str, Any]] = {}
+    for rows, width in ROW_NORM_SHAPES:
+        h = torch.randn(rows, width + 24, generator=gen).to(device=device, dtype=dtype)[:, 8:8 + width]
+        pending = (torch.randn(rows, width + 8, generator=gen) * 3).to(device=device, dtype=dtype)[:, 4:4 + width]
+        w = (torch.rand(width, generator=gen) + 0.5).to(device)
+        s, x = torch.ops.holodesk.add_rms_norm(h, pending, w, 1e-5)
+        want_s = h + pending
+        s64 = want_s.double()
+        want = w.double() * s64 / torch.sqrt(s64.pow(2).mean(-1, keepdim=True) + 1e-5)
+        ref, _ = prefill_ops.add_rms_norm_reference(pending, h, w, 1e-5)
+        scale = float(want.abs().max())
+        out[f"{rows}x{width}"] = {
+            "s_equal": bool(torch.equal(s, want_s)),
+            "shape_dtype": [list(x.shape), str(x.dtype)] == [[rows, width], str(dtype)] and x.is_contiguous(),
+            "kernel": float((x.double() - want).abs().max()) / scale,
+            "reference": float((ref.double() - want).abs().max()) / scale,
+        }
+    return out
+
+
 def interpreted() -> dict[str, Any]:
     """What the child process measures under ``TRITON_INTERPRET=1`` (CPU tensors), float32 and bfloat16."""
     torch.set_num_threads(1)
-    return {str(dtype): {"step_size": step_size_cases("cpu", dtype), "conv_state": conv_state_cases("cpu", dtype)}
+    return {str(dtype): {"step_size": step_size_cases("cpu", dtype), "conv_state": conv_state_cases("cpu", dtype),
+                         "add_rms_norm_row": add_rms_norm_row_cases("cpu", dtype)}
             for dtype in (torch.float32, torch.bfloat16)}

@@ -197,6 +197,66 @@ def test_interpreted_conv_state_kernel_equals_reference(interpreted: dict[str, A
         assert all(cases["conv_state"].values()), (dtype, [c for c, ok in cases["conv_state"].items() if not ok])
 
 
+@pytest.mark.slow
+def test_interpreted_add_rms_norm_row_kernel_equals_definition(interpreted: dict[str, Any]) -> None:
+    """float32: the sum bit for bit and the norm within 1e-6 of float64, as the reference. bfloat16: only the
+    shapes (the interpreter rounds float32 to bfloat16 by truncation; the GPU test bounds bfloat16)."""
+    for dtype, cases in interpreted.items():
+        assert len(cases["add_rms_norm_row"]) == len(prefill_cases.ROW_NORM_SHAPES), dtype
+        for case, got in cases["add_rms_norm_row"].items():
+            assert got["shape_dtype"], (dtype, case, got)
+            if dtype == "torch.float32":
+                assert got["s_equal"] and got["kernel"] < 1e-6 and got["reference"] < 1e-6, (case, got)
+
+
+def test_add_rms_norm_row_is_the_reference_off_cuda() -> None:
+    """On CPU tensors the decode row's add + norm is the reference, bit for bit; no ``pending``: ``s`` is ``h``."""
+    h, pending, w = torch.randn(2, 64), torch.randn(2, 64), torch.rand(64) + 0.5
+    s, x = prefill_ops.add_rms_norm_row(h, pending, w, 1e-5)
+    assert torch.equal(s, h + pending)
+    assert torch.equal(x, prefill_ops.rms_norm_reference(h + pending, w, 1e-5))
+    s, x = prefill_ops.add_rms_norm_row(h, None, w, 1e-5)
+    assert s is h and torch.equal(x, prefill_ops.rms_norm_reference(h, w, 1e-5))
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_add_rms_norm_row_kernel_equals_definition(dtype: torch.dtype) -> None:
+    """The sum bit for bit; the norm as close to float64 as the reference (float32: 1e-6; bfloat16: within one
+    rounding, 2^-8 of the largest value, more than the reference by at most a rounding's worth)."""
+    assert prefill_ops.HAVE_TRITON
+    for case, got in prefill_cases.add_rms_norm_row_cases("cuda", dtype).items():
+        assert got["s_equal"] and got["shape_dtype"], (case, got)
+        if dtype == torch.float32:
+            assert got["kernel"] < 1e-6 and got["reference"] < 1e-6, (case, got)
+        else:
+            assert got["kernel"] <= 2.0**-8 and got["kernel"] <= got["reference"] + 2.0**-8, (case, got)
+
+
+@cuda
+def test_gpu_add_rms_norm_row_compiled_and_replayed_equals_eager() -> None:
+    """The op inside ``torch.compile`` (as the decode block functions call it) and replayed in a CUDA graph gives
+    the eager op's outputs bit for bit, and the dispatch runs the op on CUDA."""
+    h = torch.randn(1, 5120, device="cuda", dtype=torch.bfloat16)
+    pending, w = torch.randn_like(h), torch.rand(5120, device="cuda") + 0.5
+    eager = prefill_ops.add_rms_norm_row(h, pending, w, 1e-5)
+    assert torch.equal(eager[1], torch.ops.holodesk.add_rms_norm(h, pending, w, 1e-5)[1])
+    compiled = torch.compile(lambda a, b: prefill_ops.add_rms_norm_row(a, b, w, 1e-5), fullgraph=True)
+    out = compiled(h, pending)
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(graph):
+        replayed = compiled(h, pending)
+    torch.cuda.current_stream().wait_stream(stream)
+    h.copy_(torch.randn_like(h))
+    graph.replay()
+    torch.cuda.synchronize()
+    again = prefill_ops.add_rms_norm_row(h, pending, w, 1e-5)
+    assert all(torch.equal(a, b) for a, b in zip(out, eager, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(replayed, again, strict=True))
+
+
 @cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gpu_step_size_and_conv_state_kernels_equal_references(dtype: torch.dtype) -> None:

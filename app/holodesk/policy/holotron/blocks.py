@@ -2,10 +2,10 @@
 
 The static decoder (:mod:`.decoder`) holds the tensors and calls these. Decode: one call per block and token
 (``*_block``, :func:`mamba_in`, :func:`mamba_out`, :func:`qkv`, :func:`attn_out`, :func:`head`; compiled with
-``torch.compile`` so that the norm, the residual add and the element-wise work fuse around the matrix-vector
-products), :func:`attend`, and on CUDA the Mamba-2 mixer's own kernels (:mod:`.ops.mamba_step`). A block's
-function returns its output without adding it to the residual stream; the next one adds it
-(:func:`add_pending`) in the kernel of its own RMSNorm, so no block spends a kernel on the add.
+``torch.compile``, which fuses the element-wise work around the matrix-vector products where kernels of our own
+do not take it), :func:`attend`, and on CUDA the Mamba-2 mixer's own kernels (:mod:`.ops.mamba_step`). A
+block's function returns its output without adding it to the residual stream; the next one adds it in the
+kernel of its own RMSNorm (:func:`.ops.prefill.add_rms_norm_row`), so no block spends a kernel on the add.
 Prefill: :func:`mamba_chunk` and :func:`attention_chunk` over a chunk of rows, with the kernels of
 :mod:`.ops.prefill`. Shapes: ``h [B, H]`` the residual stream of one token, ``x [B, T, H]`` a chunk's
 normed rows, model dtype.
@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 from holodesk.policy.holotron.ops import prefill, quant
 from holodesk.policy.holotron.ops.gemv import linear
 from holodesk.policy.holotron.ops.mamba_step import MambaDims, mamba_step_reference
-from holodesk.policy.holotron.ops.prefill import rms_norm_reference
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -110,19 +109,12 @@ def weight_of(module: torch.nn.Module, *, quantized: bool = False
     return module
 
 
-def add_pending(h: torch.Tensor, pending: torch.Tensor | None) -> torch.Tensor:
-    """The residual stream ``h + pending`` (``pending``: the previous block's output, None before the first
-    block). Each decode block function starts with it, so that compiled, the previous block's residual add
-    and this block's RMSNorm are one kernel."""
-    return h if pending is None else h + pending
-
-
 def mamba_in(h: torch.Tensor, pending: torch.Tensor | None, norm32: torch.Tensor, eps: float, in_w: Weight,
              in_how: How = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(s, in_proj(rmsnorm(s)))`` with ``s = h + pending`` (:func:`add_pending`): a Mamba-2 block's first
-    part, ``[B, H]`` and ``[B, I + C + nh]``; :func:`.ops.mamba_step.mamba_step` takes the second."""
-    h = add_pending(h, pending)
-    return h, project(rms_norm_reference(h, norm32, eps), in_w, in_how)
+    """``(s, in_proj(rmsnorm(s)))`` with ``s = h + pending`` (:func:`.ops.prefill.add_rms_norm_row`): a Mamba-2
+    block's first part, ``[B, H]`` and ``[B, I + C + nh]``; :func:`.ops.mamba_step.mamba_step` takes the second."""
+    h, x = prefill.add_rms_norm_row(h, pending, norm32, eps)
+    return h, project(x, in_w, in_how)
 
 
 def mamba_out(y: torch.Tensor, out_w: Weight, out_how: How = None) -> torch.Tensor:
@@ -158,25 +150,23 @@ def mamba_block(h: torch.Tensor, pending: torch.Tensor | None, norm32: torch.Ten
 def mlp_block(h: torch.Tensor, pending: torch.Tensor | None, norm32: torch.Tensor, eps: float, up_w: Weight,
               down_w: Weight, up_how: How = None, down_how: How = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(s, down(relu(up(rmsnorm(s)))^2))`` with ``s = h + pending`` (``NemotronHMLP``, activation
-    ``relu2``; :func:`add_pending`)."""
-    h = add_pending(h, pending)
-    x = rms_norm_reference(h, norm32, eps)
+    ``relu2``)."""
+    h, x = prefill.add_rms_norm_row(h, pending, norm32, eps)
     return h, project(project(x, up_w, up_how), down_w, down_how, relu_square=True)
 
 
 def qkv(h: torch.Tensor, pending: torch.Tensor | None, norm32: torch.Tensor, eps: float, q_w: Weight,
         k_w: Weight | None, v_w: Weight | None, kvh: int, rep: int, hd: int, how: How = None
         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The residual stream ``s = h + pending`` (:func:`add_pending`) and the normed projections of one
-    token: ``(s, q [B, kvh, rep, hd], k [B, kvh, 1, hd], v [B, kvh, 1, hd])``.
+    """The residual stream ``s = h + pending`` (:func:`.ops.prefill.add_rms_norm_row`) and the normed projections
+    of one token: ``(s, q [B, kvh, rep, hd], k [B, kvh, 1, hd], v [B, kvh, 1, hd])``.
 
     With ``k_w`` and ``v_w`` None, ``q_w`` is the fused ``[(kvh*rep + 2*kvh) * hd, H]`` weight
     (:func:`fused_qkv_weight`): one matrix-vector product through ``how``, split by views; else three
     products through ``how`` (one quantised kernel tile serves the three shapes).
     """
-    h = add_pending(h, pending)
+    h, x = prefill.add_rms_norm_row(h, pending, norm32, eps)
     bsz = h.shape[0]
-    x = rms_norm_reference(h, norm32, eps)
     if k_w is None or v_w is None:
         q, k, v = project(x, q_w, how).split([kvh * rep * hd, kvh * hd, kvh * hd], dim=-1)
     else:
@@ -191,14 +181,15 @@ def attn_out(o: torch.Tensor, o_w: Weight, how: How = None) -> torch.Tensor:
 
 def head(h: torch.Tensor, pending: torch.Tensor | None, normf32: torch.Tensor, eps: float, lm_w: Weight,
          how: How = None) -> torch.Tensor:
-    """Final norm of ``h + pending`` (:func:`add_pending`) and ``lm_head``: float32 logits ``[B, vocab]``.
+    """Final norm of ``h + pending`` (:func:`.ops.prefill.add_rms_norm_row`) and ``lm_head``: float32 logits
+    ``[B, vocab]``.
 
     The token is chosen by the caller outside ``torch.compile`` (:func:`.runtime.decode_loop`, with eager
     ``torch.argmax``): compiled, the argmax over Holotron-12B's 131,072 logits was one thread block's
     reduction, 31 us a decode step on an H200 (docs/benchmarks.md, run 13a), where torch's own kernel spreads
     it over the GPU."""
-    h = add_pending(h, pending)
-    return project(rms_norm_reference(h, normf32, eps), lm_w, how).float()
+    _, x = prefill.add_rms_norm_row(h, pending, normf32, eps)
+    return project(x, lm_w, how).float()
 
 
 def future_keys(pos: torch.Tensor, arange: torch.Tensor, window: int) -> torch.Tensor:

@@ -8,9 +8,10 @@ model: it reads its weights and calls its embedding, final norm and head modules
 Decode (:meth:`StaticDecoder.step`): embedding -> one :mod:`.blocks` function per block (compiled when every
 projection is a plain weight; a Mamba-2 block's mixer between its projections by its own kernels,
 :mod:`.ops.mamba_step`, where :attr:`Setup.fused_step`) -> ``norm_f`` -> ``lm_head`` into ``logits``,
-``pos += 1`` (the caller chooses the next token from ``logits`` and writes it into ``token``); one graph per attention window (:meth:`.DecoderState.window`). Prefill
-(:meth:`StaticDecoder.prefill`): chunks of at most ``chunk`` tokens padded to multiples of ``prefill_bucket`` rows
-in static buffers (a short pass, such as jump-forward's :meth:`StaticDecoder.extend`, to the smallest of
+``pos += 1`` (the caller chooses the next token from ``logits`` and writes it into ``token``); one graph per
+attention window (:meth:`.DecoderState.window`). Prefill (:meth:`StaticDecoder.prefill`): chunks of at most
+``chunk`` tokens padded to multiples of ``prefill_bucket`` rows in static buffers (a short pass, such as
+jump-forward's :meth:`StaticDecoder.extend`, to the smallest of
 :attr:`StaticDecoder.short_rows` that holds it); the Mamba/MLP blocks between two attention layers form a
 segment that reads the real length from the device, one CUDA graph per (segment, padded length); attention runs
 eagerly on the real rows (:func:`.blocks.attention_chunk`).
@@ -428,7 +429,8 @@ class StaticDecoder:
 
     def step(self) -> torch.Tensor:
         """Decode one token: consume ``token``, write ``logits`` ``[B, vocab]`` float32 (returned; overwritten by
-        the next step); the caller writes the next token into ``token`` before the next call. Replays the window's graph, or runs eagerly and records it on the window's first use (:meth:`_run`)."""
+        the next step); the caller writes the next token into ``token`` before the next call. Replays the window's
+        graph, or runs eagerly and records it on the window's first use (:meth:`_run`)."""
         st = self.state
         window = st.window(st.length)
         self._run((window,), self._step_body, window)

@@ -1,10 +1,12 @@
-"""Triton kernels for prefill (see :mod:`.prefill`, which holds the torch references and the dispatch).
+"""Triton kernels of :mod:`.prefill` (which holds the torch references and the dispatch): prefill's, and the
+decode step's residual add and RMSNorm of one row with its op ``torch.ops.holodesk.add_rms_norm``.
 
-Importing this module needs Triton (raises ImportError otherwise); the kernels need a CUDA device.
+Without ``from __future__ import annotations``: ``torch.library.triton_op`` reads the op's schema from real
+annotations. Importing this module needs torch and Triton (raises ImportError otherwise); the kernels need a
+CUDA device.
 """
 
-from __future__ import annotations
-
+import torch
 import triton
 import triton.language as tl
 
@@ -106,3 +108,39 @@ def conv_state_kernel(x_ptr, state_ptr, length_ptr,  # type: ignore[no-untyped-d
     tl.debug_barrier()
     tl.store(state_ptr + pid_b * stride_sb + d[:, None] * stride_sd + j[None, :], new,
              mask=d_ok[:, None] & j_ok[None, :])
+
+
+@triton.jit
+def add_rms_norm_row_kernel(h_ptr, pending_ptr, w_ptr, s_ptr, x_ptr, eps,  # type: ignore[no-untyped-def]
+                            stride_h, stride_p, stride_s, stride_x,
+                            COLS: tl.constexpr, BLOCK: tl.constexpr):
+    """Row ``program_id(0)``: ``s = h + pending`` summed in float32 and rounded to ``s``'s dtype (as torch adds
+    two 16-bit tensors), then ``x = w * (s * rsqrt(mean(s^2) + eps))`` in float32, rounded once. The whole row
+    is loaded at once (``BLOCK >= COLS``): one trip to memory for ``h``, ``pending`` and ``w`` together."""
+    b = tl.program_id(0)
+    k = tl.arange(0, BLOCK)
+    ok = k < COLS
+    s = (tl.load(h_ptr + b * stride_h + k, mask=ok, other=0.0).to(tl.float32)
+         + tl.load(pending_ptr + b * stride_p + k, mask=ok, other=0.0).to(tl.float32)).to(s_ptr.dtype.element_ty)
+    w = tl.load(w_ptr + k, mask=ok, other=0.0).to(tl.float32)
+    tl.store(s_ptr + b * stride_s + k, s, mask=ok)
+    sf = s.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(sf * sf, axis=0) / COLS + eps)
+    tl.store(x_ptr + b * stride_x + k, (w * (sf * rstd)).to(x_ptr.dtype.element_ty), mask=ok)
+
+
+@torch.library.triton_op("holodesk::add_rms_norm", mutates_args=())
+def add_rms_norm_op(h: torch.Tensor, pending: torch.Tensor, weight: torch.Tensor,
+                    eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.ops.holodesk.add_rms_norm``: ``(s, x)`` for ``h``, ``pending`` ``[B, H]`` (last dimension
+    contiguous) and ``weight`` ``[H]`` by :func:`add_rms_norm_row_kernel`, one program a row, both new
+    contiguous ``[B, H]`` tensors in ``h``'s dtype; an op that runs eagerly and that ``torch.compile`` calls as it
+    is and CUDA graphs capture."""
+    rows, cols = h.shape
+    s = torch.empty(rows, cols, dtype=h.dtype, device=h.device)
+    x = torch.empty(rows, cols, dtype=h.dtype, device=h.device)
+    block = triton.next_power_of_2(cols)
+    torch.library.wrap_triton(add_rms_norm_row_kernel)[(rows,)](
+        h, pending, weight, s, x, eps, h.stride(0), pending.stride(0), s.stride(0), x.stride(0),
+        COLS=cols, BLOCK=block, num_warps=max(1, min(32, block // 256)))
+    return s, x

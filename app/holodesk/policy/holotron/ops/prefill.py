@@ -309,6 +309,32 @@ def add_rms_norm_reference(pending: torch.Tensor | None, h: torch.Tensor, weight
     return rms_norm_reference(h, weight, eps), h
 
 
+def add_rms_norm_row(h: torch.Tensor, pending: torch.Tensor | None, weight: torch.Tensor, eps: float
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """A decode step's residual add and the next block's RMSNorm: ``(s, rmsnorm(s) * weight)`` with
+    ``s = h + pending`` rounded to ``h``'s dtype, both ``[B, H]`` in that dtype (``pending`` None: ``s = h``).
+
+    On CUDA with Triton one program a row (``torch.ops.holodesk.add_rms_norm``): the row's loads in one trip
+    to memory, 2.6 us for Holotron-12B's ``[1, 5120]`` after a 64 MiB copy on an H200, where the compiled torch
+    maths (a looped reduction) took 4.0 us, as in a decode step, after a matrix-vector product has streamed its
+    weights through L2 (docs/benchmarks.md, run 14b). Elsewhere :func:`add_rms_norm_reference`. Both normalise
+    the rounded sum in float32 and round once; they differ only in the order of the float32 sum of squares.
+
+    Args:
+        h: ``[B, H]`` residual stream (last dimension contiguous).
+        pending: ``[B, H]`` the previous block's output, or None.
+        weight: ``[H]`` the norm's weight (float32 in the decoder).
+        eps: the norm's epsilon.
+    """
+    if pending is not None and h.is_cuda and HAVE_TRITON and h.dim() == 2 and h.stride(-1) == 1 \
+            and pending.stride(-1) == 1 and weight.is_contiguous():
+        import torch
+
+        return torch.ops.holodesk.add_rms_norm(h, pending, weight, eps)
+    x, s = add_rms_norm_reference(pending, h, weight, eps)
+    return s, x
+
+
 def add_rms_norm(pending: torch.Tensor | None, h: torch.Tensor, weight: torch.Tensor, eps: float
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """Add a block's output to the residual stream and normalise for the next block, in one pass.
