@@ -238,7 +238,7 @@ def random_loaded(
     """
     from holodesk.bench.tiny_checkpoint import write_tokenizer
     from holodesk.policy.holotron.kernels import kernel_report, prepare_kernels
-    from holodesk.policy.holotron.loader import LoadedHolotron, lay_out_qkv, load_tokenizer
+    from holodesk.policy.holotron.loader import LoadedHolotron, lay_out_qkv, load_tokenizer, skip_unit_layer_scales
 
     prepare_kernels()  # before transformers imports NemotronH
     work = workdir or Path(tempfile.mkdtemp(prefix="holodesk-bench-"))
@@ -253,6 +253,7 @@ def random_loaded(
     if quantization is not None:
         quantize_lm(model, quantization)
     lay_out_qkv(model)  # as load_holotron does
+    skip_unit_layer_scales(model)
     assert info.norm_mean is not None and info.norm_std is not None  # config.json states them
     return LoadedHolotron(
         model=model,

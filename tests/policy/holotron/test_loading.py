@@ -307,3 +307,35 @@ def test_qkv_weights_share_one_buffer_and_the_stock_forward_is_unchanged(tiny_lo
     assert lay_out_qkv(separate) == len(mixers)
     assert torch.equal(logits(separate), reference)
     assert all(fused_qkv_weight(m) is not None for m in _attention_mixers(separate))
+
+
+def test_unit_layer_scales_pass_through_and_keep_the_state_dict(tiny_loaded) -> None:  # type: ignore[no-untyped-def]
+    """The loader skips the vision layer scales whose factor is 1 (every one of the checkpoint's): the state dict
+    keeps their parameters, the vision features equal those of transformers' layer scale bit for bit, and a scale
+    with another factor is kept."""
+    import copy
+
+    from transformers.models.radio.modeling_radio import RadioLayerScale
+
+    from holodesk.policy.holotron.loader import skip_unit_layer_scales
+
+    layers = list(tiny_loaded.model.vision_model.encoder.layer)
+    names = ("layer_scale1", "layer_scale2")
+    assert layers and all(type(getattr(layer, n)).__name__ == "UnitScale" for layer in layers for n in names)
+    stock = copy.deepcopy(tiny_loaded.model)
+    for layer in stock.vision_model.encoder.layer:
+        for name in names:
+            scale = RadioLayerScale(stock.vision_model.config)
+            scale.lambda1 = getattr(layer, name).lambda1
+            setattr(layer, name, scale)
+    assert stock.state_dict().keys() == tiny_loaded.model.state_dict().keys()
+    size = tiny_loaded.info.tile_size
+    tiles = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        ours, theirs = tiny_loaded.model.vision_model(tiles).features, stock.vision_model(tiles).features
+    assert torch.equal(ours, theirs)
+    first = stock.vision_model.encoder.layer[0].layer_scale1
+    with torch.no_grad():
+        first.lambda1.fill_(0.5)
+    assert skip_unit_layer_scales(stock) == 2 * len(layers) - 1
+    assert stock.vision_model.encoder.layer[0].layer_scale1 is first
