@@ -207,7 +207,8 @@ class ScriptedReply:
         rest = self.script[len(written):] if self.script.startswith(written) else ""
         ids = self.tokenizer.encode(rest, add_special_tokens=False) if rest else [self.stop]
         logits.fill_(float("-inf"))
-        logits[int(ids[0])] = 0.0
+        chosen = int(ids[0])
+        logits[chosen:chosen + 1].fill_(0.0)  # `logits[chosen] = 0.0` copies from pageable memory: a host wait
 
     def accept(self, token: int) -> bool:
         """Pass the choice to the grammar."""
