@@ -13,7 +13,8 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from holodesk.bench.cli import main
 from holodesk.policy.holotron import engine, runtime

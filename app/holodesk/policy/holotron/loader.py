@@ -163,7 +163,7 @@ def skip_unit_layer_scales(model: Any) -> int:
 
     C-RADIO has no layer scale; transformers' RADIO layer keeps the module with a factor of ones
     (``layerscale_value`` 1.0) and multiplies by it twice a layer: 64 element-wise passes over every tile's
-    rows, 1.9 ms of a 1080p frame's 31 ms of vision on an H200 (docs/benchmarks.md, run 14b). Such a module
+    rows, 1.9 ms of a 1080p frame's 31 ms of vision on an H200 (docs/benchmarks.md, runs 13 and 14). Such a module
     is replaced by one that keeps its ``lambda1`` Parameter (the same state dict) and returns its input: the
     same values bit for bit, as ``x * 1.0`` is ``x``. A scale with any other factor is kept.
 

@@ -315,9 +315,9 @@ def add_rms_norm_row(h: torch.Tensor, pending: torch.Tensor | None, weight: torc
     ``s = h + pending`` rounded to ``h``'s dtype, both ``[B, H]`` in that dtype (``pending`` None: ``s = h``).
 
     On CUDA with Triton one program a row (``torch.ops.holodesk.add_rms_norm``): the row's loads in one trip
-    to memory, 2.6 us for Holotron-12B's ``[1, 5120]`` after a 64 MiB copy on an H200, where the compiled torch
-    maths (a looped reduction) took 4.0 us, as in a decode step, after a matrix-vector product has streamed its
-    weights through L2 (docs/benchmarks.md, run 14b). Elsewhere :func:`add_rms_norm_reference`. Both normalise
+    to memory. For Holotron-12B's ``[1, 5120]`` on an H200: 3.1 us a call in a decode step, where the compiled
+    torch maths (a looped reduction, its weight evicted from L2 by the matrix-vector product before it) took
+    3.9 us (docs/benchmarks.md, run 14). Elsewhere :func:`add_rms_norm_reference`. Both normalise
     the rounded sum in float32 and round once; they differ only in the order of the float32 sum of squares.
 
     Args:
