@@ -214,9 +214,14 @@ def mutter_session(width: int = 1280, height: int = 800, timeout_s: float = 30.0
     })
     # No window animations: a window still scaling in (mutter's map effect, 250 ms nominal and longer on a
     # loaded machine) maps a click at screen point p to another point of the window than p.
+    # No key repeat: Wayland clients repeat a held key themselves, from their own timer (500 ms here), and a
+    # target app stalled on a loaded machine between a key's press and its release repeats it (a full run here
+    # once ended with the pasted text in the GTK4 app twice, as a repeated V of the paste chord enters it).
+    # Holodesk sends each release right after its press; a repeat is the app's.
     keyfile = root / "config" / "glib-2.0" / "settings" / "keyfile"
     keyfile.parent.mkdir(parents=True)
-    keyfile.write_text("[org/gnome/desktop/interface]\nenable-animations=false\n", encoding="utf-8")
+    keyfile.write_text("[org/gnome/desktop/interface]\nenable-animations=false\n\n"
+                       "[org/gnome/desktop/peripherals/keyboard]\nrepeat=false\n", encoding="utf-8")
     session = MutterSession(root=root, env=env, bus_address="", width=width, height=height)
 
     def spawn(args: list[str], log_name: str, **kwargs: Any) -> subprocess.Popen[bytes]:
