@@ -4,6 +4,7 @@ timed on the host after its frame runs, with no grammar (as the bench's TTFA row
 * ``engine``: ``StaticEngine._step(token)`` then ``int(argmax(logits).item())``, as ``decode_loop`` does;
 * the same with host timestamps between its parts (fill, step, argmax launch, token read);
 * ``replay + sync``: ``graph.replay()`` and ``torch.cuda.synchronize()`` only;
+* the replayed graph with the token written and read in other ways (a page-locked buffer and an event);
 * ``back to back``: replays with no host wait (the GPU time of a step).
 
 Usage: ``python docs/tools/probe_decode_loop.py [holodesk bench arguments]`` on the GPU machine. Prints
@@ -53,6 +54,31 @@ def experiments(engine: Any) -> None:
             graph.replay()
             torch.cuda.synchronize()
             syncs.append((time.perf_counter() - t0) * 1e6)
+        variants: dict[str, list[float]] = {}
+        pinned_in = torch.zeros(1, 1, dtype=torch.long).pin_memory()
+        pinned_out = torch.zeros((), dtype=torch.long).pin_memory()
+        done = torch.cuda.Event()
+        for name in ("fill + replay + argmax + item", "pinned token in, argmax, pinned out + event",
+                     "fill + replay + item of the logits' first value"):
+            walls = variants.setdefault(name, [])
+            for _ in range(STEPS):
+                t0 = time.perf_counter()
+                if name.startswith("pinned"):
+                    pinned_in[0, 0] = token
+                    d.token.copy_(pinned_in, non_blocking=True)
+                else:
+                    d.token.fill_(token)
+                graph.replay()
+                if name.startswith("pinned"):
+                    pinned_out.copy_(torch.argmax(d.logits[0]), non_blocking=True)
+                    done.record()
+                    done.synchronize()
+                    token = int(pinned_out)
+                elif name.endswith("first value"):
+                    float(d.logits[0, 0].item())
+                else:
+                    token = int(torch.argmax(d.logits[0]).item())
+                walls.append((time.perf_counter() - t0) * 1e6)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         t0 = time.perf_counter()
@@ -69,6 +95,8 @@ def experiments(engine: Any) -> None:
     print(f"    host parts: fill {med[0]:.1f}, step() {med[1]:.1f}, argmax launch {med[2]:.1f}, "
           f"item (waits) {med[3]:.1f}")
     print(f"  replay + synchronize:                   {statistics.median(syncs):8.1f}")
+    for name, values in variants.items():
+        print(f"  {name}: {statistics.median(values):8.1f}")
     print(f"  back to back (GPU time a step):         {gpu:8.1f}  (host time of replay() {host:.1f})", flush=True)
 
 
