@@ -125,3 +125,38 @@ def test_a_surrogate_cannot_be_spelled_across_tokens(tiny_loaded) -> None:  # ty
     constraint.mask(logits)
     assert logits[ae] == float("-inf")  # ED AE: a surrogate
     assert logits[nine_e] == 0.0  # ED 9E: U+D780 range, a valid character (e.g. 횞)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_masks_equal_the_cpu_masks_with_no_read_between_them(tiny_loaded) -> None:  # type: ignore[no-untyped-def]
+    """On CUDA the bitmask reaches the device through one page-locked buffer and an asynchronous copy. Two masks in
+    a row with nothing read from the device between them, the first copy held back behind 50 ms of device work:
+    each equals the CPU constraint's mask for its position (the second fill waited for the first copy)."""
+    import dataclasses
+
+    schema = get_protocol("agent-loop-v1").json_schema()
+    cpu = runtime.Constraint(tiny_loaded, schema)
+    gpu = runtime.Constraint(dataclasses.replace(tiny_loaded, device=torch.device("cuda")), schema)
+    cpu.start()
+    gpu.start()
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(12):
+        first, second = torch.randn(cpu.vocab_size, generator=gen), torch.randn(cpu.vocab_size, generator=gen)
+        first_gpu, second_gpu = first.cuda(), second.cuda()
+        torch.cuda.synchronize()
+        torch.cuda._sleep(100_000_000)  # the first mask's copy runs after this
+        gpu.mask(first_gpu)
+        cpu.mask(first)
+        token = int(torch.argmax(first))
+        assert cpu.accept(token) and gpu.accept(token)
+        if cpu.finished():
+            break
+        gpu.mask(second_gpu)
+        cpu.mask(second)
+        torch.cuda.synchronize()
+        assert torch.equal(first_gpu.cpu(), first) and torch.equal(second_gpu.cpu(), second)
+        token = int(torch.argmax(second))
+        assert cpu.accept(token) and gpu.accept(token)
+        if cpu.finished():
+            break

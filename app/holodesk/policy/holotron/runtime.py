@@ -291,12 +291,13 @@ class Constraint:
                 self._ends_with_lead[token_id] = data[-1]
         self._ban = ban.to(loaded.device)  # the logits of both decoders are on the model's device
         # the bitmask is filled on the host while the step's kernels run, then copied behind them without a
-        # host wait: from page-locked memory into a device buffer (the next fill follows the token's read,
-        # so the copy has landed by then)
+        # host wait: from page-locked memory into a device buffer; the next fill first waits for that copy
+        # (``_copied``; it has landed by then when the token was read in between, as decode_loop does)
         host_mask = xgr.allocate_token_bitmask(1, vocab_size)
         cuda = self._ban.device.type == "cuda"
         self._host_mask = host_mask.pin_memory() if cuda else host_mask
         self._device_mask = host_mask.to(self._ban.device) if cuda else host_mask
+        self._copied = torch.cuda.Event() if cuda else None
         self._starts_bad = {lead: m.to(loaded.device) for lead, m in starts_bad.items()}
         self._ban_host, self._starts_bad_host = ban, starts_bad  # for forced tokens, read without a device sync
         self._stops = frozenset(int(t) for t in stops)
@@ -311,9 +312,14 @@ class Constraint:
     def mask(self, logits: torch.Tensor) -> None:
         """Set disallowed tokens of ``logits`` (float ``(vocab,)``, on the model's device) to -inf, in place;
         the work on the device is queued behind what produces ``logits``, with no host wait."""
+        if self._copied is not None:
+            self._copied.synchronize()  # the previous copy out of the page-locked buffer has run
         self.matcher.fill_next_token_bitmask(self._host_mask)
-        if self._device_mask is not self._host_mask:
+        if self._copied is not None:
+            import torch
+
             self._device_mask.copy_(self._host_mask, non_blocking=True)
+            self._copied.record(torch.cuda.current_stream(self._device_mask.device))
         self._xgr.apply_token_bitmask_inplace(logits.view(1, -1), self._device_mask)
         logits.masked_fill_(self._ban[: logits.shape[-1]], float("-inf"))
         lead = self._ends_with_lead.get(self._last) if self._last is not None else None
