@@ -5,8 +5,9 @@ way of running them side by side in one process:
   maths compiled by ``torch.compile`` (:func:`~holodesk.policy.holotron.ops.mamba_step.mamba_step_reference`)
   against the two Triton kernels at several tiles;
 * a block's residual add and RMSNorm of one ``[1, 5120]`` row: compiled from the torch maths (as the decode
-  block functions are) against a one-program Triton kernel at several warp counts (defined here, not in the
-  package: run 13b measured 2.43 against 2.05 us, too little to replace the compiled one);
+  block functions were before run 14) against the package's one-program Triton kernel
+  (``_prefill_triton.add_rms_norm_row_kernel``, which ``ops.prefill.add_rms_norm_row`` runs with 32 warps) at
+  several warp counts, back to back and after an L2-evicting copy;
 * the greedy token of ``[1, 131072]`` float32 logits: ``torch.argmax`` compiled against eager.
 
 Each is recorded in one CUDA graph (28 Mamba layers with their own states; 63 norms; 39 argmaxes, as in a step or
@@ -20,33 +21,14 @@ import statistics
 from collections.abc import Callable
 
 import torch
-import triton
-import triton.language as tl
 
+from holodesk.policy.holotron.ops import _prefill_triton
 from holodesk.policy.holotron.ops import mamba_step as ms
-from holodesk.policy.holotron.ops.prefill import rms_norm_reference
+from holodesk.policy.holotron.ops.prefill import add_rms_norm_reference
 
 HEADS, HEAD_DIM, GROUPS, STATE, WIDTH = 128, 80, 8, 128, 4
 HIDDEN, VOCAB = 5120, 131072
 DEV, BF = "cuda", torch.bfloat16
-
-
-@triton.jit
-def add_rms_norm_row_kernel(h_ptr, pending_ptr, w_ptr, h_out_ptr, x_out_ptr, eps,  # type: ignore[no-untyped-def]
-                            stride_h, stride_p, stride_ho, stride_xo,
-                            COLS: tl.constexpr, BLOCK: tl.constexpr):
-    """Row ``b`` (program ``b``): ``s = h + pending`` rounded to ``h``'s dtype, then ``x = w * s / rms(s)`` in
-    float32 (``w`` float32), rounded once: a decode block's residual add and RMSNorm."""
-    b = tl.program_id(0)
-    k = tl.arange(0, BLOCK)
-    ok = k < COLS
-    s = (tl.load(h_ptr + b * stride_h + k, mask=ok, other=0.0).to(tl.float32)
-         + tl.load(pending_ptr + b * stride_p + k, mask=ok, other=0.0).to(tl.float32)).to(h_out_ptr.dtype.element_ty)
-    tl.store(h_out_ptr + b * stride_ho + k, s, mask=ok)
-    sf = s.to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(sf * sf, axis=0) / COLS + eps)
-    w = tl.load(w_ptr + k, mask=ok, other=0.0)
-    tl.store(x_out_ptr + b * stride_xo + k, (w * (sf * rstd)).to(x_out_ptr.dtype.element_ty), mask=ok)
 
 
 def per_call_us(calls: list[Callable[[], object]]) -> float:
@@ -103,16 +85,16 @@ def norm(gen: torch.Generator) -> None:
              torch.rand(HIDDEN, generator=gen, device=DEV) + 0.5) for _ in range(63)]
 
     def torch_maths(h: torch.Tensor, pending: torch.Tensor, w32: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        h = h + pending
-        return h, rms_norm_reference(h, w32, 1e-5)
+        x, s = add_rms_norm_reference(pending, h, w32, 1e-5)
+        return s, x
 
     compiled = torch.compile(torch_maths, dynamic=False, fullgraph=True)
 
     def kernel(h: torch.Tensor, pending: torch.Tensor, w32: torch.Tensor, warps: int) -> None:
         h_out, x_out = torch.empty_like(h), torch.empty_like(h)
-        add_rms_norm_row_kernel[(1,)](h, pending, w32, h_out, x_out, 1e-5, h.stride(0),
-                                                         pending.stride(0), h_out.stride(0), x_out.stride(0),
-                                                         COLS=HIDDEN, BLOCK=8192, num_warps=warps)
+        _prefill_triton.add_rms_norm_row_kernel[(1,)](h, pending, w32, h_out, x_out, 1e-5, h.stride(0),
+                                                      pending.stride(0), h_out.stride(0), x_out.stride(0),
+                                                      COLS=HIDDEN, BLOCK=8192, num_warps=warps)
 
     print("residual add + RMSNorm of a [1, 5120] row, 63 calls")
     print(f"  torch.compile of the torch maths: {per_call_us([functools.partial(compiled, *r) for r in rows]):.2f} us")
