@@ -32,7 +32,7 @@ from holodesk.policy.base import Observation, Proposal
 from holodesk.session.approval import ApprovalResponse, Decision, make_request
 from holodesk.session.loop import State
 from tests.conftest import XvfbServer
-from tests.helpers.qt import qapplication_on
+from tests.helpers.qt import qapplication_on, wait_exposed
 
 ROOT = Path(__file__).resolve().parents[2]
 MARK_RGB = (0xFF, 0x00, 0xCC)
@@ -127,7 +127,7 @@ def test_F13_overlay_marker_is_on_screen_but_never_in_the_frame_sent_to_the_mode
         pending = PendingDecision(request, "user")
         app.approval.present(pending)
         overlay = app.approval.overlay
-        qtbot.waitExposed(overlay)
+        wait_exposed(qtbot, overlay)
         qtbot.wait(200)
         assert marker_count(on_worker(lambda: cap.grab(1)).pixels) > 50  # really on screen: the test can fail
         result = on_worker(lambda: session.run("look"))
@@ -143,7 +143,7 @@ def test_F13_the_no_tray_window_is_not_in_the_frame_sent_to_the_model(desktop_ap
     app = desktop_app(policy, force_window=True)
     window = app.window
     window.show()
-    qtbot.waitExposed(window)
+    wait_exposed(qtbot, window)
     qtbot.wait(200)
     top_left = window.mapToGlobal(window.rect().topLeft())
     x, y, w, h = top_left.x(), top_left.y(), window.width(), window.height()
@@ -153,7 +153,7 @@ def test_F13_the_no_tray_window_is_not_in_the_frame_sent_to_the_model(desktop_ap
         qtbot.wait(200)
         behind = on_worker(lambda: cap.grab(1)).pixels[y:y + h, x:x + w]
         window.show()
-        qtbot.waitExposed(window)
+        wait_exposed(qtbot, window)
         qtbot.wait(200)
     assert not np.array_equal(shown, behind)  # the window really covers that area
     session = on_worker(lambda: app._build_session(lambda *_a: None))

@@ -28,3 +28,56 @@ def qapplication_on(server: Any, name: str) -> Any:
     assert app.platformName() == "xcb", f"these tests need a real X display, Qt runs on {app.platformName()!r}"
     app.setQuitOnLastWindowClosed(False)
     return app
+
+
+def wait_exposed(qtbot: Any, widget: Any, timeout_ms: int = 5000) -> None:
+    """Wait until ``widget``'s top-level window is exposed (mapped and drawable on the X server).
+
+    ``qtbot.waitExposed`` is a context manager: called as a statement it waits for nothing.
+
+    Raises:
+        pytestqt.exceptions.TimeoutError: not exposed after ``timeout_ms``.
+    """
+    window = widget.window()
+
+    def exposed() -> bool:
+        handle = window.windowHandle()
+        return handle is not None and handle.isExposed()
+
+    qtbot.waitUntil(exposed, timeout=timeout_ms)
+
+
+def focus_window(qtbot: Any, widget: Any, timeout_ms: int = 10000) -> None:
+    """Give ``widget``'s top-level window the X keyboard focus and wait until Qt reports it active.
+
+    For tests whose subject is not activation itself (the product's own ``activateWindow`` calls are
+    tested where they are the subject). On a bare X server Qt's ``activateWindow()`` sends SetInputFocus
+    stamped with the time of the last event Qt received, and the server ignores a request older than the
+    last focus change by any client: measured here, a Qt window stays inactive when another client moved
+    the focus between Qt's last event and the request. ``xdotool windowfocus`` stamps CurrentTime, which the
+    server always honours. ``$DISPLAY`` must name the X server Qt runs on.
+
+    Raises:
+        pytestqt.exceptions.TimeoutError: the window is not exposed after 5 s.
+        AssertionError: not active after ``timeout_ms``; the message names the window that holds the X
+            focus, Qt's active window and any modal widget.
+    """
+    import subprocess
+
+    from PySide6.QtWidgets import QApplication
+    from pytestqt.exceptions import TimeoutError as QtTimeoutError
+
+    window = widget.window()
+    wait_exposed(qtbot, window)
+    subprocess.run(["xdotool", "windowfocus", str(int(window.winId()))], check=True, capture_output=True,
+                   timeout=10)
+    try:
+        qtbot.waitUntil(window.isActiveWindow, timeout=timeout_ms)
+    except QtTimeoutError:
+        holder = subprocess.run(["xdotool", "getwindowfocus", "getwindowname", "getwindowpid"],
+                                capture_output=True, text=True, timeout=10)
+        raise AssertionError(
+            f"window {int(window.winId()):#x} not active after {timeout_ms} ms; X focus is on "
+            f"{holder.stdout.strip()!r} {holder.stderr.strip()!r} (this process is {os.getpid()}); Qt's active "
+            f"window {QApplication.activeWindow()!r}, modal widget {QApplication.activeModalWidget()!r}"
+        ) from None

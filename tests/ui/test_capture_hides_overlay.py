@@ -23,6 +23,7 @@ from holodesk.session.approval import ApprovalPolicy, ApprovalResponse, Decision
 from holodesk.session.loop import Session, SessionLimits, State
 from holodesk.ui.approval import ApprovalController
 from holodesk.ui.workers import PendingDecision, WindowGuard
+from tests.helpers.qt import wait_exposed
 
 pytestmark = pytest.mark.gui
 
@@ -61,7 +62,7 @@ def show_overlay(qtbot: Any, capture: MssCapture, guard: WindowGuard) -> tuple[A
     controller.present(pending)
     overlay = controller.overlay
     assert overlay is not None
-    qtbot.waitExposed(overlay)
+    wait_exposed(qtbot, overlay)
     qtbot.wait(150)
     return controller, pending
 
@@ -163,8 +164,8 @@ def test_every_holodesk_window_is_hidden_for_the_grab_but_not_the_tray_icon(qtbo
     app = kit.app
     window = app.window
     settings = app.open_settings()
-    qtbot.waitExposed(window)
-    qtbot.waitExposed(settings)
+    wait_exposed(qtbot, window)
+    wait_exposed(qtbot, settings)
     tray_sys = [w for w in QApplication.topLevelWidgets() if w.metaObject().className() == "QSystemTrayIconSys"]
     grab_on_worker(app.guard.before_capture)
     assert not window.isVisible() and not settings.isVisible()
@@ -181,7 +182,7 @@ def test_windows_come_back_after_each_step_and_only_the_overlay_goes(qtbot: Any,
 
     kit = make_app([Click(Point(300, 300)), Click(Point(700, 700))], force_window=True)
     window = kit.app.window
-    qtbot.waitExposed(window)
+    wait_exposed(qtbot, window)
     kit.app.start_task("two steps")
     for step in (0, 1):
         qtbot.waitUntil(lambda s=step: kit.app.approval.pending is not None

@@ -18,6 +18,7 @@ import pytest
 
 from holodesk.ui.tray import TRAY_HELP
 from tests.helpers.processes import stop_process
+from tests.helpers.qt import wait_exposed
 from tests.ui.conftest import start_trayer
 
 pytestmark = pytest.mark.gui
@@ -97,7 +98,7 @@ def test_forced_window_shows_every_action(qtbot: Any, make_app: Any) -> None:
     kit = make_app([], force_window=True)
     window = kit.app.window
     assert kit.app.tray is None and window is not None
-    qtbot.waitExposed(window)
+    wait_exposed(qtbot, window)
     assert set(window.buttons) == {"new_task", "stop", "pause", "mode", "replay", "wizard", "settings", "history",
                                    "open_logs", "quit"}
     assert window.buttons["new_task"].defaultAction() is kit.app.actions.new_task
@@ -118,7 +119,7 @@ def test_fallback_window_shows_its_whole_help_text(make_app: Any, qtbot: Any) ->
     qtbot.addWidget(window)
     assert window.help_label.text() == TRAY_HELP
     window.show()
-    qtbot.waitExposed(window)
+    wait_exposed(qtbot, window)
     label = window.help_label
     needed = label.heightForWidth(label.width())
     assert needed > label.fontMetrics().height() * 3  # really several lines

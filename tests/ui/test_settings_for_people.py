@@ -24,6 +24,7 @@ from holodesk.ui.settings_dialog import (
     hotkey_from_sequence,
     sequence_from_hotkey,
 )
+from tests.helpers.qt import focus_window, wait_exposed
 
 pytestmark = pytest.mark.gui
 
@@ -102,8 +103,7 @@ def test_replay_file_is_picked_and_saved(make_dialog: Any, tmp_path: Path) -> No
 def test_hotkeys_are_captured_not_typed(qtbot: Any, make_dialog: Any) -> None:
     d = make_dialog()
     d.show()
-    d.activateWindow()
-    qtbot.waitUntil(d.isActiveWindow, timeout=3000)
+    focus_window(qtbot, d)
     edit = d.fields["hotkey_palette"].editor
     assert isinstance(edit, HotkeyEdit)
     assert edit.keySequence().toString(QKeySequence.SequenceFormat.PortableText) == "Ctrl+Alt+H"
@@ -183,9 +183,8 @@ def test_F29_the_wheel_never_changes_a_field_that_is_not_focused(qtbot: Any, mak
     d.resize(560, 360)  # the Basic page now scrolls
     d.move(40, 40)
     d.show()
-    qtbot.waitExposed(d)
-    d.activateWindow()
-    qtbot.waitUntil(d.isActiveWindow, timeout=3000)
+    wait_exposed(qtbot, d)
+    focus_window(qtbot, d)
     scroll = d.scroll_areas["Basic"]
     bar = scroll.verticalScrollBar()
     assert bar.maximum() > 0
@@ -217,10 +216,7 @@ def test_F29_the_wheel_never_changes_a_field_that_is_not_focused(qtbot: Any, mak
     assert d.values() == before  # ... and the monitor number did not change
 
     scroll.ensureWidgetVisible(approval)
-    # keyboard focus needs the dialog to be the active window again (the X pointer moved over it, and
-    # with no window manager nothing re-activates it): activate it, then focus the field
-    d.activateWindow()
-    qtbot.waitUntil(d.isActiveWindow, timeout=10000)
+    focus_window(qtbot, d)  # keyboard focus needs the dialog active: make sure it still is, then focus the field
     approval.setFocus()
     qtbot.waitUntil(approval.hasFocus, timeout=10000)
     wheel_over(approval, "5", times=1)  # the focused field takes the wheel, as everywhere else
@@ -237,7 +233,7 @@ def test_the_keychain_message_is_whole_and_under_the_key(qtbot: Any, make_dialog
     monkeypatch.setattr(keyring, "get_keyring", lambda: fail.Keyring())  # no keychain backend at all
     d = make_dialog(policy="remote")
     d.show()
-    qtbot.waitExposed(d)
+    wait_exposed(qtbot, d)
     endpoint = d.fields["endpoint"].editor
     assert isinstance(endpoint, QLineEdit)
     endpoint.setText("http://gpu-box:8000/v1")
