@@ -36,7 +36,7 @@ from holodesk.policy.download import (
     download_model,
     repo_folder,
 )
-from tests.helpers.hub import LoopbackHub, loopback_hub
+from tests.helpers.hub import LoopbackHub, loopback_hub, partial_sizes
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO = "owner/model"
@@ -88,8 +88,7 @@ def _blobs(cache: Path) -> Path:
 
 
 def _partials(cache: Path) -> list[Path]:
-    folder = _blobs(cache)
-    return sorted(folder.glob("*.incomplete")) if folder.is_dir() else []
+    return list(partial_sizes(cache, REPO))
 
 
 def _complete_blobs(cache: Path) -> list[Path]:
@@ -144,7 +143,7 @@ def test_F30_killed_download_resumes_from_the_partial_file(hub: LoopbackHub, cac
     child = subprocess.Popen([sys.executable, "-m", "holodesk", "download", REPO, "--cache-dir", str(cache)],
                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_for(lambda: any(p.stat().st_size >= CHUNK for p in _partials(cache)), 90, "a 10 MiB partial file")
+        _wait_for(lambda: any(n >= CHUNK for n in partial_sizes(cache, REPO).values()), 90, "a 10 MiB partial file")
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=10)
@@ -196,8 +195,8 @@ def test_F30_stop_is_honoured_while_the_callers_thread_is_busy(hub: LoopbackHub,
     sizes: list[int] = []
 
     def on_disk() -> int:  # bytes of the shard on disk: its partial file, or all of it once stored
-        partials = _partials(cache)
-        return partials[0].stat().st_size if partials else len(SHARD_BYTES)
+        sizes = list(partial_sizes(cache, REPO).values())
+        return sizes[0] if sizes else len(SHARD_BYTES)
 
     def on_progress(report: DownloadProgress) -> None:
         if report.done_bytes >= CHUNK and not cancel.is_set():
@@ -615,7 +614,7 @@ def test_F30_ctrl_c_stops_holodesk_download_within_a_second(hub: LoopbackHub, ca
         command = ["sh", "-c", "trap '' INT; exec \"$@\"", "sh", *command]
     child = subprocess.Popen(command, env=_child_env(hub), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for(lambda: any(p.stat().st_size >= CHUNK for p in _partials(cache)), 90, "a 10 MiB partial file")
+        _wait_for(lambda: any(n >= CHUNK for n in partial_sizes(cache, REPO).values()), 90, "a 10 MiB partial file")
         child.send_signal(signal.SIGINT)
         sent = time.monotonic()
         _, err = child.communicate(timeout=30)

@@ -34,8 +34,28 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
+
+
+def partial_sizes(cache: Path, repo_id: str) -> dict[Path, int]:
+    """The partial blobs (``blobs/*.incomplete``) of model ``repo_id`` in the huggingface_hub cache ``cache``,
+    each with its size in bytes, in path order; empty when the repo has no folder yet.
+
+    A download that is running renames a partial file when it completes: a file gone between the listing
+    and its stat is left out, so this can poll a running download.
+    """
+    from holodesk.policy.download import repo_folder
+
+    blobs = repo_folder(repo_id, cache) / "blobs"
+    sizes: dict[Path, int] = {}
+    for path in sorted(blobs.glob("*.incomplete")) if blobs.is_dir() else []:
+        try:
+            sizes[path] = path.stat().st_size
+        except FileNotFoundError:
+            continue
+    return sizes
 
 
 def git_blob_id(data: bytes) -> str:

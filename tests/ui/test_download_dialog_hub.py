@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 
-from holodesk.policy.download import repo_folder
 from holodesk.ui.app import hub_download
 from holodesk.ui.download import DownloadDialog
-from tests.helpers.hub import LoopbackHub, loopback_hub
+from tests.helpers.hub import LoopbackHub, loopback_hub, partial_sizes
 
 pytestmark = pytest.mark.gui
 
@@ -39,8 +38,7 @@ def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[LoopbackHub
 
 
 def _partials(cache: Path) -> list[Path]:
-    blobs = repo_folder(REPO, cache) / "blobs"
-    return sorted(blobs.glob("*.incomplete")) if blobs.is_dir() else []
+    return list(partial_sizes(cache, REPO))
 
 
 def test_cancel_in_the_dialog_stops_within_a_second_and_start_again_resumes(qtbot: Any, qapp: Any, hub: LoopbackHub,
@@ -51,7 +49,7 @@ def test_cancel_in_the_dialog_stops_within_a_second_and_start_again_resumes(qtbo
     qtbot.addWidget(dialog)
     dialog.show()
     dialog.start()
-    qtbot.waitUntil(lambda: any(p.stat().st_size >= 10 * MiB for p in _partials(cache)), timeout=30000)
+    qtbot.waitUntil(lambda: any(n >= 10 * MiB for n in partial_sizes(cache, REPO).values()), timeout=30000)
     qtbot.waitUntil(lambda: dialog.bar.maximum() == 1000 and dialog.bar.value() >= 300, timeout=5000)
     assert " of 25.2 MB" in dialog.numbers.text() and "/s" in dialog.numbers.text()
     assert SHARD in dialog.file.text()
