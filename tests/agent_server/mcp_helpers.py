@@ -64,7 +64,10 @@ def outcome_of(result: Any) -> dict[str, Any]:
 
 
 def episode_lines(data_dir: Path, episode_id: str) -> list[dict[str, Any]]:
+    """The records of an episode's ``episode.jsonl``, one dict per line that ends in a newline: a record
+    being written while a test polls the file (its tail, with no newline yet) is left for the next read."""
     import json
 
     path = data_dir / "episodes" / episode_id / "episode.jsonl"
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines()]
