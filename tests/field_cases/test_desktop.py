@@ -134,7 +134,7 @@ def test_F13_overlay_marker_is_on_screen_but_never_in_the_frame_sent_to_the_mode
         assert result.status is State.FINISHED
         (seen,) = policy.frames
         assert marker_count(seen.pixels) == 0  # hidden during the grab
-        qtbot.waitUntil(lambda: overlay.isVisible(), timeout=3000)  # and back for the user afterwards
+        qtbot.waitUntil(lambda: overlay.isVisible(), timeout=10000)  # and back for the user afterwards
         pending.resolve(ApprovalResponse(Decision.STOP))
 
 

@@ -107,7 +107,7 @@ def test_marker_on_screen_but_not_in_the_hooked_grab(qtbot: Any) -> None:
 
         hidden = grab_on_worker(hooked_grab)
         assert marker_pixels(hidden.pixels) == 0
-        qtbot.waitUntil(lambda: controller.overlay is not None and controller.overlay.isVisible(), timeout=3000)
+        qtbot.waitUntil(lambda: controller.overlay is not None and controller.overlay.isVisible(), timeout=10000)
         qtbot.wait(150)
         again = grab_on_worker(lambda: capture.grab(1))
         assert marker_pixels(again.pixels) > 50  # shown again after the grab
@@ -171,7 +171,7 @@ def test_every_holodesk_window_is_hidden_for_the_grab_but_not_the_tray_icon(qtbo
     assert not window.isVisible() and not settings.isVisible()
     assert all(w.isVisible() for w in tray_sys)
     grab_on_worker(app.guard.after_capture)
-    qtbot.waitUntil(lambda: window.isVisible() and settings.isVisible(), timeout=3000)
+    qtbot.waitUntil(lambda: window.isVisible() and settings.isVisible(), timeout=10000)
     settings.close()
 
 

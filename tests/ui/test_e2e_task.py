@@ -62,7 +62,7 @@ def test_hotkey_palette_overlay_enter_clicks_the_button(qtbot: Any, ui_env: Any,
             qtbot.wait(300)
             xdotool(server, "key", "--clearmodifiers", "ctrl+alt+h")
             qtbot.waitUntil(app.palette.isVisible, timeout=5000)
-            qtbot.waitUntil(app.palette.input.hasFocus, timeout=3000)
+            qtbot.waitUntil(app.palette.input.hasFocus, timeout=10000)
             qtbot.wait(200)
             xdotool(server, "type", "--delay", "20", "click OK")
             qtbot.waitUntil(lambda: app.palette.input.text() == "click OK", timeout=5000)
@@ -72,7 +72,7 @@ def test_hotkey_palette_overlay_enter_clicks_the_button(qtbot: Any, ui_env: Any,
             x, y, w, h = target.rects["OK"]
             assert x <= point.x < x + w and y <= point.y < y + h  # the mark is on the button
             assert target.state()["clicks"] == []  # nothing before the approval
-            qtbot.waitUntil(overlay.isActiveWindow, timeout=3000)
+            qtbot.waitUntil(overlay.isActiveWindow, timeout=10000)
             xdotool(server, "key", "Return")
             # Keep the GUI thread processing events while waiting: the worker hides the overlay through it.
             result = wait_finished(qtbot, app, timeout_ms=20000)
@@ -116,7 +116,7 @@ def test_typing_after_approval_goes_to_the_field_the_user_expects(qtbot: Any, ui
                 qtbot.waitUntil(lambda s=step: app.approval.pending is not None
                                 and app.approval.pending.request.step == s, timeout=20000)
                 overlay = app.approval.overlay
-                qtbot.waitUntil(overlay.isActiveWindow, timeout=3000)
+                qtbot.waitUntil(overlay.isActiveWindow, timeout=10000)
                 if step == 1:  # the pointer leaves the field: focus must not depend on where it is
                     xdotool(server, "mousemove", "1500", "900")
                 xdotool(server, "key", "Return")
@@ -150,6 +150,6 @@ def test_a_bad_hotkey_is_reported_not_ignored(qtbot: Any, make_app: Any) -> None
     kit = make_app([], hotkeys=True, hotkey_palette="<ctrl>+<nosuchkey>+h")
     assert not kit.app.hotkeys.active
     qtbot.waitUntil(lambda: any(n.title == "Global hotkeys are not available" for n in kit.app.notifier.history),
-                    timeout=3000)
+                    timeout=10000)
     notice = next(n for n in kit.app.notifier.history if n.title == "Global hotkeys are not available")
     assert "<ctrl>+<nosuchkey>+h" in notice.text

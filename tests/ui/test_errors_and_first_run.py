@@ -44,7 +44,7 @@ def test_one_dialog_per_failure_with_the_hint_in_the_main_text(qtbot: Any) -> No
                         hint="Store the right key for this server in Settings.")
     for _ in range(3):
         notifier.error("The task could not run", error)
-    qtbot.waitUntil(lambda: len(notifier.history) == 3, timeout=3000)
+    qtbot.waitUntil(lambda: len(notifier.history) == 3, timeout=10000)
     assert len(notifier.open_dialogs) == 1  # the same failure three times: one dialog, counted
     box = notifier.open_dialogs[0]
     assert box.isVisible()
@@ -53,18 +53,18 @@ def test_one_dialog_per_failure_with_the_hint_in_the_main_text(qtbot: Any) -> No
     assert box.detailedText() == ""
     assert buttons(box) == ["Open Settings", "Retry"]
     notifier.error("Cannot open the logs folder", SettingsError("data folder is read-only"))
-    qtbot.waitUntil(lambda: len(notifier.history) == 4, timeout=3000)
+    qtbot.waitUntil(lambda: len(notifier.history) == 4, timeout=10000)
     assert len(notifier.open_dialogs) == 1 and notifier.open_dialogs[0] is not box  # replaced, not stacked
     old = box
-    qtbot.waitUntil(lambda: not shiboken6.isValid(old) or not old.isVisible(), timeout=3000)
+    qtbot.waitUntil(lambda: not shiboken6.isValid(old) or not old.isVisible(), timeout=10000)
     box = notifier.open_dialogs[0]
     assert "data folder is read-only" in box.text() and "Retry" not in buttons(box)
     settings_button = next(b for b in box.findChildren(QPushButton) if b.text() == "Open Settings")
     settings_button.click()  # the button performs the remedy and closes the dialog
     assert opened == ["settings"]
-    qtbot.waitUntil(lambda: notifier.open_dialogs == [], timeout=3000)
+    qtbot.waitUntil(lambda: notifier.open_dialogs == [], timeout=10000)
     notifier.error("Unexpected error", ValueError("boom"))  # a bug: the traceback is behind Show Details
-    qtbot.waitUntil(lambda: len(notifier.open_dialogs) == 1, timeout=3000)
+    qtbot.waitUntil(lambda: len(notifier.open_dialogs) == 1, timeout=10000)
     assert "ValueError: boom" in notifier.open_dialogs[0].text()
     assert "ValueError: boom" in notifier.open_dialogs[0].detailedText()
     notifier.close_dialog()

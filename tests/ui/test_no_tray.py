@@ -105,7 +105,7 @@ def test_forced_window_shows_every_action(qtbot: Any, make_app: Any) -> None:
     assert "Started with --no-tray" in window.help_label.text()
     assert "AppIndicator" in TRAY_HELP
     window.buttons["new_task"].click()
-    qtbot.waitUntil(kit.app.palette.isVisible, timeout=3000)
+    qtbot.waitUntil(kit.app.palette.isVisible, timeout=10000)
     kit.app.palette.hide()
 
 

@@ -165,4 +165,4 @@ def test_an_overlay_that_cannot_open_stops_the_run_and_says_why(qtbot: Any, make
     assert wait_finished(qtbot, kit.app).status is State.STOPPED
     assert kit.executor.calls == []
     qtbot.waitUntil(lambda: any(n.title == "The approval overlay could not be shown"
-                                for n in kit.app.notifier.history), timeout=3000)
+                                for n in kit.app.notifier.history), timeout=10000)

@@ -108,10 +108,10 @@ def test_hotkeys_are_captured_not_typed(qtbot: Any, make_dialog: Any) -> None:
     assert isinstance(edit, HotkeyEdit)
     assert edit.keySequence().toString(QKeySequence.SequenceFormat.PortableText) == "Ctrl+Alt+H"
     edit.setFocus()
-    qtbot.waitUntil(edit.hasFocus, timeout=3000)
+    qtbot.waitUntil(edit.hasFocus, timeout=10000)
     edit.clear()
     qtbot.keyClick(edit, Qt.Key.Key_J, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
-    qtbot.waitUntil(lambda: edit.hotkey() == "<ctrl>+<shift>+j", timeout=3000)
+    qtbot.waitUntil(lambda: edit.hotkey() == "<ctrl>+<shift>+j", timeout=10000)
     assert d.save() is True
     assert load_settings().hotkey_palette == "<ctrl>+<shift>+j"
 
@@ -191,7 +191,7 @@ def test_F29_the_wheel_never_changes_a_field_that_is_not_focused(qtbot: Any, mak
     approval = combo(d, "approval")
     scroll.ensureWidgetVisible(approval)
     d.buttons.setFocus()
-    qtbot.waitUntil(lambda: not approval.hasFocus(), timeout=3000)
+    qtbot.waitUntil(lambda: not approval.hasFocus(), timeout=10000)
     before = d.values()
 
     def wheel_over(widget: Any, button: str, times: int = 3) -> None:
@@ -241,7 +241,7 @@ def test_the_keychain_message_is_whole_and_under_the_key(qtbot: Any, make_dialog
     assert d.save() is True  # the settings are saved; the key is not
     message = d.key_error
     qtbot.waitUntil(lambda: message.isVisible() and message.height() >= message.heightForWidth(message.width()),
-                    timeout=3000)  # the whole wrapped text fits: nothing clipped
+                    timeout=10000)  # the whole wrapped text fits: nothing clipped
     assert "GNOME Keyring or KWallet" in message.text() and "sk-secret-1" not in message.text()
     assert "#d93025" not in message.styleSheet() and "red" not in message.styleSheet()
     assert "keychain" not in d.status.text().lower() or "see the note under it" in d.status.text()

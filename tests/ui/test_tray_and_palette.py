@@ -56,7 +56,7 @@ def test_icon_and_menu_follow_the_session_states(qtbot: Any, make_app: Any) -> N
     assert seen.index(Status.THINKING) < seen.index(Status.AWAITING) < seen.index(Status.ACTING)
     assert app.tray.status is Status.IDLE
     assert app.tray.icon.icon().cacheKey() == status_icon(Status.IDLE).cacheKey()
-    qtbot.waitUntil(lambda: not app.actions.stop.isEnabled() and app.actions.new_task.isEnabled(), timeout=3000)
+    qtbot.waitUntil(lambda: not app.actions.stop.isEnabled() and app.actions.new_task.isEnabled(), timeout=10000)
 
 
 def test_failed_run_shows_error_icon_and_a_notification(qtbot: Any, make_app: Any) -> None:
@@ -66,7 +66,7 @@ def test_failed_run_shows_error_icon_and_a_notification(qtbot: Any, make_app: An
     qtbot.keyClick(wait_overlay(qtbot, app), Qt.Key.Key_Return)
     assert wait_finished(qtbot, app).status is State.FAILED
     assert app.tray.status is Status.ERROR
-    qtbot.waitUntil(lambda: any(n.level == "error" for n in app.notifier.history), timeout=3000)
+    qtbot.waitUntil(lambda: any(n.level == "error" for n in app.notifier.history), timeout=10000)
     err = [n for n in app.notifier.history if n.level == "error"][-1]
     assert "script exhausted" in err.text
 
@@ -104,7 +104,7 @@ def test_tray_stop_stops_a_pending_approval(qtbot: Any, make_app: Any) -> None:
     assert wait_finished(qtbot, kit.app).status is State.STOPPED
     assert kit.executor.calls == []
     qtbot.waitUntil(lambda: kit.app.approval.overlay is None or not kit.app.approval.overlay.isVisible(),
-                    timeout=3000)
+                    timeout=10000)
 
 
 def test_mode_and_pause_from_the_menu(make_app: Any) -> None:
@@ -125,7 +125,7 @@ def test_palette_starts_the_typed_task(qtbot: Any, make_app: Any) -> None:
     kit = make_app([Click(Point(400, 400))])
     app = kit.app
     app.actions.new_task.trigger()
-    qtbot.waitUntil(app.palette.isVisible, timeout=3000)
+    qtbot.waitUntil(app.palette.isVisible, timeout=10000)
     qtbot.keyClick(app.palette.input, Qt.Key.Key_Return)  # empty: nothing starts
     assert not app.runner.running and app.palette.isVisible()
     qtbot.keyClicks(app.palette.input, "open the settings page")
@@ -143,7 +143,7 @@ def test_palette_starts_the_typed_task(qtbot: Any, make_app: Any) -> None:
 def test_palette_escape_closes_without_a_task(qtbot: Any, make_app: Any) -> None:
     kit = make_app([])
     kit.app.open_palette()
-    qtbot.waitUntil(kit.app.palette.isVisible, timeout=3000)
+    qtbot.waitUntil(kit.app.palette.isVisible, timeout=10000)
     qtbot.keyClicks(kit.app.palette.input, "never mind")
     qtbot.keyClick(kit.app.palette.input, Qt.Key.Key_Escape)
     assert not kit.app.palette.isVisible() and not kit.app.runner.running
