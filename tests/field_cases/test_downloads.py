@@ -195,8 +195,8 @@ def test_F30_stop_is_honoured_while_the_callers_thread_is_busy(hub: LoopbackHub,
     sizes: list[int] = []
 
     def on_disk() -> int:  # bytes of the shard on disk: its partial file, or all of it once stored
-        sizes = list(partial_sizes(cache, REPO).values())
-        return sizes[0] if sizes else len(SHARD_BYTES)
+        partial = list(partial_sizes(cache, REPO).values())
+        return partial[0] if partial else len(SHARD_BYTES)
 
     def on_progress(report: DownloadProgress) -> None:
         if report.done_bytes >= CHUNK and not cancel.is_set():

@@ -183,7 +183,6 @@ def test_F29_the_wheel_never_changes_a_field_that_is_not_focused(qtbot: Any, mak
     d.resize(560, 360)  # the Basic page now scrolls
     d.move(40, 40)
     d.show()
-    wait_exposed(qtbot, d)
     focus_window(qtbot, d)
     scroll = d.scroll_areas["Basic"]
     bar = scroll.verticalScrollBar()
