@@ -50,7 +50,7 @@ def partial_sizes(cache: Path, repo_id: str) -> dict[Path, int]:
 
     blobs = repo_folder(repo_id, cache) / "blobs"
     sizes: dict[Path, int] = {}
-    for path in sorted(blobs.glob("*.incomplete")) if blobs.is_dir() else []:
+    for path in sorted(blobs.glob("*.incomplete")):  # none when the folder does not exist
         try:
             sizes[path] = path.stat().st_size
         except FileNotFoundError:

@@ -1,8 +1,9 @@
-"""The tests' QApplication on a real X server."""
+"""The tests' QApplication on a real X server, and helpers that wait for its windows to be exposed and focused."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 from typing import Any
 
 
@@ -62,8 +63,6 @@ def focus_window(qtbot: Any, widget: Any, timeout_ms: int = 10000) -> None:
         AssertionError: not active after ``timeout_ms``; the message names the window that holds the X
             focus, Qt's active window and any modal widget.
     """
-    import subprocess
-
     from PySide6.QtWidgets import QApplication
     from pytestqt.exceptions import TimeoutError as QtTimeoutError
 
