@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from holodesk.errors import SettingsError
 from holodesk.session.approval import ApprovalPolicy
+from holodesk.session.desktop import desktop
 from holodesk.session.loop import SCREEN_SETTLE_S, Session, SessionLimits
 from holodesk.settings import policy_fields
 
@@ -23,8 +24,6 @@ if TYPE_CHECKING:
     from holodesk.control.base import Executor
     from holodesk.core.wording import WindowInfo
     from holodesk.display import BackendChoice
-    from holodesk.display.mutter import MutterRemoteDesktop
-    from holodesk.display.portal import PortalRemoteDesktop
     from holodesk.policy.base import Policy
     from holodesk.settings import Settings
 
@@ -86,91 +85,34 @@ def build_policy(settings: Settings, *, progress: Any = None, cancel: threading.
     raise SettingsError(f"unknown policy {settings.policy!r}")
 
 
-_mutter_lock = threading.Lock()
-_mutter_session: MutterRemoteDesktop | None = None
-_portal_session: PortalRemoteDesktop | None = None
-
-
 def desktop_backend(settings: Settings | None = None) -> BackendChoice:
-    """The desktop backend for this session (``desktop_backend`` setting, else chosen from the session).
+    """The desktop backend of this process (``desktop_backend`` setting, else chosen from the session), chosen
+    once per process (:func:`holodesk.session.desktop.desktop`).
 
     Raises:
         DisplayError: the backend cannot work here (the message says why, the hint what to do).
     """
-    from holodesk.display import choose_backend
-
-    choice = choose_backend(settings.desktop_backend if settings is not None else "auto")
-    log.info("desktop backend: %s (%s)", choice.backend, choice.reason)
-    if choice.display.problem and choice.backend == "mss":
-        log.warning("%s %s", choice.display.problem, choice.display.hint)
-    return choice
-
-
-def mutter_session() -> MutterRemoteDesktop:
-    """The process's one Mutter remote-desktop session, shared by the capture backend and the executor
-    (input goes through the streams the capture reads). Started on first use, closed at exit."""
-    global _mutter_session
-    with _mutter_lock:
-        if _mutter_session is None:
-            import atexit
-
-            from holodesk.display.mutter import MutterRemoteDesktop
-
-            _mutter_session = MutterRemoteDesktop()
-            atexit.register(_mutter_session.close)
-        return _mutter_session
-
-
-def portal_session() -> PortalRemoteDesktop:
-    """The process's one xdg-desktop-portal remote-desktop session (as :func:`mutter_session`; the desktop
-    may ask for permission when it starts). Started on first use, closed at exit."""
-    global _portal_session
-    with _mutter_lock:
-        if _portal_session is None:
-            import atexit
-
-            from holodesk.display.portal import PortalRemoteDesktop
-
-            _portal_session = PortalRemoteDesktop()
-            atexit.register(_portal_session.close)
-        return _portal_session
-
-
-def _wayland_session(backend: str) -> MutterRemoteDesktop | PortalRemoteDesktop:
-    return portal_session() if backend == "portal" else mutter_session()
+    return desktop(settings).choice
 
 
 def build_capture(settings: Settings | None = None) -> CaptureBackend:
-    """The real screen capture backend of :func:`desktop_backend` (needs a display).
+    """A task's screen capture on the process's desktop backend (needs a display); on Wayland the process's
+    one screen-cast capture, which the task's ``close`` leaves open (:class:`holodesk.session.desktop.Desktop`).
 
     Raises:
         DisplayError: no backend can work here.
     """
-    backend = desktop_backend(settings).backend
-    if backend in ("mutter", "portal"):
-        from holodesk.capture.pipewire_backend import MutterCapture
-
-        return MutterCapture(_wayland_session(backend))
-    from holodesk.capture.mss_backend import MssCapture
-
-    return MssCapture()
+    return desktop(settings).capture()
 
 
 def build_executor(settings: Settings, stop_event: threading.Event | None = None) -> Executor:
-    """The real input executor of :func:`desktop_backend` (needs a display). ``stop_event`` ends a running
-    ``wait`` early; share it with the Session (its ``stop_event`` argument).
+    """A task's input executor on the process's desktop backend (needs a display). ``stop_event`` ends a
+    running ``wait`` early; share it with the Session (its ``stop_event`` argument).
 
     Raises:
         DisplayError: no backend can work here.
     """
-    backend = desktop_backend(settings).backend
-    if backend in ("mutter", "portal"):
-        from holodesk.control.mutter_executor import MutterExecutor
-
-        return MutterExecutor(_wayland_session(backend), stop_event=stop_event)
-    from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
-
-    return PyAutoGUIExecutor(typing=settings.typing, stop_event=stop_event)
+    return desktop(settings).executor(settings, stop_event)
 
 
 # -- the session ------------------------------------------------------------------------------------------
