@@ -154,6 +154,8 @@ class MutterSession:
     height: int
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     apps: list[TargetApp] = field(default_factory=list)
+    compositor: subprocess.Popen[bytes] | None = None
+    """The mutter (or gnome-shell) process: killing it ends the desktop."""
 
     def start_app(self, timeout_s: float = 30.0) -> TargetApp:
         """Start the GTK4 target app (native Wayland) and wait until it is shown fullscreen and drawn."""
@@ -254,6 +256,7 @@ def mutter_session(width: int = 1280, height: int = 800, timeout_s: float = 30.0
         compositor = "gnome-shell" if portal else "mutter"
         mutter = spawn([compositor, "--headless", "--wayland", *([] if xwayland else ["--no-x11"]),
                         "--virtual-monitor", f"{width}x{height}", "--wayland-display", display_name], "mutter.log")
+        session.compositor = mutter
         procs = [bus, pipewire, wireplumber, mutter]
         _wait_for((runtime / display_name).exists, timeout_s, "mutter's Wayland socket", procs)
         _wait_for(lambda: _bus_has_name(session.bus_address, "org.gnome.Mutter.RemoteDesktop"), timeout_s,

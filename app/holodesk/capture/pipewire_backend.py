@@ -21,6 +21,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -70,8 +71,9 @@ def import_gstreamer() -> tuple[Any, Any]:
 class _Stream:
     """One running pipeline on one monitor's PipeWire node; keeps the newest frame."""
 
-    def __init__(self, gst: Any, node: int, fd: int) -> None:
+    def __init__(self, gst: Any, node: int, fd: int, check_desktop: Callable[[], None]) -> None:
         self._gst = gst
+        self._check_desktop = check_desktop
         self._cond = threading.Condition()
         self._sample: Any = None
         self._seq = 0
@@ -81,8 +83,8 @@ class _Stream:
                        "emit-signals=true")
         self._fd = fd
         self.pipeline = gst.parse_launch(description)
-        sink = self.pipeline.get_by_name("sink")
-        sink.connect("new-sample", self._on_sample)
+        self._sink = self.pipeline.get_by_name("sink")
+        self._handler = self._sink.connect("new-sample", self._on_sample)
         self._bus = self.pipeline.get_bus()  # no main loop: errors are polled in wait()
         if self.pipeline.set_state(gst.State.PLAYING) == gst.StateChangeReturn.FAILURE:
             self.close()
@@ -114,6 +116,7 @@ class _Stream:
 
         Raises:
             CaptureError: the pipeline reported an error.
+            DisplayError: the desktop ended (checked every 0.1 s: the stream then stays silent).
         """
         deadline = time.monotonic() + timeout_s
         with self._cond:
@@ -123,6 +126,7 @@ class _Stream:
                     break
                 self._cond.wait(min(left, 0.1))
                 if self._seq <= after_seq:
+                    self._check_desktop()
                     error = self._bus_error()
                     if error:
                         raise CaptureError(f"the screen-cast stream failed: {error}")
@@ -133,7 +137,17 @@ class _Stream:
             return self._sample
 
     def close(self) -> None:
+        """Stop the pipeline and let it go. The sink's signal handler refers to this stream, which refers to
+        the pipeline: a cycle through GObject that Python's collector cannot see, so the handler is
+        disconnected and the references dropped here (else each closed stream kept its 4 sockets and its
+        last frame)."""
+        if self.pipeline is None:
+            return
         self.pipeline.set_state(self._gst.State.NULL)
+        self._sink.disconnect(self._handler)
+        with self._cond:
+            self._sample = None
+        self.pipeline = self._sink = self._bus = None
         with contextlib.suppress(OSError):  # pipewiresrc may have closed it already
             os.close(self._fd)
 
@@ -181,7 +195,7 @@ class MutterCapture:
             if self._gst is None:
                 self._gst, _ = import_gstreamer()
             node = self.session.pipewire_node(mon.connector)
-            stream = _Stream(self._gst, node, self.session.open_pipewire_fd())
+            stream = _Stream(self._gst, node, self.session.open_pipewire_fd(), self.session.raise_if_ended)
             self._streams[mon.connector] = stream
             return stream, True
 
@@ -193,7 +207,8 @@ class MutterCapture:
         Raises:
             CaptureError: unknown index (listing the valid ones), GStreamer missing, the stream failed or
                 sent no frame within 10 s.
-            DisplayError: Mutter's APIs are not reachable.
+            DisplayError: Mutter's APIs are not reachable; the desktop ended (before or during the grab:
+                no older frame is returned then).
         """
         try:
             mon = self.session.monitor(monitor_index)
@@ -221,6 +236,7 @@ class MutterCapture:
             if sample is not None:
                 return sample
             if left <= NUDGE_INTERVAL_S:
+                self.session.raise_if_ended()
                 log.warning("no new frame of %s within %.1f s of a pointer nudge (is the pointer hidden?); "
                             "using the newest frame", connector, self.fresh_timeout_s)
                 return stream.latest()

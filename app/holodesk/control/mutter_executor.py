@@ -10,6 +10,8 @@
   previous text is put back afterwards. The paste is known to be taken when the focused window fetched
   the text; a paste nobody fetches fails the action.
 * The stop event ends a running ``wait`` and every action not yet started with ``stopped_by_user``.
+* When the desktop ends (the session's ``ended``: the compositor left the bus) a running ``wait`` and every
+  later action fail at once with "the desktop session ended".
 * Errors are returned as failed :class:`ActionResult` values, never raised.
 """
 
@@ -156,10 +158,14 @@ class MutterExecutor:
         if isinstance(action, (Answer, Done, Plan)):
             details["method"] = "none"
             return "nothing to do on screen"
+        self.session.raise_if_ended()
         if isinstance(action, Wait):
             details["method"] = "wait"
-            if self.stop_event.wait(action.seconds):
-                raise _Stopped()
+            deadline = time.monotonic() + action.seconds
+            while (left := deadline - time.monotonic()) > 0:
+                if self.stop_event.wait(min(left, 0.1)):
+                    raise _Stopped()
+                self.session.raise_if_ended()
             return f"waited {action.seconds:g} s"
         if not self.session.input_ready.wait(self.input_ready_timeout_s):
             raise ActionError("Holodesk's input on this desktop is not confirmed yet (no frame has been captured "

@@ -193,6 +193,7 @@ class MutterRemoteDesktop(RemoteDesktopSession):
         """
         from jeepney import MatchRule
 
+        self._watch_service(REMOTE_DESKTOP, "GNOME's compositor (Mutter)")
         created = self._call("/org/gnome/Mutter/RemoteDesktop", REMOTE_DESKTOP, "CreateSession")
         self._session_path = str(created[0])
         session_id = self._get_property(self._session_path, REMOTE_DESKTOP + ".Session", "SessionId")
@@ -251,7 +252,9 @@ class MutterRemoteDesktop(RemoteDesktopSession):
     def _forget_session(self) -> None:
         self._streams.clear()
         self._nodes.clear()
-        self._transfer_thread = None
+        thread, self._transfer_thread = self._transfer_thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=2.0)  # it sees the ended session within 0.2 s
         self._clipboard_enabled = False
         super()._forget_session()
 
@@ -343,16 +346,17 @@ class MutterRemoteDesktop(RemoteDesktopSession):
                          path=self._session_path)
         handle = self._router.filter(rule, queue=self._transfers)
         self._add_match(rule)
-        self._transfer_thread = threading.Thread(target=self._serve_transfers, args=(handle,),
+        self._transfer_thread = threading.Thread(target=self._serve_transfers, args=(handle, self._router),
                                                  name="mutter-selection", daemon=True)
         self._transfer_thread.start()
         self._session("EnableClipboard", "a{sv}", ({},))
         self._clipboard_enabled = True
 
-    def _serve_transfers(self, handle: Any) -> None:
-        """Answer ``SelectionTransfer(mime, serial)`` with the selection we own, until the session ends.
-        Each answered request's arrival number goes into ``_served``."""
-        while self._router is not None:
+    def _serve_transfers(self, handle: Any, router: Any) -> None:
+        """Answer ``SelectionTransfer(mime, serial)`` with the selection we own, until the session of
+        ``router`` ends (the next session has its own thread). Each answered request's arrival number goes
+        into ``_served``."""
+        while self._router is router:
             try:
                 number, msg = self._transfers.get(timeout=0.2)
             except queue.Empty:

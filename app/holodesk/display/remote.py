@@ -11,7 +11,9 @@ sets up its own session.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -23,6 +25,8 @@ log = logging.getLogger(__name__)
 
 CALL_TIMEOUT_S = 10.0
 """How long a D-Bus call may wait for its reply, in seconds."""
+DESKTOP_ENDED = "the desktop session ended"
+"""How every failure caused by the desktop going away begins (the compositor or X server exited)."""
 SHIFT_KEYSYM = 0xFFE1
 """X keysym of the left Shift key (X11/keysymdef.h)."""
 
@@ -50,6 +54,35 @@ def unwrap_variant(value: Any) -> Any:
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
         return value[1]
     return value
+
+
+def close_connection(conn: Any) -> None:
+    """Close a ``jeepney.io.threading.DBusConnection`` with everything it opened.
+
+    jeepney 0.9's ``close()`` closes the socket but not the pipe the connection made to interrupt its
+    receiver (``_stop_r``/``_stop_w``): 2 descriptors per connection, kept until the process ends. They are
+    closed here after it."""
+    conn.close()
+    for name in ("_stop_r", "_stop_w"):
+        fd = getattr(conn, name, None)
+        if isinstance(fd, int) and fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            setattr(conn, name, -1)
+
+
+class _OwnerLost:
+    """A stand-in for a filter queue: a ``NameOwnerChanged`` signal with an empty new owner marks the
+    session's desktop as ended."""
+
+    def __init__(self, session: RemoteDesktopSession, reason: str) -> None:
+        self.session = session
+        self.reason = reason
+
+    def put_nowait(self, msg: Any) -> None:
+        _name, _old, new = msg.body
+        if not new:
+            self.session._mark_ended(self.reason)
 
 
 @dataclass(frozen=True)
@@ -98,6 +131,10 @@ class RemoteDesktopSession:
         self.generation = 0
         """Counts the sessions started; it changes when a session is replaced (monitor layout change, lost
         connection), so users of stream nodes know to reconnect."""
+        self.ended = threading.Event()
+        """Set when the desktop this session drives went away (its compositor left the session bus:
+        :meth:`_watch_service`); from then on every use raises :meth:`desktop_ended_error` at once."""
+        self.ended_reason = ""
         self.input_ready = threading.Event()
         """Set once input from this session is known to be applied (GNOME drops input sent in the first
         50-200 ms of a session; :class:`~holodesk.capture.pipewire_backend.MutterCapture` checks it)."""
@@ -115,6 +152,7 @@ class RemoteDesktopSession:
         from jeepney.wrappers import DBusErrorResponse, unwrap_msg
 
         words = self.wording
+        self.raise_if_ended()
         router = self._router
         if router is None:
             raise DisplayError(f"the {words.session} remote-desktop session is not started")
@@ -131,6 +169,33 @@ class RemoteDesktopSession:
             raise DisplayError(f"{words.answerer} did not answer {method} within {timeout:g} s",
                                hint=words.timeout_hint) from exc
 
+    def desktop_ended_error(self) -> DisplayError:
+        """The error every use of an ended session raises: "the desktop session ended (why)"."""
+        return DisplayError(f"{DESKTOP_ENDED} ({self.ended_reason})",
+                            hint="Log in to the desktop again (or start it), then run the task again.")
+
+    def raise_if_ended(self) -> None:
+        """Raise :meth:`desktop_ended_error` when the desktop went away (:attr:`ended`)."""
+        if self.ended.is_set():
+            raise self.desktop_ended_error()
+
+    def _watch_service(self, name: str, who: str) -> None:
+        """Set :attr:`ended` when bus name ``name`` loses its owner (``NameOwnerChanged`` with an empty new
+        owner): the process behind it (``who``, for the reason) is gone, and the desktop with it."""
+        from jeepney import MatchRule
+
+        rule = MatchRule(type="signal", sender="org.freedesktop.DBus", interface="org.freedesktop.DBus",
+                         member="NameOwnerChanged", path="/org/freedesktop/DBus")
+        rule.add_arg_condition(0, name)
+        self._router.filter(rule, queue=_OwnerLost(self, f"{who} left the session bus"))
+        self._add_match(rule)
+
+    def _mark_ended(self, reason: str) -> None:
+        if not self.ended.is_set():
+            self.ended_reason = reason
+            self.ended.set()
+            log.warning("%s (%s)", DESKTOP_ENDED, reason)
+
     def _add_match(self, rule: Any) -> None:
         """Ask the bus to route signals matching jeepney ``MatchRule`` ``rule`` to this connection."""
         from jeepney.bus_messages import message_bus
@@ -142,9 +207,11 @@ class RemoteDesktopSession:
         """Open the bus and set up and start the session (idempotent).
 
         Raises:
-            DisplayError: no session bus, the session was closed, or the subclass's set-up failed.
+            DisplayError: no session bus, the session was closed, the desktop ended (:attr:`ended`), or the
+                subclass's set-up failed.
         """
         with self._lock:
+            self.raise_if_ended()
             if self._router is not None:
                 return
             if self._closed:
@@ -198,7 +265,7 @@ class RemoteDesktopSession:
         if router is not None:
             router.close()
         if conn is not None:
-            conn.close()
+            close_connection(conn)
         self._forget_session()
 
     def _forget_session(self) -> None:
@@ -212,7 +279,11 @@ class RemoteDesktopSession:
 
     # -- layout -------------------------------------------------------------------------------------
     def monitors(self) -> list[MutterMonitor]:
-        """The session's monitors (starting the session if needed)."""
+        """The session's monitors (starting the session if needed).
+
+        Raises:
+            DisplayError: as :meth:`start`; the desktop ended (:meth:`raise_if_ended`)."""
+        self.raise_if_ended()
         self.start()
         return list(self._monitors)
 

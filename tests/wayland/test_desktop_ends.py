@@ -1,0 +1,61 @@
+"""A dead desktop is noticed: GNOME's compositor (the private headless mutter) is killed while a task of a
+Holodesk process waits between two clicks; the task ends at once with "the desktop session ended", recorded
+as such, and nothing is proposed on a frame from before (the scripted second click never reaches the record).
+
+Its own mutter session: killing the compositor ends it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from holodesk.session.episode import list_episodes, load_episode
+from tests.helpers.mutter import MutterSession, mutter_session
+from tests.helpers.processes import stop_process
+from tests.wayland.test_lived_in import host, next_task, write_script
+from tests.wayland.test_wayland_cli import point
+
+pytestmark = [pytest.mark.wayland, pytest.mark.e2e]
+
+
+@pytest.fixture
+def doomed() -> Iterator[MutterSession]:
+    """A private headless mutter session of this test alone."""
+    from tests.wayland.conftest import _require_programs
+
+    _require_programs()
+    with mutter_session() as session:
+        yield session
+
+
+def test_compositor_killed_mid_task_ends_the_task_at_once(doomed: MutterSession, tmp_path: Path) -> None:
+    app = doomed.start_app()
+    button = {"tool_name": "click", **point(doomed, app, "button")}
+    script = write_script(tmp_path / "steps.jsonl", [button, {"tool_name": "wait", "seconds": 30}, button,
+                                                     {"tool_name": "answer", "text": "never reached"}])
+    proc = host(doomed, tmp_path, [script])
+    try:
+        app.wait_state(lambda s: s["clicks"] == 1, timeout_s=60)
+        assert doomed.compositor is not None
+        episodes = tmp_path / "episodes"
+        deadline = time.monotonic() + 60
+        while not [s for p in list_episodes(episodes) for s in load_episode(p).steps]:  # the click's record
+            assert time.monotonic() < deadline, "the click's step was never recorded"
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        doomed.compositor.kill()
+        outcome = next_task(proc, tmp_path)
+        elapsed = time.monotonic() - t0
+    finally:
+        stop_process(proc)
+    assert outcome["status"] == "failed", outcome
+    assert outcome["reason"].startswith("the desktop session ended"), outcome
+    assert elapsed < 5, f"the task ended {elapsed:.1f} s after the compositor died (the wait was 30 s)"
+    ep = load_episode(list_episodes(tmp_path / "episodes")[0])
+    assert ep.end is not None and ep.end["reason"].startswith("the desktop session ended"), ep.end
+    kinds = [s.get("action", {}).get("kind") for s in ep.steps]
+    assert kinds in (["click"], ["click", "wait"]), kinds  # the second click was never proposed
