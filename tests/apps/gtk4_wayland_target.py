@@ -14,7 +14,7 @@ The state file is rewritten atomically (temp file + rename) on each event, as JS
 ``{"ready", "clicks", "presses", "text", "inverted", "entry_focused", "area", "button", "entry"
 (each ``[x, y, width, height]`` on the screen, logical pixels, updated when the scale changes),
 "scale_factor", "pointer" (``[x, y]`` of the latest pointer motion over the stripes), "clipboard",
-"clipboard_reads"}``.
+"clipboard_reads", "activations" (Enter pressed in the entry)}``.
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ class Target:
         self.button.set_size_request(-1, 120)
         self.entry = Gtk.Entry()
         self.entry.connect("changed", self.on_changed)
+        self.entry.connect("activate", lambda e: self.set_state(activations=int(self.state.get("activations", 0)) + 1))
         focus = Gtk.EventControllerFocus()
         focus.connect("enter", lambda c: self.set_state(entry_focused=True))
         focus.connect("leave", lambda c: self.set_state(entry_focused=False))

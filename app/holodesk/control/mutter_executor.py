@@ -7,8 +7,9 @@
 * Text of printable ASCII, newlines and tabs is typed key by key; a text with any other character (outside
   the keyboard layout on most systems: CJK, most accented letters on ``us``, which Mutter drops as keys) is
   pasted as a whole through the compositor clipboard (Mutter's selection API, Ctrl+V), and the clipboard's
-  previous text is put back afterwards. The paste is known to be taken when the focused window fetched
-  the text; a paste nobody fetches fails the action.
+  previous text is put back afterwards unless the user copied something meanwhile; a final newline (the
+  ``press_enter`` of ``write_desktop``) is pressed as Enter after the paste. The paste is known to be taken
+  when the focused window fetched the text; a paste nobody fetches fails the action.
 * The stop event ends a running ``wait`` and every action not yet started with ``stopped_by_user``.
 * When the desktop ends (the session's ``ended``: the compositor left the bus) a running ``wait`` and every
   later action fail at once with "the desktop session ended".
@@ -249,12 +250,19 @@ class MutterExecutor:
                     time.sleep(self.key_delay_s)
             return f"typed {len(text)} characters"
         # One paste for the whole text: keys sent after a paste can overtake the pasted text (the app
-        # reads it from a pipe over several main-loop turns while key events keep arriving).
+        # reads it from a pipe over several main-loop turns while key events keep arriving). A final newline
+        # (write_desktop's press_enter) is the Enter key after the paste: a pasted newline submits nothing.
+        body, enter = (text[:-1], True) if text.endswith("\n") else (text, False)
         details["typing_method"] = "clipboard"
-        details["method"] = "compositor clipboard + Ctrl+V"
-        if not self.session.paste_text(text, lambda: self._press_chord(("ctrl", "v")), timeout_s=self.paste_timeout_s):
+        details["method"] = "compositor clipboard + Ctrl+V" + (" + Enter" if enter else "")
+        if not self.session.paste_text(body, lambda: self._press_chord(("ctrl", "v")), timeout_s=self.paste_timeout_s):
             raise ActionError(f"the focused window did not take the pasted text within {self.paste_timeout_s:g} s; "
                               "nothing was typed", hint="Click into a text field first.")
         # The app fetched the text; give it time to read and insert it before the next input arrives.
         time.sleep(self.paste_settle_s)
+        if enter:
+            if self.stop_event.is_set():
+                raise _Stopped()
+            self._press_chord(("enter",))
+            return f"pasted {len(body)} characters and pressed Enter"
         return f"pasted {len(text)} characters"

@@ -252,6 +252,7 @@ class MutterRemoteDesktop(RemoteDesktopSession):
     def _forget_session(self) -> None:
         self._streams.clear()
         self._nodes.clear()
+        self._selection = None  # a new session owns no clipboard
         thread, self._transfer_thread = self._transfer_thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=2.0)  # it sees the ended session within 0.2 s
@@ -337,7 +338,10 @@ class MutterRemoteDesktop(RemoteDesktopSession):
 
     # -- clipboard --------------------------------------------------------------------------------------
     def _enable_clipboard(self) -> None:
-        """Enable the session's clipboard once and start answering ``SelectionTransfer`` requests."""
+        """Enable the session's clipboard once, start answering ``SelectionTransfer`` requests and watch
+        ``SelectionOwnerChanged``: when another client takes the clipboard (the user copied something), the
+        text this session owned is forgotten (:meth:`_selection_lost`), so it is neither read back as the
+        clipboard's text nor put back over the user's copy."""
         if self._clipboard_enabled:
             return
         from jeepney import MatchRule
@@ -346,6 +350,10 @@ class MutterRemoteDesktop(RemoteDesktopSession):
                          path=self._session_path)
         handle = self._router.filter(rule, queue=self._transfers)
         self._add_match(rule)
+        owner_rule = MatchRule(type="signal", interface=REMOTE_DESKTOP + ".Session", member="SelectionOwnerChanged",
+                               path=self._session_path)
+        self._router.filter(owner_rule, queue=_OwnerWatch(self))
+        self._add_match(owner_rule)
         self._transfer_thread = threading.Thread(target=self._serve_transfers, args=(handle, self._router),
                                                  name="mutter-selection", daemon=True)
         self._transfer_thread.start()
@@ -376,6 +384,10 @@ class MutterRemoteDesktop(RemoteDesktopSession):
             except Exception as exc:  # one failed transfer must not stop serving the next ones
                 log.warning("answering a clipboard transfer failed: %s", exc)
         handle.close()
+
+    def _selection_lost(self) -> None:
+        """Another client owns the clipboard now: this session's text is no longer in it."""
+        self._selection = None
 
     def read_selection(self, timeout_s: float = 2.0) -> bytes | None:
         """The clipboard's current UTF-8 text, or None when it holds no text (or the owner does not answer
@@ -410,7 +422,8 @@ class MutterRemoteDesktop(RemoteDesktopSession):
         return self._transfers.arrived
 
     def paste_text(self, text: str, chord: Callable[[], None], timeout_s: float = 5.0) -> bool:
-        """Paste ``text`` through the compositor clipboard, then put the clipboard's previous text back.
+        """Paste ``text`` through the compositor clipboard, then put the clipboard's previous text back, only
+        while the clipboard still holds ``text`` from this session (a copy the user made meanwhile is kept).
 
         When the clipboard held no text before (empty, or an image), the pasted text stays in it.
 
@@ -423,7 +436,8 @@ class MutterRemoteDesktop(RemoteDesktopSession):
             within ``timeout_s`` (nothing was pasted, e.g. the focused widget takes no text).
         """
         previous = self.read_selection()
-        mark = self.set_selection(text.encode("utf-8"))
+        pasted = text.encode("utf-8")
+        mark = self.set_selection(pasted)
         taken = False
         try:
             chord()
@@ -434,9 +448,24 @@ class MutterRemoteDesktop(RemoteDesktopSession):
                 except queue.Empty:
                     break
         finally:
-            if previous is not None:
+            if previous is not None and self._selection is pasted:
                 self.set_selection(previous)
+            elif previous is not None:
+                log.info("the clipboard changed during the paste; it is left as it is now")
         return taken
+
+
+class _OwnerWatch:
+    """A stand-in for a filter queue: ``SelectionOwnerChanged`` with ``session-is-owner`` false tells
+    ``session`` that another client took the clipboard."""
+
+    def __init__(self, session: MutterRemoteDesktop) -> None:
+        self.session = session
+
+    def put_nowait(self, msg: Any) -> None:
+        options = msg.body[0]
+        if not bool(unwrap_variant(options.get("session-is-owner", ("b", False)))):
+            self.session._selection_lost()
 
 
 class _SetEvent:
