@@ -40,6 +40,7 @@ def _desktop_backend() -> dict[str, Any]:
     from holodesk.display import MUTTER_NAMES, PORTAL_NAME, session_bus_names
     from holodesk.display.mutter import interface_versions
     from holodesk.display.portal import PERSIST_MIN_REMOTE_DESKTOP_VERSION
+    from holodesk.session.desktop import executor_capabilities
     from holodesk.session.factory import desktop_backend
     from holodesk.settings import load_settings
 
@@ -47,6 +48,7 @@ def _desktop_backend() -> dict[str, Any]:
     try:
         choice = desktop_backend(load_settings())
         out.update(choice.to_dict())
+        out["executor capabilities"] = executor_capabilities(choice.backend).to_dict()
     except Exception as exc:  # report why no backend works, and still list what the bus offers
         out["backend"] = f"none: {exc}"
     if sys.platform.startswith("linux"):

@@ -129,3 +129,18 @@ def test_scroll_and_unknown_monitor(gnome: GnomeDesktop, gtk_app: TargetApp) -> 
 
     with pytest.raises(CaptureError, match="valid monitor indices are 1"):
         gnome.capture.grab(2)
+
+
+def test_start_up_geometry_check_accepts_the_captured_monitor_and_refuses_another(gnome: GnomeDesktop) -> None:
+    from dataclasses import replace
+
+    from holodesk.errors import GeometryMismatch
+
+    monitor = gnome.capture.grab(1).monitor
+    assert gnome.executor.capabilities.geometry_check.available
+    right, bottom = monitor.left + monitor.width - 1, monitor.top + monitor.height - 1
+    assert gnome.executor.check_geometry(monitor) == [[monitor.left, monitor.top], [right, bottom]]
+    with pytest.raises(GeometryMismatch, match="clicks would land in the wrong place"):
+        gnome.executor.check_geometry(replace(monitor, width=monitor.width // 2))
+    with pytest.raises(GeometryMismatch, match="does not have"):
+        gnome.executor.check_geometry(replace(monitor, index=7))

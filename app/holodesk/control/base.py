@@ -32,13 +32,53 @@ class ActionResult:
     verified: bool | None = None
 
 
+@dataclass(frozen=True)
+class Capability:
+    """One thing an executor can do beyond ``execute``.
+
+    Attributes:
+        available: True when the executor has it (and the method that does it).
+        how: plain words: how it is done, or why it cannot be and what stands in for it.
+    """
+
+    available: bool
+    how: str
+
+    def __str__(self) -> str:
+        return f"{'yes' if self.available else 'no'}: {self.how}"
+
+
+@dataclass(frozen=True)
+class ExecutorCapabilities:
+    """What an executor declares it can do beyond ``execute``; the session calls the matching method when
+    it is available, and ``holodesk doctor`` shows every entry, so a missing one is never silent.
+
+    Attributes:
+        geometry_check: the start-up self-check ``check_geometry(monitor)`` (F28): raises
+            :class:`~holodesk.errors.GeometryMismatch` when capture and input disagree on the monitor.
+        failsafe_corners: a pointer pushed into a screen corner stops the run, and
+            ``move_pointer_out_of_corner()`` moves a pointer resting there away before the first action (F12).
+        episode_end: ``end_episode()`` undoes what the executor keeps between the steps of an episode.
+    """
+
+    geometry_check: Capability
+    failsafe_corners: Capability
+    episode_end: Capability
+
+    def to_dict(self) -> dict[str, str]:
+        """``{"geometry check": "yes: ...", ...}`` for ``holodesk doctor``."""
+        return {"geometry check": str(self.geometry_check), "fail-safe corners": str(self.failsafe_corners),
+                "end of episode": str(self.episode_end)}
+
+
 class Executor(Protocol):
     """Performs actions at the input points they were placed at (:func:`holodesk.core.geometry.place`,
     once per step, the points the approval showed); an executor never maps a point again.
 
     An executor that keeps state between the steps of an episode (the X11 typer's keyboard bindings)
     also has ``end_episode() -> None``, which the session calls once when an episode ends, whatever its
-    outcome; it must not raise."""
+    outcome; it must not raise. Executors declare these extras in a ``capabilities`` attribute
+    (:class:`ExecutorCapabilities`)."""
 
     name: str
 

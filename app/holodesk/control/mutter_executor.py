@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from holodesk.control.base import ActionResult
+from holodesk.control.base import ActionResult, Capability, ExecutorCapabilities
 from holodesk.core.actions import (
     Answer,
     Click,
@@ -40,7 +40,7 @@ from holodesk.core.actions import (
     Type,
     Wait,
 )
-from holodesk.core.geometry import Frame, InputPoint, PlacedAction
+from holodesk.core.geometry import Frame, InputPoint, Monitor, PlacedAction
 from holodesk.display.mutter import (
     AXIS_HORIZONTAL,
     AXIS_VERTICAL,
@@ -51,7 +51,7 @@ from holodesk.display.mutter import (
     keysym_for,
 )
 from holodesk.display.portal import PortalRemoteDesktop
-from holodesk.errors import ActionError, HolodeskError
+from holodesk.errors import ActionError, GeometryMismatch, HolodeskError
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,19 @@ pasted as a whole."""
 
 class _Stopped(Exception):
     """The stop event was set."""
+
+
+MUTTER_CAPABILITIES = ExecutorCapabilities(
+    geometry_check=Capability(True, "the monitor the capture reports must be a monitor of the remote-desktop "
+                              "session with the same logical geometry (Mutter cannot report the pointer's "
+                              "position, so no probe is read back)"),
+    failsafe_corners=Capability(False, "GNOME on Wayland tells no client where the pointer is, so a screen "
+                                "corner cannot stop a run; stop it with the overlay's Stop or the `holodesk stop` "
+                                "command bound to a key (Settings > Keyboard > Custom Shortcuts)"),
+    episode_end=Capability(False, "nothing to undo: each action releases its keys and buttons, and the "
+                           "clipboard's text is put back within the paste"),
+)
+"""What :class:`MutterExecutor` can do beyond ``execute`` (shown by ``holodesk doctor``)."""
 
 
 class MutterExecutor:
@@ -81,6 +94,7 @@ class MutterExecutor:
     """
 
     name = "mutter"
+    capabilities = MUTTER_CAPABILITIES
 
     def __init__(
         self,
@@ -129,6 +143,33 @@ class MutterExecutor:
             status, ok, message = "failed", False, f"{action.kind} failed: {type(exc).__name__}: {exc}"
         return ActionResult(ok=ok, status=status, message=message, details=details,
                             duration_ms=(time.perf_counter() - t0) * 1000.0)
+
+    def check_geometry(self, monitor: Monitor) -> list[list[int]]:
+        """Start-up self-check (F28): ``monitor`` (as the capture reports it, logical layout) must be the
+        session's monitor of that index with the same geometry, so input points map into its stream. The
+        pointer is not moved: Mutter reports no pointer position to read back.
+
+        Returns:
+            ``[[left, top], [right, bottom]]``: the corners checked (input space).
+        Raises:
+            GeometryMismatch: the session has no such monitor, or it has another geometry.
+            DisplayError: Mutter's APIs are not reachable, or the desktop ended.
+        """
+        try:
+            mon = self.session.monitor(monitor.index)
+        except ActionError as exc:
+            raise GeometryMismatch(f"start-up geometry check failed: the screen capture reports {monitor.label}, "
+                                   f"which the remote-desktop session does not have ({exc.message}); the run was "
+                                   "refused before any action", hint="Run 'holodesk doctor'.") from exc
+        if mon.monitor != monitor:
+            raise GeometryMismatch(f"start-up geometry check failed: the screen capture reports {monitor.label}, "
+                                   f"but the remote-desktop session's monitor {monitor.index} is "
+                                   f"{mon.monitor.label}; clicks would land in the wrong place, so the run was "
+                                   "refused before any action",
+                                   hint="Check the monitor layout in GNOME's display settings, then run "
+                                        "'holodesk doctor'.")
+        right, bottom = monitor.left + monitor.width - 1, monitor.top + monitor.height - 1
+        return [[monitor.left, monitor.top], [right, bottom]]
 
     # -- pointer ------------------------------------------------------------------------------------
     def _stream_point(self, frame: Frame, ip: InputPoint) -> tuple[str, float, float]:

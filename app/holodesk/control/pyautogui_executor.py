@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from holodesk.control.base import ActionResult
+from holodesk.control.base import ActionResult, Capability, ExecutorCapabilities
 from holodesk.control.typing import ClipboardPaster, X11KeysymTyper
 from holodesk.core.actions import (
     Action,
@@ -89,6 +89,16 @@ class _Stopped(Exception):
     """The stop event was set while waiting."""
 
 
+X11_CAPABILITIES = ExecutorCapabilities(
+    geometry_check=Capability(True, "the pointer is sent to points inside each corner of the monitor and to "
+                              "its centre, and each position is read back"),
+    failsafe_corners=Capability(True, "pyautogui's fail-safe: the pointer pushed into a screen corner stops the "
+                                "run; a pointer resting there is moved away before the first action"),
+    episode_end=Capability(True, "the characters the X11 typer bound to spare keycodes are unbound"),
+)
+"""What :class:`PyAutoGUIExecutor` can do beyond ``execute`` (shown by ``holodesk doctor``)."""
+
+
 class PyAutoGUIExecutor:
     """:class:`~holodesk.control.base.Executor` using pyautogui.
 
@@ -117,6 +127,7 @@ class PyAutoGUIExecutor:
     """
 
     name = "pyautogui"
+    capabilities = X11_CAPABILITIES
 
     def __init__(
         self,

@@ -25,7 +25,7 @@ from holodesk.core.geometry import Frame, Monitor
 if TYPE_CHECKING:
     from holodesk.capture.base import CaptureBackend
     from holodesk.capture.pipewire_backend import MutterCapture
-    from holodesk.control.base import Executor
+    from holodesk.control.base import Executor, ExecutorCapabilities
     from holodesk.display import BackendChoice
     from holodesk.display.mutter import MutterRemoteDesktop
     from holodesk.display.portal import PortalRemoteDesktop
@@ -110,6 +110,10 @@ class Desktop:
 
         return PyAutoGUIExecutor(typing=settings.typing, stop_event=stop_event)
 
+    def capabilities(self) -> ExecutorCapabilities:
+        """What this backend's executor can do beyond ``execute`` (:func:`executor_capabilities`)."""
+        return executor_capabilities(self.choice.backend)
+
     def close(self) -> None:
         """Stop the capture's pipelines, then end the remote-desktop session and its D-Bus connection."""
         if self._capture is not None:
@@ -120,6 +124,18 @@ class Desktop:
 
 DESKTOP_ENVIRONMENT = ("DISPLAY", "WAYLAND_DISPLAY", "XDG_SESSION_TYPE", "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR")
 """The environment variables that say which desktop this process sees (and so which backend it gets)."""
+
+def executor_capabilities(backend: str) -> ExecutorCapabilities:
+    """The declared capabilities of backend ``backend``'s executor ("mss", "mutter" or "portal"), without
+    building it (pyautogui is not imported)."""
+    if backend in ("mutter", "portal"):
+        from holodesk.control.mutter_executor import MUTTER_CAPABILITIES
+
+        return MUTTER_CAPABILITIES
+    from holodesk.control.pyautogui_executor import X11_CAPABILITIES
+
+    return X11_CAPABILITIES
+
 
 _lock = threading.Lock()
 _desktop: Desktop | None = None
