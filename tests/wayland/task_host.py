@@ -23,7 +23,8 @@ from holodesk.settings import load_settings
 
 
 def approve_everything(request: ApprovalRequest) -> ApprovalResponse:
-    """The user pressing Approve on every step."""
+    """The user pressing Approve on every step; ``approved KIND`` goes to stderr for the caller."""
+    print(f"approved {request.proposal.action.kind}", file=sys.stderr, flush=True)
     return ApprovalResponse(Decision.APPROVE)
 
 

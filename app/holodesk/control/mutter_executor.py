@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from holodesk.control.base import ActionResult, Capability, ExecutorCapabilities
@@ -51,6 +51,7 @@ from holodesk.display.mutter import (
     keysym_for,
 )
 from holodesk.display.portal import PortalRemoteDesktop
+from holodesk.display.remote import DESKTOP_ENDED
 from holodesk.errors import ActionError, GeometryMismatch, HolodeskError
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,13 @@ class MutterExecutor:
             status, ok, message = "failed", False, f"{action.kind} failed: {type(exc).__name__}: {exc}"
         return ActionResult(ok=ok, status=status, message=message, details=details,
                             duration_ms=(time.perf_counter() - t0) * 1000.0)
+
+    def watch_desktop(self, stop: Callable[[str], None]) -> None:
+        """Call ``stop(reason)`` when the desktop ends during this task (replacing the previous task's
+        watcher: the session runs one task at a time); at once when it has ended already."""
+        self.session.on_end = stop
+        if self.session.ended.is_set():
+            stop(f"{DESKTOP_ENDED}: {self.session.ended_reason}")
 
     def check_geometry(self, monitor: Monitor) -> list[list[int]]:
         """Start-up self-check (F28): ``monitor`` (as the capture reports it, logical layout) must be the

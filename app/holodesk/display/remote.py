@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -135,6 +136,9 @@ class RemoteDesktopSession:
         """Set when the desktop this session drives went away (its compositor left the session bus:
         :meth:`_watch_service`); from then on every use raises :meth:`desktop_ended_error` at once."""
         self.ended_reason = ""
+        self.on_end: Callable[[str], None] | None = None
+        """Called once (with the reason, from the D-Bus receiver thread; it must not block) when the desktop
+        ends: the running task's stop request (one task at a time: each task's set-up replaces it)."""
         self.input_ready = threading.Event()
         """Set once input from this session is known to be applied (GNOME drops input sent in the first
         50-200 ms of a session; :class:`~holodesk.capture.pipewire_backend.MutterCapture` checks it)."""
@@ -191,10 +195,17 @@ class RemoteDesktopSession:
         self._add_match(rule)
 
     def _mark_ended(self, reason: str) -> None:
-        if not self.ended.is_set():
-            self.ended_reason = reason
-            self.ended.set()
-            log.warning("%s (%s)", DESKTOP_ENDED, reason)
+        if self.ended.is_set():
+            return
+        self.ended_reason = reason
+        self.ended.set()
+        log.warning("%s (%s)", DESKTOP_ENDED, reason)
+        listener = self.on_end
+        if listener is not None:
+            try:
+                listener(f"{DESKTOP_ENDED}: {reason}")
+            except Exception:  # the receiver thread must keep running
+                log.exception("telling the running task that the desktop ended failed")
 
     def _add_match(self, rule: Any) -> None:
         """Ask the bus to route signals matching jeepney ``MatchRule`` ``rule`` to this connection."""

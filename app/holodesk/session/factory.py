@@ -207,7 +207,7 @@ def build_session(
     if callable(prepare):
         prepare()
     chosen = policy(settings)
-    return Session(
+    session = Session(
         chosen, grabber, performer, approval if isinstance(approval, ApprovalPolicy) else approval(chosen),
         session_limits(settings),
         episodes_dir=episodes_dir if episodes_dir is not None else settings.episodes_dir,
@@ -219,3 +219,7 @@ def build_session(
         stop_event=stop,
         settle_s=SCREEN_SETTLE_S,
     )
+    watch_desktop = getattr(performer, "watch_desktop", None)
+    if callable(watch_desktop):  # the desktop ending stops the task at once, whatever it waits for
+        watch_desktop(lambda reason: session.request_stop(by=f"the desktop ({reason})"))
+    return session
