@@ -92,3 +92,35 @@ def test_keysyms() -> None:
     assert keysym_for("ctrl") == 0xFFE3 and keysym_for("f12") == 0xFFC9 and keysym_for("super") == 0xFFEB
     with pytest.raises(ActionError):
         keysym_for("hyper")
+
+
+def test_the_backend_is_chosen_once_per_process_and_again_only_when_the_desktop_changes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every task, the CLI and doctor ask the factory for the backend; it is chosen (the session bus asked)
+    once, and again only when the setting or the desktop named by the environment changes."""
+    import holodesk.display
+    from holodesk.session import desktop as process_desktop
+    from holodesk.session.factory import desktop_backend
+    from holodesk.settings import Settings
+
+    calls: list[str] = []
+
+    def counting_choice(setting: str = "auto", *args: object, **kwargs: object) -> object:
+        calls.append(setting)
+        return choose_backend(setting, {"DISPLAY": ":0", "XDG_SESSION_TYPE": "x11"}, "linux", GNOME_BUS)
+
+    monkeypatch.setattr(holodesk.display, "choose_backend", counting_choice)
+    monkeypatch.setenv("DISPLAY", ":0")
+    process_desktop.close_desktop()
+    try:
+        auto = Settings()
+        for _ in range(3):  # three tasks
+            assert desktop_backend(auto).backend == "mss"
+        assert calls == ["auto"]
+        assert desktop_backend(auto.model_copy(update={"desktop_backend": "mss"})).backend == "mss"
+        assert calls == ["auto", "mss"]
+        monkeypatch.setenv("DISPLAY", ":1")
+        desktop_backend(auto.model_copy(update={"desktop_backend": "mss"}))
+        assert calls == ["auto", "mss", "mss"]
+    finally:
+        process_desktop.close_desktop()
