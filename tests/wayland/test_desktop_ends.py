@@ -38,7 +38,7 @@ def test_compositor_killed_mid_task_ends_the_task_at_once(doomed: MutterSession,
     button = {"tool_name": "click", **point(doomed, app, "button")}
     script = write_script(tmp_path / "steps.jsonl", [button, {"tool_name": "wait", "seconds": 30}, button,
                                                      {"tool_name": "answer", "text": "never reached"}])
-    proc = host(doomed, tmp_path, [script])
+    proc = host(doomed, tmp_path, [script, script])
     try:
         app.wait_state(lambda s: s["clicks"] == 1, timeout_s=60)
         assert doomed.compositor is not None
@@ -50,12 +50,20 @@ def test_compositor_killed_mid_task_ends_the_task_at_once(doomed: MutterSession,
         doomed.compositor.kill()
         outcome = next_task(proc, tmp_path)
         elapsed = time.monotonic() - t0
+        assert proc.stdin is not None
+        proc.stdin.write("next\n")  # the process's next task: told at once, no wait for frames
+        proc.stdin.flush()
+        t1 = time.monotonic()
+        later = next_task(proc, tmp_path)
+        later_elapsed = time.monotonic() - t1
     finally:
         stop_process(proc)
     # The desktop's end stopped the task: its stop request ended the wait at once.
     assert outcome["status"] == "stopped", outcome
     assert outcome["reason"].startswith("stopped by the desktop (the desktop session ended: "), outcome
     assert elapsed < 5, f"the task ended {elapsed:.1f} s after the compositor died (the wait was 30 s)"
+    assert later["status"] == "error" and "the desktop session ended" in later["reason"], later
+    assert later_elapsed < 5, f"the next task took {later_elapsed:.1f} s to fail"
     ep = load_episode(list_episodes(tmp_path / "episodes")[0])
     assert ep.end is not None and "the desktop session ended" in ep.end["reason"], ep.end
     kinds = [s.get("action", {}).get("kind") for s in ep.steps]
