@@ -9,6 +9,7 @@ with the real capture and executor factories, as the tray app and ``holodesk mcp
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -39,10 +40,14 @@ def host(mutter: MutterSession, tmp_path: Path, scripts: list[Path]) -> subproce
                                 stdout=subprocess.PIPE, stderr=log, text=True)
 
 
-def next_task(proc: subprocess.Popen[str], tmp_path: Path) -> dict[str, Any]:
+def next_task(proc: subprocess.Popen[str], tmp_path: Path, timeout_s: float = 180.0) -> dict[str, Any]:
+    """The host's line about its task that ends next (it writes one, then waits for stdin)."""
     assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+    log = (tmp_path / "host.log").read_text(encoding="utf-8", errors="replace")[-3000:]
+    assert ready, f"no task ended within {timeout_s:g} s: {log}"
     line = proc.stdout.readline()
-    assert line, f"the task host ended early: {(tmp_path / 'host.log').read_text()[-3000:]}"
+    assert line, f"the task host ended early: {log}"
     return dict(json.loads(line))
 
 
