@@ -5,7 +5,9 @@ rules for platforms we do not have (macOS, Windows) through :func:`default_paste
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,10 +15,12 @@ from holodesk.capture.mss_backend import MssCapture
 from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 from holodesk.control.typing import default_paste_chord
 from holodesk.control.window import focused_window_class
+from holodesk.core.actions import Key, Type
 from holodesk.core.geometry import frame_pixel_to_point, place
 from holodesk.session.loop import State
 from tests.conftest import XvfbServer
 from tests.field_cases.fakes import FakeFocusProbe, make_run, reply
+from tests.helpers.desktop import App, Desktop, wait_until
 from tests.helpers.target import TargetWindow
 
 F14_TEXT = "Grüße, żółw, Ελληνικά, 日本語"
@@ -149,3 +153,100 @@ def test_F15_paste_waits_for_a_slow_target_before_restoring_the_clipboard(xvfb: 
     assert result.ok and result.details["target_fetched"] is True, result
     assert result.details["clipboard_restored"] is True
     assert pyperclip.paste() == PREVIOUS_CLIPBOARD
+
+
+# -- Issue 30: typing on real keyboards (X11) ------------------------------------------------------------
+RUSSIAN_SENTENCE = "Съешь же ещё этих мягких французских булок, да выпей чаю. Эх, жизнь!"
+CJK_TEXT = "春眠不覺曉處處聞啼鳥夜來風雨聲花落知多少床前明月光疑是地上霜舉頭望明月低頭思故鄉春眠不覺曉"
+
+
+def keyboard_group(desktop: Desktop) -> int:
+    """The X server's effective keyboard group (0 = first layout), from a QueryPointer state mask
+    (XKB core state: group in bits 13-14) on a connection of the test's own."""
+    from Xlib import display as xdisplay
+
+    conn = xdisplay.Display(desktop.display)
+    try:
+        return (int(conn.screen().root.query_pointer().mask) >> 13) & 0x3
+    finally:
+        conn.close()
+
+
+def next_group(desktop: Desktop) -> None:
+    """Press the key that carries ISO_Next_Group (setxkbmap's grp:caps_toggle option) like a user would,
+    through XTest on a connection of the test's own, and wait until the server's group has changed."""
+    from Xlib import X
+    from Xlib import display as xdisplay
+    from Xlib.ext import xtest
+
+    before = keyboard_group(desktop)
+    conn = xdisplay.Display(desktop.display)
+    try:
+        keycode = conn.keysym_to_keycode(0xFE08)  # ISO_Next_Group
+        assert keycode, "no key carries ISO_Next_Group"
+        xtest.fake_input(conn, X.KeyPress, keycode)
+        xtest.fake_input(conn, X.KeyRelease, keycode)
+        conn.sync()
+    finally:
+        conn.close()
+    wait_until(lambda: keyboard_group(desktop) != before, 10, "the keyboard group to change")
+
+
+@pytest.fixture
+def keymap_restored(desktop: Desktop, tmp_path: Path) -> Iterator[None]:
+    """The session's X server is shared: its keyboard map goes back as it was (an xkbcomp dump), in
+    the first group, whatever the test did."""
+    saved = tmp_path / "keymap.xkb"
+    desktop.run("xkbcomp", desktop.display, str(saved))
+    yield
+    while keyboard_group(desktop) != 0:
+        next_group(desktop)
+    desktop.run("xkbcomp", str(saved), desktop.display)
+
+
+def zenity_entry(desktop: Desktop, title: str) -> App:
+    """A zenity entry dialog with the keyboard focus in its text field."""
+    dialog = desktop.launch(["zenity", "--entry", "--title", title, "--text", "Text:"], name=f"^{title}$")
+    dialog.activate()
+    return dialog
+
+
+def type_and_submit(desktop: Desktop, title: str, text: str) -> tuple[str, Any]:
+    """Type ``text`` into a fresh zenity entry with the real executor, press Enter (the executor too),
+    and return what zenity printed (the entry's own text) and the typing result."""
+    dialog = zenity_entry(desktop, title)
+    executor = PyAutoGUIExecutor(typing="xtest")
+    with MssCapture() as cap:
+        frame = cap.grab(1)
+    typed = executor.execute(place(Type(text), frame))
+    assert typed.ok, typed
+    assert executor.execute(place(Key(("enter",)), frame)).ok
+    assert dialog.wait_exit() == 0, dialog.stderr()
+    executor.end_episode()
+    return dialog.stdout(), typed
+
+
+@pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
+def test_I30_text_arrives_as_typed_with_the_second_layout_active(desktop: Desktop, keymap_restored: None) -> None:
+    """Two layouts (us,ru) with the Russian one active: each key of the US layout types a Cyrillic
+    letter in that group, so "Hello world 123" must not be typed with the US layout's keys."""
+    desktop.run("setxkbmap", "-layout", "us,ru", "-option", "", "-option", "grp:caps_toggle")
+    next_group(desktop)
+    assert keyboard_group(desktop) == 1
+    out, typed = type_and_submit(desktop, "I30 group", "Hello world 123 Привет")
+    assert out == "Hello world 123 Привет\n"
+    assert typed.details["keyboard_group"] == 2
+    assert keyboard_group(desktop) == 1  # the user's layout is still the active one
+
+
+@pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
+@pytest.mark.parametrize("text", [RUSSIAN_SENTENCE, CJK_TEXT], ids=["russian", "cjk"])
+def test_I30_text_with_more_distinct_characters_than_spare_keycodes_types_completely(
+        desktop: Desktop, text: str, keymap_restored: None) -> None:
+    """The US layout leaves fewer spare keycodes (19 on Xvfb) than the distinct characters of these
+    texts need (26+ Cyrillic, 40 CJK): the typer must recycle the keycodes it bound, not stop half-way."""
+    desktop.run("setxkbmap", "-layout", "us", "-option", "")
+    out, typed = type_and_submit(desktop, "I30 long", text)
+    assert out == text + "\n"
+    assert typed.details["recycled_keycodes"] > 0
+    assert typed.details["remapped_characters"] > typed.details["spare_keycodes"]
