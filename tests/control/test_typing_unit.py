@@ -93,6 +93,22 @@ def test_clipboard_report_is_unverified_and_names_chord() -> None:
     assert details["clipboard_restored"] is True
 
 
+def test_clipboard_copied_to_during_the_paste_is_kept_not_restored() -> None:
+    """The user copies while the paste runs (a fake clipboard: the one that stands for macOS / Windows
+    here): the restore would overwrite that copy with the older clipboard, so it is skipped."""
+    cb = FakeClipboard("before")
+
+    def user_copies(keys: Sequence[str]) -> None:
+        cb.copy("the user's newer copy")
+
+    report = ClipboardPaster(user_copies, clipboard=cb, restore_delay_s=0).paste_text("pasted")
+    assert cb.value == "the user's newer copy"
+    assert cb.history == ["pasted", "the user's newer copy"]
+    details = report.to_details()
+    assert details["clipboard_restored"] is False
+    assert details["clipboard_taken_by_another"] is True
+
+
 def test_clipboard_that_does_not_take_the_text_fails_before_pasting() -> None:
     class StuckClipboard(FakeClipboard):
         def copy(self, text: str) -> None:

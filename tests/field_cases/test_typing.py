@@ -155,6 +155,65 @@ def test_F15_paste_waits_for_a_slow_target_before_restoring_the_clipboard(xvfb: 
     assert pyperclip.paste() == PREVIOUS_CLIPBOARD
 
 
+def test_I30_a_copy_made_during_the_paste_is_kept(xvfb: XvfbServer, tmp_path: Path) -> None:
+    """The user copies text with another program (xclip) while Holodesk's paste is under way (the target
+    is frozen, so its fetch waits): the clipboard afterwards holds the user's new copy, read back with
+    xclip, not the clipboard from before the paste."""
+    import os
+    import signal
+    import subprocess
+    import threading
+
+    import pyperclip
+    from Xlib import display as xdisplay
+
+    from holodesk.core.actions import Click, Point, Type
+
+    pyperclip.copy(PREVIOUS_CLIPBOARD)
+    conn = xdisplay.Display()
+    clipboard = conn.intern_atom("CLIPBOARD")
+
+    def owner() -> int:
+        found = conn.get_selection_owner(clipboard)
+        return found if isinstance(found, int) else int(found.id)
+
+    first_owner = wait_until(owner, 10, "xclip to own the clipboard")
+    user_copy = "the user's newer copy ✓"
+    executor = PyAutoGUIExecutor(typing="clipboard")
+    with TargetWindow.start(tmp_path, x=200, y=150) as win, MssCapture() as cap:
+        frame = cap.grab(1)
+        field = frame_pixel_to_point(frame, *win.center("field"))
+        assert executor.execute(place(Click(Point(field.x, field.y)), frame)).ok
+        win.wait_for(lambda s: s["focus"] == "field", timeout=10)
+        os.kill(win.process.pid, signal.SIGSTOP)
+        copier: subprocess.Popen[bytes] | None = None
+
+        def copy_once_holodesk_owns_it() -> None:
+            nonlocal copier
+            wait_until(lambda: owner() not in (0, first_owner), 10, "Holodesk to own the clipboard")
+            copier = subprocess.Popen(["xclip", "-selection", "clipboard", "-i"], stdin=subprocess.PIPE)
+            assert copier.stdin is not None
+            copier.stdin.write(user_copy.encode())
+            copier.stdin.close()
+
+        user = threading.Thread(target=copy_once_holodesk_owns_it)
+        user.start()
+        try:
+            result = executor.execute(place(Type("model text"), frame))
+        finally:
+            user.join()
+            os.kill(win.process.pid, signal.SIGCONT)
+            if copier is not None:
+                copier.wait(timeout=10)  # xclip's parent; its forked child serves the copy
+    conn.close()
+    assert subprocess.run(["xclip", "-selection", "clipboard", "-o"], capture_output=True, timeout=10,
+                          check=True).stdout.decode() == user_copy
+    assert result.ok, result
+    assert result.details["clipboard_taken_by_another"] is True
+    assert result.details["clipboard_restored"] is False
+    assert "kept (not restored)" in result.message
+
+
 # -- Issue 30: typing on real keyboards (X11) ------------------------------------------------------------
 RUSSIAN_SENTENCE = "Съешь же ещё этих мягких французских булок, да выпей чаю. Эх, жизнь!"
 CJK_TEXT = "春眠不覺曉處處聞啼鳥夜來風雨聲花落知多少床前明月光疑是地上霜舉頭望明月低頭思故鄉春眠不覺曉"

@@ -456,6 +456,10 @@ class PyAutoGUIExecutor:
         details["method"] = report.method
         if report.method != "clipboard":
             return f"typed {report.characters} characters ({report.remapped} via temporary keycodes)"
+        if report.extra and report.extra.get("clipboard_taken_by_another"):
+            return (f"pasted {report.characters} characters with {details.get('paste_chord')}; another program "
+                    "put something on the clipboard meanwhile, so that was kept (not restored); whether the "
+                    "target received the text could not be verified")
         if not report.extra or not report.extra.get("clipboard_restored"):
             return (f"pasted {report.characters} characters with {details.get('paste_chord')}, but "
                     "the previous clipboard could NOT be restored; the result was not verified")

@@ -61,9 +61,15 @@ X11 keysym typer
 
 Clipboard paste
     Saves the user's clipboard text, puts the text on the clipboard, presses the paste chord (Ctrl+V,
-    Cmd+V on macOS, Ctrl+Shift+V in terminals), waits for the target to fetch it and ALWAYS restores the
-    previous clipboard (try/finally). Whether the target received the text cannot be observed, so the
-    report says ``verified: False`` (F15).
+    Cmd+V on macOS, Ctrl+Shift+V in terminals), waits for the target to fetch it and then (try/finally)
+    restores the previous clipboard, but only while the clipboard still holds what Holodesk put there:
+    when another program took it meanwhile (the user copied something), that newer copy is kept and the
+    report says ``clipboard_taken_by_another``. On X11 "still holds" means the offer was never cleared
+    (no SelectionClear) and, after it let go, nobody owns the CLIPBOARD or its owner serves the pasted
+    text (a clipboard manager that took it over); elsewhere the clipboard reads back as the pasted text.
+    Only the CLIPBOARD is used; PRIMARY is never touched. Between the last check and the restore a copy
+    can still be overwritten: a window of one X round trip plus the start of the clipboard tool.
+    Whether the target received the text cannot be observed, so the report says ``verified: False`` (F15).
 """
 
 from __future__ import annotations
@@ -675,6 +681,18 @@ def default_paste_chord(platform: str | None = None, target_class: str | None = 
     return ("ctrl", "v")
 
 
+def _x11_clipboard_unowned() -> bool:
+    """Nobody owns the X11 CLIPBOARD (Holodesk's offer has let it go and nobody copied since); an X
+    display that cannot be read counts as unowned, so the restore is tried (and its failure reported)."""
+    from holodesk.control.x11_selection import clipboard_owner
+
+    try:
+        return clipboard_owner() == 0
+    except Exception as exc:  # Xlib raises several unrelated types on a bad display
+        log.debug("reading the clipboard owner before restoring it: %s", exc)
+        return True
+
+
 RESTORE_CHECK_S = 3.0
 """Seconds to wait for the clipboard to read back the restored previous content."""
 
@@ -722,10 +740,12 @@ class ClipboardPaster:
         return self._clipboard
 
     def paste_text(self, text: str) -> TypingReport:
-        """Paste ``text`` into the focused widget and restore the previous clipboard.
+        """Paste ``text`` into the focused widget and restore the previous clipboard, unless another
+        program put something on the clipboard meanwhile (the user copied): that copy is kept.
 
         Returns:
             A report with ``verified=False`` and extras ``paste_chord``, ``clipboard_restored``,
+            ``clipboard_taken_by_another`` (someone copied during the paste, so nothing was restored),
             ``previous_clipboard_saved`` and, on X11, ``target_fetched`` (whether a client fetched the
             text before the clipboard was restored).
         Raises:
@@ -746,9 +766,10 @@ class ClipboardPaster:
         target = self._target_class() if self._target_class else None
         chord = self.chord or default_paste_chord(target_class=target)
         extra: dict[str, Any] = {}
+        owned: bool | None = None  # X11: whether the offer still owned the clipboard when it let go
         try:
             if x11_offer:
-                extra["target_fetched"] = self._paste_offered(text, chord)
+                extra["target_fetched"], owned = self._paste_offered(text, chord)
             else:
                 try:
                     cb.copy(text)
@@ -763,12 +784,30 @@ class ClipboardPaster:
                 self.press_chord(chord)
                 time.sleep(self.restore_delay_s)
         finally:
-            restored = self._restore(cb, previous)
+            # Still what the paste put there: on X11 nobody took the clipboard from the offer and, since
+            # the offer let it go, nobody owns it or its owner (a clipboard manager) serves the same text.
+            ours = owned is not False and ((owned is True and _x11_clipboard_unowned()) or self._holds(cb, text))
+            if ours:
+                restored = self._restore(cb, previous)
+            else:
+                restored = False
+                log.info("another program put something on the clipboard during the paste; it is kept, not "
+                         "overwritten with the clipboard from before the paste")
         return TypingReport(
             method="clipboard", characters=len(text), verified=False,
-            extra={"paste_chord": "+".join(chord), "target_class": target,
-                   "clipboard_restored": restored, "previous_clipboard_saved": saved, **extra},
+            extra={"paste_chord": "+".join(chord), "target_class": target, "clipboard_restored": restored,
+                   "clipboard_taken_by_another": not ours, "previous_clipboard_saved": saved, **extra},
         )
+
+    @staticmethod
+    def _holds(cb: Any, text: str) -> bool:
+        """The clipboard still holds ``text`` (what the paste put there); a clipboard that cannot be read
+        counts as holding it, so the restore is tried (and its failure reported)."""
+        try:
+            return bool(cb.paste() == text)
+        except Exception as exc:
+            log.debug("reading the clipboard before restoring it: %s", exc)
+            return True
 
     def _restore(self, cb: Any, previous: str) -> bool:
         """Put ``previous`` back on the clipboard; True once reading the clipboard gives it back.
@@ -791,9 +830,12 @@ class ClipboardPaster:
         log.error("the previous clipboard content could not be restored")
         return False
 
-    def _paste_offered(self, text: str, chord: tuple[str, ...]) -> bool:
+    def _paste_offered(self, text: str, chord: tuple[str, ...]) -> tuple[bool, bool]:
         """X11: own the clipboard with ``text``, press ``chord``, and wait until the target fetched the
-        text (at most ``fetch_timeout_s``). Returns whether it did.
+        text or another program took the clipboard over (at most ``fetch_timeout_s``).
+
+        Returns:
+            (whether a client fetched the text, whether Holodesk still owned the clipboard at the end).
 
         Raises:
             ActionError: the clipboard cannot be taken; nothing was pasted.
@@ -808,7 +850,8 @@ class ClipboardPaster:
         with offer:
             self.press_chord(chord)
             fetched = offer.wait_fetched(self.fetch_timeout_s)
-        if not fetched:
+            owned = offer.owns_clipboard()
+        if not fetched and owned:
             log.warning("no window fetched the pasted text within %.1f s (the focus may not be on a text "
                         "field); the previous clipboard is restored now", self.fetch_timeout_s)
-        return fetched
+        return fetched, owned
