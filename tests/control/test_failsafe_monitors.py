@@ -89,3 +89,11 @@ def test_each_monitor_corner_stops_the_run_before_the_next_action(xvfb: XvfbServ
             assert "fail-safe" in result.reason
             assert pointer(xvfb) == corner  # nothing moved the pointer on to the button
             assert win.state()["clicks"] == [], corner
+
+
+def test_doctor_names_the_monitors_whose_corners_stop_a_run(xvfb: XvfbServer, two_monitors: None) -> None:
+    from holodesk import doctor
+
+    report = doctor._monitors()  # the doctor's "Monitors" section alone (the whole report takes ~20 s)
+    assert report["fail-safe corners (X11)"] == ("the screen's and those of 2 monitor(s): 1000x700+0+380, "
+                                                  "920x900+1000+0"), report
