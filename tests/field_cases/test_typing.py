@@ -169,7 +169,8 @@ def test_I30_a_copy_made_during_the_paste_is_kept(xvfb: XvfbServer, tmp_path: Pa
 
     from holodesk.core.actions import Click, Point, Type
 
-    pyperclip.copy(PREVIOUS_CLIPBOARD)
+    previous = f"{PREVIOUS_CLIPBOARD} {tmp_path.name}"  # no other test's clipboard tool serves this text
+    pyperclip.copy(previous)
     conn = xdisplay.Display()
     clipboard = conn.intern_atom("CLIPBOARD")
 
@@ -177,7 +178,8 @@ def test_I30_a_copy_made_during_the_paste_is_kept(xvfb: XvfbServer, tmp_path: Pa
         found = conn.get_selection_owner(clipboard)
         return found if isinstance(found, int) else int(found.id)
 
-    first_owner = wait_until(owner, 10, "xclip to own the clipboard")
+    wait_until(lambda: pyperclip.paste() == previous, 10, "xclip to serve the previous clipboard")
+    first_owner = owner()  # that xclip, until someone else copies
     user_copy = "the user's newer copy ✓"
     executor = PyAutoGUIExecutor(typing="clipboard")
     with TargetWindow.start(tmp_path, x=200, y=150) as win, MssCapture() as cap:
