@@ -25,7 +25,7 @@ TEXT = "hello caret"
 BLINK_MS = 200
 #: A settle that took this long was held by something other than the 0.25 s + 3 grabs it needs; the
 #: caret kept it until the 3 s timeout before.
-SETTLE_BOUND_S = 1.5
+SETTLE_BOUND_S = 2.0
 
 
 def frame(pixels: np.ndarray, width: int = 200, height: int = 100) -> Frame:
