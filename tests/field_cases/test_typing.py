@@ -216,6 +216,28 @@ def test_I30_a_copy_made_during_the_paste_is_kept(xvfb: XvfbServer, tmp_path: Pa
     assert "kept (not restored)" in result.message
 
 
+def test_I30_x11_paste_whose_chord_fails_still_restores_the_clipboard(xvfb: XvfbServer, tmp_path: Path) -> None:
+    """The paste chord fails after Holodesk took the X11 clipboard (nobody else copied): the user's
+    previous clipboard is put back, read with xclip."""
+    import subprocess
+
+    import pyperclip
+
+    from holodesk.control.typing import ClipboardPaster
+
+    previous = f"{PREVIOUS_CLIPBOARD} {tmp_path.name}"
+    pyperclip.copy(previous)
+    wait_until(lambda: pyperclip.paste() == previous, 10, "xclip to serve the previous clipboard")
+
+    def broken_chord(keys: object) -> None:
+        raise RuntimeError("keyboard went away")
+
+    with pytest.raises(RuntimeError, match="keyboard went away"):
+        ClipboardPaster(broken_chord, fetch_timeout_s=1.0).paste_text("never pasted")
+    assert subprocess.run(["xclip", "-selection", "clipboard", "-o"], capture_output=True, timeout=10,
+                          check=True).stdout.decode() == previous
+
+
 # -- Issue 30: typing on real keyboards (X11) ------------------------------------------------------------
 RUSSIAN_SENTENCE = "Съешь же ещё этих мягких французских булок, да выпей чаю. Эх, жизнь!"
 CJK_TEXT = "春眠不覺曉處處聞啼鳥夜來風雨聲花落知多少床前明月光疑是地上霜舉頭望明月低頭思故鄉春眠不覺曉"

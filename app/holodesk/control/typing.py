@@ -766,7 +766,8 @@ class ClipboardPaster:
         target = self._target_class() if self._target_class else None
         chord = self.chord or default_paste_chord(target_class=target)
         extra: dict[str, Any] = {}
-        owned: bool | None = None  # X11: whether the offer still owned the clipboard when it let go
+        # X11: whether Holodesk's offer still owned the clipboard when it let go (False: someone copied).
+        owned: bool | None = True if x11_offer else None
         try:
             if x11_offer:
                 extra["target_fetched"], owned = self._paste_offered(text, chord)
@@ -791,8 +792,8 @@ class ClipboardPaster:
                 restored = self._restore(cb, previous)
             else:
                 restored = False
-                log.info("another program put something on the clipboard during the paste; it is kept, not "
-                         "overwritten with the clipboard from before the paste")
+                log.info("the clipboard no longer holds the pasted text (another program copied, or the text "
+                         "never got there); it is left as it is, not overwritten with the clipboard from before")
         return TypingReport(
             method="clipboard", characters=len(text), verified=False,
             extra={"paste_chord": "+".join(chord), "target_class": target, "clipboard_restored": restored,
