@@ -91,9 +91,26 @@ def _monitors() -> dict[str, Any]:
             sx, sy = frame.scale
             out[f"monitor {m.index}"] = (f"{m.width}x{m.height} at {m.left:+d}{m.top:+d} (input space), "
                                          f"frame {frame.width}x{frame.height} px, measured scale {sx:g}x{sy:g}")
+        out["fail-safe corners (X11)"] = _failsafe_corners()
         return out
     finally:
         cap.close()
+
+
+def _failsafe_corners() -> str:
+    """Which corners stop a run on X11: the screen's and each X11 monitor's, or only the screen's where the
+    X server does not list its monitors (the executor then logs the same)."""
+    from holodesk.control.window import monitor_rects
+    from holodesk.errors import HolodeskError
+
+    try:
+        rects = monitor_rects()
+    except HolodeskError as exc:
+        return f"only the screen's corners: {exc}"
+    if not rects:
+        return "no X display"
+    return f"the screen's and those of {len(rects)} monitor(s): " + ", ".join(
+        f"{w}x{h}{x:+d}{y:+d}" for x, y, w, h in rects)
 
 
 def _dpi() -> dict[str, Any]:

@@ -10,8 +10,10 @@ from holodesk.control.typing import (
     XK_RETURN,
     XK_TAB,
     ClipboardPaster,
+    active_group,
     char_to_keysym,
     default_paste_chord,
+    direct_keysyms,
     plan_segments,
     text_to_keysyms,
 )
@@ -91,6 +93,22 @@ def test_clipboard_report_is_unverified_and_names_chord() -> None:
     assert details["clipboard_restored"] is True
 
 
+def test_clipboard_copied_to_during_the_paste_is_kept_not_restored() -> None:
+    """The user copies while the paste runs (a fake clipboard: the one that stands for macOS / Windows
+    here): the restore would overwrite that copy with the older clipboard, so it is skipped."""
+    cb = FakeClipboard("before")
+
+    def user_copies(keys: Sequence[str]) -> None:
+        cb.copy("the user's newer copy")
+
+    report = ClipboardPaster(user_copies, clipboard=cb, restore_delay_s=0).paste_text("pasted")
+    assert cb.value == "the user's newer copy"
+    assert cb.history == ["pasted", "the user's newer copy"]
+    details = report.to_details()
+    assert details["clipboard_restored"] is False
+    assert details["clipboard_taken_by_another"] is True
+
+
 def test_clipboard_that_does_not_take_the_text_fails_before_pasting() -> None:
     class StuckClipboard(FakeClipboard):
         def copy(self, text: str) -> None:
@@ -110,3 +128,22 @@ def test_keycode_runs_group_consecutive_keycodes_into_one_change() -> None:
     assert keycode_runs({253: [1, 1], 254: [2, 2], 200: [3, 3], 255: [4, 4]}) == [
         (200, [[3, 3]]), (253, [[1, 1], [2, 2], [4, 4]])]
     assert keycode_runs({}) == []
+
+
+def test_active_group_is_read_from_bits_13_and_14_of_the_core_state() -> None:
+    assert active_group(0x0) == 0
+    assert active_group(0x2000) == 1  # second layout
+    assert active_group(0x6000 | 0x1 | 0x100) == 3  # Shift and Button1 do not count
+
+
+def test_direct_keysyms_follow_the_active_group() -> None:
+    a, A, ef, EF, space, ret = 0x61, 0x41, 0x6C6, 0x6E6, 0x20, 0xFF0D
+    rows = [[], [a, A, ef, EF], [space, 0, space, 0], [ret, 0, ret], [], [0x31, 0x21, 0x31, 0x21]]
+    direct, spare = direct_keysyms(rows, 8, 0, held=set())
+    assert direct == {a: (9, 0), A: (9, 1), space: (10, 0), ret: (11, 0), 0x31: (13, 0), 0x21: (13, 1)}
+    assert spare == [12, 8]  # highest first
+    direct, spare = direct_keysyms(rows, 8, 1, held={13})
+    assert direct == {ef: (9, 0), EF: (9, 1), space: (10, 0), ret: (11, 0)}
+    assert spare == [13, 12, 8]  # a keycode the typer bound counts as spare
+    direct, _spare = direct_keysyms(rows, 8, 2, held=set())
+    assert direct == {}  # groups 3 and 4: every character through a spare keycode

@@ -17,7 +17,8 @@
   points just inside the corners and to the centre of the chosen monitor and read back; if the input
   space disagrees with the capture geometry, :class:`~holodesk.errors.GeometryMismatch` is raised
   before anything is clicked. The session calls it once per run.
-* pyautogui's fail-safe (pointer in a screen corner) becomes ``status="stopped_by_user"`` (F12).
+* The fail-safe (pointer in a corner of the screen or of any monitor, :func:`failsafe_points`) becomes
+  ``status="stopped_by_user"`` (F12); it is checked before every action and during waits.
 * Errors are returned as failed :class:`ActionResult` values, never raised.
 """
 
@@ -75,6 +76,29 @@ def pyautogui_key_name(key: str, platform: str | None = None) -> str:
         "altgr": "altright", "menu": "apps", "apps": "apps", "delete": "delete",
     }
     return table.get(key, key)
+
+
+def failsafe_points(screen: tuple[int, int], monitors: Sequence[tuple[int, int, int, int]]) -> list[tuple[int, int]]:
+    """The fail-safe corners: the four corners of the whole screen (pyautogui's own) and of every monitor.
+
+    A monitor's corners matter where the screen's are out of reach: on a second monitor, or where
+    monitors of different sizes leave the screen's corner outside every monitor (X.Org keeps the pointer
+    on the monitors).
+
+    Args:
+        screen: (width, height) of the whole screen, input-space pixels.
+        monitors: ``(left, top, width, height)`` of each monitor, input-space pixels.
+    Returns:
+        Distinct ``(x, y)`` points, the screen's corners first.
+    """
+    width, height = screen
+    rects = [(0, 0, width, height), *monitors]
+    points: dict[tuple[int, int], None] = {}
+    for left, top, w, h in rects:
+        right, bottom = left + w - 1, top + h - 1
+        for corner in ((left, top), (left, bottom), (right, top), (right, bottom)):
+            points[corner] = None
+    return list(points)
 
 
 class _Unreachable(Exception):
@@ -162,6 +186,7 @@ class PyAutoGUIExecutor:
         self._x11_typer: X11KeysymTyper | None = None
         self.focus_timeout_s = focus_timeout_s
         self._clicked_toplevel: int | None = None  # X11 window a left click went to, until keys follow
+        self._monitors_warned = False  # the fail-safe fell back to the screen's corners (logged once)
 
     # -- pyautogui ----------------------------------------------------------------------------------
     def _gui(self) -> Any:
@@ -213,7 +238,44 @@ class PyAutoGUIExecutor:
             DisplayError: no usable display.
         """
         gui = self._gui()
-        return tuple(gui.position()) in [tuple(p) for p in gui.FAILSAFE_POINTS]
+        return tuple(gui.position()) in self._failsafe_corners(gui)
+
+    def _monitors(self) -> list[tuple[int, int, int, int]]:
+        """The X11 monitors (:func:`holodesk.control.window.monitor_rects`); [] elsewhere, or where the X
+        server cannot list them (logged once: then only the screen's corners stop a run)."""
+        if not (sys.platform.startswith("linux") and os.environ.get("DISPLAY")):
+            return []
+        from holodesk.control.window import monitor_rects
+
+        try:
+            return monitor_rects()
+        except DisplayError as exc:
+            if not self._monitors_warned:
+                self._monitors_warned = True
+                log.warning("fail-safe: only the screen's corners stop a run, not each monitor's: %s", exc)
+            return []
+
+    def _failsafe_corners(self, gui: Any) -> list[tuple[int, int]]:
+        """The fail-safe corners now (:func:`failsafe_points` of the screen and the current monitors, which
+        can change during a run). They also become pyautogui's ``FAILSAFE_POINTS``, so its own checks in
+        every pointer and key call stop at the same corners."""
+        width, height = gui.size()
+        points = failsafe_points((int(width), int(height)), self._monitors())
+        gui.FAILSAFE_POINTS = points
+        return points
+
+    def _away_from_corners(self, gui: Any, near: tuple[int, int]) -> tuple[int, int]:
+        """Where to put a pointer that must leave a fail-safe corner: the centre of the monitor holding
+        ``near`` (else of the first monitor, else of the screen), so it lands on a monitor."""
+        monitors = self._monitors()
+        for left, top, w, h in monitors:
+            if left <= near[0] < left + w and top <= near[1] < top + h:
+                return left + w // 2, top + h // 2
+        if monitors:
+            left, top, w, h = monitors[0]
+            return left + w // 2, top + h // 2
+        width, height = gui.size()
+        return int(width) // 2, int(height) // 2
 
     def end_episode(self) -> None:
         """Undo what the executor keeps between the steps of an episode: the characters the X11 typer
@@ -223,7 +285,8 @@ class PyAutoGUIExecutor:
             self._x11_typer.release()
 
     def move_pointer_out_of_corner(self) -> InputPoint | None:
-        """If the pointer is in a fail-safe corner, move it to the centre of the primary screen.
+        """If the pointer is in a fail-safe corner, move it to the centre of its monitor
+        (:meth:`_away_from_corners`).
 
         Returns:
             The new pointer position (input space), or None when it was not in a corner.
@@ -233,11 +296,11 @@ class PyAutoGUIExecutor:
         gui = self._gui()
         if not self.pointer_in_failsafe_corner():
             return None
-        width, height = gui.size()
+        target = self._away_from_corners(gui, self._position())
         saved = gui.FAILSAFE
         gui.FAILSAFE = False
         try:
-            gui.moveTo(width // 2, height // 2)
+            gui.moveTo(target[0], target[1])
         finally:
             gui.FAILSAFE = saved
         x, y = gui.position()
@@ -289,10 +352,9 @@ class PyAutoGUIExecutor:
 
     def _put_pointer_back(self, gui: Any, position: tuple[int, int]) -> None:
         """Move the pointer to ``position`` without triggering the fail-safe; if that is a fail-safe
-        corner, to the centre of the primary screen instead (F12)."""
-        if position in [tuple(p) for p in gui.FAILSAFE_POINTS]:
-            width, height = gui.size()
-            position = (width // 2, height // 2)
+        corner, to the centre of its monitor instead (F12)."""
+        if position in self._failsafe_corners(gui):
+            position = self._away_from_corners(gui, position)
         saved = gui.FAILSAFE
         gui.FAILSAFE = False
         try:
@@ -301,9 +363,10 @@ class PyAutoGUIExecutor:
             gui.FAILSAFE = saved
 
     def _raise_if_failsafe(self, gui: Any) -> None:
-        """Raise pyautogui's FailSafeException when its fail-safe is on and the pointer sits in a corner."""
-        if gui.FAILSAFE and tuple(gui.position()) in [tuple(p) for p in gui.FAILSAFE_POINTS]:
-            raise gui.FailSafeException("the pointer is in a screen corner (fail-safe)")
+        """Raise pyautogui's FailSafeException when its fail-safe is on and the pointer sits in a corner of
+        the screen or of any monitor (:meth:`_failsafe_corners`)."""
+        if gui.FAILSAFE and tuple(gui.position()) in self._failsafe_corners(gui):
+            raise gui.FailSafeException("the pointer is in a corner of the screen or a monitor (fail-safe)")
 
     def _wait(self, seconds: float) -> None:
         """Sleep ``seconds``, ending early (``_Stopped`` / FailSafeException) on the stop event or when
@@ -349,7 +412,7 @@ class PyAutoGUIExecutor:
             if type(exc).__name__ == "FailSafeException":
                 details["failsafe"] = True
                 status, ok = "stopped_by_user", False
-                message = "stopped by the fail-safe: the pointer was moved to a screen corner"
+                message = "stopped by the fail-safe: the pointer was moved to a corner of the screen or a monitor"
             else:
                 log.exception("action %s failed", action.kind)
                 details["error"] = type(exc).__name__
@@ -467,6 +530,10 @@ class PyAutoGUIExecutor:
         details["method"] = report.method
         if report.method != "clipboard":
             return f"typed {report.characters} characters ({report.remapped} via temporary keycodes)"
+        if report.extra and report.extra.get("clipboard_taken_by_another"):
+            return (f"pasted {report.characters} characters with {details.get('paste_chord')}; another program "
+                    "put something on the clipboard meanwhile, so that was kept (not restored); whether the "
+                    "target received the text could not be verified")
         if not report.extra or not report.extra.get("clipboard_restored"):
             return (f"pasted {report.characters} characters with {details.get('paste_chord')}, but "
                     "the previous clipboard could NOT be restored; the result was not verified")
@@ -482,11 +549,11 @@ class PyAutoGUIExecutor:
             _Unreachable: target is a fail-safe corner, or the pointer ended elsewhere (clamped).
             FailSafeException: the user moved the pointer into a corner.
         """
-        corners = [tuple(p) for p in gui.FAILSAFE_POINTS]
+        corners = self._failsafe_corners(gui)
         if (target.x, target.y) in corners:
             raise _Unreachable(
-                f"target ({target.x}, {target.y}) is a screen corner, which triggers pyautogui's fail-safe; "
-                "the pointer was not moved there",
+                f"target ({target.x}, {target.y}) is a screen corner or a monitor's corner, which triggers the "
+                "fail-safe; the pointer was not moved there",
                 {"target": [target.x, target.y]},
             )
         before = self._position()

@@ -10,6 +10,17 @@ X11 keysym typer
     (X11 protocol, "Keysym Encoding", Unicode keysyms). Tab and newline are typed as the Tab and
     Return keys.
 
+    Keyboard groups (several layouts, e.g. ``setxkbmap -layout us,ru``): the server applies the active
+    XKB group to synthetic keys too, so with the second group active the key of "h" types "р". The
+    typer reads the active group (:func:`active_group`) and counts as direct only the keysyms of that
+    group's columns of the core map (:func:`direct_keysyms`); everything else goes through a spare
+    keycode (a key with one group types it in every group). The group itself is never changed.
+
+    Spare keycodes are few (19 on Xvfb's US map). A text needing more distinct characters is typed in
+    segments (:func:`plan_segments`), each needing at most as many as there are spare keycodes; before
+    a segment, keycodes bound for earlier characters that the segment does not use are re-bound
+    (recycled) after the same wait as a restore (below), so a text of any length types completely.
+
     Synchronising with the focused client and the window manager: every keyboard-map change sends each
     client a MappingNotify event. A client translates a key event with the map it holds when it
     translates that event (Xlib with XKB updates its map when it reads the notify from the socket, and Tk
@@ -35,8 +46,8 @@ X11 keysym typer
     client that does not answer (xterm and Tk do not list ``_NET_WM_PING``; the Qt 6 test window lists it
     but did not answer on Xvfb without a window manager) gets a fixed ``restore_delay_s`` (0.5 s) instead,
     on top of the rest of the episode: a timing allowance, not a proof; nothing such a client does can be
-    observed from outside. The same wait precedes releasing every held binding when a text needs more
-    new characters than there are free spare keycodes. A binding that someone else overwrote (a layout
+    observed from outside. The same wait precedes re-binding held keycodes when a text needs more new
+    characters than there are free spare keycodes. A binding that someone else overwrote (a layout
     switch) is forgotten, not restored.
 
     Keys that follow a click must go to the clicked window: the executor waits for it to take the focus
@@ -50,9 +61,15 @@ X11 keysym typer
 
 Clipboard paste
     Saves the user's clipboard text, puts the text on the clipboard, presses the paste chord (Ctrl+V,
-    Cmd+V on macOS, Ctrl+Shift+V in terminals), waits for the target to fetch it and ALWAYS restores the
-    previous clipboard (try/finally). Whether the target received the text cannot be observed, so the
-    report says ``verified: False`` (F15).
+    Cmd+V on macOS, Ctrl+Shift+V in terminals), waits for the target to fetch it and then (try/finally)
+    restores the previous clipboard, but only while the clipboard still holds what Holodesk put there:
+    when another program took it meanwhile (the user copied something), that newer copy is kept and the
+    report says ``clipboard_taken_by_another``. On X11 "still holds" means the offer was never cleared
+    (no SelectionClear) and, after it let go, nobody owns the CLIPBOARD or its owner serves the pasted
+    text (a clipboard manager that took it over); elsewhere the clipboard reads back as the pasted text.
+    Only the CLIPBOARD is used; PRIMARY is never touched. Between the last check and the restore a copy
+    can still be overwritten: a window of one X round trip plus the start of the clipboard tool.
+    Whether the target received the text cannot be observed, so the report says ``verified: False`` (F15).
 """
 
 from __future__ import annotations
@@ -147,6 +164,46 @@ def keycode_runs(rows: dict[int, list[int]]) -> list[tuple[int, list[list[int]]]
         else:
             runs.append((kc, [rows[kc]]))
     return runs
+
+
+def active_group(state: int) -> int:
+    """The effective XKB keyboard group (0 = first layout) in a core event / QueryPointer state mask:
+    bits 13-14 (XKB protocol, "Core Protocol Keyboard State": ``XkbBuildCoreState``)."""
+    return (state >> 13) & 0x3
+
+
+def direct_keysyms(rows: Sequence[Sequence[int]], min_keycode: int, group: int,
+                   held: set[int]) -> tuple[dict[int, tuple[int, int]], list[int]]:
+    """What the keyboard types directly in keyboard group ``group``, and which keycodes are spare.
+
+    ``rows`` is the core keyboard mapping from ``min_keycode`` on. The core map shows group 1 in columns
+    0-1 and group 2 in columns 2-3 (level 1, level 2 = Shift); a key with one group repeats it in
+    columns 2-3 (XKB protocol, "Core Keyboard Mapping"). Where groups 3 and 4 sit in the core map is not
+    fixed, so in those groups nothing counts as direct and every character goes through a spare keycode.
+
+    Args:
+        rows: keysyms per keycode.
+        min_keycode: keycode of ``rows[0]``.
+        group: the active group, 0-based (:func:`active_group`).
+        held: keycodes bound by the typer itself (they count as spare, not as keys of the keyboard).
+    Returns:
+        (keysym -> (keycode, level 0 or 1) for the first key that types it in ``group``,
+        spare keycodes (no keysym, or in ``held``), highest first: the farthest from real keys).
+    """
+    direct: dict[int, tuple[int, int]] = {}
+    spare: list[int] = []
+    columns = (2 * group, 2 * group + 1) if group < 2 else ()
+    for offset, row in enumerate(rows):
+        kc = min_keycode + offset
+        syms = list(row)
+        if kc in held or not any(syms):
+            spare.append(kc)
+            continue
+        for level, column in enumerate(columns):
+            if column < len(syms) and syms[column] and syms[column] not in direct:
+                direct[syms[column]] = (kc, level)
+    spare.reverse()
+    return direct, spare
 
 
 @dataclass
@@ -312,23 +369,11 @@ class X11KeysymTyper:
         min_kc, max_kc = int(info.min_keycode), int(info.max_keycode)
         rows = conn.get_keyboard_mapping(min_kc, max_kc - min_kc + 1)
         width = len(rows[0]) if rows else 2
-        # keysym -> (keycode, level) for level 0 (plain) and 1 (Shift) of group 1
-        direct: dict[int, tuple[int, int]] = {}
-        spare: list[int] = []
+        group = active_group(self._modifier_state(conn))
         self._forget_stale(rows, min_kc)
-        held_keycodes = set(self._held.values())
-        for offset, row in enumerate(rows):
-            kc = min_kc + offset
-            syms = list(row)
-            if kc in held_keycodes or not any(syms):
-                spare.append(kc)
-                continue
-            for level in (0, 1):
-                if level < len(syms) and syms[level] and syms[level] not in direct:
-                    direct[syms[level]] = (kc, level)
-        spare.reverse()  # take the highest free keycodes first, as far from real keys as possible
+        direct, spare = direct_keysyms(rows, min_kc, group, set(self._held.values()))
         shift_kc = conn.keysym_to_keycode(XK_SHIFT_L)
-        # A level-1 keysym without a Shift key is not directly typable.
+        # A level-2 keysym without a Shift key is not directly typable.
         typable = {ks for ks, (_kc, lvl) in direct.items() if lvl == 0 or shift_kc}
         segments = plan_segments(keysyms, typable, len(spare))
 
@@ -345,12 +390,14 @@ class X11KeysymTyper:
 
         sync: ClientSync | None = None
         method: dict[str, str] = {}
+        recycled = 0
         try:
             for start, end in segments:
-                needed = [ks for ks in dict.fromkeys(keysyms[start:end]) if ks not in typable and ks not in self._held]
+                wanted = [ks for ks in dict.fromkeys(keysyms[start:end]) if ks not in typable]
+                needed = [ks for ks in wanted if ks not in self._held]
                 if needed:
                     sync = sync or ClientSync(conn, self.sync_timeout_s)
-                    self._bind(conn, sync, needed, spare, width)
+                    recycled += self._bind(conn, sync, needed, set(wanted), spare, width)
                 for ks in keysyms[start:end]:
                     if ks in typable:
                         kc, level = direct[ks]
@@ -362,7 +409,8 @@ class X11KeysymTyper:
             if sync is not None:
                 method = sync.method  # read before close() drops the probe window
                 sync.close()
-        extra: dict[str, Any] = {"held_bindings": len(self._held)}
+        extra: dict[str, Any] = {"held_bindings": len(self._held), "keyboard_group": group + 1,
+                                 "spare_keycodes": len(spare), "recycled_keycodes": recycled}
         if method:
             extra["client_sync"] = method  # only when the map changed
         return TypingReport(method="xtest_keysym", characters=len(keysyms),
@@ -378,22 +426,39 @@ class X11KeysymTyper:
                 del self._held[ks]
                 self._held_rows.pop(kc, None)
 
-    def _bind(self, conn: Any, sync: ClientSync, needed: list[int], spare: list[int], width: int) -> None:
-        """Bind each keysym of ``needed`` to a spare keycode and wait until the focused client and the
-        window manager have handled the change (:meth:`ClientSync.wait`). When too few spare keycodes are
-        free, every held binding is released first (:meth:`_release_held`)."""
+    def _bind(self, conn: Any, sync: ClientSync, needed: list[int], keep: set[int], spare: list[int],
+              width: int) -> int:
+        """Bind each keysym of ``needed`` to a spare keycode with one map change, then wait until the
+        focused client and the window manager have handled it (:meth:`ClientSync.wait`).
+
+        Free spare keycodes are taken first. When too few are free, held bindings whose keysym is not in
+        ``keep`` (the keysyms the text segment about to be typed uses) are recycled, oldest first: before
+        their keycodes get new keysyms, the focused client must have translated the keys already sent
+        with them (a ping round trip, or the ``restore_delay_s`` allowance; see the module docstring).
+        ``spare`` must hold at least ``len(keep)`` keycodes (:func:`plan_segments` guarantees it).
+
+        Returns:
+            How many held keycodes were recycled.
+        """
         held = set(self._held.values())
         free = [kc for kc in spare if kc not in held]
+        recycled: list[int] = []
         if len(free) < len(needed):
-            self._release_held(conn, sync, width)
-            free = list(spare)
-        new = dict(zip(needed, free, strict=False))
+            evict = [ks for ks in self._held if ks not in keep][:len(needed) - len(free)]
+            sync.wait(self.restore_delay_s)
+            for ks in evict:
+                kc = self._held.pop(ks)
+                self._held_rows.pop(kc, None)
+                recycled.append(kc)
+            log.info("recycled %d spare keycodes for %d more characters", len(recycled), len(needed))
+        new = dict(zip(needed, free + recycled, strict=False))
         self._change_map(conn, {kc: [ks, ks] for ks, kc in new.items()}, width)
         self._held.update(new)
         self._held_display = conn.get_display_name()  # release() restores on this server, whatever $DISPLAY is then
         # what the server reports for them now (XKB may fill more levels than the two we set)
         self._held_rows.update({kc: tuple(conn.get_keyboard_mapping(kc, 1)[0]) for kc in new.values()})
         sync.wait(self.settle_s)
+        return len(recycled)
 
     def _release_held(self, conn: Any, sync: ClientSync, width: int) -> None:
         """Restore the keycodes of every held binding to empty. First the clients must have translated
@@ -616,6 +681,18 @@ def default_paste_chord(platform: str | None = None, target_class: str | None = 
     return ("ctrl", "v")
 
 
+def _x11_clipboard_unowned() -> bool:
+    """Nobody owns the X11 CLIPBOARD (Holodesk's offer has let it go and nobody copied since); an X
+    display that cannot be read counts as unowned, so the restore is tried (and its failure reported)."""
+    from holodesk.control.x11_selection import clipboard_owner
+
+    try:
+        return clipboard_owner() == 0
+    except Exception as exc:  # Xlib raises several unrelated types on a bad display
+        log.debug("reading the clipboard owner before restoring it: %s", exc)
+        return True
+
+
 RESTORE_CHECK_S = 3.0
 """Seconds to wait for the clipboard to read back the restored previous content."""
 
@@ -663,10 +740,12 @@ class ClipboardPaster:
         return self._clipboard
 
     def paste_text(self, text: str) -> TypingReport:
-        """Paste ``text`` into the focused widget and restore the previous clipboard.
+        """Paste ``text`` into the focused widget and restore the previous clipboard, unless another
+        program put something on the clipboard meanwhile (the user copied): that copy is kept.
 
         Returns:
             A report with ``verified=False`` and extras ``paste_chord``, ``clipboard_restored``,
+            ``clipboard_taken_by_another`` (someone copied during the paste, so nothing was restored),
             ``previous_clipboard_saved`` and, on X11, ``target_fetched`` (whether a client fetched the
             text before the clipboard was restored).
         Raises:
@@ -687,9 +766,11 @@ class ClipboardPaster:
         target = self._target_class() if self._target_class else None
         chord = self.chord or default_paste_chord(target_class=target)
         extra: dict[str, Any] = {}
+        # X11: whether Holodesk's offer still owned the clipboard when it let go (False: someone copied).
+        owned: bool | None = True if x11_offer else None
         try:
             if x11_offer:
-                extra["target_fetched"] = self._paste_offered(text, chord)
+                extra["target_fetched"], owned = self._paste_offered(text, chord)
             else:
                 try:
                     cb.copy(text)
@@ -704,12 +785,30 @@ class ClipboardPaster:
                 self.press_chord(chord)
                 time.sleep(self.restore_delay_s)
         finally:
-            restored = self._restore(cb, previous)
+            # Still what the paste put there: on X11 nobody took the clipboard from the offer and, since
+            # the offer let it go, nobody owns it or its owner (a clipboard manager) serves the same text.
+            ours = owned is not False and ((owned is True and _x11_clipboard_unowned()) or self._holds(cb, text))
+            if ours:
+                restored = self._restore(cb, previous)
+            else:
+                restored = False
+                log.info("the clipboard no longer holds the pasted text (another program copied, or the text "
+                         "never got there); it is left as it is, not overwritten with the clipboard from before")
         return TypingReport(
             method="clipboard", characters=len(text), verified=False,
-            extra={"paste_chord": "+".join(chord), "target_class": target,
-                   "clipboard_restored": restored, "previous_clipboard_saved": saved, **extra},
+            extra={"paste_chord": "+".join(chord), "target_class": target, "clipboard_restored": restored,
+                   "clipboard_taken_by_another": not ours, "previous_clipboard_saved": saved, **extra},
         )
+
+    @staticmethod
+    def _holds(cb: Any, text: str) -> bool:
+        """The clipboard still holds ``text`` (what the paste put there); a clipboard that cannot be read
+        counts as holding it, so the restore is tried (and its failure reported)."""
+        try:
+            return bool(cb.paste() == text)
+        except Exception as exc:
+            log.debug("reading the clipboard before restoring it: %s", exc)
+            return True
 
     def _restore(self, cb: Any, previous: str) -> bool:
         """Put ``previous`` back on the clipboard; True once reading the clipboard gives it back.
@@ -732,9 +831,12 @@ class ClipboardPaster:
         log.error("the previous clipboard content could not be restored")
         return False
 
-    def _paste_offered(self, text: str, chord: tuple[str, ...]) -> bool:
+    def _paste_offered(self, text: str, chord: tuple[str, ...]) -> tuple[bool, bool]:
         """X11: own the clipboard with ``text``, press ``chord``, and wait until the target fetched the
-        text (at most ``fetch_timeout_s``). Returns whether it did.
+        text or another program took the clipboard over (at most ``fetch_timeout_s``).
+
+        Returns:
+            (whether a client fetched the text, whether Holodesk still owned the clipboard at the end).
 
         Raises:
             ActionError: the clipboard cannot be taken; nothing was pasted.
@@ -749,7 +851,8 @@ class ClipboardPaster:
         with offer:
             self.press_chord(chord)
             fetched = offer.wait_fetched(self.fetch_timeout_s)
-        if not fetched:
+            owned = offer.owns_clipboard()
+        if not fetched and owned:
             log.warning("no window fetched the pasted text within %.1f s (the focus may not be on a text "
                         "field); the previous clipboard is restored now", self.fetch_timeout_s)
-        return fetched
+        return fetched, owned

@@ -1,5 +1,6 @@
-"""Which window has keyboard focus (for risk assessment: typing into a terminal is high-risk, F11), and
-which window a step acts in (for the approval's plain words and to keep the card off it)."""
+"""Which window has keyboard focus (for risk assessment: typing into a terminal is high-risk, F11),
+which window a step acts in (for the approval's plain words and to keep the card off it), and where the
+X11 monitors are (for the fail-safe corners)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 from typing import Any
 
 from holodesk.core.wording import WindowInfo
+from holodesk.errors import DisplayError
 
 log = logging.getLogger(__name__)
 
@@ -280,3 +282,31 @@ def wait_for_focus_in(toplevel: int, timeout_s: float) -> tuple[bool, float]:
     except Exception as exc:  # BadWindow when the window went away; Xlib raises several unrelated types
         log.warning("could not wait for the keyboard focus: %s", exc)
         return False, time.monotonic() - t0
+
+
+def monitor_rects() -> list[tuple[int, int, int, int]]:
+    """The X11 monitors (RandR 1.5 GetMonitors: outputs and ``xrandr --setmonitor`` monitors) as
+    ``(left, top, width, height)`` in root-window pixels (OS input space), in the server's order.
+
+    Returns:
+        An empty list where there is no X display (not Linux, DISPLAY unset).
+    Raises:
+        DisplayError: the X server cannot be reached or lacks RandR 1.5.
+    """
+    if not sys.platform.startswith("linux") or not os.environ.get("DISPLAY"):
+        return []
+    try:
+        from Xlib import display
+
+        d = display.Display()
+    except Exception as exc:  # Xlib raises several unrelated types on a bad display
+        raise DisplayError(f"cannot connect to the X display to list its monitors ({exc})",
+                           hint="Check DISPLAY and XAUTHORITY.") from exc
+    try:
+        reply = d.screen().root.xrandr_get_monitors(is_active=True)
+        return [(int(m.x), int(m.y), int(m.width_in_pixels), int(m.height_in_pixels)) for m in reply.monitors]
+    except Exception as exc:
+        raise DisplayError(f"the X server did not list its monitors (RandR 1.5 GetMonitors: {exc})",
+                           hint="Holodesk needs an X server with RandR 1.5 (X.Org 1.18 or later).") from exc
+    finally:
+        d.close()

@@ -5,8 +5,11 @@ text (a ``SelectionRequest``) when it gets round to it, which on a loaded machin
 second. Restoring the user's previous clipboard after a fixed delay races with that request: the target
 then pastes the previous clipboard instead (the text is lost). :class:`ClipboardOffer` owns the
 CLIPBOARD itself and serves the requests on a thread, so the paster can wait for the condition "the
-target fetched the text" instead of a delay. Protocol: ICCCM section 2 (selections), with the
-``TARGETS`` / ``UTF8_STRING`` / ``STRING`` / ``TEXT`` targets that toolkits ask for.
+target fetched the text" instead of a delay. It also sees another program take the CLIPBOARD over (a
+``SelectionClear``: the user copied something), so the paster keeps that copy instead of restoring the
+older clipboard over it (:func:`clipboard_owner` tells who owns it after the offer let go). Protocol:
+ICCCM section 2 (selections), with the ``TARGETS`` / ``UTF8_STRING`` / ``STRING`` / ``TEXT`` targets that
+toolkits ask for.
 """
 
 from __future__ import annotations
@@ -58,14 +61,27 @@ class ClipboardOffer:
         self.fetched = threading.Event()
         """Set once a client received the text (a request for a text target was answered)."""
         self.lost = threading.Event()
-        """Set when another client took the clipboard over."""
+        """Set when another client took the clipboard over (a SelectionClear: someone copied)."""
+        self._ended = threading.Event()  # fetched or lost
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="clipboard-offer", daemon=True)
         self._thread.start()
 
     def wait_fetched(self, timeout_s: float) -> bool:
-        """Block until a client fetched the text (True) or ``timeout_s`` seconds passed (False)."""
-        return self.fetched.wait(timeout_s)
+        """Block until a client fetched the text (True), or another client took the clipboard over or
+        ``timeout_s`` seconds passed (False; :attr:`lost` tells the two apart)."""
+        self._ended.wait(timeout_s)
+        return self.fetched.is_set()
+
+    def owns_clipboard(self) -> bool:
+        """True while the X server still names this offer the CLIPBOARD's owner (nobody copied since)."""
+        if self.lost.is_set():
+            return False
+        try:
+            return bool(self._display.get_selection_owner(self._clipboard) == self._window)
+        except Exception as exc:  # the display went away
+            log.debug("reading the clipboard owner: %s", exc)
+            return False
 
     def _serve(self) -> None:
         d = self._display
@@ -81,10 +97,12 @@ class ClipboardOffer:
                     self._answer(event)
                 elif event.type == self._X.SelectionClear:
                     self.lost.set()
+                    self._ended.set()
                     return
         except Exception as exc:  # the display went away: the offer ends, the paster reports it
             log.warning("serving the clipboard failed: %s", exc)
             self.lost.set()
+            self._ended.set()
 
     def _answer(self, request: Any) -> None:
         from Xlib.protocol import event as xevent
@@ -108,6 +126,7 @@ class ClipboardOffer:
         self._display.flush()
         if delivered:
             self.fetched.set()
+            self._ended.set()
 
     def close(self) -> None:
         """Stop serving and give the clipboard up (idempotent)."""
@@ -127,3 +146,19 @@ class ClipboardOffer:
     def __exit__(self, etype: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+def clipboard_owner(display_name: str | None = None) -> int:
+    """The X window id that owns the CLIPBOARD now, 0 when nobody does (ICCCM 2.1, GetSelectionOwner).
+
+    Raises:
+        OSError / Xlib errors: the display cannot be opened.
+    """
+    from Xlib import display
+
+    conn = display.Display(display_name)
+    try:
+        owner = conn.get_selection_owner(conn.intern_atom("CLIPBOARD"))
+        return int(owner) if isinstance(owner, int) else int(owner.id)
+    finally:
+        conn.close()

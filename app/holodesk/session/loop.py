@@ -34,6 +34,7 @@ from holodesk.errors import GeometryMismatch, HolodeskError, PolicyError, Policy
 from holodesk.policy.base import HistoryStep, Observation, Policy, Proposal
 from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision, make_request
 from holodesk.session.episode import RESULT_UNKNOWN, EpisodeRecorder
+from holodesk.session.settle import screen_changed
 
 log = logging.getLogger(__name__)
 
@@ -414,9 +415,10 @@ class Session:
 
     def _settled_grab(self) -> Frame:
         """The first frame that stayed unchanged over ``settle_s`` seconds and :data:`SETTLE_GRABS` grabs in a
-        row, or the newest one after :data:`SETTLE_TIMEOUT_S` (logged) or a stop request."""
+        row, or the newest one after :data:`SETTLE_TIMEOUT_S` (logged) or a stop request. Unchanged: no
+        more than a blinking caret differs from the first frame of the row (:func:`screen_changed`)."""
         frame = self.capture.grab(self.limits.monitor)
-        digest, same, since = frame_digest(frame), 1, time.monotonic()
+        reference, same, since = frame, 1, time.monotonic()
         deadline = since + SETTLE_TIMEOUT_S
         while not (same >= SETTLE_GRABS and time.monotonic() - since >= self.settle_s):
             if time.monotonic() >= deadline:
@@ -426,11 +428,10 @@ class Session:
             if self._stop.wait(self.settle_s / SETTLE_GRABS):
                 break
             frame = self.capture.grab(self.limits.monitor)
-            latest = frame_digest(frame)
-            if latest == digest:
-                same += 1
+            if screen_changed(reference, frame):
+                reference, same, since = frame, 1, time.monotonic()
             else:
-                digest, same, since = latest, 1, time.monotonic()
+                same += 1
         return frame
 
     # -- THINKING
