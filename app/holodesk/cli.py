@@ -275,9 +275,7 @@ def _run_task(args: argparse.Namespace, task: str, settings: Settings) -> int:
         result = session.run(task)
     finally:
         session.policy.close()
-        close = getattr(session.capture, "close", None)
-        if callable(close):
-            close()
+        session.close()
     print(f"Result: {result.status.value} — {terminal_safe(result.reason)}")
     if result.answer:
         print(f"Answer: {terminal_safe(result.answer, keep_newlines=True)}")

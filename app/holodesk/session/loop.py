@@ -263,6 +263,14 @@ class Session:
         self._recorded_steps: set[int] = set()  # step numbers with a record in the current run
 
     # ----------------------------------------------------------------- listeners and control
+    def close(self) -> None:
+        """Release what this task's session opened: its capture's connections (an X11 capture holds one X
+        connection per thread that grabbed; a shared Wayland capture stays open for the next task). The policy
+        is not closed: a loaded model is kept between tasks by its owner. Idempotent."""
+        close = getattr(self.capture, "close", None)
+        if callable(close):
+            close()
+
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener`` for every event (from the loop's thread)."""
         self._listeners.append(listener)

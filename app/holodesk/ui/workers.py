@@ -306,7 +306,10 @@ class _Job(QObject):
                 if runner.stop_event.is_set():
                     result = EpisodeResult(State.STOPPED, "stopped by user before the first step")
                 else:
-                    result = session.run(self.task)
+                    try:
+                        result = session.run(self.task)
+                    finally:
+                        session.close()
             runner.finished.emit(result)
         except BaseException as exc:  # every worker exception reaches the user through `failed`
             if isinstance(exc, HolodeskError):  # an expected error (a model that cannot load): no traceback

@@ -11,46 +11,52 @@ Every function returns None / False where X11 is not available instead of raisin
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 log = logging.getLogger(__name__)
 
-_local = threading.local()
+_lock = threading.Lock()
+_connection: Any = None
 
 
-def _display() -> Any:
-    """This thread's python-xlib connection to ``$DISPLAY`` (None off X11)."""
+@contextlib.contextmanager
+def _display() -> Iterator[Any]:
+    """The process's one python-xlib connection to ``$DISPLAY`` (None off X11), held under a lock for the
+    block: queries come from the GUI thread and from each task's worker thread, and a connection per thread
+    would stay open (one X socket a task) until the garbage collector found it."""
+    global _connection
     if not sys.platform.startswith("linux") or not os.environ.get("DISPLAY"):
-        return None
-    d = getattr(_local, "display", None)
-    if d is None:
-        try:
-            from Xlib import display
+        yield None
+        return
+    with _lock:
+        if _connection is None:
+            try:
+                from Xlib import display
 
-            d = display.Display()
-        except Exception as exc:  # Xlib raises several unrelated types on a bad display
-            log.debug("no X connection for UI queries: %s", exc)
-            return None
-        _local.display = d
-    return d
+                _connection = display.Display()
+            except Exception as exc:  # Xlib raises several unrelated types on a bad display
+                log.debug("no X connection for UI queries: %s", exc)
+        yield _connection
 
 
 def window_viewable(window_id: int) -> bool | None:
     """True when X window ``window_id`` is mapped and viewable, False when not; None when unknown
     (not X11, or the window does not exist)."""
-    d = _display()
-    if d is None:
-        return None
-    try:
-        win = d.create_resource_object("window", int(window_id))
-        return bool(win.get_attributes().map_state == 2)  # IsViewable
-    except Exception as exc:  # BadWindow once destroyed, connection errors
-        log.debug("cannot query window %#x: %s", window_id, exc)
-        return None
+    with _display() as d:
+        if d is None:
+            return None
+        try:
+            win = d.create_resource_object("window", int(window_id))
+            return bool(win.get_attributes().map_state == 2)  # IsViewable
+        except Exception as exc:  # BadWindow once destroyed, connection errors
+            log.debug("cannot query window %#x: %s", window_id, exc)
+            return None
 
 
 def window_managed(window_id: int) -> bool | None:
@@ -60,17 +66,17 @@ def window_managed(window_id: int) -> bool | None:
     A compositing window manager (Mutter under XWayland) removes a hidden window from its scene when it
     handles the unmap, which can come well after the X server reported it unmapped; the list tells when.
     """
-    d = _display()
-    if d is None:
-        return None
-    try:
-        atom = d.intern_atom("_NET_CLIENT_LIST", only_if_exists=True)
-        if not atom:
+    with _display() as d:
+        if d is None:
             return None
-        prop = d.screen().root.get_full_property(atom, 0)  # 0 = AnyPropertyType
-    except Exception as exc:
-        log.debug("cannot read the window manager's client list: %s", exc)
-        return None
+        try:
+            atom = d.intern_atom("_NET_CLIENT_LIST", only_if_exists=True)
+            if not atom:
+                return None
+            prop = d.screen().root.get_full_property(atom, 0)  # 0 = AnyPropertyType
+        except Exception as exc:
+            log.debug("cannot read the window manager's client list: %s", exc)
+            return None
     if prop is None:
         return None
     return int(window_id) in {int(w) for w in prop.value}
@@ -78,32 +84,32 @@ def window_managed(window_id: int) -> bool | None:
 
 def input_focus() -> int | None:
     """The X window id that has keyboard focus (None when unknown or none/PointerRoot)."""
-    d = _display()
-    if d is None:
-        return None
-    try:
-        focus = d.get_input_focus().focus
-    except Exception as exc:
-        log.debug("cannot read input focus: %s", exc)
-        return None
+    with _display() as d:
+        if d is None:
+            return None
+        try:
+            focus = d.get_input_focus().focus
+        except Exception as exc:
+            log.debug("cannot read input focus: %s", exc)
+            return None
     wid = getattr(focus, "id", None)
     return int(wid) if isinstance(wid, int) and wid > 1 else None
 
 
 def set_input_focus(window_id: int) -> bool:
     """Give keyboard focus to X window ``window_id``; False when that is not possible."""
-    d = _display()
-    if d is None:
-        return False
-    try:
-        from Xlib import X
-
-        win = d.create_resource_object("window", int(window_id))
-        if win.get_attributes().map_state != 2:
+    with _display() as d:
+        if d is None:
             return False
-        win.set_input_focus(X.RevertToParent, X.CurrentTime)
-        d.sync()
-        return True
-    except Exception as exc:
-        log.debug("cannot give focus back to %#x: %s", window_id, exc)
-        return False
+        try:
+            from Xlib import X
+
+            win = d.create_resource_object("window", int(window_id))
+            if win.get_attributes().map_state != 2:
+                return False
+            win.set_input_focus(X.RevertToParent, X.CurrentTime)
+            d.sync()
+            return True
+        except Exception as exc:
+            log.debug("cannot give focus back to %#x: %s", window_id, exc)
+            return False
