@@ -8,6 +8,7 @@ mousepad.
   from the file mousepad saves).
 * When the user brings the window back over the target during a task, the click that would land on it is
   refused: the step fails saying so, nothing reaches Holodesk's window and mousepad stays as it was.
+* At first start the setup wizard opens above the window, not under it.
 """
 
 from __future__ import annotations
@@ -130,3 +131,31 @@ def test_no_tray_window_stays_out_of_the_way_and_is_never_a_target(make_desktop:
         # mousepad has what task 1 typed, nothing more (saved by the user, read from its file)
         save(desktop, editor)
         assert document.read_text(encoding="utf-8") == text
+
+
+def stacking(desktop: Desktop) -> list[int]:
+    """The window manager's client windows, bottom to top (``_NET_CLIENT_LIST_STACKING``)."""
+    out = desktop.run("xprop", "-root", "_NET_CLIENT_LIST_STACKING")
+    return [int(w, 16) for w in out.split("#", 1)[1].replace(",", " ").split()] if "#" in out else []
+
+
+def test_at_first_start_the_setup_wizard_is_not_covered_by_the_window(make_desktop: Any, tmp_path: Path) -> None:
+    """Issue 30: at first start (no settings file) the window, kept on top, covered the setup wizard."""
+    desktop = make_desktop("openbox", 1280, 800)
+    env = {**desktop.env(), **{k: v for k, v in app_env(desktop.server, tmp_path).items()
+                               if k in ("XDG_RUNTIME_DIR", "HOLODESK_CONFIG", "HOLODESK_DATA_DIR", "PYTHONPATH")}}
+    env.pop("QT_QPA_PLATFORM", None)
+    assert not Path(env["HOLODESK_CONFIG"]).exists()
+    log = tmp_path / "app.log"
+    with start_app(env, log, "tray") as proc:
+        wait_for_channel(env, proc, log)
+        (window,) = wait_until(lambda: windows_named(env, "^Holodesk$"), 30, "the Holodesk window")
+        (wizard,) = wait_until(lambda: windows_named(env, "^Set up Holodesk$"), 30, "the setup wizard")
+
+        def wizard_above() -> bool:
+            order = stacking(desktop)
+            return int(wizard) in order and int(window) in order and order.index(int(wizard)) > order.index(
+                int(window))
+
+        wait_until(wizard_above, 15, f"the wizard above the window (stacking {stacking(desktop)})")
+        assert "_NET_WM_STATE_ABOVE" not in wm_state(desktop, int(window))
