@@ -179,3 +179,23 @@ def test_keys_after_a_click_that_did_not_focus_its_window_are_not_sent(executor:
             assert target.wait_for(lambda s: s["text"] != "", timeout=10)["text"] == "z"
         finally:
             panel.close()
+
+
+def test_keys_after_a_refused_click_are_not_sent(executor: PyAutoGUIExecutor, frame: Frame, xvfb: XvfbServer,
+                                                 tmp_path: Path) -> None:
+    """The click meant to focus a field lands on Holodesk's window and is refused; the keys meant for that
+    field are not typed into the window that has the focus (here the target's field) either."""
+    with TargetWindow.start(tmp_path, x=200, y=150) as target:
+        fx, fy = target.center("field")
+        xvfb.run("xdotool", "mousemove", str(fx), str(fy), "click", "1")
+        target.wait_for(lambda s: s["focus"] == "field", timeout=10)
+        own = XWindow((900, 600, 200, 100), ("probe", "Probe"), pid=os.getpid())
+        try:
+            assert not executor.execute(place(Click(at(frame, own.center)), frame)).ok
+            typed = executor.execute(place(Type("abc"), frame))
+            assert not typed.ok and typed.status == "failed", typed
+            assert "the keys were not sent: the click before them was not performed" in typed.message
+            assert executor.execute(place(Type("z"), frame)).ok  # no click before: where the focus is
+            assert target.wait_for(lambda s: s["text"] != "", timeout=10)["text"] == "z"
+        finally:
+            own.close()

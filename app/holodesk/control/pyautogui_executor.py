@@ -78,6 +78,10 @@ def pyautogui_key_name(key: str, platform: str | None = None) -> str:
     return table.get(key, key)
 
 
+_CLICK_NOT_DONE = -1
+"""``_clicked_toplevel`` while a left click is being performed; it stays there when the click fails."""
+
+
 class _Unreachable(Exception):
     """The pointer could not be placed where an action needs it (F06)."""
 
@@ -373,6 +377,8 @@ class PyAutoGUIExecutor:
         # The corner is a stop signal for every action (F12), also for typing through XTest, which
         # never passes pyautogui's own fail-safe check.
         self._raise_if_failsafe(gui)
+        if isinstance(action, (Click, DoubleClick)):  # keys after it wait for its window, or fail if it fails
+            self._clicked_toplevel = _CLICK_NOT_DONE
         if points or isinstance(action, Scroll):  # never onto Holodesk's own windows (keys: _await_click_focus)
             refuse_holodesk_target([(p.x, p.y) for p in points] or [self._position()])
         match action:
@@ -545,6 +551,7 @@ class PyAutoGUIExecutor:
     # -- keyboard ------------------------------------------------------------------------------------
     def _note_clicked_window(self) -> None:
         """Remember the X11 top-level a left click went to, so the next keys wait for it to take the focus."""
+        self._clicked_toplevel = None
         if sys.platform.startswith("linux") and os.environ.get("DISPLAY"):
             from holodesk.control.window import toplevel_at_pointer
 
@@ -561,10 +568,15 @@ class PyAutoGUIExecutor:
         ``{"window": id, "focused": bool, "waited_s": seconds}``.
 
         Raises:
-            ActionError: the clicked window did not take the focus in time (the keys would go to another
-                window), or the window keys go to is one of Holodesk's own
-                (:func:`holodesk.control.window.refuse_holodesk_target`); no key was sent."""
+            ActionError: the click before the keys was not performed (refused, unreachable), the clicked
+                window did not take the focus in time (the keys would go to another window), or the window
+                keys go to is one of Holodesk's own (:func:`holodesk.control.window.refuse_holodesk_target`);
+                no key was sent."""
         toplevel, self._clicked_toplevel = self._clicked_toplevel, None
+        if toplevel == _CLICK_NOT_DONE:
+            raise ActionError("the keys were not sent: the click before them was not performed, so they would "
+                              "have gone to another window than the one it aimed at",
+                              hint="Click the field again, then type.")
         if toplevel is not None:
             focused, waited = wait_for_focus_in(toplevel, self.focus_timeout_s)
             details["focus_after_click"] = {"window": toplevel, "focused": focused, "waited_s": round(waited, 3)}
