@@ -16,10 +16,12 @@ from typing import Any
 
 import pytest
 
+from holodesk.core.actions import Answer
+from holodesk.ui.icons import Status
 from holodesk.ui.tray import TRAY_HELP
 from tests.helpers.processes import stop_process
 from tests.helpers.qt import wait_exposed
-from tests.ui.conftest import start_trayer
+from tests.ui.conftest import start_trayer, wait_finished
 
 pytestmark = pytest.mark.gui
 
@@ -125,3 +127,43 @@ def test_fallback_window_shows_its_whole_help_text(make_app: Any, qtbot: Any) ->
     assert needed > label.fontMetrics().height() * 3  # really several lines
     assert label.height() >= needed
     assert label.geometry().bottom() <= window.rect().bottom()
+
+
+def test_the_window_shows_the_mode_and_follows_the_autopilot(make_app: Any, qtbot: Any) -> None:
+    """Issue 30: the window said "Mode: Step by step" while the autopilot was on (the settings' mode at start,
+    a caller's task switching it); the mode has a line of its own that follows every change."""
+    kit = make_app([], force_window=True, approval="auto")
+    window = kit.app.window
+    wait_exposed(qtbot, window)
+    assert window.mode_label.text() == "Mode: Autopilot"
+    kit.app.toggle_pause()
+    assert window.mode_label.text() == "Mode: Autopilot (paused)"
+    kit.app.set_mode("step")
+    assert window.mode_label.text() == "Mode: Step by step"
+    kit.app.actions.mode_auto.trigger()  # the Mode menu
+    assert window.mode_label.text() == "Mode: Autopilot"
+    kit.app._set_status(Status.THINKING, "thinking")  # a task's status words do not replace it
+    assert window.mode_label.text() == "Mode: Autopilot" and window.detail_label.text() == "thinking"
+
+
+def test_the_answer_and_errors_of_tasks_are_shown_in_the_window(make_app: Any, qtbot: Any) -> None:
+    """Issue 30: without a tray, notices went nowhere (the tray balloon) and the model's answer was dropped;
+    the window shows the last one. The test display has no window manager: the window is hidden while the
+    task runs (nothing can minimise it) and shown again with the result."""
+    kit = make_app([Answer("There are 42 files.")], force_window=True, end=False)
+    window = kit.app.window
+    wait_exposed(qtbot, window)
+    assert kit.app.start_task("count the files")
+    assert not window.isVisible() or window.isMinimized()  # out of the way while the task runs
+    result = wait_finished(qtbot, kit.app)
+    assert result.answer == "There are 42 files."
+    qtbot.waitUntil(lambda: "There are 42 files." in window.message_view.toPlainText(), timeout=10000)
+    assert window.message_view.toPlainText().startswith("Task finished\n")
+    assert window.isVisible()
+
+    failing = make_app(["this is not an action"], force_window=True, end=False, max_parse_failures=1)
+    window = failing.app.window
+    assert failing.app.start_task("do something")
+    result = wait_finished(qtbot, failing.app)
+    qtbot.waitUntil(lambda: window.message_view.toPlainText().startswith("Error: The task failed\n"), timeout=10000)
+    assert result.reason in window.message_view.toPlainText()

@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from holodesk.control.base import ActionResult, Capability, ExecutorCapabilities
 from holodesk.control.typing import ClipboardPaster, X11KeysymTyper
+from holodesk.control.window import refuse_holodesk_target, wait_for_focus_in
 from holodesk.core.actions import (
     Action,
     Answer,
@@ -99,6 +100,10 @@ def failsafe_points(screen: tuple[int, int], monitors: Sequence[tuple[int, int, 
         for corner in ((left, top), (left, bottom), (right, top), (right, bottom)):
             points[corner] = None
     return list(points)
+
+
+_CLICK_NOT_DONE = -1
+"""``_clicked_toplevel`` while a left click is being performed; it stays there when the click fails."""
 
 
 class _Unreachable(Exception):
@@ -446,6 +451,10 @@ class PyAutoGUIExecutor:
         # The corner is a stop signal for every action (F12), also for typing through XTest, which
         # never passes pyautogui's own fail-safe check.
         self._raise_if_failsafe(gui)
+        if isinstance(action, (Click, DoubleClick)):  # keys after it wait for its window, or fail if it fails
+            self._clicked_toplevel = _CLICK_NOT_DONE
+        if points or isinstance(action, Scroll):  # never onto Holodesk's own windows (keys: _await_click_focus)
+            refuse_holodesk_target([(p.x, p.y) for p in points] or [self._position()])
         match action:
             case DoubleClick():
                 return self._double_click(gui, points, details)
@@ -620,6 +629,7 @@ class PyAutoGUIExecutor:
     # -- keyboard ------------------------------------------------------------------------------------
     def _note_clicked_window(self) -> None:
         """Remember the X11 top-level a left click went to, so the next keys wait for it to take the focus."""
+        self._clicked_toplevel = None
         if sys.platform.startswith("linux") and os.environ.get("DISPLAY"):
             from holodesk.control.window import toplevel_at_pointer
 
@@ -631,20 +641,31 @@ class PyAutoGUIExecutor:
         FocusIn event and a GetInputFocus read-back). A busy client handles the click, and takes the focus,
         only when it gets to it; keys sent before would go to the previously focused window (F14). A
         window that never takes the focus (the desktop, a window that refuses it) costs the timeout and
-        a warning; the keys then go where the focus is. Sets ``details["focus_after_click"]`` to
-        ``{"window": id, "focused": bool, "waited_s": seconds}``."""
-        toplevel, self._clicked_toplevel = self._clicked_toplevel, None
-        if toplevel is None:
-            return
-        from holodesk.control.window import wait_for_focus_in
+        fails the step: keys are never sent into another window than the one clicked. Then the window keys
+        go to must not be one of Holodesk's own. Sets ``details["focus_after_click"]`` to
+        ``{"window": id, "focused": bool, "waited_s": seconds}``.
 
-        focused, waited = wait_for_focus_in(toplevel, self.focus_timeout_s)
-        details["focus_after_click"] = {"window": toplevel, "focused": focused, "waited_s": round(waited, 3)}
-        if not focused:
-            log.warning("the clicked window 0x%x did not take the keyboard focus within %.1f s; the keys go "
-                        "to the window that has it", toplevel, self.focus_timeout_s)
-        elif waited > 0.05:
-            log.info("waited %.2f s for the clicked window 0x%x to take the keyboard focus", waited, toplevel)
+        Raises:
+            ActionError: the click before the keys was not performed (refused, unreachable), the clicked
+                window did not take the focus in time (the keys would go to another window), or the window
+                keys go to is one of Holodesk's own (:func:`holodesk.control.window.refuse_holodesk_target`);
+                no key was sent."""
+        toplevel, self._clicked_toplevel = self._clicked_toplevel, None
+        if toplevel == _CLICK_NOT_DONE:
+            raise ActionError("the keys were not sent: the click before them was not performed, so they would "
+                              "have gone to another window than the one it aimed at",
+                              hint="Click the field again, then type.")
+        if toplevel is not None:
+            focused, waited = wait_for_focus_in(toplevel, self.focus_timeout_s)
+            details["focus_after_click"] = {"window": toplevel, "focused": focused, "waited_s": round(waited, 3)}
+            if not focused:
+                raise ActionError(
+                    f"the keys were not sent: the window the last click went to (0x{toplevel:x}) did not take the "
+                    f"keyboard focus within {self.focus_timeout_s:g} s, so they would have gone to another window",
+                    hint="Click into the field again (or a window that accepts typing), then type.")
+            if waited > 0.05:
+                log.info("waited %.2f s for the clicked window 0x%x to take the keyboard focus", waited, toplevel)
+        refuse_holodesk_target(None)
 
     def _press_chord(self, keys: Sequence[str]) -> Any:
         """Press ``keys`` in order and release them in reverse order (always released).

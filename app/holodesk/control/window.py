@@ -10,10 +10,11 @@ import select
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from holodesk.core.wording import WindowInfo
-from holodesk.errors import DisplayError
+from holodesk.errors import ActionError, DisplayError
 
 log = logging.getLogger(__name__)
 
@@ -117,18 +118,22 @@ def _client_of(win: Any, depth: int = 3) -> Any:
     return None
 
 
+def _title(d: Any, client: Any) -> str:
+    """The title of ``client``: ``_NET_WM_NAME``, else ``WM_NAME``; "" when it has none."""
+    title = _text_property(d, client, "_NET_WM_NAME") or (client.get_wm_name() or "")
+    return title.decode("latin-1", "replace") if isinstance(title, bytes) else str(title)
+
+
 def _info(d: Any, root: Any, top: Any, client: Any) -> WindowInfo:
     geo = top.get_geometry()
     origin = root.translate_coords(top, 0, 0)
-    title = _text_property(d, client, "_NET_WM_NAME") or (client.get_wm_name() or "")
-    if isinstance(title, bytes):
-        title = title.decode("latin-1", "replace")
+    title = _title(d, client)
     cls = client.get_wm_class() or ("", "")
     border = int(getattr(geo, "border_width", 0))
     client_geo = client.get_geometry()
     client_origin = root.translate_coords(client, 0, 0)
     rect = (int(origin.x) - border, int(origin.y) - border, int(geo.width) + 2 * border, int(geo.height) + 2 * border)
-    return WindowInfo(str(title), str(cls[-1]) + terminal_mark(d, client), rect,
+    return WindowInfo(title, str(cls[-1]) + terminal_mark(d, client), rect,
                       (int(client_origin.x), int(client_origin.y), int(client_geo.width), int(client_geo.height)))
 
 
@@ -141,18 +146,77 @@ def _wm_pid(d: Any, client: Any) -> int | None:
     return int(prop.value[0]) if prop is not None and len(prop.value) > 0 else None
 
 
-def _own(d: Any, client: Any) -> bool:
-    return _wm_pid(d, client) == os.getpid()
+HOLODESK_WM_CLASS = "Holodesk"
+"""The class part of WM_CLASS that Qt gives every window of a Holodesk process (from the application name
+that :func:`holodesk.ui.app.run_app` and :func:`holodesk.ui.host.host_tasks` set)."""
+
+
+def is_holodesk_window(d: Any, client: Any) -> bool:
+    """True when the application window ``client`` is Holodesk's own: this process's (``_NET_WM_PID``) or
+    any Holodesk process's (WM_CLASS class :data:`HOLODESK_WM_CLASS`), such as the app's window while
+    ``holodesk run`` drives the desktop from a terminal."""
+    if _wm_pid(d, client) == os.getpid():
+        return True
+    try:
+        cls = client.get_wm_class()
+    except Exception:
+        return False
+    return bool(cls) and cls[-1] == HOLODESK_WM_CLASS
+
+
+def _frame_of(win: Any, root: Any) -> Any:
+    """The root window's child that holds ``win`` (its window manager frame, or ``win`` itself)."""
+    top = win
+    for _ in range(16):
+        tree = top.query_tree()
+        if tree.parent in (None, 0) or tree.parent == root:
+            break
+        top = tree.parent
+    return top
+
+
+def _window_at(root: Any, x: int, y: int) -> tuple[Any, Any] | None:
+    """``(frame, client)`` of the topmost viewable root child that contains root point ``(x, y)`` and holds
+    an application window (WM_CLASS), None when there is none (the bare root window)."""
+    from Xlib import X
+
+    for top in reversed(root.query_tree().children):
+        if top.get_attributes().map_state != X.IsViewable:
+            continue
+        geo = top.get_geometry()
+        if not (geo.x <= x < geo.x + geo.width and geo.y <= y < geo.y + geo.height):
+            continue
+        client = _client_of(top)
+        if client is not None:
+            return top, client
+    return None
+
+
+def _key_window(d: Any, root: Any) -> tuple[Any, Any] | None:
+    """``(frame, client)`` of the window keys go to now: the focused one, or with X's PointerRoot focus
+    (or the root focused) the one under the pointer; None when there is none (no focus, the bare root)."""
+    from Xlib import X
+
+    win = d.get_input_focus().focus
+    if win == X.PointerRoot or win == root:
+        pointer = root.query_pointer()
+        return _window_at(root, int(pointer.root_x), int(pointer.root_y))
+    if win in (None, X.NONE) or isinstance(win, int):
+        return None
+    top = _frame_of(win, root)
+    client = _client_of(win, 0) or _client_of(top)
+    return None if client is None else (top, client)
 
 
 def window_at(x: int | None = None, y: int | None = None) -> WindowInfo | None:
-    """The application window at input-space point ``(x, y)`` (X11), or the focused window when no point
-    is given (with X's PointerRoot focus, the window under the pointer, where keys then go): its title,
+    """The application window at input-space point ``(x, y)`` (X11), or the window keys go to when no
+    point is given (the focused one; with X's PointerRoot focus, the one under the pointer): its title,
     application class, frame rectangle (input space, decorations included) and client rectangle (the
     application's own window, without the window manager's decorations).
 
-    Walks the root window's children from the top of the stacking order: the first viewable one that
-    contains the point and holds an application window (WM_CLASS), skipping this process's own windows.
+    The window at a point is the first viewable child of the root, from the top of the stacking order,
+    that contains the point and holds an application window (WM_CLASS). Holodesk's own windows are named
+    like any other (class ``Holodesk``); an action there is refused by :func:`refuse_holodesk_target`.
 
     Returns:
         :class:`~holodesk.core.wording.WindowInfo`, or None where it cannot be known (no X display,
@@ -161,7 +225,7 @@ def window_at(x: int | None = None, y: int | None = None) -> WindowInfo | None:
     if not sys.platform.startswith("linux") or not os.environ.get("DISPLAY"):
         return None
     try:
-        from Xlib import X, display
+        from Xlib import display
     except ImportError:
         log.warning("python-xlib is missing; the target window cannot be identified")
         return None
@@ -169,41 +233,65 @@ def window_at(x: int | None = None, y: int | None = None) -> WindowInfo | None:
         d = display.Display()
         try:
             root = d.screen().root
-            if x is None or y is None:
-                win = d.get_input_focus().focus
-                if win == X.PointerRoot or win == root:  # keys go to the window under the pointer
-                    pointer = root.query_pointer()
-                    x, y = int(pointer.root_x), int(pointer.root_y)
-                elif win in (None, X.NONE) or isinstance(win, int):
-                    return None
-            if x is None or y is None:
-                top = win
-                for _ in range(16):  # up to the child of the root: the frame
-                    tree = top.query_tree()
-                    if tree.parent in (None, X.NONE) or tree.parent == root:
-                        break
-                    top = tree.parent
-                client = _client_of(win, 0) or _client_of(top)
-                if client is None or _own(d, client):
-                    return None
-                return _info(d, root, top, client)
-            for top in reversed(root.query_tree().children):
-                attrs = top.get_attributes()
-                if attrs.map_state != X.IsViewable:
-                    continue
-                geo = top.get_geometry()
-                if not (geo.x <= x < geo.x + geo.width and geo.y <= y < geo.y + geo.height):
-                    continue
-                client = _client_of(top)
-                if client is None or _own(d, client):
-                    continue
-                return _info(d, root, top, client)
-            return None
+            found = _key_window(d, root) if x is None or y is None else _window_at(root, x, y)
+            return None if found is None else _info(d, root, *found)
         finally:
             d.close()
     except Exception as exc:  # Xlib raises several unrelated types on a bad display
         log.warning("could not read the window at the target: %s", exc)
         return None
+
+
+def holodesk_window_at(x: int | None = None, y: int | None = None) -> str | None:
+    """The title of Holodesk's own window (:func:`is_holodesk_window`) when it is the window at input-space
+    point ``(x, y)`` or, without a point, the window keys go to now (both found as :func:`window_at` does).
+
+    Returns:
+        The window's title (``"Holodesk"`` when it has none); None when the window there is another
+        program's, there is none, or it cannot be known (no X display, not Linux, an X error: logged).
+    """
+    if not sys.platform.startswith("linux") or not os.environ.get("DISPLAY"):
+        return None
+    try:
+        from Xlib import display
+    except ImportError:
+        return None
+    try:
+        d = display.Display()
+        try:
+            root = d.screen().root
+            found = _key_window(d, root) if x is None or y is None else _window_at(root, x, y)
+            if found is None or not is_holodesk_window(d, found[1]):
+                return None
+            return _title(d, found[1]) or HOLODESK_WM_CLASS
+        finally:
+            d.close()
+    except Exception as exc:  # Xlib raises several unrelated types on a bad display
+        log.warning("could not tell whether the target is a Holodesk window: %s", exc)
+        return None
+
+
+def refuse_holodesk_target(points: Sequence[tuple[int, int]] | None) -> None:
+    """Refuse an action aimed at one of Holodesk's own windows (:func:`holodesk_window_at`): a pointer
+    action where the window at one of its ``points`` (input space) is Holodesk's, or keys (``points``
+    None) while the window keys go to is Holodesk's. The executor calls it just before it acts, after the
+    approval overlay has left the screen.
+
+    Raises:
+        ActionError: the action would land on Holodesk's own window; nothing was done. The message names
+            the window and the point (or the keyboard focus).
+    """
+    targets: list[tuple[int, int] | None] = list(points) if points is not None else [None]
+    for at in targets:
+        title = holodesk_window_at(*at) if at is not None else holodesk_window_at()
+        if title is None:
+            continue
+        where = f"the point ({at[0]}, {at[1]}) is on" if at is not None else "the keyboard focus is in"
+        raise ActionError(
+            f"refused: {where} Holodesk's own window \u2018{title}\u2019, not on the program the task is "
+            "about; nothing was done",
+            hint="Move or minimise Holodesk's window so that it does not cover the target, then try again.",
+        )
 
 
 def toplevel_at_pointer() -> int | None:

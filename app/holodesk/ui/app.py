@@ -14,20 +14,22 @@ import logging.handlers
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, Qt, QUrl, Signal
-from PySide6.QtGui import QDesktopServices
+from PySide6.QtCore import QCoreApplication, QObject, Qt, QUrl, Signal
+from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import QApplication, QMessageBox, QProgressDialog, QSystemTrayIcon
 
 from holodesk.errors import HolodeskError, ModelLoadError, SettingsError
 from holodesk.instance import ChannelError, ChannelServer, DriveLock, InstanceLock
 from holodesk.session.approval import ApprovalPolicy
 from holodesk.session.factory import PolicyCache, build_capture, build_executor, build_session
-from holodesk.session.loop import EpisodeResult, Session, SessionEvent, State
+from holodesk.session.loop import EpisodeResult, Session, SessionEvent, State, check_task
 from holodesk.settings import Settings, config_path, load_settings
+from holodesk.ui import x11
 from holodesk.ui.approval import ApprovalController
 from holodesk.ui.download import DownloadFn
 from holodesk.ui.history import HistoryWindow
@@ -42,6 +44,9 @@ from holodesk.ui.wizard import MachineFacts, SetupWizard, gather_facts
 from holodesk.ui.workers import GuiApprover, ProgressFn, TaskRunner, WindowGuard
 
 log = logging.getLogger(__name__)
+
+MINIMISE_TIMEOUT_S = 2.0
+"""The longest wait, in seconds, for the window manager to minimise the no-tray window before a task."""
 
 PolicyFactory = Callable[[Settings, ProgressFn], Any]
 CaptureFactory = Callable[[Settings], Any]
@@ -177,6 +182,7 @@ class HolodeskApp(QObject):
 
         self.tray: TrayIcon | None = None
         self.window: FallbackWindow | None = None
+        self._put_away: str | None = None  # how the no-tray window was put away for the task running
         self.tray_available = bool(QSystemTrayIcon.isSystemTrayAvailable())
         self._make_tray_or_window(headless=headless, force_window=force_window)
         self._connect_actions()
@@ -195,6 +201,7 @@ class HolodeskApp(QObject):
             self.window = FallbackWindow(self.actions, tray_missing=not self.tray_available)
             self.window.close_requested.connect(self.quit)
             self.notifier.dialog_parent = self.window
+            self.notifier.posted.connect(self.window.show_notice)  # what the tray would show as a balloon
             if not self.tray_available:
                 log.warning("no system tray available: showing the Holodesk window instead")
 
@@ -231,8 +238,7 @@ class HolodeskApp(QObject):
             self.notifier.info("Holodesk is running",
                                f"Press {self.settings.hotkey_palette} or click the tray icon to give it a task.")
         if self.window is not None:
-            self.window.show()
-            self.window.raise_()
+            self.window.show()  # placed by the window manager like any window, never kept above others
         if self._want_hotkeys:
             self.start_hotkeys()
         if first_run:
@@ -289,9 +295,17 @@ class HolodeskApp(QObject):
         the user is told) when it cannot start."""
         run_settings = settings or self.settings
         try:
+            check_task(task)
+            if self.runner.running:
+                raise RuntimeError("a task is already running; stop it first")
             self._task_settings = run_settings
-            # One task drives the desktop: the drive lock is held from building the session to the end.
-            self.runner.start(task, self._build_session, hold=DriveLock.acquire)
+            self._window_out_of_the_way(True)
+            try:
+                # One task drives the desktop: the drive lock is held from building the session to the end.
+                self.runner.start(task, self._build_session, hold=DriveLock.acquire)
+            except BaseException:
+                self._window_out_of_the_way(False)
+                raise
         except (RuntimeError, ValueError) as exc:
             self.notifier.error("Cannot start the task", exc)
             return False
@@ -529,6 +543,39 @@ class HolodeskApp(QObject):
 
     def _on_running(self, running: bool) -> None:
         self.actions.update_state(running=running)
+        if not running:
+            self._window_out_of_the_way(False)
+
+    def _window_out_of_the_way(self, running: bool) -> None:
+        """Before a task: minimise the no-tray window (through the window manager, :func:`x11.iconify`),
+        so that the task's clicks and keys reach the programs it is about; where the window manager does
+        not minimise it within :data:`MINIMISE_TIMEOUT_S`, hide it for the task (logged). After the task:
+        show it again (with the result), unless the user already did."""
+        window = self.window
+        if window is None:
+            return
+        if running:
+            self._put_away = None
+            if not window.isVisible() or window.isMinimized():
+                return
+            on_x11 = QGuiApplication.platformName() == "xcb"
+            if not (on_x11 and x11.iconify(int(window.winId()))):
+                window.showMinimized()  # not X11: the platform's own way
+            deadline = time.monotonic() + MINIMISE_TIMEOUT_S
+            while not window.isMinimized() and time.monotonic() < deadline:
+                QCoreApplication.processEvents()
+                time.sleep(0.01)
+            if window.isMinimized():
+                self._put_away = "minimised"
+            else:
+                log.warning("the window manager did not minimise the Holodesk window within %.0f s; hiding it "
+                            "while the task runs instead", MINIMISE_TIMEOUT_S)
+                window.hide()
+                self._put_away = "hidden"
+            return
+        put_away, self._put_away = self._put_away, None
+        if put_away == "hidden" or (put_away == "minimised" and window.isMinimized()):
+            window.showNormal()
 
 
 

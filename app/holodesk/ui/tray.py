@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QGridLayout,
     QLabel,
     QMenu,
+    QPlainTextEdit,
     QSystemTrayIcon,
     QToolButton,
     QVBoxLayout,
@@ -21,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from holodesk.ui.icons import STATUS_TEXT, Status, status_icon, status_pixmap
+from holodesk.ui.notify import Notice
 
 TRAY_HELP = (
     "No system tray was found on this desktop, so Holodesk runs in this window instead. "
@@ -36,9 +38,11 @@ class AppActions(QObject):
 
     Signals:
         mode_selected(str): "step" or "auto" chosen in the Mode menu.
+        changed(): :meth:`update_state` ran (running, mode or pause may have changed).
     """
 
     mode_selected = Signal(str)
+    changed = Signal()
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -84,6 +88,13 @@ class AppActions(QObject):
         self.mode_auto.setChecked(self.mode == "auto")
         self.pause.setEnabled(self.mode == "auto")
         self.pause.setText("Resume autopilot" if self.paused else "Pause autopilot")
+        self.changed.emit()
+
+    def mode_text(self) -> str:
+        """The approval mode in words: "Mode: Step by step", "Mode: Autopilot" or "Mode: Autopilot (paused)"."""
+        if self.mode != "auto":
+            return "Mode: Step by step"
+        return "Mode: Autopilot" + (" (paused)" if self.paused else "")
 
     def build_menu(self) -> QMenu:
         """A menu holding every action (the tray's context menu)."""
@@ -142,8 +153,13 @@ class TrayIcon(QObject):
 class FallbackWindow(QWidget):
     """The window shown instead of the tray icon (no tray, or ``--no-tray``).
 
-    Shows the status (icon and words), the last message, every app action as a button, and how to
+    Shows the status (icon and words), the approval mode, the last notice (a task's result and answer,
+    errors, warnings: what the tray would show as a balloon), every app action as a button, and how to
     enable the tray. Closing it quits Holodesk (it is the only way back to the app).
+
+    It is an ordinary window: not kept above others, placed by the window manager like any other. The
+    app minimises it while a task runs (:class:`~holodesk.ui.app.HolodeskApp`), and an action aimed at it
+    is refused (:func:`holodesk.control.window.refuse_holodesk_target`).
 
     Signals:
         close_requested(): the window's close button was used.
@@ -156,7 +172,6 @@ class FallbackWindow(QWidget):
         self.app_actions = actions
         self.setWindowTitle("Holodesk")
         self.setObjectName("holodeskFallback")
-        self.setWindowFlag(Qt.WindowType.WindowStaysOnTopHint, True)
         layout = QVBoxLayout(self)
         top = QGridLayout()
         self.status_icon = QLabel()
@@ -167,11 +182,21 @@ class FallbackWindow(QWidget):
         self.detail_label = QLabel()
         self.detail_label.setTextFormat(Qt.TextFormat.PlainText)
         self.detail_label.setWordWrap(True)
-        top.addWidget(self.status_icon, 0, 0, 2, 1)
+        self.mode_label = QLabel()
+        self.mode_label.setObjectName("mode")
+        self.mode_label.setTextFormat(Qt.TextFormat.PlainText)
+        top.addWidget(self.status_icon, 0, 0, 3, 1)
         top.addWidget(self.status_label, 0, 1)
         top.addWidget(self.detail_label, 1, 1)
+        top.addWidget(self.mode_label, 2, 1)
         top.setColumnStretch(1, 1)
         layout.addLayout(top)
+        self.message_view = QPlainTextEdit()  # the last notice; read-only, selectable (an answer can be copied)
+        self.message_view.setObjectName("last_message")
+        self.message_view.setReadOnly(True)
+        self.message_view.setPlaceholderText("Results, answers and errors of tasks appear here.")
+        self.message_view.setMaximumHeight(120)
+        layout.addWidget(self.message_view)
 
         grid = QGridLayout()
         self.buttons: dict[str, QToolButton] = {}
@@ -208,18 +233,26 @@ class FallbackWindow(QWidget):
         self.help_label.setMinimumHeight(self.help_label.heightForWidth(380 - margins.left() - margins.right()))
         self.status = Status.IDLE
         self.set_status(Status.IDLE)
+        actions.changed.connect(self._show_mode)
+        self._show_mode()
 
     def set_status(self, status: Status, detail: str = "") -> None:
+        """Show ``status`` (icon and words) and ``detail`` (what it is doing, or why)."""
         self.status = status
         self.status_icon.setPixmap(status_pixmap(status, 32, self.devicePixelRatioF()))
         self.setWindowIcon(status_icon(status))
         self.status_label.setText(STATUS_TEXT[status])
-        self.detail_label.setText(detail or self._mode_text())
+        self.detail_label.setText(detail)
 
-    def _mode_text(self) -> str:
-        a = self.app_actions
-        mode = "Autopilot" + (" (paused)" if a.paused else "") if a.mode == "auto" else "Step by step"
-        return f"Mode: {mode}"
+    def _show_mode(self) -> None:
+        self.mode_label.setText(self.app_actions.mode_text())
+
+    def show_notice(self, notice: Notice) -> None:
+        """Show ``notice`` (its title, text and what to do) as the window's last message, replacing the one
+        before (:attr:`holodesk.ui.notify.Notifier.posted` is connected here when there is no tray)."""
+        level = {"error": "Error: ", "warning": "Warning: "}.get(notice.level, "")
+        text = f"{level}{notice.title}\n{notice.text}" + (f"\n\n{notice.hint}" if notice.hint else "")
+        self.message_view.setPlainText(text)
 
     def closeEvent(self, event: QCloseEvent) -> None:
         event.ignore()

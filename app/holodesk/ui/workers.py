@@ -21,7 +21,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, Signal, Slot
+from PySide6.QtCore import QCoreApplication, QObject, QPoint, Qt, QThread, Signal, Slot
 from PySide6.QtWidgets import QApplication, QWidget
 
 from holodesk.errors import HolodeskError
@@ -141,7 +141,9 @@ class WindowGuard(QObject):
     """Hides Holodesk's top-level windows around each screen grab (F13).
 
     Every visible top-level widget of the process is hidden (registered windows first), so the overlay,
-    the command box, the no-tray window, dialogs and notices never reach the model. ``before_capture``
+    the command box, the no-tray window, dialogs and notices never reach the model; a minimised one is
+    left as it is, and the others come back where they were (not where the window manager would place a
+    new window). ``before_capture``
     and ``after_capture`` are called on the worker thread. Hiding happens on the GUI
     thread (blocking queued call); then the worker polls the X server until every hidden window is
     unmapped (up to ``unmap_timeout_s``) and sleeps ``settle_s`` so that the windows below the overlay
@@ -162,6 +164,7 @@ class WindowGuard(QObject):
         self.unmap_timeout_s = unmap_timeout_s
         self._windows: list[QWidget] = []
         self._hidden: list[QWidget] = []
+        self._positions: dict[int, QPoint] = {}
         self._hidden_ids: list[int] = []
         self.hide_count = 0
         self._dismissing: QWidget | None = None
@@ -193,12 +196,16 @@ class WindowGuard(QObject):
     def _hide(self) -> None:
         # Every visible top-level window of this process: the overlay and palette (registered), the no-tray
         # window, dialogs, progress, message boxes, balloons, menus. None of it is for the model's eyes.
-        visible = [w for w in self._windows if w.isVisible()]
-        visible += [w for w in QApplication.topLevelWidgets() if w.isVisible() and w not in visible
-                    and w.metaObject().className() not in _NEVER_HIDDEN]
+        # A minimised window (the no-tray window during a task) is off the screen already: left as it is.
+        visible = [w for w in self._windows if w.isVisible() and not w.isMinimized()]
+        visible += [w for w in QApplication.topLevelWidgets() if w.isVisible() and not w.isMinimized()
+                    and w not in visible and w.metaObject().className() not in _NEVER_HIDDEN]
         self._hidden_ids = [int(w.winId()) for w in visible]
         # Transient popups are closed for good: a balloon or an open menu is not shown again.
         self._hidden = [w for w in visible if w.metaObject().className() not in _NOT_RESTORED]
+        # Where each window was (frame included): shown again there, not where the window manager would
+        # place it anew (openbox shifted a framed window by its decorations at every show)
+        self._positions = {id(w): w.pos() for w in self._hidden if w not in self._windows}
         for w in visible:
             w.hide()
         if visible:
@@ -208,7 +215,10 @@ class WindowGuard(QObject):
     @Slot()
     def _show(self) -> None:
         hidden, self._hidden = self._hidden, []
+        positions, self._positions = self._positions, {}
         for w in hidden:
+            if id(w) in positions:
+                w.move(positions[id(w)])
             w.show()
             if w in self._windows:
                 w.raise_()

@@ -2,6 +2,7 @@
 
 * :func:`window_viewable` tells whether the X server has really unmapped one of our windows (Qt's
   ``hide()`` only queues the unmap), so the overlay is known to be gone before a grab (F13).
+* :func:`iconify` minimises a window through the window manager (the no-tray window during a task).
 * :func:`input_focus` / :func:`set_input_focus` let the approval overlay give keyboard focus back to
   the window that had it, so a typed action goes where the user expects (without a window manager
   nobody else restores it).
@@ -112,4 +113,31 @@ def set_input_focus(window_id: int) -> bool:
             return True
         except Exception as exc:
             log.debug("cannot give focus back to %#x: %s", window_id, exc)
+            return False
+
+
+def iconify(window_id: int) -> bool:
+    """Ask the window manager to minimise X window ``window_id`` (ICCCM 4.1.4: a ``WM_CHANGE_STATE``
+    client message with ``IconicState`` to the root window). False where that cannot be sent (not X11).
+
+    Unlike Qt's ``showMinimized()``, this leaves the window's own ``WM_HINTS`` as they are: Qt sets their
+    initial state to iconic and keeps it after the window manager restores the window, so a later
+    hide and show (as around every screen grab) brought a window the user had restored back minimised.
+    """
+    with _display() as d:
+        if d is None:
+            return False
+        try:
+            from Xlib import X
+            from Xlib.protocol import event
+
+            root = d.screen().root
+            message = event.ClientMessage(window=d.create_resource_object("window", int(window_id)),
+                                          client_type=d.intern_atom("WM_CHANGE_STATE"),
+                                          data=(32, [3, 0, 0, 0, 0]))  # 3 = IconicState
+            root.send_event(message, event_mask=X.SubstructureRedirectMask | X.SubstructureNotifyMask)
+            d.sync()
+            return True
+        except Exception as exc:
+            log.debug("cannot minimise %#x: %s", window_id, exc)
             return False
