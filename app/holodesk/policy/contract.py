@@ -524,12 +524,17 @@ class AgentLoopProtocol(ActionProtocol):
     tools: tuple[type[Tool], ...] = tuple(TOOLS)
 
     # ----------------------------------------------------------------------------------------- prompt
-    def system_prompt(self, *, reasoning: bool = False) -> str:
+    def system_prompt(self, *, reasoning: bool = False, reasoning_line: bool = True) -> str:
         """The system turn: the loop's rules, the tool list and the reply schema in ``<output_format>``.
 
-        The last line selects Nemotron's reasoning channel: ``/think`` or ``/no_think`` (with thinking off
-        the template ends the generation prompt in ``<think></think>``).
+        With ``reasoning_line`` (models switched in the system prompt, Nemotron Nano 2:
+        :attr:`holodesk.policy.models.Reasoning.prompt_line`) the last line selects the reasoning channel:
+        ``/think`` or ``/no_think`` (with thinking off the template ends the generation prompt in
+        ``<think></think>``). Without it no switch is written: Holo2, Holo3 and Holotron-3-Nano are switched by
+        a chat-template variable, and to them the line would be text.
         """
+        if not reasoning_line:
+            return _SYSTEM_PROMPT
         return _SYSTEM_PROMPT + ("\n/think" if reasoning else "\n/no_think")
 
     def json_schema(self) -> dict[str, Any]:
@@ -631,11 +636,13 @@ class AgentLoopProtocol(ActionProtocol):
         return {"role": "user", "content": [{"type": "text", "text": f'<{tag} tool="{name}">\n{outcome}\n</{tag}>'}]}
 
     def build_messages(
-        self, observation: Observation, *, max_images: int = MAX_IMAGES, reasoning: bool = False
+        self, observation: Observation, *, max_images: int = MAX_IMAGES, reasoning: bool = False,
+        reasoning_line: bool = True,
     ) -> list[dict[str, Any]]:
         """The contract's chat for one step, shared by the local and the remote runtime.
 
-        Order: system (rules, tools, ``<output_format>`` schema, reasoning switch); user ``Task: ...``;
+        Order: system (rules, tools, ``<output_format>`` schema, the reasoning switch line where
+        ``reasoning_line``: :meth:`system_prompt`); user ``Task: ...``;
         then per past step: its observation, the assistant turn (the parsed reply re-serialised; nothing
         for a reply that did not parse), its tool result; then the current observation. An observation is
         one user turn ``[text "<observation>\\n", image, text "\\n</observation>"]``; beyond the last
@@ -657,7 +664,8 @@ class AgentLoopProtocol(ActionProtocol):
                                                  {"type": "text", "text": OBSERVATION_CLOSE}]}
 
         messages: list[dict[str, Any]] = [
-            {"role": "system", "content": [{"type": "text", "text": self.system_prompt(reasoning=reasoning)}]},
+            {"role": "system", "content": [{"type": "text", "text": self.system_prompt(reasoning=reasoning,
+                                                                                   reasoning_line=reasoning_line)}]},
             {"role": "user", "content": [{"type": "text", "text": _disarm(f"Task: {observation.task}")}]},
         ]
         for i, step in enumerate(history):
