@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from holodesk.errors import ModelLoadError, PolicyError, PolicyOutputError
 from holodesk.policy.base import Observation, Proposal, pointer_after
 from holodesk.policy.models import GREEDY, Sampling, native_reasoning
-from holodesk.policy.native.families import NEMOTRON_H_OMNI, Family, read_family
+from holodesk.policy.native.families import NEMOTRON_H_OMNI, Family, family_of, native_config, read_config
 from holodesk.policy.protocol import DEFAULT_PROTOCOL
 
 if TYPE_CHECKING:
@@ -166,7 +166,8 @@ def load_native(
     if target.type == "cuda" and not torch.cuda.is_available():
         raise ModelLoadError("device cuda was asked for but torch sees no CUDA GPU")
     folder = resolve_source(source, progress=progress, download=target.type == "cuda", cancel=cancel)
-    family = read_family(folder)
+    raw_config = read_config(folder)
+    family = family_of(raw_config, str(folder / "config.json"))
     if family.runtime != "native":
         raise ModelLoadError(f"{folder} is a {family.models} checkpoint, which runs on Holodesk's Holotron runtime",
                              hint="Load it with holodesk.policy.local.load_local_policy.")
@@ -181,6 +182,11 @@ def load_native(
         kwargs["attn_implementation"] = attn_implementation
     if target.type != "cpu":
         kwargs["device_map"] = {"": str(target)}
+    translated = native_config(raw_config, family, str(folder / "config.json"))
+    if translated is not None:  # the published remote-code layout, read by transformers' own config class
+        kwargs["config"] = translated
+        log.info("%s: config.json in the published layout %r, read as transformers' %s", folder,
+                 raw_config.get("model_type"), family.key)
     try:
         result: Any = AutoModelForImageTextToText.from_pretrained(str(folder), **kwargs)
     except Exception as exc:
@@ -199,7 +205,7 @@ def load_native(
                              hint="The config and the weights come from different models, or the download is "
                                   "incomplete.")
     model.eval()
-    processor, processor_kind = load_processor(folder, family)
+    processor, processor_kind = load_processor(folder, family, translated)
     tokenizer = getattr(processor, "tokenizer", processor)
     eos_ids = _stop_ids(model, tokenizer, folder)
     pad = tokenizer.pad_token_id
