@@ -206,10 +206,14 @@ class MutterExecutor:
             details["method"] = "NotifyPointerAxisDiscrete"
             return f"scrolled {action.direction} by {action.amount}"
         if isinstance(action, Key):
-            self._press_chord(action.keys)
+            for _ in range(action.repeat):
+                self._press_chord(action.keys)
             details["method"] = "NotifyKeyboardKeysym"
-            return "pressed " + "+".join(action.keys)
+            return "pressed " + "+".join(action.keys) + (f" {action.repeat} times" if action.repeat > 1 else "")
         if isinstance(action, Type):
+            if action.replace:  # select what the field holds, so the text replaces it
+                self._press_chord(("ctrl", "a"))
+                details["replaced"] = True
             return self._type(action.text, details)
         raise ActionError(f"unsupported action {action.kind!r}")
 

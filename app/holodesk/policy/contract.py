@@ -41,6 +41,7 @@ from holodesk.core.actions import (
     KEY_ALIASES,
     MAX_ELEMENT_CHARS,
     MAX_GOAL_CHARS,
+    MAX_KEY_REPEAT,
     MAX_PLAN_GOALS,
     MAX_SCROLL_AMOUNT,
     MAX_TYPE_CHARS,
@@ -274,40 +275,45 @@ class ScrollDesktop(Tool):
 
 @tool
 class WriteDesktop(Tool):
-    """Type content exactly at the focused field (no click first); press_enter presses Enter after it."""
+    """Type content exactly at the focused field (no click first); overwrite selects what the field holds first,
+    so content replaces it; press_enter presses Enter after it."""
 
     tool_name: Literal["write_desktop"]
     content: str = Field(min_length=1, max_length=MAX_TYPE_CHARS - 1,
                          description="The text to type (room is kept for the Enter of press_enter).")
-    press_enter: bool = False
+    overwrite: bool = Field(default=False, description="Replace the field's current text instead of adding to it.")
+    press_enter: bool = Field(default=False, description="Press Enter once the text is typed.")
 
     def to_action(self, context: ToolContext) -> Action:
-        return Type(self.content + ("\n" if self.press_enter else ""))
+        return Type(self.content + ("\n" if self.press_enter else ""), replace=self.overwrite)
 
     @classmethod
     def from_action(cls, action: Action) -> Tool | None:
         if not isinstance(action, Type):
             return None
-        return cls(tool_name="write_desktop", content=action.text)
+        return cls(tool_name="write_desktop", content=action.text, overwrite=action.replace)
 
 
 @tool
 class HotkeyDesktop(Tool):
-    """Press keys together in order and release them in reverse, e.g. ["ctrl", "s"]."""
+    """Press keys together in order and release them in reverse, e.g. ["ctrl", "s"]; repeat_count presses the
+    combination that many times."""
 
     tool_name: Literal["hotkey_desktop"]
-    keys: list[KeyName] = Field(min_length=1, max_length=5, description="1 to 5 key names.")
+    keys: list[KeyName] = Field(min_length=1, max_length=5, description="1 to 5 key names pressed together.")
+    repeat_count: int = Field(default=1, ge=1, le=MAX_KEY_REPEAT,
+                              description=f"How many times to press the combination (1 to {MAX_KEY_REPEAT}).")
 
     _keys = field_validator("keys", mode="before")(_normalize_keys)
 
     def to_action(self, context: ToolContext) -> Action:
-        return Key(tuple(self.keys))
+        return Key(tuple(self.keys), repeat=self.repeat_count)
 
     @classmethod
     def from_action(cls, action: Action) -> Tool | None:
         if not isinstance(action, Key):
             return None
-        return cls(tool_name="hotkey_desktop", keys=list(action.keys))
+        return cls(tool_name="hotkey_desktop", keys=list(action.keys), repeat_count=action.repeat)
 
 
 @tool
@@ -315,7 +321,7 @@ class HoldAndTapKeyDesktop(Tool):
     """Hold hold_keys down, tap the one key in tap_keys, then release all, e.g. hold ["shift"], tap ["tab"]."""
 
     tool_name: Literal["hold_and_tap_key_desktop"]
-    hold_keys: list[KeyName] = Field(min_length=1, max_length=4, description="1 to 4 key names to hold down.")
+    hold_keys: list[KeyName] = Field(min_length=1, max_length=3, description="1 to 3 key names to hold down.")
     tap_keys: list[KeyName] = Field(min_length=1, max_length=1,
                                     description="Exactly one key name to tap while the others are held.")
 
@@ -688,6 +694,18 @@ class AgentLoopProtocol(ActionProtocol):
         raise NotImplementedError(f"{NAME} writes history as chat turns (build_messages)")
 
 
+def reasoning_text(raw_text: str) -> str | None:
+    """The thought a local model wrote before its reply: the text before the first ``</think>`` (a leading
+    ``<think>`` dropped, since the prompt may end inside the block), stripped; None when there is none.
+    Recorded with the step (``Proposal.extra["reasoning_text"]``); :meth:`AgentLoopProtocol.build_messages`
+    never reads it."""
+    head, found, _reply = raw_text.partition("</think>")
+    if not found:
+        return None
+    text = head.strip().removeprefix("<think>").strip()
+    return text or None
+
+
 def _disarm(value: str) -> str:
     """Break ``/think`` and ``/no_think`` in user or model text with a zero-width space after the slash:
     only the system prompt may switch Nemotron's reasoning."""
@@ -710,6 +728,7 @@ __all__ = [
     "Tool",
     "ToolContext",
     "plan_text",
+    "reasoning_text",
     "tool",
     "tool_list",
     "tool_name_of",

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from holodesk.errors import PolicyError, PolicyOutputError
 from holodesk.policy.base import Observation, Proposal, pointer_after
+from holodesk.policy.contract import reasoning_text
 from holodesk.policy.holotron.checkpoint import ProgressFn
 from holodesk.policy.holotron.loader import LoadedHolotron, load_holotron
 from holodesk.policy.holotron.prompt import render_prompt, special_token_strings, tokenize_prompt
@@ -315,6 +316,9 @@ class HolotronPolicy:
         }
         if self.sampling_notice:
             extra["sampling_notice"] = self.sampling_notice
+        thought_text = reasoning_text(raw) if self.reasoning else None
+        if thought_text:
+            extra["reasoning_text"] = thought_text  # recorded with the step; never written into a later prompt
         if warnings:
             extra["warnings"] = warnings
         try:

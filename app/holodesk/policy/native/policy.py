@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from holodesk.errors import ModelLoadError, PolicyError, PolicyOutputError
 from holodesk.policy.base import Observation, Proposal, pointer_after
+from holodesk.policy.contract import reasoning_text
 from holodesk.policy.models import GREEDY, Sampling, native_reasoning
 from holodesk.policy.native.families import NEMOTRON_H_OMNI, Family, family_of, native_config, read_config
 from holodesk.policy.protocol import DEFAULT_PROTOCOL
@@ -561,6 +562,9 @@ class NativePolicy:
             extra["warnings"] = notices
         extra.update(constrained=self.constrained, reasoning=self.reasoning, sampling=self.sampling.record(),
                      step_seed=self.sampling.step_seed(len(observation.history)))
+        thought_text = reasoning_text(raw) if self.reasoning else None
+        if thought_text:
+            extra["reasoning_text"] = thought_text  # recorded with the step; never written into a later prompt
         if self.loaded.notes:
             extra["load_notes"] = list(self.loaded.notes)
         try:
