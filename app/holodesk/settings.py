@@ -135,7 +135,9 @@ class Settings(BaseSettings):
         json_schema_extra=POLICY,
     )
     max_reply_tokens: int = Field(
-        1024, ge=16, le=32768, description="Local model: most tokens in one reply (after any thinking).",
+        1024, ge=16, le=32768,
+        description="Most tokens in one reply after any thinking (a server is asked for this plus the model's "
+        "thought budget when it thinks).",
         json_schema_extra=POLICY,
     )
     max_string_chars: int | None = Field(

@@ -109,6 +109,7 @@ def test_auto_runs_each_model_with_its_profile(server, spec: ModelSpec) -> None:
     assert body.get("reasoning_effort") == (profile.reasoning_effort if profile.reasoning else None)
     assert (body["temperature"], body["top_p"]) == (profile.temperature, profile.top_p)
     assert body["seed"] == 41 + 1  # step n draws with seed + n; make_observation(history=1) is step 1
+    assert body["max_tokens"] == 1024 + (profile.think_budget if profile.reasoning else 0)  # the thought counts
 
 
 def test_published_switches_per_family(server) -> None:

@@ -68,6 +68,8 @@ def build_policy(settings: Settings, *, progress: Any = None, cancel: threading.
             reasoning=choice.reasoning,
             reasoning_effort=choice.reasoning_effort,
             sampling=choice.sampling,
+            # a server counts the thought in max_tokens: the reply's cap plus the thought budget
+            max_tokens=settings.max_reply_tokens + (choice.think_budget if choice.reasoning else 0),
         )
     if settings.policy == "local":
         from holodesk.policy.local import load_local_policy

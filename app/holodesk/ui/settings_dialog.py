@@ -112,7 +112,7 @@ APPLIES: dict[str, Callable[[dict[str, Any]], bool]] = {
     "model": lambda v: v["policy"] in ("local", "remote"),
     "precision": lambda v: v["policy"] == "local",
     "decoder": lambda v: v["policy"] == "local",
-    "max_reply_tokens": lambda v: v["policy"] == "local",
+    "max_reply_tokens": lambda v: v["policy"] in ("local", "remote"),
     "max_string_chars": lambda v: v["policy"] == "local" and bool(v["constrained_decoding"]),
     "endpoint": lambda v: v["policy"] == "remote",
     "script_file": lambda v: v["policy"] == "script",
@@ -129,7 +129,7 @@ APPLIES: dict[str, Callable[[dict[str, Any]], bool]] = {
 
 NOT_APPLYING = {
     "model": "Used by the local model and by a server only.", "precision": "Used by the local model only.",
-    "decoder": "Used by the local model only.", "max_reply_tokens": "Used by the local model only.",
+    "decoder": "Used by the local model only.", "max_reply_tokens": "Not used by a replay file.",
     "max_string_chars": "Used by the local model with constrained replies only.",
     "endpoint": "Used with a server only.", "script_file": "Used with a replay file only.",
     "reasoning": "Not used by a replay file.", "greedy": "Not used by a replay file.",
