@@ -107,6 +107,9 @@ def test_doctor_reports_the_chosen_model_its_architecture_precision_and_fit(
     assert [line.split(":")[0] for line in listed] == [f.model.display_name for f in models_that_fit(23500 * 2**20)]
     assert "Holotron-12B: 8bit (needs 18 GiB)" in listed
     assert not any(line.startswith("Holotron-3-Nano") for line in listed)  # needs 25 GiB even in NF4
+    # what the next policy runs with: Holo2's profile (thinking on, as its makers run it), sampled
+    assert section["generation"].startswith("think before acting on (setting 'auto'), up to 2,048 tokens of thought")
+    assert "sampling at temperature 0.8, top_p 1.0" in section["generation"]
 
     config.write_text('model = "Hcompany/Holotron-3-Nano"\nprecision = "4bit"\n', encoding="utf-8")
     section = doctor.collect(timeout_s=30)["Model and GPU fit"]
@@ -119,6 +122,8 @@ def test_doctor_reports_the_chosen_model_its_architecture_precision_and_fit(
     section = doctor.collect(timeout_s=30)["Model and GPU fit"]
     assert "not in Holodesk's model registry" in section["model"]
     assert section["precision that fits"] == "unknown"
+    assert "think before acting off" in section["generation"]  # Holodesk's defaults, and it says so
+    assert "not in Holodesk's model registry" in section["generation"]
 
 
 def _processes_on(display: str) -> set[tuple[int, str]]:

@@ -54,6 +54,11 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-steps", type=int, help="hard cap on steps")
     run.add_argument("--max-seconds", type=float, help="hard cap on wall time")
     run.add_argument("--precision", choices=["bf16", "8bit", "4bit"], help="local model weights")
+    run.add_argument("--think", choices=["auto", "on", "off"],
+                     help="think before acting: auto follows the model's profile (docs/model-fidelity.md), on is "
+                          "recommended where the makers say so, off is faster")
+    run.add_argument("--greedy", action="store_true", default=None, help="greedy decoding instead of sampling")
+    run.add_argument("--seed", type=int, help="sampling seed (recorded in the episode; default: a new one)")
     run.add_argument("--episodes-dir", type=Path, help="where to record the episode (default: data dir)")
     run.add_argument("--json", action="store_true", help="print the result as one JSON object at the end")
 
@@ -231,6 +236,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_steps=args.max_steps,
         max_wall_s=args.max_seconds,
         precision=args.precision,
+        reasoning=args.think,
+        greedy=args.greedy,
+        seed=args.seed,
     )
     drive = DriveLock.acquire()  # one task drives the desktop (DesktopBusy names the one that does)
     try:

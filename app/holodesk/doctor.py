@@ -149,7 +149,7 @@ def _local_fit() -> dict[str, Any]:
     from holodesk.core.fit import GIB
     from holodesk.machine import disk_free_bytes, probe_gpus
     from holodesk.policy.download import default_cache_dir
-    from holodesk.policy.models import describe, find_model, models_that_fit
+    from holodesk.policy.models import describe, find_model, models_that_fit, run_choice
     from holodesk.settings import Settings, load_settings
 
     try:
@@ -186,6 +186,16 @@ def _local_fit() -> dict[str, Any]:
         out["disk"] = (f"{disk / 1e9:.1f} GB free in {cache} (the checkpoint needs "
                        f"{spec.download_bytes / 1e9:.1f} GB{estimated})"
                        + ("" if spec.disk_fits(disk) else ": not enough"))
+    try:  # what the next policy will run with: the profile where the settings say "auto" / unset
+        choice = run_choice(s.model, reasoning=getattr(s, "reasoning", "auto"), greedy=getattr(s, "greedy", False),
+                            temperature=getattr(s, "temperature", None), top_p=getattr(s, "top_p", None), seed=0)
+        out["generation"] = (f"think before acting {'on' if choice.reasoning else 'off'} (setting "
+                             f"{getattr(s, 'reasoning', 'auto')!r}), up to {choice.think_budget:,} tokens of thought; "
+                             + ("greedy" if choice.sampling.greedy else f"sampling at temperature "
+                                f"{choice.sampling.temperature}, top_p {choice.sampling.top_p}")
+                             + ("" if choice.known else "; " + "; ".join(choice.notes)))
+    except Exception as exc:  # a bad sampling setting: said here, refused when the policy is built
+        out["generation"] = f"the generation settings are not valid: {exc}"
     fitting = models_that_fit(free)
     out["models that fit this GPU"] = [
         f"{f.model.display_name}: {f.best} (needs {f.model.needs_free_bytes(f.best) / GIB:.0f} GiB)"

@@ -104,15 +104,40 @@ class Settings(BaseSettings):
         "'holo-v1' (Holodesk's first protocol) override it. A script file names its own protocol.",
         json_schema_extra=POLICY,
     )
-    reasoning: bool = Field(
-        False, description="Let the model think step by step before acting (slower).", json_schema_extra=POLICY
+    reasoning: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Think before acting: 'auto' follows the model's profile (on for Holo2, Holo3, Holo3.1 and "
+        "Holotron-3-Nano, whose makers run them thinking; off for Holotron-12B, for which nothing is published), "
+        "'on' lets the model reason before each action (recommended where the makers say so; each step costs up to "
+        "the profile's thought budget of extra tokens, 1,024 to 3,072), 'off' acts at once (faster). "
+        "docs/model-fidelity.md lists each model's profile.",
+        json_schema_extra=POLICY,
+    )
+    greedy: bool = Field(
+        False, description="Choose the most likely token every time instead of sampling (replies repeat exactly; "
+        "a greedy agent may repeat an action forever).", json_schema_extra=POLICY,
+    )
+    temperature: float | None = Field(
+        None, gt=0.0, le=2.0, description="Sampling temperature; unset = the model's profile (0.8 for every model "
+        "in the registry). Not used when greedy is on.", json_schema_extra=POLICY,
+    )
+    top_p: float | None = Field(
+        None, gt=0.0, le=1.0, description="Sampling keeps the most likely tokens up to this probability mass; unset "
+        "= the model's profile (0.95 for Holotron-3-Nano and Holotron-12B, 1 for the others).",
+        json_schema_extra=POLICY,
+    )
+    seed: int | None = Field(
+        None, ge=0, le=2**31 - 1, description="Seed of the sampling; unset = a new random seed for each model load. "
+        "Each step's seed is recorded in the episode, so a run can be replayed exactly.", json_schema_extra=POLICY,
     )
     constrained_decoding: bool = Field(
         True, description="Constrain the model's output to the action protocol's JSON schema.",
         json_schema_extra=POLICY,
     )
     max_reply_tokens: int = Field(
-        1024, ge=16, le=32768, description="Local model: most tokens in one reply (after any thinking).",
+        1024, ge=16, le=32768,
+        description="Most tokens in one reply after any thinking (a server is asked for this plus the model's "
+        "thought budget when it thinks).",
         json_schema_extra=POLICY,
     )
     max_string_chars: int | None = Field(
@@ -180,6 +205,17 @@ class Settings(BaseSettings):
     data_dir: Path = Field(
         default_factory=default_data_dir, description="Folder for episode records and logs."
     )
+
+    @field_validator("reasoning", mode="before")
+    @classmethod
+    def _reasoning_word(cls, value: Any) -> Any:
+        # settings files written before 'auto' existed hold true / false (an environment variable, "true")
+        words = {"true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"}
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        if isinstance(value, str) and value.strip().lower() in words:
+            return words[value.strip().lower()]
+        return value
 
     @field_validator("endpoint")
     @classmethod

@@ -310,6 +310,20 @@ def test_key_chord_select_all_and_delete(executor: PyAutoGUIExecutor, target: Ta
     target.wait_for(lambda s: s["text"] == "")
 
 
+def test_overwrite_replaces_the_fields_text_and_repeat_presses_the_chord_again(
+        executor: PyAutoGUIExecutor, target: TargetWindow, frame: Frame) -> None:
+    """write_desktop's overwrite and hotkey_desktop's repeat_count, read back from the window's own field."""
+    assert executor.execute(place(Click(at(frame, target.center("field"))), frame)).ok
+    assert executor.execute(place(Type("old text"), frame)).ok
+    target.wait_for(lambda s: s["text"] == "old text")
+    result = executor.execute(place(Type("Ada", replace=True), frame))
+    assert result.ok and result.details["replaced"] is True
+    target.wait_for(lambda s: s["text"] == "Ada")
+    result = executor.execute(place(Key(("backspace",), repeat=2), frame))
+    assert result.ok and result.message == "pressed backspace 2 times"
+    target.wait_for(lambda s: s["text"] == "A")
+
+
 def test_chord_pressed_in_order_released_in_reverse(executor: PyAutoGUIExecutor,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     import pyautogui

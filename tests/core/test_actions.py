@@ -48,7 +48,10 @@ def test_closed_set_of_kinds() -> None:
         (lambda: Plan((("x" * 101, "todo"),)), "goals"),
         (lambda: Plan((("Save", "later"),)), "goals"),
         (lambda: Plan((("Save",),)), "goals"),  # type: ignore[arg-type]
-        (lambda: Plan(tuple(("g", "todo") for _ in range(9))), "goals"),
+        (lambda: Plan(tuple(("g", "todo") for _ in range(21))), "goals"),
+        (lambda: Key(("ctrl", "z"), repeat=0), "repeat"),
+        (lambda: Key(("ctrl", "z"), repeat=21), "repeat"),
+        (lambda: Type("x", replace="yes"), "replace"),  # type: ignore[arg-type]
     ],
 )
 def test_bad_field_is_named(make: object, field: str) -> None:
@@ -111,3 +114,14 @@ def test_risk_classes() -> None:
     assert assess(Key(("down",)), focused_window=editor).level is Risk.LOW
     assert assess(Click(Point(5, 5)), focused_window=editor).level is Risk.LOW
     assert assess(Type("x"), focused_window="determine Determine").level is Risk.LOW
+
+
+def test_new_optional_fields_are_recorded_only_when_used() -> None:
+    """Records written before ``repeat`` and ``replace`` existed read back the same; when used they are kept."""
+    from holodesk.core.actions import action_from_dict
+
+    assert Key(("ctrl", "s")).to_dict() == {"kind": "key", "keys": ["ctrl", "s"]}
+    assert Type("a").to_dict() == {"kind": "type", "text": "a"}
+    for action in (Key(("ctrl", "z"), repeat=3), Type("new", replace=True)):
+        assert action_from_dict(action.to_dict()) == action
+    assert Key(("ctrl", "z"), repeat=3).to_dict()["repeat"] == 3

@@ -33,6 +33,8 @@ def test_headlines_say_what_the_step_does_to_what() -> None:
                                "Window: Demo form (Tk)"))
     assert step_words(Type("John Smith"), focus_element="Your name").headline == "Type ‘John Smith’ into ‘Your name’"
     assert step_words(Key(("ctrl", "s")), window=WindowInfo("", "Mousepad")).headline == "Press Ctrl+S in Mousepad"
+    assert step_words(Key(("ctrl", "z"), repeat=3)).headline == "Press Ctrl+Z 3 times"  # the card says how often
+    assert step_words(Type("Ada", replace=True)).headline == "Replace the text with ‘Ada’"
     scroll = Scroll("down", 3, Point(500, 500), element="File list")
     assert step_words(scroll, window=WindowInfo("Files")).headline == "Scroll down 3 over ‘File list’ in Files"
     assert step_words(Scroll("down", 3)).headline == "Scroll down 3"

@@ -43,7 +43,7 @@ REPO = "owner/model"
 SHARD = "model.safetensors"
 MiB = 1024 * 1024
 SHARD_BYTES = random.Random(30).randbytes(24 * MiB)
-CONFIG = b'{"model_type": "stand-in"}\n'
+CONFIG = b'{"model_type": "qwen3_vl"}\n'  # a family Holodesk runs: the loader checks it before the weights
 CHUNK = 10 * MiB
 
 
@@ -471,7 +471,7 @@ def test_F30_loader_downloads_through_the_manager_and_falls_back_to_the_cache(
         resolve_source("owner/no-such-model")
     assert info.value.kind == "not_found"
     # Stop (the app's stop event, handed down by build_policy and load_holotron) ends the download at once
-    hub.add_repo("owner/other", {SHARD: SHARD_BYTES})
+    hub.add_repo("owner/other", {"config.json": CONFIG, SHARD: SHARD_BYTES})
     hub.faults.bytes_per_s = 4 * MiB
     stop = threading.Event()
     threading.Timer(1.0, stop.set).start()

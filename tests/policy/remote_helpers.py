@@ -114,7 +114,9 @@ class ProtocolDouble:
     name = "double-v0"
     SYSTEM = "You operate a computer. Reply with one JSON object."
 
-    def system_prompt(self, *, reasoning: bool = False) -> str:
+    def system_prompt(self, *, reasoning: bool = False, reasoning_line: bool = True) -> str:
+        if not reasoning_line:
+            return self.SYSTEM
         return self.SYSTEM + (" /think" if reasoning else " /no_think")
 
     def json_schema(self) -> dict[str, Any]:
@@ -145,7 +147,8 @@ class ProtocolDouble:
             raise PolicyOutputError(f"not a valid reply: {exc}", raw_text=raw_text) from exc
         return ParsedReplyDouble(action, data.get("thought", ""), data.get("note"), raw_text)
 
-    def build_messages(self, observation: Observation, *, max_images: int = 3, reasoning: bool = False) -> list[dict]:
+    def build_messages(self, observation: Observation, *, max_images: int = 3, reasoning: bool = False,
+                       reasoning_line: bool = True) -> list[dict]:
         past = [s.frame for s in observation.history if s.frame is not None]
         frames = past[max(0, len(past) - (max_images - 1)):] if max_images > 1 else []
         user: list[dict[str, Any]] = [{"type": "text", "text": f"Task: {observation.task}"}]
@@ -153,6 +156,7 @@ class ProtocolDouble:
             user.append({"type": "image", "frame": f})
         user.append({"type": "image", "frame": observation.frame})
         return [
-            {"role": "system", "content": [{"type": "text", "text": self.system_prompt(reasoning=reasoning)}]},
+            {"role": "system", "content": [{"type": "text", "text": self.system_prompt(reasoning=reasoning,
+                                                                                   reasoning_line=reasoning_line)}]},
             {"role": "user", "content": user},
         ]

@@ -67,7 +67,7 @@ EPISODE = Observation(
 A1 = ('{"note":null,"thought":"Click the name field","tool_call":{"tool_name":"click_desktop",'
       '"element":"Name field","x":300,"y":200,"button":"left"}}')
 A2 = ('{"note":"name field focused","thought":"Type the name","tool_call":{"tool_name":"write_desktop",'
-      '"content":"Ada","press_enter":false}}')
+      '"content":"Ada","overwrite":false,"press_enter":false}}')
 A3 = ('{"note":null,"thought":"Submit","tool_call":{"tool_name":"click_desktop","element":"Submit button",'
       '"x":500,"y":900,"button":"left"}}')
 R1 = '<tool_output tool="click_desktop">\nperformed\n</tool_output>'
@@ -198,6 +198,7 @@ def test_tools_are_declared_once_and_everything_derives_from_them() -> None:
 @pytest.mark.parametrize("action", [
     Click(Point(1, 2), element="OK"), RightClick(Point(3, 4), element="file"), Move(Point(5, 6), element="m"),
     Scroll("down", 4, Point(7, 8), element="list"), Type("Ada\n"), Key(("ctrl", "s")), Wait(2.5),
+    Type("Grace", replace=True), Key(("ctrl", "z"), repeat=3), Scroll("up", 100, Point(1, 1), element="page"),
     Answer("42"), Drag(Point(100, 100), Point(9, 9), element="bin"),
     Plan((("Open the form", "done"), ("Fill in the name", "running"), ("Submit", "todo"))),
 ])
@@ -245,7 +246,7 @@ def test_hold_and_tap_is_the_chord_of_the_held_keys_then_the_tapped_one(hold: li
 def test_hold_and_tap_taps_one_key_and_the_schema_says_so() -> None:
     spec = P.json_schema()["$defs"]["HoldAndTapKeyDesktop"]["properties"]
     assert (spec["tap_keys"]["minItems"], spec["tap_keys"]["maxItems"]) == (1, 1)
-    assert (spec["hold_keys"]["minItems"], spec["hold_keys"]["maxItems"]) == (1, 4)
+    assert (spec["hold_keys"]["minItems"], spec["hold_keys"]["maxItems"]) == (1, 3)  # published: up to 3 held
     with pytest.raises(PolicyOutputError, match="tap_keys"):
         P.parse(_call(tool_name="hold_and_tap_key_desktop", hold_keys=["alt"], tap_keys=["tab", "tab"]))
     with pytest.raises(PolicyOutputError, match="hold_keys"):
@@ -291,7 +292,12 @@ def test_drag_starts_where_the_pointer_is() -> None:
     ({"tool_name": "click_desktop", "element": "e", "x": 1001, "y": 2}, "look like pixel coordinates"),
     ({"tool_name": "click_desktop", "element": "e", "x": -1, "y": 2}, "not clamped"),
     ({"tool_name": "click_desktop", "element": "e", "x": 0.5, "y": 0.25}, "0..1 normalised"),
-    ({"tool_name": "write_desktop", "content": "a", "overwrite": True}, "overwrite"),
+    ({"tool_name": "write_desktop", "content": "a", "overwrite": "maybe"}, "overwrite"),
+    ({"tool_name": "hotkey_desktop", "keys": ["ctrl", "z"], "repeat_count": 0}, "repeat_count"),
+    ({"tool_name": "scroll_desktop", "element": "e", "x": 1, "y": 2, "direction": "down", "scroll_size": 101},
+     "scroll_size"),
+    ({"tool_name": "hold_and_tap_key_desktop", "hold_keys": ["ctrl", "alt", "shift", "super"], "tap_keys": ["t"]},
+     "hold_keys"),
     ({"tool_name": "hotkey_desktop", "keys": ["hyper"]}, "keys"),
     ({"tool_name": "answer", "content": "   "}, "answer text must be a non-empty string"),
 ])
@@ -353,3 +359,31 @@ def test_rejections_say_what_is_wrong_in_plain_words(call: dict[str, Any], words
         get_protocol("agent-loop-v1").parse(raw)
     assert words in info.value.message and not_words not in info.value.message
     assert info.value.raw_text == raw  # the reply is kept as it came
+
+
+def test_published_tool_fields_and_bounds() -> None:
+    """H Company's published tool set (NVIDIA's holo-nano loop): write_desktop has overwrite, hotkey_desktop has
+    repeat_count, scroll up to 100 clicks, plans up to 20 goals, up to 3 held keys."""
+    defs = P.json_schema()["$defs"]
+    assert defs["WriteDesktop"]["properties"]["overwrite"]["default"] is False
+    assert defs["HotkeyDesktop"]["properties"]["repeat_count"]["default"] == 1
+    assert defs["ScrollDesktop"]["properties"]["scroll_size"]["maximum"] == 100
+    assert defs["UpdatePlan"]["properties"]["goals"]["maxItems"] == 20
+    assert P.parse(_call(tool_name="write_desktop", content="Ada", overwrite=True, press_enter=True)).action == Type(
+        "Ada\n", replace=True)
+    assert P.parse(_call(tool_name="hotkey_desktop", keys=["ctrl", "z"], repeat_count=4)).action == Key(
+        ("ctrl", "z"), repeat=4)
+    goals = [{"title": f"goal {i}", "status": "todo"} for i in range(20)]
+    assert len(P.parse(_call(tool_name="update_plan", goals=goals)).action.goals) == 20  # type: ignore[attr-defined]
+    with pytest.raises(PolicyOutputError, match="goals"):
+        P.parse(_call(tool_name="update_plan", goals=[*goals, {"title": "one more"}]))
+    assert "`write_desktop(content, overwrite=false, press_enter=false)`" in P.system_prompt()
+
+
+def test_reasoning_text_is_read_for_the_record_only() -> None:
+    from holodesk.policy.contract import reasoning_text
+
+    reply = '{"note":null,"thought":"t","tool_call":{"tool_name":"answer","content":"42"}}'
+    assert reasoning_text("The field is empty, so type.\n</think>" + reply) == "The field is empty, so type."
+    assert reasoning_text("<think>\nlook</think>\n" + reply) == "look"
+    assert reasoning_text(reply) is None and reasoning_text("<think></think>" + reply) is None

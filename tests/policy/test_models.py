@@ -179,3 +179,67 @@ def test_registry_module_stays_pure() -> None:
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and node.module}
     assert not imported & {"torch", "transformers", "PySide6"}
+
+
+def test_every_profile_cites_a_source_for_each_point() -> None:
+    from holodesk.policy.models import Profile
+
+    points = [f for f in Profile.__dataclass_fields__ if f != "sources"]
+    for m in MODELS:
+        sources = dict(m.profile.sources)
+        assert sorted(sources) == sorted(points), m.key
+        assert all(text.strip() for text in sources.values()), m.key
+        assert 0 < m.profile.top_p <= 1 and m.profile.temperature > 0 and m.profile.think_budget > 0
+
+
+def test_profiles_follow_the_makers_where_published() -> None:
+    """hub.hcompany.ai/agent-loop (Holo3.x: reasoning on, effort medium, 3 screenshots), NVIDIA's holo-nano loop
+    (Holotron-3-Nano: thinking, medium, 0.8 / 0.95, 4,096 tokens, 3 images), hai-cookbook (Holo2 thinks by
+    default); Holotron-12B: nothing published, Holodesk's choice is reasoning off."""
+    for m in MODELS:
+        p = m.profile
+        if m.family in ("Holo3", "Holo3.1"):
+            assert (p.reasoning, p.reasoning_effort, p.max_images) == (True, "medium", 3), m.key
+        if m.family == "Holo2":
+            assert p.reasoning is True and m.reasoning.template_kwarg == "thinking", m.key
+    nano = get_model("holotron-3-nano").profile
+    assert (nano.reasoning, nano.reasoning_effort, nano.temperature, nano.top_p, nano.max_images) == (
+        True, "medium", 0.8, 0.95, 3)
+    assert nano.think_budget + 1024 == 4096  # the published max_tokens, with Holodesk's 1,024 reply tokens
+    assert get_model("holotron-12b").profile.reasoning is False
+
+
+def test_run_choice_takes_the_profile_where_the_user_left_auto() -> None:
+    from holodesk.policy.models import UNKNOWN_PROFILE, run_choice
+
+    auto = run_choice("Hcompany/Holo3-35B-A3B", seed=5)
+    assert (auto.reasoning, auto.reasoning_effort, auto.think_budget) == (True, "medium", 2048)
+    assert (auto.sampling.greedy, auto.sampling.temperature, auto.sampling.top_p, auto.sampling.seed) == (
+        False, 0.8, 1.0, 5)
+    off = run_choice("Hcompany/Holo3-35B-A3B", reasoning="off", greedy=True, temperature=0.3, top_p=0.5)
+    assert (off.reasoning, off.reasoning_effort, off.sampling.greedy) == (False, None, True)
+    assert (off.sampling.temperature, off.sampling.top_p) == (0.3, 0.5)
+    unknown = run_choice("my-served-model", reasoning="auto")
+    assert unknown.profile is UNKNOWN_PROFILE and not unknown.known and unknown.reasoning is False
+    assert any("not in Holodesk's model registry" in n for n in unknown.notes)
+    seeds = {run_choice("holo2-8b").sampling.seed for _ in range(4)}
+    assert len(seeds) > 1  # unset: a new seed each time (recorded with every proposal)
+
+
+def test_bad_generation_settings_are_refused_with_what_to_do() -> None:
+    from holodesk.policy.models import Sampling, run_choice
+
+    with pytest.raises(SettingsError, match="reasoning must be"):
+        run_choice("holo2-8b", reasoning="maybe")
+    with pytest.raises(SettingsError, match="temperature must be above 0") as caught:
+        Sampling(greedy=False, temperature=0.0, top_p=1.0, seed=0)
+    assert "greedy" in (caught.value.hint or "")
+    with pytest.raises(SettingsError, match="top_p"):
+        Sampling(greedy=False, temperature=1.0, top_p=0.0, seed=0)
+    assert Sampling(greedy=False, temperature=1.0, top_p=1.0, seed=2**31 - 1).step_seed(1) == 0
+
+
+def test_old_settings_files_true_false_reasoning_still_load() -> None:
+    assert Settings(reasoning=True).reasoning == "on"  # type: ignore[arg-type]
+    assert Settings(reasoning=False).reasoning == "off"  # type: ignore[arg-type]
+    assert Settings().reasoning == "auto"

@@ -102,6 +102,8 @@ def _other_value(name: str, settings: Settings, tmp_path: Path) -> Any:
         return "http://other-host:8000/v1"
     if Path in typing.get_args(annotation) or annotation is Path:
         return tmp_path / "other.jsonl"
+    if isinstance(value, float) or float in typing.get_args(annotation):
+        return 0.5 if value != 0.5 else 0.7
     if isinstance(value, int) or int in typing.get_args(annotation):
         return (value or 100) + 1
     if isinstance(value, str):

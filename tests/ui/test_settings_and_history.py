@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLabel, QLineEdit, QSpinBox
+from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QLabel, QLineEdit, QSpinBox
 
 from holodesk.core.actions import Click, Point, Type
 from holodesk.core.geometry import point_to_frame_pixel
@@ -29,7 +29,7 @@ def dialog(qtbot: Any, tmp_path: Path) -> SettingsDialog:
 
 
 def test_editors_come_from_the_schema(dialog: SettingsDialog) -> None:
-    kinds = {"precision": QComboBox, "policy": QComboBox, "approval": QComboBox, "reasoning": QCheckBox,
+    kinds = {"precision": QComboBox, "policy": QComboBox, "approval": QComboBox, "reasoning": QComboBox,
              "max_steps": QSpinBox, "max_images": QSpinBox, "monitor": QSpinBox,
              "autopilot_countdown_s": QDoubleSpinBox, "endpoint": QLineEdit, "model": QComboBox,
              "hotkey_palette": HotkeyEdit, "hotkey_stop": HotkeyEdit}
@@ -75,8 +75,8 @@ def test_save_writes_the_file_and_loads_back(dialog: SettingsDialog, tmp_path: P
     assert isinstance(steps, QSpinBox)
     steps.setValue(12)
     reasoning = dialog.fields["reasoning"].editor
-    assert isinstance(reasoning, QCheckBox)
-    reasoning.setChecked(True)
+    assert isinstance(reasoning, QComboBox)
+    reasoning.setCurrentIndex(reasoning.findData("on"))
     model = dialog.fields["model"].editor  # the model registry's list, editable for a folder or a served name
     assert isinstance(model, QComboBox) and model.isEditable()
     precision = dialog.fields["precision"].editor
@@ -88,7 +88,7 @@ def test_save_writes_the_file_and_loads_back(dialog: SettingsDialog, tmp_path: P
     path = tmp_path / "config" / "settings.toml"
     assert path.exists() and not list(path.parent.glob(".settings-*"))  # no temp file left behind
     loaded = load_settings()  # HOLODESK_CONFIG points at this file (ui_env)
-    assert (loaded.max_steps, loaded.reasoning, loaded.precision) == (12, True, "4bit")
+    assert (loaded.max_steps, loaded.reasoning, loaded.precision) == (12, "on", "4bit")
     assert saved and saved[0].max_steps == 12
 
 

@@ -84,6 +84,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--episode-repeats", type=int, default=3, help="timed episodes; per step the median")
     p.add_argument("--prompt-tokens", type=int, default=300, help="text tokens before the first screenshot")
     p.add_argument("--reply-tokens", type=int, default=40, help="tokens of every reply (fixed length)")
+    p.add_argument("--think-tokens", type=int, default=0,
+                   help="--family: also time a step with a thought of this many tokens before the reply, reasoning "
+                        "off and on, greedy and sampled (0: skip)")
     p.add_argument("--step-text-tokens", type=int, default=30, help="text tokens before each screenshot")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--no-floors", action="store_true", help="skip the copy and matmul floors")

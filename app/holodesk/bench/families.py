@@ -56,7 +56,20 @@ QWEN_CHAT_TEMPLATE: Final = (
     "{%- else -%}{{- '<think>\\n\\n</think>\\n\\n' -}}{%- endif -%}{%- endif -%}"
 )
 """The Qwen chat layout (ChatML turns, an image as ``<|vision_start|><|image_pad|><|vision_end|>``, the Qwen3.5
-thinking switch ``enable_thinking``), written for the tiny checkpoints."""
+thinking switch ``enable_thinking``), written for the tiny Holo3 / Holo3.1 checkpoints."""
+
+HOLO2_CHAT_TEMPLATE: Final = QWEN_CHAT_TEMPLATE.replace(
+    "{%- if enable_thinking is defined and enable_thinking -%}", "{%- if thinking is not defined or thinking -%}")
+"""The Qwen chat layout with Holo2's switch: the variable ``thinking``, on when not given (hai-cookbook
+holo2/deploy_with_vllm.md: thinking by default, ``chat_template_kwargs {"thinking": false}`` turns it off),
+written for the tiny Holo2 (Qwen3-VL) checkpoints."""
+
+OMNI_CHAT_TEMPLATE: Final = NEMOTRON_CHAT_TEMPLATE.replace(
+    "namespace(system='', reasoning=true)",
+    "namespace(system='', reasoning=(enable_thinking if enable_thinking is defined else true))")
+"""The Nemotron turn layout with Nemotron 3's switch: the variable ``enable_thinking``, on when not given
+(NVIDIA's holo-nano loop sends ``{"enable_thinking": false}`` to turn it off), written for the tiny
+Holotron-3-Nano (Nemotron-H Omni) checkpoints."""
 
 _TRAINING_TEXT: Final = (
     '{"note": null, "thought": "Click the OK button.", "tool_call": {"tool_name": "click_desktop", '
@@ -183,13 +196,13 @@ def _processor_files(key: str, out: Path, max_pixels: int) -> None:
                # processor mirrors ParakeetFeatureExtractor); AutoProcessor builds it from this key even though
                # Holodesk sends no audio, and refuses a folder without it
                "feature_extractor_type": "ParakeetFeatureExtractor"}
-        template = NEMOTRON_CHAT_TEMPLATE
+        template = OMNI_CHAT_TEMPLATE
     else:
         pre = {"image_processor_type": "Qwen2VLImageProcessorFast", "processor_class": "Qwen3VLProcessor",
                "size": {"shortest_edge": 32 * 32, "longest_edge": max_pixels}, "patch_size": 16,
                "temporal_patch_size": 2, "merge_size": 2, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
                "do_rescale": True, "do_normalize": True, "do_convert_rgb": True}
-        template = QWEN_CHAT_TEMPLATE
+        template = HOLO2_CHAT_TEMPLATE if key.startswith("qwen3_vl") else QWEN_CHAT_TEMPLATE
     (out / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))
     (out / "chat_template.jinja").write_text(template)
 
@@ -270,7 +283,9 @@ def write_checkpoint(path: str | Path, *, family: str = "holotron", seed: int = 
 
 
 __all__ = [
+    "HOLO2_CHAT_TEMPLATE",
     "NEMOTRON_SPECIAL_TOKENS",
+    "OMNI_CHAT_TEMPLATE",
     "QWEN_CHAT_TEMPLATE",
     "QWEN_SPECIAL_TOKENS",
     "SAVED_TRANSPOSED",

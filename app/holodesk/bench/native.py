@@ -210,8 +210,35 @@ def family_runs(loaded: LoadedNative, args: argparse.Namespace, floors: dict[str
         "peak_over_rest_bytes": max((s["peak_over_rest_bytes"] or 0) for s in steps) if device.type == "cuda" else None,
         "steps": steps,
     }
+    if getattr(args, "think_tokens", 0) > 0:
+        result["think"] = think_runs(policy, observation, args)
     policy.close()
     return result
+
+
+def think_runs(policy: Any, observation: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """One step's wall time (median of ``--repeats`` after one untimed) with reasoning off and on (a thought of
+    exactly ``--think-tokens`` tokens: the random model never closes it, so ``</think>`` is forced at the budget,
+    then the ``--reply-tokens`` reply), each greedy and sampled (temperature 0.8, top_p 0.95, applied after the
+    mask in :class:`~holodesk.policy.native.policy.ReplyRule`)."""
+    from holodesk.policy.models import GREEDY, Sampling
+
+    sampled = Sampling(greedy=False, temperature=0.8, top_p=0.95, seed=args.seed)
+    rows: dict[str, Any] = {}
+    for name, reasoning, sampling in (("off_greedy", False, GREEDY), ("off_sampled", False, sampled),
+                                      ("on_greedy", True, GREEDY), ("on_sampled", True, sampled)):
+        policy.reasoning, policy.max_think_tokens, policy.sampling = reasoning, args.think_tokens, sampling
+        policy.generate(observation)  # untimed: a longer reply may need a larger static cache
+        walls, tokens, per_token = [], [], []
+        for _ in range(max(1, args.repeats)):
+            _raw, timings, details = policy.generate(observation)
+            walls.append(sum(timings.values()))
+            tokens.append(details["generated_tokens"])
+            per_token.append(details["decode_ms_per_token"])
+        rows[name] = {"step_ms": statistics.median(walls), "generated_tokens": statistics.median(tokens),
+                      "decode_ms_per_token": statistics.median(v for v in per_token if v)}
+        print(f"think bench {name}: {rows[name]}", flush=True)
+    return {"think_tokens": args.think_tokens, "reply_tokens": args.reply_tokens, "rows": rows}
 
 
 def family_keys(spec: str) -> list[str]:

@@ -203,6 +203,31 @@ class MutterExecutor:
             self.session.button(button, True)
             self.session.button(button, False)
 
+    def _wait(self, seconds: float) -> str:
+        """Wait ``seconds`` (s), ending early on a stop or when the desktop session ends."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if self.stop_event.wait(min(left, 0.1)):
+                raise _Stopped()
+            self.session.raise_if_ended()
+        return f"waited {seconds:g} s"
+
+    def _drag(self, frame: Frame, start: InputPoint, end: InputPoint) -> str:
+        """Press the left button at ``start``, move in small steps to ``end`` (input pixels), release."""
+        self._stream_point(frame, end)  # the end must be on the frame's monitor before anything is pressed
+        self._move(frame, start)
+        self.session.button(BTN_LEFT, True)
+        try:
+            steps = max(2, int(self.drag_duration_s / 0.02))
+            for i in range(1, steps + 1):
+                x = start.x + (end.x - start.x) * i // steps
+                y = start.y + (end.y - start.y) * i // steps
+                self._move(frame, InputPoint(x, y))
+                time.sleep(self.drag_duration_s / steps)
+        finally:
+            self.session.button(BTN_LEFT, False)
+        return f"dragged from ({start.x}, {start.y}) to ({end.x}, {end.y})"
+
     def _perform(self, placed: PlacedAction, details: dict[str, Any]) -> str:
         action, frame, points = placed.action, placed.frame, placed.input_points
         if isinstance(action, (Answer, Done, Plan)):
@@ -211,12 +236,7 @@ class MutterExecutor:
         self.session.raise_if_ended()
         if isinstance(action, Wait):
             details["method"] = "wait"
-            deadline = time.monotonic() + action.seconds
-            while (left := deadline - time.monotonic()) > 0:
-                if self.stop_event.wait(min(left, 0.1)):
-                    raise _Stopped()
-                self.session.raise_if_ended()
-            return f"waited {action.seconds:g} s"
+            return self._wait(action.seconds)
         if not self.session.input_ready.wait(self.input_ready_timeout_s):
             raise ActionError("Holodesk's input on this desktop is not confirmed yet (no frame has been captured "
                               "since the remote-desktop session started); did nothing",
@@ -238,21 +258,8 @@ class MutterExecutor:
             details["method"] = "NotifyPointerMotionAbsolute"
             return f"moved the pointer to ({ip.x}, {ip.y})"
         if isinstance(action, Drag):
-            start, end = points
-            self._stream_point(frame, end)  # the end must be on the frame's monitor before anything is pressed
-            self._move(frame, start)
-            self.session.button(BTN_LEFT, True)
-            try:
-                steps = max(2, int(self.drag_duration_s / 0.02))
-                for i in range(1, steps + 1):
-                    x = start.x + (end.x - start.x) * i // steps
-                    y = start.y + (end.y - start.y) * i // steps
-                    self._move(frame, InputPoint(x, y))
-                    time.sleep(self.drag_duration_s / steps)
-            finally:
-                self.session.button(BTN_LEFT, False)
             details["method"] = "NotifyPointerButton + motion"
-            return f"dragged from ({start.x}, {start.y}) to ({end.x}, {end.y})"
+            return self._drag(frame, *points)
         if isinstance(action, Scroll):
             if points:
                 self._move(frame, points[0])
@@ -262,10 +269,14 @@ class MutterExecutor:
             details["method"] = "NotifyPointerAxisDiscrete"
             return f"scrolled {action.direction} by {action.amount}"
         if isinstance(action, Key):
-            self._press_chord(action.keys)
+            for _ in range(action.repeat):
+                self._press_chord(action.keys)
             details["method"] = "NotifyKeyboardKeysym"
-            return "pressed " + "+".join(action.keys)
+            return "pressed " + "+".join(action.keys) + (f" {action.repeat} times" if action.repeat > 1 else "")
         if isinstance(action, Type):
+            if action.replace:  # select what the field holds, so the text replaces it
+                self._press_chord(("ctrl", "a"))
+                details["replaced"] = True
             return self._type(action.text, details)
         raise ActionError(f"unsupported action {action.kind!r}")
 

@@ -471,12 +471,16 @@ class PyAutoGUIExecutor:
                 return self._scroll(gui, action, points, details)
             case Key():
                 self._await_click_focus(details)
-                names = self._press_chord(action.keys)
+                for _ in range(action.repeat):
+                    names = self._press_chord(action.keys)
                 details["method"] = "pyautogui.keyDown/keyUp"
                 details["pyautogui_keys"] = names
-                return "pressed " + "+".join(action.keys)
+                return "pressed " + "+".join(action.keys) + (f" {action.repeat} times" if action.repeat > 1 else "")
             case Type():
                 self._await_click_focus(details)
+                if action.replace:  # select what the field holds, so the text replaces it
+                    self._press_chord(("ctrl", "a"))
+                    details["replaced"] = True
                 return self._type_text(action.text, details)
         raise ActionError(f"the pyautogui executor cannot perform {action.kind!r}", field="kind")
 

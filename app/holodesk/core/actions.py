@@ -23,10 +23,15 @@ NORM_MAX = 1000
 
 MAX_TYPE_CHARS = 10_000
 MAX_WAIT_SECONDS = 60.0
-MAX_SCROLL_AMOUNT = 50
-MAX_PLAN_GOALS = 8
-"""Most goals in one plan (:class:`Plan`); with :data:`MAX_GOAL_CHARS`, a whole plan fits one reply's
-token budget."""
+MAX_SCROLL_AMOUNT = 100
+"""Most wheel clicks of one scroll (H Company's published ``scroll_desktop`` allows 100)."""
+MAX_PLAN_GOALS = 20
+"""Most goals in one plan (:class:`Plan`; H Company's published ``update_plan`` allows 20)."""
+MAX_KEY_REPEAT = 20
+"""Most presses of one chord in one step (:attr:`Key.repeat`; the published ``repeat_count`` states no bound)."""
+OMIT_DEFAULT = {"omit_default": True}
+"""``field(metadata=...)`` of an optional action field that :meth:`Action.to_dict` leaves out while it has its
+default value (so records written before the field existed read the same)."""
 MAX_GOAL_CHARS = 100
 """Longest goal title of a plan."""
 PLAN_STATUSES: tuple[str, ...] = ("todo", "running", "done", "failed")
@@ -124,6 +129,8 @@ class Action:
         for f in fields(self):
             name = f.name
             value = getattr(self, name)
+            if f.metadata.get("omit_default") and value == f.default:
+                continue
             if isinstance(value, Point):
                 value = {"x": value.x, "y": value.y}
             elif isinstance(value, tuple):
@@ -272,16 +279,20 @@ class Scroll(Action):
 
 @dataclass(frozen=True)
 class Type(Action):
-    """Type ``text`` exactly (any Unicode, tabs and newlines included) into the focused widget.
+    """Type ``text`` exactly (any Unicode, tabs and newlines included) into the focused widget; with
+    ``replace``, first select everything in it (ctrl+a), so the text replaces what it held.
 
     Raises:
-        ActionError: text empty, not a string, or longer than 10,000 characters.
+        ActionError: text empty, not a string, or longer than 10,000 characters; replace not a bool.
     """
 
     kind: ClassVar[str] = "type"
     text: str
+    replace: bool = field(default=False, metadata=OMIT_DEFAULT)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.replace, bool):
+            raise ActionError(f"replace must be true or false, got {self.replace!r}", field="replace")
         if not isinstance(self.text, str):
             raise ActionError(f"text must be a string, got {type(self.text).__name__}", field="text")
         if not self.text:
@@ -294,18 +305,23 @@ class Type(Action):
 
 @dataclass(frozen=True)
 class Key(Action):
-    """Press ``keys`` together (a chord such as ``("ctrl", "s")``) and release them in reverse order.
+    """Press ``keys`` together (a chord such as ``("ctrl", "s")``) and release them in reverse order, ``repeat``
+    times (1 to :data:`MAX_KEY_REPEAT`); every key is released before the next press and before the step ends.
 
     Keys are normalised by :func:`normalize_key`.
 
     Raises:
-        ActionError: no keys, more than 5 keys, or an unknown key name.
+        ActionError: no keys, more than 5 keys, an unknown key name, or repeat outside 1..20.
     """
 
     kind: ClassVar[str] = "key"
     keys: tuple[str, ...]
+    repeat: int = field(default=1, metadata=OMIT_DEFAULT)
 
     def __post_init__(self) -> None:
+        if isinstance(self.repeat, bool) or not isinstance(self.repeat, int) or not 1 <= self.repeat <= MAX_KEY_REPEAT:
+            raise ActionError(f"repeat must be an integer in 1..{MAX_KEY_REPEAT}, got {self.repeat!r}",
+                              field="repeat")
         keys = self.keys
         if isinstance(keys, str):
             keys = tuple(k for k in keys.replace(" ", "").split("+") if k) if len(keys) > 1 else (keys,)

@@ -246,15 +246,16 @@ def _other_headline(action: Action, focus_element: str | None, where_window: str
     """The headline of an action without points (type, key, wait, plan, answer, done) and the details it
     adds after the window's: the length of the text to type, or the plan's goals."""
     match action:
-        case Type(text=t):
+        case Type(text=t, replace=replace):
             into = f" into ‘{plain(focus_element, ELEMENT_CHARS)}’" if focus_element else ""
             lines = t.count("\n") + 1
-            return (f"Type ‘{plain(t, TYPED_CHARS)}’{into}{where_window}",
+            verb = "Replace the text with" if replace else "Type"
+            return (f"{verb} ‘{plain(t, TYPED_CHARS)}’{into}{where_window}",
                     [f"{len(t)} character{'s' if len(t) != 1 else ''}"
                      + (f" on {lines} lines" if lines > 1 else "")
                      + (", shortened above" if plain(t, TYPED_CHARS) != plain(t) else "")])
-        case Key(keys=keys):
-            return f"Press {key_words(keys)}{where_window}", []
+        case Key(keys=keys, repeat=repeat):
+            return f"Press {key_words(keys)}" + (f" {repeat} times" if repeat > 1 else "") + where_window, []
         case Wait(seconds=s):
             return f"Wait {s:g} s", []
         case Plan(goals=goals):

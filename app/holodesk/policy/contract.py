@@ -41,6 +41,7 @@ from holodesk.core.actions import (
     KEY_ALIASES,
     MAX_ELEMENT_CHARS,
     MAX_GOAL_CHARS,
+    MAX_KEY_REPEAT,
     MAX_PLAN_GOALS,
     MAX_SCROLL_AMOUNT,
     MAX_TYPE_CHARS,
@@ -274,40 +275,45 @@ class ScrollDesktop(Tool):
 
 @tool
 class WriteDesktop(Tool):
-    """Type content exactly at the focused field (no click first); press_enter presses Enter after it."""
+    """Type content exactly at the focused field (no click first); overwrite selects what the field holds first,
+    so content replaces it; press_enter presses Enter after it."""
 
     tool_name: Literal["write_desktop"]
     content: str = Field(min_length=1, max_length=MAX_TYPE_CHARS - 1,
                          description="The text to type (room is kept for the Enter of press_enter).")
-    press_enter: bool = False
+    overwrite: bool = Field(default=False, description="Replace the field's current text instead of adding to it.")
+    press_enter: bool = Field(default=False, description="Press Enter once the text is typed.")
 
     def to_action(self, context: ToolContext) -> Action:
-        return Type(self.content + ("\n" if self.press_enter else ""))
+        return Type(self.content + ("\n" if self.press_enter else ""), replace=self.overwrite)
 
     @classmethod
     def from_action(cls, action: Action) -> Tool | None:
         if not isinstance(action, Type):
             return None
-        return cls(tool_name="write_desktop", content=action.text)
+        return cls(tool_name="write_desktop", content=action.text, overwrite=action.replace)
 
 
 @tool
 class HotkeyDesktop(Tool):
-    """Press keys together in order and release them in reverse, e.g. ["ctrl", "s"]."""
+    """Press keys together in order and release them in reverse, e.g. ["ctrl", "s"]; repeat_count presses the
+    combination that many times."""
 
     tool_name: Literal["hotkey_desktop"]
-    keys: list[KeyName] = Field(min_length=1, max_length=5, description="1 to 5 key names.")
+    keys: list[KeyName] = Field(min_length=1, max_length=5, description="1 to 5 key names pressed together.")
+    repeat_count: int = Field(default=1, ge=1, le=MAX_KEY_REPEAT,
+                              description=f"How many times to press the combination (1 to {MAX_KEY_REPEAT}).")
 
     _keys = field_validator("keys", mode="before")(_normalize_keys)
 
     def to_action(self, context: ToolContext) -> Action:
-        return Key(tuple(self.keys))
+        return Key(tuple(self.keys), repeat=self.repeat_count)
 
     @classmethod
     def from_action(cls, action: Action) -> Tool | None:
         if not isinstance(action, Key):
             return None
-        return cls(tool_name="hotkey_desktop", keys=list(action.keys))
+        return cls(tool_name="hotkey_desktop", keys=list(action.keys), repeat_count=action.repeat)
 
 
 @tool
@@ -315,7 +321,7 @@ class HoldAndTapKeyDesktop(Tool):
     """Hold hold_keys down, tap the one key in tap_keys, then release all, e.g. hold ["shift"], tap ["tab"]."""
 
     tool_name: Literal["hold_and_tap_key_desktop"]
-    hold_keys: list[KeyName] = Field(min_length=1, max_length=4, description="1 to 4 key names to hold down.")
+    hold_keys: list[KeyName] = Field(min_length=1, max_length=3, description="1 to 3 key names to hold down.")
     tap_keys: list[KeyName] = Field(min_length=1, max_length=1,
                                     description="Exactly one key name to tap while the others are held.")
 
@@ -524,12 +530,17 @@ class AgentLoopProtocol(ActionProtocol):
     tools: tuple[type[Tool], ...] = tuple(TOOLS)
 
     # ----------------------------------------------------------------------------------------- prompt
-    def system_prompt(self, *, reasoning: bool = False) -> str:
+    def system_prompt(self, *, reasoning: bool = False, reasoning_line: bool = True) -> str:
         """The system turn: the loop's rules, the tool list and the reply schema in ``<output_format>``.
 
-        The last line selects Nemotron's reasoning channel: ``/think`` or ``/no_think`` (with thinking off
-        the template ends the generation prompt in ``<think></think>``).
+        With ``reasoning_line`` (models switched in the system prompt, Nemotron Nano 2:
+        :attr:`holodesk.policy.models.Reasoning.prompt_line`) the last line selects the reasoning channel:
+        ``/think`` or ``/no_think`` (with thinking off the template ends the generation prompt in
+        ``<think></think>``). Without it no switch is written: Holo2, Holo3 and Holotron-3-Nano are switched by
+        a chat-template variable, and to them the line would be text.
         """
+        if not reasoning_line:
+            return _SYSTEM_PROMPT
         return _SYSTEM_PROMPT + ("\n/think" if reasoning else "\n/no_think")
 
     def json_schema(self) -> dict[str, Any]:
@@ -631,11 +642,13 @@ class AgentLoopProtocol(ActionProtocol):
         return {"role": "user", "content": [{"type": "text", "text": f'<{tag} tool="{name}">\n{outcome}\n</{tag}>'}]}
 
     def build_messages(
-        self, observation: Observation, *, max_images: int = MAX_IMAGES, reasoning: bool = False
+        self, observation: Observation, *, max_images: int = MAX_IMAGES, reasoning: bool = False,
+        reasoning_line: bool = True,
     ) -> list[dict[str, Any]]:
         """The contract's chat for one step, shared by the local and the remote runtime.
 
-        Order: system (rules, tools, ``<output_format>`` schema, reasoning switch); user ``Task: ...``;
+        Order: system (rules, tools, ``<output_format>`` schema, the reasoning switch line where
+        ``reasoning_line``: :meth:`system_prompt`); user ``Task: ...``;
         then per past step: its observation, the assistant turn (the parsed reply re-serialised; nothing
         for a reply that did not parse), its tool result; then the current observation. An observation is
         one user turn ``[text "<observation>\\n", image, text "\\n</observation>"]``; beyond the last
@@ -657,7 +670,8 @@ class AgentLoopProtocol(ActionProtocol):
                                                  {"type": "text", "text": OBSERVATION_CLOSE}]}
 
         messages: list[dict[str, Any]] = [
-            {"role": "system", "content": [{"type": "text", "text": self.system_prompt(reasoning=reasoning)}]},
+            {"role": "system", "content": [{"type": "text", "text": self.system_prompt(reasoning=reasoning,
+                                                                                   reasoning_line=reasoning_line)}]},
             {"role": "user", "content": [{"type": "text", "text": _disarm(f"Task: {observation.task}")}]},
         ]
         for i, step in enumerate(history):
@@ -678,6 +692,18 @@ class AgentLoopProtocol(ActionProtocol):
     def format_step(self, step: HistoryStep) -> str:
         """Not used by this protocol (history is turns, not text); kept for the shared interface."""
         raise NotImplementedError(f"{NAME} writes history as chat turns (build_messages)")
+
+
+def reasoning_text(raw_text: str) -> str | None:
+    """The thought a local model wrote before its reply: the text before the first ``</think>`` (a leading
+    ``<think>`` dropped, since the prompt may end inside the block), stripped; None when there is none.
+    Recorded with the step (``Proposal.extra["reasoning_text"]``); :meth:`AgentLoopProtocol.build_messages`
+    never reads it."""
+    head, found, _reply = raw_text.partition("</think>")
+    if not found:
+        return None
+    text = head.strip().removeprefix("<think>").strip()
+    return text or None
 
 
 def _disarm(value: str) -> str:
@@ -702,6 +728,7 @@ __all__ = [
     "Tool",
     "ToolContext",
     "plan_text",
+    "reasoning_text",
     "tool",
     "tool_list",
     "tool_name_of",

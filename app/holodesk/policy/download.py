@@ -70,6 +70,8 @@ ORPHAN_AGE_S = 600.0
 _SPACE_MARGIN = 4 * 1024 * 1024
 """Bytes kept free on top of what the download needs (refs, symlinks, the file system's own use)."""
 _TICK_S = 0.1
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+"""Files of these suffixes are weights: fetched after every other file and after the ``before_weights`` check."""
 _PROGRESS_EVERY_S = 0.25
 _SPEED_WINDOW_S = 5.0
 
@@ -847,7 +849,8 @@ def _silent_tqdm() -> type:
 
 
 def _run_job(job: _Job, repo_id: str, revision: str, cache_dir: Path, token: str | None, endpoint: str,
-             patterns: Sequence[str], budget: int, verify_cached: bool, stall_timeout_s: float) -> None:
+             patterns: Sequence[str], budget: int, verify_cached: bool, stall_timeout_s: float,
+             before_weights: Callable[[Path], None] | None = None) -> None:
     from huggingface_hub.utils import build_hf_headers
 
     started = time.monotonic()
@@ -862,7 +865,8 @@ def _run_job(job: _Job, repo_id: str, revision: str, cache_dir: Path, token: str
         probe, free = _free_bytes(folder)
         if free < plan.missing_bytes + _SPACE_MARGIN:
             raise disk_full_error(repo_id, probe, plan.missing_bytes + _SPACE_MARGIN, free)
-        files = list(plan.files)
+        # the small files first (config.json, the weight index, the tokenizer), then the weights
+        files = sorted(plan.files, key=lambda f: f.name.endswith(WEIGHT_SUFFIXES))
         with job.lock:
             job.plan = plan
         if verify_cached:
@@ -875,7 +879,11 @@ def _run_job(job: _Job, repo_id: str, revision: str, cache_dir: Path, token: str
             job.file_bytes = 0
         reused = sum(f.size if f.cached else f.partial_bytes for f in files)
         headers = build_hf_headers(token=token)
+        check = before_weights
         for index, item in enumerate(files, start=1):
+            if check is not None and item.name.endswith(WEIGHT_SUFFIXES):
+                check(plan.snapshot)
+                check = None
             if item.cached:  # its snapshot link exists already (a read-only cache stays untouched)
                 continue
             with job.lock:
@@ -884,6 +892,8 @@ def _run_job(job: _Job, repo_id: str, revision: str, cache_dir: Path, token: str
             with job.lock:
                 job.base_bytes += item.size
                 job.file_bytes = 0
+        if check is not None:  # a repo without weight files
+            check(plan.snapshot)
         with job.lock:
             job.file = ""
             if plan.revision != plan.commit:
@@ -929,7 +939,8 @@ def download_model(repo_id: str, *, revision: str = "main", cache_dir: str | Pat
                    token: str | None = None, endpoint: str | None = None,
                    patterns: Sequence[str] = MODEL_PATTERNS,
                    stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S, retry_budget: int = DEFAULT_RETRY_BUDGET,
-                   verify_cached: bool = False) -> DownloadResult:
+                   verify_cached: bool = False, before_weights: Callable[[Path], None] | None = None,
+                   ) -> DownloadResult:
     """Download ``repo_id`` at ``revision`` into the hub cache and return its snapshot folder.
 
     The work runs on a daemon worker thread; the calling thread supervises it: it calls ``progress`` (at
@@ -951,10 +962,14 @@ def download_model(repo_id: str, *, revision: str = "main", cache_dir: str | Pat
         retry_budget: failed attempts (dropped connections that restart a file, truncated or damaged
             files, server errors while fetching) tolerated for the whole download.
         verify_cached: hash the files already in the cache too (``holodesk download`` does).
+        before_weights: called with the snapshot folder once every file but the weights
+            (:data:`WEIGHT_SUFFIXES`) is in it, before the first weight byte is fetched; what it raises ends
+            the download (e.g. :func:`check_checkpoint_before_weights`: a checkpoint Holodesk cannot run).
     Returns:
         :class:`DownloadResult`.
     Raises:
         DownloadCancelled: ``cancel`` was set.
+        ModelLoadError: raised by ``before_weights`` (no weight was downloaded).
         DownloadError: every other failure, with ``kind`` and ``advice``.
     """
     base = hub_endpoint(endpoint)
@@ -964,7 +979,7 @@ def download_model(repo_id: str, *, revision: str = "main", cache_dir: str | Pat
     worker = threading.Thread(
         target=_run_job, name=f"download {repo_id}", daemon=True,
         args=(job, repo_id, revision, cache, token, base, tuple(patterns), retry_budget, verify_cached,
-              stall_timeout_s))
+              stall_timeout_s, before_weights))
     report = _ProgressReporter(job, repo_id, progress)
     worker.start()
     try:
@@ -1021,6 +1036,8 @@ def _raise_worker_error(job: _Job, exc: BaseException, repo_id: str, endpoint: s
     if isinstance(exc, _Aborted):
         job.halt()
         raise _cancelled(repo_id, folder)
+    if isinstance(exc, ModelLoadError):  # the before_weights check refused the checkpoint
+        raise exc
     raise classify(exc, repo_id, endpoint, folder, token_given=token_given) from exc
 
 
@@ -1034,6 +1051,41 @@ def cached_snapshot(repo_id: str, *, revision: str = "main", cache_dir: str | Pa
                                           allow_patterns=list(patterns), local_files_only=True)))
     except Exception:
         return None
+
+
+def check_checkpoint_before_weights(folder: Path, repo_id: str) -> None:
+    """Refuse, before any weight is downloaded, a checkpoint Holodesk cannot run locally: its family from
+    ``config.json`` (:func:`holodesk.policy.native.families.family_of`: the published layouts, remote-code
+    names included, or the reason it is refused), and its size from ``model.safetensors.index.json``
+    (``metadata.total_size``) against the model table's bf16 size when ``repo_id`` is a listed model.
+
+    Raises:
+        ModelLoadError: no or unreadable config.json, an unsupported family, or weights whose size is not
+            within half to 1.5 times what the model table gives for the model (the message gives both).
+    """
+    import json
+
+    from holodesk.policy.models import find_model
+    from holodesk.policy.native.families import family_of, read_config
+
+    config = read_config(folder)
+    family = family_of(config, f"{repo_id}'s config.json")
+    index_path = folder / "model.safetensors.index.json"
+    spec = find_model(repo_id)
+    if not index_path.exists():
+        log.info("%s: %s checkpoint, no weight index to check its size against", repo_id, family.models)
+        return
+    try:
+        total = int(json.loads(index_path.read_text(encoding="utf-8"))["metadata"]["total_size"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"{repo_id}'s model.safetensors.index.json gives no weight size ({exc})",
+                             hint="The repo is incomplete or not a transformers checkpoint.") from None
+    log.info("%s: %s checkpoint, %s of weights", repo_id, family.models, human_bytes(total))
+    if spec is not None and not 0.5 * spec.download_bytes <= total <= 1.5 * spec.download_bytes:
+        raise ModelLoadError(
+            f"{repo_id} holds {human_bytes(total)} of weights where {spec.display_name} in bf16 is about "
+            f"{human_bytes(spec.download_bytes)}: not the checkpoint Holodesk lists for it",
+            hint="Check the repo id, or download it by hand and give Holodesk its folder.")
 
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -1111,6 +1163,7 @@ def resolve_source(source: str | Path, *, progress: Callable[[str, float | None]
             progress=(lambda p: progress(p.describe(), p.fraction)) if progress is not None else None,
             cancel=cancel,
             token=hub_token(),
+            before_weights=lambda folder: check_checkpoint_before_weights(folder, text),
         )
         return result.folder
     except DownloadError as exc:

@@ -38,7 +38,7 @@ def load_local_policy(
             transformers' ``generate`` with a static cache).
         progress, cancel: reach the download and the load.
         options: what both policies' ``load`` take: ``reasoning``, ``max_images``, ``constrained``,
-            ``protocol``, ``max_new_tokens``, ``max_think_tokens``, ``max_string_chars``, ``dtype``,
+            ``protocol``, ``max_new_tokens``, ``max_think_tokens``, ``max_string_chars``, ``sampling``, ``dtype``,
             ``device``, ``attn_implementation``.
     Raises:
         ModelLoadError: an unsupported or unreadable checkpoint (the message lists the supported families),

@@ -6,8 +6,11 @@ table, so a model is added or corrected here and nowhere else.
 
 Each :class:`ModelSpec` carries the model's hub id, its architecture (the ``model_type`` transformers
 dispatches on and the transformers class that loads it without remote code), its parameter count and
-checkpoint size, the action protocol it was trained on (H Company's ``agent-loop-v1`` for every model
-here), its image preprocessing, its reasoning switch and its license. Memory needs per precision are not
+checkpoint size, the action protocol Holodesk speaks with it (H Company's ``agent-loop-v1`` for every model
+here: published for Holo3 / Holo3.1 [AGENT-LOOP] and Holotron-3-Nano [HOLO-NANO]; for Holotron-12B
+and Holo2 no source says which contract they were trained on), its image preprocessing, its reasoning
+switch, its run profile (:class:`Profile`: reasoning, sampling, think and image budgets, each with its
+source) and its license. Memory needs per precision are not
 stored: they follow from the parameter count through the one fit rule of :mod:`holodesk.core.fit`.
 
 Sources (read 2026-12-01; facts not found there are None and shown as "unknown"):
@@ -32,6 +35,14 @@ Sources (read 2026-12-01; facts not found there are None and shown as "unknown")
   usage-cookbook/Nemotron-3-Nano-Omni/computer-use-agent-with-omni: README.md (vLLM 0.20.0 serving
   Hcompany/Holotron-3-Nano, "the same Omni-Nano-v3 backbone" as Nemotron 3 Nano Omni) and
   server/holotron_agent.py (``chat_template_kwargs {"enable_thinking": False}`` when thinking is off).
+* [AGENT-LOOP] hub.hcompany.ai/agent-loop (and its .md revisions, read 2026-12-06): Holo3 / Holo3.1 in agent
+  mode; reasoning "essential ... leave it on" with ``reasoning_effort`` "medium"; the last 3 screenshots kept,
+  older ones replaced by a placeholder; the schema enforced by the decoder and shown in ``<output_format>``.
+* [HOLO-NANO] the same NVIDIA cookbook's server/holotron_agent.py, "H Company's official holo-nano loop": thinking
+  on, ``reasoning_effort`` "medium", temperature 0.8, top_p 0.95, ``max_tokens`` 4096, the last 3 images.
+* [OSWORLD-AGENT] H Company's OSWorld agent for the Nemotron-3-Nano-Omni family (shared/docs/holotron.md): samples
+  at temperature 0.8 (top_p not set), keeps 2 images; the one H Company harness that states a temperature.
+* [ELEMENT-LOC] hub.hcompany.ai/element-localization: its own prompt, temperature 0, thinking off.
 * Third-party pages, marked where used: Holo3-35B-A3B is a fine-tune of Qwen/Qwen3.5-35B-A3B with
   ``model_type`` qwen3_5_moe (OsaurusAI/Holo3-35B-A3B-mxfp4 card); Holo-3.1-35B-A3B is a fine-tune of
   Qwen/Qwen3.6-35B-A3B, ``model_type`` qwen3_5_moe (GazTrab/Holo-3.1-35B-A3B-oQ8-mtp card, Baseten's
@@ -145,12 +156,43 @@ class Reasoning:
     on_by_default: bool | None
     vllm_reasoning_parser: str | None
 
+    @property
+    def prompt_line(self) -> bool:
+        """True when the switch is a ``/think`` / ``/no_think`` line the protocol writes into the system prompt
+        (Nemotron Nano 2); False for every model switched by a chat-template variable, whose prompt must not
+        carry such a line (it is text to them)."""
+        return self.switch == "system_prompt"
+
     def template_kwargs(self, reasoning: bool) -> dict[str, bool]:
         """The ``chat_template_kwargs`` a request carries to switch reasoning on or off ({} for models
         switched in the system prompt, which the action protocol writes)."""
         if self.switch != "chat_template_kwargs" or self.template_kwarg is None:
             return {}
         return {self.template_kwarg: reasoning}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How Holodesk runs the model by default: what its makers publish where they publish it, else
+    Holodesk's choice with the reason (docs/model-fidelity.md lists every point with its source and test).
+
+    Attributes:
+        reasoning: think before acting by default (the ``reasoning`` setting's ``"auto"``).
+        reasoning_effort: the ``reasoning_effort`` the published harness sends with reasoning on (``"medium"``),
+            sent by the remote policy; None: none published.
+        think_budget: most tokens of thought, after which ``</think>`` is forced.
+        temperature: sampling temperature of an agent step (0: greedy); top_p: nucleus mass, in (0, 1].
+        max_images: screenshots kept in the prompt as images, the current one included.
+        sources: ``(point, where it comes from)`` pairs, one per attribute above.
+    """
+
+    reasoning: bool
+    reasoning_effort: str | None
+    think_budget: int
+    temperature: float
+    top_p: float
+    max_images: int
+    sources: tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True)
@@ -165,10 +207,11 @@ class ModelSpec:
         architecture: see :class:`Architecture`.
         parameters: total parameters (the hub's listing, rounded to 1B, except where measured).
         active_parameters: parameters used per token for mixture-of-experts models; None for dense models.
-        protocol: the action protocol the model speaks (a name of
+        protocol: the action protocol Holodesk speaks with the model (a name of
             :data:`holodesk.policy.protocol.PROTOCOL_NAMES`).
         image: see :class:`ImagePreprocessing`.
         reasoning: see :class:`Reasoning`.
+        profile: see :class:`Profile`.
         license: the license's name; None: unknown.
         base_model: the model it was post-trained from; None: unknown.
         checkpoint_bytes: download size of the bf16 checkpoint when measured; None: estimated from the
@@ -186,6 +229,7 @@ class ModelSpec:
     protocol: str
     image: ImagePreprocessing
     reasoning: Reasoning
+    profile: Profile
     license: str | None
     base_model: str | None
     checkpoint_bytes: int | None = None
@@ -248,6 +292,41 @@ _NEMOTRON_OMNI_IMAGE = ImagePreprocessing(
 _HOLO2_REASONING = Reasoning("chat_template_kwargs", "thinking", on_by_default=True, vllm_reasoning_parser="holo2")
 _HOLO3_REASONING = Reasoning("chat_template_kwargs", "enable_thinking", on_by_default=None,
                              vllm_reasoning_parser="qwen3")
+_NO_TEMPERATURE = ("temperature", "no temperature is published for this model's agent loop: Holodesk samples at "
+                   "0.8 as H Company's OSWorld agent does [OSWORLD-AGENT] (greedy agents tend to repeat an action)")
+_NO_TOP_P = ("top_p", "not published: 1.0 (no nucleus cut), as H Company's OSWorld agent sends none [OSWORLD-AGENT]")
+_NO_BUDGET = ("think_budget", "not published: Holodesk cuts thought at 2,048 tokens so a step stays bounded")
+_HOLO3_PROFILE = Profile(
+    reasoning=True, reasoning_effort="medium", think_budget=2048, temperature=0.8, top_p=1.0, max_images=3,
+    sources=(("reasoning", "on: 'essential in agent mode, leave it on' [AGENT-LOOP]"),
+             ("reasoning_effort", "'medium' [AGENT-LOOP]"), _NO_BUDGET, _NO_TEMPERATURE, _NO_TOP_P,
+             ("max_images", "the last 3 screenshots [AGENT-LOOP]")))
+_HOLO2_PROFILE = Profile(
+    reasoning=True, reasoning_effort=None, think_budget=2048, temperature=0.8, top_p=1.0, max_images=3,
+    sources=(("reasoning", "on: Holo2 thinks by default, switched off only for localization [COOKBOOK]"),
+             ("reasoning_effort", "none published (Holo2's switch is the template's 'thinking') [COOKBOOK]"),
+             _NO_BUDGET, _NO_TEMPERATURE, _NO_TOP_P,
+             ("max_images", "not published: 3, as the agent-loop contract of Holo3 [AGENT-LOOP]")))
+_HOLOTRON_3_NANO_PROFILE = Profile(
+    reasoning=True, reasoning_effort="medium", think_budget=3072, temperature=0.8, top_p=0.95, max_images=3,
+    sources=(("reasoning", "on: thinking=True [HOLO-NANO]"), ("reasoning_effort", "'medium' [HOLO-NANO]"),
+             ("think_budget", "max_tokens 4096 for thought and reply [HOLO-NANO]: 3,072 of thought + the 1,024 "
+                              "reply tokens Holodesk allows"),
+             ("temperature", "0.8 [HOLO-NANO] (H Company's OSWorld agent also 0.8, but keeps 2 images and 16 tools: "
+                             "the holo-nano loop published for this model is followed)"),
+             ("top_p", "0.95 [HOLO-NANO]"), ("max_images", "the last 3 images [HOLO-NANO]")))
+_HOLOTRON_12B_PROFILE = Profile(
+    reasoning=False, reasoning_effort=None, think_budget=1024, temperature=0.8, top_p=0.95, max_images=3,
+    sources=(("reasoning", "no public source: off, because its switch is Nemotron Nano 2's /think line, no agent "
+                           "trace with thought is published for it, and Holodesk's measured runs (docs/benchmarks.md) "
+                           "are without; 'think before acting' turns it on"),
+             ("reasoning_effort", "no public source: none (Nemotron Nano 2 has no effort levels)"),
+             ("think_budget", "no public source: 1,024 tokens when turned on"),
+             ("temperature", "no public source: 0.8 as H Company's published loop for its sibling "
+                             "Holotron-3-Nano [HOLO-NANO]"),
+             ("top_p", "no public source: 0.95 as Holotron-3-Nano [HOLO-NANO]"),
+             ("max_images", "no public source: 3 as Holotron-3-Nano [HOLO-NANO]")))
+
 _QWEN35_ARCH = Architecture(
     "qwen3_5", "Qwen3_5ForConditionalGeneration",
     "Qwen3.5 dense: Gated DeltaNet linear attention + full attention, vision tower", verified=False)
@@ -267,7 +346,8 @@ MODELS: Final[tuple[ModelSpec, ...]] = (
         image=ImagePreprocessing("tiles", patch_px=16, pixels_per_token=32, tile_px=512, max_tiles=12,
                                  note="InternVL-style tiling [HOLOTRON]"),
         reasoning=Reasoning("system_prompt", None, on_by_default=None, vllm_reasoning_parser=None),
-        license="NVIDIA Open Model License", base_model="nvidia/NVIDIA-Nemotron-Nano-12B-v2-VL-BF16",
+        profile=_HOLOTRON_12B_PROFILE, license="NVIDIA Open Model License",
+        base_model="nvidia/NVIDIA-Nemotron-Nano-12B-v2-VL-BF16",
         checkpoint_bytes=CHECKPOINT_BYTES,
         notes=("Reasoning with no /think or /no_think line: unknown.",
                "vLLM reasoning parser: a plugin file shipped with NVIDIA's base checkpoint, not a built-in name.")),
@@ -281,7 +361,7 @@ MODELS: Final[tuple[ModelSpec, ...]] = (
         parameters=33 * _B, active_parameters=3 * _B, protocol="agent-loop-v1", image=_NEMOTRON_OMNI_IMAGE,
         reasoning=Reasoning("chat_template_kwargs", "enable_thinking", on_by_default=True,
                             vllm_reasoning_parser="nemotron_v3"),
-        license=None, base_model="NVIDIA Nemotron 3 Nano Omni (30B-A3B)",
+        profile=_HOLOTRON_3_NANO_PROFILE, license=None, base_model="NVIDIA Nemotron 3 Nano Omni (30B-A3B)",
         notes=("Reasoning switch, vLLM flags and the Omni-Nano-v3 backbone from NVIDIA's computer-use cookbook "
                "[NEMO-CUA], which serves Hcompany/Holotron-3-Nano with --reasoning-parser nemotron_v3 and sends "
                "chat_template_kwargs {'enable_thinking': false} to switch thinking off.",
@@ -296,14 +376,15 @@ MODELS: Final[tuple[ModelSpec, ...]] = (
         architecture=Architecture("qwen3_vl", "Qwen3VLForConditionalGeneration",
                                   "Qwen3-VL dense transformer with vision tower"),
         parameters=4 * _B, active_parameters=None, protocol="agent-loop-v1", image=_HOLO2_IMAGE,
-        reasoning=_HOLO2_REASONING, license=None, base_model="Qwen3-VL Thinking (4B)",
+        reasoning=_HOLO2_REASONING, profile=_HOLO2_PROFILE, license=None, base_model="Qwen3-VL Thinking (4B)",
         notes=("License not read from the model card: unknown.",)),
     ModelSpec(
         key="holo2-8b", display_name="Holo2-8B", hub_id="Hcompany/Holo2-8B", family="Holo2",
         architecture=Architecture("qwen3_vl", "Qwen3VLForConditionalGeneration",
                                   "Qwen3-VL dense transformer with vision tower"),
         parameters=9 * _B, active_parameters=None, protocol="agent-loop-v1", image=_HOLO2_IMAGE,
-        reasoning=_HOLO2_REASONING, license="Apache 2.0", base_model="Qwen/Qwen3-VL-8B-Thinking",
+        reasoning=_HOLO2_REASONING, profile=_HOLO2_PROFILE, license="Apache 2.0",
+        base_model="Qwen/Qwen3-VL-8B-Thinking",
         notes=("License and base model as a third-party survey quotes the model card (the card itself was "
                "not read).",
                "Qwen3-VL-8B's architecture as holodesk bench builds it (holodesk.bench.full_size.QWEN3_VL_8B): "
@@ -313,13 +394,13 @@ MODELS: Final[tuple[ModelSpec, ...]] = (
         architecture=Architecture("qwen3_vl_moe", "Qwen3VLMoeForConditionalGeneration",
                                   "Qwen3-VL mixture of experts with vision tower", verified=False),
         parameters=31 * _B, active_parameters=3 * _B, protocol="agent-loop-v1", image=_HOLO2_IMAGE,
-        reasoning=_HOLO2_REASONING, license=None, base_model="Qwen3-VL Thinking (30B-A3B)",
+        reasoning=_HOLO2_REASONING, profile=_HOLO2_PROFILE, license=None, base_model="Qwen3-VL Thinking (30B-A3B)",
         notes=("model_type qwen3_vl_moe is the one of its base Qwen3-VL-30B-A3B; its own config.json was not "
                "read.", "License not read from the model card: unknown.")),
     ModelSpec(
         key="holo3-35b-a3b", display_name="Holo3-35B-A3B", hub_id="Hcompany/Holo3-35B-A3B", family="Holo3",
         architecture=_QWEN35_MOE_ARCH, parameters=35 * _B, active_parameters=3 * _B, protocol="agent-loop-v1",
-        image=_QWEN35_IMAGE, reasoning=_HOLO3_REASONING, license="Apache 2.0",
+        image=_QWEN35_IMAGE, reasoning=_HOLO3_REASONING, profile=_HOLO3_PROFILE, license="Apache 2.0",
         base_model="Qwen/Qwen3.5-35B-A3B",
         notes=("Base model, model_type and license from third-party pages (OsaurusAI card, news coverage); the "
                "model card itself was not read.",
@@ -329,25 +410,26 @@ MODELS: Final[tuple[ModelSpec, ...]] = (
     ModelSpec(
         key="holo3.1-0.8b", display_name="Holo3.1-0.8B", hub_id="Hcompany/Holo-3.1-0.8B", family="Holo3.1",
         architecture=_QWEN35_ARCH, parameters=1 * _B, active_parameters=None, protocol="agent-loop-v1",
-        image=_QWEN35_IMAGE, reasoning=_HOLO3_REASONING, license=None, base_model=None,
+        image=_QWEN35_IMAGE, reasoning=_HOLO3_REASONING, profile=_HOLO3_PROFILE, license=None, base_model=None,
         notes=("model_type qwen3_5 (dense) is assumed from the family; config.json, base model and license "
                "were not read.", "Parameters: the hub lists 1B (rounded).")),
     ModelSpec(
         key="holo3.1-4b", display_name="Holo3.1-4B", hub_id="Hcompany/Holo-3.1-4B", family="Holo3.1",
         architecture=_QWEN35_ARCH, parameters=5 * _B, active_parameters=None, protocol="agent-loop-v1",
-        image=_QWEN35_IMAGE, reasoning=_HOLO3_REASONING, license=None, base_model=None,
+        image=_QWEN35_IMAGE, reasoning=_HOLO3_REASONING, profile=_HOLO3_PROFILE, license=None, base_model=None,
         notes=("model_type qwen3_5 (dense) is assumed from the family; config.json, base model and license "
                "were not read.", "Parameters: the hub lists 5B (rounded).")),
     ModelSpec(
         key="holo3.1-9b", display_name="Holo3.1-9B", hub_id="Hcompany/Holo-3.1-9B", family="Holo3.1",
         architecture=_QWEN35_ARCH, parameters=9 * _B, active_parameters=None, protocol="agent-loop-v1",
-        image=_QWEN35_IMAGE, reasoning=_HOLO3_REASONING, license=None, base_model=None,
+        image=_QWEN35_IMAGE, reasoning=_HOLO3_REASONING, profile=_HOLO3_PROFILE, license=None, base_model=None,
         notes=("model_type qwen3_5 (dense) is assumed from the family; config.json, base model and license "
                "were not read.",)),
     ModelSpec(
         key="holo3.1-35b-a3b", display_name="Holo3.1-35B-A3B", hub_id="Hcompany/Holo-3.1-35B-A3B",
         family="Holo3.1", architecture=_QWEN35_MOE_ARCH, parameters=35 * _B, active_parameters=3 * _B,
-        protocol="agent-loop-v1", image=_QWEN35_IMAGE, reasoning=_HOLO3_REASONING, license="Apache 2.0",
+        protocol="agent-loop-v1", image=_QWEN35_IMAGE, reasoning=_HOLO3_REASONING, profile=_HOLO3_PROFILE,
+        license="Apache 2.0",
         base_model="Qwen/Qwen3.6-35B-A3B",
         notes=("Base model and model_type from third-party pages (Baseten, a derived MLX card); license from "
                "hub.hcompany.ai/models.",)),
@@ -423,6 +505,136 @@ def protocol_for(model: str, protocol: str = AUTO_PROTOCOL) -> str:
     return spec.protocol if spec is not None else DEFAULT_PROTOCOL
 
 
+UNKNOWN_PROFILE: Final = Profile(
+    reasoning=False, reasoning_effort=None, think_budget=1024, temperature=0.8, top_p=1.0, max_images=3,
+    sources=tuple((point, "the model is not in Holodesk's registry: Holodesk's default") for point in
+                  ("reasoning", "reasoning_effort", "think_budget", "temperature", "top_p", "max_images")))
+"""The profile of a model the registry does not know (a served name or a folder it cannot place)."""
+
+
+def profile_for(model: str) -> Profile | None:
+    """The registry profile of ``model`` (anything :func:`find_model` reads); None when it is not in the
+    registry (callers use :data:`UNKNOWN_PROFILE` and say so)."""
+    spec = find_model(model)
+    return spec.profile if spec is not None else None
+
+
+def native_reasoning(model_type: str) -> Reasoning:
+    """The reasoning switch of the checkpoints of transformers' ``model_type`` that Holodesk runs natively,
+    read from the table (every model of one ``model_type`` declares the same switch; Holotron-12B, translated
+    to ``nemotron_h_omni`` from its own ``NemotronH_Nano_VL_V2`` and run by the Holotron runtime, is left out).
+
+    Raises:
+        SettingsError: no model of that type in the table, or models of it that disagree.
+    """
+    found = {m.reasoning for m in MODELS
+             if m.architecture.model_type == model_type and m.architecture.checkpoint_model_type is None}
+    if len(found) != 1:
+        raise SettingsError(f"no single reasoning switch is declared for model_type {model_type!r} "
+                            f"({len(found)} found)", hint="Declare it in holodesk.policy.models.MODELS.")
+    return found.pop()
+
+
+SEED_LIMIT: Final = 2**31
+"""Seeds are in [0, 2**31) (the ``seed`` setting's range)."""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How each token of a reply is chosen (after the grammar's mask, where decoding is constrained).
+
+    Attributes:
+        greedy: take the most likely token; ``temperature`` and ``top_p`` are then unused.
+        temperature: > 0, divides the logits before the softmax; top_p: in (0, 1], the smallest set of
+            tokens whose probability reaches it is kept.
+        seed: the run's seed; step ``n`` (0 = the first) draws from a generator seeded with
+            :meth:`step_seed` ``(n)``, so a recorded run can be replayed exactly.
+    """
+
+    greedy: bool
+    temperature: float
+    top_p: float
+    seed: int
+
+    def __post_init__(self) -> None:
+        if not self.greedy and not self.temperature > 0:
+            raise SettingsError(f"temperature must be above 0 when sampling, got {self.temperature}",
+                                hint="Set a temperature above 0 (the model profiles use 0.8), or turn greedy on.")
+        if not 0 < self.top_p <= 1:
+            raise SettingsError(f"top_p must be in (0, 1], got {self.top_p}", hint="Use e.g. 0.95, or 1 for no cut.")
+        if not 0 <= self.seed < SEED_LIMIT:
+            raise SettingsError(f"seed must be in [0, {SEED_LIMIT}), got {self.seed}")
+
+    def step_seed(self, step: int) -> int:
+        """The seed of step ``step`` (0-based): ``seed + step`` modulo :data:`SEED_LIMIT`."""
+        return (self.seed + step) % SEED_LIMIT
+
+    def record(self) -> dict[str, object]:
+        """What the episode records: ``{"greedy", "temperature", "top_p", "seed"}``."""
+        return {"greedy": self.greedy, "temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
+
+
+GREEDY: Final = Sampling(greedy=True, temperature=0.0, top_p=1.0, seed=0)
+"""Greedy decoding (tests, element localization [ELEMENT-LOC], benchmarks that compare replies)."""
+
+
+@dataclass(frozen=True)
+class RunChoice:
+    """The generation settings one policy runs with: the model's profile where the user left ``"auto"``.
+
+    Attributes:
+        reasoning: think before acting.
+        reasoning_effort: sent with reasoning on, where the profile publishes one; else None.
+        think_budget: most tokens of thought.
+        sampling: see :class:`Sampling`.
+        profile: the profile used; known: False when the model is not in the registry
+            (:data:`UNKNOWN_PROFILE`).
+        notes: what came from where, in words (logged, and shown by ``holodesk doctor``).
+    """
+
+    reasoning: bool
+    reasoning_effort: str | None
+    think_budget: int
+    sampling: Sampling
+    profile: Profile
+    known: bool
+    notes: tuple[str, ...]
+
+
+def run_choice(model: str, *, reasoning: str = "auto", greedy: bool = False, temperature: float | None = None,
+               top_p: float | None = None, seed: int | None = None) -> RunChoice:
+    """Resolve the user's generation settings for ``model`` against its :class:`Profile`.
+
+    Args:
+        model: the ``model`` setting (hub id, key, served name or folder).
+        reasoning: ``"auto"`` (the profile's), ``"on"`` or ``"off"``.
+        greedy: greedy decoding instead of sampling.
+        temperature, top_p: None: the profile's.
+        seed: None: a fresh random seed (recorded with each proposal, so the run can be replayed).
+    Raises:
+        SettingsError: ``reasoning`` not one of the three words, or sampling values out of range.
+    """
+    if reasoning not in ("auto", "on", "off"):
+        raise SettingsError(f"reasoning must be 'auto', 'on' or 'off', got {reasoning!r}")
+    profile = profile_for(model)
+    known = profile is not None
+    used = profile if profile is not None else UNKNOWN_PROFILE
+    notes = [] if known else [f"{model!r} is not in Holodesk's model registry: reasoning off, temperature "
+                              f"{used.temperature}, top_p {used.top_p} (Holodesk's defaults)"]
+    think = used.reasoning if reasoning == "auto" else reasoning == "on"
+    if reasoning == "auto":
+        notes.append(f"think before acting: {'on' if think else 'off'} (the model's profile: "
+                     f"{dict(used.sources)['reasoning']})")
+    if seed is None:
+        import secrets
+
+        seed = secrets.randbelow(SEED_LIMIT)
+    sampling = Sampling(greedy=greedy, temperature=used.temperature if temperature is None else temperature,
+                        top_p=used.top_p if top_p is None else top_p, seed=seed)
+    return RunChoice(reasoning=think, reasoning_effort=used.reasoning_effort if think else None,
+                     think_budget=used.think_budget, sampling=sampling, profile=used, known=known, notes=tuple(notes))
+
+
 @dataclass(frozen=True)
 class ModelFit:
     """One model against one GPU: ``fits`` lists every precision; ``best`` is the most faithful that fits
@@ -465,11 +677,16 @@ def describe(spec: ModelSpec) -> dict[str, str]:
         "protocol": spec.protocol,
         "images": spec.image.describe(),
         "reasoning": f"switched by {switch}; unswitched: {default}",
+        "profile": (f"think before acting {'on' if spec.profile.reasoning else 'off'}"
+                    + (f" (effort {spec.profile.reasoning_effort})" if spec.profile.reasoning_effort else "")
+                    + f", up to {spec.profile.think_budget:,} tokens of thought; temperature "
+                    f"{spec.profile.temperature}, top_p {spec.profile.top_p}; {spec.profile.max_images} screenshots"),
         "license": spec.license or UNKNOWN,
         "base model": spec.base_model or UNKNOWN,
     }
 
 
-__all__ = ["AUTO_PROTOCOL", "DEFAULT_MODEL", "MODELS", "PRECISIONS", "Architecture", "ImagePreprocessing",
-           "ModelFit", "ModelSpec", "Reasoning", "describe", "find_model", "fit_table", "get_model", "hub_id_for",
-           "models_that_fit", "protocol_for"]
+__all__ = ["AUTO_PROTOCOL", "DEFAULT_MODEL", "GREEDY", "MODELS", "PRECISIONS", "UNKNOWN_PROFILE", "Architecture",
+           "ImagePreprocessing", "ModelFit", "ModelSpec", "Profile", "Reasoning", "RunChoice", "Sampling", "describe",
+           "find_model", "fit_table", "get_model", "hub_id_for", "models_that_fit", "native_reasoning", "profile_for",
+           "protocol_for", "run_choice"]

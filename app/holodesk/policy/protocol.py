@@ -800,12 +800,15 @@ class ActionProtocol:
     name: str = "holo-v1"
 
     # ----------------------------------------------------------------------------------------- prompt
-    def system_prompt(self, *, reasoning: bool = False) -> str:
+    def system_prompt(self, *, reasoning: bool = False, reasoning_line: bool = True) -> str:
         """The system instructions: reply shape, fields, coordinate convention, tools, one object only.
 
-        The last line toggles Nemotron Nano 2 reasoning: ``/think`` when ``reasoning`` is true, else
-        ``/no_think`` (holotron.md, "Prompt layout").
+        With ``reasoning_line`` the last line toggles Nemotron Nano 2 reasoning: ``/think`` when ``reasoning``
+        is true, else ``/no_think`` (holotron.md, "Prompt layout"); without it (models switched by a
+        chat-template variable) no line is written.
         """
+        if not reasoning_line:
+            return _SYSTEM_PROMPT
         return _SYSTEM_PROMPT + ("\n/think" if reasoning else "\n/no_think")
 
     def json_schema(self) -> dict[str, Any]:
@@ -918,9 +921,10 @@ class ActionProtocol:
         return f"Step {step.index + 1}: {body}\nOutcome: {step.outcome or 'unknown'}"
 
     def build_messages(
-        self, observation: Observation, *, max_images: int = 3, reasoning: bool = False
+        self, observation: Observation, *, max_images: int = 3, reasoning: bool = False, reasoning_line: bool = True
     ) -> list[dict[str, Any]]:
-        """Chat messages for one step, shared by the local and the remote runtime.
+        """Chat messages for one step, shared by the local and the remote runtime (``reasoning`` and
+        ``reasoning_line``: :meth:`system_prompt`).
 
         Shape::
 
@@ -985,7 +989,8 @@ class ActionProtocol:
         return [
             {
                 "role": "system",
-                "content": [{"type": "text", "text": self.system_prompt(reasoning=reasoning)}],
+                "content": [{"type": "text",
+                             "text": self.system_prompt(reasoning=reasoning, reasoning_line=reasoning_line)}],
             },
             {"role": "user", "content": parts},
         ]

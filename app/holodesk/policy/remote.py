@@ -44,7 +44,7 @@ from PIL import Image
 from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import PolicyError, PolicyOutputError
 from holodesk.policy.base import Observation, Proposal, pointer_after
-from holodesk.policy.models import AUTO_PROTOCOL, find_model, protocol_for
+from holodesk.policy.models import AUTO_PROTOCOL, Sampling, find_model, protocol_for
 from holodesk.policy.protocol import ActionProtocol
 from holodesk.policy.registry import get_protocol
 
@@ -151,9 +151,17 @@ class RemotePolicy:
             exponential backoff ``backoff_s * 2**n`` capped at ``backoff_max_s`` (a ``Retry-After``
             header is honoured up to the same cap).
         structured_output: ask the server to constrain the reply to the protocol's JSON schema.
-        reasoning: ask the model to think before answering (protocol toggles ``/think``).
+        reasoning: ask the model to think before answering: by the model's chat-template variable where the
+            registry declares one, else by the system prompt's ``/think`` line (Holotron-12B, and a model the
+            registry does not know, whose switch is unknown: logged).
+        reasoning_effort: sent as the request's ``reasoning_effort`` (e.g. ``"medium"``, as the published
+            harnesses of Holo3.x and Holotron-3-Nano do) when reasoning is on; None: not sent.
         max_tokens: generation limit per reply; a reply cut at it raises :class:`ReplyCutOffError`.
-        temperature: sampling temperature (0 = greedy, the protocol's default for grounding).
+        temperature: sampling temperature when ``sampling`` is None (0 = greedy, the protocol's default for
+            grounding).
+        sampling: how tokens are chosen (:class:`~holodesk.policy.models.Sampling`): greedy is sent as
+            temperature 0; else its temperature, top_p and, for step ``n``, the seed ``step_seed(n)`` (vLLM's
+            per-request ``seed``). None: greedy at ``temperature``.
         chat_template_kwargs: sent as the request's ``chat_template_kwargs`` (vLLM passes them to the chat
             template); None: the model registry's reasoning switch for ``model`` (e.g. ``{"thinking":
             false}`` for Holo2, ``{"enable_thinking": false}`` for Holo3.x; nothing for Holotron-12B, whose
@@ -183,6 +191,8 @@ class RemotePolicy:
         reasoning: bool = False,
         max_tokens: int = 1024,
         temperature: float = 0.0,
+        sampling: Sampling | None = None,
+        reasoning_effort: str | None = None,
         backoff_s: float = 0.5,
         backoff_max_s: float = 8.0,
         chat_template_kwargs: dict[str, Any] | None = None,
@@ -215,10 +225,16 @@ class RemotePolicy:
         self.reasoning = reasoning
         self.max_tokens = max_tokens
         self.temperature = temperature
+        self.sampling = sampling
+        self.reasoning_effort = reasoning_effort if reasoning else None
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
+        spec = find_model(model)
+        self.reasoning_line = spec is None or spec.reasoning.prompt_line
+        if spec is None:
+            log.info("remote model %r is not in the registry: reasoning is switched by a /think or /no_think line "
+                     "in the system prompt (Nemotron Nano 2's switch)", model)
         if chat_template_kwargs is None:
-            spec = find_model(model)
             chat_template_kwargs = spec.reasoning.template_kwargs(reasoning) if spec is not None else {}
         self.chat_template_kwargs = dict(chat_template_kwargs)
         self._api_key = api_key or None
@@ -261,13 +277,13 @@ class RemotePolicy:
         """
         t_start = time.perf_counter()
         messages = self.protocol.build_messages(
-            observation, max_images=self.max_images, reasoning=self.reasoning
+            observation, max_images=self.max_images, reasoning=self.reasoning, reasoning_line=self.reasoning_line
         )
         t_built = time.perf_counter()
         wire_messages, images_sent = self._to_wire(messages)
         t_encoded = time.perf_counter()
 
-        body = self._request_body(wire_messages, max_tokens=self.max_tokens)
+        body = self._request_body(wire_messages, max_tokens=self.max_tokens, step=len(observation.history))
         data, stats = self._chat(body, images=len(images_sent))
         t_replied = time.perf_counter()
 
@@ -305,6 +321,10 @@ class RemotePolicy:
         t_parsed = time.perf_counter()
 
         extra: dict[str, Any] = {**facts, "warnings": list(parsed.warnings)}
+        if self.sampling is not None:
+            extra["sampling"] = self.sampling.record()
+            if "seed" in body:
+                extra["step_seed"] = body["seed"]
         message = choice.get("message") or {}
         reasoning_text = message.get("reasoning_content") or message.get("reasoning")
         if isinstance(reasoning_text, str) and reasoning_text:
@@ -430,7 +450,7 @@ class RemotePolicy:
 
     # ------------------------------------------------------------------ request building
 
-    def _request_body(self, messages: list[dict[str, Any]], *, max_tokens: int) -> dict[str, Any]:
+    def _request_body(self, messages: list[dict[str, Any]], *, max_tokens: int, step: int = 0) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
@@ -438,6 +458,14 @@ class RemotePolicy:
             "temperature": self.temperature,
             "stream": False,
         }
+        sampling = self.sampling
+        if sampling is not None:
+            body["temperature"] = 0.0 if sampling.greedy else sampling.temperature
+            if not sampling.greedy:
+                body["top_p"] = sampling.top_p
+                body["seed"] = sampling.step_seed(step)
+        if self.reasoning_effort is not None:
+            body["reasoning_effort"] = self.reasoning_effort
         if self.chat_template_kwargs:
             body["chat_template_kwargs"] = dict(self.chat_template_kwargs)
         if self.structured_output and self._structured_accepted is not False:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from holodesk.core.wording import WindowInfo
     from holodesk.display import BackendChoice
     from holodesk.policy.base import Policy
+    from holodesk.policy.models import RunChoice
     from holodesk.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ def build_policy(settings: Settings, *, progress: Any = None, cancel: threading.
 
         api_key, source = resolve_api_key(settings.endpoint)
         log.info("remote policy %s: API key from %s", settings.endpoint, source)
+        choice = _run_choice(settings)
         return RemotePolicy(
             settings.endpoint,
             settings.model,
@@ -62,17 +64,24 @@ def build_policy(settings: Settings, *, progress: Any = None, cancel: threading.
             protocol=settings.protocol,  # "auto": the registry's protocol for the model (RemotePolicy)
             max_images=settings.max_images,
             structured_output=settings.constrained_decoding,
-            reasoning=settings.reasoning,
+            reasoning=choice.reasoning,
+            reasoning_effort=choice.reasoning_effort,
+            sampling=choice.sampling,
+            # a server counts the thought in max_tokens: the reply's cap plus the thought budget
+            max_tokens=settings.max_reply_tokens + (choice.think_budget if choice.reasoning else 0),
         )
     if settings.policy == "local":
         from holodesk.policy.local import load_local_policy
         from holodesk.policy.models import protocol_for
 
         quant = {"bf16": None, "8bit": "8bit", "4bit": "4bit"}[settings.precision]
+        choice = _run_choice(settings)
         return load_local_policy(  # Holotron-12B or a native family, by the checkpoint's config.json
             settings.model,
             quantization=quant,
-            reasoning=settings.reasoning,
+            reasoning=choice.reasoning,
+            max_think_tokens=choice.think_budget,
+            sampling=choice.sampling,
             max_images=settings.max_images,
             constrained=settings.constrained_decoding,
             protocol=protocol_for(settings.model, settings.protocol),
@@ -83,6 +92,21 @@ def build_policy(settings: Settings, *, progress: Any = None, cancel: threading.
             cancel=cancel,
         )
     raise SettingsError(f"unknown policy {settings.policy!r}")
+
+
+def _run_choice(settings: Settings) -> RunChoice:
+    """The generation settings for the chosen model: its profile where the settings say "auto" / unset
+    (:func:`holodesk.policy.models.run_choice`), each choice logged."""
+    from holodesk.policy.models import run_choice
+
+    choice = run_choice(settings.model, reasoning=settings.reasoning, greedy=settings.greedy,
+                        temperature=settings.temperature, top_p=settings.top_p, seed=settings.seed)
+    for note in choice.notes:
+        log.log(logging.INFO if choice.known else logging.WARNING, "%s", note)
+    log.info("generation: think before acting %s, %s, seed %d", "on" if choice.reasoning else "off",
+             "greedy" if choice.sampling.greedy else
+             f"temperature {choice.sampling.temperature}, top_p {choice.sampling.top_p}", choice.sampling.seed)
+    return choice
 
 
 def desktop_backend(settings: Settings | None = None) -> BackendChoice:

@@ -59,8 +59,8 @@ GROUPS: list[tuple[str, str, list[str]]] = [
     ("Basic", "Model", ["policy", "model", "precision", "endpoint", "script_file"]),
     ("Basic", "Approvals", ["approval", "autopilot_countdown_s"]),
     ("Basic", "Desktop", ["monitor", "hotkey_palette", "hotkey_stop", "data_dir"]),
-    ("Advanced", "Model", ["decoder", "reasoning", "constrained_decoding", "max_images", "max_reply_tokens",
-                           "max_string_chars", "protocol"]),
+    ("Advanced", "Model", ["decoder", "reasoning", "greedy", "temperature", "top_p", "seed", "constrained_decoding",
+                           "max_images", "max_reply_tokens", "max_string_chars", "protocol"]),
     ("Advanced", "Limits of one task", ["max_steps", "max_wall_s", "max_parse_failures", "max_repeats"]),
     ("Advanced", "Input", ["desktop_backend", "typing"]),
 ]
@@ -83,19 +83,22 @@ def field_groups() -> list[tuple[str, str, list[str]]]:
 
 LABELS = {
     "policy": "Where actions come from", "model": "Model", "precision": "Precision", "endpoint": "Server URL",
-    "script_file": "Replay file", "reasoning": "Think step by step", "constrained_decoding":
+    "script_file": "Replay file", "reasoning": "Think before acting", "constrained_decoding":
     "Constrain replies to the action format", "max_images": "Screenshots kept", "protocol": "Action protocol",
     "approval": "Approval mode", "autopilot_countdown_s": "Autopilot countdown (s)", "monitor": "Monitor",
     "max_steps": "Step cap", "max_wall_s": "Time cap (s)", "max_parse_failures": "Bad replies before stopping",
     "max_repeats": "Repeats before stopping", "typing": "Typing method", "hotkey_palette": "Command box hotkey",
     "hotkey_stop": "Stop hotkey", "data_dir": "Data folder", "max_reply_tokens": "Reply token cap",
     "max_string_chars": "Text field cap", "decoder": "Decoder", "desktop_backend": "Desktop backend",
+    "greedy": "Greedy decoding", "temperature": "Temperature", "top_p": "Top p", "seed": "Sampling seed",
 }
 
 CHOICE_LABELS: dict[str, dict[str, str]] = {
     "policy": {"local": "The model below, on this computer", "remote": "A server (OpenAI-compatible)",
                "script": "A replay file"},
     "precision": {"bf16": "Full precision (bf16)", "8bit": "8-bit (int8)", "4bit": "4-bit (NF4)"},
+    "reasoning": {"auto": "As the model's makers run it", "on": "On (more accurate where recommended)",
+                  "off": "Off (faster)"},
     "decoder": {"static": "Fast (memory reserved at load, CUDA graphs)", "stock": "Standard (transformers, slower)"},
     "approval": {"step": "Ask me before every action", "auto": "Autopilot: low-risk actions run after a countdown"},
     "typing": {"auto": "Automatic", "xtest": "Type each character (X11)", "clipboard": "Paste through the clipboard"},
@@ -109,11 +112,15 @@ APPLIES: dict[str, Callable[[dict[str, Any]], bool]] = {
     "model": lambda v: v["policy"] in ("local", "remote"),
     "precision": lambda v: v["policy"] == "local",
     "decoder": lambda v: v["policy"] == "local",
-    "max_reply_tokens": lambda v: v["policy"] == "local",
+    "max_reply_tokens": lambda v: v["policy"] in ("local", "remote"),
     "max_string_chars": lambda v: v["policy"] == "local" and bool(v["constrained_decoding"]),
     "endpoint": lambda v: v["policy"] == "remote",
     "script_file": lambda v: v["policy"] == "script",
     "reasoning": lambda v: v["policy"] in ("local", "remote"),
+    "greedy": lambda v: v["policy"] in ("local", "remote"),
+    "temperature": lambda v: v["policy"] in ("local", "remote") and not v["greedy"],
+    "top_p": lambda v: v["policy"] in ("local", "remote") and not v["greedy"],
+    "seed": lambda v: v["policy"] in ("local", "remote") and not v["greedy"],
     "constrained_decoding": lambda v: v["policy"] in ("local", "remote"),
     "max_images": lambda v: v["policy"] in ("local", "remote"),
     "autopilot_countdown_s": lambda v: v["approval"] == "auto",
@@ -122,10 +129,13 @@ APPLIES: dict[str, Callable[[dict[str, Any]], bool]] = {
 
 NOT_APPLYING = {
     "model": "Used by the local model and by a server only.", "precision": "Used by the local model only.",
-    "decoder": "Used by the local model only.", "max_reply_tokens": "Used by the local model only.",
+    "decoder": "Used by the local model only.", "max_reply_tokens": "Not used by a replay file.",
     "max_string_chars": "Used by the local model with constrained replies only.",
     "endpoint": "Used with a server only.", "script_file": "Used with a replay file only.",
-    "reasoning": "Not used by a replay file.", "constrained_decoding": "Not used by a replay file.",
+    "reasoning": "Not used by a replay file.", "greedy": "Not used by a replay file.",
+    "temperature": "Used when sampling (greedy off) with a model.",
+    "top_p": "Used when sampling (greedy off) with a model.",
+    "seed": "Used when sampling (greedy off) with a model.", "constrained_decoding": "Not used by a replay file.",
     "max_images": "Not used by a replay file.", "autopilot_countdown_s": "Used in autopilot mode only.",
 }
 

@@ -80,3 +80,42 @@ def test_grid_matches_rule(width: int, height: int, max_tiles: int) -> None:
     cols, rows = tile_grid(width, height, max_tiles)
     assert 1 <= cols * rows <= max_tiles
     assert (cols, rows) == _reference_grid(width, height, max_tiles)
+
+
+def _hard_edges(width: int, height: int, seed: int) -> object:
+    """An RGB uint8 frame of hard black/white edges (text-like), where bicubic overshoot is largest."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    cells = rng.integers(0, 2, (height // 7 + 1, width // 5 + 1, 3), dtype=np.uint8) * 255
+    return np.ascontiguousarray(np.repeat(np.repeat(cells, 7, axis=0), 5, axis=1)[:height, :width])
+
+
+@pytest.mark.parametrize(("width", "height"), [(1920, 1080), (1366, 768), (1280, 800), (1280, 720), (1024, 768),
+                                               (800, 600), (3440, 1440), (1080, 1920), (333, 517), (97, 61),
+                                               (2560, 1440), (1600, 900)])
+def test_tiles_are_resized_as_vllm_resizes_the_uint8_image(width: int, height: int) -> None:
+    """vLLM (nano_nemotron_vl.py) resizes the uint8 image, then divides by 255: the reference here is torch's own
+    uint8 bicubic antialiased kernel (a separate fixed-point implementation), on many sizes. A float resize
+    without clamping overshoots at hard edges (below 0, above 1), which the reference never does."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    from holodesk.policy.holotron.tiling import preprocess_pixels
+
+    pixels = _hard_edges(width, height, seed=width * 7 + height)
+    tiling = plan_tiling(width, height, 12, tile_size=64, use_thumbnail=True)  # 64 px tiles keep it quick
+    ours = preprocess_pixels(pixels, tiling, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), tile_size=64)
+    image = torch.from_numpy(pixels).permute(2, 0, 1)[None]  # uint8 (1, 3, h, w)
+
+    def reference(h: int, w: int) -> object:
+        out = F.interpolate(image, size=(h, w), mode="bicubic", align_corners=False, antialias=True)
+        return out[0].to(torch.float32) / 255.0
+
+    grid = reference(64 * tiling.rows, 64 * tiling.cols)
+    tiles = grid.reshape(3, tiling.rows, 64, tiling.cols, 64).permute(1, 3, 0, 2, 4).reshape(-1, 3, 64, 64)
+    if tiling.tiles > tiling.cols * tiling.rows:
+        tiles = torch.cat([tiles, reference(64, 64)[None]])
+    assert ours.shape == tiles.shape
+    assert float(ours.min()) >= 0.0 and float(ours.max()) <= 1.0  # clamped, as a uint8 image is
+    assert float((ours - tiles).abs().max()) <= 2.0 / 255 + 1e-6  # two steps of 0..255 at most (fixed point)

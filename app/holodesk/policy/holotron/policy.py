@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from holodesk.errors import PolicyError, PolicyOutputError
 from holodesk.policy.base import Observation, Proposal, pointer_after
+from holodesk.policy.contract import reasoning_text
 from holodesk.policy.holotron.checkpoint import ProgressFn
 from holodesk.policy.holotron.loader import LoadedHolotron, load_holotron
 from holodesk.policy.holotron.prompt import render_prompt, special_token_strings, tokenize_prompt
+from holodesk.policy.models import GREEDY, Sampling
 from holodesk.policy.protocol import DEFAULT_PROTOCOL
 
 if TYPE_CHECKING:
@@ -83,6 +85,7 @@ class HolotronPolicy:
         max_string_chars: int | None = None,
         decoder: str = "static",
         jump_forward: bool = True,
+        sampling: Sampling = GREEDY,
     ) -> None:
         from holodesk.policy.registry import get_protocol
 
@@ -103,6 +106,14 @@ class HolotronPolicy:
         self._closed = False
         self.decoder = decoder
         self.jump_forward = jump_forward
+        self.sampling = sampling
+        """How tokens are chosen: the generation options handed to the decoders (temperature, top_p, greedy and
+        the seed of step n, ``sampling.step_seed(n)``); recorded with every proposal."""
+        self.sampling_notice = "" if sampling.greedy else (
+            f"sampling at temperature {sampling.temperature}, top_p {sampling.top_p} was asked for, but the "
+            "Holotron decoders choose greedily: this run decodes greedily")
+        if self.sampling_notice:
+            log.warning("Holotron: %s", self.sampling_notice)
         self.engine: StaticEngine | None = None
         if decoder == "static":
             from holodesk.policy.holotron.engine import StaticEngine, static_cache_tokens
@@ -132,6 +143,7 @@ class HolotronPolicy:
         decoder: str = "static",
         jump_forward: bool = True,
         cancel: threading.Event | None = None,
+        sampling: Sampling = GREEDY,
     ) -> HolotronPolicy:
         """Load a checkpoint folder or hub repo id and return a ready policy.
 
@@ -154,6 +166,7 @@ class HolotronPolicy:
                 (docs/holotron-runtime.md, "Jump-forward"); False: one model step per token, the same
                 reply (to rule the multi-token pass out when reporting a bug).
             cancel: when set, a hub download in progress stops within a second (resumable).
+            sampling: how tokens are chosen (:class:`~holodesk.policy.models.Sampling`; greedy by default).
         Raises:
             ModelLoadError: see :func:`~holodesk.policy.holotron.loader.load_holotron`.
         """
@@ -161,7 +174,8 @@ class HolotronPolicy:
                                attn_implementation=attn_implementation, cancel=cancel)
         policy = cls(loaded, reasoning=reasoning, max_images=max_images, constrained=constrained, protocol=protocol,
                      max_new_tokens=max_new_tokens, max_think_tokens=max_think_tokens,
-                     max_string_chars=max_string_chars, decoder=decoder, jump_forward=jump_forward)
+                     max_string_chars=max_string_chars, decoder=decoder, jump_forward=jump_forward,
+                     sampling=sampling)
         if constrained:
             policy._get_constraint()  # compile the grammar at load time, not in the first step
         return policy
@@ -295,9 +309,16 @@ class HolotronPolicy:
             "stop_reason": generation.stop_reason,
             "constrained": self.constrained,
             "reasoning": self.reasoning,
+            "sampling": self.sampling.record(),
+            "step_seed": self.sampling.step_seed(len(observation.history)),
             "kernels": self.loaded.kernels.get("summary", ""),
             "max_images_used": images,
         }
+        if self.sampling_notice:
+            extra["sampling_notice"] = self.sampling_notice
+        thought_text = reasoning_text(raw) if self.reasoning else None
+        if thought_text:
+            extra["reasoning_text"] = thought_text  # recorded with the step; never written into a later prompt
         if warnings:
             extra["warnings"] = warnings
         try:

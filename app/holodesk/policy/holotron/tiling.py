@@ -2,9 +2,9 @@
 
 The algorithm reproduces the preprocessing the model was trained with (docs/holotron-runtime.md, "One
 step"): InternVL's dynamic tiling (``find_closest_aspect_ratio`` in InternVL's ``dynamic_preprocess``,
-also used by Nemotron Nano 2 VL), bicubic resize with antialiasing
-on float pixels in ``[0, 1]`` without clamping (torchvision's tensor ``Resize`` / vLLM's
-``F.interpolate(..., antialias=True)``), row-major tiles plus a thumbnail, per-channel normalisation.
+also used by Nemotron Nano 2 VL), bicubic resize with antialiasing of the uint8 image as vLLM's
+``nano_nemotron_vl.py`` does it (the resized values rounded and clamped to 0..255, then divided by 255, so the
+bicubic overshoot at hard edges is cut), row-major tiles plus a thumbnail, per-channel normalisation.
 
 :func:`plan_tiling` (grid, tiles and tokens of one image, computed once per frame) is pure Python;
 :func:`preprocess_pixels` imports torch lazily, so importing this module needs neither torch nor numpy.
@@ -128,10 +128,14 @@ def preprocess_pixels(pixels: np.ndarray[Any, Any], tiling: Tiling, *, mean: Seq
                       tile_size: int, device: torch.device | None = None) -> torch.Tensor:
     """Turn one RGB frame into normalised tiles, cut as ``tiling`` says (:func:`plan_tiling` of its size).
 
-    Steps: uint8 -> float32 in [0, 1]; bicubic antialiased resize of the whole image to
-    ``tile_size*cols`` x ``tile_size*rows`` (aspect ratio not kept, no clamping); cut row-major; when
-    ``tiling`` has a thumbnail, append the whole image resized to ``tile_size`` x ``tile_size``;
-    normalise each channel with ``(x - mean) / std``.
+    Steps: bicubic antialiased resize of the whole image to ``tile_size*cols`` x ``tile_size*rows`` (aspect
+    ratio not kept) on the 0..255 values, rounded and clamped back to 0..255 as a uint8 resize is (vLLM
+    resizes the uint8 image, then divides by 255); cut row-major; when ``tiling`` has a thumbnail, append
+    the whole image resized to ``tile_size`` x ``tile_size`` the same way; divide by 255; normalise each
+    channel with ``(x - mean) / std``. The arithmetic is float32 on every device (CUDA has no uint8 bicubic
+    kernel), in two passes rounded and clamped as the uint8 kernel is; it agrees with torch's own uint8 kernel
+    within 2/255 (its fixed-point weights; tests/policy/holotron/test_tiling.py), where one float pass without
+    rounding between the passes differs by up to 19/255 at hard edges.
 
     Args:
         pixels: ``uint8`` array of shape ``(height, width, 3)``, RGB.
@@ -157,12 +161,20 @@ def preprocess_pixels(pixels: np.ndarray[Any, Any], tiling: Tiling, *, mean: Seq
     height, width = int(arr.shape[0]), int(arr.shape[1])
     cols, rows = tiling.cols, tiling.rows
     raw = torch.from_numpy(np.ascontiguousarray(arr)).to(device or "cpu")
-    image = raw.permute(2, 0, 1).to(torch.float32).div_(255.0).unsqueeze(0)  # (1, 3, h, w)
+    image = raw.permute(2, 0, 1).to(torch.float32).unsqueeze(0)  # (1, 3, h, w), values 0..255
+
+    def one_pass(source: torch.Tensor, target_h: int, target_w: int) -> torch.Tensor:
+        out = F.interpolate(source, size=(target_h, target_w), mode="bicubic", align_corners=False, antialias=True)
+        return out.round_().clamp_(0.0, 255.0)
 
     def resize(target_h: int, target_w: int) -> torch.Tensor:
-        if (target_h, target_w) == (height, width):
-            return image
-        return F.interpolate(image, size=(target_h, target_w), mode="bicubic", align_corners=False, antialias=True)
+        """The image at ``target_h`` x ``target_w``, in [0, 1], as a uint8 resize makes it: the width pass, then
+        the height pass, each rounded and clamped to 0..255 (torch's uint8 kernel stores its horizontal pass
+        as uint8 before the vertical one)."""
+        out = image if target_w == width else one_pass(image, height, target_w)
+        if target_h != height:
+            out = one_pass(out, target_h, target_w)
+        return out / 255.0
 
     resized = resize(tile_size * rows, tile_size * cols)[0]  # (3, S*rows, S*cols)
     tiles = resized.reshape(3, rows, tile_size, cols, tile_size).permute(1, 3, 0, 2, 4)

@@ -5,8 +5,10 @@ A checkpoint's ``config.json`` decides its runtime (:func:`family_of`):
 * ``NemotronH_Nano_VL_V2`` whose language model has no MoE block (Holotron-12B's dense Mamba-2 /
   attention / MLP pattern) -> Holodesk's own Holotron runtime (:mod:`holodesk.policy.holotron`);
 * ``qwen3_vl`` and ``qwen3_vl_moe`` (Holo2), ``qwen3_5`` and ``qwen3_5_moe`` (Holo3 / Holo3.1), and Nemotron-H Omni
-  checkpoints whose language model has MoE blocks (Holotron-3-Nano, built on Nemotron 3 Nano Omni, in
-  transformers' layout: ``nemotron_h_omni``) -> transformers' own classes (:mod:`holodesk.policy.native`);
+  checkpoints whose language model has MoE blocks (Holotron-3-Nano, built on Nemotron 3 Nano Omni), in
+  transformers' layout (``nemotron_h_omni``) or in the published remote-code one (``NemotronH_Nano_Omni_Reasoning_V3``
+  with ``llm_config`` / ``vision_config`` / ``sound_config``, read through transformers' own config class, which
+  maps those names: :func:`native_config`) -> transformers' own classes (:mod:`holodesk.policy.native`);
 * anything else -> :class:`~holodesk.errors.ModelLoadError` naming what is supported.
 
 Pure Python: no torch or transformers import (the doctor and the settings can read a checkpoint's family).
@@ -57,7 +59,7 @@ QWEN3_5: Final = Family("qwen3_5", ("qwen3_5",), "native", "Holo3 / Holo3.1, den
 QWEN3_5_MOE: Final = Family("qwen3_5_moe", ("qwen3_5_moe",), "native",
                             "Holo3 / Holo3.1, MoE sizes (e.g. Holo3-35B-A3B)",
                             "Qwen3.5-MoE: ViT + hybrid Gated DeltaNet / attention, MoE", moe=True)
-NEMOTRON_H_OMNI: Final = Family("nemotron_h_omni", ("nemotron_h_omni",), "native",
+NEMOTRON_H_OMNI: Final = Family("nemotron_h_omni", ("nemotron_h_omni", "NemotronH_Nano_Omni_Reasoning_V3"), "native",
                                 "Holotron-3-Nano (Nemotron 3 Nano Omni)",
                                 "Nemotron-H Omni: RADIO + hybrid Mamba-2 / attention / MoE", moe=True)
 
@@ -138,6 +140,30 @@ def family_of(config: dict[str, Any], where: str = "config.json") -> Family:
     )
 
 
+def native_config(config: dict[str, Any], family: Family, where: str = "config.json") -> Any:
+    """transformers' config object for a checkpoint whose ``config.json`` names its family by another
+    ``model_type`` than transformers' (the published remote-code layout, e.g. ``NemotronH_Nano_Omni_Reasoning_V3``):
+    the same fields, built with the config class of transformers' ``model_type`` (:attr:`Family.key`), which reads
+    the released names (``llm_config``, ``sound_config``, ...); None when the checkpoint is in transformers' layout
+    already (``from_pretrained`` reads it itself). Imports transformers.
+
+    Raises:
+        ModelLoadError: transformers' config class rejects the fields (the message names the error).
+    """
+    if config.get("model_type") == family.key:
+        return None
+    from transformers import AutoConfig
+
+    fields = {k: v for k, v in config.items() if k not in ("model_type", "architectures", "auto_map")}
+    try:
+        return AutoConfig.for_model(family.key, **fields)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ModelLoadError(
+            f"{where} has the published layout {config.get('model_type')!r}, which transformers' {family.key} "
+            f"configuration cannot read: {type(exc).__name__}: {exc}",
+            hint="Update transformers, or use the remote policy (vLLM serves it with --trust-remote-code).") from None
+
+
 def read_config(folder: str | Path) -> dict[str, Any]:
     """``config.json`` of a checkpoint folder.
 
@@ -169,5 +195,6 @@ def read_family(folder: str | Path) -> Family:
 
 __all__ = ["FAMILIES", "HOLOTRON", "NATIVE_FAMILIES", "NEMOTRON_H_OMNI", "QWEN3_5", "QWEN3_5_MOE", "QWEN3_VL",
            "QWEN3_VL_MOE", "Family",
-           "family_by_key", "family_of", "language_config", "nemotron_block_pattern", "read_config", "read_family",
+           "family_by_key", "family_of", "language_config", "native_config", "nemotron_block_pattern", "read_config",
+           "read_family",
            "supported_text"]

@@ -2,9 +2,15 @@
 
 One step: the protocol builds the contract's chat (:meth:`~holodesk.policy.contract.AgentLoopProtocol.build_messages`),
 the checkpoint's processor renders it with the model's chat template and turns the screenshots into the
-model's image features (:mod:`holodesk.policy.native.processor`), ``model.generate`` decodes greedily with
+model's image features (:mod:`holodesk.policy.native.processor`), ``model.generate`` decodes with
 :class:`ReplyRule` as its logits processor (the same xgrammar :class:`~holodesk.policy.holotron.runtime.Constraint`
-as the Holotron runtime, the thinking budget, the timings), and the protocol parses the reply.
+as the Holotron runtime, the thinking budget, temperature and top_p applied after the grammar's mask, the timings),
+greedily or sampling from a generator seeded per step (:class:`~holodesk.policy.models.Sampling`), and the protocol
+parses the reply.
+
+Reasoning is switched as the family's model table entry declares (:func:`holodesk.policy.models.native_reasoning`):
+the chat-template variable ``thinking`` for Holo2, ``enable_thinking`` for Holo3 / Holo3.1 and Holotron-3-Nano; no
+``/think`` line is written into their system prompt.
 
 Cache and compilation are transformers': ``cache_implementation="static"`` (a preallocated cache sized to
 a multiple of :data:`CACHE_STEP` tokens, so that steps of similar length reuse it), and on CUDA the
@@ -26,7 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 from holodesk.errors import ModelLoadError, PolicyError, PolicyOutputError
 from holodesk.policy.base import Observation, Proposal, pointer_after
-from holodesk.policy.native.families import NEMOTRON_H_OMNI, Family, read_family
+from holodesk.policy.contract import reasoning_text
+from holodesk.policy.models import GREEDY, Sampling, native_reasoning
+from holodesk.policy.native.families import NEMOTRON_H_OMNI, Family, family_of, native_config, read_config
 from holodesk.policy.protocol import DEFAULT_PROTOCOL
 
 if TYPE_CHECKING:
@@ -159,7 +167,8 @@ def load_native(
     if target.type == "cuda" and not torch.cuda.is_available():
         raise ModelLoadError("device cuda was asked for but torch sees no CUDA GPU")
     folder = resolve_source(source, progress=progress, download=target.type == "cuda", cancel=cancel)
-    family = read_family(folder)
+    raw_config = read_config(folder)
+    family = family_of(raw_config, str(folder / "config.json"))
     if family.runtime != "native":
         raise ModelLoadError(f"{folder} is a {family.models} checkpoint, which runs on Holodesk's Holotron runtime",
                              hint="Load it with holodesk.policy.local.load_local_policy.")
@@ -174,6 +183,11 @@ def load_native(
         kwargs["attn_implementation"] = attn_implementation
     if target.type != "cpu":
         kwargs["device_map"] = {"": str(target)}
+    translated = native_config(raw_config, family, str(folder / "config.json"))
+    if translated is not None:  # the published remote-code layout, read by transformers' own config class
+        kwargs["config"] = translated
+        log.info("%s: config.json in the published layout %r, read as transformers' %s", folder,
+                 raw_config.get("model_type"), family.key)
     try:
         result: Any = AutoModelForImageTextToText.from_pretrained(str(folder), **kwargs)
     except Exception as exc:
@@ -192,7 +206,7 @@ def load_native(
                              hint="The config and the weights come from different models, or the download is "
                                   "incomplete.")
     model.eval()
-    processor, processor_kind = load_processor(folder, family)
+    processor, processor_kind = load_processor(folder, family, translated)
     tokenizer = getattr(processor, "tokenizer", processor)
     eos_ids = _stop_ids(model, tokenizer, folder)
     pad = tokenizer.pad_token_id
@@ -213,12 +227,14 @@ def load_native(
 class ReplyRule:
     """The logits processor of one reply (transformers' ``LogitsProcessor`` call signature).
 
-    Greedy choice stays ``generate``'s; this rule, called once per generated token with the logits, applies
-    the same stop rules as the Holotron runtime's ``decode_loop``: while thinking (``reasoning`` and a
-    ``</think>`` token) the logits are free until ``</think>``, which is forced after ``max_think_tokens``;
-    after it the grammar masks every token the reply schema does not allow (``constraint``); a token the
-    grammar rejects ends the reply (a stop token is forced, ``stop_reason`` ``"grammar"``). It also
-    notes when the first logits arrived (the end of the prefill) and the last.
+    The choice itself stays ``generate``'s (argmax, or a draw from the softmax when sampling); this rule,
+    called once per generated token with the logits, applies the same stop rules as the Holotron runtime's
+    ``decode_loop``: while thinking (``reasoning`` and a ``</think>`` token) the logits are free until
+    ``</think>``, which is forced after ``max_think_tokens``; after it the grammar masks every token the reply
+    schema does not allow (``constraint``); a token the grammar rejects ends the reply (a stop token is
+    forced, ``stop_reason`` ``"grammar"``). When ``sampling`` is not greedy, the masked logits are then divided
+    by its temperature and cut to its top_p (so the draw never leaves what the grammar allows). It also notes
+    when the first logits arrived (the end of the prefill) and the last.
 
     Attributes:
         first_at, last_at: ``time.perf_counter()`` at the first and the last call (None before the first).
@@ -226,8 +242,10 @@ class ReplyRule:
     """
 
     def __init__(self, constraint: Constraint | None, *, reasoning: bool, think_end_id: int | None,
-                 max_think_tokens: int, eos_ids: tuple[int, ...], device: torch.device) -> None:
+                 max_think_tokens: int, eos_ids: tuple[int, ...], device: torch.device,
+                 sampling: Sampling = GREEDY) -> None:
         self.constraint = constraint
+        self.sampling = sampling
         self.thinking = reasoning and think_end_id is not None
         self.think_end_id = think_end_id
         self.max_think_tokens = max_think_tokens
@@ -260,8 +278,23 @@ class ReplyRule:
             self._force(row, self.eos_id)
         elif self.constraint is not None:
             self.constraint.mask(row)
+        if not self.sampling.greedy:
+            self._warp(row)
         self.last_at = time.perf_counter()
         return scores
+
+    def _warp(self, row: torch.Tensor) -> None:
+        """Divide ``row`` (masked logits) by the temperature and keep the smallest set of tokens whose
+        probability reaches top_p (at least the most likely one), in place."""
+        import torch
+
+        row.div_(self.sampling.temperature)
+        if self.sampling.top_p >= 1.0:
+            return
+        ordered, order = torch.sort(row, descending=True)
+        mass = torch.softmax(ordered.float(), dim=-1).cumsum(dim=-1)
+        cut = (mass - torch.softmax(ordered.float(), dim=-1)) >= self.sampling.top_p  # mass before this token
+        row[order[cut]] = float("-inf")
 
     @staticmethod
     def _force(row: torch.Tensor, token: int) -> None:
@@ -307,8 +340,9 @@ class NativePolicy:
         max_new_tokens: int = 1024,
         max_think_tokens: int = 1024,
         max_string_chars: int | None = None,
+        sampling: Sampling = GREEDY,
     ) -> None:
-        """Wrap a loaded checkpoint.
+        """Wrap a loaded checkpoint (``sampling``: how tokens are chosen; greedy by default).
 
         Raises:
             PolicyError: ``max_images`` < 1 or ``max_new_tokens`` < 1.
@@ -328,6 +362,8 @@ class NativePolicy:
         self.max_new_tokens = max_new_tokens
         self.max_think_tokens = max_think_tokens
         self.max_string_chars = max_string_chars
+        self.sampling = sampling
+        self.switch = native_reasoning(loaded.family.key)
         self.static_cache = True
         self.compiled = loaded.device.type == "cuda" and bool(getattr(loaded.model, "_can_compile_fullgraph", False))
         self._constraint: Constraint | None = None
@@ -351,6 +387,7 @@ class NativePolicy:
         max_string_chars: int | None = None,
         attn_implementation: str | None = "sdpa",
         cancel: threading.Event | None = None,
+        sampling: Sampling = GREEDY,
     ) -> NativePolicy:
         """Load a checkpoint (:func:`load_native`) and return a ready policy (the grammar compiled).
 
@@ -361,7 +398,7 @@ class NativePolicy:
                              attn_implementation=attn_implementation, cancel=cancel)
         policy = cls(loaded, reasoning=reasoning, max_images=max_images, constrained=constrained, protocol=protocol,
                      max_new_tokens=max_new_tokens, max_think_tokens=max_think_tokens,
-                     max_string_chars=max_string_chars)
+                     max_string_chars=max_string_chars, sampling=sampling)
         if constrained:
             policy._get_constraint()  # compile the grammar at load time, not in the first step
         return policy
@@ -397,7 +434,8 @@ class NativePolicy:
         from PIL import Image
 
         images_kept = self.max_images if max_images is None else max_images
-        messages = self.protocol.build_messages(observation, max_images=images_kept, reasoning=self.reasoning)
+        messages = self.protocol.build_messages(observation, max_images=images_kept, reasoning=self.reasoning,
+                                                reasoning_line=self.switch.prompt_line)
         images: list[Any] = []
         chat: list[dict[str, Any]] = []
         for message in messages:
@@ -411,7 +449,7 @@ class NativePolicy:
             chat.append({"role": message["role"], "content": parts})
         processor = self.loaded.processor
         prompt_text = processor.apply_chat_template(chat, tokenize=False, add_generation_prompt=True,
-                                                    enable_thinking=self.reasoning)
+                                                    **self.switch.template_kwargs(self.reasoning))
         inputs = processor(text=[prompt_text], images=images or None, return_tensors="pt")
         moved = {k: (v.to(self.loaded.device) if hasattr(v, "to") else v) for k, v in dict(inputs).items()}
         if "pixel_values" in moved and moved["pixel_values"].is_floating_point():
@@ -438,11 +476,15 @@ class NativePolicy:
         loaded = self.loaded
         rule = ReplyRule(self._get_constraint() if self.constrained else None, reasoning=self.reasoning,
                          think_end_id=loaded.think_end_id, max_think_tokens=self.max_think_tokens,
-                         eos_ids=loaded.eos_ids, device=loaded.device)
+                         eos_ids=loaded.eos_ids, device=loaded.device, sampling=self.sampling)
+        sampled = not self.sampling.greedy
         options: dict[str, Any] = {
-            "max_new_tokens": budget, "do_sample": False, "eos_token_id": list(loaded.eos_ids),
+            "max_new_tokens": budget, "do_sample": sampled, "eos_token_id": list(loaded.eos_ids),
             "pad_token_id": loaded.pad_id, "logits_processor": [rule], "disable_compile": not self.compiled,
         }
+        if sampled:  # ReplyRule warps after the mask; generate's own warpers stay neutral
+            options.update(temperature=1.0, top_p=1.0, top_k=0, min_p=None)
+            torch.manual_seed(self.sampling.step_seed(len(observation.history)))
         if self.static_cache:
             options["cache_implementation"] = "static"
             options["max_cache_len"] = math.ceil((prompt_tokens + budget) / CACHE_STEP) * CACHE_STEP
@@ -518,7 +560,11 @@ class NativePolicy:
         extra["max_images_used"] = images
         if notices:
             extra["warnings"] = notices
-        extra.update(constrained=self.constrained, reasoning=self.reasoning)
+        extra.update(constrained=self.constrained, reasoning=self.reasoning, sampling=self.sampling.record(),
+                     step_seed=self.sampling.step_seed(len(observation.history)))
+        thought_text = reasoning_text(raw) if self.reasoning else None
+        if thought_text:
+            extra["reasoning_text"] = thought_text  # recorded with the step; never written into a later prompt
         if self.loaded.notes:
             extra["load_notes"] = list(self.loaded.notes)
         try:
