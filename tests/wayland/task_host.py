@@ -42,7 +42,10 @@ def main(episodes: Path, scripts: list[Path]) -> int:
         settings = load_settings().model_copy(update={"policy": "script", "script_file": script})
         try:
             session = build_session(settings, ApprovalPolicy("step", approve_everything), episodes_dir=episodes)
-            result = session.run(f"task {task}")
+            try:
+                result = session.run(f"task {task}")
+            finally:
+                session.close()  # as the app's task worker does
             status, reason = result.status.value, result.reason
         except Exception as exc:  # the test reads the failure from the line
             status, reason = "error", f"{type(exc).__name__}: {exc}"
