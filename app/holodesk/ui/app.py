@@ -35,7 +35,7 @@ from holodesk.ui.icons import Status, status_for_state
 from holodesk.ui.notify import Notifier, install_exception_hooks
 from holodesk.ui.overlay import MARKER_COLOR
 from holodesk.ui.palette import CommandPalette, GlobalHotkeys
-from holodesk.ui.remote import AppRemote
+from holodesk.ui.remote import CLOSING, AppRemote
 from holodesk.ui.settings_dialog import SettingsDialog
 from holodesk.ui.tray import AppActions, FallbackWindow, TrayIcon, app_icon
 from holodesk.ui.wizard import MachineFacts, SetupWizard, gather_facts
@@ -129,6 +129,7 @@ class HolodeskApp(QObject):
                  window_probe: Callable[..., Any] | None = None, headless: bool = False,
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
+        self.closing = False  # set by shutdown(): no task starts any more (one queued when a signal came)
         self.focus_probe = focus_probe or _focus_probe()
         self.window_probe = window_probe or _window_probe()
         self.settings = settings
@@ -202,7 +203,7 @@ class HolodeskApp(QObject):
         """The menu's (and the window's) commands."""
         a = self.actions
         a.new_task.triggered.connect(self.open_palette)
-        a.stop.triggered.connect(self.stop)
+        a.stop.triggered.connect(lambda: self.stop())  # not triggered(checked) as who stopped it
         a.pause.triggered.connect(self.toggle_pause)
         a.mode_selected.connect(self.set_mode)
         a.replay.triggered.connect(self.choose_replay)
@@ -257,7 +258,8 @@ class HolodeskApp(QObject):
 
     def shutdown(self, wait_s: float = 5.0) -> None:
         """Stop any task (waiting up to ``wait_s`` seconds for it), stop the hotkeys, close every window
-        and the policy. The event loop keeps running."""
+        and the policy. The event loop keeps running; no task starts any more (:data:`CLOSING`)."""
+        self.closing = True
         self.stop()
         self.runner.wait(wait_s)
         self.hotkeys.stop()
@@ -288,6 +290,9 @@ class HolodeskApp(QObject):
         """Run ``task`` on the worker thread, with ``settings`` (default: the current settings). False (and
         the user is told) when it cannot start."""
         run_settings = settings or self.settings
+        if self.closing:  # a task queued (by a caller) as the app was told to quit: it never starts
+            log.warning("not starting %r: %s", task, CLOSING)
+            return False
         try:
             self._task_settings = run_settings
             # One task drives the desktop: the drive lock is held from building the session to the end.
