@@ -169,7 +169,10 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from holodesk import mcp_server
 
     if args.print_config:
-        print(mcp_server.print_config(args.print_config, http_port=args.port if args.http else None), end="")
+        from holodesk.settings import load_settings
+
+        print(mcp_server.print_config(args.print_config, http_port=args.port if args.http else None,
+                                      max_wall_s=load_settings().max_wall_s), end="")
         return EXIT_OK
     return mcp_server.run(http_port=args.port if args.http else None, script=args.script)
 
