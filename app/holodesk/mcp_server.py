@@ -54,6 +54,10 @@ HOSTS = ("claude-code", "cursor", "codex")
 TOKEN_ENV = "HOLODESK_MCP_TOKEN"
 """Environment variable that gives the HTTP transport's bearer token (else it is kept in the keychain)."""
 
+HEARTBEAT_S = 5.0
+"""Seconds without a step report after which ``run_task`` sends a progress notification anyway (a step
+waiting for the user's approval can take minutes): the host sees the call is alive."""
+
 _EPISODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 _FRAME = re.compile(r"^step-\d{3,6}\.png$")
 
@@ -70,6 +74,12 @@ def busy_outcome(reason: str) -> dict[str, Any]:
 def step_message(report: dict[str, Any]) -> str:
     """One progress line: ``"Step 2: Click at (10, 20) — approved by the user — performed"``."""
     return f"Step {report['step']}: {report['action']} — {report['decision']} — {report['result']}"
+
+
+def heartbeat_message(steps_done: int) -> str:
+    """The progress line sent every :data:`HEARTBEAT_S` seconds while no step ends."""
+    return (f"Step {steps_done + 1} in progress: it may be waiting for the user's approval on their screen "
+            "(the task goes on when they decide)")
 
 
 class Desk:
@@ -243,7 +253,9 @@ def build_server(desk: Desk, settings: Settings) -> MCPServer:
 
 async def _run_task_with_progress(desk: Desk, task: str, mode: str | None, ctx: Context) -> dict[str, Any]:
     """Run ``task`` through ``desk`` on a worker thread and return its outcome; each step's report goes to
-    the caller as a progress notification (progress = the step number, message = :func:`step_message`).
+    the caller as a progress notification (progress = the step number, message = :func:`step_message`), and
+    while no step ends, one every :data:`HEARTBEAT_S` seconds (progress = steps done + a fraction that grows
+    towards 1, so it always increases; message = :func:`heartbeat_message`).
 
     A cancelled call (also a client that disconnects) sets the task's stop event and waits (at most 60 s,
     shielded) for the worker to record the stop before the cancellation propagates.
@@ -272,10 +284,17 @@ async def _run_task_with_progress(desk: Desk, task: str, mode: str | None, ctx: 
 
     worker = threading.Thread(target=work, name="holodesk-mcp-task", daemon=True)
     worker.start()
+    done, beats = 0, 0
     try:
         while True:
-            kind, value = await queue.get()
+            try:
+                kind, value = await asyncio.wait_for(queue.get(), HEARTBEAT_S)
+            except TimeoutError:
+                beats += 1
+                await ctx.report_progress(done + 1 - 0.5 ** beats, None, heartbeat_message(done))
+                continue
             if kind == "step":
+                done, beats = int(value["step"]), 0
                 await ctx.report_progress(float(value["step"]), None, step_message(value))
             elif kind == "error":  # told to the caller in words (other exceptions are logged above)
                 raise ToolError(str(value)) from value
