@@ -253,3 +253,11 @@ def test_a_changed_policy_setting_builds_a_new_policy_for_the_next_task(
     assert len(built) == 2 and built[0].closed and not built[1].closed
     (name, value), = change.items()
     assert getattr(built[1].settings, name) == value
+
+
+def test_the_start_balloon_names_the_hotkey_as_people_write_it(qtbot: Any, make_app: Any) -> None:
+    kit = make_app([], hotkey_palette="<ctrl>+<alt>+h")
+    qtbot.waitUntil(lambda: any(n.title == "Holodesk is running" for n in kit.app.notifier.history), timeout=10000)
+    (notice,) = [n for n in kit.app.notifier.history if n.title == "Holodesk is running"]
+    assert "Press Ctrl+Alt+H or click the tray icon" in notice.text, notice.text
+    assert "<ctrl>" not in notice.text

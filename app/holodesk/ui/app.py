@@ -34,7 +34,7 @@ from holodesk.ui.history import HistoryWindow
 from holodesk.ui.icons import Status, status_for_state
 from holodesk.ui.notify import Notifier, install_exception_hooks
 from holodesk.ui.overlay import MARKER_COLOR
-from holodesk.ui.palette import CommandPalette, GlobalHotkeys
+from holodesk.ui.palette import CommandPalette, GlobalHotkeys, hotkey_label
 from holodesk.ui.remote import CLOSING, AppRemote
 from holodesk.ui.settings_dialog import SettingsDialog
 from holodesk.ui.tray import AppActions, FallbackWindow, TrayIcon, app_icon
@@ -230,7 +230,8 @@ class HolodeskApp(QObject):
         if self.tray is not None:
             self.tray.show()
             self.notifier.info("Holodesk is running",
-                               f"Press {self.settings.hotkey_palette} or click the tray icon to give it a task.")
+                               f"Press {hotkey_label(self.settings.hotkey_palette)} or click the tray icon to give it "
+                               "a task.")
         if self.window is not None:
             self.window.show()
             self.window.raise_()
