@@ -257,6 +257,7 @@ def test_replay_path_checks_the_file(make_wizard: Any, tmp_path: Path) -> None:
     w.choice_page.replay.setChecked(True)
     w.next()
     page = w.replay_page
+    page.file.setText("")  # the shipped example is offered first
     assert w.currentId() == w.PAGE_REPLAY and not finish_enabled(w)
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{not json\n")
@@ -312,3 +313,26 @@ def test_a_bad_server_url_is_answered_without_a_request(make_wizard: Any, tmp_pa
     page.test_button.click()
     assert page.result.text().startswith("✖ endpoint must start with http:// or https://")
     assert page.test_button.isEnabled() and not finish_enabled(w)
+
+
+def test_the_replay_page_offers_the_example_that_ships_and_it_plays_to_an_answer(make_wizard: Any,
+                                                                                  tmp_path: Path) -> None:
+    from holodesk.core.actions import Answer
+    from holodesk.policy.scripted import ScriptedPolicy
+    from holodesk.ui.wizard import EXAMPLE_REPLAY
+
+    w = make_wizard(facts(None, tmp_path))
+    w.choice_page.replay.setChecked(True)
+    w.next()
+    page = w.replay_page
+    assert Path(page.file.text()) == EXAMPLE_REPLAY and EXAMPLE_REPLAY.is_file()
+    assert page.state.text() == "✔ 3 replies." and finish_enabled(w)
+    policy = ScriptedPolicy(EXAMPLE_REPLAY)
+    import numpy as np
+
+    from holodesk.core.geometry import Frame, Monitor
+    from holodesk.policy.base import Observation
+
+    seen = Observation(task="t", frame=Frame(np.zeros((4, 4, 3), np.uint8), Monitor(1, 0, 0, 4, 4)))
+    actions = [policy.propose(seen).action for _ in range(3)]
+    assert isinstance(actions[-1], Answer) and "replay" in actions[-1].text
