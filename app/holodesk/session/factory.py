@@ -64,6 +64,7 @@ def build_policy(settings: Settings, *, progress: Any = None, cancel: threading.
             max_images=settings.max_images,
             structured_output=settings.constrained_decoding,
             reasoning=settings.reasoning,
+            timeout_s=settings.request_timeout_s,
         )
     if settings.policy == "local":
         from holodesk.policy.local import load_local_policy

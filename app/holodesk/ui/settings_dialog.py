@@ -60,7 +60,7 @@ GROUPS: list[tuple[str, str, list[str]]] = [
     ("Basic", "Approvals", ["approval", "autopilot_countdown_s"]),
     ("Basic", "Desktop", ["monitor", "hotkey_palette", "hotkey_stop", "data_dir"]),
     ("Advanced", "Model", ["decoder", "reasoning", "constrained_decoding", "max_images", "max_reply_tokens",
-                           "max_string_chars", "protocol"]),
+                           "max_string_chars", "protocol", "request_timeout_s"]),
     ("Advanced", "Limits of one task", ["max_steps", "max_wall_s", "max_parse_failures", "max_repeats"]),
     ("Advanced", "Input", ["desktop_backend", "typing"]),
 ]
@@ -90,6 +90,7 @@ LABELS = {
     "max_repeats": "Repeats before stopping", "typing": "Typing method", "hotkey_palette": "Command box hotkey",
     "hotkey_stop": "Stop hotkey", "data_dir": "Data folder", "max_reply_tokens": "Reply token cap",
     "max_string_chars": "Text field cap", "decoder": "Decoder", "desktop_backend": "Desktop backend",
+    "request_timeout_s": "Server reply timeout (s)",
 }
 
 CHOICE_LABELS: dict[str, dict[str, str]] = {
@@ -112,6 +113,7 @@ APPLIES: dict[str, Callable[[dict[str, Any]], bool]] = {
     "max_reply_tokens": lambda v: v["policy"] == "local",
     "max_string_chars": lambda v: v["policy"] == "local" and bool(v["constrained_decoding"]),
     "endpoint": lambda v: v["policy"] == "remote",
+    "request_timeout_s": lambda v: v["policy"] == "remote",
     "script_file": lambda v: v["policy"] == "script",
     "reasoning": lambda v: v["policy"] in ("local", "remote"),
     "constrained_decoding": lambda v: v["policy"] in ("local", "remote"),
@@ -124,7 +126,8 @@ NOT_APPLYING = {
     "model": "Used by the local model and by a server only.", "precision": "Used by the local model only.",
     "decoder": "Used by the local model only.", "max_reply_tokens": "Used by the local model only.",
     "max_string_chars": "Used by the local model with constrained replies only.",
-    "endpoint": "Used with a server only.", "script_file": "Used with a replay file only.",
+    "endpoint": "Used with a server only.", "request_timeout_s": "Used with a server only.",
+    "script_file": "Used with a replay file only.",
     "reasoning": "Not used by a replay file.", "constrained_decoding": "Not used by a replay file.",
     "max_images": "Not used by a replay file.", "autopilot_countdown_s": "Used in autopilot mode only.",
 }
