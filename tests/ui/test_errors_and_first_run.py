@@ -223,7 +223,7 @@ def test_progress_words() -> None:
 def test_gpu_facts_sample_is_a_24gb_card() -> None:
     gpu = GpuInfo(0, "NVIDIA GeForce RTX 4090", 24 * GIB, int(23.0 * GIB))
     fitting = {f.model.key: f.best for f in MachineFacts(gpu, "", Path("/tmp"), 0, "x11", True, True, "", True).fitting}
-    assert fitting["holotron-12b"] == "8bit" and fitting["holo2-8b"] == "bf16" and "holotron-3-nano" not in fitting
+    assert fitting["holotron-12b"] == "4bit" and fitting["holo2-8b"] == "bf16" and "holotron-3-nano" not in fitting
 
 
 def test_first_run_opens_the_wizard(qtbot: Any, tmp_path: Path) -> None:
