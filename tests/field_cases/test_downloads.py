@@ -629,3 +629,15 @@ def test_F30_ctrl_c_stops_holodesk_download_within_a_second(hub: LoopbackHub, ca
     kept = partial.stat().st_size
     time.sleep(0.5)
     assert partial.stat().st_size == kept and partial.read_bytes() == SHARD_BYTES[:kept]
+
+
+def test_F30_a_file_damaged_at_the_source_is_fetched_twice_not_six_times(hub: LoopbackHub, cache: Path) -> None:
+    """The hub sends the same damaged bytes every time: after one more try the download ends, instead of
+    fetching the file again until the whole retry budget (5) is spent."""
+    hub.faults.corrupt = SHARD
+    with pytest.raises(DownloadError) as info:
+        download_model(REPO, cache_dir=cache)
+    assert info.value.kind == "corrupt"
+    assert "arrived damaged 2 times" in info.value.message, info.value.message
+    assert len(hub.gets(SHARD)) == 2
+    assert _partials(cache) == [] and cached_snapshot(REPO, cache_dir=cache) is None

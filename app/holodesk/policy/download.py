@@ -65,6 +65,10 @@ KINDS = ("not_found", "gated", "auth", "server", "offline", "disk_full", "stalle
 
 DEFAULT_STALL_TIMEOUT_S = 30.0
 DEFAULT_RETRY_BUDGET = 5
+DAMAGED_COPIES_TOLERATED = 1
+"""Damaged copies of one file fetched again (within the retry budget); the next damaged copy ends the
+download: the same wrong bytes twice come from the source (a broken mirror or proxy), not from the transfer,
+and fetching gigabytes more cannot fix that."""
 ORPHAN_AGE_S = 600.0
 """A partial file nobody planned and nobody wrote to for this long is deleted."""
 _SPACE_MARGIN = 4 * 1024 * 1024
@@ -758,6 +762,7 @@ def _fetch_attempts(job: _Job, plan: DownloadPlan, item: PlannedFile, headers: d
     from huggingface_hub.file_download import http_get
 
     folder = plan.repo_folder
+    damaged = 0
     while True:
         job.check()
         partial.touch(exist_ok=True)
@@ -792,6 +797,11 @@ def _fetch_attempts(job: _Job, plan: DownloadPlan, item: PlannedFile, headers: d
         except _RetryableFileError as exc:
             if exc.kind == "unstable":
                 raise
+            if exc.kind == "corrupt":
+                damaged += 1
+                if damaged > DAMAGED_COPIES_TOLERATED:
+                    raise _RetryableFileError("corrupt", f"{exc} (the same file arrived damaged {damaged} times, so "
+                                              "the source sends damaged bytes; it was not fetched again)") from exc
             _spend_retry(job, budget, exc)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT) or _status_of(exc) is not None:
@@ -949,7 +959,8 @@ def download_model(repo_id: str, *, revision: str = "main", cache_dir: str | Pat
         patterns: file patterns to download (default :data:`MODEL_PATTERNS`).
         stall_timeout_s: seconds without a byte (or any other sign of progress) before giving up.
         retry_budget: failed attempts (dropped connections that restart a file, truncated or damaged
-            files, server errors while fetching) tolerated for the whole download.
+            files, server errors while fetching) tolerated for the whole download; a file that arrives
+            damaged is fetched again at most :data:`DAMAGED_COPIES_TOLERATED` times.
         verify_cached: hash the files already in the cache too (``holodesk download`` does).
     Returns:
         :class:`DownloadResult`.
