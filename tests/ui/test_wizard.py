@@ -300,6 +300,7 @@ def test_closing_the_wizard_cancels_a_running_download(qtbot: Any, make_wizard: 
     assert dialog is not None
     qtbot.waitUntil(lambda: dialog.file.text() != "", timeout=5000)
     w.reject()  # Cancel on the wizard (or Quit, which closes it)
+    assert not dialog.isVisible()  # the download's window goes with the wizard, not left behind alone
     assert seen_cancel.wait(5) and dialog.wait(5)
     qtbot.waitUntil(lambda: dialog.state == "cancelled", timeout=5000)
     assert not (tmp_path / "config" / "settings.toml").exists()

@@ -620,10 +620,13 @@ class SetupWizard(QWizard):
         return pages[self.currentId()]
 
     def done(self, result: int) -> None:
-        """Close (Finish, Cancel, the window's close button): a running download is cancelled first."""
+        """Close (Finish, Cancel, the window's close button): a running download is cancelled first, and
+        its dialog closes with the wizard (the download stops within a second, in the background)."""
         dialog = self.local_page.dialog
-        if dialog is not None and dialog.state == "running":
-            dialog.cancel()
+        if dialog is not None:
+            if dialog.state == "running":
+                dialog.cancel()
+            dialog.close()
         super().done(result)
 
     def accept(self) -> None:
