@@ -76,6 +76,10 @@ _SPACE_MARGIN = 4 * 1024 * 1024
 _TICK_S = 0.1
 _PROGRESS_EVERY_S = 0.25
 _SPEED_WINDOW_S = 5.0
+_ESTIMATE_MIN_BYTES = 8 * 1024 * 1024
+"""Bytes the speed window must hold before a time left is given. huggingface_hub hands the bytes over in
+10 MiB chunks, so a window of a few small files and no chunk measures the chunking, not the link, and gave
+first estimates like "771 h left"."""
 
 
 def human_bytes(n: float) -> str:
@@ -621,7 +625,8 @@ class _Job:
 class _ProgressReporter:
     """Turns a job's counters into :class:`DownloadProgress` calls on the caller's thread: one figure in
     bytes for the whole model that never goes backwards, the speed over the last ``_SPEED_WINDOW_S``
-    seconds (bytes/s; 0 until 0.5 s of samples) and the time left (s; None while the speed is 0)."""
+    seconds, stretched back until the window holds ``_ESTIMATE_MIN_BYTES`` (bytes/s; 0 until 0.5 s of
+    samples), and the time left (s; None while the window holds fewer than ``_ESTIMATE_MIN_BYTES``)."""
 
     def __init__(self, job: _Job, repo_id: str, progress: ProgressCallback | None) -> None:
         self.job = job
@@ -648,12 +653,14 @@ class _ProgressReporter:
         self.shown = max(self.shown, min(done, plan.total_bytes))  # one bar, never backwards
         samples = self.samples
         samples.append((now, fetched))
-        while len(samples) > 2 and now - samples[0][0] > _SPEED_WINDOW_S:
+        while (len(samples) > 2 and now - samples[1][0] >= _SPEED_WINDOW_S
+               and fetched - samples[1][1] >= _ESTIMATE_MIN_BYTES):
             samples.popleft()
-        span = now - samples[0][0]
-        speed = (fetched - samples[0][1]) / span if span > 0.5 else 0.0
+        span, got = now - samples[0][0], fetched - samples[0][1]
+        speed = got / span if span > 0.5 else 0.0
         left = plan.total_bytes - self.shown
-        eta = left / speed if speed > 0 else (0.0 if left == 0 else None)
+        measured = speed > 0 and got >= _ESTIMATE_MIN_BYTES
+        eta = 0.0 if left == 0 else left / speed if measured else None
         self.progress(DownloadProgress(self.repo_id, self.shown, plan.total_bytes, speed, eta, file, index,
                                        len(plan.files), plan.repo_folder, stage))
 
