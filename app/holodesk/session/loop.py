@@ -124,6 +124,13 @@ STOPPED_BY_WALL_CAP = "the wall-time cap"
 """``stopped_by`` of a run that :attr:`SessionLimits.max_wall_s` ended (its status is FAILED)."""
 
 
+def stopped_by_signal(signum: int) -> str:
+    """``stopped_by`` of a run that a signal to the process ended: ``"a SIGTERM signal to Holodesk"``."""
+    import signal
+
+    return f"a {signal.Signals(signum).name} signal to Holodesk"
+
+
 @dataclass
 class _Run:
     """What one run carries from step to step.

@@ -9,12 +9,13 @@ through :class:`~holodesk.ui.notify.Notifier`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import logging.handlers
 import os
 import sys
 import threading
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from holodesk.errors import HolodeskError, ModelLoadError, SettingsError
 from holodesk.instance import ChannelError, ChannelServer, DriveLock, InstanceLock
 from holodesk.session.approval import ApprovalPolicy
 from holodesk.session.factory import PolicyCache, build_capture, build_executor, build_session
-from holodesk.session.loop import EpisodeResult, Session, SessionEvent, State
+from holodesk.session.loop import EpisodeResult, Session, SessionEvent, State, stopped_by_signal
 from holodesk.settings import Settings, config_path, load_settings
 from holodesk.ui.approval import ApprovalController
 from holodesk.ui.download import DownloadFn
@@ -610,8 +611,34 @@ def run_app(force_window: bool = False, instance: InstanceLock | None = None) ->
                 channel = None
                 holo.notifier.error("`holodesk stop` and `holodesk palette` will not reach this app", exc)
         holo.start(first_run=first_run)
-        return int(app.exec())
+        with _quit_on_signals(holo):
+            return int(app.exec())
     finally:
         if channel is not None:
             channel.close()
         restore()
+
+
+@contextlib.contextmanager
+def _quit_on_signals(holo: HolodeskApp) -> Iterator[None]:
+    """While the event loop runs, SIGTERM, SIGHUP and SIGINT (the session ending, ``kill``, Ctrl+C) stop any
+    task, recorded as stopped by that signal (its record gets its end), and quit the app."""
+    import signal
+
+    from PySide6.QtCore import QTimer
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("signal %d: stopping any task and quitting", signum)
+        holo.stop(by=stopped_by_signal(signum))
+        holo.quit()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    wake = QTimer()  # Python runs signal handlers only between bytecodes: let it run while Qt waits
+    wake.timeout.connect(lambda: None)
+    wake.start(200)
+    try:
+        yield
+    finally:
+        wake.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
