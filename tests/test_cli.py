@@ -145,3 +145,22 @@ def test_tiny_checkpoint_without_the_local_runtime_says_what_to_install(tmp_path
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert "the local runtime is not installed" in res.stderr and "holodesk[local]" in res.stderr
     assert not (tmp_path / "tc").exists()
+
+
+def test_the_readme_run_without_the_local_runtime_is_one_clear_error(tmp_path: Path, xvfb_session: Any) -> None:
+    """The README's ``holodesk run "click OK"`` on a machine set up without a GPU (no torch: the installer
+    leaves the ``local`` extra out; here ``sys.modules['torch'] = None`` stands in for that) ends with one
+    message that names what is missing and what to do, not a ModuleNotFoundError traceback."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOLODESK_")}
+    env.update(xvfb_session.env(), HOLODESK_CONFIG=str(tmp_path / "settings.toml"),
+               HOLODESK_DATA_DIR=str(tmp_path / "data"), PYTHONPATH=str(ROOT / "app"))
+    code = "import sys; sys.modules['torch'] = None; from holodesk.cli import main; sys.exit(main(['run', 'click OK']))"
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                         stdin=subprocess.DEVNULL)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr and "ModuleNotFoundError" not in res.stderr, res.stderr
+    assert "the local runtime is not installed" in res.stderr and "setup wizard" in res.stderr, res.stderr
+    assert "--endpoint URL --model NAME" in res.stderr

@@ -67,7 +67,7 @@ def test_local_fit_names_the_precision_the_wizard_would_pick(tmp_path: Path, mon
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", str(tmp_path))
     section = doctor._local_fit()
-    assert section["precision that fits"] == best_precision(23500 * 2**20) == "8bit"
+    assert section["precision that fits"] == best_precision(23500 * 2**20) == "4bit"
     assert "RTX 4090, 22.9 GiB free" in section["gpu"]
     monkeypatch.setenv("PATH", str(tmp_path / "none"))
     section = doctor._local_fit()
@@ -105,7 +105,7 @@ def test_doctor_reports_the_chosen_model_its_architecture_precision_and_fit(
     assert section["precision that fits"] == get_model("holo2-8b").best_precision(23500 * 2**20) == "bf16"
     listed = section["models that fit this GPU"]
     assert [line.split(":")[0] for line in listed] == [f.model.display_name for f in models_that_fit(23500 * 2**20)]
-    assert "Holotron-12B: 8bit (needs 18 GiB)" in listed
+    assert "Holotron-12B: 4bit (needs 12 GiB)" in listed
     assert not any(line.startswith("Holotron-3-Nano") for line in listed)  # needs 25 GiB even in NF4
     # what the next policy runs with: Holo2's profile (thinking on, as its makers run it), sampled
     assert section["generation"].startswith("think before acting on (setting 'auto'), up to 2,048 tokens of thought")

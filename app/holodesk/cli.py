@@ -174,7 +174,10 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from holodesk import mcp_server
 
     if args.print_config:
-        print(mcp_server.print_config(args.print_config, http_port=args.port if args.http else None), end="")
+        from holodesk.settings import load_settings
+
+        print(mcp_server.print_config(args.print_config, http_port=args.port if args.http else None,
+                                      max_wall_s=load_settings().max_wall_s), end="")
         return EXIT_OK
     return mcp_server.run(http_port=args.port if args.http else None, script=args.script)
 
@@ -312,6 +315,7 @@ def cmd_download(args: argparse.Namespace) -> int:
         hub_token,
         store_hub_token,
     )
+    from holodesk.policy.native.families import check_checkpoint_before_weights
     from holodesk.settings import load_settings
 
     args.model = hub_repo(args.model or load_settings().model)
@@ -326,7 +330,8 @@ def cmd_download(args: argparse.Namespace) -> int:
     with cancel_on_sigint(cancel):
         try:
             result = download_model(args.model, revision=args.revision, cache_dir=args.cache_dir, progress=bar,
-                                    cancel=cancel, token=hub_token(), verify_cached=True)
+                                    cancel=cancel, token=hub_token(), verify_cached=True,
+                                    before_weights=lambda folder: check_checkpoint_before_weights(folder, args.model))
         except DownloadCancelled:
             bar.close()
             print("holodesk: download stopped; run the same command again to resume it", file=sys.stderr)

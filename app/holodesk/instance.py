@@ -2,10 +2,10 @@
 
 The desktop app holds an exclusive ``flock`` on ``<runtime dir>/app-<desktop>.lock`` for its whole life
 and listens on ``<runtime dir>/app-<desktop>.sock`` (an ``AF_UNIX`` stream socket). ``<desktop>`` names
-the display (``WAYLAND_DISPLAY``, else ``DISPLAY``), so each desktop session has its own app. The
-runtime dir is ``$XDG_RUNTIME_DIR/holodesk`` (else ``/tmp/holodesk-<uid>``), created ``0700``; the
-socket is ``0600``. A client refuses a folder or socket that another user owns or that others may use,
-and both ends check the peer's uid (``SO_PEERCRED``).
+the desktop actually reached (the Wayland socket, else the X server; :func:`desktop_key`), not how its
+name is spelled, so each desktop session has one app and one task at a time. The runtime dir
+(:func:`runtime_dir`) is created ``0700``; the socket is ``0600``. A client refuses a folder or socket
+that another user owns or that others may use, and both ends check the peer's uid (``SO_PEERCRED``).
 
 Protocol: one JSON object per line, UTF-8. The client sends one request ``{"command": NAME, ...}``; the
 app answers with zero or more event lines ``{"event": ...}`` and one final line: ``{"ok": true, ...}``
@@ -56,28 +56,66 @@ class NotRunning(ChannelError):
     """No Holodesk app runs on this desktop."""
 
 
-def desktop_key(env: dict[str, str] | None = None) -> str:
-    """A file-name-safe name of this desktop session: ``wayland-0``, ``x11-0``, or ``none``."""
+_X11_DISPLAY = re.compile(r"^(?P<host>[^:]*):(?P<number>\d+)(?:\.\d+)?$")
+_LOCAL_X11_HOSTS = ("", "unix", "localhost", "127.0.0.1")
+
+
+def wayland_socket(env: dict[str, str] | None = None) -> Path | None:
+    """The Wayland socket ``WAYLAND_DISPLAY`` reaches, symlinks resolved: the name itself when it is a
+    path, else the name in ``XDG_RUNTIME_DIR`` (else in ``/run/user/<uid>``, where the session keeps it);
+    None without ``WAYLAND_DISPLAY``."""
     env = dict(os.environ) if env is None else env
-    wayland, display = env.get("WAYLAND_DISPLAY", ""), env.get("DISPLAY", "")
-    if wayland:
-        raw = "wayland-" + Path(wayland).name
+    name = env.get("WAYLAND_DISPLAY", "")
+    if not name:
+        return None
+    base = env.get("XDG_RUNTIME_DIR", "") or f"/run/user/{os.getuid()}"
+    return Path(os.path.realpath(Path(base) / name))  # an absolute name replaces base
+
+
+def desktop_key(env: dict[str, str] | None = None) -> str:
+    """A file-name-safe name of the desktop this environment reaches, the same however it is spelled:
+    ``wayland-<socket file name>`` (see :func:`wayland_socket`), ``x11-<display number>`` for a local X
+    server (``:1``, ``:1.0``, ``unix:1`` and ``localhost:1`` are one server), ``x11-<host>-<number>`` for a
+    remote one, or ``none``."""
+    env = dict(os.environ) if env is None else env
+    wayland, display = wayland_socket(env), env.get("DISPLAY", "").strip()
+    if wayland is not None:
+        raw = "wayland-" + wayland.name
     elif display:
-        raw = "x11-" + display.lstrip(":")
+        parsed = _X11_DISPLAY.match(display)
+        if parsed is None:
+            raw = "x11-" + display.lstrip(":")
+        elif parsed["host"] in _LOCAL_X11_HOSTS:
+            raw = f"x11-{int(parsed['number'])}"
+        else:
+            raw = f"x11-{parsed['host']}-{int(parsed['number'])}"
     else:
         raw = "none"
     return re.sub(r"[^A-Za-z0-9_.-]", "_", raw)
 
 
 def runtime_dir(env: dict[str, str] | None = None) -> Path:
-    """The private folder of the lock and the socket (created ``0700`` when missing); ``env`` defaults
-    to ``os.environ``.
+    """The private folder of the locks and the socket (created ``0700`` when missing); ``env`` defaults
+    to ``os.environ``. On Wayland it is ``holodesk`` beside the socket :func:`wayland_socket` reaches, so
+    every process that reaches one compositor finds one folder; else ``$XDG_RUNTIME_DIR/holodesk``, else
+    ``/run/user/<uid>/holodesk`` (the session's runtime folder, for a process started without
+    ``XDG_RUNTIME_DIR``), else ``/tmp/holodesk-<uid>``.
 
     Raises:
         ChannelError: the folder belongs to another user, or group/others may use it.
     """
-    base = (os.environ if env is None else env).get("XDG_RUNTIME_DIR", "")
-    folder = Path(base) / "holodesk" if base and Path(base).is_dir() else Path(f"/tmp/holodesk-{os.getuid()}")
+    env = dict(os.environ) if env is None else env
+    wayland = wayland_socket(env)
+    session_dir = Path(f"/run/user/{os.getuid()}")
+    base = env.get("XDG_RUNTIME_DIR", "")
+    if wayland is not None and wayland.parent.is_dir():
+        folder = wayland.parent / "holodesk"
+    elif base and Path(base).is_dir():
+        folder = Path(base) / "holodesk"
+    elif session_dir.is_dir() and session_dir.stat().st_uid == os.getuid():
+        folder = session_dir / "holodesk"
+    else:
+        folder = Path(f"/tmp/holodesk-{os.getuid()}")
     try:
         folder.mkdir(mode=0o700, parents=False, exist_ok=True)
     except OSError as exc:

@@ -27,6 +27,7 @@ import logging
 import os
 import re
 import secrets
+import shlex
 import sys
 import threading
 from collections.abc import Awaitable, Callable
@@ -38,7 +39,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 
 from holodesk import __version__, instance
-from holodesk.errors import HolodeskError, SettingsError
+from holodesk.errors import DisplayError, HolodeskError, SettingsError
 from holodesk.session.episode import EPISODE_FILE
 from holodesk.settings import Settings, load_settings
 
@@ -52,6 +53,10 @@ HOSTS = ("claude-code", "cursor", "codex")
 
 TOKEN_ENV = "HOLODESK_MCP_TOKEN"
 """Environment variable that gives the HTTP transport's bearer token (else it is kept in the keychain)."""
+
+HEARTBEAT_S = 5.0
+"""Seconds without a step report after which ``run_task`` sends a progress notification anyway (a step
+waiting for the user's approval can take minutes): the host sees the call is alive."""
 
 _EPISODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 _FRAME = re.compile(r"^step-\d{3,6}\.png$")
@@ -71,6 +76,12 @@ def step_message(report: dict[str, Any]) -> str:
     return f"Step {report['step']}: {report['action']} — {report['decision']} — {report['result']}"
 
 
+def heartbeat_message(steps_done: int) -> str:
+    """The progress line sent every :data:`HEARTBEAT_S` seconds while no step ends."""
+    return (f"Step {steps_done + 1} in progress: it may be waiting for the user's approval on their screen "
+            "(the task goes on when they decide)")
+
+
 class Desk:
     """Where a caller's task runs: the desktop app over the channel when it runs, else ``local``.
 
@@ -78,13 +89,16 @@ class Desk:
         local: the in-process host's task runner, or None (then the app must run).
         local_status: the in-process host's status (``AppRemote.status``), or None.
         env: environment naming the desktop (default ``os.environ``).
+        unavailable: why this process cannot host tasks (no desktop in its environment), told to each caller
+            when no app runs; None when it can (or ``local`` is None for another reason).
     """
 
     def __init__(self, local: LocalRunner | None, local_status: Callable[[], dict[str, Any]] | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, unavailable: HolodeskError | None = None) -> None:
         self.local = local
         self.local_status = local_status
         self.env = env
+        self.unavailable = unavailable
         self._busy = threading.Lock()
 
     def app_runs(self) -> bool:
@@ -105,6 +119,8 @@ class Desk:
                 reply = self._run_in_app(task, mode, on_step, cancel, by)
             elif self.local is not None:
                 reply = self._run_local(task, mode, on_step, cancel, by)
+            elif self.unavailable is not None:
+                raise self.unavailable
             else:
                 raise instance.NotRunning("Holodesk is not running on this desktop", hint="Start it with `holodesk`.")
         finally:
@@ -154,6 +170,8 @@ class Desk:
             return {"host": "the Holodesk app", **{k: v for k, v in reply.items() if k != "ok"}}
         if self.local_status is not None:
             return {"host": "this MCP server (the Holodesk app is not running)", **self.local_status()}
+        if self.unavailable is not None:
+            return {"host": f"none: {self.unavailable}", "running": False}
         return {"host": "none: the Holodesk app is not running", "running": False}
 
 
@@ -235,7 +253,9 @@ def build_server(desk: Desk, settings: Settings) -> MCPServer:
 
 async def _run_task_with_progress(desk: Desk, task: str, mode: str | None, ctx: Context) -> dict[str, Any]:
     """Run ``task`` through ``desk`` on a worker thread and return its outcome; each step's report goes to
-    the caller as a progress notification (progress = the step number, message = :func:`step_message`).
+    the caller as a progress notification (progress = the step number, message = :func:`step_message`), and
+    while no step ends, one every :data:`HEARTBEAT_S` seconds (progress = steps done + a fraction that grows
+    towards 1, so it always increases; message = :func:`heartbeat_message`).
 
     A cancelled call (also a client that disconnects) sets the task's stop event and waits (at most 60 s,
     shielded) for the worker to record the stop before the cancellation propagates.
@@ -264,10 +284,17 @@ async def _run_task_with_progress(desk: Desk, task: str, mode: str | None, ctx: 
 
     worker = threading.Thread(target=work, name="holodesk-mcp-task", daemon=True)
     worker.start()
+    done, beats = 0, 0
     try:
         while True:
-            kind, value = await queue.get()
+            try:
+                kind, value = await asyncio.wait_for(queue.get(), HEARTBEAT_S)
+            except TimeoutError:
+                beats += 1
+                await ctx.report_progress(done + 1 - 0.5 ** beats, None, heartbeat_message(done))
+                continue
             if kind == "step":
+                done, beats = int(value["step"]), 0
                 await ctx.report_progress(float(value["step"]), None, step_message(value))
             elif kind == "error":  # told to the caller in words (other exceptions are logged above)
                 raise ToolError(str(value)) from value
@@ -367,8 +394,30 @@ async def serve_http(server: MCPServer, port: int, token: str) -> None:
 
 
 # -- setup ---------------------------------------------------------------------------------------------
-def print_config(host: str, *, http_port: int | None = None) -> str:
-    """The snippet that registers Holodesk with ``host`` (claude-code / cursor / codex).
+SERVER_ENV = ("DISPLAY", "WAYLAND_DISPLAY", "XDG_RUNTIME_DIR", "XDG_SESSION_TYPE", "DBUS_SESSION_BUS_ADDRESS",
+              "XAUTHORITY", "PYTHONPATH", "HOLODESK_CONFIG", "HOLODESK_DATA_DIR")
+"""Variables the stdio server needs from the desktop session (and those that choose this installation and
+its settings). Hosts start stdio servers with a few variables of their own (Codex: HOME, PATH, USER, LANG,
+TERM, TMPDIR, TZ ...), so ``--print-config`` writes the values these have where it runs into the snippet."""
+
+TOOL_TIMEOUT_MARGIN_S = 60
+"""Seconds beyond the wall-time cap (``max_wall_s``) that a host waits for ``run_task``: the task has ended
+(and its outcome is on the way) before the host gives up on the call."""
+
+
+def server_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The :data:`SERVER_ENV` variables set in ``environ`` (default ``os.environ``), in that order."""
+    environ = dict(os.environ) if environ is None else environ
+    return {name: environ[name] for name in SERVER_ENV if environ.get(name)}
+
+
+def print_config(host: str, *, http_port: int | None = None, max_wall_s: float = 900.0,
+                 environ: dict[str, str] | None = None) -> str:
+    """The snippet that registers Holodesk with ``host`` (claude-code / cursor / codex), working as pasted:
+    a stdio snippet carries :func:`server_env` (the desktop session of the terminal it was printed in) and
+    a tool timeout of ``max_wall_s`` + :data:`TOOL_TIMEOUT_MARGIN_S` where the host has one (Codex:
+    ``tool_timeout_sec``; Claude Code: its ``MCP_TOOL_TIMEOUT`` variable, in milliseconds), so a task that
+    waits for the user's approvals is not cut off by the host's default (Codex: 60 s).
 
     Raises:
         SettingsError: unknown host.
@@ -376,10 +425,12 @@ def print_config(host: str, *, http_port: int | None = None) -> str:
     command, args = sys.executable, ["-m", "holodesk", "mcp"]
     if host not in HOSTS:
         raise SettingsError(f"unknown MCP host {host!r}", hint=f"Use one of: {', '.join(HOSTS)}.")
+    timeout_s = int(max_wall_s) + TOOL_TIMEOUT_MARGIN_S
     if http_port is not None:
         url, token = http_url(http_port), http_token(http_port)
         if host == "claude-code":
             return (f"# Start the server: {command} -m holodesk mcp --http --port {http_port}\n"
+                    f"# Approvals take time: start claude with MCP_TOOL_TIMEOUT={timeout_s * 1000} in its environment\n"
                     f"claude mcp add --transport http holodesk {url} --header 'Authorization: Bearer {token}'\n")
         if host == "cursor":
             return ("// ~/.cursor/mcp.json (start the server first: holodesk mcp --http --port "
@@ -387,23 +438,46 @@ def print_config(host: str, *, http_port: int | None = None) -> str:
                         "url": url, "headers": {"Authorization": f"Bearer {token}"}}}}, indent=2) + "\n")
         return (f"# ~/.codex/config.toml (start the server first: holodesk mcp --http --port {http_port});\n"
                 f"# export {TOKEN_ENV}={token} in the shell that starts codex\n"
-                f"[mcp_servers.holodesk]\nurl = \"{url}\"\nbearer_token_env_var = \"{TOKEN_ENV}\"\n")
+                f"[mcp_servers.holodesk]\nurl = \"{url}\"\nbearer_token_env_var = \"{TOKEN_ENV}\"\n"
+                f"tool_timeout_sec = {timeout_s}\n")
+    env = server_env(environ)
+    if "DISPLAY" in env or "WAYLAND_DISPLAY" in env:
+        said = ("The environment below is this desktop session's: print this again after logging in anew if the "
+                "server reports a missing desktop.")
+    else:
+        said = ("No desktop session was found here (DISPLAY and WAYLAND_DISPLAY are unset): print this again from a "
+                "terminal of your desktop, or the server will report the missing desktop.")
     if host == "claude-code":
-        return f"claude mcp add holodesk -- {command} {' '.join(args)}\n"
+        flags = "".join(f" -e {shlex.quote(f'{k}={v}')}" for k, v in env.items())
+        return (f"# {said}\n# Approvals take time: start claude with MCP_TOOL_TIMEOUT={timeout_s * 1000} in its "
+                f"environment\nclaude mcp add holodesk{flags} -- {shlex.quote(command)} {' '.join(args)}\n")
     if host == "cursor":
-        return ("// ~/.cursor/mcp.json\n" + json.dumps({"mcpServers": {"holodesk": {"command": command, "args": args}}},
-                                                       indent=2) + "\n")
-    return (f"# ~/.codex/config.toml\n[mcp_servers.holodesk]\ncommand = \"{command}\"\n"
-            f"args = {json.dumps(args)}\n")
+        return (f"// ~/.cursor/mcp.json\n// {said}\n"
+                + json.dumps({"mcpServers": {"holodesk": {"command": command, "args": args, "env": env}}}, indent=2)
+                + "\n")
+    table = "".join(f"{k} = {json.dumps(v)}\n" for k, v in env.items())
+    return (f"# ~/.codex/config.toml\n# {said}\n[mcp_servers.holodesk]\ncommand = {json.dumps(command)}\n"
+            f"args = {json.dumps(args)}\ntool_timeout_sec = {timeout_s}\n\n[mcp_servers.holodesk.env]\n{table}")
+
+
+def no_desktop(exc: HolodeskError) -> DisplayError:
+    """What a caller is told when this server's environment names no usable desktop: ``exc``'s words and
+    how to give the server the desktop session through the host's configuration."""
+    return DisplayError(f"this Holodesk MCP server has no desktop to work on: {exc.message}",
+                        hint="Give the server your desktop session's variables (DISPLAY, WAYLAND_DISPLAY, "
+                        "XDG_RUNTIME_DIR, DBUS_SESSION_BUS_ADDRESS, XAUTHORITY) in your MCP host's configuration: "
+                        "`holodesk mcp --print-config HOST`, run in a terminal of your desktop, prints them; then "
+                        "restart the host.")
 
 
 def run(*, http_port: int | None = None, script: Path | None = None) -> int:
     """``holodesk mcp``: serve until the client goes away (stdio) or the process is stopped (HTTP).
 
-    Tasks go to the desktop app when it runs; otherwise this process hosts them (needs a display).
+    Tasks go to the desktop app when it runs; otherwise this process hosts them (needs a display). Without
+    a usable desktop the server still answers (``initialize``, the tools, the episodes), and each
+    ``run_task`` reports the missing desktop (:func:`no_desktop`) as its tool error.
 
     Raises:
-        DisplayError: no display to host tasks on.
         SettingsError, SecretStoreError: bad settings; no keychain for the HTTP token.
     """
     # stdout is the protocol's wire. Stray output (python-xlib prints its warnings to stdout) must never
@@ -421,12 +495,8 @@ def run(*, http_port: int | None = None, script: Path | None = None) -> int:
     if script is not None:  # a replay, as `holodesk run --script`
         settings = settings.model_copy(update={"policy": "script", "script_file": script})
     token = http_token(http_port) if http_port is not None else None
-    desktop_backend(settings)  # a clear DisplayError when no backend can see this desktop (X11 or Wayland)
-    from holodesk.ui.host import host_tasks
-    from holodesk.ui.remote import AppRemote
 
-    def serve(remote: AppRemote) -> None:
-        desk = Desk(remote.run_task, remote.status)
+    def serve_desk(desk: Desk) -> None:
         server = build_server(desk, settings)
         if http_port is not None and token is not None:
             print(f"holodesk mcp: serving {http_url(http_port)} (bearer token required)", file=sys.stderr)
@@ -441,4 +511,13 @@ def run(*, http_port: int | None = None, script: Path | None = None) -> int:
                 sys.stdout.flush()
                 os.dup2(2, 1)
 
-    return host_tasks(settings, serve)
+    try:
+        desktop_backend(settings)  # a clear DisplayError when no backend can see this desktop (X11 or Wayland)
+    except DisplayError as exc:  # serve anyway: the caller learns why in the tool result, not "connection closed"
+        unavailable = no_desktop(exc)
+        log.error("%s", unavailable)  # on stderr, where hosts show a server's log
+        serve_desk(Desk(None, unavailable=unavailable))
+        return 0
+    from holodesk.ui.host import host_tasks
+
+    return host_tasks(settings, lambda remote: serve_desk(Desk(remote.run_task, remote.status)))

@@ -90,6 +90,12 @@ class Settings(BaseSettings):
         "kept in the OS keychain, never here.",
         json_schema_extra=POLICY,
     )
+    request_timeout_s: float = Field(
+        60.0, gt=0, le=3600,
+        description="Seconds a policy server ('remote') may take to answer one request before the step fails; "
+        "raise it for a server that is slow to reply (connecting is capped at 10 s).",
+        json_schema_extra=POLICY,
+    )
     script_file: Path | None = Field(
         None,
         description="Replay policy ('script'): the file of protocol replies to replay, one JSON reply per line "

@@ -281,3 +281,37 @@ def test_two_mcp_servers_and_a_terminal_run_never_drive_the_desktop_at_once(scen
     assert "Traceback" not in terminal.stderr
     time.sleep(0.5)
     assert form.layout()["count"] == 0  # nobody clicked: the one task that drove the desktop was stopped
+
+
+def test_progress_keeps_flowing_while_a_step_waits_for_the_user(scene: Any, tmp_path: Path) -> None:
+    """A step waits on the approval overlay (step mode): the host still gets progress notifications, with
+    increasing values below the next step, so it sees the call is alive (hosts end silent calls)."""
+    desk, form = scene
+    steps = script(tmp_path / "steps.jsonl", [*count_clicks(form, 1), Done("never reached")])
+    env = holodesk_env(desk.env(), tmp_path)  # callers get step mode: the step waits for the user
+    progress: list[tuple[float, str]] = []
+
+    async def main() -> None:
+        async with stdio_client_for(env, tmp_path, "--script", str(steps)) as client:
+            beats = anyio.Event()
+
+            async def on_progress(value: float, total: float | None, message: str | None) -> None:
+                progress.append((value, message or ""))
+                if len(progress) >= 2:
+                    beats.set()
+
+            async with anyio.create_task_group() as tg:
+                async def call() -> None:
+                    await client.call_tool("run_task", {"task": "click Count, when allowed"},
+                                           progress_callback=on_progress)
+
+                tg.start_soon(call)
+                with anyio.fail_after(120):
+                    await beats.wait()
+                tg.cancel_scope.cancel()
+
+    anyio.run(main)
+    values = [v for v, _ in progress]
+    assert values == sorted(set(values)) and 0 < values[0] < values[1] < 1, progress
+    assert all("waiting for the user's approval" in m for _, m in progress), progress
+    assert form.layout()["count"] == 0  # nothing was approved, nothing happened

@@ -127,7 +127,7 @@ def test_F30_download_checks_every_file_and_reports_one_bar_in_bytes(hub: Loopba
     done = [r.done_bytes for r in reports]
     assert done == sorted(done) and reports[-1].done_bytes == total and {r.total_bytes for r in reports} == {total}
     assert any(r.bytes_per_s > 0 and r.eta_s is not None for r in reports)
-    line = next(r for r in reports if r.bytes_per_s > 0 and r.done_bytes < total).describe()
+    line = next(r for r in reports if r.eta_s is not None and r.done_bytes < total).describe()
     assert line.startswith(f"Downloading {REPO}: ") and " of 25.2 MB" in line and "/s" in line and "left" in line
     assert all(r.folder == repo_folder(REPO, cache) for r in reports)
     # a second run finds everything in the cache and fetches nothing
@@ -629,3 +629,36 @@ def test_F30_ctrl_c_stops_holodesk_download_within_a_second(hub: LoopbackHub, ca
     kept = partial.stat().st_size
     time.sleep(0.5)
     assert partial.stat().st_size == kept and partial.read_bytes() == SHARD_BYTES[:kept]
+
+
+def test_F30_a_file_damaged_at_the_source_is_fetched_twice_not_six_times(hub: LoopbackHub, cache: Path) -> None:
+    """The hub sends the same damaged bytes every time: after one more try the download ends, instead of
+    fetching the file again until the whole retry budget (5) is spent."""
+    hub.faults.corrupt = SHARD
+    with pytest.raises(DownloadError) as info:
+        download_model(REPO, cache_dir=cache)
+    assert info.value.kind == "corrupt"
+    assert "arrived damaged 2 times" in info.value.message, info.value.message
+    assert len(hub.gets(SHARD)) == 2
+    assert _partials(cache) == [] and cached_snapshot(REPO, cache_dir=cache) is None
+
+
+def test_F30_the_first_estimates_of_time_left_are_not_absurd(hub: LoopbackHub, cache: Path) -> None:
+    """The hub's client hands bytes over in 10 MiB chunks; the time left given before the speed is known
+    (a small file after a pause, then seconds until the first chunk) once read "771 h left". Every estimate given
+    is of the order of the time that was really left (within ten times and ten seconds: the hub's pacing on
+    loopback is bursty)."""
+    reports: list[tuple[float, DownloadProgress]] = []
+    hub.faults.bytes_per_s = 6 * MiB  # about 4 s for the 24 MiB shard
+    # the hub is slow to start sending the small config.json (as a real hub's first answers are)
+    hub.faults.before_body = lambda name: time.sleep(1.0) if name == "config.json" else None
+
+    def seen(progress: DownloadProgress) -> None:
+        reports.append((time.monotonic(), progress))
+
+    download_model(REPO, cache_dir=cache, progress=seen)
+    ended = time.monotonic()
+    estimates = [(at, r.eta_s) for at, r in reports if r.eta_s is not None and r.done_bytes < r.total_bytes]
+    assert estimates, "no time left was ever given"
+    for at, eta in estimates:
+        assert eta <= 10 * (ended - at) + 10, f"{eta:.0f} s left given with {ended - at:.1f} s really left"

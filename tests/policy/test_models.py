@@ -130,7 +130,7 @@ def test_the_fit_rule_is_monotone() -> None:
 def test_models_that_fit_a_24_gb_card_and_none_without_gpu() -> None:
     free = int(23.2 * GIB)  # a 24 GB card with a desktop on it
     fits = {f.model.key: f.best for f in models_that_fit(free)}
-    assert fits["holotron-12b"] == "8bit"
+    assert fits["holotron-12b"] == "4bit"  # 8-bit fits too but is several times slower
     assert fits["holo2-4b"] == "bf16" and fits["holo3.1-0.8b"] == "bf16"
     assert "holotron-3-nano" not in fits  # 33B: even NF4 needs 25 GiB
     assert {f.model.key: f.best for f in models_that_fit(26 * GIB)}["holotron-3-nano"] == "4bit"

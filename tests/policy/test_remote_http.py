@@ -394,3 +394,20 @@ def test_base_url_normalisation():
 def test_bad_arguments(kw):
     with pytest.raises(PolicyError):
         RemotePolicy("http://127.0.0.1:1/v1", MODEL, api_key=None, protocol=ProtocolDouble(), **kw)
+
+
+def test_a_slow_server_gets_the_time_the_setting_gives_and_the_advice_names_the_setting(server, monkeypatch):
+    """A server on loopback that takes longer than ``request_timeout_s`` to reply: the step fails after that
+    setting's time, and the advice names the setting that gives it more time (no such setting existed)."""
+    from holodesk.session.factory import build_policy
+    from holodesk.settings import Settings
+
+    monkeypatch.setenv("HOLODESK_API_KEY", KEY)
+    server.script({"delay_s": 3.0, "content": click_reply()})
+    settings = Settings(policy="remote", endpoint=server.url, model=MODEL, request_timeout_s=0.5)
+    with build_policy(settings) as pol, pytest.raises(PolicyError) as ei:
+        t0 = time.monotonic()
+        pol.propose(make_observation())
+    assert time.monotonic() - t0 < 2.5
+    assert "no reply within 0.5 s" in ei.value.message
+    assert "request_timeout_s" in ei.value.hint and "raise the request timeout" not in ei.value.hint

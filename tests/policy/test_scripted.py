@@ -145,3 +145,21 @@ def test_write_script_round_trip(tmp_path: Path) -> None:
 def test_write_script_rejects_other_types(tmp_path: Path) -> None:
     with pytest.raises(PolicyError, match="reply 1"):
         write_script(tmp_path / "x.jsonl", [42])  # type: ignore[list-item]
+
+
+def test_a_script_without_its_protocol_line_gets_a_hint_naming_the_line_to_add(tmp_path: Path) -> None:
+    """An agent-loop-v1 script whose ``# protocol:`` line was left out is read as holo-v1, so its replies
+    are rejected ("unknown tool name click_desktop"); the error says which line to add."""
+    path = write_script(tmp_path / "steps.jsonl", [Click(Point(10, 20)), Answer("ok")], protocol="agent-loop-v1")
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    assert lines[0].startswith("# protocol: agent-loop-v1")
+    path.write_text("".join(lines[1:]), encoding="utf-8")  # the line the user's file lacked
+    with pytest.raises(PolicyOutputError) as err:
+        ScriptedPolicy(path).propose(OBS)
+    assert "unknown tool name" in err.value.message
+    assert "add the line `# protocol: agent-loop-v1` at the top of the file" in str(err.value), str(err.value)
+    # A reply that no protocol reads gets no such hint; a file that names its protocol neither.
+    (tmp_path / "bad.jsonl").write_text('{"tool_call": {"tool_name": "fly"}}\n', encoding="utf-8")
+    with pytest.raises(PolicyOutputError) as bad:
+        ScriptedPolicy(tmp_path / "bad.jsonl").propose(OBS)
+    assert "# protocol:" not in str(bad.value)

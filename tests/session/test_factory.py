@@ -106,6 +106,8 @@ def _other_value(name: str, settings: Settings, tmp_path: Path) -> Any:
         return 0.5 if value != 0.5 else 0.7
     if isinstance(value, int) or int in typing.get_args(annotation):
         return (value or 100) + 1
+    if isinstance(value, float):
+        return value + 1.0
     if isinstance(value, str):
         return value + "-other"
     raise AssertionError(f"no other value known for the policy setting {name!r} ({annotation}); teach this test")
@@ -182,7 +184,9 @@ def test_build_session_assembles_the_parts_from_one_settings(tmp_path: Path) -> 
     assert session.meta == {"monitor_label": monitors[1].label, "ui": "test"}
     session.request_stop()
     assert stop.is_set()  # the task's stop event is the session's
-    result = session.run("answer")  # (a run starts with the stop cleared)
+    stopped = session.run("answer")  # a stop asked before the run (a queued task) ends that run
+    assert (stopped.status.value, stopped.steps) == ("stopped", 0) and not stop.is_set()
+    result = session.run("answer")  # the stop belonged to that run
     assert (result.status.value, result.answer) == ("finished", "ok")
 
 

@@ -479,3 +479,89 @@ def test_without_settle_s_one_grab_per_step() -> None:
                       ApprovalPolicy("step", lambda r: A), SessionLimits())
     assert session.run("click once").status is State.FINISHED
     assert screen.grabs == 2
+
+
+# -- who stopped a run (issue 30, item 6) ---------------------------------------------------------------
+class CornerExecutor(LoggingExecutor):
+    """A RecordingExecutor that also logs the start-of-run pointer moves the loop asks of real executors."""
+
+    def move_pointer_out_of_corner(self) -> None:
+        self.log.append(("move_pointer_out_of_corner", None))
+
+    def check_geometry(self, monitor: Monitor) -> None:
+        self.log.append(("check_geometry", monitor))
+
+
+def test_a_stop_that_came_while_the_task_was_queued_moves_nothing_and_ends_the_record(tmp_path: Path) -> None:
+    """The stop (a host's SIGTERM) arrives after the task was handed over, before its run starts: the run
+    moves no pointer, performs nothing, and its record ends saying who stopped it."""
+    log: list[tuple[str, Any]] = []
+    executor = CornerExecutor(log)
+    session = Session(ScriptedPolicy([click(1, 1), answer("ok")]), FakeCapture(frames(3)), executor,
+                      ApprovalPolicy("auto", lambda r: A), episodes_dir=tmp_path)
+    session.request_stop("the MCP client (its host ended the server)")
+    result = session.run("queued when the signal came")
+    assert result.status is State.STOPPED and result.steps == 0, result
+    assert log == [("end_episode", None)]  # no corner move, no geometry sweep, no action
+    ep = load_episode(list_episodes(tmp_path)[0])
+    assert ep.end["stopped_by"] == "the MCP client (its host ended the server)", ep.end
+    assert ep.end["reason"] == "stopped by the MCP client (its host ended the server)"
+    # The stop belonged to that run: the same session runs the next task.
+    assert session.run("the next task").status is State.FINISHED
+
+
+def wait_for_stop(session_box: dict[str, Session]) -> Any:
+    """An approver like the app's overlay: it waits until the run's stop event is set, then answers STOP
+    (as the user, the overlay's own words)."""
+    def approver(request: ApprovalRequest) -> ApprovalResponse:
+        assert session_box["s"]._stop.wait(30), "the stop never came"
+        return Q
+    return approver
+
+
+def test_the_wall_time_cap_is_recorded_as_the_cap_not_the_user(tmp_path: Path) -> None:
+    box: dict[str, Session] = {}
+    session = Session(ScriptedPolicy([click(1, 1)]), FakeCapture(frames(3)), RecordingExecutor(),
+                      ApprovalPolicy("step", wait_for_stop(box)), SessionLimits(max_wall_s=0.5), episodes_dir=tmp_path)
+    box["s"] = session
+    from holodesk.session.report import StepReporter
+
+    reports: list[dict[str, Any]] = []
+    session.subscribe(StepReporter(reports.append))
+    result = session.run("wait for the user")
+    assert result.status is State.FAILED and "wall-time cap (0.5 s)" in result.reason, result
+    ep = load_episode(list_episodes(tmp_path)[0])
+    assert ep.steps[0]["decision"] == "stop" and ep.steps[0]["decided_by"] == "the wall-time cap", ep.steps[0]
+    assert ep.end["stopped_by"] == "the wall-time cap", ep.end
+    assert reports[0]["decision"] == "stopped by the wall-time cap", reports
+
+
+def test_a_callers_stop_during_the_approval_is_the_callers_in_every_record(tmp_path: Path) -> None:
+    box: dict[str, Session] = {}
+    session = Session(ScriptedPolicy([click(1, 1)]), FakeCapture(frames(3)), RecordingExecutor(),
+                      ApprovalPolicy("step", wait_for_stop(box)), episodes_dir=tmp_path)
+    box["s"] = session
+    threading.Timer(0.2, session.request_stop, args=("the MCP client (it cancelled the call)",)).start()
+    threading.Timer(0.4, session.request_stop, args=("user",)).start()  # a later stop does not rename it
+    result = session.run("cancelled by the caller")
+    assert result.status is State.STOPPED and result.reason == "stopped by the MCP client (it cancelled the call)"
+    ep = load_episode(list_episodes(tmp_path)[0])
+    assert ep.steps[0]["decided_by"] == "the MCP client (it cancelled the call)"
+    assert ep.end["stopped_by"] == "the MCP client (it cancelled the call)"
+
+
+def test_the_fail_safe_is_recorded_as_the_fail_safe(tmp_path: Path) -> None:
+    session, _spy, executor, _ = make_session([click(1, 1), click(2, 2)], [A, A], tmp_path)
+    executor.scripted[0] = ActionResult(False, "stopped_by_user", "stopped by the fail-safe", {"failsafe": True})
+    result = session.run("failsafe")
+    assert result.status is State.STOPPED and result.stopped_by == "the fail-safe"
+    assert load_episode(list_episodes(tmp_path)[0]).end["stopped_by"] == "the fail-safe"
+
+
+@pytest.mark.parametrize("by", [False, "", None])
+def test_a_stop_must_say_who_in_words(tmp_path: Path, by: Any) -> None:
+    """A Qt ``triggered(bool)`` connected straight to a stop slot gave "stopped by False"."""
+    session, *_ = make_session([click(1, 1)], [A], tmp_path)
+    with pytest.raises(TypeError, match="who stopped the task in words"):
+        session.request_stop(by)
+    assert not session.stop_requested

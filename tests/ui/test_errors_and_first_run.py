@@ -223,7 +223,7 @@ def test_progress_words() -> None:
 def test_gpu_facts_sample_is_a_24gb_card() -> None:
     gpu = GpuInfo(0, "NVIDIA GeForce RTX 4090", 24 * GIB, int(23.0 * GIB))
     fitting = {f.model.key: f.best for f in MachineFacts(gpu, "", Path("/tmp"), 0, "x11", True, True, "", True).fitting}
-    assert fitting["holotron-12b"] == "8bit" and fitting["holo2-8b"] == "bf16" and "holotron-3-nano" not in fitting
+    assert fitting["holotron-12b"] == "4bit" and fitting["holo2-8b"] == "bf16" and "holotron-3-nano" not in fitting
 
 
 def test_first_run_opens_the_wizard(qtbot: Any, tmp_path: Path) -> None:
@@ -246,3 +246,26 @@ def test_first_run_opens_the_wizard(qtbot: Any, tmp_path: Path) -> None:
     finally:
         app.shutdown()
         app.palette.deleteLater()
+
+
+def test_the_local_model_without_its_runtime_offers_the_wizard(qtbot: Any, make_app: Any, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's first task on a machine set up without a GPU: the real policy factory finds no torch
+    (``sys.modules['torch'] = None`` stands in for the missing package) and the error has the *Open setup
+    wizard* button, not a bare ModuleNotFoundError line."""
+    import sys
+
+    from holodesk.ui import app as app_module
+
+    monkeypatch.setenv("PATH", str(tmp_path / "no-nvidia-smi"))
+    monkeypatch.setitem(sys.modules, "torch", None)
+    kit = make_app([])
+    app = kit.app
+    app.notifier.use_dialogs = True
+    app.policy_factory = lambda settings, progress: app_module._default_policy(settings, progress)
+    app.start_task("click OK")
+    qtbot.waitUntil(lambda: len(app.notifier.open_dialogs) == 1, timeout=10000)
+    box = app.notifier.open_dialogs[0]
+    assert "ModuleNotFoundError" not in box.text() and "setup wizard" in box.text(), box.text()
+    assert buttons(box) == ["Open setup wizard", "Open Settings"]
+    app.notifier.close_dialog()

@@ -261,3 +261,41 @@ def test_holodesk_stop_stops_the_real_apps_task_at_its_approval(make_xvfb: Any, 
             assert (res.returncode, res.stdout.strip()) == (1, "No task was running.")
     finally:
         stop_process(trayer)
+
+
+def test_a_signal_to_the_real_app_ends_its_task_with_the_record_saying_so(make_xvfb: Any, tmp_path: Path) -> None:
+    """The session ends (SIGTERM) while the real tray app's task waits at its approval: nothing is
+    performed, the episode record gets its end naming the signal, and the app exits."""
+    import json
+    import signal
+    import threading
+
+    from holodesk.core.actions import Done
+    from holodesk.policy.scripted import write_script
+    from tests.helpers.processes import stop_process
+    from tests.ui.conftest import start_trayer
+
+    server = make_xvfb(1280, 800)
+    steps = write_script(tmp_path / "steps.jsonl", [Click(Point(500, 500)), Done("never reached")])
+    env = app_env(server, tmp_path)
+    env.update(HOLODESK_POLICY="script", HOLODESK_SCRIPT_FILE=str(steps))
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "settings.toml").write_text("schema_version = 1\n")  # not a first run: no wizard
+    trayer = start_trayer(env)
+    try:
+        with start_app(env, tmp_path / "app.log") as app:
+            wait_for_channel(env, app, tmp_path / "app.log")
+            threading.Thread(target=lambda: list(instance.stream("run_task", timeout_s=120, env=env,
+                                                                 task="click the middle", mode="step")),
+                             daemon=True).start()
+            wait_until(lambda: windows_named(env, "^Holodesk approval$"), 60, "the approval overlay")
+            app.send_signal(signal.SIGTERM)
+            assert app.wait(30) == 0, (tmp_path / "app.log").read_text(errors="replace")
+        [record] = (tmp_path / "data" / "episodes").glob("*/episode.jsonl")
+        lines = [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines()]
+        end = lines[-1]
+        assert end["type"] == "end" and end["status"] == "stopped", end
+        assert end["stopped_by"] == "a SIGTERM signal to Holodesk", end
+        assert not any(line.get("result") for line in lines if line["type"] == "step")  # nothing performed
+    finally:
+        stop_process(trayer)

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QSystemTrayIcon
 from holodesk.core.actions import Answer, Click, Point
 from holodesk.errors import ModelLoadError
 from holodesk.policy.base import Proposal
+from holodesk.session.episode import load_episode
 from holodesk.session.loop import State
 from holodesk.ui.icons import Status, status_icon
 from tests.ui.conftest import wait_finished, wait_overlay
@@ -101,10 +102,41 @@ def test_tray_stop_stops_a_pending_approval(qtbot: Any, make_app: Any) -> None:
     kit.app.start_task("click once")
     wait_overlay(qtbot, kit.app)
     kit.app.actions.stop.trigger()
-    assert wait_finished(qtbot, kit.app).status is State.STOPPED
+    result = wait_finished(qtbot, kit.app)
+    assert result.status is State.STOPPED
     assert kit.executor.calls == []
     qtbot.waitUntil(lambda: kit.app.approval.overlay is None or not kit.app.approval.overlay.isVisible(),
                     timeout=10000)
+    # The record says the user stopped it (the menu's triggered(checked=False) once made it "stopped by False").
+    end = load_episode(result.episode_path).end
+    assert end["stopped_by"] == "user" and end["reason"] == "stopped by user", end
+
+
+def test_a_stop_while_the_task_is_queued_starts_no_action_and_ends_its_record(qtbot: Any, make_app: Any) -> None:
+    """A stop (the host's SIGTERM) arrives after the task was handed to the worker, while its session is
+    still being built: the run performs nothing, and its record has an end naming who stopped it."""
+    import threading
+
+    kit = make_app([Click(Point(400, 400))], approval="auto", countdown=0.1)
+    gate = threading.Event()
+
+    def slow_build(progress: Any) -> Any:  # the session is built (the model loads) after the stop came
+        assert gate.wait(30)
+        return kit.app._build_session(progress)
+
+    kit.app._task_settings = kit.app.settings
+    kit.app.runner.start("queued when the stop came", slow_build)
+    kit.app.stop(by="the MCP client (its host ended the server)")
+    gate.set()
+    result = wait_finished(qtbot, kit.app)
+    assert result.status is State.STOPPED and result.steps == 0, result
+    assert kit.executor.calls == []
+    end = load_episode(result.episode_path).end
+    assert end["stopped_by"] == "the MCP client (its host ended the server)", end
+    # Once the app is shutting down (a signal), a task handed over later never starts.
+    kit.app.shutdown()
+    assert not kit.app.start_task("arrived after the signal")
+    assert not kit.app.runner.running and kit.executor.calls == []
 
 
 def test_mode_and_pause_from_the_menu(make_app: Any) -> None:
@@ -221,3 +253,11 @@ def test_a_changed_policy_setting_builds_a_new_policy_for_the_next_task(
     assert len(built) == 2 and built[0].closed and not built[1].closed
     (name, value), = change.items()
     assert getattr(built[1].settings, name) == value
+
+
+def test_the_start_balloon_names_the_hotkey_as_people_write_it(qtbot: Any, make_app: Any) -> None:
+    kit = make_app([], hotkey_palette="<ctrl>+<alt>+h")
+    qtbot.waitUntil(lambda: any(n.title == "Holodesk is running" for n in kit.app.notifier.history), timeout=10000)
+    (notice,) = [n for n in kit.app.notifier.history if n.title == "Holodesk is running"]
+    assert "Press Ctrl+Alt+H or click the tray icon" in notice.text, notice.text
+    assert "<ctrl>" not in notice.text

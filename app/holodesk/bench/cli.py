@@ -293,12 +293,9 @@ def _clean(obj: object) -> object:
 def local_runtime_missing() -> str | None:
     """Why the local runtime (torch and transformers, the ``local`` extra) cannot be imported, or None
     when it can (the bench and ``holodesk tiny-checkpoint`` need it)."""
-    try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError as exc:
-        return str(exc)
-    return None
+    from holodesk.policy.local import runtime_missing
+
+    return runtime_missing()
 
 
 def main(argv: list[str]) -> int:

@@ -99,18 +99,22 @@ def precision_fits(free_bytes: int | None, parameters: int = HOLOTRON_12B_PARAME
     return fits
 
 
-def best_precision(free_bytes: int | None, parameters: int = HOLOTRON_12B_PARAMETERS) -> str | None:
-    """The most faithful precision of a model of ``parameters`` parameters (default Holotron-12B) that fits
-    ``free_bytes`` of free GPU memory; None when none fits or the free memory is unknown (then the local
-    model cannot be recommended on this machine).
+RECOMMENDED_ORDER = ("bf16", "4bit")
+"""The precisions :func:`best_precision` recommends, in order: full precision when it fits, else 4-bit.
+8-bit is never recommended: it is close to bf16 in accuracy but several times slower per step than 4-bit
+(it stays available in Settings)."""
 
-    Examples for Holotron-12B: 80 GiB -> "bf16"; 23 GiB (a 24 GB card with a desktop on it) -> "8bit";
-    15 GiB -> "4bit"; 8 GiB -> None.
+
+def best_precision(free_bytes: int | None, parameters: int = HOLOTRON_12B_PARAMETERS) -> str | None:
+    """The precision to recommend for a model of ``parameters`` parameters (default Holotron-12B) on
+    ``free_bytes`` of free GPU memory: the first of :data:`RECOMMENDED_ORDER` that fits; None when none fits
+    or the free memory is unknown (then the local model cannot be recommended on this machine).
+
+    Examples for Holotron-12B: 80 GiB -> "bf16"; 23 GiB (a 24 GB card with a desktop on it) -> "4bit"
+    (8-bit would fit but is several times slower); 15 GiB -> "4bit"; 8 GiB -> None.
     """
-    for fit in precision_fits(free_bytes, parameters):
-        if fit.fits:
-            return fit.precision
-    return None
+    fits = {fit.precision: fit.fits for fit in precision_fits(free_bytes, parameters)}
+    return next((p for p in RECOMMENDED_ORDER if fits.get(p)), None)
 
 
 def explain_precision(free_bytes: int | None, gpu_name: str = "this GPU", *, model: str = "Holotron-12B",
@@ -132,6 +136,8 @@ def explain_precision(free_bytes: int | None, gpu_name: str = "this GPU", *, mod
     if best != "bf16":
         text += f" Full precision (bf16) needs about {needs_free_bytes(parameters, 'bf16') / GIB:.0f} GiB and " \
                 "does not fit."
+        if free_bytes >= needs_free_bytes(parameters, "8bit"):
+            text += " 8-bit fits too, but is several times slower per step."
     return text
 
 

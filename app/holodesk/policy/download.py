@@ -65,6 +65,10 @@ KINDS = ("not_found", "gated", "auth", "server", "offline", "disk_full", "stalle
 
 DEFAULT_STALL_TIMEOUT_S = 30.0
 DEFAULT_RETRY_BUDGET = 5
+DAMAGED_COPIES_TOLERATED = 1
+"""Damaged copies of one file fetched again (within the retry budget); the next damaged copy ends the
+download: the same wrong bytes twice come from the source (a broken mirror or proxy), not from the transfer,
+and fetching gigabytes more cannot fix that."""
 ORPHAN_AGE_S = 600.0
 """A partial file nobody planned and nobody wrote to for this long is deleted."""
 _SPACE_MARGIN = 4 * 1024 * 1024
@@ -74,6 +78,10 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 """Files of these suffixes are weights: fetched after every other file and after the ``before_weights`` check."""
 _PROGRESS_EVERY_S = 0.25
 _SPEED_WINDOW_S = 5.0
+_ESTIMATE_MIN_BYTES = 8 * 1024 * 1024
+"""Bytes the speed window must hold before a time left is given. huggingface_hub hands the bytes over in
+10 MiB chunks, so a window of a few small files and no chunk measures the chunking, not the link, and gave
+first estimates like "771 h left"."""
 
 
 def human_bytes(n: float) -> str:
@@ -619,7 +627,8 @@ class _Job:
 class _ProgressReporter:
     """Turns a job's counters into :class:`DownloadProgress` calls on the caller's thread: one figure in
     bytes for the whole model that never goes backwards, the speed over the last ``_SPEED_WINDOW_S``
-    seconds (bytes/s; 0 until 0.5 s of samples) and the time left (s; None while the speed is 0)."""
+    seconds, stretched back until the window holds ``_ESTIMATE_MIN_BYTES`` (bytes/s; 0 until 0.5 s of
+    samples), and the time left (s; None while the window holds fewer than ``_ESTIMATE_MIN_BYTES``)."""
 
     def __init__(self, job: _Job, repo_id: str, progress: ProgressCallback | None) -> None:
         self.job = job
@@ -646,12 +655,14 @@ class _ProgressReporter:
         self.shown = max(self.shown, min(done, plan.total_bytes))  # one bar, never backwards
         samples = self.samples
         samples.append((now, fetched))
-        while len(samples) > 2 and now - samples[0][0] > _SPEED_WINDOW_S:
+        while (len(samples) > 2 and now - samples[1][0] >= _SPEED_WINDOW_S
+               and fetched - samples[1][1] >= _ESTIMATE_MIN_BYTES):
             samples.popleft()
-        span = now - samples[0][0]
-        speed = (fetched - samples[0][1]) / span if span > 0.5 else 0.0
+        span, got = now - samples[0][0], fetched - samples[0][1]
+        speed = got / span if span > 0.5 else 0.0
         left = plan.total_bytes - self.shown
-        eta = left / speed if speed > 0 else (0.0 if left == 0 else None)
+        measured = speed > 0 and got >= _ESTIMATE_MIN_BYTES
+        eta = 0.0 if left == 0 else left / speed if measured else None
         self.progress(DownloadProgress(self.repo_id, self.shown, plan.total_bytes, speed, eta, file, index,
                                        len(plan.files), plan.repo_folder, stage))
 
@@ -760,6 +771,7 @@ def _fetch_attempts(job: _Job, plan: DownloadPlan, item: PlannedFile, headers: d
     from huggingface_hub.file_download import http_get
 
     folder = plan.repo_folder
+    damaged = 0
     while True:
         job.check()
         partial.touch(exist_ok=True)
@@ -794,6 +806,11 @@ def _fetch_attempts(job: _Job, plan: DownloadPlan, item: PlannedFile, headers: d
         except _RetryableFileError as exc:
             if exc.kind == "unstable":
                 raise
+            if exc.kind == "corrupt":
+                damaged += 1
+                if damaged > DAMAGED_COPIES_TOLERATED:
+                    raise _RetryableFileError("corrupt", f"{exc} (the same file arrived damaged {damaged} times, so "
+                                              "the source sends damaged bytes; it was not fetched again)") from exc
             _spend_retry(job, budget, exc)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT) or _status_of(exc) is not None:
@@ -960,11 +977,13 @@ def download_model(repo_id: str, *, revision: str = "main", cache_dir: str | Pat
         patterns: file patterns to download (default :data:`MODEL_PATTERNS`).
         stall_timeout_s: seconds without a byte (or any other sign of progress) before giving up.
         retry_budget: failed attempts (dropped connections that restart a file, truncated or damaged
-            files, server errors while fetching) tolerated for the whole download.
+            files, server errors while fetching) tolerated for the whole download; a file that arrives
+            damaged is fetched again at most :data:`DAMAGED_COPIES_TOLERATED` times.
         verify_cached: hash the files already in the cache too (``holodesk download`` does).
         before_weights: called with the snapshot folder once every file but the weights
             (:data:`WEIGHT_SUFFIXES`) is in it, before the first weight byte is fetched; what it raises ends
-            the download (e.g. :func:`check_checkpoint_before_weights`: a checkpoint Holodesk cannot run).
+            the download (e.g. :func:`holodesk.policy.native.families.check_checkpoint_before_weights`: a
+            checkpoint Holodesk cannot run).
     Returns:
         :class:`DownloadResult`.
     Raises:
@@ -1053,41 +1072,6 @@ def cached_snapshot(repo_id: str, *, revision: str = "main", cache_dir: str | Pa
         return None
 
 
-def check_checkpoint_before_weights(folder: Path, repo_id: str) -> None:
-    """Refuse, before any weight is downloaded, a checkpoint Holodesk cannot run locally: its family from
-    ``config.json`` (:func:`holodesk.policy.native.families.family_of`: the published layouts, remote-code
-    names included, or the reason it is refused), and its size from ``model.safetensors.index.json``
-    (``metadata.total_size``) against the model table's bf16 size when ``repo_id`` is a listed model.
-
-    Raises:
-        ModelLoadError: no or unreadable config.json, an unsupported family, or weights whose size is not
-            within half to 1.5 times what the model table gives for the model (the message gives both).
-    """
-    import json
-
-    from holodesk.policy.models import find_model
-    from holodesk.policy.native.families import family_of, read_config
-
-    config = read_config(folder)
-    family = family_of(config, f"{repo_id}'s config.json")
-    index_path = folder / "model.safetensors.index.json"
-    spec = find_model(repo_id)
-    if not index_path.exists():
-        log.info("%s: %s checkpoint, no weight index to check its size against", repo_id, family.models)
-        return
-    try:
-        total = int(json.loads(index_path.read_text(encoding="utf-8"))["metadata"]["total_size"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ModelLoadError(f"{repo_id}'s model.safetensors.index.json gives no weight size ({exc})",
-                             hint="The repo is incomplete or not a transformers checkpoint.") from None
-    log.info("%s: %s checkpoint, %s of weights", repo_id, family.models, human_bytes(total))
-    if spec is not None and not 0.5 * spec.download_bytes <= total <= 1.5 * spec.download_bytes:
-        raise ModelLoadError(
-            f"{repo_id} holds {human_bytes(total)} of weights where {spec.display_name} in bf16 is about "
-            f"{human_bytes(spec.download_bytes)}: not the checkpoint Holodesk lists for it",
-            hint="Check the repo id, or download it by hand and give Holodesk its folder.")
-
-
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 """A Hugging Face repo id, ``owner/name``."""
 
@@ -1113,7 +1097,8 @@ def hub_repo(name: str, *, folder: bool = False) -> str:
 
 
 def resolve_source(source: str | Path, *, progress: Callable[[str, float | None], None] | None = None,
-                   download: bool = True, cancel: threading.Event | None = None) -> Path:
+                   download: bool = True, cancel: threading.Event | None = None,
+                   before_weights: Callable[[Path, str], None] | None = None) -> Path:
     """Turn a checkpoint source (a folder, or a hub repo id) into a local folder.
 
     A path that exists is used as is. A model of the registry named by its key (``holo2-8b``) becomes its
@@ -1122,7 +1107,8 @@ def resolve_source(source: str | Path, *, progress: Callable[[str, float | None]
     fetched by :func:`download_model` (safetensors, configs, tokenizer files;
     resumed, sha256-checked, ``progress("Downloading owner/name: 1.2 GB of 25.0 GB ...", fraction)``,
     stopped by ``cancel``); when the hub is unreachable, stuck or failing, a complete cached copy is used
-    instead. With ``download=False`` only the cache is looked at.
+    instead. With ``download=False`` only the cache is looked at. ``before_weights(folder, repo_id)`` runs once
+    the configs are in and before any weight is fetched (:func:`download_model`'s ``before_weights``).
 
     Raises:
         ModelLoadError: when the path does not exist and is not a repo id, or (``download=False``) when
@@ -1163,7 +1149,7 @@ def resolve_source(source: str | Path, *, progress: Callable[[str, float | None]
             progress=(lambda p: progress(p.describe(), p.fraction)) if progress is not None else None,
             cancel=cancel,
             token=hub_token(),
-            before_weights=lambda folder: check_checkpoint_before_weights(folder, text),
+            before_weights=(lambda folder: before_weights(folder, text)) if before_weights is not None else None,
         )
         return result.folder
     except DownloadError as exc:

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from holodesk.policy.native.families import read_family
+from holodesk.policy.native.families import check_checkpoint_before_weights, read_family
 
 if TYPE_CHECKING:
     from holodesk.policy.base import Policy
@@ -41,12 +41,14 @@ def load_local_policy(
             ``protocol``, ``max_new_tokens``, ``max_think_tokens``, ``max_string_chars``, ``sampling``, ``dtype``,
             ``device``, ``attn_implementation``.
     Raises:
-        ModelLoadError: an unsupported or unreadable checkpoint (the message lists the supported families),
-            quantization asked for a native family, or the chosen runtime's load errors.
+        ModelLoadError: the local model runtime (PyTorch, transformers) is not installed
+            (:func:`require_runtime`), an unsupported or unreadable checkpoint (the message lists the supported
+            families), quantization asked for a native family, or the chosen runtime's load errors.
     """
     from holodesk.errors import ModelLoadError
     from holodesk.policy.download import resolve_source
 
+    require_runtime()
     device = options.get("device")
     if device is None:
         import torch
@@ -54,7 +56,8 @@ def load_local_policy(
         on_gpu = torch.cuda.is_available()
     else:
         on_gpu = str(device).startswith("cuda")
-    folder = resolve_source(source, progress=progress, download=on_gpu, cancel=cancel)
+    folder = resolve_source(source, progress=progress, download=on_gpu, cancel=cancel,
+                            before_weights=check_checkpoint_before_weights)
     family = read_family(folder)
     if family.runtime == "holotron":
         from holodesk.policy.holotron import HolotronPolicy
@@ -69,4 +72,33 @@ def load_local_policy(
     return NativePolicy.load(folder, progress=progress, cancel=cancel, **options)
 
 
-__all__ = ["load_local_policy"]
+def runtime_missing() -> str | None:
+    """Why the local model's runtime (torch and transformers, the ``local`` extra) cannot be imported, or
+    None when it can."""
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        return str(exc)
+    return None
+
+
+def require_runtime() -> None:
+    """Check that the local model's runtime can be imported (:func:`runtime_missing`).
+
+    Raises:
+        ModelLoadError: it cannot; the message names the missing module and the hint says what to do (a
+            server or a replay file in the setup wizard, or the install that brings the runtime).
+    """
+    from holodesk.errors import ModelLoadError
+
+    missing = runtime_missing()
+    if missing is not None:
+        raise ModelLoadError(
+            f"the local model cannot run here: the local runtime is not installed ({missing})",
+            hint="Use a server or a replay file instead (the setup wizard: `holodesk`, then Setup wizard...; or "
+            "`holodesk run TASK --endpoint URL --model NAME`); with an NVIDIA GPU, install the runtime: "
+            "pip install 'holodesk[local]' (`bash installers/holodesk.sh` does it).")
+
+
+__all__ = ["load_local_policy", "require_runtime", "runtime_missing"]

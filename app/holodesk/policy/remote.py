@@ -605,8 +605,9 @@ class RemotePolicy:
             except httpx.TimeoutException as exc:
                 raise PolicyError(
                     f"The server at {self.endpoint} sent no reply within {self.timeout_s:g} s.",
-                    hint="The server may be overloaded or still loading the model; raise the request "
-                    "timeout or check the server's log.",
+                    hint="The server may be overloaded or still loading the model: check the server's log, "
+                    "or give it more time with the setting request_timeout_s (Settings > Advanced > Server "
+                    "reply timeout, or HOLODESK_REQUEST_TIMEOUT_S).",
                 ) from exc
             except httpx.HTTPError as exc:
                 raise PolicyError(

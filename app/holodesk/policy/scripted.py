@@ -39,7 +39,7 @@ from typing import Any
 from holodesk.core.actions import Action
 from holodesk.errors import PolicyError, PolicyOutputError
 from holodesk.policy.base import Observation, Proposal, pointer_after
-from holodesk.policy.protocol import ActionProtocol
+from holodesk.policy.protocol import PROTOCOL_NAMES, ActionProtocol
 from holodesk.policy.registry import get_protocol
 
 Reply = str | dict[str, Any]
@@ -70,6 +70,15 @@ def script_protocol(path: str | os.PathLike[str]) -> str:
     Raises:
         PolicyError: the file cannot be read.
     """
+    return named_protocol(path) or LEGACY_SCRIPT_PROTOCOL
+
+
+def named_protocol(path: str | os.PathLike[str]) -> str | None:
+    """The protocol a script file names (``# protocol: NAME`` before its first reply), else None.
+
+    Raises:
+        PolicyError: the file cannot be read.
+    """
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -84,7 +93,7 @@ def script_protocol(path: str | os.PathLike[str]) -> str:
         match = _PROTOCOL_LINE.fullmatch(stripped)
         if match:
             return match.group(1)
-    return LEGACY_SCRIPT_PROTOCOL
+    return None
 
 
 def read_script(path: str | os.PathLike[str]) -> list[str]:
@@ -138,7 +147,8 @@ class ScriptedPolicy:
         path_or_replies: str | os.PathLike[str] | Iterable[Reply],
         protocol: str | ActionProtocol | None = None,
     ) -> None:
-        named = script_protocol(path_or_replies) if isinstance(path_or_replies, (str, os.PathLike)) else None
+        named = named_protocol(path_or_replies) if isinstance(path_or_replies, (str, os.PathLike)) else None
+        self.protocol_named = named is not None or protocol is not None  # else the legacy one is assumed
         if protocol is None:
             protocol = named or LEGACY_SCRIPT_PROTOCOL
         self.protocol = protocol if isinstance(protocol, ActionProtocol) else get_protocol(protocol)
@@ -184,6 +194,10 @@ class ScriptedPolicy:
         try:
             parsed = self.protocol.parse(text, pointer=pointer_after(observation.history))
         except PolicyOutputError as exc:  # recorded with the step, as a real policy's would be
+            speaks = None if self.protocol_named else self._other_protocol(text, observation)
+            if speaks is not None:  # a file without its "# protocol:" line, in another protocol
+                exc.hint = (f"{self.source} names no protocol, so its replies are read as {self.protocol.name}; this "
+                            f"reply is {speaks}: add the line `# protocol: {speaks}` at the top of the file.")
             exc.timings_ms = {"policy": (time.perf_counter() - start) * 1000.0}
             exc.extra = {"script_step": self.steps_played, "source": self.source}
             raise
@@ -196,6 +210,18 @@ class ScriptedPolicy:
             timings_ms={"policy": elapsed_ms},
             extra={"script_step": self.steps_played, "source": self.source, "warnings": list(parsed.warnings)},
         )
+
+    def _other_protocol(self, text: str, observation: Observation) -> str | None:
+        """The name of another known protocol that parses ``text``, else None."""
+        for name in PROTOCOL_NAMES:
+            if name == self.protocol.name:
+                continue
+            try:
+                get_protocol(name).parse(text, pointer=pointer_after(observation.history))
+            except PolicyOutputError:
+                continue
+            return name
+        return None
 
     def close(self) -> None:
         """Nothing to release."""

@@ -69,6 +69,7 @@ def build_policy(settings: Settings, *, progress: Any = None, cancel: threading.
             sampling=choice.sampling,
             # a server counts the thought in max_tokens: the reply's cap plus the thought budget
             max_tokens=settings.max_reply_tokens + (choice.think_budget if choice.reasoning else 0),
+            timeout_s=settings.request_timeout_s,
         )
     if settings.policy == "local":
         from holodesk.policy.local import load_local_policy

@@ -98,6 +98,9 @@ class EpisodeResult:
         steps: number of steps taken: steps that asked the policy and wrote a step record (a rejected
             reply counts, a stop before the policy was asked does not).
         episode_path: the episode folder, when recorded.
+        stopped_by: who or what stopped the run (:data:`STOPPED_BY_USER`, :data:`STOPPED_BY_FAILSAFE`,
+            :data:`STOPPED_BY_WALL_CAP`, or the words given to :meth:`Session.request_stop`, e.g. "the MCP
+            client (it cancelled the call)"); None when nothing stopped it (it finished, or failed by itself).
     """
 
     status: State
@@ -105,6 +108,7 @@ class EpisodeResult:
     answer: str | None = None
     steps: int = 0
     episode_path: Path | None = None
+    stopped_by: str | None = None
 
 
 Listener = Callable[[SessionEvent], None]
@@ -113,6 +117,19 @@ REASON_ANSWERED = "the model answered"
 """The reason of a run that ended with an ``answer`` action (its text is ``EpisodeResult.answer``)."""
 FAILSAFE_STOP_REASON = "stopped: the pointer was moved to a screen corner (the fail-safe); the run has ended"
 """The reason of a run that the executor's fail-safe ended (its result has ``details["failsafe"]``)."""
+STOPPED_BY_USER = "user"
+"""``stopped_by`` of a stop the user asked for (the overlay's Esc, tray or hotkey Stop, Ctrl+C)."""
+STOPPED_BY_FAILSAFE = "the fail-safe"
+"""``stopped_by`` of a run that the pointer in a fail-safe corner ended."""
+STOPPED_BY_WALL_CAP = "the wall-time cap"
+"""``stopped_by`` of a run that :attr:`SessionLimits.max_wall_s` ended (its status is FAILED)."""
+
+
+def stopped_by_signal(signum: int) -> str:
+    """``stopped_by`` of a run that a signal to the process ended: ``"a SIGTERM signal to Holodesk"``."""
+    import signal
+
+    return f"a {signal.Signals(signum).name} signal to Holodesk"
 
 
 @dataclass
@@ -173,11 +190,14 @@ class _Judgement:
 
 
 class _Stop(Exception):
-    def __init__(self, status: State, reason: str, answer: str | None = None) -> None:
+    """Ends the run with ``status`` and ``reason``; ``by`` names who stopped it (None: nobody did)."""
+
+    def __init__(self, status: State, reason: str, answer: str | None = None, by: str | None = None) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
         self.answer = answer
+        self.by = by
 
 
 def check_task(task: str) -> str:
@@ -257,7 +277,8 @@ class Session:
         self._listeners: list[Listener] = []
         self._stop = stop_event if stop_event is not None else threading.Event()
         self._deadline_hit = threading.Event()
-        self._stopped_by = "user"
+        self._stop_cause: str | None = None  # the first request_stop's words since the last run ended
+        self._cause_lock = threading.Lock()
         self._lock = threading.Lock()
         self.recorder: EpisodeRecorder | None = None
         self._recorded_steps: set[int] = set()  # step numbers with a record in the current run
@@ -275,12 +296,30 @@ class Session:
         """Call ``listener`` for every event (from the loop's thread)."""
         self._listeners.append(listener)
 
-    def request_stop(self, by: str = "user") -> None:
-        """Ask the running task to stop at the next state boundary (thread-safe). An action already
-        being performed finishes; nothing new starts. ``by`` says who asked ("user", "the MCP client");
-        it is in the result's reason and the episode's end record (``stopped_by``)."""
-        self._stopped_by = by
+    def request_stop(self, by: str = STOPPED_BY_USER) -> None:
+        """Ask the task to stop at the next state boundary (thread-safe). An action already being performed
+        finishes; nothing new starts. A stop asked before :meth:`run` starts (a task still queued) ends that
+        run before it does anything. ``by`` says who asked, in words ("user", "the MCP client (it cancelled
+        the call)"); the first asker of a run is kept, in the result's reason, the step's ``decided_by`` and
+        the episode's end record (``stopped_by``).
+
+        Raises:
+            TypeError: ``by`` is not a non-empty string (e.g. a Qt signal's ``checked`` flag).
+        """
+        if not isinstance(by, str) or not by.strip():
+            raise TypeError(f"request_stop(by=...) takes who stopped the task in words, not {by!r}")
+        with self._cause_lock:
+            if self._stop_cause is None:
+                self._stop_cause = by
         self._stop.set()
+
+    @property
+    def _stopped_by(self) -> str:
+        """Who stopped the run: the wall-time cap when it ran out, else the first :meth:`request_stop`'s
+        words, else the user (the shared stop event was set directly, e.g. by the UI's Stop)."""
+        if self._deadline_hit.is_set():
+            return STOPPED_BY_WALL_CAP
+        return self._stop_cause or STOPPED_BY_USER
 
     @property
     def stop_requested(self) -> bool:
@@ -309,9 +348,9 @@ class Session:
 
     def _check_limits(self, step: int, started: float) -> None:
         if self._deadline_hit.is_set() or time.monotonic() - started > self.limits.max_wall_s:
-            raise _Stop(State.FAILED, self._wall_cap_reason())
+            raise _Stop(State.FAILED, self._wall_cap_reason(), by=STOPPED_BY_WALL_CAP)
         if self._stop.is_set():
-            raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}")
+            raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}", by=self._stopped_by)
         if step >= self.limits.max_steps:
             cap = self.limits.max_steps
             raise _Stop(State.FAILED, f"reached the step cap ({cap} step{'' if cap == 1 else 's'}) without finishing")
@@ -326,8 +365,7 @@ class Session:
         """
         task = check_task(task)
         with self._lock:
-            self._stop.clear()
-            self._stopped_by = "user"
+            # A stop already asked for (the task was queued when it came) is kept: the run ends at once.
             self._deadline_hit.clear()
             # The wall-time cap is hard (F09): a timer ends a long action or a pending approval too,
             # not only the next step boundary.
@@ -344,6 +382,9 @@ class Session:
                 end_episode = getattr(self.executor, "end_episode", None)
                 if end_episode is not None:
                     end_episode()
+                with self._cause_lock:  # the next run starts unstopped
+                    self._stop.clear()
+                    self._stop_cause = None
 
     def _run_locked(self, task: str) -> EpisodeResult:
         """The run: one :meth:`_step` after another until a :class:`_Stop` (or an error) ends it."""
@@ -357,8 +398,9 @@ class Session:
                  "executor": getattr(self.executor, "name", type(self.executor).__name__),
                  "mode": self.approval.mode, "limits": self.limits.__dict__, **self.meta},
             )
-        self._clear_failsafe_corner()
         try:
+            self._check_limits(run.step, run.started)  # a stop that came while queued: the pointer stays put
+            self._clear_failsafe_corner()
             self._check_geometry()
             while True:
                 self._step(run)
@@ -366,7 +408,8 @@ class Session:
         except _Stop as stop:
             result = self._stopped(stop, run.failed_actions)
         except KeyboardInterrupt:
-            result = EpisodeResult(State.STOPPED, "interrupted by the user (Ctrl+C)", None, len(self._recorded_steps))
+            result = EpisodeResult(State.STOPPED, "interrupted by the user (Ctrl+C)", None, len(self._recorded_steps),
+                                   stopped_by=STOPPED_BY_USER)
         except HolodeskError as exc:
             log.error("run failed: %s", exc)
             result = EpisodeResult(State.FAILED, str(exc), None, len(self._recorded_steps))
@@ -544,12 +587,17 @@ class Session:
                       focus_element=typed_into)
         if judged.pointer_windows is not None:
             record["pointer_windows"] = judged.pointer_windows
+        if response.decision is Decision.STOP and self._stop.is_set():
+            # The pending approval was answered STOP for whoever stopped the run (the cap, a caller, ...).
+            response = ApprovalResponse(Decision.STOP, by=self._stopped_by)
+            record["decided_by"] = response.by
         self._emit("decision", run.step, response.decision.value, response=response, request=request)
         if response.decision is Decision.STOP:
             record["timings_ms"] = timings
             self._write(record)
-            raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}" if self._stop.is_set()
-                        else "stopped by user at the approval prompt")
+            if self._stop.is_set():
+                raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}", by=self._stopped_by)
+            raise _Stop(State.STOPPED, "stopped by user at the approval prompt", by=STOPPED_BY_USER)
         if response.decision is Decision.SKIP:
             record["timings_ms"] = timings
             self._write(record)
@@ -564,7 +612,7 @@ class Session:
         if self._stop.is_set():
             record["timings_ms"] = timings
             self._write(record)
-            raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}")
+            raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}", by=self._stopped_by)
         return placed
 
     def _decide(self, step: int, proposal: Proposal, placed: PlacedAction, typed_into: str | None,
@@ -609,10 +657,10 @@ class Session:
             raise _Stop(State.FAILED, f"internal error: {outcome.message}")
         if outcome.status == "stopped_by_user":  # a stop request ended the action, or the fail-safe
             if self._stop.is_set():
-                raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}")
+                raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}", by=self._stopped_by)
             if outcome.details.get("failsafe"):
-                raise _Stop(State.STOPPED, FAILSAFE_STOP_REASON)
-            raise _Stop(State.STOPPED, f"stopped by user: {outcome.message}")
+                raise _Stop(State.STOPPED, FAILSAFE_STOP_REASON, by=STOPPED_BY_FAILSAFE)
+            raise _Stop(State.STOPPED, f"stopped by user: {outcome.message}", by=STOPPED_BY_USER)
         self._remember(run, proposal, placed, outcome)
 
     def _remember(self, run: _Run, proposal: Proposal, placed: PlacedAction, outcome: ActionResult) -> None:
@@ -636,13 +684,13 @@ class Session:
     # -- the end
     def _stopped(self, stop: _Stop, failed_actions: list[str]) -> EpisodeResult:
         """The result of a run that a :class:`_Stop` ended."""
-        if stop.status is State.STOPPED and self._deadline_hit.is_set():
-            stop = _Stop(State.FAILED, self._wall_cap_reason())  # the cap stopped it, not the user
+        if stop.status is State.STOPPED and self._deadline_hit.is_set():  # the cap stopped it, not the user
+            stop = _Stop(State.FAILED, self._wall_cap_reason(), by=STOPPED_BY_WALL_CAP)
         if stop.status is State.FINISHED and failed_actions:
             # The model may believe a step worked that did not: never report such a run as done.
             stop = _Stop(State.FAILED, f"{stop.reason}, but {len(failed_actions)} approved action(s) could "
                          f"not be performed ({'; '.join(failed_actions)}); check the screen", stop.answer)
-        return EpisodeResult(stop.status, stop.reason, stop.answer, len(self._recorded_steps))
+        return EpisodeResult(stop.status, stop.reason, stop.answer, len(self._recorded_steps), stopped_by=stop.by)
 
     def _end(self, result: EpisodeResult) -> None:
         """Set the final state and close the episode record with ``result`` (an incomplete record is
@@ -652,8 +700,8 @@ class Session:
             return
         end = {"status": result.status.value, "reason": result.reason, "answer": result.answer,
                "steps": result.steps}
-        if result.status is State.STOPPED:
-            end["stopped_by"] = self._stopped_by if self._stop.is_set() else "user"
+        if result.stopped_by is not None:
+            end["stopped_by"] = result.stopped_by
         try:
             self.recorder.close(end)
         except HolodeskError as exc:  # what was written stays; the user is told the record is incomplete

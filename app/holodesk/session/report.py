@@ -23,8 +23,9 @@ _DECIDED = {Decision.APPROVE: "approved", Decision.EDIT: "edited and approved", 
 
 
 def decision_words(decision: Decision, by: str) -> str:
-    """``"approved by the user"``, ``"approved by the autopilot"``, ``"rejected (skipped) by the user"``."""
-    who = "the autopilot" if by == "autopilot" else "the user"
+    """``"approved by the user"``, ``"approved by the autopilot"``, ``"rejected (skipped) by the user"``,
+    ``"stopped by the wall-time cap"`` (``by`` other than "user" / "autopilot" is said as it is)."""
+    who = {"autopilot": "the autopilot", "user": "the user"}.get(by, by)
     return f"{_DECIDED[decision]} by {who}"
 
 

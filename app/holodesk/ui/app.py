@@ -9,13 +9,14 @@ through :class:`~holodesk.ui.notify.Notifier`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import logging.handlers
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from holodesk.errors import HolodeskError, ModelLoadError, SettingsError
 from holodesk.instance import ChannelError, ChannelServer, DriveLock, InstanceLock
 from holodesk.session.approval import ApprovalPolicy
 from holodesk.session.factory import PolicyCache, build_capture, build_executor, build_session
-from holodesk.session.loop import EpisodeResult, Session, SessionEvent, State, check_task
+from holodesk.session.loop import EpisodeResult, Session, SessionEvent, State, check_task, stopped_by_signal
 from holodesk.settings import Settings, config_path, load_settings
 from holodesk.ui import x11
 from holodesk.ui.approval import ApprovalController
@@ -36,8 +37,8 @@ from holodesk.ui.history import HistoryWindow
 from holodesk.ui.icons import Status, status_for_state
 from holodesk.ui.notify import Notifier, install_exception_hooks
 from holodesk.ui.overlay import MARKER_COLOR
-from holodesk.ui.palette import CommandPalette, GlobalHotkeys
-from holodesk.ui.remote import AppRemote
+from holodesk.ui.palette import CommandPalette, GlobalHotkeys, hotkey_label
+from holodesk.ui.remote import CLOSING, AppRemote
 from holodesk.ui.settings_dialog import SettingsDialog
 from holodesk.ui.tray import AppActions, FallbackWindow, TrayIcon, app_icon
 from holodesk.ui.wizard import MachineFacts, SetupWizard, gather_facts
@@ -57,10 +58,12 @@ def hub_download(repo_id: str, *, revision: str, cache_dir: Path, progress: Call
                  cancel: threading.Event) -> Any:
     """The download dialog's :data:`~holodesk.ui.download.DownloadFn`: the download manager
     (:func:`holodesk.policy.download.download_model`) with the hub token kept in the keychain."""
-    from holodesk.policy.download import download_model, hub_token
+    from holodesk.policy.download import download_model, hub_repo, hub_token
+    from holodesk.policy.native.families import check_checkpoint_before_weights
 
     return download_model(repo_id, revision=revision, cache_dir=cache_dir, progress=progress, cancel=cancel,
-                          token=hub_token())
+                          token=hub_token(),
+                          before_weights=lambda folder: check_checkpoint_before_weights(folder, hub_repo(repo_id)))
 
 
 def _default_policy(settings: Settings, progress: ProgressFn, cancel: threading.Event | None = None) -> Any:
@@ -134,6 +137,7 @@ class HolodeskApp(QObject):
                  window_probe: Callable[..., Any] | None = None, headless: bool = False,
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
+        self.closing = False  # set by shutdown(): no task starts any more (one queued when a signal came)
         self.focus_probe = focus_probe or _focus_probe()
         self.window_probe = window_probe or _window_probe()
         self.settings = settings
@@ -209,7 +213,7 @@ class HolodeskApp(QObject):
         """The menu's (and the window's) commands."""
         a = self.actions
         a.new_task.triggered.connect(self.open_palette)
-        a.stop.triggered.connect(self.stop)
+        a.stop.triggered.connect(lambda: self.stop())  # not triggered(checked) as who stopped it
         a.pause.triggered.connect(self.toggle_pause)
         a.mode_selected.connect(self.set_mode)
         a.replay.triggered.connect(self.choose_replay)
@@ -236,7 +240,8 @@ class HolodeskApp(QObject):
         if self.tray is not None:
             self.tray.show()
             self.notifier.info("Holodesk is running",
-                               f"Press {self.settings.hotkey_palette} or click the tray icon to give it a task.")
+                               f"Press {hotkey_label(self.settings.hotkey_palette)} or click the tray icon to give it "
+                               "a task.")
         if self.window is not None:
             self.window.show()  # placed by the window manager like any window, never kept above others
         if self._want_hotkeys:
@@ -263,7 +268,8 @@ class HolodeskApp(QObject):
 
     def shutdown(self, wait_s: float = 5.0) -> None:
         """Stop any task (waiting up to ``wait_s`` seconds for it), stop the hotkeys, close every window
-        and the policy. The event loop keeps running."""
+        and the policy. The event loop keeps running; no task starts any more (:data:`CLOSING`)."""
+        self.closing = True
         self.stop()
         self.runner.wait(wait_s)
         self.hotkeys.stop()
@@ -294,6 +300,9 @@ class HolodeskApp(QObject):
         """Run ``task`` on the worker thread, with ``settings`` (default: the current settings). False (and
         the user is told) when it cannot start."""
         run_settings = settings or self.settings
+        if self.closing:  # a task queued (by a caller) as the app was told to quit: it never starts
+            log.warning("not starting %r: %s", task, CLOSING)
+            return False
         try:
             check_task(task)
             if self.runner.running:
@@ -651,8 +660,34 @@ def run_app(force_window: bool = False, instance: InstanceLock | None = None) ->
                 channel = None
                 holo.notifier.error("`holodesk stop` and `holodesk palette` will not reach this app", exc)
         holo.start(first_run=first_run)
-        return int(app.exec())
+        with _quit_on_signals(holo):
+            return int(app.exec())
     finally:
         if channel is not None:
             channel.close()
         restore()
+
+
+@contextlib.contextmanager
+def _quit_on_signals(holo: HolodeskApp) -> Iterator[None]:
+    """While the event loop runs, SIGTERM, SIGHUP and SIGINT (the session ending, ``kill``, Ctrl+C) stop any
+    task, recorded as stopped by that signal (its record gets its end), and quit the app."""
+    import signal
+
+    from PySide6.QtCore import QTimer
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("signal %d: stopping any task and quitting", signum)
+        holo.stop(by=stopped_by_signal(signum))
+        holo.quit()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    wake = QTimer()  # Python runs signal handlers only between bytecodes: let it run while Qt waits
+    wake.timeout.connect(lambda: None)
+    wake.start(200)
+    try:
+        yield
+    finally:
+        wake.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

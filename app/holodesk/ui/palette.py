@@ -39,6 +39,12 @@ def parse_hotkey(combo: str) -> list[Any]:
                             hint="Write it like <ctrl>+<alt>+h: modifiers in angle brackets, joined by +.") from exc
 
 
+def hotkey_label(hotkey: str) -> str:
+    """A hotkey setting (pynput's form, ``"<ctrl>+<alt>+h"``) as people write it: ``"Ctrl+Alt+H"``."""
+    keys = [key.strip().strip("<>") for key in hotkey.split("+") if key.strip()]
+    return "+".join(key.upper() if len(key) == 1 else key.replace("_", " ").title() for key in keys)
+
+
 class GlobalHotkeys(QObject):
     """Listens for the palette and stop hotkeys anywhere on the desktop.
 

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BUSY = "busy: another task is driving the desktop; try again when it has ended"
+CLOSING = "Holodesk is quitting (it was told to end); the task was not started"
+"""Why a task that arrives while the app shuts down does not start (:attr:`HolodeskApp.closing`)."""
 
 
 def allowed_mode(requested: str | None, current: str, allowed: list[str]) -> str:
@@ -238,7 +240,7 @@ class _CallerTask:
             qt_signal.connect(slot)
         if not app.start_task(self.task):
             self.end()
-            return {"ok": False, "busy": False, "error": "the app could not start the task"}
+            return {"ok": False, "busy": False, "error": CLOSING if app.closing else "the app could not start the task"}
         return None
 
     def end(self) -> None:

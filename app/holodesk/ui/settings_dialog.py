@@ -60,7 +60,7 @@ GROUPS: list[tuple[str, str, list[str]]] = [
     ("Basic", "Approvals", ["approval", "autopilot_countdown_s"]),
     ("Basic", "Desktop", ["monitor", "hotkey_palette", "hotkey_stop", "data_dir"]),
     ("Advanced", "Model", ["decoder", "reasoning", "greedy", "temperature", "top_p", "seed", "constrained_decoding",
-                           "max_images", "max_reply_tokens", "max_string_chars", "protocol"]),
+                           "max_images", "max_reply_tokens", "max_string_chars", "protocol", "request_timeout_s"]),
     ("Advanced", "Limits of one task", ["max_steps", "max_wall_s", "max_parse_failures", "max_repeats"]),
     ("Advanced", "Input", ["desktop_backend", "typing"]),
 ]
@@ -91,6 +91,7 @@ LABELS = {
     "hotkey_stop": "Stop hotkey", "data_dir": "Data folder", "max_reply_tokens": "Reply token cap",
     "max_string_chars": "Text field cap", "decoder": "Decoder", "desktop_backend": "Desktop backend",
     "greedy": "Greedy decoding", "temperature": "Temperature", "top_p": "Top p", "seed": "Sampling seed",
+    "request_timeout_s": "Server reply timeout (s)",
 }
 
 CHOICE_LABELS: dict[str, dict[str, str]] = {
@@ -115,6 +116,7 @@ APPLIES: dict[str, Callable[[dict[str, Any]], bool]] = {
     "max_reply_tokens": lambda v: v["policy"] in ("local", "remote"),
     "max_string_chars": lambda v: v["policy"] == "local" and bool(v["constrained_decoding"]),
     "endpoint": lambda v: v["policy"] == "remote",
+    "request_timeout_s": lambda v: v["policy"] == "remote",
     "script_file": lambda v: v["policy"] == "script",
     "reasoning": lambda v: v["policy"] in ("local", "remote"),
     "greedy": lambda v: v["policy"] in ("local", "remote"),
@@ -131,7 +133,8 @@ NOT_APPLYING = {
     "model": "Used by the local model and by a server only.", "precision": "Used by the local model only.",
     "decoder": "Used by the local model only.", "max_reply_tokens": "Not used by a replay file.",
     "max_string_chars": "Used by the local model with constrained replies only.",
-    "endpoint": "Used with a server only.", "script_file": "Used with a replay file only.",
+    "endpoint": "Used with a server only.", "request_timeout_s": "Used with a server only.",
+    "script_file": "Used with a replay file only.",
     "reasoning": "Not used by a replay file.", "greedy": "Not used by a replay file.",
     "temperature": "Used when sampling (greedy off) with a model.",
     "top_p": "Used when sampling (greedy off) with a model.",

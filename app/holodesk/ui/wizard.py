@@ -512,8 +512,12 @@ def check_server(url: str, model: str, key: str | None, timeout_s: float = 10.0)
     return None
 
 
+EXAMPLE_REPLAY = Path(__file__).resolve().parents[1] / "examples" / "first-replay.jsonl"
+"""The replay file that ships with Holodesk (a pointer move, a wait and an answer), offered first."""
+
+
 class ReplayPage(QWizardPage):
-    """A replay file: chosen, read and checked."""
+    """A replay file: chosen, read and checked; :data:`EXAMPLE_REPLAY` until the settings name one."""
 
     def __init__(self, settings: Settings) -> None:
         super().__init__()
@@ -522,7 +526,7 @@ class ReplayPage(QWizardPage):
                          "time, and you still approve every action.")
         layout = QVBoxLayout(self)
         row = QHBoxLayout()
-        self.file = QLineEdit(str(settings.script_file or ""))
+        self.file = QLineEdit(str(settings.script_file or EXAMPLE_REPLAY))
         self.file.setObjectName("replay_file")
         self.file.textChanged.connect(self._check)
         browse = QPushButton("Choose...")
@@ -616,10 +620,13 @@ class SetupWizard(QWizard):
         return pages[self.currentId()]
 
     def done(self, result: int) -> None:
-        """Close (Finish, Cancel, the window's close button): a running download is cancelled first."""
+        """Close (Finish, Cancel, the window's close button): a running download is cancelled first, and
+        its dialog closes with the wizard (the download stops within a second, in the background)."""
         dialog = self.local_page.dialog
-        if dialog is not None and dialog.state == "running":
-            dialog.cancel()
+        if dialog is not None:
+            if dialog.state == "running":
+                dialog.cancel()
+            dialog.close()
         super().done(result)
 
     def accept(self) -> None:

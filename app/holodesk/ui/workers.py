@@ -26,7 +26,7 @@ from PySide6.QtWidgets import QApplication, QWidget
 
 from holodesk.errors import HolodeskError
 from holodesk.session.approval import ApprovalRequest, ApprovalResponse, Decision
-from holodesk.session.loop import EpisodeResult, Session, SessionEvent, State, check_task
+from holodesk.session.loop import Session, SessionEvent, check_task
 from holodesk.ui import x11
 
 log = logging.getLogger(__name__)
@@ -313,13 +313,12 @@ class _Job(QObject):
                 session = self.factory(lambda msg, frac: runner.progress.emit(msg, frac))
                 runner.session = session
                 session.subscribe(runner._on_event)
-                if runner.stop_event.is_set():
-                    result = EpisodeResult(State.STOPPED, "stopped by user before the first step")
-                else:
-                    try:
-                        result = session.run(self.task)
-                    finally:
-                        session.close()
+                if runner.stop_event.is_set():  # stopped while queued: the run records it and does nothing
+                    session.request_stop(runner.stopped_by)
+                try:
+                    result = session.run(self.task)
+                finally:
+                    session.close()
             runner.finished.emit(result)
         except BaseException as exc:  # every worker exception reaches the user through `failed`
             if isinstance(exc, HolodeskError):  # an expected error (a model that cannot load): no traceback
@@ -410,7 +409,13 @@ class TaskRunner(QObject):
     def stop(self, by: str = "user") -> None:
         """Stop the running task at once (any thread): pending approvals answer STOP, the session stops
         at its next state boundary, stop hooks (the executor's stop event) run. ``by`` says who stopped
-        it ("user", "the MCP client"; the first one while the task stops); the episode records it."""
+        it ("user", "the MCP client"; the first one while the task stops); the episode records it.
+
+        Raises:
+            TypeError: ``by`` is not a non-empty string (e.g. a Qt signal's ``checked`` flag).
+        """
+        if not isinstance(by, str) or not by.strip():
+            raise TypeError(f"stop(by=...) takes who stopped the task in words, not {by!r}")
         if not self.stop_event.is_set():
             self.stopped_by = by
         session = self.session

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from holodesk.errors import ModelLoadError
-from holodesk.policy.download import check_checkpoint_before_weights
-from holodesk.policy.native.families import NEMOTRON_H_OMNI, family_of
+from holodesk.policy.native.families import NEMOTRON_H_OMNI, check_checkpoint_before_weights, family_of
 from holodesk.policy.native.policy import load_native
 
 PUBLISHED_TYPE = "NemotronH_Nano_Omni_Reasoning_V3"

@@ -17,12 +17,15 @@ Pure Python: no torch or transformers import (the doctor and the settings can re
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
 from holodesk.errors import ModelLoadError
 from holodesk.policy.holotron.pattern import resolve_block_pattern
+
+log = logging.getLogger(__name__)
 
 Runtime = Literal["holotron", "native"]
 
@@ -198,3 +201,36 @@ __all__ = ["FAMILIES", "HOLOTRON", "NATIVE_FAMILIES", "NEMOTRON_H_OMNI", "QWEN3_
            "family_by_key", "family_of", "language_config", "native_config", "nemotron_block_pattern", "read_config",
            "read_family",
            "supported_text"]
+
+
+def check_checkpoint_before_weights(folder: Path, repo_id: str) -> None:
+    """Refuse, before any weight is downloaded, a checkpoint Holodesk cannot run locally: its family from
+    ``config.json`` (:func:`family_of`: the published layouts, remote-code
+    names included, or the reason it is refused), and its size from ``model.safetensors.index.json``
+    (``metadata.total_size``) against the model table's bf16 size when ``repo_id`` is a listed model.
+
+    Raises:
+        ModelLoadError: no or unreadable config.json, an unsupported family, or weights whose size is not
+            within half to 1.5 times what the model table gives for the model (the message gives both).
+    """
+    from holodesk.policy.download import human_bytes
+    from holodesk.policy.models import find_model
+
+    config = read_config(folder)
+    family = family_of(config, f"{repo_id}'s config.json")
+    index_path = folder / "model.safetensors.index.json"
+    spec = find_model(repo_id)
+    if not index_path.exists():
+        log.info("%s: %s checkpoint, no weight index to check its size against", repo_id, family.models)
+        return
+    try:
+        total = int(json.loads(index_path.read_text(encoding="utf-8"))["metadata"]["total_size"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"{repo_id}'s model.safetensors.index.json gives no weight size ({exc})",
+                             hint="The repo is incomplete or not a transformers checkpoint.") from None
+    log.info("%s: %s checkpoint, %s of weights", repo_id, family.models, human_bytes(total))
+    if spec is not None and not 0.5 * spec.download_bytes <= total <= 1.5 * spec.download_bytes:
+        raise ModelLoadError(
+            f"{repo_id} holds {human_bytes(total)} of weights where {spec.display_name} in bf16 is about "
+            f"{human_bytes(spec.download_bytes)}: not the checkpoint Holodesk lists for it",
+            hint="Check the repo id, or download it by hand and give Holodesk its folder.")
