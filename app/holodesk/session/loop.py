@@ -19,16 +19,17 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from holodesk.capture.base import CaptureBackend
 from holodesk.control.base import ActionResult, Executor
-from holodesk.core.actions import Answer, Click, Done, DoubleClick, MiddleClick, RightClick, Type
+from holodesk.core.actions import Answer, Click, Done, DoubleClick, Key, MiddleClick, RightClick, Type
+from holodesk.core.element import Element, ElementProbe
 from holodesk.core.geometry import Frame, PlacedAction, place
-from holodesk.core.risk import Risk, RiskAssessment, assess
+from holodesk.core.risk import Risk, RiskAssessment, assess, selection_after
 from holodesk.core.wording import WindowInfo
 from holodesk.errors import GeometryMismatch, HolodeskError, PolicyError, PolicyOutputError, TaskError
 from holodesk.policy.base import HistoryStep, Observation, Policy, Proposal
@@ -129,6 +130,7 @@ class _Run:
         failed_actions: "step N: message" for each approved action that could not be performed.
         acted: an action was handed to the executor since the last grab (the next grab waits for the
             screen to settle).
+        selection: a text selection may exist (:func:`holodesk.core.risk.selection_after`).
     """
 
     task: str
@@ -140,6 +142,7 @@ class _Run:
     repeats: list[tuple[str, str]] = field(default_factory=list)
     failed_actions: list[str] = field(default_factory=list)
     acted: bool = False
+    selection: bool = False
 
 
 SCREEN_SETTLE_S = 0.25
@@ -163,12 +166,15 @@ class _Judgement:
         risk: the risk level and reason.
         window: the window the action acts in, for the approval's words: under its first point, else the
             focused one; None when unknown.
+        elements: what the accessibility tree said (``element_probe``): ``at_points`` (the element under
+            each point, or None), ``focused``, ``lookup_ms`` and ``problem``; None without a probe.
     """
 
     focused: str | None
     pointer_windows: list[str | None] | None
     risk: RiskAssessment
     window: WindowInfo | None
+    elements: dict[str, Any] | None = None
 
 
 class _Stop(Exception):
@@ -211,6 +217,9 @@ class Session:
             ``window_probe()`` the focused window (:class:`~holodesk.core.wording.WindowInfo` or None):
             the approval names it and keeps its card off it, and the risk rules judge pointer actions
             by the windows under their points (default: none known; the focused window decides).
+        element_probe: finds the accessible element under each of an action's points and the focused one
+            (:class:`~holodesk.control.accessibility.AccessibilityProbe`); the risk rules judge by them and
+            the record stores them; None: the model's words and the windows alone decide.
         before_capture / after_capture: hooks around each grab (the UI hides its overlay there, F13).
         meta: extra fields for the episode's start record.
         stop_event: the event :meth:`request_stop` sets; pass the executor's own stop event so that a
@@ -234,6 +243,7 @@ class Session:
         episodes_dir: Path | None = None,
         focus_probe: Callable[[], str | None] | None = None,
         window_probe: Callable[..., WindowInfo | None] | None = None,
+        element_probe: ElementProbe | None = None,
         before_capture: Callable[[], None] | None = None,
         after_capture: Callable[[], None] | None = None,
         meta: dict[str, Any] | None = None,
@@ -248,6 +258,7 @@ class Session:
         self.episodes_dir = episodes_dir
         self.focus_probe = focus_probe
         self.window_probe = window_probe
+        self.element_probe = element_probe
         self.before_capture = before_capture
         self.after_capture = after_capture
         self.meta = dict(meta or {})
@@ -524,7 +535,7 @@ class Session:
         self._set_state(State.AWAITING_APPROVAL, run.step)
         typed_into = run.focus_element if isinstance(proposal.action, Type) else None
         t0 = time.perf_counter()
-        request, response, judged = self._decide(run.step, proposal, placed, typed_into, record)
+        request, response, judged = self._decide(run.step, proposal, placed, typed_into, record, run.selection)
         timings["approval"] = (time.perf_counter() - t0) * 1000
         if not isinstance(response, ApprovalResponse):
             raise _Stop(State.FAILED, f"approver returned {response!r}, not an ApprovalResponse")
@@ -535,6 +546,8 @@ class Session:
                       focus_element=typed_into)
         if judged.pointer_windows is not None:
             record["pointer_windows"] = judged.pointer_windows
+        if judged.elements is not None:
+            record["elements"] = judged.elements
         self._emit("decision", run.step, response.decision.value, response=response, request=request)
         if response.decision is Decision.STOP:
             record["timings_ms"] = timings
@@ -559,16 +572,17 @@ class Session:
         return placed
 
     def _decide(self, step: int, proposal: Proposal, placed: PlacedAction, typed_into: str | None,
-                record: dict[str, Any]) -> tuple[ApprovalRequest, ApprovalResponse, _Judgement]:
-        """The approval policy's answer for ``placed``, with the request shown and the judgement behind it."""
-        judged = self._assess(placed)
+                record: dict[str, Any], selection: bool) -> tuple[ApprovalRequest, ApprovalResponse, _Judgement]:
+        """The approval policy's answer for ``placed``, with the request shown and the judgement behind it
+        (``selection``: a text selection may exist)."""
+        judged = self._assess(placed, selection)
         request = make_request(step, proposal, placed, judged.risk, self.approval.mode, window=judged.window,
                                focus_element=typed_into)
         response = self.approval.decide(request)
         if response.by == "autopilot" and response.decision is Decision.APPROVE:
             # The windows may have changed during the autopilot's countdown (a terminal opened
             # or took the focus): judged again just before acting; if no longer low, ask the user.
-            judged = self._assess(placed)
+            judged = self._assess(placed, selection)
             if judged.risk.level is not Risk.LOW:
                 record["risk_changed_during_countdown"] = True
                 request = make_request(step, proposal, placed, judged.risk, self.approval.mode,
@@ -619,6 +633,7 @@ class Session:
                        "Check the screen.")
         run.history.append(HistoryStep(run.step, placed.frame, action, proposal.thought, proposal.note,
                                        proposal.raw_text, said))
+        run.selection = selection_after(action, run.selection) if outcome.ok else True  # unknown: may exist
         if isinstance(action, (Click, DoubleClick, RightClick, MiddleClick)):
             run.focus_element = action.element if outcome.ok else None
         elif not isinstance(action, Type):
@@ -652,21 +667,55 @@ class Session:
             result.reason = f"{result.reason}; the episode record is incomplete: {exc}"
         result.episode_path = self.recorder.path
 
-    def _assess(self, placed: PlacedAction) -> _Judgement:
-        """Probe the windows at the action's input points and classify the action."""
+    def _assess(self, placed: PlacedAction, selection: bool = False) -> _Judgement:
+        """Probe the windows and the accessible elements at the action's input points and classify the action
+        (``selection``: a text selection may exist)."""
         action = placed.action
         focused = self.focus_probe() if self.focus_probe else None
         if self.window_probe is None:
-            return _Judgement(focused, None, assess(action, focused_window=focused), None)
+            elements, at_points, focused_element = self._probe_elements(placed, [None] * len(placed.input_points))
+            return _Judgement(focused, None, assess(action, focused_window=focused, pointer_elements=at_points,
+                                                    focused_element=focused_element, selection=selection),
+                              None, elements)
         input_points = placed.input_points
         infos = [self._probe_window(at) for at in input_points]
         window = infos[0] if infos else self._probe_window(None)
         pointer_windows = [info.app or None if info is not None else None for info in infos] if input_points else None
         on_frame = any(info is not None and info.on_frame(at.x, at.y)
                        for info, at in zip(infos, input_points, strict=True))
+        elements, at_points, focused_element = self._probe_elements(placed, infos)
         return _Judgement(focused, pointer_windows, assess(action, focused_window=focused,
                                                            pointer_windows=pointer_windows,
-                                                           on_window_frame=on_frame), window)
+                                                           on_window_frame=on_frame, pointer_elements=at_points,
+                                                           focused_element=focused_element, selection=selection),
+                          window, elements)
+
+    def _probe_elements(self, placed: PlacedAction, infos: Sequence[WindowInfo | None]
+                        ) -> tuple[dict[str, Any] | None, list[Element | None] | None, Element | None]:
+        """Ask ``element_probe`` for the element under each input point (pointer actions) and the focused
+        element (typing and keys); returns the record's ``elements`` entry, the elements at the points and
+        the focused element (all None without a probe)."""
+        probe = self.element_probe
+        if probe is None:
+            return None, None, None
+        at_points: list[Element | None] | None = None
+        focused: Element | None = None
+        spent, problems = 0.0, []
+        if placed.input_points:
+            at_points = []
+            for at, info in zip(placed.input_points, infos, strict=True):
+                at_points.append(probe.element_at(at.x, at.y, info.client_rect if info is not None else None))
+                spent += probe.last_ms
+                problems.append(probe.last_problem)
+        if isinstance(placed.action, (Type, Key)):
+            focused = probe.focused()
+            spent += probe.last_ms
+            problems.append(probe.last_problem)
+        record = {"at_points": [e.to_dict() if e is not None else None for e in at_points]
+                  if at_points is not None else None,
+                  "focused": focused.to_dict() if focused is not None else None,
+                  "lookup_ms": round(spent, 2), "problem": "; ".join(p for p in problems if p) or None}
+        return record, at_points, focused
 
     def _probe_window(self, at: Any) -> WindowInfo | None:
         """``window_probe`` at input point ``at`` (None: the focused window); None when it fails."""

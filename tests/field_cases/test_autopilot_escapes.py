@@ -1,0 +1,137 @@
+"""Issue 31: the autopilot judges what is really at the action's point, through the accessibility tree.
+
+A real GTK 3 program (tests/apps/gtk_escapes.py, its accessibility bridge on) under openbox, the real
+accessibility bus (started by D-Bus activation on the desktop's private session bus), the real Session,
+risk rules, capture and pyautogui executor. The model is a list of proposals (no model runs here: named
+:class:`ListPolicy`); the user at the approval prompt is a spy that skips whatever it is asked. Each escape
+of the issue must ask, while harmless control steps in the same program are still approved by the
+autopilot; the program's own state (its text, its press counter, its combo box) shows what happened.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from holodesk.capture.mss_backend import MssCapture
+from holodesk.control.accessibility import STATE_NAMES, AccessibilityProbe, states_from_bits
+from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
+from holodesk.control.window import focused_window_class, window_at
+from holodesk.core.actions import Action, Click, Done, Key, Point, Scroll, Type
+from holodesk.core.geometry import frame_pixel_to_point
+from holodesk.core.risk import Risk
+from holodesk.policy.base import Observation, Proposal
+from holodesk.session.approval import ApprovalPolicy, ApprovalResponse, Decision
+from holodesk.session.loop import SCREEN_SETTLE_S, Session, SessionLimits, State
+from tests.field_cases.fakes import SpyApprover
+from tests.helpers.desktop import APPS, SYSTEM_PYTHON, App, Desktop, wait_until
+
+ACCESSIBLE = {"NO_AT_BRIDGE": "0", "GTK_A11Y": "atspi"}
+"""What a GTK program needs to publish its accessibility tree (the desktop helper turns it off)."""
+
+
+class ListPolicy:
+    """A fake model (none runs here): proposes ``actions`` in order, then ``done``."""
+
+    def __init__(self, actions: list[Action]) -> None:
+        self.actions = list(actions)
+
+    def propose(self, observation: Observation) -> Proposal:
+        action = self.actions.pop(0) if self.actions else Done("finished")
+        return Proposal(action, thought=action.kind, raw_text=json.dumps(action.to_dict()))
+
+    def close(self) -> None:
+        pass
+
+
+class EscapesApp:
+    """tests/apps/gtk_escapes.py on ``desktop``, with its layout report."""
+
+    def __init__(self, desktop: Desktop, tmp_path: Path) -> None:
+        self.layout_path = tmp_path / "escapes.json"
+        self.app: App = desktop.launch([SYSTEM_PYTHON, str(APPS / "gtk_escapes.py"), "--layout",
+                                        str(self.layout_path), "--x", "200", "--y", "150"],
+                                       wm_class="HolodeskGtkEscapes", env=ACCESSIBLE)
+        self.wait(lambda s: s.get("focus") == "notes", "the notes field to have the focus")
+
+    def state(self) -> dict[str, Any]:
+        try:
+            return dict(json.loads(self.layout_path.read_text(encoding="utf-8")))
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+
+    def wait(self, predicate: Any, what: str, timeout: float = 20.0) -> dict[str, Any]:
+        return dict(wait_until(lambda: (s := self.state()) and predicate(s) and s, timeout, what))
+
+    def center(self, name: str) -> tuple[int, int]:
+        x, y, w, h = self.state()["rects"][name]
+        return x + w // 2, y + h // 2
+
+
+@pytest.fixture
+def escapes(desktop: Desktop, tmp_path: Path) -> Iterator[tuple[Desktop, EscapesApp]]:
+    yield desktop, EscapesApp(desktop, tmp_path)
+
+
+def _session(desktop: Desktop, actions: list[Action], spy: SpyApprover, probe: AccessibilityProbe | None
+             ) -> Session:
+    return Session(ListPolicy(actions), MssCapture(), PyAutoGUIExecutor(), ApprovalPolicy("auto", spy),
+                   SessionLimits(max_steps=len(actions) + 2), focus_probe=focused_window_class,
+                   window_probe=window_at, element_probe=probe, settle_s=SCREEN_SETTLE_S)
+
+
+@pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
+def test_each_escape_asks_while_harmless_steps_in_the_same_gtk_program_are_approved(
+        escapes: tuple[Desktop, EscapesApp]) -> None:
+    desktop, app = escapes
+    probe = AccessibilityProbe(desktop.env()["DBUS_SESSION_BUS_ADDRESS"])
+    with MssCapture() as cap:
+        frame = cap.grab(1)
+
+        def at(name: str) -> Point:
+            return frame_pixel_to_point(frame, *app.center(name))
+
+    actions: list[Action] = [
+        Click(at("notes"), element="notes field"),  # control: approved
+        Key(("end",)),  # control: approved
+        Type(" too"),  # control: approved, lands in the field
+        Key(("ctrl", "a")),  # approved: selects all
+        Type("x"),  # escape: replaces the whole text
+        Key(("tab",)),  # approved: the focus moves to the Delete button
+        Type(" "),  # escape: a space presses the focused button
+        Click(at("delete"), element="Keep button"),  # escape: the model's words are not what is there
+        Scroll("down", 1, at("mode")),  # escape: a scroll steps the combo box to "Delete old files"
+    ]
+    spy = SpyApprover(default=ApprovalResponse(Decision.SKIP))
+    result = _session(desktop, actions, spy, probe).run("tidy up")
+    assert result.status is State.FINISHED, result
+    asked = [(r.action.kind, r.risk.level) for r in spy.requests]
+    assert asked == [("type", Risk.HIGH), ("type", Risk.HIGH), ("click", Risk.HIGH), ("scroll", Risk.HIGH)], \
+        [(r.action, r.risk.reason) for r in spy.requests]
+    reasons = [r.risk.reason for r in spy.requests]
+    assert "replaces the selected text" in reasons[0]
+    assert "push button \u2018Delete all files\u2019" in reasons[1]
+    assert reasons[2].startswith("the model says \u2018Keep button\u2019; the push button \u2018Delete all files\u2019")
+    assert "combo box" in reasons[3]
+    state = app.wait(lambda s: s["notes"] == "keep me too", "the approved text in the notes field")
+    assert state["deletes"] == 0 and state["mode"] == "Keep old files"
+
+
+@pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
+def test_the_lookup_reads_role_name_states_and_bounds_of_real_widgets(escapes: tuple[Desktop, EscapesApp]) -> None:
+    desktop, app = escapes
+    probe = AccessibilityProbe(desktop.env()["DBUS_SESSION_BUS_ADDRESS"])
+    button = probe.element_at(*app.center("delete"))
+    assert button is not None, probe.last_problem
+    assert (button.role, button.name) == ("push button", "Delete all files")
+    assert {"sensitive", "enabled", "showing"} <= button.states and button.bounds is not None
+    assert [abs(a - b) <= 2 for a, b in zip(button.bounds, app.state()["rects"]["delete"], strict=True)] == [True] * 4
+    focused = probe.focused()
+    assert focused is not None and focused.editable_text and "focused" in focused.states, (focused, probe.last_problem)
+    assert probe.element_at(5, 5) is None  # the root window: no accessible window there
+    assert states_from_bits([1 << STATE_NAMES.index("editable"), 1 << (STATE_NAMES.index("read only") - 32)]) \
+        == {"editable", "read only"}
