@@ -77,16 +77,16 @@ def escapes(desktop: Desktop, tmp_path: Path) -> Iterator[tuple[Desktop, Escapes
     yield desktop, EscapesApp(desktop, tmp_path)
 
 
-def _session(desktop: Desktop, actions: list[Action], spy: SpyApprover, probe: AccessibilityProbe | None
+def _session(actions: list[Action], spy: SpyApprover, probe: AccessibilityProbe | None, episodes: Path
              ) -> Session:
     return Session(ListPolicy(actions), MssCapture(), PyAutoGUIExecutor(), ApprovalPolicy("auto", spy),
-                   SessionLimits(max_steps=len(actions) + 2), focus_probe=focused_window_class,
+                   SessionLimits(max_steps=len(actions) + 2), episodes_dir=episodes, focus_probe=focused_window_class,
                    window_probe=window_at, element_probe=probe, settle_s=SCREEN_SETTLE_S)
 
 
 @pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
 def test_each_escape_asks_while_harmless_steps_in_the_same_gtk_program_are_approved(
-        escapes: tuple[Desktop, EscapesApp]) -> None:
+        escapes: tuple[Desktop, EscapesApp], tmp_path: Path) -> None:
     desktop, app = escapes
     probe = AccessibilityProbe(desktop.env()["DBUS_SESSION_BUS_ADDRESS"])
     with MssCapture() as cap:
@@ -107,7 +107,7 @@ def test_each_escape_asks_while_harmless_steps_in_the_same_gtk_program_are_appro
         Scroll("down", 1, at("mode")),  # escape: a scroll steps the combo box to "Delete old files"
     ]
     spy = SpyApprover(default=ApprovalResponse(Decision.SKIP))
-    result = _session(desktop, actions, spy, probe).run("tidy up")
+    result = _session(actions, spy, probe, tmp_path / "episodes").run("tidy up")
     assert result.status is State.FINISHED, result
     asked = [(r.action.kind, r.risk.level) for r in spy.requests]
     assert asked == [("type", Risk.HIGH), ("type", Risk.HIGH), ("click", Risk.HIGH), ("scroll", Risk.HIGH)], \
@@ -119,7 +119,17 @@ def test_each_escape_asks_while_harmless_steps_in_the_same_gtk_program_are_appro
     assert "combo box" in reasons[3]
     state = app.wait(lambda s: s["notes"] == "keep me too", "the approved text in the notes field")
     assert state["deletes"] == 0 and state["mode"] == "Keep old files"
-
+    # the card names the real element beside the model's words
+    assert spy.requests[1].details[-1] == "Has the keyboard focus: push button \u2018Delete all files\u2019"
+    assert spy.requests[2].details[-1] == "Really there: push button \u2018Delete all files\u2019"
+    # the record keeps each step's element
+    assert result.episode_path is not None
+    steps = [json.loads(line) for line in (result.episode_path / "episode.jsonl").read_text().splitlines()]
+    found = {(s["step"], s["action"]["kind"]): s["elements"] for s in steps if "elements" in s}
+    assert found[(0, "click")]["at_points"][0]["role"] == "text"
+    assert found[(7, "click")]["at_points"][0]["name"] == "Delete all files"
+    assert found[(7, "click")]["at_points"][0]["bounds"] == app.state()["rects"]["delete"]
+    assert found[(2, "type")]["focused"]["role"] == "text" and found[(2, "type")]["lookup_ms"] >= 0
 
 @pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
 def test_the_lookup_reads_role_name_states_and_bounds_of_real_widgets(escapes: tuple[Desktop, EscapesApp]) -> None:

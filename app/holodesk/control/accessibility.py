@@ -202,6 +202,21 @@ class AccessibilityProbe:
                 found.append(((str(bus), str(path)), application, states, tuple(int(v) for v in extents)))
         return found  # type: ignore[return-value]
 
+    def applications(self) -> list[str]:
+        """The names of the applications that publish their accessibility tree now (``holodesk doctor``).
+
+        Raises:
+            LookupError, OSError, TimeoutError: the accessibility bus cannot be reached or read (the message
+                says why).
+        """
+        self._deadline = time.monotonic() + max(self.budget_s, 2.0)
+        try:
+            (apps,) = self._call("org.a11y.atspi.Registry", "/org/a11y/atspi/accessible/root", _ACCESSIBLE,
+                                 "GetChildren")
+            return [str(self._property((str(bus), str(path)), "Name")) for bus, path in apps]
+        except _OverBudget:
+            raise TimeoutError("the accessibility bus did not answer within 2 s") from None
+
     def element_at(self, x: int, y: int, window_rect: tuple[int, int, int, int] | None = None) -> Element | None:
         """The deepest element at screen point ``(x, y)`` (X11: root-window pixels), or None when no window
         that publishes its accessibility tree is there, or when it cannot be told which window is (several

@@ -168,6 +168,8 @@ class _Judgement:
             focused one; None when unknown.
         elements: what the accessibility tree said (``element_probe``): ``at_points`` (the element under
             each point, or None), ``focused``, ``lookup_ms`` and ``problem``; None without a probe.
+        element: the element the approval names: under the first point, else the focused one; None when
+            unknown.
     """
 
     focused: str | None
@@ -175,6 +177,7 @@ class _Judgement:
     risk: RiskAssessment
     window: WindowInfo | None
     elements: dict[str, Any] | None = None
+    element: Element | None = None
 
 
 class _Stop(Exception):
@@ -577,7 +580,7 @@ class Session:
         (``selection``: a text selection may exist)."""
         judged = self._assess(placed, selection)
         request = make_request(step, proposal, placed, judged.risk, self.approval.mode, window=judged.window,
-                               focus_element=typed_into)
+                               focus_element=typed_into, element=judged.element)
         response = self.approval.decide(request)
         if response.by == "autopilot" and response.decision is Decision.APPROVE:
             # The windows may have changed during the autopilot's countdown (a terminal opened
@@ -586,7 +589,7 @@ class Session:
             if judged.risk.level is not Risk.LOW:
                 record["risk_changed_during_countdown"] = True
                 request = make_request(step, proposal, placed, judged.risk, self.approval.mode,
-                                       window=judged.window, focus_element=typed_into)
+                                       window=judged.window, focus_element=typed_into, element=judged.element)
                 response = self.approval.decide(request)
         return request, response, judged
 
@@ -676,7 +679,7 @@ class Session:
             elements, at_points, focused_element = self._probe_elements(placed, [None] * len(placed.input_points))
             return _Judgement(focused, None, assess(action, focused_window=focused, pointer_elements=at_points,
                                                     focused_element=focused_element, selection=selection),
-                              None, elements)
+                              None, elements, at_points[0] if at_points else focused_element)
         input_points = placed.input_points
         infos = [self._probe_window(at) for at in input_points]
         window = infos[0] if infos else self._probe_window(None)
@@ -688,7 +691,7 @@ class Session:
                                                            pointer_windows=pointer_windows,
                                                            on_window_frame=on_frame, pointer_elements=at_points,
                                                            focused_element=focused_element, selection=selection),
-                          window, elements)
+                          window, elements, at_points[0] if at_points else focused_element)
 
     def _probe_elements(self, placed: PlacedAction, infos: Sequence[WindowInfo | None]
                         ) -> tuple[dict[str, Any] | None, list[Element | None] | None, Element | None]:
