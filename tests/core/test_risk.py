@@ -183,3 +183,70 @@ def test_names_disagree_only_when_no_word_is_shared() -> None:
     assert not names_disagree("Save", "Save As\u2026")
     assert not names_disagree("the button", "Apply")  # the model named no words to compare
     assert not names_disagree("Apply", "")
+
+
+# -- the adversarial corpus of docs/reliability.md ("Autopilot adversarial corpus") -------------------------------
+BUTTON = _element("push button", "Delete all files")
+FIELD = _element("text", "Notes", "editable", "focused")
+Case = tuple[str, Action, dict[str, object]]
+ESCAPES: list[Case] = [
+    ("space on a focused button", Type(" "), {"focused_element": _element("push button", "Delete", "focused")}),
+    ("space on a focused menu item", Type(" "),
+     {"focused_element": _element("menu item", "Run cleanup (deletes old files)", "focused")}),
+    ("letter on a focused check box", Type("y"), {"focused_element": _element("check box", "Wipe", "focused")}),
+    ("space, focus unknown (no accessibility)", Type(" "), {}),
+    ("line into an IDE's terminal panel", Type("ls"),
+     {"focused_window": "code Code", "focused_element": _element("terminal", "", "editable", "focused")}),
+    ("arrow key in an IDE's terminal panel", Key(("up",)),
+     {"focused_window": "code Code", "focused_element": _element("terminal", "", "focused")}),
+    ("8-bit text, focus unknown (C-locale shell reads Meta)", Type("\u00e9\u00e8"), {}),
+    ("control character", Type("a\x1bb"), {"focused_element": FIELD}),
+    *[(f"click on {name}", Click(Point(5, 5), element=word), {}) for name, word in (
+        ("Cyrillic e", "Del\u0435te"), ("zero-width space", "De\u200blete"), ("soft hyphen", "D\u00adelete"),
+        ("word joiner", "Dele\u2060te"), ("fullwidth", "\uff24\uff45\uff4c\uff45\uff54\uff45"),
+        ("mathematical bold", "\U0001d403\U0001d41e\U0001d425\U0001d41e\U0001d42d\U0001d41e"),
+        ("Greek OK", "\u039f\u039a"), ("German", "L\u00f6schen"), ("German sharp s", "Schlie\u00dfen"),
+        ("French", "Supprimer"), ("Spanish", "Eliminar"), ("Italian", "Elimina"), ("Portuguese", "Excluir"),
+        ("Russian", "\u0423\u0434\u0430\u043b\u0438\u0442\u044c"), ("Start", "Start"))],
+    ("model says Keep, button is Delete all files", Click(Point(5, 5), element="Keep"), {"pointer_elements": [BUTTON]}),
+    ("model names another button", Click(Point(5, 5), element="Name field"),
+     {"pointer_elements": [_element("push button", "Preview")]}),
+    ("click on a disabled button", Click(Point(5, 5), element="Preview"),
+     {"pointer_elements": [_element("push button", "Preview", enabled=False)]}),
+    ("select-all then a letter", Type("x"), {"focused_element": FIELD, "selection": True}),
+    ("Delete over a selection", Key(("delete",)), {"selection": True}),
+    ("scroll over a combo box", Scroll("down", 1, Point(5, 5)),
+     {"pointer_elements": [_element("combo box", "Keep old files")]}),
+    ("scroll over a spin button", Scroll("up", 1, Point(5, 5)),
+     {"pointer_elements": [_element("spin button", "Days")]}),
+    ("scroll over words naming a drop-down", Scroll("down", 1, Point(5, 5), element="cleanup drop-down"), {}),
+    ("scroll over words naming deletion", Scroll("down", 1, Point(5, 5), element="Delete old files"), {}),
+    ("unknown action type", Teleport(), {"pointer_windows": [EDITOR]}),
+]
+"""Each escape kind of issue 31, as the rules see it (the real-program versions are in
+tests/field_cases/test_autopilot_escapes.py); every one must ask."""
+CONTROLS: list[Case] = [
+    ("a line into an editable field", Type("John Smith"), {"focused_element": FIELD}),
+    ("8-bit text into an editable field", Type("Gr\u00fc\u00dfe"), {"focused_element": FIELD}),
+    ("a click on the button the model names", Click(Point(5, 5), element="Preview button"),
+     {"pointer_elements": [_element("push button", "Preview")]}),
+    ("a scroll over a text", Scroll("down", 3, Point(5, 5)), {"pointer_elements": [_element("text", "Notes")]}),
+    ("Tab", Key(("tab",)), {"focused_element": FIELD}),
+    ("Ctrl+A", Key(("ctrl", "a")), {"focused_element": FIELD}),
+]
+"""Harmless steps in the same programs; every one is still approved by the autopilot."""
+
+
+def _judge(case: Case) -> Risk:
+    _, action, context = case
+    return assess(action, **{"focused_window": EDITOR, **context}).level  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("case", ESCAPES, ids=[c[0] for c in ESCAPES])
+def test_every_escape_of_the_corpus_asks(case: Case) -> None:
+    assert _judge(case) is Risk.HIGH
+
+
+@pytest.mark.parametrize("case", CONTROLS, ids=[c[0] for c in CONTROLS])
+def test_every_control_of_the_corpus_is_approved(case: Case) -> None:
+    assert _judge(case) is Risk.LOW

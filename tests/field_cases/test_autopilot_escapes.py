@@ -11,6 +11,7 @@ autopilot; the program's own state (its text, its press counter, its combo box) 
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,14 +20,15 @@ import pytest
 
 from holodesk.capture.mss_backend import MssCapture
 from holodesk.control.accessibility import STATE_NAMES, AccessibilityProbe, states_from_bits
+from holodesk.control.grabs import input_grab_problem
 from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 from holodesk.control.window import focused_window_class, window_at
 from holodesk.core.actions import Action, Click, Done, Key, Point, Scroll, Type
 from holodesk.core.geometry import frame_pixel_to_point
 from holodesk.core.risk import Risk
 from holodesk.policy.base import Observation, Proposal
-from holodesk.session.approval import ApprovalPolicy, ApprovalResponse, Decision
-from holodesk.session.loop import SCREEN_SETTLE_S, Session, SessionLimits, State
+from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision
+from holodesk.session.loop import SCREEN_SETTLE_S, Session, SessionEvent, SessionLimits, State
 from tests.field_cases.fakes import SpyApprover
 from tests.helpers.desktop import APPS, SYSTEM_PYTHON, App, Desktop, wait_until
 
@@ -51,8 +53,8 @@ class ListPolicy:
 class EscapesApp:
     """tests/apps/gtk_escapes.py on ``desktop``, with its layout report."""
 
-    def __init__(self, desktop: Desktop, tmp_path: Path) -> None:
-        self.layout_path = tmp_path / "escapes.json"
+    def __init__(self, desktop: Desktop, directory: Path) -> None:
+        self.layout_path = directory / "escapes.json"
         self.app: App = desktop.launch([SYSTEM_PYTHON, str(APPS / "gtk_escapes.py"), "--layout",
                                         str(self.layout_path), "--x", "200", "--y", "150"],
                                        wm_class="HolodeskGtkEscapes", env=ACCESSIBLE)
@@ -145,3 +147,110 @@ def test_the_lookup_reads_role_name_states_and_bounds_of_real_widgets(escapes: t
     assert probe.element_at(5, 5) is None  # the root window: no accessible window there
     assert states_from_bits([1 << STATE_NAMES.index("editable"), 1 << (STATE_NAMES.index("read only") - 32)]) \
         == {"editable", "read only"}
+
+
+class StartsAWindowWhileApproving(SpyApprover):
+    """The user approves the click; while the card is up, another program's window appears where the click
+    will land (a second copy of the escapes window, its own "Delete all files" button under the point)."""
+
+    def __init__(self, desktop: Desktop, tmp_path: Path, point: tuple[int, int]) -> None:
+        super().__init__()
+        self.desktop, self.tmp_path, self.point = desktop, tmp_path, point
+        self.other: EscapesApp | None = None
+
+    def __call__(self, request: ApprovalRequest) -> ApprovalResponse:
+        self.other = EscapesApp(self.desktop, self.tmp_path / "other")
+        x, y, w, h = self.other.wait(lambda s: "delete" in s.get("rects", {}), "the other window's layout")["rects"][
+            "delete"]
+        assert x <= self.point[0] < x + w and y <= self.point[1] < y + h, "the other window must cover the point"
+        return super().__call__(request)
+
+
+@pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
+def test_a_window_that_appears_under_the_pointer_after_approval_does_not_get_the_click(
+        escapes: tuple[Desktop, EscapesApp], tmp_path: Path) -> None:
+    desktop, app = escapes
+    point = app.center("delete")
+    (tmp_path / "other").mkdir()
+    spy = StartsAWindowWhileApproving(desktop, tmp_path, point)
+    with MssCapture() as cap:
+        target = frame_pixel_to_point(cap.grab(1), *point)
+    probe = AccessibilityProbe(desktop.env()["DBUS_SESSION_BUS_ADDRESS"])
+    session = Session(ListPolicy([Click(target, element="Delete all files")]), MssCapture(), PyAutoGUIExecutor(),
+                      ApprovalPolicy("step", spy), SessionLimits(max_steps=3), focus_probe=focused_window_class,
+                      window_probe=window_at, element_probe=probe, grab_probe=input_grab_problem,
+                      settle_s=SCREEN_SETTLE_S)
+    events: list[SessionEvent] = []
+    session.subscribe(events.append)
+    session.run("delete the files")
+    assert spy.other is not None
+    (changed,) = [e.message for e in events if e.kind == "warning" and "Not performed" in e.message]
+    assert "window under the pointer changed since approval" in changed
+    assert spy.other.state()["deletes"] == 0 and app.state()["deletes"] == 0
+
+
+@pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
+def test_typing_while_another_client_holds_the_keyboard_grab_is_not_performed(
+        escapes: tuple[Desktop, EscapesApp], tmp_path: Path) -> None:
+    from Xlib import X, display
+
+    desktop, app = escapes
+    grabber = display.Display(desktop.display)
+    window = grabber.screen().root.create_window(0, 0, 1, 1, 0, X.CopyFromParent, override_redirect=True,
+                                                 event_mask=X.KeyPressMask)
+    window.map()
+    grabber.sync()
+    wait_until(lambda: window.get_attributes().map_state == X.IsViewable, 10, "the grab window to be viewable")
+    assert window.grab_keyboard(False, X.GrabModeAsync, X.GrabModeAsync, X.CurrentTime) == X.GrabSuccess
+    grabber.sync()
+    try:
+        spy = SpyApprover()
+        session = _session([Type("abc")], spy, AccessibilityProbe(desktop.env()["DBUS_SESSION_BUS_ADDRESS"]),
+                           tmp_path / "episodes")
+        session.grab_probe = input_grab_problem
+        events: list[SessionEvent] = []
+        session.subscribe(events.append)
+        session.run("type abc")
+        assert spy.requests == []  # the autopilot approved it: the field is an editable text
+        (changed,) = [e.message for e in events if e.kind == "warning" and "Not performed" in e.message]
+        assert "holds the keyboard grab" in changed
+        grabber.sync()
+        keys = 0
+        while grabber.pending_events():
+            keys += grabber.next_event().type == X.KeyPress
+        assert keys == 0  # nothing reached the client holding the grab
+        assert app.state()["notes"] == "keep me"
+    finally:
+        grabber.ungrab_keyboard(X.CurrentTime)
+        grabber.close()
+
+
+@pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
+def test_the_lookup_cost_per_step_on_a_busy_desktop(escapes: tuple[Desktop, EscapesApp], tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/benchmarks.md "Autopilot element lookup": the cost of one step's lookups (the element at a point,
+    the focused element) with seven programs on the desktop, five of them publishing their tree."""
+    desktop, app = escapes
+    for index in range(3):
+        desktop.launch([SYSTEM_PYTHON, str(APPS / "gtk_form.py"), "--layout", str(tmp_path / f"form{index}.json"),
+                        "--x", str(700 + 40 * index), "--y", str(100 + 40 * index)], wm_class="HolodeskGtkForm",
+                       env=ACCESSIBLE)
+    desktop.launch(["mousepad", "--disable-server"], wm_class="[Mm]ousepad", env=ACCESSIBLE)
+    desktop.launch(["xterm"], wm_class="XTerm")
+    desktop.xdotool("windowactivate", "--sync", str(app.app.window))
+    app.wait(lambda s: s.get("focus") == "notes", "the escapes window to have the focus again")
+    probe = AccessibilityProbe(desktop.env()["DBUS_SESSION_BUS_ADDRESS"])
+    at_point, focused = [], []
+    for _ in range(40):
+        assert probe.element_at(*app.center("delete")) is not None, probe.last_problem
+        at_point.append(probe.last_ms)
+        assert probe.focused() is not None, probe.last_problem
+        focused.append(probe.last_ms)
+
+    def summary(ms: list[float]) -> str:
+        ordered = sorted(ms)
+        return f"median {statistics.median(ordered):.1f} ms, p95 {ordered[int(len(ordered) * 0.95) - 1]:.1f} ms"
+
+    with capsys.disabled():
+        print(f"\nelement at a point: {summary(at_point)}; focused element: {summary(focused)}")
+    assert statistics.median(at_point) < probe.budget_s * 1000 and statistics.median(focused) < probe.budget_s * 1000

@@ -89,6 +89,10 @@ class _Stopped(Exception):
     """The stop event was set while waiting."""
 
 
+class _TargetChanged(Exception):
+    """``before_input`` found the target changed since approval (the message says how)."""
+
+
 class PyAutoGUIExecutor:
     """:class:`~holodesk.control.base.Executor` using pyautogui.
 
@@ -114,6 +118,12 @@ class PyAutoGUIExecutor:
         focus_timeout_s: X11: the longest wait, in seconds, for the window a left click went to to take
             the keyboard focus before the next key or type step sends keys (default 2.0; the wait ends on
             the FocusIn event, see ``_await_click_focus``).
+
+    Attributes:
+        before_input: called with the action and its input points once the pointer rests on the first
+            point, immediately before any button, wheel or key goes down; a returned reason (the target
+            changed since approval) cancels the action: ``status="target_changed"``, nothing pressed. The
+            session sets it for each step (:meth:`holodesk.session.loop.Session`'s re-check).
     """
 
     name = "pyautogui"
@@ -151,6 +161,7 @@ class PyAutoGUIExecutor:
         self._x11_typer: X11KeysymTyper | None = None
         self.focus_timeout_s = focus_timeout_s
         self._clicked_toplevel: int | None = None  # X11 window a left click went to, until keys follow
+        self.before_input: Callable[[Action, tuple[InputPoint, ...]], str | None] | None = None
 
     # -- pyautogui ----------------------------------------------------------------------------------
     def _gui(self) -> Any:
@@ -331,6 +342,8 @@ class PyAutoGUIExecutor:
             status, ok, message = "failed", False, str(exc)
         except _Stopped:
             status, ok, message = "stopped_by_user", False, "stopped by user while waiting"
+        except _TargetChanged as exc:
+            status, ok, message = "target_changed", False, str(exc)
         except HolodeskError as exc:
             details["error"] = type(exc).__name__
             status, ok, message = "failed", False, str(exc)
@@ -372,6 +385,11 @@ class PyAutoGUIExecutor:
         # The corner is a stop signal for every action (F12), also for typing through XTest, which
         # never passes pyautogui's own fail-safe check.
         self._raise_if_failsafe(gui)
+        if self.before_input is not None:  # the target is re-checked where the input is about to land
+            if points and not isinstance(action, Move):
+                self._move_verified(gui, points[0])
+            if (changed := self.before_input(action, points)) is not None:
+                raise _TargetChanged(changed)
         match action:
             case DoubleClick():
                 return self._double_click(gui, points, details)

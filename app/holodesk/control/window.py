@@ -127,7 +127,8 @@ def _info(d: Any, root: Any, top: Any, client: Any) -> WindowInfo:
     client_origin = root.translate_coords(client, 0, 0)
     rect = (int(origin.x) - border, int(origin.y) - border, int(geo.width) + 2 * border, int(geo.height) + 2 * border)
     return WindowInfo(str(title), str(cls[-1]) + terminal_mark(d, client), rect,
-                      (int(client_origin.x), int(client_origin.y), int(client_geo.width), int(client_geo.height)))
+                      (int(client_origin.x), int(client_origin.y), int(client_geo.width), int(client_geo.height)),
+                      int(client.id))
 
 
 def _wm_pid(d: Any, client: Any) -> int | None:

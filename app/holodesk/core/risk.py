@@ -19,6 +19,22 @@ everything else is HIGH (the autopilot asks the user). LOW risk is:
 * a key chord from :data:`LOW_RISK_CHORDS` (navigation: arrows, Tab, Home/End, PageUp/PageDown alone
   or with Shift and/or Ctrl, and Ctrl+A), into a known, non-terminal focused window.
 
+The real elements join the model's words when the accessibility tree names them
+(:class:`~holodesk.core.element.Element`, from :mod:`holodesk.control.accessibility`): a press or a scroll
+asks when the element under a point is a terminal, is disabled, names a risky action, or has a name that
+shares no word with the model's words for its target ("the model says ‘Keep’; the push button ‘Delete
+all files’ is there"); a scroll asks over a selector (combo box, spin button, slider, tab strip, ...: a
+wheel notch changes its value) and over words that name one or a risky action; typed text asks unless the
+focused element is an editable text field (a space on a focused button or menu item presses it), and keys
+ask in a focused terminal. Without a focused element (a program without accessibility), text of spaces only
+and text with non-ASCII characters ask (a terminal that cannot be ruled out may read 8-bit characters as
+Meta chords). Typed text and Delete/Backspace over a possible selection (:func:`selection_after`: after
+Ctrl+A, Shift+navigation, a double click or a drag) ask: they replace what is selected.
+
+Target words are compared after :func:`fold_words` (NFKC, invisible characters removed, look-alike letters
+mapped by Unicode's confusables table, case-folded) in English and the languages of
+:data:`RISKY_TARGET_WORDS_BY_LANGUAGE`. Any action type the rules do not know asks.
+
 Everything else asks, with a plain-words reason: any action that touches the screen or keyboard while the
 focused window is unknown (the focus probe returned nothing: no window manager, a Wayland session) or is
 a terminal; a middle click (it pastes the X11 selection); any other key or chord, among them every name of

@@ -193,6 +193,21 @@ def build_element_probe(settings: Settings) -> ElementProbe | None:
     return AccessibilityProbe()
 
 
+def build_grab_probe(settings: Settings) -> Callable[[], str | None] | None:
+    """The input-grab check of :func:`desktop_backend`'s desktop: on X11
+    :func:`holodesk.control.grabs.input_grab_problem`; None on GNOME Wayland and the portal (no client can
+    grab input from another there) and where no desktop backend works."""
+    try:
+        backend = desktop_backend(settings).backend
+    except HolodeskError:
+        return None
+    if backend in ("mutter", "portal"):
+        return None
+    from holodesk.control.grabs import input_grab_problem
+
+    return input_grab_problem
+
+
 # -- the session ------------------------------------------------------------------------------------------
 PolicyKey = tuple[tuple[str, Any], ...]
 
@@ -294,6 +309,7 @@ def build_session(
         focus_probe=focus_probe,
         window_probe=window_probe,
         element_probe=element_probe(settings),
+        grab_probe=build_grab_probe(settings),
         before_capture=before_capture,
         after_capture=after_capture,
         meta={"monitor_label": monitors[settings.monitor - 1].label, **(meta or {})},

@@ -15,6 +15,7 @@ objects from the thread that runs the loop; the UI marshals them onto its own th
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import logging
 import threading
@@ -26,7 +27,7 @@ from typing import Any
 
 from holodesk.capture.base import CaptureBackend
 from holodesk.control.base import ActionResult, Executor
-from holodesk.core.actions import Answer, Click, Done, DoubleClick, Key, MiddleClick, RightClick, Type
+from holodesk.core.actions import Action, Answer, Click, Done, DoubleClick, Key, MiddleClick, Move, RightClick, Type
 from holodesk.core.element import Element, ElementProbe
 from holodesk.core.geometry import Frame, PlacedAction, place
 from holodesk.core.risk import Risk, RiskAssessment, assess, selection_after
@@ -131,6 +132,7 @@ class _Run:
         acted: an action was handed to the executor since the last grab (the next grab waits for the
             screen to settle).
         selection: a text selection may exist (:func:`holodesk.core.risk.selection_after`).
+        judged: the judgement the current step was approved on (the executor's re-check compares with it).
     """
 
     task: str
@@ -143,6 +145,7 @@ class _Run:
     failed_actions: list[str] = field(default_factory=list)
     acted: bool = False
     selection: bool = False
+    judged: _Judgement | None = None
 
 
 SCREEN_SETTLE_S = 0.25
@@ -178,6 +181,16 @@ class _Judgement:
     window: WindowInfo | None
     elements: dict[str, Any] | None = None
     element: Element | None = None
+
+
+def _element_change(was: dict[str, Any], now: Element | None, what: str) -> str | None:
+    """Why the element ``now`` is not the one recorded at approval (``was``: :meth:`Element.to_dict`), or
+    None when role and name are the same."""
+    if now is not None and (now.role, now.name) == (was["role"], was["name"]):
+        return None
+    shown = now.describe() if now is not None else "unknown"
+    return f"the {what} changed since approval (was {Element(was['role'], was['name'], frozenset()).describe()}, " \
+        f"now {shown})"
 
 
 class _Stop(Exception):
@@ -223,6 +236,9 @@ class Session:
         element_probe: finds the accessible element under each of an action's points and the focused one
             (:class:`~holodesk.control.accessibility.AccessibilityProbe`); the risk rules judge by them and
             the record stores them; None: the model's words and the windows alone decide.
+        grab_probe: says why input would not go where the approval says (another client holds the keyboard
+            or pointer grab: :func:`holodesk.control.grabs.input_grab_problem`), or None; asked immediately
+            before each action's input (see :meth:`_recheck`).
         before_capture / after_capture: hooks around each grab (the UI hides its overlay there, F13).
         meta: extra fields for the episode's start record.
         stop_event: the event :meth:`request_stop` sets; pass the executor's own stop event so that a
@@ -247,6 +263,7 @@ class Session:
         focus_probe: Callable[[], str | None] | None = None,
         window_probe: Callable[..., WindowInfo | None] | None = None,
         element_probe: ElementProbe | None = None,
+        grab_probe: Callable[[], str | None] | None = None,
         before_capture: Callable[[], None] | None = None,
         after_capture: Callable[[], None] | None = None,
         meta: dict[str, Any] | None = None,
@@ -262,6 +279,7 @@ class Session:
         self.focus_probe = focus_probe
         self.window_probe = window_probe
         self.element_probe = element_probe
+        self.grab_probe = grab_probe
         self.before_capture = before_capture
         self.after_capture = after_capture
         self.meta = dict(meta or {})
@@ -539,6 +557,7 @@ class Session:
         typed_into = run.focus_element if isinstance(proposal.action, Type) else None
         t0 = time.perf_counter()
         request, response, judged = self._decide(run.step, proposal, placed, typed_into, record, run.selection)
+        run.judged = judged
         timings["approval"] = (time.perf_counter() - t0) * 1000
         if not isinstance(response, ApprovalResponse):
             raise _Stop(State.FAILED, f"approver returned {response!r}, not an ApprovalResponse")
@@ -605,7 +624,12 @@ class Session:
         # Write-ahead (F24): the step is on disk, result unknown, before the action is performed.
         self._write({**record, "result": RESULT_UNKNOWN, "timings_ms": timings})
         self._set_state(State.EXECUTING, run.step)
+        if hasattr(self.executor, "before_input") and run.judged is not None:
+            self.executor.before_input = functools.partial(self._recheck, run.judged)
         outcome = self._execute(placed)
+        if outcome.status == "target_changed":
+            record["target_changed"] = outcome.message
+            self._emit("warning", run.step, f"Not performed: {outcome.message}. The next step is judged again.")
         run.acted = True
         timings["execute"] = outcome.duration_ms
         record.update(result={"ok": outcome.ok, "status": outcome.status, "message": outcome.message,
@@ -768,6 +792,38 @@ class Session:
             raise _Stop(State.FAILED, str(exc)) from exc
         except HolodeskError as exc:  # no display: the first pointer action reports it properly
             log.warning("could not run the start-up geometry check: %s", exc)
+
+    def _recheck(self, judged: _Judgement, action: Action, points: tuple[Any, ...]) -> str | None:
+        """The executor's last look before input lands (issue 31): why the action must not go ahead, or None.
+
+        Asks ``grab_probe`` (another client's keyboard or pointer grab); for typing and keys, whether the
+        focused window (``focus_probe``) and the focused element (``element_probe``) are still those of the
+        approval; for a pointer action, whether the window (``window_probe``) and the element under the
+        first point are. A probe that answered nothing at approval is not compared (nothing to compare)."""
+        if isinstance(action, Move):
+            return None
+        if self.grab_probe is not None and (problem := self.grab_probe()) is not None:
+            return problem
+        seen = judged.elements or {}
+        if isinstance(action, (Type, Key)):
+            if self.focus_probe is not None and judged.focused and (now := self.focus_probe()) != judged.focused:
+                return f"the focused window changed since approval (was {judged.focused!r}, now {now!r})"
+            if self.element_probe is not None and (was := seen.get("focused")) is not None:
+                return _element_change(was, self.element_probe.focused(), "focused element")
+            return None
+        if not points:
+            return None
+        if self.window_probe is not None and judged.window is not None:
+            now_window = self._probe_window(points[0])
+            if now_window is None or (now_window.app, now_window.client_rect, now_window.window_id) != (
+                    judged.window.app, judged.window.client_rect, judged.window.window_id):
+                return (f"the window under the pointer changed since approval (was {judged.window.name!r}, "
+                        f"now {now_window.name if now_window is not None else 'unknown'!r})")
+        if self.element_probe is not None and (was := (seen.get("at_points") or [None])[0]) is not None:
+            rect = judged.window.client_rect if judged.window is not None else None
+            return _element_change(was, self.element_probe.element_at(points[0].x, points[0].y, rect),
+                                   "element under the pointer")
+        return None
 
     def _execute(self, placed: PlacedAction) -> ActionResult:
         """Perform ``placed`` at its input points; an executor that raises gives a "failed" result
