@@ -31,6 +31,7 @@ from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalR
 from holodesk.session.loop import SCREEN_SETTLE_S, Session, SessionEvent, SessionLimits, State
 from tests.field_cases.fakes import SpyApprover
 from tests.helpers.desktop import APPS, SYSTEM_PYTHON, App, Desktop, wait_until
+from tests.helpers.target import TargetWindow
 
 ACCESSIBLE = {"NO_AT_BRIDGE": "0", "GTK_A11Y": "atspi"}
 """What a GTK program needs to publish its accessibility tree (the desktop helper turns it off)."""
@@ -189,39 +190,79 @@ def test_a_window_that_appears_under_the_pointer_after_approval_does_not_get_the
     assert spy.other.state()["deletes"] == 0 and app.state()["deletes"] == 0
 
 
-@pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
-def test_typing_while_another_client_holds_the_keyboard_grab_is_not_performed(
-        escapes: tuple[Desktop, EscapesApp], tmp_path: Path) -> None:
-    from Xlib import X, display
+class KeyboardGrabber:
+    """Another X client (its own connection) that holds the keyboard grab on a 1x1 window and counts the key
+    presses it receives."""
 
+    def __init__(self, display_name: str) -> None:
+        from Xlib import X, display
+
+        self.X = X
+        self.display = display.Display(display_name)
+        self.window = self.display.screen().root.create_window(0, 0, 1, 1, 0, X.CopyFromParent,
+                                                               override_redirect=True, event_mask=X.KeyPressMask)
+        self.window.map()
+        self.display.sync()
+        wait_until(lambda: self.window.get_attributes().map_state == X.IsViewable, 10, "the grab window")
+
+    def grab(self) -> None:
+        X = self.X
+        assert self.window.grab_keyboard(False, X.GrabModeAsync, X.GrabModeAsync, X.CurrentTime) == X.GrabSuccess
+        self.display.sync()
+
+    def key_presses(self) -> int:
+        self.display.sync()
+        keys = 0
+        while self.display.pending_events():
+            keys += self.display.next_event().type == self.X.KeyPress
+        return keys
+
+    def close(self) -> None:
+        self.display.ungrab_keyboard(self.X.CurrentTime)
+        self.display.close()
+
+
+class GrabsWhileApproving(SpyApprover):
+    """The user approves; while the card is up, another client takes the keyboard grab."""
+
+    def __init__(self, grabber: KeyboardGrabber) -> None:
+        super().__init__()
+        self.grabber = grabber
+
+    def __call__(self, request: ApprovalRequest) -> ApprovalResponse:
+        self.grabber.grab()
+        return super().__call__(request)
+
+
+@pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
+@pytest.mark.parametrize("when", ["before the step", "during approval"])
+def test_typing_while_another_client_holds_the_keyboard_grab_asks_or_is_not_performed(
+        escapes: tuple[Desktop, EscapesApp], tmp_path: Path, when: str) -> None:
     desktop, app = escapes
-    grabber = display.Display(desktop.display)
-    window = grabber.screen().root.create_window(0, 0, 1, 1, 0, X.CopyFromParent, override_redirect=True,
-                                                 event_mask=X.KeyPressMask)
-    window.map()
-    grabber.sync()
-    wait_until(lambda: window.get_attributes().map_state == X.IsViewable, 10, "the grab window to be viewable")
-    assert window.grab_keyboard(False, X.GrabModeAsync, X.GrabModeAsync, X.CurrentTime) == X.GrabSuccess
-    grabber.sync()
+    grabber = KeyboardGrabber(desktop.display)
     try:
-        spy = SpyApprover()
-        session = _session([Type("abc")], spy, AccessibilityProbe(desktop.env()["DBUS_SESSION_BUS_ADDRESS"]),
-                           tmp_path / "episodes")
-        session.grab_probe = input_grab_problem
+        probe = AccessibilityProbe(desktop.env()["DBUS_SESSION_BUS_ADDRESS"])
         events: list[SessionEvent] = []
+        if when == "before the step":
+            grabber.grab()
+            spy = SpyApprover(default=ApprovalResponse(Decision.SKIP))
+            session = _session([Type("abc")], spy, probe, tmp_path / "episodes")
+        else:
+            spy = GrabsWhileApproving(grabber)
+            session = _session([Type("abc")], spy, probe, tmp_path / "episodes")
+            session.approval = ApprovalPolicy("step", spy)
+        session.grab_probe = input_grab_problem
         session.subscribe(events.append)
         session.run("type abc")
-        assert spy.requests == []  # the autopilot approved it: the field is an editable text
-        (changed,) = [e.message for e in events if e.kind == "warning" and "Not performed" in e.message]
-        assert "holds the keyboard grab" in changed
-        grabber.sync()
-        keys = 0
-        while grabber.pending_events():
-            keys += grabber.next_event().type == X.KeyPress
-        assert keys == 0  # nothing reached the client holding the grab
+        (request,) = spy.requests
+        if when == "before the step":  # the autopilot asks; the user skips
+            assert request.risk.level is Risk.HIGH and "holds the keyboard grab" in request.risk.reason
+        else:  # the user approved; the grab came after: not performed
+            (changed,) = [e.message for e in events if e.kind == "warning" and "Not performed" in e.message]
+            assert "holds the keyboard grab" in changed and "since approval" in changed
+        assert grabber.key_presses() == 0  # nothing reached the client holding the grab
         assert app.state()["notes"] == "keep me"
     finally:
-        grabber.ungrab_keyboard(X.CurrentTime)
         grabber.close()
 
 
@@ -254,3 +295,34 @@ def test_the_lookup_cost_per_step_on_a_busy_desktop(escapes: tuple[Desktop, Esca
     with capsys.disabled():
         print(f"\nelement at a point: {summary(at_point)}; focused element: {summary(focused)}")
     assert statistics.median(at_point) < probe.budget_s * 1000 and statistics.median(focused) < probe.budget_s * 1000
+
+
+@pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
+def test_a_qt_program_a_space_on_its_focused_button_asks_and_a_line_into_its_field_is_approved(
+        desktop: Desktop, tmp_path: Path) -> None:
+    """The same rules with a Qt 6 program (tests/apps/target_window.py; Qt publishes its tree on the desktop's
+    accessibility bus when asked to: ``QT_LINUX_ACCESSIBILITY_ALWAYS_ON``)."""
+    env = {**desktop.env(), "QT_LINUX_ACCESSIBILITY_ALWAYS_ON": "1"}
+    with TargetWindow.start(tmp_path, x=200, y=150, env=env) as win, MssCapture() as cap:
+        frame = cap.grab(1)
+        field = frame_pixel_to_point(frame, *win.center("field"))
+        ok = frame_pixel_to_point(frame, *win.center("OK"))
+        probe = AccessibilityProbe(desktop.env()["DBUS_SESSION_BUS_ADDRESS"])
+        wait_until(lambda: probe.element_at(*win.center("OK")) is not None, 20, "Qt to publish its tree")
+        actions: list[Action] = [
+            Click(field, element="text field"),  # control: approved
+            Type("hello"),  # control: approved, lands in the field
+            Click(ok, element="Apply button"),  # escape: the button there is OK
+            Key(("shift", "tab")),  # approved: the focus moves off the field to a button
+            Type(" "),  # escape: a space presses the focused button
+        ]
+        spy = SpyApprover(default=ApprovalResponse(Decision.SKIP))
+        result = _session(actions, spy, probe, tmp_path / "episodes").run("fill the form")
+        assert result.status is State.FINISHED, result
+        asked = [(r.action.kind, r.risk.level) for r in spy.requests]
+        assert asked == [("click", Risk.HIGH), ("type", Risk.HIGH)], [(r.action, r.risk.reason) for r in spy.requests]
+        assert "the model says \u2018Apply button\u2019; the push button \u2018OK\u2019 is there" in \
+            spy.requests[0].risk.reason
+        assert "push button" in spy.requests[1].risk.reason
+        state = win.wait_for(lambda s: s["text"] == "hello", timeout=10)
+        assert state["clicks"] == []

@@ -480,7 +480,7 @@ def selection_after(action: Action, before: bool) -> bool:
 def assess(action: Action, *, focused_window: str | None = None,
            pointer_windows: Sequence[str | None] | None = None, on_window_frame: bool = False,
            pointer_elements: Sequence[Element | None] | None = None, focused_element: Element | None = None,
-           selection: bool = False) -> RiskAssessment:
+           selection: bool = False, input_grab: str | None = None) -> RiskAssessment:
     """Classify one action by the allowlist in this module's docstring.
 
     Args:
@@ -497,6 +497,9 @@ def assess(action: Action, *, focused_window: str | None = None,
             looked up.
         focused_element: the accessible element with the keyboard focus, or None when unknown.
         selection: True when a text selection may exist (:func:`selection_after` over the performed steps).
+        input_grab: why keys or clicks may not go where the card says (another client holds the keyboard
+            or pointer grab: an open menu, a hidden window), or None; any action that touches the screen or
+            keyboard then asks.
     Returns:
         LOW only for actions known to be harmless; HIGH, with the reason the user is asked, for all else.
     """
@@ -506,6 +509,8 @@ def assess(action: Action, *, focused_window: str | None = None,
         # On X11 a middle click pastes the selected text where the pointer is: into a terminal that runs
         # it, whatever window has the focus.
         return RiskAssessment(Risk.HIGH, "a middle click pastes the selected text (Linux) where the pointer is")
+    if input_grab is not None:
+        return RiskAssessment(Risk.HIGH, input_grab)
     if isinstance(action, Type):
         return _assess_typing(action, focused_window, focused_element, selection)
     if isinstance(action, Key):

@@ -173,6 +173,7 @@ class _Judgement:
             each point, or None), ``focused``, ``lookup_ms`` and ``problem``; None without a probe.
         element: the element the approval names: under the first point, else the focused one; None when
             unknown.
+        grab: why input may not go where the card says (another client's input grab), or None.
     """
 
     focused: str | None
@@ -181,6 +182,7 @@ class _Judgement:
     window: WindowInfo | None
     elements: dict[str, Any] | None = None
     element: Element | None = None
+    grab: str | None = None
 
 
 def _element_change(was: dict[str, Any], now: Element | None, what: str) -> str | None:
@@ -237,8 +239,8 @@ class Session:
             (:class:`~holodesk.control.accessibility.AccessibilityProbe`); the risk rules judge by them and
             the record stores them; None: the model's words and the windows alone decide.
         grab_probe: says why input would not go where the approval says (another client holds the keyboard
-            or pointer grab: :func:`holodesk.control.grabs.input_grab_problem`), or None; asked immediately
-            before each action's input (see :meth:`_recheck`).
+            or pointer grab: :func:`holodesk.control.grabs.input_grab_problem`), or None; asked when a step is
+            judged (a grab makes it ask) and immediately before its input (see :meth:`_recheck`).
         before_capture / after_capture: hooks around each grab (the UI hides its overlay there, F13).
         meta: extra fields for the episode's start record.
         stop_event: the event :meth:`request_stop` sets; pass the executor's own stop event so that a
@@ -699,11 +701,13 @@ class Session:
         (``selection``: a text selection may exist)."""
         action = placed.action
         focused = self.focus_probe() if self.focus_probe else None
+        grab = self.grab_probe() if self.grab_probe is not None and not action.ends_episode else None
         if self.window_probe is None:
             elements, at_points, focused_element = self._probe_elements(placed, [None] * len(placed.input_points))
             return _Judgement(focused, None, assess(action, focused_window=focused, pointer_elements=at_points,
-                                                    focused_element=focused_element, selection=selection),
-                              None, elements, at_points[0] if at_points else focused_element)
+                                                    focused_element=focused_element, selection=selection,
+                                                    input_grab=grab),
+                              None, elements, at_points[0] if at_points else focused_element, grab)
         input_points = placed.input_points
         infos = [self._probe_window(at) for at in input_points]
         window = infos[0] if infos else self._probe_window(None)
@@ -714,8 +718,9 @@ class Session:
         return _Judgement(focused, pointer_windows, assess(action, focused_window=focused,
                                                            pointer_windows=pointer_windows,
                                                            on_window_frame=on_frame, pointer_elements=at_points,
-                                                           focused_element=focused_element, selection=selection),
-                          window, elements, at_points[0] if at_points else focused_element)
+                                                           focused_element=focused_element, selection=selection,
+                                                           input_grab=grab),
+                          window, elements, at_points[0] if at_points else focused_element, grab)
 
     def _probe_elements(self, placed: PlacedAction, infos: Sequence[WindowInfo | None]
                         ) -> tuple[dict[str, Any] | None, list[Element | None] | None, Element | None]:
@@ -796,14 +801,15 @@ class Session:
     def _recheck(self, judged: _Judgement, action: Action, points: tuple[Any, ...]) -> str | None:
         """The executor's last look before input lands (issue 31): why the action must not go ahead, or None.
 
-        Asks ``grab_probe`` (another client's keyboard or pointer grab); for typing and keys, whether the
+        Asks ``grab_probe`` (another client's keyboard or pointer grab, when there was none at approval: an
+        open menu's own grab, seen and asked about at approval, goes ahead); for typing and keys, whether the
         focused window (``focus_probe``) and the focused element (``element_probe``) are still those of the
         approval; for a pointer action, whether the window (``window_probe``) and the element under the
         first point are. A probe that answered nothing at approval is not compared (nothing to compare)."""
         if isinstance(action, Move):
             return None
-        if self.grab_probe is not None and (problem := self.grab_probe()) is not None:
-            return problem
+        if self.grab_probe is not None and judged.grab is None and (problem := self.grab_probe()) is not None:
+            return f"{problem}, since approval"
         seen = judged.elements or {}
         if isinstance(action, (Type, Key)):
             if self.focus_probe is not None and judged.focused and (now := self.focus_probe()) != judged.focused:
