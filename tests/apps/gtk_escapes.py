@@ -1,7 +1,7 @@
 """A GTK 3 window with the controls an autopilot escape goes through (issue 31), run as its own process with
 the system Python (PyGObject: python3-gi, gir1.2-gtk-3.0) and its accessibility bridge on.
 
-    /usr/bin/python3 tests/apps/gtk_escapes.py --layout LAYOUT.json [--x 300 --y 200]
+    /usr/bin/python3 tests/apps/gtk_escapes.py --layout LAYOUT.json [--x 300 --y 200] [--pty-child]
 
 Widgets: a Gtk.Entry "notes" holding "keep me", a Gtk.Button "Delete all files" (counts its presses), a
 Gtk.ComboBoxText "mode" ("Keep old files" active, then "Delete old files").
@@ -11,6 +11,9 @@ or a value changes: ``{"pid": int, "rects": {"notes": [x, y, w, h], "delete": [.
 "focus": "notes" | "delete" | "mode" | null, "notes": str, "deletes": int, "mode": str}``, rectangles in
 root-window pixels as GDK reports them.
 
+``--pty-child`` starts a child process that holds a pseudo-terminal master until this process ends, as an
+IDE's terminal panel does (its pid is ``"pty_child"`` in the layout).
+
 This file must not import anything from holodesk or tests (it runs outside the project's venv).
 """
 
@@ -19,6 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
 from typing import Any
 
 import gi
@@ -26,11 +31,16 @@ import gi
 gi.require_version("Gtk", "3.0")
 from gi.repository import GLib, Gtk  # noqa: E402
 
+PTY_CHILD = ("import os, sys, time\nmaster, slave = os.openpty()\n"
+             "while os.getppid() == int(sys.argv[1]):\n    time.sleep(0.2)\n")
+"""The child of ``--pty-child``: opens a pty (``/dev/ptmx``) and lives as long as its parent."""
+
 
 class EscapesWindow:
-    def __init__(self, layout: str, x: int, y: int) -> None:
+    def __init__(self, layout: str, x: int, y: int, pty_child: bool) -> None:
         self.layout = layout
         self.deletes = 0
+        self.pty_child = subprocess.Popen([sys.executable, "-c", PTY_CHILD, str(os.getpid())]) if pty_child else None
         self.window = Gtk.Window(title="Holodesk escapes")
         self.window.set_wmclass("holodesk-gtk-escapes", "HolodeskGtkEscapes")
         self.window.move(x, y)
@@ -75,7 +85,7 @@ class EscapesWindow:
             origin = widget.get_window().get_origin()
             rects[name] = [origin.x + alloc.x, origin.y + alloc.y, alloc.width, alloc.height]
         focus = self.window.get_focus() if self.window.is_active() else None
-        state = {"pid": os.getpid(), "rects": rects,
+        state = {"pid": os.getpid(), "pty_child": self.pty_child.pid if self.pty_child else None, "rects": rects,
                  "focus": next((n for n, w in self.widgets.items() if w is focus), None),
                  "notes": self.notes.get_text(), "deletes": self.deletes, "mode": self.mode.get_active_text()}
         tmp = self.layout + ".tmp"
@@ -90,8 +100,9 @@ def main() -> None:
     parser.add_argument("--layout", required=True)
     parser.add_argument("--x", type=int, default=300)
     parser.add_argument("--y", type=int, default=200)
+    parser.add_argument("--pty-child", action="store_true")
     args = parser.parse_args()
-    EscapesWindow(args.layout, args.x, args.y)
+    EscapesWindow(args.layout, args.x, args.y, args.pty_child)
     Gtk.main()
 
 

@@ -22,7 +22,7 @@ from holodesk.capture.mss_backend import MssCapture
 from holodesk.control.accessibility import STATE_NAMES, AccessibilityProbe, states_from_bits
 from holodesk.control.grabs import input_grab_problem
 from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
-from holodesk.control.window import focused_window_class, window_at
+from holodesk.control.window import TERMINAL_MARK, focused_window_class, window_at
 from holodesk.core.actions import Action, Click, Done, Key, Point, Scroll, Type
 from holodesk.core.geometry import frame_pixel_to_point
 from holodesk.core.risk import Risk
@@ -54,10 +54,10 @@ class ListPolicy:
 class EscapesApp:
     """tests/apps/gtk_escapes.py on ``desktop``, with its layout report."""
 
-    def __init__(self, desktop: Desktop, directory: Path) -> None:
+    def __init__(self, desktop: Desktop, directory: Path, *extra: str) -> None:
         self.layout_path = directory / "escapes.json"
         self.app: App = desktop.launch([SYSTEM_PYTHON, str(APPS / "gtk_escapes.py"), "--layout",
-                                        str(self.layout_path), "--x", "200", "--y", "150"],
+                                        str(self.layout_path), "--x", "200", "--y", "150", *extra],
                                        wm_class="HolodeskGtkEscapes", env=ACCESSIBLE)
         self.wait(lambda s: s.get("focus") == "notes", "the notes field to have the focus")
 
@@ -326,3 +326,34 @@ def test_a_qt_program_a_space_on_its_focused_button_asks_and_a_line_into_its_fie
         assert "push button" in spy.requests[1].risk.reason
         state = win.wait_for(lambda s: s["text"] == "hello", timeout=10)
         assert state["clicks"] == []
+
+
+# -- terminals the window class does not name -----------------------------------------------------------------------
+@pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
+def test_a_program_whose_child_holds_a_pty_is_a_terminal_and_typing_there_asks(desktop: Desktop,
+                                                                               tmp_path: Path) -> None:
+    """An IDE whose terminal panel's pty is held by a helper process: the window's own process holds none."""
+    app = EscapesApp(desktop, tmp_path, "--pty-child")
+    assert app.state()["pty_child"]
+    under = window_at(*app.center("notes"))
+    assert under is not None and under.app == "HolodeskGtkEscapes" + TERMINAL_MARK
+    spy = SpyApprover(default=ApprovalResponse(Decision.SKIP))
+    _session([Type("ls")], spy, None, tmp_path / "episodes").run("type")
+    (request,) = spy.requests
+    assert request.risk.level is Risk.HIGH and "terminal" in request.risk.reason
+    assert app.state()["notes"] == "keep me"
+
+
+@pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
+def test_a_terminal_that_states_a_false_pid_and_another_host_is_still_a_terminal(desktop: Desktop) -> None:
+    """A sandboxed terminal (another PID namespace: its ``_NET_WM_PID`` means nothing here) or one in a
+    toolbox (``WM_CLIENT_MACHINE`` names another host): the X server still knows the real client process."""
+    term = desktop.launch(["xterm", "-class", "Notes", "-geometry", "60x10+50+50", "-e", "bash", "--norc"],
+                          wm_class="Notes")
+    wid = str(term.window)
+    desktop.run("xprop", "-id", wid, "-f", "_NET_WM_PID", "32c", "-set", "_NET_WM_PID", "1")
+    desktop.run("xprop", "-id", wid, "-f", "WM_CLIENT_MACHINE", "8s", "-set", "WM_CLIENT_MACHINE", "toolbox-host")
+    wait_until(lambda: "toolbox-host" in desktop.run("xprop", "-id", wid, "WM_CLIENT_MACHINE"), 10, "the property")
+    x, y, w, h = desktop.wait_placed(term)
+    under = window_at(x + w // 2, y + h // 2)
+    assert under is not None and under.app == "Notes" + TERMINAL_MARK
