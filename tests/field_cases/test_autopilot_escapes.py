@@ -357,3 +357,51 @@ def test_a_terminal_that_states_a_false_pid_and_another_host_is_still_a_terminal
     x, y, w, h = desktop.wait_placed(term)
     under = window_at(x + w // 2, y + h // 2)
     assert under is not None and under.app == "Notes" + TERMINAL_MARK
+
+
+@pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
+def test_a_gtk4_program_a_space_on_its_focused_button_and_a_mislabelled_click_ask(desktop: Desktop,
+                                                                                   tmp_path: Path) -> None:
+    """GTK 4 on X11 (no screen coordinates, no Collection interface): its window is matched by size and
+    asked in window coordinates, and its focused element found by a walk."""
+    layout = tmp_path / "gtk4.json"
+    app = desktop.launch([SYSTEM_PYTHON, str(APPS / "gtk4_escapes.py"), "--layout", str(layout)],
+                         name="Holodesk GTK 4 escapes", env={**ACCESSIBLE, "GSK_RENDERER": "cairo"})
+    origin = desktop.wait_placed(app)
+
+    def state() -> dict[str, Any]:
+        try:
+            return dict(json.loads(layout.read_text(encoding="utf-8")))
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+
+    rects = wait_until(lambda: state().get("rects"), 20, "the GTK 4 layout")
+
+    def center(name: str) -> tuple[int, int]:
+        x, y, w, h = rects[name]
+        return origin[0] + x + w // 2, origin[1] + y + h // 2
+
+    probe = AccessibilityProbe(desktop.env()["DBUS_SESSION_BUS_ADDRESS"])
+    client = window_at(*center("delete"))
+    assert client is not None and client.client_rect is not None
+    button = wait_until(lambda: probe.element_at(*center("delete"), client.client_rect), 20, "GTK 4's tree")
+    assert (button.role, button.name) == ("button", "Delete all files")  # GTK 4 names its push buttons "button"
+    with MssCapture() as cap:
+        frame = cap.grab(1)
+        notes, delete = (frame_pixel_to_point(frame, *center(n)) for n in ("notes", "delete"))
+    actions: list[Action] = [
+        Click(notes, element="text field"),  # control: approved
+        Key(("end",)),  # control: approved
+        Type(" too"),  # control: approved, lands in the field
+        Key(("tab",)),  # approved: the focus moves to the button
+        Type(" "),  # escape: a space presses the focused button
+        Click(delete, element="Keep button"),  # escape: the button there is "Delete all files"
+    ]
+    spy = SpyApprover(default=ApprovalResponse(Decision.SKIP))
+    result = _session(actions, spy, probe, tmp_path / "episodes").run("tidy up")
+    assert result.status is State.FINISHED, result
+    assert [(r.action.kind, r.risk.level) for r in spy.requests] == [("type", Risk.HIGH), ("click", Risk.HIGH)], \
+        [(r.action, r.risk.reason) for r in spy.requests]
+    assert "Delete all files" in spy.requests[0].risk.reason and "Delete all files" in spy.requests[1].risk.reason
+    wait_until(lambda: state().get("notes") == "keep me too", 20, "the approved text in the GTK 4 field")
+    assert state()["deletes"] == 0

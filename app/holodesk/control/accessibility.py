@@ -12,7 +12,9 @@ uses for the keychain); the protocol's interfaces are from at-spi2-core's ``xml/
   (role ``frame``, ``dialog``, ...); ``org.a11y.atspi.Component.GetExtents`` / ``GetAccessibleAtPoint``
   (screen coordinates) find the window and then the deepest element at a point;
 * ``org.a11y.atspi.Collection.GetMatches`` with the ``focused`` state finds the focused element of the
-  active window.
+  active window (a walk through its showing elements where the toolkit lacks Collection: GTK 4);
+* GTK 4 on X11 knows no screen coordinates and reports its windows at (0, 0): such a window is matched
+  to the X window under the point by its size and asked in window coordinates.
 
 Each lookup is bounded by a budget (:data:`LOOKUP_BUDGET_S`): a reply that does not come in time gives
 None, and :attr:`AccessibilityProbe.last_problem` says why (the risk rules then judge by the model's words
@@ -27,7 +29,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from holodesk.core.element import Element
+from holodesk.core.element import ACTIVATING_ROLES, Element
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,9 @@ _ACCESSIBLE = "org.a11y.atspi.Accessible"
 _COMPONENT = "org.a11y.atspi.Component"
 _COLLECTION = "org.a11y.atspi.Collection"
 _SCREEN = 0  # ATSPI_COORD_TYPE_SCREEN
+_WINDOW = 1  # ATSPI_COORD_TYPE_WINDOW
+_MAX_WALK = 400
+"""Most elements :meth:`AccessibilityProbe._focused_below` visits."""
 _MATCH_ALL = 1  # ATSPI_Collection_MATCH_ALL (an empty set matches everything)
 _SORT_CANONICAL = 1  # ATSPI_Collection_SORT_ORDER_CANONICAL
 _MAX_DEPTH = 32
@@ -147,13 +152,16 @@ class AccessibilityProbe:
         (value,) = self._call(ref[0], ref[1], "org.freedesktop.DBus.Properties", "Get", "ss", (_ACCESSIBLE, name))
         return value[1]  # a variant: (signature, value)
 
-    def _element(self, ref: tuple[str, str], application: str) -> Element:
+    def _element(self, ref: tuple[str, str], application: str, coords: int = 0,
+                 offset: tuple[int, int] = (0, 0)) -> Element:
+        """The element ``ref``; its bounds asked in ``coords`` (screen, or window coordinates plus the
+        window's screen ``offset``)."""
         role = str(self._call(ref[0], ref[1], _ACCESSIBLE, "GetRoleName")[0])
         name = str(self._property(ref, "Name"))
         (bits,) = self._call(ref[0], ref[1], _ACCESSIBLE, "GetState")
         try:
-            x, y, w, h = self._call(ref[0], ref[1], _COMPONENT, "GetExtents", "u", (_SCREEN,))[0]
-            bounds: tuple[int, int, int, int] | None = (int(x), int(y), int(w), int(h))
+            x, y, w, h = self._call(ref[0], ref[1], _COMPONENT, "GetExtents", "u", (coords,))[0]
+            bounds: tuple[int, int, int, int] | None = (int(x) + offset[0], int(y) + offset[1], int(w), int(h))
         except LookupError:
             bounds = None
         return Element(role, name, states_from_bits(bits), bounds, application)
@@ -224,21 +232,32 @@ class AccessibilityProbe:
         says is there, ``(x, y, width, height)``)."""
 
         def lookup() -> Element | None:
-            candidates = [w for w in self._windows() if _contains(w[3], x, y)]
+            windows = self._windows()
+            candidates = [(w, _SCREEN, (0, 0)) for w in windows if _contains(w[3], x, y)]
             if len(candidates) > 1 and window_rect is not None:
-                candidates = [w for w in candidates if _near(w[3], window_rect)]
+                candidates = [c for c in candidates if _near(c[0][3], window_rect)]
+            if not candidates and window_rect is not None and _contains(window_rect, x, y):
+                # A toolkit without screen coordinates (GTK 4 on X11) puts its windows at (0, 0): the one of
+                # the X window's size is asked in window coordinates.
+                size = (0, 0, window_rect[2], window_rect[3])
+                candidates = [(w, _WINDOW, (window_rect[0], window_rect[1])) for w in windows
+                              if w[3][:2] == (0, 0) and _near(w[3], size)]
             if len(candidates) != 1:
                 if candidates:
                     self.last_problem = f"{len(candidates)} accessible windows contain the point"
                 return None
-            ref, application, _, _ = candidates[0]
+            (window, application, _, _), coords, offset = candidates[0]
+            at = (x - offset[0], y - offset[1])
+            ref = window
             for _ in range(_MAX_DEPTH):
-                (child,) = self._call(ref[0], ref[1], _COMPONENT, "GetAccessibleAtPoint", "iiu", (x, y, _SCREEN))
+                (child,) = self._call(ref[0], ref[1], _COMPONENT, "GetAccessibleAtPoint", "iiu", (*at, coords))
                 child = (str(child[0]), str(child[1]))
                 if child[1] in ("", "/org/a11y/atspi/null") or child == ref:
                     break
                 ref = child
-            return self._element(ref, application)
+            if ref == window:  # the toolkit answered nothing (GTK 4.8): descend by the children's extents
+                ref = self._pick_below(window, at, coords)
+            return self._element(ref, application, coords, offset)
 
         return self._run(lookup)
 
@@ -253,13 +272,53 @@ class AccessibilityProbe:
                 # inverted; sorted canonically, one match, descending into the whole subtree
                 rule: tuple[Any, ...] = ([1 << _FOCUSED_BIT, 0], _MATCH_ALL, {}, _MATCH_ALL, [], _MATCH_ALL, [],
                                          _MATCH_ALL, False)
-                (matches,) = self._call(ref[0], ref[1], _COLLECTION, "GetMatches", "(aiia{ss}iaiiasib)uib",
-                                        (rule, _SORT_CANONICAL, 1, True))
+                try:
+                    (matches,) = self._call(ref[0], ref[1], _COLLECTION, "GetMatches", "(aiia{ss}iaiiasib)uib",
+                                            (rule, _SORT_CANONICAL, 1, True))
+                except LookupError:  # no Collection interface (GTK 4): walk the showing elements
+                    return self._focused_below(ref, application)
                 if matches:
                     return self._element((str(matches[0][0]), str(matches[0][1])), application)
             return None
 
         return self._run(lookup)
+
+    def _pick_below(self, window: tuple[str, str], at: tuple[int, int], coords: int) -> tuple[str, str]:
+        """The deepest element under ``window`` whose extents (in ``coords``) contain ``at``, the last child
+        first at each level (the one drawn on top), not descending below an element a press activates (a
+        button's label is the button); ``window`` itself when none does."""
+        ref = window
+        for _ in range(_MAX_DEPTH):
+            if ref != window and str(self._call(ref[0], ref[1], _ACCESSIBLE, "GetRoleName")[0]) in ACTIVATING_ROLES:
+                return ref
+            (children,) = self._call(ref[0], ref[1], _ACCESSIBLE, "GetChildren")
+            for bus, path in reversed(children):
+                child = (str(bus), str(path))
+                (extents,) = self._call(child[0], child[1], _COMPONENT, "GetExtents", "u", (coords,))
+                if _contains(tuple(int(v) for v in extents), *at):  # type: ignore[arg-type]
+                    ref = child
+                    break
+            else:
+                return ref
+        return ref
+
+    def _focused_below(self, window: tuple[str, str], application: str) -> Element | None:
+        """The focused element under ``window``, breadth first through showing elements (at most
+        :data:`_MAX_WALK` of them, within the lookup's budget); its bounds in window coordinates."""
+        queue, visited = [window], 0
+        while queue and visited < _MAX_WALK:
+            node = queue.pop(0)
+            visited += 1
+            (children,) = self._call(node[0], node[1], _ACCESSIBLE, "GetChildren")
+            for bus, path in children:
+                child = (str(bus), str(path))
+                (bits,) = self._call(child[0], child[1], _ACCESSIBLE, "GetState")
+                states = states_from_bits(bits)
+                if "focused" in states:
+                    return self._element(child, application, _WINDOW)
+                if states & {"showing", "visible"}:  # GTK 4.8 sets "visible" only
+                    queue.append(child)
+        return None
 
 
 def _raise_on_error(reply: Any) -> None:

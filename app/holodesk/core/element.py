@@ -14,9 +14,9 @@ from typing import Any, Protocol
 from holodesk.core.text import display_safe
 
 TEXT_ROLES = frozenset({"text", "entry", "password text", "paragraph", "document text", "editbar",
-                        "spin button", "combo box"})
+                        "spin button", "combo box", "text box", "search box"})
 """AT-SPI roles that take typed characters as text when they are also ``editable`` (an editable combo
-box or spin button holds an entry). A terminal is never one of them."""
+box or spin button holds an entry; GTK 4 names its entries "text box"). A terminal is never one of them."""
 
 SELECTOR_ROLES = frozenset({"combo box", "spin button", "slider", "scroll bar", "list box", "page tab list",
                             "page tab", "menu", "menu bar", "radio button", "dial", "level bar"})
@@ -62,8 +62,8 @@ class Element:
 
     @property
     def disabled(self) -> bool:
-        """True when the element does not accept input (not ``sensitive`` or not ``enabled``)."""
-        return "sensitive" not in self.states or "enabled" not in self.states
+        """True when the element does not accept input: not ``sensitive`` (GTK 4 sets no ``enabled``)."""
+        return "sensitive" not in self.states
 
     def describe(self) -> str:
         """The element as the approval card names it: ``push button ‘Delete all files’``."""
