@@ -405,3 +405,21 @@ def test_a_gtk4_program_a_space_on_its_focused_button_and_a_mislabelled_click_as
     assert "Delete all files" in spy.requests[0].risk.reason and "Delete all files" in spy.requests[1].risk.reason
     wait_until(lambda: state().get("notes") == "keep me too", 20, "the approved text in the GTK 4 field")
     assert state()["deletes"] == 0
+
+
+@pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
+def test_doctor_lists_the_programs_that_publish_their_tree_and_the_languages_without_words(
+        escapes: tuple[Desktop, EscapesApp], monkeypatch: pytest.MonkeyPatch) -> None:
+    from holodesk.doctor import _accessibility
+
+    desktop, _ = escapes
+    monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", desktop.env()["DBUS_SESSION_BUS_ADDRESS"])
+    monkeypatch.setenv("LANG", "fi_FI.UTF-8")
+    monkeypatch.delenv("LANGUAGE", raising=False)
+    monkeypatch.delenv("LC_ALL", raising=False)
+    monkeypatch.delenv("LC_MESSAGES", raising=False)
+    report = _accessibility()
+    assert "gtk_escapes.py" in report["applications publishing it"], report
+    assert report["languages without risky-word lists"].startswith("fi ")
+    monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", "unix:path=/nonexistent/bus")
+    assert "cannot be read" in _accessibility()["error"]
