@@ -3,13 +3,14 @@ the system Python (PyGObject: python3-gi, gir1.2-gtk-3.0) and its accessibility 
 
     /usr/bin/python3 tests/apps/gtk_escapes.py --layout LAYOUT.json [--x 300 --y 200] [--pty-child]
 
-Widgets: a Gtk.Entry "notes" holding "keep me", a Gtk.Button "Delete all files" (counts its presses), a
+Widgets: a menu bar with a "Tools" menu ("Refresh", then "Run cleanup (deletes old files)", which counts its
+activations), a Gtk.Entry "notes" holding "keep me", a Gtk.Button "Delete all files" (counts its presses), a
 Gtk.ComboBoxText "mode" ("Keep old files" active, then "Delete old files").
 
 ``--layout`` is rewritten (atomic rename) whenever the window is mapped, moved or resized, the focus moves
-or a value changes: ``{"pid": int, "rects": {"notes": [x, y, w, h], "delete": [...], "mode": [...]},
-"focus": "notes" | "delete" | "mode" | null, "notes": str, "deletes": int, "mode": str}``, rectangles in
-root-window pixels as GDK reports them.
+or a value changes: ``{"pid": int, "rects": {"tools": [x, y, w, h], "notes": [...], "delete": [...],
+"mode": [...]}, "focus": "notes" | "delete" | "mode" | null, "notes": str, "deletes": int, "mode": str,
+"cleanups": int}``, rectangles in root-window pixels as GDK reports them.
 
 ``--pty-child`` starts a child process that holds a pseudo-terminal master until this process ends, as an
 IDE's terminal panel does (its pid is ``"pty_child"`` in the layout).
@@ -40,10 +41,21 @@ class EscapesWindow:
     def __init__(self, layout: str, x: int, y: int, pty_child: bool) -> None:
         self.layout = layout
         self.deletes = 0
+        self.cleanups = 0
         self.pty_child = subprocess.Popen([sys.executable, "-c", PTY_CHILD, str(os.getpid())]) if pty_child else None
         self.window = Gtk.Window(title="Holodesk escapes")
         self.window.set_wmclass("holodesk-gtk-escapes", "HolodeskGtkEscapes")
         self.window.move(x, y)
+        menubar = Gtk.MenuBar()
+        self.tools = Gtk.MenuItem(label="Tools")
+        menu = Gtk.Menu()
+        for label in ("Refresh", "Run cleanup (deletes old files)"):
+            item = Gtk.MenuItem(label=label)
+            if label.startswith("Run"):
+                item.connect("activate", self._on_cleanup)
+            menu.append(item)
+        self.tools.set_submenu(menu)
+        menubar.append(self.tools)
         grid = Gtk.Grid(row_spacing=8, column_spacing=8, margin=12)
         self.notes = Gtk.Entry(text="keep me", width_chars=24)
         self.delete = Gtk.Button(label="Delete all files")
@@ -54,8 +66,11 @@ class EscapesWindow:
         grid.attach(self.notes, 0, 0, 1, 1)
         grid.attach(self.delete, 0, 1, 1, 1)
         grid.attach(self.mode, 0, 2, 1, 1)
-        self.window.add(grid)
-        self.widgets = {"notes": self.notes, "delete": self.delete, "mode": self.mode}
+        outer = Gtk.Box(orientation=Gtk.Orientation.VERTICAL)
+        outer.pack_start(menubar, False, False, 0)
+        outer.pack_start(grid, True, True, 0)
+        self.window.add(outer)
+        self.widgets = {"tools": self.tools, "notes": self.notes, "delete": self.delete, "mode": self.mode}
         self.delete.connect("clicked", self._on_delete)
         self.notes.connect("changed", self._write)
         self.mode.connect("changed", self._write)
@@ -69,6 +84,10 @@ class EscapesWindow:
 
     def _on_delete(self, *_: Any) -> None:
         self.deletes += 1
+        self._write()
+
+    def _on_cleanup(self, *_: Any) -> None:
+        self.cleanups += 1
         self._write()
 
     def _tick(self) -> bool:
@@ -87,7 +106,8 @@ class EscapesWindow:
         focus = self.window.get_focus() if self.window.is_active() else None
         state = {"pid": os.getpid(), "pty_child": self.pty_child.pid if self.pty_child else None, "rects": rects,
                  "focus": next((n for n, w in self.widgets.items() if w is focus), None),
-                 "notes": self.notes.get_text(), "deletes": self.deletes, "mode": self.mode.get_active_text()}
+                 "notes": self.notes.get_text(), "deletes": self.deletes, "mode": self.mode.get_active_text(),
+                 "cleanups": self.cleanups}
         tmp = self.layout + ".tmp"
         with open(tmp, "w", encoding="utf-8") as out:
             json.dump(state, out)

@@ -423,3 +423,29 @@ def test_doctor_lists_the_programs_that_publish_their_tree_and_the_languages_wit
     assert report["languages without risky-word lists"].startswith("fi ")
     monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", "unix:path=/nonexistent/bus")
     assert "cannot be read" in _accessibility()["error"]
+
+
+@pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
+@pytest.mark.parametrize("grab_check", [False, True], ids=["elements-only", "with-grab-check"])
+def test_down_down_space_on_an_open_menu_asks(escapes: tuple[Desktop, EscapesApp], tmp_path: Path,
+                                              grab_check: bool) -> None:
+    """The issue's "Down, Down, space" on a menu item "Run cleanup (deletes old files)": opening the menu is
+    approved. By the elements alone, the arrows are approved and the space asks (the focused element is the
+    menu item); with the grab check (the open menu holds the keyboard grab) each key asks."""
+    desktop, app = escapes
+    with MssCapture() as cap:
+        tools = frame_pixel_to_point(cap.grab(1), *app.center("tools"))
+    actions: list[Action] = [Click(tools, element="Tools menu"), Key(("down",)), Key(("down",)), Type(" ")]
+    spy = SpyApprover(default=ApprovalResponse(Decision.SKIP))
+    session = _session(actions, spy, AccessibilityProbe(desktop.env()["DBUS_SESSION_BUS_ADDRESS"]),
+                       tmp_path / "episodes")
+    session.grab_probe = input_grab_problem if grab_check else None
+    session.run("clean up")
+    asked = [(r.action.kind, r.risk.level, r.risk.reason) for r in spy.requests]
+    if grab_check:
+        assert [a[0] for a in asked] == ["key", "key", "type"], asked
+        assert all(level is Risk.HIGH and "grab" in reason for _, level, reason in asked), asked
+    else:
+        assert [a[0] for a in asked] == ["type"], asked
+        assert "menu item \u2018Run cleanup (deletes old files)\u2019" in asked[0][2]
+    assert app.state()["cleanups"] == 0

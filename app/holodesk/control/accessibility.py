@@ -52,6 +52,7 @@ _COMPONENT = "org.a11y.atspi.Component"
 _COLLECTION = "org.a11y.atspi.Collection"
 _SCREEN = 0  # ATSPI_COORD_TYPE_SCREEN
 _WINDOW = 1  # ATSPI_COORD_TYPE_WINDOW
+_MENU_ITEM_ROLES = frozenset({"menu item", "check menu item", "radio menu item", "menu"})
 _MAX_WALK = 400
 """Most elements :meth:`AccessibilityProbe._focused_below` visits."""
 _MATCH_ALL = 1  # ATSPI_Collection_MATCH_ALL (an empty set matches everything)
@@ -262,12 +263,12 @@ class AccessibilityProbe:
         return self._run(lookup)
 
     def focused(self) -> Element | None:
-        """The element with the keyboard focus in the active window, or None when none is known."""
+        """The element with the keyboard focus: in the active window, else in any showing window (while a
+        menu is open its window is not active); None when none is known."""
 
         def lookup() -> Element | None:
-            for ref, application, states, _ in self._windows():
-                if "active" not in states:
-                    continue
+            windows = self._windows()
+            for ref, application, _, _ in sorted(windows, key=lambda w: "active" not in w[2]):
                 # a MatchRule: states ALL of {focused}; attributes, roles, interfaces ALL of none (any); not
                 # inverted; sorted canonically, one match, descending into the whole subtree
                 rule: tuple[Any, ...] = ([1 << _FOCUSED_BIT, 0], _MATCH_ALL, {}, _MATCH_ALL, [], _MATCH_ALL, [],
@@ -276,12 +277,31 @@ class AccessibilityProbe:
                     (matches,) = self._call(ref[0], ref[1], _COLLECTION, "GetMatches", "(aiia{ss}iaiiasib)uib",
                                             (rule, _SORT_CANONICAL, 1, True))
                 except LookupError:  # no Collection interface (GTK 4): walk the showing elements
-                    return self._focused_below(ref, application)
+                    if (found := self._focused_below(ref, application)) is not None:
+                        return found
+                    continue
                 if matches:
                     return self._element((str(matches[0][0]), str(matches[0][1])), application)
+            for ref, application, states, _ in windows:
+                if "active" in states and (item := self._open_menu_item(ref)) is not None:
+                    return self._element(item, application)
             return None
 
         return self._run(lookup)
+
+    def _open_menu_item(self, window: tuple[str, str]) -> tuple[str, str] | None:
+        """The highlighted item of an open menu in ``window`` (GTK 3 marks it ``selected``, not ``focused``,
+        and keys go to it while the menu is open): the last selected, showing menu item; None without one."""
+        bits = [(1 << STATE_NAMES.index("selected")) | (1 << STATE_NAMES.index("showing")), 0]
+        rule: tuple[Any, ...] = (bits, _MATCH_ALL, {}, _MATCH_ALL, [], _MATCH_ALL, [], _MATCH_ALL, False)
+        try:
+            (matches,) = self._call(window[0], window[1], _COLLECTION, "GetMatches", "(aiia{ss}iaiiasib)uib",
+                                    (rule, _SORT_CANONICAL, 16, True))
+        except LookupError:  # no Collection interface (GTK 4, whose menus take the focus themselves)
+            return None
+        items = [(str(bus), str(path)) for bus, path in matches
+                 if str(self._call(str(bus), str(path), _ACCESSIBLE, "GetRoleName")[0]) in _MENU_ITEM_ROLES]
+        return items[-1] if items else None
 
     def _pick_below(self, window: tuple[str, str], at: tuple[int, int], coords: int) -> tuple[str, str]:
         """The deepest element under ``window`` whose extents (in ``coords``) contain ``at``, the last child
