@@ -261,6 +261,15 @@ def _accessibility() -> dict[str, Any]:
     if missing:
         report["languages without risky-word lists"] = (", ".join(missing) + " (English and de, fr, es, it, pt, "
                                                         "ru are checked)")
+    try:
+        from holodesk.session.factory import desktop_backend
+
+        backend: str = desktop_backend().backend
+    except Exception as exc:  # no display: the desktop backend section says why
+        backend = f"unknown ({exc})"
+    if backend in ("mutter", "portal"):
+        report["lookup"] = (f"not made on the {backend} backend (AT-SPI's screen coordinates are not the input "
+                            "space there): every program is judged by the model's words and the window")
     probe = AccessibilityProbe()
     try:
         report["applications publishing it"] = ", ".join(probe.applications()) or "none"
