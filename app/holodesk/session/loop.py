@@ -662,7 +662,8 @@ class Session:
                        "Check the screen.")
         run.history.append(HistoryStep(run.step, placed.frame, action, proposal.thought, proposal.note,
                                        proposal.raw_text, said))
-        run.selection = selection_after(action, run.selection) if outcome.ok else True  # unknown: may exist
+        if outcome.status != "target_changed":  # not performed: the selection is as it was
+            run.selection = selection_after(action, run.selection) if outcome.ok else True  # unknown: may exist
         if isinstance(action, (Click, DoubleClick, RightClick, MiddleClick)):
             run.focus_element = action.element if outcome.ok else None
         elif not isinstance(action, Type):
