@@ -83,7 +83,7 @@ def test_every_setting_is_documented() -> None:
 @pytest.mark.parametrize("url", ["http://user:s3cret-pw@example.org:8000/v1", "https://s3cret-pw@example.org/v1"])
 def test_credentials_in_the_endpoint_are_refused_without_printing_them(url: str, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """From the command line, a variable or the file: the message says what to do and never shows them."""
+    """From the command line or a variable: the message says what to do and never shows them."""
     import os
     import subprocess
     import sys
