@@ -78,3 +78,34 @@ def test_every_setting_is_documented() -> None:
         assert f"`{name}`" in docs, f"setting {name} is missing from docs/settings.md"
     assert set(documented_fields()) == set(Settings.model_fields)
     assert docs == settings_markdown(), "docs/settings.md is stale: run python -m holodesk.settings"
+
+
+@pytest.mark.parametrize("url", ["http://user:s3cret-pw@example.org:8000/v1", "https://s3cret-pw@example.org/v1"])
+def test_credentials_in_the_endpoint_are_refused_without_printing_them(url: str, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """From the command line, a variable or the file: the message says what to do and never shows them."""
+    import os
+    import subprocess
+    import sys
+
+    with pytest.raises(SettingsError) as caught:
+        load_settings(endpoint=url)
+    assert "no credentials" in str(caught.value) and "s3cret" not in str(caught.value)
+    assert "***@example.org" in str(caught.value)
+    monkeypatch.setenv("HOLODESK_ENDPOINT", url)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert "s3cret" not in str(caught.value)
+    monkeypatch.delenv("HOLODESK_ENDPOINT")
+    (tmp_path / "file.toml").write_text(f'endpoint = "{url}"\n', encoding="utf-8")
+    monkeypatch.setenv("HOLODESK_CONFIG", str(tmp_path / "file.toml"))
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert "no credentials" in str(caught.value) and "s3cret" not in str(caught.value)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOLODESK_")}
+    env.update(HOLODESK_CONFIG=str(tmp_path / "settings.toml"), HOLODESK_DATA_DIR=str(tmp_path / "data"),
+               PYTHONPATH=str(ROOT / "app"))
+    res = subprocess.run([sys.executable, "-m", "holodesk", "run", "a task", "--endpoint", url], env=env,
+                         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert res.returncode == 2 and "no credentials" in res.stderr, res.stdout + res.stderr
+    assert "s3cret" not in res.stdout + res.stderr and "Traceback" not in res.stderr

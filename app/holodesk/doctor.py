@@ -279,6 +279,36 @@ def _settings() -> dict[str, Any]:
             "approval": s.approval, "episodes": str(s.episodes_dir)}
 
 
+def _accessibility() -> dict[str, Any]:
+    from holodesk.control.accessibility import AccessibilityProbe
+    from holodesk.core.risk import languages_without_words
+
+    report: dict[str, Any] = {
+        "without it": "programs that publish no accessibility tree (Tk, games, remote desktops) are judged by "
+                      "the model's words and the window alone"}
+    missing = languages_without_words(os.environ)
+    if missing:
+        report["languages without risky-word lists"] = (", ".join(missing) + " (English and de, fr, es, it, pt, "
+                                                        "ru are checked)")
+    try:
+        from holodesk.session.factory import desktop_backend
+
+        backend: str = desktop_backend().backend
+    except Exception as exc:  # no display: the desktop backend section says why
+        backend = f"unknown ({exc})"
+    if backend in ("mutter", "portal"):
+        report["lookup"] = (f"not made on the {backend} backend (AT-SPI's screen coordinates are not the input "
+                            "space there): every program is judged by the model's words and the window")
+    probe = AccessibilityProbe()
+    try:
+        report["applications publishing it"] = ", ".join(probe.applications()) or "none"
+    except (LookupError, OSError, TimeoutError) as exc:
+        report["error"] = f"the accessibility bus (AT-SPI) cannot be read: {exc}"
+    finally:
+        probe.close()
+    return report
+
+
 def _version_of(module: str) -> str:
     if importlib.util.find_spec(module) is None:
         return "not installed"
@@ -305,6 +335,7 @@ CHECKS: list[Check] = [
     ("Remote endpoint", _endpoint),
     ("Keychain", _keyring),
     ("System tray", _tray),
+    ("Autopilot element checks (AT-SPI)", _accessibility),
 ]
 
 

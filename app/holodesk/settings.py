@@ -362,8 +362,18 @@ def _format_validation_error(exc: ValidationError) -> str:
         msg = err.get("msg", "invalid value")
         if err.get("type") == "extra_forbidden":
             msg = "unknown setting"
-        parts.append(f"{loc}: {msg} (got {err.get('input')!r})")
+        parts.append(f"{loc}: {msg} (got {_shown_input(loc, err.get('input'))!r})")
     return "invalid settings: " + "; ".join(parts)
+
+
+def _shown_input(loc: str, value: Any) -> Any:
+    """A refused value as an error message may show it: an endpoint's credentials (``user:password@``)
+    replaced by ``***@``, so a refused URL never prints them."""
+    if loc == "endpoint" and isinstance(value, str) and "@" in value:
+        scheme, sep, rest = value.partition("//")
+        authority, slash, path = rest.partition("/")
+        return f"{scheme}{sep}***@{authority.rsplit('@', 1)[-1]}{slash}{path}"
+    return value
 
 
 def policy_fields() -> tuple[str, ...]:

@@ -133,7 +133,7 @@ def test_F23_text_with_line_breaks_or_control_characters_asks(text: str) -> None
 
 
 def test_F23_one_line_of_text_and_pointer_actions_in_a_known_window_are_low() -> None:
-    for action in (Type("git status"), Type("Grüße 日本語 🙂"), Click(Point(1, 1)), Move(Point(2, 2)),
+    for action in (Type("git status"), Click(Point(1, 1)), Move(Point(2, 2)),
                    Drag(Point(1, 1), Point(9, 9)), Scroll("down", 3)):
         assert assess(action, focused_window=EDITOR).level is Risk.LOW, action
         assert assess(action, focused_window=None).level is Risk.HIGH, action
@@ -379,13 +379,15 @@ def test_words_only_match_whole(element: str) -> None:
     assert target_risk(element) is None
 
 
-def test_no_element_keeps_the_window_rule_and_move_and_scroll_ignore_the_words() -> None:
-    """holo-v1 replies carry no ``element``: the windows decide. Moving the pointer over, or scrolling,
-    a 'Delete' button presses nothing."""
+def test_no_element_keeps_the_window_rule_and_move_ignores_the_words() -> None:
+    """holo-v1 replies carry no ``element``: the windows decide. Moving the pointer over a 'Delete' button
+    presses nothing; a scroll may change what it is over (a combo box steps to 'Delete old files'), so its
+    words are checked."""
     assert assess(Click(Point(500, 500)), focused_window=EDITOR).level is Risk.LOW
     assert assess(Click(Point(500, 500)), focused_window="xterm XTerm").level is Risk.HIGH
     assert assess(Move(Point(500, 500), element="Delete button"), focused_window=EDITOR).level is Risk.LOW
-    assert assess(Scroll("down", 3, Point(500, 500), element="Delete list"), focused_window=EDITOR).level is Risk.LOW
+    assert assess(Scroll("down", 3, Point(500, 500), element="Delete list"), focused_window=EDITOR).level is Risk.HIGH
+    assert assess(Scroll("down", 3, Point(500, 500), element="Photo list"), focused_window=EDITOR).level is Risk.LOW
 
 
 @pytest.mark.parametrize("make", [*PRESSING, lambda e: Scroll("down", 3, Point(500, 500), element=e)],

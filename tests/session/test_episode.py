@@ -43,3 +43,22 @@ def test_a_frame_that_cannot_be_written_is_reported_and_the_end_record_says_so(t
     end = json.loads((rec.path / EPISODE_FILE).read_text().splitlines()[-1])
     assert end["type"] == "end" and "step-002.png" in end["frame_error"]
     assert (rec.path / "step-001.png").is_file()
+
+
+def test_episodes_are_private_folders_and_files(tmp_path: Path) -> None:
+    """Screenshots of the desktop and typed text: only the user may read them, whatever the umask allows."""
+    import os
+    import stat
+
+    previous = os.umask(0o022)
+    try:
+        rec = EpisodeRecorder(tmp_path / "episodes", "task")
+        name = rec.save_frame(0, frame())
+        rec.write({"type": "step", "step": 0, "frame": name})
+        rec.close({"status": "finished"})
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "episodes").stat().st_mode) == 0o700
+    assert stat.S_IMODE(rec.path.stat().st_mode) == 0o700
+    for path in (rec.path / EPISODE_FILE, rec.path / name):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path

@@ -128,6 +128,10 @@ X11_CAPABILITIES = ExecutorCapabilities(
 """What :class:`PyAutoGUIExecutor` can do beyond ``execute`` (shown by ``holodesk doctor``)."""
 
 
+class _TargetChanged(Exception):
+    """``before_input`` found the target changed since approval (the message says how)."""
+
+
 class PyAutoGUIExecutor:
     """:class:`~holodesk.control.base.Executor` using pyautogui.
 
@@ -153,6 +157,12 @@ class PyAutoGUIExecutor:
         focus_timeout_s: X11: the longest wait, in seconds, for the window a left click went to to take
             the keyboard focus before the next key or type step sends keys (default 2.0; the wait ends on
             the FocusIn event, see ``_await_click_focus``).
+
+    Attributes:
+        before_input: called with the action and its input points once the pointer rests on the first
+            point, immediately before any button, wheel or key goes down; a returned reason (the target
+            changed since approval) cancels the action: ``status="target_changed"``, nothing pressed. The
+            session sets it for each step (:meth:`holodesk.session.loop.Session`'s re-check).
     """
 
     name = "pyautogui"
@@ -192,6 +202,7 @@ class PyAutoGUIExecutor:
         self.focus_timeout_s = focus_timeout_s
         self._clicked_toplevel: int | None = None  # X11 window a left click went to, until keys follow
         self._monitors_warned = False  # the fail-safe fell back to the screen's corners (logged once)
+        self.before_input: Callable[[Action, tuple[InputPoint, ...]], str | None] | None = None
 
     # -- pyautogui ----------------------------------------------------------------------------------
     def _gui(self) -> Any:
@@ -410,6 +421,8 @@ class PyAutoGUIExecutor:
             status, ok, message = "failed", False, str(exc)
         except _Stopped:
             status, ok, message = "stopped_by_user", False, "stopped by user while waiting"
+        except _TargetChanged as exc:
+            status, ok, message = "target_changed", False, str(exc)
         except HolodeskError as exc:
             details["error"] = type(exc).__name__
             status, ok, message = "failed", False, str(exc)
@@ -426,6 +439,24 @@ class PyAutoGUIExecutor:
         verified = False if ok and details.get("typing_method") == "clipboard" else None
         return ActionResult(ok=ok, status=status, message=message, details=details,
                             duration_ms=(time.perf_counter() - t0) * 1000.0, verified=verified)
+
+    def _check_target(self, gui: Any, action: Action, points: tuple[InputPoint, ...]) -> None:
+        """The checks just before the input: never onto Holodesk's own windows (keys: ``_await_click_focus``),
+        and the target re-checked where the input is about to land (``before_input``).
+
+        Raises:
+            ActionError: the point, or the window with the focus, is one of Holodesk's own windows.
+            _TargetChanged: ``before_input`` found the window, element or focus changed since approval.
+        """
+        if isinstance(action, (Click, DoubleClick)):  # keys after it wait for its window, or fail if it fails
+            self._clicked_toplevel = _CLICK_NOT_DONE
+        if points or isinstance(action, Scroll):
+            refuse_holodesk_target([(p.x, p.y) for p in points] or [self._position()])
+        if self.before_input is not None:
+            if points and not isinstance(action, Move):
+                self._move_verified(gui, points[0])
+            if (changed := self.before_input(action, points)) is not None:
+                raise _TargetChanged(changed)
 
     def _perform(self, action: Action, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
         """Perform ``action`` at ``points`` (OS input space, in the order of ``action.points()``) and return
@@ -451,10 +482,7 @@ class PyAutoGUIExecutor:
         # The corner is a stop signal for every action (F12), also for typing through XTest, which
         # never passes pyautogui's own fail-safe check.
         self._raise_if_failsafe(gui)
-        if isinstance(action, (Click, DoubleClick)):  # keys after it wait for its window, or fail if it fails
-            self._clicked_toplevel = _CLICK_NOT_DONE
-        if points or isinstance(action, Scroll):  # never onto Holodesk's own windows (keys: _await_click_focus)
-            refuse_holodesk_target([(p.x, p.y) for p in points] or [self._position()])
+        self._check_target(gui, action, points)
         match action:
             case DoubleClick():
                 return self._double_click(gui, points, details)

@@ -77,20 +77,91 @@ def holds_pty_master(pid: int) -> bool | None:
     return False
 
 
-def terminal_mark(d: Any, client: Any) -> str:
-    """:data:`TERMINAL_MARK` when the process owning ``client`` (``_NET_WM_PID``, on this machine by
-    ``WM_CLIENT_MACHINE``) holds a pseudo-terminal master, else ""; "" too when that cannot be told."""
-    pid = _wm_pid(d, client)
-    if pid is None:
-        return ""
+UNKNOWN_PROCESS_MARK = " [may be a terminal: its process cannot be found]"
+"""Appended to a window's class when the process behind it cannot be found (a client of another machine,
+as with ``ssh -X``; a process this user cannot inspect): it may be a terminal, and the risk rules read the
+mark as one, so keys and clicks there ask."""
+
+
+def client_pid(d: Any, client: Any) -> int | None:
+    """The process id of the X client that created window ``client``, as the X server knows it: the
+    X-Resource extension's ``QueryClientIds`` with ``LocalClientPIDMask`` (the server takes it from the
+    connection's peer credentials, so neither a false ``_NET_WM_PID`` nor a sandbox's own PID namespace nor a
+    ``WM_CLIENT_MACHINE`` naming another host changes it). None for a client of another machine, or where
+    the server lacks the extension."""
     try:
-        machine = client.get_wm_client_machine()
-    except Exception:
-        return ""
-    host = machine.decode("latin-1", "replace") if isinstance(machine, bytes) else str(machine or "")
-    if host and host != socket.gethostname():
-        return ""  # a client of another machine: its pid means nothing here
-    return TERMINAL_MARK if holds_pty_master(pid) else ""
+        from Xlib.ext import res
+
+        if not d.has_extension(res.extname):
+            return None
+        reply = d.res_query_client_ids([{"client": int(client.id), "mask": res.LocalClientPIDMask}])
+    except Exception:  # python-xlib raises several unrelated types on a bad reply
+        return None
+    for found in reply.ids:
+        if found.spec.mask & res.LocalClientPIDMask and len(found.value) > 0:
+            return int(found.value[0])
+    return None
+
+
+def _process_children() -> dict[int, list[int]]:
+    """Parent process id -> its children's ids, from ``/proc/*/stat`` (empty where /proc cannot be read)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return children
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="latin-1") as stat:
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    return children
+
+
+def tree_holds_pty_master(pid: int, limit: int = 256) -> bool | None:
+    """Whether ``pid`` or one of its descendants (at most ``limit`` processes) holds a pseudo-terminal
+    master (:func:`holds_pty_master`): an IDE's terminal panel runs its shell on a pty a helper process
+    holds. None when ``pid`` itself cannot be inspected."""
+    first = holds_pty_master(pid)
+    if first is not False:
+        return first
+    children = _process_children()
+    queue, seen = list(children.get(pid, ())), {pid}
+    while queue and len(seen) < limit:
+        child = queue.pop(0)
+        if child in seen:
+            continue
+        seen.add(child)
+        if holds_pty_master(child):
+            return True
+        queue.extend(children.get(child, ()))
+    return False
+
+
+def terminal_mark(d: Any, client: Any) -> str:
+    """:data:`TERMINAL_MARK` when the process behind ``client`` or one of its descendants holds a
+    pseudo-terminal master (:func:`tree_holds_pty_master`), :data:`UNKNOWN_PROCESS_MARK` when that process
+    cannot be found or inspected, else "". The process is the one the X server names (:func:`client_pid`);
+    without the X-Resource extension, the one ``_NET_WM_PID`` states when ``WM_CLIENT_MACHINE`` is this
+    host."""
+    pid = client_pid(d, client)
+    if pid is None:
+        pid = _wm_pid(d, client)
+        try:
+            machine = client.get_wm_client_machine()
+        except Exception:
+            machine = None
+        host = machine.decode("latin-1", "replace") if isinstance(machine, bytes) else str(machine or "")
+        if pid is None or (host and host != socket.gethostname()):
+            return UNKNOWN_PROCESS_MARK  # a client of another machine, or one that names no process
+    holds = tree_holds_pty_master(pid)
+    if holds is None:
+        return UNKNOWN_PROCESS_MARK
+    return TERMINAL_MARK if holds else ""
 
 
 def _text_property(d: Any, win: Any, name: str) -> str:
@@ -133,8 +204,9 @@ def _info(d: Any, root: Any, top: Any, client: Any) -> WindowInfo:
     client_geo = client.get_geometry()
     client_origin = root.translate_coords(client, 0, 0)
     rect = (int(origin.x) - border, int(origin.y) - border, int(geo.width) + 2 * border, int(geo.height) + 2 * border)
-    return WindowInfo(title, str(cls[-1]) + terminal_mark(d, client), rect,
-                      (int(client_origin.x), int(client_origin.y), int(client_geo.width), int(client_geo.height)))
+    return WindowInfo(str(title), str(cls[-1]) + terminal_mark(d, client), rect,
+                      (int(client_origin.x), int(client_origin.y), int(client_geo.width), int(client_geo.height)),
+                      int(client.id))
 
 
 def _wm_pid(d: Any, client: Any) -> int | None:

@@ -19,6 +19,22 @@ everything else is HIGH (the autopilot asks the user). LOW risk is:
 * a key chord from :data:`LOW_RISK_CHORDS` (navigation: arrows, Tab, Home/End, PageUp/PageDown alone
   or with Shift and/or Ctrl, and Ctrl+A), into a known, non-terminal focused window.
 
+The real elements join the model's words when the accessibility tree names them
+(:class:`~holodesk.core.element.Element`, from :mod:`holodesk.control.accessibility`): a press or a scroll
+asks when the element under a point is a terminal, is disabled, names a risky action, or has a name that
+shares no word with the model's words for its target ("the model says ‘Keep’; the push button ‘Delete
+all files’ is there"); a scroll asks over a selector (combo box, spin button, slider, tab strip, ...: a
+wheel notch changes its value) and over words that name one or a risky action; typed text asks unless the
+focused element is an editable text field (a space on a focused button or menu item presses it), and keys
+ask in a focused terminal. Without a focused element (a program without accessibility), text of spaces only
+and text with non-ASCII characters ask (a terminal that cannot be ruled out may read 8-bit characters as
+Meta chords). Typed text and Delete/Backspace over a possible selection (:func:`selection_after`: after
+Ctrl+A, Shift+navigation, a double click or a drag) ask: they replace what is selected.
+
+Target words are compared after :func:`fold_words` (NFKC, invisible characters removed, look-alike letters
+mapped by Unicode's confusables table, case-folded) in English and the languages of
+:data:`RISKY_TARGET_WORDS_BY_LANGUAGE`. Any action type the rules do not know asks.
+
 Everything else asks, with a plain-words reason: any action that touches the screen or keyboard while the
 focused window is unknown (the focus probe returned nothing: no window manager, a Wayland session) or is
 a terminal; a middle click (it pastes the X11 selection); any other key or chord, among them every name of
@@ -30,10 +46,14 @@ Single characters are typed with ``type``, not pressed as keys, so a key press o
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Sequence
+import unicodedata
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+
+from confusable_homoglyphs import confusables
 
 from holodesk.core.actions import (
     Action,
@@ -47,9 +67,11 @@ from holodesk.core.actions import (
     Move,
     Plan,
     RightClick,
+    Scroll,
     Type,
     Wait,
 )
+from holodesk.core.element import SELECTOR_ROLES, Element
 from holodesk.core.text import display_safe
 
 TERMINAL_WINDOW_CLASSES = frozenset(
@@ -104,7 +126,7 @@ RISKY_TARGET_WORDS: dict[str, tuple[str, ...]] = {
         "book", "transfer", "place order", "add to cart"),
     "install or run something": (
         "install", "update", "upgrade", "download", "run", "execute", "launch", "open terminal", "grant access",
-        "enable", "disable", "authorize", "authorise", "trust"),
+        "enable", "disable", "authorize", "authorise", "trust", "start"),
 }
 """What a click target's words may do, and the words (whole words or phrases, any case, each in its
 inflected forms: ``delete``, ``deletes``, ``deleted``, ``deleting``) that say it. A click, double click,
@@ -113,6 +135,176 @@ that submit, send, delete, close, quit, pay, confirm, install or run are where o
 cannot be undone. The list is deliberately broad (``OK``, ``Yes``, ``Next`` and ``Continue`` may submit
 a form or a wizard page; ``X`` and ``×`` label close buttons): a target that merely mentions such a word
 asks too, which costs a keypress, while a missed one costs the user's data."""
+
+
+RISKY_TARGET_WORDS_BY_LANGUAGE: dict[str, dict[str, tuple[str, ...]]] = {
+    "de": {
+        "delete something": (
+            "löschen", "lösche", "gelöscht", "alle löschen", "entfernen", "entferne", "entfernt", "leeren",
+            "papierkorb", "verwerfen", "zurücksetzen", "formatieren", "überschreiben", "ersetzen",
+            "deinstallieren", "ausschneiden", "rückgängig"),
+        "submit or send something": (
+            "senden", "absenden", "sende", "abschicken", "speichern", "bestätigen", "übernehmen", "anwenden",
+            "ja", "weiter", "fertig", "akzeptieren", "zustimmen", "erlauben", "veröffentlichen", "hochladen",
+            "anmelden", "einloggen", "teilen", "antworten"),
+        "close or quit something": (
+            "schließen", "schliessen", "beenden", "abbrechen", "verlassen", "abmelden", "ausloggen",
+            "herunterfahren", "ausschalten", "neu starten", "neustart", "sperren", "stopp", "stoppen", "trennen"),
+        "pay or buy something": (
+            "bezahlen", "zahlen", "kaufen", "jetzt kaufen", "bestellen", "zur kasse", "abonnieren", "spenden",
+            "überweisen", "buchen", "in den warenkorb"),
+        "install or run something": (
+            "installieren", "aktualisieren", "herunterladen", "ausführen", "starten", "aktivieren",
+            "deaktivieren", "vertrauen", "zulassen"),
+    },
+    "fr": {
+        "delete something": (
+            "supprimer", "supprime", "supprimé", "supprimez", "effacer", "efface", "effacez", "retirer", "vider",
+            "corbeille", "jeter", "réinitialiser", "formater", "écraser", "remplacer", "désinstaller", "couper"),
+        "submit or send something": (
+            "envoyer", "envoi", "envoyez", "soumettre", "valider", "publier", "enregistrer", "sauvegarder",
+            "confirmer", "accepter", "autoriser", "appliquer", "oui", "continuer", "suivant", "terminer",
+            "partager", "répondre", "se connecter", "connexion"),
+        "close or quit something": (
+            "fermer", "quitter", "annuler", "déconnexion", "se déconnecter", "éteindre", "redémarrer",
+            "verrouiller", "arrêter", "arrêt"),
+        "pay or buy something": (
+            "payer", "paiement", "acheter", "commander", "s'abonner", "abonner", "faire un don", "virement",
+            "réserver", "ajouter au panier"),
+        "install or run something": (
+            "installer", "mettre à jour", "télécharger", "exécuter", "lancer", "démarrer", "activer",
+            "désactiver", "faire confiance"),
+    },
+    "es": {
+        "delete something": (
+            "eliminar", "elimina", "eliminado", "borrar", "borra", "suprimir", "quitar", "vaciar", "papelera",
+            "descartar", "restablecer", "formatear", "sobrescribir", "reemplazar", "desinstalar", "cortar",
+            "deshacer"),
+        "submit or send something": (
+            "enviar", "envía", "envia", "publicar", "guardar", "confirmar", "aceptar", "permitir", "aplicar",
+            "sí", "continuar", "siguiente", "finalizar", "compartir", "responder", "iniciar sesión",
+            "registrarse"),
+        "close or quit something": (
+            "cerrar", "salir", "cancelar", "cerrar sesión", "apagar", "reiniciar", "bloquear", "detener",
+            "terminar", "desconectar"),
+        "pay or buy something": (
+            "pagar", "pago", "comprar", "realizar pedido", "suscribirse", "donar", "transferir", "reservar",
+            "añadir al carrito"),
+        "install or run something": (
+            "instalar", "actualizar", "descargar", "ejecutar", "iniciar", "activar", "desactivar", "confiar"),
+    },
+    "it": {
+        "delete something": (
+            "elimina", "eliminare", "cancella", "cancellare", "rimuovi", "rimuovere", "svuota", "cestino",
+            "scarta", "ripristina", "formatta", "sovrascrivi", "sostituisci", "disinstalla", "taglia"),
+        "submit or send something": (
+            "invia", "inviare", "pubblica", "salva", "conferma", "accetta", "consenti", "applica", "sì",
+            "continua", "avanti", "fine", "condividi", "rispondi", "accedi"),
+        "close or quit something": (
+            "chiudi", "esci", "annulla", "disconnetti", "spegni", "riavvia", "blocca", "arresta", "termina"),
+        "pay or buy something": (
+            "paga", "pagamento", "acquista", "compra", "ordina", "abbonati", "dona", "bonifico", "prenota",
+            "aggiungi al carrello"),
+        "install or run something": (
+            "installa", "aggiorna", "scarica", "esegui", "avvia", "attiva", "disattiva", "fidati"),
+    },
+    "pt": {
+        "delete something": (
+            "excluir", "apagar", "eliminar", "remover", "esvaziar", "lixeira", "lixo", "descartar", "redefinir",
+            "formatar", "substituir", "desinstalar", "recortar", "desfazer"),
+        "submit or send something": (
+            "enviar", "publicar", "salvar", "guardar", "confirmar", "aceitar", "permitir", "aplicar", "sim",
+            "continuar", "próximo", "seguinte", "concluir", "compartilhar", "partilhar", "responder", "entrar"),
+        "close or quit something": (
+            "fechar", "sair", "cancelar", "desligar", "reiniciar", "bloquear", "parar", "encerrar", "desconectar"),
+        "pay or buy something": (
+            "pagar", "pagamento", "comprar", "finalizar compra", "assinar", "doar", "transferir", "reservar",
+            "adicionar ao carrinho"),
+        "install or run something": (
+            "instalar", "atualizar", "baixar", "executar", "iniciar", "ativar", "desativar", "confiar"),
+    },
+    "ru": {
+        "delete something": (
+            "удалить", "удали", "удаление", "удалено", "стереть", "очистить", "корзина", "сбросить",
+            "форматировать", "перезаписать", "заменить", "вырезать"),
+        "submit or send something": (
+            "отправить", "опубликовать", "сохранить", "подтвердить", "принять", "разрешить", "применить", "да",
+            "продолжить", "далее", "готово", "войти", "поделиться", "ответить"),
+        "close or quit something": (
+            "закрыть", "выйти", "выход", "отмена", "отменить", "выключить", "перезагрузить", "заблокировать",
+            "остановить", "завершить", "отключить"),
+        "pay or buy something": (
+            "оплатить", "оплата", "купить", "заказать", "оформить заказ", "подписаться", "пожертвовать",
+            "перевести", "забронировать", "в корзину"),
+        "install or run something": (
+            "установить", "обновить", "скачать", "загрузить", "выполнить", "запустить", "включить", "доверять"),
+    },
+}
+""":data:`RISKY_TARGET_WORDS` in the desktop languages Holodesk knows besides English, by ISO 639-1 code,
+each word in the forms a label uses (infinitive, imperative, noun). Every language's words are checked
+for every target, whatever the desktop's locale: a web page or a document may be in any of them.
+:func:`languages_without_words` names the user's languages that have no list here."""
+
+_INVISIBLE = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u3164\uffa0")
+"""Characters that render as nothing but are not of Unicode category Cf (Cf is removed as a whole)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _latin_lookalike(ch: str) -> str:
+    """``ch``'s ASCII look-alike from Unicode's confusables table (Cyrillic ``е`` -> ``e``, Greek ``Ο`` ->
+    ``O``), or ``ch`` itself when it has none; the table is the ``confusable_homoglyphs`` package's copy."""
+    if ch.isascii():
+        return ch
+    found = confusables.is_confusable(ch, preferred_aliases=["latin"])
+    if found:
+        for glyph in found[0]["homoglyphs"]:
+            if glyph["c"].isascii():
+                return str(glyph["c"])
+    return ch
+
+
+def fold_words(text: str) -> str:
+    """``text`` as the word rules compare it: NFKC-normalised (fullwidth ``Ｄｅｌｅｔｅ`` -> ``Delete``,
+    ligatures split), with invisible characters removed (category Cf: zero-width spaces and joiners, bidi
+    marks, soft hyphens; Hangul fillers), each character with an ASCII look-alike replaced by it
+    (``Delеte`` with a Cyrillic ``е`` -> ``Delete``), and case-folded (``ß`` -> ``ss``). The risky word
+    lists are folded the same way, so words in Cyrillic or Greek script still match themselves."""
+    return _fold_with_sources(text)[0]
+
+
+def _fold_with_sources(text: str) -> tuple[str, str, list[int]]:
+    """:func:`fold_words` of ``text``, the NFKC form of ``text``, and for each folded character the index of
+    the NFKC character it comes from (to quote a match as the target writes it)."""
+    nfkc = unicodedata.normalize("NFKC", text)
+    folded: list[str] = []
+    sources: list[int] = []
+    for index, ch in enumerate(nfkc):
+        if unicodedata.category(ch) == "Cf" or ch in _INVISIBLE:
+            continue
+        out = _latin_lookalike(ch).casefold()
+        folded.append(out)
+        sources.extend([index] * len(out))
+    return "".join(folded), nfkc, sources
+
+
+def user_languages(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The desktop's languages (ISO 639-1 codes, most preferred first) from ``LANGUAGE`` (a colon-separated
+    list), ``LC_ALL``, ``LC_MESSAGES`` and ``LANG`` (``de_DE.UTF-8`` -> ``de``); ``C`` and ``POSIX`` name
+    none."""
+    found: list[str] = []
+    for name in ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG"):
+        for entry in environ.get(name, "").split(":"):
+            code = re.split(r"[_.@]", entry, maxsplit=1)[0].lower()
+            if code and code not in ("c", "posix") and code not in found:
+                found.append(code)
+    return tuple(found)
+
+
+def languages_without_words(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The user's languages (:func:`user_languages`) for which the word rules have no list: targets named
+    in them are judged by the English and known-language words alone."""
+    known = {"en", *RISKY_TARGET_WORDS_BY_LANGUAGE}
+    return tuple(code for code in user_languages(environ) if code not in known)
 
 
 def _forms(word: str) -> set[str]:
@@ -132,13 +324,18 @@ def _phrase_pattern(phrase: str) -> str:
     return r"[\s_-]+".join(re.escape(part) for part in phrase.split())
 
 
+def _kind_pattern(what: str) -> re.Pattern[str]:
+    """One whole-word pattern over the folded (:func:`fold_words`) forms of every word of kind ``what``."""
+    words = {fold_words(f) for w in RISKY_TARGET_WORDS[what] for f in _forms(w)}
+    words |= {fold_words(w) for language in RISKY_TARGET_WORDS_BY_LANGUAGE.values() for w in language[what]}
+    return re.compile(r"(?<![^\W_])(?:" + "|".join(sorted((_phrase_pattern(w) for w in words), key=len, reverse=True))
+                      + r")(?![^\W_])")
+
+
 _RISKY_TARGET_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (what, re.compile(r"(?<![^\W_])(?:" + "|".join(sorted((_phrase_pattern(f) for w in words for f in _forms(w)),
-                                                          key=len, reverse=True)) + r")(?![^\W_])",
-                      re.IGNORECASE))
-    for what, words in RISKY_TARGET_WORDS.items()
-)
-""":data:`RISKY_TARGET_WORDS` compiled: one whole-word, case-insensitive pattern per kind of effect."""
+    (what, _kind_pattern(what)) for what in RISKY_TARGET_WORDS)
+""":data:`RISKY_TARGET_WORDS` and :data:`RISKY_TARGET_WORDS_BY_LANGUAGE` compiled: one whole-word pattern
+per kind of effect, matched against :func:`fold_words` of a target."""
 
 _PRESSING_ACTIONS = (Click, DoubleClick, RightClick, Drag)
 """Pointer actions that press a button over their target (the ``element`` rule applies to them)."""
@@ -148,14 +345,46 @@ def target_risk(element: str | None) -> str | None:
     """Why a click on ``element`` (the model's words for its target) asks, or None when its words name
     nothing from :data:`RISKY_TARGET_WORDS`; e.g. ``"the target ‘Delete all files button’ may delete
     something (it says ‘Delete’)"``."""
-    if not element:
+    found = risky_words(element)
+    if found is None:
         return None
-    hits = [(found.start(), -len(found.group(0)), found.group(0), what)
-            for what, pattern in _RISKY_TARGET_PATTERNS if (found := pattern.search(element))]
+    word, what = found
+    return f"the target \u2018{display_safe(element or '')}\u2019 may {what} (it says \u2018{display_safe(word)}\u2019)"
+
+
+def risky_words(text: str | None) -> tuple[str, str] | None:
+    """The first risky word in ``text`` compared folded (:func:`fold_words`: ``Ｄｅｌеｔｅ`` reads ``delete``),
+    as ``text`` writes it (NFKC-normalised), and the kind of effect it names (a key of
+    :data:`RISKY_TARGET_WORDS`); None when it names none."""
+    if not text:
+        return None
+    folded, nfkc, sources = _fold_with_sources(text)
+    hits = [(found.start(), -len(found.group(0)), found.end(), what)
+            for what, pattern in _RISKY_TARGET_PATTERNS if (found := pattern.search(folded))]
     if not hits:
         return None
-    _, _, word, what = min(hits)  # the first word in the target; at one place, the longest phrase
-    return f"the target \u2018{display_safe(element)}\u2019 may {what} (it says \u2018{display_safe(word)}\u2019)"
+    start, _, end, what = min(hits)  # the first word in the target; at one place, the longest phrase
+    return nfkc[sources[start]:sources[end - 1] + 1], what
+
+
+_FILLER_WORDS = frozenset({"the", "a", "an", "button", "field", "link", "menu", "item", "icon", "tab", "box", "of",
+                           "in", "on", "at", "to", "for", "and", "or", "with", "text", "label", "entry", "input",
+                           "option", "checkbox", "check", "radio", "list", "area", "panel", "window", "dialog",
+                           "toolbar", "bar", "row", "cell", "this", "that", "it", "here", "there"})
+"""Words a model uses to say what kind of element it means; they carry no name."""
+
+
+def names_disagree(said: str | None, real_name: str) -> bool:
+    """True when the model's words for a target (``said``) and the element's real accessible name share no
+    word (after :func:`fold_words`, ignoring kind words such as "button" and "the"): the model says
+    "Cancel", the button there is "Delete all files". False when either has no words to compare."""
+    if not said or not real_name:
+        return False
+    said_words = set(re.findall(r"[^\W_]+", fold_words(said))) - _FILLER_WORDS
+    real_words = set(re.findall(r"[^\W_]+", fold_words(real_name))) - _FILLER_WORDS
+    if not said_words or not real_words:
+        return False
+    return not said_words & real_words
 
 
 class Risk(StrEnum):
@@ -229,8 +458,29 @@ def _window_reason(focused_window: str | None, doing: str) -> str | None:
     return None
 
 
+def selection_after(action: Action, before: bool) -> bool:
+    """Whether a text selection may exist after ``action`` is performed, given whether one may exist before
+    it (``before``): Ctrl+A, a Shift+navigation chord, a double click (it selects a word) and a drag (it
+    selects text) make one; a click, an unshifted navigation key and typed text collapse it; other actions
+    leave it as it was. A typed character or Delete over a selection replaces what is selected."""
+    if isinstance(action, Key):
+        chord = frozenset(action.keys)
+        if chord == {"ctrl", "a"} or ("shift" in chord and chord & NAVIGATION_KEYS):
+            return True
+        if chord in LOW_RISK_CHORDS:
+            return False
+        return before
+    if isinstance(action, (DoubleClick, Drag)):
+        return True
+    if isinstance(action, (Click, RightClick, MiddleClick, Type)):
+        return False
+    return before
+
+
 def assess(action: Action, *, focused_window: str | None = None,
-           pointer_windows: Sequence[str | None] | None = None, on_window_frame: bool = False) -> RiskAssessment:
+           pointer_windows: Sequence[str | None] | None = None, on_window_frame: bool = False,
+           pointer_elements: Sequence[Element | None] | None = None, focused_element: Element | None = None,
+           selection: bool = False, input_grab: str | None = None) -> RiskAssessment:
     """Classify one action by the allowlist in this module's docstring.
 
     Args:
@@ -242,6 +492,14 @@ def assess(action: Action, *, focused_window: str | None = None,
             action HIGH); None when not probed, and then the focused window decides.
         on_window_frame: True when one of the action's points lies on a window's frame (title bar,
             border, the window manager's close/minimise/maximise buttons) rather than in its client area.
+        pointer_elements: the accessible element under each of the action's points (None where the
+            accessibility tree says nothing there: the word and window rules alone decide); None when not
+            looked up.
+        focused_element: the accessible element with the keyboard focus, or None when unknown.
+        selection: True when a text selection may exist (:func:`selection_after` over the performed steps).
+        input_grab: why keys or clicks may not go where the card says (another client holds the keyboard
+            or pointer grab: an open menu, a hidden window), or None; any action that touches the screen or
+            keyboard then asks.
     Returns:
         LOW only for actions known to be harmless; HIGH, with the reason the user is asked, for all else.
     """
@@ -251,28 +509,56 @@ def assess(action: Action, *, focused_window: str | None = None,
         # On X11 a middle click pastes the selected text where the pointer is: into a terminal that runs
         # it, whatever window has the focus.
         return RiskAssessment(Risk.HIGH, "a middle click pastes the selected text (Linux) where the pointer is")
+    if input_grab is not None:
+        return RiskAssessment(Risk.HIGH, input_grab)
     if isinstance(action, Type):
-        return _assess_typing(action, focused_window)
+        return _assess_typing(action, focused_window, focused_element, selection)
     if isinstance(action, Key):
-        return _assess_keys(action, focused_window)
-    return _assess_pointer(action, focused_window, pointer_windows, on_window_frame)
+        return _assess_keys(action, focused_window, focused_element)
+    if isinstance(action, (Click, DoubleClick, RightClick, Move, Drag, Scroll)):
+        return _assess_pointer(action, focused_window, pointer_windows, on_window_frame, pointer_elements)
+    return RiskAssessment(Risk.HIGH, "the safety rules do not know the action type "
+                          f"\u2018{display_safe(action.kind)}\u2019")
 
 
-def _assess_typing(action: Type, focused_window: str | None) -> RiskAssessment:
+_LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+def _assess_typing(action: Type, focused_window: str | None, focused: Element | None,
+                   selection: bool) -> RiskAssessment:
     """:func:`assess` for a type action: LOW only for one line of printable text typed into a known window
-    that is not a terminal."""
+    that is not a terminal, into an editable text field when the accessibility tree names the focused
+    element, with no selection it would replace; text that is only spaces, or holds non-ASCII characters,
+    asks unless the focused element is known to be an editable text field."""
     window = _window_reason(focused_window, "types text")
     if window is not None:
         return RiskAssessment(Risk.HIGH, window)
-    if any(ch in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029" for ch in action.text):
+    if focused is not None and focused.terminal:
+        return RiskAssessment(Risk.HIGH, f"types text in a terminal ({focused.describe()})")
+    if focused is not None and not focused.editable_text:
+        return RiskAssessment(Risk.HIGH, f"the focused element is a {focused.describe()}, not an editable text "
+                              "field: typed characters (a space, Enter) may press or change it")
+    if any(ch in _LINE_BREAKS for ch in action.text):
         return RiskAssessment(Risk.HIGH, "the text contains a line break, which may submit or run it")
     if not action.text.isprintable():
         return RiskAssessment(Risk.HIGH, "the text contains control or invisible characters "
                               "(shown as escapes), which may act as keys")
+    if action.replace:
+        return RiskAssessment(Risk.HIGH, "replaces everything the field holds (select-all, then the text)")
+    if selection:
+        return RiskAssessment(Risk.HIGH, "a selection may exist (after select-all, Shift+arrows, a double click or "
+                              "a drag): typing replaces the selected text")
+    if focused is None:
+        if not action.text.strip():
+            return RiskAssessment(Risk.HIGH, "types only spaces, and the focused element is unknown: a space "
+                                  "presses a focused button or menu item")
+        if not action.text.isascii():
+            return RiskAssessment(Risk.HIGH, "the text holds non-ASCII characters, and the focused element is "
+                                  "unknown: a terminal may read them as Meta (Alt) key chords")
     return RiskAssessment(Risk.LOW, "types one line of text")
 
 
-def _assess_keys(action: Key, focused_window: str | None) -> RiskAssessment:
+def _assess_keys(action: Key, focused_window: str | None, focused: Element | None) -> RiskAssessment:
     """:func:`assess` for a key action: LOW only for a chord on :data:`LOW_RISK_CHORDS` pressed in a known
     window that is not a terminal."""
     if frozenset(action.keys) not in LOW_RISK_CHORDS:
@@ -280,18 +566,50 @@ def _assess_keys(action: Key, focused_window: str | None) -> RiskAssessment:
     window = _window_reason(focused_window, f"presses {chord_name(action.keys)}")
     if window is not None:
         return RiskAssessment(Risk.HIGH, window)
+    if focused is not None and focused.terminal:
+        return RiskAssessment(Risk.HIGH, f"presses {chord_name(action.keys)} in a terminal ({focused.describe()})")
     return RiskAssessment(Risk.LOW, "navigation key")
 
 
+def _element_reason(action: Action, element: Element) -> str | None:
+    """Why a pointer action asks because of the real ``element`` under its point, or None."""
+    if element.terminal:
+        return f"acts with the pointer in a terminal ({element.describe()})"
+    if isinstance(action, Scroll):
+        if element.role in SELECTOR_ROLES:
+            return f"a scroll over a {element.describe()} may change its value"
+        return None
+    if not isinstance(action, _PRESSING_ACTIONS):
+        return None
+    if element.disabled:
+        return f"the {element.describe()} there is disabled: the model may not see what it is"
+    found = risky_words(element.name)
+    said = getattr(action, "element", None)
+    effect = f" (it may {found[1]})" if found is not None else ""
+    if names_disagree(said, element.name):
+        return f"the model says \u2018{display_safe(said or '')}\u2019; the {element.describe()} is there{effect}"
+    if found is not None:
+        return f"the {element.describe()} there may {found[1]} (it says \u2018{display_safe(found[0])}\u2019)"
+    return None
+
+
 def _assess_pointer(action: Action, focused_window: str | None, pointer_windows: Sequence[str | None] | None,
-                    on_window_frame: bool) -> RiskAssessment:
+                    on_window_frame: bool, pointer_elements: Sequence[Element | None] | None) -> RiskAssessment:
     """:func:`assess` for a pointer action (click, double/right click, move, drag, scroll): HIGH for a
-    pressing action on a risky element, on a window's frame, or where the window under a point (else the
-    focused window) is unknown or a terminal; LOW otherwise."""
-    if isinstance(action, _PRESSING_ACTIONS):
-        target = target_risk(action.element)
+    pressing or scrolling action whose model words or real element (:func:`_element_reason`) are risky, on
+    a window's frame, or where the window under a point (else the focused window) is unknown or a terminal;
+    LOW otherwise."""
+    for element in pointer_elements or ():
+        if element is not None and (reason := _element_reason(action, element)) is not None:
+            return RiskAssessment(Risk.HIGH, reason)
+    if isinstance(action, (*_PRESSING_ACTIONS, Scroll)):
+        target = target_risk(getattr(action, "element", None))
         if target is not None:
             return RiskAssessment(Risk.HIGH, target)
+    if isinstance(action, Scroll) and (said := getattr(action, "element", None)) \
+            and _SELECTOR_WORDS.search(fold_words(said)):
+        return RiskAssessment(Risk.HIGH, f"a scroll over \u2018{display_safe(said)}\u2019 may change a selector's "
+                              "value")
     if on_window_frame and not isinstance(action, Move):
         return RiskAssessment(Risk.HIGH, "acts on a window's title bar or frame (its buttons close, minimise or "
                               "resize the window)")
@@ -308,7 +626,8 @@ def _assess_pointer(action: Action, focused_window: str | None, pointer_windows:
     if window is not None:
         return RiskAssessment(Risk.HIGH, window)
     return harmless
-    window = _window_reason(focused_window, "acts with the pointer")
-    if window is not None:
-        return RiskAssessment(Risk.HIGH, window)
-    return RiskAssessment(Risk.LOW, f"a {action.kind.replace('_', ' ')} in a known window that is not a terminal")
+
+
+_SELECTOR_WORDS = re.compile(r"(?<![^\W_])(?:combo|combobox|drop[\s_-]?down|dropdown|select|selector|spin|spinner|"
+                             r"slider|picker|chooser|volume|zoom|tabs?)(?![^\W_])")
+"""Words that name an element whose value a scroll wheel changes (folded, see :func:`fold_words`)."""

@@ -101,12 +101,15 @@ class WindowInfo:
         rect: ``(left, top, width, height)`` in OS input space, frame included, or None when unknown.
         client_rect: the client area (the application's own window, without the window manager's title
             bar and borders) as ``(left, top, width, height)`` in OS input space, or None when unknown.
+        window_id: the window system's id of the client window (X11: its XID), or None when unknown; two
+            windows of one program at one place differ by it.
     """
 
     title: str = ""
     app: str = ""
     rect: tuple[int, int, int, int] | None = None
     client_rect: tuple[int, int, int, int] | None = None
+    window_id: int | None = None
 
     def on_frame(self, x: int, y: int) -> bool:
         """True when input point ``(x, y)`` lies in :attr:`rect` but outside :attr:`client_rect`: on the

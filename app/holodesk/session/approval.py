@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from holodesk.core.actions import Action
+from holodesk.core.element import Element
 from holodesk.core.geometry import Frame, InputPoint, PlacedAction
 from holodesk.core.risk import Risk, RiskAssessment
 from holodesk.core.wording import WindowInfo, step_words
@@ -44,6 +45,8 @@ class ApprovalRequest:
         details: the headline's secondary lines (coordinates, window application, text length).
         window: the window the step acts in, when known (its rect keeps the approval card off it).
         focus_element: for typing, the field that has keyboard focus in words, when known.
+        element: what the accessibility tree says is really there (the element under the first point,
+            or for typing and keys the focused one), when known; :attr:`details` name it too.
     """
 
     step: int
@@ -56,6 +59,7 @@ class ApprovalRequest:
     details: tuple[str, ...] = ()
     window: WindowInfo | None = None
     focus_element: str | None = None
+    element: Element | None = None
 
     @property
     def action(self) -> Action:
@@ -86,14 +90,20 @@ Approver = Callable[[ApprovalRequest], ApprovalResponse]
 
 
 def make_request(step: int, proposal: Proposal, placed: PlacedAction, risk: RiskAssessment, mode: str, *,
-                 window: WindowInfo | None = None, focus_element: str | None = None) -> ApprovalRequest:
+                 window: WindowInfo | None = None, focus_element: str | None = None,
+                 element: Element | None = None) -> ApprovalRequest:
     """Build the request shown to the approver for ``placed`` (the proposal's action placed on the frame it
     was computed on: its input points are shown, and performed once approved), worded with
     :func:`holodesk.core.wording.step_words` (``window``: where it acts, when known; ``focus_element``: for
-    typing, the focused field in words)."""
+    typing, the focused field in words; ``element``: the real element there, from the accessibility tree,
+    named in a details line beside the model's words: "Really there: push button ‘Delete all files’")."""
     frame, points = placed.frame, placed.input_points
     words = step_words(placed.action, window=window, focus_element=focus_element, input_points=points,
                        monitor_label=frame.monitor.label)
+    details = words.details
+    if element is not None:
+        where = "Has the keyboard focus" if not points else "Really there"
+        details = (*details, f"{where}: {element.describe()}" + (" (disabled)" if element.disabled else ""))
     return ApprovalRequest(
         step=step,
         proposal=proposal,
@@ -102,9 +112,10 @@ def make_request(step: int, proposal: Proposal, placed: PlacedAction, risk: Risk
         input_points=points,
         risk=risk,
         mode=mode,
-        details=words.details,
+        details=details,
         window=window,
         focus_element=focus_element,
+        element=element,
     )
 
 

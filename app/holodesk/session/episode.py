@@ -51,12 +51,17 @@ def _slug(text: str, limit: int = 40) -> str:
     return slug[:limit].rstrip("-") or "task"
 
 
+def _private(path: str, flags: int) -> int:
+    """``open``'s opener for files only the user may read: created 0600 (screenshots and typed text)."""
+    return os.open(path, flags, 0o600)
+
+
 def save_png(frame: Frame, path: Path) -> None:
-    """Write the frame's pixels as a PNG (fast compression), fsynced."""
+    """Write the frame's pixels as a PNG (fast compression), fsynced; a new file is created 0600."""
     from PIL import Image
 
     img = Image.fromarray(frame.pixels, "RGB")
-    with open(path, "wb") as fh:
+    with open(path, "wb", opener=_private) as fh:
         img.save(fh, format="PNG", compress_level=1)
         fh.flush()
         os.fsync(fh.fileno())
@@ -69,6 +74,9 @@ class EpisodeRecorder:
         root: the episodes folder; the episode gets a new sub-folder there.
         task: the user's instruction (used in the folder name and the start record).
         meta: extra start-record fields (policy name, monitor, mode, ...). Must hold no secrets.
+    The episodes folder (when it is created here) and the episode's folder are created 0700, its files
+    0600: they hold screenshots of the desktop and the text typed.
+
     Raises:
         HolodeskError: when the folder cannot be created.
     """
@@ -82,14 +90,15 @@ class EpisodeRecorder:
             n += 1
             path = Path(f"{base}-{n}")
         try:
-            path.mkdir(parents=True)
+            Path(root).mkdir(parents=True, exist_ok=True, mode=0o700)
+            path.mkdir(mode=0o700)  # private: screenshots of the desktop, typed text
         except OSError as exc:
             raise HolodeskError(f"cannot create the episode folder {path}: {exc}",
                                 hint="Check the data_dir setting and free disk space.") from exc
         self.path = path
         self._frames = ThreadPoolExecutor(max_workers=1, thread_name_prefix="episode-frames")
         self._pending: list[tuple[str, Future[None]]] = []
-        self._fh: TextIO | None = open(path / EPISODE_FILE, "a", encoding="utf-8")  # noqa: SIM115
+        self._fh: TextIO | None = open(path / EPISODE_FILE, "a", encoding="utf-8", opener=_private)  # noqa: SIM115
         self.write({"type": "start", "task": task, "started_at": time.time(), **(meta or {})})
 
     def write(self, record: dict[str, Any]) -> None:

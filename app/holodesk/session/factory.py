@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from holodesk.errors import SettingsError
+from holodesk.errors import HolodeskError, SettingsError
 from holodesk.session.approval import ApprovalPolicy
 from holodesk.session.desktop import desktop
 from holodesk.session.loop import SCREEN_SETTLE_S, Session, SessionLimits
@@ -22,6 +22,7 @@ from holodesk.settings import policy_fields
 if TYPE_CHECKING:
     from holodesk.capture.base import CaptureBackend
     from holodesk.control.base import Executor
+    from holodesk.core.element import ElementProbe
     from holodesk.core.wording import WindowInfo
     from holodesk.display import BackendChoice
     from holodesk.policy.base import Policy
@@ -140,6 +141,40 @@ def build_executor(settings: Settings, stop_event: threading.Event | None = None
     return desktop(settings).executor(settings, stop_event)
 
 
+def build_element_probe(settings: Settings) -> ElementProbe | None:
+    """The accessibility lookup of :func:`desktop_backend`'s desktop: AT-SPI on X11
+    (:class:`~holodesk.control.accessibility.AccessibilityProbe`); None on GNOME Wayland and the portal,
+    where AT-SPI's screen coordinates are not the input space (the risk rules then judge by the model's
+    words and the window; ``holodesk doctor`` says which); None too where no desktop backend works (the
+    executor reports that)."""
+    try:
+        backend = desktop_backend(settings).backend
+    except HolodeskError as exc:
+        log.warning("no accessibility lookup: %s", exc)
+        return None
+    if backend in ("mutter", "portal"):
+        log.info("no accessibility lookup on the %s backend: the risk rules judge by words and windows", backend)
+        return None
+    from holodesk.control.accessibility import AccessibilityProbe
+
+    return AccessibilityProbe()
+
+
+def build_grab_probe(settings: Settings) -> Callable[[], str | None] | None:
+    """The input-grab check of :func:`desktop_backend`'s desktop: on X11
+    :func:`holodesk.control.grabs.input_grab_problem`; None on GNOME Wayland and the portal (no client can
+    grab input from another there) and where no desktop backend works."""
+    try:
+        backend = desktop_backend(settings).backend
+    except HolodeskError:
+        return None
+    if backend in ("mutter", "portal"):
+        return None
+    from holodesk.control.grabs import input_grab_problem
+
+    return input_grab_problem
+
+
 # -- the session ------------------------------------------------------------------------------------------
 PolicyKey = tuple[tuple[str, Any], ...]
 
@@ -191,6 +226,7 @@ def build_session(
     policy: Callable[[Settings], Policy] = build_policy,
     capture: Callable[[Settings], CaptureBackend] = build_capture,
     executor: Callable[[Settings, threading.Event], Executor] = build_executor,
+    element_probe: Callable[[Settings], ElementProbe | None] = build_element_probe,
     stop_event: threading.Event | None = None,
     episodes_dir: Path | None = None,
     focus_probe: Callable[[], str | None] | None = None,
@@ -209,6 +245,7 @@ def build_session(
         policy / capture / executor: how each part is built from the settings (defaults:
             :func:`build_policy`, :func:`build_capture`, :func:`build_executor`); a :class:`PolicyCache`'s
             ``get`` keeps a loaded model between tasks.
+        element_probe: how the accessibility lookup is built (default :func:`build_element_probe`).
         stop_event: the task's stop event (default: a new one); the executor and the Session share it, so a
             stop or the wall-time cap also ends a running ``wait`` (F09, F12).
         episodes_dir: where the episode is recorded (default ``settings.episodes_dir``).
@@ -238,6 +275,8 @@ def build_session(
         episodes_dir=episodes_dir if episodes_dir is not None else settings.episodes_dir,
         focus_probe=focus_probe,
         window_probe=window_probe,
+        element_probe=element_probe(settings),
+        grab_probe=build_grab_probe(settings),
         before_capture=before_capture,
         after_capture=after_capture,
         meta={"monitor_label": monitors[settings.monitor - 1].label, **(meta or {})},

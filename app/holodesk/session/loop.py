@@ -15,20 +15,22 @@ objects from the thread that runs the loop; the UI marshals them onto its own th
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from holodesk.capture.base import CaptureBackend
 from holodesk.control.base import ActionResult, Executor
-from holodesk.core.actions import Answer, Click, Done, DoubleClick, MiddleClick, RightClick, Type
+from holodesk.core.actions import Action, Answer, Click, Done, DoubleClick, Key, MiddleClick, Move, RightClick, Type
+from holodesk.core.element import Element, ElementProbe
 from holodesk.core.geometry import Frame, PlacedAction, place
-from holodesk.core.risk import Risk, RiskAssessment, assess
+from holodesk.core.risk import Risk, RiskAssessment, assess, selection_after
 from holodesk.core.wording import WindowInfo
 from holodesk.errors import GeometryMismatch, HolodeskError, PolicyError, PolicyOutputError, TaskError
 from holodesk.policy.base import HistoryStep, Observation, Policy, Proposal
@@ -147,6 +149,8 @@ class _Run:
         failed_actions: "step N: message" for each approved action that could not be performed.
         acted: an action was handed to the executor since the last grab (the next grab waits for the
             screen to settle).
+        selection: a text selection may exist (:func:`holodesk.core.risk.selection_after`).
+        judged: the judgement the current step was approved on (the executor's re-check compares with it).
     """
 
     task: str
@@ -158,6 +162,8 @@ class _Run:
     repeats: list[tuple[str, str]] = field(default_factory=list)
     failed_actions: list[str] = field(default_factory=list)
     acted: bool = False
+    selection: bool = False
+    judged: _Judgement | None = None
 
 
 SCREEN_SETTLE_S = 0.25
@@ -181,12 +187,30 @@ class _Judgement:
         risk: the risk level and reason.
         window: the window the action acts in, for the approval's words: under its first point, else the
             focused one; None when unknown.
+        elements: what the accessibility tree said (``element_probe``): ``at_points`` (the element under
+            each point, or None), ``focused``, ``lookup_ms`` and ``problem``; None without a probe.
+        element: the element the approval names: under the first point, else the focused one; None when
+            unknown.
+        grab: why input may not go where the card says (another client's input grab), or None.
     """
 
     focused: str | None
     pointer_windows: list[str | None] | None
     risk: RiskAssessment
     window: WindowInfo | None
+    elements: dict[str, Any] | None = None
+    element: Element | None = None
+    grab: str | None = None
+
+
+def _element_change(was: dict[str, Any], now: Element | None, what: str) -> str | None:
+    """Why the element ``now`` is not the one recorded at approval (``was``: :meth:`Element.to_dict`), or
+    None when role and name are the same."""
+    if now is not None and (now.role, now.name) == (was["role"], was["name"]):
+        return None
+    shown = now.describe() if now is not None else "unknown"
+    return f"the {what} changed since approval (was {Element(was['role'], was['name'], frozenset()).describe()}, " \
+        f"now {shown})"
 
 
 class _Stop(Exception):
@@ -232,6 +256,12 @@ class Session:
             ``window_probe()`` the focused window (:class:`~holodesk.core.wording.WindowInfo` or None):
             the approval names it and keeps its card off it, and the risk rules judge pointer actions
             by the windows under their points (default: none known; the focused window decides).
+        element_probe: finds the accessible element under each of an action's points and the focused one
+            (:class:`~holodesk.control.accessibility.AccessibilityProbe`); the risk rules judge by them and
+            the record stores them; None: the model's words and the windows alone decide.
+        grab_probe: says why input would not go where the approval says (another client holds the keyboard
+            or pointer grab: :func:`holodesk.control.grabs.input_grab_problem`), or None; asked when a step is
+            judged (a grab makes it ask) and immediately before its input (see :meth:`_recheck`).
         before_capture / after_capture: hooks around each grab (the UI hides its overlay there, F13).
         meta: extra fields for the episode's start record.
         stop_event: the event :meth:`request_stop` sets; pass the executor's own stop event so that a
@@ -255,6 +285,8 @@ class Session:
         episodes_dir: Path | None = None,
         focus_probe: Callable[[], str | None] | None = None,
         window_probe: Callable[..., WindowInfo | None] | None = None,
+        element_probe: ElementProbe | None = None,
+        grab_probe: Callable[[], str | None] | None = None,
         before_capture: Callable[[], None] | None = None,
         after_capture: Callable[[], None] | None = None,
         meta: dict[str, Any] | None = None,
@@ -269,6 +301,8 @@ class Session:
         self.episodes_dir = episodes_dir
         self.focus_probe = focus_probe
         self.window_probe = window_probe
+        self.element_probe = element_probe
+        self.grab_probe = grab_probe
         self.before_capture = before_capture
         self.after_capture = after_capture
         self.meta = dict(meta or {})
@@ -576,7 +610,8 @@ class Session:
         self._set_state(State.AWAITING_APPROVAL, run.step)
         typed_into = run.focus_element if isinstance(proposal.action, Type) else None
         t0 = time.perf_counter()
-        request, response, judged = self._decide(run.step, proposal, placed, typed_into, record)
+        request, response, judged = self._decide(run.step, proposal, placed, typed_into, record, run.selection)
+        run.judged = judged
         timings["approval"] = (time.perf_counter() - t0) * 1000
         if not isinstance(response, ApprovalResponse):
             raise _Stop(State.FAILED, f"approver returned {response!r}, not an ApprovalResponse")
@@ -591,6 +626,8 @@ class Session:
             # The pending approval was answered STOP for whoever stopped the run (the cap, a caller, ...).
             response = ApprovalResponse(Decision.STOP, by=self._stopped_by)
             record["decided_by"] = response.by
+        if judged.elements is not None:
+            record["elements"] = judged.elements
         self._emit("decision", run.step, response.decision.value, response=response, request=request)
         if response.decision is Decision.STOP:
             record["timings_ms"] = timings
@@ -616,20 +653,21 @@ class Session:
         return placed
 
     def _decide(self, step: int, proposal: Proposal, placed: PlacedAction, typed_into: str | None,
-                record: dict[str, Any]) -> tuple[ApprovalRequest, ApprovalResponse, _Judgement]:
-        """The approval policy's answer for ``placed``, with the request shown and the judgement behind it."""
-        judged = self._assess(placed)
+                record: dict[str, Any], selection: bool) -> tuple[ApprovalRequest, ApprovalResponse, _Judgement]:
+        """The approval policy's answer for ``placed``, with the request shown and the judgement behind it
+        (``selection``: a text selection may exist)."""
+        judged = self._assess(placed, selection)
         request = make_request(step, proposal, placed, judged.risk, self.approval.mode, window=judged.window,
-                               focus_element=typed_into)
+                               focus_element=typed_into, element=judged.element)
         response = self.approval.decide(request)
         if response.by == "autopilot" and response.decision is Decision.APPROVE:
             # The windows may have changed during the autopilot's countdown (a terminal opened
             # or took the focus): judged again just before acting; if no longer low, ask the user.
-            judged = self._assess(placed)
+            judged = self._assess(placed, selection)
             if judged.risk.level is not Risk.LOW:
                 record["risk_changed_during_countdown"] = True
                 request = make_request(step, proposal, placed, judged.risk, self.approval.mode,
-                                       window=judged.window, focus_element=typed_into)
+                                       window=judged.window, focus_element=typed_into, element=judged.element)
                 response = self.approval.decide(request)
         return request, response, judged
 
@@ -645,7 +683,12 @@ class Session:
         # Write-ahead (F24): the step is on disk, result unknown, before the action is performed.
         self._write({**record, "result": RESULT_UNKNOWN, "timings_ms": timings})
         self._set_state(State.EXECUTING, run.step)
+        if hasattr(self.executor, "before_input") and run.judged is not None:
+            self.executor.before_input = functools.partial(self._recheck, run.judged)
         outcome = self._execute(placed)
+        if outcome.status == "target_changed":
+            record["target_changed"] = outcome.message
+            self._emit("warning", run.step, f"Not performed: {outcome.message}. The next step is judged again.")
         run.acted = True
         timings["execute"] = outcome.duration_ms
         record.update(result={"ok": outcome.ok, "status": outcome.status, "message": outcome.message,
@@ -676,6 +719,8 @@ class Session:
                        "Check the screen.")
         run.history.append(HistoryStep(run.step, placed.frame, action, proposal.thought, proposal.note,
                                        proposal.raw_text, said))
+        if outcome.status != "target_changed":  # not performed: the selection is as it was
+            run.selection = selection_after(action, run.selection) if outcome.ok else True  # unknown: may exist
         if isinstance(action, (Click, DoubleClick, RightClick, MiddleClick)):
             run.focus_element = action.element if outcome.ok else None
         elif not isinstance(action, Type):
@@ -709,21 +754,58 @@ class Session:
             result.reason = f"{result.reason}; the episode record is incomplete: {exc}"
         result.episode_path = self.recorder.path
 
-    def _assess(self, placed: PlacedAction) -> _Judgement:
-        """Probe the windows at the action's input points and classify the action."""
+    def _assess(self, placed: PlacedAction, selection: bool = False) -> _Judgement:
+        """Probe the windows and the accessible elements at the action's input points and classify the action
+        (``selection``: a text selection may exist)."""
         action = placed.action
         focused = self.focus_probe() if self.focus_probe else None
+        grab = self.grab_probe() if self.grab_probe is not None and not action.ends_episode else None
         if self.window_probe is None:
-            return _Judgement(focused, None, assess(action, focused_window=focused), None)
+            elements, at_points, focused_element = self._probe_elements(placed, [None] * len(placed.input_points))
+            return _Judgement(focused, None, assess(action, focused_window=focused, pointer_elements=at_points,
+                                                    focused_element=focused_element, selection=selection,
+                                                    input_grab=grab),
+                              None, elements, at_points[0] if at_points else focused_element, grab)
         input_points = placed.input_points
         infos = [self._probe_window(at) for at in input_points]
         window = infos[0] if infos else self._probe_window(None)
         pointer_windows = [info.app or None if info is not None else None for info in infos] if input_points else None
         on_frame = any(info is not None and info.on_frame(at.x, at.y)
                        for info, at in zip(infos, input_points, strict=True))
+        elements, at_points, focused_element = self._probe_elements(placed, infos)
         return _Judgement(focused, pointer_windows, assess(action, focused_window=focused,
                                                            pointer_windows=pointer_windows,
-                                                           on_window_frame=on_frame), window)
+                                                           on_window_frame=on_frame, pointer_elements=at_points,
+                                                           focused_element=focused_element, selection=selection,
+                                                           input_grab=grab),
+                          window, elements, at_points[0] if at_points else focused_element, grab)
+
+    def _probe_elements(self, placed: PlacedAction, infos: Sequence[WindowInfo | None]
+                        ) -> tuple[dict[str, Any] | None, list[Element | None] | None, Element | None]:
+        """Ask ``element_probe`` for the element under each input point (pointer actions) and the focused
+        element (typing and keys); returns the record's ``elements`` entry, the elements at the points and
+        the focused element (all None without a probe)."""
+        probe = self.element_probe
+        if probe is None:
+            return None, None, None
+        at_points: list[Element | None] | None = None
+        focused: Element | None = None
+        spent, problems = 0.0, []
+        if placed.input_points:
+            at_points = []
+            for at, info in zip(placed.input_points, infos, strict=True):
+                at_points.append(probe.element_at(at.x, at.y, info.client_rect if info is not None else None))
+                spent += probe.last_ms
+                problems.append(probe.last_problem)
+        if isinstance(placed.action, (Type, Key)):
+            focused = probe.focused()
+            spent += probe.last_ms
+            problems.append(probe.last_problem)
+        record = {"at_points": [e.to_dict() if e is not None else None for e in at_points]
+                  if at_points is not None else None,
+                  "focused": focused.to_dict() if focused is not None else None,
+                  "lookup_ms": round(spent, 2), "problem": "; ".join(p for p in problems if p) or None}
+        return record, at_points, focused
 
     def _probe_window(self, at: Any) -> WindowInfo | None:
         """``window_probe`` at input point ``at`` (None: the focused window); None when it fails."""
@@ -773,6 +855,39 @@ class Session:
             raise _Stop(State.FAILED, str(exc)) from exc
         except HolodeskError as exc:  # no display: the first pointer action reports it properly
             log.warning("could not run the start-up geometry check: %s", exc)
+
+    def _recheck(self, judged: _Judgement, action: Action, points: tuple[Any, ...]) -> str | None:
+        """The executor's last look before input lands (issue 31): why the action must not go ahead, or None.
+
+        Asks ``grab_probe`` (another client's keyboard or pointer grab, when there was none at approval: an
+        open menu's own grab, seen and asked about at approval, goes ahead); for typing and keys, whether the
+        focused window (``focus_probe``) and the focused element (``element_probe``) are still those of the
+        approval; for a pointer action, whether the window (``window_probe``) and the element under the
+        first point are. A probe that answered nothing at approval is not compared (nothing to compare)."""
+        if isinstance(action, Move):
+            return None
+        if self.grab_probe is not None and judged.grab is None and (problem := self.grab_probe()) is not None:
+            return f"{problem}, since approval"
+        seen = judged.elements or {}
+        if isinstance(action, (Type, Key)):
+            if self.focus_probe is not None and judged.focused and (now := self.focus_probe()) != judged.focused:
+                return f"the focused window changed since approval (was {judged.focused!r}, now {now!r})"
+            if self.element_probe is not None and (was := seen.get("focused")) is not None:
+                return _element_change(was, self.element_probe.focused(), "focused element")
+            return None
+        if not points:
+            return None
+        if self.window_probe is not None and judged.window is not None:
+            now_window = self._probe_window(points[0])
+            if now_window is None or (now_window.app, now_window.client_rect, now_window.window_id) != (
+                    judged.window.app, judged.window.client_rect, judged.window.window_id):
+                return (f"the window under the pointer changed since approval (was {judged.window.name!r}, "
+                        f"now {now_window.name if now_window is not None else 'unknown'!r})")
+        if self.element_probe is not None and (was := (seen.get("at_points") or [None])[0]) is not None:
+            rect = judged.window.client_rect if judged.window is not None else None
+            return _element_change(was, self.element_probe.element_at(points[0].x, points[0].y, rect),
+                                   "element under the pointer")
+        return None
 
     def _execute(self, placed: PlacedAction) -> ActionResult:
         """Perform ``placed`` at its input points; an executor that raises gives a "failed" result
