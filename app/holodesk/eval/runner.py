@@ -207,6 +207,8 @@ class SuiteRunner:
             path = folder / name
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(expand(text, folder), encoding="utf-8")
+        for name, word in task.images.items():
+            draw_word(folder / name, word)
         self._layouts = []
         for launch in task.launch:
             argv = [expand(a, folder) for a in launch.argv]
@@ -283,8 +285,21 @@ class SuiteRunner:
         def title(index: int) -> str:
             return self.desktop.window_title(programs[index].window)
 
-        return CheckContext(folder, stdout, exit_code, title, answer,
+        return CheckContext(folder, stdout, exit_code, title, lambda index: programs[index].process.poll(), answer,
                             {name: expand(text, folder) for name, text in task.files.items()})
+
+
+def draw_word(path: Path, word: str) -> None:
+    """Write a 480x320 PNG showing ``word`` in large dark letters on a light background (DejaVu Sans Bold)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    image = Image.new("RGB", (480, 320), (236, 232, 220))
+    try:
+        font: Any = ImageFont.truetype("DejaVuSans-Bold.ttf", 96)
+    except OSError:
+        font = ImageFont.load_default(96)
+    ImageDraw.Draw(image).text((240, 160), word, fill=(30, 30, 60), font=font, anchor="mm")
+    image.save(path, format="PNG")
 
 
 def _wait_exit(program: Program, timeout: float) -> None:

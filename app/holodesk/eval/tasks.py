@@ -10,6 +10,7 @@ A suite is a folder of TOML files (the shipped one: ``app/holodesk/eval/suite/``
     instruction = "Type Hello and save the file."
     max_steps = 4                      # the step budget
     files = { "note.txt" = "" }        # created in the task's folder before anything starts
+    images = { "a.png" = "CAT" }       # optional: 480x320 PNGs showing that word in large letters
     [[task.launch]]                    # programs, started in order; the last one gets the focus
     argv = ["mousepad", "--disable-server", "{dir}/note.txt"]
     window_class = "Mousepad"          # or window_name = "regex"; neither: found by its process id
@@ -26,7 +27,9 @@ A suite is a folder of TOML files (the shipped one: ``app/holodesk/eval/suite/``
 Strings in ``argv`` and ``files`` may name ``{dir}`` (the task's folder), ``{python}`` (the system Python
 with PyGObject) and ``{apps}`` (the folder of the suite's own programs). In oracle replies a coordinate may
 be ``"@NAME"`` (the centre of rectangle NAME, taken at the moment of the step), ``"@NAME:left"``/``":right"``
-(x: 4 pixels inside that edge) or ``":top"``/``":bottom"`` (y); rectangles come from a ``layout`` file
+(x: 4 pixels inside that edge), ``":top"``/``":bottom"`` (y), or ``"@NAME+N"`` (N pixels right of / below
+the rectangle's left / top edge: a fixed place inside a window placed at a fixed size); rectangles come from
+a ``layout`` file
 and ``"win0"``, ``"win1"``... are the launched programs' windows. They are turned into the contract's
 [0, 1000] coordinates of the screen before the reply is parsed.
 """
@@ -84,6 +87,7 @@ class Task:
     skills: tuple[str, ...] = ()
     files: dict[str, str] = field(default_factory=dict)
     launch: tuple[Launch, ...] = ()
+    images: dict[str, str] = field(default_factory=dict)
     source: str = ""
 
 
@@ -110,6 +114,7 @@ def _task(raw: dict[str, Any], source: Path) -> Task:
                     oracle=_replies(raw.get("oracle"), f"{where} oracle"),
                     sabotage=_replies(raw.get("sabotage"), f"{where} sabotage"),
                     skills=tuple(raw.get("skills", ())), files=dict(raw.get("files", {})), launch=launches,
+                    images=dict(raw.get("images", {})),
                     source=source.name)
     except (KeyError, TypeError, ValueError) as exc:
         raise SuiteError(f"{where}: {type(exc).__name__}: {exc}",
@@ -159,7 +164,7 @@ def expand(text: str, folder: Path) -> str:
 
 # -- oracle coordinates -----------------------------------------------------------------------------------
 Rect = tuple[int, int, int, int]
-_REF = re.compile(r"@([\w:.\- ]+?)(?::(left|right|top|bottom))?")
+_REF = re.compile(r"@([\w:. ]+?)(?::(left|right|top|bottom)|([+-]\d+))?")
 
 
 def to_model_units(pixel: int, size: int) -> int:
@@ -185,11 +190,14 @@ def resolve_reply(reply: str, rects: dict[str, Rect], screen: tuple[int, int]) -
         match = _REF.fullmatch(value)
         if match is None:
             continue
-        name, edge = match.group(1), match.group(2)
+        name, edge, offset = match.group(1), match.group(2), match.group(3)
         if name not in rects:
             raise SuiteError(f"the oracle names {name!r}, which is not on the screen now (known: {sorted(rects)})")
         x, y, w, h = rects[name]
-        if axis == "x":
+        if offset is not None:
+            pixel = (x if axis == "x" else y) + int(offset)
+            call[axis] = to_model_units(pixel, screen[0] if axis == "x" else screen[1])
+        elif axis == "x":
             pixel = x + 4 if edge == "left" else x + w - 5 if edge == "right" else x + w // 2
             call[axis] = to_model_units(pixel, screen[0])
         else:
@@ -208,6 +216,7 @@ class CheckContext:
         stdout: program index -> callable returning what it printed (waits for it to exit, bounded).
         exit_code: program index -> callable returning its exit status (None: still running).
         title: program index -> callable returning its window's current title.
+        running: program index -> callable returning None while it runs, else its exit status (no wait).
         answer: the text of the run's ``answer`` action, None when it did not answer.
         original: the task's ``files`` (relative path -> content) as set up.
     """
@@ -216,6 +225,7 @@ class CheckContext:
     stdout: Any
     exit_code: Any
     title: Any
+    running: Any
     answer: str | None
     original: dict[str, str]
 
@@ -258,6 +268,11 @@ def _stdout(spec: dict[str, Any], ctx: CheckContext) -> tuple[bool, str]:
 def _exit_code(spec: dict[str, Any], ctx: CheckContext) -> tuple[bool, str]:
     code = ctx.exit_code(int(spec.get("program", 0)))
     return code == int(spec["equals"]), f"exit status {code}, expected {spec['equals']}"
+
+
+def _running(spec: dict[str, Any], ctx: CheckContext) -> tuple[bool, str]:
+    code = ctx.running(int(spec.get("program", 0)))
+    return code is None, "still running" if code is None else f"exited with status {code}"
 
 
 def _title(spec: dict[str, Any], ctx: CheckContext) -> tuple[bool, str]:
@@ -309,7 +324,8 @@ def _all(spec: dict[str, Any], ctx: CheckContext) -> tuple[bool, str]:
 
 CHECKS = {"file_text": _file_text, "file_absent": _path_state, "file_exists": _path_state,
           "dir_exists": _path_state, "unchanged": _unchanged, "stdout": _stdout, "exit_code": _exit_code,
-          "title": _title, "json_file": _json_file, "cell": _cell, "answered": _answered, "all": _all}
+          "title": _title, "running": _running, "json_file": _json_file, "cell": _cell, "answered": _answered,
+          "all": _all}
 """Checker kinds: each reads the program's or the file system's state (or the run's answer), never the log."""
 
 

@@ -17,10 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import warnings
 
 import gi
 
 gi.require_version("Gtk", "3.0")
+warnings.filterwarnings("ignore", category=DeprecationWarning)  # Gtk.Window.set_wmclass
 from gi.repository import GLib, Gtk  # noqa: E402
 
 COUNTRIES = ["Argentina", "Australia", "Austria", "Belgium", "Brazil", "Canada", "Chile", "Denmark", "Egypt",
