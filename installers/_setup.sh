@@ -17,7 +17,7 @@ APT_RUNTIME=(python3-venv libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-xi
 # programs, Tk and GTK for the test forms, numlockx for the lock-key tests.
 APT_TEST=(xvfb xdotool x11-utils trayer gnome-keyring dbus dbus-x11 fonts-dejavu-core fonts-noto-core
           fonts-noto-cjk openbox xfwm4 picom mousepad xterm zenity yad python3-tk python3-gi gir1.2-gtk-3.0
-          numlockx)
+          numlockx pcmanfm gnumeric feh l3afpad)
 
 # GNOME on Wayland (the 'mutter' desktop backend): GStreamer with PipeWire and its introspection data, and what
 # pip needs to build PyGObject (the 'wayland' extra: no wheels on PyPI).
