@@ -88,7 +88,7 @@ def test_every_oracle_passes(tmp_path: Path) -> None:
     start = json.loads((episode / "episode.jsonl").read_text(encoding="utf-8").splitlines()[0])
     assert start["eval"]["unattended"] is True and start["eval"]["display"] == report["display"]
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
-    assert page.count("<img ") >= report["summary"]["runs"] and "class='mark'" in page
+    assert page.count("<img ") >= report["summary"]["runs"] and 'class="mark"' in page
 
 
 @pytest.mark.gui

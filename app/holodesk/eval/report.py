@@ -102,6 +102,7 @@ def _action_words(action: dict[str, Any] | None) -> str:
 def render_html(report: dict[str, Any], out: Path) -> str:
     """The static HTML page of ``report``; frames are linked relative to ``out`` (the report's folder)."""
     s = report["summary"]
+    tokens = "n/a" if s["mean_reply_tokens"] is None else f"{s['mean_reply_tokens']:.1f}"
     esc = html.escape
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>holodesk eval</title><style>"
@@ -119,7 +120,7 @@ def render_html(report: dict[str, Any], out: Path) -> str:
         f"screen {report.get('screen')}; repeat k={s['repeat']}</p>",
         f"<p><b>pass@1 {s['pass@1']:.1%}</b>, pass^{s['repeat']} {s['pass^k']:.1%} over {s['tasks']} tasks in "
         f"{s['programs']} programs; {s['passed_runs']}/{s['runs']} runs passed; mean steps {s['mean_steps']:.1f}; "
-        f"mean step {s['mean_step_s']:.2f} s; mean reply tokens {s['mean_reply_tokens']}; failures "
+        f"mean step {s['mean_step_s']:.2f} s; mean reply tokens {tokens}; failures "
         f"{esc(json.dumps(s['failures']))}</p>",
         "<table><tr><th>task</th><th>program</th><th>runs passed</th><th>verdict</th><th>failure</th></tr>",
     ]
@@ -139,7 +140,8 @@ def render_html(report: dict[str, Any], out: Path) -> str:
         parts.append(f"<h3 id='{esc(attempt['task'])}' class='{css}'>{esc(attempt['task'])} "
                      f"(run {attempt['repeat'] + 1}): {'passed' if attempt['passed'] else 'failed'}</h3>"
                      f"<p>checker: {esc(attempt['verdict'])}<br>end: {esc(attempt['status'])} — "
-                     f"{esc(attempt['reason'])}; {attempt['steps']} steps in {attempt['seconds']} s</p><details>"
+                     f"{esc(attempt['reason'])}; {attempt['steps']} steps in {attempt['seconds']} s</p>"
+                     f"<details{'' if attempt['passed'] else ' open'}>"
                      "<summary>steps</summary>")
         episode = attempt.get("episode")
         for step in attempt["step_records"]:
