@@ -11,8 +11,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -35,10 +37,11 @@ def _require_programs() -> None:
         pytest.skip(message)
 
 
-def _eval(out: Path, *args: str, timeout: float = 560) -> tuple[int, dict[str, Any], str]:
+def _eval(out: Path, *args: str, timeout: float = 560, **extra_env: str) -> tuple[int, dict[str, Any], str]:
     """Run ``holodesk eval desktop ARGS --out OUT`` in its own process (it starts its own Xvfb and points its
     DISPLAY there); its exit status, report and output."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "app"), os.environ.get("PYTHONPATH", "")])}
+    path = os.pathsep.join([str(ROOT / "app"), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, **extra_env, "PYTHONPATH": path}
     env.pop("DISPLAY", None)  # the harness needs no display: it starts its own
     res = subprocess.run([sys.executable, "-m", "holodesk", "eval", "desktop", *args, "--out", str(out)], env=env,
                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
@@ -132,3 +135,56 @@ def test_compare_shows_two_reports_side_by_side(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{}", encoding="utf-8")
     with pytest.raises(Exception, match="not a holodesk eval report"):
         load_report(tmp_path / "bad.json")
+
+
+class _ScriptedServer(BaseHTTPRequestHandler):
+    """A loopback stand-in for an OpenAI-compatible model server (a named fake: no model runs here). It answers
+    each chat request with the next of ``replies`` and counts 17 completion tokens; it keeps the requests."""
+
+    replies: ClassVar[list[str]] = []
+    requests: ClassVar[list[dict[str, Any]]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests.append(body)
+        text = type(self).replies.pop(0)
+        data = json.dumps({"model": body["model"], "choices": [{"message": {"content": text},
+                                                                "finish_reason": "stop"}],
+                           "usage": {"prompt_tokens": 900, "completion_tokens": 17}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.gui
+@pytest.mark.e2e
+def test_a_remote_endpoint_runs_through_the_harness(tmp_path: Path) -> None:
+    _require_programs()
+    _ScriptedServer.replies = [
+        json.dumps({"note": None, "thought": "Next picture.", "tool_call": {"tool_name": "hotkey_desktop",
+                                                                          "keys": ["Right"]}}),
+        json.dumps({"note": None, "thought": "Done.", "tool_call": {"tool_name": "answer", "content": "Shown."}})]
+    _ScriptedServer.requests = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ScriptedServer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        code, report, output = _eval(tmp_path, "--endpoint", f"http://127.0.0.1:{server.server_port}/v1", "--model",
+                                     "Hcompany/Holotron-12B", "--tasks", "^feh-next-picture$", "--unattended",
+                                     timeout=120, HOLODESK_API_KEY="none")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 0, output[-2000:]
+    attempt = report["attempts"][0]
+    assert attempt["passed"] and attempt["steps"] == 2 and report["policy"] == "remote"
+    assert [s["reply_tokens"] for s in attempt["step_records"]] == [17, 17]
+    assert report["summary"]["mean_reply_tokens"] == 17
+    first = _ScriptedServer.requests[0]["messages"]
+    assert any("Show the next picture" in json.dumps(m) for m in first)  # the task's instruction went out
+    assert any("image_url" in json.dumps(m) for m in first)  # with the harness's frame

@@ -347,5 +347,4 @@ def point_process_at(desktop: EvalDesktop) -> None:
                             hint="Run holodesk eval in its own process.")
     for key in ("WAYLAND_DISPLAY", "XAUTHORITY"):
         os.environ.pop(key, None)
-    os.environ.update(DISPLAY=desktop.display, XDG_SESSION_TYPE="x11",
-                      DBUS_SESSION_BUS_ADDRESS=desktop.env["DBUS_SESSION_BUS_ADDRESS"])
+    os.environ.update(DISPLAY=desktop.display, XDG_SESSION_TYPE="x11")
