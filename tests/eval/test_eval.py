@@ -2,7 +2,8 @@
 harness's own Xvfb + openbox desktop (real programs; the checkers read their state), the autopilot rules without
 ``--unattended``, the report and the comparison.
 
-The two suite runs take about two to three minutes each on 2 cores: every task starts its programs afresh.
+The two suite runs take about 1.5 (oracle) and 3 (sabotage: failing verdicts are read again for 2 s) minutes on
+2 cores: every task starts its programs afresh.
 """
 
 from __future__ import annotations

@@ -29,7 +29,9 @@ SHIPPED = "desktop"
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="holodesk eval", description="Measure whether tasks get done: each task "
                                      "of SUITE through the agent loop on a fresh Xvfb desktop with openbox, "
-                                     "checked from the programs' own state.")
+                                     "checked from the programs' own state.",
+                                     epilog="Also: holodesk eval compare A.json B.json (two reports side by side); "
+                                     "holodesk eval grounding --help (click accuracy). See docs/evaluation.md.")
     parser.add_argument("suite", help=f"'{SHIPPED}' (the shipped suite) or a folder / .toml file of tasks")
     parser.add_argument("--policy", choices=["oracle", "local", "remote", "script"],
                         help="oracle: each task's own solution; default: local with --model, remote with --endpoint")

@@ -180,11 +180,8 @@ class EvalDesktop:
         return [int(w, 16) for w in re.findall(r"0x[0-9a-fA-F]+", out)]
 
     def window_title(self, window: int) -> str:
-        """The window's ``_NET_WM_NAME`` (UTF-8), else ``WM_NAME``; "" when it has none."""
-        out = self.run("xprop", "-id", str(window), "_NET_WM_NAME", "WM_NAME")
-        found = re.findall(r'= "(.*)"', out)
-        return found[0].encode("latin-1", "backslashreplace").decode("unicode_escape").encode(
-            "latin-1", "replace").decode("utf-8", "replace") if found else ""
+        """The window's title as the window manager shows it (``xdotool getwindowname``, UTF-8)."""
+        return self.run("xdotool", "getwindowname", str(window)).rstrip("\n")
 
     def geometry(self, window: int) -> Rect:
         """The window's client area (x, y, width, height) in root pixels."""

@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 FAILURE_CLASSES = ("wrong target", "loop", "budget exhausted", "refused by the autopilot rules", "error")
 ORACLE = "oracle"
+CHECK_WAIT_S = 2.0
+"""Seconds a failing checker is read again after the run (programs that save asynchronously)."""
 
 
 class OraclePolicy(ScriptedPolicy):
@@ -263,11 +265,23 @@ class SuiteRunner:
             if callable(close):
                 close()
         seconds = time.monotonic() - started
-        passed, verdict = run_check(task.check, self._context(task, folder, result.answer))
+        passed, verdict = self._check(task, folder, result.answer)
         return Attempt(task.id, repeat, passed, verdict, result.status.value, result.reason, result.answer,
                        result.steps, round(seconds, 2), classify(result, passed, user.refused),
                        str(result.episode_path) if result.episode_path else None, self.unattended,
                        step_records(result.episode_path))
+
+    def _check(self, task: Task, folder: Path, answer: str | None) -> tuple[bool, str]:
+        """The checker's verdict. A program may still be writing when the run ends (a file chooser saves after
+        its dialog has closed), so a failing verdict is read again until it passes or :data:`CHECK_WAIT_S`
+        has passed; the last reading counts."""
+        context = self._context(task, folder, answer)
+        deadline = time.monotonic() + CHECK_WAIT_S
+        while True:
+            passed, verdict = run_check(task.check, context)
+            if passed or time.monotonic() >= deadline:
+                return passed, verdict
+            time.sleep(0.2)
 
     def _context(self, task: Task, folder: Path, answer: str | None) -> CheckContext:
         programs = list(self.desktop.programs)
