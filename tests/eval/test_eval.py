@@ -113,6 +113,7 @@ def test_without_unattended_the_autopilot_rules_refuse_and_nothing_is_typed(tmp_
     code, report, output = _eval(tmp_path, "--policy", "oracle", "--tasks", "^xterm-echo-to-file$", "--repeat", "2")
     assert code == 1, output[-2000:]
     assert [a["failure"] for a in report["attempts"]] == ["refused by the autopilot rules"] * 2
+    assert "types text in a terminal" in report["attempts"][0]["reason"]
     assert not (tmp_path / "tasks" / "xterm-echo-to-file-0" / "hello.txt").exists()  # the terminal got nothing
     assert report["summary"]["pass@1"] == 0.0 and report["tasks"][0]["runs"] == 2
 

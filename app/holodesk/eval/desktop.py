@@ -118,12 +118,12 @@ class EvalDesktop:
         folder = directory or Path(tempfile.mkdtemp(prefix="holodesk-eval-desktop-"))
         folder.mkdir(parents=True, exist_ok=True)
         read_fd, write_fd = os.pipe()
-        xvfb = subprocess.Popen(["Xvfb", "-displayfd", str(write_fd), "-screen", "0", f"{width}x{height}x24",
-                                 "-dpi", "96", "-nolisten", "tcp", "-noreset"], pass_fds=(write_fd,),
-                                stdout=subprocess.DEVNULL, stderr=open(folder / "xvfb.log", "wb"),  # noqa: SIM115
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        with open(folder / "xvfb.log", "wb") as xvfb_log:
+            xvfb = subprocess.Popen(["Xvfb", "-displayfd", str(write_fd), "-screen", "0", f"{width}x{height}x24",
+                                     "-dpi", "96", "-nolisten", "tcp", "-noreset"], pass_fds=(write_fd,),
+                                    stdout=subprocess.DEVNULL, stderr=xvfb_log, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
         os.close(write_fd)
-        number = b""
         with os.fdopen(read_fd, "rb") as pipe:
             number = pipe.readline().strip()
         desk = cls(f":{number.decode()}", width, height, folder, [xvfb])

@@ -108,16 +108,17 @@ class _AbsentUser:
 
     def __init__(self, unattended: bool) -> None:
         self.unattended = unattended
-        self.refused = False
+        self.refused: str | None = None
 
     def __call__(self, request: ApprovalRequest) -> ApprovalResponse:
         if self.unattended:
             return ApprovalResponse(Decision.APPROVE, by="unattended")
-        self.refused = True
+        self.refused = (f"step {request.step + 1} ({request.description}) needs a person: {request.risk.reason}; "
+                        "nobody is at the evaluation desktop (--unattended approves such steps there)")
         return ApprovalResponse(Decision.STOP, by="autopilot rules")
 
 
-def classify(result: EpisodeResult, passed: bool, refused: bool) -> str | None:
+def classify(result: EpisodeResult, passed: bool, refused: str | None) -> str | None:
     """The failure class of a run (None when it passed): :data:`FAILURE_CLASSES`."""
     if passed:
         return None
@@ -266,7 +267,8 @@ class SuiteRunner:
                 close()
         seconds = time.monotonic() - started
         passed, verdict = self._check(task, folder, result.answer)
-        return Attempt(task.id, repeat, passed, verdict, result.status.value, result.reason, result.answer,
+        reason = user.refused or result.reason
+        return Attempt(task.id, repeat, passed, verdict, result.status.value, reason, result.answer,
                        result.steps, round(seconds, 2), classify(result, passed, user.refused),
                        str(result.episode_path) if result.episode_path else None, self.unattended,
                        step_records(result.episode_path))
