@@ -44,11 +44,16 @@ def _eval(out: Path, *args: str, timeout: float = 560, **extra_env: str) -> tupl
     path = os.pathsep.join([str(ROOT / "app"), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, **extra_env, "PYTHONPATH": path}
     env.pop("DISPLAY", None)  # the harness needs no display: it starts its own
-    res = subprocess.run([sys.executable, "-m", "holodesk", "eval", "desktop", *args, "--out", str(out)], env=env,
-                         capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-    output = res.stdout + res.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "holodesk", "eval", "desktop", *args, "--out", str(out)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # SIGTERM: the harness stops its X server and programs on the way out
+        output, _ = proc.communicate(timeout=60)
+        pytest.fail(f"holodesk eval still running after {timeout:g} s: {output[-3000:]}")
     report = json.loads((out / "report.json").read_text(encoding="utf-8")) if (out / "report.json").exists() else {}
-    return res.returncode, report, output
+    return proc.returncode, report, output
 
 
 def test_shipped_suite_covers_the_programs_and_skills() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -91,6 +92,8 @@ def _run(args: argparse.Namespace, policy: str, tasks: list[Task], out: Path) ->
 
     settings = load_settings(policy=None if policy == ORACLE else policy, model=args.model, endpoint=args.endpoint,
                              script_file=args.script, precision=args.precision, desktop_backend="mss")
+    # SIGTERM ends the run through the finally below, so the desktop's X server and programs are stopped too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     desktop = EvalDesktop.start(directory=out / "desktop")
     runner = None
     attempts = []
