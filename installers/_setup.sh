@@ -15,10 +15,11 @@ APT_RUNTIME=(python3-venv libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-xi
 # Extra packages the test suite needs: a virtual X server, a tray host, a real keychain, fonts, and the
 # real desktop of the e2e tests (tests/helpers/desktop.py): window managers, a compositor, third-party
 # programs, Tk and GTK for the test forms, numlockx for the lock-key tests, the accessibility bus and GTK's
-# bridge to it (the autopilot's element checks).
+# bridge to it (the autopilot's element checks); pcmanfm, gnumeric, feh and l3afpad for the evaluation suite
+# (app/holodesk/eval/suite, docs/evaluation.md).
 APT_TEST=(xvfb xdotool x11-utils trayer gnome-keyring dbus dbus-x11 fonts-dejavu-core fonts-noto-core
           fonts-noto-cjk openbox xfwm4 picom mousepad xterm zenity yad python3-tk python3-gi gir1.2-gtk-3.0
-          numlockx at-spi2-core libatk-bridge2.0-0)
+          numlockx at-spi2-core libatk-bridge2.0-0 pcmanfm gnumeric feh l3afpad)
 
 # GNOME on Wayland (the 'mutter' desktop backend): GStreamer with PipeWire and its introspection data, and what
 # pip needs to build PyGObject (the 'wayland' extra: no wheels on PyPI).

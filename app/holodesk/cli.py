@@ -1,5 +1,5 @@
 """The ``holodesk`` command: ``tray`` (default), ``run``, ``stop``, ``palette``, ``mcp``, ``download``,
-``doctor``, ``bench``, ``tiny-checkpoint``.
+``doctor``, ``bench``, ``eval``, ``tiny-checkpoint``.
 
 Each sub-command parses its flags and calls one function. Errors derived from HolodeskError are printed
 as one clear message (with what to do) and exit with status 2; nothing prints a traceback at the user
@@ -90,6 +90,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="measure the local runtime's speed and memory", add_help=False)
     bench.add_argument("rest", nargs=argparse.REMAINDER, help="options of the benchmark (see --help)")
+    evaluate = sub.add_parser("eval", help="measure task success (a suite on a fresh Xvfb desktop), compare "
+                              "reports, click accuracy (grounding)", add_help=False)
+    evaluate.add_argument("rest", nargs=argparse.REMAINDER, help="options of the evaluation (see --help)")
 
     tiny = sub.add_parser("tiny-checkpoint", help="write a tiny random checkpoint in a model family's published "
                           "layout (for tests)")
@@ -106,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``holodesk`` script. Returns the process exit status."""
     parser = _build_parser()
     args, unknown = parser.parse_known_args(argv)
-    if unknown and args.command != "bench":
+    if unknown and args.command not in ("bench", "eval"):
         parser.error("unrecognized arguments: " + " ".join(unknown))
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
@@ -128,6 +131,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             # the bench parses its own options (holodesk bench --help lists them)
             return int(bench_main([*unknown, *args.rest]) or 0)
+        if args.command == "eval":
+            from holodesk.eval.cli import main as eval_main
+
+            return eval_main([*unknown, *args.rest])  # parses its own options (holodesk eval --help)
         if args.command == "tiny-checkpoint":
             from holodesk.bench.cli import local_runtime_missing
 

@@ -1,0 +1,298 @@
+"""``holodesk eval grounding``: click-in-box accuracy through the model's published element-localization prompt.
+
+    holodesk eval grounding DATASET --endpoint URL --model NAME [--limit N] [--out report.json]
+    holodesk eval grounding DATASET --policy oracle          (scores each box's centre: proves the reader)
+    holodesk eval grounding --generate FOLDER                (writes the suite set, see below)
+
+DATASET is a folder in one of two layouts (:func:`read_dataset` tells them apart):
+
+* ScreenSpot-v2 (``OS-Copilot/ScreenSpot-v2``): ``screenspot_*_v2.json`` files beside a
+  ``screenspotv2_image/`` folder; each entry ``{"img_filename", "bbox": [x, y, width, height] (pixels),
+  "instruction", "data_type", "data_source"}``.
+* ScreenSpot-Pro (``likaixin/ScreenSpot-Pro``): ``annotations/*.json`` and ``images/``; each entry
+  ``{"img_filename" (relative to images/), "bbox": [x1, y1, x2, y2] (pixels), "instruction", "ui_type",
+  "group", "application", ...}``.
+
+``--generate`` writes the suite's own set in the ScreenSpot-v2 layout: a screenshot of the suite's settings
+form (real GTK 3 on the harness's Xvfb) and one entry per widget with its box taken from GTK's own geometry
+(the form's layout report), so both read the same way.
+
+A sample passes when the point the model answers (``{"x", "y"}`` in [0, 1000] of the image, parsed by the
+protocol's ``parse_localization``) lands inside the box. The request is one user turn: the image, then the
+protocol's ``localization_prompt`` (H Company's wording), temperature 0, the localization schema as
+``response_format``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from holodesk.errors import HolodeskError, PolicyError, PolicyOutputError
+
+V2_IMAGES = "screenspotv2_image"
+Box = tuple[float, float, float, float]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One grounding sample.
+
+    Attributes:
+        image: the screenshot file. target: the instruction in words.
+        box: (x1, y1, x2, y2) in the image's pixels. group: a label to break results down by
+        (ScreenSpot-v2: data_source/data_type; Pro: group/ui_type; suite: "suite/<widget kind>").
+    """
+
+    image: Path
+    target: str
+    box: Box
+    group: str
+
+
+def _load_json(path: Path) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise HolodeskError(f"cannot read {path}: {exc}") from exc
+    if not isinstance(data, list):
+        raise HolodeskError(f"{path}: expected a JSON list of samples")
+    return data
+
+
+def read_dataset(folder: Path) -> list[Sample]:
+    """The samples of a ScreenSpot-v2 or ScreenSpot-Pro folder (layouts in the module docstring).
+
+    Raises:
+        HolodeskError: neither layout, an unreadable file, or an entry without img_filename/bbox/instruction.
+    """
+    samples: list[Sample] = []
+    if (folder / "annotations").is_dir() and (folder / "images").is_dir():
+        files, images, xywh = sorted((folder / "annotations").glob("*.json")), folder / "images", False
+    elif (folder / V2_IMAGES).is_dir():
+        files, images, xywh = sorted(folder.glob("*.json")), folder / V2_IMAGES, True
+    else:
+        raise HolodeskError(f"{folder} is neither a ScreenSpot-v2 folder ({V2_IMAGES}/ and *.json) nor a "
+                            "ScreenSpot-Pro folder (annotations/ and images/)",
+                            hint="Point at the folder you downloaded (docs/evaluation.md, 'Click accuracy').")
+    for file in files:
+        for number, entry in enumerate(_load_json(file), 1):
+            try:
+                x1, y1, a, b = (float(v) for v in entry["bbox"])
+                box = (x1, y1, x1 + a, y1 + b) if xywh else (x1, y1, a, b)
+                group = "/".join(str(entry[k]) for k in (("data_source", "data_type") if xywh else ("group", "ui_type"))
+                                 if k in entry)
+                samples.append(Sample(images / entry["img_filename"], str(entry["instruction"]), box,
+                                      group or file.stem))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise HolodeskError(f"{file} entry {number}: {type(exc).__name__}: {exc}",
+                                    hint="Each entry needs img_filename, bbox (4 numbers) and instruction.") from exc
+    if not samples:
+        raise HolodeskError(f"no samples in {folder}")
+    return samples
+
+
+# -- the suite's own set -------------------------------------------------------------------------------------
+_WIDGET_WORDS = {"name": "the Name text field", "dark": "the Dark theme check box", "save": "the Save button",
+                 "volume_knob": "the knob of the Volume slider"}
+
+
+def generate_suite_set(folder: Path) -> int:
+    """Write the suite's grounding set into ``folder`` in the ScreenSpot-v2 layout: a screenshot of the
+    settings form on the harness's desktop and one entry per widget (boxes from GTK's geometry). Returns the
+    number of samples.
+
+    Raises:
+        EvalDesktopError: a program is missing or did not come up.
+    """
+    import mss
+
+    from holodesk.eval.desktop import EvalDesktop, wait_for
+    from holodesk.eval.tasks import APPS_DIR, SYSTEM_PYTHON
+
+    (folder / V2_IMAGES).mkdir(parents=True, exist_ok=True)
+    desktop = EvalDesktop.start(directory=folder / ".desktop")
+    try:
+        layout = folder / ".desktop" / "layout.json"
+        form = desktop.launch([SYSTEM_PYTHON, str(APPS_DIR / "settings_form.py"), "--state",
+                               str(folder / ".desktop" / "state.json"), "--layout", str(layout)],
+                              window_class="HolodeskSettingsForm")
+        desktop.place(form.window, 300, 150, 420, 420)
+
+        def current() -> dict[str, Any] | None:
+            try:
+                data = json.loads(layout.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                return None
+            x, y, _, _ = desktop.geometry(form.window)
+            return data if data.get("window", [None, None])[:2] == [x, y] else None
+
+        data = wait_for(current, 30, "the settings form's layout report")
+        time.sleep(0.5)  # the report is written on a 0.1 s timer after GTK's size allocation; let it redraw
+        with mss.MSS(display=desktop.display) as grabber:
+            shot = grabber.grab(grabber.monitors[1])
+            mss.tools.to_png(shot.rgb, shot.size, output=str(folder / V2_IMAGES / "settings-form.png"))
+    finally:
+        desktop.stop()
+    entries = []
+    for name, (x, y, w, h) in data["rects"].items():
+        if name == "volume_trough":
+            continue
+        words = _WIDGET_WORDS.get(name) or f"the {name.split(':', 1)[1]} row of the Country list"
+        if name == "volume_knob":  # GTK reports the slider's range; the knob drawn is about 20 px wide
+            x, w, y, h = x - 9, max(w, 20), y - 8, max(h, 20)
+        entries.append({"img_filename": "settings-form.png", "bbox": [x, y, w, h], "instruction": words,
+                        "data_type": "text" if name.startswith("row:") or name == "name" else "icon",
+                        "data_source": "suite"})
+    (folder / "screenspot_suite_v2.json").write_text(json.dumps(entries, indent=1), encoding="utf-8")
+    return len(entries)
+
+
+# -- locating ---------------------------------------------------------------------------------------------------
+Locator = Callable[[Sample], tuple[float, float]]
+"""A locator answers the pixel (x, y) of the image where it would click for ``sample.target``."""
+
+
+def oracle_locator(sample: Sample) -> tuple[float, float]:
+    """The box's centre (proves the reader and the scoring; a model's figure must come from a model)."""
+    x1, y1, x2, y2 = sample.box
+    return (x1 + x2) / 2, (y1 + y2) / 2
+
+
+class RemoteLocator:
+    """Asks an OpenAI-compatible server with the protocol's localization prompt.
+
+    Args:
+        endpoint: server URL ending in /v1. model: the served model's name.
+        protocol: the action protocol whose localization prompt and reply parser are used (default: the
+            registry's protocol for ``model``).
+
+    Raises:
+        SettingsError: unknown protocol.
+    """
+
+    def __init__(self, endpoint: str, model: str, protocol: str = "auto") -> None:
+        import httpx
+
+        from holodesk.policy.models import protocol_for
+        from holodesk.policy.registry import get_protocol
+        from holodesk.secrets import resolve_api_key
+
+        self.endpoint = endpoint.rstrip("/")
+        self.model = model
+        self.protocol = get_protocol(protocol_for(model, protocol))
+        key, _source = resolve_api_key(endpoint)
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._client = httpx.Client(timeout=120.0, headers=headers)
+        self.reply_tokens: list[int] = []
+
+    def __call__(self, sample: Sample) -> tuple[float, float]:
+        """The pixel the model points at.
+
+        Raises:
+            PolicyError: the server failed. PolicyOutputError: the reply is not a localization reply.
+        """
+        from PIL import Image
+
+        with Image.open(sample.image) as image:
+            width, height = image.size
+            buffer = io.BytesIO()
+            image.convert("RGB").save(buffer, format="PNG")
+        url = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+        body = {"model": self.model, "temperature": 0.0, "max_tokens": 64,
+                "messages": [{"role": "user", "content": [
+                    {"type": "image_url", "image_url": {"url": url}},
+                    {"type": "text", "text": self.protocol.localization_prompt(sample.target)}]}],
+                "response_format": {"type": "json_schema", "json_schema": {
+                    "name": "localization", "schema": self.protocol.localization_schema()}}}
+        try:
+            resp = self._client.post(f"{self.endpoint}/chat/completions", json=body)
+            resp.raise_for_status()
+            data = resp.json()
+            text = data["choices"][0]["message"]["content"]
+        except Exception as exc:  # httpx errors, a body that is not a chat completion
+            raise PolicyError(f"the localization request to {self.endpoint} failed: {exc}",
+                              hint="Check the endpoint URL and the model name (holodesk eval grounding --help).",
+                              ) from exc
+        tokens = (data.get("usage") or {}).get("completion_tokens")
+        if isinstance(tokens, int):
+            self.reply_tokens.append(tokens)
+        point = self.protocol.parse_localization(text)
+        return point.x / 1000 * width, point.y / 1000 * height
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def score(samples: Sequence[Sample], locate: Locator) -> dict[str, Any]:
+    """Click-in-box accuracy of ``locate`` over ``samples``: ``{"samples", "hits", "accuracy", "unparsed",
+    "by_group": {group: {"samples", "hits", "accuracy"}}, "results": [{"image", "target", "box", "point",
+    "hit", "error"}]}``. A reply that does not parse counts as a miss (``error`` says why)."""
+    results: list[dict[str, Any]] = []
+    for sample in samples:
+        try:
+            x, y = locate(sample)
+            x1, y1, x2, y2 = sample.box
+            hit, error, point = x1 <= x <= x2 and y1 <= y <= y2, None, [round(x, 1), round(y, 1)]
+        except PolicyOutputError as exc:
+            hit, error, point = False, str(exc), None
+        results.append({"image": str(sample.image), "target": sample.target, "box": list(sample.box),
+                        "group": sample.group, "point": point, "hit": hit, "error": error})
+    groups: dict[str, dict[str, Any]] = {}
+    counts = Counter(r["group"] for r in results)
+    for group, n in counts.items():
+        hits = sum(r["hit"] for r in results if r["group"] == group)
+        groups[group] = {"samples": n, "hits": hits, "accuracy": hits / n}
+    hits = sum(r["hit"] for r in results)
+    return {"samples": len(results), "hits": hits, "accuracy": hits / len(results) if results else 0.0,
+            "unparsed": sum(r["error"] is not None for r in results), "by_group": groups, "results": results}
+
+
+def main(argv: Sequence[str]) -> int:
+    """``holodesk eval grounding``; returns the exit status (0 after a scored run or a generated set)."""
+    parser = argparse.ArgumentParser(prog="holodesk eval grounding", description="click-in-box accuracy through "
+                                     "the model's element-localization prompt")
+    parser.add_argument("dataset", nargs="?", type=Path, help="a ScreenSpot-v2 or ScreenSpot-Pro folder")
+    parser.add_argument("--generate", type=Path, metavar="FOLDER", help="write the suite's own set there and exit")
+    parser.add_argument("--policy", choices=["oracle", "remote"], help="oracle: box centres (a reader check)")
+    parser.add_argument("--endpoint", help="OpenAI-compatible server URL, e.g. http://127.0.0.1:8000/v1")
+    parser.add_argument("--model", help="the served model's name")
+    parser.add_argument("--limit", type=int, help="score only the first N samples")
+    parser.add_argument("--out", type=Path, help="write the JSON result there")
+    args = parser.parse_args(list(argv))
+    if args.generate:
+        print(f"wrote {generate_suite_set(args.generate)} samples to {args.generate}")
+        return 0
+    if args.dataset is None:
+        parser.error("give a DATASET folder (or --generate FOLDER)")
+    samples = read_dataset(args.dataset)[: args.limit] if args.limit else read_dataset(args.dataset)
+    if (args.policy or ("remote" if args.endpoint else None)) == "oracle":
+        result = score(samples, oracle_locator)
+        name = "oracle"
+    elif args.endpoint and args.model:
+        locator = RemoteLocator(args.endpoint, args.model)
+        try:
+            result = score(samples, locator)
+        finally:
+            locator.close()
+        result["reply_tokens_mean"] = (sum(locator.reply_tokens) / len(locator.reply_tokens)
+                                       if locator.reply_tokens else None)
+        name = f"{args.model} at {args.endpoint}"
+    else:
+        raise HolodeskError("no locator chosen", hint="Pass --endpoint URL --model NAME, or --policy oracle.")
+    result = {"dataset": str(args.dataset), "locator": name, **result}
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False), encoding="utf-8")
+    print(f"{name}: {result['hits']}/{result['samples']} clicks in the box ({result['accuracy']:.1%}); "
+          f"{result['unparsed']} replies not parsed")
+    for group, g in sorted(result["by_group"].items()):
+        print(f"  {group}: {g['hits']}/{g['samples']} ({g['accuracy']:.1%})")
+    return 0

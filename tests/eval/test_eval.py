@@ -1,0 +1,197 @@
+"""``holodesk eval``: the shipped suite, its oracles and sabotaged variants run through the real agent loop on the
+harness's own Xvfb + openbox desktop (real programs; the checkers read their state), the autopilot rules without
+``--unattended``, the report and the comparison.
+
+The two suite runs take about 1.5 (oracle) and 3 (sabotage: failing verdicts are read again for 2 s) minutes on
+2 cores: every task starts its programs afresh.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from holodesk.eval.report import compare, load_report
+from holodesk.eval.tasks import SKILLS, SuiteError, load_suite, resolve_reply, to_model_units
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAMS = ("Xvfb", "openbox", "mousepad", "l3afpad", "xterm", "pcmanfm", "gnumeric", "ssconvert", "feh", "zenity",
+            "yad", "xdotool")
+
+
+def _require_programs() -> None:
+    import shutil
+
+    missing = [p for p in PROGRAMS if shutil.which(p) is None]
+    if missing:
+        message = f"not installed: {missing} (installers/_setup.sh APT_TEST installs them)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def _eval(out: Path, *args: str, timeout: float = 560, **extra_env: str) -> tuple[int, dict[str, Any], str]:
+    """Run ``holodesk eval desktop ARGS --out OUT`` in its own process (it starts its own Xvfb and points its
+    DISPLAY there); its exit status, report and output."""
+    path = os.pathsep.join([str(ROOT / "app"), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, **extra_env, "PYTHONPATH": path}
+    env.pop("DISPLAY", None)  # the harness needs no display: it starts its own
+    proc = subprocess.Popen([sys.executable, "-m", "holodesk", "eval", "desktop", *args, "--out", str(out)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # SIGTERM: the harness stops its X server and programs on the way out
+        output, _ = proc.communicate(timeout=60)
+        pytest.fail(f"holodesk eval still running after {timeout:g} s: {output[-3000:]}")
+    report = json.loads((out / "report.json").read_text(encoding="utf-8")) if (out / "report.json").exists() else {}
+    return proc.returncode, report, output
+
+
+def test_shipped_suite_covers_the_programs_and_skills() -> None:
+    tasks = load_suite()
+    assert len(tasks) >= 40
+    programs = {t.program for t in tasks}
+    assert len(programs) >= 8, programs
+    assert {s for t in tasks for s in t.skills} == set(SKILLS)
+    assert all(t.max_steps <= 8 for t in tasks)
+
+
+def test_oracle_coordinates_resolve_against_the_rectangles_of_the_moment() -> None:
+    reply = json.dumps({"note": None, "thought": "t", "tool_call": {"tool_name": "click_desktop", "element": "e",
+                                                                   "x": "@save", "y": "@win0+30"}})
+    data = json.loads(resolve_reply(reply, {"save": (100, 200, 50, 20), "win0": (10, 300, 400, 300)}, (1280, 800)))
+    assert data["tool_call"]["x"] == to_model_units(125, 1280)
+    assert data["tool_call"]["y"] == to_model_units(330, 800)
+    assert int(data["tool_call"]["x"] / 1000 * 1280) == 125  # the frame maps it back onto that pixel
+    with pytest.raises(SuiteError, match="not on the screen"):
+        resolve_reply(reply, {"win0": (0, 0, 10, 10)}, (1280, 800))
+
+
+def test_a_malformed_task_is_refused_with_its_name(tmp_path: Path) -> None:
+    suite = tmp_path / "bad.toml"
+    suite.write_text('[[task]]\nid = "x"\nprogram = "p"\ninstruction = "i"\nmax_steps = 2\noracle = "{}"\n'
+                     'sabotage = "{}"\n[task.check]\nkind = "telepathy"\n', encoding="utf-8")
+    with pytest.raises(SuiteError, match=r"bad\.toml: task 'x'.*telepathy"):
+        load_suite(suite)
+
+
+@pytest.mark.gui
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_every_oracle_passes(tmp_path: Path) -> None:
+    _require_programs()
+    code, report, output = _eval(tmp_path, "--policy", "oracle", "--unattended")
+    failed = [a for a in report.get("attempts", []) if not a["passed"]]
+    assert code == 0 and not failed, f"{output[-3000:]}\n{failed}"
+    assert report["summary"]["tasks"] >= 40 and report["summary"]["programs"] >= 8
+    episode = Path(report["attempts"][0]["episode"])
+    start = json.loads((episode / "episode.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    assert start["eval"]["unattended"] is True and start["eval"]["display"] == report["display"]
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert page.count("<img ") >= report["summary"]["runs"] and 'class="mark"' in page
+
+
+@pytest.mark.gui
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_every_sabotaged_oracle_fails(tmp_path: Path) -> None:
+    _require_programs()
+    code, report, output = _eval(tmp_path, "--policy", "oracle", "--sabotage", "--unattended")
+    passed = [a["task"] for a in report.get("attempts", []) if a["passed"]]
+    assert report.get("summary", {}).get("tasks", 0) >= 40, output[-3000:]
+    assert code == 0 and not passed, f"{output[-3000:]}\nsabotaged runs that passed: {passed}"
+
+
+@pytest.mark.gui
+@pytest.mark.e2e
+def test_without_unattended_the_autopilot_rules_refuse_and_nothing_is_typed(tmp_path: Path) -> None:
+    _require_programs()
+    code, report, output = _eval(tmp_path, "--policy", "oracle", "--tasks", "^xterm-echo-to-file$", "--repeat", "2")
+    assert code == 1, output[-2000:]
+    assert [a["failure"] for a in report["attempts"]] == ["refused by the autopilot rules"] * 2
+    assert "types text in a terminal" in report["attempts"][0]["reason"]
+    assert not (tmp_path / "tasks" / "xterm-echo-to-file-0" / "hello.txt").exists()  # the terminal got nothing
+    assert report["summary"]["pass@1"] == 0.0 and report["tasks"][0]["runs"] == 2
+
+
+def _report(passes: dict[str, int], runs: int, policy: str) -> dict[str, Any]:
+    tasks = [{"id": k, "program": "p", "skills": [], "passes": v, "runs": runs, "pass@1": v / runs,
+              "pass^k": float(v == runs)} for k, v in passes.items()]
+    return {"policy": policy, "model": None, "tasks": tasks,
+            "summary": {"tasks": len(tasks), "pass@1": sum(t["pass@1"] for t in tasks) / len(tasks),
+                        "pass^k": sum(t["pass^k"] for t in tasks) / len(tasks), "mean_steps": 3.0,
+                        "mean_step_s": 1.0, "mean_reply_tokens": None}}
+
+
+def test_compare_shows_two_reports_side_by_side(tmp_path: Path) -> None:
+    a, b = _report({"t1": 2, "t2": 1}, 2, "local"), _report({"t1": 2, "t2": 2}, 2, "remote")
+    (tmp_path / "a.json").write_text(json.dumps(a), encoding="utf-8")
+    text = compare(load_report(tmp_path / "a.json"), b)
+    lines = {line.split()[0]: line for line in text.splitlines() if line.strip()}
+    assert lines["pass@1"].split()[1:] == ["0.750", "1.000"]
+    assert "differs" in lines["t2"] and "differs" not in lines["t1"]
+    (tmp_path / "bad.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(Exception, match="not a holodesk eval report"):
+        load_report(tmp_path / "bad.json")
+
+
+class _ScriptedServer(BaseHTTPRequestHandler):
+    """A loopback stand-in for an OpenAI-compatible model server (a named fake: no model runs here). It answers
+    each chat request with the next of ``replies`` and counts 17 completion tokens; it keeps the requests."""
+
+    replies: ClassVar[list[str]] = []
+    requests: ClassVar[list[dict[str, Any]]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests.append(body)
+        text = type(self).replies.pop(0)
+        data = json.dumps({"model": body["model"], "choices": [{"message": {"content": text},
+                                                                "finish_reason": "stop"}],
+                           "usage": {"prompt_tokens": 900, "completion_tokens": 17}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.gui
+@pytest.mark.e2e
+def test_a_remote_endpoint_runs_through_the_harness(tmp_path: Path) -> None:
+    _require_programs()
+    _ScriptedServer.replies = [
+        json.dumps({"note": None, "thought": "Next picture.", "tool_call": {"tool_name": "hotkey_desktop",
+                                                                          "keys": ["Right"]}}),
+        json.dumps({"note": None, "thought": "Done.", "tool_call": {"tool_name": "answer", "content": "Shown."}})]
+    _ScriptedServer.requests = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ScriptedServer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        code, report, output = _eval(tmp_path, "--endpoint", f"http://127.0.0.1:{server.server_port}/v1", "--model",
+                                     "Hcompany/Holotron-12B", "--tasks", "^feh-next-picture$", "--unattended",
+                                     timeout=120, HOLODESK_API_KEY="none")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 0, output[-2000:]
+    attempt = report["attempts"][0]
+    assert attempt["passed"] and attempt["steps"] == 2 and report["policy"] == "remote"
+    assert [s["reply_tokens"] for s in attempt["step_records"]] == [17, 17]
+    assert report["summary"]["mean_reply_tokens"] == 17
+    first = _ScriptedServer.requests[0]["messages"]
+    assert any("Show the next picture" in json.dumps(m) for m in first)  # the task's instruction went out
+    assert any("image_url" in json.dumps(m) for m in first)  # with the harness's frame
