@@ -86,7 +86,8 @@ def test_tiny_cpu_bench_writes_json(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_tiny_cpu_bench_product_path(tmp_path: Path) -> None:
     """``--product``: HolotronPolicy.propose at 1080p (9 tiles, 2304 image tokens, checked by the bench),
-    one step with three screenshots, and an episode that resumes from the previous step."""
+    one step with three screenshots, an episode that resumes from the previous step, and a second task that
+    resumes after the system prompt."""
     pytest.importorskip("transformers.models.nemotron_h_omni")
     pytest.importorskip("xgrammar")
     result = _bench(tmp_path, "--sizes", "", "--history", "", "--episode-steps", "0", "--no-stock", "--product",
@@ -103,6 +104,13 @@ def test_tiny_cpu_bench_product_path(tmp_path: Path) -> None:
     assert first["images"] == 1 and second["images"] == 2
     assert second["reused_tokens"] > 0  # the first screenshot stayed in the prompt: its prefix was reused
     assert second["images_encoded"] == 1
+    # another task resumes after the system prompt (the same for every task), from a kept snapshot
+    following = product["next_task"]
+    assert 0 < following["reused_tokens"] < following["prompt_tokens"] - 2304
+    assert following["reused_tokens"] in product["snapshots"]["positions"]
+    assert product["snapshots"]["slots"] == 3 and product["snapshots"]["bytes"] > 0
+    assert first["floor_ms"] is None and first["over_floor"] is None  # no floors measured on the CPU
+    assert first["sampling"] == {"temperature": 0.0, "top_p": 1.0, "seed": None}
 
 
 @pytest.mark.gpu

@@ -268,7 +268,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         from holodesk.bench.product import product_path
 
         # last user of this model: closing the policy drops loaded.model
-        result["product"] = product_path(loaded, args, param_bytes(loaded.model))
+        result["product"] = product_path(loaded, args, param_bytes(loaded.model), result["floors"])
         result["checks_failed"] += result["product"]["checks_failed"]
         _free(device)
     if args.quant and reference is not None:
