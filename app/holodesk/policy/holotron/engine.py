@@ -62,7 +62,7 @@ TEXT_TOKEN_BUDGET = 8192
 
 SNAPSHOT_SLOTS = 3
 """Mamba-state snapshots a policy's engine keeps between steps, one per position of
-:func:`snapshot_positions`: 3 x 149 MiB for Holotron-12B (28 Mamba layers x (5.2 MiB SSM + 96 KiB conv))."""
+:func:`snapshot_positions`: 3 x 143 MiB for Holotron-12B (28 Mamba layers x (5 MiB SSM + 96 KiB conv))."""
 
 
 def snapshot_positions(ids: Sequence[int], *, specials: Collection[int], image_token_id: int,
