@@ -98,7 +98,7 @@ def longest_prompt(loaded: LoadedHolotron, args: argparse.Namespace) -> int:
     screenshots = [int(v) for v in args.history.split(",") if v] + [args.episode_steps, 1]
     lengths = [per_frame + image_tokens(loaded, *size(s)) for s in args.sizes.split(",") if s]
     lengths += [n * shot for n in screenshots]
-    reply = max(args.reply_tokens, reasoning_reply(loaded, args.reasoning_tokens))
+    reply = max(args.reply_tokens, agent_reply_budget(loaded), reasoning_reply(loaded, args.reasoning_tokens))
     return args.prompt_tokens + HEADER_TOKENS + max(lengths) + reply + 1
 
 
