@@ -48,7 +48,7 @@ def _bench(tmp_path: Path, *extra: str, device: str = "cpu") -> dict[str, Any]:
 def test_tiny_cpu_bench_writes_json(tmp_path: Path) -> None:
     pytest.importorskip("transformers.models.nemotron_h_omni")
     result = _bench(tmp_path, "--sizes", "1280x720", "--history", "1,2", "--episode-steps", "2",
-                    "--episode-warmup", "0", "--episode-repeats", "1", "--reasoning-tokens", "24")
+                    "--episode-warmup", "0", "--episode-repeats", "1", "--think-tokens", "24")
     assert result["device"] == "cpu" and result["dtype"] == "float32" and result["tiny"] is True
     assert result["kernels"]["fast_path"] is False  # no CUDA here: the report must say so
     assert set(result["kernels"]["functions"]) >= {"mamba_chunk_scan_combined", "selective_state_update"}
@@ -117,7 +117,7 @@ def test_tiny_cpu_bench_product_path(tmp_path: Path) -> None:
     assert following["reused_tokens"] in product["snapshots"]["positions"]
     assert product["snapshots"]["slots"] == 3 and product["snapshots"]["bytes"] > 0
     assert first["floor_ms"] is None and first["over_floor"] is None  # no floors measured on the CPU
-    assert first["sampling"] == {"temperature": 0.0, "top_p": 1.0, "seed": None}
+    assert first["sampling"]["greedy"] is True and second["step_seed"] == first["step_seed"] + 1
 
 
 @pytest.mark.gpu
@@ -269,7 +269,7 @@ def test_decode_floor_counts_the_quantised_bytes_read() -> None:
 def test_tiny_cpu_bench_quant_rows_side_by_side(tmp_path: Path) -> None:
     pytest.importorskip("transformers.models.nemotron_h_omni")
     result = _bench(tmp_path, "--sizes", "", "--history", "", "--episode-steps", "0", "--no-stock",
-                    "--quant", "bf16,4bit", "--reasoning-tokens", "16")
+                    "--quant", "bf16,4bit", "--think-tokens", "16")
     rows = result["quant"]
     assert rows["4bit"] == {"error": "bitsandbytes needs CUDA"}
     bf16 = rows["bf16"]

@@ -89,11 +89,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--prompt-tokens", type=int, default=300, help="text tokens before the first screenshot")
     p.add_argument("--reply-tokens", type=int, default=40, help="tokens of every reply (fixed length)")
     p.add_argument("--think-tokens", type=int, default=0,
-                   help="--family: also time a step with a thought of this many tokens before the reply, reasoning "
-                        "off and on, greedy and sampled (0: skip)")
-    p.add_argument("--reasoning-tokens", type=int, default=0,
-                   help="also time a step whose reply is a thought of this many tokens plus an agent-loop action "
-                        "(with --quant: per mode); 0: skip")
+                   help="also time a step with a thought of this many tokens before the reply (0: skip): with --family "
+                        "reasoning off and on, greedy and sampled; for Holotron-12B the thought plus an agent-loop "
+                        "action (with --quant: per mode)")
     p.add_argument("--step-text-tokens", type=int, default=30, help="text tokens before each screenshot")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--no-floors", action="store_true", help="skip the copy and matmul floors")
@@ -218,7 +216,7 @@ def _engine_runs(loaded: LoadedHolotron, args: argparse.Namespace, result: dict[
         if args.history_size:
             result["agent_reply"] = runs.agent_reply_runs(engine, loaded, args, weights)
             result["checks_failed"] += result["agent_reply"].pop("checks_failed")
-        if args.history_size and args.reasoning_tokens > 0:
+        if args.history_size and args.think_tokens > 0:
             result["reasoning"] = runs.reasoning_step(engine, loaded, args, result["floors"], weights["total"])
         result["history_cold"] = runs.history_runs(engine, args, weights)
         result.update(runs.episode_runs(engine, args, weights))

@@ -131,7 +131,7 @@ def quant_run(with_stops: LoadedHolotron, args: argparse.Namespace, ref: dict[st
     warm-up, memory at rest and peak (whole model), speed, and drift from the bf16 reply ``ref``; with measured
     ``floors`` also the decode floor from the bytes a step reads as stored
     (:func:`~holodesk.bench.floors.decode_step_bytes`, the reply's middle token) and the fraction of it
-    reached (floor / measured); with ``--reasoning-tokens`` also the reasoning-length step
+    reached (floor / measured); with ``--think-tokens`` also the reasoning-length step
     (:func:`~holodesk.bench.runs.reasoning_step`) under ``"reasoning"``."""
     from holodesk.bench.runs import reasoning_reply, reasoning_step
     from holodesk.policy.holotron.engine import StaticEngine
@@ -139,7 +139,7 @@ def quant_run(with_stops: LoadedHolotron, args: argparse.Namespace, ref: dict[st
     loaded = dataclasses.replace(with_stops, eos_ids=())
     device = loaded.device
     ids, images = one_screenshot(loaded, args)
-    reply = max(args.reply_tokens, reasoning_reply(loaded, args.reasoning_tokens))
+    reply = max(args.reply_tokens, reasoning_reply(loaded, args.think_tokens))
     engine = StaticEngine(loaded, max_len=len(ids) + reply + 64, eager=args.eager)
     try:
         at_rest = allocated(device)
@@ -156,7 +156,7 @@ def quant_run(with_stops: LoadedHolotron, args: argparse.Namespace, ref: dict[st
                 "decode_floor_ms": None if floor is None else round(floor, 4),
                 "decode_fraction_of_floor": None if floor is None else round(floor / step["decode_ms_per_token"], 3),
                 "vs_bf16": agreement(mine["tokens"], mine["first_logits"], ref["tokens"], ref["first_logits"]),
-                "reasoning": reasoning_step(engine, with_stops, args, floors, 0) if args.reasoning_tokens else None}
+                "reasoning": reasoning_step(engine, with_stops, args, floors, 0) if args.think_tokens else None}
     finally:
         del engine
         gc.collect()

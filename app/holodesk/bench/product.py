@@ -78,7 +78,7 @@ def _row(proposal: Proposal, wall_ms: float, weights: int, base: int, device: to
     and with ``floor`` (:func:`new_work_floor_ms`) ``floor_ms`` and ``over_floor`` (wall / floor)."""
     extra = proposal.extra
     names = ("images", "tiles", "image_tokens", "prompt_tokens", "generated_tokens", "model_steps", "forced_tokens",
-             "stop_reason", "reused_tokens", "prefill_tokens", "images_encoded", "decoder", "sampling")
+             "stop_reason", "reused_tokens", "prefill_tokens", "images_encoded", "decoder", "sampling", "step_seed")
     cuda = device.type == "cuda"
     return {"wall_ms": round(wall_ms, 1), **{k: extra.get(k) for k in names},
             "timings_ms": {k: round(v, 1) for k, v in proposal.timings_ms.items()},

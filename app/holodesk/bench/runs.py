@@ -98,7 +98,7 @@ def longest_prompt(loaded: LoadedHolotron, args: argparse.Namespace) -> int:
     screenshots = [int(v) for v in args.history.split(",") if v] + [args.episode_steps, 1]
     lengths = [per_frame + image_tokens(loaded, *size(s)) for s in args.sizes.split(",") if s]
     lengths += [n * shot for n in screenshots]
-    reply = max(args.reply_tokens, agent_reply_budget(loaded), reasoning_reply(loaded, args.reasoning_tokens))
+    reply = max(args.reply_tokens, agent_reply_budget(loaded), reasoning_reply(loaded, args.think_tokens))
     return args.prompt_tokens + HEADER_TOKENS + max(lengths) + reply + 1
 
 
@@ -289,7 +289,7 @@ def reasoning_reply(loaded: LoadedHolotron, think: int) -> int:
 
 def reasoning_step(engine: StaticEngine, loaded: LoadedHolotron, args: argparse.Namespace,
                    floors: dict[str, Any] | None, weights: int) -> dict[str, Any]:
-    """A cold one-screenshot ``--history-size`` step whose reply is a thought of ``--reasoning-tokens`` tokens
+    """A cold one-screenshot ``--history-size`` step whose reply is a thought of ``--think-tokens`` tokens
     (the model's own tokens until the thinking budget forces ``</think>``) and then :data:`AGENT_REPLY` under
     the default protocol's grammar with jump-forward (issue 34: reasoning-length replies): a warm-up, then
     ``--repeats`` timed steps, medians.
@@ -311,7 +311,7 @@ def reasoning_step(engine: StaticEngine, loaded: LoadedHolotron, args: argparse.
     constraint = Constraint(loaded, get_protocol("agent-loop-v1").json_schema())
     script = ScriptedReply(constraint, loaded.tokenizer, AGENT_REPLY, stop=int(loaded.eos_ids[0]))
     w, h = size(args.history_size)
-    think = args.reasoning_tokens
+    think = args.think_tokens
     samples = []
     text_ok = True
     for r in range(args.repeats + 1):

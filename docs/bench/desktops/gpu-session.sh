@@ -35,7 +35,7 @@ case ,$part, in *,tests,*)
 esac
 case ,$part, in *,bench,*)
     bench "${BENCH_S:-540}" --sizes 1920x1080 --history 1,8 --episode-steps 8 --episode-repeats 2 --repeats 2 --no-stock \
-        --profile --product --product-repeats 2 --product-steps 8 --reasoning-tokens 300 --tokenizer "$tok" \
+        --profile --product --product-repeats 2 --product-steps 8 --think-tokens 300 --tokenizer "$tok" \
         --json "$out/bench.json" 2>&1 \
         | grep -v "Warning\|warn(" | cut -c1-600 | tee "$out/bench.log"
 esac
@@ -57,6 +57,6 @@ case ,$part, in *,families,*)
 esac
 case ,$part, in *,quant,*)
     bench "${QUANT_S:-400}" --sizes '' --history '' --episode-steps 0 --no-stock --quant bf16,8bit,4bit \
-        --reasoning-tokens 300 --repeats 2 --tokenizer "$tok" --json "$out/quant.json" 2>&1 \
+        --think-tokens 300 --repeats 2 --tokenizer "$tok" --json "$out/quant.json" 2>&1 \
         | grep -v "Warning\|warn(" | cut -c1-900 | tee "$out/quant.log"
 esac
