@@ -48,7 +48,7 @@ def _bench(tmp_path: Path, *extra: str, device: str = "cpu") -> dict[str, Any]:
 def test_tiny_cpu_bench_writes_json(tmp_path: Path) -> None:
     pytest.importorskip("transformers.models.nemotron_h_omni")
     result = _bench(tmp_path, "--sizes", "1280x720", "--history", "1,2", "--episode-steps", "2",
-                    "--episode-warmup", "0", "--episode-repeats", "1")
+                    "--episode-warmup", "0", "--episode-repeats", "1", "--think-tokens", "24")
     assert result["device"] == "cpu" and result["dtype"] == "float32" and result["tiny"] is True
     assert result["kernels"]["fast_path"] is False  # no CUDA here: the report must say so
     assert set(result["kernels"]["functions"]) >= {"mamba_chunk_scan_combined", "selective_state_update"}
@@ -69,6 +69,13 @@ def test_tiny_cpu_bench_writes_json(tmp_path: Path) -> None:
     assert off["forced_tokens"] == on["forced_tokens"] > 0
     assert off["model_steps"] == off["reply_tokens"] - 1  # after "}}" only the stop token is allowed: not fed
     assert on["model_steps"] < off["model_steps"] and agent["steps_saved"] >= 0.25
+    # the reasoning-length step: a thought of at most 24 tokens (the model's, until the budget forces </think>),
+    # then the agent reply, with jump-forward
+    reasoning = result["reasoning"]
+    assert reasoning["text_ok"] is True and 1 <= reasoning["thought_tokens"] <= 24
+    assert reasoning["reply_tokens"] == reasoning["thought_tokens"] + 1 + on["reply_tokens"]  # + </think>
+    assert 0 < reasoning["model_steps_per_token"] < 1 and reasoning["decode_ms_per_step"] > 0
+    assert reasoning["floor_ms"] is None  # no floors on the CPU
     assert [h["screenshots"] for h in result["history_cold"]] == [1, 2]
     assert [h["images_encoded"] for h in result["history_cold"]] == [1, 2]  # cold: every screenshot encoded
     first, second = result["episode"]
@@ -86,7 +93,8 @@ def test_tiny_cpu_bench_writes_json(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_tiny_cpu_bench_product_path(tmp_path: Path) -> None:
     """``--product``: HolotronPolicy.propose at 1080p (9 tiles, 2304 image tokens, checked by the bench),
-    one step with three screenshots, and an episode that resumes from the previous step."""
+    one step with three screenshots, an episode that resumes from the previous step, and a second task that
+    resumes after the system prompt."""
     pytest.importorskip("transformers.models.nemotron_h_omni")
     pytest.importorskip("xgrammar")
     result = _bench(tmp_path, "--sizes", "", "--history", "", "--episode-steps", "0", "--no-stock", "--product",
@@ -103,6 +111,13 @@ def test_tiny_cpu_bench_product_path(tmp_path: Path) -> None:
     assert first["images"] == 1 and second["images"] == 2
     assert second["reused_tokens"] > 0  # the first screenshot stayed in the prompt: its prefix was reused
     assert second["images_encoded"] == 1
+    # another task resumes after the system prompt (the same for every task), from a kept snapshot
+    following = product["next_task"]
+    assert 0 < following["reused_tokens"] < following["prompt_tokens"] - 2304
+    assert following["reused_tokens"] in product["snapshots"]["positions"]
+    assert product["snapshots"]["slots"] == 3 and product["snapshots"]["bytes"] > 0
+    assert first["floor_ms"] is None and first["over_floor"] is None  # no floors measured on the CPU
+    assert first["sampling"]["greedy"] is True and second["step_seed"] == first["step_seed"] + 1
 
 
 @pytest.mark.gpu
@@ -254,7 +269,7 @@ def test_decode_floor_counts_the_quantised_bytes_read() -> None:
 def test_tiny_cpu_bench_quant_rows_side_by_side(tmp_path: Path) -> None:
     pytest.importorskip("transformers.models.nemotron_h_omni")
     result = _bench(tmp_path, "--sizes", "", "--history", "", "--episode-steps", "0", "--no-stock",
-                    "--quant", "bf16,4bit")
+                    "--quant", "bf16,4bit", "--think-tokens", "16")
     rows = result["quant"]
     assert rows["4bit"] == {"error": "bitsandbytes needs CUDA"}
     bf16 = rows["bf16"]
@@ -263,4 +278,7 @@ def test_tiny_cpu_bench_quant_rows_side_by_side(tmp_path: Path) -> None:
     assert bf16["vs_bf16"]["tokens_equal"] == bf16["vs_bf16"]["n"] == 8  # the same weights, rebuilt
     assert list(rows["side_by_side"]) == ["bf16"]
     assert set(rows["side_by_side"]["bf16"]) == {"decode_ms_per_token", "decode_floor_ms", "decode_fraction_of_floor",
-                                                 "ttfa_ms", "peak_total_bytes"}
+                                                 "ttfa_ms", "peak_total_bytes", "reasoning"}
+    reasoning = rows["side_by_side"]["bf16"]["reasoning"]  # the 16-token thought plus the action, per mode
+    assert reasoning == bf16["reasoning"] and reasoning["text_ok"] is True and 1 <= reasoning["thought_tokens"] <= 16
+    assert 0 < reasoning["model_steps_per_token"] < 1 and reasoning["floor_ms"] is None

@@ -73,6 +73,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--dtype", choices=["bfloat16", "float32"], default=None,
                    help="model dtype (default: bfloat16 on CUDA, float32 on CPU)")
     p.add_argument("--pattern", default=None, help="LM block pattern of the random model (reduced depth), e.g. 'M*-M-'")
+    p.add_argument("--tokenizer", choices=["test", "tekken"], default="test",
+                   help="tokenizer of the random model: the 480-entry test tokenizer, or tekken, a stand-in with "
+                        "Holotron's 131,072 ids (needs mistral-common, bench-only) so prompt and reply lengths are "
+                        "those of a real run (holodesk.bench.stand_in_tokenizer)")
     p.add_argument("--checkpoint", type=Path, default=None, help="real checkpoint folder instead of random weights")
     p.add_argument("--eager", action="store_true", help="build the engine with eager=True (no compile, no graphs); "
                    "with --family: generate's decode step not compiled")
@@ -85,8 +89,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--prompt-tokens", type=int, default=300, help="text tokens before the first screenshot")
     p.add_argument("--reply-tokens", type=int, default=40, help="tokens of every reply (fixed length)")
     p.add_argument("--think-tokens", type=int, default=0,
-                   help="--family: also time a step with a thought of this many tokens before the reply, reasoning "
-                        "off and on, greedy and sampled (0: skip)")
+                   help="also time a step with a thought of this many tokens before the reply (0: skip): with --family "
+                        "reasoning off and on, greedy and sampled; for Holotron-12B the thought plus an agent-loop "
+                        "action (with --quant: per mode)")
     p.add_argument("--step-text-tokens", type=int, default=30, help="text tokens before each screenshot")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--no-floors", action="store_true", help="skip the copy and matmul floors")
@@ -157,7 +162,7 @@ def _load(args: argparse.Namespace, device: torch.device, dtype: torch.dtype,
     from holodesk.bench.model import random_loaded
 
     return random_loaded(tiny=args.tiny, device=device, dtype=dtype, seed=args.seed, pattern=args.pattern,
-                         quantization=quantization)
+                         quantization=quantization, tokenizer_name=args.tokenizer)
 
 
 def _free(device: torch.device) -> None:
@@ -177,7 +182,7 @@ def _header(args: argparse.Namespace, argv: list[str], device: torch.device, dty
     return {"command": "holodesk bench " + " ".join(argv),
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "host_cpu": host_cpu(), "torch": torch.__version__, "transformers": transformers.__version__,
-            "dtype": str(dtype).replace("torch.", ""), "tiny": args.tiny,
+            "dtype": str(dtype).replace("torch.", ""), "tiny": args.tiny, "tokenizer": args.tokenizer,
             "weights": str(args.checkpoint) if args.checkpoint else f"random (seed {args.seed})",
             "checks_failed": []}
 
@@ -211,6 +216,8 @@ def _engine_runs(loaded: LoadedHolotron, args: argparse.Namespace, result: dict[
         if args.history_size:
             result["agent_reply"] = runs.agent_reply_runs(engine, loaded, args, weights)
             result["checks_failed"] += result["agent_reply"].pop("checks_failed")
+        if args.history_size and args.think_tokens > 0:
+            result["reasoning"] = runs.reasoning_step(engine, loaded, args, result["floors"], weights["total"])
         result["history_cold"] = runs.history_runs(engine, args, weights)
         result.update(runs.episode_runs(engine, args, weights))
         if args.profile and loaded.device.type == "cuda":
@@ -268,7 +275,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         from holodesk.bench.product import product_path
 
         # last user of this model: closing the policy drops loaded.model
-        result["product"] = product_path(loaded, args, param_bytes(loaded.model))
+        result["product"] = product_path(loaded, args, param_bytes(loaded.model), result["floors"])
         result["checks_failed"] += result["product"]["checks_failed"]
         _free(device)
     if args.quant and reference is not None:

@@ -124,18 +124,23 @@ def stock_baseline(engine: StaticEngine, args: argparse.Namespace, fast: dict[st
             "agreement": agreement(fast["tokens"], fast["first_logits"], stock.token_ids, probe.first)}
 
 
-def quant_run(loaded: LoadedHolotron, args: argparse.Namespace, ref: dict[str, Any],
+def quant_run(with_stops: LoadedHolotron, args: argparse.Namespace, ref: dict[str, Any],
               floors: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A static engine on the weights of ``loaded`` (bf16 or ``loaded.quantization``): one cold step on the
-    one-screenshot prompt after a warm-up, memory at rest and peak (whole model), speed, and drift from the
-    bf16 reply ``ref``; with measured ``floors`` also the decode floor from the bytes a step reads as stored
+    """A static engine on the weights of ``with_stops`` (bf16 or its ``quantization``; the engine's copy has no
+    stop tokens: fixed-length replies, as the measured runs): one cold step on the one-screenshot prompt after a
+    warm-up, memory at rest and peak (whole model), speed, and drift from the bf16 reply ``ref``; with measured
+    ``floors`` also the decode floor from the bytes a step reads as stored
     (:func:`~holodesk.bench.floors.decode_step_bytes`, the reply's middle token) and the fraction of it
-    reached (floor / measured)."""
+    reached (floor / measured); with ``--think-tokens`` also the reasoning-length step
+    (:func:`~holodesk.bench.runs.reasoning_step`) under ``"reasoning"``."""
+    from holodesk.bench.runs import reasoning_reply, reasoning_step
     from holodesk.policy.holotron.engine import StaticEngine
 
+    loaded = dataclasses.replace(with_stops, eos_ids=())
     device = loaded.device
     ids, images = one_screenshot(loaded, args)
-    engine = StaticEngine(loaded, max_len=len(ids) + args.reply_tokens + 64, eager=args.eager)
+    reply = max(args.reply_tokens, reasoning_reply(loaded, args.think_tokens))
+    engine = StaticEngine(loaded, max_len=len(ids) + reply + 64, eager=args.eager)
     try:
         at_rest = allocated(device)
         timed_step(engine, ids, images, args.reply_tokens, 0)  # warm-up
@@ -150,14 +155,15 @@ def quant_run(loaded: LoadedHolotron, args: argparse.Namespace, ref: dict[str, A
                 **{k: round(step[k], 3) for k in ("ttfa_ms", "vision_ms", "prefill_ms", "decode_ms_per_token")},
                 "decode_floor_ms": None if floor is None else round(floor, 4),
                 "decode_fraction_of_floor": None if floor is None else round(floor / step["decode_ms_per_token"], 3),
-                "vs_bf16": agreement(mine["tokens"], mine["first_logits"], ref["tokens"], ref["first_logits"])}
+                "vs_bf16": agreement(mine["tokens"], mine["first_logits"], ref["tokens"], ref["first_logits"]),
+                "reasoning": reasoning_step(engine, with_stops, args, floors, 0) if args.think_tokens else None}
     finally:
         del engine
         gc.collect()
 
 
 SIDE_BY_SIDE = ("decode_ms_per_token", "decode_floor_ms", "decode_fraction_of_floor", "ttfa_ms",
-                "peak_total_bytes")
+                "peak_total_bytes", "reasoning")
 """The figures :func:`quant_runs` puts side by side per mode."""
 
 
@@ -180,7 +186,6 @@ def quant_runs(build: Callable[[str], LoadedHolotron], args: argparse.Namespace,
         try:
             t0 = time.perf_counter()
             loaded = build(mode)
-            loaded = dataclasses.replace(loaded, eos_ids=())  # fixed-length replies, as the measured runs
             built = round(time.perf_counter() - t0, 1)
             out[mode] = {"build_s": built, **quant_run(loaded, args, ref, floors)}
             del loaded

@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from holodesk.errors import HolodeskError
 from holodesk.policy.holotron.checkpoint import CheckpointInfo, checkpoint_info
 from holodesk.policy.holotron.hf_config import translate_config
 
@@ -222,19 +223,24 @@ def random_loaded(
     pattern: str | None = None,
     quantization: str | None = None,
     workdir: Path | None = None,
+    tokenizer_name: str = "test",
 ) -> LoadedHolotron:
     """A :class:`LoadedHolotron` of :data:`FULL` (or :data:`TINY`) dimensions with random weights.
 
     The tokenizer is the tiny test tokenizer (its special tokens give ``<image>``, ``<img>``, ``</img>``,
-    the stop token ``<SPECIAL_12>`` and ``</think>``; the LM keeps its full vocabulary). Tile settings and
+    the stop token ``<SPECIAL_12>`` and ``</think>``; the LM keeps its full vocabulary), or with
+    ``tokenizer_name="tekken"`` the stand-in of Holotron's size (:mod:`holodesk.bench.stand_in_tokenizer`;
+    :data:`FULL` dimensions only). Tile settings and
     normalisation come from the translated checkpoint facts, as :func:`load_holotron` reads them.
 
     Args:
         quantization: None, ``"8bit"`` or ``"4bit"``: the LM's linear layers are replaced by bitsandbytes
             modules (:func:`quantize_lm`, CUDA only).
         workdir: where the tokenizer files are written (default: a new temporary folder).
+        tokenizer_name: ``"test"`` or ``"tekken"``.
     Raises:
         ModelLoadError: when the tokenizer cannot be loaded.
+        HolodeskError: ``"tekken"`` with ``tiny``, an unknown ``tokenizer_name``, or mistral-common missing.
     """
     from holodesk.bench.tiny_checkpoint import write_tokenizer
     from holodesk.policy.holotron.kernels import kernel_report, prepare_kernels
@@ -243,7 +249,17 @@ def random_loaded(
     prepare_kernels()  # before transformers imports NemotronH
     work = workdir or Path(tempfile.mkdtemp(prefix="holodesk-bench-"))
     work.mkdir(parents=True, exist_ok=True)
-    write_tokenizer(work)
+    if tokenizer_name == "tekken":
+        if tiny:
+            raise HolodeskError("--tokenizer tekken needs the full-size model (131,072 ids); the tiny one has 512",
+                                hint="Leave out --tiny, or use --tokenizer test.")
+        from holodesk.bench.stand_in_tokenizer import write_tekken_tokenizer
+
+        write_tekken_tokenizer(work)
+    elif tokenizer_name == "test":
+        write_tokenizer(work)
+    else:
+        raise HolodeskError(f"unknown tokenizer {tokenizer_name!r}", hint="Use --tokenizer test or tekken.")
     tokenizer = load_tokenizer(work)
     vocab = tokenizer.get_vocab()
     ids = {"image": vocab["<image>"], "eos": vocab["<SPECIAL_12>"], "bos": vocab["<s>"], "pad": vocab["<pad>"]}

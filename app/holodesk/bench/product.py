@@ -6,7 +6,11 @@ tiny test tokenizer on random weights, which spends more tokens per character th
 the static decoder with grammar-constrained greedy decoding to the stop token, reply parsing. Frames are a
 desktop-like picture (flat panels plus noise). Reported: the first call (compilation and warm-up),
 ``--product-repeats`` cold steps with one screenshot, one step with three, and an episode of
-``--product-steps`` steps where each step's frame and reply become the next step's history.
+``--product-steps`` steps where each step's frame and reply become the next step's history (from step 4 on,
+the oldest screenshot leaves the window: the step resumes from the snapshot kept before it), then the first
+step of another task (it resumes after the system prompt). Each timed step reports ``reused_tokens``, the
+prefill ms of its ``prefill_tokens``, and the floor of its own new work with the ratio to it; the kept
+snapshots' slots and bytes are reported once.
 
 Checks (listed in ``checks_failed`` when they fail): a 1080p frame is 9 tiles and 2304 image tokens, and
 the warm-up and the timed steps build prompts of the same length.
@@ -30,6 +34,7 @@ if TYPE_CHECKING:
     from holodesk.policy.holotron.loader import LoadedHolotron
 
 TASK = "Open the settings and turn on dark mode."
+OTHER_TASK = "Find the largest file in the Downloads folder and delete it."
 WIDTH, HEIGHT = 1920, 1080
 
 
@@ -47,27 +52,57 @@ def desktop_frame(seed: int, width: int = WIDTH, height: int = HEIGHT) -> Frame:
     return Frame(pixels, Monitor(1, 0, 0, width, height))
 
 
-def _row(proposal: Proposal, wall_ms: float, weights: int, base: int, device: torch.device) -> dict[str, Any]:
-    """One step's figures: wall ms, the policy's details and stage ms, memory over the weights (CUDA only)."""
+def new_work_floor_ms(loaded: LoadedHolotron, floors: dict[str, Any], extra: dict[str, Any]) -> float | None:
+    """The floor of a step's own new work (issue 34's yardstick), in ms: the vision tower and projector over
+    the frames it encoded (``images_encoded`` frames of the step's largest tiling), the prefill of the
+    ``prefill_tokens`` it computed after the ``reused_tokens`` it took from the kept state, and one decode
+    step's bytes per model step of its reply (:mod:`holodesk.bench.floors`). None without measured floors."""
+    from holodesk.bench.floors import decode_step_bytes, floor_ms, param_bytes, stage_flops
+
+    model = loaded.model
+    tiles = max(extra.get("tiles") or [0]) * int(extra.get("images_encoded") or 0)
+    flops = stage_flops(loaded, int(extra["prefill_tokens"]), tiles, prior_tokens=int(extra["reused_tokens"]))
+    vision = floor_ms(floors, flops["vision"] + flops["projector"],
+                      param_bytes(model.vision_model) + param_bytes(model.multi_modal_projector) if tiles else 0)
+    prefill = floor_ms(floors, flops["prefill"], param_bytes(model.language_model))
+    steps = int(extra.get("model_steps") or 0)
+    decode = floor_ms(floors, 0.0, decode_step_bytes(loaded, int(extra["prompt_tokens"]) + steps // 2))
+    if vision is None or prefill is None or decode is None:
+        return None
+    return vision + prefill + decode * steps
+
+
+def _row(proposal: Proposal, wall_ms: float, weights: int, base: int, device: torch.device,
+         floor: float | None = None) -> dict[str, Any]:
+    """One step's figures: wall ms, the policy's details and stage ms, memory over the weights (CUDA only),
+    and with ``floor`` (:func:`new_work_floor_ms`) ``floor_ms`` and ``over_floor`` (wall / floor)."""
     extra = proposal.extra
     names = ("images", "tiles", "image_tokens", "prompt_tokens", "generated_tokens", "model_steps", "forced_tokens",
-             "stop_reason", "reused_tokens", "prefill_tokens", "images_encoded", "decoder")
+             "stop_reason", "reused_tokens", "prefill_tokens", "images_encoded", "decoder", "sampling", "step_seed")
     cuda = device.type == "cuda"
     return {"wall_ms": round(wall_ms, 1), **{k: extra.get(k) for k in names},
             "timings_ms": {k: round(v, 1) for k, v in proposal.timings_ms.items()},
+            "floor_ms": None if floor is None else round(floor, 1),
+            "over_floor": None if not floor else round(wall_ms / floor, 3),
             "memory_at_rest_over_weights_gib": round((base - weights) / 2**30, 3) if cuda else None,
             "peak_over_weights_gib": round((peak(device) - weights) / 2**30, 3) if cuda else None,
             "action": repr(proposal.action)}
 
 
-def product_path(loaded: LoadedHolotron, args: argparse.Namespace, weights: int) -> dict[str, Any]:
+def product_path(loaded: LoadedHolotron, args: argparse.Namespace, weights: int,
+                 floors: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the steps of the module docstring with ``HolotronPolicy(loaded, decoder="static")`` and return
-    the results (``checks_failed``: the failed checks, in words)."""
+    the results (``checks_failed``: the failed checks, in words); with measured ``floors`` each timed step
+    also gets the floor of its own new work (:func:`new_work_floor_ms`)."""
     from holodesk.policy.base import HistoryStep, Observation
     from holodesk.policy.holotron.policy import HolotronPolicy
 
     device = loaded.device
     out: dict[str, Any] = {"checks_failed": []}
+
+    def floor(proposal: Proposal) -> float | None:
+        return new_work_floor_ms(loaded, floors, proposal.extra) if floors else None
+
     t0 = time.perf_counter()
     policy = HolotronPolicy(loaded, max_images=3, max_new_tokens=args.product_tokens, max_string_chars=24,
                             decoder="static")
@@ -86,7 +121,8 @@ def product_path(loaded: LoadedHolotron, args: argparse.Namespace, weights: int)
             base = reset_peak(device)
             t0 = time.perf_counter()
             proposal = policy.propose(Observation(task=TASK, frame=frame))
-            cold.append(_row(proposal, (time.perf_counter() - t0) * 1e3, weights, base, device))
+            wall = (time.perf_counter() - t0) * 1e3
+            cold.append(_row(proposal, wall, weights, base, device, floor(proposal)))
             print(f"product 1 screenshot: {cold[-1]}", flush=True)
         out["one_screenshot"] = cold
         if cold and (cold[-1]["tiles"] != [9] or cold[-1]["image_tokens"] != 2304):
@@ -100,7 +136,8 @@ def product_path(loaded: LoadedHolotron, args: argparse.Namespace, weights: int)
         base = reset_peak(device)
         t0 = time.perf_counter()
         three = policy.propose(Observation(task=TASK, frame=desktop_frame(args.seed), history=history))
-        out["three_screenshots"] = _row(three, (time.perf_counter() - t0) * 1e3, weights, base, device)
+        wall = (time.perf_counter() - t0) * 1e3
+        out["three_screenshots"] = _row(three, wall, weights, base, device, floor(three))
         print(f"product 3 screenshots: {out['three_screenshots']}", flush=True)
 
         episode: list[dict[str, Any]] = []
@@ -110,11 +147,20 @@ def product_path(loaded: LoadedHolotron, args: argparse.Namespace, weights: int)
             base = reset_peak(device)
             t0 = time.perf_counter()
             step = policy.propose(Observation(task=TASK, frame=frame, history=tuple(past)))
-            episode.append({"step": k + 1, **_row(step, (time.perf_counter() - t0) * 1e3, weights, base, device)})
+            wall = (time.perf_counter() - t0) * 1e3
+            episode.append({"step": k + 1, **_row(step, wall, weights, base, device, floor(step))})
             print(f"product episode step {k + 1}: {episode[-1]}", flush=True)
             past.append(HistoryStep(index=k, frame=frame, action=step.action, thought=step.thought, note=step.note,
                                     raw_text=step.raw_text, outcome="performed"))
         out["episode"] = episode
+        base = reset_peak(device)  # a second task: the system prompt and tool schema come from the kept state
+        t0 = time.perf_counter()
+        other = policy.propose(Observation(task=OTHER_TASK, frame=desktop_frame(args.seed + 500)))
+        wall = (time.perf_counter() - t0) * 1e3
+        out["next_task"] = _row(other, wall, weights, base, device, floor(other))
+        print(f"product next task, step 1: {out['next_task']}", flush=True)
+        out["snapshots"] = policy.kernel_report()["decoder"].get("snapshots")
+        print(f"product kept snapshots: {out['snapshots']}", flush=True)
     except (PolicyError, PolicyOutputError) as exc:  # e.g. a reply cut at --product-tokens: a failed check
         out["checks_failed"].append(f"propose failed: {exc}"[:500])
     finally:

@@ -25,7 +25,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from holodesk.bench.floors import decode_step_bytes, floor_ms, peak, reset_peak, stage_flops
+from holodesk.bench.floors import decode_step_bytes, floor_ms, param_bytes, peak, reset_peak, stage_flops
 
 if TYPE_CHECKING:
     import argparse
@@ -98,7 +98,8 @@ def longest_prompt(loaded: LoadedHolotron, args: argparse.Namespace) -> int:
     screenshots = [int(v) for v in args.history.split(",") if v] + [args.episode_steps, 1]
     lengths = [per_frame + image_tokens(loaded, *size(s)) for s in args.sizes.split(",") if s]
     lengths += [n * shot for n in screenshots]
-    return args.prompt_tokens + HEADER_TOKENS + max(lengths) + max(args.reply_tokens, agent_reply_budget(loaded)) + 1
+    reply = max(args.reply_tokens, agent_reply_budget(loaded), reasoning_reply(loaded, args.think_tokens))
+    return args.prompt_tokens + HEADER_TOKENS + max(lengths) + reply + 1
 
 
 def agent_reply_budget(loaded: LoadedHolotron) -> int:
@@ -108,16 +109,17 @@ def agent_reply_budget(loaded: LoadedHolotron) -> int:
 
 def timed_step(engine: StaticEngine, ids: list[int], images: Sequence[PromptImage], reply: int, weights: int,
                snapshot_at: Sequence[int] = (), constraint: Constraint | None = None,
-               jump_forward: bool = True) -> dict[str, Any]:
-    """One :meth:`StaticEngine.run` of at most ``reply`` tokens, timed. Returns the stage ms, ``ttfa_ms``,
+               jump_forward: bool = True, think_tokens: int = 0) -> dict[str, Any]:
+    """One :meth:`StaticEngine.run` of at most ``reply`` tokens (after at most ``think_tokens`` of thinking
+    when > 0), timed. Returns the stage ms, ``ttfa_ms``,
     ``decode_ms_per_token`` (per model step), the engine's details, ``tokens``, ``reply_tokens``,
     ``model_steps``, ``forced_tokens``, ``text`` and peak bytes over rest and ``weights``."""
     device = engine.loaded.device
     base = reset_peak(device)
     t0 = time.perf_counter()
     generation, details = engine.run(ids, images, snapshot_at=snapshot_at, max_new_tokens=reply,
-                                     constraint=constraint, reasoning=False, max_think_tokens=0,
-                                     jump_forward=jump_forward)
+                                     constraint=constraint, reasoning=think_tokens > 0,
+                                     max_think_tokens=think_tokens, jump_forward=jump_forward)
     wall = (time.perf_counter() - t0) * 1e3
     ms = {f"{stage}_ms": float(v) for stage, v in generation.timings_ms.items()}
     top = peak(device)
@@ -275,6 +277,76 @@ def agent_reply_runs(engine: StaticEngine, loaded: LoadedHolotron, args: argpars
           f"model steps {off['model_steps']:.0f} one per token, {on['model_steps']:.0f} with jump-forward "
           f"({out['steps_saved']:.0%} fewer); decode {off['decode_ms']:.1f} -> {on['decode_ms']:.1f} ms, "
           f"step (TTFA) {off['ttfa_ms']:.1f} -> {on['ttfa_ms']:.1f} ms", flush=True)
+    return out
+
+
+def reasoning_reply(loaded: LoadedHolotron, think: int) -> int:
+    """Cache tokens the reply of :func:`reasoning_step` needs after its prompt: its ``max_new_tokens`` (the thought,
+    ``</think>`` and :func:`agent_reply_budget`) plus the thinking budget that :meth:`StaticEngine.fits` adds to
+    it (0 when ``think`` is 0)."""
+    return (think + 1 + agent_reply_budget(loaded)) + think if think > 0 else 0
+
+
+def reasoning_step(engine: StaticEngine, loaded: LoadedHolotron, args: argparse.Namespace,
+                   floors: dict[str, Any] | None, weights: int) -> dict[str, Any]:
+    """A cold one-screenshot ``--history-size`` step whose reply is a thought of ``--think-tokens`` tokens
+    (the model's own tokens until the thinking budget forces ``</think>``) and then :data:`AGENT_REPLY` under
+    the default protocol's grammar with jump-forward (issue 34: reasoning-length replies): a warm-up, then
+    ``--repeats`` timed steps, medians.
+
+    Args:
+        engine: built on ``loaded`` without stop tokens (fixed-length thinking), its cache large enough
+            (:func:`longest_prompt`).
+        loaded: the model with its stop tokens (the script's stop token).
+        floors: measured floors, or None/empty (no floor figures).
+        weights: bytes of the whole model (memory figures over them).
+    Returns:
+        ``{"thought_tokens", "reply_tokens", "model_steps", "model_steps_per_token", "ttfa_ms", "vision_ms",
+        "prefill_ms", "decode_ms", "decode_ms_per_step", "floor_ms" (vision + prefill + one decode step's
+        bytes per model step), "over_floor", "text_ok"}``.
+    """
+    from holodesk.policy.holotron.runtime import Constraint
+    from holodesk.policy.registry import get_protocol
+
+    constraint = Constraint(loaded, get_protocol("agent-loop-v1").json_schema())
+    script = ScriptedReply(constraint, loaded.tokenizer, AGENT_REPLY, stop=int(loaded.eos_ids[0]))
+    w, h = size(args.history_size)
+    think = args.think_tokens
+    samples = []
+    text_ok = True
+    for r in range(args.repeats + 1):
+        engine.reset()
+        pixels = random_frame(w, h, 500 + r)
+        step = timed_step(engine, prompt_ids(loaded, [pixels], args, seed=500 + r), prompt_images(loaded, [pixels]),
+                          think + 1 + agent_reply_budget(loaded), weights, constraint=script.as_constraint(),
+                          think_tokens=think)  # decode_loop's budget counts the thought and its </think> too
+        end = loaded.think_end_id
+        thought = step["tokens"].index(end) if end in step["tokens"] else len(step["tokens"])
+        text_ok = text_ok and str(step["text"]).endswith(AGENT_REPLY)
+        if r:  # r == 0 is the warm-up
+            samples.append({**step, "thought_tokens": thought})
+    med = _median(samples)
+    out: dict[str, Any] = {k: med[k] for k in ("thought_tokens", "reply_tokens", "model_steps", "ttfa_ms",
+                                               "vision_ms", "prefill_ms", "decode_ms", "prompt_tokens")}
+    out["model_steps_per_token"] = round(med["model_steps"] / max(1.0, med["reply_tokens"]), 3)
+    out["decode_ms_per_step"] = round(med["decode_ms"] / max(1.0, med["model_steps"]), 3)
+    out["text_ok"] = text_ok
+    model = loaded.model
+    tiles = image_tokens(loaded, w, h) // loaded.info.tokens_per_tile
+    flops = stage_flops(loaded, int(med["prompt_tokens"]), tiles)
+    vision = floor_ms(floors or {}, flops["vision"] + flops["projector"],
+                      param_bytes(model.vision_model) + param_bytes(model.multi_modal_projector))
+    prefill = floor_ms(floors or {}, flops["prefill"], param_bytes(model.language_model))
+    decode = floor_ms(floors or {}, 0.0, decode_step_bytes(loaded, int(med["prompt_tokens"] + med["reply_tokens"] / 2)))
+    floor = None if vision is None or prefill is None or decode is None else (
+        vision + prefill + decode * med["model_steps"])
+    out["decode_floor_ms_per_step"] = None if decode is None else round(decode, 4)
+    out["floor_ms"] = None if floor is None else round(floor, 1)
+    out["over_floor"] = None if not floor else round(med["ttfa_ms"] / floor, 3)
+    print(f"reasoning step at {args.history_size}: thought {out['thought_tokens']:.0f} + action tokens = "
+          f"{out['reply_tokens']:.0f} tokens in {out['model_steps']:.0f} model steps "
+          f"({out['model_steps_per_token']} per token), step {out['ttfa_ms']:.1f} ms (decode {out['decode_ms']:.1f}, "
+          f"{out['decode_ms_per_step']} ms/step), floor {out['floor_ms']} ms, x{out['over_floor']}", flush=True)
     return out
 
 

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The Holotron runtime on the lent H200: every GPU test, then ONE bench call (floors, 1080p step, history 1 and 8,
-# an 8-step episode, and the product path: HolotronPolicy.propose at 1080p). Run from the repo root on the GPU
-# machine with the carried wheels in .whl4 (transformers 5.23.0, xgrammar 0.2.9 and its pydantic / tvm-ffi needs,
+# an 8-step episode, a step with a 300-token thought plus the action, and the product path: HolotronPolicy.propose
+# at 1080p, 8 episode steps with history cleaning from step 4, then a second task's first step). Run from the repo
+# root on the GPU machine with the carried wheels in .whl4 (transformers 5.23.0, xgrammar 0.2.9 and its pydantic / tvm-ffi needs,
 # the mamba-ssm 2.3.2.post1 sdist) and, for PARTS=quant, .whlq (bitsandbytes).
 #   bash docs/bench/desktops/gpu-session.sh [OUT] [PARTS]    PARTS: comma list of tests, bench, nativetests, quanttests, quant, coldstart, families (default tests,bench;
-#   GPU_TESTS_K: a pytest -k filter for the tests part; FAMILIES: --family keys; COLD_ARGS: more cold-start flags)
+#   GPU_TESTS_K: a pytest -k filter for the tests part; FAMILIES: --family keys; COLD_ARGS: more cold-start flags;
+#   TOKENIZER: test or tekken for the bench and quant parts, default tekken when .whl4 holds the mistral-common wheel)
 # Each part stays under 9 minutes (TESTS_S / BENCH_S lower the limits, e.g. to run both in one 10-minute call).
 set -u
 out=${1:-${OUT:-/tmp/holodesk-bench}}
@@ -17,6 +19,11 @@ fi
 MAMBA_SKIP_CUDA_BUILD=TRUE MAMBA_FORCE_BUILD=TRUE python3 -m pip install -q --no-index --no-deps \
     --no-build-isolation --target /tmp/site .whl4/mamba_ssm-*.tar.gz >/dev/null 2>&1 || exit 1
 export PYTHONPATH=/tmp/site:app PYTHONUNBUFFERED=1
+# The tekken stand-in tokenizer (Holotron's 131,072 ids: real prompt and reply lengths) when the mistral-common
+# wheel travels in .whl4 (installed above with --no-deps: only its data file is read); else the test tokenizer.
+tok=${TOKENIZER:-test}
+if [ -z "${TOKENIZER:-}" ] && ls .whl4/mistral_common-*.whl >/dev/null 2>&1; then tok=tekken; fi
+echo "bench tokenizer: $tok"
 nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv,noheader
 bench() {  # bench SECONDS ARGS: holodesk bench ARGS under a time limit (no console script on the GPU machine)
     timeout "$1" python3 -c 'import sys; from holodesk.bench.cli import main; sys.exit(main(sys.argv[1:]))' "${@:2}"
@@ -28,7 +35,8 @@ case ,$part, in *,tests,*)
 esac
 case ,$part, in *,bench,*)
     bench "${BENCH_S:-540}" --sizes 1920x1080 --history 1,8 --episode-steps 8 --episode-repeats 2 --repeats 2 --no-stock \
-        --profile --product --product-repeats 2 --product-steps 4 --json "$out/bench.json" 2>&1 \
+        --profile --product --product-repeats 2 --product-steps 8 --think-tokens 300 --tokenizer "$tok" \
+        --json "$out/bench.json" 2>&1 \
         | grep -v "Warning\|warn(" | cut -c1-600 | tee "$out/bench.log"
 esac
 case ,$part, in *,nativetests,*)
@@ -48,6 +56,7 @@ case ,$part, in *,families,*)
         | grep -v "Warning\|warn(" | cut -c1-900 | tail -30 | tee "$out/families.log"
 esac
 case ,$part, in *,quant,*)
-    bench "${QUANT_S:-400}" --sizes '' --history '' --episode-steps 0 --no-stock --quant bf16,8bit,4bit --json "$out/quant.json" 2>&1 \
+    bench "${QUANT_S:-400}" --sizes '' --history '' --episode-steps 0 --no-stock --quant bf16,8bit,4bit \
+        --think-tokens 300 --repeats 2 --tokenizer "$tok" --json "$out/quant.json" 2>&1 \
         | grep -v "Warning\|warn(" | cut -c1-900 | tee "$out/quant.log"
 esac

@@ -129,15 +129,20 @@ def test_a_surrogate_cannot_be_spelled_across_tokens(tiny_loaded) -> None:  # ty
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_gpu_masks_equal_the_cpu_masks_with_no_read_between_them(tiny_loaded) -> None:  # type: ignore[no-untyped-def]
+def test_gpu_masks_equal_the_cpu_masks_with_no_read_between_them(tiny_dir) -> None:  # type: ignore[no-untyped-def]
     """On CUDA the bitmask reaches the device through one page-locked buffer and an asynchronous copy. Two masks in
     a row with nothing read from the device between them, the first copy held back behind 50 ms of device work:
-    each equals the CPU constraint's mask for its position (the second fill waited for the first copy)."""
+    each equals the CPU constraint's mask for its position (the second fill waited for the first copy). The model
+    is loaded on the GPU (the loader refuses the CPU where mamba-ssm is installed); the CPU constraint is built
+    from the same checkpoint facts with the CPU as its device."""
     import dataclasses
 
+    from holodesk.policy.holotron.loader import load_holotron
+
+    loaded = load_holotron(tiny_dir, dtype="float32", device="cuda")
     schema = get_protocol("agent-loop-v1").json_schema()
-    cpu = runtime.Constraint(tiny_loaded, schema)
-    gpu = runtime.Constraint(dataclasses.replace(tiny_loaded, device=torch.device("cuda")), schema)
+    cpu = runtime.Constraint(dataclasses.replace(loaded, device=torch.device("cpu")), schema)
+    gpu = runtime.Constraint(loaded, schema)
     cpu.start()
     gpu.start()
     gen = torch.Generator().manual_seed(0)

@@ -91,12 +91,43 @@ def test_static_decoder_equals_stock_and_resumes_each_step(  # type: ignore[no-u
         assert extra["images_encoded"] == 1
         assert extra["reused_tokens"] >= k * image_tokens
         assert extra["prefill_tokens"] < extra["prompt_tokens"] - k * image_tokens
-    # step 4: the window (3 images) drops step 1's screenshot, so the prompt changes near its start:
-    # nothing past that point may be reused; the two kept frames' embeddings are not recomputed.
+    # step 4: the window (3 images) drops step 1's screenshot, so the prompt changes at its <img>: the state is
+    # taken from the snapshot at that observation's turn header (system prompt, task and the turns before it),
+    # nothing past it; the two kept frames' embeddings are not recomputed.
     last = static[3].extra
     assert last["images"] == 3
-    assert last["reused_tokens"] < image_tokens
+    ids = static_policy.prepare(observations[3], max_images=3)["input_ids"]
+    previous = static_policy.prepare(observations[2], max_images=3)["input_ids"]
+    changed = next(i for i, (a, b) in enumerate(zip(ids, previous, strict=False)) if a != b)
+    assert previous[changed] == tiny_loaded.img_start_id  # the dropped screenshot's <img>
+    assert 0 < changed - 32 < last["reused_tokens"] < changed  # resumed within a few tokens of the change
     assert last["images_encoded"] == 1
+
+
+def test_the_system_prompt_is_prefilled_once_for_every_task(  # type: ignore[no-untyped-def]
+    tiny_loaded, frames: list[Frame], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second task on the same policy resumes from the snapshot at the end of the system turn (the system
+    prompt and tool schema are not prefilled again) and its logits equal a full uncached forward; the
+    snapshots kept are bounded by the engine's slots, whose memory is reported."""
+    from holodesk.policy.holotron.engine import SNAPSHOT_SLOTS
+
+    policy = HolotronPolicy(tiny_loaded, decoder="static", max_new_tokens=96, max_string_chars=12)
+    first_logits = _spy_prefill_logits(policy, monkeypatch)
+    policy.propose(Observation(task="open the settings", frame=frames[0]))
+    obs = Observation(task="close every window", frame=frames[1])
+    second = policy.propose(obs)
+    ids = policy.prepare(obs, max_images=3)["input_ids"]
+    specials = set(tiny_loaded.tokenizer.convert_tokens_to_ids(["<SPECIAL_10>", "<SPECIAL_11>", "<SPECIAL_12>"]))
+    system_end = next(i for i, t in enumerate(ids) if i > 2 and t in specials)  # the task turn's header
+    assert second.extra["reused_tokens"] == system_end > 1000  # the whole system prompt, none of the task
+    assert torch.allclose(first_logits[-1], _reference_logits(policy, obs), rtol=1e-4, atol=1e-4)
+    assert policy.engine is not None
+    kept = policy.engine.describe()["snapshots"]
+    state = policy.engine.decoder.state
+    one = sum(t.numel() * t.element_size() for i in state.conv for t in (state.conv[i], state.ssm[i]))
+    assert kept["slots"] == SNAPSHOT_SLOTS and kept["bytes"] == SNAPSHOT_SLOTS * one
+    assert system_end in kept["positions"] and len(kept["positions"]) <= SNAPSHOT_SLOTS
 
 
 def test_changed_history_text_is_not_reused(  # type: ignore[no-untyped-def]
@@ -499,3 +530,29 @@ def test_gpu_new_frame_is_prefilled_from_the_gpu_and_kept_on_the_host(  # type: 
     fresh, fresh_details = StaticEngine(loaded, max_len=1024, max_images=2).run(second, images, **kw)
     assert fresh_details["images_encoded"] == 1
     assert again.token_ids == fresh.token_ids
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_kept_prefix_after_cleaning_and_for_a_new_task_equals_a_full_forward(  # type: ignore[no-untyped-def]
+    tiny_dir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On CUDA (compiled blocks, CUDA graphs): step 4 of an episode, whose prompt drops step 1's screenshot,
+    and the first step of a second task resume from kept snapshots (more than 0 tokens reused), and the
+    logits of every step equal a full uncached forward."""
+    from holodesk.policy.holotron.loader import load_holotron
+
+    loaded = load_holotron(tiny_dir, dtype="float32", device="cuda")
+    frames = [_frame(1280, 720, 70 + i) for i in range(4)]
+    policy = HolotronPolicy(loaded, decoder="static", max_new_tokens=96, max_string_chars=12, max_images=3)
+    first_logits = _spy_prefill_logits(policy, monkeypatch)
+    observations: list[Observation] = []
+    steps = _episode(policy, frames, observations=observations)
+    assert steps[3].extra["images"] == 3 and steps[3].extra["reused_tokens"] > 0
+    obs = Observation(task="a second task", frame=frames[0])
+    observations.append(obs)
+    new_task = policy.propose(obs)
+    assert new_task.extra["reused_tokens"] > 1000  # the system prompt
+    for got, seen in zip(first_logits, observations, strict=True):
+        ref = _reference_logits(policy, seen)
+        assert torch.allclose(got, ref, rtol=1e-3, atol=1e-3), float((got - ref).abs().max())

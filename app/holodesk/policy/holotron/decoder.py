@@ -485,7 +485,8 @@ class StaticDecoder:
         Args: ``inputs_embeds`` ``[B, T - embeds_offset, H]`` embeddings of tokens ``[embeds_offset, T)``
         (model dtype; :class:`Embeddings`); ``keys`` one int per prompt token identifying its content (None:
         cold), the common prefix with the previous prompt from the latest snapshot inside it;
-        ``snapshot_at`` positions after which to save the Mamba state (a chunk boundary each);
+        ``snapshot_at`` positions after which to keep the Mamba state (those past the resume point are saved,
+        each a chunk boundary; when the slots are full, a snapshot at a position not listed is replaced first);
         ``embeds_offset`` the first token embedded, at most the resume point.
         Returns: (logits ``[B, vocab]`` float32 of the last prompt token, :class:`PrefillReport`).
         Raises: ValueError: ``keys`` and the prompt differ in length, the prompt does not fit ``max_len``, or
@@ -504,13 +505,14 @@ class StaticDecoder:
         if embeds_offset > resume:
             raise ValueError(f"embeddings start at token {embeds_offset} but the state resumes at {resume}")
         st.restore(resume)
-        wanted = sorted({int(p) for p in snapshot_at if resume < int(p) <= total}) if st.snapshot_slots else []
+        kept = {int(p) for p in snapshot_at}  # snapshots this prompt asks for, older ones included
+        wanted = sorted({p for p in kept if resume < p <= total}) if st.snapshot_slots else []
         cuts = sorted({*range(resume, total, self.chunk), total, *wanted})
         with torch.no_grad():
             for a, b in itertools.pairwise(cuts):
                 h = self._forward_chunk(inputs_embeds[:, a - embeds_offset : b - embeds_offset], a)
                 if b in wanted:
-                    st.snapshot(b)
+                    st.snapshot(b, keep=kept)
             logits = self.lm.lm_head(self.lm.model.norm_f(h[:, -1:])).float()[:, -1]
         st.length, st.keys = total, new_keys
         st.pos.fill_(total)

@@ -10,19 +10,22 @@ policy step needs around it:
   its frame and its row in that frame. A frame's serial is tied to the pixel array object, which the
   engine holds while the frame is in the prompt (so the id cannot be reused by a different array).
 * **Resume.** The common prefix with the previous step's keys is taken from the decoder state (the
-  latest Mamba snapshot inside it); only the rest is embedded and prefilled, and only frames with image
-  tokens past the resume point go through the vision tower. Projected image embeddings of the frames in
+  latest Mamba snapshot inside it: the system prompt's end for a new task, the oldest screenshot's turn
+  when that screenshot leaves the window, the newest screenshot's end otherwise); only the rest is
+  embedded and prefilled, and only frames with image tokens past the resume point go through the vision
+  tower. Projected image embeddings of the frames in
   the prompt are kept, so a frame is encoded once while it stays in the window.
-* **Decode.** The greedy choice, the grammar mask and the stop rules are
+* **Decode.** The grammar mask, the choice after it (greedy or sampled) and the stop rules are
   :func:`~holodesk.policy.holotron.runtime.decode_loop`, shared with the stock decoder; a token the model
   chose is one graph replay (the grammar fills the next bitmask on the CPU while it runs), and a token
   the model chose together with the tokens the grammar forces after it is one pass through the prefill's
   chunk path (jump-forward, :meth:`~holodesk.policy.holotron.decoder.StaticDecoder.extend`).
 
 Memory held between steps is constant: the static state (sized for the longest prompt the policy can
-build), one snapshot slot, and the image embeddings of at most ``max_images`` frames (in page-locked host
-memory on a GPU machine). A step's GPU memory beyond that is one frame's vision activations and one
-prefill chunk's embeddings and activations, whatever the number of screenshots.
+build), :data:`SNAPSHOT_SLOTS` snapshot slots (:func:`snapshot_positions`: the system prompt's end, the
+oldest screenshot's turn, the newest screenshot's end), and the image embeddings of at most ``max_images``
+frames (in page-locked host memory on a GPU machine). A step's GPU memory beyond that is one frame's vision
+activations and one prefill chunk's embeddings and activations, whatever the number of screenshots.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from holodesk.policy.holotron import runtime
@@ -41,7 +44,7 @@ from holodesk.policy.holotron.kernels import (
     watch_kernel_analysis,
 )
 from holodesk.policy.holotron.prompt import image_token_runs
-from holodesk.policy.holotron.runtime import Constraint, Generation, PromptImage, decode_loop, sync
+from holodesk.policy.holotron.runtime import Constraint, Generation, PromptImage, Sampler, decode_loop, sync
 from holodesk.policy.holotron.tiling import tile_count
 
 if TYPE_CHECKING:
@@ -53,8 +56,54 @@ log = logging.getLogger(__name__)
 
 IMAGE_KEY_BASE = 1 << 40
 """Image-token keys start here (token ids are far below), ``IMAGE_KEY_BASE + (serial << 20) + row``."""
-TEXT_TOKEN_BUDGET = 8192
-"""Prompt text (system prompt, task, history as text, notes) the static cache is sized for, in tokens."""
+TEXT_TOKEN_BUDGET = 12288
+"""Prompt text (system prompt with the tool schema, task, history as text, notes) the static cache is sized for,
+in tokens. The agent-loop prompt of one step without its image is about 5,100 tokens with a 131,072-entry
+vocabulary (the bench's tekken stand-in) and 9,800 with the tiny checkpoint's 480-entry test tokenizer (the
+published tool schema took it past the former 8,192: a one-screenshot policy then fell back to the stock
+decoder). Each 1,024 tokens of capacity cost 24 MiB of KV cache for Holotron-12B."""
+
+
+SNAPSHOT_SLOTS = 3
+"""Mamba-state snapshots a policy's engine keeps between steps, one per position of
+:func:`snapshot_positions`: 3 x 143 MiB for Holotron-12B (28 Mamba layers x (5 MiB SSM + 96 KiB conv))."""
+
+
+def snapshot_positions(ids: Sequence[int], *, specials: Collection[int], image_token_id: int,
+                       img_end_id: int) -> list[int]:
+    """Prompt positions whose Mamba state a step keeps, so that later steps resume there (the state
+    after ``ids[:p]``; attention KV before ``p`` stays in the static cache):
+
+    * the end of the system turn: the first special token after text (the next turn's header, or the
+      system turn's end token): the system prompt and tool schema, shared by every step of every task;
+    * the start of the oldest screenshot's turn: the last special token before its ``<img>`` (the next
+      step that drops this screenshot from the window changes the prompt from its ``<img>`` on; the turn
+      header is where the text before it is tokenized the same whatever follows, because tokenizers cut
+      text at special tokens);
+    * the end of the newest screenshot (after its ``</img>``): the next step adds the reply and a new
+      observation after it.
+
+    Args:
+        ids: the prompt's token ids (``tokenize_prompt``).
+        specials: the tokenizer's special token ids (image tokens among them or not).
+        image_token_id, img_end_id: the ``<image>`` and ``</img>`` ids.
+    Returns:
+        sorted distinct positions in ``[1, len(ids)]``, at most :data:`SNAPSHOT_SLOTS`.
+    """
+    marks = [i for i, t in enumerate(ids) if t in specials and t != image_token_id]
+    positions: set[int] = set()
+    first = next((i for i in marks if i > 0 and ids[i - 1] not in specials), None)
+    if first is not None:
+        positions.add(first)
+    runs = image_token_runs(ids, image_token_id)
+    if runs:
+        img = runs[0][0] - 1  # the <img> before the first run
+        header = [i for i in marks if i < img and i != img]
+        if header and header[-1] > 0:
+            positions.add(header[-1])
+        if img_end_id in ids:
+            positions.add(len(ids) - ids[::-1].index(img_end_id))
+    return sorted(positions)
 
 
 def static_cache_tokens(loaded: LoadedHolotron, *, max_images: int, max_new_tokens: int,
@@ -109,6 +158,8 @@ class StaticEngine:
         eager: run the decoder without torch.compile and CUDA graphs (the same code; the escape hatch).
         warm_up: run :meth:`warm_up` now (default: on CUDA), so that Triton's compilation and autotuning
             happen at load rather than in the first step.
+        snapshot_slots: Mamba-state snapshots kept between steps (:data:`SNAPSHOT_SLOTS`; each the size of
+            every Mamba layer's conv + SSM state, preallocated: the bound on their memory).
     Attributes:
         decoder: the ``StaticDecoder``; max_len: the capacity :meth:`fits` checks against.
         jump_forward: whether :meth:`run` may feed forced tokens in one pass (off for quantised weights,
@@ -118,7 +169,7 @@ class StaticEngine:
     """
 
     def __init__(self, loaded: LoadedHolotron, *, max_len: int, max_images: int = 8, eager: bool = False,
-                 warm_up: bool | None = None) -> None:
+                 warm_up: bool | None = None, snapshot_slots: int = SNAPSHOT_SLOTS) -> None:
         from holodesk.policy.holotron.decoder import StaticDecoder
 
         t0 = time.perf_counter()
@@ -134,7 +185,8 @@ class StaticEngine:
         self.warm_up_seconds: float | None = None
         self._slots = self._host_slots(max_images) if cuda else []
         self._copy_stream: torch.cuda.Stream | None = None  # background copies into the slots (made on first use)
-        self.decoder = StaticDecoder(loaded.model.language_model, max_len=max_len, eager=eager or not cuda)
+        self.decoder = StaticDecoder(loaded.model.language_model, max_len=max_len, eager=eager or not cuda,
+                                     snapshot_slots=snapshot_slots)
         self.build_seconds = time.perf_counter() - t0  # state, host slots, the matrix-vector kernel choice
         self.jump_forward = not self.decoder.setup.quantized
         if not self.jump_forward:
@@ -212,7 +264,9 @@ class StaticEngine:
         ``lazy_captures``: the graphs the steps since recorded on first use (``StaticDecoder.lazy_summary``:
         count, seconds, keys), ``weights_reader`` (:attr:`.loader.LoadedHolotron.weights_reader`),
         ``autotune_cache`` (:func:`.kernels.autotune_cache`'s one line: whether
-        mamba-ssm's autotuning results come from disk) and every note (the decoder's, then the engine's)."""
+        mamba-ssm's autotuning results come from disk), ``snapshots`` (the kept Mamba-state snapshots:
+        ``slots``, their ``bytes``, the prompt ``positions`` they hold now) and every note (the decoder's, then
+        the engine's)."""
         self._note_kernel_analysis()  # a recompile during the steps may have added one
         d = self.decoder
         return {
@@ -227,6 +281,8 @@ class StaticEngine:
             "notes": [*self.decoder.notes, *self.notes],
             "jump_forward": "on" if self.jump_forward else f"off: {JUMP_FORWARD_OFF_QUANTIZED}",
             "weights_reader": self.loaded.weights_reader,
+            "snapshots": {"slots": d.state.snapshot_slots, "bytes": d.state.snapshot_bytes(),
+                          "positions": sorted(d.state.snapshots)},
         }
 
     def fits(self, prompt_tokens: int, reply_tokens: int) -> bool:
@@ -292,17 +348,20 @@ class StaticEngine:
 
     def run(self, input_ids: Sequence[int], images: Sequence[PromptImage], *, snapshot_at: Sequence[int] = (),
             max_new_tokens: int, constraint: Constraint | None, reasoning: bool, max_think_tokens: int,
-            jump_forward: bool = True) -> tuple[Generation, dict[str, int]]:
+            jump_forward: bool = True, sampler: Sampler | None = None) -> tuple[Generation, dict[str, int]]:
         """Embed, prefill (from the resume point) and decode one step.
 
         Args:
             input_ids: prompt token ids with ``<image>`` runs (``tokenize_prompt``).
             images: the prompt's images in order with their tiling (the same pixel array objects from step
                 to step for a frame that stays in the prompt).
-            snapshot_at: prompt positions after which to keep the Mamba state for the next step.
+            snapshot_at: prompt positions after which to keep the Mamba state for later steps
+                (:func:`snapshot_positions`); snapshots kept from earlier steps at these positions stay.
             jump_forward: feed the tokens the grammar forces in one pass with the token the model chose
                 before them (:meth:`StaticDecoder.extend`); False: one decode step per token (the
                 reference: the same token ids, :func:`~holodesk.policy.holotron.runtime.decode_loop`).
+            sampler: the choice after the grammar mask (:class:`~holodesk.policy.holotron.runtime.Sampler`);
+                None: greedy.
         Returns:
             (:class:`Generation` with ``timings_ms`` preprocess (tiling), vision, prefill, decode,
             ``model_steps`` and ``forced_tokens``;
@@ -331,7 +390,8 @@ class StaticEngine:
                 t1 = time.perf_counter()
                 decoded = decode_loop(self.loaded, first[0], self._step, max_new_tokens=max_new_tokens,
                                       constraint=constraint, reasoning=reasoning, max_think_tokens=max_think_tokens,
-                                      forward=self._forward if jump_forward and self.jump_forward else None)
+                                      forward=self._forward if jump_forward and self.jump_forward else None,
+                                      sampler=sampler)
                 sync(self.loaded.device)
         except BaseException:
             self.reset()  # a half-written state must not be resumed from
@@ -410,4 +470,5 @@ class StaticEngine:
         return embeds, keys, resume, len(todo)
 
 
-__all__ = ["IMAGE_KEY_BASE", "StaticEngine", "planned_decoder", "static_cache_tokens"]
+__all__ = ["IMAGE_KEY_BASE", "SNAPSHOT_SLOTS", "StaticEngine", "planned_decoder", "snapshot_positions",
+           "static_cache_tokens"]

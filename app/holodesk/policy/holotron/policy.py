@@ -20,7 +20,7 @@ from holodesk.policy.protocol import DEFAULT_PROTOCOL
 
 if TYPE_CHECKING:
     from holodesk.policy.holotron.engine import StaticEngine
-    from holodesk.policy.holotron.runtime import Constraint, Generation
+    from holodesk.policy.holotron.runtime import Constraint, Generation, Sampler
 
 log = logging.getLogger(__name__)
 
@@ -51,17 +51,20 @@ class HolotronPolicy:
     One :meth:`propose` call: the protocol builds the chat (system prompt, task, notes, history as text,
     the last ``max_images`` screenshots as images), each screenshot's tiling is planned once
     (:meth:`CheckpointInfo.tiling`: its token count in the prompt and its tiles), the vision tower +
-    projector encode the tiles, the LM prefills and decodes greedily, constrained to the protocol's JSON
+    projector encode the tiles, the LM prefills and decodes (greedy, or sampled after the grammar mask with
+    ``sampling``'s temperature, top_p and the step's seed), constrained to the protocol's JSON
     schema unless ``constrained=False``, and the reply is parsed by the protocol
     (docs/holotron-runtime.md, "One step").
 
     Decoders: ``"static"`` (default) runs each step through
     :class:`~holodesk.policy.holotron.engine.StaticEngine`: preallocated decoder state, decode replayed
-    as CUDA graphs captured when the policy is built, and the part of the prompt shared with the previous
-    step (everything up to the previous screenshot while no screenshot leaves the window) taken from the
-    state instead of recomputed. ``"stock"`` (:func:`~holodesk.policy.holotron.runtime.generate`) uses
-    transformers' forward and cache, untouched, for every step (slower; the reference, for comparison and
-    troubleshooting). A prompt too long for the static cache runs on the stock decoder and the user is told.
+    as CUDA graphs captured when the policy is built, and the parts of the prompt shared with earlier
+    steps taken from the state instead of recomputed (the system prompt and tool schema once per loaded
+    model, the task once per task, and when the oldest screenshot leaves the window everything before its
+    turn: :func:`~holodesk.policy.holotron.engine.snapshot_positions`). ``"stock"``
+    (:func:`~holodesk.policy.holotron.runtime.generate`) uses transformers' forward and cache, untouched, for every
+    step (slower; the reference, for comparison and troubleshooting). A prompt too long for the static cache runs on
+    the stock decoder and the user is told.
 
     Attributes:
         name: ``"holotron-local"``.
@@ -103,17 +106,14 @@ class HolotronPolicy:
         self.max_string_chars = max_string_chars
         self._constraint: Constraint | None = None
         self._specials: list[str] | None = None
+        self._special_ids: frozenset[int] | None = None
         self._closed = False
         self.decoder = decoder
         self.jump_forward = jump_forward
         self.sampling = sampling
-        """How tokens are chosen: the generation options handed to the decoders (temperature, top_p, greedy and
-        the seed of step n, ``sampling.step_seed(n)``); recorded with every proposal."""
-        self.sampling_notice = "" if sampling.greedy else (
-            f"sampling at temperature {sampling.temperature}, top_p {sampling.top_p} was asked for, but the "
-            "Holotron decoders choose greedily: this run decodes greedily")
-        if self.sampling_notice:
-            log.warning("Holotron: %s", self.sampling_notice)
+        """How tokens are chosen (temperature, top_p, greedy and the seed of step n, ``sampling.step_seed(n)``):
+        :meth:`sampler` builds each step's :class:`~holodesk.policy.holotron.runtime.Sampler`; recorded with every
+        proposal."""
         self.engine: StaticEngine | None = None
         if decoder == "static":
             from holodesk.policy.holotron.engine import StaticEngine, static_cache_tokens
@@ -217,10 +217,23 @@ class HolotronPolicy:
         return {"input_ids": input_ids, "frames": frames, "tilings": tilings, "template": template,
                 "prompt_text": prompt_text}
 
+    def sampler(self, step: int) -> Sampler | None:
+        """The token choice of episode step ``step`` (0-based, ``len(observation.history)``): None when
+        :attr:`sampling` is greedy, else a :class:`~holodesk.policy.holotron.runtime.Sampler` on the model's
+        device with :attr:`sampling`'s temperature and top_p, seeded with ``sampling.step_seed(step)`` (the
+        ``step_seed`` each proposal records, so a run replays exactly)."""
+        if self.sampling.greedy:
+            return None
+        from holodesk.policy.holotron.runtime import Sampler
+
+        return Sampler(temperature=self.sampling.temperature, top_p=self.sampling.top_p,
+                       seed=self.sampling.step_seed(step), device=self.loaded.device)
+
     def _attempt(self, observation: Observation, max_images: int,
                  notices: list[str]) -> tuple[Generation, dict[str, Any]]:
         """One try at a step with at most ``max_images`` screenshots: the static engine when the prompt
-        fits its cache, else the stock decoder (told through ``notices``)."""
+        fits its cache, else the stock decoder (told through ``notices``); sampled with this step's seed
+        (:meth:`sampler`) unless greedy."""
         from holodesk.policy.holotron import runtime
 
         t0 = time.perf_counter()
@@ -232,6 +245,7 @@ class HolotronPolicy:
             "tiles": [t.tiles for t in tilings], "image_tokens": sum(t.tokens for t in tilings),
         }
         constraint = self._get_constraint() if self.constrained else None
+        sampler = self.sampler(len(observation.history))
         engine = self.engine
         if engine is not None and not engine.fits(len(ids), self.max_new_tokens + (
                 self.max_think_tokens if self.reasoning else 0)):
@@ -242,19 +256,22 @@ class HolotronPolicy:
             engine = None
         prompt_ms = (time.perf_counter() - t0) * 1000.0
         if engine is not None:
-            # Keep the state at the end of the current screenshot when the next step's prompt will
-            # still start with this one up to there (no older screenshot leaves the window).
-            snapshot_at = []
-            if len(frames) < max_images and self.loaded.img_end_id in ids:
-                snapshot_at = [len(ids) - ids[::-1].index(self.loaded.img_end_id)]
+            from holodesk.policy.holotron.engine import snapshot_positions
+
+            if self._special_ids is None:
+                self._special_ids = frozenset(self.loaded.tokenizer.convert_tokens_to_ids(self._specials or []))
+            snapshot_at = snapshot_positions(ids, specials=self._special_ids, image_token_id=self.loaded.image_token_id,
+                                             img_end_id=self.loaded.img_end_id)
             generation, engine_details = engine.run(
                 ids, images, snapshot_at=snapshot_at, max_new_tokens=self.max_new_tokens, constraint=constraint,
-                reasoning=self.reasoning, max_think_tokens=self.max_think_tokens, jump_forward=self.jump_forward)
+                reasoning=self.reasoning, max_think_tokens=self.max_think_tokens, jump_forward=self.jump_forward,
+                sampler=sampler)
             details.update(engine_details, decoder="static")
         else:
             generation = runtime.generate(self.loaded, ids, images, max_new_tokens=self.max_new_tokens,
                                           constraint=constraint, reasoning=self.reasoning,
-                                          max_think_tokens=self.max_think_tokens, jump_forward=self.jump_forward)
+                                          max_think_tokens=self.max_think_tokens, jump_forward=self.jump_forward,
+                                          sampler=sampler)
             details["decoder"] = "stock"
         generation.timings_ms["preprocess"] = generation.timings_ms.get("preprocess", 0.0) + prompt_ms
         return generation, details
@@ -314,8 +331,6 @@ class HolotronPolicy:
             "kernels": self.loaded.kernels.get("summary", ""),
             "max_images_used": images,
         }
-        if self.sampling_notice:
-            extra["sampling_notice"] = self.sampling_notice
         thought_text = reasoning_text(raw) if self.reasoning else None
         if thought_text:
             extra["reasoning_text"] = thought_text  # recorded with the step; never written into a later prompt

@@ -2,9 +2,9 @@
 
 Plain functions over a :class:`~holodesk.policy.holotron.loader.LoadedHolotron`: :func:`tile_images` ->
 :func:`encode_tiles` (transformers' RADIO, pixel shuffle + projector) -> :func:`embed_prompt` (the one
-image-embedding merge) -> a decoder -> :func:`decode_loop` (greedy choice, :class:`Constraint`'s grammar
-mask and the tokens it forces, stop rules). :func:`generate` is the ``stock`` decoder: transformers' own
-forward and hybrid cache.
+image-embedding merge) -> a decoder -> :func:`decode_loop` (:class:`Constraint`'s grammar mask and the
+tokens it forces, the choice after the mask: greedy or :class:`Sampler`'s, stop rules). :func:`generate` is
+the ``stock`` decoder: transformers' own forward and hybrid cache.
 """
 
 from __future__ import annotations
@@ -445,23 +445,113 @@ def _feed(tokens: list[int], step: Callable[[int], torch.Tensor],
     return logits, len(tokens)
 
 
+SEED_LIMIT = 1 << 63
+"""Seeds are integers in ``[0, SEED_LIMIT)`` (what ``torch.Generator.manual_seed`` takes)."""
+
+
+def check_sampling(temperature: float, top_p: float, seed: int | None) -> None:
+    """Check sampling settings (pure Python, no torch): see :class:`Sampler`; ``seed`` None is allowed.
+
+    Raises:
+        ValueError: what is wrong and the allowed range.
+    """
+    import math
+
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not math.isfinite(temperature) \
+            or temperature < 0:
+        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
+    if isinstance(top_p, bool) or not isinstance(top_p, int | float) or not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be a number in (0, 1] (1 = every allowed token), got {top_p!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT):
+        raise ValueError(f"seed must be an integer in [0, 2**63), got {seed!r}")
+
+
+class Sampler:
+    """The model's choice of a token from masked logits: greedy, or temperature + nucleus (top-p) sampling
+    from a seeded generator on the logits' device.
+
+    Sampling follows the grammar: the logits it reads are already masked (-inf for disallowed tokens), so a
+    disallowed token has probability 0 and is never drawn. With ``temperature`` T > 0 the probabilities are
+    ``softmax(logits / T)`` in float32; with ``top_p`` < 1 only the smallest set of most probable tokens
+    whose probability sums to at least ``top_p`` is kept (a token is kept when the tokens more probable than
+    it sum to less than ``top_p``; the definition of Holtzman et al. 2020, "The Curious Case of Neural Text
+    Degeneration", and of transformers' ``TopPLogitsWarper``), renormalised. The draw is the exponential
+    race (argmax of ``p / E`` with ``E ~ Exp(1)`` from :attr:`generator`), which picks token i with
+    probability ``p_i`` and needs no host-side cumulative sum; the same seed, logits and device give the
+    same tokens.
+
+    Args:
+        temperature: 0 for greedy (argmax; ``top_p`` and ``seed`` unused), else > 0.
+        top_p: nucleus mass in ``(0, 1]`` (1: every allowed token).
+        seed: seeds :attr:`generator`, in ``[0, SEED_LIMIT)``.
+        device: where the logits are (the generator lives there).
+    Raises:
+        ValueError: a temperature that is negative or not finite, ``top_p`` outside ``(0, 1]``, or a seed
+            outside ``[0, SEED_LIMIT)``.
+    """
+
+    def __init__(self, *, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0,
+                 device: torch.device | str = "cpu") -> None:
+        import torch
+
+        check_sampling(temperature, top_p, seed)
+        self.temperature = float(temperature)
+        self.top_p = float(top_p)
+        self.seed = int(seed)
+        self.generator = torch.Generator(device=torch.device(device)).manual_seed(self.seed)
+
+    @property
+    def greedy(self) -> bool:
+        """True when the choice is the argmax (temperature 0)."""
+        return self.temperature == 0.0
+
+    def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
+        """The distribution a token is drawn from: float32 ``(vocab,)`` on ``logits``' device, 0 outside
+        the nucleus and for masked tokens (class docstring). Temperature must be > 0."""
+        import torch
+
+        probs = torch.softmax(logits.float() / self.temperature, dim=-1)
+        if self.top_p < 1.0:
+            ordered, order = torch.sort(probs, descending=True)
+            before = torch.cumsum(ordered, dim=-1) - ordered  # mass of the tokens more probable than each
+            ordered = ordered.masked_fill(before >= self.top_p, 0.0)
+            probs = torch.zeros_like(probs).scatter_(-1, order, ordered)
+            probs = probs / probs.sum()
+        return probs
+
+    def choose(self, logits: torch.Tensor) -> int:
+        """The next token from masked float ``(vocab,)`` ``logits``: the argmax when greedy, else one draw
+        from :meth:`probabilities` (advances :attr:`generator`)."""
+        import torch
+
+        if self.greedy:
+            return int(torch.argmax(logits).item())
+        probs = self.probabilities(logits)
+        race = torch.empty_like(probs).exponential_(1.0, generator=self.generator)
+        return int(torch.argmax(probs / race).item())
+
+
 def _choose(loaded: LoadedHolotron, logits: torch.Tensor, constraint: Constraint | None, *,
-            thinking_over: bool) -> int:
-    """The model's next token: ``</think>`` when the thinking budget is spent, else the greedy token of
-    ``logits`` after ``constraint``'s mask (applied in place; None: no mask)."""
+            thinking_over: bool, sampler: Sampler | None) -> int:
+    """The model's next token: ``</think>`` when the thinking budget is spent, else ``sampler``'s choice
+    (None: greedy) from ``logits`` after ``constraint``'s mask (applied in place; None: no mask)."""
     import torch
 
     if thinking_over:
         return int(loaded.think_end_id)  # type: ignore[arg-type]
     if constraint is not None:
         constraint.mask(logits)
+    if sampler is not None:
+        return sampler.choose(logits)
     return int(torch.argmax(logits).item())
 
 
 def decode_loop(loaded: LoadedHolotron, first_logits: torch.Tensor, step: Callable[[int], torch.Tensor], *,
                 max_new_tokens: int, constraint: Constraint | None, reasoning: bool, max_think_tokens: int,
-                forward: Callable[[list[int]], torch.Tensor] | None = None) -> Decoded:
-    """Greedy token choice shared by every decoder: thinking, the grammar mask, jump-forward, stop rules.
+                forward: Callable[[list[int]], torch.Tensor] | None = None,
+                sampler: Sampler | None = None) -> Decoded:
+    """Token choice shared by every decoder: thinking, the grammar mask, the choice after it (greedy, or
+    ``sampler``'s), jump-forward, stop rules.
 
     The tokens appended since the model's last choice are fed to the model just before its next choice:
     the chosen token and the tokens the grammar forces after it (:meth:`Constraint.forced_tokens`, not
@@ -480,6 +570,8 @@ def decode_loop(loaded: LoadedHolotron, first_logits: torch.Tensor, step: Callab
             not synchronise).
         forward: ``forward(tokens)`` feeds two or more tokens in one pass and returns the float
             ``(vocab,)`` logits after the last; None: one ``step`` per token.
+        sampler: how the model's tokens are chosen after the mask (:class:`Sampler`; thinking included);
+            None: greedy.
     Returns:
         :class:`Decoded`: the ids, the stop reason, the forward passes made and the forced tokens.
     """
@@ -511,7 +603,7 @@ def decode_loop(loaded: LoadedHolotron, first_logits: torch.Tensor, step: Callab
             steps += fed
             pending = []
         token = _choose(loaded, logits, None if thinking else constraint,
-                        thinking_over=thinking and think_tokens >= max_think_tokens)
+                        thinking_over=thinking and think_tokens >= max_think_tokens, sampler=sampler)
         if thinking:
             think_tokens += 1
             if token == loaded.think_end_id:
@@ -531,7 +623,7 @@ def decode_loop(loaded: LoadedHolotron, first_logits: torch.Tensor, step: Callab
 
 def generate(loaded: LoadedHolotron, input_ids: Sequence[int], images: Sequence[PromptImage], *,
              max_new_tokens: int, constraint: Constraint | None, reasoning: bool, max_think_tokens: int,
-             jump_forward: bool = True) -> Generation:
+             jump_forward: bool = True, sampler: Sampler | None = None) -> Generation:
     """One reply with transformers' own forward and cache (the ``stock`` decoder; its modules are used as
     loaded, nothing is replaced): tile and encode every image, merge (:func:`embed_prompt`), prefill,
     then :func:`decode_loop` with one forward per model step.
@@ -541,6 +633,7 @@ def generate(loaded: LoadedHolotron, input_ids: Sequence[int], images: Sequence[
         images: the prompt's images in order, with their tiling.
         jump_forward: feed the tokens the grammar forces in one forward with the token before them
             (transformers' forward over several tokens from the cache); False: one forward per token.
+        sampler: the token choice after the grammar mask (:func:`decode_loop`); None: greedy.
     Returns:
         :class:`Generation` with ``timings_ms`` preprocess (tiling), vision, prefill, decode.
     Raises:
@@ -578,7 +671,7 @@ def generate(loaded: LoadedHolotron, input_ids: Sequence[int], images: Sequence[
         decoded = decode_loop(
             loaded, out.logits[0, -1].float(), lambda token: forward([token]), max_new_tokens=max_new_tokens,
             constraint=constraint, reasoning=reasoning, max_think_tokens=max_think_tokens,
-            forward=forward if jump_forward else None,
+            forward=forward if jump_forward else None, sampler=sampler,
         )
         sync(device)
         timings["decode"] = (time.perf_counter() - t3) * 1000.0

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -117,14 +117,19 @@ class DecoderState:
         self.keys = []
         self.snapshots = {}
 
-    def snapshot(self, position: int) -> None:
-        """Copy the current Mamba state into a slot as the state after ``position`` prompt tokens (a free
-        slot, else the slot of the oldest position; nothing when there are no slots)."""
+    def snapshot(self, position: int, keep: Collection[int] = ()) -> None:
+        """Copy the current Mamba state into a slot as the state after ``position`` prompt tokens: a free
+        slot, else the slot of the oldest position not in ``keep``, else of the oldest position (nothing
+        when there are no slots)."""
         if not self._slots:
             return
         used = set(self.snapshots.values())
         free = [s for s in range(len(self._slots)) if s not in used]
-        slot = free[0] if free else self.snapshots.pop(min(self.snapshots))
+        if free:
+            slot = free[0]
+        else:
+            spare = [p for p in self.snapshots if p not in keep]
+            slot = self.snapshots.pop(min(spare or self.snapshots))
         for i, (conv, ssm) in zip(self.conv, self._slots[slot], strict=True):
             conv.copy_(self.conv[i])
             ssm.copy_(self.ssm[i])
@@ -170,6 +175,11 @@ class DecoderState:
         if w > self.max_len:
             raise ValueError(f"{length + 1} tokens exceed the static cache of {self.max_len}")
         return w
+
+    def snapshot_bytes(self) -> int:
+        """Bytes of the snapshot slots (:attr:`snapshot_slots` x every layer's conv + SSM state), held whether
+        or not a slot is in use."""
+        return int(sum(t.numel() * t.element_size() for slot in self._slots for pair in slot for t in pair))
 
     def nbytes(self) -> int:
         """Bytes held by the state: KV cache, conv/SSM state and the snapshot slots."""
