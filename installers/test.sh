@@ -9,8 +9,9 @@ make_venv
 pip_install -c "$HOLODESK_ROOT/installers/constraints-test.txt" "torch==2.13.0"
 pip_install -c "$HOLODESK_ROOT/installers/constraints-test.txt" -e "$HOLODESK_ROOT[local,dev,serve-test,wayland,quant]"
 # Bench-only: the tekken vocabulary file of mistral-common (holodesk.bench.stand_in_tokenizer reads the file and
-# imports nothing of the package; its dependencies would pin numpy < 2.4).
-pip_install --no-deps "mistral-common==1.13.1"
+# imports nothing of the package). Kept off the import path: transformers uses an importable mistral-common as its
+# tokenizer backend, and this one lacks its dependencies (they would pin numpy < 2.4).
+pip_install --no-deps --target "$VENV/bench-data" --upgrade "mistral-common==1.13.1"
 fix_xlib
 
 cd "$HOLODESK_ROOT"

@@ -69,12 +69,22 @@ def prompt_images(loaded: LoadedHolotron, frames: Sequence[np.ndarray[Any, Any]]
     return [(pixels, loaded.info.tiling(int(pixels.shape[1]), int(pixels.shape[0]))) for pixels in frames]
 
 
+def first_text_id(loaded: LoadedHolotron) -> int:
+    """The smallest id above every added (special) token of the tokenizer (the test tokenizer's, or the tekken
+    stand-in's 1,000 reserved ids) and the image markers: random ids from there on are plain text, so a bench
+    prompt holds exactly the image runs it was built with."""
+    tokenizer = loaded.tokenizer
+    special = [*tokenizer.all_special_ids, *getattr(tokenizer, "added_tokens_decoder", {}),
+               loaded.img_start_id, loaded.img_end_id, loaded.image_token_id]
+    return max(int(t) for t in special) + 1
+
+
 def text_ids(loaded: LoadedHolotron, n: int, seed: int) -> list[int]:
-    """``n`` random text ids in ``[16, vocab)`` (above the special tokens), the same for the same seed."""
+    """``n`` random text ids in ``[first_text_id, vocab)``, the same for the same seed."""
     import numpy as np
 
     vocab = int(loaded.model.config.text_config.vocab_size)
-    return [int(t) for t in np.random.default_rng(seed).integers(16, vocab, size=n)]
+    return [int(t) for t in np.random.default_rng(seed).integers(first_text_id(loaded), vocab, size=n)]
 
 
 def prompt_ids(loaded: LoadedHolotron, frames: Sequence[np.ndarray[Any, Any]], args: argparse.Namespace, seed: int,
@@ -359,7 +369,8 @@ def history_runs(engine: StaticEngine, args: argparse.Namespace, weights: dict[s
     rows = []
     for n in (int(v) for v in args.history.split(",") if v):
         frames = [random_frame(w, h, 100 + i) for i in range(n)]
-        replies = [[16 + (j * 7 + i) % (vocab - 16) for j in range(args.reply_tokens)] for i in range(n - 1)]
+        first = first_text_id(loaded)
+        replies = [[first + (j * 7 + i) % (vocab - first) for j in range(args.reply_tokens)] for i in range(n - 1)]
         ids = prompt_ids(loaded, frames, args, seed=7, replies=replies)
         samples = []
         for _ in range(max(1, args.repeats - 1)):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -41,21 +42,28 @@ STAND_IN_SPECIALS = {0: "<unk>", 1: "<s>", 2: "</s>", 18: "<img>", 19: "</img>",
 placed here (assumed: Nemotron's own ids for them were not read)."""
 
 
+TEKKEN_TARGET = Path(sys.prefix) / "bench-data"
+"""Where the test installer puts the mistral-common package for the bench (``pip install --no-deps --target``):
+outside the environment's import path, since transformers takes an importable mistral-common for its own tokenizer
+backend and fails on one installed without its dependencies."""
+
+
 def tekken_path() -> Path:
-    """The tekken vocabulary file of the installed ``mistral-common`` package (found without importing it,
-    so none of its dependencies is needed).
+    """The tekken vocabulary file of the ``mistral-common`` package, importable or under :data:`TEKKEN_TARGET`
+    (found without importing it, so none of its dependencies is needed).
 
     Raises:
         HolodeskError: mistral-common is not installed, or its wheel lacks :data:`TEKKEN_FILE`.
     """
     spec = importlib.util.find_spec("mistral_common")
     folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    folders.append(str(TEKKEN_TARGET / "mistral_common"))
     for folder in folders:
         path = Path(folder) / "data" / TEKKEN_FILE
         if path.is_file():
             return path
     raise HolodeskError(f"--tokenizer tekken needs {TEKKEN_FILE} from the mistral-common package, which is "
-                        + ("installed without it" if folders else "not installed"),
+                        + ("installed without it" if spec is not None else "not installed"),
                         hint="pip install mistral-common (a bench-only dependency), or use --tokenizer test.")
 
 
