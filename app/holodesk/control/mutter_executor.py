@@ -74,6 +74,8 @@ MUTTER_CAPABILITIES = ExecutorCapabilities(
                                 "command bound to a key (Settings > Keyboard > Custom Shortcuts)"),
     episode_end=Capability(False, "nothing to undo: each action releases its keys and buttons, and the "
                            "clipboard's text is put back within the paste"),
+    desktop_end=Capability(True, "the compositor leaving the session bus stops the running task, and later "
+                           "tasks fail at once"),
 )
 """What :class:`MutterExecutor` can do beyond ``execute`` (shown by ``holodesk doctor``)."""
 

@@ -9,7 +9,10 @@ On GNOME Wayland (``mutter``) and through xdg-desktop-portal (``portal``) it own
 on its streams (PipeWire connection, GStreamer pipeline): every task captures through that capture and acts
 through an executor on that session. A second capture on the same screen-cast stream gets no frame, so a
 task's ``capture.close()`` does not end it (:class:`SharedCapture`); :func:`close_desktop` does, once, at
-exit. With ``mss`` (X11) each task gets its own capture and executor, as they hold no session.
+exit. With ``mss`` (X11) each task gets its own capture and executor, as they hold no session; on Linux the
+process's one :class:`~holodesk.display.x11.X11Watch` (opened on first use, closed at exit) notices the X
+server's end: the running task is stopped (its executor's ``watch_desktop``) and every later task's capture
+fails at once with "the desktop session ended".
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import sys
 import threading
 from typing import TYPE_CHECKING
 
@@ -29,6 +33,7 @@ if TYPE_CHECKING:
     from holodesk.display import BackendChoice
     from holodesk.display.mutter import MutterRemoteDesktop
     from holodesk.display.portal import PortalRemoteDesktop
+    from holodesk.display.x11 import X11Watch
     from holodesk.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -73,6 +78,8 @@ class Desktop:
         self.choice = choice
         self.remote: MutterRemoteDesktop | PortalRemoteDesktop | None = None
         self._capture: MutterCapture | None = None
+        self._x11_watch: X11Watch | None = None
+        self._watch_lock = threading.Lock()
         if choice.backend == "mutter":
             from holodesk.display.mutter import MutterRemoteDesktop
 
@@ -91,10 +98,14 @@ class Desktop:
         new mss capture (X11; the task closes it).
 
         Raises:
-            DisplayError: (mss) no X display to capture.
+            DisplayError: (mss) no X display to capture, or its X server went away ("the desktop session
+                ended").
         """
         if self._capture is not None:
             return SharedCapture(self._capture)
+        watch = self.x11_watch()
+        if watch is not None:
+            watch.raise_if_ended()
         from holodesk.capture.mss_backend import MssCapture
 
         return MssCapture()
@@ -108,14 +119,34 @@ class Desktop:
             return MutterExecutor(self.remote, stop_event=stop_event)
         from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 
-        return PyAutoGUIExecutor(typing=settings.typing, stop_event=stop_event)
+        return PyAutoGUIExecutor(typing=settings.typing, stop_event=stop_event, desktop_watch=self.x11_watch())
+
+    def x11_watch(self) -> X11Watch | None:
+        """The process's watch of the X server (``mss`` on Linux with ``DISPLAY`` set), opened on first use;
+        None elsewhere, or when the X server cannot be reached now (the capture then says why)."""
+        if self.remote is not None or not sys.platform.startswith("linux") or not os.environ.get("DISPLAY"):
+            return None
+        with self._watch_lock:
+            if self._x11_watch is None:
+                from holodesk.display.x11 import X11Watch
+                from holodesk.errors import DisplayError
+
+                try:
+                    self._x11_watch = X11Watch()
+                except DisplayError as exc:
+                    log.warning("the X server's end will not be noticed: %s", exc)
+                    return None
+            return self._x11_watch
 
     def capabilities(self) -> ExecutorCapabilities:
         """What this backend's executor can do beyond ``execute`` (:func:`executor_capabilities`)."""
         return executor_capabilities(self.choice.backend)
 
     def close(self) -> None:
-        """Stop the capture's pipelines, then end the remote-desktop session and its D-Bus connection."""
+        """Stop the capture's pipelines, then end the remote-desktop session and its D-Bus connection; close
+        the X server's watch."""
+        if self._x11_watch is not None:
+            self._x11_watch.close()
         if self._capture is not None:
             self._capture.close()
         if self.remote is not None:
