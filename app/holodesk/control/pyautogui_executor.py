@@ -132,6 +132,8 @@ X11_CAPABILITIES = ExecutorCapabilities(
     desktop_end=Capability(True, "on Linux a connection of its own to the X server is watched: when the server "
                            "goes away the running task stops and later tasks fail at once (Windows and macOS "
                            "desktops do not end under a running process)"),
+    own_windows=Capability(True, "X11: a pointer action whose point, or keys whose focused window, is one of "
+                           "Holodesk's windows (X stacking order; WM_CLASS or the X client's process) are refused"),
 )
 """What :class:`PyAutoGUIExecutor` can do beyond ``execute`` (shown by ``holodesk doctor``)."""
 
