@@ -4,7 +4,8 @@ runs through XWayland), and clicks another program's window at the same kind of 
 
 Real headless mutter with Xwayland; two Tk forms run through XWayland: one of WM_CLASS class ``Holodesk`` (a
 stand-in for the overlay or the no-tray window), one of its own class. What arrived is read from each
-form's own click count.
+form's own click count. The clicks come from a process of its own (``tests/wayland/own_window_clicks.py``),
+as from a Holodesk process on that desktop.
 """
 
 from __future__ import annotations
@@ -20,11 +21,6 @@ from typing import Any
 
 import pytest
 
-from holodesk.capture.pipewire_backend import MutterCapture
-from holodesk.control.mutter_executor import MutterExecutor
-from holodesk.core.actions import Click
-from holodesk.core.geometry import frame_pixel_to_point, place
-from holodesk.display.mutter import MutterRemoteDesktop
 from tests.helpers.mutter import MutterSession, mutter_session
 from tests.helpers.processes import stop_process
 
@@ -70,35 +66,26 @@ def start_form(session: MutterSession, layout: Path, x: int, wm_class: str) -> s
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def test_click_on_a_holodesk_window_is_refused_and_another_window_is_clicked(
-        mutter_x: MutterSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DISPLAY", mutter_x.env["DISPLAY"])  # XWayland, as the app's environment has it
-    monkeypatch.setenv("XAUTHORITY", mutter_x.env["XAUTHORITY"])
+def test_click_on_a_holodesk_window_is_refused_and_another_window_is_clicked(mutter_x: MutterSession,
+                                                                           tmp_path: Path) -> None:
     own_layout, other_layout = tmp_path / "own.json", tmp_path / "other.json"
     own = start_form(mutter_x, own_layout, 60, "Holodesk")
     other = start_form(mutter_x, other_layout, 700, "HolodeskTkForm")
-    remote = MutterRemoteDesktop(mutter_x.bus_address, os.path.join(mutter_x.env["XDG_RUNTIME_DIR"], "pipewire-0"))
-    capture = MutterCapture(remote)
     try:
         mapped = lambda lay: "Count" in lay.get("rects", {}) and lay.get("window", [0, 0, 0, 0])[2] > 1  # noqa: E731
-        own_rects = wait_layout(own_layout, own, mapped)["rects"]
-        other_rects = wait_layout(other_layout, other, mapped)["rects"]
-        executor = MutterExecutor(remote)
-        frame = capture.grab(1)
-
-        def click(rect: list[int]) -> Any:
-            x, y, w, h = rect
-            return executor.execute(place(Click(frame_pixel_to_point(frame, x + w // 2, y + h // 2)), frame))
-
-        refused = click(own_rects["Count"])
-        assert not refused.ok and refused.status == "failed", refused
-        assert "Holodesk's own window" in refused.message and "nothing was done" in refused.message, refused
-        done = click(other_rects["Count"])
-        assert done.ok, done
+        own_count = wait_layout(own_layout, own, mapped)["rects"]["Count"]
+        other_count = wait_layout(other_layout, other, mapped)["rects"]["Count"]
+        env = {**mutter_x.env, "PYTHONPATH": os.pathsep.join([str(ROOT / "app"), str(ROOT)])}
+        res = subprocess.run([sys.executable, "-m", "tests.wayland.own_window_clicks",
+                              ",".join(map(str, own_count)), ",".join(map(str, other_count))],
+                             env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stdout + res.stderr
+        refused, done = json.loads(res.stdout.strip().splitlines()[-1])
+        assert not refused["ok"] and refused["status"] == "failed", (refused, res.stderr[-2000:])
+        assert "Holodesk's own window" in refused["message"] and "nothing was done" in refused["message"], refused
+        assert done["ok"], (done, res.stderr[-2000:])
         wait_layout(other_layout, other, lambda lay: lay.get("count") == 1)  # the other program got its click
         assert wait_layout(own_layout, own, lambda lay: True)["count"] == 0  # Holodesk's window got nothing
     finally:
-        capture.close()
-        remote.close()
         stop_process(own)
         stop_process(other)
