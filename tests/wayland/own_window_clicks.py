@@ -39,5 +39,11 @@ def main(rects: list[tuple[int, int, int, int]]) -> int:
     return 0
 
 
+def rect(arg: str) -> tuple[int, int, int, int]:
+    """``"X,Y,W,H"`` -> ``(x, y, w, h)``."""
+    x, y, w, h = (int(v) for v in arg.split(","))
+    return x, y, w, h
+
+
 if __name__ == "__main__":
-    sys.exit(main([tuple(int(v) for v in arg.split(",")) for arg in sys.argv[1:]]))  # type: ignore[misc]
+    sys.exit(main([rect(arg) for arg in sys.argv[1:]]))
