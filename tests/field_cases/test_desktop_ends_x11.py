@@ -98,3 +98,28 @@ def test_x_server_killed_mid_task_ends_the_task_at_once(make_desktop: Any, tmp_p
     kinds = [s.get("action", {}).get("kind") for s in ep.steps]
     assert kinds == ["click", "wait"], kinds  # the second click was never proposed
     assert "Traceback" not in log_text and "Xlib" not in log_text, log_text[-3000:]
+
+
+def test_a_capture_whose_x_server_died_says_the_desktop_session_ended(make_xvfb: Any) -> None:
+    """The process's desktop backend (mss): a task's capture of an X server that is then killed fails at once
+    with "the desktop session ended", not mss's own failure; so does the next task's capture."""
+    from holodesk.display import choose_backend
+    from holodesk.errors import DisplayError
+    from holodesk.session.desktop import Desktop
+
+    server = make_xvfb(800, 600)  # DISPLAY names it
+    desktop = Desktop(choose_backend("mss"))
+    try:
+        capture = desktop.capture()
+        assert capture.grab(1).pixels.shape == (600, 800, 3)
+        server.process.kill()
+        server.process.wait(10)
+        t0 = time.monotonic()
+        with pytest.raises(DisplayError, match=r"^the desktop session ended"):
+            capture.grab(1)
+        with pytest.raises(DisplayError, match=r"^the desktop session ended"):
+            desktop.capture()
+        assert time.monotonic() - t0 < 3
+        capture.close()
+    finally:
+        desktop.close()

@@ -25,6 +25,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from holodesk.core.geometry import Frame, Monitor
+from holodesk.errors import DisplayError, HolodeskError
 
 if TYPE_CHECKING:
     from holodesk.capture.base import CaptureBackend
@@ -61,6 +62,56 @@ class SharedCapture:
 
     def close(self) -> None:
         """Nothing: the capture stays open for the process's next task."""
+
+
+class WatchedCapture:
+    """A task's X11 capture under the process's watch of the X server: once the server has gone, ``monitors``
+    and ``grab`` raise "the desktop session ended" instead of mss's failure (a grab that failed as the server
+    went waits up to ``grace_s`` for the watch to see its end, so its error says so too).
+
+    Args:
+        capture: the task's capture (closed by ``close``).
+        watch: the process's watch of the X server.
+        grace_s: how long a failed call waits for the watch to see the server's end (s).
+    """
+
+    def __init__(self, capture: CaptureBackend, watch: X11Watch, grace_s: float = 1.0) -> None:
+        self.capture = capture
+        self.watch = watch
+        self.grace_s = grace_s
+        self.name = capture.name
+
+    def monitors(self) -> list[Monitor]:
+        """As the capture's ``monitors``.
+
+        Raises:
+            DisplayError: the X server went away ("the desktop session ended"), or as the capture raises.
+        """
+        self.watch.raise_if_ended()
+        try:
+            return self.capture.monitors()
+        except HolodeskError as exc:
+            if self.watch.ended.wait(self.grace_s):
+                raise self.watch.desktop_ended_error() from exc
+            raise
+
+    def grab(self, monitor_index: int) -> Frame:
+        """As the capture's ``grab``.
+
+        Raises:
+            DisplayError: the X server went away ("the desktop session ended"), or as the capture raises.
+        """
+        self.watch.raise_if_ended()
+        try:
+            return self.capture.grab(monitor_index)
+        except HolodeskError as exc:
+            if self.watch.ended.wait(self.grace_s):
+                raise self.watch.desktop_ended_error() from exc
+            raise
+
+    def close(self) -> None:
+        """Close the task's capture."""
+        self.capture.close()
 
 
 class Desktop:
@@ -108,7 +159,7 @@ class Desktop:
             watch.raise_if_ended()
         from holodesk.capture.mss_backend import MssCapture
 
-        return MssCapture()
+        return MssCapture() if watch is None else WatchedCapture(MssCapture(), watch)
 
     def executor(self, settings: Settings, stop_event: threading.Event | None = None) -> Executor:
         """A task's executor: on the process's remote-desktop session (``mutter``/``portal``) or pyautogui's.
@@ -129,7 +180,6 @@ class Desktop:
         with self._watch_lock:
             if self._x11_watch is None:
                 from holodesk.display.x11 import X11Watch
-                from holodesk.errors import DisplayError
 
                 try:
                     self._x11_watch = X11Watch()
