@@ -16,7 +16,8 @@ The user stays in charge: a caller's task is approved exactly like a task typed 
 channel (:mod:`holodesk.instance`); when it does not, this process hosts a headless app
 (:func:`holodesk.ui.host.host_tasks`). Only one task drives the desktop at a time: a second call gets
 a ``busy`` outcome. A cancelled call, a client that disconnects and a host that exits stop the task
-before its next action; the episode records ``stopped_by``.
+before its next action; the episode records ``stopped_by``: over stdio, "the MCP client (it cancelled the
+call)" or "the MCP client (it went away: disconnected)" (:func:`who_stopped`).
 """
 
 import asyncio
@@ -27,6 +28,7 @@ import logging
 import os
 import re
 import secrets
+import select
 import shlex
 import sys
 import threading
@@ -46,7 +48,27 @@ from holodesk.settings import Settings, load_settings
 log = logging.getLogger(__name__)
 
 CALLER = "the MCP client"
-"""Who a caller's stop is attributed to in the episode record."""
+"""Who a caller's stop is attributed to in the episode record (when the cause cannot be told: HTTP)."""
+CANCELLED_BY = f"{CALLER} (it cancelled the call)"
+"""``stopped_by`` of a stdio call the client cancelled (``notifications/cancelled``) while connected."""
+GONE_BY = f"{CALLER} (it went away: disconnected)"
+"""``stopped_by`` of a stdio call whose client closed the server's stdin (it exited or disconnected)."""
+
+_client_input = -1
+"""A copy of the stdio server's stdin (the client's end of the wire) while it serves, else -1."""
+
+
+def who_stopped() -> str:
+    """Who stopped a caller's task whose call was cancelled: :data:`GONE_BY` when the stdio client's end of
+    the wire has hung up (the SDK cancels every call at its end of file), :data:`CANCELLED_BY` while it is
+    still connected (the SDK cancels a call on the client's ``notifications/cancelled``), :data:`CALLER`
+    when not serving stdio (HTTP: the cause is not known here)."""
+    if _client_input < 0:
+        return CALLER
+    hangup = select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)
+    poller = select.poll()
+    poller.register(_client_input, hangup)
+    return GONE_BY if any(events & hangup for _fd, events in poller.poll(0)) else CANCELLED_BY
 
 HOSTS = ("claude-code", "cursor", "codex")
 """Clients ``--print-config`` knows."""
@@ -257,8 +279,9 @@ async def _run_task_with_progress(desk: Desk, task: str, mode: str | None, ctx: 
     while no step ends, one every :data:`HEARTBEAT_S` seconds (progress = steps done + a fraction that grows
     towards 1, so it always increases; message = :func:`heartbeat_message`).
 
-    A cancelled call (also a client that disconnects) sets the task's stop event and waits (at most 60 s,
-    shielded) for the worker to record the stop before the cancellation propagates.
+    A cancelled call (also a client that disconnects) sets the task's stop event, naming who stopped it
+    (:func:`who_stopped`), and waits (at most 60 s, shielded) for the worker to record the stop before the
+    cancellation propagates.
 
     Raises:
         ToolError: the task could not run or failed (the message says why; errors that are not a
@@ -267,13 +290,14 @@ async def _run_task_with_progress(desk: Desk, task: str, mode: str | None, ctx: 
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
     cancel = threading.Event()  # set when the call is cancelled, the client disconnects or the host exits
+    stopper = {"by": CALLER}  # who set ``cancel``, decided before it is set
 
     def on_step(report: dict[str, Any]) -> None:
         loop.call_soon_threadsafe(queue.put_nowait, ("step", report))
 
     def work() -> None:
         try:
-            value: Any = ("done", desk.run_task(task, mode, on_step, cancel, lambda: CALLER))
+            value: Any = ("done", desk.run_task(task, mode, on_step, cancel, lambda: stopper["by"]))
         except HolodeskError as exc:
             value = ("error", exc)
         except Exception as exc:  # reported to the caller and logged, never swallowed
@@ -301,6 +325,7 @@ async def _run_task_with_progress(desk: Desk, task: str, mode: str | None, ctx: 
             else:
                 return dict(value)
     except anyio.get_cancelled_exc_class():
+        stopper["by"] = who_stopped()
         cancel.set()
         with anyio.CancelScope(shield=True):  # the stop is recorded before the handler ends
             await anyio.to_thread.run_sync(worker.join, 60.0)
@@ -502,14 +527,18 @@ def run(*, http_port: int | None = None, script: Path | None = None) -> int:
             print(f"holodesk mcp: serving {http_url(http_port)} (bearer token required)", file=sys.stderr)
             anyio.run(serve_http, server, http_port, token)
         else:
+            global _client_input
             sys.stdout.flush()
             os.dup2(wire, 1)
             os.close(wire)
+            _client_input = os.dup(0)  # the SDK points fd 0 at the null device while it serves
             try:
                 anyio.run(server.run_stdio_async)
             finally:
                 sys.stdout.flush()
                 os.dup2(2, 1)
+                os.close(_client_input)
+                _client_input = -1
 
     try:
         desktop_backend(settings)  # a clear DisplayError when no backend can see this desktop (X11 or Wayland)

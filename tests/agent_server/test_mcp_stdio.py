@@ -135,8 +135,8 @@ def test_cancelling_run_task_leaves_the_next_action_unperformed_and_the_record_s
     assert latest["status"] == "stopped", latest
     assert took < 5, f"the run took {took:.1f} s to stop after the cancellation"
     end = episode_lines(tmp_path / "data", latest["episode_id"])[-1]
-    assert end["type"] == "end" and end["stopped_by"] == "the MCP client", end
-    assert end["reason"] == "stopped by the MCP client"
+    assert end["type"] == "end" and end["stopped_by"] == "the MCP client (it cancelled the call)", end
+    assert end["reason"] == "stopped by the MCP client (it cancelled the call)"
     # The wait in progress ended at the stop request, and the run ended within 1 s of the cancellation.
     assert end["ended_at"] - box["cancelled_at"] < 1.0
     # The target program's state: the first click happened, the one after the wait never did.
@@ -228,7 +228,8 @@ def test_the_host_exiting_stops_the_task_before_its_next_action(scene: Any, tmp_
         folder = wait_until(lambda: next(iter(episodes.iterdir()), None), 30, "the episode folder")
         end = wait_until(lambda: [r for r in episode_lines(tmp_path / "data", folder.name) if r["type"] == "end"],
                          30, "the episode's end record")[0]
-        by = "the MCP client" if how == "host killed" else "the MCP client (its host ended the server)"
+        by = ("the MCP client (it went away: disconnected)" if how == "host killed"
+              else "the MCP client (its host ended the server)")
         assert end["status"] == "stopped" and end["stopped_by"] == by, end
         assert end["ended_at"] - killed_at < 5.0
         time.sleep(1.0)

@@ -1,6 +1,6 @@
 """A small Tk form, run as its own process (a toolkit that is not ours, next to the Qt target window).
 
-    python tests/apps/tk_form.py --layout LAYOUT.json [--x 300 --y 200] [--title "Tk form"]
+    python tests/apps/tk_form.py --layout LAYOUT.json [--x 300 --y 200] [--title "Tk form"] [--wm-class CLASS]
 
 Widgets: an Entry "name", a Checkbutton "agree", a Button "Count" (counts its clicks) and a Button
 "Submit". Pressing Return in the entry does nothing (only a click on Submit submits).
@@ -27,9 +27,9 @@ from typing import Any
 
 
 class TkForm:
-    def __init__(self, layout: str, x: int, y: int, title: str) -> None:
+    def __init__(self, layout: str, x: int, y: int, title: str, wm_class: str = "HolodeskTkForm") -> None:
         self.layout = layout
-        self.root = tk.Tk(className="HolodeskTkForm")
+        self.root = tk.Tk(className=wm_class)
         self.root.title(title)
         self.root.geometry(f"+{x}+{y}")
         self.name = tk.StringVar(self.root, value="")
@@ -99,8 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--x", type=int, default=300)
     parser.add_argument("--y", type=int, default=200)
     parser.add_argument("--title", default="Holodesk Tk form")
+    parser.add_argument("--wm-class", default="HolodeskTkForm", help="the class part of WM_CLASS")
     args = parser.parse_args(argv)
-    form = TkForm(args.layout, args.x, args.y, args.title)
+    form = TkForm(args.layout, args.x, args.y, args.title, args.wm_class)
     form.root.mainloop()
     return 0
 

@@ -59,16 +59,23 @@ class ExecutorCapabilities:
         failsafe_corners: a pointer pushed into a screen corner stops the run, and
             ``move_pointer_out_of_corner()`` moves a pointer resting there away before the first action (F12).
         episode_end: ``end_episode()`` undoes what the executor keeps between the steps of an episode.
+        desktop_end: ``watch_desktop(stop)``: the desktop going away (compositor or X server) stops the running
+            task at once, and later actions fail with "the desktop session ended".
+        own_windows: an action aimed at one of Holodesk's own windows (the overlay, the no-tray window) is
+            refused (:func:`holodesk.control.window.refuse_holodesk_target`).
     """
 
     geometry_check: Capability
     failsafe_corners: Capability
     episode_end: Capability
+    desktop_end: Capability
+    own_windows: Capability
 
     def to_dict(self) -> dict[str, str]:
         """``{"geometry check": "yes: ...", ...}`` for ``holodesk doctor``."""
         return {"geometry check": str(self.geometry_check), "fail-safe corners": str(self.failsafe_corners),
-                "end of episode": str(self.episode_end)}
+                "end of episode": str(self.episode_end), "desktop end": str(self.desktop_end),
+                "own windows refused": str(self.own_windows)}
 
 
 class Executor(Protocol):

@@ -19,12 +19,14 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from holodesk.control.base import ActionResult, Capability, ExecutorCapabilities
+from holodesk.control.window import refuse_holodesk_target
 from holodesk.core.actions import (
     Answer,
     Click,
@@ -74,6 +76,14 @@ MUTTER_CAPABILITIES = ExecutorCapabilities(
                                 "command bound to a key (Settings > Keyboard > Custom Shortcuts)"),
     episode_end=Capability(False, "nothing to undo: each action releases its keys and buttons, and the "
                            "clipboard's text is put back within the paste"),
+    desktop_end=Capability(True, "the compositor leaving the session bus stops the running task, and later "
+                           "tasks fail at once"),
+    own_windows=Capability(True, "a pointer action whose point is on one of Holodesk's windows is refused: on a "
+                           "Wayland session Holodesk's UI runs through XWayland, whose stacking order names them "
+                           "(a native Wayland window above one is not seen there, so a point on it is refused too; "
+                           "never the other way round). Keys are not checked (XWayland does not know which "
+                           "Wayland window has the focus); without XWayland (no DISPLAY) nothing can be checked, "
+                           "and the log says so"),
 )
 """What :class:`MutterExecutor` can do beyond ``execute`` (shown by ``holodesk doctor``)."""
 
@@ -116,6 +126,7 @@ class MutterExecutor:
         self.paste_timeout_s = paste_timeout_s
         self.input_ready_timeout_s = input_ready_timeout_s
         self.paste_settle_s = paste_settle_s
+        self._own_windows_warned = False  # no XWayland: the own-window check cannot run (logged once)
 
     def execute(self, placed: PlacedAction) -> ActionResult:
         """Perform ``placed.action`` at ``placed.input_points`` (the points the approval showed); refused
@@ -178,6 +189,22 @@ class MutterExecutor:
                                         "'holodesk doctor'.")
         right, bottom = monitor.left + monitor.width - 1, monitor.top + monitor.height - 1
         return [[monitor.left, monitor.top], [right, bottom]]
+
+    def _refuse_holodesk_target(self, points: Sequence[InputPoint]) -> None:
+        """Refuse a pointer action whose point is on one of Holodesk's own windows (XWayland's stacking order,
+        :func:`~holodesk.control.window.refuse_holodesk_target`; the points are in Mutter's logical layout,
+        which is XWayland's root space). Without XWayland nothing can be checked: logged once.
+
+        Raises:
+            ActionError: a point is on Holodesk's own window; nothing was done.
+        """
+        if not os.environ.get("DISPLAY"):
+            if not self._own_windows_warned:
+                self._own_windows_warned = True
+                log.warning("no XWayland (DISPLAY is unset): a point on Holodesk's own window cannot be told "
+                            "apart from the program under it, so such actions are not refused")
+            return
+        refuse_holodesk_target([(p.x, p.y) for p in points])
 
     # -- pointer ------------------------------------------------------------------------------------
     def _stream_point(self, frame: Frame, ip: InputPoint) -> tuple[str, float, float]:
@@ -242,6 +269,8 @@ class MutterExecutor:
                               "since the remote-desktop session started); did nothing",
                               hint="Capture a frame first; `holodesk doctor` shows the Wayland backend's state.")
         details["input_points"] = [[p.x, p.y] for p in points]
+        if points:
+            self._refuse_holodesk_target(points)
         if isinstance(action, (Click, DoubleClick, RightClick, MiddleClick)):
             (ip,) = points
             self._move(frame, ip)

@@ -19,6 +19,9 @@
   before anything is clicked. The session calls it once per run.
 * The fail-safe (pointer in a corner of the screen or of any monitor, :func:`failsafe_points`) becomes
   ``status="stopped_by_user"`` (F12); it is checked before every action and during waits.
+* When the X server goes away (``desktop_watch``, :class:`~holodesk.display.x11.X11Watch`) the running task is
+  told (:meth:`PyAutoGUIExecutor.watch_desktop`), a running ``wait`` ends, and this and every later action
+  fail at once with "the desktop session ended" (never an Xlib traceback).
 * Errors are returned as failed :class:`ActionResult` values, never raised.
 """
 
@@ -52,6 +55,8 @@ from holodesk.core.actions import (
     Wait,
 )
 from holodesk.core.geometry import InputPoint, Monitor, PlacedAction
+from holodesk.display.remote import DESKTOP_ENDED
+from holodesk.display.x11 import X11Watch, is_connection_closed
 from holodesk.errors import ActionError, DisplayError, GeometryMismatch, HolodeskError
 
 log = logging.getLogger(__name__)
@@ -124,6 +129,11 @@ X11_CAPABILITIES = ExecutorCapabilities(
     failsafe_corners=Capability(True, "pyautogui's fail-safe: the pointer pushed into a screen corner stops the "
                                 "run; a pointer resting there is moved away before the first action"),
     episode_end=Capability(True, "the characters the X11 typer bound to spare keycodes are unbound"),
+    desktop_end=Capability(True, "on Linux a connection of its own to the X server is watched: when the server "
+                           "goes away the running task stops and later tasks fail at once (Windows and macOS "
+                           "desktops do not end under a running process)"),
+    own_windows=Capability(True, "X11: a pointer action whose point, or keys whose focused window, is one of "
+                           "Holodesk's windows (X stacking order; WM_CLASS or the X client's process) are refused"),
 )
 """What :class:`PyAutoGUIExecutor` can do beyond ``execute`` (shown by ``holodesk doctor``)."""
 
@@ -157,6 +167,8 @@ class PyAutoGUIExecutor:
         focus_timeout_s: X11: the longest wait, in seconds, for the window a left click went to to take
             the keyboard focus before the next key or type step sends keys (default 2.0; the wait ends on
             the FocusIn event, see ``_await_click_focus``).
+        desktop_watch: the process's watch of the X server (None: the server's end is noticed only as
+            pyautogui's connection error, in the action that meets it).
 
     Attributes:
         before_input: called with the action and its input points once the pointer rests on the first
@@ -183,6 +195,7 @@ class PyAutoGUIExecutor:
         settle_timeout_s: float = 2.0,
         pointer_tolerance_px: int = 0,
         focus_timeout_s: float = 2.0,
+        desktop_watch: X11Watch | None = None,
     ) -> None:
         if typing not in ("auto", "xtest", "clipboard"):
             raise ActionError(f"unknown typing method {typing!r}; use auto, xtest or clipboard")
@@ -203,6 +216,7 @@ class PyAutoGUIExecutor:
         self._clicked_toplevel: int | None = None  # X11 window a left click went to, until keys follow
         self._monitors_warned = False  # the fail-safe fell back to the screen's corners (logged once)
         self.before_input: Callable[[Action, tuple[InputPoint, ...]], str | None] | None = None
+        self.desktop_watch = desktop_watch
 
     # -- pyautogui ----------------------------------------------------------------------------------
     def _gui(self) -> Any:
@@ -293,10 +307,35 @@ class PyAutoGUIExecutor:
         width, height = gui.size()
         return int(width) // 2, int(height) // 2
 
+    def watch_desktop(self, stop: Callable[[str], None]) -> None:
+        """Call ``stop(reason)`` when the X server goes away during this task (replacing the previous task's
+        watcher: one task at a time); at once when it has gone already. Nothing without a ``desktop_watch``."""
+        watch = self.desktop_watch
+        if watch is None:
+            return
+        watch.on_end = stop
+        if watch.ended.is_set():
+            stop(f"{DESKTOP_ENDED}: {watch.ended_reason}")
+
+    def _desktop_ended(self, exc: BaseException) -> DisplayError | None:
+        """The "desktop session ended" error when ``exc`` came from the X server's end (its connection
+        closed, or the watch saw it go), else None. A closed connection is reported to the watch."""
+        watch = self.desktop_watch
+        if is_connection_closed(exc):
+            if watch is None:
+                return DisplayError(f"{DESKTOP_ENDED} (the X server closed pyautogui's connection)",
+                                    hint="Start the desktop (the X server) again, then start Holodesk again.")
+            watch.mark_ended(f"the X server {watch.display_name} closed the connection")
+        if watch is not None and watch.ended.is_set():
+            return watch.desktop_ended_error()
+        return None
+
     def end_episode(self) -> None:
         """Undo what the executor keeps between the steps of an episode: the characters the X11 typer
-        bound to spare keycodes (:meth:`~holodesk.control.typing.X11KeysymTyper.release`). Never raises;
-        the executor stays usable."""
+        bound to spare keycodes (:meth:`~holodesk.control.typing.X11KeysymTyper.release`); nothing once the
+        X server is gone. Never raises; the executor stays usable."""
+        if self.desktop_watch is not None and self.desktop_watch.ended.is_set():
+            return
         if self._x11_typer is not None:
             self._x11_typer.release()
 
@@ -393,6 +432,8 @@ class PyAutoGUIExecutor:
             gui = None
         deadline = time.monotonic() + seconds
         while True:
+            if self.desktop_watch is not None:
+                self.desktop_watch.raise_if_ended()
             if gui is not None:
                 self._raise_if_failsafe(gui)
             left = deadline - time.monotonic()
@@ -414,6 +455,8 @@ class PyAutoGUIExecutor:
         action = placed.action
         details: dict[str, Any] = {"kind": action.kind, "monitor": placed.frame.monitor.index}
         try:
+            if self.desktop_watch is not None:
+                self.desktop_watch.raise_if_ended()
             message = self._perform(action, placed.input_points, details)
             status, ok = "performed", True
         except _Unreachable as exc:
@@ -431,6 +474,9 @@ class PyAutoGUIExecutor:
                 details["failsafe"] = True
                 status, ok = "stopped_by_user", False
                 message = "stopped by the fail-safe: the pointer was moved to a corner of the screen or a monitor"
+            elif (ended := self._desktop_ended(exc)) is not None:
+                details["error"] = "DisplayError"
+                status, ok, message = "failed", False, str(ended)
             else:
                 log.exception("action %s failed", action.kind)
                 details["error"] = type(exc).__name__

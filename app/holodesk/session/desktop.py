@@ -9,7 +9,10 @@ On GNOME Wayland (``mutter``) and through xdg-desktop-portal (``portal``) it own
 on its streams (PipeWire connection, GStreamer pipeline): every task captures through that capture and acts
 through an executor on that session. A second capture on the same screen-cast stream gets no frame, so a
 task's ``capture.close()`` does not end it (:class:`SharedCapture`); :func:`close_desktop` does, once, at
-exit. With ``mss`` (X11) each task gets its own capture and executor, as they hold no session.
+exit. With ``mss`` (X11) each task gets its own capture and executor, as they hold no session; on Linux the
+process's one :class:`~holodesk.display.x11.X11Watch` (opened on first use, closed at exit) notices the X
+server's end: the running task is stopped (its executor's ``watch_desktop``) and every later task's capture
+fails at once with "the desktop session ended".
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import sys
 import threading
 from typing import TYPE_CHECKING
 
 from holodesk.core.geometry import Frame, Monitor
+from holodesk.errors import DisplayError, HolodeskError
 
 if TYPE_CHECKING:
     from holodesk.capture.base import CaptureBackend
@@ -29,6 +34,7 @@ if TYPE_CHECKING:
     from holodesk.display import BackendChoice
     from holodesk.display.mutter import MutterRemoteDesktop
     from holodesk.display.portal import PortalRemoteDesktop
+    from holodesk.display.x11 import X11Watch
     from holodesk.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -58,6 +64,56 @@ class SharedCapture:
         """Nothing: the capture stays open for the process's next task."""
 
 
+class WatchedCapture:
+    """A task's X11 capture under the process's watch of the X server: once the server has gone, ``monitors``
+    and ``grab`` raise "the desktop session ended" instead of mss's failure (a grab that failed as the server
+    went waits up to ``grace_s`` for the watch to see its end, so its error says so too).
+
+    Args:
+        capture: the task's capture (closed by ``close``).
+        watch: the process's watch of the X server.
+        grace_s: how long a failed call waits for the watch to see the server's end (s).
+    """
+
+    def __init__(self, capture: CaptureBackend, watch: X11Watch, grace_s: float = 1.0) -> None:
+        self.capture = capture
+        self.watch = watch
+        self.grace_s = grace_s
+        self.name = capture.name
+
+    def monitors(self) -> list[Monitor]:
+        """As the capture's ``monitors``.
+
+        Raises:
+            DisplayError: the X server went away ("the desktop session ended"), or as the capture raises.
+        """
+        self.watch.raise_if_ended()
+        try:
+            return self.capture.monitors()
+        except HolodeskError as exc:
+            if self.watch.ended.wait(self.grace_s):
+                raise self.watch.desktop_ended_error() from exc
+            raise
+
+    def grab(self, monitor_index: int) -> Frame:
+        """As the capture's ``grab``.
+
+        Raises:
+            DisplayError: the X server went away ("the desktop session ended"), or as the capture raises.
+        """
+        self.watch.raise_if_ended()
+        try:
+            return self.capture.grab(monitor_index)
+        except HolodeskError as exc:
+            if self.watch.ended.wait(self.grace_s):
+                raise self.watch.desktop_ended_error() from exc
+            raise
+
+    def close(self) -> None:
+        """Close the task's capture."""
+        self.capture.close()
+
+
 class Desktop:
     """The desktop backend of this process.
 
@@ -73,6 +129,8 @@ class Desktop:
         self.choice = choice
         self.remote: MutterRemoteDesktop | PortalRemoteDesktop | None = None
         self._capture: MutterCapture | None = None
+        self._x11_watch: X11Watch | None = None
+        self._watch_lock = threading.Lock()
         if choice.backend == "mutter":
             from holodesk.display.mutter import MutterRemoteDesktop
 
@@ -91,13 +149,17 @@ class Desktop:
         new mss capture (X11; the task closes it).
 
         Raises:
-            DisplayError: (mss) no X display to capture.
+            DisplayError: (mss) no X display to capture, or its X server went away ("the desktop session
+                ended").
         """
         if self._capture is not None:
             return SharedCapture(self._capture)
+        watch = self.x11_watch()
+        if watch is not None:
+            watch.raise_if_ended()
         from holodesk.capture.mss_backend import MssCapture
 
-        return MssCapture()
+        return MssCapture() if watch is None else WatchedCapture(MssCapture(), watch)
 
     def executor(self, settings: Settings, stop_event: threading.Event | None = None) -> Executor:
         """A task's executor: on the process's remote-desktop session (``mutter``/``portal``) or pyautogui's.
@@ -108,14 +170,33 @@ class Desktop:
             return MutterExecutor(self.remote, stop_event=stop_event)
         from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 
-        return PyAutoGUIExecutor(typing=settings.typing, stop_event=stop_event)
+        return PyAutoGUIExecutor(typing=settings.typing, stop_event=stop_event, desktop_watch=self.x11_watch())
+
+    def x11_watch(self) -> X11Watch | None:
+        """The process's watch of the X server (``mss`` on Linux with ``DISPLAY`` set), opened on first use;
+        None elsewhere, or when the X server cannot be reached now (the capture then says why)."""
+        if self.remote is not None or not sys.platform.startswith("linux") or not os.environ.get("DISPLAY"):
+            return None
+        with self._watch_lock:
+            if self._x11_watch is None:
+                from holodesk.display.x11 import X11Watch
+
+                try:
+                    self._x11_watch = X11Watch()
+                except DisplayError as exc:
+                    log.warning("the X server's end will not be noticed: %s", exc)
+                    return None
+            return self._x11_watch
 
     def capabilities(self) -> ExecutorCapabilities:
         """What this backend's executor can do beyond ``execute`` (:func:`executor_capabilities`)."""
         return executor_capabilities(self.choice.backend)
 
     def close(self) -> None:
-        """Stop the capture's pipelines, then end the remote-desktop session and its D-Bus connection."""
+        """Stop the capture's pipelines, then end the remote-desktop session and its D-Bus connection; close
+        the X server's watch."""
+        if self._x11_watch is not None:
+            self._x11_watch.close()
         if self._capture is not None:
             self._capture.close()
         if self.remote is not None:
