@@ -44,11 +44,14 @@ class Observation:
         task: the user's instruction in plain words.
         frame: the current frame of the chosen monitor.
         history: earlier steps, oldest first.
+        deadline: ``time.monotonic()`` seconds by which the task's wall-time cap ends it, or None (no cap);
+            a policy that waits on something outside the process (a server) gives up by then.
     """
 
     task: str
     frame: Frame
     history: tuple[HistoryStep, ...] = ()
+    deadline: float | None = None
 
 
 @dataclass(frozen=True)

@@ -529,7 +529,8 @@ class Session:
         self._set_state(State.THINKING, run.step)
         t0 = time.perf_counter()
         try:
-            proposal = self.policy.propose(Observation(run.task, frame, tuple(run.history)))
+            proposal = self.policy.propose(Observation(run.task, frame, tuple(run.history),
+                                                       deadline=run.started + self.limits.max_wall_s))
         except PolicyOutputError as exc:
             timings["policy"] = (time.perf_counter() - t0) * 1000
             self._reply_rejected(run, frame, exc, record, timings)
