@@ -16,7 +16,8 @@ A behaviour is a dict: ``content`` (assistant text), ``finish_reason`` (default 
 ``error`` (an error reply; ``error`` may be a dict, a string or raw text via ``raw_body``),
 ``headers`` (extra reply headers), ``drop`` (close the connection without replying), ``delay_s``,
 ``trickle_s`` (send the reply's headers, then one byte of its body every that many seconds, never ending),
-``endless_chunks`` (a 200 reply whose chunked body sends that many 64 KiB chunks of spaces, then ``content``).
+``body`` (a 200 reply of this raw text), ``endless_chunks`` (a 200 reply whose chunked body sends that many
+64 KiB chunks of spaces, then ``{}``).
 
 Run: ``python scripted_openai_server.py [--api-key K] [--models a,b] [--limit-images N]
 [--reject-response-format]``; it prints ``PORT <n>`` on stdout once listening and exits on SIGTERM.
@@ -194,6 +195,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         if behaviour.get("endless_chunks"):
             self._chunked(int(behaviour["endless_chunks"]))
+            return
+        if "body" in behaviour:  # a 200 reply whose body is this text as is
+            self._reply(200, None, behaviour.get("headers"), behaviour["body"])
             return
         if behaviour.get("drop"):
             self.close_connection = True
