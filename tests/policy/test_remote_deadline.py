@@ -89,3 +89,38 @@ def test_a_long_but_bounded_reply_is_read_whole(server):
     with remote(server, timeout_s=30) as pol:
         error, _ = propose_bounded(pol)
     assert isinstance(error, PolicyError) and "no choices" in error.message  # the body "{}" parsed as JSON
+
+
+def test_a_run_with_max_seconds_ends_at_its_cap_while_the_server_trickles(server, tmp_path):
+    """The session's wall-time cap (``--max-seconds``) reaches into the policy's request: the run ends at the
+    cap, recorded as the cap, although the server is still sending and the request timeout is a minute."""
+    import numpy as np
+
+    from holodesk.capture.fake import FakeCapture
+    from holodesk.control.recording import RecordingExecutor
+    from holodesk.session.approval import ApprovalPolicy, ApprovalResponse, Decision
+    from holodesk.session.episode import load_episode
+    from holodesk.session.loop import STOPPED_BY_WALL_CAP, Session, SessionLimits, State
+
+    server.script({"trickle_s": 0.2})
+    executor = RecordingExecutor()
+    with remote(server, timeout_s=60) as pol:
+        session = Session(pol, FakeCapture([np.zeros((200, 320, 3), np.uint8)]), executor,
+                          ApprovalPolicy("step", lambda request: ApprovalResponse(Decision.APPROVE)),
+                          SessionLimits(max_wall_s=2.0), episodes_dir=tmp_path)
+        outcome: dict[str, Any] = {}
+        thread = threading.Thread(target=lambda: outcome.update(result=session.run("open the settings")),
+                                  daemon=True)
+        t0 = time.monotonic()
+        thread.start()
+        thread.join(HANG_BOUND_S)
+        took = time.monotonic() - t0
+    assert not thread.is_alive(), f"the run was still waiting for the server after {HANG_BOUND_S} s"
+    result = outcome["result"]
+    assert result.status is State.FAILED and result.stopped_by == STOPPED_BY_WALL_CAP, result
+    assert "wall-time cap" in result.reason
+    assert 1.8 <= took < 4.0 and executor.calls == []
+    assert session.recorder is not None
+    episode = load_episode(session.recorder.path)
+    assert "time left of the task's wall-time cap (--max-seconds)" in episode.steps[0]["error"], episode.steps
+    assert episode.end is not None and episode.end.get("stopped_by") == STOPPED_BY_WALL_CAP, episode.end

@@ -665,7 +665,8 @@ class RemotePolicy:
 
         The exchange runs in a worker thread and this thread waits for it until ``until``: a reply that
         trickles (each read within httpx's read timeout) or never ends cannot hold the step past it. A worker
-        left behind stops at its next chunk of the reply or at its read timeout.
+        left behind stops at its next chunk of the body or at its read timeout (a server that trickles its
+        headers keeps it, and its connection, until it stops sending).
 
         Returns:
             the response, its body read (at most :data:`MAX_REPLY_BYTES`).

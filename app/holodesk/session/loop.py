@@ -539,6 +539,7 @@ class Session:
         except PolicyError as exc:
             record.update(error=str(exc), timings_ms=timings)
             self._write(record)
+            self._check_limits(run.step, run.started)  # the wall-time cap (or a stop) ended the request: said so
             raise _Stop(State.FAILED, f"the policy failed: {exc}") from exc
         run.parse_failures = 0
         timings["policy"] = (time.perf_counter() - t0) * 1000
