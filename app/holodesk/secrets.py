@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import keyring
@@ -41,6 +43,13 @@ _REFUSED_MODULE_PREFIXES = ("keyrings.alt",)
 """Backends that would keep the key in a plaintext or home-made file: never used (F19)."""
 
 _REFUSED_BACKENDS = ("keyring.backends.fail.Keyring", "keyring.backends.null.Keyring")
+
+KEYCHAIN_TIMEOUT_S = 10.0
+"""Seconds one keychain call may take. A locked keychain may wait for its password in a prompt, and a
+Secret Service that does not answer holds a D-Bus call for minutes; past this bound the call is given up
+(:class:`KeychainTimeoutError`) and its thread is left to end on its own."""
+
+_T = TypeVar("_T")
 
 _session_keys: dict[str, str] = {}
 
@@ -112,6 +121,45 @@ def _get_backend() -> KeyringBackend:
     return backend
 
 
+class KeychainTimeoutError(SecretStoreError):
+    """A keychain call did not return within :data:`KEYCHAIN_TIMEOUT_S` (locked and prompting, or hung)."""
+
+
+def _bounded(action: str, call: Callable[[], _T]) -> _T:
+    """``call()`` (which opens the keychain with :func:`_get_backend`: probing may also wait on D-Bus) in a
+    worker thread, waited for at most :data:`KEYCHAIN_TIMEOUT_S` seconds.
+
+    Raises:
+        KeychainTimeoutError: no answer in time; the message says to unlock the keychain or use a session key.
+        SecretStoreError: a refused backend, or the call failed (never quoting the key).
+    """
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            outcome["value"] = call()
+        except SecretStoreError as exc:
+            outcome["error"] = exc
+        except Exception as exc:  # keyring and D-Bus errors of many types
+            outcome["error"] = _wrap(action, exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name=f"holodesk-keychain-{action}", daemon=True).start()
+    if not done.wait(KEYCHAIN_TIMEOUT_S):
+        raise KeychainTimeoutError(
+            f"Cannot {action} the API key: the keychain did not answer within {KEYCHAIN_TIMEOUT_S:g} s (it may be "
+            "locked and waiting for its password in a prompt, or its service is not responding).",
+            hint="Unlock the keychain (answer its password prompt, or open Passwords and Keys), then try again. "
+            + _CHOICE,
+        )
+    if "error" in outcome:
+        raise outcome["error"]
+    value: _T = outcome["value"]
+    return value
+
+
 def _wrap(action: str, exc: Exception) -> SecretStoreError:
     """Turn a keyring failure into SecretStoreError without quoting anything that might hold the key."""
     if isinstance(exc, keyring.errors.KeyringLocked):
@@ -131,6 +179,14 @@ def keyring_status() -> dict[str, Any]:
         is a real keychain and a read succeeded (a locked keychain that cannot be unlocked is not
         usable). Never raises; never reveals a stored secret.
     """
+    try:
+        return _bounded("read", _status_now)
+    except KeychainTimeoutError as exc:
+        return {"backend": "unknown", "usable": False, "detail": str(exc)}
+
+
+def _status_now() -> dict[str, Any]:
+    """:func:`keyring_status` without its time bound."""
     try:
         backend = keyring.get_keyring()
     except Exception as exc:  # keyring may raise anything while probing backends
@@ -159,12 +215,13 @@ def store_api_key(endpoint: str, key: str) -> None:
     if not key:
         raise ValueError("the API key is empty")
     user = normalize_endpoint(endpoint)
-    backend = _get_backend()
-    try:
+
+    def store() -> str:
+        backend = _get_backend()
         backend.set_password(SERVICE, user, key)
-    except Exception as exc:  # keyring and D-Bus errors of many types
-        raise _wrap("store", exc) from None
-    log.info("API key for %s stored in the keychain (%s)", user, _backend_name(backend))
+        return _backend_name(backend)
+
+    log.info("API key for %s stored in the keychain (%s)", user, _bounded("store", store))
 
 
 def load_api_key(endpoint: str) -> str | None:
@@ -172,13 +229,10 @@ def load_api_key(endpoint: str) -> str | None:
 
     Raises:
         SecretStoreError: when no usable keychain exists or it is locked.
+        KeychainTimeoutError: the keychain did not answer within :data:`KEYCHAIN_TIMEOUT_S`.
     """
     user = normalize_endpoint(endpoint)
-    backend = _get_backend()
-    try:
-        return backend.get_password(SERVICE, user)
-    except Exception as exc:  # keyring and D-Bus errors of many types
-        raise _wrap("read", exc) from None
+    return _bounded("read", lambda: _get_backend().get_password(SERVICE, user))
 
 
 def delete_api_key(endpoint: str) -> bool:
@@ -191,14 +245,15 @@ def delete_api_key(endpoint: str) -> bool:
     """
     user = normalize_endpoint(endpoint)
     _session_keys.pop(user, None)
-    backend = _get_backend()
-    try:
+
+    def delete() -> bool:
+        backend = _get_backend()
         if backend.get_password(SERVICE, user) is None:
             return False
         backend.delete_password(SERVICE, user)
-    except Exception as exc:  # keyring and D-Bus errors of many types
-        raise _wrap("delete", exc) from None
-    return True
+        return True
+
+    return _bounded("delete", delete)
 
 
 def set_session_api_key(endpoint: str, key: str | None) -> None:
@@ -221,7 +276,8 @@ def resolve_api_key(endpoint: str) -> tuple[str | None, str]:
 
     Returns:
         ``(key or None, source)`` with source one of ``"session"``, ``"env"``, ``"keychain"``,
-        ``"none"`` or ``"none (keychain unusable)"``. The key itself is never logged.
+        ``"none"``, ``"none (keychain unusable)"`` or ``"none (keychain did not answer)"`` (logged at
+        WARNING, with what to do). The key itself is never logged.
     """
     user = normalize_endpoint(endpoint)
     if user in _session_keys:
@@ -231,6 +287,9 @@ def resolve_api_key(endpoint: str) -> tuple[str | None, str]:
         return env, "env"
     try:
         key = load_api_key(user)
+    except KeychainTimeoutError as exc:  # a hung keychain is worth telling: the run goes on without a key
+        log.warning("no key from the keychain for %s: %s %s", user, exc.message, exc.hint)
+        return None, "none (keychain did not answer)"
     except SecretStoreError as exc:
         log.debug("no key from the keychain for %s: %s", user, exc.message)
         return None, "none (keychain unusable)"

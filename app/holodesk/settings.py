@@ -276,7 +276,7 @@ def read_settings_file(path: Path) -> dict[str, Any]:
     """Parse a settings TOML file; a missing file is empty.
 
     Raises:
-        SettingsError: unreadable file, TOML syntax error, or a secret in the file.
+        SettingsError: unreadable file, TOML syntax error, nesting too deep to read, or a secret in the file.
     """
     if not path.exists():
         return {}
@@ -288,6 +288,9 @@ def read_settings_file(path: Path) -> dict[str, Any]:
         raise SettingsError(
             f"settings file {path} is not valid TOML: {exc}", hint="Fix the line it names or delete the file."
         ) from exc
+    except RecursionError as exc:  # tomllib reads nested arrays and tables recursively
+        raise SettingsError(f"settings file {path} nests arrays or tables deeper than can be read",
+                            hint="Settings are flat 'name = value' lines: fix the file or delete it.") from exc
     for key in data:
         if ("key" in key.lower() and "hotkey" not in key.lower()) or "password" in key.lower():
             raise SettingsError(

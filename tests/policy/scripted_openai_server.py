@@ -14,7 +14,10 @@ that the test sets through control routes under ``/_control`` (not part of the O
 
 A behaviour is a dict: ``content`` (assistant text), ``finish_reason`` (default "stop"), ``status`` +
 ``error`` (an error reply; ``error`` may be a dict, a string or raw text via ``raw_body``),
-``headers`` (extra reply headers), ``drop`` (close the connection without replying), ``delay_s``.
+``headers`` (extra reply headers), ``drop`` (close the connection without replying), ``delay_s``,
+``trickle_s`` (send the reply's headers, then one byte of its body every that many seconds, never ending),
+``body`` (a 200 reply of this raw text), ``endless_chunks`` (a 200 reply whose chunked body sends that many
+64 KiB chunks of spaces, then ``{}``).
 
 Run: ``python scripted_openai_server.py [--api-key K] [--models a,b] [--limit-images N]
 [--reject-response-format]``; it prints ``PORT <n>`` on stdout once listening and exits on SIGTERM.
@@ -72,6 +75,37 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header(k, v)
         self.end_headers()
         self.wfile.write(data)
+
+    def _trickle(self, every_s: float) -> None:
+        """Announce a 1 MB JSON body, then send one byte every ``every_s`` seconds until the client leaves."""
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(1_000_000))
+        self.end_headers()
+        self.wfile.write(b"{")
+        try:
+            while True:
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(every_s)
+        except OSError:  # the client closed the connection
+            pass
+
+    def _chunked(self, chunks: int) -> None:
+        """A chunked 200 reply of ``chunks`` 64 KiB chunks of spaces (valid JSON whitespace), then ``{}``."""
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        block = b" " * 65536
+        try:
+            for _ in range(chunks):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(block), block))
+            self.wfile.write(b"2\r\n{}\r\n0\r\n\r\n")
+        except OSError:  # the client closed the connection
+            pass
 
     def _read_body(self) -> Any:
         length = int(self.headers.get("Content-Length") or 0)
@@ -156,6 +190,15 @@ class Handler(BaseHTTPRequestHandler):
             behaviour = st.script.pop(0) if st.script else {"content": st.default_content}
         if behaviour.get("delay_s"):
             time.sleep(float(behaviour["delay_s"]))
+        if behaviour.get("trickle_s"):
+            self._trickle(float(behaviour["trickle_s"]))
+            return
+        if behaviour.get("endless_chunks"):
+            self._chunked(int(behaviour["endless_chunks"]))
+            return
+        if "body" in behaviour:  # a 200 reply whose body is this text as is
+            self._reply(200, None, behaviour.get("headers"), behaviour["body"])
+            return
         if behaviour.get("drop"):
             self.close_connection = True
             self.connection.shutdown(2)

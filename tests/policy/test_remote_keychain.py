@@ -7,12 +7,17 @@ those programs are not installed.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
 import sys
 import textwrap
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import keyring
 import pytest
@@ -188,3 +193,86 @@ def test_locked_gnome_keyring_gives_the_choice(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "ERROR Cannot store the API key: the keychain is locked." in proc.stdout
     assert "HOLODESK_API_KEY" in proc.stdout and KEY not in proc.stdout
+
+
+# ---------------------------------------------------------------------------------- a keychain that does not answer
+
+
+class PromptingKeychainFake(KeyringBackend):
+    """A named fake: a keychain backend whose calls block, as a locked GNOME Keyring does while its password
+    prompt waits on screen (no prompt can be shown and answered in a test). ``answer`` lets the calls return."""
+
+    priority = 1  # type: ignore[assignment]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer = threading.Event()
+        self.calls = 0
+
+    def get_password(self, service: str, username: str) -> str | None:
+        self.calls += 1
+        self.answer.wait(60)
+        return None
+
+    def set_password(self, service: str, username: str, password: str) -> None:
+        self.calls += 1
+        self.answer.wait(60)
+
+    def delete_password(self, service: str, username: str) -> None:
+        self.answer.wait(60)
+
+
+@pytest.fixture
+def prompting_keychain(backend_restore, monkeypatch):
+    fake = PromptingKeychainFake()
+    keyring.set_keyring(fake)
+    monkeypatch.setattr(secrets, "KEYCHAIN_TIMEOUT_S", 0.5)
+    yield fake
+    fake.answer.set()
+
+
+def bounded(call: Callable[[], Any]) -> tuple[Any, float]:
+    """``call()`` in a thread; (its result or what it raised, seconds). Fails when it is still waiting after 10 s."""
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        t0 = time.monotonic()
+        try:
+            outcome["result"] = call()
+        except BaseException as exc:
+            outcome["result"] = exc
+        outcome["took"] = time.monotonic() - t0
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), "the keychain call was still waiting after 10 s"
+    return outcome["result"], outcome["took"]
+
+
+@pytest.mark.parametrize("action", ["read", "store", "delete"])
+def test_a_keychain_that_does_not_answer_is_given_up_with_what_to_do(prompting_keychain, action):
+    call = {"read": lambda: secrets.load_api_key(ENDPOINT), "store": lambda: secrets.store_api_key(ENDPOINT, KEY),
+            "delete": lambda: secrets.delete_api_key(ENDPOINT)}[action]
+    error, took = bounded(call)
+    assert isinstance(error, secrets.KeychainTimeoutError), error
+    assert f"Cannot {action} the API key: the keychain did not answer within 0.5 s" in error.message
+    assert "Unlock the keychain" in error.hint
+    assert_choice(error)
+    assert took < 3.0
+
+
+def test_a_run_goes_on_without_the_key_and_says_why(prompting_keychain, caplog):
+    """resolve_api_key (what a remote run calls first) returns in the bound, and the warning says what to do."""
+    with caplog.at_level(logging.WARNING, logger="holodesk.secrets"):
+        result, took = bounded(lambda: secrets.resolve_api_key(ENDPOINT))
+    assert result == (None, "none (keychain did not answer)")
+    assert took < 3.0 and prompting_keychain.calls == 1
+    assert any("did not answer within 0.5 s" in r.getMessage() and "Unlock the keychain" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_doctor_status_of_a_keychain_that_does_not_answer(prompting_keychain):
+    status, took = bounded(secrets.keyring_status)
+    assert status["usable"] is False and "did not answer within 0.5 s" in status["detail"]
+    assert took < 3.0

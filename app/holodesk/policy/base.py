@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from holodesk.core.actions import Action, Point
@@ -44,11 +44,14 @@ class Observation:
         task: the user's instruction in plain words.
         frame: the current frame of the chosen monitor.
         history: earlier steps, oldest first.
+        deadline: ``time.monotonic()`` seconds by which the task's wall-time cap ends it, or None (no cap);
+            a policy that waits on something outside the process (a server) gives up by then.
     """
 
     task: str
     frame: Frame
     history: tuple[HistoryStep, ...] = ()
+    deadline: float | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,30 @@ def pointer_after(history: Sequence[HistoryStep]) -> Point | None:
         if points:
             return points[-1]
     return None
+
+
+DEFAULT_MAX_IMAGES = 3
+"""Screenshots in a prompt, current one included, for a policy that does not say (no ``max_images``)."""
+
+
+def forget_unused_frames(history: list[HistoryStep], policy: object) -> None:
+    """Drop, in place, the frames of ``history`` that ``policy`` will never send again, so an episode holds
+    a bounded number of screenshots in memory (a 1080p frame is 6 MB; every step's frame is on disk in the
+    episode folder).
+
+    A policy sends the current frame plus those of the ``max_images - 1`` most recent history steps that have
+    one (:func:`holodesk.policy.protocol.kept_frames`); ``max_images`` is the policy's attribute of that name,
+    else :data:`DEFAULT_MAX_IMAGES`. Older steps keep everything but their frame (``frame=None``), as a step
+    whose frame was never taken.
+    """
+    keep = max(0, int(getattr(policy, "max_images", DEFAULT_MAX_IMAGES)) - 1)
+    for index in range(len(history) - 1, -1, -1):
+        if history[index].frame is None:
+            continue
+        if keep > 0:
+            keep -= 1
+        else:
+            history[index] = replace(history[index], frame=None)
 
 
 def step_performed(outcome: str) -> bool:

@@ -31,6 +31,7 @@ import io
 import json
 import logging
 import re
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -55,6 +56,10 @@ ImageFormat = Literal["png", "jpeg"]
 MAX_RETRIES = 10
 """Upper bound on ``retries`` so a misconfiguration cannot loop for long."""
 
+MAX_REPLY_BYTES = 8 * 1024 * 1024
+"""Most bytes of one HTTP reply body kept in memory (a chat reply of a few thousand tokens is under 100 kB);
+a longer reply is cut and the step fails with :class:`ReplyTooLargeError`."""
+
 _IMAGE_LIMIT_RE = re.compile(r"at most (\d+) image", re.IGNORECASE)
 _IMAGE_LIMIT_WORDS = ("limit-mm-per-prompt", "limit_mm_per_prompt", "image(s) may be provided", "too many image")
 _STRUCTURED_WORDS = ("response_format", "json_schema", "structured output", "structured_output", "guided",
@@ -73,6 +78,14 @@ class ReplyCutOffError(PolicyError):
     def __init__(self, message: str, *, raw_text: str, hint: str = "") -> None:
         super().__init__(message, hint=hint)
         self.raw_text = raw_text
+
+
+class ReplyTooLargeError(PolicyError):
+    """The server's reply body is longer than :data:`MAX_REPLY_BYTES`; it was cut, not kept."""
+
+
+class _OutOfTime(Exception):
+    """Internal: the request's deadline passed before its reply was complete."""
 
 
 class ServerUnreachableError(PolicyError):
@@ -146,7 +159,10 @@ class RemotePolicy:
         max_image_side: when set, frames whose longer side exceeds it are downscaled (aspect kept,
             bicubic) to that many pixels before sending; None sends frames at their captured size.
         jpeg_quality: JPEG quality 1..95 when ``image_format == "jpeg"``.
-        timeout_s: seconds allowed for one request (connect is capped at 10 s).
+        timeout_s: seconds allowed for one request, from sending it to the last byte of the reply, retries
+            included (connect is capped at 10 s); a step also ends its request at the observation's
+            ``deadline`` (the task's wall-time cap) when that comes first. A reply body is kept up to
+            :data:`MAX_REPLY_BYTES`.
         retries: extra attempts after the first for 429 / 5xx / connection errors (0..10), with
             exponential backoff ``backoff_s * 2**n`` capped at ``backoff_max_s`` (a ``Retry-After``
             header is honoured up to the same cap).
@@ -271,9 +287,10 @@ class RemotePolicy:
         Raises:
             PolicyOutputError: the reply is not a valid action (raw text attached).
             ReplyCutOffError: the reply stopped at ``max_tokens``.
+            ReplyTooLargeError: the reply body is longer than :data:`MAX_REPLY_BYTES`.
             TooManyImagesError: the server's per-request image limit is below what was sent.
-            PolicyError: the server could not be reached or refused the request (the message says
-                what to do).
+            PolicyError: the server could not be reached, refused the request, or its reply did not end
+                within ``timeout_s`` or by ``observation.deadline`` (the message says what to do).
         """
         t_start = time.perf_counter()
         messages = self.protocol.build_messages(
@@ -284,7 +301,7 @@ class RemotePolicy:
         t_encoded = time.perf_counter()
 
         body = self._request_body(wire_messages, max_tokens=self.max_tokens, step=len(observation.history))
-        data, stats = self._chat(body, images=len(images_sent))
+        data, stats = self._chat(body, images=len(images_sent), task_deadline=observation.deadline)
         t_replied = time.perf_counter()
 
         choice, text, finish_reason = self._first_choice(data)
@@ -377,7 +394,7 @@ class RemotePolicy:
         try:
             items = resp.json().get("data", [])
             return [str(item["id"]) for item in items if isinstance(item, dict) and "id" in item]
-        except (ValueError, AttributeError, KeyError) as exc:
+        except (ValueError, AttributeError, KeyError, RecursionError) as exc:
             raise PolicyError(
                 f"The reply of {self.endpoint}/models is not an OpenAI model list.",
                 hint="Check that the endpoint is an OpenAI-compatible server (e.g. vLLM) and ends in /v1.",
@@ -548,10 +565,13 @@ class RemotePolicy:
 
     # ------------------------------------------------------------------ HTTP
 
-    def _chat(self, body: dict[str, Any], *, images: int) -> tuple[dict[str, Any], dict[str, Any]]:
-        """POST /chat/completions; on a schema rejection, log it and ask once more without the schema."""
+    def _chat(self, body: dict[str, Any], *, images: int,
+              task_deadline: float | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """POST /chat/completions; on a schema rejection, log it and ask once more without the schema (both
+        within one ``timeout_s`` and ``task_deadline``, ``time.monotonic()`` seconds)."""
         log.debug("chat request to %s: %s", self.endpoint, describe_request(body))
-        resp, stats = self._send("POST", "/chat/completions", body, images=images)
+        deadline = self._deadline(task_deadline)
+        resp, stats = self._send("POST", "/chat/completions", body, images=images, deadline=deadline)
         if resp.status_code == 400 and "response_format" in body:
             message = self._server_message(resp)
             low = message.lower()
@@ -565,7 +585,7 @@ class RemotePolicy:
                     message[:200],
                 )
                 body = {k: v for k, v in body.items() if k != "response_format"}
-                resp, more = self._send("POST", "/chat/completions", body, images=images)
+                resp, more = self._send("POST", "/chat/completions", body, images=images, deadline=deadline)
                 stats = {"attempts": stats["attempts"] + more["attempts"], "request_ms": more["request_ms"]}
         if resp.status_code != 200:
             raise self._http_error(resp, images=images, path="/chat/completions")
@@ -573,7 +593,7 @@ class RemotePolicy:
             self._structured_accepted = True
         try:
             data = resp.json()
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than Python's stack
             data = None
         if not isinstance(data, dict):
             raise PolicyError(
@@ -582,33 +602,41 @@ class RemotePolicy:
             )
         return data, stats
 
+    def _deadline(self, task_deadline: float | None) -> tuple[float, str]:
+        """The deadline of one request, ``(time.monotonic() seconds, what sets it in words)``: ``timeout_s``
+        from now, or the task's wall-time cap when that comes first."""
+        own = time.monotonic() + self.timeout_s
+        if task_deadline is not None and task_deadline < own:
+            left = max(0.0, task_deadline - time.monotonic())
+            return task_deadline, f"{left:.1f} s, the time left of the task's wall-time cap (--max-seconds)"
+        return own, f"{self.timeout_s:g} s"
+
     def _send(
-        self, method: str, path: str, body: dict[str, Any] | None, *, images: int
+        self, method: str, path: str, body: dict[str, Any] | None, *, images: int,
+        deadline: tuple[float, str] | None = None,
     ) -> tuple[httpx.Response, dict[str, Any]]:
-        """One request with bounded retries on 429 / 5xx / connection errors.
+        """One request with bounded retries on 429 / 5xx / connection errors, all ended by ``deadline`` (from
+        :meth:`_deadline`; None: ``timeout_s`` from now).
 
         Returns:
             (final non-retryable response, {"attempts": int, "request_ms": float of the last attempt})
         Raises:
-            PolicyError: connection failure, timeout, or 429 / 5xx on every attempt.
+            ReplyTooLargeError: a reply body longer than :data:`MAX_REPLY_BYTES`.
+            PolicyError: connection failure, no complete reply by the deadline, or 429 / 5xx on every attempt.
         """
+        until, limit = deadline if deadline is not None else self._deadline(None)
         attempts = 1 + self.retries
         t_first = time.perf_counter()
         failure: _RetryableFailure | None = None
         for attempt in range(attempts):
             t0 = time.perf_counter()
             try:
-                resp = self._client.request(method, path, json=body)
+                resp = self._exchange(method, path, body, until)
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
                     httpx.ReadError, httpx.WriteError) as exc:
                 failure = _RetryableFailure("connect", self._scrub(str(exc)) or type(exc).__name__)
-            except httpx.TimeoutException as exc:
-                raise PolicyError(
-                    f"The server at {self.endpoint} sent no reply within {self.timeout_s:g} s.",
-                    hint="The server may be overloaded or still loading the model: check the server's log, "
-                    "or give it more time with the setting request_timeout_s (Settings > Advanced > Server "
-                    "reply timeout, or HOLODESK_REQUEST_TIMEOUT_S).",
-                ) from exc
+            except (httpx.TimeoutException, _OutOfTime) as exc:
+                raise self._out_of_time(limit) from exc
             except httpx.HTTPError as exc:
                 raise PolicyError(
                     f"Request to {self.endpoint} failed: {type(exc).__name__}: {self._scrub(str(exc))}"
@@ -622,13 +650,88 @@ class RemotePolicy:
                     return resp, {"attempts": attempt + 1, "request_ms": (time.perf_counter() - t0) * 1000.0}
             if attempt + 1 < attempts:
                 delay = self._backoff(attempt, failure.response)
+                if time.monotonic() + delay >= until:
+                    break  # no time left for another attempt
                 log.info(
                     "%s %s failed (%s); retry %d of %d in %.2f s",
                     method, path, failure.kind, attempt + 1, self.retries, delay,
                 )
                 time.sleep(delay)
         assert failure is not None
-        raise self._retry_exhausted(failure, attempts, time.perf_counter() - t_first)
+        raise self._retry_exhausted(failure, attempt + 1, time.perf_counter() - t_first)
+
+    def _exchange(self, method: str, path: str, body: dict[str, Any] | None, until: float) -> httpx.Response:
+        """One HTTP exchange that ends by ``until`` (``time.monotonic()`` seconds), however the server sends.
+
+        The exchange runs in a worker thread and this thread waits for it until ``until``: a reply that
+        trickles (each read within httpx's read timeout) or never ends cannot hold the step past it. A worker
+        left behind stops at its next chunk of the body or at its read timeout (a server that trickles its
+        headers keeps it, and its connection, until it stops sending).
+
+        Returns:
+            the response, its body read (at most :data:`MAX_REPLY_BYTES`).
+        Raises:
+            _OutOfTime: the reply was not complete by ``until``.
+            ReplyTooLargeError: the body is longer than :data:`MAX_REPLY_BYTES`.
+            httpx.HTTPError: from the exchange.
+        """
+        outcome: dict[str, Any] = {}
+        done = threading.Event()
+        abandoned = threading.Event()
+
+        def work() -> None:
+            try:
+                outcome["response"] = self._read_reply(method, path, body, until, abandoned)
+            except BaseException as exc:  # handed to the waiting thread, which raises it
+                outcome["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=work, name="holodesk-policy-request", daemon=True).start()
+        if not done.wait(max(0.0, until - time.monotonic())):
+            abandoned.set()
+            raise _OutOfTime()
+        if "error" in outcome:
+            raise outcome["error"]
+        response: httpx.Response = outcome["response"]
+        return response
+
+    def _read_reply(self, method: str, path: str, body: dict[str, Any] | None, until: float,
+                    abandoned: threading.Event) -> httpx.Response:
+        """Send the request and read its reply body in chunks, checking size and ``abandoned`` at each."""
+        left = max(0.001, until - time.monotonic())
+        timeout = httpx.Timeout(left, connect=min(10.0, left))
+        with self._client.stream(method, path, json=body, timeout=timeout) as resp:
+            declared = resp.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > MAX_REPLY_BYTES:
+                raise self._too_large(f"it announces {int(declared)} bytes")
+            content = bytearray()
+            for chunk in resp.iter_bytes():
+                if abandoned.is_set():
+                    raise _OutOfTime()
+                content += chunk
+                if len(content) > MAX_REPLY_BYTES:
+                    raise self._too_large(f"more than {MAX_REPLY_BYTES} bytes arrived")
+            # The body is decoded already: the rebuilt response carries no transfer or content encoding.
+            headers = [(k, v) for k, v in resp.headers.multi_items()
+                       if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")]
+            return httpx.Response(resp.status_code, headers=headers, content=bytes(content), request=resp.request)
+
+    def _too_large(self, what: str) -> ReplyTooLargeError:
+        return ReplyTooLargeError(
+            f"The reply of {self.endpoint} is longer than Holodesk keeps ({MAX_REPLY_BYTES // (1024 * 1024)} MiB): "
+            f"{what}; it was cut and the step failed.",
+            hint="Check that the endpoint is an OpenAI-compatible chat server (e.g. vLLM) and that its reply "
+            "token limit is sane; a model reply is a few kilobytes.",
+        )
+
+    def _out_of_time(self, limit: str) -> PolicyError:
+        return PolicyError(
+            f"The server at {self.endpoint} sent no reply within {limit} (a reply still arriving then is cut).",
+            hint="The server may be overloaded or still loading the model: check the server's log, "
+            "or give it more time with the setting request_timeout_s (Settings > Advanced > Server "
+            "reply timeout, or HOLODESK_REQUEST_TIMEOUT_S), or the task more time with --max-seconds.",
+        )
 
     def _backoff(self, attempt: int, resp: httpx.Response | None) -> float:
         """Seconds to wait before retry ``attempt + 1``: exponential, Retry-After honoured, capped."""
@@ -746,7 +849,7 @@ class RemotePolicy:
         text = ""
         try:
             data = resp.json()
-        except ValueError:
+        except (ValueError, RecursionError):
             data = None
         if isinstance(data, dict):
             err = data.get("error")

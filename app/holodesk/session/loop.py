@@ -33,7 +33,7 @@ from holodesk.core.geometry import Frame, PlacedAction, place
 from holodesk.core.risk import Risk, RiskAssessment, assess, selection_after
 from holodesk.core.wording import WindowInfo
 from holodesk.errors import GeometryMismatch, HolodeskError, PolicyError, PolicyOutputError, TaskError
-from holodesk.policy.base import HistoryStep, Observation, Policy, Proposal
+from holodesk.policy.base import HistoryStep, Observation, Policy, Proposal, forget_unused_frames
 from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision, make_request
 from holodesk.session.episode import RESULT_UNKNOWN, EpisodeRecorder
 from holodesk.session.settle import screen_changed
@@ -527,9 +527,11 @@ class Session:
             _Stop: (FAILED) the policy failed, or too many consecutive replies were rejected.
         """
         self._set_state(State.THINKING, run.step)
+        forget_unused_frames(run.history, self.policy)  # memory: only the frames the policy will send
         t0 = time.perf_counter()
         try:
-            proposal = self.policy.propose(Observation(run.task, frame, tuple(run.history)))
+            proposal = self.policy.propose(Observation(run.task, frame, tuple(run.history),
+                                                       deadline=run.started + self.limits.max_wall_s))
         except PolicyOutputError as exc:
             timings["policy"] = (time.perf_counter() - t0) * 1000
             self._reply_rejected(run, frame, exc, record, timings)
@@ -537,6 +539,7 @@ class Session:
         except PolicyError as exc:
             record.update(error=str(exc), timings_ms=timings)
             self._write(record)
+            self._check_limits(run.step, run.started)  # the wall-time cap (or a stop) ended the request: said so
             raise _Stop(State.FAILED, f"the policy failed: {exc}") from exc
         run.parse_failures = 0
         timings["policy"] = (time.perf_counter() - t0) * 1000

@@ -439,7 +439,7 @@ class HolodeskApp(QObject):
 
     def open_logs(self) -> None:
         folder = self.logs_dir()
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
             self.notifier.warning("Cannot open the logs folder", f"The logs are in {folder}.")
 
@@ -588,15 +588,54 @@ class HolodeskApp(QObject):
 
 
 
-def _log_to_file(settings: Settings) -> None:
+LOG_MAX_BYTES = 2_000_000
+"""Size at which the log file is rotated (``holodesk.log`` -> ``holodesk.log.1`` ...)."""
+LOG_BACKUPS = 3
+"""Rotated log files kept."""
+
+
+def _create_private(path: Path) -> None:
+    """Create ``path`` empty and ``0600`` unless it exists (then it is left as it is)."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600))
+
+
+def private_log_handler(path: Path, max_bytes: int = LOG_MAX_BYTES,
+                        backups: int = LOG_BACKUPS) -> logging.handlers.RotatingFileHandler:
+    """A rotating log file at ``path`` only its owner can read (task words, window titles, typed text in
+    approvals): the folder ``0700``, the file and each rotated one ``0600``, also where an older Holodesk
+    left them open to others. The file is created ``0600`` before the handler opens it, and again after each
+    rotation (the handler's ``rotator``), so it is never readable by others, not even for a moment.
+
+    Raises:
+        OSError: the folder or file cannot be created or made private.
+    """
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path.parent, 0o700)
+    for existing in [path, *(path.with_name(f"{path.name}.{n}") for n in range(1, backups + 1))]:
+        if existing.exists():
+            os.chmod(existing, 0o600)
+    _create_private(path)
+    handler = logging.handlers.RotatingFileHandler(path, maxBytes=max_bytes, backupCount=backups,
+                                                   encoding="utf-8")
+
+    def rotate(source: str, dest: str) -> None:  # as the default rotation, then the new file private at once
+        if os.path.exists(source):
+            os.rename(source, dest)
+        _create_private(Path(source))
+
+    handler.rotator = rotate
+    return handler
+
+
+def _log_to_file(settings: Settings) -> logging.Handler | None:
+    """Send INFO and up of the ``holodesk`` loggers to ``DATA_DIR/logs/holodesk.log`` (private:
+    :func:`private_log_handler`); returns the handler, or None when the file cannot be written (logged)."""
     folder = Path(settings.data_dir) / "logs"
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        handler = logging.handlers.RotatingFileHandler(folder / "holodesk.log", maxBytes=2_000_000, backupCount=3,
-                                                       encoding="utf-8")
+        handler = private_log_handler(folder / "holodesk.log")
     except OSError as exc:
         log.warning("cannot write logs to %s: %s", folder, exc)
-        return
+        return None
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(logging.INFO)
     # The file gets INFO and up; the console keeps the verbosity the command line chose.
@@ -608,6 +647,7 @@ def _log_to_file(settings: Settings) -> None:
     logger.addHandler(handler)
     if logger.getEffectiveLevel() > logging.INFO:
         logger.setLevel(logging.INFO)
+    return handler
 
 
 def _prefer_xwayland(environ: MutableMapping[str, str]) -> None:
