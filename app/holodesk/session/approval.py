@@ -8,7 +8,7 @@ loop refuses to execute anything without an :class:`ApprovalResponse` that appro
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from holodesk.core.actions import Action
@@ -91,15 +91,16 @@ Approver = Callable[[ApprovalRequest], ApprovalResponse]
 
 def make_request(step: int, proposal: Proposal, placed: PlacedAction, risk: RiskAssessment, mode: str, *,
                  window: WindowInfo | None = None, focus_element: str | None = None,
-                 element: Element | None = None) -> ApprovalRequest:
+                 element: Element | None = None, held_keys: Sequence[str] = ()) -> ApprovalRequest:
     """Build the request shown to the approver for ``placed`` (the proposal's action placed on the frame it
     was computed on: its input points are shown, and performed once approved), worded with
     :func:`holodesk.core.wording.step_words` (``window``: where it acts, when known; ``focus_element``: for
     typing, the focused field in words; ``element``: the real element there, from the accessibility tree,
-    named in a details line beside the model's words: "Really there: push button ‘Delete all files’")."""
+    named in a details line beside the model's words: "Really there: push button ‘Delete all files’";
+    ``held_keys``: the keys an earlier ``key_down`` holds, named in a details line)."""
     frame, points = placed.frame, placed.input_points
     words = step_words(placed.action, window=window, focus_element=focus_element, input_points=points,
-                       monitor_label=frame.monitor.label)
+                       monitor_label=frame.monitor.label, held_keys=held_keys)
     details = words.details
     if element is not None:
         where = "Has the keyboard focus" if not points else "Really there"

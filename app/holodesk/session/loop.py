@@ -27,7 +27,19 @@ from typing import Any
 
 from holodesk.capture.base import CaptureBackend
 from holodesk.control.base import ActionResult, Executor
-from holodesk.core.actions import Action, Answer, Click, Done, DoubleClick, Key, MiddleClick, Move, RightClick, Type
+from holodesk.core.actions import (
+    Action,
+    Answer,
+    Click,
+    Done,
+    DoubleClick,
+    Key,
+    KeyDown,
+    MiddleClick,
+    Move,
+    RightClick,
+    Type,
+)
 from holodesk.core.element import Element, ElementProbe
 from holodesk.core.geometry import Frame, PlacedAction, place
 from holodesk.core.risk import Risk, RiskAssessment, assess, selection_after
@@ -434,6 +446,7 @@ class Session:
             )
         try:
             self._check_limits(run.step, run.started)  # a stop that came while queued: the pointer stays put
+            self._release_left_held_keys()
             self._clear_failsafe_corner()
             self._check_geometry()
             while True:
@@ -658,7 +671,7 @@ class Session:
         (``selection``: a text selection may exist)."""
         judged = self._assess(placed, selection)
         request = make_request(step, proposal, placed, judged.risk, self.approval.mode, window=judged.window,
-                               focus_element=typed_into, element=judged.element)
+                               focus_element=typed_into, element=judged.element, held_keys=self._held_keys())
         response = self.approval.decide(request)
         if response.by == "autopilot" and response.decision is Decision.APPROVE:
             # The windows may have changed during the autopilot's countdown (a terminal opened
@@ -667,7 +680,8 @@ class Session:
             if judged.risk.level is not Risk.LOW:
                 record["risk_changed_during_countdown"] = True
                 request = make_request(step, proposal, placed, judged.risk, self.approval.mode,
-                                       window=judged.window, focus_element=typed_into, element=judged.element)
+                                       window=judged.window, focus_element=typed_into, element=judged.element,
+                                       held_keys=self._held_keys())
                 response = self.approval.decide(request)
         return request, response, judged
 
@@ -764,7 +778,7 @@ class Session:
             elements, at_points, focused_element = self._probe_elements(placed, [None] * len(placed.input_points))
             return _Judgement(focused, None, assess(action, focused_window=focused, pointer_elements=at_points,
                                                     focused_element=focused_element, selection=selection,
-                                                    input_grab=grab),
+                                                    input_grab=grab, held_keys=self._held_keys()),
                               None, elements, at_points[0] if at_points else focused_element, grab)
         input_points = placed.input_points
         infos = [self._probe_window(at) for at in input_points]
@@ -777,7 +791,7 @@ class Session:
                                                            pointer_windows=pointer_windows,
                                                            on_window_frame=on_frame, pointer_elements=at_points,
                                                            focused_element=focused_element, selection=selection,
-                                                           input_grab=grab),
+                                                           input_grab=grab, held_keys=self._held_keys()),
                           window, elements, at_points[0] if at_points else focused_element, grab)
 
     def _probe_elements(self, placed: PlacedAction, infos: Sequence[WindowInfo | None]
@@ -797,7 +811,7 @@ class Session:
                 at_points.append(probe.element_at(at.x, at.y, info.client_rect if info is not None else None))
                 spent += probe.last_ms
                 problems.append(probe.last_problem)
-        if isinstance(placed.action, (Type, Key)):
+        if isinstance(placed.action, (Type, Key, KeyDown)):
             focused = probe.focused()
             spent += probe.last_ms
             problems.append(probe.last_problem)
@@ -815,6 +829,20 @@ class Session:
         except HolodeskError as exc:
             log.warning("could not identify the target window: %s", exc)
             return None
+
+    def _held_keys(self) -> tuple[str, ...]:
+        """The keys the executor holds down now (an earlier ``key_down`` of the run), for the risk rules and
+        the card; empty for an executor that holds none."""
+        return tuple(getattr(self.executor, "held_keys", ()))
+
+    def _release_left_held_keys(self) -> None:
+        """Release the keys that a killed earlier run left held on this desktop (the executor's state file,
+        :mod:`holodesk.control.held_keys`), and tell the user."""
+        release = getattr(self.executor, "release_left_held_keys", None)
+        released = release() if release is not None else ()
+        if released:
+            self._emit("warning", -1, f"An earlier run ended without releasing {'+'.join(released)} (it was "
+                       "killed); released now.")
 
     def _clear_failsafe_corner(self) -> None:
         """F12: a pointer already resting in a fail-safe corner would stop the first action. Executors
@@ -869,7 +897,7 @@ class Session:
         if self.grab_probe is not None and judged.grab is None and (problem := self.grab_probe()) is not None:
             return f"{problem}, since approval"
         seen = judged.elements or {}
-        if isinstance(action, (Type, Key)):
+        if isinstance(action, (Type, Key, KeyDown)):
             if self.focus_probe is not None and judged.focused and (now := self.focus_probe()) != judged.focused:
                 return f"the focused window changed since approval (was {judged.focused!r}, now {now!r})"
             if self.element_probe is not None and (was := seen.get("focused")) is not None:
