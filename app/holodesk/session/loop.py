@@ -14,6 +14,7 @@ objects from the thread that runs the loop; the UI marshals them onto its own th
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import hashlib
@@ -42,10 +43,11 @@ from holodesk.core.actions import (
 )
 from holodesk.core.element import Element, ElementProbe
 from holodesk.core.geometry import Frame, PlacedAction, place
+from holodesk.core.refine import crop_point_to_frame, refine_crop
 from holodesk.core.risk import Risk, RiskAssessment, assess, selection_after
 from holodesk.core.wording import WindowInfo
 from holodesk.errors import GeometryMismatch, HolodeskError, PolicyError, PolicyOutputError, TaskError
-from holodesk.policy.base import HistoryStep, Observation, Policy, Proposal
+from holodesk.policy.base import HistoryStep, Localizer, Observation, Policy, Proposal
 from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision, make_request
 from holodesk.session.episode import RESULT_UNKNOWN, EpisodeRecorder
 from holodesk.session.settle import screen_changed
@@ -624,6 +626,12 @@ class Session:
         typed_into = run.focus_element if isinstance(proposal.action, Type) else None
         t0 = time.perf_counter()
         request, response, judged = self._decide(run.step, proposal, placed, typed_into, record, run.selection)
+        while response.decision is Decision.REFINE:  # never an approval: the step is asked again
+            if request.can_refine:
+                placed = self._refine(run.step, placed, record)
+            else:
+                self._emit("warning", run.step, "This step cannot be clicked more precisely; it is asked again.")
+            request, response, judged = self._decide(run.step, proposal, placed, typed_into, record, run.selection)
         run.judged = judged
         timings["approval"] = (time.perf_counter() - t0) * 1000
         if not isinstance(response, ApprovalResponse):
@@ -671,7 +679,8 @@ class Session:
         (``selection``: a text selection may exist)."""
         judged = self._assess(placed, selection)
         request = make_request(step, proposal, placed, judged.risk, self.approval.mode, window=judged.window,
-                               focus_element=typed_into, element=judged.element, held_keys=self._held_keys())
+                               focus_element=typed_into, element=judged.element, held_keys=self._held_keys(),
+                               can_refine=self._can_refine(placed.action))
         response = self.approval.decide(request)
         if response.by == "autopilot" and response.decision is Decision.APPROVE:
             # The windows may have changed during the autopilot's countdown (a terminal opened
@@ -681,9 +690,46 @@ class Session:
                 record["risk_changed_during_countdown"] = True
                 request = make_request(step, proposal, placed, judged.risk, self.approval.mode,
                                        window=judged.window, focus_element=typed_into, element=judged.element,
-                                       held_keys=self._held_keys())
+                                       held_keys=self._held_keys(), can_refine=self._can_refine(placed.action))
                 response = self.approval.decide(request)
         return request, response, judged
+
+    def _can_refine(self, action: Action) -> bool:
+        """Whether "Click more precisely" can refine ``action``: a one-point pointer action with the model's words
+        for its target, and a policy that localizes elements (:class:`~holodesk.policy.base.Localizer`)."""
+        return (isinstance(action, (Click, DoubleClick, RightClick, MiddleClick, Move)) and bool(action.element)
+                and isinstance(self.policy, Localizer))
+
+    def _refine(self, step: int, placed: PlacedAction, record: dict[str, Any]) -> PlacedAction:
+        """"Click more precisely": ask the policy for the target's point in a crop around the proposed one
+        (:func:`holodesk.core.refine.refine_crop`) and place the action at the refined point. Each try is
+        recorded in ``record["refinements"]`` (``from``/``to`` model points, ``crop`` in frame pixels, ``target``,
+        ``ms``; or ``error``) and the refined action in ``record["refined_action"]``. When the policy gives no
+        point, the user is told and the proposed point stays."""
+        action = placed.action
+        assert isinstance(action, (Click, DoubleClick, RightClick, MiddleClick, Move)) and action.element
+        assert isinstance(self.policy, Localizer)
+        frame = placed.frame
+        crop = refine_crop(frame, action.point)
+        left, top, width, height = crop
+        entry: dict[str, Any] = {"from": [action.point.x, action.point.y], "crop": list(crop), "target": action.element}
+        record.setdefault("refinements", []).append(entry)
+        t0 = time.perf_counter()
+        try:
+            found = self.policy.localize(frame.pixels[top:top + height, left:left + width], action.element)
+        except (PolicyError, PolicyOutputError) as exc:
+            entry["error"] = str(exc)
+            self._emit("warning", step, f"Could not click more precisely ({exc}); the proposed point is kept.")
+            return placed
+        finally:
+            entry["ms"] = (time.perf_counter() - t0) * 1000.0
+        point = crop_point_to_frame(frame, crop, found)
+        refined = dataclasses.replace(action, point=point)
+        entry["to"] = [point.x, point.y]
+        record["refined_action"] = refined.to_dict()
+        log.info("refined the target of step %d from (%d, %d) to (%d, %d)", step + 1, action.point.x, action.point.y,
+                 point.x, point.y)
+        return place(refined, frame)
 
     # -- EXECUTING
     def _act(self, run: _Run, proposal: Proposal, placed: PlacedAction, record: dict[str, Any],
