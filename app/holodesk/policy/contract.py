@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Final, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from typing_extensions import TypeAliasType
 
 from holodesk.core.actions import (
     KEY_ALIASES,
@@ -109,7 +110,8 @@ KEY_NAMES: Final[tuple[str, ...]] = tuple(
     sorted(NAMED_KEYS | set(KEY_ALIASES)) + [chr(c) for c in range(0x20, 0x7F)]
 )
 """Key names the schema allows: named keys, their aliases and every printable ASCII character."""
-KeyName = Literal[KEY_NAMES]  # type: ignore[valid-type]
+KeyName = TypeAliasType("KeyName", Literal[KEY_NAMES])  # type: ignore[valid-type]
+"""One key name: declared once in the schema's ``$defs`` (``KeyName``), each key list refers to it."""
 
 
 class ToolContext:
