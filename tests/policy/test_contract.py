@@ -24,6 +24,8 @@ from holodesk.core.actions import (
     Done,
     Drag,
     Key,
+    KeyDown,
+    KeyUp,
     Move,
     Plan,
     Point,
@@ -186,7 +188,8 @@ def test_tools_are_declared_once_and_everything_derives_from_them() -> None:
     consts = [schema["$defs"][ref["$ref"].rsplit("/", 1)[1]]["properties"]["tool_name"]["const"] for ref in union]
     assert tuple(consts) == tool_names() == (
         "click_desktop", "double_click_desktop", "move_to_desktop", "drag_to_desktop", "scroll_desktop",
-        "write_desktop", "hotkey_desktop", "hold_and_tap_key_desktop", "wait_desktop", "update_plan", "answer",
+        "write_desktop", "hotkey_desktop", "hold_and_tap_key_desktop", "key_down_desktop", "key_up_desktop",
+        "wait_desktop", "update_plan", "answer",
     )
     for name in tool_names():
         assert f"- `{name}(" in P.system_prompt()
@@ -199,7 +202,8 @@ def test_tools_are_declared_once_and_everything_derives_from_them() -> None:
     Click(Point(1, 2), element="OK"), RightClick(Point(3, 4), element="file"), Move(Point(5, 6), element="m"),
     Scroll("down", 4, Point(7, 8), element="list"), Type("Ada\n"), Key(("ctrl", "s")), Wait(2.5),
     Type("Grace", replace=True), Key(("ctrl", "z"), repeat=3), Scroll("up", 100, Point(1, 1), element="page"),
-    Answer("42"), Drag(Point(100, 100), Point(9, 9), element="bin"),
+    Answer("42"), Drag(Point(100, 100), Point(9, 9), element="bin"), KeyDown(("shift", "ctrl")), KeyUp(("shift",)),
+    Key(("shift",), taps=("tab", "tab", "tab")),
     Plan((("Open the form", "done"), ("Fill in the name", "running"), ("Submit", "todo"))),
 ])
 def test_round_trip_through_the_serializer_and_the_validator(action: Any) -> None:
@@ -243,22 +247,31 @@ def test_hold_and_tap_is_the_chord_of_the_held_keys_then_the_tapped_one(hold: li
     assert P.parse(_call(tool_name="hold_and_tap_key_desktop", hold_keys=hold, tap_keys=tap)).action == Key(keys)
 
 
-def test_hold_and_tap_taps_one_key_and_the_schema_says_so() -> None:
+def test_hold_and_tap_taps_up_to_five_keys_in_turn_as_published() -> None:
     spec = P.json_schema()["$defs"]["HoldAndTapKeyDesktop"]["properties"]
-    assert (spec["tap_keys"]["minItems"], spec["tap_keys"]["maxItems"]) == (1, 1)
+    assert (spec["tap_keys"]["minItems"], spec["tap_keys"]["maxItems"]) == (1, 5)  # published: up to 5 tapped
     assert (spec["hold_keys"]["minItems"], spec["hold_keys"]["maxItems"]) == (1, 3)  # published: up to 3 held
+    taps = P.parse(_call(tool_name="hold_and_tap_key_desktop", hold_keys=["alt"], tap_keys=["tab", "tab"])).action
+    assert taps == Key(("alt",), taps=("tab", "tab"))
+    assert json.loads(P.to_reply(taps))["tool_call"] == {"tool_name": "hold_and_tap_key_desktop", "hold_keys": ["alt"],
+                                                         "tap_keys": ["tab", "tab"]}
     with pytest.raises(PolicyOutputError, match="tap_keys"):
-        P.parse(_call(tool_name="hold_and_tap_key_desktop", hold_keys=["alt"], tap_keys=["tab", "tab"]))
+        P.parse(_call(tool_name="hold_and_tap_key_desktop", hold_keys=["alt"], tap_keys=["tab"] * 6))
     with pytest.raises(PolicyOutputError, match="hold_keys"):
         P.parse(_call(tool_name="hold_and_tap_key_desktop", hold_keys=[], tap_keys=["tab"]))
 
 
-@pytest.mark.parametrize("name", ["key_down_desktop", "key_up_desktop"])
-def test_key_down_and_up_are_refused_and_never_offered(name: str) -> None:
-    assert name not in json.dumps(P.json_schema()) and name not in P.system_prompt()
-    with pytest.raises(PolicyOutputError, match=f"{name} is not offered") as info:
-        P.parse(_call(tool_name=name, key="shift"))
-    assert "hotkey_desktop" in (info.value.hint or "") and "hold_and_tap_key_desktop" in (info.value.hint or "")
+def test_key_down_and_up_are_offered_with_up_to_three_keys() -> None:
+    for name in ("key_down_desktop", "key_up_desktop"):
+        assert f"- `{name}(" in P.system_prompt()
+        spec = P.json_schema()["$defs"][name.title().replace("_", "")]["properties"]["keys"]
+        assert (spec["minItems"], spec["maxItems"]) == (1, 3)
+    assert P.parse(_call(tool_name="key_down_desktop", keys=["Shift"])).action == KeyDown(("shift",))
+    assert P.parse(_call(tool_name="key_up_desktop", keys=["shift"])).action == KeyUp(("shift",))
+    with pytest.raises(PolicyOutputError, match="keys"):
+        P.parse(_call(tool_name="key_down_desktop", keys=["shift", "ctrl", "alt", "super"]))
+    with pytest.raises(PolicyOutputError, match="keys"):
+        P.parse(_call(tool_name="key_up_desktop", keys=[]))
 
 
 def test_write_leaves_room_for_press_enter() -> None:

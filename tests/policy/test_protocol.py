@@ -178,8 +178,8 @@ def test_unknown_tool_name_lists_the_known_tools() -> None:
     assert "launch_rocket" in err.message
     for name in TOOL_NAMES:
         assert name in err.message
-    # holo-v1 has a tool for every action kind but agent-loop-v1's plan (update_plan)
-    assert set(TOOL_NAMES) == set(ACTION_TYPES) - {"plan"} and "plan" not in err.message
+    # holo-v1 has a tool for every action kind but agent-loop-v1's plan (update_plan) and held keys
+    assert set(TOOL_NAMES) == set(ACTION_TYPES) - {"plan", "key_down", "key_up"} and "plan" not in err.message
 
 
 @pytest.mark.parametrize(
@@ -377,7 +377,7 @@ def test_to_reply_parse_round_trip(action: Action) -> None:
 
 
 def test_round_trip_covers_every_action_kind() -> None:
-    assert {a.kind for a in ALL_ACTIONS} == set(TOOL_NAMES) == set(ACTION_TYPES) - {"plan"}
+    assert {a.kind for a in ALL_ACTIONS} == set(TOOL_NAMES) == set(ACTION_TYPES) - {"plan", "key_down", "key_up"}
 
 
 def test_a_plan_has_no_holo_v1_tool() -> None:

@@ -94,7 +94,7 @@ def test_doctor_names_the_wayland_backend_and_why(mutter: MutterSession) -> None
     # What the Mutter executor cannot do is declared, not silently missing.
     assert "geometry check: yes: the monitor the capture reports must be a monitor of the remote-desktop" in out
     assert "fail-safe corners: no: GNOME on Wayland tells no client where the pointer is" in out
-    assert "end of episode: no: nothing to undo" in out
+    assert "end of episode: yes: keys held by key_down are released" in out
 
 
 def test_mss_backend_chosen_in_settings_fails_clearly_on_wayland(mutter: MutterSession, tmp_path: Path) -> None:

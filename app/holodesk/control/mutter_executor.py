@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from holodesk.control.base import ActionResult, Capability, ExecutorCapabilities
+from holodesk.control.held_keys import HeldKeys, key_result, refuse_typing_while_held
 from holodesk.control.window import refuse_holodesk_target
 from holodesk.core.actions import (
     Answer,
@@ -34,6 +35,8 @@ from holodesk.core.actions import (
     DoubleClick,
     Drag,
     Key,
+    KeyDown,
+    KeyUp,
     MiddleClick,
     Move,
     Plan,
@@ -74,8 +77,8 @@ MUTTER_CAPABILITIES = ExecutorCapabilities(
     failsafe_corners=Capability(False, "GNOME on Wayland tells no client where the pointer is, so a screen "
                                 "corner cannot stop a run; stop it with the overlay's Stop or the `holodesk stop` "
                                 "command bound to a key (Settings > Keyboard > Custom Shortcuts)"),
-    episode_end=Capability(False, "nothing to undo: each action releases its keys and buttons, and the "
-                           "clipboard's text is put back within the paste"),
+    episode_end=Capability(True, "keys held by key_down are released (each other action releases its keys and "
+                           "buttons, and the clipboard's text is put back within the paste)"),
     desktop_end=Capability(True, "the compositor leaving the session bus stops the running task, and later "
                            "tasks fail at once"),
     own_windows=Capability(True, "a pointer action whose point is on one of Holodesk's windows is refused: on a "
@@ -127,6 +130,7 @@ class MutterExecutor:
         self.input_ready_timeout_s = input_ready_timeout_s
         self.paste_settle_s = paste_settle_s
         self._own_windows_warned = False  # no XWayland: the own-window check cannot run (logged once)
+        self._held = HeldKeys(self.name)
 
     def execute(self, placed: PlacedAction) -> ActionResult:
         """Perform ``placed.action`` at ``placed.input_points`` (the points the approval showed); refused
@@ -155,6 +159,31 @@ class MutterExecutor:
             status, ok, message = "failed", False, f"{action.kind} failed: {type(exc).__name__}: {exc}"
         return ActionResult(ok=ok, status=status, message=message, details=details,
                             duration_ms=(time.perf_counter() - t0) * 1000.0)
+
+    @property
+    def held_keys(self) -> tuple[str, ...]:
+        """The keys held down now by ``key_down`` (canonical names, press order)."""
+        return self._held.keys
+
+    def end_episode(self) -> None:
+        """Release the keys held by ``key_down`` (:meth:`HeldKeys.release_all`). Never raises."""
+        if self._held.keys:
+            self._held.release_all(self._key_up)
+
+    def release_left_held_keys(self) -> tuple[str, ...]:
+        """Release the keys a killed earlier run left held on this desktop (:meth:`HeldKeys.release_left_over`);
+        Mutter also releases a closed remote-desktop session's keys itself. Never raises.
+
+        Returns:
+            The keys released.
+        """
+        return self._held.release_left_over(self._key_up)
+
+    def _key_down(self, key: str) -> None:
+        self.session.key(keysym_for(key), True)
+
+    def _key_up(self, key: str) -> None:
+        self.session.key(keysym_for(key), False)
 
     def watch_desktop(self, stop: Callable[[str], None]) -> None:
         """Call ``stop(reason)`` when the desktop ends during this task (replacing the previous task's
@@ -297,12 +326,10 @@ class MutterExecutor:
             self.session.scroll(axis, steps)
             details["method"] = "NotifyPointerAxisDiscrete"
             return f"scrolled {action.direction} by {action.amount}"
-        if isinstance(action, Key):
-            for _ in range(action.repeat):
-                self._press_chord(action.keys)
-            details["method"] = "NotifyKeyboardKeysym"
-            return "pressed " + "+".join(action.keys) + (f" {action.repeat} times" if action.repeat > 1 else "")
+        if isinstance(action, (Key, KeyDown, KeyUp)):
+            return self._keys(action, details)
         if isinstance(action, Type):
+            refuse_typing_while_held(self._held.keys)
             if action.replace:  # select what the field holds, so the text replaces it
                 self._press_chord(("ctrl", "a"))
                 details["replaced"] = True
@@ -310,18 +337,46 @@ class MutterExecutor:
         raise ActionError(f"unsupported action {action.kind!r}")
 
     # -- keyboard -----------------------------------------------------------------------------------
-    def _press_chord(self, keys: Sequence[str]) -> None:
-        """Press ``keys`` in order, release them in reverse order (always released).
+    def _keys(self, action: Key | KeyDown | KeyUp, details: dict[str, Any]) -> str:
+        """Perform a key action: a chord (with taps), or keys held down or released across steps.
+
+        Raises:
+            ActionError: a key without keysym, a key held twice or released without being held.
+        """
+        if isinstance(action, Key):
+            for _ in range(action.repeat):
+                self._press_chord(action.keys, action.taps)
+            details["method"] = "NotifyKeyboardKeysym"
+            return key_result(action)
+        if isinstance(action, KeyDown):
+            for key in action.keys:
+                keysym_for(key)  # every key has a keysym before any goes down
+            self._held.hold(action.keys, self._key_down)
+            details["method"] = "NotifyKeyboardKeysym (held)"
+        else:
+            self._held.release(action.keys, self._key_up)
+            details["method"] = "NotifyKeyboardKeysym (released)"
+        details["held_keys"] = list(self._held.keys)
+        return key_result(action)
+
+    def _press_chord(self, keys: Sequence[str], taps: Sequence[str] = ()) -> None:
+        """Press ``keys`` in order, tap each key of ``taps`` in turn, release ``keys`` in reverse order (always
+        released). Keys held by ``key_down`` are neither pressed again nor released.
 
         Raises:
             ActionError: a key without keysym (checked before anything is pressed).
         """
         keysyms = [keysym_for(k) for k in keys]
+        tap_syms = [keysym_for(k) for k in taps]
         pressed: list[int] = []
         try:
-            for sym in keysyms:
+            for key, sym in zip(keys, keysyms, strict=True):
+                if key not in self._held.keys:
+                    self.session.key(sym, True)
+                    pressed.append(sym)
+            for sym in tap_syms:
                 self.session.key(sym, True)
-                pressed.append(sym)
+                self.session.key(sym, False)
         finally:
             for sym in reversed(pressed):
                 self.session.key(sym, False)

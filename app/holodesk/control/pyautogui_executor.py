@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from holodesk.control.base import ActionResult, Capability, ExecutorCapabilities
+from holodesk.control.held_keys import HeldKeys, key_result, refuse_typing_while_held
 from holodesk.control.typing import ClipboardPaster, X11KeysymTyper
 from holodesk.control.window import refuse_holodesk_target, wait_for_focus_in
 from holodesk.core.actions import (
@@ -46,6 +47,8 @@ from holodesk.core.actions import (
     DoubleClick,
     Drag,
     Key,
+    KeyDown,
+    KeyUp,
     MiddleClick,
     Move,
     Plan,
@@ -128,7 +131,8 @@ X11_CAPABILITIES = ExecutorCapabilities(
                               "its centre, and each position is read back"),
     failsafe_corners=Capability(True, "pyautogui's fail-safe: the pointer pushed into a screen corner stops the "
                                 "run; a pointer resting there is moved away before the first action"),
-    episode_end=Capability(True, "the characters the X11 typer bound to spare keycodes are unbound"),
+    episode_end=Capability(True, "keys held by key_down are released, and the characters the X11 typer bound to "
+                           "spare keycodes are unbound"),
     desktop_end=Capability(True, "on Linux a connection of its own to the X server is watched: when the server "
                            "goes away the running task stops and later tasks fail at once (Windows and macOS "
                            "desktops do not end under a running process)"),
@@ -217,6 +221,7 @@ class PyAutoGUIExecutor:
         self._monitors_warned = False  # the fail-safe fell back to the screen's corners (logged once)
         self.before_input: Callable[[Action, tuple[InputPoint, ...]], str | None] | None = None
         self.desktop_watch = desktop_watch
+        self._held = HeldKeys(self.name)
 
     # -- pyautogui ----------------------------------------------------------------------------------
     def _gui(self) -> Any:
@@ -331,13 +336,45 @@ class PyAutoGUIExecutor:
         return None
 
     def end_episode(self) -> None:
-        """Undo what the executor keeps between the steps of an episode: the characters the X11 typer
-        bound to spare keycodes (:meth:`~holodesk.control.typing.X11KeysymTyper.release`); nothing once the
-        X server is gone. Never raises; the executor stays usable."""
+        """Undo what the executor keeps between the steps of an episode: the keys held by ``key_down``
+        (released, the fail-safe off for it) and the characters the X11 typer bound to spare keycodes
+        (:meth:`~holodesk.control.typing.X11KeysymTyper.release`); nothing once the X server is gone. Never
+        raises; the executor stays usable."""
         if self.desktop_watch is not None and self.desktop_watch.ended.is_set():
             return
+        if self._held.keys:
+            self._held.release_all(self._key_up)
         if self._x11_typer is not None:
             self._x11_typer.release()
+
+    @property
+    def held_keys(self) -> tuple[str, ...]:
+        """The keys held down now by ``key_down`` (canonical names, press order)."""
+        return self._held.keys
+
+    def release_left_held_keys(self) -> tuple[str, ...]:
+        """Release the keys a killed earlier run left held on this desktop (:meth:`HeldKeys.release_left_over`).
+        Never raises.
+
+        Returns:
+            The keys released.
+        """
+        return self._held.release_left_over(self._key_up)
+
+    def _key_down(self, key: str) -> None:
+        """Press one key (canonical name) and leave it down."""
+        self._gui().keyDown(pyautogui_key_name(key))
+
+    def _key_up(self, key: str) -> None:
+        """Release one key (canonical name); pyautogui's fail-safe is off for it, so a pointer in a corner
+        never keeps a key held."""
+        gui = self._gui()
+        saved = gui.FAILSAFE
+        gui.FAILSAFE = False
+        try:
+            gui.keyUp(pyautogui_key_name(key))
+        finally:
+            gui.FAILSAFE = saved
 
     def move_pointer_out_of_corner(self) -> InputPoint | None:
         """If the pointer is in a fail-safe corner, move it to the centre of its monitor
@@ -546,11 +583,24 @@ class PyAutoGUIExecutor:
             case Key():
                 self._await_click_focus(details)
                 for _ in range(action.repeat):
-                    names = self._press_chord(action.keys)
+                    names = self._press_chord(action.keys, action.taps)
                 details["method"] = "pyautogui.keyDown/keyUp"
                 details["pyautogui_keys"] = names
-                return "pressed " + "+".join(action.keys) + (f" {action.repeat} times" if action.repeat > 1 else "")
+                return key_result(action)
+            case KeyDown():
+                self._await_click_focus(details)
+                self._check_keys(action.keys)
+                self._held.hold(action.keys, self._key_down)
+                details["method"] = "pyautogui.keyDown"
+                details["held_keys"] = list(self._held.keys)
+                return key_result(action)
+            case KeyUp():
+                self._held.release(action.keys, self._key_up)
+                details["method"] = "pyautogui.keyUp"
+                details["held_keys"] = list(self._held.keys)
+                return key_result(action)
             case Type():
+                refuse_typing_while_held(self._held.keys)
                 self._await_click_focus(details)
                 if action.replace:  # select what the field holds, so the text replaces it
                     self._press_chord(("ctrl", "a"))
@@ -745,11 +795,11 @@ class PyAutoGUIExecutor:
                 log.info("waited %.2f s for the clicked window 0x%x to take the keyboard focus", waited, toplevel)
         refuse_holodesk_target(None)
 
-    def _press_chord(self, keys: Sequence[str]) -> Any:
-        """Press ``keys`` in order and release them in reverse order (always released).
+    def _check_keys(self, keys: Sequence[str]) -> list[str]:
+        """pyautogui's names of ``keys``.
 
         Raises:
-            ActionError: a key pyautogui does not know (checked before anything is pressed).
+            ActionError: a key pyautogui does not know.
         """
         gui = self._gui()
         names = [pyautogui_key_name(k) for k in keys]
@@ -759,11 +809,27 @@ class PyAutoGUIExecutor:
                     f"key {key!r} cannot be pressed with pyautogui on this platform", field="keys",
                     hint="Use a type action for characters that are not on the keyboard.",
                 )
+        return names
+
+    def _press_chord(self, keys: Sequence[str], taps: Sequence[str] = ()) -> Any:
+        """Press ``keys`` in order, tap each key of ``taps`` in turn, and release ``keys`` in reverse order
+        (always released). Keys held by ``key_down`` are neither pressed again nor released.
+
+        Raises:
+            ActionError: a key pyautogui does not know (checked before anything is pressed).
+        """
+        gui = self._gui()
+        names = self._check_keys([*keys, *taps])
+        held = {pyautogui_key_name(k) for k in self._held.keys}
         pressed: list[str] = []
         try:
-            for name in names:
+            for name in names[:len(keys)]:
+                if name not in held:
+                    gui.keyDown(name)
+                    pressed.append(name)
+            for name in names[len(keys):]:
                 gui.keyDown(name)
-                pressed.append(name)
+                gui.keyUp(name)
         finally:
             for name in reversed(pressed):
                 gui.keyUp(name)

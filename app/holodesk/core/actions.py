@@ -27,6 +27,13 @@ MAX_SCROLL_AMOUNT = 100
 """Most wheel clicks of one scroll (H Company's published ``scroll_desktop`` allows 100)."""
 MAX_PLAN_GOALS = 20
 """Most goals in one plan (:class:`Plan`; H Company's published ``update_plan`` allows 20)."""
+MAX_CHORD_KEYS = 5
+"""Most keys pressed together in one chord (:attr:`Key.keys` without taps)."""
+MAX_HELD_KEYS = 3
+"""Most keys held down at once: the held keys of a hold-and-tap, and :class:`KeyDown`'s keys held across steps
+(H Company's published ``hold_and_tap_key_desktop`` holds up to 3)."""
+MAX_TAPPED_KEYS = 5
+"""Most keys tapped in turn while others are held (:attr:`Key.taps`; the published ``tap_keys`` allows 5)."""
 MAX_KEY_REPEAT = 20
 """Most presses of one chord in one step (:attr:`Key.repeat`; the published ``repeat_count`` states no bound)."""
 OMIT_DEFAULT = {"omit_default": True}
@@ -303,33 +310,87 @@ class Type(Action):
             )
 
 
+def _key_names(value: object, name: str, most: int, *, unique: bool = False) -> tuple[str, ...]:
+    """``value`` (a list of key names, or one ``"ctrl+s"`` string) as canonical names (:func:`normalize_key`);
+    with ``unique``, a key named again (``["Control", "ctrl"]``) is kept once.
+
+    Raises:
+        ActionError: (field ``name``) no keys or more than ``most``, or an unknown key name.
+    """
+    keys = value
+    if isinstance(keys, str):
+        keys = tuple(k for k in keys.replace(" ", "").split("+") if k) if len(keys) > 1 else (keys,)
+    if not isinstance(keys, (tuple, list)) or not keys:
+        raise ActionError(f"{name} must be a non-empty list of key names", field=name)
+    if len(keys) > most:
+        raise ActionError(f"{name} has at most {most} keys, got {len(keys)}", field=name)
+    out = tuple(normalize_key(k) for k in keys)
+    return tuple(dict.fromkeys(out)) if unique else out
+
+
 @dataclass(frozen=True)
 class Key(Action):
     """Press ``keys`` together (a chord such as ``("ctrl", "s")``) and release them in reverse order, ``repeat``
-    times (1 to :data:`MAX_KEY_REPEAT`); every key is released before the next press and before the step ends.
+    times (1 to :data:`MAX_KEY_REPEAT`); with ``taps``, hold ``keys`` down and tap each key of ``taps`` in turn
+    (hold ``("shift",)``, tap ``("tab", "tab")``) before releasing them. Every key is released before the next
+    press and before the step ends; keys held by :class:`KeyDown` stay held.
 
     Keys are normalised by :func:`normalize_key`.
 
     Raises:
-        ActionError: no keys, more than 5 keys, an unknown key name, or repeat outside 1..20.
+        ActionError: no keys, more than :data:`MAX_CHORD_KEYS` keys (with taps: more than :data:`MAX_HELD_KEYS`
+            held or :data:`MAX_TAPPED_KEYS` tapped), an unknown key name, or repeat outside 1..20.
     """
 
     kind: ClassVar[str] = "key"
     keys: tuple[str, ...]
     repeat: int = field(default=1, metadata=OMIT_DEFAULT)
+    taps: tuple[str, ...] = field(default=(), metadata=OMIT_DEFAULT)
 
     def __post_init__(self) -> None:
         if isinstance(self.repeat, bool) or not isinstance(self.repeat, int) or not 1 <= self.repeat <= MAX_KEY_REPEAT:
             raise ActionError(f"repeat must be an integer in 1..{MAX_KEY_REPEAT}, got {self.repeat!r}",
                               field="repeat")
-        keys = self.keys
-        if isinstance(keys, str):
-            keys = tuple(k for k in keys.replace(" ", "").split("+") if k) if len(keys) > 1 else (keys,)
-        if not isinstance(keys, (tuple, list)) or not keys:
-            raise ActionError("keys must be a non-empty list of key names", field="keys")
-        if len(keys) > 5:
-            raise ActionError(f"a chord has at most 5 keys, got {len(keys)}", field="keys")
-        object.__setattr__(self, "keys", tuple(normalize_key(k) for k in keys))
+        taps = self.taps
+        if not isinstance(taps, (tuple, list)) or len(taps) > MAX_TAPPED_KEYS:
+            raise ActionError(f"taps must be a list of at most {MAX_TAPPED_KEYS} key names, got {taps!r}",
+                              field="taps")
+        object.__setattr__(self, "taps", tuple(normalize_key(k) for k in taps))
+        object.__setattr__(self, "keys", _key_names(self.keys, "keys", MAX_HELD_KEYS if taps else MAX_CHORD_KEYS))
+
+
+@dataclass(frozen=True)
+class KeyDown(Action):
+    """Press ``keys`` in order and keep them held after the step (for Shift+clicks, a drag with Ctrl), until a
+    :class:`KeyUp` releases them or the run ends: the executor releases every held key at the end of the run,
+    whatever ends it, and at the next start after a run that was killed (:mod:`holodesk.control.held_keys`).
+
+    Raises:
+        ActionError: no keys, more than :data:`MAX_HELD_KEYS`, or an unknown key name (a key named twice is
+            kept once).
+    """
+
+    kind: ClassVar[str] = "key_down"
+    keys: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "keys", _key_names(self.keys, "keys", MAX_HELD_KEYS, unique=True))
+
+
+@dataclass(frozen=True)
+class KeyUp(Action):
+    """Release ``keys``, held by an earlier :class:`KeyDown` of the run, in reverse order.
+
+    Raises:
+        ActionError: no keys, more than :data:`MAX_HELD_KEYS`, or an unknown key name (a key named twice is
+            kept once).
+    """
+
+    kind: ClassVar[str] = "key_up"
+    keys: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "keys", _key_names(self.keys, "keys", MAX_HELD_KEYS, unique=True))
 
 
 @dataclass(frozen=True)
@@ -422,8 +483,8 @@ class Done(Action):
 
 ACTION_TYPES: dict[str, type[Action]] = {
     cls.kind: cls
-    for cls in (Click, DoubleClick, RightClick, MiddleClick, Move, Drag, Scroll, Type, Key, Wait, Plan, Answer,
-                Done)
+    for cls in (Click, DoubleClick, RightClick, MiddleClick, Move, Drag, Scroll, Type, Key, KeyDown, KeyUp, Wait,
+                Plan, Answer, Done)
 }
 """The closed set: protocol tool name -> action class."""
 

@@ -42,6 +42,12 @@ Enter (Enter/Return, Ctrl+M and Ctrl+J in terminals, Ctrl+Enter, Shift+Enter), p
 Ctrl+Shift+V, Shift+Insert), close and quit (Ctrl+W, Alt+F4, Cmd+Q), delete (Delete, Backspace), Escape
 (it discards an open draft in many web editors and dialogs) and Space (it presses the focused button).
 Single characters are typed with ``type``, not pressed as keys, so a key press of a character asks too.
+
+Keys held across steps: ``key_down`` always asks (a held key changes every click and key that follows:
+Shift+click extends a selection, Ctrl+click opens a link in a new tab, a held Super or Alt reaches the window
+manager), and while keys are held (``held_keys``) every action that touches the screen or keyboard asks, its
+reason naming them; ``key_up`` is LOW (the end of the run releases the keys anyway). A chord with taps
+(``hold_and_tap``) is LOW only when every held-keys-plus-tap chord is on :data:`LOW_RISK_CHORDS`.
 """
 
 from __future__ import annotations
@@ -63,6 +69,8 @@ from holodesk.core.actions import (
     DoubleClick,
     Drag,
     Key,
+    KeyDown,
+    KeyUp,
     MiddleClick,
     Move,
     Plan,
@@ -464,7 +472,7 @@ def selection_after(action: Action, before: bool) -> bool:
     selects text) make one; a click, an unshifted navigation key and typed text collapse it; other actions
     leave it as it was. A typed character or Delete over a selection replaces what is selected."""
     if isinstance(action, Key):
-        chord = frozenset(action.keys)
+        chord = frozenset((*action.keys, *action.taps))
         if chord == {"ctrl", "a"} or ("shift" in chord and chord & NAVIGATION_KEYS):
             return True
         if chord in LOW_RISK_CHORDS:
@@ -480,7 +488,8 @@ def selection_after(action: Action, before: bool) -> bool:
 def assess(action: Action, *, focused_window: str | None = None,
            pointer_windows: Sequence[str | None] | None = None, on_window_frame: bool = False,
            pointer_elements: Sequence[Element | None] | None = None, focused_element: Element | None = None,
-           selection: bool = False, input_grab: str | None = None) -> RiskAssessment:
+           selection: bool = False, input_grab: str | None = None,
+           held_keys: Sequence[str] = ()) -> RiskAssessment:
     """Classify one action by the allowlist in this module's docstring.
 
     Args:
@@ -500,11 +509,24 @@ def assess(action: Action, *, focused_window: str | None = None,
         input_grab: why keys or clicks may not go where the card says (another client holds the keyboard
             or pointer grab: an open menu, a hidden window), or None; any action that touches the screen or
             keyboard then asks.
+        held_keys: the keys held down now by an earlier ``key_down`` (canonical names); while any is held,
+            every action that touches the screen or keyboard but ``key_up`` asks.
     Returns:
         LOW only for actions known to be harmless; HIGH, with the reason the user is asked, for all else.
     """
     if isinstance(action, (Wait, Plan, Done, Answer)):
         return RiskAssessment(Risk.LOW, "does not touch the screen")
+    if isinstance(action, KeyUp):
+        return RiskAssessment(Risk.LOW, f"releases the held {chord_name(action.keys)}")
+    if isinstance(action, KeyDown):
+        return RiskAssessment(Risk.HIGH, f"holds {chord_name(action.keys)} down for the next steps: every click and "
+                              "key that follows acts with it (Shift+click extends a selection, Ctrl+click opens "
+                              "a link) until it is released")
+    if held_keys:
+        return RiskAssessment(Risk.HIGH, f"{chord_name(tuple(held_keys))} "
+                              f"{'is' if len(held_keys) == 1 else 'are'} held down, so this acts with "
+                              f"{'it' if len(held_keys) == 1 else 'them'} (a {chord_name(tuple(held_keys))}+click "
+                              "or chord)")
     if isinstance(action, MiddleClick):
         # On X11 a middle click pastes the selected text where the pointer is: into a terminal that runs
         # it, whatever window has the focus.
@@ -560,9 +582,11 @@ def _assess_typing(action: Type, focused_window: str | None, focused: Element | 
 
 def _assess_keys(action: Key, focused_window: str | None, focused: Element | None) -> RiskAssessment:
     """:func:`assess` for a key action: LOW only for a chord on :data:`LOW_RISK_CHORDS` pressed in a known
-    window that is not a terminal."""
-    if frozenset(action.keys) not in LOW_RISK_CHORDS:
-        return RiskAssessment(Risk.HIGH, _chord_reason(action.keys))
+    window that is not a terminal (with taps: every chord of the held keys and one tapped key)."""
+    chords = [(*action.keys, tap) for tap in action.taps] if action.taps else [action.keys]
+    for chord in chords:
+        if frozenset(chord) not in LOW_RISK_CHORDS:
+            return RiskAssessment(Risk.HIGH, _chord_reason(chord))
     window = _window_reason(focused_window, f"presses {chord_name(action.keys)}")
     if window is not None:
         return RiskAssessment(Risk.HIGH, window)

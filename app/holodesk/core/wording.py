@@ -32,6 +32,8 @@ from holodesk.core.actions import (
     DoubleClick,
     Drag,
     Key,
+    KeyDown,
+    KeyUp,
     MiddleClick,
     Move,
     Plan,
@@ -168,6 +170,7 @@ def step_words(
     focus_element: str | None = None,
     input_points: Sequence[InputPoint] = (),
     monitor_label: str | None = None,
+    held_keys: Sequence[str] = (),
 ) -> StepWords:
     """The headline and details of ``action``.
 
@@ -180,6 +183,8 @@ def step_words(
         input_points: the action's points in OS input space (same order as ``action.points()``), when
             known; the headline then quotes screen coordinates, else the model's 0–1000 coordinates.
         monitor_label: the monitor's name for the details, e.g. "Monitor 1, screen, 1920x1080 at +0+0".
+        held_keys: the keys held down by an earlier ``key_down`` of the run (canonical names); a details line
+            names them: "Held down: Shift (released by a key up, or when the task ends)".
     Returns:
         :class:`StepWords`. Every piece of model or window text in it has gone through :func:`plain`.
     """
@@ -193,6 +198,8 @@ def step_words(
     if headline is None:
         headline, more = _other_headline(action, focus_element, where_window)
         details.extend(more)
+    if held_keys:
+        details.append(f"Held down: {key_words(held_keys)} (released by a key up, or when the task ends)")
     return StepWords(headline, tuple(details))
 
 
@@ -257,8 +264,15 @@ def _other_headline(action: Action, focus_element: str | None, where_window: str
                     [f"{len(t)} character{'s' if len(t) != 1 else ''}"
                      + (f" on {lines} lines" if lines > 1 else "")
                      + (", shortened above" if plain(t, TYPED_CHARS) != plain(t) else "")])
-        case Key(keys=keys, repeat=repeat):
-            return f"Press {key_words(keys)}" + (f" {repeat} times" if repeat > 1 else "") + where_window, []
+        case Key(keys=keys, repeat=repeat, taps=taps):
+            pressed = (f"Hold {key_words(keys)} and tap {', '.join(key_words((t,)) for t in taps)}" if taps
+                       else f"Press {key_words(keys)}")
+            return pressed + (f" {repeat} times" if repeat > 1 else "") + where_window, []
+        case KeyDown(keys=keys):
+            return f"Hold {key_words(keys)} down{where_window}", ["Stays held for the next steps, until a key up "
+                                                                  "or the end of the task"]
+        case KeyUp(keys=keys):
+            return f"Release {key_words(keys)}{where_window}", []
         case Wait(seconds=s):
             return f"Wait {s:g} s", []
         case Plan(goals=goals):

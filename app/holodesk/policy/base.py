@@ -139,3 +139,20 @@ class Policy(Protocol):
     def propose(self, observation: Observation) -> Proposal: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class Localizer(Protocol):
+    """A policy that can also localize one element (H Company's element localization,
+    hub.hcompany.ai/element-localization): the approval card's "Click more precisely" asks it."""
+
+    def localize(self, image: Any, target: str) -> Point:
+        """The point of ``target`` (the element in words) in ``image`` (an ``(H, W, 3)`` uint8 RGB array).
+
+        Returns:
+            The point in ``[0, 1000]`` of ``image``.
+        Raises:
+            PolicyOutputError: the reply is not a point (``raw_text`` carries it).
+            PolicyError: no reply at all.
+        """
+        ...

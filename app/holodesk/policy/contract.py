@@ -24,8 +24,8 @@ an action back (:meth:`Tool.from_action`). The reply model, its JSON schema (gra
 ``response_format`` and ``<output_format>``), the prompt's tool list, the validator and the serializer
 all derive from :data:`TOOLS`. Adding a tool is one class.
 
-Holodesk offers the cookbook's tools but ``key_down_desktop`` and ``key_up_desktop`` (:data:`REFUSED_TOOLS`:
-not in the schema, and a reply that calls one anyway gets an error naming the tools to use instead);
+Holodesk offers the cookbook's tools, ``key_down_desktop`` and ``key_up_desktop`` included (a key held across
+steps is released by the executor at the end of the run, whatever ends it: :mod:`holodesk.control.held_keys`);
 each difference is listed in ``docs/actions.md`` ("agent-loop-v1 tool set").
 """
 
@@ -36,14 +36,17 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Final, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from typing_extensions import TypeAliasType
 
 from holodesk.core.actions import (
     KEY_ALIASES,
     MAX_ELEMENT_CHARS,
     MAX_GOAL_CHARS,
+    MAX_HELD_KEYS,
     MAX_KEY_REPEAT,
     MAX_PLAN_GOALS,
     MAX_SCROLL_AMOUNT,
+    MAX_TAPPED_KEYS,
     MAX_TYPE_CHARS,
     MAX_WAIT_SECONDS,
     NAMED_KEYS,
@@ -55,6 +58,8 @@ from holodesk.core.actions import (
     DoubleClick,
     Drag,
     Key,
+    KeyDown,
+    KeyUp,
     MiddleClick,
     Move,
     Plan,
@@ -105,7 +110,8 @@ KEY_NAMES: Final[tuple[str, ...]] = tuple(
     sorted(NAMED_KEYS | set(KEY_ALIASES)) + [chr(c) for c in range(0x20, 0x7F)]
 )
 """Key names the schema allows: named keys, their aliases and every printable ASCII character."""
-KeyName = Literal[KEY_NAMES]  # type: ignore[valid-type]
+KeyName = TypeAliasType("KeyName", Literal[KEY_NAMES])  # type: ignore[valid-type]
+"""One key name: declared once in the schema's ``$defs`` (``KeyName``), each key list refers to it."""
 
 
 class ToolContext:
@@ -311,28 +317,75 @@ class HotkeyDesktop(Tool):
 
     @classmethod
     def from_action(cls, action: Action) -> Tool | None:
-        if not isinstance(action, Key):
+        if not isinstance(action, Key) or action.taps:
             return None
         return cls(tool_name="hotkey_desktop", keys=list(action.keys), repeat_count=action.repeat)
 
 
 @tool
 class HoldAndTapKeyDesktop(Tool):
-    """Hold hold_keys down, tap the one key in tap_keys, then release all, e.g. hold ["shift"], tap ["tab"]."""
+    """Hold hold_keys down, tap each key of tap_keys in turn, then release all, e.g. hold ["shift"], tap ["tab"]."""
 
     tool_name: Literal["hold_and_tap_key_desktop"]
-    hold_keys: list[KeyName] = Field(min_length=1, max_length=3, description="1 to 3 key names to hold down.")
-    tap_keys: list[KeyName] = Field(min_length=1, max_length=1,
-                                    description="Exactly one key name to tap while the others are held.")
+    hold_keys: list[KeyName] = Field(min_length=1, max_length=MAX_HELD_KEYS,
+                                     description=f"1 to {MAX_HELD_KEYS} key names to hold down.")
+    tap_keys: list[KeyName] = Field(min_length=1, max_length=MAX_TAPPED_KEYS,
+                                    description=f"1 to {MAX_TAPPED_KEYS} key names tapped one after another while "
+                                                "the others are held.")
 
     _keys = field_validator("hold_keys", "tap_keys", mode="before")(_normalize_keys)
 
     def to_action(self, context: ToolContext) -> Action:
-        return Key((*self.hold_keys, *self.tap_keys))
+        if len(self.tap_keys) == 1:  # the same key events as the chord, which is written back as hotkey_desktop
+            return Key((*self.hold_keys, *self.tap_keys))
+        return Key(tuple(self.hold_keys), taps=tuple(self.tap_keys))
 
     @classmethod
     def from_action(cls, action: Action) -> Tool | None:
-        return None  # the same chord is written back as hotkey_desktop (declared first)
+        if not isinstance(action, Key) or not action.taps:
+            return None  # a chord is written back as hotkey_desktop (declared first)
+        return cls(tool_name="hold_and_tap_key_desktop", hold_keys=list(action.keys), tap_keys=list(action.taps))
+
+
+@tool
+class KeyDownDesktop(Tool):
+    """Press keys and keep them held down across the next steps (e.g. ["shift"] before clicks that extend a
+    selection) until key_up_desktop releases them; every held key is released when the task ends."""
+
+    tool_name: Literal["key_down_desktop"]
+    keys: list[KeyName] = Field(min_length=1, max_length=MAX_HELD_KEYS,
+                                description=f"1 to {MAX_HELD_KEYS} key names to hold down.")
+
+    _keys = field_validator("keys", mode="before")(_normalize_keys)
+
+    def to_action(self, context: ToolContext) -> Action:
+        return KeyDown(tuple(self.keys))
+
+    @classmethod
+    def from_action(cls, action: Action) -> Tool | None:
+        if not isinstance(action, KeyDown):
+            return None
+        return cls(tool_name="key_down_desktop", keys=list(action.keys))
+
+
+@tool
+class KeyUpDesktop(Tool):
+    """Release keys held down by key_down_desktop."""
+
+    tool_name: Literal["key_up_desktop"]
+    keys: list[KeyName] = Field(min_length=1, max_length=MAX_HELD_KEYS,
+                                description="The held key names to release.")
+
+    _keys = field_validator("keys", mode="before")(_normalize_keys)
+
+    def to_action(self, context: ToolContext) -> Action:
+        return KeyUp(tuple(self.keys))
+
+    @classmethod
+    def from_action(cls, action: Action) -> Tool | None:
+        if not isinstance(action, KeyUp):
+            return None
+        return cls(tool_name="key_up_desktop", keys=list(action.keys))
 
 
 @tool
@@ -384,16 +437,6 @@ No effect on the desktop; the plan comes back as this tool's output."""
 def plan_text(plan: Plan) -> str:
     """The ``update_plan`` tool's output: one line ``N. [status] title`` per goal."""
     return "\n".join(f"{i}. [{status}] {title}" for i, (title, status) in enumerate(plan.goals, 1))
-
-
-REFUSED_TOOLS: Final[dict[str, str]] = {
-    "key_down_desktop": "a key held down across steps stays held on the user's desktop when the run stops",
-    "key_up_desktop": "keys are never left held between steps, so there is nothing to release",
-}
-"""Cookbook tools Holodesk does not offer (not in the schema), with the reason the model is told when a
-reply calls one anyway (a server without constrained decoding)."""
-REFUSED_HINT: Final = ("Use hotkey_desktop for a chord such as [\"ctrl\", \"s\"], or hold_and_tap_key_desktop "
-                       "to hold keys while tapping one.")
 
 
 @tool
@@ -577,9 +620,6 @@ class AgentLoopProtocol(ActionProtocol):
         try:
             obj, warnings = _extract_object(raw_text)
             call = obj.get("tool_call")
-            if isinstance(call, dict) and call.get("tool_name") in REFUSED_TOOLS:
-                name = call["tool_name"]
-                raise _Fail(f"{name} is not offered: {REFUSED_TOOLS[name]}", hint=REFUSED_HINT)
             if isinstance(call, dict):  # coordinates follow holo-v1's rules and messages (F05, F08)
                 coords = {k: call[k] for k in ("x", "y") if k in call}
                 _coordinates(coords, f"the {call.get('tool_name', 'tool')} call", warnings, NAME)
@@ -720,7 +760,6 @@ __all__ = [
     "IMAGE_PLACEHOLDER",
     "NAME",
     "PROTOCOL",
-    "REFUSED_TOOLS",
     "TOOLS",
     "AgentLoopProtocol",
     "LocalizationReply",

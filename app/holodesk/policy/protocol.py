@@ -701,7 +701,8 @@ _TOOLS: Final[tuple[_HoloTool, ...]] = (
 _TOOL_BY_NAME: Final[dict[str, _HoloTool]] = {t.name: t for t in _TOOLS}
 TOOL_NAMES: tuple[str, ...] = tuple(_TOOL_BY_NAME)
 """The tool names of holo-v1: every action kind of :data:`holodesk.core.actions.ACTION_TYPES` but
-``plan`` (agent-loop-v1's ``update_plan`` has no holo-v1 counterpart)."""
+``plan``, ``key_down`` and ``key_up`` (agent-loop-v1's ``update_plan``, ``key_down_desktop`` and
+``key_up_desktop`` have no holo-v1 counterpart)."""
 
 
 def _tool_call_of(action: Action) -> dict[str, Any]:

@@ -8,7 +8,7 @@ loop refuses to execute anything without an :class:`ApprovalResponse` that appro
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from holodesk.core.actions import Action
@@ -26,6 +26,9 @@ class Decision(enum.StrEnum):
     EDIT = "edit"
     SKIP = "skip"
     STOP = "stop"
+    REFINE = "refine"
+    """Ask the model again for the target's point in a crop around it ("Click more precisely"); the card is
+    shown again with the refined point (:attr:`ApprovalRequest.can_refine`)."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,8 @@ class ApprovalRequest:
         focus_element: for typing, the field that has keyboard focus in words, when known.
         element: what the accessibility tree says is really there (the element under the first point,
             or for typing and keys the focused one), when known; :attr:`details` name it too.
+        can_refine: the approver may answer :attr:`Decision.REFINE`: a one-point pointer action with the
+            model's words for its target, and a policy that localizes elements.
     """
 
     step: int
@@ -60,6 +65,7 @@ class ApprovalRequest:
     window: WindowInfo | None = None
     focus_element: str | None = None
     element: Element | None = None
+    can_refine: bool = False
 
     @property
     def action(self) -> Action:
@@ -91,15 +97,18 @@ Approver = Callable[[ApprovalRequest], ApprovalResponse]
 
 def make_request(step: int, proposal: Proposal, placed: PlacedAction, risk: RiskAssessment, mode: str, *,
                  window: WindowInfo | None = None, focus_element: str | None = None,
-                 element: Element | None = None) -> ApprovalRequest:
+                 element: Element | None = None, held_keys: Sequence[str] = (),
+                 can_refine: bool = False) -> ApprovalRequest:
     """Build the request shown to the approver for ``placed`` (the proposal's action placed on the frame it
     was computed on: its input points are shown, and performed once approved), worded with
     :func:`holodesk.core.wording.step_words` (``window``: where it acts, when known; ``focus_element``: for
     typing, the focused field in words; ``element``: the real element there, from the accessibility tree,
-    named in a details line beside the model's words: "Really there: push button ‘Delete all files’")."""
+    named in a details line beside the model's words: "Really there: push button ‘Delete all files’";
+    ``held_keys``: the keys an earlier ``key_down`` holds, named in a details line; ``can_refine``: see
+    :attr:`ApprovalRequest.can_refine`)."""
     frame, points = placed.frame, placed.input_points
     words = step_words(placed.action, window=window, focus_element=focus_element, input_points=points,
-                       monitor_label=frame.monitor.label)
+                       monitor_label=frame.monitor.label, held_keys=held_keys)
     details = words.details
     if element is not None:
         where = "Has the keyboard focus" if not points else "Really there"
@@ -116,6 +125,7 @@ def make_request(step: int, proposal: Proposal, placed: PlacedAction, risk: Risk
         window=window,
         focus_element=focus_element,
         element=element,
+        can_refine=can_refine,
     )
 
 

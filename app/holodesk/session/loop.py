@@ -14,6 +14,7 @@ objects from the thread that runs the loop; the UI marshals them onto its own th
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import hashlib
@@ -27,13 +28,26 @@ from typing import Any
 
 from holodesk.capture.base import CaptureBackend
 from holodesk.control.base import ActionResult, Executor
-from holodesk.core.actions import Action, Answer, Click, Done, DoubleClick, Key, MiddleClick, Move, RightClick, Type
+from holodesk.core.actions import (
+    Action,
+    Answer,
+    Click,
+    Done,
+    DoubleClick,
+    Key,
+    KeyDown,
+    MiddleClick,
+    Move,
+    RightClick,
+    Type,
+)
 from holodesk.core.element import Element, ElementProbe
 from holodesk.core.geometry import Frame, PlacedAction, place
+from holodesk.core.refine import crop_point_to_frame, refine_crop
 from holodesk.core.risk import Risk, RiskAssessment, assess, selection_after
 from holodesk.core.wording import WindowInfo
 from holodesk.errors import GeometryMismatch, HolodeskError, PolicyError, PolicyOutputError, TaskError
-from holodesk.policy.base import HistoryStep, Observation, Policy, Proposal, forget_unused_frames
+from holodesk.policy.base import HistoryStep, Localizer, Observation, Policy, Proposal, forget_unused_frames
 from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision, make_request
 from holodesk.session.episode import RESULT_UNKNOWN, EpisodeRecorder
 from holodesk.session.settle import screen_changed
@@ -434,6 +448,7 @@ class Session:
             )
         try:
             self._check_limits(run.step, run.started)  # a stop that came while queued: the pointer stays put
+            self._release_left_held_keys()
             self._clear_failsafe_corner()
             self._check_geometry()
             while True:
@@ -614,6 +629,12 @@ class Session:
         typed_into = run.focus_element if isinstance(proposal.action, Type) else None
         t0 = time.perf_counter()
         request, response, judged = self._decide(run.step, proposal, placed, typed_into, record, run.selection)
+        while response.decision is Decision.REFINE:  # never an approval: the step is asked again
+            if request.can_refine:
+                placed = self._refine(run.step, placed, record)
+            else:
+                self._emit("warning", run.step, "This step cannot be clicked more precisely; it is asked again.")
+            request, response, judged = self._decide(run.step, proposal, placed, typed_into, record, run.selection)
         run.judged = judged
         timings["approval"] = (time.perf_counter() - t0) * 1000
         if not isinstance(response, ApprovalResponse):
@@ -661,7 +682,8 @@ class Session:
         (``selection``: a text selection may exist)."""
         judged = self._assess(placed, selection)
         request = make_request(step, proposal, placed, judged.risk, self.approval.mode, window=judged.window,
-                               focus_element=typed_into, element=judged.element)
+                               focus_element=typed_into, element=judged.element, held_keys=self._held_keys(),
+                               can_refine=self._can_refine(placed.action))
         response = self.approval.decide(request)
         if response.by == "autopilot" and response.decision is Decision.APPROVE:
             # The windows may have changed during the autopilot's countdown (a terminal opened
@@ -670,9 +692,47 @@ class Session:
             if judged.risk.level is not Risk.LOW:
                 record["risk_changed_during_countdown"] = True
                 request = make_request(step, proposal, placed, judged.risk, self.approval.mode,
-                                       window=judged.window, focus_element=typed_into, element=judged.element)
+                                       window=judged.window, focus_element=typed_into, element=judged.element,
+                                       held_keys=self._held_keys(), can_refine=self._can_refine(placed.action))
                 response = self.approval.decide(request)
         return request, response, judged
+
+    def _can_refine(self, action: Action) -> bool:
+        """Whether "Click more precisely" can refine ``action``: a one-point pointer action with the model's words
+        for its target, and a policy that localizes elements (:class:`~holodesk.policy.base.Localizer`)."""
+        return (isinstance(action, (Click, DoubleClick, RightClick, MiddleClick, Move)) and bool(action.element)
+                and isinstance(self.policy, Localizer))
+
+    def _refine(self, step: int, placed: PlacedAction, record: dict[str, Any]) -> PlacedAction:
+        """"Click more precisely": ask the policy for the target's point in a crop around the proposed one
+        (:func:`holodesk.core.refine.refine_crop`) and place the action at the refined point. Each try is
+        recorded in ``record["refinements"]`` (``from``/``to`` model points, ``crop`` in frame pixels, ``target``,
+        ``ms``; or ``error``) and the refined action in ``record["refined_action"]``. When the policy gives no
+        point, the user is told and the proposed point stays."""
+        action = placed.action
+        assert isinstance(action, (Click, DoubleClick, RightClick, MiddleClick, Move)) and action.element
+        assert isinstance(self.policy, Localizer)
+        frame = placed.frame
+        crop = refine_crop(frame, action.point)
+        left, top, width, height = crop
+        entry: dict[str, Any] = {"from": [action.point.x, action.point.y], "crop": list(crop), "target": action.element}
+        record.setdefault("refinements", []).append(entry)
+        t0 = time.perf_counter()
+        try:
+            found = self.policy.localize(frame.pixels[top:top + height, left:left + width], action.element)
+        except (PolicyError, PolicyOutputError) as exc:
+            entry["error"] = str(exc)
+            self._emit("warning", step, f"Could not click more precisely ({exc}); the proposed point is kept.")
+            return placed
+        finally:
+            entry["ms"] = (time.perf_counter() - t0) * 1000.0
+        point = crop_point_to_frame(frame, crop, found)
+        refined = dataclasses.replace(action, point=point)
+        entry["to"] = [point.x, point.y]
+        record["refined_action"] = refined.to_dict()
+        log.info("refined the target of step %d from (%d, %d) to (%d, %d)", step + 1, action.point.x, action.point.y,
+                 point.x, point.y)
+        return place(refined, frame)
 
     # -- EXECUTING
     def _act(self, run: _Run, proposal: Proposal, placed: PlacedAction, record: dict[str, Any],
@@ -767,7 +827,7 @@ class Session:
             elements, at_points, focused_element = self._probe_elements(placed, [None] * len(placed.input_points))
             return _Judgement(focused, None, assess(action, focused_window=focused, pointer_elements=at_points,
                                                     focused_element=focused_element, selection=selection,
-                                                    input_grab=grab),
+                                                    input_grab=grab, held_keys=self._held_keys()),
                               None, elements, at_points[0] if at_points else focused_element, grab)
         input_points = placed.input_points
         infos = [self._probe_window(at) for at in input_points]
@@ -780,7 +840,7 @@ class Session:
                                                            pointer_windows=pointer_windows,
                                                            on_window_frame=on_frame, pointer_elements=at_points,
                                                            focused_element=focused_element, selection=selection,
-                                                           input_grab=grab),
+                                                           input_grab=grab, held_keys=self._held_keys()),
                           window, elements, at_points[0] if at_points else focused_element, grab)
 
     def _probe_elements(self, placed: PlacedAction, infos: Sequence[WindowInfo | None]
@@ -800,7 +860,7 @@ class Session:
                 at_points.append(probe.element_at(at.x, at.y, info.client_rect if info is not None else None))
                 spent += probe.last_ms
                 problems.append(probe.last_problem)
-        if isinstance(placed.action, (Type, Key)):
+        if isinstance(placed.action, (Type, Key, KeyDown)):
             focused = probe.focused()
             spent += probe.last_ms
             problems.append(probe.last_problem)
@@ -818,6 +878,20 @@ class Session:
         except HolodeskError as exc:
             log.warning("could not identify the target window: %s", exc)
             return None
+
+    def _held_keys(self) -> tuple[str, ...]:
+        """The keys the executor holds down now (an earlier ``key_down`` of the run), for the risk rules and
+        the card; empty for an executor that holds none."""
+        return tuple(getattr(self.executor, "held_keys", ()))
+
+    def _release_left_held_keys(self) -> None:
+        """Release the keys that a killed earlier run left held on this desktop (the executor's state file,
+        :mod:`holodesk.control.held_keys`), and tell the user."""
+        release = getattr(self.executor, "release_left_held_keys", None)
+        released = release() if release is not None else ()
+        if released:
+            self._emit("warning", -1, f"An earlier run ended without releasing {'+'.join(released)} (it was "
+                       "killed); released now.")
 
     def _clear_failsafe_corner(self) -> None:
         """F12: a pointer already resting in a fail-safe corner would stop the first action. Executors
@@ -872,7 +946,7 @@ class Session:
         if self.grab_probe is not None and judged.grab is None and (problem := self.grab_probe()) is not None:
             return f"{problem}, since approval"
         seen = judged.elements or {}
-        if isinstance(action, (Type, Key)):
+        if isinstance(action, (Type, Key, KeyDown)):
             if self.focus_probe is not None and judged.focused and (now := self.focus_probe()) != judged.focused:
                 return f"the focused window changed since approval (was {judged.focused!r}, now {now!r})"
             if self.element_probe is not None and (was := seen.get("focused")) is not None:

@@ -138,12 +138,14 @@ class ApprovalController(QObject):
         card.edit_hint.setVisible(False)
         caret = self._pointer_input(geometry) if isinstance(action, Type) else None
         window = request.window
+        card.refine_button.setVisible(request.can_refine)
         overlay.show_action(action, request.input_points, caret_input=caret,
                             avoid_input=window.rect if window is not None else None)
         overlay.approve_pressed.connect(self.approve)
         overlay.skip_pressed.connect(lambda: self._finish(ApprovalResponse(Decision.SKIP)))
         overlay.stop_pressed.connect(lambda: self._finish(ApprovalResponse(Decision.STOP)))
         overlay.edit_pressed.connect(self.begin_edit)
+        overlay.refine_pressed.connect(self.refine)
         overlay.point_picked.connect(self._point_picked)
         overlay.text_edited.connect(self._text_edited)
         overlay.edit_cancelled.connect(self._edit_cancelled)
@@ -184,6 +186,13 @@ class ApprovalController(QObject):
 
     def skip(self) -> None:
         self._finish(ApprovalResponse(Decision.SKIP))
+
+    @Slot()
+    def refine(self) -> None:
+        """"Click more precisely": the session asks the model for the target's point in a close-up and shows the
+        step again (only offered while the step is not edited)."""
+        if self.edited is None and self.pending is not None and self.pending.request.can_refine:
+            self._finish(ApprovalResponse(Decision.REFINE))
 
     def stop(self) -> None:
         """Answer STOP to the pending request, if any (tray Stop, stop hotkey)."""
@@ -299,6 +308,7 @@ class ApprovalController(QObject):
         words = step_words(edited, window=window, focus_element=request.focus_element if same_place else None,
                            input_points=points, monitor_label=frame.monitor.label)
         overlay.card.set_words(f"Edited: {words.headline}", words.details)
+        overlay.card.refine_button.setVisible(False)  # the model's target words no longer name the edited point
         overlay.show_action(edited, points, caret_input=None if points else self._pointer_input(overlay.geometry_map),
                             avoid_input=window.rect if window is not None else None)
         overlay.set_mode("review", "Edited. Enter runs the edited action; E edits again; Esc stops.")

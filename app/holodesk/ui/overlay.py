@@ -62,7 +62,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from holodesk.core.actions import Action, DoubleClick, Drag, Key, Plan, RightClick, Scroll, Type, Wait
+from holodesk.core.actions import Action, DoubleClick, Drag, Key, KeyDown, KeyUp, Plan, RightClick, Scroll, Type, Wait
 from holodesk.core.geometry import InputPoint, Monitor
 from holodesk.core.risk import Risk, RiskAssessment
 
@@ -243,6 +243,18 @@ def place_card(area: QRectF, size: QSizeF | list[QSizeF], targets: list[QPointF]
     return clamp(far_x, far_y)
 
 
+def _refine_button(layout: QVBoxLayout) -> QPushButton:
+    """The card's "Click more precisely" button, added to ``layout``; hidden until a pointer step whose policy
+    can localize its target again is shown."""
+    button = QPushButton("Click more precisely")
+    layout.addWidget(button)
+    button.setObjectName("refine")
+    button.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+    button.setToolTip("Ask the model again for the target's point, in a close-up around it")
+    button.setVisible(False)
+    return button
+
+
 class ApprovalCard(QFrame):
     """The card: what will happen, why, how risky, and the four decisions."""
 
@@ -335,6 +347,7 @@ class ApprovalCard(QFrame):
                 row.addWidget(b)
             self.buttons.addLayout(row)
         layout.addLayout(self.buttons)
+        self.refine_button = _refine_button(layout)
         self.set_countdown(None)
 
     def set_button_columns(self, columns: int) -> None:
@@ -403,6 +416,7 @@ class OverlayWindow(QWidget):
     text_edited = Signal(str)
     edit_cancelled = Signal()
     pause_pressed = Signal()
+    refine_pressed = Signal()
 
     def __init__(self, geometry: OverlayGeometry, marker_color: str = MARKER_COLOR,
                  parent: QWidget | None = None) -> None:
@@ -421,6 +435,7 @@ class OverlayWindow(QWidget):
         self.card.skip_button.clicked.connect(self.skip_pressed)
         self.card.stop_button.clicked.connect(self.stop_pressed)
         self.card.edit_button.clicked.connect(self.edit_pressed)
+        self.card.refine_button.clicked.connect(self.refine_pressed)
         self.action: Action | None = None
         self.points: list[QPointF] = []
         self.mode = "review"  # "review" | "pick" (click a point) | "text" (edit typed text)
@@ -451,7 +466,7 @@ class OverlayWindow(QWidget):
             a = self.geometry_map.to_local((left, top))
             b = self.geometry_map.to_local((left + width, top + height))
             self.avoid = QRectF(a, b).normalized().adjusted(-0.5, -0.5, 0, 0)
-        self.card.edit_button.setEnabled(not isinstance(action, (Key, Wait, Plan)))
+        self.card.edit_button.setEnabled(not isinstance(action, (Key, KeyDown, KeyUp, Wait, Plan)))
         self._place_card()
         self._update_mask()
         self.update()

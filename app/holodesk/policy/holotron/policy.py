@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from holodesk.core.actions import Point
+from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import PolicyError, PolicyOutputError
 from holodesk.policy.base import Observation, Proposal, pointer_after
 from holodesk.policy.contract import reasoning_text
@@ -23,6 +25,9 @@ if TYPE_CHECKING:
     from holodesk.policy.holotron.runtime import Constraint, Generation, Sampler
 
 log = logging.getLogger(__name__)
+
+LOCALIZATION_MAX_TOKENS = 32
+"""Token budget of an element-localization reply (``{"x":1000,"y":1000}`` is a dozen tokens)."""
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -105,6 +110,7 @@ class HolotronPolicy:
         self.max_think_tokens = max_think_tokens
         self.max_string_chars = max_string_chars
         self._constraint: Constraint | None = None
+        self._localization_constraint: Constraint | None = None
         self._specials: list[str] | None = None
         self._special_ids: frozenset[int] | None = None
         self._closed = False
@@ -190,6 +196,48 @@ class HolotronPolicy:
                 schema = cap_strings(schema, self.max_string_chars)
             self._constraint = Constraint(self.loaded, schema)
         return self._constraint
+
+    def localize(self, image: Any, target: str) -> Point:
+        """H Company's element localization (hub.hcompany.ai/element-localization): ``image`` and the protocol's
+        localization prompt for ``target`` in one user turn, thinking off, greedy (the stock decoder), the reply
+        constrained to ``{"x": int, "y": int}`` in ``[0, 1000]`` when the policy decodes under a grammar; the
+        approval card's "Click more precisely" asks it (:class:`~holodesk.policy.base.Localizer`).
+
+        Args:
+            image: an ``(H, W, 3)`` uint8 RGB array (a crop of the frame).
+            target: the element in words.
+        Returns:
+            The point in ``[0, 1000]`` of ``image``.
+        Raises:
+            PolicyOutputError: the reply is not a point (``raw_text`` carries it).
+            PolicyError: the policy is closed, or generation failed.
+        """
+        if self._closed:
+            raise PolicyError("the Holotron policy was closed")
+        from holodesk.policy.holotron import runtime
+
+        crop = Frame(image, Monitor(1, 0, 0, int(image.shape[1]), int(image.shape[0])))
+        messages = [{"role": "user", "content": [{"type": "image", "frame": crop},
+                                                 {"type": "text", "text": self.protocol.localization_prompt(target)}]}]
+        if self._specials is None:
+            self._specials = special_token_strings(self.loaded.tokenizer)
+        try:
+            prompt_text, _frames, _template = render_prompt(self.loaded.tokenizer, messages, self._specials)
+            tiling = self.loaded.info.tiling(crop.width, crop.height)
+            ids = tokenize_prompt(self.loaded.tokenizer, prompt_text, [tiling.tokens],
+                                  img_start_id=self.loaded.img_start_id, img_end_id=self.loaded.img_end_id,
+                                  image_token_id=self.loaded.image_token_id)
+            if self.constrained and self._localization_constraint is None:
+                self._localization_constraint = runtime.Constraint(self.loaded, self.protocol.localization_schema())
+            generation = runtime.generate(self.loaded, ids, [(image, tiling)],
+                                          max_new_tokens=LOCALIZATION_MAX_TOKENS,
+                                          constraint=self._localization_constraint, reasoning=False,
+                                          max_think_tokens=0)
+        except (PolicyError, PolicyOutputError):
+            raise
+        except Exception as exc:
+            raise PolicyError(f"Holotron localization failed: {type(exc).__name__}: {exc}") from exc
+        return self.protocol.parse_localization(generation.text)
 
     def prepare(self, observation: Observation, *, max_images: int) -> dict[str, Any]:
         """Build the prompt for ``observation`` with at most ``max_images`` images.
@@ -370,6 +418,7 @@ class HolotronPolicy:
             return
         self._closed = True
         self._constraint = None
+        self._localization_constraint = None
         self.engine = None
         with contextlib.suppress(AttributeError):
             del self.loaded.model

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from holodesk.core.actions import Point
 from holodesk.errors import ModelLoadError, PolicyError, PolicyOutputError
 from holodesk.policy.base import Observation, Proposal, pointer_after
 from holodesk.policy.contract import reasoning_text
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+LOCALIZATION_MAX_TOKENS = 32
+"""Token budget of an element-localization reply (``{"x":1000,"y":1000}`` is a dozen tokens)."""
 CACHE_STEP = 2048
 """The static cache holds a multiple of this many tokens (prompt + reply budget, rounded up)."""
 
@@ -367,6 +370,7 @@ class NativePolicy:
         self.static_cache = True
         self.compiled = loaded.device.type == "cuda" and bool(getattr(loaded.model, "_can_compile_fullgraph", False))
         self._constraint: Constraint | None = None
+        self._localization_constraint: Constraint | None = None
         self._closed = False
         log.info("native policy: %s", self.describe())
 
@@ -422,6 +426,13 @@ class NativePolicy:
             self._constraint = Constraint(self.loaded, schema)
         return self._constraint
 
+    def _get_localization_constraint(self) -> Constraint:
+        if self._localization_constraint is None:
+            from holodesk.policy.holotron.runtime import Constraint
+
+            self._localization_constraint = Constraint(self.loaded, self.protocol.localization_schema())
+        return self._localization_constraint
+
     def prepare(self, observation: Observation, *, max_images: int | None = None) -> dict[str, Any]:
         """The model inputs of ``observation``: the contract's chat with at most ``max_images`` screenshots,
         rendered by the checkpoint's chat template and processor.
@@ -447,14 +458,67 @@ class NativePolicy:
                 else:
                     parts.append({"type": "text", "text": part["text"]})
             chat.append({"role": message["role"], "content": parts})
+        prompt_text, moved = self._model_inputs(chat, images, self.reasoning)
+        return {"inputs": moved, "prompt_text": prompt_text, "images": len(images)}
+
+    def _model_inputs(self, chat: list[dict[str, Any]], images: list[Any], reasoning: bool
+                      ) -> tuple[str, dict[str, Any]]:
+        """``chat`` rendered by the checkpoint's chat template (with the reasoning switch set to ``reasoning``)
+        and, with ``images`` (PIL images, one per image part), turned into the model's tensors on its device.
+
+        Returns:
+            (the prompt text, the processor's tensors: ``input_ids``, ``attention_mask``, image features).
+        """
         processor = self.loaded.processor
         prompt_text = processor.apply_chat_template(chat, tokenize=False, add_generation_prompt=True,
-                                                    **self.switch.template_kwargs(self.reasoning))
+                                                    **self.switch.template_kwargs(reasoning))
         inputs = processor(text=[prompt_text], images=images or None, return_tensors="pt")
         moved = {k: (v.to(self.loaded.device) if hasattr(v, "to") else v) for k, v in dict(inputs).items()}
         if "pixel_values" in moved and moved["pixel_values"].is_floating_point():
             moved["pixel_values"] = moved["pixel_values"].to(self.loaded.dtype)
-        return {"inputs": moved, "prompt_text": prompt_text, "images": len(images)}
+        return prompt_text, moved
+
+    def localize(self, image: Any, target: str) -> Point:
+        """H Company's element localization (hub.hcompany.ai/element-localization): ``image`` and the protocol's
+        localization prompt for ``target`` in one user turn, thinking off, greedy, the reply constrained to
+        ``{"x": int, "y": int}`` in ``[0, 1000]`` when the policy decodes under a grammar; the approval card's
+        "Click more precisely" asks it (:class:`~holodesk.policy.base.Localizer`).
+
+        Args:
+            image: an ``(H, W, 3)`` uint8 RGB array (a crop of the frame).
+            target: the element in words.
+        Returns:
+            The point in ``[0, 1000]`` of ``image``.
+        Raises:
+            PolicyOutputError: the reply is not a point (``raw_text`` carries it).
+            PolicyError: the policy is closed, or generation failed.
+        """
+        if self._closed:
+            raise PolicyError("the native policy was closed")
+        import torch
+        from PIL import Image
+        from transformers import LogitsProcessorList
+
+        loaded = self.loaded
+        chat = [{"role": "user", "content": [{"type": "image"},
+                                             {"type": "text", "text": self.protocol.localization_prompt(target)}]}]
+        try:
+            _prompt, inputs = self._model_inputs(chat, [Image.fromarray(image)], False)
+            rule = ReplyRule(self._get_localization_constraint() if self.constrained else None, reasoning=False,
+                             think_end_id=loaded.think_end_id, max_think_tokens=0, eos_ids=loaded.eos_ids,
+                             device=loaded.device)
+            prompt_tokens = int(inputs["input_ids"].shape[1])
+            with torch.inference_mode():
+                output = loaded.model.generate(**inputs, max_new_tokens=LOCALIZATION_MAX_TOKENS, do_sample=False,
+                                               eos_token_id=list(loaded.eos_ids), pad_token_id=loaded.pad_id,
+                                               logits_processor=LogitsProcessorList([rule]),
+                                               disable_compile=True)
+        except (PolicyError, PolicyOutputError):
+            raise
+        except Exception as exc:
+            raise PolicyError(f"{loaded.family.models} localization failed: {type(exc).__name__}: {exc}") from exc
+        tokens = [int(t) for t in output[0, prompt_tokens:] if int(t) not in loaded.eos_ids]
+        return self.protocol.parse_localization(str(loaded.tokenizer.decode(tokens, skip_special_tokens=True)))
 
     def generate(self, observation: Observation, *,
                  max_images: int | None = None) -> tuple[str, dict[str, float], dict[str, Any]]:
@@ -585,6 +649,7 @@ class NativePolicy:
             return
         self._closed = True
         self._constraint = None
+        self._localization_constraint = None
         with contextlib.suppress(AttributeError):
             del self.loaded.model
         with contextlib.suppress(ImportError):
