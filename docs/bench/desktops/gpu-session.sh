@@ -3,7 +3,9 @@
 # an 8-step episode, a step with a 300-token thought plus the action, and the product path: HolotronPolicy.propose
 # at 1080p, 8 episode steps with history cleaning from step 4, then a second task's first step). Run from the repo
 # root on the GPU machine with the carried wheels in .whl4 (transformers 5.23.0, xgrammar 0.2.9 and its pydantic / tvm-ffi needs,
-# the mamba-ssm 2.3.2.post1 sdist) and, for PARTS=quant, .whlq (bitsandbytes).
+# the mamba-ssm 2.3.2.post1 sdist) and, for PARTS=quant, .whlq (bitsandbytes). ../shared/tools/gpu-wheels.sh builds
+# .whl4; add `python3 -m pip download --no-deps -d .whl4 confusable-homoglyphs mistral-common==1.13.1` (the
+# autopilot's word matching, imported by the policy package; the tekken stand-in tokenizer's data file).
 #   bash docs/bench/desktops/gpu-session.sh [OUT] [PARTS]    PARTS: comma list of tests, bench, nativetests, quanttests, quant, coldstart, families (default tests,bench;
 #   GPU_TESTS_K: a pytest -k filter for the tests part; FAMILIES: --family keys; COLD_ARGS: more cold-start flags;
 #   TOKENIZER: test or tekken for the bench and quant parts, default tekken when .whl4 holds the mistral-common wheel)
