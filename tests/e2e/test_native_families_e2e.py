@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from holodesk.core.actions import ACTION_TYPES
 from holodesk.policy.contract import Reply
 from holodesk.session.episode import list_episodes, load_episode
 from tests.helpers.desktop import Desktop
@@ -24,8 +25,8 @@ from tests.helpers.desktop import Desktop
 pytestmark = [pytest.mark.e2e, pytest.mark.gui, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-KINDS = {"click", "double_click", "right_click", "middle_click", "move", "drag", "scroll", "type", "key", "wait",
-         "plan", "answer", "done"}
+KINDS = set(ACTION_TYPES)
+"""Every action kind of the vocabulary (the contract offers them all, key_down and key_up included)."""
 
 
 @pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
