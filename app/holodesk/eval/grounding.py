@@ -1,5 +1,6 @@
 """``holodesk eval grounding``: click-in-box accuracy through the model's published element-localization prompt.
 
+    holodesk eval grounding DATASET --model PATH [--precision P] [--limit N] [--out report.json]
     holodesk eval grounding DATASET --endpoint URL --model NAME [--limit N] [--out report.json]
     holodesk eval grounding DATASET --policy oracle          (scores each box's centre: proves the reader)
     holodesk eval grounding --generate FOLDER                (writes the suite set, see below)
@@ -18,9 +19,11 @@ form (real GTK 3 on the harness's Xvfb) and one entry per widget with its box ta
 (the form's layout report), so both read the same way.
 
 A sample passes when the point the model answers (``{"x", "y"}`` in [0, 1000] of the image, parsed by the
-protocol's ``parse_localization``) lands inside the box. The request is one user turn: the image, then the
-protocol's ``localization_prompt`` (H Company's wording), temperature 0, the localization schema as
-``response_format``.
+protocol's ``parse_localization``) lands inside the box. Local and remote models take one path: the sample's
+image and target go to a :class:`~holodesk.policy.base.Localizer`'s ``localize`` (:func:`model_locator`):
+the local policy's own (the one "Click more precisely" asks), or :class:`RemoteLocalizer` for a server. Both
+send one user turn: the image, then the protocol's ``localization_prompt`` (H Company's wording), greedy,
+the reply constrained to the localization schema.
 """
 
 from __future__ import annotations
@@ -34,9 +37,11 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from holodesk.core.actions import Point
 from holodesk.errors import HolodeskError, PolicyError, PolicyOutputError
+from holodesk.policy.base import Localizer
 
 V2_IMAGES = "screenspotv2_image"
 Box = tuple[float, float, float, float]
@@ -167,8 +172,35 @@ def oracle_locator(sample: Sample) -> tuple[float, float]:
     return (x1 + x2) / 2, (y1 + y2) / 2
 
 
-class RemoteLocator:
-    """Asks an OpenAI-compatible server with the protocol's localization prompt.
+def model_locator(localizer: Localizer) -> Locator:
+    """The locator of a model: each sample's image as an ``(H, W, 3)`` uint8 RGB array and its target go to
+    ``localizer.localize`` (a local policy, or :class:`RemoteLocalizer`), whose point in [0, 1000] of the image
+    is scaled to the image's pixels.
+
+    Raises (from the returned locator):
+        PolicyOutputError: the reply is not a point. PolicyError: no reply.
+        HolodeskError: the image cannot be read.
+    """
+    import numpy as np
+    from PIL import Image
+
+    def locate(sample: Sample) -> tuple[float, float]:
+        try:
+            with Image.open(sample.image) as image:
+                pixels = np.array(image.convert("RGB"), dtype=np.uint8)
+        except OSError as exc:
+            raise HolodeskError(f"cannot read the image {sample.image}: {exc}") from exc
+        height, width = pixels.shape[:2]
+        point = localizer.localize(pixels, sample.target)
+        return point.x / 1000 * width, point.y / 1000 * height
+
+    return locate
+
+
+class RemoteLocalizer:
+    """Element localization through an OpenAI-compatible server (a :class:`~holodesk.policy.base.Localizer`):
+    one user turn with the image (PNG) and the protocol's localization prompt, temperature 0, the localization
+    schema as ``response_format``.
 
     Args:
         endpoint: server URL ending in /v1. model: the served model's name.
@@ -194,23 +226,21 @@ class RemoteLocator:
         self._client = httpx.Client(timeout=120.0, headers=headers)
         self.reply_tokens: list[int] = []
 
-    def __call__(self, sample: Sample) -> tuple[float, float]:
-        """The pixel the model points at.
+    def localize(self, image: Any, target: str) -> Point:
+        """The point of ``target`` in ``image`` (an ``(H, W, 3)`` uint8 RGB array), in [0, 1000] of the image.
 
         Raises:
             PolicyError: the server failed. PolicyOutputError: the reply is not a localization reply.
         """
         from PIL import Image
 
-        with Image.open(sample.image) as image:
-            width, height = image.size
-            buffer = io.BytesIO()
-            image.convert("RGB").save(buffer, format="PNG")
+        buffer = io.BytesIO()
+        Image.fromarray(image).save(buffer, format="PNG")
         url = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
         body = {"model": self.model, "temperature": 0.0, "max_tokens": 64,
                 "messages": [{"role": "user", "content": [
                     {"type": "image_url", "image_url": {"url": url}},
-                    {"type": "text", "text": self.protocol.localization_prompt(sample.target)}]}],
+                    {"type": "text", "text": self.protocol.localization_prompt(target)}]}],
                 "response_format": {"type": "json_schema", "json_schema": {
                     "name": "localization", "schema": self.protocol.localization_schema()}}}
         try:
@@ -225,11 +255,39 @@ class RemoteLocator:
         tokens = (data.get("usage") or {}).get("completion_tokens")
         if isinstance(tokens, int):
             self.reply_tokens.append(tokens)
-        point = self.protocol.parse_localization(text)
-        return point.x / 1000 * width, point.y / 1000 * height
+        return self.protocol.parse_localization(text)
 
     def close(self) -> None:
         self._client.close()
+
+
+class ModelLocalizer(Localizer, Protocol):
+    """A :class:`~holodesk.policy.base.Localizer` that holds a model or a connection until ``close``."""
+
+    def close(self) -> None: ...
+
+
+def open_localizer(*, model: str, endpoint: str | None, precision: str | None = None) -> tuple[ModelLocalizer, str]:
+    """The localizer of the chosen model and its name for the report: with ``endpoint`` a
+    :class:`RemoteLocalizer` for the served ``model``; without, the local policy that
+    :func:`holodesk.session.factory.build_policy` loads from ``model`` (a checkpoint folder or repo id; the
+    settings' generation options, ``precision`` as given), which localizes through its own runtime.
+
+    Raises:
+        HolodeskError: the local policy has no element localization. ModelLoadError / SettingsError: from the
+        load.
+    """
+    if endpoint:
+        return RemoteLocalizer(endpoint, model), f"{model} at {endpoint}"
+    from holodesk.session.factory import build_policy
+    from holodesk.settings import load_settings
+
+    policy = build_policy(load_settings(policy="local", model=model, precision=precision))
+    if not isinstance(policy, Localizer):
+        policy.close()
+        raise HolodeskError(f"the local policy for {model} has no element localization",
+                            hint="Serve the model and pass --endpoint URL --model NAME.")
+    return policy, f"{model} (local)"
 
 
 def score(samples: Sequence[Sample], locate: Locator) -> dict[str, Any]:
@@ -262,9 +320,11 @@ def main(argv: Sequence[str]) -> int:
                                      "the model's element-localization prompt")
     parser.add_argument("dataset", nargs="?", type=Path, help="a ScreenSpot-v2 or ScreenSpot-Pro folder")
     parser.add_argument("--generate", type=Path, metavar="FOLDER", help="write the suite's own set there and exit")
-    parser.add_argument("--policy", choices=["oracle", "remote"], help="oracle: box centres (a reader check)")
+    parser.add_argument("--policy", choices=["oracle", "local", "remote"], help="oracle: box centres (a reader "
+                        "check); default: local with --model, remote with --endpoint")
     parser.add_argument("--endpoint", help="OpenAI-compatible server URL, e.g. http://127.0.0.1:8000/v1")
-    parser.add_argument("--model", help="the served model's name")
+    parser.add_argument("--model", help="local checkpoint folder or repo id; with --endpoint the served model name")
+    parser.add_argument("--precision", choices=["bf16", "8bit", "4bit"], help="local model weights")
     parser.add_argument("--limit", type=int, help="score only the first N samples")
     parser.add_argument("--out", type=Path, help="write the JSON result there")
     args = parser.parse_args(list(argv))
@@ -274,20 +334,22 @@ def main(argv: Sequence[str]) -> int:
     if args.dataset is None:
         parser.error("give a DATASET folder (or --generate FOLDER)")
     samples = read_dataset(args.dataset)[: args.limit] if args.limit else read_dataset(args.dataset)
-    if (args.policy or ("remote" if args.endpoint else None)) == "oracle":
-        result = score(samples, oracle_locator)
-        name = "oracle"
-    elif args.endpoint and args.model:
-        locator = RemoteLocator(args.endpoint, args.model)
-        try:
-            result = score(samples, locator)
-        finally:
-            locator.close()
-        result["reply_tokens_mean"] = (sum(locator.reply_tokens) / len(locator.reply_tokens)
-                                       if locator.reply_tokens else None)
-        name = f"{args.model} at {args.endpoint}"
+    policy = args.policy or ("remote" if args.endpoint else "local" if args.model else None)
+    if policy == "oracle":
+        result, name = score(samples, oracle_locator), "oracle"
+    elif policy is None or not args.model or (policy == "remote") != bool(args.endpoint):
+        raise HolodeskError("no model chosen", hint="Pass --model PATH (a local checkpoint), --endpoint URL "
+                            "--model NAME (a served model), or --policy oracle.")
     else:
-        raise HolodeskError("no locator chosen", hint="Pass --endpoint URL --model NAME, or --policy oracle.")
+        localizer, name = open_localizer(model=args.model, endpoint=args.endpoint, precision=args.precision)
+        started = time.monotonic()
+        try:
+            result = score(samples, model_locator(localizer))
+        finally:
+            localizer.close()
+        result["seconds_per_sample"] = (time.monotonic() - started) / len(samples)
+        tokens = getattr(localizer, "reply_tokens", None)  # a server's usage; a local policy does not count them
+        result["reply_tokens_mean"] = sum(tokens) / len(tokens) if tokens else None
     result = {"dataset": str(args.dataset), "locator": name, **result}
     if args.out:
         args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False), encoding="utf-8")
