@@ -1,5 +1,6 @@
 """``holodesk eval grounding``: the ScreenSpot-v2 / ScreenSpot-Pro reader (a small fixture in each layout, made
-here), the suite set generated from the settings form's GTK geometry, scoring through the localization prompt
+here), the suite set generated from the settings form's GTK geometry and from mousepad's and zenity's accessibility
+trees, scoring through the localization prompt
 against a loopback OpenAI-compatible stand-in (a named fake for a served model), and the local path through the
 tiny random checkpoint's own localizer on the CPU."""
 
@@ -132,8 +133,8 @@ def test_remote_scoring_sends_the_localization_prompt_and_counts_clicks_in_the_b
 
 
 @pytest.mark.gui
-def test_suite_set_boxes_come_from_gtk_and_the_centres_hit(tmp_path: Path) -> None:
-    missing = [p for p in ("Xvfb", "openbox", "xdotool") if shutil.which(p) is None]
+def test_suite_set_boxes_come_from_gtk_and_the_accessibility_tree_and_the_centres_hit(tmp_path: Path) -> None:
+    missing = [p for p in ("Xvfb", "openbox", "xdotool", "mousepad", "zenity") if shutil.which(p) is None]
     if missing:
         if os.environ.get("CI"):
             pytest.fail(f"not installed: {missing}")
@@ -148,6 +149,17 @@ def test_suite_set_boxes_come_from_gtk_and_the_centres_hit(tmp_path: Path) -> No
     x1, y1, _, y2 = save.box
     # the Save button's box holds the button's light face, not the black root window around the form
     assert image.convert("L").getpixel((int(x1) + 8, int((y1 + y2) / 2))) > 180
+    # mousepad's and zenity's boxes come from their accessibility tree: the menu bar's menus left to right in
+    # one row, zenity's two buttons side by side, each box on the program's light face in its own screenshot
+    by_target = {(s.image.name, s.target): s for s in samples}
+    menus = [by_target["mousepad.png", f"the \u2018{m}\u2019 menu"].box for m in ("File", "Edit", "Search", "Help")]
+    assert [b[0] for b in menus] == sorted(b[0] for b in menus) and len({b[1] for b in menus}) == 1
+    cancel, ok = (by_target["zenity.png", f"the \u2018{b}\u2019 button"] for b in ("Cancel", "OK"))
+    assert cancel.box[2] < ok.box[0] and cancel.box[1] == ok.box[1]
+    for sample in (*(by_target["mousepad.png", f"the \u2018{m}\u2019 menu"] for m in ("File", "Help")), cancel, ok):
+        x1, y1, _, y2 = sample.box
+        assert Image.open(sample.image).convert("L").getpixel((int(x1) + 3, int((y1 + y2) / 2))) > 180, sample
+    assert {s.group for s in samples} >= {"suite/text", "mousepad/menu", "zenity/push button"}
     assert score(samples, oracle_locator)["accuracy"] == 1.0
 
 

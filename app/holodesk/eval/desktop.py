@@ -32,6 +32,11 @@ Rect = tuple[int, int, int, int]
 T = TypeVar("T")
 
 
+ACCESSIBLE_ENV = {"NO_AT_BRIDGE": "0", "GTK_A11Y": "atspi"}
+"""Variables that make a GTK program publish its accessibility tree on the desktop's bus (the desktop turns
+it off by default: ``NO_AT_BRIDGE=1``, ``GTK_A11Y=none``)."""
+
+
 class EvalDesktopError(HolodeskError):
     """The evaluation desktop could not be started, or a task's program did not come up."""
 
@@ -190,9 +195,11 @@ class EvalDesktop:
         return (values["Absolute upper-left X"], values["Absolute upper-left Y"], values["Width"], values["Height"])
 
     def launch(self, argv: list[str], *, window_class: str | None = None, window_name: str | None = None,
-               cwd: Path | None = None, timeout: float = WINDOW_TIMEOUT_S) -> Program:
+               cwd: Path | None = None, timeout: float = WINDOW_TIMEOUT_S, env: dict[str, str] | None = None,
+               ) -> Program:
         """Start ``argv`` and wait until its window (found by WM_CLASS / title regular expression, else by
-        ``_NET_WM_PID``) is viewable and no longer moving.
+        ``_NET_WM_PID``) is viewable and no longer moving. ``env``: variables set for this program on top of the
+        desktop's (e.g. :data:`ACCESSIBLE_ENV`).
 
         Raises:
             EvalDesktopError: not installed, exited before showing a window, or no window in ``timeout`` s.
@@ -200,7 +207,7 @@ class EvalDesktop:
         require(argv[0])
         out_path = self.directory / f"{Path(argv[0]).name}-{time.monotonic_ns()}.out"
         with open(out_path, "wb") as out:
-            proc = subprocess.Popen(argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(argv, env={**self.env, **(env or {})}, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True)
         program = Program(list(argv), proc, out_path)
         self.programs.append(program)

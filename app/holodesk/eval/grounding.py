@@ -37,11 +37,14 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from holodesk.core.actions import Point
 from holodesk.errors import HolodeskError, PolicyError, PolicyOutputError
 from holodesk.policy.base import Localizer
+
+if TYPE_CHECKING:
+    from holodesk.eval.desktop import EvalDesktop
 
 V2_IMAGES = "screenspotv2_image"
 Box = tuple[float, float, float, float]
@@ -110,43 +113,82 @@ _WIDGET_WORDS = {"name": "the Name text field", "dark": "the Dark theme check bo
                  "volume_knob": "the knob of the Volume slider"}
 
 
+_ROLE_WORDS = {"push button": "button", "toggle button": "button", "text": "text field", "entry": "text field"}
+GRID_STEP = 12
+"""Spacing in pixels of the points at which a program's accessibility tree is asked for its element."""
+
+
 def generate_suite_set(folder: Path) -> int:
-    """Write the suite's grounding set into ``folder`` in the ScreenSpot-v2 layout: a screenshot of the
-    settings form on the harness's desktop and one entry per widget (boxes from GTK's geometry). Returns the
+    """Write the suite's grounding set into ``folder`` in the ScreenSpot-v2 layout, from the harness's desktop:
+    a screenshot of the settings form with one entry per widget (boxes from GTK's geometry, the form's layout
+    report), and one screenshot each of mousepad and a zenity entry dialog with one entry per named element
+    that their accessibility tree reports (:func:`accessible_entries`). Each entry's ``data_source`` is the
+    program; ``data_type`` is "text" / "icon" for the form and the AT-SPI role for the others. Returns the
     number of samples.
 
     Raises:
-        EvalDesktopError: a program is missing or did not come up.
+        EvalDesktopError: a program is missing, did not come up, or published no accessibility tree.
     """
-    import mss
-
-    from holodesk.eval.desktop import EvalDesktop, wait_for
-    from holodesk.eval.tasks import APPS_DIR, SYSTEM_PYTHON
+    from holodesk.eval.desktop import EvalDesktop
 
     (folder / V2_IMAGES).mkdir(parents=True, exist_ok=True)
-    desktop = EvalDesktop.start(directory=folder / ".desktop")
+    scratch = folder / ".desktop"
+    desktop = EvalDesktop.start(directory=scratch)
     try:
-        layout = folder / ".desktop" / "layout.json"
-        form = desktop.launch([SYSTEM_PYTHON, str(APPS_DIR / "settings_form.py"), "--state",
-                               str(folder / ".desktop" / "state.json"), "--layout", str(layout)],
-                              window_class="HolodeskSettingsForm")
-        desktop.place(form.window, 300, 150, 420, 420)
-
-        def current() -> dict[str, Any] | None:
-            try:
-                data = json.loads(layout.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                return None
-            x, y, _, _ = desktop.geometry(form.window)
-            return data if data.get("window", [None, None])[:2] == [x, y] else None
-
-        data = wait_for(current, 30, "the settings form's layout report")
-        time.sleep(0.5)  # the report is written on a 0.1 s timer after GTK's size allocation; let it redraw
-        with mss.MSS(display=desktop.display) as grabber:
-            shot = grabber.grab(grabber.monitors[1])
-            mss.tools.to_png(shot.rgb, shot.size, output=str(folder / V2_IMAGES / "settings-form.png"))
+        entries = _settings_form_entries(desktop, folder)
+        desktop.reset()
+        (scratch / "notes.txt").write_text("Shopping list\n", encoding="utf-8")
+        entries += accessible_entries(desktop, folder, "mousepad", ["mousepad", "--disable-server",
+                                                                    str(scratch / "notes.txt")],
+                                      "[Mm]ousepad", (200, 100, 760, 520))
+        desktop.reset()
+        entries += accessible_entries(desktop, folder, "zenity", ["zenity", "--entry", "--title", "Trip", "--text",
+                                                                  "Which city?"], "[Zz]enity", (400, 250))
     finally:
         desktop.stop()
+    (folder / "screenspot_suite_v2.json").write_text(json.dumps(entries, indent=1, ensure_ascii=False),
+                                                     encoding="utf-8")
+    return len(entries)
+
+
+def _grab(desktop: EvalDesktop, path: Path) -> None:
+    """A PNG of the desktop's screen, once two grabs 0.2 s apart are the same (the programs have drawn)."""
+    import mss
+
+    from holodesk.eval.desktop import wait_for
+
+    with mss.MSS(display=desktop.display) as grabber:
+        shots = [grabber.grab(grabber.monitors[1])]
+
+        def settled() -> Any:
+            time.sleep(0.2)  # the interval between the two grabs compared, not a wait for a state
+            shots.append(grabber.grab(grabber.monitors[1]))
+            return shots[-1] if shots[-1].rgb == shots[-2].rgb else None
+
+        shot = wait_for(settled, 15, "the screen to stop changing")
+        mss.tools.to_png(shot.rgb, shot.size, output=str(path))
+
+
+def _settings_form_entries(desktop: EvalDesktop, folder: Path) -> list[dict[str, Any]]:
+    from holodesk.eval.desktop import wait_for
+    from holodesk.eval.tasks import APPS_DIR, SYSTEM_PYTHON
+
+    layout = folder / ".desktop" / "layout.json"
+    form = desktop.launch([SYSTEM_PYTHON, str(APPS_DIR / "settings_form.py"), "--state",
+                           str(folder / ".desktop" / "state.json"), "--layout", str(layout)],
+                          window_class="HolodeskSettingsForm")
+    desktop.place(form.window, 300, 150, 420, 420)
+
+    def current() -> dict[str, Any] | None:
+        try:
+            data = json.loads(layout.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        x, y, _, _ = desktop.geometry(form.window)
+        return data if data.get("window", [None, None])[:2] == [x, y] else None
+
+    data = wait_for(current, 30, "the settings form's layout report")
+    _grab(desktop, folder / V2_IMAGES / "settings-form.png")
     entries = []
     for name, (x, y, w, h) in data["rects"].items():
         if name == "volume_trough":
@@ -157,8 +199,54 @@ def generate_suite_set(folder: Path) -> int:
         entries.append({"img_filename": "settings-form.png", "bbox": [x, y, w, h], "instruction": words,
                         "data_type": "text" if name.startswith("row:") or name == "name" else "icon",
                         "data_source": "suite"})
-    (folder / "screenspot_suite_v2.json").write_text(json.dumps(entries, indent=1), encoding="utf-8")
-    return len(entries)
+    return entries
+
+
+def accessible_entries(desktop: EvalDesktop, folder: Path, name: str, argv: list[str], window_class: str,
+                       where: tuple[int, ...]) -> list[dict[str, Any]]:
+    """Start ``argv`` with its accessibility tree on (:data:`~holodesk.eval.desktop.ACCESSIBLE_ENV`), put its
+    window at ``where`` (``(x, y)``, or ``(x, y, width, height)``), write a screenshot ``<name>.png``, and return
+    one ScreenSpot-v2 entry per element the tree reports (the autopilot's lookup,
+    :meth:`~holodesk.control.accessibility.AccessibilityProbe.element_at`, at every :data:`GRID_STEP` pixels of
+    the window) that has a name, a role a user clicks or types into, a box of at least 4x4 pixels inside the
+    window, and a (name, role) no other element there shares. Boxes are ``[x, y, width, height]`` in screen
+    pixels, the same as the screenshot's.
+
+    Raises:
+        EvalDesktopError: the program did not come up, or its tree did not answer within 30 s.
+    """
+    from holodesk.control.accessibility import AccessibilityProbe
+    from holodesk.core.element import ACTIVATING_ROLES, TEXT_ROLES
+    from holodesk.eval.desktop import ACCESSIBLE_ENV, wait_for
+
+    program = desktop.launch(argv, window_class=window_class, env=ACCESSIBLE_ENV)
+    x, y, w, h = where if len(where) == 4 else (*where, *desktop.geometry(program.window)[2:])
+    desktop.place(program.window, x, y, w, h)
+    desktop.activate(program.window)
+    rect = desktop.geometry(program.window)
+    probe = AccessibilityProbe(desktop.env["DBUS_SESSION_BUS_ADDRESS"], budget_s=2.0)
+    try:
+        wait_for(lambda: probe.element_at(rect[0] + rect[2] // 2, rect[1] + rect[3] // 2, rect), 30,
+                 f"{name}'s accessibility tree")
+        _grab(desktop, folder / V2_IMAGES / f"{name}.png")
+        found: dict[tuple[str, str], set[tuple[int, int, int, int]]] = {}
+        for py in range(rect[1] + GRID_STEP // 2, rect[1] + rect[3], GRID_STEP):
+            for px in range(rect[0] + GRID_STEP // 2, rect[0] + rect[2], GRID_STEP):
+                element = probe.element_at(px, py, rect)
+                if element is not None and element.bounds is not None and element.name.strip():
+                    found.setdefault((element.role, element.name.strip()), set()).add(element.bounds)
+    finally:
+        probe.close()
+    roles = ACTIVATING_ROLES | TEXT_ROLES | {"menu", "combo box"}
+    entries = []
+    for (role, label), boxes in sorted(found.items()):
+        (bx, by, bw, bh), *others = boxes
+        inside = rect[0] <= bx and rect[1] <= by and bx + bw <= rect[0] + rect[2] and by + bh <= rect[1] + rect[3]
+        if role in roles and not others and inside and bw >= 4 and bh >= 4:
+            entries.append({"img_filename": f"{name}.png", "bbox": [bx, by, bw, bh],
+                            "instruction": f"the \u2018{label}\u2019 {_ROLE_WORDS.get(role, role)}",
+                            "data_type": role, "data_source": name})
+    return entries
 
 
 # -- locating ---------------------------------------------------------------------------------------------------
