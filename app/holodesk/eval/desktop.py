@@ -2,7 +2,8 @@
 openbox window manager, started by the harness itself and stopped at the end.
 
 Nothing here touches the user's own display: the X server is a new one (``Xvfb -displayfd`` picks a free
-display number), every program started on it gets private XDG directories and ``GSETTINGS_BACKEND=memory``.
+display number), every program started on it gets private XDG directories and ``GSETTINGS_BACKEND=memory``,
+and publishes its accessibility tree on the desktop's private session bus (:data:`ACCESSIBLE_ENV`).
 Between tasks :meth:`EvalDesktop.reset` stops every program a task started and proves the desktop fresh:
 the window manager's client list (``_NET_CLIENT_LIST``) is empty again.
 
@@ -33,8 +34,8 @@ T = TypeVar("T")
 
 
 ACCESSIBLE_ENV = {"NO_AT_BRIDGE": "0", "GTK_A11Y": "atspi"}
-"""Variables that make a GTK program publish its accessibility tree on the desktop's bus (the desktop turns
-it off by default: ``NO_AT_BRIDGE=1``, ``GTK_A11Y=none``)."""
+"""Variables under which GTK 3 and GTK 4 programs publish their accessibility tree (AT-SPI) on the desktop's
+session bus, as on a user's desktop: the autopilot's element lookup and the grounding set read it."""
 
 
 class EvalDesktopError(HolodeskError):
@@ -145,7 +146,7 @@ class EvalDesktop:
     def _start_session(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("WAYLAND_", "DBUS_SESSION"))}
         env.update(DISPLAY=self.display, XDG_SESSION_TYPE="x11", GSETTINGS_BACKEND="memory", GDK_BACKEND="x11",
-                   NO_AT_BRIDGE="1", GTK_A11Y="none", LANG="C.UTF-8", LC_ALL="C.UTF-8")
+                   LANG="C.UTF-8", LC_ALL="C.UTF-8", **ACCESSIBLE_ENV)
         env.pop("XAUTHORITY", None)
         for key, sub in (("XDG_CONFIG_HOME", "config"), ("XDG_CACHE_HOME", "cache"), ("XDG_DATA_HOME", "data"),
                          ("XDG_RUNTIME_DIR", "runtime"), ("HOME", "home")):
@@ -195,11 +196,9 @@ class EvalDesktop:
         return (values["Absolute upper-left X"], values["Absolute upper-left Y"], values["Width"], values["Height"])
 
     def launch(self, argv: list[str], *, window_class: str | None = None, window_name: str | None = None,
-               cwd: Path | None = None, timeout: float = WINDOW_TIMEOUT_S, env: dict[str, str] | None = None,
-               ) -> Program:
+               cwd: Path | None = None, timeout: float = WINDOW_TIMEOUT_S) -> Program:
         """Start ``argv`` and wait until its window (found by WM_CLASS / title regular expression, else by
-        ``_NET_WM_PID``) is viewable and no longer moving. ``env``: variables set for this program on top of the
-        desktop's (e.g. :data:`ACCESSIBLE_ENV`).
+        ``_NET_WM_PID``) is viewable and no longer moving.
 
         Raises:
             EvalDesktopError: not installed, exited before showing a window, or no window in ``timeout`` s.
@@ -207,7 +206,7 @@ class EvalDesktop:
         require(argv[0])
         out_path = self.directory / f"{Path(argv[0]).name}-{time.monotonic_ns()}.out"
         with open(out_path, "wb") as out:
-            proc = subprocess.Popen(argv, env={**self.env, **(env or {})}, stdout=out, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True)
         program = Program(list(argv), proc, out_path)
         self.programs.append(program)

@@ -204,7 +204,7 @@ def _settings_form_entries(desktop: EvalDesktop, folder: Path) -> list[dict[str,
 
 def accessible_entries(desktop: EvalDesktop, folder: Path, name: str, argv: list[str], window_class: str,
                        where: tuple[int, ...]) -> list[dict[str, Any]]:
-    """Start ``argv`` with its accessibility tree on (:data:`~holodesk.eval.desktop.ACCESSIBLE_ENV`), put its
+    """Start ``argv`` (its accessibility tree on: :data:`~holodesk.eval.desktop.ACCESSIBLE_ENV`), put its
     window at ``where`` (``(x, y)``, or ``(x, y, width, height)``), write a screenshot ``<name>.png``, and return
     one ScreenSpot-v2 entry per element the tree reports (the autopilot's lookup,
     :meth:`~holodesk.control.accessibility.AccessibilityProbe.element_at`, at every :data:`GRID_STEP` pixels of
@@ -217,9 +217,9 @@ def accessible_entries(desktop: EvalDesktop, folder: Path, name: str, argv: list
     """
     from holodesk.control.accessibility import AccessibilityProbe
     from holodesk.core.element import ACTIVATING_ROLES, TEXT_ROLES
-    from holodesk.eval.desktop import ACCESSIBLE_ENV, wait_for
+    from holodesk.eval.desktop import wait_for
 
-    program = desktop.launch(argv, window_class=window_class, env=ACCESSIBLE_ENV)
+    program = desktop.launch(argv, window_class=window_class)
     x, y, w, h = where if len(where) == 4 else (*where, *desktop.geometry(program.window)[2:])
     desktop.place(program.window, x, y, w, h)
     desktop.activate(program.window)
