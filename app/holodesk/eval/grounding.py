@@ -14,9 +14,10 @@ DATASET is a folder in one of two layouts (:func:`read_dataset` tells them apart
   ``{"img_filename" (relative to images/), "bbox": [x1, y1, x2, y2] (pixels), "instruction", "ui_type",
   "group", "application", ...}``.
 
-``--generate`` writes the suite's own set in the ScreenSpot-v2 layout: a screenshot of the suite's settings
-form (real GTK 3 on the harness's Xvfb) and one entry per widget with its box taken from GTK's own geometry
-(the form's layout report), so both read the same way.
+``--generate`` writes the suite's own set in the ScreenSpot-v2 layout, so both read the same way
+(:func:`generate_suite_set`): screenshots of the suite's settings form (real GTK 3 on the harness's Xvfb; boxes
+from GTK's own geometry, the form's layout report), mousepad and a zenity dialog (boxes from their
+accessibility tree).
 
 A sample passes when the point the model answers (``{"x", "y"}`` in [0, 1000] of the image, parsed by the
 protocol's ``parse_localization``) lands inside the box. Local and remote models take one path: the sample's
