@@ -113,6 +113,27 @@ def test_every_sabotaged_oracle_fails(tmp_path: Path) -> None:
 
 @pytest.mark.gui
 @pytest.mark.e2e
+def test_each_step_reports_the_element_the_autopilot_found_on_the_harness_desktop(tmp_path: Path) -> None:
+    """The autopilot's accessibility lookup asks the harness desktop's bus: the step that ticks the form's check
+    box reports that check box, with the bounds the form itself reports for it (its layout.json), in the JSON
+    and on the HTML page."""
+    _require_programs()
+    code, report, output = _eval(tmp_path, "--policy", "oracle", "--unattended", "--tasks", "^form-dark-theme$",
+                                 timeout=240)
+    assert code == 0, output[-3000:]
+    (attempt,) = report["attempts"]
+    first = attempt["step_records"][0]
+    assert first["action"]["kind"] == "click", first
+    (element,) = first["elements"]["at_points"]
+    layout = json.loads((tmp_path / "tasks" / "form-dark-theme-0" / "layout.json").read_text(encoding="utf-8"))
+    assert (element["role"], element["name"]) == ("check box", "Dark theme"), element
+    assert element["bounds"] == layout["rects"]["dark"]
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "element: at the point: check box \u2018Dark theme\u2019" in page
+
+
+@pytest.mark.gui
+@pytest.mark.e2e
 def test_without_unattended_the_autopilot_rules_refuse_and_nothing_is_typed(tmp_path: Path) -> None:
     _require_programs()
     code, report, output = _eval(tmp_path, "--policy", "oracle", "--tasks", "^xterm-echo-to-file$", "--repeat", "2")

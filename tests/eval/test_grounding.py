@@ -1,6 +1,8 @@
 """``holodesk eval grounding``: the ScreenSpot-v2 / ScreenSpot-Pro reader (a small fixture in each layout, made
-here), the suite set generated from the settings form's GTK geometry, and scoring through the localization
-prompt against a loopback OpenAI-compatible stand-in (a named fake: no model runs here)."""
+here), the suite set generated from the settings form's GTK geometry and from mousepad's and zenity's accessibility
+trees, scoring through the localization prompt
+against a loopback OpenAI-compatible stand-in (a named fake for a served model), and the local path through the
+tiny random checkpoint's own localizer on the CPU."""
 
 from __future__ import annotations
 
@@ -17,7 +19,14 @@ import pytest
 from PIL import Image
 
 from holodesk.errors import HolodeskError
-from holodesk.eval.grounding import RemoteLocator, generate_suite_set, oracle_locator, read_dataset, score
+from holodesk.eval.grounding import (
+    RemoteLocalizer,
+    generate_suite_set,
+    model_locator,
+    oracle_locator,
+    read_dataset,
+    score,
+)
 
 
 def _image(path: Path, size: tuple[int, int]) -> None:
@@ -108,24 +117,24 @@ def test_remote_scoring_sends_the_localization_prompt_and_counts_clicks_in_the_b
     # (150, 140) of 1000 on a 1000x500 image is pixel (150, 70): inside the menu's box; the second misses
     _FakeServer.answers = {"open the file menu": '{"x": 150, "y": 140}', "close the window": '{"x": 10, "y": 10}'}
     _FakeServer.requests = []
-    locator = RemoteLocator(fake_server, "Hcompany/Holotron-12B")
+    localizer = RemoteLocalizer(fake_server, "Hcompany/Holotron-12B")
     try:
-        result = score(samples, locator)
+        result = score(samples, model_locator(localizer))
     finally:
-        locator.close()
+        localizer.close()
     assert (result["hits"], result["samples"], result["unparsed"]) == (1, 2, 0)
     assert [r["hit"] for r in result["results"]] == [True, False]
     text = _FakeServer.requests[0]["messages"][0]["content"][1]["text"]
     assert text.startswith("Localize an element on the GUI image") and text.endswith("open the file menu")
-    assert _FakeServer.requests[0]["temperature"] == 0.0 and locator.reply_tokens == [9, 9]
+    assert _FakeServer.requests[0]["temperature"] == 0.0 and localizer.reply_tokens == [9, 9]
     _FakeServer.answers["close the window"] = "I think it is the red button"
-    result = score(samples, RemoteLocator(fake_server, "Hcompany/Holotron-12B"))
+    result = score(samples, model_locator(RemoteLocalizer(fake_server, "Hcompany/Holotron-12B")))
     assert result["unparsed"] == 1 and result["hits"] == 1
 
 
 @pytest.mark.gui
-def test_suite_set_boxes_come_from_gtk_and_the_centres_hit(tmp_path: Path) -> None:
-    missing = [p for p in ("Xvfb", "openbox", "xdotool") if shutil.which(p) is None]
+def test_suite_set_boxes_come_from_gtk_and_the_accessibility_tree_and_the_centres_hit(tmp_path: Path) -> None:
+    missing = [p for p in ("Xvfb", "openbox", "xdotool", "mousepad", "zenity") if shutil.which(p) is None]
     if missing:
         if os.environ.get("CI"):
             pytest.fail(f"not installed: {missing}")
@@ -140,4 +149,64 @@ def test_suite_set_boxes_come_from_gtk_and_the_centres_hit(tmp_path: Path) -> No
     x1, y1, _, y2 = save.box
     # the Save button's box holds the button's light face, not the black root window around the form
     assert image.convert("L").getpixel((int(x1) + 8, int((y1 + y2) / 2))) > 180
+    # mousepad's and zenity's boxes come from their accessibility tree: the menu bar's menus left to right in
+    # one row, zenity's two buttons side by side, each box on the program's light face in its own screenshot
+    by_target = {(s.image.name, s.target): s for s in samples}
+    menus = [by_target["mousepad.png", f"the \u2018{m}\u2019 menu"].box for m in ("File", "Edit", "Search", "Help")]
+    assert [b[0] for b in menus] == sorted(b[0] for b in menus) and len({b[1] for b in menus}) == 1
+    cancel, ok = (by_target["zenity.png", f"the \u2018{b}\u2019 button"] for b in ("Cancel", "OK"))
+    assert cancel.box[2] < ok.box[0] and cancel.box[1] == ok.box[1]
+    for sample in (*(by_target["mousepad.png", f"the \u2018{m}\u2019 menu"] for m in ("File", "Help")), cancel, ok):
+        x1, y1, _, y2 = sample.box
+        assert Image.open(sample.image).convert("L").getpixel((int(x1) + 3, int((y1 + y2) / 2))) > 180, sample
+    assert {s.group for s in samples} >= {"suite/text", "mousepad/menu", "zenity/push button"}
     assert score(samples, oracle_locator)["accuracy"] == 1.0
+
+
+@pytest.mark.slow
+def test_a_local_checkpoint_is_scored_through_its_policys_localizer(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--model PATH`` loads the local policy and scores each sample through its own ``localize`` (the tiny
+    random Holotron checkpoint on the CPU: its points say nothing of accuracy, they prove the path runs)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from holodesk.bench.tiny_checkpoint import write_tiny_checkpoint
+    from holodesk.eval.grounding import main
+    from holodesk.policy.holotron import HolotronPolicy
+
+    checkpoint = write_tiny_checkpoint(tmp_path / "tiny", seed=0, shards=1)
+    dataset = make_v2(tmp_path / "v2")
+    asked: list[tuple[tuple[int, ...], str]] = []
+    localize = HolotronPolicy.localize
+
+    def spy(self: HolotronPolicy, image: Any, target: str) -> Any:
+        asked.append((image.shape, target))
+        return localize(self, image, target)
+
+    monkeypatch.setattr(HolotronPolicy, "localize", spy)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the CPU is shared; OpenMP spinning on busy cores makes the tiny model far slower
+    try:
+        assert main([str(dataset), "--model", str(checkpoint), "--out", str(tmp_path / "g.json")]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    assert asked == [((500, 1000, 3), "open the file menu"), ((500, 1000, 3), "close the window")]
+    result = json.loads((tmp_path / "g.json").read_text(encoding="utf-8"))
+    assert result["locator"] == f"{checkpoint} (local)"
+    assert (result["samples"], result["unparsed"]) == (2, 0)
+    assert result["hits"] == sum(r["hit"] for r in result["results"])
+    for r in result["results"]:  # a point in the image's pixels, scored against the sample's box
+        x, y = r["point"]
+        assert 0 <= x <= 1000 and 0 <= y <= 500
+        x1, y1, x2, y2 = r["box"]
+        assert r["hit"] == (x1 <= x <= x2 and y1 <= y <= y2)
+
+
+def test_grounding_without_a_model_says_what_to_pass(tmp_path: Path) -> None:
+    from holodesk.eval.grounding import main
+
+    dataset = make_v2(tmp_path / "v2")
+    for argv in ([str(dataset)], [str(dataset), "--policy", "remote", "--model", "m"],
+                 [str(dataset), "--policy", "local", "--endpoint", "http://127.0.0.1:9/v1", "--model", "m"]):
+        with pytest.raises(HolodeskError, match="no model chosen"):
+            main(argv)

@@ -2,7 +2,8 @@
 openbox window manager, started by the harness itself and stopped at the end.
 
 Nothing here touches the user's own display: the X server is a new one (``Xvfb -displayfd`` picks a free
-display number), every program started on it gets private XDG directories and ``GSETTINGS_BACKEND=memory``.
+display number), every program started on it gets private XDG directories and ``GSETTINGS_BACKEND=memory``,
+and publishes its accessibility tree on the desktop's private session bus (:data:`ACCESSIBLE_ENV`).
 Between tasks :meth:`EvalDesktop.reset` stops every program a task started and proves the desktop fresh:
 the window manager's client list (``_NET_CLIENT_LIST``) is empty again.
 
@@ -30,6 +31,11 @@ START_TIMEOUT_S = 30.0
 WINDOW_TIMEOUT_S = 30.0
 Rect = tuple[int, int, int, int]
 T = TypeVar("T")
+
+
+ACCESSIBLE_ENV = {"NO_AT_BRIDGE": "0", "GTK_A11Y": "atspi"}
+"""Variables under which GTK 3 and GTK 4 programs publish their accessibility tree (AT-SPI) on the desktop's
+session bus, as on a user's desktop: the autopilot's element lookup and the grounding set read it."""
 
 
 class EvalDesktopError(HolodeskError):
@@ -140,7 +146,7 @@ class EvalDesktop:
     def _start_session(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("WAYLAND_", "DBUS_SESSION"))}
         env.update(DISPLAY=self.display, XDG_SESSION_TYPE="x11", GSETTINGS_BACKEND="memory", GDK_BACKEND="x11",
-                   NO_AT_BRIDGE="1", GTK_A11Y="none", LANG="C.UTF-8", LC_ALL="C.UTF-8")
+                   LANG="C.UTF-8", LC_ALL="C.UTF-8", **ACCESSIBLE_ENV)
         env.pop("XAUTHORITY", None)
         for key, sub in (("XDG_CONFIG_HOME", "config"), ("XDG_CACHE_HOME", "cache"), ("XDG_DATA_HOME", "data"),
                          ("XDG_RUNTIME_DIR", "runtime"), ("HOME", "home")):

@@ -1,5 +1,6 @@
 """``holodesk eval grounding``: click-in-box accuracy through the model's published element-localization prompt.
 
+    holodesk eval grounding DATASET --model PATH [--precision P] [--limit N] [--out report.json]
     holodesk eval grounding DATASET --endpoint URL --model NAME [--limit N] [--out report.json]
     holodesk eval grounding DATASET --policy oracle          (scores each box's centre: proves the reader)
     holodesk eval grounding --generate FOLDER                (writes the suite set, see below)
@@ -13,14 +14,17 @@ DATASET is a folder in one of two layouts (:func:`read_dataset` tells them apart
   ``{"img_filename" (relative to images/), "bbox": [x1, y1, x2, y2] (pixels), "instruction", "ui_type",
   "group", "application", ...}``.
 
-``--generate`` writes the suite's own set in the ScreenSpot-v2 layout: a screenshot of the suite's settings
-form (real GTK 3 on the harness's Xvfb) and one entry per widget with its box taken from GTK's own geometry
-(the form's layout report), so both read the same way.
+``--generate`` writes the suite's own set in the ScreenSpot-v2 layout, so both read the same way
+(:func:`generate_suite_set`): screenshots of the suite's settings form (real GTK 3 on the harness's Xvfb; boxes
+from GTK's own geometry, the form's layout report), mousepad and a zenity dialog (boxes from their
+accessibility tree).
 
 A sample passes when the point the model answers (``{"x", "y"}`` in [0, 1000] of the image, parsed by the
-protocol's ``parse_localization``) lands inside the box. The request is one user turn: the image, then the
-protocol's ``localization_prompt`` (H Company's wording), temperature 0, the localization schema as
-``response_format``.
+protocol's ``parse_localization``) lands inside the box. Local and remote models take one path: the sample's
+image and target go to a :class:`~holodesk.policy.base.Localizer`'s ``localize`` (:func:`model_locator`):
+the local policy's own (the one "Click more precisely" asks), or :class:`RemoteLocalizer` for a server. Both
+send one user turn: the image, then the protocol's ``localization_prompt`` (H Company's wording), greedy,
+the reply constrained to the localization schema.
 """
 
 from __future__ import annotations
@@ -34,9 +38,14 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from holodesk.core.actions import Point
 from holodesk.errors import HolodeskError, PolicyError, PolicyOutputError
+from holodesk.policy.base import Localizer
+
+if TYPE_CHECKING:
+    from holodesk.eval.desktop import EvalDesktop
 
 V2_IMAGES = "screenspotv2_image"
 Box = tuple[float, float, float, float]
@@ -105,43 +114,82 @@ _WIDGET_WORDS = {"name": "the Name text field", "dark": "the Dark theme check bo
                  "volume_knob": "the knob of the Volume slider"}
 
 
+_ROLE_WORDS = {"push button": "button", "toggle button": "button", "text": "text field", "entry": "text field"}
+GRID_STEP = 12
+"""Spacing in pixels of the points at which a program's accessibility tree is asked for its element."""
+
+
 def generate_suite_set(folder: Path) -> int:
-    """Write the suite's grounding set into ``folder`` in the ScreenSpot-v2 layout: a screenshot of the
-    settings form on the harness's desktop and one entry per widget (boxes from GTK's geometry). Returns the
+    """Write the suite's grounding set into ``folder`` in the ScreenSpot-v2 layout, from the harness's desktop:
+    a screenshot of the settings form with one entry per widget (boxes from GTK's geometry, the form's layout
+    report), and one screenshot each of mousepad and a zenity entry dialog with one entry per named element
+    that their accessibility tree reports (:func:`accessible_entries`). Each entry's ``data_source`` is the
+    program; ``data_type`` is "text" / "icon" for the form and the AT-SPI role for the others. Returns the
     number of samples.
 
     Raises:
-        EvalDesktopError: a program is missing or did not come up.
+        EvalDesktopError: a program is missing, did not come up, or published no accessibility tree.
     """
-    import mss
-
-    from holodesk.eval.desktop import EvalDesktop, wait_for
-    from holodesk.eval.tasks import APPS_DIR, SYSTEM_PYTHON
+    from holodesk.eval.desktop import EvalDesktop
 
     (folder / V2_IMAGES).mkdir(parents=True, exist_ok=True)
-    desktop = EvalDesktop.start(directory=folder / ".desktop")
+    scratch = folder / ".desktop"
+    desktop = EvalDesktop.start(directory=scratch)
     try:
-        layout = folder / ".desktop" / "layout.json"
-        form = desktop.launch([SYSTEM_PYTHON, str(APPS_DIR / "settings_form.py"), "--state",
-                               str(folder / ".desktop" / "state.json"), "--layout", str(layout)],
-                              window_class="HolodeskSettingsForm")
-        desktop.place(form.window, 300, 150, 420, 420)
-
-        def current() -> dict[str, Any] | None:
-            try:
-                data = json.loads(layout.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                return None
-            x, y, _, _ = desktop.geometry(form.window)
-            return data if data.get("window", [None, None])[:2] == [x, y] else None
-
-        data = wait_for(current, 30, "the settings form's layout report")
-        time.sleep(0.5)  # the report is written on a 0.1 s timer after GTK's size allocation; let it redraw
-        with mss.MSS(display=desktop.display) as grabber:
-            shot = grabber.grab(grabber.monitors[1])
-            mss.tools.to_png(shot.rgb, shot.size, output=str(folder / V2_IMAGES / "settings-form.png"))
+        entries = _settings_form_entries(desktop, folder)
+        desktop.reset()
+        (scratch / "notes.txt").write_text("Shopping list\n", encoding="utf-8")
+        entries += accessible_entries(desktop, folder, "mousepad", ["mousepad", "--disable-server",
+                                                                    str(scratch / "notes.txt")],
+                                      "[Mm]ousepad", (200, 100, 760, 520))
+        desktop.reset()
+        entries += accessible_entries(desktop, folder, "zenity", ["zenity", "--entry", "--title", "Trip", "--text",
+                                                                  "Which city?"], "[Zz]enity", (400, 250))
     finally:
         desktop.stop()
+    (folder / "screenspot_suite_v2.json").write_text(json.dumps(entries, indent=1, ensure_ascii=False),
+                                                     encoding="utf-8")
+    return len(entries)
+
+
+def _grab(desktop: EvalDesktop, path: Path) -> None:
+    """A PNG of the desktop's screen, once two grabs 0.2 s apart are the same (the programs have drawn)."""
+    import mss
+
+    from holodesk.eval.desktop import wait_for
+
+    with mss.MSS(display=desktop.display) as grabber:
+        shots = [grabber.grab(grabber.monitors[1])]
+
+        def settled() -> Any:
+            time.sleep(0.2)  # the interval between the two grabs compared, not a wait for a state
+            shots.append(grabber.grab(grabber.monitors[1]))
+            return shots[-1] if shots[-1].rgb == shots[-2].rgb else None
+
+        shot = wait_for(settled, 15, "the screen to stop changing")
+        mss.tools.to_png(shot.rgb, shot.size, output=str(path))
+
+
+def _settings_form_entries(desktop: EvalDesktop, folder: Path) -> list[dict[str, Any]]:
+    from holodesk.eval.desktop import wait_for
+    from holodesk.eval.tasks import APPS_DIR, SYSTEM_PYTHON
+
+    layout = folder / ".desktop" / "layout.json"
+    form = desktop.launch([SYSTEM_PYTHON, str(APPS_DIR / "settings_form.py"), "--state",
+                           str(folder / ".desktop" / "state.json"), "--layout", str(layout)],
+                          window_class="HolodeskSettingsForm")
+    desktop.place(form.window, 300, 150, 420, 420)
+
+    def current() -> dict[str, Any] | None:
+        try:
+            data = json.loads(layout.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        x, y, _, _ = desktop.geometry(form.window)
+        return data if data.get("window", [None, None])[:2] == [x, y] else None
+
+    data = wait_for(current, 30, "the settings form's layout report")
+    _grab(desktop, folder / V2_IMAGES / "settings-form.png")
     entries = []
     for name, (x, y, w, h) in data["rects"].items():
         if name == "volume_trough":
@@ -152,8 +200,54 @@ def generate_suite_set(folder: Path) -> int:
         entries.append({"img_filename": "settings-form.png", "bbox": [x, y, w, h], "instruction": words,
                         "data_type": "text" if name.startswith("row:") or name == "name" else "icon",
                         "data_source": "suite"})
-    (folder / "screenspot_suite_v2.json").write_text(json.dumps(entries, indent=1), encoding="utf-8")
-    return len(entries)
+    return entries
+
+
+def accessible_entries(desktop: EvalDesktop, folder: Path, name: str, argv: list[str], window_class: str,
+                       where: tuple[int, ...]) -> list[dict[str, Any]]:
+    """Start ``argv`` (its accessibility tree on: :data:`~holodesk.eval.desktop.ACCESSIBLE_ENV`), put its
+    window at ``where`` (``(x, y)``, or ``(x, y, width, height)``), write a screenshot ``<name>.png``, and return
+    one ScreenSpot-v2 entry per element the tree reports (the autopilot's lookup,
+    :meth:`~holodesk.control.accessibility.AccessibilityProbe.element_at`, at every :data:`GRID_STEP` pixels of
+    the window) that has a name, a role a user clicks or types into, a box of at least 4x4 pixels inside the
+    window, and a (name, role) no other element there shares. Boxes are ``[x, y, width, height]`` in screen
+    pixels, the same as the screenshot's.
+
+    Raises:
+        EvalDesktopError: the program did not come up, or its tree did not answer within 30 s.
+    """
+    from holodesk.control.accessibility import AccessibilityProbe
+    from holodesk.core.element import ACTIVATING_ROLES, TEXT_ROLES
+    from holodesk.eval.desktop import wait_for
+
+    program = desktop.launch(argv, window_class=window_class)
+    x, y, w, h = where if len(where) == 4 else (*where, *desktop.geometry(program.window)[2:])
+    desktop.place(program.window, x, y, w, h)
+    desktop.activate(program.window)
+    rect = desktop.geometry(program.window)
+    probe = AccessibilityProbe(desktop.env["DBUS_SESSION_BUS_ADDRESS"], budget_s=2.0)
+    try:
+        wait_for(lambda: probe.element_at(rect[0] + rect[2] // 2, rect[1] + rect[3] // 2, rect), 30,
+                 f"{name}'s accessibility tree")
+        _grab(desktop, folder / V2_IMAGES / f"{name}.png")
+        found: dict[tuple[str, str], set[tuple[int, int, int, int]]] = {}
+        for py in range(rect[1] + GRID_STEP // 2, rect[1] + rect[3], GRID_STEP):
+            for px in range(rect[0] + GRID_STEP // 2, rect[0] + rect[2], GRID_STEP):
+                element = probe.element_at(px, py, rect)
+                if element is not None and element.bounds is not None and element.name.strip():
+                    found.setdefault((element.role, element.name.strip()), set()).add(element.bounds)
+    finally:
+        probe.close()
+    roles = ACTIVATING_ROLES | TEXT_ROLES | {"menu", "combo box"}
+    entries = []
+    for (role, label), boxes in sorted(found.items()):
+        (bx, by, bw, bh), *others = boxes
+        inside = rect[0] <= bx and rect[1] <= by and bx + bw <= rect[0] + rect[2] and by + bh <= rect[1] + rect[3]
+        if role in roles and not others and inside and bw >= 4 and bh >= 4:
+            entries.append({"img_filename": f"{name}.png", "bbox": [bx, by, bw, bh],
+                            "instruction": f"the \u2018{label}\u2019 {_ROLE_WORDS.get(role, role)}",
+                            "data_type": role, "data_source": name})
+    return entries
 
 
 # -- locating ---------------------------------------------------------------------------------------------------
@@ -167,8 +261,35 @@ def oracle_locator(sample: Sample) -> tuple[float, float]:
     return (x1 + x2) / 2, (y1 + y2) / 2
 
 
-class RemoteLocator:
-    """Asks an OpenAI-compatible server with the protocol's localization prompt.
+def model_locator(localizer: Localizer) -> Locator:
+    """The locator of a model: each sample's image as an ``(H, W, 3)`` uint8 RGB array and its target go to
+    ``localizer.localize`` (a local policy, or :class:`RemoteLocalizer`), whose point in [0, 1000] of the image
+    is scaled to the image's pixels.
+
+    Raises (from the returned locator):
+        PolicyOutputError: the reply is not a point. PolicyError: no reply.
+        HolodeskError: the image cannot be read.
+    """
+    import numpy as np
+    from PIL import Image
+
+    def locate(sample: Sample) -> tuple[float, float]:
+        try:
+            with Image.open(sample.image) as image:
+                pixels = np.array(image.convert("RGB"), dtype=np.uint8)
+        except OSError as exc:
+            raise HolodeskError(f"cannot read the image {sample.image}: {exc}") from exc
+        height, width = pixels.shape[:2]
+        point = localizer.localize(pixels, sample.target)
+        return point.x / 1000 * width, point.y / 1000 * height
+
+    return locate
+
+
+class RemoteLocalizer:
+    """Element localization through an OpenAI-compatible server (a :class:`~holodesk.policy.base.Localizer`):
+    one user turn with the image (PNG) and the protocol's localization prompt, temperature 0, the localization
+    schema as ``response_format``.
 
     Args:
         endpoint: server URL ending in /v1. model: the served model's name.
@@ -194,23 +315,21 @@ class RemoteLocator:
         self._client = httpx.Client(timeout=120.0, headers=headers)
         self.reply_tokens: list[int] = []
 
-    def __call__(self, sample: Sample) -> tuple[float, float]:
-        """The pixel the model points at.
+    def localize(self, image: Any, target: str) -> Point:
+        """The point of ``target`` in ``image`` (an ``(H, W, 3)`` uint8 RGB array), in [0, 1000] of the image.
 
         Raises:
             PolicyError: the server failed. PolicyOutputError: the reply is not a localization reply.
         """
         from PIL import Image
 
-        with Image.open(sample.image) as image:
-            width, height = image.size
-            buffer = io.BytesIO()
-            image.convert("RGB").save(buffer, format="PNG")
+        buffer = io.BytesIO()
+        Image.fromarray(image).save(buffer, format="PNG")
         url = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
         body = {"model": self.model, "temperature": 0.0, "max_tokens": 64,
                 "messages": [{"role": "user", "content": [
                     {"type": "image_url", "image_url": {"url": url}},
-                    {"type": "text", "text": self.protocol.localization_prompt(sample.target)}]}],
+                    {"type": "text", "text": self.protocol.localization_prompt(target)}]}],
                 "response_format": {"type": "json_schema", "json_schema": {
                     "name": "localization", "schema": self.protocol.localization_schema()}}}
         try:
@@ -225,11 +344,39 @@ class RemoteLocator:
         tokens = (data.get("usage") or {}).get("completion_tokens")
         if isinstance(tokens, int):
             self.reply_tokens.append(tokens)
-        point = self.protocol.parse_localization(text)
-        return point.x / 1000 * width, point.y / 1000 * height
+        return self.protocol.parse_localization(text)
 
     def close(self) -> None:
         self._client.close()
+
+
+class ModelLocalizer(Localizer, Protocol):
+    """A :class:`~holodesk.policy.base.Localizer` that holds a model or a connection until ``close``."""
+
+    def close(self) -> None: ...
+
+
+def open_localizer(*, model: str, endpoint: str | None, precision: str | None = None) -> tuple[ModelLocalizer, str]:
+    """The localizer of the chosen model and its name for the report: with ``endpoint`` a
+    :class:`RemoteLocalizer` for the served ``model``; without, the local policy that
+    :func:`holodesk.session.factory.build_policy` loads from ``model`` (a checkpoint folder or repo id; the
+    settings' generation options, ``precision`` as given), which localizes through its own runtime.
+
+    Raises:
+        HolodeskError: the local policy has no element localization. ModelLoadError / SettingsError: from the
+        load.
+    """
+    if endpoint:
+        return RemoteLocalizer(endpoint, model), f"{model} at {endpoint}"
+    from holodesk.session.factory import build_policy
+    from holodesk.settings import load_settings
+
+    policy = build_policy(load_settings(policy="local", model=model, precision=precision))
+    if not isinstance(policy, Localizer):
+        policy.close()
+        raise HolodeskError(f"the local policy for {model} has no element localization",
+                            hint="Serve the model and pass --endpoint URL --model NAME.")
+    return policy, f"{model} (local)"
 
 
 def score(samples: Sequence[Sample], locate: Locator) -> dict[str, Any]:
@@ -262,9 +409,11 @@ def main(argv: Sequence[str]) -> int:
                                      "the model's element-localization prompt")
     parser.add_argument("dataset", nargs="?", type=Path, help="a ScreenSpot-v2 or ScreenSpot-Pro folder")
     parser.add_argument("--generate", type=Path, metavar="FOLDER", help="write the suite's own set there and exit")
-    parser.add_argument("--policy", choices=["oracle", "remote"], help="oracle: box centres (a reader check)")
+    parser.add_argument("--policy", choices=["oracle", "local", "remote"], help="oracle: box centres (a reader "
+                        "check); default: local with --model, remote with --endpoint")
     parser.add_argument("--endpoint", help="OpenAI-compatible server URL, e.g. http://127.0.0.1:8000/v1")
-    parser.add_argument("--model", help="the served model's name")
+    parser.add_argument("--model", help="local checkpoint folder or repo id; with --endpoint the served model name")
+    parser.add_argument("--precision", choices=["bf16", "8bit", "4bit"], help="local model weights")
     parser.add_argument("--limit", type=int, help="score only the first N samples")
     parser.add_argument("--out", type=Path, help="write the JSON result there")
     args = parser.parse_args(list(argv))
@@ -274,20 +423,22 @@ def main(argv: Sequence[str]) -> int:
     if args.dataset is None:
         parser.error("give a DATASET folder (or --generate FOLDER)")
     samples = read_dataset(args.dataset)[: args.limit] if args.limit else read_dataset(args.dataset)
-    if (args.policy or ("remote" if args.endpoint else None)) == "oracle":
-        result = score(samples, oracle_locator)
-        name = "oracle"
-    elif args.endpoint and args.model:
-        locator = RemoteLocator(args.endpoint, args.model)
-        try:
-            result = score(samples, locator)
-        finally:
-            locator.close()
-        result["reply_tokens_mean"] = (sum(locator.reply_tokens) / len(locator.reply_tokens)
-                                       if locator.reply_tokens else None)
-        name = f"{args.model} at {args.endpoint}"
+    policy = args.policy or ("remote" if args.endpoint else "local" if args.model else None)
+    if policy == "oracle":
+        result, name = score(samples, oracle_locator), "oracle"
+    elif policy is None or not args.model or (policy == "remote") != bool(args.endpoint):
+        raise HolodeskError("no model chosen", hint="Pass --model PATH (a local checkpoint), --endpoint URL "
+                            "--model NAME (a served model), or --policy oracle.")
     else:
-        raise HolodeskError("no locator chosen", hint="Pass --endpoint URL --model NAME, or --policy oracle.")
+        localizer, name = open_localizer(model=args.model, endpoint=args.endpoint, precision=args.precision)
+        started = time.monotonic()
+        try:
+            result = score(samples, model_locator(localizer))
+        finally:
+            localizer.close()
+        result["seconds_per_sample"] = (time.monotonic() - started) / len(samples)
+        tokens = getattr(localizer, "reply_tokens", None)  # a server's usage; a local policy does not count them
+        result["reply_tokens_mean"] = sum(tokens) / len(tokens) if tokens else None
     result = {"dataset": str(args.dataset), "locator": name, **result}
     if args.out:
         args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False), encoding="utf-8")

@@ -99,6 +99,25 @@ def _action_words(action: dict[str, Any] | None) -> str:
     return f"{action.get('kind')}: {fields}"
 
 
+def _element_words(elements: dict[str, Any] | None) -> str:
+    """The autopilot's lookup of a step in words: ``at the point: push button ‘OK’ [503, 352, 85, 34] (zenity);
+    focused: text ‘’ ...; 3.1 ms``; "" when the lookup did not run."""
+    if not isinstance(elements, dict):
+        return ""
+
+    def one(element: Any) -> str:
+        if not isinstance(element, dict):
+            return "nothing known"
+        return (f"{element.get('role')} \u2018{element.get('name')}\u2019 {element.get('bounds')}"
+                f" ({element.get('application')})")
+
+    parts = [f"at the point: {one(e)}" for e in elements.get("at_points") or []]
+    if "focused" in elements:
+        parts.append(f"focused: {one(elements.get('focused'))}")
+    parts.append(f"{elements.get('lookup_ms')} ms")
+    return "; ".join(parts)
+
+
 def render_html(report: dict[str, Any], out: Path) -> str:
     """The static HTML page of ``report``; frames are linked relative to ``out`` (the report's folder)."""
     s = report["summary"]
@@ -153,7 +172,9 @@ def render_html(report: dict[str, Any], out: Path) -> str:
                          f"thought: {esc(str(step.get('thought')))}<br>action: "
                          f"{esc(_action_words(step.get('action')))}<br>decision: {esc(str(step.get('decision')))} "
                          f"by {esc(str(step.get('decided_by')))}<br>result: {esc(str(step.get('result')))}"
-                         f"{'<br>error: ' + esc(str(step['error'])) if step.get('error') else ''}<br>"
+                         f"{'<br>error: ' + esc(str(step['error'])) if step.get('error') else ''}"
+                         f"{'<br>element: ' + esc(words) if (words := _element_words(step.get('elements'))) else ''}"
+                         "<br>"
                          f"{step.get('ms')} ms, reply tokens {step.get('reply_tokens')}</div></div>")
         parts.append("</details>")
     parts.append("</body></html>")

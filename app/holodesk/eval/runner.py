@@ -84,7 +84,11 @@ class Attempt:
         steps: steps taken. seconds: wall time of the run (setup and check excluded).
         failure: a :data:`FAILURE_CLASSES` entry when not passed, else None.
         episode: the episode folder. unattended: every step could be approved without a person.
-        step_records: per step ``{frame, thought, action, decision, result, ms, reply_tokens}``.
+        step_records: per step ``{frame, thought, action, decision, result, ms, reply_tokens, elements}``;
+            ``elements`` is the autopilot's accessibility lookup as the episode recorded it (``{"at_points":
+            [element or null per point of the action], "focused": element or null, "lookup_ms"}``, each element
+            ``{"role", "name", "states", "bounds": [x, y, w, h] screen pixels, "application"}``), or None when
+            the lookup did not run for the step.
     """
 
     task: str
@@ -157,7 +161,8 @@ def step_records(episode: Path | None) -> list[dict[str, Any]]:
                         "action": step.get("action"), "error": step.get("error"), "decision": step.get("decision"),
                         "decided_by": step.get("decided_by"), "result": result.get("message"),
                         "ms": round(sum(v for v in timings.values() if isinstance(v, (int, float))), 1),
-                        "policy_ms": timings.get("policy"), "reply_tokens": _tokens(extra)})
+                        "policy_ms": timings.get("policy"), "reply_tokens": _tokens(extra),
+                        "elements": step.get("elements")})
     return records
 
 
@@ -185,10 +190,15 @@ class SuiteRunner:
         self.out = out
         self._cache = PolicyCache()
         self._layouts: list[Path] = []
+        from holodesk.control.accessibility import AccessibilityProbe
+
+        # the autopilot's accessibility lookup asks this desktop's bus, never the user's
+        self._elements = AccessibilityProbe(desktop.env["DBUS_SESSION_BUS_ADDRESS"])
 
     def close(self) -> None:
-        """Release the kept policy (a loaded model)."""
+        """Release the kept policy (a loaded model) and the accessibility bus connection."""
         self._cache.close()
+        self._elements.close()
 
     def _rects(self) -> dict[str, Rect]:
         rects: dict[str, Rect] = {}
@@ -252,7 +262,7 @@ class SuiteRunner:
             session = build_session(
                 settings, ApprovalPolicy("auto", user), policy=self._make_policy(task),
                 stop_event=threading.Event(), episodes_dir=self.out / "episodes",
-                focus_probe=_focus_probe(), window_probe=_window_probe(),
+                focus_probe=_focus_probe(), window_probe=_window_probe(), element_probe=lambda _s: self._elements,
                 meta={"eval": {"task": task.id, "repeat": repeat, "unattended": self.unattended,
                                "display": self.desktop.display, "sabotage": self.sabotage}})
         except HolodeskError as exc:
