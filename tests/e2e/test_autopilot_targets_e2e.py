@@ -77,7 +77,8 @@ def _run_against(env: dict[str, str], desktop: Any, tk: subprocess.Popen[bytes],
                 "terminal): Click \u2018Title field\u2019 in") in out, out
         assert "[step 2] approved by the autopilot" not in out and "[step 3] approved by the autopilot" not in out
         assert "title bar or frame" in out, out
-        assert "the target \u2018OK button\u2019 may submit or send something (it says \u2018OK\u2019)" in out, out
+        # the accessibility tree names the real button, and the rule reads its name
+        assert "the push button \u2018OK\u2019 there may submit or send something (it says \u2018OK\u2019)" in out, out
         assert win.process.poll() is None and tk.poll() is None, "a window was closed"
         assert window_at(250, 250) is not None
         assert win.state()["clicks"] == []  # OK was never pressed

@@ -78,16 +78,18 @@ def test_autopilot_clicks_the_button_and_types_unicode_exactly(make_desktop: Any
             reply({"tool_name": "click", **point_on(frame, win, "Apply")}, "press Apply"),
             reply({"tool_name": "answer", "text": "typed and applied"}, "done"),
         ]) + "\n", encoding="utf-8")
+        # The accessibility tree names the button 'Apply', which may submit: the autopilot asks, the user approves.
         res = run_holodesk(env, ["run", "type the greeting and apply", "--script", str(script), "--approve",
-                                 "auto", "--episodes-dir", str(tmp_path / "episodes"), "--json"])
+                                 "auto", "--episodes-dir", str(tmp_path / "episodes"), "--json"], stdin="a\n")
         assert res.returncode == 0, res.stdout + res.stderr
+        assert "the push button \u2018Apply\u2019 there may submit or send something" in res.stdout
         state = win.wait_for(lambda s: s["clicks"] == ["Apply"] and s["text"] == TEXT, timeout=10)
         assert state["clicks"] == ["Apply"]  # the intended button, and only it
         assert state["text"] == TEXT
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     assert summary["status"] == "finished" and summary["answer"] == "typed and applied"
     ep = load_episode(list_episodes(tmp_path / "episodes")[0])
-    assert [s["decided_by"] for s in ep.steps[:3]] == ["autopilot"] * 3
+    assert [s["decided_by"] for s in ep.steps[:3]] == ["autopilot", "autopilot", "user"]
     assert [s["result"]["status"] for s in ep.steps[:3]] == ["performed"] * 3
 
 

@@ -166,6 +166,7 @@ class WindowGuard(QObject):
         self._hidden: list[QWidget] = []
         self._positions: dict[int, QPoint] = {}
         self._hidden_ids: list[int] = []
+        self._shown_ids: list[int] = []
         self.hide_count = 0
         self._dismissing: QWidget | None = None
         self._dismiss_ids: list[int] = []
@@ -216,6 +217,7 @@ class WindowGuard(QObject):
     def _show(self) -> None:
         hidden, self._hidden = self._hidden, []
         positions, self._positions = self._positions, {}
+        self._shown_ids = [int(w.winId()) for w in hidden]
         for w in hidden:
             if id(w) in positions:
                 w.move(positions[id(w)])
@@ -278,11 +280,22 @@ class WindowGuard(QObject):
         return True
 
     def show_windows(self) -> None:
-        """Show again what :meth:`hide_windows` hid (any thread)."""
+        """Show again what :meth:`hide_windows` hid (any thread). Off the GUI thread, wait (at most
+        ``unmap_timeout_s``) until the X server has mapped them again: the action that follows the grab must
+        meet the screen as the user has it (a Holodesk window back over its target is then refused), not a
+        window still on its way back."""
         if on_gui_thread():
             self._show()
-        else:
-            self._show_request.emit()
+            return
+        self._show_request.emit()
+        ids = list(self._shown_ids)
+        deadline = time.monotonic() + self.unmap_timeout_s
+        while ids and time.monotonic() < deadline:
+            if all(x11.window_viewable(i) is not False for i in ids):
+                return
+            time.sleep(0.01)
+        if ids:
+            log.warning("a Holodesk window was not mapped again %.1f s after the grab", self.unmap_timeout_s)
 
     def before_capture(self) -> None:
         """Session hook: hide before the grab."""
