@@ -92,6 +92,9 @@ EXPECTED_ERRORS = {
     "script is a folder": (["run", "x", "--script", "TMP"], "cannot read script"),
     "bad int flag": (["run", "x", "--max-steps", "abc"], "invalid int value"),
     "out of range flag": (["run", "x", "--max-steps", "0"], "max_steps"),
+    "all monitors": (["run", "x", "--script", "SCRIPT", "--monitor", "0"],
+                     "monitor: Holodesk looks at and acts on one monitor, not all monitors together; pick one "
+                     "(1 = first), `holodesk doctor` lists them (got 0)"),
     "bad endpoint": (["run", "x", "--endpoint", "notaurl", "--model", "m"], "endpoint must start with http"),
     "endpoint with a broken host": (["run", "x", "--endpoint", "http://[::1", "--model", "m"],
                                     "endpoint is not a valid URL"),

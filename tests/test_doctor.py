@@ -285,12 +285,72 @@ def test_doctor_json_prints_the_report_as_one_json_object_and_nothing_else(
 
     monkeypatch.setattr(doctor, "CHECKS", [("PyTorch and GPU", lambda: {"cuda_available": False, "version": "2"}),
                                            ("Holotron kernels", fails), ("Display server", chatty)])
+    monkeypatch.delenv("DBUS_SESSION_BUS_ADDRESS", raising=False)
     assert main(["doctor", "--json"]) == 0
     out, err = capfd.readouterr()
     assert json.loads(out) == {"PyTorch and GPU": {"cuda_available": False, "version": "2"},
                                "Holotron kernels": {"error": "RuntimeError: no GPU driver"},
-                               "Display server": {"kind": "x11"}}
+                               "Display server": {"kind": "x11"},
+                               doctor.BUS_SERVICES_TITLE: {"stopped": "none (no session bus)"}}
     assert "Xlib.xauth: warning" in err and "from a child process" in err
     assert main(["doctor"]) == 0  # the text report is unchanged
     text = capfd.readouterr().out
     assert "PyTorch and GPU\n  cuda_available: False\n" in text and "{" not in text
+
+
+def _processes_with(needle: str) -> dict[int, str]:
+    """{pid: command line} of every process whose environment contains ``needle``."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle.encode() in (entry / "environ").read_bytes():
+                found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.skipif(not PORTAL_SERVICE.exists() or not shutil.which("dbus-daemon")
+                    or not shutil.which("gnome-keyring-daemon"),
+                    reason="needs dbus-daemon, xdg-desktop-portal and gnome-keyring (installers/_setup.sh)")
+def test_doctor_stops_the_bus_services_its_checks_started(tmp_path: Path) -> None:
+    """The real `holodesk doctor` on a private session bus: the portal, the keyring daemon and the
+    accessibility bus its checks activate are stopped when it ends (read from the bus and from /proc);
+    the report names them."""
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(runtime),
+           "XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_DATA_HOME": str(tmp_path / "data"),
+           "XDG_CACHE_HOME": str(tmp_path / "cache"), "XDG_CURRENT_DESKTOP": "", "GSETTINGS_BACKEND": "memory",
+           "HOLODESK_CONFIG": str(tmp_path / "settings.toml"), "PYTHONPATH": str(ROOT / "app"),
+           "QT_QPA_PLATFORM": "offscreen"}
+    bus = subprocess.Popen(["dbus-daemon", "--session", "--nofork", "--print-address=1"], env=env,
+                           stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    try:
+        assert bus.stdout is not None
+        address = bus.stdout.readline().strip()
+        socket_path = address.split("path=", 1)[1].split(",", 1)[0]
+        res = subprocess.run([sys.executable, "-m", "holodesk", "doctor"],
+                             env={**env, "DBUS_SESSION_BUS_ADDRESS": address}, capture_output=True, text=True,
+                             timeout=300, stdin=subprocess.DEVNULL)
+        assert res.returncode == 0, res.stderr
+
+        def on_the_bus() -> list[str]:
+            names = _bus_call(address, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+                              "ListNames")[0]
+            return [n for n in names if not n.startswith(":") and n != "org.freedesktop.DBus"]
+
+        deadline = time.monotonic() + 20
+        while (on_the_bus() or _processes_with(socket_path)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert on_the_bus() == [] and _processes_with(socket_path) == {}
+        report = res.stdout.split("Session bus services the checks started", 1)[-1]
+        assert "org.freedesktop.portal.Desktop (pid" in report and "org.freedesktop.secrets" in report, report
+    finally:
+        for pid in _processes_with(socket_path if "socket_path" in locals() else str(runtime)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        bus.terminate()
+        bus.wait(timeout=30)

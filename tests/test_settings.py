@@ -109,3 +109,21 @@ def test_credentials_in_the_endpoint_are_refused_without_printing_them(url: str,
                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert res.returncode == 2 and "no credentials" in res.stderr, res.stdout + res.stderr
     assert "s3cret" not in res.stdout + res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("source", ["cli", "env", "file"])
+def test_monitor_0_all_monitors_is_refused_saying_to_pick_one(source: str, _isolated: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """mss calls the whole virtual desktop monitor 0; Holodesk acts on one monitor, and says so."""
+    if source == "env":
+        monkeypatch.setenv("HOLODESK_MONITOR", "0")
+    elif source == "file":
+        _isolated.write_text("monitor = 0\n")
+    with pytest.raises(SettingsError) as info:
+        load_settings(monitor=0 if source == "cli" else None)
+    message = str(info.value)
+    assert "not all monitors together; pick one (1 = first), `holodesk doctor` lists them" in message
+    assert "Value error" not in message
+    with pytest.raises(SettingsError, match="pick one"):
+        validate_field("monitor", 0)
+    assert validate_field("monitor", 2) == 2

@@ -50,7 +50,7 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--approve", choices=["step", "auto"], help="step: ask before every action; auto: autopilot "
                      "approves low-risk actions, asks for high-risk ones (default: the 'approval' setting, which "
                      "is 'step' unless you changed it; the run says which is in force)")
-    run.add_argument("--monitor", type=int, help="monitor to act on (1 = first)")
+    run.add_argument("--monitor", type=int, help="the one monitor to act on (1 = first; `holodesk doctor` lists them)")
     run.add_argument("--max-steps", type=int, help="hard cap on steps")
     run.add_argument("--max-seconds", type=float, help="hard cap on wall time")
     run.add_argument("--precision", choices=["bf16", "8bit", "4bit"], help="local model weights")

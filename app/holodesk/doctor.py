@@ -13,6 +13,7 @@ import platform
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TextIO
 
 from holodesk import __version__
@@ -378,10 +379,79 @@ def _run_check(check: Callable[[], dict[str, Any]], timeout_s: float) -> dict[st
     return dict(box["result"])
 
 
+BUS_SERVICES_TITLE = "Session bus services the checks started"
+
+
 def collect(timeout_s: float = CHECK_TIMEOUT_S) -> dict[str, dict[str, Any]]:
     """Run every check; a failing check yields ``{"error": message}`` for that section, and so does a
-    check that takes longer than ``timeout_s`` seconds."""
-    return {title: _run_check(check, timeout_s) for title, check in CHECKS}
+    check that takes longer than ``timeout_s`` seconds. The checks' D-Bus calls activate services (the
+    desktop portal, the keyring daemon, the accessibility bus); the last section names those that were not
+    on the session bus before the checks and have been stopped again (see :func:`_session_bus_services`)."""
+    before = _session_bus_services()
+    report = {title: _run_check(check, timeout_s) for title, check in CHECKS}
+    report[BUS_SERVICES_TITLE] = _stop_services_started_since(before)
+    return report
+
+
+def _session_bus_services() -> dict[int, list[str]] | None:
+    """``{process id: its well-known names}`` of every process connected to the session bus
+    (``DBUS_SESSION_BUS_ADDRESS``; ``ListNames`` and ``GetConnectionUnixProcessID`` of
+    ``org.freedesktop.DBus``; a process with unique names only maps to ``[]``); None without a reachable
+    session bus."""
+    if not os.environ.get("DBUS_SESSION_BUS_ADDRESS"):
+        return None
+    from jeepney import DBusAddress, new_method_call
+    from jeepney.io.blocking import open_dbus_connection
+
+    bus = DBusAddress("/org/freedesktop/DBus", bus_name="org.freedesktop.DBus", interface="org.freedesktop.DBus")
+    services: dict[int, list[str]] = {}
+    try:
+        with open_dbus_connection(bus="SESSION") as conn:
+            names = conn.send_and_get_reply(new_method_call(bus, "ListNames"), timeout=5.0).body[0]
+            for name in sorted(names):
+                if name == "org.freedesktop.DBus":
+                    continue
+                reply = conn.send_and_get_reply(new_method_call(bus, "GetConnectionUnixProcessID", "s", (name,)),
+                                                timeout=5.0)
+                if reply.header.message_type.name == "method_return":
+                    known = services.setdefault(int(reply.body[0]), [])
+                    if not name.startswith(":"):
+                        known.append(name)
+    except (OSError, ValueError):  # no session bus to speak of (gone, refused, bad address): nothing to compare
+        return None
+    return services
+
+
+def _stop_services_started_since(before: dict[int, list[str]] | None) -> dict[str, Any]:
+    """Stop (SIGTERM) the processes that joined the session bus since ``before``
+    (:func:`_session_bus_services`) and that a D-Bus daemon started on demand (``DBUS_STARTER_BUS_TYPE`` in
+    their environment; read from ``/proc``): the services the checks activated (desktop portal, keyring
+    daemon, accessibility bus and registry). Programs the user starts meanwhile carry no such variable.
+    Doctor inspects the desktop; it leaves no daemon of its own running. A process on the bus before is
+    never touched; D-Bus activates a stopped service again on its next use.
+
+    Returns the report section: ``{"stopped": ["name, name (pid N)" or "command (pid N)", ...]}`` or
+    ``{"stopped": "none"}``."""
+    import signal
+
+    if before is None:
+        return {"stopped": "none (no session bus)"}
+    after = _session_bus_services() or {}
+    stopped = []
+    for pid, names in sorted(after.items()):
+        if pid in before or pid in (os.getpid(), 0, 1):
+            continue
+        try:
+            activated = b"DBUS_STARTER_BUS_TYPE=" in Path(f"/proc/{pid}/environ").read_bytes()
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+        except OSError:  # gone, or another user's
+            continue
+        if not activated:  # a program the user started meanwhile, not a service a check woke up
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+        stopped.append(f"{', '.join(names) or command} (pid {pid})")
+    return {"stopped": stopped or "none"}
 
 
 def _collect_quietly() -> dict[str, dict[str, Any]]:

@@ -166,7 +166,10 @@ class Settings(BaseSettings):
     autopilot_countdown_s: float = Field(
         2.0, ge=0.0, le=30.0, description="Seconds an autopilot approval is shown before it runs."
     )
-    monitor: int = Field(1, ge=1, description="Monitor to look at and act on (1 = first monitor).")
+    monitor: int = Field(
+        1, ge=1, description="The one monitor to look at and act on (1 = first monitor; `holodesk doctor` lists "
+        "them). There is no 'all monitors' choice.",
+    )
     max_steps: int = Field(30, ge=1, le=1000, description="Hard cap on the steps of one task.")
     max_wall_s: float = Field(900.0, gt=0, description="Hard cap on one task's wall time, in seconds.")
     max_parse_failures: int = Field(
@@ -221,6 +224,16 @@ class Settings(BaseSettings):
             return "on" if value else "off"
         if isinstance(value, str) and value.strip().lower() in words:
             return words[value.strip().lower()]
+        return value
+
+    @field_validator("monitor", mode="before")
+    @classmethod
+    def _one_monitor(cls, value: Any) -> Any:
+        # mss numbers the whole virtual desktop 0; the geometry check, the fail-safe corners and the
+        # Mutter capture work on one monitor, so 0 is refused with what to do instead
+        if isinstance(value, (int, str)) and not isinstance(value, bool) and str(value).strip() == "0":
+            raise ValueError("Holodesk looks at and acts on one monitor, not all monitors together; pick one "
+                             "(1 = first), `holodesk doctor` lists them")
         return value
 
     @field_validator("endpoint")
@@ -362,7 +375,7 @@ def _format_validation_error(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err.get("loc", ())) or "settings"
-        msg = err.get("msg", "invalid value")
+        msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
         if err.get("type") == "extra_forbidden":
             msg = "unknown setting"
         parts.append(f"{loc}: {msg} (got {_shown_input(loc, err.get('input'))!r})")

@@ -86,6 +86,7 @@ def test_unknown_monitor_index_names_the_valid_ones(xvfb: XvfbServer) -> None:
             cap.grab(3)
         assert "no monitor 3" in str(info.value)
         assert "valid monitor indices are 1" in str(info.value)
+        assert "0 = all" not in str(info.value)  # the monitor setting accepts one monitor, 1 or more
         with pytest.raises(CaptureError):
             cap.grab(-1)
 

@@ -14,6 +14,7 @@ The shard is 24 MiB of seeded random bytes: huggingface_hub writes in 10 MiB chu
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import random
 import shutil
@@ -662,3 +663,25 @@ def test_F30_the_first_estimates_of_time_left_are_not_absurd(hub: LoopbackHub, c
     assert estimates, "no time left was ever given"
     for at, eta in estimates:
         assert eta <= 10 * (ended - at) + 10, f"{eta:.0f} s left given with {ended - at:.1f} s really left"
+
+
+def test_F30_progress_moves_in_small_steps_and_matches_the_bytes_on_disk(hub: LoopbackHub, cache: Path) -> None:
+    """The bar follows the bytes as they arrive (not huggingface_hub's 10 MiB chunks), and each figure is
+    what the cache folder holds at that moment (complete blobs plus partial files)."""
+    hub.faults.bytes_per_s = 6 * MiB  # the 24 MiB shard takes about four seconds
+    seen: list[tuple[int, int]] = []  # (reported bytes, bytes on disk when the report arrived)
+
+    def record(report: DownloadProgress) -> None:
+        partial = list(partial_sizes(cache, REPO).values())
+        if report.file == SHARD and partial:  # config.json and the empty notes.txt are complete by then
+            seen.append((report.done_bytes, len(CONFIG) + partial[0]))
+
+    download_model(REPO, cache_dir=cache, progress=record)
+    _assert_complete(cache)
+    done = [d for d, _disk in seen]
+    assert done, "no report while the shard was fetched"
+    steps = [b - a for a, b in itertools.pairwise(done)]
+    assert len(set(done)) >= 10, f"the bar moved only through {sorted(set(done))}"
+    assert max(steps) <= 6 * MiB, f"a step of {max(steps) / MiB:.1f} MiB"
+    # the worker keeps writing while a report is delivered: the disk may be ahead, by a chunk at most
+    assert all(d <= disk <= d + 2 * MiB for d, disk in seen), seen

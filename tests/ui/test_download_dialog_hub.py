@@ -24,12 +24,13 @@ REPO = "owner/model"
 SHARD = "model.safetensors"
 MiB = 1024 * 1024
 SHARD_BYTES = random.Random(15).randbytes(24 * MiB)
+CONFIG = b'{"model_type": "qwen3_vl"}\n'  # a family Holodesk runs: the manager checks it before the weights
 
 
 @pytest.fixture
 def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[LoopbackHub]:
     with loopback_hub() as server:
-        server.add_repo(REPO, {"config.json": b'{"model_type": "stand-in"}', SHARD: SHARD_BYTES})
+        server.add_repo(REPO, {"config.json": CONFIG, SHARD: SHARD_BYTES})
         monkeypatch.setenv("HF_ENDPOINT", server.url)
         monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
         monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
@@ -80,6 +81,38 @@ def test_a_failed_download_shows_the_managers_advice(qtbot: Any, qapp: Any, hub:
     qtbot.waitUntil(lambda: dialog.state == "failed", timeout=30000)
     text = dialog.message.text()
     assert "gated model" in text and f"holodesk download {REPO} --login" in text and "keychain" in text
+
+
+def test_the_dialogs_bar_and_figures_follow_the_bytes_on_disk(qtbot: Any, qapp: Any, hub: LoopbackHub,
+                                                              tmp_path: Path) -> None:
+    """The bar moves in small steps (not 10 MiB ones) and each value it shows, and the "X MB of Y MB" line,
+    is what the cache holds on disk when it is shown (the shard's partial file plus config.json)."""
+    cache = tmp_path / "cache"
+    config = len(CONFIG)
+    total = config + len(SHARD_BYTES)
+    hub.faults.bytes_per_s = 6 * MiB  # the 24 MiB shard takes about four seconds
+    dialog = DownloadDialog(hub_download, REPO, cache)
+    qtbot.addWidget(dialog)
+    shown: list[tuple[int, str, int]] = []  # (bar value of 1000, figures line, bytes on disk then)
+
+    def record(value: int) -> None:
+        partial = list(partial_sizes(cache, REPO).values())
+        if dialog.bar.maximum() == 1000 and partial:
+            shown.append((value, dialog.numbers.text(), config + partial[0]))
+
+    dialog.bar.valueChanged.connect(record)
+    dialog.show()
+    dialog.start()
+    qtbot.waitUntil(lambda: dialog.state in ("done", "failed"), timeout=60000)
+    assert dialog.state == "done", dialog.message.text()
+    values = [v for v, _text, _disk in shown]
+    assert len(set(values)) >= 10, f"the bar moved only through {sorted(set(values))}"
+    for value, _text, disk in shown:  # the worker keeps writing while Qt delivers the report: disk may be ahead
+        assert value * total / 1000 - total / 2000 <= disk <= value * total / 1000 + 3 * MiB, (value, disk)
+    # the figures line is set together with the bar: "12.3 MB of 25.2 MB", decimal MB as the line says
+    for _value, text, disk in shown:
+        figure = float(text.split(" MB of ", 1)[0]) * 1e6 if " MB of " in text else 0.0
+        assert figure - 0.05e6 <= disk <= figure + 0.05e6 + 3 * MiB, (text, disk)
 
 
 def qtbot_button() -> Any:

@@ -135,8 +135,7 @@ class MssCapture:
         ):
             valid = ", ".join(str(i) for i in range(1, len(raw)))
             raise CaptureError(
-                f"there is no monitor {monitor_index!r}; valid monitor indices are {valid} "
-                f"(0 = all monitors together)",
+                f"there is no monitor {monitor_index!r}; valid monitor indices are {valid}",
                 hint="Pick one of the listed monitors (`holodesk doctor` shows them).",
             )
         geometry = raw[monitor_index]

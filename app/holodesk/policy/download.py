@@ -79,9 +79,12 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 _PROGRESS_EVERY_S = 0.25
 _SPEED_WINDOW_S = 5.0
 _ESTIMATE_MIN_BYTES = 8 * 1024 * 1024
-"""Bytes the speed window must hold before a time left is given. huggingface_hub hands the bytes over in
-10 MiB chunks, so a window of a few small files and no chunk measures the chunking, not the link, and gave
-first estimates like "771 h left"."""
+"""Bytes the speed window must hold before a time left is given: a window of a few small files measures
+the per-file requests, not the link, and gave first estimates like "771 h left"."""
+HTTP_CHUNK_BYTES = 1024 * 1024
+"""Bytes ``http_get`` reads from the response before each write to the partial file (huggingface_hub's
+``constants.DOWNLOAD_CHUNK_SIZE``, read at each call; its own default, 10 MiB, moved the progress figure in
+10 MiB steps and kept up to 10 MiB received but not yet on disk)."""
 
 
 def human_bytes(n: float) -> str:
@@ -768,8 +771,10 @@ def _lock_file(job: _Job, folder: Path, item: PlannedFile) -> Any:
 
 def _fetch_attempts(job: _Job, plan: DownloadPlan, item: PlannedFile, headers: dict[str, str], budget: int,
                     url: str, partial: Path) -> None:
+    from huggingface_hub import constants
     from huggingface_hub.file_download import http_get
 
+    constants.DOWNLOAD_CHUNK_SIZE = HTTP_CHUNK_BYTES
     folder = plan.repo_folder
     damaged = 0
     while True:
