@@ -95,7 +95,6 @@ SCHEMA_KEY_NAMES: tuple[str, ...] = tuple(
 
 _INT_STRING = re.compile(r"[+-]?\d{1,12}(?:\.0*)?")
 _FLOAT_STRING = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -141,33 +140,11 @@ def _pairs_no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _json_loads(text: str) -> Any:
-    """json.loads that rejects NaN/Infinity, duplicate keys and strings holding a lone surrogate (a JSON
-    ``\\ud800`` escape). Raises ValueError or _Fail."""
+    """json.loads that rejects NaN/Infinity and duplicate keys. Raises ValueError or _Fail."""
     try:
-        value = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_pairs_no_duplicates)
+        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_pairs_no_duplicates)
     except RecursionError as exc:
         raise ValueError("nested too deeply") from exc
-    pending = [value]
-    while pending:  # a loop, not recursion: the value may be nested as deep as json.loads allows
-        item = pending.pop()
-        if isinstance(item, str):
-            _check_no_surrogate(item, "a text in the reply's JSON")
-        elif isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-    return value
-
-
-def _check_no_surrogate(text: str, what: str) -> None:
-    """Raises _Fail when ``text`` holds a lone UTF-16 surrogate (U+D800..U+DFFF): not a character, it cannot be
-    shown (Qt drops it), typed or written as UTF-8, so what is approved could differ from what is done."""
-    match = _SURROGATE.search(text)
-    if match is not None:
-        raise _Fail(f"{what} holds a lone UTF-16 surrogate (U+{ord(match.group()):04X}, half of an emoji or other "
-                    f"character) at character {match.start()}, which cannot be typed or shown",
-                    hint="Reply with valid Unicode text.")
 
 
 def _is_json_value(value: Any, depth: int = 0) -> bool:
@@ -318,15 +295,13 @@ def _extract_object(raw_text: str) -> tuple[dict[str, Any], list[str]]:
 
 
 def _check_reply_size(raw_text: str) -> None:
-    """Raises _Fail for a reply that is not text, is blank, is longer than :data:`MAX_REPLY_CHARS`, or holds a
-    lone surrogate."""
+    """Raises _Fail for a reply that is not text, is blank, or is longer than :data:`MAX_REPLY_CHARS`."""
     if not isinstance(raw_text, str):
         raise _Fail(f"the reply is not text but {type(raw_text).__name__}")
     if not raw_text.strip():
         raise _Fail("the reply is empty")
     if len(raw_text) > MAX_REPLY_CHARS:
         raise _Fail(f"the reply has {len(raw_text)} characters, more than {MAX_REPLY_CHARS}")
-    _check_no_surrogate(raw_text, "the reply")
 
 
 def _whole_reply_object(raw_text: str) -> dict[str, Any] | None:

@@ -21,8 +21,8 @@ Script file format (also in ``docs/actions.md``): JSON Lines, UTF-8.
   ``# protocol: agent-loop-v1``; :func:`write_script` always writes it). A file without one is an old
   script and is read as ``holo-v1``.
 
-Any other line (a number, a list, invalid JSON, JSON nested deeper than Python reads, a lone surrogate
-such as ``"\\ud800"`` that is not a character) makes the script unreadable: :class:`PolicyError` naming the
+Any other line (a number, a list, invalid JSON, JSON nested deeper than Python reads) makes the script
+unreadable: :class:`PolicyError` naming the
 file and line. Each :meth:`ScriptedPolicy.propose` consumes one reply, whether it parses or
 not; after the last one it raises ``PolicyError("script exhausted after N steps")``.
 """
@@ -62,7 +62,6 @@ LEGACY_SCRIPT_PROTOCOL = "holo-v1"
 """The protocol of a script file that names none (files written before protocols were named)."""
 
 _PROTOCOL_LINE = re.compile(r"#\s*protocol:\s*(\S+)\s*")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def script_protocol(path: str | os.PathLike[str]) -> str:
@@ -102,8 +101,9 @@ def read_script(path: str | os.PathLike[str]) -> list[str]:
     """Read a script file (format in the module docstring) into reply texts, in order.
 
     Raises:
-        PolicyError: the file cannot be read, or a line is neither a JSON object nor a JSON string, is nested
-            deeper than Python's recursion limit, or holds a lone surrogate (``"\\ud800"``).
+        PolicyError: the file cannot be read, or a line is neither a JSON object nor a JSON string, or is nested
+            deeper than Python's recursion limit. A lone surrogate (``"\\ud800"``) is kept: the reply's parser and
+            the record deal with it (F24).
     """
     p = Path(path)
     try:
@@ -130,15 +130,7 @@ def read_script(path: str | os.PathLike[str]) -> list[str]:
                 f"{where}: the JSON is nested deeper than Python can read",
                 hint="A reply is one flat JSON object; write a malformed reply as a JSON string.",
             ) from exc
-        text = _reply_text(value, where)
-        surrogate = _SURROGATE.search(text)
-        if surrogate is not None:
-            raise PolicyError(
-                f"{where}: the reply holds a lone surrogate (a \\u{ord(surrogate.group()):04x} escape without its "
-                "pair), which is not a character",
-                hint="Write the character itself, or both halves of its surrogate pair.",
-            )
-        replies.append(text)
+        replies.append(_reply_text(value, where))
     return replies
 
 
