@@ -153,8 +153,11 @@ def test_a_cancelled_call_or_a_dead_mcp_server_stops_the_apps_task(qtbot: Any, u
             assert "error" not in box, box.get("error")
         result = app.last_result
         assert result.status is State.STOPPED
-        assert result.reason == ("stopped by the MCP client" if how == "cancel"
-                                 else "stopped by the MCP client (it disconnected)")
+        # cancel: the client cancels its call and closes its session at once, so the server may find it already
+        # gone when the cancellation arrives; either way the record names the MCP client truthfully
+        cancelled = ("stopped by the MCP client (it cancelled the call)",
+                     "stopped by the MCP client (it went away: disconnected)")
+        assert result.reason in (cancelled if how == "cancel" else ("stopped by the MCP client (it disconnected)",))
         qtbot.wait(500)
         assert target.state()["clicks"] == []  # the proposed click never happened
         if how == "kill":

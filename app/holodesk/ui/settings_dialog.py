@@ -91,7 +91,7 @@ LABELS = {
     "hotkey_stop": "Stop hotkey", "data_dir": "Data folder", "max_reply_tokens": "Reply token cap",
     "max_string_chars": "Text field cap", "decoder": "Decoder", "desktop_backend": "Desktop backend",
     "greedy": "Greedy decoding", "temperature": "Temperature", "top_p": "Top p", "seed": "Sampling seed",
-    "request_timeout_s": "Server reply timeout (s)",
+    "request_timeout_s": "Server reply timeout",
 }
 
 CHOICE_LABELS: dict[str, dict[str, str]] = {
