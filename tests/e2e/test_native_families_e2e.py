@@ -36,12 +36,14 @@ def test_local_tiny_family_runs_its_steps_on_the_screen(desktop: Desktop, tmp_pa
     from holodesk.bench.families import write_family_checkpoint
 
     ckpt = write_family_checkpoint(tmp_path / family, family, seed=0)
+    # greedy: the random weights' replies are then the same every run (the profiles sample by default, with a new
+    # seed each run); sampling under the grammar is tested in tests/policy/native and tests/policy/holotron
     env = desktop.env()
     env.update(OMP_NUM_THREADS="1", HOLODESK_MAX_STRING_CHARS="8", HOLODESK_MAX_REPLY_TOKENS="1024",
                HOLODESK_CONFIG=str(tmp_path / "no-settings.toml"))
     episodes = tmp_path / "episodes"
     res = subprocess.run([sys.executable, "-m", "holodesk", "run", "click OK", "--model", str(ckpt), "--approve",
-                          "auto", "--max-steps", "2", "--episodes-dir", str(episodes)],
+                          "auto", "--max-steps", "2", "--greedy", "--episodes-dir", str(episodes)],
                          env=env, input="a\na\n", capture_output=True, text=True, timeout=300, cwd=ROOT)
     output = res.stdout + res.stderr
     assert "Traceback" not in output, output
