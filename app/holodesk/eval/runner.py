@@ -249,7 +249,7 @@ class SuiteRunner:
 
     def run_task(self, task: Task, repeat: int) -> Attempt:
         """Set up, run and check one task. Setup failures are an "error" attempt, not an exception."""
-        from holodesk.session.factory import build_session
+        from holodesk.session.factory import build_session, default_focus_probe, default_window_probe
 
         self.desktop.reset()
         folder = self.out / "tasks" / f"{task.id}-{repeat}"
@@ -262,7 +262,8 @@ class SuiteRunner:
             session = build_session(
                 settings, ApprovalPolicy("auto", user), policy=self._make_policy(task),
                 stop_event=threading.Event(), episodes_dir=self.out / "episodes",
-                focus_probe=_focus_probe(), window_probe=_window_probe(), element_probe=lambda _s: self._elements,
+                focus_probe=default_focus_probe(), window_probe=default_window_probe(),
+                element_probe=lambda _s: self._elements,
                 meta={"eval": {"task": task.id, "repeat": repeat, "unattended": self.unattended,
                                "display": self.desktop.display, "sabotage": self.sabotage}})
         except HolodeskError as exc:
@@ -342,22 +343,6 @@ def _layout_current(desktop: EvalDesktop, layout: Path, window: int) -> bool:
         return False
     x, y, _, _ = desktop.geometry(window)
     return list(data.get("window", [None, None])[:2]) == [x, y]
-
-
-def _focus_probe() -> Callable[[], str | None] | None:
-    try:
-        from holodesk.control.window import focused_window_class
-    except ImportError:
-        return None
-    return focused_window_class
-
-
-def _window_probe() -> Callable[..., Any] | None:
-    try:
-        from holodesk.control.window import window_at
-    except ImportError:
-        return None
-    return window_at
 
 
 def point_process_at(desktop: EvalDesktop) -> None:

@@ -111,6 +111,26 @@ def _run_choice(settings: Settings) -> RunChoice:
     return choice
 
 
+def default_focus_probe() -> Callable[[], str | None] | None:
+    """The focused window's class, as the risk rules read it (:func:`holodesk.control.window.focused_window_class`),
+    or None where the X11 window helpers cannot be imported."""
+    try:
+        from holodesk.control.window import focused_window_class
+    except ImportError:
+        return None
+    return focused_window_class
+
+
+def default_window_probe() -> Callable[..., Any] | None:
+    """The window at an input point (:func:`holodesk.control.window.window_at`), or None where the X11 window
+    helpers cannot be imported."""
+    try:
+        from holodesk.control.window import window_at
+    except ImportError:
+        return None
+    return window_at
+
+
 def desktop_backend(settings: Settings | None = None) -> BackendChoice:
     """The desktop backend of this process (``desktop_backend`` setting, else chosen from the session), chosen
     once per process (:func:`holodesk.session.desktop.desktop`).

@@ -27,7 +27,14 @@ from PySide6.QtWidgets import QApplication, QMessageBox, QProgressDialog, QSyste
 from holodesk.errors import HolodeskError, ModelLoadError, SettingsError
 from holodesk.instance import ChannelError, ChannelServer, DriveLock, InstanceLock
 from holodesk.session.approval import ApprovalPolicy
-from holodesk.session.factory import PolicyCache, build_capture, build_executor, build_session
+from holodesk.session.factory import (
+    PolicyCache,
+    build_capture,
+    build_executor,
+    build_session,
+    default_focus_probe,
+    default_window_probe,
+)
 from holodesk.session.loop import EpisodeResult, Session, SessionEvent, State, check_task, stopped_by_signal
 from holodesk.settings import Settings, config_path, load_settings
 from holodesk.ui import x11
@@ -80,22 +87,6 @@ def _default_policy(settings: Settings, progress: ProgressFn, cancel: threading.
     return build_policy(settings, progress=report, cancel=cancel)
 
 
-def _focus_probe() -> Callable[[], str | None] | None:
-    try:
-        from holodesk.control.window import focused_window_class
-    except ImportError:
-        return None
-    return focused_window_class
-
-
-def _window_probe() -> Callable[..., Any] | None:
-    try:
-        from holodesk.control.window import window_at
-    except ImportError:
-        return None
-    return window_at
-
-
 class HolodeskApp(QObject):
     """The running desktop app.
 
@@ -138,8 +129,8 @@ class HolodeskApp(QObject):
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.closing = False  # set by shutdown(): no task starts any more (one queued when a signal came)
-        self.focus_probe = focus_probe or _focus_probe()
-        self.window_probe = window_probe or _window_probe()
+        self.focus_probe = focus_probe or default_focus_probe()
+        self.window_probe = window_probe or default_window_probe()
         self.settings = settings
         self.settings_path = settings_path
         # Stop and Quit set the runner's stop event: it also ends a download of the local model at once
