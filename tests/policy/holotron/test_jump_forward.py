@@ -335,3 +335,44 @@ def test_gpu_jump_forward_replies_equal_one_step_per_token(tiny_dir) -> None:  #
     assert ties <= 2, ties
     assert totals[True] <= 0.75 * totals[False], totals
     assert engine.describe()["notes"] == [], engine.describe()["notes"]  # no graph failed on its first use
+
+
+def test_a_complete_object_reply_allows_only_stop_tokens_without_reading_the_bitmask(tiny_loaded) -> None:  # type: ignore[no-untyped-def]
+    """The contract's root is an object: once complete, the stop token is answered from completion alone and
+    equals what the next-token bitmask allows; a schema whose root is a number keeps reading the bitmask
+    (after ``7`` the reply is complete but ``70`` is still allowed)."""
+    tok = tiny_loaded.tokenizer
+    assert runtime.object_root(get_protocol("agent-loop-v1").json_schema())
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+              "additionalProperties": False}
+    contract = runtime.Constraint(tiny_loaded, schema)
+    assert contract.object_root
+    contract.start()
+    for token in tok.encode('{"a": 12', add_special_tokens=False):
+        assert contract.accept(token)
+    assert contract.forced_stop() is None  # more digits or the closing brace may follow
+    assert contract.accept(tok.encode("}", add_special_tokens=False)[0])
+    assert contract.matcher.is_completed()
+    fast = contract.forced_stop()
+    contract.object_root = False  # the bitmask's answer for the same state
+    assert fast is not None and fast == contract.forced_stop() == min(tiny_loaded.eos_ids)
+
+    number = runtime.Constraint(tiny_loaded, {"type": "integer"})
+    assert not number.object_root
+    number.start()
+    assert number.accept(tok.encode("7", add_special_tokens=False)[0])
+    assert number.matcher.is_completed() and number.forced_stop() is None
+
+
+@pytest.mark.parametrize(("schema", "expected"), [
+    ({"type": "object"}, True),
+    ({"$defs": {"A": {"type": "object"}}, "$ref": "#/$defs/A"}, True),
+    ({"anyOf": [{"type": "object"}, {"$ref": "#/$defs/B"}], "$defs": {"B": {"type": "object"}}}, True),
+    ({"anyOf": [{"type": "object"}, {"type": "string"}]}, False),
+    ({"allOf": [{"required": ["a"]}, {"type": "object"}]}, True),
+    ({"type": ["object", "null"]}, False),
+    ({"$ref": "#/$defs/missing"}, False),
+    ({"type": "integer"}, False),
+])
+def test_object_root(schema: dict[str, Any], expected: bool) -> None:
+    assert runtime.object_root(schema) is expected

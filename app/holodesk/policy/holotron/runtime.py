@@ -214,6 +214,30 @@ def _utf8_pairs_valid(data: bytes) -> bool:
     return True
 
 
+def object_root(schema: dict[str, Any]) -> bool:
+    """Whether every reply ``schema`` allows is a JSON object: its root (through ``$ref`` into ``$defs``) has
+    ``"type": "object"``, or is an ``anyOf`` / ``oneOf`` of such branches, or an ``allOf`` with one."""
+    defs = schema.get("$defs") or schema.get("definitions") or {}
+
+    def visit(node: object, depth: int) -> bool:
+        if not isinstance(node, dict) or depth > 32:
+            return False
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            name = ref.rsplit("/", 1)[-1]
+            return ref.startswith(("#/$defs/", "#/definitions/")) and visit(defs.get(name), depth + 1)
+        if node.get("type") == "object":
+            return True
+        for key in ("anyOf", "oneOf"):
+            branches = node.get(key)
+            if isinstance(branches, list) and branches:
+                return all(visit(b, depth + 1) for b in branches)
+        branches = node.get("allOf")
+        return isinstance(branches, list) and any(visit(b, depth + 1) for b in branches)
+
+    return visit(schema, 0)
+
+
 class DecodingTarget(Protocol):
     """What :class:`Constraint` reads of a loaded model (a :class:`~holodesk.policy.holotron.loader.LoadedHolotron`
     or a :class:`~holodesk.policy.native.policy.LoadedNative`): ``model.config.text_config.vocab_size`` (the
@@ -301,6 +325,7 @@ class Constraint:
         self._starts_bad = {lead: m.to(loaded.device) for lead, m in starts_bad.items()}
         self._ban_host, self._starts_bad_host = ban, starts_bad  # for forced tokens, read without a device sync
         self._stops = frozenset(int(t) for t in stops)
+        self.object_root = object_root(schema)
         self._tokenizer = loaded.tokenizer
         self._last: int | None = None
 
@@ -381,9 +406,16 @@ class Constraint:
             lead is not None and bool(self._starts_bad_host[lead][token]))
 
     def _stop_only(self, matcher: Any) -> int | None:
-        """The smallest stop token when ``matcher`` is complete and allows only stop tokens next, else None."""
+        """The smallest stop token when ``matcher`` is complete and allows only stop tokens next, else None.
+
+        With a root that is an object (:attr:`object_root`) a complete reply ends with its closing brace and
+        nothing may follow (compact JSON, no free whitespace), so completion alone answers; otherwise the
+        next-token bitmask is read. (Filling the bitmask of a complete reply checks the whole vocabulary:
+        15-50 ms with 131,072 ids, seen on an H100 host, against 0.3 ms inside a reply.)"""
         if not matcher.is_completed() or matcher.is_terminated():
             return None
+        if self.object_root and self._stops:
+            return min(self._stops)
         import torch
 
         bitmask = self._xgr.allocate_token_bitmask(1, self.vocab_size)
