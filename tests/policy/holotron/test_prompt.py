@@ -165,3 +165,28 @@ def test_fallback_without_template_starts_with_bos(tmp_path) -> None:  # type: i
     assert how == "fallback" and text.startswith("<s><SPECIAL_10>System\n") and text.count(IMAGE_SENTINEL) == 2
     ids = tokenize_prompt(tok, text, [256, 256], img_start_id=6, img_end_id=7, image_token_id=8)
     assert ids[0] == tok.convert_tokens_to_ids("<s>")  # the BOS token, not its characters
+
+
+def test_a_step_tokenizes_only_the_text_it_did_not_have(tiny_loaded) -> None:  # type: ignore[no-untyped-def]
+    """The policy's segment encoder gives the ids of the uncached path, and a second step whose prompt repeats
+    the first's text before and between screenshots sends only its new text to the tokenizer."""
+    from holodesk.policy.holotron.prompt import segment_encoder
+
+    calls: list[str] = []
+
+    class Counting:
+        def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+            calls.append(text)
+            return [int(t) for t in tiny_loaded.tokenizer.encode(text, add_special_tokens=add_special_tokens)]
+
+    encode = segment_encoder(Counting())
+    head = "<s>system prompt and tools " * 40 + "task: save the file " + IMAGE_SENTINEL + " reply one "
+    steps = [head + IMAGE_SENTINEL + " now?", head + IMAGE_SENTINEL + " reply two " + IMAGE_SENTINEL + " now?"]
+    for text in steps:
+        counts = [9] * text.count(IMAGE_SENTINEL)
+        cached = tokenize_prompt(tiny_loaded.tokenizer, text, counts, img_start_id=6, img_end_id=7, image_token_id=8,
+                                 encode=encode)
+        assert cached == tokenize_prompt(tiny_loaded.tokenizer, text, counts, img_start_id=6, img_end_id=7,
+                                         image_token_id=8)
+    assert calls == ["<s>system prompt and tools " * 40 + "task: save the file ", " reply one ", " now?",
+                     " reply two "]

@@ -16,7 +16,7 @@ from holodesk.policy.base import Observation, Proposal, pointer_after
 from holodesk.policy.contract import reasoning_text
 from holodesk.policy.holotron.checkpoint import ProgressFn
 from holodesk.policy.holotron.loader import LoadedHolotron, load_holotron
-from holodesk.policy.holotron.prompt import render_prompt, special_token_strings, tokenize_prompt
+from holodesk.policy.holotron.prompt import render_prompt, segment_encoder, special_token_strings, tokenize_prompt
 from holodesk.policy.models import GREEDY, Sampling
 from holodesk.policy.protocol import DEFAULT_PROTOCOL
 
@@ -113,6 +113,7 @@ class HolotronPolicy:
         self._localization_constraint: Constraint | None = None
         self._specials: list[str] | None = None
         self._special_ids: frozenset[int] | None = None
+        self._encode_segment = segment_encoder(loaded.tokenizer)  # the pieces of text a step's prompt repeats
         self._closed = False
         self.decoder = decoder
         self.jump_forward = jump_forward
@@ -261,6 +262,7 @@ class HolotronPolicy:
             img_start_id=self.loaded.img_start_id,
             img_end_id=self.loaded.img_end_id,
             image_token_id=self.loaded.image_token_id,
+            encode=self._encode_segment,
         )
         return {"input_ids": input_ids, "frames": frames, "tilings": tilings, "template": template,
                 "prompt_text": prompt_text}
