@@ -190,3 +190,60 @@ def test_a_step_tokenizes_only_the_text_it_did_not_have(tiny_loaded) -> None:  #
                                          image_token_id=8)
     assert calls == ["<s>system prompt and tools " * 40 + "task: save the file ", " reply one ", " now?",
                      " reply two "]
+
+
+def _tokenizers(tiny_loaded, tmp_path) -> list[object]:  # type: ignore[no-untyped-def]
+    from holodesk.bench.stand_in_tokenizer import write_tekken_tokenizer
+    from holodesk.errors import HolodeskError
+    from holodesk.policy.holotron.loader import load_tokenizer
+
+    found = [tiny_loaded.tokenizer]
+    try:
+        write_tekken_tokenizer(tmp_path)
+    except HolodeskError:  # mistral-common is a bench-only dependency (installers/test.sh installs it)
+        return found
+    return [*found, load_tokenizer(tmp_path)]
+
+
+def test_text_cut_at_special_tokens_has_the_ids_of_the_whole(tiny_loaded, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The segment encoder cuts text at the template's special tokens and remembers the pieces; for the test
+    tokenizer and the 131,072-id tekken stand-in the ids equal those of the whole text, over texts that put
+    special tokens next to spaces, newlines, digits, punctuation and other scripts."""
+    import random
+
+    from holodesk.policy.holotron.prompt import segment_encoder, special_splitter
+
+    rng = random.Random(7)
+    words = ["open", " the", "  file", "\n", "\n\n", " 12", "3", ".", "!?", " é", "日本", " Привет", "\t", " ", '"}}',
+             "{\"tool_name\": \"click\"", " <im", "age>", "SPECIAL"]
+    for tokenizer in _tokenizers(tiny_loaded, tmp_path):
+        splitter = special_splitter(tokenizer)
+        assert splitter is not None
+        specials = [s for s in tokenizer.all_special_tokens if s][:12]
+        encode = segment_encoder(tokenizer)
+        for _ in range(200):
+            text = "".join(rng.choice(words) if rng.random() < 0.8 else rng.choice(specials)
+                           for _ in range(rng.randint(1, 30)))
+            assert list(encode(text)) == [int(t) for t in tokenizer.encode(text, add_special_tokens=False)], text
+
+
+def test_no_cutting_where_a_piece_would_tokenize_otherwise() -> None:
+    """A tokenizer whose pre-tokenizer marks only the first piece (Metaspace) or whose special token strips
+    the space next to it is not cut."""
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from holodesk.policy.holotron.prompt import special_splitter
+
+    def fast(pre: object, token: AddedToken) -> object:
+        backend = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+        backend.pre_tokenizer = pre  # type: ignore[assignment]
+        backend.add_special_tokens([token])
+        return PreTrainedTokenizerFast(tokenizer_object=backend)
+
+    plain = AddedToken("<eot>", special=True, lstrip=False, rstrip=False)
+    assert special_splitter(fast(pre_tokenizers.ByteLevel(add_prefix_space=False), plain)) is not None
+    assert special_splitter(fast(pre_tokenizers.Metaspace(prepend_scheme="first"), plain)) is None
+    stripping = AddedToken("<eot>", special=True, lstrip=True, rstrip=False)
+    assert special_splitter(fast(pre_tokenizers.ByteLevel(add_prefix_space=False), stripping)) is None
+    assert special_splitter(object()) is None

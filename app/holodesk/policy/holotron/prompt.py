@@ -14,7 +14,9 @@ image then becomes ``<img>`` + ``<image>`` x (256 x tiles) + ``</img>`` (no per-
 from __future__ import annotations
 
 import functools
+import json
 import logging
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -235,16 +237,46 @@ def image_token_runs(ids: Sequence[int], image_token_id: int) -> list[tuple[int,
     return runs
 
 
-def segment_encoder(tokenizer: Any, size: int = 64) -> Callable[[str], tuple[int, ...]]:
-    """``tokenizer``'s ids of a piece of prompt text without added special tokens, remembered for the ``size``
-    pieces used last: a step's prompt repeats most pieces of the step before (the system prompt and task
-    before the first screenshot, the replies between screenshots), and tokenizing them again costs 10-25 ms
-    a step with a 131,072-id vocabulary (issue 34). The ids are those of ``tokenizer.encode`` for that
-    exact text, so the cache never changes a prompt."""
+def special_splitter(tokenizer: Any) -> re.Pattern[str] | None:
+    """A pattern that cuts text at ``tokenizer``'s special tokens (kept as their own pieces), where tokenizing
+    the pieces one by one gives the ids of the whole text, else None.
+
+    A fast tokenizer cuts its input at added tokens before anything else and then normalises and
+    pre-tokenizes each piece on its own (huggingface ``tokenizers``: ``AddedVocabulary``, ``PreTokenizedString``),
+    so the pieces' ids concatenate to the whole's, provided that no added token strips or joins what is
+    next to it (``lstrip``, ``rstrip``, ``single_word``), that there is no normaliser, and that the
+    pre-tokenizer treats every piece alike (no ``Metaspace``, whose ``prepend_scheme="first"`` marks only the
+    first piece). A tokenizer without a readable ``backend_tokenizer`` gets None."""
+    try:
+        state = json.loads(tokenizer.backend_tokenizer.to_str())
+    except Exception:  # a slow or foreign tokenizer: no cutting
+        return None
+    if state.get("normalizer") is not None or "Metaspace" in json.dumps(state.get("pre_tokenizer")):
+        return None
+    added = [a for a in state.get("added_tokens") or [] if a.get("special") and a.get("content")]
+    if not added or any(a.get("lstrip") or a.get("rstrip") or a.get("single_word") for a in added):
+        return None
+    contents = sorted({str(a["content"]) for a in added}, key=len, reverse=True)  # leftmost, then longest
+    return re.compile("(" + "|".join(re.escape(c) for c in contents) + ")")
+
+
+def segment_encoder(tokenizer: Any, size: int = 256) -> Callable[[str], tuple[int, ...]]:
+    """``tokenizer``'s ids of a piece of prompt text without added special tokens, from pieces remembered for
+    the ``size`` used last. A step's prompt repeats most of the step before (the system prompt and task, each
+    earlier turn), and tokenizing it again costs 10-30 ms a step with a 131,072-id vocabulary (issue 34). The
+    text is cut at the chat template's special tokens where that gives the same ids (:func:`special_splitter`;
+    else it is one piece), so a turn that moves into the first piece when history is cleaned is still
+    remembered. The ids are those of ``tokenizer.encode`` of the whole text (tests/policy/holotron/test_prompt.py)."""
+    splitter = special_splitter(tokenizer)
 
     @functools.lru_cache(maxsize=size)
-    def encode(text: str) -> tuple[int, ...]:
+    def piece(text: str) -> tuple[int, ...]:
         return tuple(int(t) for t in tokenizer.encode(text, add_special_tokens=False))
+
+    def encode(text: str) -> tuple[int, ...]:
+        if splitter is None:
+            return piece(text)
+        return tuple(t for part in splitter.split(text) if part for t in piece(part))
 
     return encode
 
@@ -268,7 +300,7 @@ def tokenize_prompt(tokenizer: Any, text: str, image_token_counts: Sequence[int]
             f"the rendered prompt holds {len(segments) - 1} image(s) but {len(image_token_counts)} were sent",
             hint="The checkpoint's chat template alters message content; report this checkpoint.",
         )
-    encode = encode or segment_encoder(tokenizer, size=0)
+    encode = encode or (lambda segment: tokenizer.encode(segment, add_special_tokens=False))
     ids: list[int] = []
     for i, segment in enumerate(segments):
         if segment:
