@@ -76,6 +76,9 @@ def test_tiny_cpu_bench_writes_json(tmp_path: Path) -> None:
     assert reasoning["reply_tokens"] == reasoning["thought_tokens"] + 1 + on["reply_tokens"]  # + </think>
     assert 0 < reasoning["model_steps_per_token"] < 1 and reasoning["decode_ms_per_step"] > 0
     assert reasoning["floor_ms"] is None  # no floors on the CPU
+    sampled = reasoning["sampled"]  # the same steps with the thought sampled under the nucleus cut
+    assert sampled["text_ok"] is True and 1 <= sampled["thought_tokens"] <= 24 and sampled["top_p"] == 0.95
+    assert sampled["model_steps"] > 0 and sampled["decode_ms_per_step"] > 0 and sampled["over_floor"] is None
     assert [h["screenshots"] for h in result["history_cold"]] == [1, 2]
     assert [h["images_encoded"] for h in result["history_cold"]] == [1, 2]  # cold: every screenshot encoded
     first, second = result["episode"]

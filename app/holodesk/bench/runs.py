@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from holodesk.policy.holotron.engine import StaticEngine
     from holodesk.policy.holotron.loader import LoadedHolotron
-    from holodesk.policy.holotron.runtime import Constraint, PromptImage
+    from holodesk.policy.holotron.runtime import Constraint, PromptImage, Sampler
 
 HEADER_TOKENS = 8
 """Text ids after the last screenshot (the assistant header of a real prompt)."""
@@ -119,9 +119,9 @@ def agent_reply_budget(loaded: LoadedHolotron) -> int:
 
 def timed_step(engine: StaticEngine, ids: list[int], images: Sequence[PromptImage], reply: int, weights: int,
                snapshot_at: Sequence[int] = (), constraint: Constraint | None = None,
-               jump_forward: bool = True, think_tokens: int = 0) -> dict[str, Any]:
+               jump_forward: bool = True, think_tokens: int = 0, sampler: Sampler | None = None) -> dict[str, Any]:
     """One :meth:`StaticEngine.run` of at most ``reply`` tokens (after at most ``think_tokens`` of thinking
-    when > 0), timed. Returns the stage ms, ``ttfa_ms``,
+    when > 0), greedy or with ``sampler``'s choice, timed. Returns the stage ms, ``ttfa_ms``,
     ``decode_ms_per_token`` (per model step), the engine's details, ``tokens``, ``reply_tokens``,
     ``model_steps``, ``forced_tokens``, ``text`` and peak bytes over rest and ``weights``."""
     device = engine.loaded.device
@@ -129,7 +129,7 @@ def timed_step(engine: StaticEngine, ids: list[int], images: Sequence[PromptImag
     t0 = time.perf_counter()
     generation, details = engine.run(ids, images, snapshot_at=snapshot_at, max_new_tokens=reply,
                                      constraint=constraint, reasoning=think_tokens > 0,
-                                     max_think_tokens=think_tokens, jump_forward=jump_forward)
+                                     max_think_tokens=think_tokens, jump_forward=jump_forward, sampler=sampler)
     wall = (time.perf_counter() - t0) * 1e3
     ms = {f"{stage}_ms": float(v) for stage, v in generation.timings_ms.items()}
     top = peak(device)
@@ -297,12 +297,18 @@ def reasoning_reply(loaded: LoadedHolotron, think: int) -> int:
     return (think + 1 + agent_reply_budget(loaded)) + think if think > 0 else 0
 
 
+SAMPLED = {"temperature": 0.8, "top_p": 0.95}
+"""The sampled reasoning step's settings: Holotron-12B's published temperature (policy/models.py) with a nucleus
+cut (Holotron-3-Nano's 0.95), so the step pays the vocabulary sort a sampled token can cost."""
+
+
 def reasoning_step(engine: StaticEngine, loaded: LoadedHolotron, args: argparse.Namespace,
                    floors: dict[str, Any] | None, weights: int) -> dict[str, Any]:
     """A cold one-screenshot ``--history-size`` step whose reply is a thought of ``--think-tokens`` tokens
     (the model's own tokens until the thinking budget forces ``</think>``) and then :data:`AGENT_REPLY` under
     the default protocol's grammar with jump-forward (issue 34: reasoning-length replies): a warm-up, then
-    ``--repeats`` timed steps, medians.
+    ``--repeats`` timed steps, medians; then the same steps with the thought sampled (:data:`SAMPLED`: the
+    nucleus path, a sort of the vocabulary a token) under ``"sampled"``.
 
     Args:
         engine: built on ``loaded`` without stop tokens (fixed-length thinking), its cache large enough
@@ -313,29 +319,36 @@ def reasoning_step(engine: StaticEngine, loaded: LoadedHolotron, args: argparse.
     Returns:
         ``{"thought_tokens", "reply_tokens", "model_steps", "model_steps_per_token", "ttfa_ms", "vision_ms",
         "prefill_ms", "decode_ms", "decode_ms_per_step", "floor_ms" (vision + prefill + one decode step's
-        bytes per model step), "over_floor", "text_ok"}``.
+        bytes per model step), "over_floor", "text_ok", "sampled": {"ttfa_ms", "decode_ms", "model_steps",
+        "decode_ms_per_step", "over_floor", "text_ok"}}``.
     """
-    from holodesk.policy.holotron.runtime import Constraint
+    from holodesk.policy.holotron.runtime import Constraint, Sampler
     from holodesk.policy.registry import get_protocol
 
     constraint = Constraint(loaded, get_protocol("agent-loop-v1").json_schema())
     script = ScriptedReply(constraint, loaded.tokenizer, AGENT_REPLY, stop=int(loaded.eos_ids[0]))
     w, h = size(args.history_size)
     think = args.think_tokens
-    samples = []
-    text_ok = True
-    for r in range(args.repeats + 1):
-        engine.reset()
-        pixels = random_frame(w, h, 500 + r)
-        step = timed_step(engine, prompt_ids(loaded, [pixels], args, seed=500 + r), prompt_images(loaded, [pixels]),
-                          think + 1 + agent_reply_budget(loaded), weights, constraint=script.as_constraint(),
-                          think_tokens=think)  # decode_loop's budget counts the thought and its </think> too
-        end = loaded.think_end_id
-        thought = step["tokens"].index(end) if end in step["tokens"] else len(step["tokens"])
-        text_ok = text_ok and str(step["text"]).endswith(AGENT_REPLY)
-        if r:  # r == 0 is the warm-up
-            samples.append({**step, "thought_tokens": thought})
-    med = _median(samples)
+
+    def steps(sampled: bool) -> tuple[dict[str, float], bool]:
+        samples, text_ok = [], True
+        for r in range(args.repeats + 1):
+            engine.reset()
+            pixels = random_frame(w, h, 500 + r)
+            sampler = Sampler(**SAMPLED, seed=r, device=loaded.device) if sampled else None
+            step = timed_step(engine, prompt_ids(loaded, [pixels], args, seed=500 + r),
+                              prompt_images(loaded, [pixels]), think + 1 + agent_reply_budget(loaded), weights,
+                              constraint=script.as_constraint(), think_tokens=think,  # the budget counts the
+                              sampler=sampler)  # thought and its </think> too
+            end = loaded.think_end_id
+            thought = step["tokens"].index(end) if end in step["tokens"] else len(step["tokens"])
+            text_ok = text_ok and str(step["text"]).endswith(AGENT_REPLY)
+            if r:  # r == 0 is the warm-up
+                samples.append({**step, "thought_tokens": thought})
+        return _median(samples), text_ok
+
+    med, text_ok = steps(sampled=False)
+    drawn, drawn_ok = steps(sampled=True)
     out: dict[str, Any] = {k: med[k] for k in ("thought_tokens", "reply_tokens", "model_steps", "ttfa_ms",
                                                "vision_ms", "prefill_ms", "decode_ms", "prompt_tokens")}
     out["model_steps_per_token"] = round(med["model_steps"] / max(1.0, med["reply_tokens"]), 3)
@@ -353,10 +366,18 @@ def reasoning_step(engine: StaticEngine, loaded: LoadedHolotron, args: argparse.
     out["decode_floor_ms_per_step"] = None if decode is None else round(decode, 4)
     out["floor_ms"] = None if floor is None else round(floor, 1)
     out["over_floor"] = None if not floor else round(med["ttfa_ms"] / floor, 3)
+    sampled_floor = None if vision is None or prefill is None or decode is None else (
+        vision + prefill + decode * drawn["model_steps"])
+    out["sampled"] = {**{k: drawn[k] for k in ("thought_tokens", "ttfa_ms", "decode_ms", "model_steps")},
+                      "decode_ms_per_step": round(drawn["decode_ms"] / max(1.0, drawn["model_steps"]), 3),
+                      "over_floor": None if not sampled_floor else round(drawn["ttfa_ms"] / sampled_floor, 3),
+                      "text_ok": drawn_ok, **SAMPLED}
     print(f"reasoning step at {args.history_size}: thought {out['thought_tokens']:.0f} + action tokens = "
           f"{out['reply_tokens']:.0f} tokens in {out['model_steps']:.0f} model steps "
           f"({out['model_steps_per_token']} per token), step {out['ttfa_ms']:.1f} ms (decode {out['decode_ms']:.1f}, "
-          f"{out['decode_ms_per_step']} ms/step), floor {out['floor_ms']} ms, x{out['over_floor']}", flush=True)
+          f"{out['decode_ms_per_step']} ms/step), floor {out['floor_ms']} ms, x{out['over_floor']}; sampled "
+          f"(temperature {SAMPLED['temperature']}, top_p {SAMPLED['top_p']}): step {out['sampled']['ttfa_ms']:.1f} ms, "
+          f"{out['sampled']['decode_ms_per_step']} ms/step, x{out['sampled']['over_floor']}", flush=True)
     return out
 
 
