@@ -27,36 +27,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
-from holodesk.control.base import ActionResult, Capability, ExecutorCapabilities
+from holodesk.control.base import ActionResult, Capability, ExecutorCapabilities, click_result, handler_of
 from holodesk.control.held_keys import HeldKeys, key_result, refuse_typing_while_held
 from holodesk.control.typing import ClipboardPaster, X11KeysymTyper
 from holodesk.control.window import refuse_holodesk_target, wait_for_focus_in
-from holodesk.core.actions import (
-    Action,
-    Answer,
-    Click,
-    Done,
-    DoubleClick,
-    Drag,
-    Key,
-    KeyDown,
-    KeyUp,
-    MiddleClick,
-    Move,
-    Plan,
-    RightClick,
-    Scroll,
-    Type,
-    Wait,
-)
+from holodesk.core.actions import OFF_SCREEN_TYPES, Action, Click, Drag, Key, KeyDown, KeyUp, Move, Scroll, Type, Wait
 from holodesk.core.geometry import InputPoint, Monitor, PlacedAction
 from holodesk.display.remote import DESKTOP_ENDED
 from holodesk.display.x11 import X11Watch, is_connection_closed
@@ -369,12 +353,8 @@ class PyAutoGUIExecutor:
         """Release one key (canonical name); pyautogui's fail-safe is off for it, so a pointer in a corner
         never keeps a key held."""
         gui = self._gui()
-        saved = gui.FAILSAFE
-        gui.FAILSAFE = False
-        try:
+        with _failsafe_off(gui):
             gui.keyUp(pyautogui_key_name(key))
-        finally:
-            gui.FAILSAFE = saved
 
     def move_pointer_out_of_corner(self) -> InputPoint | None:
         """If the pointer is in a fail-safe corner, move it to the centre of its monitor
@@ -388,13 +368,7 @@ class PyAutoGUIExecutor:
         gui = self._gui()
         if not self.pointer_in_failsafe_corner():
             return None
-        target = self._away_from_corners(gui, self._position())
-        saved = gui.FAILSAFE
-        gui.FAILSAFE = False
-        try:
-            gui.moveTo(target[0], target[1])
-        finally:
-            gui.FAILSAFE = saved
+        self._put_pointer_back(gui, self._position())
         x, y = gui.position()
         log.info("moved the pointer out of a fail-safe corner to (%d, %d)", x, y)
         return InputPoint(int(x), int(y))
@@ -447,12 +421,8 @@ class PyAutoGUIExecutor:
         corner, to the centre of its monitor instead (F12)."""
         if position in self._failsafe_corners(gui):
             position = self._away_from_corners(gui, position)
-        saved = gui.FAILSAFE
-        gui.FAILSAFE = False
-        try:
+        with _failsafe_off(gui):
             gui.moveTo(position[0], position[1])
-        finally:
-            gui.FAILSAFE = saved
 
     def _raise_if_failsafe(self, gui: Any) -> None:
         """Raise pyautogui's FailSafeException when its fail-safe is on and the pointer sits in a corner of
@@ -531,7 +501,7 @@ class PyAutoGUIExecutor:
             ActionError: the point, or the window with the focus, is one of Holodesk's own windows.
             _TargetChanged: ``before_input`` found the window, element or focus changed since approval.
         """
-        if isinstance(action, (Click, DoubleClick)):  # keys after it wait for its window, or fail if it fails
+        if isinstance(action, Click) and action.button == "left":  # keys after it wait for its window, or fail
             self._clicked_toplevel = _CLICK_NOT_DONE
         if points or isinstance(action, Scroll):
             refuse_holodesk_target([(p.x, p.y) for p in points] or [self._position()])
@@ -553,83 +523,82 @@ class PyAutoGUIExecutor:
             DisplayError: no usable display for pyautogui (:meth:`_gui`).
             FailSafeException: the pointer is in a screen corner (the user's stop signal, F12).
         """
-        if isinstance(action, (Answer, Done, Plan)):
-            details["method"] = "none"
-            return "nothing to do on screen"
-        if isinstance(action, Wait):
-            details["method"] = "wait"
-            self._wait(action.seconds)
-            return f"waited {action.seconds:g} s"
+        handler = handler_of(self.name, self._handlers, action)
+        if not action.on_screen:
+            return handler(None, action, points, details)
         details["input_points"] = [[p.x, p.y] for p in points]
         gui = self._gui()
         # The corner is a stop signal for every action (F12), also for typing through XTest, which
         # never passes pyautogui's own fail-safe check.
         self._raise_if_failsafe(gui)
         self._check_target(gui, action, points)
-        match action:
-            case DoubleClick():
-                return self._double_click(gui, points, details)
-            case Click() | RightClick() | MiddleClick():
-                return self._click(gui, action, points, details)
-            case Move():
-                (ip,) = points
-                details["pointer_settle_s"] = self._move_verified(gui, ip)
-                details["method"] = "pyautogui.moveTo"
-                return f"moved the pointer to ({ip.x}, {ip.y})"
-            case Drag():
-                return self._drag(gui, points, details)
-            case Scroll():
-                return self._scroll(gui, action, points, details)
-            case Key():
-                self._await_click_focus(details)
-                for _ in range(action.repeat):
-                    names = self._press_chord(action.keys, action.taps)
-                details["method"] = "pyautogui.keyDown/keyUp"
-                details["pyautogui_keys"] = names
-                return key_result(action)
-            case KeyDown():
-                self._await_click_focus(details)
-                self._check_keys(action.keys)
-                self._held.hold(action.keys, self._key_down)
-                details["method"] = "pyautogui.keyDown"
-                details["held_keys"] = list(self._held.keys)
-                return key_result(action)
-            case KeyUp():
-                self._held.release(action.keys, self._key_up)
-                details["method"] = "pyautogui.keyUp"
-                details["held_keys"] = list(self._held.keys)
-                return key_result(action)
-            case Type():
-                refuse_typing_while_held(self._held.keys)
-                self._await_click_focus(details)
-                if action.replace:  # select what the field holds, so the text replaces it
-                    self._press_chord(("ctrl", "a"))
-                    details["replaced"] = True
-                return self._type_text(action.text, details)
-        raise ActionError(f"the pyautogui executor cannot perform {action.kind!r}", field="kind")
+        return handler(gui, action, points, details)
 
-    def _double_click(self, gui: Any, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
-        """Double-click with the left button at the one point in ``points``."""
+    @property
+    def _handlers(self) -> dict[type[Action], Callable[[Any, Any, tuple[InputPoint, ...], dict[str, Any]], str]]:
+        """What this executor does for each action class it performs: ``handler(gui, action, points, details)``
+        returns the result in words (``gui`` is None for the actions that do not touch the screen)."""
+        return {**dict.fromkeys(OFF_SCREEN_TYPES, self._nothing), Wait: self._wait_step,
+                Click: self._click, Move: self._move, Drag: self._drag, Scroll: self._scroll, Key: self._key,
+                KeyDown: self._key_down_step, KeyUp: self._key_up_step, Type: self._type_step}
+
+    def _nothing(self, gui: Any, action: Action, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+        details["method"] = "none"
+        return "nothing to do on screen"
+
+    def _wait_step(self, gui: Any, action: Wait, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+        details["method"] = "wait"
+        self._wait(action.seconds)
+        return f"waited {action.seconds:g} s"
+
+    def _click(self, gui: Any, action: Click, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+        """Click the action's button ``action.count`` times at the one point in ``points``."""
         (ip,) = points
         details["pointer_settle_s"] = self._move_verified(gui, ip)
-        gui.doubleClick(button="left")
-        self._note_clicked_window()
-        details["method"] = "pyautogui.doubleClick"
-        return f"double-clicked at ({ip.x}, {ip.y})"
-
-    def _click(self, gui: Any, action: Click | RightClick | MiddleClick, points: tuple[InputPoint, ...],
-               details: dict[str, Any]) -> str:
-        """Click the action's button once at the one point in ``points``."""
-        (ip,) = points
-        details["pointer_settle_s"] = self._move_verified(gui, ip)
-        button = {Click: "left", RightClick: "right", MiddleClick: "middle"}[type(action)]
-        gui.click(button=button)
-        if button == "left":
+        gui.click(button=action.button, clicks=action.count, interval=0.0)
+        if action.button == "left":
             self._note_clicked_window()
-        details["method"] = f"pyautogui.click(button={button!r})"
-        return f"{button}-clicked at ({ip.x}, {ip.y})"
+        details["method"] = f"pyautogui.click(button={action.button!r}, clicks={action.count})"
+        return click_result(action, ip)
 
-    def _drag(self, gui: Any, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+    def _move(self, gui: Any, action: Move, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+        (ip,) = points
+        details["pointer_settle_s"] = self._move_verified(gui, ip)
+        details["method"] = "pyautogui.moveTo"
+        return f"moved the pointer to ({ip.x}, {ip.y})"
+
+    def _key(self, gui: Any, action: Key, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+        self._await_click_focus(details)
+        for _ in range(action.repeat):
+            names = self._press_chord(action.keys, action.taps)
+        details["method"] = "pyautogui.keyDown/keyUp"
+        details["pyautogui_keys"] = names
+        return key_result(action)
+
+    def _key_down_step(self, gui: Any, action: KeyDown, points: tuple[InputPoint, ...],
+                       details: dict[str, Any]) -> str:
+        self._await_click_focus(details)
+        self._check_keys(action.keys)
+        self._held.hold(action.keys, self._key_down)
+        details["method"] = "pyautogui.keyDown"
+        details["held_keys"] = list(self._held.keys)
+        return key_result(action)
+
+    def _key_up_step(self, gui: Any, action: KeyUp, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+        self._held.release(action.keys, self._key_up)
+        details["method"] = "pyautogui.keyUp"
+        details["held_keys"] = list(self._held.keys)
+        return key_result(action)
+
+    def _type_step(self, gui: Any, action: Type, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+        refuse_typing_while_held(self._held.keys)
+        self._await_click_focus(details)
+        if action.replace:  # select what the field holds, so the text replaces it
+            self._press_chord(("ctrl", "a"))
+            details["replaced"] = True
+        return self._type_text(action.text, details)
+
+    def _drag(self, gui: Any, action: Drag, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
         """Press the left button at ``points[0]``, move to ``points[1]`` and release (always released)."""
         start, end = points
         # Check that the end is reachable before the button goes down: a release at a clamped
@@ -862,6 +831,18 @@ class PyAutoGUIExecutor:
             chord=self.paste_chord, restore_delay_s=self.clipboard_restore_delay_s, target_class=target_class,
         )
         return paster.paste_text(text)
+
+
+@contextlib.contextmanager
+def _failsafe_off(gui: Any) -> Iterator[None]:
+    """pyautogui's fail-safe off while the block runs (a release or a move out of a corner must not stop on
+    the corner), then as it was."""
+    saved = gui.FAILSAFE
+    gui.FAILSAFE = False
+    try:
+        yield
+    finally:
+        gui.FAILSAFE = saved
 
 
 def _pyautogui_x_display(gui: Any) -> str | None:

@@ -28,19 +28,7 @@ from typing import Any
 
 from holodesk.capture.base import CaptureBackend
 from holodesk.control.base import ActionResult, Executor
-from holodesk.core.actions import (
-    Action,
-    Answer,
-    Click,
-    Done,
-    DoubleClick,
-    Key,
-    KeyDown,
-    MiddleClick,
-    Move,
-    RightClick,
-    Type,
-)
+from holodesk.core.actions import Action, Answer, Click, Done, Key, KeyDown, Move, Type
 from holodesk.core.element import Element, ElementProbe
 from holodesk.core.geometry import Frame, PlacedAction, place
 from holodesk.core.refine import crop_point_to_frame, refine_crop
@@ -700,7 +688,7 @@ class Session:
     def _can_refine(self, action: Action) -> bool:
         """Whether "Click more precisely" can refine ``action``: a one-point pointer action with the model's words
         for its target, and a policy that localizes elements (:class:`~holodesk.policy.base.Localizer`)."""
-        return (isinstance(action, (Click, DoubleClick, RightClick, MiddleClick, Move)) and bool(action.element)
+        return (isinstance(action, (Click, Move)) and bool(action.element)
                 and isinstance(self.policy, Localizer))
 
     def _refine(self, step: int, placed: PlacedAction, record: dict[str, Any]) -> PlacedAction:
@@ -710,7 +698,7 @@ class Session:
         ``ms``; or ``error``) and the refined action in ``record["refined_action"]``. When the policy gives no
         point, the user is told and the proposed point stays."""
         action = placed.action
-        assert isinstance(action, (Click, DoubleClick, RightClick, MiddleClick, Move)) and action.element
+        assert isinstance(action, (Click, Move)) and action.element
         assert isinstance(self.policy, Localizer)
         frame = placed.frame
         crop = refine_crop(frame, action.point)
@@ -784,7 +772,7 @@ class Session:
                                        proposal.raw_text, said))
         if outcome.status != "target_changed":  # not performed: the selection is as it was
             run.selection = selection_after(action, run.selection) if outcome.ok else True  # unknown: may exist
-        if isinstance(action, (Click, DoubleClick, RightClick, MiddleClick)):
+        if isinstance(action, Click):
             run.focus_element = action.element if outcome.ok else None
         elif not isinstance(action, Type):
             run.focus_element = None
