@@ -13,6 +13,7 @@ import pytest
 from holodesk.core.actions import Click, Key, Scroll, Type
 from holodesk.core.geometry import Frame, frame_pixel_to_point, place, to_input_point
 from tests.helpers.mutter import MutterSession, TargetApp
+from tests.helpers.new_action import TripleTap
 from tests.wayland.conftest import GnomeDesktop, wait_until_window_settled
 
 pytestmark = [pytest.mark.wayland]
@@ -93,6 +94,15 @@ def test_click_lands_on_the_button(gnome: GnomeDesktop, gtk_app: TargetApp) -> N
     assert gtk_app.wait_state(lambda s: s["clicks"] == 1)["clicks"] == 1
     click_at(gnome, frame, *gtk_app.center("button"), count=2)
     assert gtk_app.wait_state(lambda s: s["clicks"] == 3)["clicks"] == 3
+
+
+def test_an_unknown_action_is_refused_and_nothing_is_pressed(gnome: GnomeDesktop, gtk_app: TargetApp) -> None:
+    frame = gnome.capture.grab(1)
+    point = frame_pixel_to_point(frame, *gtk_app.center("button"))
+    refused = gnome.executor.execute(place(TripleTap(point), frame))
+    assert not refused.ok and "cannot perform the action 'triple_tap'" in refused.message, refused
+    click_at(gnome, frame, *gtk_app.center("button"))  # input arrives in order: this click comes after any other
+    assert gtk_app.wait_state(lambda s: s["clicks"] >= 1)["clicks"] == 1
 
 
 def test_text_arrives_exactly_and_the_clipboard_is_restored(gnome: GnomeDesktop, gtk_app: TargetApp) -> None:
