@@ -6,6 +6,9 @@ Wayland)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import pytest
 
 from holodesk.core.actions import ACTION_TYPES, Action, Click, Point, action_from_dict
@@ -66,3 +69,28 @@ def test_older_records_of_the_click_kinds_read_back_as_one_click() -> None:
         Point(3, 4), element="file", button="right")
     assert action_from_dict({"kind": "middle_click", "point": at}) == Click(Point(3, 4), button="middle")
     assert Click(Point(3, 4)).to_dict() == {"kind": "click", "point": at, "element": None}
+
+
+@dataclass(frozen=True)
+class Hover(Action):
+    """Test only: a new one-point action as docs/actions.md "Adding an action" declares one (core/actions.py)."""
+
+    kind: ClassVar[str] = "hover"
+    point: Point
+    element: str | None = None
+
+    def points(self) -> tuple[Point, ...]:
+        return (self.point,)
+
+    @property
+    def verb(self) -> str:
+        return "hover over"
+
+
+def test_a_declared_new_action_needs_no_wording_and_asks_until_the_risk_rules_know_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(ACTION_TYPES, Hover.kind, Hover)  # step 1 of the walk: its entry in ACTION_TYPES
+    hover = Hover(Point(500, 500), element="Help icon")
+    assert step_words(hover).headline == "Hover over \u2018Help icon\u2019"
+    assert assess(hover, **KNOWN_WINDOWS).level is Risk.HIGH
+    assert action_from_dict(hover.to_dict()) == hover

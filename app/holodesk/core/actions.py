@@ -142,6 +142,13 @@ class Action:
         """All points this action touches, in order (empty for keyboard and control actions)."""
         return ()
 
+    @property
+    def verb(self) -> str:
+        """What a one-point action does, as the verb of its headline, lower case (``"double-click"``: the card
+        says "Double-click ‘OK’"); "" for an action whose words :mod:`holodesk.core.wording` writes from its
+        fields."""
+        return ""
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: ``{"kind": ..., field: value, ...}`` with points as ``{"x":, "y":}``."""
         out: dict[str, Any] = {"kind": self.kind}

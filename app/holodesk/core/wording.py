@@ -29,7 +29,6 @@ from holodesk.core.actions import (
     ACTION_TYPES,
     Action,
     Answer,
-    Click,
     Done,
     Drag,
     Key,
@@ -236,9 +235,6 @@ def _pointer_headline(action: Action, spots: Sequence[str], where_window: str) -
     element = getattr(action, "element", None)
     target = f"‘{plain(element, ELEMENT_CHARS)}’" if element else None
     match action:
-        case Click():
-            verb = action.verb
-            return f"{verb[0].upper()}{verb[1:]} {target or 'at ' + spots[0]}{where_window}"
         case Move():
             return f"Move the pointer to {target or 'at ' + spots[0]}{where_window}"
         case Drag():
@@ -246,6 +242,9 @@ def _pointer_headline(action: Action, spots: Sequence[str], where_window: str) -
         case Scroll(direction=d, amount=n):
             over = f" over {target}" if target else (f" at {spots[0]}" if spots else "")
             return f"Scroll {d} {n}{over}{where_window}"
+        case _ if action.verb and spots:  # a click of any button and count, and any one-point action with a verb
+            verb = action.verb
+            return f"{verb[0].upper()}{verb[1:]} {target or 'at ' + spots[0]}{where_window}"
     return None
 
 
