@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from holodesk.capture.mss_backend import MssCapture
+from holodesk.control.paste import default_paste_chord
 from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
-from holodesk.control.typing import default_paste_chord
 from holodesk.control.window import focused_window_class
 from holodesk.core.actions import Click, Key, Point, Type
 from holodesk.core.geometry import frame_pixel_to_point, place

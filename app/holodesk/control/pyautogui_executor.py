@@ -1,5 +1,5 @@
 """The real executor: performs actions with pyautogui (pointer, keys) and the typers in
-:mod:`holodesk.control.typing`.
+:mod:`holodesk.control.typing` (X11) and :mod:`holodesk.control.paste` (the clipboard).
 
 * pyautogui is imported lazily, after :func:`holodesk.display.require_display`, because it
   raises at import without a display (F16).
@@ -38,7 +38,8 @@ from typing import Any, Literal
 
 from holodesk.control.base import ActionResult, Capability, ExecutorCapabilities, click_result, handler_of
 from holodesk.control.held_keys import HeldKeys, key_result, refuse_typing_while_held
-from holodesk.control.typing import ClipboardPaster, X11KeysymTyper
+from holodesk.control.paste import ClipboardPaster
+from holodesk.control.typing import X11KeysymTyper
 from holodesk.control.window import refuse_holodesk_target, wait_for_focus_in
 from holodesk.core.actions import OFF_SCREEN_TYPES, Action, Click, Drag, Key, KeyDown, KeyUp, Move, Scroll, Type, Wait
 from holodesk.core.geometry import InputPoint, Monitor, PlacedAction
