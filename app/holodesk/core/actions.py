@@ -134,6 +134,8 @@ class Action:
     kind: ClassVar[str] = ""
     on_screen: ClassVar[bool] = True
     """False for an action that touches neither the screen nor the keyboard (wait, plan, answer, done)."""
+    keyboard: ClassVar[bool] = False
+    """True for an action that sends keys to the focused window (type, key, key down): its target is the focus."""
     presses: ClassVar[bool] = False
     """True for an action that presses a mouse button over its target (a click, a drag): the rules on its
     target's words (:mod:`holodesk.core.risk`) apply to it."""
@@ -319,6 +321,7 @@ class Type(Action):
     """
 
     kind: ClassVar[str] = "type"
+    keyboard: ClassVar[bool] = True
     text: str
     replace: bool = field(default=False, metadata=OMIT_DEFAULT)
 
@@ -368,6 +371,7 @@ class Key(Action):
     """
 
     kind: ClassVar[str] = "key"
+    keyboard: ClassVar[bool] = True
     keys: tuple[str, ...]
     repeat: int = field(default=1, metadata=OMIT_DEFAULT)
     taps: tuple[str, ...] = field(default=(), metadata=OMIT_DEFAULT)
@@ -406,6 +410,7 @@ class KeyDown(_HeldKeysAction):
     whatever ends it, and at the next start after a run that was killed (:mod:`holodesk.control.held_keys`)."""
 
     kind: ClassVar[str] = "key_down"
+    keyboard: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)

@@ -649,7 +649,7 @@ def _assess_pointer(action: Action, context: _Context) -> RiskAssessment:
     if context.on_window_frame and not isinstance(action, Move):
         return RiskAssessment(Risk.HIGH, "acts on a window's title bar or frame (its buttons close, minimise or "
                               "resize the window)")
-    what = action.verb.replace("-", " ") if isinstance(action, Click) else action.kind
+    what = (action.verb or action.kind).replace("-", " ")
     harmless = RiskAssessment(Risk.LOW, f"a {what} in a known window that is not a terminal")
     if pointer_windows is not None and action.points():
         for under in pointer_windows:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from holodesk.core.actions import Action, Key, KeyDown, Move, Type
+from holodesk.core.actions import Action, Move
 from holodesk.core.element import Element, ElementProbe
 from holodesk.core.geometry import PlacedAction
 from holodesk.core.risk import RiskAssessment, assess
@@ -121,7 +121,7 @@ def probe_elements(probes: Probes, placed: PlacedAction, infos: Sequence[WindowI
             at_points.append(probe.element_at(at.x, at.y, info.client_rect if info is not None else None))
             spent += probe.last_ms
             problems.append(probe.last_problem)
-    if isinstance(placed.action, (Type, Key, KeyDown)):
+    if placed.action.keyboard:
         focused = probe.focused()
         spent += probe.last_ms
         problems.append(probe.last_problem)
@@ -154,7 +154,7 @@ def recheck(probes: Probes, judged: Judgement, action: Action, points: tuple[Any
     if probes.grab is not None and judged.grab is None and (problem := probes.grab()) is not None:
         return f"{problem}, since approval"
     seen = judged.elements or {}
-    if isinstance(action, (Type, Key, KeyDown)):
+    if action.keyboard:
         if probes.focus is not None and judged.focused and (now := probes.focus()) != judged.focused:
             return f"the focused window changed since approval (was {judged.focused!r}, now {now!r})"
         if probes.element is not None and (was := seen.get("focused")) is not None:
