@@ -120,7 +120,7 @@ def test_no_display_everything_imports_and_explains() -> None:
     expected = {
         "holodesk.capture.base", "holodesk.capture.mss_backend", "holodesk.capture.fake",
         "holodesk.control.base", "holodesk.display", "holodesk.control.pyautogui_executor",
-        "holodesk.control.typing", "holodesk.control.recording",
+        "holodesk.control.typing", "holodesk.control.paste", "holodesk.control.recording",
     }
     assert expected <= set(out["imported"])
     assert out["pyautogui_loaded"] is False

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from holodesk.capture.mss_backend import MssCapture
-from holodesk.control.pyautogui_executor import PyAutoGUIExecutor, failsafe_points
+from holodesk.control.pointer import failsafe_points
+from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 from holodesk.core.geometry import frame_pixel_to_point
 from holodesk.session.approval import ApprovalRequest, ApprovalResponse
 from holodesk.session.loop import State

@@ -20,12 +20,10 @@ from holodesk.core.actions import (
     Answer,
     Click,
     Done,
-    DoubleClick,
     Drag,
     Key,
     Move,
     Point,
-    RightClick,
     Scroll,
     Type,
     Wait,
@@ -100,7 +98,7 @@ def test_click_real_buttons(executor: PyAutoGUIExecutor, target: TargetWindow, f
     assert r.details["method"].startswith("pyautogui.click")
     assert r.duration_ms > 0
     target.wait_for(lambda s: s["clicks"] == ["OK"])
-    assert executor.execute(place(RightClick(at(frame, target.center("Cancel"))), frame)).ok
+    assert executor.execute(place(Click(at(frame, target.center("Cancel")), button="right"), frame)).ok
     apply_point = at(frame, target.center("Apply"))
     assert executor.execute(place(Click(apply_point), frame)).ok
     state = target.wait_for(lambda s: len(s["clicks"]) >= 2)
@@ -110,7 +108,7 @@ def test_click_real_buttons(executor: PyAutoGUIExecutor, target: TargetWindow, f
 
 
 def test_double_click_clicks_twice(executor: PyAutoGUIExecutor, target: TargetWindow, frame: Frame) -> None:
-    assert executor.execute(place(DoubleClick(at(frame, target.center("Cancel"))), frame)).ok
+    assert executor.execute(place(Click(at(frame, target.center("Cancel")), count=2), frame)).ok
     target.wait_for(lambda s: s["clicks"] == ["Cancel", "Cancel"])
 
 

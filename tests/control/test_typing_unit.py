@@ -6,13 +6,12 @@ from collections.abc import Sequence
 
 import pytest
 
+from holodesk.control.paste import ClipboardPaster, default_paste_chord
 from holodesk.control.typing import (
     XK_RETURN,
     XK_TAB,
-    ClipboardPaster,
     active_group,
     char_to_keysym,
-    default_paste_chord,
     direct_keysyms,
     plan_segments,
     text_to_keysyms,

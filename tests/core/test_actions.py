@@ -24,8 +24,8 @@ from holodesk.errors import ActionError
 
 
 def test_closed_set_of_kinds() -> None:
-    assert set(ACTION_TYPES) == {"click", "double_click", "right_click", "middle_click", "move", "drag",
-                                 "scroll", "type", "key", "key_down", "key_up", "wait", "plan", "answer", "done"}
+    assert set(ACTION_TYPES) == {"click", "move", "drag", "scroll", "type", "key", "key_down", "key_up", "wait",
+                                 "plan", "answer", "done"}
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import pytest
 
-from holodesk.core.actions import Action, Click, DoubleClick, Drag, Key, Move, Point, RightClick, Scroll, Type
+from holodesk.core.actions import Action, Click, Drag, Key, Move, Point, Scroll, Type
 from holodesk.core.element import Element
 from holodesk.core.risk import (
     Risk,
@@ -102,7 +102,7 @@ def test_an_action_type_the_rules_do_not_know_asks() -> None:
 
 # -- destructive edits ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("selecting", [Key(("ctrl", "a")), Key(("shift", "end")), Key(("ctrl", "shift", "left")),
-                                       DoubleClick(Point(5, 5)), Drag(Point(5, 5), Point(50, 5))])
+                                       Click(Point(5, 5), count=2), Drag(Point(5, 5), Point(50, 5))])
 def test_typing_over_a_possible_selection_asks(selecting: Action) -> None:
     selection = selection_after(selecting, False)
     assert selection
@@ -166,8 +166,9 @@ def test_navigation_keys_in_a_real_terminal_element_ask() -> None:
 
 # -- the real element under the pointer -----------------------------------------------------------------------------
 @pytest.mark.parametrize("make", [lambda e: Click(Point(5, 5), element=e),
-                                  lambda e: DoubleClick(Point(5, 5), element=e),
-                                  lambda e: RightClick(Point(5, 5), element=e)], ids=["click", "double", "right"])
+                                  lambda e: Click(Point(5, 5), element=e, count=2),
+                                  lambda e: Click(Point(5, 5), element=e, button="right")],
+                         ids=["click", "double", "right"])
 def test_the_real_element_decides_with_the_model_words(make: Callable[[str], Action]) -> None:
     delete = _element("push button", "Delete all files")
     risk = assess(make("Cancel"), focused_window=EDITOR, pointer_elements=[delete])

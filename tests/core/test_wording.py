@@ -8,13 +8,11 @@ from holodesk.core.actions import (
     Answer,
     Click,
     Done,
-    DoubleClick,
     Drag,
     Key,
     Move,
     Plan,
     Point,
-    RightClick,
     Scroll,
     Type,
     Wait,
@@ -38,8 +36,8 @@ def test_headlines_say_what_the_step_does_to_what() -> None:
     scroll = Scroll("down", 3, Point(500, 500), element="File list")
     assert step_words(scroll, window=WindowInfo("Files")).headline == "Scroll down 3 over ‘File list’ in Files"
     assert step_words(Scroll("down", 3)).headline == "Scroll down 3"
-    assert step_words(DoubleClick(Point(1, 1), element="report.pdf")).headline == "Double-click ‘report.pdf’"
-    assert step_words(RightClick(Point(1, 1), element="Desktop")).headline == "Right-click ‘Desktop’"
+    assert step_words(Click(Point(1, 1), element="report.pdf", count=2)).headline == "Double-click ‘report.pdf’"
+    assert step_words(Click(Point(1, 1), element="Desktop", button="right")).headline == "Right-click ‘Desktop’"
     assert step_words(Move(Point(1, 1), element="Menu")).headline == "Move the pointer to ‘Menu’"
     drag = Drag(Point(10, 20), Point(30, 40), element="Trash")
     assert step_words(drag, input_points=[InputPoint(5, 6), InputPoint(7, 8)]).headline == "Drag from (5, 6) to ‘Trash’"

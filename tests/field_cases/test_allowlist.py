@@ -29,12 +29,10 @@ from holodesk.core.actions import (
     NAMED_KEYS,
     Click,
     Done,
-    DoubleClick,
     Drag,
     Key,
     Move,
     Point,
-    RightClick,
     Scroll,
     Type,
     Wait,
@@ -337,8 +335,8 @@ HARMLESS_TARGETS = ["Title field", "Name text box", "File menu", "Bold button", 
                     "Address bar", "Preferences", "Checkbox ‘Remember me’ label", "Heading"]
 """Targets whose words name none of those actions (Next, Continue and OK are not among them: they may
 submit a form or a wizard page)."""
-PRESSING = [lambda e: Click(Point(500, 500), element=e), lambda e: DoubleClick(Point(500, 500), element=e),
-            lambda e: RightClick(Point(500, 500), element=e),
+PRESSING = [lambda e: Click(Point(500, 500), element=e), lambda e: Click(Point(500, 500), element=e, count=2),
+            lambda e: Click(Point(500, 500), element=e, button="right"),
             lambda e: Drag(Point(400, 400), Point(600, 600), element=e)]
 
 

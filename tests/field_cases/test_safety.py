@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from holodesk.capture.mss_backend import MssCapture
+from holodesk.control.paste import default_paste_chord
 from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
-from holodesk.control.typing import default_paste_chord
 from holodesk.control.window import focused_window_class
-from holodesk.core.actions import Key, Type
+from holodesk.core.actions import Click, Key, Point, Type
 from holodesk.core.geometry import frame_pixel_to_point, place
 from holodesk.core.risk import Risk, assess
 from holodesk.core.wording import TYPED_CHARS, plain
@@ -233,7 +233,7 @@ def test_F11_select_and_middle_click_cannot_route_text_into_a_terminal() -> None
     result = run.session.run("summarise the page")
     assert [a.kind for a in run.executor.actions] == ["drag"]  # the selection itself is harmless
     (request,) = spy.requests
-    assert request.action.kind == "middle_click" and request.risk.level is Risk.HIGH
+    assert request.action == Click(Point(700, 600), button="middle") and request.risk.level is Risk.HIGH
     assert result.status is State.STOPPED
 
 

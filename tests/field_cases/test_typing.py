@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from holodesk.capture.mss_backend import MssCapture
+from holodesk.control.paste import default_paste_chord
 from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
-from holodesk.control.typing import default_paste_chord
 from holodesk.control.window import focused_window_class
 from holodesk.core.actions import Key, Type
 from holodesk.core.geometry import frame_pixel_to_point, place
@@ -223,7 +223,7 @@ def test_I30_x11_paste_whose_chord_fails_still_restores_the_clipboard(xvfb: Xvfb
 
     import pyperclip
 
-    from holodesk.control.typing import ClipboardPaster
+    from holodesk.control.paste import ClipboardPaster
 
     previous = f"{PREVIOUS_CLIPBOARD} {tmp_path.name}"
     pyperclip.copy(previous)

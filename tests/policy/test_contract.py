@@ -29,7 +29,6 @@ from holodesk.core.actions import (
     Move,
     Plan,
     Point,
-    RightClick,
     Scroll,
     Type,
     Wait,
@@ -199,7 +198,8 @@ def test_tools_are_declared_once_and_everything_derives_from_them() -> None:
 
 
 @pytest.mark.parametrize("action", [
-    Click(Point(1, 2), element="OK"), RightClick(Point(3, 4), element="file"), Move(Point(5, 6), element="m"),
+    Click(Point(1, 2), element="OK"), Click(Point(3, 4), element="file", button="right"),
+    Move(Point(5, 6), element="m"),
     Scroll("down", 4, Point(7, 8), element="list"), Type("Ada\n"), Key(("ctrl", "s")), Wait(2.5),
     Type("Grace", replace=True), Key(("ctrl", "z"), repeat=3), Scroll("up", 100, Point(1, 1), element="page"),
     Answer("42"), Drag(Point(100, 100), Point(9, 9), element="bin"), KeyDown(("shift", "ctrl")), KeyUp(("shift",)),

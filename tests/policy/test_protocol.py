@@ -15,14 +15,11 @@ from holodesk.core.actions import (
     Answer,
     Click,
     Done,
-    DoubleClick,
     Drag,
     Key,
-    MiddleClick,
     Move,
     Plan,
     Point,
-    RightClick,
     Scroll,
     Type,
     Wait,
@@ -58,9 +55,9 @@ def fails(raw: str) -> PolicyOutputError:
 
 ALL_ACTIONS: list[Action] = [
     Click(Point(500, 300)),
-    DoubleClick(Point(0, 0)),
-    RightClick(Point(1000, 1000)),
-    MiddleClick(Point(1, 999)),
+    Click(Point(0, 0), count=2),
+    Click(Point(1000, 1000), button="right"),
+    Click(Point(1, 999), button="middle"),
     Move(Point(250, 750)),
     Drag(Point(10, 20), Point(900, 800)),
     Scroll("down"),
@@ -134,7 +131,7 @@ def test_the_same_object_twice_is_used_once() -> None:
 def test_single_quoted_python_literal_is_read() -> None:
     raw = "{'note': None, 'thought': \"it's here\", 'tool_call': {'tool_name': 'double_click', 'x': 5, 'y': 6}}"
     parsed = P.parse(raw)
-    assert parsed.action == DoubleClick(Point(5, 6))
+    assert parsed.action == Click(Point(5, 6), count=2)
     assert parsed.thought == "it's here"
     assert parsed.note is None
     assert any("single-quoted" in w for w in parsed.warnings)
@@ -178,8 +175,9 @@ def test_unknown_tool_name_lists_the_known_tools() -> None:
     assert "launch_rocket" in err.message
     for name in TOOL_NAMES:
         assert name in err.message
-    # holo-v1 has a tool for every action kind but agent-loop-v1's plan (update_plan) and held keys
-    assert set(TOOL_NAMES) == set(ACTION_TYPES) - {"plan", "key_down", "key_up"} and "plan" not in err.message
+    # holo-v1 has a tool for every action kind but agent-loop-v1's plan (update_plan) and held keys, and one per click
+    assert set(TOOL_NAMES) == (set(ACTION_TYPES) - {"plan", "key_down", "key_up"}
+                               | {"double_click", "right_click", "middle_click"}) and "plan" not in err.message
 
 
 @pytest.mark.parametrize(
@@ -377,7 +375,8 @@ def test_to_reply_parse_round_trip(action: Action) -> None:
 
 
 def test_round_trip_covers_every_action_kind() -> None:
-    assert {a.kind for a in ALL_ACTIONS} == set(TOOL_NAMES) == set(ACTION_TYPES) - {"plan", "key_down", "key_up"}
+    assert {json.loads(P.to_reply(a))["tool_call"]["tool_name"] for a in ALL_ACTIONS} == set(TOOL_NAMES)
+    assert {a.kind for a in ALL_ACTIONS} == set(ACTION_TYPES) - {"plan", "key_down", "key_up"}
 
 
 def test_a_plan_has_no_holo_v1_tool() -> None:

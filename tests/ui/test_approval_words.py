@@ -12,7 +12,7 @@ from PySide6.QtCore import QPointF, QRect, QRectF, Qt
 from PySide6.QtGui import QColor, QImage, QPainter
 
 from holodesk.capture.fake import FakeCapture
-from holodesk.core.actions import Action, Click, DoubleClick, Drag, Move, Point, RightClick, Scroll, Type
+from holodesk.core.actions import Action, Click, Drag, Move, Point, Scroll, Type
 from holodesk.core.geometry import Frame, InputPoint, Monitor, frame_pixel_to_point, place
 from holodesk.core.risk import Risk, RiskAssessment
 from holodesk.core.wording import WindowInfo
@@ -132,7 +132,7 @@ def _label_band(p: QPointF) -> QRectF:
 
 
 @pytest.mark.parametrize("action", [
-    Click(Point(1, 1)), DoubleClick(Point(1, 1)), RightClick(Point(1, 1)), Move(Point(1, 1)),
+    Click(Point(1, 1)), Click(Point(1, 1), count=2), Click(Point(1, 1), button="right"), Move(Point(1, 1)),
     Scroll("up", 3, Point(1, 1)), Scroll("down", 3, Point(1, 1)), Scroll("left", 3, Point(1, 1)),
     Scroll("right", 3, Point(1, 1)), Type("x"),
 ], ids=lambda a: f"{a.kind}-{getattr(a, 'direction', '')}")

@@ -10,9 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from holodesk.core.actions import Click, DoubleClick, Key, Scroll, Type
+from holodesk.core.actions import Click, Key, Scroll, Type
 from holodesk.core.geometry import Frame, frame_pixel_to_point, place, to_input_point
 from tests.helpers.mutter import MutterSession, TargetApp
+from tests.helpers.new_action import TripleTap
 from tests.wayland.conftest import GnomeDesktop, wait_until_window_settled
 
 pytestmark = [pytest.mark.wayland]
@@ -37,10 +38,10 @@ def app_constants() -> tuple[list[tuple[int, int, int]], str]:
 COLUMNS, OWN_CLIPBOARD = app_constants()
 
 
-def click_at(gnome: GnomeDesktop, frame: Frame, x: float, y: float, action: type = Click) -> None:
-    """Perform ``action`` at screen point (x, y) the way a proposal would arrive: as a [0, 1000] point on
+def click_at(gnome: GnomeDesktop, frame: Frame, x: float, y: float, count: int = 1) -> None:
+    """Click ``count`` times at screen point (x, y) the way a proposal would arrive: as a [0, 1000] point on
     ``frame``, mapped back by the executor."""
-    result = gnome.executor.execute(place(action(frame_pixel_to_point(frame, x, y)), frame))
+    result = gnome.executor.execute(place(Click(frame_pixel_to_point(frame, x, y), count=count), frame))
     assert result.ok, result
 
 
@@ -91,8 +92,17 @@ def test_click_lands_on_the_button(gnome: GnomeDesktop, gtk_app: TargetApp) -> N
     frame = gnome.capture.grab(1)
     click_at(gnome, frame, *gtk_app.center("button"))
     assert gtk_app.wait_state(lambda s: s["clicks"] == 1)["clicks"] == 1
-    click_at(gnome, frame, *gtk_app.center("button"), action=DoubleClick)
+    click_at(gnome, frame, *gtk_app.center("button"), count=2)
     assert gtk_app.wait_state(lambda s: s["clicks"] == 3)["clicks"] == 3
+
+
+def test_an_unknown_action_is_refused_and_nothing_is_pressed(gnome: GnomeDesktop, gtk_app: TargetApp) -> None:
+    frame = gnome.capture.grab(1)
+    point = frame_pixel_to_point(frame, *gtk_app.center("button"))
+    refused = gnome.executor.execute(place(TripleTap(point), frame))
+    assert not refused.ok and "cannot perform the action 'triple_tap'" in refused.message, refused
+    click_at(gnome, frame, *gtk_app.center("button"))  # input arrives in order: this click comes after any other
+    assert gtk_app.wait_state(lambda s: s["clicks"] >= 1)["clicks"] == 1
 
 
 def test_text_arrives_exactly_and_the_clipboard_is_restored(gnome: GnomeDesktop, gtk_app: TargetApp) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from holodesk.core.geometry import PlacedAction
+from holodesk.core.actions import Action, Click, handler_for
+from holodesk.core.geometry import InputPoint, PlacedAction
+from holodesk.errors import ActionError
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,35 @@ class ExecutorCapabilities:
         return {"geometry check": str(self.geometry_check), "fail-safe corners": str(self.failsafe_corners),
                 "end of episode": str(self.episode_end), "desktop end": str(self.desktop_end),
                 "own windows refused": str(self.own_windows)}
+
+
+def click_result(action: Click, at: InputPoint) -> str:
+    """What an executor did for a performed click, in words: ``"left-clicked at (960, 540)"``,
+    ``"right-clicked at ..."``, ``"double-clicked at ..."``, ``"triple-clicked at ..."``."""
+    done = f"{action.button}-clicked" if action.count == 1 else f"{action.verb}ed"
+    return f"{done} at ({at.x}, {at.y})"
+
+
+Handler = TypeVar("Handler")
+
+
+def handler_of(executor: str, handlers: Mapping[type[Action], Handler], action: Action) -> Handler:
+    """The entry of an executor's table (action class -> how it performs it) for the exact type of ``action``.
+
+    Raises:
+        ActionError: (field ``kind``) the table declares no such class (:func:`cannot_perform`).
+    """
+    handler = handler_for(handlers, action)
+    if handler is None:
+        raise cannot_perform(executor, action)
+    return handler
+
+
+def cannot_perform(executor: str, action: Action) -> ActionError:
+    """The error of an executor for an action class its table does not declare (nothing was done)."""
+    return ActionError(f"the {executor} executor cannot perform the action {action.kind!r} "
+                       f"({type(action).__name__}); nothing was done", field="kind",
+                       hint="Use an action of holodesk.core.actions.ACTION_TYPES.")
 
 
 class Executor(Protocol):

@@ -25,26 +25,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from holodesk.control.base import ActionResult, Capability, ExecutorCapabilities
+from holodesk.control.base import ActionResult, Capability, ExecutorCapabilities, click_result, handler_of
 from holodesk.control.held_keys import HeldKeys, key_result, refuse_typing_while_held
 from holodesk.control.window import refuse_holodesk_target
-from holodesk.core.actions import (
-    Answer,
-    Click,
-    Done,
-    DoubleClick,
-    Drag,
-    Key,
-    KeyDown,
-    KeyUp,
-    MiddleClick,
-    Move,
-    Plan,
-    RightClick,
-    Scroll,
-    Type,
-    Wait,
-)
+from holodesk.core.actions import OFF_SCREEN_TYPES, Action, Click, Drag, Key, KeyDown, KeyUp, Move, Scroll, Type, Wait
 from holodesk.core.geometry import Frame, InputPoint, Monitor, PlacedAction
 from holodesk.display.mutter import (
     AXIS_HORIZONTAL,
@@ -60,6 +44,9 @@ from holodesk.display.remote import DESKTOP_ENDED
 from holodesk.errors import ActionError, GeometryMismatch, HolodeskError
 
 log = logging.getLogger(__name__)
+
+_BUTTON_CODES = {"left": BTN_LEFT, "right": BTN_RIGHT, "middle": BTN_MIDDLE}
+"""Evdev codes of the buttons of :data:`holodesk.core.actions.MOUSE_BUTTONS`."""
 
 TYPED_DIRECTLY = frozenset(chr(c) for c in range(0x20, 0x7F)) | {"\n", "\t"}
 """Characters typed key by key (on every layout Mutter maps them); a text with any other character is
@@ -286,13 +273,12 @@ class MutterExecutor:
 
     def _perform(self, placed: PlacedAction, details: dict[str, Any]) -> str:
         action, frame, points = placed.action, placed.frame, placed.input_points
-        if isinstance(action, (Answer, Done, Plan)):
-            details["method"] = "none"
-            return "nothing to do on screen"
+        handler = handler_of(self.name, self._handlers, action)
+        if not action.on_screen and not isinstance(action, Wait):
+            return handler(action, frame, points, details)
         self.session.raise_if_ended()
         if isinstance(action, Wait):
-            details["method"] = "wait"
-            return self._wait(action.seconds)
+            return handler(action, frame, points, details)
         if not self.session.input_ready.wait(self.input_ready_timeout_s):
             raise ActionError("Holodesk's input on this desktop is not confirmed yet (no frame has been captured "
                               "since the remote-desktop session started); did nothing",
@@ -300,44 +286,62 @@ class MutterExecutor:
         details["input_points"] = [[p.x, p.y] for p in points]
         if points:
             self._refuse_holodesk_target(points)
-        if isinstance(action, (Click, DoubleClick, RightClick, MiddleClick)):
-            (ip,) = points
-            self._move(frame, ip)
-            button, name = {Click: (BTN_LEFT, "left"), DoubleClick: (BTN_LEFT, "left"),
-                            RightClick: (BTN_RIGHT, "right"), MiddleClick: (BTN_MIDDLE, "middle")}[type(action)]
-            count = 2 if isinstance(action, DoubleClick) else 1
-            self._click(button, count)
-            details["method"] = f"NotifyPointerButton({name}) x{count}"
-            verb = "double-clicked" if count == 2 else f"{name}-clicked"
-            return f"{verb} at ({ip.x}, {ip.y})"
-        if isinstance(action, Move):
-            (ip,) = points
-            self._move(frame, ip)
-            details["method"] = "NotifyPointerMotionAbsolute"
-            return f"moved the pointer to ({ip.x}, {ip.y})"
-        if isinstance(action, Drag):
-            details["method"] = "NotifyPointerButton + motion"
-            return self._drag(frame, *points)
-        if isinstance(action, Scroll):
-            if points:
-                self._move(frame, points[0])
-            axis = AXIS_VERTICAL if action.direction in ("up", "down") else AXIS_HORIZONTAL
-            steps = action.amount if action.direction in ("down", "right") else -action.amount
-            self.session.scroll(axis, steps)
-            details["method"] = "NotifyPointerAxisDiscrete"
-            return f"scrolled {action.direction} by {action.amount}"
-        if isinstance(action, (Key, KeyDown, KeyUp)):
-            return self._keys(action, details)
-        if isinstance(action, Type):
-            refuse_typing_while_held(self._held.keys)
-            if action.replace:  # select what the field holds, so the text replaces it
-                self._press_chord(("ctrl", "a"))
-                details["replaced"] = True
-            return self._type(action.text, details)
-        raise ActionError(f"unsupported action {action.kind!r}")
+        return handler(action, frame, points, details)
+
+    @property
+    def _handlers(self) -> dict[type[Action], Callable[[Any, Frame, tuple[InputPoint, ...], dict[str, Any]], str]]:
+        """What this executor does for each action class it performs: ``handler(action, frame, points, details)``
+        returns the result in words."""
+        return {**dict.fromkeys(OFF_SCREEN_TYPES, self._nothing), Wait: self._wait_step,
+                Click: self._click_step, Move: self._move_step, Drag: self._drag_step, Scroll: self._scroll_step,
+                Key: self._keys, KeyDown: self._keys, KeyUp: self._keys, Type: self._type_step}
+
+    def _nothing(self, action: Action, frame: Frame, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+        details["method"] = "none"
+        return "nothing to do on screen"
+
+    def _wait_step(self, action: Wait, frame: Frame, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+        details["method"] = "wait"
+        return self._wait(action.seconds)
+
+    def _click_step(self, action: Click, frame: Frame, points: tuple[InputPoint, ...],
+                    details: dict[str, Any]) -> str:
+        (ip,) = points
+        self._move(frame, ip)
+        self._click(_BUTTON_CODES[action.button], action.count)
+        details["method"] = f"NotifyPointerButton({action.button}) x{action.count}"
+        return click_result(action, ip)
+
+    def _move_step(self, action: Move, frame: Frame, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+        (ip,) = points
+        self._move(frame, ip)
+        details["method"] = "NotifyPointerMotionAbsolute"
+        return f"moved the pointer to ({ip.x}, {ip.y})"
+
+    def _drag_step(self, action: Drag, frame: Frame, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+        details["method"] = "NotifyPointerButton + motion"
+        return self._drag(frame, *points)
+
+    def _scroll_step(self, action: Scroll, frame: Frame, points: tuple[InputPoint, ...],
+                     details: dict[str, Any]) -> str:
+        if points:
+            self._move(frame, points[0])
+        axis = AXIS_VERTICAL if action.direction in ("up", "down") else AXIS_HORIZONTAL
+        steps = action.amount if action.direction in ("down", "right") else -action.amount
+        self.session.scroll(axis, steps)
+        details["method"] = "NotifyPointerAxisDiscrete"
+        return f"scrolled {action.direction} by {action.amount}"
+
+    def _type_step(self, action: Type, frame: Frame, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+        refuse_typing_while_held(self._held.keys)
+        if action.replace:  # select what the field holds, so the text replaces it
+            self._press_chord(("ctrl", "a"))
+            details["replaced"] = True
+        return self._type(action.text, details)
 
     # -- keyboard -----------------------------------------------------------------------------------
-    def _keys(self, action: Key | KeyDown | KeyUp, details: dict[str, Any]) -> str:
+    def _keys(self, action: Key | KeyDown | KeyUp, frame: Frame, points: tuple[InputPoint, ...],
+              details: dict[str, Any]) -> str:
         """Perform a key action: a chord (with taps), or keys held down or released across steps.
 
         Raises:

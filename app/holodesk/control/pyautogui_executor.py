@@ -1,23 +1,20 @@
 """The real executor: performs actions with pyautogui (pointer, keys) and the typers in
-:mod:`holodesk.control.typing`.
+:mod:`holodesk.control.typing` (X11) and :mod:`holodesk.control.paste` (the clipboard).
 
 * pyautogui is imported lazily, after :func:`holodesk.display.require_display`, because it
   raises at import without a display (F16).
 * Actions arrive placed (:class:`holodesk.core.geometry.PlacedAction`): the pointer goes to exactly the
   input points the approval showed; there is no coordinate math here.
-* After each pointer move the position is read back until it has settled (F22): a window manager
-  that holds a synchronous button grab freezes the pointer until it replays the previous click, so
-  the move can arrive a few hundred milliseconds after the request. The readback is polled until the
-  pointer is within ``pointer_tolerance_px`` of the target, or has come to rest somewhere else (three
-  equal readings away from where it started), or ``settle_timeout_s`` has passed. Only a pointer that
-  really is elsewhere then fails the step (e.g. the OS clamped it at a screen edge, or something moved
-  it away): nothing is clicked and the result is "failed" (F06). A drag visits its end point before
-  pressing the button, so an unreachable end fails before anything is pressed.
+* After each pointer move the position is read back until it has settled (F22,
+  :class:`holodesk.control.pointer.PointerSettle`); only a pointer that really is elsewhere fails the step:
+  nothing is clicked and the result is "failed" (F06). A drag visits its end point before pressing the
+  button, so an unreachable end fails before anything is pressed.
 * :meth:`PyAutoGUIExecutor.check_geometry` is the start-up self-check (F28): the pointer is sent to
   points just inside the corners and to the centre of the chosen monitor and read back; if the input
   space disagrees with the capture geometry, :class:`~holodesk.errors.GeometryMismatch` is raised
   before anything is clicked. The session calls it once per run.
-* The fail-safe (pointer in a corner of the screen or of any monitor, :func:`failsafe_points`) becomes
+* The fail-safe (pointer in a corner of the screen or of any monitor,
+  :func:`holodesk.control.pointer.failsafe_points`) becomes
   ``status="stopped_by_user"`` (F12); it is checked before every action and during waits.
 * When the X server goes away (``desktop_watch``, :class:`~holodesk.display.x11.X11Watch`) the running task is
   told (:meth:`PyAutoGUIExecutor.watch_desktop`), a running ``wait`` ends, and this and every later action
@@ -27,36 +24,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
-from holodesk.control.base import ActionResult, Capability, ExecutorCapabilities
+from holodesk.control.base import ActionResult, Capability, ExecutorCapabilities, click_result, handler_of
 from holodesk.control.held_keys import HeldKeys, key_result, refuse_typing_while_held
-from holodesk.control.typing import ClipboardPaster, X11KeysymTyper
+from holodesk.control.paste import ClipboardPaster
+from holodesk.control.pointer import PointerSettle, Unreachable, failsafe_points
+from holodesk.control.typing import X11KeysymTyper
 from holodesk.control.window import refuse_holodesk_target, wait_for_focus_in
-from holodesk.core.actions import (
-    Action,
-    Answer,
-    Click,
-    Done,
-    DoubleClick,
-    Drag,
-    Key,
-    KeyDown,
-    KeyUp,
-    MiddleClick,
-    Move,
-    Plan,
-    RightClick,
-    Scroll,
-    Type,
-    Wait,
-)
+from holodesk.core.actions import OFF_SCREEN_TYPES, Action, Click, Drag, Key, KeyDown, KeyUp, Move, Scroll, Type, Wait
 from holodesk.core.geometry import InputPoint, Monitor, PlacedAction
 from holodesk.display.remote import DESKTOP_ENDED
 from holodesk.display.x11 import X11Watch, is_connection_closed
@@ -87,39 +70,8 @@ def pyautogui_key_name(key: str, platform: str | None = None) -> str:
     return table.get(key, key)
 
 
-def failsafe_points(screen: tuple[int, int], monitors: Sequence[tuple[int, int, int, int]]) -> list[tuple[int, int]]:
-    """The fail-safe corners: the four corners of the whole screen (pyautogui's own) and of every monitor.
-
-    A monitor's corners matter where the screen's are out of reach: on a second monitor, or where
-    monitors of different sizes leave the screen's corner outside every monitor (X.Org keeps the pointer
-    on the monitors).
-
-    Args:
-        screen: (width, height) of the whole screen, input-space pixels.
-        monitors: ``(left, top, width, height)`` of each monitor, input-space pixels.
-    Returns:
-        Distinct ``(x, y)`` points, the screen's corners first.
-    """
-    width, height = screen
-    rects = [(0, 0, width, height), *monitors]
-    points: dict[tuple[int, int], None] = {}
-    for left, top, w, h in rects:
-        right, bottom = left + w - 1, top + h - 1
-        for corner in ((left, top), (left, bottom), (right, top), (right, bottom)):
-            points[corner] = None
-    return list(points)
-
-
 _CLICK_NOT_DONE = -1
 """``_clicked_toplevel`` while a left click is being performed; it stays there when the click fails."""
-
-
-class _Unreachable(Exception):
-    """The pointer could not be placed where an action needs it (F06)."""
-
-    def __init__(self, message: str, details: dict[str, Any]) -> None:
-        super().__init__(message)
-        self.details = details
 
 
 class _Stopped(Exception):
@@ -161,11 +113,9 @@ class PyAutoGUIExecutor:
         pointer_readback: callable returning the pointer position in input space; default
             ``pyautogui.position``. Tests pass a fake to simulate a clamped pointer.
         settle_timeout_s: the longest wait, in seconds, for the pointer to arrive after a move before
-            the step is reported as a miss (default 2.0; a pointer held by a busy window manager
-            arrives late, a clamped one comes to rest elsewhere at once).
+            the step is reported as a miss (default 2.0; :class:`~holodesk.control.pointer.PointerSettle`).
         pointer_tolerance_px: largest distance (per axis, input-space pixels) between the pointer and
-            the target that still counts as arrived. Default 0: X11 reports the exact pixel it put the
-            pointer on, so any difference is a real miss.
+            the target that still counts as arrived (default 0: exact).
         target_class: callable returning the focused window's WM_CLASS (clipboard terminal chord);
             default :func:`holodesk.control.window.focused_window_class` on X11.
         focus_timeout_s: X11: the longest wait, in seconds, for the window a left click went to to take
@@ -178,7 +128,8 @@ class PyAutoGUIExecutor:
         before_input: called with the action and its input points once the pointer rests on the first
             point, immediately before any button, wheel or key goes down; a returned reason (the target
             changed since approval) cancels the action: ``status="target_changed"``, nothing pressed. The
-            session sets it for each step (:meth:`holodesk.session.loop.Session`'s re-check).
+            session sets it for each step (:func:`holodesk.session.judge.recheck`).
+        settle: the pointer read-back after each move (:class:`~holodesk.control.pointer.PointerSettle`).
     """
 
     name = "pyautogui"
@@ -211,8 +162,7 @@ class PyAutoGUIExecutor:
         self.clipboard_restore_delay_s = clipboard_restore_delay_s
         self.stop_event = stop_event or threading.Event()
         self._pointer_readback = pointer_readback
-        self.settle_timeout_s = settle_timeout_s
-        self.pointer_tolerance_px = pointer_tolerance_px
+        self.settle = PointerSettle(self._position, settle_timeout_s, pointer_tolerance_px)
         self._target_class = target_class
         self._gui_module: Any = None
         self._x11_typer: X11KeysymTyper | None = None
@@ -291,9 +241,9 @@ class PyAutoGUIExecutor:
             return []
 
     def _failsafe_corners(self, gui: Any) -> list[tuple[int, int]]:
-        """The fail-safe corners now (:func:`failsafe_points` of the screen and the current monitors, which
-        can change during a run). They also become pyautogui's ``FAILSAFE_POINTS``, so its own checks in
-        every pointer and key call stop at the same corners."""
+        """The fail-safe corners now (:func:`~holodesk.control.pointer.failsafe_points` of the screen and the
+        current monitors, which can change during a run). They also become pyautogui's ``FAILSAFE_POINTS``, so
+        its own checks in every pointer and key call stop at the same corners."""
         width, height = gui.size()
         points = failsafe_points((int(width), int(height)), self._monitors())
         gui.FAILSAFE_POINTS = points
@@ -369,12 +319,8 @@ class PyAutoGUIExecutor:
         """Release one key (canonical name); pyautogui's fail-safe is off for it, so a pointer in a corner
         never keeps a key held."""
         gui = self._gui()
-        saved = gui.FAILSAFE
-        gui.FAILSAFE = False
-        try:
+        with _failsafe_off(gui):
             gui.keyUp(pyautogui_key_name(key))
-        finally:
-            gui.FAILSAFE = saved
 
     def move_pointer_out_of_corner(self) -> InputPoint | None:
         """If the pointer is in a fail-safe corner, move it to the centre of its monitor
@@ -388,13 +334,7 @@ class PyAutoGUIExecutor:
         gui = self._gui()
         if not self.pointer_in_failsafe_corner():
             return None
-        target = self._away_from_corners(gui, self._position())
-        saved = gui.FAILSAFE
-        gui.FAILSAFE = False
-        try:
-            gui.moveTo(target[0], target[1])
-        finally:
-            gui.FAILSAFE = saved
+        self._put_pointer_back(gui, self._position())
         x, y = gui.position()
         log.info("moved the pointer out of a fail-safe corner to (%d, %d)", x, y)
         return InputPoint(int(x), int(y))
@@ -425,7 +365,7 @@ class PyAutoGUIExecutor:
             for probe in probes:
                 try:
                     self._move_verified(gui, probe)
-                except _Unreachable as exc:
+                except Unreachable as exc:
                     seen = exc.details.get("pointer_readback", ["?", "?"])
                     width, height = gui.size()
                     raise GeometryMismatch(
@@ -447,12 +387,8 @@ class PyAutoGUIExecutor:
         corner, to the centre of its monitor instead (F12)."""
         if position in self._failsafe_corners(gui):
             position = self._away_from_corners(gui, position)
-        saved = gui.FAILSAFE
-        gui.FAILSAFE = False
-        try:
+        with _failsafe_off(gui):
             gui.moveTo(position[0], position[1])
-        finally:
-            gui.FAILSAFE = saved
 
     def _raise_if_failsafe(self, gui: Any) -> None:
         """Raise pyautogui's FailSafeException when its fail-safe is on and the pointer sits in a corner of
@@ -496,7 +432,7 @@ class PyAutoGUIExecutor:
                 self.desktop_watch.raise_if_ended()
             message = self._perform(action, placed.input_points, details)
             status, ok = "performed", True
-        except _Unreachable as exc:
+        except Unreachable as exc:
             details.update(exc.details)
             status, ok, message = "failed", False, str(exc)
         except _Stopped:
@@ -531,7 +467,7 @@ class PyAutoGUIExecutor:
             ActionError: the point, or the window with the focus, is one of Holodesk's own windows.
             _TargetChanged: ``before_input`` found the window, element or focus changed since approval.
         """
-        if isinstance(action, (Click, DoubleClick)):  # keys after it wait for its window, or fail if it fails
+        if isinstance(action, Click) and action.button == "left":  # keys after it wait for its window, or fail
             self._clicked_toplevel = _CLICK_NOT_DONE
         if points or isinstance(action, Scroll):
             refuse_holodesk_target([(p.x, p.y) for p in points] or [self._position()])
@@ -547,89 +483,88 @@ class PyAutoGUIExecutor:
         action on the screen, ``input_points`` as ``[[x, y], ...]`` in ``details``.
 
         Raises:
-            _Unreachable: a target point cannot be reached (F06).
+            Unreachable: a target point cannot be reached (F06).
             _Stopped: the stop event was set during a wait.
             ActionError: an action this executor cannot perform, or a key pyautogui does not know.
             DisplayError: no usable display for pyautogui (:meth:`_gui`).
             FailSafeException: the pointer is in a screen corner (the user's stop signal, F12).
         """
-        if isinstance(action, (Answer, Done, Plan)):
-            details["method"] = "none"
-            return "nothing to do on screen"
-        if isinstance(action, Wait):
-            details["method"] = "wait"
-            self._wait(action.seconds)
-            return f"waited {action.seconds:g} s"
+        handler = handler_of(self.name, self._handlers, action)
+        if not action.on_screen:
+            return handler(None, action, points, details)
         details["input_points"] = [[p.x, p.y] for p in points]
         gui = self._gui()
         # The corner is a stop signal for every action (F12), also for typing through XTest, which
         # never passes pyautogui's own fail-safe check.
         self._raise_if_failsafe(gui)
         self._check_target(gui, action, points)
-        match action:
-            case DoubleClick():
-                return self._double_click(gui, points, details)
-            case Click() | RightClick() | MiddleClick():
-                return self._click(gui, action, points, details)
-            case Move():
-                (ip,) = points
-                details["pointer_settle_s"] = self._move_verified(gui, ip)
-                details["method"] = "pyautogui.moveTo"
-                return f"moved the pointer to ({ip.x}, {ip.y})"
-            case Drag():
-                return self._drag(gui, points, details)
-            case Scroll():
-                return self._scroll(gui, action, points, details)
-            case Key():
-                self._await_click_focus(details)
-                for _ in range(action.repeat):
-                    names = self._press_chord(action.keys, action.taps)
-                details["method"] = "pyautogui.keyDown/keyUp"
-                details["pyautogui_keys"] = names
-                return key_result(action)
-            case KeyDown():
-                self._await_click_focus(details)
-                self._check_keys(action.keys)
-                self._held.hold(action.keys, self._key_down)
-                details["method"] = "pyautogui.keyDown"
-                details["held_keys"] = list(self._held.keys)
-                return key_result(action)
-            case KeyUp():
-                self._held.release(action.keys, self._key_up)
-                details["method"] = "pyautogui.keyUp"
-                details["held_keys"] = list(self._held.keys)
-                return key_result(action)
-            case Type():
-                refuse_typing_while_held(self._held.keys)
-                self._await_click_focus(details)
-                if action.replace:  # select what the field holds, so the text replaces it
-                    self._press_chord(("ctrl", "a"))
-                    details["replaced"] = True
-                return self._type_text(action.text, details)
-        raise ActionError(f"the pyautogui executor cannot perform {action.kind!r}", field="kind")
+        return handler(gui, action, points, details)
 
-    def _double_click(self, gui: Any, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
-        """Double-click with the left button at the one point in ``points``."""
+    @property
+    def _handlers(self) -> dict[type[Action], Callable[[Any, Any, tuple[InputPoint, ...], dict[str, Any]], str]]:
+        """What this executor does for each action class it performs: ``handler(gui, action, points, details)``
+        returns the result in words (``gui`` is None for the actions that do not touch the screen)."""
+        return {**dict.fromkeys(OFF_SCREEN_TYPES, self._nothing), Wait: self._wait_step,
+                Click: self._click, Move: self._move, Drag: self._drag, Scroll: self._scroll, Key: self._key,
+                KeyDown: self._key_down_step, KeyUp: self._key_up_step, Type: self._type_step}
+
+    def _nothing(self, gui: Any, action: Action, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+        details["method"] = "none"
+        return "nothing to do on screen"
+
+    def _wait_step(self, gui: Any, action: Wait, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+        details["method"] = "wait"
+        self._wait(action.seconds)
+        return f"waited {action.seconds:g} s"
+
+    def _click(self, gui: Any, action: Click, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+        """Click the action's button ``action.count`` times at the one point in ``points``."""
         (ip,) = points
         details["pointer_settle_s"] = self._move_verified(gui, ip)
-        gui.doubleClick(button="left")
-        self._note_clicked_window()
-        details["method"] = "pyautogui.doubleClick"
-        return f"double-clicked at ({ip.x}, {ip.y})"
-
-    def _click(self, gui: Any, action: Click | RightClick | MiddleClick, points: tuple[InputPoint, ...],
-               details: dict[str, Any]) -> str:
-        """Click the action's button once at the one point in ``points``."""
-        (ip,) = points
-        details["pointer_settle_s"] = self._move_verified(gui, ip)
-        button = {Click: "left", RightClick: "right", MiddleClick: "middle"}[type(action)]
-        gui.click(button=button)
-        if button == "left":
+        gui.click(button=action.button, clicks=action.count, interval=0.0)
+        if action.button == "left":
             self._note_clicked_window()
-        details["method"] = f"pyautogui.click(button={button!r})"
-        return f"{button}-clicked at ({ip.x}, {ip.y})"
+        details["method"] = f"pyautogui.click(button={action.button!r}, clicks={action.count})"
+        return click_result(action, ip)
 
-    def _drag(self, gui: Any, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+    def _move(self, gui: Any, action: Move, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+        (ip,) = points
+        details["pointer_settle_s"] = self._move_verified(gui, ip)
+        details["method"] = "pyautogui.moveTo"
+        return f"moved the pointer to ({ip.x}, {ip.y})"
+
+    def _key(self, gui: Any, action: Key, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+        self._await_click_focus(details)
+        for _ in range(action.repeat):
+            names = self._press_chord(action.keys, action.taps)
+        details["method"] = "pyautogui.keyDown/keyUp"
+        details["pyautogui_keys"] = names
+        return key_result(action)
+
+    def _key_down_step(self, gui: Any, action: KeyDown, points: tuple[InputPoint, ...],
+                       details: dict[str, Any]) -> str:
+        self._await_click_focus(details)
+        self._check_keys(action.keys)
+        self._held.hold(action.keys, self._key_down)
+        details["method"] = "pyautogui.keyDown"
+        details["held_keys"] = list(self._held.keys)
+        return key_result(action)
+
+    def _key_up_step(self, gui: Any, action: KeyUp, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+        self._held.release(action.keys, self._key_up)
+        details["method"] = "pyautogui.keyUp"
+        details["held_keys"] = list(self._held.keys)
+        return key_result(action)
+
+    def _type_step(self, gui: Any, action: Type, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
+        refuse_typing_while_held(self._held.keys)
+        self._await_click_focus(details)
+        if action.replace:  # select what the field holds, so the text replaces it
+            self._press_chord(("ctrl", "a"))
+            details["replaced"] = True
+        return self._type_text(action.text, details)
+
+    def _drag(self, gui: Any, action: Drag, points: tuple[InputPoint, ...], details: dict[str, Any]) -> str:
         """Press the left button at ``points[0]``, move to ``points[1]`` and release (always released)."""
         start, end = points
         # Check that the end is reachable before the button goes down: a release at a clamped
@@ -639,7 +574,7 @@ class PyAutoGUIExecutor:
         gui.mouseDown(button="left")
         try:
             gui.moveTo(end.x, end.y, duration=self.drag_duration_s)
-            self._check_position(end, "drag end", released_note=True, before=(start.x, start.y))
+            self.settle.check(end, "drag end", released_note=True, before=(start.x, start.y))
         finally:
             gui.mouseUp(button="left")
         details["method"] = "pyautogui.mouseDown/moveTo/mouseUp"
@@ -683,12 +618,12 @@ class PyAutoGUIExecutor:
         the pointer to arrive after the move request.
 
         Raises:
-            _Unreachable: target is a fail-safe corner, or the pointer ended elsewhere (clamped).
+            Unreachable: target is a fail-safe corner, or the pointer ended elsewhere (clamped).
             FailSafeException: the user moved the pointer into a corner.
         """
         corners = self._failsafe_corners(gui)
         if (target.x, target.y) in corners:
-            raise _Unreachable(
+            raise Unreachable(
                 f"target ({target.x}, {target.y}) is a screen corner or a monitor's corner, which triggers the "
                 "fail-safe; the pointer was not moved there",
                 {"target": [target.x, target.y]},
@@ -704,55 +639,9 @@ class PyAutoGUIExecutor:
             width, height = gui.size()
             clamped = (min(max(target.x, 0), width - 1), min(max(target.y, 0), height - 1))
             if clamped != (target.x, target.y) and self._position() == clamped:
-                self._check_position(target, "target", before=before)
+                self.settle.check(target, "target", before=before)
             raise
-        return self._check_position(target, "target", before=before)
-
-    def _arrived(self, position: tuple[int, int], target: InputPoint) -> bool:
-        tol = self.pointer_tolerance_px
-        return abs(position[0] - target.x) <= tol and abs(position[1] - target.y) <= tol
-
-    def _settled_position(self, target: InputPoint, before: tuple[int, int] | None) -> tuple[tuple[int, int], float]:
-        """Poll the pointer until it has arrived at ``target``, has come to rest elsewhere (three equal
-        readings that differ from ``before``, its position before the move) or ``settle_timeout_s`` has
-        passed (F22).
-
-        Returns:
-            (last position read, seconds waited).
-        """
-        t0 = time.monotonic()
-        readings: list[tuple[int, int]] = []
-        while True:
-            position = self._position()
-            if self._arrived(position, target):
-                return position, time.monotonic() - t0
-            readings.append(position)
-            at_rest_elsewhere = (len(readings) >= 3 and len(set(readings[-3:])) == 1 and position != before)
-            waited = time.monotonic() - t0
-            if at_rest_elsewhere or waited >= self.settle_timeout_s:
-                return position, waited
-            time.sleep(0.01)
-
-    def _check_position(self, target: InputPoint, what: str, released_note: bool = False,
-                        before: tuple[int, int] | None = None) -> float:
-        """Wait for the pointer to settle (:meth:`_settled_position`; ``before`` is where it was before
-        the move) and return the seconds waited.
-
-        Raises:
-            _Unreachable: it settled elsewhere than ``target`` (beyond ``pointer_tolerance_px``).
-        """
-        actual, waited = self._settled_position(target, before)
-        if not self._arrived(actual, target):
-            tail = "; the button was released there" if released_note else "; did not click"
-            raise _Unreachable(
-                f"the pointer could not reach the {what} ({target.x}, {target.y}): it is at "
-                f"({actual[0]}, {actual[1]}) after waiting {waited:.2f} s for it to settle (clamped at a "
-                f"screen edge, moved away by another program, or the monitor layout changed since the "
-                f"frame was captured){tail}",
-                {"target": [target.x, target.y], "pointer_readback": [actual[0], actual[1]],
-                 "settle_wait_s": round(waited, 3)},
-            )
-        return round(waited, 3)
+        return self.settle.check(target, "target", before=before)
 
     # -- keyboard ------------------------------------------------------------------------------------
     def _note_clicked_window(self) -> None:
@@ -862,6 +751,18 @@ class PyAutoGUIExecutor:
             chord=self.paste_chord, restore_delay_s=self.clipboard_restore_delay_s, target_class=target_class,
         )
         return paster.paste_text(text)
+
+
+@contextlib.contextmanager
+def _failsafe_off(gui: Any) -> Iterator[None]:
+    """pyautogui's fail-safe off while the block runs (a release or a move out of a corner must not stop on
+    the corner), then as it was."""
+    saved = gui.FAILSAFE
+    gui.FAILSAFE = False
+    try:
+        yield
+    finally:
+        gui.FAILSAFE = saved
 
 
 def _pyautogui_x_display(gui: Any) -> str | None:

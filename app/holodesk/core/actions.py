@@ -13,8 +13,9 @@ computer-use demo, ``tools/computer.py``.)
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 from holodesk.errors import ActionError
 
@@ -43,6 +44,12 @@ MAX_GOAL_CHARS = 100
 """Longest goal title of a plan."""
 PLAN_STATUSES: tuple[str, ...] = ("todo", "running", "done", "failed")
 """A plan goal's statuses, from H Company's agent loop (``update_plan``)."""
+
+MOUSE_BUTTONS: tuple[str, ...] = ("left", "right", "middle")
+"""The buttons a :class:`Click` may press."""
+MAX_CLICK_COUNT = 3
+"""Most presses of one :class:`Click` (3: a triple click)."""
+_COUNT_WORDS = {2: "double", 3: "triple"}
 
 ScrollDirection = Literal["up", "down", "left", "right"]
 SCROLL_DIRECTIONS: tuple[str, ...] = ("up", "down", "left", "right")
@@ -125,10 +132,24 @@ class Action:
     """Base of all actions. ``kind`` is the protocol's tool name."""
 
     kind: ClassVar[str] = ""
+    on_screen: ClassVar[bool] = True
+    """False for an action that touches neither the screen nor the keyboard (wait, plan, answer, done)."""
+    keyboard: ClassVar[bool] = False
+    """True for an action that sends keys to the focused window (type, key, key down): its target is the focus."""
+    presses: ClassVar[bool] = False
+    """True for an action that presses a mouse button over its target (a click, a drag): the rules on its
+    target's words (:mod:`holodesk.core.risk`) apply to it."""
 
     def points(self) -> tuple[Point, ...]:
         """All points this action touches, in order (empty for keyboard and control actions)."""
         return ()
+
+    @property
+    def verb(self) -> str:
+        """What a one-point action does, as the verb of its headline, lower case (``"double-click"``: the card
+        says "Double-click ‘OK’"); "" for an action whose words :mod:`holodesk.core.wording` writes from its
+        fields."""
+        return ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: ``{"kind": ..., field: value, ...}`` with points as ``{"x":, "y":}``."""
@@ -196,30 +217,35 @@ class _PointerAction(Action):
 
 @dataclass(frozen=True)
 class Click(_PointerAction):
-    """Left click at ``point``."""
+    """Press and release ``button`` ``count`` times at ``point``: one click, a double click (2) or a triple
+    click (3), with the left (default), right or middle button.
+
+    Raises:
+        ActionError: (field ``button``) a button not in :data:`MOUSE_BUTTONS`; (field ``count``) a count that
+            is not an integer in ``1..3``.
+    """
 
     kind: ClassVar[str] = "click"
+    presses: ClassVar[bool] = True
+    button: str = field(default="left", metadata=OMIT_DEFAULT)
+    count: int = field(default=1, metadata=OMIT_DEFAULT)
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.button not in MOUSE_BUTTONS:
+            raise ActionError(f"button must be one of {', '.join(MOUSE_BUTTONS)}, got {self.button!r}",
+                              field="button")
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or not 1 <= self.count <= MAX_CLICK_COUNT:
+            raise ActionError(f"count must be an integer in 1..{MAX_CLICK_COUNT}, got {self.count!r}", field="count")
 
-@dataclass(frozen=True)
-class DoubleClick(_PointerAction):
-    """Left double click at ``point``."""
-
-    kind: ClassVar[str] = "double_click"
-
-
-@dataclass(frozen=True)
-class RightClick(_PointerAction):
-    """Right click at ``point``."""
-
-    kind: ClassVar[str] = "right_click"
-
-
-@dataclass(frozen=True)
-class MiddleClick(_PointerAction):
-    """Middle click at ``point``."""
-
-    kind: ClassVar[str] = "middle_click"
+    @property
+    def verb(self) -> str:
+        """The click in words, lower case: ``"click"``, ``"double-click"``, ``"triple-click"``, ``"right-click"``,
+        ``"middle-click"``, ``"right double-click"``."""
+        button = "" if self.button == "left" else self.button
+        if self.count == 1:
+            return f"{button}-click" if button else "click"
+        return f"{button} {_COUNT_WORDS[self.count]}-click".lstrip()
 
 
 @dataclass(frozen=True)
@@ -235,6 +261,7 @@ class Drag(Action):
     where to, in the model's words, or None."""
 
     kind: ClassVar[str] = "drag"
+    presses: ClassVar[bool] = True
     start: Point
     end: Point
     element: str | None = None
@@ -294,6 +321,7 @@ class Type(Action):
     """
 
     kind: ClassVar[str] = "type"
+    keyboard: ClassVar[bool] = True
     text: str
     replace: bool = field(default=False, metadata=OMIT_DEFAULT)
 
@@ -343,6 +371,7 @@ class Key(Action):
     """
 
     kind: ClassVar[str] = "key"
+    keyboard: ClassVar[bool] = True
     keys: tuple[str, ...]
     repeat: int = field(default=1, metadata=OMIT_DEFAULT)
     taps: tuple[str, ...] = field(default=(), metadata=OMIT_DEFAULT)
@@ -360,17 +389,14 @@ class Key(Action):
 
 
 @dataclass(frozen=True)
-class KeyDown(Action):
-    """Press ``keys`` in order and keep them held after the step (for Shift+clicks, a drag with Ctrl), until a
-    :class:`KeyUp` releases them or the run ends: the executor releases every held key at the end of the run,
-    whatever ends it, and at the next start after a run that was killed (:mod:`holodesk.control.held_keys`).
+class _HeldKeysAction(Action):
+    """An action on keys held across steps: ``keys``, 1 to :data:`MAX_HELD_KEYS` key names, a key named twice kept
+    once.
 
     Raises:
-        ActionError: no keys, more than :data:`MAX_HELD_KEYS`, or an unknown key name (a key named twice is
-            kept once).
+        ActionError: no keys, more than :data:`MAX_HELD_KEYS`, or an unknown key name.
     """
 
-    kind: ClassVar[str] = "key_down"
     keys: tuple[str, ...]
 
     def __post_init__(self) -> None:
@@ -378,19 +404,20 @@ class KeyDown(Action):
 
 
 @dataclass(frozen=True)
-class KeyUp(Action):
-    """Release ``keys``, held by an earlier :class:`KeyDown` of the run, in reverse order.
+class KeyDown(_HeldKeysAction):
+    """Press ``keys`` in order and keep them held after the step (for Shift+clicks, a drag with Ctrl), until a
+    :class:`KeyUp` releases them or the run ends: the executor releases every held key at the end of the run,
+    whatever ends it, and at the next start after a run that was killed (:mod:`holodesk.control.held_keys`)."""
 
-    Raises:
-        ActionError: no keys, more than :data:`MAX_HELD_KEYS`, or an unknown key name (a key named twice is
-            kept once).
-    """
+    kind: ClassVar[str] = "key_down"
+    keyboard: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class KeyUp(_HeldKeysAction):
+    """Release ``keys``, held by an earlier :class:`KeyDown` of the run, in reverse order."""
 
     kind: ClassVar[str] = "key_up"
-    keys: tuple[str, ...]
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "keys", _key_names(self.keys, "keys", MAX_HELD_KEYS, unique=True))
 
 
 @dataclass(frozen=True)
@@ -398,6 +425,7 @@ class Wait(Action):
     """Do nothing for ``seconds`` (0 < seconds <= 60), then look again."""
 
     kind: ClassVar[str] = "wait"
+    on_screen: ClassVar[bool] = False
     seconds: float = 1.0
 
     def __post_init__(self) -> None:
@@ -423,6 +451,7 @@ class Plan(Action):
     """
 
     kind: ClassVar[str] = "plan"
+    on_screen: ClassVar[bool] = False
     goals: tuple[tuple[str, str], ...]
 
     def __post_init__(self) -> None:
@@ -454,6 +483,7 @@ class Answer(Action):
     """Finish the task by answering the user with ``text``."""
 
     kind: ClassVar[str] = "answer"
+    on_screen: ClassVar[bool] = False
     text: str
 
     def __post_init__(self) -> None:
@@ -470,6 +500,7 @@ class Done(Action):
     """Finish the task: the model reports it is complete."""
 
     kind: ClassVar[str] = "done"
+    on_screen: ClassVar[bool] = False
     message: str = field(default="")
 
     def __post_init__(self) -> None:
@@ -483,19 +514,30 @@ class Done(Action):
 
 ACTION_TYPES: dict[str, type[Action]] = {
     cls.kind: cls
-    for cls in (Click, DoubleClick, RightClick, MiddleClick, Move, Drag, Scroll, Type, Key, KeyDown, KeyUp, Wait,
-                Plan, Answer, Done)
+    for cls in (Click, Move, Drag, Scroll, Type, Key, KeyDown, KeyUp, Wait, Plan, Answer, Done)
 }
-"""The closed set: protocol tool name -> action class."""
+"""The closed set: action kind -> action class (the one list of action classes)."""
+
+OFF_SCREEN_TYPES: tuple[type[Action], ...] = tuple(cls for cls in ACTION_TYPES.values() if not cls.on_screen)
+"""The action classes that touch neither the screen nor the keyboard (:attr:`Action.on_screen` False)."""
+
+RECORDED_CLICK_KINDS: dict[str, dict[str, Any]] = {
+    "double_click": {"count": 2}, "right_click": {"button": "right"}, "middle_click": {"button": "middle"}}
+"""Kinds of episode records written before :class:`Click` carried its button and count, and the fields they
+stand for (read by :func:`action_from_dict`)."""
 
 
 def action_from_dict(data: dict[str, Any]) -> Action:
-    """Rebuild an action from :meth:`Action.to_dict` output (episode records, edits).
+    """Rebuild an action from :meth:`Action.to_dict` output (episode records, edits); the kinds of
+    :data:`RECORDED_CLICK_KINDS` (older records) come back as a :class:`Click` with their button or count.
 
     Raises:
         ActionError: unknown kind or any bad field.
     """
     kind = data.get("kind")
+    if isinstance(kind, str) and kind in RECORDED_CLICK_KINDS:
+        data = {**data, **RECORDED_CLICK_KINDS[kind], "kind": Click.kind}
+        kind = Click.kind
     cls = ACTION_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise ActionError(f"unknown action kind {kind!r}", field="kind",
@@ -515,3 +557,13 @@ def action_from_dict(data: dict[str, Any]) -> Action:
         return cls(**kwargs)
     except TypeError as exc:
         raise ActionError(f"bad fields for {kind}: {exc}", field=None) from exc
+
+
+Handler = TypeVar("Handler")
+
+
+def handler_for(handlers: Mapping[type[Action], Handler], action: Action) -> Handler | None:
+    """The entry of ``handlers`` (a module's table: action class -> what it does with it) for the exact type of
+    ``action``, or None when the table does not declare it: an action class the module does not know, a subclass
+    included, is never handled as its base class."""
+    return handlers.get(type(action))

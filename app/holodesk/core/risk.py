@@ -4,15 +4,15 @@ The rules are an allowlist: an action is LOW risk only when it is positively kno
 everything else is HIGH (the autopilot asks the user). LOW risk is:
 
 * ``wait``, ``plan`` (the model's ``update_plan``), ``answer`` and ``done`` (they touch nothing);
-* a pointer action (click, double click, right click, move, drag, scroll) on windows that are known and
+* a pointer action (a click of any button and count, move, drag, scroll) on windows that are known and
   are not terminal emulators: the windows under each of its points when those were probed (a drag of
   text onto a terminal pastes it there), else the focused window; and, except for a plain move, none of
   its points on a window's frame (the window manager's title bar and its close/minimise/maximise
-  buttons, when the probe knows the client area), and for a click, double click, right click or drag
-  a target (the model's ``element``) whose words name no action from :data:`RISKY_TARGET_WORDS`
-  (delete, submit, close, pay, install, ...). A reply without ``element`` (holo-v1) is judged by the
-  windows alone: its target cannot be known in words, and asking for every such click would make the
-  autopilot ask for all of them;
+  buttons, when the probe knows the client area), and for an action that presses a button over its target
+  (:attr:`~holodesk.core.actions.Action.presses`: a click, a drag) a target (the model's ``element``) whose
+  words name no action from :data:`RISKY_TARGET_WORDS` (delete, submit, close, pay, install, ...). A reply
+  without ``element`` (holo-v1) is judged by the windows alone: its target cannot be known in words, and
+  asking for every such click would make the autopilot ask for all of them;
 * typed text that is one line of printable characters (:meth:`str.isprintable`: no line break, tab,
   NUL, escape sequence, bidi override or other control/format character), into a known, non-terminal
   focused window;
@@ -33,7 +33,8 @@ Ctrl+A, Shift+navigation, a double click or a drag) ask: they replace what is se
 
 Target words are compared after :func:`fold_words` (NFKC, invisible characters removed, look-alike letters
 mapped by Unicode's confusables table, case-folded) in English and the languages of
-:data:`RISKY_TARGET_WORDS_BY_LANGUAGE`. Any action type the rules do not know asks.
+:data:`RISKY_TARGET_WORDS_BY_LANGUAGE`. Any action type the rules do not know (its exact class is not in
+``_RULES``, a subclass of a known one included) asks.
 
 Everything else asks, with a plain-words reason: any action that touches the screen or keyboard while the
 focused window is unknown (the focus probe returned nothing: no window manager, a Wayland session) or is
@@ -55,29 +56,25 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from confusable_homoglyphs import confusables
 
 from holodesk.core.actions import (
+    OFF_SCREEN_TYPES,
     Action,
-    Answer,
     Click,
-    Done,
-    DoubleClick,
     Drag,
     Key,
     KeyDown,
     KeyUp,
-    MiddleClick,
     Move,
-    Plan,
-    RightClick,
     Scroll,
     Type,
-    Wait,
+    handler_for,
 )
 from holodesk.core.element import SELECTOR_ROLES, Element
 from holodesk.core.text import display_safe
@@ -345,10 +342,6 @@ _RISKY_TARGET_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 """:data:`RISKY_TARGET_WORDS` and :data:`RISKY_TARGET_WORDS_BY_LANGUAGE` compiled: one whole-word pattern
 per kind of effect, matched against :func:`fold_words` of a target."""
 
-_PRESSING_ACTIONS = (Click, DoubleClick, RightClick, Drag)
-"""Pointer actions that press a button over their target (the ``element`` rule applies to them)."""
-
-
 def target_risk(element: str | None) -> str | None:
     """Why a click on ``element`` (the model's words for its target) asks, or None when its words name
     nothing from :data:`RISKY_TARGET_WORDS`; e.g. ``"the target ‘Delete all files button’ may delete
@@ -468,8 +461,8 @@ def _window_reason(focused_window: str | None, doing: str) -> str | None:
 
 def selection_after(action: Action, before: bool) -> bool:
     """Whether a text selection may exist after ``action`` is performed, given whether one may exist before
-    it (``before``): Ctrl+A, a Shift+navigation chord, a double click (it selects a word) and a drag (it
-    selects text) make one; a click, an unshifted navigation key and typed text collapse it; other actions
+    it (``before``): Ctrl+A, a Shift+navigation chord, a double or triple click (it selects a word or a line) and
+    a drag (it selects text) make one; a click, an unshifted navigation key and typed text collapse it; other actions
     leave it as it was. A typed character or Delete over a selection replaces what is selected."""
     if isinstance(action, Key):
         chord = frozenset((*action.keys, *action.taps))
@@ -478,9 +471,9 @@ def selection_after(action: Action, before: bool) -> bool:
         if chord in LOW_RISK_CHORDS:
             return False
         return before
-    if isinstance(action, (DoubleClick, Drag)):
+    if isinstance(action, Drag) or (isinstance(action, Click) and action.count > 1):
         return True
-    if isinstance(action, (Click, RightClick, MiddleClick, Type)):
+    if isinstance(action, (Click, Type)):
         return False
     return before
 
@@ -514,45 +507,63 @@ def assess(action: Action, *, focused_window: str | None = None,
     Returns:
         LOW only for actions known to be harmless; HIGH, with the reason the user is asked, for all else.
     """
-    if isinstance(action, (Wait, Plan, Done, Answer)):
-        return RiskAssessment(Risk.LOW, "does not touch the screen")
-    if isinstance(action, KeyUp):
-        return RiskAssessment(Risk.LOW, f"releases the held {chord_name(action.keys)}")
-    if isinstance(action, KeyDown):
-        return RiskAssessment(Risk.HIGH, f"holds {chord_name(action.keys)} down for the next steps: every click and "
-                              "key that follows acts with it (Shift+click extends a selection, Ctrl+click opens "
-                              "a link) until it is released")
+    rule = handler_for(_RULES, action)
+    if rule is None:
+        return RiskAssessment(Risk.HIGH, "the safety rules do not know the action type "
+                              f"\u2018{display_safe(action.kind)}\u2019 ({type(action).__name__})")
+    if rule is _touches_nothing or isinstance(action, (KeyUp, KeyDown)):
+        return rule(action, _Context())
     if held_keys:
         return RiskAssessment(Risk.HIGH, f"{chord_name(tuple(held_keys))} "
                               f"{'is' if len(held_keys) == 1 else 'are'} held down, so this acts with "
                               f"{'it' if len(held_keys) == 1 else 'them'} (a {chord_name(tuple(held_keys))}+click "
                               "or chord)")
-    if isinstance(action, MiddleClick):
+    if isinstance(action, Click) and action.button == "middle":
         # On X11 a middle click pastes the selected text where the pointer is: into a terminal that runs
         # it, whatever window has the focus.
         return RiskAssessment(Risk.HIGH, "a middle click pastes the selected text (Linux) where the pointer is")
     if input_grab is not None:
         return RiskAssessment(Risk.HIGH, input_grab)
-    if isinstance(action, Type):
-        return _assess_typing(action, focused_window, focused_element, selection)
-    if isinstance(action, Key):
-        return _assess_keys(action, focused_window, focused_element)
-    if isinstance(action, (Click, DoubleClick, RightClick, Move, Drag, Scroll)):
-        return _assess_pointer(action, focused_window, pointer_windows, on_window_frame, pointer_elements)
-    return RiskAssessment(Risk.HIGH, "the safety rules do not know the action type "
-                          f"\u2018{display_safe(action.kind)}\u2019")
+    return rule(action, _Context(focused_window, pointer_windows, on_window_frame, pointer_elements, focused_element,
+                                 selection))
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What :func:`assess` knows about the desktop around an action (its arguments of the same names)."""
+
+    focused_window: str | None = None
+    pointer_windows: Sequence[str | None] | None = None
+    on_window_frame: bool = False
+    pointer_elements: Sequence[Element | None] | None = None
+    focused_element: Element | None = None
+    selection: bool = False
+
+
+def _touches_nothing(action: Action, context: _Context) -> RiskAssessment:
+    return RiskAssessment(Risk.LOW, "does not touch the screen")
+
+
+def _assess_key_up(action: KeyUp, context: _Context) -> RiskAssessment:
+    return RiskAssessment(Risk.LOW, f"releases the held {chord_name(action.keys)}")
+
+
+def _assess_key_down(action: KeyDown, context: _Context) -> RiskAssessment:
+    return RiskAssessment(Risk.HIGH, f"holds {chord_name(action.keys)} down for the next steps: every click and "
+                          "key that follows acts with it (Shift+click extends a selection, Ctrl+click opens "
+                          "a link) until it is released")
 
 
 _LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
 
 
-def _assess_typing(action: Type, focused_window: str | None, focused: Element | None,
-                   selection: bool) -> RiskAssessment:
+def _assess_typing(action: Type, context: _Context) -> RiskAssessment:
     """:func:`assess` for a type action: LOW only for one line of printable text typed into a known window
     that is not a terminal, into an editable text field when the accessibility tree names the focused
     element, with no selection it would replace; text that is only spaces, or holds non-ASCII characters,
     asks unless the focused element is known to be an editable text field."""
-    window = _window_reason(focused_window, "types text")
+    focused, selection = context.focused_element, context.selection
+    window = _window_reason(context.focused_window, "types text")
     if window is not None:
         return RiskAssessment(Risk.HIGH, window)
     if focused is not None and focused.terminal:
@@ -580,14 +591,15 @@ def _assess_typing(action: Type, focused_window: str | None, focused: Element | 
     return RiskAssessment(Risk.LOW, "types one line of text")
 
 
-def _assess_keys(action: Key, focused_window: str | None, focused: Element | None) -> RiskAssessment:
+def _assess_keys(action: Key, context: _Context) -> RiskAssessment:
     """:func:`assess` for a key action: LOW only for a chord on :data:`LOW_RISK_CHORDS` pressed in a known
     window that is not a terminal (with taps: every chord of the held keys and one tapped key)."""
     chords = [(*action.keys, tap) for tap in action.taps] if action.taps else [action.keys]
     for chord in chords:
         if frozenset(chord) not in LOW_RISK_CHORDS:
             return RiskAssessment(Risk.HIGH, _chord_reason(chord))
-    window = _window_reason(focused_window, f"presses {chord_name(action.keys)}")
+    focused = context.focused_element
+    window = _window_reason(context.focused_window, f"presses {chord_name(action.keys)}")
     if window is not None:
         return RiskAssessment(Risk.HIGH, window)
     if focused is not None and focused.terminal:
@@ -603,7 +615,7 @@ def _element_reason(action: Action, element: Element) -> str | None:
         if element.role in SELECTOR_ROLES:
             return f"a scroll over a {element.describe()} may change its value"
         return None
-    if not isinstance(action, _PRESSING_ACTIONS):
+    if not action.presses:
         return None
     if element.disabled:
         return f"the {element.describe()} there is disabled: the model may not see what it is"
@@ -617,16 +629,16 @@ def _element_reason(action: Action, element: Element) -> str | None:
     return None
 
 
-def _assess_pointer(action: Action, focused_window: str | None, pointer_windows: Sequence[str | None] | None,
-                    on_window_frame: bool, pointer_elements: Sequence[Element | None] | None) -> RiskAssessment:
-    """:func:`assess` for a pointer action (click, double/right click, move, drag, scroll): HIGH for a
+def _assess_pointer(action: Action, context: _Context) -> RiskAssessment:
+    """:func:`assess` for a pointer action (click, move, drag, scroll): HIGH for a
     pressing or scrolling action whose model words or real element (:func:`_element_reason`) are risky, on
     a window's frame, or where the window under a point (else the focused window) is unknown or a terminal;
     LOW otherwise."""
-    for element in pointer_elements or ():
+    pointer_windows, focused_window = context.pointer_windows, context.focused_window
+    for element in context.pointer_elements or ():
         if element is not None and (reason := _element_reason(action, element)) is not None:
             return RiskAssessment(Risk.HIGH, reason)
-    if isinstance(action, (*_PRESSING_ACTIONS, Scroll)):
+    if action.presses or isinstance(action, Scroll):
         target = target_risk(getattr(action, "element", None))
         if target is not None:
             return RiskAssessment(Risk.HIGH, target)
@@ -634,10 +646,11 @@ def _assess_pointer(action: Action, focused_window: str | None, pointer_windows:
             and _SELECTOR_WORDS.search(fold_words(said)):
         return RiskAssessment(Risk.HIGH, f"a scroll over \u2018{display_safe(said)}\u2019 may change a selector's "
                               "value")
-    if on_window_frame and not isinstance(action, Move):
+    if context.on_window_frame and not isinstance(action, Move):
         return RiskAssessment(Risk.HIGH, "acts on a window's title bar or frame (its buttons close, minimise or "
                               "resize the window)")
-    harmless = RiskAssessment(Risk.LOW, f"a {action.kind.replace('_', ' ')} in a known window that is not a terminal")
+    what = (action.verb or action.kind).replace("-", " ")
+    harmless = RiskAssessment(Risk.LOW, f"a {what} in a known window that is not a terminal")
     if pointer_windows is not None and action.points():
         for under in pointer_windows:
             if not under:
@@ -655,3 +668,11 @@ def _assess_pointer(action: Action, focused_window: str | None, pointer_windows:
 _SELECTOR_WORDS = re.compile(r"(?<![^\W_])(?:combo|combobox|drop[\s_-]?down|dropdown|select|selector|spin|spinner|"
                              r"slider|picker|chooser|volume|zoom|tabs?)(?![^\W_])")
 """Words that name an element whose value a scroll wheel changes (folded, see :func:`fold_words`)."""
+
+
+_RULES: dict[type[Action], Callable[[Any, _Context], RiskAssessment]] = {
+    **dict.fromkeys(OFF_SCREEN_TYPES, _touches_nothing),
+    KeyUp: _assess_key_up, KeyDown: _assess_key_down, Type: _assess_typing, Key: _assess_keys,
+    Click: _assess_pointer, Move: _assess_pointer, Drag: _assess_pointer, Scroll: _assess_pointer,
+}
+"""The rule of each action class the safety rules know; any other class asks (:func:`assess`)."""

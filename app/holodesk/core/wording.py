@@ -26,19 +26,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from holodesk.core.actions import (
+    ACTION_TYPES,
     Action,
     Answer,
     Done,
-    DoubleClick,
     Drag,
     Key,
     KeyDown,
     KeyUp,
-    MiddleClick,
     Move,
     Plan,
     Point,
-    RightClick,
     Scroll,
     Type,
     Wait,
@@ -194,19 +192,16 @@ def step_words(
     spots = (tuple(_pt(p) for p in on_screen) if on_screen
              else tuple(f"{_pt(p)} of 1000" for p in model_points))
     details = _where_details(action, on_screen, monitor_label, window)
-    headline = _pointer_headline(action, spots, where_window)
-    if headline is None:
-        headline, more = _other_headline(action, focus_element, where_window)
+    if ACTION_TYPES.get(action.kind) is not type(action):  # a class of no declared kind: say so, guess nothing
+        headline = (f"Unknown action \u2018{plain(action.kind or type(action).__name__)}\u2019"
+                    + (f" at {', '.join(spots)}" if spots else "") + where_window)
+    else:
+        pointer = _pointer_headline(action, spots, where_window)
+        headline, more = (pointer, []) if pointer is not None else _other_headline(action, focus_element, where_window)
         details.extend(more)
     if held_keys:
         details.append(f"Held down: {key_words(held_keys)} (released by a key up, or when the task ends)")
     return StepWords(headline, tuple(details))
-
-
-_CLICK_VERBS: dict[type[Action], str] = {
-    DoubleClick: "Double-click", RightClick: "Right-click", MiddleClick: "Middle-click",
-}
-"""The headline's verb for each click action but the plain click ("Click")."""
 
 
 def _where_details(action: Action, on_screen: Sequence[InputPoint], monitor_label: str | None,
@@ -247,8 +242,9 @@ def _pointer_headline(action: Action, spots: Sequence[str], where_window: str) -
         case Scroll(direction=d, amount=n):
             over = f" over {target}" if target else (f" at {spots[0]}" if spots else "")
             return f"Scroll {d} {n}{over}{where_window}"
-        case _ if spots:  # click, double-click, right-click, middle-click
-            return f"{_CLICK_VERBS.get(type(action), 'Click')} {target or 'at ' + spots[0]}{where_window}"
+        case _ if action.verb and spots:  # a click of any button and count, and any one-point action with a verb
+            verb = action.verb
+            return f"{verb[0].upper()}{verb[1:]} {target or 'at ' + spots[0]}{where_window}"
     return None
 
 

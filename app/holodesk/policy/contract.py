@@ -55,16 +55,13 @@ from holodesk.core.actions import (
     Action,
     Answer,
     Click,
-    DoubleClick,
     Drag,
     Key,
     KeyDown,
     KeyUp,
-    MiddleClick,
     Move,
     Plan,
     Point,
-    RightClick,
     Scroll,
     Type,
     Wait,
@@ -179,18 +176,14 @@ class ClickDesktop(Tool):
     button: Literal["left", "right", "middle"] = "left"
 
     def to_action(self, context: ToolContext) -> Action:
-        cls = {"left": Click, "right": RightClick, "middle": MiddleClick}[self.button]
-        return cls(Point(self.x, self.y), element=self.element)
+        return Click(Point(self.x, self.y), element=self.element, button=self.button)
 
     @classmethod
     def from_action(cls, action: Action) -> Tool | None:
-        buttons: dict[type[Action], str] = {Click: "left", RightClick: "right", MiddleClick: "middle"}
-        button = buttons.get(type(action))
-        if button is None:
+        if type(action) is not Click or action.count != 1:
             return None
-        assert isinstance(action, (Click, RightClick, MiddleClick))
         return cls(tool_name="click_desktop", element=action.element or "", x=action.point.x, y=action.point.y,
-                   button=button)  # type: ignore[arg-type]
+                   button=action.button)  # type: ignore[arg-type]
 
 
 @tool
@@ -203,11 +196,11 @@ class DoubleClickDesktop(Tool):
     y: Coordinate
 
     def to_action(self, context: ToolContext) -> Action:
-        return DoubleClick(Point(self.x, self.y), element=self.element)
+        return Click(Point(self.x, self.y), element=self.element, count=2)
 
     @classmethod
     def from_action(cls, action: Action) -> Tool | None:
-        if not isinstance(action, DoubleClick):
+        if type(action) is not Click or (action.button, action.count) != ("left", 2):
             return None
         return cls(tool_name="double_click_desktop", element=action.element or "", x=action.point.x,
                    y=action.point.y)

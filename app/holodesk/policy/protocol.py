@@ -60,13 +60,10 @@ from holodesk.core.actions import (
     Answer,
     Click,
     Done,
-    DoubleClick,
     Drag,
     Key,
-    MiddleClick,
     Move,
     Point,
-    RightClick,
     Scroll,
     Type,
     Wait,
@@ -538,16 +535,18 @@ _XY: Final[dict[str, dict[str, Any]]] = {"x": _COORD, "y": _COORD}
 _DRAG_FIELDS: Final = ("start_x", "start_y", "end_x", "end_y")
 
 
-def _pointer_tool(name: str, cls: type[Action], help_text: str) -> _HoloTool:
+def _pointer_tool(name: str, make: Callable[[Point], Action], help_text: str) -> _HoloTool:
+    """A holo-v1 tool of one point: ``make(point)`` builds its action; the tool writes back exactly the actions
+    that equal what it builds at their point but for ``element`` (a click of its button and count, a move)."""
     def build(fields: dict[str, Any], where: str, warnings: list[str]) -> Action:
         c = _coordinates({"x": fields["x"], "y": fields["y"]}, where, warnings)
-        return cls(Point(c["x"], c["y"]))  # type: ignore[call-arg]
+        return make(Point(c["x"], c["y"]))
 
     def write(action: Action) -> dict[str, Any] | None:
-        if type(action) is not cls:
+        points = action.points()
+        if len(points) != 1 or {**action.to_dict(), "element": None} != {**make(points[0]).to_dict(), "element": None}:
             return None
-        (p,) = action.points()
-        return {"x": p.x, "y": p.y}
+        return {"x": points[0].x, "y": points[0].y}
 
     return _HoloTool(name, dict(_XY), ("x", "y"), help_text, build, write)
 
@@ -639,9 +638,9 @@ _KEY_HELP = (
 
 _TOOLS: Final[tuple[_HoloTool, ...]] = (
     _pointer_tool("click", Click, "left click."),
-    _pointer_tool("double_click", DoubleClick, "left double click."),
-    _pointer_tool("right_click", RightClick, "right click."),
-    _pointer_tool("middle_click", MiddleClick, "middle click."),
+    _pointer_tool("double_click", lambda p: Click(p, count=2), "left double click."),
+    _pointer_tool("right_click", lambda p: Click(p, button="right"), "right click."),
+    _pointer_tool("middle_click", lambda p: Click(p, button="middle"), "middle click."),
     _pointer_tool("move", Move, "move the pointer without clicking."),
     _HoloTool("drag", dict.fromkeys(_DRAG_FIELDS, _COORD), _DRAG_FIELDS,
               "press the left button at the start point, move to the end point, release.",
@@ -677,7 +676,8 @@ _TOOL_BY_NAME: Final[dict[str, _HoloTool]] = {t.name: t for t in _TOOLS}
 TOOL_NAMES: tuple[str, ...] = tuple(_TOOL_BY_NAME)
 """The tool names of holo-v1: every action kind of :data:`holodesk.core.actions.ACTION_TYPES` but
 ``plan``, ``key_down`` and ``key_up`` (agent-loop-v1's ``update_plan``, ``key_down_desktop`` and
-``key_up_desktop`` have no holo-v1 counterpart)."""
+``key_up_desktop`` have no holo-v1 counterpart), and ``double_click``, ``right_click`` and ``middle_click``
+(a ``click`` with that count or button; holo-v1 has no triple click)."""
 
 
 def _tool_call_of(action: Action) -> dict[str, Any]:

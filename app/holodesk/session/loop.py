@@ -15,137 +15,44 @@ objects from the thread that runs the loop; the UI marshals them onto its own th
 from __future__ import annotations
 
 import dataclasses
-import enum
 import functools
 import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from holodesk.capture.base import CaptureBackend
 from holodesk.control.base import ActionResult, Executor
-from holodesk.core.actions import (
-    Action,
-    Answer,
-    Click,
-    Done,
-    DoubleClick,
-    Key,
-    KeyDown,
-    MiddleClick,
-    Move,
-    RightClick,
-    Type,
-)
-from holodesk.core.element import Element, ElementProbe
+from holodesk.core.actions import Action, Answer, Click, Done, Move, Type
+from holodesk.core.element import ElementProbe
 from holodesk.core.geometry import Frame, PlacedAction, place
 from holodesk.core.refine import crop_point_to_frame, refine_crop
-from holodesk.core.risk import Risk, RiskAssessment, assess, selection_after
+from holodesk.core.risk import Risk, selection_after
 from holodesk.core.wording import WindowInfo
 from holodesk.errors import GeometryMismatch, HolodeskError, PolicyError, PolicyOutputError, TaskError
 from holodesk.policy.base import HistoryStep, Localizer, Observation, Policy, Proposal, forget_unused_frames
 from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision, make_request
 from holodesk.session.episode import RESULT_UNKNOWN, EpisodeRecorder
+from holodesk.session.judge import Judgement, Probes, judge, recheck
 from holodesk.session.settle import screen_changed
+from holodesk.session.state import (
+    FAILSAFE_STOP_REASON,
+    REASON_ANSWERED,
+    STOPPED_BY_FAILSAFE,
+    STOPPED_BY_USER,
+    STOPPED_BY_WALL_CAP,
+    EpisodeResult,
+    Listener,
+    SessionEvent,
+    SessionLimits,
+    State,
+)
 
 log = logging.getLogger(__name__)
-
-
-class State(enum.StrEnum):
-    """States of a session."""
-
-    IDLE = "idle"
-    CAPTURING = "capturing"
-    THINKING = "thinking"
-    AWAITING_APPROVAL = "awaiting_approval"
-    EXECUTING = "executing"
-    FINISHED = "finished"
-    FAILED = "failed"
-    STOPPED = "stopped"
-
-    @property
-    def terminal(self) -> bool:
-        return self in (State.FINISHED, State.FAILED, State.STOPPED)
-
-
-@dataclass(frozen=True)
-class SessionEvent:
-    """Something listeners may show: a state change, a proposal, a result, a warning.
-
-    Attributes:
-        kind: "state" | "proposal" | "decision" | "result" | "warning" | "error" | "end".
-        state: the session state when the event was emitted.
-        step: 0-based step number (-1 before the first step).
-        message: plain-words text for the user.
-        data: kind-specific payload: "proposal" -> ``proposal``; "decision" -> ``response`` and ``request``
-            (the ApprovalRequest decided, with its risk and headline); "result" -> ``result``; "end" -> ``result``.
-    """
-
-    kind: str
-    state: State
-    step: int
-    message: str = ""
-    data: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class SessionLimits:
-    """Caps that end a run (field case F09) and the history bound (F21)."""
-
-    max_steps: int = 30
-    max_wall_s: float = 900.0
-    max_parse_failures: int = 3
-    max_repeats: int = 3
-    monitor: int = 1
-
-
-@dataclass
-class EpisodeResult:
-    """How a run ended.
-
-    Attributes:
-        status: final state (finished / failed / stopped).
-        reason: plain-words reason.
-        answer: the model's answer text for an ``answer`` action, else None.
-        steps: number of steps taken: steps that asked the policy and wrote a step record (a rejected
-            reply counts, a stop before the policy was asked does not).
-        episode_path: the episode folder, when recorded.
-        stopped_by: who or what stopped the run (:data:`STOPPED_BY_USER`, :data:`STOPPED_BY_FAILSAFE`,
-            :data:`STOPPED_BY_WALL_CAP`, or the words given to :meth:`Session.request_stop`, e.g. "the MCP
-            client (it cancelled the call)"); None when nothing stopped it (it finished, or failed by itself).
-    """
-
-    status: State
-    reason: str
-    answer: str | None = None
-    steps: int = 0
-    episode_path: Path | None = None
-    stopped_by: str | None = None
-
-
-Listener = Callable[[SessionEvent], None]
-
-REASON_ANSWERED = "the model answered"
-"""The reason of a run that ended with an ``answer`` action (its text is ``EpisodeResult.answer``)."""
-FAILSAFE_STOP_REASON = "stopped: the pointer was moved to a screen corner (the fail-safe); the run has ended"
-"""The reason of a run that the executor's fail-safe ended (its result has ``details["failsafe"]``)."""
-STOPPED_BY_USER = "user"
-"""``stopped_by`` of a stop the user asked for (the overlay's Esc, tray or hotkey Stop, Ctrl+C)."""
-STOPPED_BY_FAILSAFE = "the fail-safe"
-"""``stopped_by`` of a run that the pointer in a fail-safe corner ended."""
-STOPPED_BY_WALL_CAP = "the wall-time cap"
-"""``stopped_by`` of a run that :attr:`SessionLimits.max_wall_s` ended (its status is FAILED)."""
-
-
-def stopped_by_signal(signum: int) -> str:
-    """``stopped_by`` of a run that a signal to the process ended: ``"a SIGTERM signal to Holodesk"``."""
-    import signal
-
-    return f"a {signal.Signals(signum).name} signal to Holodesk"
 
 
 @dataclass
@@ -177,7 +84,7 @@ class _Run:
     failed_actions: list[str] = field(default_factory=list)
     acted: bool = False
     selection: bool = False
-    judged: _Judgement | None = None
+    judged: Judgement | None = None
 
 
 SCREEN_SETTLE_S = 0.25
@@ -188,43 +95,6 @@ SETTLE_GRABS = 3
 """Equal grabs in a row, beside :data:`SCREEN_SETTLE_S`, that make a settled screen."""
 SETTLE_TIMEOUT_S = 3.0
 """The longest wait for a settled screen; a screen still changing then (a video, a spinner) is taken as it is."""
-
-
-@dataclass(frozen=True)
-class _Judgement:
-    """What the risk rules concluded for one placed action.
-
-    Attributes:
-        focused: the focused window's class, None when unknown.
-        pointer_windows: the application class under each of the action's points (None where unknown);
-            None without a ``window_probe`` or without points.
-        risk: the risk level and reason.
-        window: the window the action acts in, for the approval's words: under its first point, else the
-            focused one; None when unknown.
-        elements: what the accessibility tree said (``element_probe``): ``at_points`` (the element under
-            each point, or None), ``focused``, ``lookup_ms`` and ``problem``; None without a probe.
-        element: the element the approval names: under the first point, else the focused one; None when
-            unknown.
-        grab: why input may not go where the card says (another client's input grab), or None.
-    """
-
-    focused: str | None
-    pointer_windows: list[str | None] | None
-    risk: RiskAssessment
-    window: WindowInfo | None
-    elements: dict[str, Any] | None = None
-    element: Element | None = None
-    grab: str | None = None
-
-
-def _element_change(was: dict[str, Any], now: Element | None, what: str) -> str | None:
-    """Why the element ``now`` is not the one recorded at approval (``was``: :meth:`Element.to_dict`), or
-    None when role and name are the same."""
-    if now is not None and (now.role, now.name) == (was["role"], was["name"]):
-        return None
-    shown = now.describe() if now is not None else "unknown"
-    return f"the {what} changed since approval (was {Element(was['role'], was['name'], frozenset()).describe()}, " \
-        f"now {shown})"
 
 
 class _Stop(Exception):
@@ -275,7 +145,7 @@ class Session:
             the record stores them; None: the model's words and the windows alone decide.
         grab_probe: says why input would not go where the approval says (another client holds the keyboard
             or pointer grab: :func:`holodesk.control.grabs.input_grab_problem`), or None; asked when a step is
-            judged (a grab makes it ask) and immediately before its input (see :meth:`_recheck`).
+            judged (a grab makes it ask) and immediately before its input (:func:`holodesk.session.judge.recheck`).
         before_capture / after_capture: hooks around each grab (the UI hides its overlay there, F13).
         meta: extra fields for the episode's start record.
         stop_event: the event :meth:`request_stop` sets; pass the executor's own stop event so that a
@@ -677,10 +547,10 @@ class Session:
         return placed
 
     def _decide(self, step: int, proposal: Proposal, placed: PlacedAction, typed_into: str | None,
-                record: dict[str, Any], selection: bool) -> tuple[ApprovalRequest, ApprovalResponse, _Judgement]:
+                record: dict[str, Any], selection: bool) -> tuple[ApprovalRequest, ApprovalResponse, Judgement]:
         """The approval policy's answer for ``placed``, with the request shown and the judgement behind it
         (``selection``: a text selection may exist)."""
-        judged = self._assess(placed, selection)
+        judged = judge(self._probes, placed, selection, self._held_keys())
         request = make_request(step, proposal, placed, judged.risk, self.approval.mode, window=judged.window,
                                focus_element=typed_into, element=judged.element, held_keys=self._held_keys(),
                                can_refine=self._can_refine(placed.action))
@@ -688,7 +558,7 @@ class Session:
         if response.by == "autopilot" and response.decision is Decision.APPROVE:
             # The windows may have changed during the autopilot's countdown (a terminal opened
             # or took the focus): judged again just before acting; if no longer low, ask the user.
-            judged = self._assess(placed, selection)
+            judged = judge(self._probes, placed, selection, self._held_keys())
             if judged.risk.level is not Risk.LOW:
                 record["risk_changed_during_countdown"] = True
                 request = make_request(step, proposal, placed, judged.risk, self.approval.mode,
@@ -700,7 +570,7 @@ class Session:
     def _can_refine(self, action: Action) -> bool:
         """Whether "Click more precisely" can refine ``action``: a one-point pointer action with the model's words
         for its target, and a policy that localizes elements (:class:`~holodesk.policy.base.Localizer`)."""
-        return (isinstance(action, (Click, DoubleClick, RightClick, MiddleClick, Move)) and bool(action.element)
+        return (isinstance(action, (Click, Move)) and bool(action.element)
                 and isinstance(self.policy, Localizer))
 
     def _refine(self, step: int, placed: PlacedAction, record: dict[str, Any]) -> PlacedAction:
@@ -710,7 +580,7 @@ class Session:
         ``ms``; or ``error``) and the refined action in ``record["refined_action"]``. When the policy gives no
         point, the user is told and the proposed point stays."""
         action = placed.action
-        assert isinstance(action, (Click, DoubleClick, RightClick, MiddleClick, Move)) and action.element
+        assert isinstance(action, (Click, Move)) and action.element
         assert isinstance(self.policy, Localizer)
         frame = placed.frame
         crop = refine_crop(frame, action.point)
@@ -747,7 +617,7 @@ class Session:
         self._write({**record, "result": RESULT_UNKNOWN, "timings_ms": timings})
         self._set_state(State.EXECUTING, run.step)
         if hasattr(self.executor, "before_input") and run.judged is not None:
-            self.executor.before_input = functools.partial(self._recheck, run.judged)
+            self.executor.before_input = functools.partial(recheck, self._probes, run.judged)
         outcome = self._execute(placed)
         if outcome.status == "target_changed":
             record["target_changed"] = outcome.message
@@ -784,7 +654,7 @@ class Session:
                                        proposal.raw_text, said))
         if outcome.status != "target_changed":  # not performed: the selection is as it was
             run.selection = selection_after(action, run.selection) if outcome.ok else True  # unknown: may exist
-        if isinstance(action, (Click, DoubleClick, RightClick, MiddleClick)):
+        if isinstance(action, Click):
             run.focus_element = action.element if outcome.ok else None
         elif not isinstance(action, Type):
             run.focus_element = None
@@ -817,67 +687,10 @@ class Session:
             result.reason = f"{result.reason}; the episode record is incomplete: {exc}"
         result.episode_path = self.recorder.path
 
-    def _assess(self, placed: PlacedAction, selection: bool = False) -> _Judgement:
-        """Probe the windows and the accessible elements at the action's input points and classify the action
-        (``selection``: a text selection may exist)."""
-        action = placed.action
-        focused = self.focus_probe() if self.focus_probe else None
-        grab = self.grab_probe() if self.grab_probe is not None and not action.ends_episode else None
-        if self.window_probe is None:
-            elements, at_points, focused_element = self._probe_elements(placed, [None] * len(placed.input_points))
-            return _Judgement(focused, None, assess(action, focused_window=focused, pointer_elements=at_points,
-                                                    focused_element=focused_element, selection=selection,
-                                                    input_grab=grab, held_keys=self._held_keys()),
-                              None, elements, at_points[0] if at_points else focused_element, grab)
-        input_points = placed.input_points
-        infos = [self._probe_window(at) for at in input_points]
-        window = infos[0] if infos else self._probe_window(None)
-        pointer_windows = [info.app or None if info is not None else None for info in infos] if input_points else None
-        on_frame = any(info is not None and info.on_frame(at.x, at.y)
-                       for info, at in zip(infos, input_points, strict=True))
-        elements, at_points, focused_element = self._probe_elements(placed, infos)
-        return _Judgement(focused, pointer_windows, assess(action, focused_window=focused,
-                                                           pointer_windows=pointer_windows,
-                                                           on_window_frame=on_frame, pointer_elements=at_points,
-                                                           focused_element=focused_element, selection=selection,
-                                                           input_grab=grab, held_keys=self._held_keys()),
-                          window, elements, at_points[0] if at_points else focused_element, grab)
-
-    def _probe_elements(self, placed: PlacedAction, infos: Sequence[WindowInfo | None]
-                        ) -> tuple[dict[str, Any] | None, list[Element | None] | None, Element | None]:
-        """Ask ``element_probe`` for the element under each input point (pointer actions) and the focused
-        element (typing and keys); returns the record's ``elements`` entry, the elements at the points and
-        the focused element (all None without a probe)."""
-        probe = self.element_probe
-        if probe is None:
-            return None, None, None
-        at_points: list[Element | None] | None = None
-        focused: Element | None = None
-        spent, problems = 0.0, []
-        if placed.input_points:
-            at_points = []
-            for at, info in zip(placed.input_points, infos, strict=True):
-                at_points.append(probe.element_at(at.x, at.y, info.client_rect if info is not None else None))
-                spent += probe.last_ms
-                problems.append(probe.last_problem)
-        if isinstance(placed.action, (Type, Key, KeyDown)):
-            focused = probe.focused()
-            spent += probe.last_ms
-            problems.append(probe.last_problem)
-        record = {"at_points": [e.to_dict() if e is not None else None for e in at_points]
-                  if at_points is not None else None,
-                  "focused": focused.to_dict() if focused is not None else None,
-                  "lookup_ms": round(spent, 2), "problem": "; ".join(p for p in problems if p) or None}
-        return record, at_points, focused
-
-    def _probe_window(self, at: Any) -> WindowInfo | None:
-        """``window_probe`` at input point ``at`` (None: the focused window); None when it fails."""
-        assert self.window_probe is not None
-        try:
-            return self.window_probe(at.x, at.y) if at is not None else self.window_probe()
-        except HolodeskError as exc:
-            log.warning("could not identify the target window: %s", exc)
-            return None
+    @property
+    def _probes(self) -> Probes:
+        """The probes the step is judged with, as set now."""
+        return Probes(self.focus_probe, self.window_probe, self.element_probe, self.grab_probe)
 
     def _held_keys(self) -> tuple[str, ...]:
         """The keys the executor holds down now (an earlier ``key_down`` of the run), for the risk rules and
@@ -932,39 +745,6 @@ class Session:
             raise _Stop(State.FAILED, str(exc)) from exc
         except HolodeskError as exc:  # no display: the first pointer action reports it properly
             log.warning("could not run the start-up geometry check: %s", exc)
-
-    def _recheck(self, judged: _Judgement, action: Action, points: tuple[Any, ...]) -> str | None:
-        """The executor's last look before input lands (issue 31): why the action must not go ahead, or None.
-
-        Asks ``grab_probe`` (another client's keyboard or pointer grab, when there was none at approval: an
-        open menu's own grab, seen and asked about at approval, goes ahead); for typing and keys, whether the
-        focused window (``focus_probe``) and the focused element (``element_probe``) are still those of the
-        approval; for a pointer action, whether the window (``window_probe``) and the element under the
-        first point are. A probe that answered nothing at approval is not compared (nothing to compare)."""
-        if isinstance(action, Move):
-            return None
-        if self.grab_probe is not None and judged.grab is None and (problem := self.grab_probe()) is not None:
-            return f"{problem}, since approval"
-        seen = judged.elements or {}
-        if isinstance(action, (Type, Key, KeyDown)):
-            if self.focus_probe is not None and judged.focused and (now := self.focus_probe()) != judged.focused:
-                return f"the focused window changed since approval (was {judged.focused!r}, now {now!r})"
-            if self.element_probe is not None and (was := seen.get("focused")) is not None:
-                return _element_change(was, self.element_probe.focused(), "focused element")
-            return None
-        if not points:
-            return None
-        if self.window_probe is not None and judged.window is not None:
-            now_window = self._probe_window(points[0])
-            if now_window is None or (now_window.app, now_window.client_rect, now_window.window_id) != (
-                    judged.window.app, judged.window.client_rect, judged.window.window_id):
-                return (f"the window under the pointer changed since approval (was {judged.window.name!r}, "
-                        f"now {now_window.name if now_window is not None else 'unknown'!r})")
-        if self.element_probe is not None and (was := (seen.get("at_points") or [None])[0]) is not None:
-            rect = judged.window.client_rect if judged.window is not None else None
-            return _element_change(was, self.element_probe.element_at(points[0].x, points[0].y, rect),
-                                   "element under the pointer")
-        return None
 
     def _execute(self, placed: PlacedAction) -> ActionResult:
         """Perform ``placed`` at its input points; an executor that raises gives a "failed" result

@@ -35,7 +35,8 @@ from holodesk.session.factory import (
     default_focus_probe,
     default_window_probe,
 )
-from holodesk.session.loop import EpisodeResult, Session, SessionEvent, State, check_task, stopped_by_signal
+from holodesk.session.loop import Session, check_task
+from holodesk.session.state import EpisodeResult, SessionEvent, State, stopped_by_signal
 from holodesk.settings import Settings, config_path, load_settings
 from holodesk.ui import x11
 from holodesk.ui.approval import ApprovalController

@@ -62,7 +62,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from holodesk.core.actions import Action, DoubleClick, Drag, Key, KeyDown, KeyUp, Plan, RightClick, Scroll, Type, Wait
+from holodesk.core.actions import Action, Click, Drag, Key, KeyDown, KeyUp, Plan, Scroll, Type, Wait
 from holodesk.core.geometry import InputPoint, Monitor
 from holodesk.core.risk import Risk, RiskAssessment
 
@@ -616,7 +616,8 @@ def _target_mark(painter: QPainter, p: QPointF, color: QColor, *, spread: float 
     """Mark target ``p`` without hiding its label: four corner brackets at (±34, ±22) and two pointers
     from above and below whose tips stop 16 px short of the point. Nothing is painted within
     ``LABEL_HALF_HEIGHT`` of the target's line; the exact point is where the pointers aim.
-    ``spread`` pushes the brackets further out (a second set marks a double click)."""
+    ``spread`` pushes the brackets further out (one more set for each more press of a double or triple
+    click)."""
     bx, by, arm = 34.0 + spread, 22.0 + spread, 10.0
     painter.save()
     painter.setPen(QPen(color, 3, Qt.PenStyle.SolidLine, Qt.PenCapStyle.FlatCap))
@@ -710,9 +711,9 @@ def paint_marks(painter: QPainter, action: Action | None, points: list[QPointF],
     elif action is not None:
         for p in points:
             _target_mark(painter, p, color)
-            if isinstance(action, DoubleClick):
-                _target_mark(painter, p, color, spread=9.0)
-            if isinstance(action, RightClick):
+            for extra in range(1, action.count if isinstance(action, Click) else 1):  # one ring more per click
+                _target_mark(painter, p, color, spread=9.0 * extra)
+            if isinstance(action, Click) and action.button == "right":
                 painter.drawLine(QPointF(p.x() + 40, p.y() - 28), QPointF(p.x() + 50, p.y() - 38))
 
 

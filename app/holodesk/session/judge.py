@@ -1,0 +1,175 @@
+"""Judging one step: what the desktop's probes say around a placed action (the focused window, the windows and
+accessible elements under its points, another client's input grab), the risk the rules of
+:mod:`holodesk.core.risk` give it, and the last look before its input lands (:func:`recheck`, issue 31).
+
+The session (:class:`holodesk.session.loop.Session`) judges each step with its probes (:class:`Probes`) before the
+approval, and hands :func:`recheck` to the executor as ``before_input``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from holodesk.core.actions import Action, Move
+from holodesk.core.element import Element, ElementProbe
+from holodesk.core.geometry import PlacedAction
+from holodesk.core.risk import RiskAssessment, assess
+from holodesk.core.wording import WindowInfo
+from holodesk.errors import HolodeskError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Probes:
+    """The session's probes of the desktop (each None when the desktop has none; see
+    :class:`holodesk.session.loop.Session`'s arguments of the same names with ``_probe``).
+
+    Attributes:
+        focus: the focused window's class/title, or None when unknown.
+        window: ``window(x, y)``: the window at an input-space point; ``window()``: the focused window.
+        element: the accessible elements under points and the focused one.
+        grab: why input would not go where the approval says (another client's grab), or None.
+    """
+
+    focus: Callable[[], str | None] | None = None
+    window: Callable[..., WindowInfo | None] | None = None
+    element: ElementProbe | None = None
+    grab: Callable[[], str | None] | None = None
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What the probes saw around one placed action and what the risk rules concluded.
+
+    Attributes:
+        focused: the focused window's class, None when unknown.
+        pointer_windows: the application class under each of the action's points (None where unknown);
+            None without a ``window_probe`` or without points.
+        risk: the risk level and reason.
+        window: the window the action acts in, for the approval's words: under its first point, else the
+            focused one; None when unknown.
+        elements: what the accessibility tree said (``element_probe``): ``at_points`` (the element under
+            each point, or None), ``focused``, ``lookup_ms`` and ``problem``; None without a probe.
+        element: the element the approval names: under the first point, else the focused one; None when
+            unknown.
+        grab: why input may not go where the card says (another client's input grab), or None.
+    """
+
+    focused: str | None
+    pointer_windows: list[str | None] | None
+    risk: RiskAssessment
+    window: WindowInfo | None
+    elements: dict[str, Any] | None = None
+    element: Element | None = None
+    grab: str | None = None
+
+
+def element_change(was: dict[str, Any], now: Element | None, what: str) -> str | None:
+    """Why the element ``now`` is not the one recorded at approval (``was``: :meth:`Element.to_dict`), or
+    None when role and name are the same."""
+    if now is not None and (now.role, now.name) == (was["role"], was["name"]):
+        return None
+    shown = now.describe() if now is not None else "unknown"
+    return f"the {what} changed since approval (was {Element(was['role'], was['name'], frozenset()).describe()}, " \
+        f"now {shown})"
+
+
+def judge(probes: Probes, placed: PlacedAction, selection: bool = False, held_keys: Sequence[str] = ()) -> Judgement:
+    """Probe the windows and the accessible elements at the action's input points and classify the action
+    (``selection``: a text selection may exist; ``held_keys``: the keys the executor holds down now)."""
+    action = placed.action
+    focused = probes.focus() if probes.focus else None
+    grab = probes.grab() if probes.grab is not None and not action.ends_episode else None
+    if probes.window is None:
+        elements, at_points, focused_element = probe_elements(probes, placed, [None] * len(placed.input_points))
+        return Judgement(focused, None, assess(action, focused_window=focused, pointer_elements=at_points,
+                                                focused_element=focused_element, selection=selection,
+                                                input_grab=grab, held_keys=held_keys),
+                          None, elements, at_points[0] if at_points else focused_element, grab)
+    input_points = placed.input_points
+    infos = [probe_window(probes, at) for at in input_points]
+    window = infos[0] if infos else probe_window(probes, None)
+    pointer_windows = [info.app or None if info is not None else None for info in infos] if input_points else None
+    on_frame = any(info is not None and info.on_frame(at.x, at.y)
+                   for info, at in zip(infos, input_points, strict=True))
+    elements, at_points, focused_element = probe_elements(probes, placed, infos)
+    return Judgement(focused, pointer_windows, assess(action, focused_window=focused,
+                                                       pointer_windows=pointer_windows,
+                                                       on_window_frame=on_frame, pointer_elements=at_points,
+                                                       focused_element=focused_element, selection=selection,
+                                                       input_grab=grab, held_keys=held_keys),
+                      window, elements, at_points[0] if at_points else focused_element, grab)
+
+def probe_elements(probes: Probes, placed: PlacedAction, infos: Sequence[WindowInfo | None]
+                   ) -> tuple[dict[str, Any] | None, list[Element | None] | None, Element | None]:
+    """Ask the element probe for the element under each input point (pointer actions) and the focused
+    element (typing and keys); returns the record's ``elements`` entry, the elements at the points and
+    the focused element (all None without a probe)."""
+    probe = probes.element
+    if probe is None:
+        return None, None, None
+    at_points: list[Element | None] | None = None
+    focused: Element | None = None
+    spent, problems = 0.0, []
+    if placed.input_points:
+        at_points = []
+        for at, info in zip(placed.input_points, infos, strict=True):
+            at_points.append(probe.element_at(at.x, at.y, info.client_rect if info is not None else None))
+            spent += probe.last_ms
+            problems.append(probe.last_problem)
+    if placed.action.keyboard:
+        focused = probe.focused()
+        spent += probe.last_ms
+        problems.append(probe.last_problem)
+    record = {"at_points": [e.to_dict() if e is not None else None for e in at_points]
+              if at_points is not None else None,
+              "focused": focused.to_dict() if focused is not None else None,
+              "lookup_ms": round(spent, 2), "problem": "; ".join(p for p in problems if p) or None}
+    return record, at_points, focused
+
+def probe_window(probes: Probes, at: Any) -> WindowInfo | None:
+    """The window probe at input point ``at`` (None: the focused window); None when it fails."""
+    assert probes.window is not None
+    try:
+        return probes.window(at.x, at.y) if at is not None else probes.window()
+    except HolodeskError as exc:
+        log.warning("could not identify the target window: %s", exc)
+        return None
+
+
+def recheck(probes: Probes, judged: Judgement, action: Action, points: tuple[Any, ...]) -> str | None:
+    """The executor's last look before input lands (issue 31): why the action must not go ahead, or None.
+
+    Asks the grab probe (another client's keyboard or pointer grab, when there was none at approval: an
+    open menu's own grab, seen and asked about at approval, goes ahead); for typing and keys, whether the
+    focused window (focus probe) and the focused element (element probe) are still those of the
+    approval; for a pointer action, whether the window (window probe) and the element under the
+    first point are. A probe that answered nothing at approval is not compared (nothing to compare)."""
+    if isinstance(action, Move):
+        return None
+    if probes.grab is not None and judged.grab is None and (problem := probes.grab()) is not None:
+        return f"{problem}, since approval"
+    seen = judged.elements or {}
+    if action.keyboard:
+        if probes.focus is not None and judged.focused and (now := probes.focus()) != judged.focused:
+            return f"the focused window changed since approval (was {judged.focused!r}, now {now!r})"
+        if probes.element is not None and (was := seen.get("focused")) is not None:
+            return element_change(was, probes.element.focused(), "focused element")
+        return None
+    if not points:
+        return None
+    if probes.window is not None and judged.window is not None:
+        now_window = probe_window(probes, points[0])
+        if now_window is None or (now_window.app, now_window.client_rect, now_window.window_id) != (
+                judged.window.app, judged.window.client_rect, judged.window.window_id):
+            return (f"the window under the pointer changed since approval (was {judged.window.name!r}, "
+                    f"now {now_window.name if now_window is not None else 'unknown'!r})")
+    if probes.element is not None and (was := (seen.get("at_points") or [None])[0]) is not None:
+        rect = judged.window.client_rect if judged.window is not None else None
+        return element_change(was, probes.element.element_at(points[0].x, points[0].y, rect),
+                               "element under the pointer")
+    return None
