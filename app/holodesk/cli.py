@@ -25,8 +25,7 @@ from holodesk.errors import ActionError, HolodeskError
 from holodesk.policy.native.families import FAMILIES
 
 if TYPE_CHECKING:
-    from holodesk.policy.base import Policy
-    from holodesk.policy.protocol import ActionProtocol
+    from holodesk.policy.base import ActionProtocol, Policy
     from holodesk.settings import Settings
 
 log = logging.getLogger("holodesk")

@@ -44,9 +44,8 @@ from PIL import Image
 
 from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import PolicyError, PolicyOutputError
-from holodesk.policy.base import Observation, Proposal, pointer_after
+from holodesk.policy.base import ActionProtocol, Observation, Proposal, pointer_after
 from holodesk.policy.models import AUTO_PROTOCOL, Sampling, find_model, protocol_for
-from holodesk.policy.protocol import ActionProtocol
 from holodesk.policy.registry import get_protocol
 
 log = logging.getLogger(__name__)
