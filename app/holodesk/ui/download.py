@@ -2,7 +2,7 @@
 file being fetched, Cancel, and the download's own advice when it fails.
 
 The dialog does not download anything itself: it runs a download function (the download manager,
-``holodesk.policy.download.download_model``) on a worker thread. What it expects of that function
+``holodesk.download.manager.download_model``) on a worker thread. What it expects of that function
 (:class:`DownloadFn`)::
 
     download(repo_id: str, *, revision: str, cache_dir: Path,
