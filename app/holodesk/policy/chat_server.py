@@ -21,6 +21,7 @@ import logging
 import re
 import threading
 import time
+from dataclasses import InitVar, dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -98,28 +99,32 @@ def normalize_base_url(endpoint: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
+@dataclass(kw_only=True, eq=False)
 class ChatServer:
     """An OpenAI-compatible server as one client talks to it: its base URL, the served model, the key, and how
     long and how often a request is tried.
 
-    Args:
+    Attributes:
         endpoint: the API base URL (:func:`normalize_base_url`).
         model: the served model name (named in errors; :meth:`http_error` checks it against ``GET /models``).
-        api_key: bearer token, or None.
         timeout_s: seconds allowed for one request, retries included (connect capped at 10 s).
         retries: extra attempts after the first for 429 / 5xx / connection errors, with exponential backoff
             ``backoff_s * 2**n`` capped at ``backoff_max_s`` (a ``Retry-After`` header is honoured up to it).
+    Args:
+        api_key: bearer token, or None (kept out of every attribute a repr or log shows).
         transport: optional ``httpx`` transport (tests).
     """
 
-    def __init__(self, endpoint: str, model: str, *, api_key: str | None, timeout_s: float, retries: int,
-                 backoff_s: float, backoff_max_s: float, transport: httpx.BaseTransport | None = None) -> None:
-        self.endpoint = endpoint
-        self.model = model
-        self.timeout_s = timeout_s
-        self.retries = retries
-        self.backoff_s = backoff_s
-        self.backoff_max_s = backoff_max_s
+    endpoint: str
+    model: str
+    timeout_s: float
+    retries: int
+    backoff_s: float
+    backoff_max_s: float
+    api_key: InitVar[str | None]
+    transport: InitVar[httpx.BaseTransport | None] = None
+
+    def __post_init__(self, api_key: str | None, transport: httpx.BaseTransport | None) -> None:
         self._api_key = api_key or None
         headers = {"Accept": "application/json"}
         if self._api_key:

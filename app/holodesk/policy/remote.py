@@ -186,8 +186,8 @@ class RemotePolicy:
         self._structured_accepted: bool | None = None
         self._structured_detail = ""
         self._image_cache: OrderedDict[Frame, _EncodedImage] = OrderedDict()
-        self.server = ChatServer(self.endpoint, model, api_key=api_key, timeout_s=self.timeout_s, retries=retries,
-                                 backoff_s=backoff_s, backoff_max_s=backoff_max_s, transport=transport)
+        self.server = ChatServer(endpoint=self.endpoint, model=model, api_key=api_key, timeout_s=self.timeout_s,
+                                 retries=retries, backoff_s=backoff_s, backoff_max_s=backoff_max_s, transport=transport)
 
     def __repr__(self) -> str:
         key = "set" if self.server.has_key else "none"
