@@ -25,8 +25,7 @@ from holodesk.errors import ActionError, HolodeskError
 from holodesk.policy.native.families import FAMILIES
 
 if TYPE_CHECKING:
-    from holodesk.policy.base import Policy
-    from holodesk.policy.protocol import ActionProtocol
+    from holodesk.policy.base import ActionProtocol, Policy
     from holodesk.settings import Settings
 
 log = logging.getLogger("holodesk")
@@ -259,7 +258,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _load_policy(settings: Settings) -> Policy:
     """The settings' policy, with the local model's download and load progress on one terminal line."""
-    from holodesk.policy.download import TerminalProgress
+    from holodesk.download.progress import TerminalProgress
     from holodesk.session.factory import build_policy
 
     loading = TerminalProgress(sys.stderr)
@@ -314,15 +313,12 @@ def cmd_download(args: argparse.Namespace) -> int:
     doing: the download's worker refuses every further write at once."""
     import getpass
 
-    from holodesk.policy.download import (
-        DownloadCancelled,
-        TerminalProgress,
-        download_model,
-        hub_repo,
-        hub_token,
-        store_hub_token,
-    )
+    from holodesk.download.errors import DownloadCancelled
+    from holodesk.download.hub import hub_token, store_hub_token
+    from holodesk.download.manager import download_model
+    from holodesk.download.progress import TerminalProgress
     from holodesk.policy.native.families import check_checkpoint_before_weights
+    from holodesk.policy.source import hub_repo
     from holodesk.settings import load_settings
 
     args.model = hub_repo(args.model or load_settings().model)

@@ -148,8 +148,8 @@ def _local_fit() -> dict[str, Any]:
     which precision of it fits the GPU's free memory, whether the chosen precision fits, and which models
     fit at all (the one rule of :mod:`holodesk.core.fit`, as the wizard and Settings use it)."""
     from holodesk.core.fit import GIB
+    from holodesk.download.cache import default_cache_dir
     from holodesk.machine import disk_free_bytes, probe_gpus
-    from holodesk.policy.download import default_cache_dir
     from holodesk.policy.models import describe, find_model, models_that_fit, run_choice
     from holodesk.settings import Settings, load_settings
 

@@ -157,7 +157,47 @@ def lock_path(env: dict[str, str] | None = None) -> Path:
     return runtime_dir(env) / f"app-{desktop_key(env)}.lock"
 
 
-class InstanceLock:
+def _flock(path: Path, operation: int) -> int | None:
+    """Open the lock file ``path`` (created ``0600``, checked private) and ``flock`` it with ``operation``
+    (``fcntl.LOCK_EX`` or ``LOCK_SH``) without waiting.
+
+    Returns:
+        The open descriptor that holds the lock, or None when another process holds a conflicting one.
+    Raises:
+        ChannelError: unsafe runtime folder or lock file.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        check_private(path, "lock file")
+        fcntl.flock(fd, operation | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+class _HeldLock:
+    """An exclusive ``flock`` this process holds on a lock file that names it (its pid on the first line);
+    the kernel drops it when the process ends, however it ends."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self) -> None:
+        """Give the lock up (also happens when the process exits)."""
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = -1
+
+
+class InstanceLock(_HeldLock):
     """The exclusive claim of being this desktop's Holodesk app (``flock`` on :func:`lock_path`).
 
     The kernel drops the lock when the process ends, however it ends, so a crash never leaves a stale
@@ -165,7 +205,7 @@ class InstanceLock:
     """
 
     def __init__(self, fd: int, path: Path) -> None:
-        self.fd = fd
+        super().__init__(fd)
         self.path = path
 
     @classmethod
@@ -176,42 +216,20 @@ class InstanceLock:
             ChannelError: unsafe runtime folder or lock file.
         """
         path = lock_path(env)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            check_private(path, "lock file")
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        except BaseException:
-            os.close(fd)
-            raise
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        return cls(fd, path)
-
-    def release(self) -> None:
-        """Give the claim up (also happens when the process exits)."""
-        if self.fd >= 0:
-            with contextlib.suppress(OSError):
-                fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-            self.fd = -1
+        fd = _flock(path, fcntl.LOCK_EX)
+        return None if fd is None else cls(fd, path)
 
 
 class DesktopBusy(ChannelError):
     """Another Holodesk task (another process, or this app) is driving this desktop."""
 
 
-class DriveLock:
+class DriveLock(_HeldLock):
     """The exclusive right to drive this desktop's pointer and keyboard, held for the whole of one task
     by whoever runs it (the app, ``holodesk run``, a ``holodesk mcp`` hosting a task), so that two tasks
     never move two cursors at once. An ``flock`` on ``<runtime dir>/drive-<desktop>.lock``, dropped by
     the kernel when the process ends.
     """
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
 
     @classmethod
     def acquire(cls, env: dict[str, str] | None = None) -> DriveLock:
@@ -222,21 +240,14 @@ class DriveLock:
             ChannelError: unsafe runtime folder or lock file.
         """
         path = runtime_dir(env) / f"drive-{desktop_key(env)}.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            check_private(path, "lock file")
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
-            os.close(fd)
+        fd = _flock(path, fcntl.LOCK_EX)
+        if fd is None:
+            holder = ""
+            with contextlib.suppress(OSError), path.open("rb") as f:
+                holder = f.read(32).decode(errors="replace").strip()
             raise DesktopBusy(f"busy: another Holodesk task is driving this desktop (process {holder or '?'}); "
                               "one task drives the desktop at a time",
-                              hint="Wait for it to end, or stop it (`holodesk stop`, Esc on its overlay).") from None
-        except BaseException:
-            os.close(fd)
-            raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                              hint="Wait for it to end, or stop it (`holodesk stop`, Esc on its overlay).")
         return cls(fd)
 
     def __enter__(self) -> DriveLock:
@@ -244,14 +255,6 @@ class DriveLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
-
-    def release(self) -> None:
-        """Give the desktop back (also happens when the process exits)."""
-        if self.fd >= 0:
-            with contextlib.suppress(OSError):
-                fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-            self.fd = -1
 
 
 def app_running(env: dict[str, str] | None = None) -> bool:
@@ -263,15 +266,10 @@ def app_running(env: dict[str, str] | None = None) -> bool:
     Raises:
         ChannelError: unsafe runtime folder or lock file.
     """
-    path = lock_path(env)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        check_private(path, "lock file")
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
+    fd = _flock(lock_path(env), fcntl.LOCK_SH)
+    if fd is None:
         return True
-    finally:
-        os.close(fd)  # closing drops the shared lock
+    os.close(fd)  # closing drops the shared lock
     return False
 
 

@@ -44,8 +44,13 @@ def default_data_dir() -> Path:
 
 
 POLICY: JsonDict = {"policy": True}
-"""``Field(..., json_schema_extra=POLICY)`` declares a setting that the policy is built from (:func:`policy_fields`): a
-change to it builds a new policy for the next task."""
+"""The JSON-schema mark of a setting the policy is built from (:func:`policy_setting`)."""
+
+
+def policy_setting(default: Any, **field: Any) -> Any:
+    """Declare a setting that the policy is built from (:func:`policy_fields`): pydantic's ``Field(default,
+    **field)`` marked :data:`POLICY` in the JSON schema. A change to it builds a new policy for the next task."""
+    return Field(default, json_schema_extra=POLICY, **field)
 
 
 class Settings(BaseSettings):
@@ -58,103 +63,89 @@ class Settings(BaseSettings):
     schema_version: int = Field(SCHEMA_VERSION, description="Version of this settings schema.")
 
     # Policy
-    policy: Literal["local", "remote", "script"] = Field(
+    policy: Literal["local", "remote", "script"] = policy_setting(
         "local",
         description="Where actions come from: 'local' runs the chosen model (setting 'model') on this machine's GPU, "
         "'remote' asks an OpenAI-compatible server (vLLM), 'script' replays a file of protocol replies.",
-        json_schema_extra=POLICY,
     )
-    model: str = Field(
+    model: str = policy_setting(
         "Hcompany/Holotron-12B",
         description="Local policy: a checkpoint folder or a Hugging Face repo id (the wizard and Settings list "
         "H Company's models that fit this GPU: Holotron-12B, Holotron-3-Nano, Holo2, Holo3, Holo3.1). Remote "
         "policy: the model name the server serves.",
-        json_schema_extra=POLICY,
     )
-    precision: Literal["bf16", "8bit", "4bit"] = Field(
+    precision: Literal["bf16", "8bit", "4bit"] = policy_setting(
         "bf16",
         description="Weights of the local model: bf16 (about 25 GB of GPU memory), 8bit or 4bit "
         "(bitsandbytes; smaller, slightly less accurate).",
-        json_schema_extra=POLICY,
     )
-    decoder: Literal["static", "stock"] = Field(
+    decoder: Literal["static", "stock"] = policy_setting(
         "static",
         description="Local model: 'static' keeps the decoder state in memory reserved at load, reuses the "
         "part of the prompt shared with the previous step and replays each token as a CUDA graph (fast); "
         "'stock' uses transformers' own generation loop (slower; for comparison or troubleshooting).",
-        json_schema_extra=POLICY,
     )
-    endpoint: str = Field(
+    endpoint: str = policy_setting(
         "",
         description="Base URL of an OpenAI-compatible server, e.g. http://gpu-box:8000/v1. Its API key is "
         "kept in the OS keychain, never here.",
-        json_schema_extra=POLICY,
     )
-    request_timeout_s: float = Field(
+    request_timeout_s: float = policy_setting(
         60.0, gt=0, le=3600,
         description="Seconds a policy server ('remote') may take to answer one request before the step fails; "
         "raise it for a server that is slow to reply (connecting is capped at 10 s).",
-        json_schema_extra=POLICY,
     )
-    script_file: Path | None = Field(
+    script_file: Path | None = policy_setting(
         None,
         description="Replay policy ('script'): the file of protocol replies to replay, one JSON reply per line "
         "(the format of `holodesk run --script FILE`).",
-        json_schema_extra=POLICY,
     )
-    protocol: str = Field(
+    protocol: str = policy_setting(
         "auto",
         description="Action protocol spoken with the model (prompt, schema, parser): 'auto' speaks the one the "
         "model registry declares for the chosen model ('agent-loop-v1', H Company's agent-loop contract, for "
         "every Holotron, Holo2 and Holo3 model, and for a model the registry does not know); 'agent-loop-v1' or "
         "'holo-v1' (Holodesk's first protocol) override it. A script file names its own protocol.",
-        json_schema_extra=POLICY,
     )
-    reasoning: Literal["auto", "on", "off"] = Field(
+    reasoning: Literal["auto", "on", "off"] = policy_setting(
         "auto",
         description="Think before acting: 'auto' follows the model's profile (on for Holo2, Holo3, Holo3.1 and "
         "Holotron-3-Nano, whose makers run them thinking; off for Holotron-12B, for which nothing is published), "
         "'on' lets the model reason before each action (recommended where the makers say so; each step costs up to "
         "the profile's thought budget of extra tokens, 1,024 to 3,072), 'off' acts at once (faster). "
         "docs/model-fidelity.md lists each model's profile.",
-        json_schema_extra=POLICY,
     )
-    greedy: bool = Field(
+    greedy: bool = policy_setting(
         False, description="Choose the most likely token every time instead of sampling (replies repeat exactly; "
-        "a greedy agent may repeat an action forever).", json_schema_extra=POLICY,
+        "a greedy agent may repeat an action forever).",
     )
-    temperature: float | None = Field(
+    temperature: float | None = policy_setting(
         None, gt=0.0, le=2.0, description="Sampling temperature; unset = the model's profile (0.8 for every model "
-        "in the registry). Not used when greedy is on.", json_schema_extra=POLICY,
+        "in the registry). Not used when greedy is on.",
     )
-    top_p: float | None = Field(
+    top_p: float | None = policy_setting(
         None, gt=0.0, le=1.0, description="Sampling keeps the most likely tokens up to this probability mass; unset "
         "= the model's profile (0.95 for Holotron-3-Nano and Holotron-12B, 1 for the others).",
-        json_schema_extra=POLICY,
     )
-    seed: int | None = Field(
+    seed: int | None = policy_setting(
         None, ge=0, le=2**31 - 1, description="Seed of the sampling; unset = a new random seed for each model load. "
-        "Each step's seed is recorded in the episode, so a run can be replayed exactly.", json_schema_extra=POLICY,
+        "Each step's seed is recorded in the episode, so a run can be replayed exactly.",
     )
-    constrained_decoding: bool = Field(
+    constrained_decoding: bool = policy_setting(
         True, description="Constrain the model's output to the action protocol's JSON schema.",
-        json_schema_extra=POLICY,
     )
-    max_reply_tokens: int = Field(
+    max_reply_tokens: int = policy_setting(
         1024, ge=16, le=32768,
         description="Most tokens in one reply after any thinking (a server is asked for this plus the model's "
         "thought budget when it thinks).",
-        json_schema_extra=POLICY,
     )
-    max_string_chars: int | None = Field(
+    max_string_chars: int | None = policy_setting(
         None, ge=1, le=10_000,
         description="Local model with constrained decoding: cap every text field of a reply (thought, typed "
         "text) at this many characters; unset = the protocol's own limits.",
-        json_schema_extra=POLICY,
     )
-    max_images: int = Field(
+    max_images: int = policy_setting(
         3, ge=1, le=16, description="Screenshots kept in the prompt; older steps are kept as text only.",
-        json_schema_extra=POLICY,
     )
 
     # Session
@@ -393,7 +384,7 @@ def _shown_input(loc: str, value: Any) -> Any:
 
 
 def policy_fields() -> tuple[str, ...]:
-    """The names of the settings declared with ``Field(..., json_schema_extra=POLICY)``, in schema order:
+    """The names of the settings declared with :func:`policy_setting`, in schema order:
     everything the policy is built from (:func:`holodesk.session.factory.build_policy` reads no other)."""
     return tuple(name for name, f in Settings.model_fields.items()
                  if isinstance(f.json_schema_extra, dict) and f.json_schema_extra.get("policy") is True)

@@ -29,14 +29,10 @@ from pathlib import Path
 
 import pytest
 
-from holodesk.policy.download import (
-    DownloadCancelled,
-    DownloadError,
-    DownloadProgress,
-    cached_snapshot,
-    download_model,
-    repo_folder,
-)
+from holodesk.download.cache import cached_snapshot, repo_folder
+from holodesk.download.errors import DownloadCancelled, DownloadError
+from holodesk.download.manager import download_model
+from holodesk.download.progress import DownloadProgress
 from tests.helpers.hub import LoopbackHub, loopback_hub, partial_sizes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -456,7 +452,7 @@ def test_F30_loader_downloads_through_the_manager_and_falls_back_to_the_cache(
         hub: LoopbackHub, cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     from huggingface_hub import constants
 
-    from holodesk.policy.download import resolve_source
+    from holodesk.policy.source import resolve_source
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
     stages: list[tuple[str, float | None]] = []

@@ -46,7 +46,7 @@ def partial_sizes(cache: Path, repo_id: str) -> dict[Path, int]:
     A download that is running renames a partial file when it completes: a file gone between the listing
     and its stat is left out, so this can poll a running download.
     """
-    from holodesk.policy.download import repo_folder
+    from holodesk.download.cache import repo_folder
 
     blobs = repo_folder(repo_id, cache) / "blobs"
     sizes: dict[Path, int] = {}

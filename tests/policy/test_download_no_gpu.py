@@ -10,16 +10,16 @@ import huggingface_hub.constants
 import pytest
 
 from holodesk.errors import ModelLoadError
-from holodesk.policy import download
-from holodesk.policy.download import resolve_source
+from holodesk.policy import source
 from holodesk.policy.models import find_model
+from holodesk.policy.source import resolve_source
 
 
 @pytest.fixture
 def no_gpu_empty_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """An empty hub cache, and no ``nvidia-smi`` on the PATH."""
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    monkeypatch.setattr(download.shutil, "which", lambda name: None)
+    monkeypatch.setattr(source.shutil, "which", lambda name: None)
 
 
 @pytest.mark.parametrize("name", ["holo2-4b", "Hcompany/Holo2-4B", "holotron-12b", "holo3.1-35b-a3b"])

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from holodesk.cli import main as holodesk
+from holodesk.download.cache import repo_folder
 from holodesk.errors import ModelLoadError
-from holodesk.policy.download import repo_folder, resolve_source
 from holodesk.policy.native.families import check_checkpoint_before_weights
+from holodesk.policy.source import resolve_source
 from tests.helpers.hub import LoopbackHub, loopback_hub
 
 SHARD = "model-00001-of-00001.safetensors"

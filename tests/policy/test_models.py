@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from holodesk.core.fit import GIB, NEEDS_FREE_BYTES, PRECISIONS, needs_free_bytes
+from holodesk.download.hub import REPO_ID
 from holodesk.errors import SettingsError
-from holodesk.policy.download import REPO_ID
 from holodesk.policy.models import (
     DEFAULT_MODEL,
     MODELS,

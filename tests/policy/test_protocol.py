@@ -26,14 +26,10 @@ from holodesk.core.actions import (
 )
 from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import ActionError, PolicyOutputError, SettingsError
-from holodesk.policy.base import HistoryStep, Observation
-from holodesk.policy.protocol import (
-    PROTOCOL_NAMES,
-    TOOL_NAMES,
-    ActionProtocol,
-    ParsedReply,
-)
+from holodesk.policy.base import ActionProtocol, HistoryStep, Observation
+from holodesk.policy.protocol import PROTOCOL_NAMES, TOOL_NAMES
 from holodesk.policy.registry import get_protocol
+from holodesk.policy.reply import ParsedReply
 
 P = get_protocol("holo-v1")
 

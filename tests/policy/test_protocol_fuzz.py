@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from holodesk.core.actions import Answer, Done
 from holodesk.errors import PolicyOutputError
-from holodesk.policy.protocol import ParsedReply
 from holodesk.policy.registry import get_protocol
+from holodesk.policy.reply import ParsedReply
 
 P = get_protocol("holo-v1")
 SCHEMA = P.json_schema()

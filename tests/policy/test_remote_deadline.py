@@ -13,7 +13,8 @@ import pytest
 
 from holodesk.errors import PolicyError
 from holodesk.policy.base import Observation
-from holodesk.policy.remote import MAX_REPLY_BYTES, RemotePolicy, ReplyTooLargeError
+from holodesk.policy.chat_server import MAX_REPLY_BYTES, ReplyTooLargeError
+from holodesk.policy.remote import RemotePolicy
 from tests.policy.remote_helpers import ProtocolDouble, ScriptedServer, click_reply, make_observation
 
 MODEL = "Holotron-12B"

@@ -22,14 +22,9 @@ from holodesk.core.actions import Click, Point
 from holodesk.core.geometry import InputPoint, Monitor, point_to_frame_pixel, to_input_point
 from holodesk.errors import PolicyError, PolicyOutputError
 from holodesk.policy.base import Observation, Policy
+from holodesk.policy.chat_server import ServerUnreachableError, TooManyImagesError, normalize_base_url
 from holodesk.policy.registry import get_protocol
-from holodesk.policy.remote import (
-    RemotePolicy,
-    ReplyCutOffError,
-    ServerUnreachableError,
-    TooManyImagesError,
-    normalize_base_url,
-)
+from holodesk.policy.remote import RemotePolicy, ReplyCutOffError
 from tests.policy.remote_helpers import ProtocolDouble, ScriptedServer, click_reply, make_frame, make_observation
 
 KEY = "sk-test-key-for-http-tests"

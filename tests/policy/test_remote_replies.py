@@ -12,7 +12,8 @@ import pytest
 
 from holodesk.core.actions import Click, Point
 from holodesk.errors import PolicyError
-from holodesk.policy.remote import RemotePolicy, TooManyImagesError
+from holodesk.policy.chat_server import TooManyImagesError
+from holodesk.policy.remote import RemotePolicy
 from tests.policy.remote_helpers import ProtocolDouble, click_reply, make_observation
 
 KEY = "sk-recorded-replies-key-42"

@@ -10,13 +10,43 @@ import select
 import socket
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from holodesk.core.wording import WindowInfo
 from holodesk.errors import ActionError, DisplayError
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def _read_display(read: Callable[[Any], T], default: T, doing: str, missing: str = "") -> T:
+    """``read(d)`` on a new connection ``d`` to the X display (``Xlib.display.Display``), closed afterwards.
+
+    Returns:
+        What ``read`` returns; ``default`` where there is no X display (not Linux, DISPLAY unset), where
+        python-xlib is missing (logged as "python-xlib is missing; <missing>" when ``missing`` is given), or
+        where the connection or ``read`` raises (logged as "could not <doing>: <error>": Xlib raises several
+        unrelated types on a bad display or a window that went away).
+    """
+    if not sys.platform.startswith("linux") or not os.environ.get("DISPLAY"):
+        return default
+    try:
+        from Xlib import display
+    except ImportError:
+        if missing:
+            log.warning("python-xlib is missing; %s", missing)
+        return default
+    try:
+        d = display.Display()
+        try:
+            return read(d)
+        finally:
+            d.close()
+    except Exception as exc:
+        log.warning("could not %s: %s", doing, exc)
+        return default
 
 
 def focused_window_class() -> str | None:
@@ -25,34 +55,25 @@ def focused_window_class() -> str | None:
     Returns None where it cannot be known (no X display, not Linux, no focused window); the approval
     policy then treats keyboard actions by their content alone.
     """
-    if not sys.platform.startswith("linux") or not os.environ.get("DISPLAY"):
-        return None
-    try:
-        from Xlib import X, display
-        from Xlib.error import XError
-    except ImportError:
-        log.warning("python-xlib is missing; the focused window cannot be identified")
-        return None
-    try:
-        d = display.Display()
-        try:
-            win = d.get_input_focus().focus
-            for _ in range(8):  # walk up to the client window that carries WM_CLASS
-                if win in (None, X.NONE, X.PointerRoot) or isinstance(win, int):
-                    return None
-                cls = win.get_wm_class()
-                if cls:
-                    return " ".join(cls).strip() + terminal_mark(d, win)
-                tree = win.query_tree()
-                if tree.parent in (None, X.NONE) or tree.parent == tree.root:
-                    return None
-                win = tree.parent
+    return _read_display(_focused_class, None, "read the focused window",
+                         missing="the focused window cannot be identified")
+
+
+def _focused_class(d: Any) -> str | None:
+    from Xlib import X
+
+    win = d.get_input_focus().focus
+    for _ in range(8):  # walk up to the client window that carries WM_CLASS
+        if win in (None, X.NONE, X.PointerRoot) or isinstance(win, int):
             return None
-        finally:
-            d.close()
-    except (XError, OSError, Exception) as exc:  # Xlib raises several unrelated types on a bad display
-        log.warning("could not read the focused window: %s", exc)
-        return None
+        cls = win.get_wm_class()
+        if cls:
+            return " ".join(cls).strip() + terminal_mark(d, win)
+        tree = win.query_tree()
+        if tree.parent in (None, X.NONE) or tree.parent == tree.root:
+            return None
+        win = tree.parent
+    return None
 
 
 TERMINAL_MARK = " [terminal]"
@@ -294,24 +315,12 @@ def window_at(x: int | None = None, y: int | None = None) -> WindowInfo | None:
         :class:`~holodesk.core.wording.WindowInfo`, or None where it cannot be known (no X display,
         not Linux, no window there); the approval then names no window.
     """
-    if not sys.platform.startswith("linux") or not os.environ.get("DISPLAY"):
-        return None
-    try:
-        from Xlib import display
-    except ImportError:
-        log.warning("python-xlib is missing; the target window cannot be identified")
-        return None
-    try:
-        d = display.Display()
-        try:
-            root = d.screen().root
-            found = _key_window(d, root) if x is None or y is None else _window_at(root, x, y)
-            return None if found is None else _info(d, root, *found)
-        finally:
-            d.close()
-    except Exception as exc:  # Xlib raises several unrelated types on a bad display
-        log.warning("could not read the window at the target: %s", exc)
-        return None
+    def read(d: Any) -> WindowInfo | None:
+        root = d.screen().root
+        found = _key_window(d, root) if x is None or y is None else _window_at(root, x, y)
+        return None if found is None else _info(d, root, *found)
+
+    return _read_display(read, None, "read the window at the target", missing="the target window cannot be identified")
 
 
 def holodesk_window_at(x: int | None = None, y: int | None = None) -> str | None:
@@ -322,25 +331,14 @@ def holodesk_window_at(x: int | None = None, y: int | None = None) -> str | None
         The window's title (``"Holodesk"`` when it has none); None when the window there is another
         program's, there is none, or it cannot be known (no X display, not Linux, an X error: logged).
     """
-    if not sys.platform.startswith("linux") or not os.environ.get("DISPLAY"):
-        return None
-    try:
-        from Xlib import display
-    except ImportError:
-        return None
-    try:
-        d = display.Display()
-        try:
-            root = d.screen().root
-            found = _key_window(d, root) if x is None or y is None else _window_at(root, x, y)
-            if found is None or not is_holodesk_window(d, found[1]):
-                return None
-            return _title(d, found[1]) or HOLODESK_WM_CLASS
-        finally:
-            d.close()
-    except Exception as exc:  # Xlib raises several unrelated types on a bad display
-        log.warning("could not tell whether the target is a Holodesk window: %s", exc)
-        return None
+    def read(d: Any) -> str | None:
+        root = d.screen().root
+        found = _key_window(d, root) if x is None or y is None else _window_at(root, x, y)
+        if found is None or not is_holodesk_window(d, found[1]):
+            return None
+        return _title(d, found[1]) or HOLODESK_WM_CLASS
+
+    return _read_display(read, None, "tell whether the target is a Holodesk window")
 
 
 def refuse_holodesk_target(points: Sequence[tuple[int, int]] | None) -> None:
@@ -369,23 +367,14 @@ def refuse_holodesk_target(points: Sequence[tuple[int, int]] | None) -> None:
 def toplevel_at_pointer() -> int | None:
     """X11 id of the root window's child under the pointer (the window manager's frame, or the
     application window itself without a window manager); None where it cannot be known."""
-    if not sys.platform.startswith("linux") or not os.environ.get("DISPLAY"):
-        return None
-    try:
-        from Xlib import X, display
-    except ImportError:
-        log.warning("python-xlib is missing; the clicked window cannot be identified")
-        return None
-    try:
-        d = display.Display()
-        try:
-            child = d.screen().root.query_pointer().child
-            return None if child in (None, X.NONE) or isinstance(child, int) else int(child.id)
-        finally:
-            d.close()
-    except Exception as exc:  # Xlib raises several unrelated types on a bad display
-        log.warning("could not read the window under the pointer: %s", exc)
-        return None
+    def read(d: Any) -> int | None:
+        from Xlib import X
+
+        child = d.screen().root.query_pointer().child
+        return None if child in (None, X.NONE) or isinstance(child, int) else int(child.id)
+
+    return _read_display(read, None, "read the window under the pointer",
+                         missing="the clicked window cannot be identified")
 
 
 def wait_for_focus_in(toplevel: int, timeout_s: float) -> tuple[bool, float]:
@@ -401,47 +390,39 @@ def wait_for_focus_in(toplevel: int, timeout_s: float) -> tuple[bool, float]:
         ``(focused, waited_s)``: whether the focus got there, and the seconds waited. False also where
         the focus cannot be read (no X display, the window is gone); the caller logs it.
     """
-    if not sys.platform.startswith("linux") or not os.environ.get("DISPLAY"):
-        return False, 0.0
-    try:
-        from Xlib import X, display
-    except ImportError:
-        return False, 0.0
     t0 = time.monotonic()
-    try:
-        d = display.Display()
-        try:
-            root = d.screen().root
-            top = d.create_resource_object("window", toplevel)
-            top.change_attributes(event_mask=X.FocusChangeMask)
-            d.sync()
 
-            def focused() -> bool:
-                win = d.get_input_focus().focus
-                if win == X.PointerRoot:
+    def wait(d: Any) -> bool:
+        from Xlib import X
+
+        root = d.screen().root
+        top = d.create_resource_object("window", toplevel)  # BadWindow (logged) when the window went away
+        top.change_attributes(event_mask=X.FocusChangeMask)
+        d.sync()
+
+        def focused() -> bool:
+            win = d.get_input_focus().focus
+            if win == X.PointerRoot:
+                return True
+            for _ in range(32):
+                if win in (None, X.NONE) or isinstance(win, int) or win.id == root.id:
+                    return False
+                if win.id == toplevel:
                     return True
-                for _ in range(32):
-                    if win in (None, X.NONE) or isinstance(win, int) or win.id == root.id:
-                        return False
-                    if win.id == toplevel:
-                        return True
-                    win = win.query_tree().parent
-                return False
+                win = win.query_tree().parent
+            return False
 
-            deadline = t0 + timeout_s
-            while not focused():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False, time.monotonic() - t0
-                select.select([d], [], [], min(left, 0.25))  # a FocusIn (or anything) wakes us up
-                while d.pending_events():
-                    d.next_event()
-            return True, time.monotonic() - t0
-        finally:
-            d.close()
-    except Exception as exc:  # BadWindow when the window went away; Xlib raises several unrelated types
-        log.warning("could not wait for the keyboard focus: %s", exc)
-        return False, time.monotonic() - t0
+        deadline = t0 + timeout_s
+        while not focused():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            select.select([d], [], [], min(left, 0.25))  # a FocusIn (or anything) wakes us up
+            while d.pending_events():
+                d.next_event()
+        return True
+
+    return _read_display(wait, False, "wait for the keyboard focus"), time.monotonic() - t0
 
 
 def monitor_rects() -> list[tuple[int, int, int, int]]:

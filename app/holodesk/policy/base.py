@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from holodesk.core.actions import Action, Point
 from holodesk.core.geometry import Frame
-
-if TYPE_CHECKING:
-    from holodesk.policy.protocol import ActionProtocol
+from holodesk.errors import SettingsError
+from holodesk.policy.reply import ParsedReply, read_point
 
 
 @dataclass(frozen=True)
@@ -104,7 +103,7 @@ def forget_unused_frames(history: list[HistoryStep], policy: object) -> None:
     episode folder).
 
     A policy sends the current frame plus those of the ``max_images - 1`` most recent history steps that have
-    one (:func:`holodesk.policy.protocol.kept_frames`); ``max_images`` is the policy's attribute of that name,
+    one (:func:`kept_frames`); ``max_images`` is the policy's attribute of that name,
     else :data:`DEFAULT_MAX_IMAGES`. Older steps keep everything but their frame (``frame=None``), as a step
     whose frame was never taken.
     """
@@ -122,6 +121,102 @@ def step_performed(outcome: str) -> bool:
     """True for a history outcome of a step that was carried out: ``"performed"`` or ``"sent but not
     verified: ..."``."""
     return outcome == "performed" or outcome.startswith("sent")
+
+
+def kept_frames(history: Sequence[HistoryStep], max_images: int) -> set[int]:
+    """Indices of the history steps whose screenshots are still sent: the most recent ``max_images - 1``
+    steps that have a frame (the current screenshot is the last image). Older ones are sent as text.
+
+    Raises:
+        SettingsError: when ``max_images`` is not an integer >= 1 (the current frame is always sent).
+    """
+    if isinstance(max_images, bool) or not isinstance(max_images, int) or max_images < 1:
+        raise SettingsError(
+            f"max_images must be an integer >= 1 (the current screenshot is always sent), got {max_images!r}"
+        )
+    with_frames = [i for i, step in enumerate(history) if step.frame is not None]
+    # max(0, ...) so that a short history is not sliced from a negative (wrapped-around) start
+    return set(with_frames[max(0, len(with_frames) - (max_images - 1)):]) if max_images > 1 else set()
+
+
+class ActionProtocol:
+    """What the policy model is asked to emit and how its reply becomes an action: the interface of the
+    protocols ``holo-v1`` (:class:`holodesk.policy.protocol.HoloV1Protocol`) and ``agent-loop-v1``
+    (:class:`holodesk.policy.contract.AgentLoopProtocol`), which read replies with
+    :mod:`holodesk.policy.reply`. Get one through :func:`holodesk.policy.registry.get_protocol`.
+
+    Attributes:
+        name: the protocol's versioned name.
+        instructions: the system prompt without the reasoning switch line.
+    """
+
+    name: str
+    instructions: str
+
+    def system_prompt(self, *, reasoning: bool = False, reasoning_line: bool = True) -> str:
+        """The system turn: :attr:`instructions`, then, with ``reasoning_line`` (models switched in the system
+        prompt, Nemotron Nano 2: :attr:`holodesk.policy.models.Reasoning.prompt_line`), a last line ``/think``
+        when ``reasoning`` else ``/no_think`` (holotron.md, "Prompt layout"). Without it no switch is
+        written: models switched by a chat-template variable (Holo2, Holo3, Holotron-3-Nano) would read the
+        line as text."""
+        if not reasoning_line:
+            return self.instructions
+        return self.instructions + ("\n/think" if reasoning else "\n/no_think")
+
+    def json_schema(self) -> dict[str, Any]:
+        """JSON Schema (draft 2020-12) of one reply, for constrained decoding; a fresh copy on every call."""
+        raise NotImplementedError
+
+    def localization_schema(self) -> dict[str, Any]:
+        """JSON Schema of a localization reply ``{"x": int, "y": int}`` in [0, 1000]; a fresh copy."""
+        raise NotImplementedError
+
+    def parse(self, raw_text: str, *, pointer: Point | None = None) -> ParsedReply:
+        """One reply as an action; ``pointer`` is where the pointer is (None when not known).
+
+        Raises:
+            PolicyOutputError: (with ``raw_text``) the reply is not a valid action.
+        """
+        raise NotImplementedError
+
+    def to_reply(self, action: Action, *, thought: str = "", note: str | None = None) -> str:
+        """``action`` written as a reply of this protocol (one line of JSON).
+
+        Raises:
+            ActionError: the protocol has no tool for the action.
+        """
+        raise NotImplementedError
+
+    def format_step(self, step: HistoryStep) -> str:
+        """Text form of a past step for the prompt (protocols that write history as text)."""
+        raise NotImplementedError
+
+    def build_messages(
+        self, observation: Observation, *, max_images: int = DEFAULT_MAX_IMAGES, reasoning: bool = False,
+        reasoning_line: bool = True,
+    ) -> list[dict[str, Any]]:
+        """Chat messages for one step, shared by the local and the remote runtime; parts are
+        ``{"type": "text", "text": str}`` or ``{"type": "image", "frame": Frame}``.
+
+        Raises:
+            SettingsError: when ``max_images`` < 1 (the current frame is always sent).
+        """
+        raise NotImplementedError
+
+    def localization_prompt(self, target: str) -> str:
+        """The grounding-only prompt for ``target`` (the element in words)."""
+        raise NotImplementedError
+
+    def parse_localization(self, raw_text: str) -> Point:
+        """A localization reply ``{"x": int, "y": int}`` as a point in [0, 1000]: packaging is tolerated and
+        coordinates follow the rules of :func:`holodesk.policy.reply.coordinates` (integral floats and
+        numeric strings accepted, fractions in [0, 1] flagged as another convention, values outside
+        [0, 1000] rejected and never clamped).
+
+        Raises:
+            PolicyOutputError: (with ``raw_text``) when the reply is not exactly one such object.
+        """
+        return read_point(raw_text, self.name)
 
 
 @runtime_checkable

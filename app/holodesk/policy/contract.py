@@ -67,18 +67,9 @@ from holodesk.core.actions import (
     Wait,
     normalize_key,
 )
-from holodesk.errors import ActionError, PolicyOutputError
-from holodesk.policy.base import HistoryStep, Observation, step_performed
-from holodesk.policy.protocol import (
-    ActionProtocol,
-    ParsedReply,
-    _as_text,
-    _coordinates,
-    _extract_object,
-    _Fail,
-    _short,
-    kept_frames,
-)
+from holodesk.errors import ActionError
+from holodesk.policy.base import ActionProtocol, HistoryStep, Observation, kept_frames, step_performed
+from holodesk.policy.reply import ParsedReply, ReplyError, coordinates, disarm, read_object, reading, short
 
 NAME: Final = "agent-loop-v1"
 """The protocol's name (:func:`holodesk.policy.registry.get_protocol`)."""
@@ -551,7 +542,7 @@ def _validation_message(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors()[:3]:
         where = ".".join(str(p) for p in error.get("loc", ()))
-        parts.append(f"{where or 'reply'}: {_error_words(error)} (got {_short(error.get('input'))})")
+        parts.append(f"{where or 'reply'}: {_error_words(error)} (got {short(error.get('input'))})")
     more = f" (and {len(exc.errors()) - 3} more)" if len(exc.errors()) > 3 else ""
     return "; ".join(parts) + more
 
@@ -563,22 +554,13 @@ class AgentLoopProtocol(ActionProtocol):
     """
 
     name: str = NAME
+    instructions: str = _SYSTEM_PROMPT
+    """The loop's rules, the tool list and the reply schema in ``<output_format>`` (the system turn before
+    the reasoning line, :meth:`~holodesk.policy.base.ActionProtocol.system_prompt`; with thinking off the
+    template ends the generation prompt in ``<think></think>``)."""
     tools: tuple[type[Tool], ...] = tuple(TOOLS)
 
     # ----------------------------------------------------------------------------------------- prompt
-    def system_prompt(self, *, reasoning: bool = False, reasoning_line: bool = True) -> str:
-        """The system turn: the loop's rules, the tool list and the reply schema in ``<output_format>``.
-
-        With ``reasoning_line`` (models switched in the system prompt, Nemotron Nano 2:
-        :attr:`holodesk.policy.models.Reasoning.prompt_line`) the last line selects the reasoning channel:
-        ``/think`` or ``/no_think`` (with thinking off the template ends the generation prompt in
-        ``<think></think>``). Without it no switch is written: Holo2, Holo3 and Holotron-3-Nano are switched by
-        a chat-template variable, and to them the line would be text.
-        """
-        if not reasoning_line:
-            return _SYSTEM_PROMPT
-        return _SYSTEM_PROMPT + ("\n/think" if reasoning else "\n/no_think")
-
     def json_schema(self) -> dict[str, Any]:
         """The reply schema (pydantic's JSON Schema of :data:`Reply`; a fresh copy on every call)."""
         return dict(json.loads(_SCHEMA_TEXT))
@@ -598,8 +580,9 @@ class AgentLoopProtocol(ActionProtocol):
 
     # ----------------------------------------------------------------------------------------- parse
     def parse(self, raw_text: str, *, pointer: Point | None = None) -> ParsedReply:
-        """Parse one reply: the object is found as in ``holo-v1`` (fences, prose, a leading ``<think>``
-        block, repeated copies tolerated and noted in ``warnings``), then validated by :data:`Reply`.
+        """Parse one reply: the object is found by the shared reader (:func:`holodesk.policy.reply.read_object`:
+        fences, prose, a leading ``<think>`` block, repeated copies tolerated and noted in ``warnings``), then
+        validated by :data:`Reply`.
 
         Args:
             raw_text: the reply as received.
@@ -610,28 +593,22 @@ class AgentLoopProtocol(ActionProtocol):
                 tool, missing or extra field, coordinate outside [0, 1000], never clamped; F05), or a
                 tool call with no valid action (a drag with no known start).
         """
-        try:
-            obj, warnings = _extract_object(raw_text)
+        with reading(raw_text):
+            obj, warnings = read_object(raw_text)
             call = obj.get("tool_call")
-            if isinstance(call, dict):  # coordinates follow holo-v1's rules and messages (F05, F08)
+            if isinstance(call, dict):  # coordinates follow the shared reader's rules and messages (F05, F08)
                 coords = {k: call[k] for k in ("x", "y") if k in call}
-                _coordinates(coords, f"the {call.get('tool_name', 'tool')} call", warnings, NAME)
+                coordinates(coords, f"the {call.get('tool_name', 'tool')} call", warnings, NAME)
             try:
                 reply = Reply.model_validate(obj)
             except ValidationError as exc:
                 names = ", ".join(tool_names(self.tools))
-                raise _Fail(
+                raise ReplyError(
                     f"the reply does not follow {NAME}: {_validation_message(exc)}",
                     hint=f"Reply with {{\"note\", \"thought\", \"tool_call\"}}; tools: {names}.",
                 ) from None
             tool_call: Tool = reply.tool_call  # type: ignore[attr-defined]
             action = tool_call.to_action(ToolContext(pointer))
-        except _Fail as exc:
-            raise PolicyOutputError(exc.message, raw_text=_as_text(raw_text), hint=exc.hint) from None
-        except (ActionError, ValueError, TypeError, ArithmeticError, RecursionError) as exc:
-            raise PolicyOutputError(
-                f"the reply is not a valid action: {exc}", raw_text=_as_text(raw_text)
-            ) from None
         return ParsedReply(action, reply.thought, reply.note, raw_text, tuple(warnings))  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------------------------ serialise
@@ -705,7 +682,7 @@ class AgentLoopProtocol(ActionProtocol):
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": [{"type": "text", "text": self.system_prompt(reasoning=reasoning,
                                                                                    reasoning_line=reasoning_line)}]},
-            {"role": "user", "content": [{"type": "text", "text": _disarm(f"Task: {observation.task}")}]},
+            {"role": "user", "content": [{"type": "text", "text": disarm(f"Task: {observation.task}")}]},
         ]
         for i, step in enumerate(history):
             messages.append(observe(step.frame if i in keep else None))
@@ -715,9 +692,9 @@ class AgentLoopProtocol(ActionProtocol):
                 except ActionError:
                     text = ""
                 if text:
-                    messages.append({"role": "assistant", "content": [{"type": "text", "text": _disarm(text)}]})
+                    messages.append({"role": "assistant", "content": [{"type": "text", "text": disarm(text)}]})
             result = self.tool_result(step)
-            result["content"][0]["text"] = _disarm(result["content"][0]["text"])
+            result["content"][0]["text"] = disarm(result["content"][0]["text"])
             messages.append(result)
         messages.append(observe(observation.frame))
         return messages
@@ -737,14 +714,6 @@ def reasoning_text(raw_text: str) -> str | None:
         return None
     text = head.strip().removeprefix("<think>").strip()
     return text or None
-
-
-def _disarm(value: str) -> str:
-    """Break ``/think`` and ``/no_think`` in user or model text with a zero-width space after the slash:
-    only the system prompt may switch Nemotron's reasoning."""
-    for tag in ("/no_think", "/think"):
-        value = value.replace(tag, "/\u200b" + tag[1:])
-    return value
 
 
 PROTOCOL: Final = AgentLoopProtocol()

@@ -46,7 +46,7 @@ def load_local_policy(
             families), quantization asked for a native family, or the chosen runtime's load errors.
     """
     from holodesk.errors import ModelLoadError
-    from holodesk.policy.download import resolve_source
+    from holodesk.policy.source import resolve_source
 
     require_runtime()
     device = options.get("device")

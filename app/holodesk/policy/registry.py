@@ -1,4 +1,4 @@
-"""The action protocols by name: ``holo-v1`` (:class:`holodesk.policy.protocol.ActionProtocol`) and
+"""The action protocols by name: ``holo-v1`` (:class:`holodesk.policy.protocol.HoloV1Protocol`) and
 ``agent-loop-v1``, H Company's published agent contract (:mod:`holodesk.policy.contract`)."""
 
 from __future__ import annotations
@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Final
 
 from holodesk.errors import SettingsError
+from holodesk.policy.base import ActionProtocol
 from holodesk.policy.contract import PROTOCOL as AGENT_LOOP_V1
-from holodesk.policy.protocol import PROTOCOL_NAMES, ActionProtocol
+from holodesk.policy.protocol import PROTOCOL_NAMES, HoloV1Protocol
 
-_PROTOCOLS: Final[dict[str, ActionProtocol]] = {"holo-v1": ActionProtocol(), AGENT_LOOP_V1.name: AGENT_LOOP_V1}
+_PROTOCOLS: Final[dict[str, ActionProtocol]] = {"holo-v1": HoloV1Protocol(), AGENT_LOOP_V1.name: AGENT_LOOP_V1}
 
 
 def get_protocol(name: str = "holo-v1") -> ActionProtocol:

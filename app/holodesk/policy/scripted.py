@@ -39,8 +39,8 @@ from typing import Any
 
 from holodesk.core.actions import Action
 from holodesk.errors import PolicyError, PolicyOutputError
-from holodesk.policy.base import Observation, Proposal, pointer_after
-from holodesk.policy.protocol import PROTOCOL_NAMES, ActionProtocol
+from holodesk.policy.base import ActionProtocol, Observation, Proposal, pointer_after
+from holodesk.policy.protocol import PROTOCOL_NAMES
 from holodesk.policy.registry import get_protocol
 
 Reply = str | dict[str, Any]

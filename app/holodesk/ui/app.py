@@ -65,9 +65,11 @@ ExecutorFactory = Callable[[Settings, threading.Event], Any]
 def hub_download(repo_id: str, *, revision: str, cache_dir: Path, progress: Callable[[Any], None],
                  cancel: threading.Event) -> Any:
     """The download dialog's :data:`~holodesk.ui.download.DownloadFn`: the download manager
-    (:func:`holodesk.policy.download.download_model`) with the hub token kept in the keychain."""
-    from holodesk.policy.download import download_model, hub_repo, hub_token
+    (:func:`holodesk.download.manager.download_model`) with the hub token kept in the keychain."""
+    from holodesk.download.hub import hub_token
+    from holodesk.download.manager import download_model
     from holodesk.policy.native.families import check_checkpoint_before_weights
+    from holodesk.policy.source import hub_repo
 
     return download_model(repo_id, revision=revision, cache_dir=cache_dir, progress=progress, cancel=cancel,
                           token=hub_token(),

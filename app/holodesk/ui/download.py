@@ -2,7 +2,7 @@
 file being fetched, Cancel, and the download's own advice when it fails.
 
 The dialog does not download anything itself: it runs a download function (the download manager,
-``holodesk.policy.download.download_model``) on a worker thread. What it expects of that function
+``holodesk.download.manager.download_model``) on a worker thread. What it expects of that function
 (:class:`DownloadFn`)::
 
     download(repo_id: str, *, revision: str, cache_dir: Path,
@@ -40,6 +40,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from holodesk.download.progress import human_duration
 from holodesk.errors import HolodeskError
 
 log = logging.getLogger(__name__)
@@ -99,15 +100,8 @@ def format_bytes(n: float) -> str:
 
 
 def format_eta(seconds: float | None) -> str:
-    """``3725`` -> ``"1 h 2 min"``; ``None`` -> ``"unknown"``."""
-    if seconds is None:
-        return "unknown"
-    s = max(0, round(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60} s"
-    return f"{s // 3600} h {(s % 3600) // 60} min"
+    """``3725`` -> ``"1 h 2 min"`` (:func:`~holodesk.download.progress.human_duration`); ``None`` -> ``"unknown"``."""
+    return "unknown" if seconds is None else human_duration(seconds)
 
 
 def progress_text(p: DownloadProgressLike) -> str:

@@ -40,9 +40,9 @@ from PySide6.QtWidgets import (
 )
 
 from holodesk.core.fit import DISK_MARGIN_BYTES, GIB, PRECISION_TRADEOFF, disk_fits, explain_precision
+from holodesk.download.cache import default_cache_dir
 from holodesk.errors import HolodeskError, SecretStoreError, SettingsError
 from holodesk.machine import GpuInfo, disk_free_bytes, probe_gpus
-from holodesk.policy.download import default_cache_dir
 from holodesk.policy.models import (
     DEFAULT_MODEL,
     MODELS,

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from holodesk.errors import ModelLoadError
-from holodesk.policy.download import no_gpu_advice, resolve_source
 from holodesk.policy.holotron.checkpoint import (
     CheckpointInfo,
     ProgressFn,
@@ -31,6 +30,7 @@ from holodesk.policy.holotron.checkpoint import (
 )
 from holodesk.policy.holotron.hf_config import check_load_report, key_namers, translate_config
 from holodesk.policy.holotron.kernels import kernel_report, prepare_kernels
+from holodesk.policy.source import no_gpu_advice, resolve_source
 
 if TYPE_CHECKING:
     import torch
@@ -281,7 +281,7 @@ def load_holotron(
         device: torch device string; default ``"cuda"`` when available, else ``"cpu"``.
         progress: optional ``progress(stage, fraction)`` callback.
         attn_implementation: transformers attention backend (``"sdpa"``, ``"eager"``, ...).
-        cancel: stops a hub download when set (:class:`~holodesk.policy.download.DownloadCancelled`).
+        cancel: stops a hub download when set (:class:`~holodesk.download.errors.DownloadCancelled`).
     Returns:
         :class:`LoadedHolotron`.
     Raises:
@@ -308,7 +308,7 @@ def load_holotron(
         return _load_folder(folder, dtype=dtype, quantization=quantization, target=target, progress=progress,
                             attn_implementation=attn_implementation)
     except ModelLoadError as exc:
-        from holodesk.policy.download import cache_repair_advice
+        from holodesk.download.cache import cache_repair_advice
 
         repair = cache_repair_advice(folder)
         if not repair:

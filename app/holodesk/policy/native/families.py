@@ -213,7 +213,7 @@ def check_checkpoint_before_weights(folder: Path, repo_id: str) -> None:
         ModelLoadError: no or unreadable config.json, an unsupported family, or weights whose size is not
             within half to 1.5 times what the model table gives for the model (the message gives both).
     """
-    from holodesk.policy.download import human_bytes
+    from holodesk.download.progress import human_bytes
     from holodesk.policy.models import find_model
 
     config = read_config(folder)

@@ -163,8 +163,8 @@ def load_native(
     except ImportError as exc:
         raise ModelLoadError(f"the local runtime needs torch and transformers >= 5.23 ({exc})",
                              hint="pip install 'holodesk[local]'.") from None
-    from holodesk.policy.download import resolve_source
     from holodesk.policy.native.processor import load_processor
+    from holodesk.policy.source import resolve_source
 
     target = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if target.type == "cuda" and not torch.cuda.is_available():
