@@ -26,7 +26,7 @@ import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -189,19 +189,26 @@ def choose(weights: Sequence[torch.Tensor], *, check_rtol: float | None = None) 
             if bk <= 2 * w0.shape[1]:
                 tile = Gemv("triton", bn, bk, nw)
                 candidates.append((tile, functools.partial(linear, how=tile.spec())))
-    best = LINEAR
-    best_us = float("inf")
-    timings: dict[str, float] = {}
+    return fastest(candidates, weights, x, ref, rtol, tuple(w0.shape))
+
+
+def fastest(candidates: Sequence[tuple[Gemv, Any]], weights: Sequence[Any], x: torch.Tensor, ref: torch.Tensor,
+            rtol: float, shape: tuple[int, ...]) -> tuple[Gemv, dict[str, float]]:
+    """The fastest of ``candidates`` ``(kernel, fn)`` whose ``fn(x, weights[0])`` is within ``rtol`` (relative L2)
+    of ``ref`` (float32), timed over ``weights`` (:func:`_time_us`); a candidate that fails to run or to match
+    is logged (with ``shape``) and left out. Returns (the fastest :class:`Gemv` with its microseconds, the
+    microseconds of every candidate that ran by label); ``(LINEAR, {})`` when none ran."""
+    best, best_us, timings = LINEAR, float("inf"), {}
     for how, fn in candidates:
         try:
-            out = fn(x, w0).float()
+            out = fn(x, weights[0]).float()
             err = float((out - ref).norm() / ref.norm().clamp_min(1e-30))
             if not err <= rtol:
-                log.warning("matrix-vector %s for %s rejected: relative error %.2e", how.label(), tuple(w0.shape), err)
+                log.warning("matrix-vector %s for %s rejected: relative error %.2e", how.label(), shape, err)
                 continue
             us = _time_us(fn, weights, x)
         except Exception as exc:  # a tile Triton cannot compile here, or no cuBLAS kernel for the shape
-            log.warning("matrix-vector %s for %s unavailable: %s", how.label(), tuple(w0.shape), exc)
+            log.warning("matrix-vector %s for %s unavailable: %s", how.label(), shape, exc)
             continue
         timings[how.label()] = round(us, 2)
         if us < best_us:

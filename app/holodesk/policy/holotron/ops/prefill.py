@@ -27,6 +27,7 @@ kernels can run.
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -47,25 +48,25 @@ except Exception as _exc:  # no Triton: the torch references only
 
 
 @functools.cache
+def _mamba_fn(module: str, name: str) -> Callable[..., Any] | None:
+    """mamba-ssm's fused entry point ``name`` of ``mamba_ssm.ops.triton.<module>`` (``layer_norm.rms_norm_fn``,
+    ``layernorm_gated.rmsnorm_fn``), or None when mamba-ssm is missing or unusable; looked up once (it is asked
+    per block per chunk)."""
+    try:
+        return getattr(importlib.import_module(f"mamba_ssm.ops.triton.{module}"), name)
+    except Exception as exc:  # mamba-ssm missing or unusable
+        log.debug("mamba-ssm %s.%s unavailable (%s: %s)", module, name, type(exc).__name__, exc)
+        return None
+
+
 def _mamba_rms_norm_fn() -> Callable[..., Any] | None:
-    """mamba-ssm's fused RMSNorm entry point, or None; looked up once (it is asked per block per chunk)."""
-    try:
-        from mamba_ssm.ops.triton.layer_norm import rms_norm_fn
-    except Exception as exc:  # mamba-ssm missing or unusable
-        log.debug("mamba-ssm fused RMSNorm unavailable (%s: %s)", type(exc).__name__, exc)
-        return None
-    return rms_norm_fn
+    """mamba-ssm's fused RMSNorm, or None."""
+    return _mamba_fn("layer_norm", "rms_norm_fn")
 
 
-@functools.cache
 def _mamba_gated_norm_fn() -> Callable[..., Any] | None:
-    """mamba-ssm's fused gated RMSNorm entry point, or None; looked up once."""
-    try:
-        from mamba_ssm.ops.triton.layernorm_gated import rmsnorm_fn
-    except Exception as exc:  # mamba-ssm missing or unusable
-        log.debug("mamba-ssm gated RMSNorm unavailable (%s: %s)", type(exc).__name__, exc)
-        return None
-    return rmsnorm_fn
+    """mamba-ssm's fused gated RMSNorm, or None."""
+    return _mamba_fn("layernorm_gated", "rmsnorm_fn")
 
 
 def fused_available(device: torch.device) -> str | None:

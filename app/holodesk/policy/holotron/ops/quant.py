@@ -31,7 +31,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from holodesk.policy.holotron.ops.gemv import LINEAR, Gemv, _time_us
+from holodesk.policy.holotron.ops.gemv import LINEAR, Gemv, fastest
 
 if TYPE_CHECKING:
     import torch
@@ -306,25 +306,8 @@ def choose(weights: Sequence[QuantWeight], *, dtype: torch.dtype | None = None,
     gen = torch.Generator(device=dev).manual_seed(0)
     x = torch.randn(1, shape(w0)[1], generator=gen, device=dev, dtype=dtype or torch.bfloat16)
     ref = gemv_reference(x, w0).float()
-    best, best_us, timings = LINEAR, float("inf"), {}
-    for tile in tiles(w0, x.dtype):
-        fn = functools.partial(linear, how=tile.spec())
-        try:
-            out = fn(x, w0).float()
-            err = float((out - ref).norm() / ref.norm().clamp_min(1e-30))
-            if not err <= check_rtol:
-                log.warning("matrix-vector %s for %s rejected: relative error %.2e", tile.label(), shape(w0), err)
-                continue
-            us = _time_us(fn, weights, x)  # type: ignore[arg-type]
-        except Exception as exc:  # a tile Triton cannot compile here
-            log.warning("matrix-vector %s for %s unavailable: %s", tile.label(), shape(w0), exc)
-            continue
-        timings[tile.label()] = round(us, 2)
-        if us < best_us:
-            best, best_us = tile, us
-    if not timings:
-        return LINEAR, {}
-    return Gemv(best.kind, best.block_n, best.block_k, best.num_warps, round(best_us, 2)), timings
+    candidates = [(tile, functools.partial(linear, how=tile.spec())) for tile in tiles(w0, x.dtype)]
+    return fastest(candidates, weights, x, ref, check_rtol, shape(w0))
 
 
 __all__ = ["HAVE_TRITON", "INT8_SCALE", "INT8_TILES", "NF4_SHFL_TILES", "NF4_SHFL_VEC", "NF4_TILES", "QUANT_KINDS",
