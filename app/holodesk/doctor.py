@@ -148,6 +148,7 @@ def _local_fit() -> dict[str, Any]:
     which precision of it fits the GPU's free memory, whether the chosen precision fits, and which models
     fit at all (the one rule of :mod:`holodesk.core.fit`, as the wizard and Settings use it)."""
     from holodesk.core.fit import GIB
+    from holodesk.core.units import format_bytes
     from holodesk.machine import disk_free_bytes, probe_gpus
     from holodesk.policy.download import default_cache_dir
     from holodesk.policy.models import describe, find_model, models_that_fit, run_choice
@@ -184,8 +185,8 @@ def _local_fit() -> dict[str, Any]:
         cache = default_cache_dir()
         disk = disk_free_bytes(cache)
         estimated = "" if spec.checkpoint_bytes is not None else " (estimated)"
-        out["disk"] = (f"{disk / 1e9:.1f} GB free in {cache} (the checkpoint needs "
-                       f"{spec.download_bytes / 1e9:.1f} GB{estimated})"
+        out["disk"] = (f"{format_bytes(disk)} free in {cache} (the checkpoint needs "
+                       f"{format_bytes(spec.download_bytes)}{estimated})"
                        + ("" if spec.disk_fits(disk) else ": not enough"))
     try:  # what the next policy will run with: the profile where the settings say "auto" / unset
         choice = run_choice(s.model, reasoning=getattr(s, "reasoning", "auto"), greedy=getattr(s, "greedy", False),

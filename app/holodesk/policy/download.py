@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, NoReturn, cast
 
+from holodesk.core.units import format_bytes
 from holodesk.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -85,15 +86,6 @@ HTTP_CHUNK_BYTES = 1024 * 1024
 """Bytes ``http_get`` reads from the response before each write to the partial file (huggingface_hub's
 ``constants.DOWNLOAD_CHUNK_SIZE``, read at each call; its own default, 10 MiB, moved the progress figure in
 10 MiB steps and kept up to 10 MiB received but not yet on disk)."""
-
-
-def human_bytes(n: float) -> str:
-    """``1536000`` -> ``"1.5 MB"`` (decimal units, as the hub shows sizes)."""
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
 
 
 def human_duration(seconds: float) -> str:
@@ -221,10 +213,10 @@ class DownloadProgress:
         ``"Downloading owner/name: 1.2 GB of 25.0 GB (5%), 35.0 MB/s, 11 min 20 s left — model.safetensors
         (2/9)"``."""
         verb = "Checking" if self.stage == "checking" else "Downloading"
-        line = (f"{verb} {self.repo_id}: {human_bytes(self.done_bytes)} of {human_bytes(self.total_bytes)} "
+        line = (f"{verb} {self.repo_id}: {format_bytes(self.done_bytes)} of {format_bytes(self.total_bytes)} "
                 f"({self.fraction:.0%})")
         if self.bytes_per_s > 0:
-            line += f", {human_bytes(self.bytes_per_s)}/s"
+            line += f", {format_bytes(self.bytes_per_s)}/s"
         if self.eta_s is not None and self.done_bytes < self.total_bytes:
             line += f", {human_duration(self.eta_s)} left"
         if self.file:
@@ -277,9 +269,9 @@ def disk_full_error(repo_id: str, folder: Path, needed: int, free: int) -> Downl
     """The error for a cache disk without room for ``needed`` bytes."""
     return DownloadError(
         "disk_full",
-        f"not enough disk space to download {repo_id}: it needs {human_bytes(needed)} more in {folder}, "
-        f"which has {human_bytes(free)} free",
-        f"Free {human_bytes(max(0, needed - free))} on that disk, {_move_cache_advice()}. {_RESUMES}",
+        f"not enough disk space to download {repo_id}: it needs {format_bytes(needed)} more in {folder}, "
+        f"which has {format_bytes(free)} free",
+        f"Free {format_bytes(max(0, needed - free))} on that disk, {_move_cache_advice()}. {_RESUMES}",
         repo_id=repo_id, folder=folder)
 
 
@@ -372,7 +364,7 @@ def _disk_full(exc: BaseException, repo_id: str, folder: Path | None) -> Downloa
         free = 0
     return DownloadError(
         "disk_full", f"the disk filled up while downloading {repo_id} into {where} "
-        f"({human_bytes(free)} free)",
+        f"({format_bytes(free)} free)",
         f"Free space on that disk, {_move_cache_advice()}. {_RESUMES}", repo_id=repo_id, folder=folder)
 
 
@@ -835,8 +827,8 @@ def _fetch_attempts(job: _Job, plan: DownloadPlan, item: PlannedFile, headers: d
 def _truncated(item: PlannedFile, partial: Path) -> _RetryableFileError:
     size = partial.stat().st_size if partial.exists() else 0
     return _RetryableFileError(
-        "truncated", f"the server sent only {human_bytes(size)} of {item.name}, whose listed size is "
-        f"{human_bytes(item.size)} ({size} of {item.size} bytes); the part that arrived was kept, not stored "
+        "truncated", f"the server sent only {format_bytes(size)} of {item.name}, whose listed size is "
+        f"{format_bytes(item.size)} ({size} of {item.size} bytes); the part that arrived was kept, not stored "
         "as complete")
 
 
@@ -1140,7 +1132,7 @@ def resolve_source(source: str | Path, *, progress: Callable[[str, float | None]
             from holodesk.policy.models import find_model
 
             spec = find_model(text)
-            size = f"{spec.download_bytes / 1e9:.1f} GB of weights" if spec is not None else "its weights"
+            size = f"{format_bytes(spec.download_bytes)} of weights" if spec is not None else "its weights"
             raise ModelLoadError(
                 f"checkpoint {text} is not on this machine, and it is not downloaded for a machine without a "
                 f"CUDA GPU ({size} that would run far too slowly on the CPU)",
@@ -1232,7 +1224,7 @@ class TerminalProgress:
     def __call__(self, report: DownloadProgress) -> None:
         if not self._folder_shown:
             self._folder_shown = True
-            self._stream.write(f"Downloading {report.repo_id} ({human_bytes(report.total_bytes)}) into "
+            self._stream.write(f"Downloading {report.repo_id} ({format_bytes(report.total_bytes)}) into "
                                f"{report.folder}\n")
         self.line(report.describe(), report.fraction)
 

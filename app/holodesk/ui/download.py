@@ -40,6 +40,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from holodesk.core.units import format_bytes
 from holodesk.errors import HolodeskError
 
 log = logging.getLogger(__name__)
@@ -87,15 +88,6 @@ class DownloadFn(Protocol):
 
     def __call__(self, repo_id: str, *, revision: str, cache_dir: Path, progress: Callable[[Any], None],
                  cancel: threading.Event) -> Any: ...
-
-
-def format_bytes(n: float) -> str:
-    """``1536`` -> ``"1.5 KB"``; decimal units, as disks and download sites count."""
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
 
 
 def format_eta(seconds: float | None) -> str:

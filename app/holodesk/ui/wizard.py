@@ -40,6 +40,7 @@ from PySide6.QtWidgets import (
 )
 
 from holodesk.core.fit import DISK_MARGIN_BYTES, GIB, PRECISION_TRADEOFF, disk_fits, explain_precision
+from holodesk.core.units import format_bytes
 from holodesk.errors import HolodeskError, SecretStoreError, SettingsError
 from holodesk.machine import GpuInfo, disk_free_bytes, probe_gpus
 from holodesk.policy.download import default_cache_dir
@@ -53,7 +54,7 @@ from holodesk.policy.models import (
     models_that_fit,
 )
 from holodesk.settings import Settings, save_settings, validate_field
-from holodesk.ui.download import DownloadDialog, DownloadFn, format_bytes
+from holodesk.ui.download import DownloadDialog, DownloadFn
 
 log = logging.getLogger(__name__)
 
