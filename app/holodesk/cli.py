@@ -21,6 +21,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
 from holodesk import __version__
+from holodesk.core.approval import ApprovalMode
 from holodesk.errors import ActionError, HolodeskError
 from holodesk.policy.native.families import FAMILIES
 
@@ -47,9 +48,10 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--model", help="local Holotron checkpoint folder or Hugging Face repo id; with --endpoint, "
                      "the model name the server serves")
     run.add_argument("--endpoint", help="OpenAI-compatible server URL (vLLM), e.g. http://host:8000/v1")
-    run.add_argument("--approve", choices=["step", "auto"], help="step: ask before every action; auto: autopilot "
-                     "approves low-risk actions, asks for high-risk ones (default: the 'approval' setting, which "
-                     "is 'step' unless you changed it; the run says which is in force)")
+    run.add_argument("--approve", choices=[m.value for m in ApprovalMode],
+                     help="step: ask before every action; auto: autopilot approves low-risk actions, asks for "
+                     "high-risk ones (default: the 'approval' setting, which is 'step' unless you changed it; the run "
+                     "says which is in force)")
     run.add_argument("--monitor", type=int, help="the one monitor to act on (1 = first; `holodesk doctor` lists them)")
     run.add_argument("--max-steps", type=int, help="hard cap on steps")
     run.add_argument("--max-seconds", type=float, help="hard cap on wall time")
@@ -285,7 +287,7 @@ def _run_task(args: argparse.Namespace, task: str, settings: Settings) -> int:
         window_probe=_window_probe(),
     )
     session.subscribe(_print_event)
-    if settings.approval == "auto":
+    if settings.approval is ApprovalMode.AUTO:
         source = "--approve auto" if args.approve else "the 'approval' setting"
         print(f"Autopilot is on ({source}): low-risk steps run without asking; use --approve step to be asked "
               "before every action.")

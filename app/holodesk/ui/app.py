@@ -24,6 +24,7 @@ from PySide6.QtCore import QCoreApplication, QObject, Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import QApplication, QMessageBox, QProgressDialog, QSystemTrayIcon
 
+from holodesk.core.approval import ApprovalMode, approval_mode
 from holodesk.errors import HolodeskError, ModelLoadError, SettingsError
 from holodesk.instance import ChannelError, ChannelServer, DriveLock, InstanceLock
 from holodesk.session.approval import ApprovalPolicy
@@ -358,10 +359,13 @@ class HolodeskApp(QObject):
             self.runner.stop(by)
         self.approval.stop()
 
-    def set_mode(self, mode: str) -> None:
-        """Switch between "step" and "auto" (applies from the next step; not written to the file)."""
-        if mode not in ("step", "auto"):
-            raise ValueError(f"mode must be 'step' or 'auto', got {mode!r}")
+    def set_mode(self, mode: ApprovalMode | str) -> None:
+        """Switch between step mode and autopilot (applies from the next step; not written to the file).
+
+        Raises:
+            ValueError: ``mode`` names no :class:`ApprovalMode`.
+        """
+        mode = approval_mode(mode)
         self.approval_policy.mode = mode
         self.approval_policy.paused = False
         self.actions.update_state(mode=mode, paused=False)

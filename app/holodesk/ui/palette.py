@@ -16,6 +16,7 @@ from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QCursor, QGuiApplication, QKeyEvent
 from PySide6.QtWidgets import QFrame, QLabel, QLineEdit, QVBoxLayout, QWidget
 
+from holodesk.core.approval import ApprovalMode
 from holodesk.errors import SettingsError
 
 log = logging.getLogger(__name__)
@@ -200,15 +201,15 @@ class CommandPalette(QWidget):
         self.hint = QLabel()
         self.hint.setTextFormat(Qt.TextFormat.PlainText)
         layout.addWidget(self.hint)
-        self.mode = "step"
-        self.set_mode_hint("step")
+        self.mode = ApprovalMode.STEP
+        self.set_mode_hint(ApprovalMode.STEP)
 
-    def set_mode_hint(self, mode: str | None = None, message: str = "") -> None:
-        """Show the approval mode ("step" / "auto"; None keeps the last one) and an optional message."""
+    def set_mode_hint(self, mode: ApprovalMode | None = None, message: str = "") -> None:
+        """Show the approval mode (None keeps the last one) and an optional message."""
         if mode is not None:
             self.mode = mode
         base = ("Autopilot: low-risk steps run after a countdown; risky ones ask you."
-                if self.mode == "auto" else "Step by step: you approve every action.")
+                if self.mode is ApprovalMode.AUTO else "Step by step: you approve every action.")
         self.hint.setText((message + "  ·  " if message else "") + base + "  Enter starts · Esc closes")
 
     def open(self) -> None:

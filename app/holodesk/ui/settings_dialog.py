@@ -17,6 +17,7 @@ and offers to keep the key for this session only.
 
 from __future__ import annotations
 
+import enum
 import logging
 import typing
 from collections.abc import Callable
@@ -47,6 +48,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from holodesk.core.approval import ApprovalMode
 from holodesk.core.fit import GIB
 from holodesk.errors import HolodeskError, SecretStoreError, SettingsError
 from holodesk.machine import GpuInfo
@@ -101,7 +103,8 @@ CHOICE_LABELS: dict[str, dict[str, str]] = {
     "reasoning": {"auto": "As the model's makers run it", "on": "On (more accurate where recommended)",
                   "off": "Off (faster)"},
     "decoder": {"static": "Fast (memory reserved at load, CUDA graphs)", "stock": "Standard (transformers, slower)"},
-    "approval": {"step": "Ask me before every action", "auto": "Autopilot: low-risk actions run after a countdown"},
+    "approval": {ApprovalMode.STEP: "Ask me before every action",
+                 ApprovalMode.AUTO: "Autopilot: low-risk actions run after a countdown"},
     "typing": {"auto": "Automatic", "xtest": "Type each character (X11)", "clipboard": "Paste through the clipboard"},
     "desktop_backend": {"auto": "Automatic (GNOME on Wayland: GNOME's own interfaces)",
                         "mss": "X11, Windows, macOS (mss and pyautogui)", "mutter": "GNOME on Wayland (Mutter)",
@@ -125,7 +128,7 @@ APPLIES: dict[str, Callable[[dict[str, Any]], bool]] = {
     "seed": lambda v: v["policy"] in ("local", "remote") and not v["greedy"],
     "constrained_decoding": lambda v: v["policy"] in ("local", "remote"),
     "max_images": lambda v: v["policy"] in ("local", "remote"),
-    "autopilot_countdown_s": lambda v: v["approval"] == "auto",
+    "autopilot_countdown_s": lambda v: v["approval"] == ApprovalMode.AUTO,
 }
 """When a field matters, from the values shown; a field that does not apply is shown disabled."""
 
@@ -252,6 +255,17 @@ def _base_annotation(name: str) -> tuple[Any, bool]:
 
 
 HOTKEY_FIELDS = frozenset({"hotkey_palette", "hotkey_stop"})
+def field_choices(name: str) -> tuple[str, ...]:
+    """The values a choice field takes, as written in settings.toml (a ``Literal``'s values or a ``StrEnum``'s);
+    ``()`` for a field that is not a choice."""
+    ann, _optional = _base_annotation(name)
+    if typing.get_origin(ann) is Literal:
+        return tuple(str(v) for v in typing.get_args(ann))
+    if isinstance(ann, type) and issubclass(ann, enum.StrEnum):
+        return tuple(m.value for m in ann)
+    return ()
+
+
 FILE_FIELDS = {"script_file": "file", "data_dir": "folder"}
 """Path fields with a picker button: a file to open, or a folder."""
 
@@ -263,9 +277,9 @@ def editor_kind(name: str) -> str:
         return "hotkey"
     if name in FILE_FIELDS:
         return FILE_FIELDS[name]
-    ann, _optional = _base_annotation(name)
-    if typing.get_origin(ann) is Literal:
+    if field_choices(name):
         return "combo"
+    ann, _optional = _base_annotation(name)
     if ann is bool:
         return "check"
     if ann is int:
@@ -391,13 +405,13 @@ class FieldEditor(QWidget):
     def _combo(self, value: Any, wheel_guard: WheelGuard, gpu: GpuInfo | None) -> QComboBox:
         name = self.name
         combo = QComboBox()
-        for choice in typing.get_args(Settings.model_fields[name].annotation):
+        for choice in field_choices(name):
             text = (precision_item_text(choice, gpu, get_model(DEFAULT_MODEL)) if name == "precision"
                     else choice_label(name, choice))
             combo.addItem(text, choice)
             combo.setItemData(combo.count() - 1, f"In settings.toml: {name} = {choice!r}",
                               Qt.ItemDataRole.ToolTipRole)
-        combo.setCurrentIndex(max(0, combo.findData(value)))
+        combo.setCurrentIndex(max(0, combo.findData(str(value))))
         combo.currentIndexChanged.connect(self.changed)
         wheel_guard.guard(combo)
         return combo

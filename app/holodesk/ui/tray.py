@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from holodesk.core.approval import ApprovalMode
 from holodesk.ui.icons import STATUS_TEXT, Status, status_icon, status_pixmap
 from holodesk.ui.notify import Notice
 
@@ -37,7 +38,7 @@ class AppActions(QObject):
     """Every user command as a QAction, shared by the tray menu and the fallback window.
 
     Signals:
-        mode_selected(str): "step" or "auto" chosen in the Mode menu.
+        mode_selected(str): the :class:`ApprovalMode` chosen in the Mode menu.
         changed(): :meth:`update_state` ran (running, mode or pause may have changed).
     """
 
@@ -59,7 +60,7 @@ class AppActions(QObject):
         self.quit = QAction("Quit", self)
         self.mode_group = QActionGroup(self)
         self.mode_group.setExclusive(True)
-        for act, mode in ((self.mode_step, "step"), (self.mode_auto, "auto")):
+        for act, mode in ((self.mode_step, ApprovalMode.STEP), (self.mode_auto, ApprovalMode.AUTO)):
             act.setCheckable(True)
             act.setData(mode)
             self.mode_group.addAction(act)
@@ -68,11 +69,11 @@ class AppActions(QObject):
         self.mode_menu.addAction(self.mode_step)
         self.mode_menu.addAction(self.mode_auto)
         self.running = False
-        self.mode = "step"
+        self.mode = ApprovalMode.STEP
         self.paused = False
-        self.update_state(running=False, mode="step", paused=False)
+        self.update_state(running=False, mode=ApprovalMode.STEP, paused=False)
 
-    def update_state(self, *, running: bool | None = None, mode: str | None = None,
+    def update_state(self, *, running: bool | None = None, mode: ApprovalMode | None = None,
                      paused: bool | None = None) -> None:
         """Enable/label actions for the current state."""
         if running is not None:
@@ -84,15 +85,15 @@ class AppActions(QObject):
         self.stop.setEnabled(self.running)
         self.new_task.setEnabled(not self.running)
         self.replay.setEnabled(not self.running)
-        self.mode_step.setChecked(self.mode == "step")
-        self.mode_auto.setChecked(self.mode == "auto")
-        self.pause.setEnabled(self.mode == "auto")
+        self.mode_step.setChecked(self.mode is ApprovalMode.STEP)
+        self.mode_auto.setChecked(self.mode is ApprovalMode.AUTO)
+        self.pause.setEnabled(self.mode is ApprovalMode.AUTO)
         self.pause.setText("Resume autopilot" if self.paused else "Pause autopilot")
         self.changed.emit()
 
     def mode_text(self) -> str:
         """The approval mode in words: "Mode: Step by step", "Mode: Autopilot" or "Mode: Autopilot (paused)"."""
-        if self.mode != "auto":
+        if self.mode is not ApprovalMode.AUTO:
             return "Mode: Step by step"
         return "Mode: Autopilot" + (" (paused)" if self.paused else "")
 
