@@ -1,10 +1,11 @@
-"""The one byte formatter: decimal SI units, spelled the same in the UI, the CLI, doctor and downloads."""
+"""The one byte formatter (decimal SI units) and the one duration formatter, the same in the UI, the CLI, doctor and
+downloads."""
 
 from __future__ import annotations
 
 import pytest
 
-from holodesk.core.units import format_bytes
+from holodesk.core.units import format_bytes, format_duration
 
 
 @pytest.mark.parametrize(("n", "text"), [
@@ -19,3 +20,11 @@ from holodesk.core.units import format_bytes
 ])
 def test_format_bytes(n: float, text: str) -> None:
     assert format_bytes(n) == text
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (0, "0 s"), (42.4, "42 s"), (59.6, "1 min 0 s"), (75, "1 min 15 s"), (3599, "59 min 59 s"),
+    (4000, "1 h 6 min"), (-5, "0 s"),
+])
+def test_format_duration(seconds: float, text: str) -> None:
+    assert format_duration(seconds) == text

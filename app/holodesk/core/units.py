@@ -1,4 +1,5 @@
-"""Sizes in bytes as people read them: the one byte formatter of Holodesk (UI, CLI, doctor, downloads)."""
+"""Sizes and durations as people read them: the one byte formatter and the one duration formatter of Holodesk
+(UI, CLI, doctor, downloads)."""
 
 from __future__ import annotations
 
@@ -21,3 +22,14 @@ def format_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     raise AssertionError("unreachable: the last unit returns")
+
+
+def format_duration(seconds: float) -> str:
+    """A duration for people, rounded to the second: ``42`` -> ``"42 s"``, ``75`` -> ``"1 min 15 s"``,
+    ``4000`` -> ``"1 h 6 min"``; negative durations read as ``"0 s"``."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {(s % 3600) // 60} min"

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, NoReturn, cast
 
-from holodesk.core.units import format_bytes
+from holodesk.core.units import format_bytes, format_duration
 from holodesk.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -86,16 +86,6 @@ HTTP_CHUNK_BYTES = 1024 * 1024
 """Bytes ``http_get`` reads from the response before each write to the partial file (huggingface_hub's
 ``constants.DOWNLOAD_CHUNK_SIZE``, read at each call; its own default, 10 MiB, moved the progress figure in
 10 MiB steps and kept up to 10 MiB received but not yet on disk)."""
-
-
-def human_duration(seconds: float) -> str:
-    """``75`` -> ``"1 min 15 s"``; ``4000`` -> ``"1 h 7 min"``."""
-    s = max(0, round(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60} s"
-    return f"{s // 3600} h {(s % 3600) // 60} min"
 
 
 class DownloadError(ModelLoadError):
@@ -218,7 +208,7 @@ class DownloadProgress:
         if self.bytes_per_s > 0:
             line += f", {format_bytes(self.bytes_per_s)}/s"
         if self.eta_s is not None and self.done_bytes < self.total_bytes:
-            line += f", {human_duration(self.eta_s)} left"
+            line += f", {format_duration(self.eta_s)} left"
         if self.file:
             line += f" — {self.file} ({self.file_index}/{self.files})"
         return line

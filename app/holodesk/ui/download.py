@@ -40,7 +40,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from holodesk.core.units import format_bytes
+from holodesk.core.units import format_bytes, format_duration
 from holodesk.errors import HolodeskError
 
 log = logging.getLogger(__name__)
@@ -92,14 +92,7 @@ class DownloadFn(Protocol):
 
 def format_eta(seconds: float | None) -> str:
     """``3725`` -> ``"1 h 2 min"``; ``None`` -> ``"unknown"``."""
-    if seconds is None:
-        return "unknown"
-    s = max(0, round(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60} s"
-    return f"{s // 3600} h {(s % 3600) // 60} min"
+    return "unknown" if seconds is None else format_duration(seconds)
 
 
 def progress_text(p: DownloadProgressLike) -> str:
