@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, Qt, QUrl, Signal
-from PySide6.QtGui import QDesktopServices, QGuiApplication
+from PySide6.QtGui import QAction, QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import QApplication, QMessageBox, QProgressDialog, QSystemTrayIcon
 
 from holodesk.core.approval import ApprovalMode, approval_mode
@@ -49,6 +49,7 @@ from holodesk.ui.palette import CommandPalette, GlobalHotkeys, hotkey_label
 from holodesk.ui.remote import CLOSING, AppRemote
 from holodesk.ui.settings_dialog import SettingsDialog
 from holodesk.ui.tray import AppActions, FallbackWindow, TrayIcon, app_icon
+from holodesk.ui.widgets import bring_to_front
 from holodesk.ui.wizard import MachineFacts, SetupWizard, gather_facts
 from holodesk.ui.workers import GuiApprover, ProgressFn, TaskRunner, WindowGuard
 
@@ -202,18 +203,17 @@ class HolodeskApp(QObject):
                 log.warning("no system tray available: showing the Holodesk window instead")
 
     def _connect_actions(self) -> None:
-        """The menu's (and the window's) commands."""
+        """The menu's (and the window's) commands: each action, when triggered, runs its command."""
         a = self.actions
-        a.new_task.triggered.connect(self.open_palette)
-        a.stop.triggered.connect(lambda: self.stop())  # not triggered(checked) as who stopped it
-        a.pause.triggered.connect(self.toggle_pause)
+        commands: list[tuple[QAction, Callable[[], object]]] = [
+            (a.new_task, self.open_palette), (a.pause, self.toggle_pause), (a.replay, self.choose_replay),
+            (a.wizard, self.open_wizard), (a.settings, self.open_settings), (a.history, self.open_history),
+            (a.open_logs, self.open_logs), (a.quit, self.quit),
+            (a.stop, lambda: self.stop()),  # not stop(checked): its argument says who stopped it
+        ]
+        for action, command in commands:
+            action.triggered.connect(command)
         a.mode_selected.connect(self.set_mode)
-        a.replay.triggered.connect(self.choose_replay)
-        a.wizard.triggered.connect(self.open_wizard)
-        a.settings.triggered.connect(self.open_settings)
-        a.history.triggered.connect(self.open_history)
-        a.open_logs.triggered.connect(self.open_logs)
-        a.quit.triggered.connect(self.quit)
 
     def _connect_runner(self) -> None:
         """The task runner's signals (GUI thread)."""
@@ -340,16 +340,13 @@ class HolodeskApp(QObject):
     def open_wizard(self) -> SetupWizard:
         """Open the setup wizard (first run, tray: Setup wizard..., an error's "Open setup wizard")."""
         if self._wizard is not None and self._wizard.isVisible():
-            self._wizard.raise_()
-            self._wizard.activateWindow()
+            bring_to_front(self._wizard)
             return self._wizard
         wizard = SetupWizard(self.settings, self.facts(), path=self.settings_path or config_path(),
                              download=self.download)
         wizard.applied.connect(self.apply_settings)
         self._wizard = wizard
-        wizard.show()
-        wizard.raise_()
-        wizard.activateWindow()
+        bring_to_front(wizard)
         return wizard
 
     def stop(self, by: str = "user") -> None:
@@ -389,8 +386,7 @@ class HolodeskApp(QObject):
     def open_settings(self) -> SettingsDialog:
         """Open the Settings dialog (one at a time)."""
         if self._settings_dialog is not None and self._settings_dialog.isVisible():
-            self._settings_dialog.raise_()
-            self._settings_dialog.activateWindow()
+            bring_to_front(self._settings_dialog)
             return self._settings_dialog
         monitors: list[str] = []
         try:
@@ -406,9 +402,7 @@ class HolodeskApp(QObject):
                                 gpu=probe_gpus().best)
         dialog.saved.connect(self.apply_settings)
         self._settings_dialog = dialog
-        dialog.show()
-        dialog.raise_()
-        dialog.activateWindow()
+        bring_to_front(dialog)
         return dialog
 
     def apply_settings(self, settings: Settings) -> None:

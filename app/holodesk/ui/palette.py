@@ -18,6 +18,8 @@ from PySide6.QtWidgets import QFrame, QLabel, QLineEdit, QVBoxLayout, QWidget
 
 from holodesk.core.approval import ApprovalMode
 from holodesk.errors import SettingsError
+from holodesk.ui.theme import THEME, command_palette_style
+from holodesk.ui.widgets import bring_to_front, name_window
 
 log = logging.getLogger(__name__)
 
@@ -177,22 +179,16 @@ class CommandPalette(QWidget):
         super().__init__(parent)
         self.setWindowFlags(Qt.WindowType.FramelessWindowHint | Qt.WindowType.WindowStaysOnTopHint
                             | Qt.WindowType.Tool)
-        self.setWindowTitle("Holodesk command")
-        self.setObjectName("holodeskPalette")
+        name_window(self, "Holodesk command", "holodeskPalette")
         self.setFixedWidth(560)
         frame = QFrame(self)
         frame.setObjectName("paletteFrame")
-        frame.setStyleSheet(
-            "#paletteFrame { background: #1f2430; border: 1px solid #4b5468; border-radius: 10px; }"
-            "QLineEdit { background: #11141b; color: #f2f4f8; border: 1px solid #2f7de1; border-radius: 6px;"
-            " padding: 8px; font-size: 16px; }"
-            "QLabel { color: #aab3c5; font-size: 12px; }"
-        )
+        frame.setStyleSheet(command_palette_style())
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(frame)
         layout = QVBoxLayout(frame)
-        layout.setContentsMargins(12, 12, 12, 10)
+        layout.setContentsMargins(*THEME.spacing.panel_margins)
         self.input = _Input()
         self.input.setPlaceholderText("What should Holodesk do?")
         self.input.returnPressed.connect(self._submit)
@@ -220,9 +216,7 @@ class CommandPalette(QWidget):
             area = screen.availableGeometry()
             self.move(area.x() + (area.width() - self.width()) // 2, area.y() + area.height() // 4)
         self.input.selectAll()
-        self.show()
-        self.raise_()
-        self.activateWindow()
+        bring_to_front(self)
         self.input.setFocus(Qt.FocusReason.ActiveWindowFocusReason)
 
     def _submit(self) -> None:

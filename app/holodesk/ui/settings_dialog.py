@@ -40,7 +40,6 @@ from PySide6.QtWidgets import (
     QKeySequenceEdit,
     QLabel,
     QLineEdit,
-    QPushButton,
     QScrollArea,
     QSpinBox,
     QTabWidget,
@@ -54,6 +53,8 @@ from holodesk.errors import HolodeskError, SecretStoreError, SettingsError
 from holodesk.machine import GpuInfo
 from holodesk.policy.models import DEFAULT_MODEL, MODELS, ModelSpec, find_model, get_model
 from holodesk.settings import Settings, save_settings, validate_field
+from holodesk.ui.theme import THEME, notice_style, text_style
+from holodesk.ui.widgets import SESSION_KEY_TEXT, name_window, plain_label, push_button
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +255,6 @@ def _base_annotation(name: str) -> tuple[Any, bool]:
     return ann, False
 
 
-HOTKEY_FIELDS = frozenset({"hotkey_palette", "hotkey_stop"})
 def field_choices(name: str) -> tuple[str, ...]:
     """The values a choice field takes, as written in settings.toml (a ``Literal``'s values or a ``StrEnum``'s);
     ``()`` for a field that is not a choice."""
@@ -266,6 +266,7 @@ def field_choices(name: str) -> tuple[str, ...]:
     return ()
 
 
+HOTKEY_FIELDS = frozenset({"hotkey_palette", "hotkey_stop"})
 FILE_FIELDS = {"script_file": "file", "data_dir": "folder"}
 """Path fields with a picker button: a file to open, or a folder."""
 
@@ -333,27 +334,16 @@ class FieldEditor(QWidget):
         self.optional = _base_annotation(name)[1]
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(2)
+        layout.setSpacing(THEME.spacing.field_gap)
         self.line: QLineEdit | None = None  # the path or text line of "file" / "folder" editors
         self.editor = self._make_editor(value, wheel_guard, gpu)
         self.editor.setObjectName(f"field_{name}")
         self.editor.setToolTip(field_tooltip(name))
         layout.addWidget(self.editor)
-        self.error = self._message_line(f"error_{name}", "#b3261e")
+        self.error = plain_label(name=f"error_{name}", style=text_style(THEME.palette.error_text), hidden=True)
         layout.addWidget(self.error)
-        self.note = self._message_line(f"note_{name}", "#5b6b7f")
+        self.note = plain_label(name=f"note_{name}", style=text_style(THEME.palette.muted), hidden=True)
         layout.addWidget(self.note)
-
-    @staticmethod
-    def _message_line(object_name: str, color: str) -> QLabel:
-        """A hidden plain-text, word-wrapped message line in ``color``."""
-        label = QLabel()
-        label.setObjectName(object_name)
-        label.setTextFormat(Qt.TextFormat.PlainText)
-        label.setWordWrap(True)
-        label.setStyleSheet(f"color: {color};")
-        label.hide()
-        return label
 
     def _make_editor(self, value: Any, wheel_guard: WheelGuard, gpu: GpuInfo | None) -> QWidget:
         """The editor of this field's kind (:func:`editor_kind`), showing ``value``; ``model`` is an
@@ -451,9 +441,7 @@ class FieldEditor(QWidget):
         if self.optional:
             self.line.setPlaceholderText("not set")
         self.line.textChanged.connect(self.changed)
-        browse = QPushButton("Choose...")
-        browse.setObjectName(f"browse_{self.name}")
-        browse.clicked.connect(self._browse)
+        browse = push_button("Choose...", f"browse_{self.name}", self._browse)
         row.addWidget(self.line, 1)
         row.addWidget(browse)
         return box
@@ -518,8 +506,7 @@ class SettingsDialog(QDialog):
     def __init__(self, settings: Settings, *, path: Path | None = None, monitors: list[str] | None = None,
                  gpu: GpuInfo | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setWindowTitle("Holodesk settings")
-        self.setObjectName("holodeskSettings")
+        name_window(self, "Holodesk settings", "holodeskSettings")
         self.settings = settings
         self.path = path
         self.gpu = gpu
@@ -557,7 +544,7 @@ class SettingsDialog(QDialog):
                 if name == "monitor" and monitors:
                     hint = QLabel("\n".join(f"{i}: {m}" for i, m in enumerate(monitors, start=1)))
                     hint.setTextFormat(Qt.TextFormat.PlainText)
-                    hint.setStyleSheet("color: #5b6b7f; font-size: 11px;")
+                    hint.setStyleSheet(text_style(THEME.palette.muted, THEME.fonts.small))
                     form.addRow(QLabel(""), hint)
             bodies[tab].addWidget(box)
         for layout in bodies.values():
@@ -590,18 +577,10 @@ class SettingsDialog(QDialog):
         self.api_key.setToolTip("Stored in the OS keychain for this server, never in the settings file.")
         layout.addWidget(self.api_key)
         # The keychain's answer: its own word-wrapped block under the key (not red, not next to "Saved").
-        self.key_error = QLabel()
-        self.key_error.setObjectName("error_api_key")
-        self.key_error.setTextFormat(Qt.TextFormat.PlainText)
-        self.key_error.setWordWrap(True)
-        self.key_error.setStyleSheet("background: #fff4e5; color: #5f3700; border: 1px solid #f0c36d; "
-                                     "border-radius: 4px; padding: 6px;")
-        self.key_error.hide()
+        self.key_error = plain_label(name="error_api_key", style=notice_style(), hidden=True)
         layout.addWidget(self.key_error)
-        self.session_key_button = QPushButton("Keep the key for this session only")
-        self.session_key_button.setObjectName("session_key")
-        self.session_key_button.clicked.connect(self._keep_key_for_session)
-        self.session_key_button.hide()
+        self.session_key_button = push_button(SESSION_KEY_TEXT, "session_key", self._keep_key_for_session,
+                                              hidden=True)
         layout.addWidget(self.session_key_button, 0, Qt.AlignmentFlag.AlignLeft)
         self.key_row = row
         return row

@@ -24,6 +24,8 @@ from PySide6.QtWidgets import (
 from holodesk.core.approval import ApprovalMode
 from holodesk.ui.icons import STATUS_TEXT, Status, status_icon, status_pixmap
 from holodesk.ui.notify import Notice
+from holodesk.ui.theme import THEME, strong_style, text_style
+from holodesk.ui.widgets import name_window
 
 TRAY_HELP = (
     "No system tray was found on this desktop, so Holodesk runs in this window instead. "
@@ -171,15 +173,14 @@ class FallbackWindow(QWidget):
     def __init__(self, actions: AppActions, *, tray_missing: bool = True, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.app_actions = actions
-        self.setWindowTitle("Holodesk")
-        self.setObjectName("holodeskFallback")
+        name_window(self, "Holodesk", "holodeskFallback")
         layout = QVBoxLayout(self)
         top = QGridLayout()
         self.status_icon = QLabel()
         self.status_icon.setFixedSize(32, 32)
         self.status_label = QLabel()
         self.status_label.setTextFormat(Qt.TextFormat.PlainText)
-        self.status_label.setStyleSheet("font-size: 15px; font-weight: 600;")
+        self.status_label.setStyleSheet(strong_style(THEME.fonts.heading))
         self.detail_label = QLabel()
         self.detail_label.setTextFormat(Qt.TextFormat.PlainText)
         self.detail_label.setWordWrap(True)
@@ -225,7 +226,7 @@ class FallbackWindow(QWidget):
         self.help_label.setObjectName("tray_help")
         self.help_label.setTextFormat(Qt.TextFormat.PlainText)
         self.help_label.setWordWrap(True)
-        self.help_label.setStyleSheet("color: #5b6b7f; font-size: 11px;")
+        self.help_label.setStyleSheet(text_style(THEME.palette.muted, THEME.fonts.small))
         layout.addWidget(self.help_label)
         self.setFixedWidth(380)
         # A word-wrapped label under a fixed width gets its one-line height from the layout; give it the
