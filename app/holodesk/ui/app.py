@@ -13,6 +13,7 @@ import contextlib
 import logging
 import logging.handlers
 import os
+import signal
 import sys
 import threading
 import time
@@ -20,18 +21,23 @@ from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QObject, Qt, QUrl, Signal
+from PySide6.QtCore import QCoreApplication, QObject, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QAction, QDesktopServices, QGuiApplication
-from PySide6.QtWidgets import QApplication, QMessageBox, QProgressDialog, QSystemTrayIcon
+from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox, QProgressDialog, QSystemTrayIcon
 
 from holodesk.core.approval import ApprovalMode, approval_mode
 from holodesk.errors import HolodeskError, ModelLoadError, SettingsError
 from holodesk.instance import ChannelError, ChannelServer, DriveLock, InstanceLock
+from holodesk.machine import probe_gpus
+from holodesk.policy.download import download_model, hub_repo, hub_token
+from holodesk.policy.models import DEFAULT_MODEL, find_model, get_model
+from holodesk.policy.native.families import check_checkpoint_before_weights
 from holodesk.session.approval import ApprovalPolicy
 from holodesk.session.factory import (
     PolicyCache,
     build_capture,
     build_executor,
+    build_policy,
     build_session,
     default_focus_probe,
     default_window_probe,
@@ -67,9 +73,6 @@ def hub_download(repo_id: str, *, revision: str, cache_dir: Path, progress: Call
                  cancel: threading.Event) -> Any:
     """The download dialog's :data:`~holodesk.ui.download.DownloadFn`: the download manager
     (:func:`holodesk.policy.download.download_model`) with the hub token kept in the keychain."""
-    from holodesk.policy.download import download_model, hub_repo, hub_token
-    from holodesk.policy.native.families import check_checkpoint_before_weights
-
     return download_model(repo_id, revision=revision, cache_dir=cache_dir, progress=progress, cancel=cancel,
                           token=hub_token(),
                           before_weights=lambda folder: check_checkpoint_before_weights(folder, hub_repo(repo_id)))
@@ -77,7 +80,6 @@ def hub_download(repo_id: str, *, revision: str, cache_dir: Path, progress: Call
 
 def _default_policy(settings: Settings, progress: ProgressFn, cancel: threading.Event | None = None) -> Any:
     """The settings' policy; ``cancel`` (the task's stop event) stops a hub download of the local model."""
-    from holodesk.session.factory import build_policy
 
     def report(*args: Any, **kwargs: Any) -> None:
         # The local runtime reports (message[, fraction]); anything else is shown as text.
@@ -329,8 +331,6 @@ class HolodeskApp(QObject):
 
     def choose_replay(self) -> None:
         """Ask for a replay file, then :meth:`replay_file`."""
-        from PySide6.QtWidgets import QFileDialog
-
         start = str(self.settings.script_file or Path.home())
         path, _ = QFileDialog.getOpenFileName(None, "Replay a file", start, "Replay files (*.jsonl *.txt);;All "
                                               "files (*)")
@@ -390,14 +390,10 @@ class HolodeskApp(QObject):
             return self._settings_dialog
         monitors: list[str] = []
         try:
-            from PySide6.QtGui import QGuiApplication
-
             monitors = [f"{s.name()} {s.geometry().width()}x{s.geometry().height()} at "
                         f"{s.geometry().x():+d}{s.geometry().y():+d}" for s in QGuiApplication.screens()]
         except RuntimeError:
             monitors = []
-        from holodesk.machine import probe_gpus
-
         dialog = SettingsDialog(self.settings, path=self.settings_path or config_path(), monitors=monitors,
                                 gpu=probe_gpus().best)
         dialog.saved.connect(self.apply_settings)
@@ -528,9 +524,6 @@ class HolodeskApp(QObject):
         (the error's own hint is shown)."""
         if not isinstance(exc, ModelLoadError) or self._task_settings.policy != "local":
             return ""
-        from holodesk.machine import probe_gpus
-        from holodesk.policy.models import DEFAULT_MODEL, find_model, get_model
-
         gpu = probe_gpus().best
         # the chosen model's need (a folder outside the registry is judged as the default model)
         model = find_model(self._task_settings.model) or get_model(DEFAULT_MODEL)
@@ -701,10 +694,6 @@ def run_app(force_window: bool = False, instance: InstanceLock | None = None) ->
 def _quit_on_signals(holo: HolodeskApp) -> Iterator[None]:
     """While the event loop runs, SIGTERM, SIGHUP and SIGINT (the session ending, ``kill``, Ctrl+C) stop any
     task, recorded as stopped by that signal (its record gets its end), and quit the app."""
-    import signal
-
-    from PySide6.QtCore import QTimer
-
     def on_signal(signum: int, _frame: Any) -> None:
         log.info("signal %d: stopping any task and quitting", signum)
         holo.stop(by=stopped_by_signal(signum))

@@ -33,7 +33,7 @@ def parse_hotkey(combo: str) -> list[Any]:
         SettingsError: the combination cannot be parsed (message names it and shows the syntax).
         ImportError: pynput cannot be imported on this system (e.g. no display on Linux).
     """
-    from pynput import keyboard
+    from pynput import keyboard  # lazy: pynput needs a display on Linux; its ImportError is documented above
 
     try:
         return list(keyboard.HotKey.parse(combo))
@@ -86,7 +86,7 @@ class GlobalHotkeys(QObject):
         if palette.lower() == stop.lower():
             raise SettingsError(f"the palette and stop hotkeys are both {palette!r}",
                                 hint="Pick two different combinations in Settings.")
-        from pynput import keyboard
+        from pynput import keyboard  # lazy: as in parse_hotkey (needs a display)
 
         self.combos = {"palette": palette, "stop": stop}
         listener = _listener_class(keyboard)({palette: self.palette_requested.emit, stop: self.stop_requested.emit})

@@ -25,7 +25,7 @@ from holodesk.session.loop import EpisodeResult, State
 from holodesk.session.report import StepReporter, outcome
 from holodesk.ui.workers import on_gui_thread
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # for annotations only: holodesk.ui.app imports this module
     from holodesk.ui.app import HolodeskApp
 
 log = logging.getLogger(__name__)

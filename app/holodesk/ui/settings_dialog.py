@@ -52,7 +52,9 @@ from holodesk.core.fit import GIB
 from holodesk.errors import HolodeskError, SecretStoreError, SettingsError
 from holodesk.machine import GpuInfo
 from holodesk.policy.models import DEFAULT_MODEL, MODELS, ModelSpec, find_model, get_model
+from holodesk.secrets import set_session_api_key, store_api_key
 from holodesk.settings import Settings, save_settings, validate_field
+from holodesk.ui.palette import parse_hotkey
 from holodesk.ui.theme import THEME, notice_style, text_style
 from holodesk.ui.widgets import SESSION_KEY_TEXT, name_window, plain_label, push_button
 
@@ -662,8 +664,6 @@ class SettingsDialog(QDialog):
         if not combo:
             raise SettingsError("press the key combination to use (at least one modifier and a key)")
         try:
-            from holodesk.ui.palette import parse_hotkey
-
             parse_hotkey(combo)
         except ImportError as exc:  # pynput cannot load here: the schema check alone decides
             log.info("hotkey not checked (pynput unavailable: %s)", exc)
@@ -704,8 +704,6 @@ class SettingsDialog(QDialog):
             self.key_error.show()
             return False
         try:
-            from holodesk.secrets import store_api_key
-
             store_api_key(endpoint, key)
         except SecretStoreError as exc:
             self.key_error.setText(str(exc))
@@ -720,8 +718,6 @@ class SettingsDialog(QDialog):
         return True
 
     def _keep_key_for_session(self) -> None:
-        from holodesk.secrets import set_session_api_key
-
         endpoint = str(self.fields["endpoint"].value())
         try:
             set_session_api_key(endpoint, self.api_key.text())

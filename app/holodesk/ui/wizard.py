@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLineEdit,
     QRadioButton,
+    QSystemTrayIcon,
     QVBoxLayout,
     QWidget,
     QWizard,
@@ -39,6 +40,7 @@ from PySide6.QtWidgets import (
 
 from holodesk.core.fit import DISK_MARGIN_BYTES, GIB, PRECISION_TRADEOFF, disk_fits, explain_precision
 from holodesk.core.units import format_bytes
+from holodesk.display import check_display
 from holodesk.errors import HolodeskError, SecretStoreError, SettingsError
 from holodesk.machine import GpuInfo, disk_free_bytes, probe_gpus
 from holodesk.policy.download import default_cache_dir
@@ -51,6 +53,8 @@ from holodesk.policy.models import (
     get_model,
     models_that_fit,
 )
+from holodesk.policy.scripted import read_script
+from holodesk.secrets import keyring_status, resolve_api_key, set_session_api_key, store_api_key
 from holodesk.settings import Settings, save_settings, validate_field
 from holodesk.ui.download import DownloadDialog, DownloadFn
 from holodesk.ui.theme import THEME, text_style
@@ -96,8 +100,6 @@ class MachineFacts:
 def _keychain_status(timeout_s: float = 5.0) -> tuple[bool, str]:
     """(usable, detail) of the keychain, waiting at most ``timeout_s`` (a locked keychain may wait for
     an unlock prompt nobody answers, F19)."""
-    from holodesk.secrets import keyring_status
-
     box: dict[str, Any] = {}
     worker = threading.Thread(target=lambda: box.update(keyring_status()), name="wizard-keychain", daemon=True)
     worker.start()
@@ -109,10 +111,6 @@ def _keychain_status(timeout_s: float = 5.0) -> tuple[bool, str]:
 
 def gather_facts(cache_dir: Path | None = None) -> MachineFacts:
     """Probe this machine (nvidia-smi, disk, display server, keychain, tray). Never raises."""
-    from PySide6.QtWidgets import QSystemTrayIcon
-
-    from holodesk.display import check_display
-
     probe = probe_gpus()
     cache = cache_dir or default_cache_dir()
     info = check_display()
@@ -452,8 +450,6 @@ class ServerPage(_Page):
         url, _model, key = self.values()
         if not key or self.key_kept:
             return True
-        from holodesk.secrets import store_api_key
-
         try:
             store_api_key(url, key)
         except SecretStoreError as exc:
@@ -467,8 +463,6 @@ class ServerPage(_Page):
         return True
 
     def _keep_for_session(self) -> None:
-        from holodesk.secrets import set_session_api_key
-
         url, _model, key = self.values()
         set_session_api_key(url, key)
         self.key_kept = True
@@ -484,8 +478,7 @@ class ServerPage(_Page):
 def check_server(url: str, model: str, key: str | None, timeout_s: float = 10.0) -> str | None:
     """Ask the server which models it serves (``GET {url}/models`` with ``key``); None when it answers and
     serves ``model``, else what is wrong and what to do, in words. Never raises; never shows the key."""
-    from holodesk.policy.remote import RemotePolicy
-    from holodesk.secrets import resolve_api_key
+    from holodesk.policy.remote import RemotePolicy  # lazy: start-up time (httpx, about 0.15 s), only to test
 
     try:
         if key is None:
@@ -535,8 +528,6 @@ class ReplayPage(_Page):
             self.file.setText(path)
 
     def _check(self) -> None:
-        from holodesk.policy.scripted import read_script
-
         text = self.file.text().strip()
         self.ok = False
         if not text:
