@@ -41,6 +41,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 
 from holodesk import __version__, instance
+from holodesk.core.approval import ApprovalMode
 from holodesk.errors import DisplayError, HolodeskError, SecretStoreError, SettingsError
 from holodesk.secrets import load_api_key, store_api_key
 from holodesk.session.episode import EPISODE_FILE
@@ -247,7 +248,8 @@ def build_server(desk: Desk, settings: Settings) -> MCPServer:
     @server.tool(description="Carry out one task on the user's desktop and return how it ended. Every step is "
                  "approved on the user's screen (mode 'step'), or low-risk steps by the autopilot when the user "
                  "allowed 'auto'. Progress notifications tell each step in plain words.")
-    async def run_task(task: str, ctx: Context, mode: Literal["step", "auto"] | None = None) -> dict[str, Any]:
+    async def run_task(task: str, ctx: Context,
+                       mode: Literal[ApprovalMode.STEP, ApprovalMode.AUTO] | None = None) -> dict[str, Any]:
         return await _run_task_with_progress(desk, task, mode, ctx)
 
     @server.tool(description="Whether Holodesk (the desktop app, or this server) is running a task, the "
