@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from holodesk.core.approval import ApprovalMode
 from holodesk.errors import SettingsError
 from holodesk.settings import (
     Settings,
@@ -69,6 +70,17 @@ def test_save_is_atomic_and_round_trips(_isolated: Path) -> None:
     assert path == _isolated
     assert load_settings().max_steps == 9 and load_settings().approval == "auto"
     assert [p.name for p in path.parent.iterdir()] == ["settings.toml"]  # no temp files left
+
+
+def test_approval_mode_is_written_as_its_word(_isolated: Path) -> None:
+    """The approval mode is an enum in the code and the same word as before in settings.toml."""
+    s = load_settings(approval="auto")
+    assert s.approval is ApprovalMode.AUTO
+    save_settings(s)
+    assert 'approval = "auto"' in _isolated.read_text(encoding="utf-8")
+    assert load_settings().approval is ApprovalMode.AUTO
+    with pytest.raises(SettingsError, match="approval"):
+        load_settings(approval="autopilot")
 
 
 def test_every_setting_is_documented() -> None:

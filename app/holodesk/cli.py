@@ -1,28 +1,37 @@
 """The ``holodesk`` command: ``tray`` (default), ``run``, ``stop``, ``palette``, ``mcp``, ``download``,
 ``doctor``, ``bench``, ``eval``, ``tiny-checkpoint``.
 
-Each sub-command parses its flags and calls one function. Errors derived from HolodeskError are printed
-as one clear message (with what to do) and exit with status 2; nothing prints a traceback at the user
-unless ``--debug`` is given.
+Each sub-command parses its flags and calls one function. A command imports what only it needs inside
+its function (the imports marked "lazy: start-up time"): ``holodesk stop`` and ``holodesk palette`` run from
+a desktop shortcut and must answer at once, and only the commands that use them load the settings schema
+(pydantic), Qt, the session, the policies, the MCP SDK, the bench and the evaluation.
+
+Errors derived from HolodeskError are printed as one clear message (with what to do) and exit with status 2;
+nothing prints a traceback at the user unless ``--debug`` is given.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import getpass
 import json
 import logging
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
 from holodesk import __version__
+from holodesk.core.approval import ApprovalMode
+from holodesk.core.text import display_safe
 from holodesk.errors import ActionError, HolodeskError
-from holodesk.policy.native.families import FAMILIES
+from holodesk.instance import DriveLock, InstanceLock, NotRunning, app_running, request
+from holodesk.policy.native.families import FAMILIES, check_checkpoint_before_weights
 
 if TYPE_CHECKING:
     from holodesk.policy.base import ActionProtocol, Policy
@@ -46,9 +55,10 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--model", help="local Holotron checkpoint folder or Hugging Face repo id; with --endpoint, "
                      "the model name the server serves")
     run.add_argument("--endpoint", help="OpenAI-compatible server URL (vLLM), e.g. http://host:8000/v1")
-    run.add_argument("--approve", choices=["step", "auto"], help="step: ask before every action; auto: autopilot "
-                     "approves low-risk actions, asks for high-risk ones (default: the 'approval' setting, which "
-                     "is 'step' unless you changed it; the run says which is in force)")
+    run.add_argument("--approve", choices=[m.value for m in ApprovalMode],
+                     help="step: ask before every action; auto: autopilot approves low-risk actions, asks for "
+                     "high-risk ones (default: the 'approval' setting, which is 'step' unless you changed it; the run "
+                     "says which is in force)")
     run.add_argument("--monitor", type=int, help="the one monitor to act on (1 = first; `holodesk doctor` lists them)")
     run.add_argument("--max-steps", type=int, help="hard cap on steps")
     run.add_argument("--max-seconds", type=float, help="hard cap on wall time")
@@ -122,25 +132,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "download":
             return cmd_download(args)
         if args.command == "doctor":
+            # lazy: start-up time (see the module docstring)
             from holodesk.doctor import print_report
 
             return print_report(sys.stdout, as_json=args.json)
         if args.command == "bench":
+            # lazy: start-up time (see the module docstring)
             from holodesk.bench.cli import main as bench_main
 
             # the bench parses its own options (holodesk bench --help lists them)
             return int(bench_main([*unknown, *args.rest]) or 0)
         if args.command == "eval":
+            # lazy: start-up time (see the module docstring)
             from holodesk.eval.cli import main as eval_main
 
             return eval_main([*unknown, *args.rest])  # parses its own options (holodesk eval --help)
         if args.command == "tiny-checkpoint":
+            # lazy: start-up time (see the module docstring)
             from holodesk.bench.cli import local_runtime_missing
 
             missing = local_runtime_missing()  # the writer draws the weights with torch
             if missing is not None:
                 raise HolodeskError(f"the local runtime is not installed: {missing}",
                                     hint="Install it with: pip install 'holodesk[local]'.")
+            # lazy: start-up time (see the module docstring)
             from holodesk.bench.families import write_checkpoint
 
             print(write_checkpoint(args.path, family=args.family, seed=args.seed))
@@ -159,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def cmd_tray(no_tray: bool) -> int:
     """Start the desktop app; when it already runs on this desktop, open its command box and exit
     (one app per desktop: one tray icon, one command box, one set of hotkeys)."""
-    from holodesk.instance import InstanceLock
+    # lazy: start-up time (see the module docstring)
     from holodesk.session.factory import desktop_backend
     from holodesk.settings import load_settings
 
@@ -170,6 +185,7 @@ def cmd_tray(no_tray: bool) -> int:
     lock = lock or InstanceLock.acquire()
     if lock is None:
         raise HolodeskError("another Holodesk is starting on this desktop", hint="Wait a moment and try again.")
+    # lazy: start-up time (see the module docstring)
     from holodesk.ui.app import run_app
 
     return run_app(force_window=no_tray, instance=lock)
@@ -177,9 +193,11 @@ def cmd_tray(no_tray: bool) -> int:
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     """``holodesk mcp``: the MCP server (see :mod:`holodesk.mcp_server`), or ``--print-config HOST``."""
+    # lazy: start-up time (see the module docstring)
     from holodesk import mcp_server
 
     if args.print_config:
+        # lazy: start-up time (see the module docstring)
         from holodesk.settings import load_settings
 
         print(mcp_server.print_config(args.print_config, http_port=args.port if args.http else None,
@@ -191,10 +209,6 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 def lock_held_by_an_app(wait_s: float = 0.5) -> bool:
     """After the instance lock was found taken: True when an app really holds it, False when it was a
     passing check (``holodesk stop``/``palette`` test the lock for a moment) and is free again."""
-    import time
-
-    from holodesk.instance import app_running
-
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         if not app_running():
@@ -206,8 +220,6 @@ def lock_held_by_an_app(wait_s: float = 0.5) -> bool:
 def cmd_app_command(command: str, *, already_running: bool = False) -> int:
     """``holodesk stop`` / ``holodesk palette``: ask the app running on this desktop over the local
     channel (:mod:`holodesk.instance`); Qt is not started. Exit 0 done, 1 nothing to do / not running."""
-    from holodesk.instance import NotRunning, request
-
     try:
         reply = request(command)
     except NotRunning as exc:
@@ -226,7 +238,7 @@ def cmd_app_command(command: str, *, already_running: bool = False) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``holodesk run``: one task with terminal approval. Exit 0 finished, 1 failed, 3 stopped."""
-    from holodesk.instance import DriveLock
+    # lazy: start-up time (see the module docstring)
     from holodesk.session.loop import check_task
     from holodesk.settings import load_settings
 
@@ -258,6 +270,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _load_policy(settings: Settings) -> Policy:
     """The settings' policy, with the local model's download and load progress on one terminal line."""
+    # lazy: start-up time (see the module docstring)
     from holodesk.download.progress import TerminalProgress
     from holodesk.session.factory import build_policy
 
@@ -270,6 +283,7 @@ def _load_policy(settings: Settings) -> Policy:
 
 def _run_task(args: argparse.Namespace, task: str, settings: Settings) -> int:
     """The body of ``holodesk run`` once the desktop is ours."""
+    # lazy: start-up time (see the module docstring)
     from holodesk.session.approval import ApprovalPolicy
     from holodesk.session.factory import build_session
     from holodesk.session.loop import State
@@ -284,7 +298,7 @@ def _run_task(args: argparse.Namespace, task: str, settings: Settings) -> int:
         window_probe=_window_probe(),
     )
     session.subscribe(_print_event)
-    if settings.approval == "auto":
+    if settings.approval is ApprovalMode.AUTO:
         source = "--approve auto" if args.approve else "the 'approval' setting"
         print(f"Autopilot is on ({source}): low-risk steps run without asking; use --approve step to be asked "
               "before every action.")
@@ -311,13 +325,12 @@ def cmd_download(args: argparse.Namespace) -> int:
     While the download runs, SIGINT sets its cancel event (see :func:`cancel_on_sigint`),
     so it is honoured even where the process inherited SIGINT ignored and whatever the main thread is
     doing: the download's worker refuses every further write at once."""
-    import getpass
+    # lazy: start-up time (see the module docstring)
 
     from holodesk.download.errors import DownloadCancelled
     from holodesk.download.hub import hub_token, store_hub_token
     from holodesk.download.manager import download_model
     from holodesk.download.progress import TerminalProgress
-    from holodesk.policy.native.families import check_checkpoint_before_weights
     from holodesk.policy.source import hub_repo
     from holodesk.settings import load_settings
 
@@ -368,7 +381,7 @@ def cancel_on_sigint(cancel: threading.Event) -> Iterator[None]:
 
 
 def _focus_probe() -> Any:
-    try:
+    try:  # lazy: the window probes need python-xlib and an X display; none without them
         from holodesk.control.window import focused_window_class
     except ImportError:
         return None
@@ -376,7 +389,7 @@ def _focus_probe() -> Any:
 
 
 def _window_probe() -> Any:
-    try:
+    try:  # lazy: as in _focus_probe
         from holodesk.control.window import window_at
     except ImportError:
         return None
@@ -389,8 +402,6 @@ def terminal_safe(text: str, *, keep_newlines: bool = False) -> str:
     ``keep_newlines``), invisible format characters and lone surrogates as escapes (``\\x1b``,
     ``\\n``), so a reply can neither restyle the terminal, fake a line of the approval prompt nor
     break the output's encoding. Printable Unicode is kept as is."""
-    from holodesk.core.text import display_safe
-
     return display_safe(text, keep_newlines=keep_newlines)
 
 
@@ -449,6 +460,7 @@ class TerminalApprover:
         return None if line == "" else line.strip()
 
     def __call__(self, request: Any) -> Any:
+        # lazy: start-up time (see the module docstring)
         from holodesk.session.approval import ApprovalResponse, Decision
 
         out = self.stdout
@@ -488,6 +500,7 @@ class TerminalApprover:
         agent-loop-v1 ``{"tool_name": "click_desktop", "element": "OK button", "x": 500, "y": 500}``; a drag
         starts where the proposed action starts. Returns the action, or None (nothing typed, or not valid:
         the reason is printed)."""
+        # lazy: start-up time (see the module docstring)
         from holodesk.core.actions import Click, Drag, Point
 
         protocol = self.protocol

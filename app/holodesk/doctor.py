@@ -8,15 +8,31 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import platform
+import signal
 import sys
 import threading
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Any, TextIO
 
 from holodesk import __version__
+from holodesk.core.fit import GIB
+from holodesk.core.risk import languages_without_words
+from holodesk.core.units import format_bytes
+from holodesk.display import MUTTER_NAMES, PORTAL_NAME, check_display, session_bus_names
+from holodesk.download.cache import default_cache_dir
+from holodesk.dpi import dpi_awareness, ensure_per_monitor_dpi_awareness
+from holodesk.errors import HolodeskError
+from holodesk.machine import disk_free_bytes, probe_gpus
+from holodesk.policy.models import describe, find_model, models_that_fit, run_choice
+from holodesk.policy.remote import RemotePolicy
+from holodesk.secrets import keyring_status, resolve_api_key
+from holodesk.settings import Settings, config_path, load_settings
+from holodesk.ui.probe import tray_status
 
 Check = tuple[str, Callable[[], dict[str, Any]]]
 
@@ -27,8 +43,6 @@ def _python() -> dict[str, Any]:
 
 
 def _display() -> dict[str, Any]:
-    from holodesk.display import check_display
-
     info = check_display()
     out = info.to_dict() if hasattr(info, "to_dict") else dict(vars(info))
     if info.kind in ("wayland", "xwayland"):
@@ -38,12 +52,12 @@ def _display() -> dict[str, Any]:
 
 
 def _desktop_backend() -> dict[str, Any]:
-    from holodesk.display import MUTTER_NAMES, PORTAL_NAME, session_bus_names
+    # lazy (here and in the checks below): the desktop, session and control modules load jeepney (Linux only)
+    # and python-xlib (which prints to stdout and needs a display); a failing import fails this check alone
     from holodesk.display.mutter import interface_versions
     from holodesk.display.portal import PERSIST_MIN_REMOTE_DESKTOP_VERSION
     from holodesk.session.desktop import executor_capabilities
     from holodesk.session.factory import desktop_backend
-    from holodesk.settings import load_settings
 
     out: dict[str, Any] = {}
     try:
@@ -60,7 +74,7 @@ def _desktop_backend() -> dict[str, Any]:
             if all(n in names for n in MUTTER_NAMES):
                 out["permission"] = "none needed: Mutter's own API asks no dialog"
             if PORTAL_NAME in names:
-                from holodesk.display.portal import portal_state
+                from holodesk.display.portal import portal_state  # lazy: as above
 
                 remote_desktop = out["interfaces"].get("portal RemoteDesktop", "")
                 remembered = remote_desktop.isdigit() and int(remote_desktop) >= PERSIST_MIN_REMOTE_DESKTOP_VERSION
@@ -79,8 +93,7 @@ def _desktop_backend() -> dict[str, Any]:
 
 
 def _monitors() -> dict[str, Any]:
-    from holodesk.session.factory import build_capture
-    from holodesk.settings import load_settings
+    from holodesk.session.factory import build_capture  # lazy: as in _desktop_backend
 
     cap = build_capture(load_settings())
     out_backend = getattr(cap, "name", "?")
@@ -101,9 +114,7 @@ def _monitors() -> dict[str, Any]:
 def _failsafe_corners() -> str:
     """Which corners stop a run on X11: the screen's and each X11 monitor's, or only the screen's where the
     X server does not list its monitors (the executor then logs the same)."""
-    from holodesk.control.window import monitor_rects
-    from holodesk.errors import HolodeskError
-
+    from holodesk.control.window import monitor_rects  # lazy: see _desktop_backend
     try:
         rects = monitor_rects()
     except HolodeskError as exc:
@@ -115,8 +126,6 @@ def _failsafe_corners() -> str:
 
 
 def _dpi() -> dict[str, Any]:
-    from holodesk.dpi import dpi_awareness, ensure_per_monitor_dpi_awareness
-
     ensure_per_monitor_dpi_awareness()  # what a run does before its first grab
     return dpi_awareness()
 
@@ -124,7 +133,7 @@ def _dpi() -> dict[str, Any]:
 def _torch() -> dict[str, Any]:
     if importlib.util.find_spec("torch") is None:
         return {"installed": False, "note": "the local model needs the 'local' extra: pip install 'holodesk[local]'"}
-    import torch
+    import torch  # lazy: the optional 'local' extra
 
     out: dict[str, Any] = {"installed": True, "version": torch.__version__,
                            "cuda_available": torch.cuda.is_available(), "cuda_build": torch.version.cuda}
@@ -137,7 +146,7 @@ def _torch() -> dict[str, Any]:
     for name in ("transformers", "torchvision", "mamba_ssm", "causal_conv1d", "bitsandbytes", "xgrammar"):
         out[name] = _version_of(name)
     if importlib.util.find_spec("transformers") is not None:
-        from holodesk.policy.native.processor import processor_choices
+        from holodesk.policy.native.processor import processor_choices  # lazy: needs transformers ('local')
 
         out["native family processors"] = processor_choices()
     return out
@@ -147,12 +156,6 @@ def _local_fit() -> dict[str, Any]:
     """The chosen model (the ``model`` setting) and this GPU: what the model is (from the model registry),
     which precision of it fits the GPU's free memory, whether the chosen precision fits, and which models
     fit at all (the one rule of :mod:`holodesk.core.fit`, as the wizard and Settings use it)."""
-    from holodesk.core.fit import GIB
-    from holodesk.download.cache import default_cache_dir
-    from holodesk.machine import disk_free_bytes, probe_gpus
-    from holodesk.policy.models import describe, find_model, models_that_fit, run_choice
-    from holodesk.settings import Settings, load_settings
-
     try:
         s = load_settings()
         settings_note = ""
@@ -184,8 +187,8 @@ def _local_fit() -> dict[str, Any]:
         cache = default_cache_dir()
         disk = disk_free_bytes(cache)
         estimated = "" if spec.checkpoint_bytes is not None else " (estimated)"
-        out["disk"] = (f"{disk / 1e9:.1f} GB free in {cache} (the checkpoint needs "
-                       f"{spec.download_bytes / 1e9:.1f} GB{estimated})"
+        out["disk"] = (f"{format_bytes(disk)} free in {cache} (the checkpoint needs "
+                       f"{format_bytes(spec.download_bytes)}{estimated})"
                        + ("" if spec.disk_fits(disk) else ": not enough"))
     try:  # what the next policy will run with: the profile where the settings say "auto" / unset
         choice = run_choice(s.model, reasoning=getattr(s, "reasoning", "auto"), greedy=getattr(s, "greedy", False),
@@ -205,15 +208,15 @@ def _local_fit() -> dict[str, Any]:
 
 
 def _kernels() -> dict[str, Any]:
+    # lazy: the local runtime's modules belong to the optional 'local' extra (torch)
     from holodesk.policy.holotron import kernel_report
     from holodesk.policy.holotron.engine import planned_decoder
     from holodesk.policy.holotron.kernels import last_decoder
-    from holodesk.settings import load_settings
 
     report = dict(kernel_report())
     cuda = False
     if importlib.util.find_spec("torch") is not None:
-        import torch
+        import torch  # lazy: the optional 'local' extra
 
         cuda = bool(torch.cuda.is_available())
     try:
@@ -233,56 +236,42 @@ def _kernels() -> dict[str, Any]:
 
 
 def _checkpoint() -> dict[str, Any]:
-    from holodesk.settings import load_settings
-
     s = load_settings()
     if s.policy != "local":
         return {"note": f"not used: the policy is {s.policy!r}"}
     if importlib.util.find_spec("transformers") is None:
         return {"note": "the local model needs the 'local' extra: pip install 'holodesk[local]'"}
-    from holodesk.policy.holotron.loader import inspect_checkpoint
+    from holodesk.policy.holotron.loader import inspect_checkpoint  # lazy: the optional 'local' extra
 
     return inspect_checkpoint(s.model)
 
 
 def _endpoint() -> dict[str, Any]:
-    from holodesk.settings import load_settings
-
     s = load_settings()
     if not s.endpoint:
         return {"configured": False,
                 "note": "no server set (setup wizard > Use a server, or Settings > Basic > Server URL)"}
-    from holodesk.policy.remote import RemotePolicy
-    from holodesk.secrets import resolve_api_key
-
     key, source = resolve_api_key(s.endpoint)
     with RemotePolicy(s.endpoint, s.model, api_key=key) as policy:
         return {"configured": True, "api_key_from": source, **policy.check_endpoint()}
 
 
 def _keyring() -> dict[str, Any]:
-    from holodesk.secrets import keyring_status
-
     return dict(keyring_status())
 
 
 def _tray() -> dict[str, Any]:
-    from holodesk.ui.probe import tray_status
-
     return dict(tray_status())
 
 
 def _settings() -> dict[str, Any]:
-    from holodesk.settings import config_path, load_settings
-
     s = load_settings()
     return {"file": str(config_path()), "exists": config_path().exists(), "policy": s.policy, "model": s.model,
             "approval": s.approval, "episodes": str(s.episodes_dir)}
 
 
 def _accessibility() -> dict[str, Any]:
-    from holodesk.control.accessibility import AccessibilityProbe
-    from holodesk.core.risk import languages_without_words
+    from holodesk.control.accessibility import AccessibilityProbe  # lazy: see _desktop_backend
 
     report: dict[str, Any] = {
         "without it": "programs that publish no accessibility tree (Tk, games, remote desktops) are judged by "
@@ -292,7 +281,7 @@ def _accessibility() -> dict[str, Any]:
         report["languages without risky-word lists"] = (", ".join(missing) + " (English and de, fr, es, it, pt, "
                                                         "ru are checked)")
     try:
-        from holodesk.session.factory import desktop_backend
+        from holodesk.session.factory import desktop_backend  # lazy: see _desktop_backend
 
         backend: str = desktop_backend().backend
     except Exception as exc:  # no display: the desktop backend section says why
@@ -313,8 +302,6 @@ def _accessibility() -> dict[str, Any]:
 def _version_of(module: str) -> str:
     if importlib.util.find_spec(module) is None:
         return "not installed"
-    from importlib import metadata
-
     dist = {"mamba_ssm": "mamba-ssm", "causal_conv1d": "causal-conv1d"}.get(module, module)
     try:
         return metadata.version(dist)
@@ -400,7 +387,7 @@ def _session_bus_services() -> dict[int, list[str]] | None:
     session bus."""
     if not os.environ.get("DBUS_SESSION_BUS_ADDRESS"):
         return None
-    from jeepney import DBusAddress, new_method_call
+    from jeepney import DBusAddress, new_method_call  # lazy: jeepney is installed on Linux only
     from jeepney.io.blocking import open_dbus_connection
 
     bus = DBusAddress("/org/freedesktop/DBus", bus_name="org.freedesktop.DBus", interface="org.freedesktop.DBus")
@@ -432,8 +419,6 @@ def _stop_services_started_since(before: dict[int, list[str]] | None) -> dict[st
 
     Returns the report section: ``{"stopped": ["name, name (pid N)" or "command (pid N)", ...]}`` or
     ``{"stopped": "none"}``."""
-    import signal
-
     if before is None:
         return {"stopped": "none (no session bus)"}
     after = _session_bus_services() or {}
@@ -475,8 +460,6 @@ def print_report(out: TextIO, *, as_json: bool = False) -> int:
     on one line and nothing else on ``out`` (what the probes print goes to standard error); exit status 0
     (doctor reports problems, it does not fail on them)."""
     if as_json:
-        import json
-
         report = _collect_quietly()
         out.write(json.dumps(report, default=str) + "\n")
         return 0

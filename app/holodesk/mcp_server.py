@@ -41,7 +41,9 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 
 from holodesk import __version__, instance
-from holodesk.errors import DisplayError, HolodeskError, SettingsError
+from holodesk.core.approval import ApprovalMode
+from holodesk.errors import DisplayError, HolodeskError, SecretStoreError, SettingsError
+from holodesk.secrets import load_api_key, store_api_key
 from holodesk.session.episode import EPISODE_FILE
 from holodesk.settings import Settings, load_settings
 
@@ -246,7 +248,8 @@ def build_server(desk: Desk, settings: Settings) -> MCPServer:
     @server.tool(description="Carry out one task on the user's desktop and return how it ended. Every step is "
                  "approved on the user's screen (mode 'step'), or low-risk steps by the autopilot when the user "
                  "allowed 'auto'. Progress notifications tell each step in plain words.")
-    async def run_task(task: str, ctx: Context, mode: Literal["step", "auto"] | None = None) -> dict[str, Any]:
+    async def run_task(task: str, ctx: Context,
+                       mode: Literal[ApprovalMode.STEP, ApprovalMode.AUTO] | None = None) -> dict[str, Any]:
         return await _run_task_with_progress(desk, task, mode, ctx)
 
     @server.tool(description="Whether Holodesk (the desktop app, or this server) is running a task, the "
@@ -386,9 +389,6 @@ def http_token(port: int) -> str:
     Raises:
         SecretStoreError: no usable keychain (the message says to set ``HOLODESK_MCP_TOKEN``).
     """
-    from holodesk.errors import SecretStoreError
-    from holodesk.secrets import load_api_key, store_api_key
-
     given = os.environ.get(TOKEN_ENV, "").strip()
     if given:
         return given
@@ -514,6 +514,7 @@ def run(*, http_port: int | None = None, script: Path | None = None) -> int:
         os.dup2(2, 1)
         if hasattr(sys.stdout, "reconfigure"):
             sys.stdout.reconfigure(line_buffering=True, write_through=True)
+    # lazy: loaded only now that fd 1 points at stderr (python-xlib prints its warnings to stdout as it loads)
     from holodesk.session.factory import desktop_backend
 
     settings = load_settings()
@@ -547,6 +548,6 @@ def run(*, http_port: int | None = None, script: Path | None = None) -> int:
         log.error("%s", unavailable)  # on stderr, where hosts show a server's log
         serve_desk(Desk(None, unavailable=unavailable))
         return 0
-    from holodesk.ui.host import host_tasks
+    from holodesk.ui.host import host_tasks  # lazy: Qt loads only when this process hosts the tasks
 
     return host_tasks(settings, lambda remote: serve_desk(Desk(remote.run_task, remote.status)))

@@ -11,6 +11,7 @@ renames it over the old one, so a crash never leaves a half-written file.
 
 from __future__ import annotations
 
+import enum
 import os
 import tempfile
 import tomllib
@@ -24,6 +25,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic.json_schema import JsonDict
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from holodesk.core.approval import ApprovalMode
 from holodesk.errors import SettingsError
 
 SCHEMA_VERSION = 1
@@ -149,8 +151,8 @@ class Settings(BaseSettings):
     )
 
     # Session
-    approval: Literal["step", "auto"] = Field(
-        "step",
+    approval: ApprovalMode = Field(
+        ApprovalMode.STEP,
         description="'step' asks you before every action; 'auto' (autopilot) approves low-risk actions "
         "after a countdown and always asks for high-risk ones.",
     )
@@ -412,7 +414,8 @@ def settings_markdown() -> str:
         "| --- | --- | --- |",
     ]
     for name, f in Settings.model_fields.items():
-        default = "(data folder)" if name == "data_dir" else repr(f.default)
+        value = f.default.value if isinstance(f.default, enum.Enum) else f.default  # as written in the file
+        default = "(data folder)" if name == "data_dir" else repr(value)
         lines.append(f"| `{name}` | `{default}` | {f.description or ''} |")
     return "\n".join(lines) + "\n"
 

@@ -1,6 +1,6 @@
 """Child process for the Wayland overlay test, run inside a GNOME Wayland session with XWayland: Qt picks
 its platform as the desktop app does (``holodesk.ui.app._prefer_xwayland``), shows the approval overlay
-(marker colour ``#ff00cc``) for a click at the monitor's centre and grabs the screen with the Mutter capture
+(the theme's marker colour) for a click at the monitor's centre and grabs the screen with the Mutter capture
 backend: plainly, inside the Session's capture hooks (``WindowGuard.before_capture`` / ``after_capture``)
 five times, and plainly again; grabs run on a worker thread as in the Session.
 
@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QCoreApplication
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QApplication
 
 from holodesk.capture.pipewire_backend import MutterCapture
@@ -34,10 +35,11 @@ from holodesk.session.approval import ApprovalResponse, Decision, make_request
 from holodesk.ui import x11
 from holodesk.ui.app import _prefer_xwayland
 from holodesk.ui.approval import ApprovalController
+from holodesk.ui.theme import THEME
 from holodesk.ui.workers import PendingDecision, WindowGuard
 
-MARK = "#ff00cc"
-MARK_RGB = np.array((0xFF, 0x00, 0xCC), dtype=np.uint8)
+MARK = THEME.palette.marker
+MARK_RGB = np.array(QColor(MARK).getRgb()[:3], dtype=np.uint8)
 
 
 def marker_pixels(pixels: Any) -> int:

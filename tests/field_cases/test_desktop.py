@@ -31,11 +31,12 @@ from holodesk.core.risk import Risk, RiskAssessment
 from holodesk.policy.base import Observation, Proposal
 from holodesk.session.approval import ApprovalResponse, Decision, make_request
 from holodesk.session.loop import State
+from holodesk.ui.theme import THEME
 from tests.conftest import XvfbServer
-from tests.helpers.qt import qapplication_on, wait_exposed
+from tests.helpers.qt import qapplication_on, rgb, wait_exposed
 
 ROOT = Path(__file__).resolve().parents[2]
-MARK_RGB = (0xFF, 0x00, 0xCC)
+MARK_RGB = rgb(THEME.palette.marker)
 
 
 # -- F13 ------------------------------------------------------------------------------------------------
@@ -102,7 +103,7 @@ def desktop_app(xvfb: XvfbServer, qtbot: Any, tmp_path: Path, monkeypatch: pytes
         app = HolodeskApp(load_settings(**{"approval": "step", **(settings or {})}), hotkeys=False,
                           dialogs=False, policy_factory=lambda _s, _p: policy, capture_factory=lambda _s: MssCapture(),
                           executor_factory=executor_factory or (lambda _s, _stop: RecordingExecutor()),
-                          marker_color="#ff00cc", **kw)
+                          marker_color=THEME.palette.marker, **kw)
         made.append(app)
         return app
 

@@ -80,3 +80,10 @@ def focus_window(qtbot: Any, widget: Any, timeout_ms: int = 10000) -> None:
             f"{holder.stdout.strip()!r} {holder.stderr.strip()!r} (this process is {os.getpid()}); Qt's active "
             f"window {QApplication.activeWindow()!r}, modal widget {QApplication.activeModalWidget()!r}"
         ) from None
+
+
+def rgb(color: str) -> tuple[int, int, int]:
+    """``"#rrggbb"`` (a :mod:`holodesk.ui.theme` palette role) as the (red, green, blue) bytes a screenshot shows."""
+    text = color.removeprefix("#")
+    assert len(text) == 6, f"not a #rrggbb colour: {color!r}"
+    return int(text[0:2], 16), int(text[2:4], 16), int(text[4:6], 16)

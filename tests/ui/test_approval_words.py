@@ -29,6 +29,7 @@ from holodesk.ui.overlay import (
     paint_marks,
     place_card,
 )
+from holodesk.ui.theme import THEME
 from holodesk.ui.workers import PendingDecision, WindowGuard
 from tests.ui.conftest import blank_frame, wait_finished, wait_overlay
 
@@ -142,7 +143,7 @@ def test_the_marks_leave_the_targets_label_readable(action: Action) -> None:
     target = QPointF(400.5, 300.5)
     painter = QPainter(image)
     paint_marks(painter, action, [] if isinstance(action, Type) else [target], caret=target,
-                color=QColor("#ff00cc"), center=target)
+                color=QColor(THEME.palette.marker), center=target)
     painter.end()
     assert _painted_in(image, QRectF(0, 0, 800, 600)) > 100  # something is marked
     assert _painted_in(image, _label_band(target)) == 0
@@ -160,7 +161,7 @@ def test_a_drag_path_keeps_off_both_labels(a: tuple[int, int], b: tuple[int, int
     image.fill(Qt.GlobalColor.transparent)
     pa, pb = QPointF(*a), QPointF(*b)
     painter = QPainter(image)
-    paint_marks(painter, Drag(Point(1, 1), Point(2, 2)), [pa, pb], caret=None, color=QColor("#ff00cc"),
+    paint_marks(painter, Drag(Point(1, 1), Point(2, 2)), [pa, pb], caret=None, color=QColor(THEME.palette.marker),
                 center=pa)
     painter.end()
     for p in (pa, pb):

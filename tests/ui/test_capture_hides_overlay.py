@@ -22,13 +22,14 @@ from holodesk.policy.base import Observation, Proposal
 from holodesk.session.approval import ApprovalPolicy, ApprovalResponse, Decision, make_request
 from holodesk.session.loop import Session, SessionLimits, State
 from holodesk.ui.approval import ApprovalController
+from holodesk.ui.theme import THEME
 from holodesk.ui.workers import PendingDecision, WindowGuard
-from tests.helpers.qt import wait_exposed
+from tests.helpers.qt import rgb, wait_exposed
 
 pytestmark = pytest.mark.gui
 
-MARK = "#ff00cc"
-MARK_RGB = (0xFF, 0x00, 0xCC)
+MARK = THEME.palette.marker
+MARK_RGB = rgb(MARK)
 
 
 def marker_pixels(pixels: np.ndarray) -> int:

@@ -15,11 +15,13 @@ from PySide6.QtCore import QPointF, QRect
 
 from holodesk.core.geometry import InputPoint, Monitor
 from holodesk.ui.overlay import OverlayGeometry
+from holodesk.ui.theme import THEME
+from tests.helpers.qt import rgb
 
 pytestmark = pytest.mark.gui
 
 CHILD = Path(__file__).resolve().parent / "apps" / "overlay_at_point.py"
-MARK = [0xFF, 0x00, 0xCC]
+MARK = list(rgb(THEME.palette.marker))
 
 
 @pytest.mark.parametrize("scale_factor", ["1", "2"])

@@ -12,6 +12,7 @@ from holodesk.core.actions import Click, Drag, Point, Scroll, Type
 from holodesk.core.geometry import to_input_point
 from holodesk.session.loop import State
 from holodesk.ui.overlay import MARKER_COLOR
+from tests.helpers.qt import rgb
 from tests.ui.conftest import wait_finished, wait_overlay
 
 pytestmark = pytest.mark.gui
@@ -126,7 +127,7 @@ def test_marker_sits_on_the_exact_input_point(qtbot: Any, make_app: Any) -> None
     qtbot.wait(200)
     with (getattr(mss, "MSS", None) or mss.mss)() as sct:
         shot = sct.grab({"left": ip.x - 6, "top": ip.y - 28, "width": 13, "height": 57})
-    want = tuple(int(MARKER_COLOR[i:i + 2], 16) for i in (1, 3, 5))
+    want = rgb(MARKER_COLOR)
     assert shot.pixel(6, 28) != want  # the target pixel itself
     assert shot.pixel(6, 0) == want and shot.pixel(6, 56) == want  # 28 px above and below, same column
     assert all(shot.pixel(6 + dx, y) != want for dx in (-6, 6) for y in (0, 56))  # the pointers are narrow

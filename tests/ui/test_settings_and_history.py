@@ -16,6 +16,7 @@ from holodesk.core.wording import describe
 from holodesk.session.loop import State
 from holodesk.settings import Settings, load_settings
 from holodesk.ui.settings_dialog import HotkeyEdit, SettingsDialog, field_groups
+from holodesk.ui.theme import THEME
 from tests.ui.conftest import reply, wait_finished, wait_overlay
 
 pytestmark = pytest.mark.gui
@@ -152,6 +153,7 @@ def test_history_shows_steps_frames_and_plain_model_text(qtbot: Any, make_app: A
     px, py = point_to_frame_pixel(kit.executor.calls[0].frame, Point(250, 600))
     # the mark is centred on the action's frame pixel: the pixel itself stays clear, the pointers aim at
     # its column from 28 px above and below (marks drawn 1.5x larger on a 1920-wide frame)
-    assert image.pixelColor(px, py).name() != "#ff00cc"
-    assert image.pixelColor(px, py - 42).name() == "#ff00cc" == image.pixelColor(px, py + 42).name()
+    mark = THEME.palette.marker  # the app's default marker colour
+    assert image.pixelColor(px, py).name() != mark
+    assert image.pixelColor(px, py - 42).name() == mark == image.pixelColor(px, py + 42).name()
     assert image.pixelColor(20, 20).name() == "#282c34"  # the frame itself elsewhere

@@ -24,6 +24,7 @@ from holodesk.ui.settings_dialog import (
     hotkey_from_sequence,
     sequence_from_hotkey,
 )
+from holodesk.ui.theme import THEME
 from tests.helpers.qt import focus_window, wait_exposed
 
 pytestmark = pytest.mark.gui
@@ -242,7 +243,8 @@ def test_the_keychain_message_is_whole_and_under_the_key(qtbot: Any, make_dialog
     qtbot.waitUntil(lambda: message.isVisible() and message.height() >= message.heightForWidth(message.width()),
                     timeout=10000)  # the whole wrapped text fits: nothing clipped
     assert "GNOME Keyring or KWallet" in message.text() and "sk-secret-1" not in message.text()
-    assert "#d93025" not in message.styleSheet() and "red" not in message.styleSheet()
+    assert THEME.palette.danger not in message.styleSheet() and THEME.palette.error_text not in message.styleSheet()
+    assert "red" not in message.styleSheet()
     assert "keychain" not in d.status.text().lower() or "see the note under it" in d.status.text()
     assert d.status.text().startswith("Settings saved to ")
     assert d.key_row.isAncestorOf(message) and d.key_row.isAncestorOf(d.session_key_button)

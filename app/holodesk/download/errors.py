@@ -8,7 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
-from holodesk.download.progress import human_bytes
+from holodesk.core.units import format_bytes
 from holodesk.errors import ModelLoadError
 
 KINDS = ("not_found", "gated", "auth", "server", "offline", "disk_full", "stalled", "unstable",
@@ -58,9 +58,9 @@ def disk_full_error(repo_id: str, folder: Path, needed: int, free: int) -> Downl
     """The error for a cache disk without room for ``needed`` bytes."""
     return DownloadError(
         "disk_full",
-        f"not enough disk space to download {repo_id}: it needs {human_bytes(needed)} more in {folder}, "
-        f"which has {human_bytes(free)} free",
-        f"Free {human_bytes(max(0, needed - free))} on that disk, {move_cache_advice()}. {_RESUMES}",
+        f"not enough disk space to download {repo_id}: it needs {format_bytes(needed)} more in {folder}, "
+        f"which has {format_bytes(free)} free",
+        f"Free {format_bytes(max(0, needed - free))} on that disk, {move_cache_advice()}. {_RESUMES}",
         repo_id=repo_id, folder=folder)
 
 
@@ -161,7 +161,7 @@ def _disk_full(exc: BaseException, repo_id: str, folder: Path | None) -> Downloa
         free = 0
     return DownloadError(
         "disk_full", f"the disk filled up while downloading {repo_id} into {where} "
-        f"({human_bytes(free)} free)",
+        f"({format_bytes(free)} free)",
         f"Free space on that disk, {move_cache_advice()}. {_RESUMES}", repo_id=repo_id, folder=folder)
 
 

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, NoReturn, cast
 
+from holodesk.core.units import format_bytes
 from holodesk.download.cache import (
     MODEL_PATTERNS,
     clean_orphans,
@@ -62,7 +63,7 @@ from holodesk.download.cache import (
 )
 from holodesk.download.errors import DownloadError, cancelled_error, classify, disk_full_error, status_of
 from holodesk.download.hub import DEFAULT_STALL_TIMEOUT_S, DownloadPlan, PlannedFile, hub_endpoint, plan_download
-from holodesk.download.progress import DownloadProgress, ProgressCallback, human_bytes
+from holodesk.download.progress import DownloadProgress, ProgressCallback
 from holodesk.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -414,8 +415,8 @@ def _fetch_attempts(job: _Job, plan: DownloadPlan, item: PlannedFile, headers: d
 def _truncated(item: PlannedFile, partial: Path) -> _RetryableFileError:
     size = partial.stat().st_size if partial.exists() else 0
     return _RetryableFileError(
-        "truncated", f"the server sent only {human_bytes(size)} of {item.name}, whose listed size is "
-        f"{human_bytes(item.size)} ({size} of {item.size} bytes); the part that arrived was kept, not stored "
+        "truncated", f"the server sent only {format_bytes(size)} of {item.name}, whose listed size is "
+        f"{format_bytes(item.size)} ({size} of {item.size} bytes); the part that arrived was kept, not stored "
         "as complete")
 
 

@@ -1,5 +1,6 @@
 """How far a model download is: :class:`DownloadProgress` (one figure in bytes for the whole model), its
-words (:func:`human_bytes`, :func:`human_duration`) and a terminal line that shows it (:class:`TerminalProgress`)."""
+words (:func:`~holodesk.core.units.format_bytes`, :func:`~holodesk.core.units.format_duration`) and a terminal
+line that shows it (:class:`TerminalProgress`)."""
 
 from __future__ import annotations
 
@@ -8,24 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
-def human_bytes(n: float) -> str:
-    """``1536000`` -> ``"1.5 MB"`` (decimal units, as the hub shows sizes)."""
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
-
-
-def human_duration(seconds: float) -> str:
-    """``75`` -> ``"1 min 15 s"``; ``4000`` -> ``"1 h 7 min"``."""
-    s = max(0, round(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60} s"
-    return f"{s // 3600} h {(s % 3600) // 60} min"
+from holodesk.core.units import format_bytes, format_duration
 
 
 @dataclass(frozen=True)
@@ -65,12 +49,12 @@ class DownloadProgress:
         ``"Downloading owner/name: 1.2 GB of 25.0 GB (5%), 35.0 MB/s, 11 min 20 s left — model.safetensors
         (2/9)"``."""
         verb = "Checking" if self.stage == "checking" else "Downloading"
-        line = (f"{verb} {self.repo_id}: {human_bytes(self.done_bytes)} of {human_bytes(self.total_bytes)} "
+        line = (f"{verb} {self.repo_id}: {format_bytes(self.done_bytes)} of {format_bytes(self.total_bytes)} "
                 f"({self.fraction:.0%})")
         if self.bytes_per_s > 0:
-            line += f", {human_bytes(self.bytes_per_s)}/s"
+            line += f", {format_bytes(self.bytes_per_s)}/s"
         if self.eta_s is not None and self.done_bytes < self.total_bytes:
-            line += f", {human_duration(self.eta_s)} left"
+            line += f", {format_duration(self.eta_s)} left"
         if self.file:
             line += f" — {self.file} ({self.file_index}/{self.files})"
         return line
@@ -94,7 +78,7 @@ class TerminalProgress:
     def __call__(self, report: DownloadProgress) -> None:
         if not self._folder_shown:
             self._folder_shown = True
-            self._stream.write(f"Downloading {report.repo_id} ({human_bytes(report.total_bytes)}) into "
+            self._stream.write(f"Downloading {report.repo_id} ({format_bytes(report.total_bytes)}) into "
                                f"{report.folder}\n")
         self.line(report.describe(), report.fraction)
 

@@ -67,6 +67,7 @@ from holodesk.core.fit import (
     needs_free_bytes,
     precision_fits,
 )
+from holodesk.core.units import format_bytes
 from holodesk.errors import SettingsError
 from holodesk.policy.protocol import DEFAULT_PROTOCOL, PROTOCOL_NAMES
 
@@ -669,7 +670,7 @@ def describe(spec: ModelSpec) -> dict[str, str]:
               else f"chat_template_kwargs {{{reasoning.template_kwarg!r}: bool}}")
     default = UNKNOWN if reasoning.on_by_default is None else ("on" if reasoning.on_by_default else "off")
     size = spec.size_text()
-    disk = f"{spec.download_bytes / 1e9:.1f} GB" + ("" if spec.checkpoint_bytes is not None else " (estimated)")
+    disk = format_bytes(spec.download_bytes) + ("" if spec.checkpoint_bytes is not None else " (estimated)")
     return {
         "model": f"{spec.display_name} ({spec.hub_id})",
         "architecture": arch_text,

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from holodesk.core.actions import Action
+from holodesk.core.approval import ApprovalMode, approval_mode
 from holodesk.core.element import Element
 from holodesk.core.geometry import Frame, InputPoint, PlacedAction
 from holodesk.core.risk import Risk, RiskAssessment
@@ -44,7 +45,7 @@ class ApprovalRequest:
         input_points: where each of the action's points lands, in OS input space (from
             :func:`holodesk.core.geometry.place`): exactly where the executor performs it once approved.
         risk: risk level and reason.
-        mode: "step" or "auto".
+        mode: who approves (step mode or autopilot).
         details: the headline's secondary lines (coordinates, window application, text length).
         window: the window the step acts in, when known (its rect keeps the approval card off it).
         focus_element: for typing, the field that has keyboard focus in words, when known.
@@ -60,7 +61,7 @@ class ApprovalRequest:
     description: str
     input_points: tuple[InputPoint, ...]
     risk: RiskAssessment
-    mode: str
+    mode: ApprovalMode
     details: tuple[str, ...] = ()
     window: WindowInfo | None = None
     focus_element: str | None = None
@@ -95,7 +96,7 @@ Approver = Callable[[ApprovalRequest], ApprovalResponse]
 """A user-facing approver: blocks until the user decides (terminal prompt, overlay card)."""
 
 
-def make_request(step: int, proposal: Proposal, placed: PlacedAction, risk: RiskAssessment, mode: str, *,
+def make_request(step: int, proposal: Proposal, placed: PlacedAction, risk: RiskAssessment, mode: ApprovalMode, *,
                  window: WindowInfo | None = None, focus_element: str | None = None,
                  element: Element | None = None, held_keys: Sequence[str] = (),
                  can_refine: bool = False) -> ApprovalRequest:
@@ -133,24 +134,23 @@ class ApprovalPolicy:
     """Routes requests to the user or the autopilot.
 
     Args:
-        mode: "step" (user approves everything) or "auto" (autopilot approves LOW risk only).
+        mode: :attr:`ApprovalMode.STEP` (the user approves everything) or :attr:`ApprovalMode.AUTO` (the
+            autopilot approves LOW risk only); its string value is accepted too.
         user: the user-facing approver.
         autopilot: optional hook called for auto-approved requests (e.g. the UI's visible countdown);
             it may return a response that overrides the approval (the user pressed Stop or Skip during
             the countdown). Without it LOW-risk requests are approved at once.
     """
 
-    def __init__(self, mode: str, user: Approver, autopilot: Approver | None = None) -> None:
-        if mode not in ("step", "auto"):
-            raise ValueError(f"approval mode must be 'step' or 'auto', got {mode!r}")
-        self.mode = mode
+    def __init__(self, mode: ApprovalMode | str, user: Approver, autopilot: Approver | None = None) -> None:
+        self.mode = approval_mode(mode)
         self._user = user
         self._autopilot = autopilot
         self.paused = False
 
     def decide(self, request: ApprovalRequest) -> ApprovalResponse:
         """Return the decision for ``request``; HIGH risk and step mode always ask the user."""
-        if self.mode == "auto" and not self.paused and request.risk.level is Risk.LOW:
+        if self.mode is ApprovalMode.AUTO and not self.paused and request.risk.level is Risk.LOW:
             if self._autopilot is not None:
                 return self._autopilot(request)
             return ApprovalResponse(Decision.APPROVE, by="autopilot")

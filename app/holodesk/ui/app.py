@@ -13,6 +13,7 @@ import contextlib
 import logging
 import logging.handlers
 import os
+import signal
 import sys
 import threading
 import time
@@ -20,17 +21,25 @@ from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QObject, Qt, QUrl, Signal
-from PySide6.QtGui import QDesktopServices, QGuiApplication
-from PySide6.QtWidgets import QApplication, QMessageBox, QProgressDialog, QSystemTrayIcon
+from PySide6.QtCore import QCoreApplication, QObject, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import QAction, QDesktopServices, QGuiApplication
+from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox, QProgressDialog, QSystemTrayIcon
 
+from holodesk.core.approval import ApprovalMode, approval_mode
+from holodesk.download.hub import hub_token
+from holodesk.download.manager import download_model
 from holodesk.errors import HolodeskError, ModelLoadError, SettingsError
 from holodesk.instance import ChannelError, ChannelServer, DriveLock, InstanceLock
+from holodesk.machine import probe_gpus
+from holodesk.policy.models import DEFAULT_MODEL, find_model, get_model
+from holodesk.policy.native.families import check_checkpoint_before_weights
+from holodesk.policy.source import hub_repo
 from holodesk.session.approval import ApprovalPolicy
 from holodesk.session.factory import (
     PolicyCache,
     build_capture,
     build_executor,
+    build_policy,
     build_session,
     default_focus_probe,
     default_window_probe,
@@ -49,6 +58,7 @@ from holodesk.ui.palette import CommandPalette, GlobalHotkeys, hotkey_label
 from holodesk.ui.remote import CLOSING, AppRemote
 from holodesk.ui.settings_dialog import SettingsDialog
 from holodesk.ui.tray import AppActions, FallbackWindow, TrayIcon, app_icon
+from holodesk.ui.widgets import bring_to_front
 from holodesk.ui.wizard import MachineFacts, SetupWizard, gather_facts
 from holodesk.ui.workers import GuiApprover, ProgressFn, TaskRunner, WindowGuard
 
@@ -66,11 +76,6 @@ def hub_download(repo_id: str, *, revision: str, cache_dir: Path, progress: Call
                  cancel: threading.Event) -> Any:
     """The download dialog's :data:`~holodesk.ui.download.DownloadFn`: the download manager
     (:func:`holodesk.download.manager.download_model`) with the hub token kept in the keychain."""
-    from holodesk.download.hub import hub_token
-    from holodesk.download.manager import download_model
-    from holodesk.policy.native.families import check_checkpoint_before_weights
-    from holodesk.policy.source import hub_repo
-
     return download_model(repo_id, revision=revision, cache_dir=cache_dir, progress=progress, cancel=cancel,
                           token=hub_token(),
                           before_weights=lambda folder: check_checkpoint_before_weights(folder, hub_repo(repo_id)))
@@ -78,7 +83,6 @@ def hub_download(repo_id: str, *, revision: str, cache_dir: Path, progress: Call
 
 def _default_policy(settings: Settings, progress: ProgressFn, cancel: threading.Event | None = None) -> Any:
     """The settings' policy; ``cancel`` (the task's stop event) stops a hub download of the local model."""
-    from holodesk.session.factory import build_policy
 
     def report(*args: Any, **kwargs: Any) -> None:
         # The local runtime reports (message[, fraction]); anything else is shown as text.
@@ -204,18 +208,17 @@ class HolodeskApp(QObject):
                 log.warning("no system tray available: showing the Holodesk window instead")
 
     def _connect_actions(self) -> None:
-        """The menu's (and the window's) commands."""
+        """The menu's (and the window's) commands: each action, when triggered, runs its command."""
         a = self.actions
-        a.new_task.triggered.connect(self.open_palette)
-        a.stop.triggered.connect(lambda: self.stop())  # not triggered(checked) as who stopped it
-        a.pause.triggered.connect(self.toggle_pause)
+        commands: list[tuple[QAction, Callable[[], object]]] = [
+            (a.new_task, self.open_palette), (a.pause, self.toggle_pause), (a.replay, self.choose_replay),
+            (a.wizard, self.open_wizard), (a.settings, self.open_settings), (a.history, self.open_history),
+            (a.open_logs, self.open_logs), (a.quit, self.quit),
+            (a.stop, lambda: self.stop()),  # not stop(checked): its argument says who stopped it
+        ]
+        for action, command in commands:
+            action.triggered.connect(command)
         a.mode_selected.connect(self.set_mode)
-        a.replay.triggered.connect(self.choose_replay)
-        a.wizard.triggered.connect(self.open_wizard)
-        a.settings.triggered.connect(self.open_settings)
-        a.history.triggered.connect(self.open_history)
-        a.open_logs.triggered.connect(self.open_logs)
-        a.quit.triggered.connect(self.quit)
 
     def _connect_runner(self) -> None:
         """The task runner's signals (GUI thread)."""
@@ -331,8 +334,6 @@ class HolodeskApp(QObject):
 
     def choose_replay(self) -> None:
         """Ask for a replay file, then :meth:`replay_file`."""
-        from PySide6.QtWidgets import QFileDialog
-
         start = str(self.settings.script_file or Path.home())
         path, _ = QFileDialog.getOpenFileName(None, "Replay a file", start, "Replay files (*.jsonl *.txt);;All "
                                               "files (*)")
@@ -342,16 +343,13 @@ class HolodeskApp(QObject):
     def open_wizard(self) -> SetupWizard:
         """Open the setup wizard (first run, tray: Setup wizard..., an error's "Open setup wizard")."""
         if self._wizard is not None and self._wizard.isVisible():
-            self._wizard.raise_()
-            self._wizard.activateWindow()
+            bring_to_front(self._wizard)
             return self._wizard
         wizard = SetupWizard(self.settings, self.facts(), path=self.settings_path or config_path(),
                              download=self.download)
         wizard.applied.connect(self.apply_settings)
         self._wizard = wizard
-        wizard.show()
-        wizard.raise_()
-        wizard.activateWindow()
+        bring_to_front(wizard)
         return wizard
 
     def stop(self, by: str = "user") -> None:
@@ -361,10 +359,13 @@ class HolodeskApp(QObject):
             self.runner.stop(by)
         self.approval.stop()
 
-    def set_mode(self, mode: str) -> None:
-        """Switch between "step" and "auto" (applies from the next step; not written to the file)."""
-        if mode not in ("step", "auto"):
-            raise ValueError(f"mode must be 'step' or 'auto', got {mode!r}")
+    def set_mode(self, mode: ApprovalMode | str) -> None:
+        """Switch between step mode and autopilot (applies from the next step; not written to the file).
+
+        Raises:
+            ValueError: ``mode`` names no :class:`ApprovalMode`.
+        """
+        mode = approval_mode(mode)
         self.approval_policy.mode = mode
         self.approval_policy.paused = False
         self.actions.update_state(mode=mode, paused=False)
@@ -388,26 +389,19 @@ class HolodeskApp(QObject):
     def open_settings(self) -> SettingsDialog:
         """Open the Settings dialog (one at a time)."""
         if self._settings_dialog is not None and self._settings_dialog.isVisible():
-            self._settings_dialog.raise_()
-            self._settings_dialog.activateWindow()
+            bring_to_front(self._settings_dialog)
             return self._settings_dialog
         monitors: list[str] = []
         try:
-            from PySide6.QtGui import QGuiApplication
-
             monitors = [f"{s.name()} {s.geometry().width()}x{s.geometry().height()} at "
                         f"{s.geometry().x():+d}{s.geometry().y():+d}" for s in QGuiApplication.screens()]
         except RuntimeError:
             monitors = []
-        from holodesk.machine import probe_gpus
-
         dialog = SettingsDialog(self.settings, path=self.settings_path or config_path(), monitors=monitors,
                                 gpu=probe_gpus().best)
         dialog.saved.connect(self.apply_settings)
         self._settings_dialog = dialog
-        dialog.show()
-        dialog.raise_()
-        dialog.activateWindow()
+        bring_to_front(dialog)
         return dialog
 
     def apply_settings(self, settings: Settings) -> None:
@@ -533,9 +527,6 @@ class HolodeskApp(QObject):
         (the error's own hint is shown)."""
         if not isinstance(exc, ModelLoadError) or self._task_settings.policy != "local":
             return ""
-        from holodesk.machine import probe_gpus
-        from holodesk.policy.models import DEFAULT_MODEL, find_model, get_model
-
         gpu = probe_gpus().best
         # the chosen model's need (a folder outside the registry is judged as the default model)
         model = find_model(self._task_settings.model) or get_model(DEFAULT_MODEL)
@@ -706,10 +697,6 @@ def run_app(force_window: bool = False, instance: InstanceLock | None = None) ->
 def _quit_on_signals(holo: HolodeskApp) -> Iterator[None]:
     """While the event loop runs, SIGTERM, SIGHUP and SIGINT (the session ending, ``kill``, Ctrl+C) stop any
     task, recorded as stopped by that signal (its record gets its end), and quit the app."""
-    import signal
-
-    from PySide6.QtCore import QTimer
-
     def on_signal(signum: int, _frame: Any) -> None:
         log.info("signal %d: stopping any task and quitting", signum)
         holo.stop(by=stopped_by_signal(signum))

@@ -35,6 +35,7 @@ from holodesk.errors import ActionError
 from holodesk.session.approval import ApprovalResponse, Decision
 from holodesk.ui import x11
 from holodesk.ui.overlay import MARKER_COLOR, OverlayGeometry, OverlayWindow, screen_for_monitor
+from holodesk.ui.widgets import bring_to_front
 from holodesk.ui.workers import PendingDecision, WindowGuard
 
 log = logging.getLogger(__name__)
@@ -159,9 +160,7 @@ class ApprovalController(QObject):
             self._countdown_started = None
             card.set_countdown(None)
         overlay.refresh()  # the card's content is complete now: size and place it
-        overlay.show()
-        overlay.raise_()
-        overlay.activateWindow()
+        bring_to_front(overlay)
         overlay.setFocus()
         self.overlay_shown.emit(overlay)
         if pending.kind == "autopilot" and self.countdown_s <= 0:

@@ -33,15 +33,15 @@ from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
     QDialog,
     QHBoxLayout,
-    QLabel,
     QProgressBar,
-    QPushButton,
     QVBoxLayout,
     QWidget,
 )
 
-from holodesk.download.progress import human_duration
+from holodesk.core.units import format_bytes, format_duration
 from holodesk.errors import HolodeskError
+from holodesk.ui.theme import THEME, text_style
+from holodesk.ui.widgets import name_window, plain_label, push_button
 
 log = logging.getLogger(__name__)
 
@@ -90,18 +90,9 @@ class DownloadFn(Protocol):
                  cancel: threading.Event) -> Any: ...
 
 
-def format_bytes(n: float) -> str:
-    """``1536`` -> ``"1.5 KB"``; decimal units, as disks and download sites count."""
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
-
-
 def format_eta(seconds: float | None) -> str:
-    """``3725`` -> ``"1 h 2 min"`` (:func:`~holodesk.download.progress.human_duration`); ``None`` -> ``"unknown"``."""
-    return "unknown" if seconds is None else human_duration(seconds)
+    """``3725`` -> ``"1 h 2 min"``; ``None`` -> ``"unknown"``."""
+    return "unknown" if seconds is None else format_duration(seconds)
 
 
 def progress_text(p: DownloadProgressLike) -> str:
@@ -149,8 +140,7 @@ class DownloadDialog(QDialog):
     def __init__(self, download: DownloadFn, repo_id: str, cache_dir: Path, revision: str = "main",
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setWindowTitle("Downloading Holotron-12B")
-        self.setObjectName("holodeskDownload")
+        name_window(self, "Downloading Holotron-12B", "holodeskDownload")
         self.download = download
         self.repo_id = repo_id
         self.revision = revision
@@ -165,39 +155,23 @@ class DownloadDialog(QDialog):
         self._relay.failed.connect(self._on_failed, Qt.ConnectionType.QueuedConnection)
 
         layout = QVBoxLayout(self)
-        self.heading = QLabel(f"{repo_id} into {self.cache_dir}")
-        self.heading.setTextFormat(Qt.TextFormat.PlainText)
-        self.heading.setWordWrap(True)
+        self.heading = plain_label(f"{repo_id} into {self.cache_dir}")
         layout.addWidget(self.heading)
         self.bar = QProgressBar()
         self.bar.setObjectName("progress")
         self.bar.setRange(0, 0)
         layout.addWidget(self.bar)
-        self.numbers = QLabel("Starting...")
-        self.numbers.setObjectName("numbers")
-        self.numbers.setTextFormat(Qt.TextFormat.PlainText)
+        self.numbers = plain_label("Starting...", "numbers", wrap=False)
         layout.addWidget(self.numbers)
-        self.file = QLabel("")
-        self.file.setObjectName("file")
-        self.file.setTextFormat(Qt.TextFormat.PlainText)
-        self.file.setStyleSheet("color: #5b6b7f;")
+        self.file = plain_label("", "file", wrap=False, style=text_style(THEME.palette.muted))
         layout.addWidget(self.file)
-        self.message = QLabel("")
-        self.message.setObjectName("message")
-        self.message.setTextFormat(Qt.TextFormat.PlainText)
-        self.message.setWordWrap(True)
-        self.message.hide()
+        self.message = plain_label("", "message", hidden=True)
         layout.addWidget(self.message)
         row = QHBoxLayout()
         row.addStretch(1)
-        self.retry_button = QPushButton("Retry")
-        self.retry_button.setObjectName("retry")
-        self.retry_button.clicked.connect(self.start)
-        self.retry_button.hide()
+        self.retry_button = push_button("Retry", "retry", self.start, hidden=True)
         row.addWidget(self.retry_button)
-        self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.setObjectName("cancel")
-        self.cancel_button.clicked.connect(self.cancel)
+        self.cancel_button = push_button("Cancel", "cancel", self.cancel)
         row.addWidget(self.cancel_button)
         layout.addLayout(row)
         self.setMinimumWidth(520)

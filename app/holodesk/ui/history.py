@@ -32,7 +32,6 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QMessageBox,
     QPlainTextEdit,
-    QPushButton,
     QSplitter,
     QToolButton,
     QVBoxLayout,
@@ -46,6 +45,8 @@ from holodesk.core.wording import describe, step_words
 from holodesk.errors import HolodeskError
 from holodesk.session.episode import Episode, delete_episode, export_episode, list_episodes, load_episode
 from holodesk.ui.overlay import paint_action_on_image
+from holodesk.ui.theme import THEME, strong_style
+from holodesk.ui.widgets import name_window, push_button
 
 log = logging.getLogger(__name__)
 
@@ -236,8 +237,7 @@ class HistoryWindow(QDialog):
 
     def __init__(self, episodes_dir: Path, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setWindowTitle("Holodesk history")
-        self.setObjectName("holodeskHistory")
+        name_window(self, "Holodesk history", "holodeskHistory")
         self.episodes_dir = Path(episodes_dir)
         self.entries: list[EpisodeEntry] = []
         self.episode: Episode | None = None
@@ -253,7 +253,7 @@ class HistoryWindow(QDialog):
         self.step_list.setObjectName("steps")
         self.step_list.setIconSize(THUMB)
         self.step_list.setWordWrap(True)
-        self.step_list.setSpacing(2)
+        self.step_list.setSpacing(THEME.spacing.list_gap)
         right = self._make_step_view()
         splitter.addWidget(self.episode_list)
         splitter.addWidget(self.step_list)
@@ -283,13 +283,9 @@ class HistoryWindow(QDialog):
             edit.setCalendarPopup(True)
             edit.setDisplayFormat("yyyy-MM-dd")
             edit.dateChanged.connect(self.apply_filter)
-        self.export_button = QPushButton("Export...")
-        self.export_button.setObjectName("export")
+        self.export_button = push_button("Export...", "export", self._export_clicked)
         self.export_button.setToolTip("Save the episode as a zip file (its record and screenshots)")
-        self.export_button.clicked.connect(self._export_clicked)
-        self.delete_button = QPushButton("Delete...")
-        self.delete_button.setObjectName("delete")
-        self.delete_button.clicked.connect(self.ask_delete)
+        self.delete_button = push_button("Delete...", "delete", self.ask_delete)
         bar.addWidget(self.search, 2)
         bar.addWidget(QLabel("From"))
         bar.addWidget(self.date_from)
@@ -307,7 +303,7 @@ class HistoryWindow(QDialog):
         self.header = QLabel()
         self.header.setTextFormat(Qt.TextFormat.PlainText)
         self.header.setWordWrap(True)
-        self.header.setStyleSheet("font-weight: 600;")
+        self.header.setStyleSheet(strong_style())
         self.image = _ScaledImage()
         self.details = QPlainTextEdit()
         self.details.setObjectName("details")

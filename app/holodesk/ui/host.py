@@ -9,13 +9,15 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
 
 from holodesk.instance import ChannelError
+from holodesk.settings import Settings
+from holodesk.ui.app import HolodeskApp
 from holodesk.ui.remote import AppRemote
-
-if TYPE_CHECKING:
-    from holodesk.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +35,6 @@ def host_tasks(settings: Settings, serve: Callable[[AppRemote], None]) -> int:
     Returns:
         0 when ``serve`` returned normally, 1 when it raised (logged).
     """
-    from PySide6.QtCore import QTimer
-    from PySide6.QtWidgets import QApplication
-
-    from holodesk.ui.app import HolodeskApp
-
     qapp = QApplication.instance()
     if not isinstance(qapp, QApplication):
         qapp = QApplication(sys.argv[:1])

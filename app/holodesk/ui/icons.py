@@ -18,6 +18,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QIcon, QPainter, QPainterPath, QPen, QPixmap
 
 from holodesk.session.loop import State
+from holodesk.ui.theme import THEME
 
 
 class Status(enum.StrEnum):
@@ -31,11 +32,11 @@ class Status(enum.StrEnum):
 
 
 STATUS_COLORS: dict[Status, str] = {
-    Status.IDLE: "#5b6b7f",  # slate: nothing running
-    Status.THINKING: "#2f7de1",  # blue: capturing / model thinking
-    Status.AWAITING: "#f0a000",  # amber: your decision is needed
-    Status.ACTING: "#1f9d55",  # green: performing an approved action
-    Status.ERROR: "#d93025",  # red: the last task failed
+    Status.IDLE: THEME.palette.muted,  # slate: nothing running
+    Status.THINKING: THEME.palette.accent,  # blue: capturing / model thinking
+    Status.AWAITING: THEME.palette.waiting,  # amber: your decision is needed
+    Status.ACTING: THEME.palette.success,  # green: performing an approved action
+    Status.ERROR: THEME.palette.danger,  # red: the last task failed
 }
 
 STATUS_TEXT: dict[Status, str] = {
@@ -66,11 +67,11 @@ def _paint(painter: QPainter, status: Status, size: float) -> None:
     color = QColor(STATUS_COLORS[status])
     margin = size * 0.06
     disc = QRectF(margin, margin, size - 2 * margin, size - 2 * margin)
-    painter.setPen(QPen(QColor("#ffffff"), max(1.0, size * 0.05)))
+    white = QColor(THEME.palette.text_strong)
+    painter.setPen(QPen(white, max(1.0, size * 0.05)))
     painter.setBrush(color)
     painter.drawEllipse(disc)
 
-    white = QColor("#ffffff")
     c = size / 2
     pen = QPen(white, max(1.5, size * 0.09), Qt.PenStyle.SolidLine, Qt.PenCapStyle.RoundCap,
                Qt.PenJoinStyle.RoundJoin)

@@ -53,7 +53,6 @@ from PySide6.QtWidgets import (
     QBoxLayout,
     QFrame,
     QHBoxLayout,
-    QLabel,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
@@ -65,11 +64,13 @@ from PySide6.QtWidgets import (
 from holodesk.core.actions import Action, Click, Drag, Key, KeyDown, KeyUp, Plan, Scroll, Type, Wait
 from holodesk.core.geometry import InputPoint, Monitor
 from holodesk.core.risk import Risk, RiskAssessment
+from holodesk.ui.theme import THEME, banner_style, card_style, risk_badge_style, text_style
+from holodesk.ui.widgets import name_window, plain_label, push_button
 
 log = logging.getLogger(__name__)
 
-MARKER_COLOR = "#ff00cc"
-"""Colour of target marks (a magenta that desktops rarely show; the F13 test looks for it)."""
+MARKER_COLOR = THEME.palette.marker
+"""Colour of target marks (:attr:`Palette.marker`); callers may pass another."""
 
 CARD_WIDTH = 420
 """Card width in logical pixels."""
@@ -155,17 +156,6 @@ def screen_for_monitor(monitor: Monitor, screens: list[QScreen] | None = None) -
     return primary
 
 
-def _plain_label(text: str = "", *, wrap: bool = True, object_name: str = "") -> QLabel:
-    label = QLabel()
-    label.setTextFormat(Qt.TextFormat.PlainText)  # F10: model text is data, never markup
-    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-    label.setWordWrap(wrap)
-    label.setText(text)
-    if object_name:
-        label.setObjectName(object_name)
-    return label
-
-
 def _free(rect: QRectF, blockers: list[QRectF]) -> bool:
     return not any(rect.intersects(b) for b in blockers)
 
@@ -246,9 +236,8 @@ def place_card(area: QRectF, size: QSizeF | list[QSizeF], targets: list[QPointF]
 def _refine_button(layout: QVBoxLayout) -> QPushButton:
     """The card's "Click more precisely" button, added to ``layout``; hidden until a pointer step whose policy
     can localize its target again is shown."""
-    button = QPushButton("Click more precisely")
+    button = push_button("Click more precisely", "refine")
     layout.addWidget(button)
-    button.setObjectName("refine")
     button.setFocusPolicy(Qt.FocusPolicy.NoFocus)
     button.setToolTip("Ask the model again for the target's point, in a close-up around it")
     button.setVisible(False)
@@ -262,48 +251,28 @@ class ApprovalCard(QFrame):
         super().__init__(parent)
         self.setObjectName("approvalCard")
         self.setFixedWidth(CARD_WIDTH)
-        self.setStyleSheet(
-            "#approvalCard { background: #1f2430; border: 2px solid MARKER; border-radius: 10px; }"
-            "#approvalCard QLabel { color: #f2f4f8; font-size: 13px; }"
-            "#approvalCard QLabel#title { font-size: 12px; color: #aab3c5; }"
-            "#approvalCard QLabel#description { font-size: 16px; font-weight: 600; }"
-            "#approvalCard QLabel#details { color: #aab3c5; font-size: 12px; }"
-            "#approvalCard QLabel#thought { color: #d6dbe6; font-style: italic; }"
-            "#approvalCard QLabel#edit_hint { color: #ffd479; }"
-            "#approvalCard QLabel#countdown { color: #9fe6b8; }"
-            "#approvalCard QPlainTextEdit { background: #11141b; color: #ffffff; border: 1px solid #3a4252;"
-            " font-family: monospace; font-size: 13px; }"
-            "#approvalCard QPushButton { padding: 5px 10px; border-radius: 5px; background: #343b4b;"
-            " color: #f2f4f8; border: 1px solid #4b5468; }"
-            "#approvalCard QPushButton:disabled { color: #6b7385; background: #262b36; }"
-            "#approvalCard QPushButton#approve { background: #1f9d55; border-color: #1f9d55; }"
-            "#approvalCard QPushButton#stop { background: #a52a22; border-color: #a52a22; }"
-            "#approvalCard QProgressBar { border: 0; background: #343b4b; height: 6px;"
-            " border-radius: 3px; }"
-            "#approvalCard QProgressBar::chunk { background: #1f9d55; border-radius: 3px; }"
-            .replace("MARKER", MARKER_COLOR)
-        )
+        self.setStyleSheet(card_style(MARKER_COLOR))
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(14, 12, 14, 12)
-        layout.setSpacing(7)
+        layout.setContentsMargins(*THEME.spacing.card_margins)
+        layout.setSpacing(THEME.spacing.card_gap)
 
         top = QHBoxLayout()
-        self.title = _plain_label(wrap=False, object_name="title")
-        self.risk_badge = _plain_label(wrap=False, object_name="risk")
+        self.title = plain_label(wrap=False, name="title", selectable=True)
+        self.risk_badge = plain_label(wrap=False, name="risk", selectable=True)
         top.addWidget(self.title, 1)
         top.addWidget(self.risk_badge, 0)
         layout.addLayout(top)
 
-        self.description = _plain_label(object_name="description")
+        self.description = plain_label(name="description", selectable=True)
         layout.addWidget(self.description)
-        self.details = _plain_label(object_name="details")
+        self.details = plain_label(name="details", selectable=True)
         layout.addWidget(self.details)
-        self.risk_reason = _plain_label(object_name="risk_reason")
+        self.risk_reason = plain_label(name="risk_reason", selectable=True)
         layout.addWidget(self.risk_reason)
-        self.thought = _plain_label(object_name="thought")
+        self.thought = plain_label(name="thought", selectable=True)
         layout.addWidget(self.thought)
 
-        self.text_caption = _plain_label("Exact text to type:", object_name="text_caption")
+        self.text_caption = plain_label("Exact text to type:", name="text_caption", selectable=True)
         layout.addWidget(self.text_caption)
         self.text_box = QPlainTextEdit()
         self.text_box.setObjectName("text_box")
@@ -312,10 +281,10 @@ class ApprovalCard(QFrame):
         self.text_box.setTabChangesFocus(False)
         layout.addWidget(self.text_box)
 
-        self.edit_hint = _plain_label(object_name="edit_hint")
+        self.edit_hint = plain_label(name="edit_hint", selectable=True)
         layout.addWidget(self.edit_hint)
 
-        self.countdown_label = _plain_label(object_name="countdown")
+        self.countdown_label = plain_label(name="countdown", selectable=True)
         self.countdown_bar = QProgressBar()
         self.countdown_bar.setTextVisible(False)
         self.countdown_bar.setRange(0, 1000)
@@ -323,24 +292,20 @@ class ApprovalCard(QFrame):
         layout.addWidget(self.countdown_label)
         layout.addWidget(self.countdown_bar)
 
-        self.where = _plain_label(object_name="where")
-        self.where.setStyleSheet("color: #8d96a8; font-size: 11px;")
+        self.where = plain_label(name="where", selectable=True, style=text_style(THEME.palette.text_faint,
+                                                                                   THEME.fonts.small))
         layout.addWidget(self.where)
 
         # two pairs of buttons, side by side on a full card, one above the other on a narrow one
         self.buttons = QBoxLayout(QBoxLayout.Direction.LeftToRight)
-        self.buttons.setSpacing(6)
-        self.approve_button = QPushButton("Approve  ⏎")
-        self.approve_button.setObjectName("approve")
-        self.edit_button = QPushButton("Edit  E")
-        self.edit_button.setObjectName("edit")
-        self.skip_button = QPushButton("Skip  S")
-        self.skip_button.setObjectName("skip")
-        self.stop_button = QPushButton("Stop  Esc")
-        self.stop_button.setObjectName("stop")
+        self.buttons.setSpacing(THEME.spacing.button_gap)
+        self.approve_button = push_button("Approve  ⏎", "approve")
+        self.edit_button = push_button("Edit  E", "edit")
+        self.skip_button = push_button("Skip  S", "skip")
+        self.stop_button = push_button("Stop  Esc", "stop")
         for pair in ((self.approve_button, self.edit_button), (self.skip_button, self.stop_button)):
             row = QHBoxLayout()
-            row.setSpacing(6)
+            row.setSpacing(THEME.spacing.button_gap)
             for b in pair:
                 b.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # keys go to the overlay, not to a button
                 b.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
@@ -365,9 +330,7 @@ class ApprovalCard(QFrame):
     def set_risk(self, risk: RiskAssessment) -> None:
         high = risk.level is Risk.HIGH
         self.risk_badge.setText("HIGH RISK" if high else "low risk")
-        color = "#d93025" if high else "#1f9d55"
-        self.risk_badge.setStyleSheet(f"background: {color}; color: white; border-radius: 4px; padding: 2px 6px;"
-                                      " font-weight: 700; font-size: 11px;")
+        self.risk_badge.setStyleSheet(risk_badge_style(high))
         self.risk_reason.setText(("High risk, needs your approval: " if high else "Low risk: ") + risk.reason)
 
     def set_typed_text(self, text: str | None, editable: bool = False) -> None:
@@ -425,8 +388,7 @@ class OverlayWindow(QWidget):
                             | Qt.WindowType.Tool)
         self.setAttribute(Qt.WidgetAttribute.WA_TranslucentBackground, True)
         self.setAttribute(Qt.WidgetAttribute.WA_ShowWithoutActivating, False)
-        self.setWindowTitle("Holodesk approval")
-        self.setObjectName("holodeskOverlay")
+        name_window(self, "Holodesk approval", "holodeskOverlay")
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self.geometry_map = geometry
         self.marker_color = QColor(marker_color)
@@ -442,10 +404,9 @@ class OverlayWindow(QWidget):
         self.caret: QPointF | None = None
         self.avoid: QRectF | None = None
         # While picking a point the card is hidden (it must not cover a target); a banner says what to do.
-        self.banner = _plain_label(wrap=False, object_name="banner")
+        self.banner = plain_label(wrap=False, name="banner", selectable=True)
         self.banner.setParent(self)
-        self.banner.setStyleSheet("background: #1f2430; color: #ffd479; border: 2px solid %s; border-radius: 6px;"
-                                  " padding: 6px 12px; font-size: 14px;".replace("%s", MARKER_COLOR))
+        self.banner.setStyleSheet(banner_style(MARKER_COLOR))
         self.banner.hide()
         self.setGeometry(geometry.screen_rect)
 
@@ -558,7 +519,7 @@ class OverlayWindow(QWidget):
             panel = self.banner if self.mode == "pick" else self.card
             radius = 6.0 if panel is self.banner else 10.0
             painter.setPen(Qt.PenStyle.NoPen)
-            painter.setBrush(QColor("#000000"))
+            painter.setBrush(Qt.GlobalColor.black)  # the mask: any opaque pixel
             painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
             painter.drawRoundedRect(QRectF(panel.geometry()), radius, radius)
         finally:

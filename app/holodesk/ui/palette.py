@@ -16,7 +16,10 @@ from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QCursor, QGuiApplication, QKeyEvent
 from PySide6.QtWidgets import QFrame, QLabel, QLineEdit, QVBoxLayout, QWidget
 
+from holodesk.core.approval import ApprovalMode
 from holodesk.errors import SettingsError
+from holodesk.ui.theme import THEME, command_palette_style
+from holodesk.ui.widgets import bring_to_front, name_window
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +33,7 @@ def parse_hotkey(combo: str) -> list[Any]:
         SettingsError: the combination cannot be parsed (message names it and shows the syntax).
         ImportError: pynput cannot be imported on this system (e.g. no display on Linux).
     """
-    from pynput import keyboard
+    from pynput import keyboard  # lazy: pynput needs a display on Linux; its ImportError is documented above
 
     try:
         return list(keyboard.HotKey.parse(combo))
@@ -83,7 +86,7 @@ class GlobalHotkeys(QObject):
         if palette.lower() == stop.lower():
             raise SettingsError(f"the palette and stop hotkeys are both {palette!r}",
                                 hint="Pick two different combinations in Settings.")
-        from pynput import keyboard
+        from pynput import keyboard  # lazy: as in parse_hotkey (needs a display)
 
         self.combos = {"palette": palette, "stop": stop}
         listener = _listener_class(keyboard)({palette: self.palette_requested.emit, stop: self.stop_requested.emit})
@@ -176,22 +179,16 @@ class CommandPalette(QWidget):
         super().__init__(parent)
         self.setWindowFlags(Qt.WindowType.FramelessWindowHint | Qt.WindowType.WindowStaysOnTopHint
                             | Qt.WindowType.Tool)
-        self.setWindowTitle("Holodesk command")
-        self.setObjectName("holodeskPalette")
+        name_window(self, "Holodesk command", "holodeskPalette")
         self.setFixedWidth(560)
         frame = QFrame(self)
         frame.setObjectName("paletteFrame")
-        frame.setStyleSheet(
-            "#paletteFrame { background: #1f2430; border: 1px solid #4b5468; border-radius: 10px; }"
-            "QLineEdit { background: #11141b; color: #f2f4f8; border: 1px solid #2f7de1; border-radius: 6px;"
-            " padding: 8px; font-size: 16px; }"
-            "QLabel { color: #aab3c5; font-size: 12px; }"
-        )
+        frame.setStyleSheet(command_palette_style())
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(frame)
         layout = QVBoxLayout(frame)
-        layout.setContentsMargins(12, 12, 12, 10)
+        layout.setContentsMargins(*THEME.spacing.panel_margins)
         self.input = _Input()
         self.input.setPlaceholderText("What should Holodesk do?")
         self.input.returnPressed.connect(self._submit)
@@ -200,15 +197,15 @@ class CommandPalette(QWidget):
         self.hint = QLabel()
         self.hint.setTextFormat(Qt.TextFormat.PlainText)
         layout.addWidget(self.hint)
-        self.mode = "step"
-        self.set_mode_hint("step")
+        self.mode = ApprovalMode.STEP
+        self.set_mode_hint(ApprovalMode.STEP)
 
-    def set_mode_hint(self, mode: str | None = None, message: str = "") -> None:
-        """Show the approval mode ("step" / "auto"; None keeps the last one) and an optional message."""
+    def set_mode_hint(self, mode: ApprovalMode | None = None, message: str = "") -> None:
+        """Show the approval mode (None keeps the last one) and an optional message."""
         if mode is not None:
             self.mode = mode
         base = ("Autopilot: low-risk steps run after a countdown; risky ones ask you."
-                if self.mode == "auto" else "Step by step: you approve every action.")
+                if self.mode is ApprovalMode.AUTO else "Step by step: you approve every action.")
         self.hint.setText((message + "  ·  " if message else "") + base + "  Enter starts · Esc closes")
 
     def open(self) -> None:
@@ -219,9 +216,7 @@ class CommandPalette(QWidget):
             area = screen.availableGeometry()
             self.move(area.x() + (area.width() - self.width()) // 2, area.y() + area.height() // 4)
         self.input.selectAll()
-        self.show()
-        self.raise_()
-        self.activateWindow()
+        bring_to_front(self)
         self.input.setFocus(Qt.FocusReason.ActiveWindowFocusReason)
 
     def _submit(self) -> None:

@@ -44,6 +44,8 @@ def session_bus_configured(env: dict[str, str]) -> bool:
 
 def _probe_current() -> dict[str, Any]:
     """Check with the QApplication of this process."""
+    # lazy (here and below): doctor imports this module without loading Qt; Qt loads only in the child
+    # process or where a QApplication already runs
     from PySide6.QtGui import QGuiApplication
     from PySide6.QtWidgets import QSystemTrayIcon
 

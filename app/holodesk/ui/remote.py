@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 
+from holodesk.core.approval import ApprovalMode, approval_mode
 from holodesk.instance import ChannelError, Connection, DesktopBusy
 from holodesk.session.loop import EpisodeResult, State
 from holodesk.session.report import StepReporter, outcome
 from holodesk.ui.workers import on_gui_thread
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # for annotations only: holodesk.ui.app imports this module
     from holodesk.ui.app import HolodeskApp
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ CLOSING = "Holodesk is quitting (it was told to end); the task was not started"
 """Why a task that arrives while the app shuts down does not start (:attr:`HolodeskApp.closing`)."""
 
 
-def allowed_mode(requested: str | None, current: str, allowed: list[str]) -> str:
+def allowed_mode(requested: str | None, current: ApprovalMode, allowed: list[str]) -> ApprovalMode:
     """The approval mode a caller's task runs in: ``requested`` when the user allowed it, else (None) the
     app's current mode when allowed, else the first allowed one.
 
@@ -45,12 +46,12 @@ def allowed_mode(requested: str | None, current: str, allowed: list[str]) -> str
         if requested not in allowed:
             raise ValueError(f"mode {requested!r} is not allowed for callers; the user allows: "
                              f"{', '.join(allowed) or 'none'} (Settings: mcp_allowed_modes)")
-        return requested
+        return approval_mode(requested)
     if current in allowed:
         return current
     if not allowed:
         raise ValueError("the user allows no approval mode for callers (Settings: mcp_allowed_modes)")
-    return allowed[0]
+    return approval_mode(allowed[0])
 
 
 class AppRemote(QObject):
@@ -159,7 +160,7 @@ class AppRemote(QObject):
 
         Args:
             task: the instruction.
-            mode: "step" / "auto" / None (see :func:`allowed_mode`).
+            mode: an :class:`ApprovalMode` word, or None (see :func:`allowed_mode`).
             by: called when ``cancel`` is set: who stopped the task (recorded), e.g. "the MCP client (it
                 cancelled the call)".
             on_step: gets each step's plain-words report (:class:`~holodesk.session.report.StepReporter`).
@@ -200,8 +201,8 @@ class _CallerTask:
         self.done = threading.Event()
         self.outcome: dict[str, Any] | None = None
         self.refused: dict[str, Any] | None = None
-        self.previous_mode: str | None = None
-        self.chosen_mode: str | None = None
+        self.previous_mode: ApprovalMode | None = None
+        self.chosen_mode: ApprovalMode | None = None
         self.connected: tuple[tuple[Any, Callable[..., None]], ...] = ()
 
     def finished(self, result: EpisodeResult) -> None:

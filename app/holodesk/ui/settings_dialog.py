@@ -17,6 +17,7 @@ and offers to keep the key for this session only.
 
 from __future__ import annotations
 
+import enum
 import logging
 import typing
 from collections.abc import Callable
@@ -39,7 +40,6 @@ from PySide6.QtWidgets import (
     QKeySequenceEdit,
     QLabel,
     QLineEdit,
-    QPushButton,
     QScrollArea,
     QSpinBox,
     QTabWidget,
@@ -47,11 +47,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from holodesk.core.approval import ApprovalMode
 from holodesk.core.fit import GIB
 from holodesk.errors import HolodeskError, SecretStoreError, SettingsError
 from holodesk.machine import GpuInfo
 from holodesk.policy.models import DEFAULT_MODEL, MODELS, ModelSpec, find_model, get_model
+from holodesk.secrets import set_session_api_key, store_api_key
 from holodesk.settings import Settings, save_settings, validate_field
+from holodesk.ui.palette import parse_hotkey
+from holodesk.ui.theme import THEME, notice_style, text_style
+from holodesk.ui.widgets import SESSION_KEY_TEXT, name_window, plain_label, push_button
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +106,8 @@ CHOICE_LABELS: dict[str, dict[str, str]] = {
     "reasoning": {"auto": "As the model's makers run it", "on": "On (more accurate where recommended)",
                   "off": "Off (faster)"},
     "decoder": {"static": "Fast (memory reserved at load, CUDA graphs)", "stock": "Standard (transformers, slower)"},
-    "approval": {"step": "Ask me before every action", "auto": "Autopilot: low-risk actions run after a countdown"},
+    "approval": {ApprovalMode.STEP: "Ask me before every action",
+                 ApprovalMode.AUTO: "Autopilot: low-risk actions run after a countdown"},
     "typing": {"auto": "Automatic", "xtest": "Type each character (X11)", "clipboard": "Paste through the clipboard"},
     "desktop_backend": {"auto": "Automatic (GNOME on Wayland: GNOME's own interfaces)",
                         "mss": "X11, Windows, macOS (mss and pyautogui)", "mutter": "GNOME on Wayland (Mutter)",
@@ -125,7 +131,7 @@ APPLIES: dict[str, Callable[[dict[str, Any]], bool]] = {
     "seed": lambda v: v["policy"] in ("local", "remote") and not v["greedy"],
     "constrained_decoding": lambda v: v["policy"] in ("local", "remote"),
     "max_images": lambda v: v["policy"] in ("local", "remote"),
-    "autopilot_countdown_s": lambda v: v["approval"] == "auto",
+    "autopilot_countdown_s": lambda v: v["approval"] == ApprovalMode.AUTO,
 }
 """When a field matters, from the values shown; a field that does not apply is shown disabled."""
 
@@ -251,6 +257,17 @@ def _base_annotation(name: str) -> tuple[Any, bool]:
     return ann, False
 
 
+def field_choices(name: str) -> tuple[str, ...]:
+    """The values a choice field takes, as written in settings.toml (a ``Literal``'s values or a ``StrEnum``'s);
+    ``()`` for a field that is not a choice."""
+    ann, _optional = _base_annotation(name)
+    if typing.get_origin(ann) is Literal:
+        return tuple(str(v) for v in typing.get_args(ann))
+    if isinstance(ann, type) and issubclass(ann, enum.StrEnum):
+        return tuple(m.value for m in ann)
+    return ()
+
+
 HOTKEY_FIELDS = frozenset({"hotkey_palette", "hotkey_stop"})
 FILE_FIELDS = {"script_file": "file", "data_dir": "folder"}
 """Path fields with a picker button: a file to open, or a folder."""
@@ -263,9 +280,9 @@ def editor_kind(name: str) -> str:
         return "hotkey"
     if name in FILE_FIELDS:
         return FILE_FIELDS[name]
-    ann, _optional = _base_annotation(name)
-    if typing.get_origin(ann) is Literal:
+    if field_choices(name):
         return "combo"
+    ann, _optional = _base_annotation(name)
     if ann is bool:
         return "check"
     if ann is int:
@@ -319,27 +336,16 @@ class FieldEditor(QWidget):
         self.optional = _base_annotation(name)[1]
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(2)
+        layout.setSpacing(THEME.spacing.field_gap)
         self.line: QLineEdit | None = None  # the path or text line of "file" / "folder" editors
         self.editor = self._make_editor(value, wheel_guard, gpu)
         self.editor.setObjectName(f"field_{name}")
         self.editor.setToolTip(field_tooltip(name))
         layout.addWidget(self.editor)
-        self.error = self._message_line(f"error_{name}", "#b3261e")
+        self.error = plain_label(name=f"error_{name}", style=text_style(THEME.palette.error_text), hidden=True)
         layout.addWidget(self.error)
-        self.note = self._message_line(f"note_{name}", "#5b6b7f")
+        self.note = plain_label(name=f"note_{name}", style=text_style(THEME.palette.muted), hidden=True)
         layout.addWidget(self.note)
-
-    @staticmethod
-    def _message_line(object_name: str, color: str) -> QLabel:
-        """A hidden plain-text, word-wrapped message line in ``color``."""
-        label = QLabel()
-        label.setObjectName(object_name)
-        label.setTextFormat(Qt.TextFormat.PlainText)
-        label.setWordWrap(True)
-        label.setStyleSheet(f"color: {color};")
-        label.hide()
-        return label
 
     def _make_editor(self, value: Any, wheel_guard: WheelGuard, gpu: GpuInfo | None) -> QWidget:
         """The editor of this field's kind (:func:`editor_kind`), showing ``value``; ``model`` is an
@@ -391,13 +397,13 @@ class FieldEditor(QWidget):
     def _combo(self, value: Any, wheel_guard: WheelGuard, gpu: GpuInfo | None) -> QComboBox:
         name = self.name
         combo = QComboBox()
-        for choice in typing.get_args(Settings.model_fields[name].annotation):
+        for choice in field_choices(name):
             text = (precision_item_text(choice, gpu, get_model(DEFAULT_MODEL)) if name == "precision"
                     else choice_label(name, choice))
             combo.addItem(text, choice)
             combo.setItemData(combo.count() - 1, f"In settings.toml: {name} = {choice!r}",
                               Qt.ItemDataRole.ToolTipRole)
-        combo.setCurrentIndex(max(0, combo.findData(value)))
+        combo.setCurrentIndex(max(0, combo.findData(str(value))))
         combo.currentIndexChanged.connect(self.changed)
         wheel_guard.guard(combo)
         return combo
@@ -437,9 +443,7 @@ class FieldEditor(QWidget):
         if self.optional:
             self.line.setPlaceholderText("not set")
         self.line.textChanged.connect(self.changed)
-        browse = QPushButton("Choose...")
-        browse.setObjectName(f"browse_{self.name}")
-        browse.clicked.connect(self._browse)
+        browse = push_button("Choose...", f"browse_{self.name}", self._browse)
         row.addWidget(self.line, 1)
         row.addWidget(browse)
         return box
@@ -504,8 +508,7 @@ class SettingsDialog(QDialog):
     def __init__(self, settings: Settings, *, path: Path | None = None, monitors: list[str] | None = None,
                  gpu: GpuInfo | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setWindowTitle("Holodesk settings")
-        self.setObjectName("holodeskSettings")
+        name_window(self, "Holodesk settings", "holodeskSettings")
         self.settings = settings
         self.path = path
         self.gpu = gpu
@@ -543,7 +546,7 @@ class SettingsDialog(QDialog):
                 if name == "monitor" and monitors:
                     hint = QLabel("\n".join(f"{i}: {m}" for i, m in enumerate(monitors, start=1)))
                     hint.setTextFormat(Qt.TextFormat.PlainText)
-                    hint.setStyleSheet("color: #5b6b7f; font-size: 11px;")
+                    hint.setStyleSheet(text_style(THEME.palette.muted, THEME.fonts.small))
                     form.addRow(QLabel(""), hint)
             bodies[tab].addWidget(box)
         for layout in bodies.values():
@@ -576,18 +579,10 @@ class SettingsDialog(QDialog):
         self.api_key.setToolTip("Stored in the OS keychain for this server, never in the settings file.")
         layout.addWidget(self.api_key)
         # The keychain's answer: its own word-wrapped block under the key (not red, not next to "Saved").
-        self.key_error = QLabel()
-        self.key_error.setObjectName("error_api_key")
-        self.key_error.setTextFormat(Qt.TextFormat.PlainText)
-        self.key_error.setWordWrap(True)
-        self.key_error.setStyleSheet("background: #fff4e5; color: #5f3700; border: 1px solid #f0c36d; "
-                                     "border-radius: 4px; padding: 6px;")
-        self.key_error.hide()
+        self.key_error = plain_label(name="error_api_key", style=notice_style(), hidden=True)
         layout.addWidget(self.key_error)
-        self.session_key_button = QPushButton("Keep the key for this session only")
-        self.session_key_button.setObjectName("session_key")
-        self.session_key_button.clicked.connect(self._keep_key_for_session)
-        self.session_key_button.hide()
+        self.session_key_button = push_button(SESSION_KEY_TEXT, "session_key", self._keep_key_for_session,
+                                              hidden=True)
         layout.addWidget(self.session_key_button, 0, Qt.AlignmentFlag.AlignLeft)
         self.key_row = row
         return row
@@ -669,8 +664,6 @@ class SettingsDialog(QDialog):
         if not combo:
             raise SettingsError("press the key combination to use (at least one modifier and a key)")
         try:
-            from holodesk.ui.palette import parse_hotkey
-
             parse_hotkey(combo)
         except ImportError as exc:  # pynput cannot load here: the schema check alone decides
             log.info("hotkey not checked (pynput unavailable: %s)", exc)
@@ -711,8 +704,6 @@ class SettingsDialog(QDialog):
             self.key_error.show()
             return False
         try:
-            from holodesk.secrets import store_api_key
-
             store_api_key(endpoint, key)
         except SecretStoreError as exc:
             self.key_error.setText(str(exc))
@@ -727,8 +718,6 @@ class SettingsDialog(QDialog):
         return True
 
     def _keep_key_for_session(self) -> None:
-        from holodesk.secrets import set_session_api_key
-
         endpoint = str(self.fields["endpoint"].value())
         try:
             set_session_api_key(endpoint, self.api_key.text())

@@ -21,8 +21,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from holodesk.core.approval import ApprovalMode
 from holodesk.ui.icons import STATUS_TEXT, Status, status_icon, status_pixmap
 from holodesk.ui.notify import Notice
+from holodesk.ui.theme import THEME, strong_style, text_style
+from holodesk.ui.widgets import name_window
 
 TRAY_HELP = (
     "No system tray was found on this desktop, so Holodesk runs in this window instead. "
@@ -37,7 +40,7 @@ class AppActions(QObject):
     """Every user command as a QAction, shared by the tray menu and the fallback window.
 
     Signals:
-        mode_selected(str): "step" or "auto" chosen in the Mode menu.
+        mode_selected(str): the :class:`ApprovalMode` chosen in the Mode menu.
         changed(): :meth:`update_state` ran (running, mode or pause may have changed).
     """
 
@@ -59,7 +62,7 @@ class AppActions(QObject):
         self.quit = QAction("Quit", self)
         self.mode_group = QActionGroup(self)
         self.mode_group.setExclusive(True)
-        for act, mode in ((self.mode_step, "step"), (self.mode_auto, "auto")):
+        for act, mode in ((self.mode_step, ApprovalMode.STEP), (self.mode_auto, ApprovalMode.AUTO)):
             act.setCheckable(True)
             act.setData(mode)
             self.mode_group.addAction(act)
@@ -68,11 +71,11 @@ class AppActions(QObject):
         self.mode_menu.addAction(self.mode_step)
         self.mode_menu.addAction(self.mode_auto)
         self.running = False
-        self.mode = "step"
+        self.mode = ApprovalMode.STEP
         self.paused = False
-        self.update_state(running=False, mode="step", paused=False)
+        self.update_state(running=False, mode=ApprovalMode.STEP, paused=False)
 
-    def update_state(self, *, running: bool | None = None, mode: str | None = None,
+    def update_state(self, *, running: bool | None = None, mode: ApprovalMode | None = None,
                      paused: bool | None = None) -> None:
         """Enable/label actions for the current state."""
         if running is not None:
@@ -84,15 +87,15 @@ class AppActions(QObject):
         self.stop.setEnabled(self.running)
         self.new_task.setEnabled(not self.running)
         self.replay.setEnabled(not self.running)
-        self.mode_step.setChecked(self.mode == "step")
-        self.mode_auto.setChecked(self.mode == "auto")
-        self.pause.setEnabled(self.mode == "auto")
+        self.mode_step.setChecked(self.mode is ApprovalMode.STEP)
+        self.mode_auto.setChecked(self.mode is ApprovalMode.AUTO)
+        self.pause.setEnabled(self.mode is ApprovalMode.AUTO)
         self.pause.setText("Resume autopilot" if self.paused else "Pause autopilot")
         self.changed.emit()
 
     def mode_text(self) -> str:
         """The approval mode in words: "Mode: Step by step", "Mode: Autopilot" or "Mode: Autopilot (paused)"."""
-        if self.mode != "auto":
+        if self.mode is not ApprovalMode.AUTO:
             return "Mode: Step by step"
         return "Mode: Autopilot" + (" (paused)" if self.paused else "")
 
@@ -170,15 +173,14 @@ class FallbackWindow(QWidget):
     def __init__(self, actions: AppActions, *, tray_missing: bool = True, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.app_actions = actions
-        self.setWindowTitle("Holodesk")
-        self.setObjectName("holodeskFallback")
+        name_window(self, "Holodesk", "holodeskFallback")
         layout = QVBoxLayout(self)
         top = QGridLayout()
         self.status_icon = QLabel()
         self.status_icon.setFixedSize(32, 32)
         self.status_label = QLabel()
         self.status_label.setTextFormat(Qt.TextFormat.PlainText)
-        self.status_label.setStyleSheet("font-size: 15px; font-weight: 600;")
+        self.status_label.setStyleSheet(strong_style(THEME.fonts.heading))
         self.detail_label = QLabel()
         self.detail_label.setTextFormat(Qt.TextFormat.PlainText)
         self.detail_label.setWordWrap(True)
@@ -224,7 +226,7 @@ class FallbackWindow(QWidget):
         self.help_label.setObjectName("tray_help")
         self.help_label.setTextFormat(Qt.TextFormat.PlainText)
         self.help_label.setWordWrap(True)
-        self.help_label.setStyleSheet("color: #5b6b7f; font-size: 11px;")
+        self.help_label.setStyleSheet(text_style(THEME.palette.muted, THEME.fonts.small))
         layout.addWidget(self.help_label)
         self.setFixedWidth(380)
         # A word-wrapped label under a fixed width gets its one-line height from the layout; give it the

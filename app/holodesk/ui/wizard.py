@@ -29,10 +29,9 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
-    QLabel,
     QLineEdit,
-    QPushButton,
     QRadioButton,
+    QSystemTrayIcon,
     QVBoxLayout,
     QWidget,
     QWizard,
@@ -40,6 +39,8 @@ from PySide6.QtWidgets import (
 )
 
 from holodesk.core.fit import DISK_MARGIN_BYTES, GIB, PRECISION_TRADEOFF, disk_fits, explain_precision
+from holodesk.core.units import format_bytes
+from holodesk.display import check_display
 from holodesk.download.cache import default_cache_dir
 from holodesk.errors import HolodeskError, SecretStoreError, SettingsError
 from holodesk.machine import GpuInfo, disk_free_bytes, probe_gpus
@@ -52,8 +53,12 @@ from holodesk.policy.models import (
     get_model,
     models_that_fit,
 )
+from holodesk.policy.scripted import read_script
+from holodesk.secrets import keyring_status, resolve_api_key, set_session_api_key, store_api_key
 from holodesk.settings import Settings, save_settings, validate_field
-from holodesk.ui.download import DownloadDialog, DownloadFn, format_bytes
+from holodesk.ui.download import DownloadDialog, DownloadFn
+from holodesk.ui.theme import THEME, text_style
+from holodesk.ui.widgets import SESSION_KEY_TEXT, name_window, plain_label, push_button
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +100,6 @@ class MachineFacts:
 def _keychain_status(timeout_s: float = 5.0) -> tuple[bool, str]:
     """(usable, detail) of the keychain, waiting at most ``timeout_s`` (a locked keychain may wait for
     an unlock prompt nobody answers, F19)."""
-    from holodesk.secrets import keyring_status
-
     box: dict[str, Any] = {}
     worker = threading.Thread(target=lambda: box.update(keyring_status()), name="wizard-keychain", daemon=True)
     worker.start()
@@ -108,10 +111,6 @@ def _keychain_status(timeout_s: float = 5.0) -> tuple[bool, str]:
 
 def gather_facts(cache_dir: Path | None = None) -> MachineFacts:
     """Probe this machine (nvidia-smi, disk, display server, keychain, tray). Never raises."""
-    from PySide6.QtWidgets import QSystemTrayIcon
-
-    from holodesk.display import check_display
-
     probe = probe_gpus()
     cache = cache_dir or default_cache_dir()
     info = check_display()
@@ -124,15 +123,8 @@ def gather_facts(cache_dir: Path | None = None) -> MachineFacts:
                         keychain_detail=detail, tray=bool(QSystemTrayIcon.isSystemTrayAvailable()))
 
 
-def _label(text: str = "", name: str = "", muted: bool = False) -> QLabel:
-    label = QLabel(text)
-    label.setTextFormat(Qt.TextFormat.PlainText)
-    label.setWordWrap(True)
-    if name:
-        label.setObjectName(name)
-    if muted:
-        label.setStyleSheet("color: #5b6b7f;")
-    return label
+MUTED = text_style(THEME.palette.muted)
+"""Style of the wizard's notes."""
 
 
 def _mark(ok: bool | None) -> str:
@@ -140,15 +132,24 @@ def _mark(ok: bool | None) -> str:
 
 
 # --------------------------------------------------------------------------------------------- pages
-class ChoicePage(QWizardPage):
+class _Page(QWizardPage):
+    """A wizard page with a title, a subtitle when given, and a vertical layout (:attr:`body`)."""
+
+    def __init__(self, title: str, subtitle: str = "") -> None:
+        super().__init__()
+        self.setTitle(title)
+        if subtitle:
+            self.setSubTitle(subtitle)
+        self.body = QVBoxLayout(self)
+
+
+class ChoicePage(_Page):
     """What this machine has, and the three ways to run."""
 
     def __init__(self, facts: MachineFacts) -> None:
-        super().__init__()
-        self.setTitle("Welcome to Holodesk")
-        self.setSubTitle("Holodesk needs a vision-language model to see the screen and propose actions. Here "
+        super().__init__("Welcome to Holodesk",
+                         "Holodesk needs a vision-language model to see the screen and propose actions. Here "
                          "is what this computer offers; choose how to run it.")
-        layout = QVBoxLayout(self)
         gpu = facts.gpu
         gpu_text = (f"{gpu.name}, {gpu.free_bytes / GIB:.1f} GiB free of {gpu.total_bytes / GIB:.1f} GiB"
                     if gpu else f"none ({facts.gpu_detail})")
@@ -163,8 +164,8 @@ class ChoicePage(QWizardPage):
                 ("Tray", _mark(facts.tray), "available" if facts.tray else
                  "none: Holodesk shows a small window instead")]
         for name, mark, text in rows:
-            form.addRow(f"{mark} {name}", _label(text, f"fact_{name.lower()}"))
-        layout.addLayout(form)
+            form.addRow(f"{mark} {name}", plain_label(text, f"fact_{name.lower()}"))
+        self.body.addLayout(form)
         self.group = QButtonGroup(self)
         self.local = QRadioButton("Run a model on this GPU")
         self.local.setObjectName("choice_local")
@@ -174,13 +175,13 @@ class ChoicePage(QWizardPage):
         self.replay.setObjectName("choice_replay")
         for i, button in enumerate((self.local, self.server, self.replay)):
             self.group.addButton(button, i)
-        layout.addWidget(self.local)
-        self.local_note = _label(_fitting_text(facts), "local_note", muted=True)
-        self.local_note.setContentsMargins(24, 0, 0, 6)
-        layout.addWidget(self.local_note)
-        layout.addWidget(self.server)
-        layout.addWidget(self.replay)
-        layout.addStretch(1)
+        self.body.addWidget(self.local)
+        self.local_note = plain_label(_fitting_text(facts), "local_note", style=MUTED)
+        self.local_note.setContentsMargins(THEME.spacing.indent, 0, 0, 6)
+        self.body.addWidget(self.local_note)
+        self.body.addWidget(self.server)
+        self.body.addWidget(self.replay)
+        self.body.addStretch(1)
         self.local.setEnabled(bool(facts.fitting))
         (self.local if facts.fitting else self.server).setChecked(True)
 
@@ -213,16 +214,14 @@ def _default_choice(facts: MachineFacts, current: str) -> ModelSpec | None:
     return fitting[0] if fitting else None
 
 
-class LocalPage(QWizardPage):
+class LocalPage(_Page):
     """The local model: the models that fit this GPU, the precision that fits the chosen one (chosen and
     explained), and the checkpoint folder (on disk, or the chosen model's hub repo downloaded)."""
 
     def __init__(self, facts: MachineFacts, download: DownloadFn | None, current_model: str = "") -> None:
-        super().__init__()
+        super().__init__("Run a model on this GPU")
         self.facts = facts
         self.download_fn = download
-        self.setTitle("Run a model on this GPU")
-        layout = QVBoxLayout(self)
         form = QFormLayout()
         self.model = QComboBox()
         self.model.setObjectName("model")
@@ -234,7 +233,7 @@ class LocalPage(QWizardPage):
         if start is not None:
             self.model.setCurrentIndex(self.model.findData(start.key))
         form.addRow("Model", self.model)
-        self.explanation = _label("", "explanation")
+        self.explanation = plain_label("", "explanation")
         self.precision = QComboBox()
         self.precision.setObjectName("precision")
         form.addRow("Precision", self.precision)
@@ -242,20 +241,17 @@ class LocalPage(QWizardPage):
         self.folder = QLineEdit(str(facts.cache_dir))
         self.folder.setObjectName("folder")
         self.folder.textChanged.connect(self._folder_changed)
-        browse = QPushButton("Choose...")
-        browse.clicked.connect(self._browse)
+        browse = push_button("Choose...", clicked=self._browse)
         folder_row.addWidget(self.folder, 1)
         folder_row.addWidget(browse)
         form.addRow("Folder", folder_row)
-        layout.addWidget(self.explanation)
-        layout.addLayout(form)
-        self.folder_state = _label("", "folder_state")
-        layout.addWidget(self.folder_state)
-        self.download_button = QPushButton("Download")
-        self.download_button.setObjectName("download")
-        self.download_button.clicked.connect(self.start_download)
-        layout.addWidget(self.download_button, 0, Qt.AlignmentFlag.AlignLeft)
-        layout.addStretch(1)
+        self.body.addWidget(self.explanation)
+        self.body.addLayout(form)
+        self.folder_state = plain_label("", "folder_state")
+        self.body.addWidget(self.folder_state)
+        self.download_button = push_button("Download", "download", self.start_download)
+        self.body.addWidget(self.download_button, 0, Qt.AlignmentFlag.AlignLeft)
+        self.body.addStretch(1)
         self.checkpoint: Path | None = None
         self.dialog: DownloadDialog | None = None
         self.model.currentIndexChanged.connect(self._model_changed)
@@ -354,17 +350,15 @@ class _TestRelay(QObject):
     done = Signal(object, object)  # (values tested, error message or None)
 
 
-class ServerPage(QWizardPage):
+class ServerPage(_Page):
     """A server: URL, model, key, and a Test that makes a real request."""
 
     def __init__(self, settings: Settings, facts: MachineFacts) -> None:
-        super().__init__()
-        self.facts = facts
-        self.setTitle("Use a server")
-        self.setSubTitle("An OpenAI-compatible server that serves an H Company model (Holotron, Holo2, Holo3), "
+        super().__init__("Use a server",
+                         "An OpenAI-compatible server that serves an H Company model (Holotron, Holo2, Holo3), "
                          "e.g. vLLM on a GPU machine (docs/scaling.md has a recipe per model). Test the "
                          "connection before you finish.")
-        layout = QVBoxLayout(self)
+        self.facts = facts
         form = QFormLayout()
         self.url = QLineEdit(settings.endpoint)
         self.url.setObjectName("url")
@@ -378,26 +372,21 @@ class ServerPage(QWizardPage):
         form.addRow("Server URL", self.url)
         form.addRow("Model name", self.model)
         form.addRow("API key", self.key)
-        layout.addLayout(form)
+        self.body.addLayout(form)
         keychain = ("The key is stored in the system keychain, never in a file." if facts.keychain_usable else
                     "No usable keychain: " + facts.keychain_detail.split(". ")[0] + ". You can keep the key "
                     "for this session only.")
-        layout.addWidget(_label(keychain, "keychain_note", muted=True))
+        self.body.addWidget(plain_label(keychain, "keychain_note", style=MUTED))
         row = QHBoxLayout()
-        self.test_button = QPushButton("Test")
-        self.test_button.setObjectName("test")
-        self.test_button.clicked.connect(self.test)
+        self.test_button = push_button("Test", "test", self.test)
         row.addWidget(self.test_button)
         row.addStretch(1)
-        layout.addLayout(row)
-        self.result = _label("", "test_result")
-        layout.addWidget(self.result)
-        self.session_button = QPushButton("Keep the key for this session only")
-        self.session_button.setObjectName("session_only")
-        self.session_button.clicked.connect(self._keep_for_session)
-        self.session_button.hide()
-        layout.addWidget(self.session_button, 0, Qt.AlignmentFlag.AlignLeft)
-        layout.addStretch(1)
+        self.body.addLayout(row)
+        self.result = plain_label("", "test_result")
+        self.body.addWidget(self.result)
+        self.session_button = push_button(SESSION_KEY_TEXT, "session_only", self._keep_for_session, hidden=True)
+        self.body.addWidget(self.session_button, 0, Qt.AlignmentFlag.AlignLeft)
+        self.body.addStretch(1)
         self.passed: tuple[str, str, str] | None = None
         self.key_kept = False
         self._relay = _TestRelay(self)
@@ -461,8 +450,6 @@ class ServerPage(QWizardPage):
         url, _model, key = self.values()
         if not key or self.key_kept:
             return True
-        from holodesk.secrets import store_api_key
-
         try:
             store_api_key(url, key)
         except SecretStoreError as exc:
@@ -476,8 +463,6 @@ class ServerPage(QWizardPage):
         return True
 
     def _keep_for_session(self) -> None:
-        from holodesk.secrets import set_session_api_key
-
         url, _model, key = self.values()
         set_session_api_key(url, key)
         self.key_kept = True
@@ -493,8 +478,7 @@ class ServerPage(QWizardPage):
 def check_server(url: str, model: str, key: str | None, timeout_s: float = 10.0) -> str | None:
     """Ask the server which models it serves (``GET {url}/models`` with ``key``); None when it answers and
     serves ``model``, else what is wrong and what to do, in words. Never raises; never shows the key."""
-    from holodesk.policy.remote import RemotePolicy
-    from holodesk.secrets import resolve_api_key
+    from holodesk.policy.remote import RemotePolicy  # lazy: start-up time (httpx, about 0.15 s), only to test
 
     try:
         if key is None:
@@ -516,27 +500,24 @@ EXAMPLE_REPLAY = Path(__file__).resolve().parents[1] / "examples" / "first-repla
 """The replay file that ships with Holodesk (a pointer move, a wait and an answer), offered first."""
 
 
-class ReplayPage(QWizardPage):
+class ReplayPage(_Page):
     """A replay file: chosen, read and checked; :data:`EXAMPLE_REPLAY` until the settings name one."""
 
     def __init__(self, settings: Settings) -> None:
-        super().__init__()
-        self.setTitle("Try it with a replay file")
-        self.setSubTitle("A replay file holds model replies, one per line; Holodesk proposes them one step at a "
-                         "time, and you still approve every action.")
-        layout = QVBoxLayout(self)
+        super().__init__("Try it with a replay file",
+                         "A replay file holds model replies, one per line; Holodesk proposes them one step at "
+                         "a time, and you still approve every action.")
         row = QHBoxLayout()
         self.file = QLineEdit(str(settings.script_file or EXAMPLE_REPLAY))
         self.file.setObjectName("replay_file")
         self.file.textChanged.connect(self._check)
-        browse = QPushButton("Choose...")
-        browse.clicked.connect(self._browse)
+        browse = push_button("Choose...", clicked=self._browse)
         row.addWidget(self.file, 1)
         row.addWidget(browse)
-        layout.addLayout(row)
-        self.state = _label("", "replay_state")
-        layout.addWidget(self.state)
-        layout.addStretch(1)
+        self.body.addLayout(row)
+        self.state = plain_label("", "replay_state")
+        self.body.addWidget(self.state)
+        self.body.addStretch(1)
         self.ok = False
         self._check()
 
@@ -547,8 +528,6 @@ class ReplayPage(QWizardPage):
             self.file.setText(path)
 
     def _check(self) -> None:
-        from holodesk.policy.scripted import read_script
-
         text = self.file.text().strip()
         self.ok = False
         if not text:
@@ -589,8 +568,7 @@ class SetupWizard(QWizard):
     def __init__(self, settings: Settings, facts: MachineFacts, *, path: Path | None = None,
                  download: DownloadFn | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setWindowTitle("Set up Holodesk")
-        self.setObjectName("holodeskWizard")
+        name_window(self, "Set up Holodesk", "holodeskWizard")
         self.setWizardStyle(QWizard.WizardStyle.ClassicStyle)
         self.settings = settings
         self.facts = facts

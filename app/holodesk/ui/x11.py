@@ -38,7 +38,7 @@ def _display() -> Iterator[Any]:
     with _lock:
         if _connection is None:
             try:
-                from Xlib import display
+                from Xlib import display  # lazy (here and below): python-xlib exists only with X11
 
                 _connection = display.Display()
             except Exception as exc:  # Xlib raises several unrelated types on a bad display

@@ -213,7 +213,7 @@ def check_checkpoint_before_weights(folder: Path, repo_id: str) -> None:
         ModelLoadError: no or unreadable config.json, an unsupported family, or weights whose size is not
             within half to 1.5 times what the model table gives for the model (the message gives both).
     """
-    from holodesk.download.progress import human_bytes
+    from holodesk.core.units import format_bytes
     from holodesk.policy.models import find_model
 
     config = read_config(folder)
@@ -228,9 +228,9 @@ def check_checkpoint_before_weights(folder: Path, repo_id: str) -> None:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ModelLoadError(f"{repo_id}'s model.safetensors.index.json gives no weight size ({exc})",
                              hint="The repo is incomplete or not a transformers checkpoint.") from None
-    log.info("%s: %s checkpoint, %s of weights", repo_id, family.models, human_bytes(total))
+    log.info("%s: %s checkpoint, %s of weights", repo_id, family.models, format_bytes(total))
     if spec is not None and not 0.5 * spec.download_bytes <= total <= 1.5 * spec.download_bytes:
         raise ModelLoadError(
-            f"{repo_id} holds {human_bytes(total)} of weights where {spec.display_name} in bf16 is about "
-            f"{human_bytes(spec.download_bytes)}: not the checkpoint Holodesk lists for it",
+            f"{repo_id} holds {format_bytes(total)} of weights where {spec.display_name} in bf16 is about "
+            f"{format_bytes(spec.download_bytes)}: not the checkpoint Holodesk lists for it",
             hint="Check the repo id, or download it by hand and give Holodesk its folder.")
