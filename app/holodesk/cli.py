@@ -286,7 +286,7 @@ def _run_task(args: argparse.Namespace, task: str, settings: Settings) -> int:
     # lazy: start-up time (see the module docstring)
     from holodesk.session.approval import ApprovalPolicy
     from holodesk.session.factory import build_session
-    from holodesk.session.loop import State
+    from holodesk.session.state import State
 
     session = build_session(
         settings,

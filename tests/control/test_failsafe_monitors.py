@@ -19,7 +19,7 @@ from holodesk.control.pointer import failsafe_points
 from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 from holodesk.core.geometry import frame_pixel_to_point
 from holodesk.session.approval import ApprovalRequest, ApprovalResponse
-from holodesk.session.loop import State
+from holodesk.session.state import State
 from tests.conftest import XvfbServer
 from tests.field_cases.fakes import SpyApprover, make_run, reply
 from tests.helpers.target import TargetWindow

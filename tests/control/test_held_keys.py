@@ -30,7 +30,8 @@ from holodesk.core.actions import Click, Key, KeyDown, KeyUp, Type
 from holodesk.core.geometry import frame_pixel_to_point, place
 from holodesk.policy.scripted import ScriptedPolicy
 from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision
-from holodesk.session.loop import STOPPED_BY_FAILSAFE, Session, State
+from holodesk.session.loop import Session
+from holodesk.session.state import STOPPED_BY_FAILSAFE, State
 from tests.conftest import XvfbServer
 from tests.helpers.target import TargetWindow
 

@@ -31,7 +31,8 @@ from holodesk.core.actions import (
 from holodesk.core.geometry import Frame, Monitor, frame_pixel_to_point, place, to_input_point
 from holodesk.policy.scripted import ScriptedPolicy
 from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision
-from holodesk.session.loop import Session, State
+from holodesk.session.loop import Session
+from holodesk.session.state import State
 from tests.conftest import XvfbServer
 from tests.helpers.target import TargetWindow
 

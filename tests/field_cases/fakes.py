@@ -32,7 +32,8 @@ from holodesk.core.geometry import Frame, InputPoint, Monitor
 from holodesk.policy.base import Observation, Proposal
 from holodesk.policy.scripted import ScriptedPolicy
 from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision
-from holodesk.session.loop import Session, SessionEvent, SessionLimits
+from holodesk.session.loop import Session
+from holodesk.session.state import SessionEvent, SessionLimits
 
 BACKGROUND = (30, 30, 30)
 BUTTON = (40, 160, 90)

@@ -40,7 +40,7 @@ from holodesk.core.actions import (
 from holodesk.core.risk import RISKY_TARGET_WORDS, Risk, assess, target_risk
 from holodesk.errors import ActionError
 from holodesk.session.approval import ApprovalResponse, Decision
-from holodesk.session.loop import State
+from holodesk.session.state import State
 from tests.conftest import XvfbServer
 from tests.field_cases.fakes import FakeFocusProbe, FakePanel, SpyApprover, make_run, reply, single_frame_capture
 from tests.helpers.processes import stop_process

@@ -28,7 +28,8 @@ from holodesk.core.geometry import frame_pixel_to_point
 from holodesk.core.risk import Risk
 from holodesk.policy.base import Observation, Proposal
 from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision
-from holodesk.session.loop import SCREEN_SETTLE_S, Session, SessionEvent, SessionLimits, State
+from holodesk.session.loop import SCREEN_SETTLE_S, Session
+from holodesk.session.state import SessionEvent, SessionLimits, State
 from tests.field_cases.fakes import SpyApprover
 from tests.helpers.desktop import APPS, SYSTEM_PYTHON, App, Desktop, wait_until
 from tests.helpers.target import TargetWindow

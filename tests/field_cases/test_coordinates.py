@@ -33,7 +33,7 @@ from holodesk.core.geometry import (
 )
 from holodesk.errors import ActionError
 from holodesk.session.episode import load_episode
-from holodesk.session.loop import SessionLimits, State
+from holodesk.session.state import SessionLimits, State
 from tests.conftest import XvfbServer
 from tests.field_cases.fakes import (
     FakePanel,

@@ -30,7 +30,7 @@ from holodesk.core.geometry import place
 from holodesk.core.risk import Risk, RiskAssessment
 from holodesk.policy.base import Observation, Proposal
 from holodesk.session.approval import ApprovalResponse, Decision, make_request
-from holodesk.session.loop import State
+from holodesk.session.state import State
 from holodesk.ui.theme import THEME
 from tests.conftest import XvfbServer
 from tests.helpers.qt import qapplication_on, rgb, wait_exposed

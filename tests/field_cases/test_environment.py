@@ -22,7 +22,7 @@ import pytest
 from holodesk.capture.mss_backend import MssCapture
 from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 from holodesk.dpi import dpi_awareness, ensure_per_monitor_dpi_awareness
-from holodesk.session.loop import State
+from holodesk.session.state import State
 from tests.conftest import XvfbServer
 from tests.field_cases.fakes import FakeShcore, FakeUser32, make_run, reply
 from tests.helpers.target import TargetWindow

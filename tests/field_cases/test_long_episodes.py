@@ -24,7 +24,8 @@ from holodesk.core.geometry import Monitor
 from holodesk.policy.base import Proposal
 from holodesk.session.approval import ApprovalPolicy
 from holodesk.session.factory import build_policy
-from holodesk.session.loop import Session, SessionEvent, SessionLimits, State
+from holodesk.session.loop import Session
+from holodesk.session.state import SessionEvent, SessionLimits, State
 from holodesk.settings import Settings, load_settings
 from tests.field_cases.fakes import FakePanel, SpyApprover, reply, single_frame_capture
 from tests.policy.remote_helpers import ScriptedServer

@@ -22,7 +22,7 @@ from holodesk.errors import PolicyOutputError
 from holodesk.policy.protocol import PROTOCOL_NAMES
 from holodesk.policy.registry import get_protocol
 from holodesk.session.approval import ApprovalResponse, Decision
-from holodesk.session.loop import SessionLimits, State
+from holodesk.session.state import SessionLimits, State
 from tests.field_cases.fakes import FakePanel, SpyApprover, make_run, reply, single_frame_capture
 
 CLICK = {"tool_name": "click", "x": 500, "y": 500}

@@ -28,7 +28,7 @@ from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 from holodesk.core.actions import Click, Point, Type
 from holodesk.core.geometry import Frame, Monitor, frame_pixel_to_point, place
 from holodesk.errors import GeometryMismatch
-from holodesk.session.loop import SessionLimits, State
+from holodesk.session.state import SessionLimits, State
 from tests.field_cases.fakes import make_run, reply
 from tests.helpers.desktop import Desktop, FormApp, wait_until
 

@@ -22,7 +22,7 @@ from holodesk.core.actions import Type
 from holodesk.core.geometry import PlacedAction, frame_pixel_to_point
 from holodesk.core.text import display_safe
 from holodesk.session.episode import EPISODE_FILE, list_episodes, load_episode
-from holodesk.session.loop import State
+from holodesk.session.state import State
 from tests.conftest import XvfbServer
 from tests.field_cases.fakes import FakeFocusProbe, FakePanel, make_run, reply, single_frame_capture
 from tests.helpers.target import TargetWindow

@@ -27,7 +27,7 @@ from holodesk.core.geometry import frame_pixel_to_point, place
 from holodesk.core.risk import Risk, assess
 from holodesk.core.wording import TYPED_CHARS, plain
 from holodesk.session.approval import ApprovalRequest, ApprovalResponse, Decision
-from holodesk.session.loop import SessionEvent, State
+from holodesk.session.state import SessionEvent, State
 from tests.conftest import XvfbServer
 from tests.field_cases.fakes import FakeFocusProbe, FakePanel, SpyApprover, make_run, reply, single_frame_capture
 from tests.helpers.target import TargetWindow

@@ -17,7 +17,7 @@ from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 from holodesk.control.window import focused_window_class
 from holodesk.core.actions import Key, Type
 from holodesk.core.geometry import frame_pixel_to_point, place
-from holodesk.session.loop import State
+from holodesk.session.state import State
 from tests.conftest import XvfbServer
 from tests.field_cases.fakes import FakeFocusProbe, make_run, reply
 from tests.helpers.desktop import App, Desktop, wait_until

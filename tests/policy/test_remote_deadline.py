@@ -101,7 +101,8 @@ def test_a_run_with_max_seconds_ends_at_its_cap_while_the_server_trickles(server
     from holodesk.control.recording import RecordingExecutor
     from holodesk.session.approval import ApprovalPolicy, ApprovalResponse, Decision
     from holodesk.session.episode import load_episode
-    from holodesk.session.loop import STOPPED_BY_WALL_CAP, Session, SessionLimits, State
+    from holodesk.session.loop import Session
+    from holodesk.session.state import STOPPED_BY_WALL_CAP, SessionLimits, State
 
     server.script({"trickle_s": 0.2})
     executor = RecordingExecutor()

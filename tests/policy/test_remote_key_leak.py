@@ -21,7 +21,8 @@ from holodesk.core.actions import Answer, Click, Point
 from holodesk.policy.registry import get_protocol
 from holodesk.policy.remote import RemotePolicy
 from holodesk.session.approval import ApprovalPolicy, ApprovalResponse, Decision
-from holodesk.session.loop import Session, SessionLimits, State
+from holodesk.session.loop import Session
+from holodesk.session.state import SessionLimits, State
 from holodesk.settings import load_settings, save_settings
 from tests.policy.remote_helpers import ScriptedServer
 

@@ -17,7 +17,8 @@ from holodesk.policy.base import Observation, Proposal
 from holodesk.policy.scripted import ScriptedPolicy
 from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision
 from holodesk.session.episode import load_episode
-from holodesk.session.loop import Session, SessionLimits, State
+from holodesk.session.loop import Session
+from holodesk.session.state import SessionLimits, State
 
 STEPS = 200
 

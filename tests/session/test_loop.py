@@ -23,7 +23,8 @@ from holodesk.policy.scripted import ScriptedPolicy
 from holodesk.session import loop
 from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision
 from holodesk.session.episode import list_episodes, load_episode
-from holodesk.session.loop import SCREEN_SETTLE_S, SETTLE_GRABS, Session, SessionEvent, SessionLimits, State
+from holodesk.session.loop import SCREEN_SETTLE_S, SETTLE_GRABS, Session
+from holodesk.session.state import SessionEvent, SessionLimits, State
 
 
 def click(x: int, y: int, thought: str = "") -> dict[str, Any]:

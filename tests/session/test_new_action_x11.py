@@ -17,7 +17,8 @@ from holodesk.policy.base import Observation, Proposal
 from holodesk.policy.contract import AgentLoopProtocol
 from holodesk.session.approval import ApprovalPolicy
 from holodesk.session.episode import list_episodes, load_episode
-from holodesk.session.loop import Session, SessionLimits, State
+from holodesk.session.loop import Session
+from holodesk.session.state import SessionLimits, State
 from tests.field_cases.fakes import SpyApprover
 from tests.helpers.desktop import Desktop
 from tests.helpers.new_action import TripleTap

@@ -16,8 +16,9 @@ import pytest
 from holodesk.capture.mss_backend import MssCapture
 from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 from holodesk.core.geometry import Frame, Monitor
-from holodesk.session.loop import SCREEN_SETTLE_S, SETTLE_TIMEOUT_S, State, frame_digest
+from holodesk.session.loop import SCREEN_SETTLE_S, SETTLE_TIMEOUT_S, frame_digest
 from holodesk.session.settle import changed_box, screen_changed
+from holodesk.session.state import State
 from tests.field_cases.fakes import make_run, reply
 from tests.helpers.desktop import APPS, SYSTEM_PYTHON, Desktop, wait_until
 

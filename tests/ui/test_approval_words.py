@@ -18,7 +18,7 @@ from holodesk.core.risk import Risk, RiskAssessment
 from holodesk.core.wording import WindowInfo
 from holodesk.policy.base import Proposal
 from holodesk.session.approval import make_request
-from holodesk.session.loop import State
+from holodesk.session.state import State
 from holodesk.ui.approval import ApprovalController
 from holodesk.ui.overlay import (
     LABEL_HALF_HEIGHT,

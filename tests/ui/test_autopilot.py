@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 
 from holodesk.core.actions import Click, Key, Point
 from holodesk.session.episode import load_episode
-from holodesk.session.loop import State
+from holodesk.session.state import State
 from tests.ui.conftest import wait_finished, wait_overlay
 
 pytestmark = pytest.mark.gui

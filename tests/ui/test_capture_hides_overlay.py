@@ -20,7 +20,8 @@ from holodesk.core.geometry import place
 from holodesk.core.risk import Risk, RiskAssessment
 from holodesk.policy.base import Observation, Proposal
 from holodesk.session.approval import ApprovalPolicy, ApprovalResponse, Decision, make_request
-from holodesk.session.loop import Session, SessionLimits, State
+from holodesk.session.loop import Session
+from holodesk.session.state import SessionLimits, State
 from holodesk.ui.approval import ApprovalController
 from holodesk.ui.theme import THEME
 from holodesk.ui.workers import PendingDecision, WindowGuard

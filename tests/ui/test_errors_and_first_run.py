@@ -19,7 +19,7 @@ from holodesk.core.actions import Click, Done, Point
 from holodesk.core.fit import GIB
 from holodesk.errors import ModelLoadError, PolicyError, SettingsError
 from holodesk.machine import GpuInfo
-from holodesk.session.loop import State
+from holodesk.session.state import State
 from holodesk.ui.app import _default_policy
 from holodesk.ui.download import DownloadDialog, DownloadProgress, format_eta, progress_text
 from holodesk.ui.notify import Notifier

@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt
 
 from holodesk.core.actions import Type
 from holodesk.session.episode import load_episode
-from holodesk.session.loop import State
+from holodesk.session.state import State
 from holodesk.ui.history import step_details
 from tests.ui.conftest import wait_finished, wait_overlay
 

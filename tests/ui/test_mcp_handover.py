@@ -24,7 +24,7 @@ from holodesk import instance
 from holodesk.core.actions import Click, Done
 from holodesk.core.geometry import Frame, Monitor, frame_pixel_to_point
 from holodesk.policy.scripted import ScriptedPolicy, write_script
-from holodesk.session.loop import State
+from holodesk.session.state import State
 from holodesk.settings import Settings
 from holodesk.ui.app import HolodeskApp
 from holodesk.ui.remote import AppRemote

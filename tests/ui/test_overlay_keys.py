@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QLabel
 
 from holodesk.core.actions import Click, Drag, Point, Scroll, Type
 from holodesk.core.geometry import to_input_point
-from holodesk.session.loop import State
+from holodesk.session.state import State
 from holodesk.ui.overlay import MARKER_COLOR
 from tests.helpers.qt import rgb
 from tests.ui.conftest import wait_finished, wait_overlay

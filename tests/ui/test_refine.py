@@ -24,7 +24,7 @@ from holodesk.core.actions import Click, Point
 from holodesk.core.geometry import Frame, Monitor, frame_pixel_to_point
 from holodesk.policy.scripted import ScriptedPolicy
 from holodesk.session.episode import load_episode
-from holodesk.session.loop import State
+from holodesk.session.state import State
 from tests.ui.conftest import FakeDesktopProbe, blank_frame, wait_finished, wait_overlay
 
 pytestmark = pytest.mark.gui

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QLabel, QLineEdit, QSpi
 from holodesk.core.actions import Click, Point, Type
 from holodesk.core.geometry import point_to_frame_pixel
 from holodesk.core.wording import describe
-from holodesk.session.loop import State
+from holodesk.session.state import State
 from holodesk.settings import Settings, load_settings
 from holodesk.ui.settings_dialog import HotkeyEdit, SettingsDialog, field_groups
 from holodesk.ui.theme import THEME

@@ -21,7 +21,7 @@ import pytest
 
 from holodesk import instance
 from holodesk.core.actions import Click, Point
-from holodesk.session.loop import State
+from holodesk.session.state import State
 from holodesk.ui.remote import AppRemote
 from tests.helpers.app_instance import (
     app_env,

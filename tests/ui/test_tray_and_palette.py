@@ -14,7 +14,7 @@ from holodesk.core.actions import Answer, Click, Point
 from holodesk.errors import ModelLoadError
 from holodesk.policy.base import Proposal
 from holodesk.session.episode import load_episode
-from holodesk.session.loop import State
+from holodesk.session.state import State
 from holodesk.ui.icons import Status, status_icon
 from tests.ui.conftest import wait_finished, wait_overlay
 

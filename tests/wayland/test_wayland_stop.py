@@ -15,7 +15,8 @@ import pytest
 from holodesk.core.geometry import Frame, Monitor, frame_pixel_to_point, place
 from holodesk.policy.scripted import ScriptedPolicy
 from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse
-from holodesk.session.loop import Session, SessionEvent, SessionLimits, State
+from holodesk.session.loop import Session
+from holodesk.session.state import SessionEvent, SessionLimits, State
 from tests.helpers.mutter import MutterSession, TargetApp
 from tests.wayland.conftest import GnomeDesktop
 

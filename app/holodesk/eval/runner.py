@@ -35,7 +35,7 @@ from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalR
 
 if TYPE_CHECKING:
     from holodesk.policy.base import Policy
-    from holodesk.session.loop import EpisodeResult
+    from holodesk.session.state import EpisodeResult
     from holodesk.settings import Settings
 
 log = logging.getLogger(__name__)

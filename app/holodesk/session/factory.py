@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from holodesk.errors import HolodeskError, SettingsError
 from holodesk.session.approval import ApprovalPolicy
 from holodesk.session.desktop import desktop
-from holodesk.session.loop import SCREEN_SETTLE_S, Session, SessionLimits
+from holodesk.session.loop import SCREEN_SETTLE_S, Session
+from holodesk.session.state import SessionLimits
 from holodesk.settings import policy_fields
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from typing import Any
 
 from holodesk.core.wording import describe
 from holodesk.session.approval import Decision
-from holodesk.session.loop import REASON_ANSWERED, EpisodeResult, SessionEvent, State
+from holodesk.session.state import REASON_ANSWERED, EpisodeResult, SessionEvent, State
 
 StepReport = dict[str, Any]
 """``{"step": int (1-based), "action": str, "decision": str, "result": str, "performed": bool}``."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QIcon, QPainter, QPainterPath, QPen, QPixmap
 
-from holodesk.session.loop import State
+from holodesk.session.state import State
 from holodesk.ui.theme import THEME
 
 

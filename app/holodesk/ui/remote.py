@@ -21,8 +21,8 @@ from PySide6.QtCore import QObject, Qt, Signal, Slot
 
 from holodesk.core.approval import ApprovalMode, approval_mode
 from holodesk.instance import ChannelError, Connection, DesktopBusy
-from holodesk.session.loop import EpisodeResult, State
 from holodesk.session.report import StepReporter, outcome
+from holodesk.session.state import EpisodeResult, State
 from holodesk.ui.workers import on_gui_thread
 
 if TYPE_CHECKING:  # for annotations only: holodesk.ui.app imports this module

@@ -26,7 +26,8 @@ from PySide6.QtWidgets import QApplication, QWidget
 
 from holodesk.errors import HolodeskError
 from holodesk.session.approval import ApprovalRequest, ApprovalResponse, Decision
-from holodesk.session.loop import Session, SessionEvent, check_task
+from holodesk.session.loop import Session, check_task
+from holodesk.session.state import SessionEvent
 from holodesk.ui import x11
 
 log = logging.getLogger(__name__)
