@@ -86,7 +86,10 @@ def test_build_policy_reads_only_the_declared_policy_settings(kind: str, tmp_pat
     assert not undeclared, f"build_policy reads settings that are not declared policy settings: {undeclared}"
     if kind == "local":  # the settings the tray's old key left out reach the model
         assert isinstance(policy, _FakeBackend)
-        assert policy.kwargs["decoder"] == "stock" and policy.kwargs["max_new_tokens"] == 99
+        assert policy.kwargs["decoder"] == "stock" and policy.args[1].max_reply_tokens == 99
+    if kind == "remote":  # the same generation options, under the settings' own names
+        assert isinstance(policy, _FakeBackend)
+        assert policy.kwargs["options"].max_reply_tokens == 99
 
 
 def _other_value(name: str, settings: Settings, tmp_path: Path) -> Any:

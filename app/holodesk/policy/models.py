@@ -489,9 +489,18 @@ def hub_id_for(name: str) -> str:
 
 
 def protocol_for(model: str, protocol: str = AUTO_PROTOCOL) -> str:
-    """The action protocol to speak with ``model``: ``protocol`` itself when it names one (the user's
-    override), else (``"auto"``) the registry's protocol for the model, else :data:`DEFAULT_PROTOCOL`
-    for a model the registry does not know.
+    """The action protocol to speak with ``model``: :func:`protocol_of` its registry entry (:func:`find_model`).
+
+    Raises:
+        SettingsError: ``protocol`` is neither ``"auto"`` nor a known protocol name.
+    """
+    return protocol_of(find_model(model), protocol)
+
+
+def protocol_of(spec: ModelSpec | None, protocol: str = AUTO_PROTOCOL) -> str:
+    """The action protocol to speak with the model of registry entry ``spec`` (None: not in the registry):
+    ``protocol`` itself when it names one (the user's override), else (``"auto"``) the entry's protocol, else
+    :data:`DEFAULT_PROTOCOL` for a model the registry does not know.
 
     Raises:
         SettingsError: ``protocol`` is neither ``"auto"`` nor a known protocol name.
@@ -501,7 +510,6 @@ def protocol_for(model: str, protocol: str = AUTO_PROTOCOL) -> str:
             raise SettingsError(f"unknown action protocol {protocol!r}",
                                 hint="Use 'auto' or one of: " + ", ".join(PROTOCOL_NAMES) + ".")
         return protocol
-    spec = find_model(model)
     return spec.protocol if spec is not None else DEFAULT_PROTOCOL
 
 
@@ -603,10 +611,18 @@ class RunChoice:
 
 def run_choice(model: str, *, reasoning: str = "auto", greedy: bool = False, temperature: float | None = None,
                top_p: float | None = None, seed: int | None = None) -> RunChoice:
-    """Resolve the user's generation settings for ``model`` against its :class:`Profile`.
+    """:func:`run_choice_for` ``model``'s registry entry (:func:`find_model`)."""
+    return run_choice_for(model, find_model(model), reasoning=reasoning, greedy=greedy, temperature=temperature,
+                          top_p=top_p, seed=seed)
+
+
+def run_choice_for(model: str, spec: ModelSpec | None, *, reasoning: str = "auto", greedy: bool = False,
+                   temperature: float | None = None, top_p: float | None = None, seed: int | None = None) -> RunChoice:
+    """Resolve the user's generation settings for ``model`` against the :class:`Profile` of its registry entry.
 
     Args:
-        model: the ``model`` setting (hub id, key, served name or folder).
+        model: the ``model`` setting (hub id, key, served name or folder), named in the notes.
+        spec: ``model``'s registry entry (:func:`find_model`); None: not in the registry (:data:`UNKNOWN_PROFILE`).
         reasoning: ``"auto"`` (the profile's), ``"on"`` or ``"off"``.
         greedy: greedy decoding instead of sampling.
         temperature, top_p: None: the profile's.
@@ -616,7 +632,7 @@ def run_choice(model: str, *, reasoning: str = "auto", greedy: bool = False, tem
     """
     if reasoning not in ("auto", "on", "off"):
         raise SettingsError(f"reasoning must be 'auto', 'on' or 'off', got {reasoning!r}")
-    profile = profile_for(model)
+    profile = spec.profile if spec is not None else None
     known = profile is not None
     used = profile if profile is not None else UNKNOWN_PROFILE
     notes = [] if known else [f"{model!r} is not in Holodesk's model registry: reasoning off, temperature "
@@ -689,4 +705,4 @@ def describe(spec: ModelSpec) -> dict[str, str]:
 __all__ = ["AUTO_PROTOCOL", "DEFAULT_MODEL", "GREEDY", "MODELS", "PRECISIONS", "UNKNOWN_PROFILE", "Architecture",
            "ImagePreprocessing", "ModelFit", "ModelSpec", "Profile", "Reasoning", "RunChoice", "Sampling", "describe",
            "find_model", "fit_table", "get_model", "hub_id_for", "models_that_fit", "native_reasoning", "profile_for",
-           "protocol_for", "run_choice"]
+           "protocol_for", "protocol_of", "run_choice", "run_choice_for"]

@@ -17,6 +17,7 @@ import torch
 
 from holodesk.core.geometry import Frame, Monitor
 from holodesk.policy.base import Observation
+from holodesk.policy.generation import GenerationOptions
 from holodesk.policy.models import native_reasoning
 from holodesk.policy.native.families import read_family
 from holodesk.policy.native.policy import LoadedNative, NativePolicy
@@ -45,7 +46,7 @@ def _renderer(folder: Path, *, reasoning: bool) -> NativePolicy:
     loaded = LoadedNative(model=None, processor=processor, tokenizer=getattr(processor, "tokenizer", None),
                           family=family, folder=folder, eos_ids=(0,), pad_id=0, think_end_id=None,
                           device=torch.device("cpu"), dtype=torch.float32, processor_kind=kind)
-    return NativePolicy(loaded, reasoning=reasoning, constrained=False, max_images=1)
+    return NativePolicy(loaded, GenerationOptions(reasoning=reasoning, constrained_decoding=False, max_images=1))
 
 
 def _observation() -> Observation:
