@@ -107,7 +107,7 @@ class GenerationOptions:
                    max_string_chars=max_string_chars, reasoning=choice.reasoning,
                    reasoning_effort=choice.reasoning_effort, think_budget=choice.think_budget,
                    sampling=choice.sampling, jump_forward=jump_forward,
-                   reasoning_switch=spec.reasoning if spec is not None else None, notes=choice.notes)
+                   reasoning_switch=spec.family.reasoning if spec is not None else None, notes=choice.notes)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> GenerationOptions:

@@ -8,7 +8,7 @@ as the Holotron runtime, the thinking budget, temperature and top_p applied afte
 greedily or sampling from a generator seeded per step (:class:`~holodesk.policy.models.Sampling`), and the protocol
 parses the reply.
 
-Reasoning is switched as the family's model table entry declares (:func:`holodesk.policy.models.native_reasoning`):
+Reasoning is switched as the family declares in the model table (:attr:`holodesk.policy.models.Family.reasoning`):
 the chat-template variable ``thinking`` for Holo2, ``enable_thinking`` for Holo3 / Holo3.1 and Holotron-3-Nano; no
 ``/think`` line is written into their system prompt.
 
@@ -33,7 +33,7 @@ from holodesk.errors import ModelLoadError
 from holodesk.policy.base import Observation
 from holodesk.policy.generation import GenerationOptions
 from holodesk.policy.local_core import LOCALIZATION_MAX_TOKENS, LocalPolicy, Reply
-from holodesk.policy.models import GREEDY, Sampling, native_reasoning
+from holodesk.policy.models import GREEDY, Sampling
 from holodesk.policy.native.families import NEMOTRON_H_OMNI, Family, family_of, native_config, read_config
 
 if TYPE_CHECKING:
@@ -338,7 +338,7 @@ class NativePolicy(LocalPolicy):
         """
         super().__init__(options if options is not None else GenerationOptions())
         self.loaded = loaded
-        self.switch = native_reasoning(loaded.family.key)
+        self.switch = loaded.family.reasoning
         self.static_cache = True
         self.compiled = loaded.device.type == "cuda" and bool(getattr(loaded.model, "_can_compile_fullgraph", False))
         log.info("native policy: %s", self.describe())
