@@ -9,16 +9,17 @@ to a :class:`~holodesk.errors.ModelLoadError` naming what is supported.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from typing_extensions import Unpack
 
 from holodesk.policy.native.families import check_checkpoint_before_weights, read_family
 
 if TYPE_CHECKING:
     from holodesk.policy.base import Policy
     from holodesk.policy.generation import GenerationOptions
-    from holodesk.policy.holotron.checkpoint import ProgressFn
+    from holodesk.policy.local_core import CheckpointLoading
 
 
 def load_local_policy(
@@ -27,11 +28,7 @@ def load_local_policy(
     *,
     quantization: str | None = None,
     decoder: str = "static",
-    dtype: str = "bfloat16",
-    device: str | None = None,
-    attn_implementation: str | None = "sdpa",
-    progress: ProgressFn | None = None,
-    cancel: threading.Event | None = None,
+    **loading: Unpack[CheckpointLoading],
 ) -> Policy:
     """Load ``source`` (a checkpoint folder or a hub repo id) with the runtime of its family.
 
@@ -42,8 +39,9 @@ def load_local_policy(
         quantization: None, ``"8bit"`` or ``"4bit"``: Holotron-12B only (bitsandbytes).
         decoder: ``"static"`` or ``"stock"``: Holotron-12B's decoder (the native families always use
             transformers' ``generate`` with a static cache).
-        dtype, device, attn_implementation: how the weights are loaded (both runtimes' loaders).
-        progress, cancel: reach the download and the load.
+        loading: dtype, device, progress, attn_implementation, cancel
+            (:class:`~holodesk.policy.local_core.CheckpointLoading`): how the weights are loaded (both runtimes'
+            loaders); progress and cancel reach the download too.
     Raises:
         ModelLoadError: the local model runtime (PyTorch, transformers) is not installed
             (:func:`require_runtime`), an unsupported or unreadable checkpoint (the message lists the supported
@@ -53,6 +51,7 @@ def load_local_policy(
     from holodesk.policy.download import resolve_source
 
     require_runtime()
+    device, progress, cancel = loading.get("device"), loading.get("progress"), loading.get("cancel")
     if device is None:
         import torch
 
@@ -62,8 +61,6 @@ def load_local_policy(
     folder = resolve_source(source, progress=progress, download=on_gpu, cancel=cancel,
                             before_weights=check_checkpoint_before_weights)
     family = read_family(folder)
-    loading: dict[str, Any] = {"dtype": dtype, "device": device, "attn_implementation": attn_implementation,
-                               "progress": progress, "cancel": cancel}
     if family.runtime == "holotron":
         from holodesk.policy.holotron import HolotronPolicy
 

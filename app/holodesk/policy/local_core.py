@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from typing_extensions import TypedDict
 
 from holodesk.core.actions import Point
 from holodesk.errors import PolicyError, PolicyOutputError
@@ -24,6 +27,9 @@ from holodesk.policy.base import Observation, Proposal, pointer_after
 from holodesk.policy.contract import reasoning_text
 from holodesk.policy.generation import GenerationOptions
 from holodesk.policy.registry import get_protocol
+
+if TYPE_CHECKING:
+    from holodesk.policy.holotron.checkpoint import ProgressFn
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +57,27 @@ def free_cuda_memory() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+class CheckpointLoading(TypedDict, total=False):
+    """How a checkpoint is loaded, the same for both runtimes (the keyword arguments ``load`` of
+    :class:`~holodesk.policy.holotron.HolotronPolicy` and :class:`~holodesk.policy.native.NativePolicy`, and
+    :func:`~holodesk.policy.local.load_local_policy`, pass to their loader; each is optional, the loader's default
+    applies).
+
+    Keys:
+        dtype: ``"bfloat16"`` (the loaders' default), ``"float16"`` (native only) or ``"float32"`` (tests).
+        device: torch device string (``"cuda"``, ``"cuda:1"``, ``"cpu"``); None: CUDA when available.
+        progress: ``progress(stage, fraction)`` during the download and the load.
+        attn_implementation: transformers' attention backend (default ``"sdpa"``).
+        cancel: when set, a hub download in progress stops within a second (resumable).
+    """
+
+    dtype: str
+    device: str | None
+    progress: ProgressFn | None
+    attn_implementation: str | None
+    cancel: threading.Event | None
 
 
 @dataclass
@@ -244,4 +271,4 @@ class LocalPolicy:
             free_cuda_memory()
 
 
-__all__ = ["LOCALIZATION_MAX_TOKENS", "LocalPolicy", "Reply", "free_cuda_memory", "is_oom"]
+__all__ = ["LOCALIZATION_MAX_TOKENS", "CheckpointLoading", "LocalPolicy", "Reply", "free_cuda_memory", "is_oom"]

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from typing_extensions import Unpack
 
 from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import PolicyError
 from holodesk.policy.base import Observation
 from holodesk.policy.generation import GenerationOptions
-from holodesk.policy.holotron.checkpoint import ProgressFn
 from holodesk.policy.holotron.loader import LoadedHolotron, load_holotron
 from holodesk.policy.holotron.prompt import render_prompt, special_token_strings, tokenize_prompt
-from holodesk.policy.local_core import LOCALIZATION_MAX_TOKENS, LocalPolicy, Reply
+from holodesk.policy.local_core import LOCALIZATION_MAX_TOKENS, CheckpointLoading, LocalPolicy, Reply
 
 if TYPE_CHECKING:
     from holodesk.policy.holotron.engine import StaticEngine
@@ -88,13 +88,9 @@ class HolotronPolicy(LocalPolicy):
         source: str | Path,
         options: GenerationOptions | None = None,
         *,
-        dtype: str = "bfloat16",
         quantization: str | None = None,
-        device: str | None = None,
-        progress: ProgressFn | None = None,
-        attn_implementation: str | None = "sdpa",
         decoder: str = "static",
-        cancel: threading.Event | None = None,
+        **loading: Unpack[CheckpointLoading],
     ) -> HolotronPolicy:
         """Load a checkpoint folder or hub repo id and return a ready policy (the reply grammar compiled).
 
@@ -102,14 +98,15 @@ class HolotronPolicy(LocalPolicy):
             source: folder with config.json + safetensors + tokenizer, or ``owner/name`` on the hub.
             options: how replies are generated (:class:`~holodesk.policy.generation.GenerationOptions`; its
                 ``jump_forward`` False feeds forced tokens one model step each, the same reply).
-            dtype, quantization, device, progress, attn_implementation, cancel: as
-                :func:`~holodesk.policy.holotron.loader.load_holotron`.
+            quantization: None, ``"8bit"`` or ``"4bit"`` (bitsandbytes, CUDA only).
             decoder: ``"static"`` (graphs and kernels are prepared here, at load) or ``"stock"``.
+            loading: dtype, device, progress, attn_implementation, cancel
+                (:class:`~holodesk.policy.local_core.CheckpointLoading`), as
+                :func:`~holodesk.policy.holotron.loader.load_holotron` takes them.
         Raises:
             ModelLoadError: see :func:`~holodesk.policy.holotron.loader.load_holotron`.
         """
-        loaded = load_holotron(source, dtype=dtype, quantization=quantization, device=device, progress=progress,
-                               attn_implementation=attn_implementation, cancel=cancel)
+        loaded = load_holotron(source, quantization=quantization, **loading)
         policy = cls(loaded, options, decoder=decoder)
         policy.prepare_grammar()
         return policy

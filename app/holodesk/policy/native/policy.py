@@ -29,10 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import Unpack
+
 from holodesk.errors import ModelLoadError
 from holodesk.policy.base import Observation
 from holodesk.policy.generation import GenerationOptions
-from holodesk.policy.local_core import LOCALIZATION_MAX_TOKENS, LocalPolicy, Reply
+from holodesk.policy.local_core import LOCALIZATION_MAX_TOKENS, CheckpointLoading, LocalPolicy, Reply
 from holodesk.policy.models import GREEDY, Sampling
 from holodesk.policy.native.families import NEMOTRON_H_OMNI, Family, family_of, native_config, read_config
 
@@ -353,20 +355,16 @@ class NativePolicy(LocalPolicy):
         cls,
         source: str | Path,
         options: GenerationOptions | None = None,
-        *,
-        dtype: str = "bfloat16",
-        device: str | None = None,
-        progress: ProgressFn | None = None,
-        attn_implementation: str | None = "sdpa",
-        cancel: threading.Event | None = None,
+        **loading: Unpack[CheckpointLoading],
     ) -> NativePolicy:
         """Load a checkpoint (:func:`load_native`) and return a ready policy (the reply grammar compiled).
 
-        Arguments as :func:`load_native` and the constructor. Raises ModelLoadError (:func:`load_native`),
-        PolicyError (xgrammar missing with constrained decoding), SettingsError (an unknown protocol).
+        ``loading``: dtype, device, progress, attn_implementation, cancel
+        (:class:`~holodesk.policy.local_core.CheckpointLoading`), as :func:`load_native` takes them. Raises
+        ModelLoadError (:func:`load_native`), PolicyError (xgrammar missing with constrained decoding), SettingsError
+        (an unknown protocol).
         """
-        loaded = load_native(source, dtype=dtype, device=device, progress=progress,
-                             attn_implementation=attn_implementation, cancel=cancel)
+        loaded = load_native(source, **loading)
         policy = cls(loaded, options)
         policy.prepare_grammar()
         return policy
