@@ -22,6 +22,7 @@ from holodesk.capture.fake import FakeCapture
 from holodesk.control.recording import RecordingExecutor
 from holodesk.core.geometry import Monitor
 from holodesk.policy.base import Proposal
+from holodesk.policy.generation import GenerationOptions
 from holodesk.session.approval import ApprovalPolicy
 from holodesk.session.factory import build_policy
 from holodesk.session.loop import Session
@@ -185,7 +186,8 @@ def tiny_holotron(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from holodesk.policy.holotron.policy import HolotronPolicy
 
     path = write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-holotron") / "ckpt", seed=0)
-    policy = HolotronPolicy.load(str(path), max_images=3, device="cpu", max_string_chars=8, max_new_tokens=256)
+    options = GenerationOptions(max_images=3, max_string_chars=8, max_reply_tokens=256)
+    policy = HolotronPolicy.load(str(path), options, device="cpu")
     yield policy
     policy.close()
 

@@ -37,6 +37,7 @@ from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import ActionError, PolicyOutputError
 from holodesk.policy.base import HistoryStep, Observation, pointer_after
 from holodesk.policy.contract import TOOLS, Reply, Tool, tool_list, tool_names
+from holodesk.policy.generation import GenerationOptions
 from holodesk.policy.registry import get_protocol
 from holodesk.policy.remote import RemotePolicy
 from tests.policy.remote_helpers import ScriptedServer
@@ -119,7 +120,7 @@ def test_golden_remote_request_of_a_three_step_episode() -> None:
     try:
         reply = P.to_reply(Answer("Submitted"), thought="done")
         server.script({"content": reply})
-        with RemotePolicy(server.url, MODEL, api_key=KEY, max_images=3) as policy:
+        with RemotePolicy(server.url, MODEL, api_key=KEY, options=GenerationOptions(max_images=3)) as policy:
             assert policy.protocol.name == "agent-loop-v1"  # the default
             proposal = policy.propose(EPISODE)
         body = server.chat_requests()[0]["body"]
@@ -146,7 +147,7 @@ def test_golden_local_prompt_of_a_three_step_episode(tiny_loaded_module: Any) ->
     from holodesk.policy.holotron import HolotronPolicy
     from holodesk.policy.holotron.prompt import IMAGE_SENTINEL
 
-    policy = HolotronPolicy(tiny_loaded_module, decoder="stock", max_images=3)
+    policy = HolotronPolicy(tiny_loaded_module, GenerationOptions(max_images=3), decoder="stock")
     prepared = policy.prepare(EPISODE, max_images=3)
     system = P.system_prompt().replace("/no_think", "").strip()
     expected = "<s><SPECIAL_10>System\n" + system + "\n"
@@ -355,7 +356,11 @@ def test_the_contract_is_the_default_protocol_everywhere() -> None:
     from holodesk.settings import Settings
 
     settings = Settings()
-    assert settings.protocol == AUTO_PROTOCOL == RemotePolicy.__init__.__kwdefaults__["protocol"]
+    assert settings.protocol == AUTO_PROTOCOL
+    # the generation options built from the settings, the options' default and a remote policy built without any
+    assert GenerationOptions.from_settings(settings).protocol == GenerationOptions().protocol == DEFAULT_PROTOCOL
+    with RemotePolicy("http://127.0.0.1:1/v1", "some-served-name", api_key=None) as remote:
+        assert remote.protocol.name == DEFAULT_PROTOCOL
     # "auto" resolves to the contract for the default model and for a model the registry does not know
     assert DEFAULT_PROTOCOL == "agent-loop-v1" == protocol_for(settings.model) == protocol_for("some-served-name")
 

@@ -22,8 +22,9 @@ from holodesk.policy.models import (
     get_model,
     models_that_fit,
     protocol_for,
+    series_names,
 )
-from holodesk.policy.native.families import FAMILIES, family_of
+from holodesk.policy.native.families import FAMILIES, families_markdown, family_of
 from holodesk.policy.protocol import PROTOCOL_NAMES
 from holodesk.policy.registry import get_protocol
 from holodesk.settings import Settings
@@ -36,21 +37,21 @@ def test_every_entry_is_consistent() -> None:
     assert len(set(keys)) == len(keys)
     assert len({m.hub_id.lower() for m in MODELS}) == len(MODELS)
     for m in MODELS:
-        assert m.protocol in PROTOCOL_NAMES
-        assert get_protocol(m.protocol).name == m.protocol
+        assert m.family.protocol in PROTOCOL_NAMES
+        assert get_protocol(m.family.protocol).name == m.family.protocol
         assert REPO_ID.match(m.hub_id), m.hub_id
         assert m.hub_id.startswith("Hcompany/")
         assert m.parameters > 0
         assert m.active_parameters is None or 0 < m.active_parameters < m.parameters
         assert m.architecture.model_type and m.architecture.transformers_class
-        assert m.reasoning.switch in ("system_prompt", "chat_template_kwargs")
-        assert (m.reasoning.template_kwarg is None) == (m.reasoning.switch == "system_prompt")
-        if m.image.method == "tiles":
-            assert m.image.tile_px and m.image.max_tiles
+        assert m.family.reasoning.switch in ("system_prompt", "chat_template_kwargs")
+        assert (m.family.reasoning.template_kwarg is None) == (m.family.reasoning.switch == "system_prompt")
+        if m.family.image.method == "tiles":
+            assert m.family.image.tile_px and m.family.image.max_tiles
         assert m.download_bytes > 0
         assert get_model(m.key) is m
         # every H Company model speaks H Company's agent contract
-        assert m.protocol == "agent-loop-v1"
+        assert m.family.protocol == "agent-loop-v1"
 
 
 def _checkpoint_config(spec: ModelSpec) -> dict[str, object]:
@@ -72,6 +73,7 @@ def test_every_registry_model_has_a_local_runtime(spec: ModelSpec) -> None:
     checkpoint must be dispatched by :func:`family_of` to a runtime that loads it (Holotron-12B and
     Holotron-3-Nano: the same transformers type, told apart by MoE blocks), of its kind (dense / MoE)."""
     family = family_of(_checkpoint_config(spec), spec.key)
+    assert family is spec.family, (spec.key, family.key, spec.family.key)  # the entry points to its runtime's family
     assert family.runtime in ("holotron", "native")
     assert family.moe == (spec.active_parameters is not None), (spec.key, family.key)
     if family.runtime == "native":  # transformers' own class: the registry names the class of that model_type
@@ -83,6 +85,21 @@ def test_every_native_family_has_a_registry_model() -> None:
     """No family is declared for a model the registry does not offer."""
     offered = {family_of(_checkpoint_config(m)).key for m in MODELS}
     assert offered == {f.key for f in FAMILIES}
+
+
+def test_the_docs_family_table_is_the_model_tables() -> None:
+    """docs/native-families.md carries the table generated from the families and the models that point to them."""
+    docs = (ROOT / "docs" / "native-families.md").read_text(encoding="utf-8")
+    assert families_markdown() in docs, "docs/native-families.md is stale: paste families_markdown()'s table"
+    for m in MODELS:
+        assert m.display_name in families_markdown()
+
+
+def test_the_model_setting_names_every_series_of_the_table() -> None:
+    """The ``model`` setting's description (Settings' tooltip, docs/settings.md) lists the table's series in order."""
+    description = Settings.model_fields["model"].description or ""
+    assert series_names() == ("Holotron-12B", "Holotron-3-Nano", "Holo2", "Holo3", "Holo3.1")
+    assert f"H Company's models that fit this GPU: {', '.join(series_names())})" in description
 
 
 def test_the_default_model_is_the_settings_default() -> None:
@@ -186,10 +203,11 @@ def test_every_profile_cites_a_source_for_each_point() -> None:
 
     points = [f for f in Profile.__dataclass_fields__ if f != "sources"]
     for m in MODELS:
-        sources = dict(m.profile.sources)
+        sources = dict(m.family.profile.sources)
         assert sorted(sources) == sorted(points), m.key
         assert all(text.strip() for text in sources.values()), m.key
-        assert 0 < m.profile.top_p <= 1 and m.profile.temperature > 0 and m.profile.think_budget > 0
+        profile = m.family.profile
+        assert 0 < profile.top_p <= 1 and profile.temperature > 0 and profile.think_budget > 0
 
 
 def test_profiles_follow_the_makers_where_published() -> None:
@@ -197,16 +215,16 @@ def test_profiles_follow_the_makers_where_published() -> None:
     (Holotron-3-Nano: thinking, medium, 0.8 / 0.95, 4,096 tokens, 3 images), hai-cookbook (Holo2 thinks by
     default); Holotron-12B: nothing published, Holodesk's choice is reasoning off."""
     for m in MODELS:
-        p = m.profile
-        if m.family in ("Holo3", "Holo3.1"):
+        p = m.family.profile
+        if m.series in ("Holo3", "Holo3.1"):
             assert (p.reasoning, p.reasoning_effort, p.max_images) == (True, "medium", 3), m.key
-        if m.family == "Holo2":
-            assert p.reasoning is True and m.reasoning.template_kwarg == "thinking", m.key
-    nano = get_model("holotron-3-nano").profile
+        if m.series == "Holo2":
+            assert p.reasoning is True and m.family.reasoning.template_kwarg == "thinking", m.key
+    nano = get_model("holotron-3-nano").family.profile
     assert (nano.reasoning, nano.reasoning_effort, nano.temperature, nano.top_p, nano.max_images) == (
         True, "medium", 0.8, 0.95, 3)
     assert nano.think_budget + 1024 == 4096  # the published max_tokens, with Holodesk's 1,024 reply tokens
-    assert get_model("holotron-12b").profile.reasoning is False
+    assert get_model("holotron-12b").family.profile.reasoning is False
 
 
 def test_run_choice_takes_the_profile_where_the_user_left_auto() -> None:

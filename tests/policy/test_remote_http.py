@@ -23,6 +23,7 @@ from holodesk.core.geometry import InputPoint, Monitor, point_to_frame_pixel, to
 from holodesk.errors import PolicyError, PolicyOutputError
 from holodesk.policy.base import Observation, Policy
 from holodesk.policy.chat_server import ServerUnreachableError, TooManyImagesError, normalize_base_url
+from holodesk.policy.generation import GenerationOptions
 from holodesk.policy.registry import get_protocol
 from holodesk.policy.remote import RemotePolicy, ReplyCutOffError
 from tests.policy.remote_helpers import ProtocolDouble, ScriptedServer, click_reply, make_frame, make_observation
@@ -107,7 +108,8 @@ def test_holo_v1_protocol_round_trip_with_history(server):
     obs = make_observation(history=5)
     reply = proto.to_reply(Click(Point(812, 94)), thought="open the gear menu", note="settings in gear")
     server.script({"content": reply})
-    with RemotePolicy(server.url, MODEL, api_key=KEY, protocol="holo-v1", max_images=3) as pol:
+    with RemotePolicy(server.url, MODEL, api_key=KEY,
+                      options=GenerationOptions(protocol="holo-v1", max_images=3)) as pol:
         prop = pol.propose(obs)
     assert prop.action == Click(Point(812, 94))
     assert (prop.thought, prop.note, prop.raw_text) == ("open the gear menu", "settings in gear", reply)
@@ -151,7 +153,7 @@ def test_resize_only_when_asked_and_points_map_to_the_same_frame(server):
 
 def test_history_images_are_encoded_once(server):
     obs = make_observation(history=2)
-    with policy(server, max_images=3) as pol:
+    with policy(server, options=GenerationOptions(max_images=3)) as pol:
         pol.propose(obs)
         cached = dict(pol._image_cache)
         pol.propose(obs)
@@ -159,7 +161,7 @@ def test_history_images_are_encoded_once(server):
 
 
 def test_structured_output_off_sends_no_schema(server):
-    with policy(server, structured_output=False) as pol:
+    with policy(server, options=GenerationOptions(constrained_decoding=False)) as pol:
         prop = pol.propose(make_observation())
     assert "response_format" not in server.chat_requests()[0]["body"]
     assert prop.extra["structured_output"] == "off"
@@ -167,7 +169,7 @@ def test_structured_output_off_sends_no_schema(server):
 
 def test_reasoning_text_is_recorded(server):
     server.script({"content": click_reply(), "reasoning": "The gear is top right."})
-    with policy(server, reasoning=True) as pol:
+    with policy(server, options=GenerationOptions(reasoning=True)) as pol:
         prop = pol.propose(make_observation())
     assert prop.extra["reasoning_text"] == "The gear is top right."
     assert server.chat_requests()[0]["body"]["messages"][0]["content"].endswith("/think")
@@ -291,7 +293,8 @@ def test_timeout_is_explained_and_not_retried(server):
 def test_too_many_images_tells_the_user_to_keep_fewer_screenshots():
     srv = ScriptedServer("--models", MODEL, "--limit-images", "1")
     try:
-        pol = RemotePolicy(srv.url, MODEL, api_key=None, protocol=ProtocolDouble(), max_images=3)
+        pol = RemotePolicy(srv.url, MODEL, api_key=None, protocol=ProtocolDouble(),
+                           options=GenerationOptions(max_images=3))
         with pol, pytest.raises(TooManyImagesError) as ei:
             pol.propose(make_observation(history=4))
         err = ei.value
@@ -306,7 +309,7 @@ def test_too_many_images_tells_the_user_to_keep_fewer_screenshots():
 
 def test_reply_cut_off_at_token_limit(server):
     server.script({"content": '{"note": null, "thought": "I will', "finish_reason": "length"})
-    with policy(server, max_tokens=16) as pol, pytest.raises(ReplyCutOffError) as ei:
+    with policy(server, options=GenerationOptions(max_reply_tokens=16)) as pol, pytest.raises(ReplyCutOffError) as ei:
         pol.propose(make_observation())
     assert "cut off at the token limit" in str(ei.value) and "max_tokens=16" in str(ei.value)
     assert ei.value.raw_text == '{"note": null, "thought": "I will'
@@ -388,6 +391,8 @@ def test_base_url_normalisation():
                                 {"max_image_side": 8}])
 def test_bad_arguments(kw):
     with pytest.raises(PolicyError):
+        if "max_images" in kw:  # a generation option: refused where the options are built
+            kw = {"options": GenerationOptions(max_images=kw["max_images"])}
         RemotePolicy("http://127.0.0.1:1/v1", MODEL, api_key=None, protocol=ProtocolDouble(), **kw)
 
 

@@ -56,11 +56,12 @@ def _system_text(body: dict) -> str:
 @pytest.mark.parametrize("spec", MODELS, ids=[m.key for m in MODELS])
 def test_each_model_request_carries_its_contract(server, spec: ModelSpec) -> None:
     body = _ask(server, model=spec.hub_id)
-    protocol = get_protocol(spec.protocol)
+    protocol = get_protocol(spec.family.protocol)
     assert body["response_format"]["json_schema"]["schema"] == protocol.json_schema()
-    assert _system_text(body) == protocol.system_prompt(reasoning=False, reasoning_line=spec.reasoning.prompt_line)
-    if spec.reasoning.switch == "chat_template_kwargs":
-        assert body["chat_template_kwargs"] == {spec.reasoning.template_kwarg: False}
+    switch = spec.family.reasoning
+    assert _system_text(body) == protocol.system_prompt(reasoning=False, reasoning_line=switch.prompt_line)
+    if spec.family.reasoning.switch == "chat_template_kwargs":
+        assert body["chat_template_kwargs"] == {spec.family.reasoning.template_kwarg: False}
         assert "/no_think" not in _system_text(body)  # a Nemotron Nano 2 switch: text to this model
     else:
         assert "chat_template_kwargs" not in body
@@ -101,9 +102,9 @@ def test_unknown_model_gets_the_default_contract_and_no_template_switch(server) 
 def test_auto_runs_each_model_with_its_profile(server, spec: ModelSpec) -> None:
     """Reasoning "auto" and unset sampling take the model's published profile (docs/model-fidelity.md)."""
     body = _ask(server, model=spec.hub_id, reasoning="auto", seed=41)
-    profile = spec.profile
-    if spec.reasoning.switch == "chat_template_kwargs":
-        assert body["chat_template_kwargs"] == {spec.reasoning.template_kwarg: profile.reasoning}
+    profile = spec.family.profile
+    if spec.family.reasoning.switch == "chat_template_kwargs":
+        assert body["chat_template_kwargs"] == {spec.family.reasoning.template_kwarg: profile.reasoning}
     else:
         assert _system_text(body).endswith("\n/think" if profile.reasoning else "\n/no_think")
     assert body.get("reasoning_effort") == (profile.reasoning_effort if profile.reasoning else None)

@@ -13,6 +13,7 @@ import pytest
 from holodesk.core.actions import Click, Point
 from holodesk.errors import PolicyError
 from holodesk.policy.chat_server import TooManyImagesError
+from holodesk.policy.generation import GenerationOptions
 from holodesk.policy.remote import RemotePolicy
 from tests.policy.remote_helpers import ProtocolDouble, click_reply, make_observation
 
@@ -127,8 +128,8 @@ def test_retry_after_is_honoured_but_capped(monkeypatch):
 
 
 def test_bearer_header_and_request_shape():
-    pol, seen = make([httpx.Response(200, json=chat_ok({"content": click_reply()}))], temperature=0.0,
-                     max_tokens=256)
+    pol, seen = make([httpx.Response(200, json=chat_ok({"content": click_reply()}))],
+                     options=GenerationOptions(max_reply_tokens=256))
     pol.propose(make_observation())
     req = seen[0]
     assert req.headers["Authorization"] == f"Bearer {KEY}"

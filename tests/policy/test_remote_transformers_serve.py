@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from holodesk.errors import PolicyOutputError
+from holodesk.policy.generation import GenerationOptions
 from holodesk.policy.remote import RemotePolicy, ReplyCutOffError
 from tests.helpers.processes import stop_process
 from tests.policy.remote_helpers import make_observation
@@ -67,7 +68,7 @@ def served(tmp_path_factory):
 
 def test_step_round_trips_through_transformers_serve(served):
     url, model, log_path = served
-    pol = RemotePolicy(url, model, api_key=None, max_tokens=12, retries=0)
+    pol = RemotePolicy(url, model, api_key=None, options=GenerationOptions(max_reply_tokens=12), retries=0)
     with pol, pytest.raises((ReplyCutOffError, PolicyOutputError)) as ei:
         pol.propose(make_observation(history=2, size=(64, 40)))
     assert isinstance(ei.value.raw_text, str) and ei.value.raw_text  # the random model's text came back

@@ -86,7 +86,45 @@ def test_build_policy_reads_only_the_declared_policy_settings(kind: str, tmp_pat
     assert not undeclared, f"build_policy reads settings that are not declared policy settings: {undeclared}"
     if kind == "local":  # the settings the tray's old key left out reach the model
         assert isinstance(policy, _FakeBackend)
-        assert policy.kwargs["decoder"] == "stock" and policy.kwargs["max_new_tokens"] == 99
+        assert policy.kwargs["decoder"] == "stock" and policy.args[1].max_reply_tokens == 99
+    if kind == "remote":  # the same generation options, under the settings' own names
+        assert isinstance(policy, _FakeBackend)
+        assert policy.kwargs["options"].max_reply_tokens == 99
+
+
+@pytest.mark.parametrize("kind", ["local", "remote"])
+def test_the_model_is_looked_up_once_per_policy_build(kind: str, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """One trip from the settings to a policy looks the model up in the registry once (the generation options
+    carry what the policy needs of it): every module's ``find_model`` is replaced by a counting one. The local
+    backend is the recording FAKE (the load dispatches by the checkpoint's config.json, not by the registry); the
+    remote policy is the real one (building it sends nothing)."""
+    import holodesk.policy.local
+    import holodesk.policy.models
+    import holodesk.policy.remote
+    import holodesk.secrets
+
+    real = holodesk.policy.models.find_model
+    looked_up: list[str] = []
+
+    def counting(name: str) -> Any:
+        looked_up.append(name)
+        return real(name)
+
+    for module in [m for name, m in sys.modules.items() if name.startswith("holodesk.")]:
+        if getattr(module, "find_model", None) is real:
+            monkeypatch.setattr(module, "find_model", counting)
+    monkeypatch.setattr(holodesk.policy.local, "load_local_policy", _FakeBackend.load)
+    monkeypatch.setattr(holodesk.secrets, "resolve_api_key", lambda endpoint: ("", "none (fake)"))
+    settings = Settings(data_dir=tmp_path, policy=kind, endpoint="http://127.0.0.1:9/v1", model="holo2-8b")
+    policy = build_policy(settings)
+    try:
+        assert looked_up == ["holo2-8b"]
+        if kind == "remote":  # what the one look-up gave reaches the request: Holo2's template switch
+            assert isinstance(policy, holodesk.policy.remote.RemotePolicy)
+            assert policy.chat_template_kwargs == {"thinking": True} and policy.protocol.name == "agent-loop-v1"
+    finally:
+        policy.close()
 
 
 def _other_value(name: str, settings: Settings, tmp_path: Path) -> Any:

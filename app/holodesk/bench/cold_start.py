@@ -339,6 +339,7 @@ def child_main(argv: list[str]) -> int:
     from holodesk.bench.product import TASK, desktop_frame
     from holodesk.errors import PolicyError, PolicyOutputError
     from holodesk.policy.base import Observation
+    from holodesk.policy.generation import GenerationOptions
     from holodesk.policy.holotron.policy import HolotronPolicy
 
     if args.threads > 0:
@@ -354,8 +355,8 @@ def child_main(argv: list[str]) -> int:
                 torch.cuda.synchronize()
             stamps["weights"] = time.time()
 
-    policy = HolotronPolicy.load(args.folder, dtype=args.dtype, device=args.device, progress=progress, max_images=3,
-                                 max_new_tokens=args.max_new_tokens, max_string_chars=24)
+    options = GenerationOptions(max_images=3, max_reply_tokens=args.max_new_tokens, max_string_chars=24)
+    policy = HolotronPolicy.load(args.folder, options, dtype=args.dtype, device=args.device, progress=progress)
     if cuda:
         torch.cuda.synchronize()
     stamps["graphs"] = time.time()

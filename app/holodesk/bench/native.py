@@ -42,7 +42,7 @@ from holodesk.policy.native.families import family_by_key
 if TYPE_CHECKING:
     import torch
 
-    from holodesk.policy.native.policy import LoadedNative
+    from holodesk.policy.native.policy import LoadedNative, NativePolicy
 
 
 def published_config(key: str, config_path: Path | None) -> dict[str, Any]:
@@ -157,6 +157,7 @@ def family_runs(loaded: LoadedNative, args: argparse.Namespace, floors: dict[str
     from holodesk.bench.floors import allocated, floor_ms, param_bytes, peak, reset_peak
     from holodesk.core.geometry import Frame, Monitor
     from holodesk.policy.base import Observation
+    from holodesk.policy.generation import GenerationOptions
     from holodesk.policy.native.policy import NativePolicy
 
     model = loaded.model
@@ -165,7 +166,8 @@ def family_runs(loaded: LoadedNative, args: argparse.Namespace, floors: dict[str
     total = param_bytes(model)
     weights = {"total": total, "vision": param_bytes(vision) if vision is not None else None,
                "language_model": param_bytes(model.get_decoder()) - _head_inside_decoder_bytes(model)}
-    policy = NativePolicy(loaded, constrained=False, max_images=1, max_new_tokens=args.reply_tokens)
+    policy = NativePolicy(loaded, GenerationOptions(constrained_decoding=False, max_images=1,
+                                                    max_reply_tokens=args.reply_tokens))
     if args.eager:
         policy.compiled = False  # generate's decode step stays eager (--eager)
     width, height = (int(v) for v in args.history_size.split("x"))
@@ -216,18 +218,20 @@ def family_runs(loaded: LoadedNative, args: argparse.Namespace, floors: dict[str
     return result
 
 
-def think_runs(policy: Any, observation: Any, args: argparse.Namespace) -> dict[str, Any]:
+def think_runs(policy: NativePolicy, observation: Any, args: argparse.Namespace) -> dict[str, Any]:
     """One step's wall time (median of ``--repeats`` after one untimed) with reasoning off and on (a thought of
     exactly ``--think-tokens`` tokens: the random model never closes it, so ``</think>`` is forced at the budget,
     then the ``--reply-tokens`` reply), each greedy and sampled (temperature 0.8, top_p 0.95, applied after the
     mask in :class:`~holodesk.policy.native.policy.ReplyRule`)."""
+    from dataclasses import replace
+
     from holodesk.policy.models import GREEDY, Sampling
 
     sampled = Sampling(greedy=False, temperature=0.8, top_p=0.95, seed=args.seed)
     rows: dict[str, Any] = {}
     for name, reasoning, sampling in (("off_greedy", False, GREEDY), ("off_sampled", False, sampled),
                                       ("on_greedy", True, GREEDY), ("on_sampled", True, sampled)):
-        policy.reasoning, policy.max_think_tokens, policy.sampling = reasoning, args.think_tokens, sampling
+        policy.options = replace(policy.options, reasoning=reasoning, think_budget=args.think_tokens, sampling=sampling)
         policy.generate(observation)  # untimed: a longer reply may need a larger static cache
         walls, tokens, per_token = [], [], []
         for _ in range(max(1, args.repeats)):

@@ -95,6 +95,7 @@ def product_path(loaded: LoadedHolotron, args: argparse.Namespace, weights: int,
     the results (``checks_failed``: the failed checks, in words); with measured ``floors`` each timed step
     also gets the floor of its own new work (:func:`new_work_floor_ms`)."""
     from holodesk.policy.base import HistoryStep, Observation
+    from holodesk.policy.generation import GenerationOptions
     from holodesk.policy.holotron.policy import HolotronPolicy
 
     device = loaded.device
@@ -104,8 +105,8 @@ def product_path(loaded: LoadedHolotron, args: argparse.Namespace, weights: int,
         return new_work_floor_ms(loaded, floors, proposal.extra) if floors else None
 
     t0 = time.perf_counter()
-    policy = HolotronPolicy(loaded, max_images=3, max_new_tokens=args.product_tokens, max_string_chars=24,
-                            decoder="static")
+    policy = HolotronPolicy(loaded, GenerationOptions(max_images=3, max_reply_tokens=args.product_tokens,
+                                                      max_string_chars=24), decoder="static")
     out["policy_setup_s"] = round(time.perf_counter() - t0, 2)
     out["decoder"] = policy.kernel_report()["decoder"]
     try:

@@ -9,37 +9,39 @@ to a :class:`~holodesk.errors.ModelLoadError` naming what is supported.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from typing_extensions import Unpack
 
 from holodesk.policy.native.families import check_checkpoint_before_weights, read_family
 
 if TYPE_CHECKING:
     from holodesk.policy.base import Policy
-    from holodesk.policy.holotron.checkpoint import ProgressFn
+    from holodesk.policy.generation import GenerationOptions
+    from holodesk.policy.local_core import CheckpointLoading
 
 
 def load_local_policy(
     source: str | Path,
+    options: GenerationOptions | None = None,
     *,
     quantization: str | None = None,
     decoder: str = "static",
-    progress: ProgressFn | None = None,
-    cancel: threading.Event | None = None,
-    **options: Any,
+    **loading: Unpack[CheckpointLoading],
 ) -> Policy:
     """Load ``source`` (a checkpoint folder or a hub repo id) with the runtime of its family.
 
     Args:
         source: checkpoint folder, or ``owner/name`` on the hub (downloaded only with a CUDA GPU).
+        options: how replies are generated (:class:`~holodesk.policy.generation.GenerationOptions`), passed
+            unchanged to the policy; None: its defaults.
         quantization: None, ``"8bit"`` or ``"4bit"``: Holotron-12B only (bitsandbytes).
         decoder: ``"static"`` or ``"stock"``: Holotron-12B's decoder (the native families always use
             transformers' ``generate`` with a static cache).
-        progress, cancel: reach the download and the load.
-        options: what both policies' ``load`` take: ``reasoning``, ``max_images``, ``constrained``,
-            ``protocol``, ``max_new_tokens``, ``max_think_tokens``, ``max_string_chars``, ``sampling``, ``dtype``,
-            ``device``, ``attn_implementation``.
+        loading: dtype, device, progress, attn_implementation, cancel
+            (:class:`~holodesk.policy.local_core.CheckpointLoading`): how the weights are loaded (both runtimes'
+            loaders); progress and cancel reach the download too.
     Raises:
         ModelLoadError: the local model runtime (PyTorch, transformers) is not installed
             (:func:`require_runtime`), an unsupported or unreadable checkpoint (the message lists the supported
@@ -49,7 +51,7 @@ def load_local_policy(
     from holodesk.policy.source import resolve_source
 
     require_runtime()
-    device = options.get("device")
+    device, progress, cancel = loading.get("device"), loading.get("progress"), loading.get("cancel")
     if device is None:
         import torch
 
@@ -62,14 +64,13 @@ def load_local_policy(
     if family.runtime == "holotron":
         from holodesk.policy.holotron import HolotronPolicy
 
-        return HolotronPolicy.load(folder, quantization=quantization, decoder=decoder, progress=progress,
-                                   cancel=cancel, **options)
+        return HolotronPolicy.load(folder, options, quantization=quantization, decoder=decoder, **loading)
     if quantization is not None:
         raise ModelLoadError(f"{quantization} weights are offered for Holotron-12B only, not for {family.models}",
                              hint="Choose bf16 precision for this model.")
     from holodesk.policy.native import NativePolicy
 
-    return NativePolicy.load(folder, progress=progress, cancel=cancel, **options)
+    return NativePolicy.load(folder, options, **loading)
 
 
 def runtime_missing() -> str | None:

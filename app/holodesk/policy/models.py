@@ -196,6 +196,42 @@ class Profile:
     sources: tuple[tuple[str, str], ...]
 
 
+Runtime = Literal["holotron", "native"]
+"""Which local runtime runs a family: Holodesk's Holotron runtime or transformers' own classes."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """One architecture family: how its checkpoints are recognised, which runtime runs them and how its models are
+    run. Every :class:`ModelSpec` points to one; the load-time dispatch
+    (:func:`holodesk.policy.native.families.family_of`) returns one.
+
+    Attributes:
+        key: the ``--family`` name (transformers' ``model_type``, or ``holotron`` for Holotron-12B).
+        model_types: ``config.json`` ``model_type`` values of the family (transformers' name first).
+        runtime: ``"holotron"`` (Holodesk's static decoder) or ``"native"`` (transformers' classes).
+        models: the H Company models of the family, in words.
+        architecture: the architecture in words.
+        profile: how Holodesk runs its models by default (see :class:`Profile`).
+        reasoning: how their reasoning channel is switched (see :class:`Reasoning`).
+        image: how their processor turns a screenshot into image tokens (see :class:`ImagePreprocessing`).
+        moe: True when the family's language model is a mixture of experts.
+        protocol: the action protocol Holodesk speaks with its models (a name of
+            :data:`holodesk.policy.protocol.PROTOCOL_NAMES`).
+    """
+
+    key: str
+    model_types: tuple[str, ...]
+    runtime: Runtime
+    models: str
+    architecture: str
+    profile: Profile
+    reasoning: Reasoning
+    image: ImagePreprocessing
+    moe: bool = False
+    protocol: str = "agent-loop-v1"
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """One policy model.
@@ -204,15 +240,12 @@ class ModelSpec:
         key: short stable name (``"holo2-8b"``).
         display_name: what people see (``"Holo2-8B"``).
         hub_id: Hugging Face repo id, ``owner/name``; the download fetches it.
-        family: ``"Holotron"``, ``"Holo2"``, ``"Holo3"`` or ``"Holo3.1"``.
+        series: ``"Holotron-12B"``, ``"Holotron-3-Nano"``, ``"Holo2"``, ``"Holo3"`` or ``"Holo3.1"`` (how people
+            name the models of one release; the ``model`` setting's description lists them).
+        family: its architecture family (:class:`Family`: runtime, profile, reasoning switch, images, protocol).
         architecture: see :class:`Architecture`.
         parameters: total parameters (the hub's listing, rounded to 1B, except where measured).
         active_parameters: parameters used per token for mixture-of-experts models; None for dense models.
-        protocol: the action protocol Holodesk speaks with the model (a name of
-            :data:`holodesk.policy.protocol.PROTOCOL_NAMES`).
-        image: see :class:`ImagePreprocessing`.
-        reasoning: see :class:`Reasoning`.
-        profile: see :class:`Profile`.
         license: the license's name; None: unknown.
         base_model: the model it was post-trained from; None: unknown.
         checkpoint_bytes: download size of the bf16 checkpoint when measured; None: estimated from the
@@ -223,14 +256,11 @@ class ModelSpec:
     key: str
     display_name: str
     hub_id: str
-    family: str
+    series: str
+    family: Family
     architecture: Architecture
     parameters: int
     active_parameters: int | None
-    protocol: str
-    image: ImagePreprocessing
-    reasoning: Reasoning
-    profile: Profile
     license: str | None
     base_model: str | None
     checkpoint_bytes: int | None = None
@@ -328,6 +358,37 @@ _HOLOTRON_12B_PROFILE = Profile(
              ("top_p", "no public source: 0.95 as Holotron-3-Nano [HOLO-NANO]"),
              ("max_images", "no public source: 3 as Holotron-3-Nano [HOLO-NANO]")))
 
+HOLOTRON: Final = Family("holotron", ("NemotronH_Nano_VL_V2",), "holotron", "Holotron-12B",
+                         "Nemotron Nano 2 VL: RADIO + hybrid Mamba-2 / attention / MLP (dense)",
+                         _HOLOTRON_12B_PROFILE,
+                         Reasoning("system_prompt", None, on_by_default=None, vllm_reasoning_parser=None),
+                         ImagePreprocessing("tiles", patch_px=16, pixels_per_token=32, tile_px=512, max_tiles=12,
+                                            note="InternVL-style tiling [HOLOTRON]"))
+QWEN3_VL: Final = Family("qwen3_vl", ("qwen3_vl",), "native", "Holo2 (e.g. Holo2-8B)",
+                         "Qwen3-VL: ViT with DeepStack + dense transformer", _HOLO2_PROFILE, _HOLO2_REASONING,
+                         _HOLO2_IMAGE)
+QWEN3_VL_MOE: Final = Family("qwen3_vl_moe", ("qwen3_vl_moe",), "native", "Holo2, MoE sizes (Holo2-30B-A3B)",
+                             "Qwen3-VL-MoE: ViT with DeepStack + MoE transformer", _HOLO2_PROFILE, _HOLO2_REASONING,
+                             _HOLO2_IMAGE, moe=True)
+QWEN3_5: Final = Family("qwen3_5", ("qwen3_5",), "native", "Holo3 / Holo3.1, dense sizes",
+                        "Qwen3.5: ViT + hybrid Gated DeltaNet / attention, dense MLP", _HOLO3_PROFILE,
+                        _HOLO3_REASONING, _QWEN35_IMAGE)
+QWEN3_5_MOE: Final = Family("qwen3_5_moe", ("qwen3_5_moe",), "native",
+                            "Holo3 / Holo3.1, MoE sizes (e.g. Holo3-35B-A3B)",
+                            "Qwen3.5-MoE: ViT + hybrid Gated DeltaNet / attention, MoE", _HOLO3_PROFILE,
+                            _HOLO3_REASONING, _QWEN35_IMAGE, moe=True)
+NEMOTRON_H_OMNI: Final = Family("nemotron_h_omni", ("nemotron_h_omni", "NemotronH_Nano_Omni_Reasoning_V3"), "native",
+                                "Holotron-3-Nano (Nemotron 3 Nano Omni)",
+                                "Nemotron-H Omni: RADIO + hybrid Mamba-2 / attention / MoE", _HOLOTRON_3_NANO_PROFILE,
+                                Reasoning("chat_template_kwargs", "enable_thinking", on_by_default=True,
+                                          vllm_reasoning_parser="nemotron_v3"),
+                                _NEMOTRON_OMNI_IMAGE, moe=True)
+
+FAMILIES: Final[tuple[Family, ...]] = (HOLOTRON, QWEN3_VL, QWEN3_VL_MOE, QWEN3_5, QWEN3_5_MOE, NEMOTRON_H_OMNI)
+"""Every family Holodesk runs locally, in the order they are listed to the user."""
+
+NATIVE_FAMILIES: Final = tuple(f for f in FAMILIES if f.runtime == "native")
+
 _QWEN35_ARCH = Architecture(
     "qwen3_5", "Qwen3_5ForConditionalGeneration",
     "Qwen3.5 dense: Gated DeltaNet linear attention + full attention, vision tower", verified=False)
@@ -336,33 +397,39 @@ _QWEN35_MOE_ARCH = Architecture(
     "Qwen3.5 mixture of experts: Gated DeltaNet linear attention + full attention, 256 experts, vision tower")
 
 
+def _holo31_dense(size: str, parameters: int, *notes: str) -> ModelSpec:
+    """The dense Holo3.1 model of ``size`` (``"4B"``), hub id ``Hcompany/Holo-3.1-<size>``, with ``parameters`` as
+    the hub lists them; its config.json, base model and license were not read (``notes`` adds to that)."""
+    return ModelSpec(
+        key=f"holo3.1-{size.lower()}", display_name=f"Holo3.1-{size}", hub_id=f"Hcompany/Holo-3.1-{size}",
+        series="Holo3.1", family=QWEN3_5, architecture=_QWEN35_ARCH, parameters=parameters, active_parameters=None,
+        license=None, base_model=None,
+        notes=("model_type qwen3_5 (dense) is assumed from the family; config.json, base model and license were not "
+               "read.", *notes))
+
+
 MODELS: Final[tuple[ModelSpec, ...]] = (
     ModelSpec(
-        key="holotron-12b", display_name="Holotron-12B", hub_id="Hcompany/Holotron-12B", family="Holotron",
+        key="holotron-12b", display_name="Holotron-12B", hub_id="Hcompany/Holotron-12B", series="Holotron-12B",
+        family=HOLOTRON,
         architecture=Architecture(
             "nemotron_h_omni", "NemotronH_Omni_Reasoning_V3",
             "Nemotron-H hybrid: Mamba-2 + attention (dense), RADIO vision tower",
             checkpoint_model_type="NemotronH_Nano_VL_V2"),
-        parameters=HOLOTRON_12B_PARAMETERS, active_parameters=None, protocol="agent-loop-v1",
-        image=ImagePreprocessing("tiles", patch_px=16, pixels_per_token=32, tile_px=512, max_tiles=12,
-                                 note="InternVL-style tiling [HOLOTRON]"),
-        reasoning=Reasoning("system_prompt", None, on_by_default=None, vllm_reasoning_parser=None),
-        profile=_HOLOTRON_12B_PROFILE, license="NVIDIA Open Model License",
+        parameters=HOLOTRON_12B_PARAMETERS, active_parameters=None, license="NVIDIA Open Model License",
         base_model="nvidia/NVIDIA-Nemotron-Nano-12B-v2-VL-BF16",
         checkpoint_bytes=CHECKPOINT_BYTES,
         notes=("Reasoning with no /think or /no_think line: unknown.",
                "vLLM reasoning parser: a plugin file shipped with NVIDIA's base checkpoint, not a built-in name.")),
     ModelSpec(
         key="holotron-3-nano", display_name="Holotron-3-Nano", hub_id="Hcompany/Holotron-3-Nano",
-        family="Holotron",
+        series="Holotron-3-Nano", family=NEMOTRON_H_OMNI,
         architecture=Architecture(
             "nemotron_h_omni", "NemotronH_Omni_Reasoning_V3",
             "Nemotron 3 Nano Omni: hybrid Mamba-2 + attention with mixture-of-experts layers, RADIO vision "
             "tower", verified=False),
-        parameters=33 * _B, active_parameters=3 * _B, protocol="agent-loop-v1", image=_NEMOTRON_OMNI_IMAGE,
-        reasoning=Reasoning("chat_template_kwargs", "enable_thinking", on_by_default=True,
-                            vllm_reasoning_parser="nemotron_v3"),
-        profile=_HOLOTRON_3_NANO_PROFILE, license=None, base_model="NVIDIA Nemotron 3 Nano Omni (30B-A3B)",
+        parameters=33 * _B, active_parameters=3 * _B, license=None,
+        base_model="NVIDIA Nemotron 3 Nano Omni (30B-A3B)",
         notes=("Reasoning switch, vLLM flags and the Omni-Nano-v3 backbone from NVIDIA's computer-use cookbook "
                "[NEMO-CUA], which serves Hcompany/Holotron-3-Nano with --reasoning-parser nemotron_v3 and sends "
                "chat_template_kwargs {'enable_thinking': false} to switch thinking off.",
@@ -373,69 +440,57 @@ MODELS: Final[tuple[ModelSpec, ...]] = (
                "transformers 5.23): 32.39B without the sound encoder, 0.61B more with it (about 33.0B); 4.39B per "
                "token with 6 of 128 experts (vision, embedding and head included).")),
     ModelSpec(
-        key="holo2-4b", display_name="Holo2-4B", hub_id="Hcompany/Holo2-4B", family="Holo2",
+        key="holo2-4b", display_name="Holo2-4B", hub_id="Hcompany/Holo2-4B", series="Holo2", family=QWEN3_VL,
         architecture=Architecture("qwen3_vl", "Qwen3VLForConditionalGeneration",
                                   "Qwen3-VL dense transformer with vision tower"),
-        parameters=4 * _B, active_parameters=None, protocol="agent-loop-v1", image=_HOLO2_IMAGE,
-        reasoning=_HOLO2_REASONING, profile=_HOLO2_PROFILE, license=None, base_model="Qwen3-VL Thinking (4B)",
+        parameters=4 * _B, active_parameters=None, license=None, base_model="Qwen3-VL Thinking (4B)",
         notes=("License not read from the model card: unknown.",)),
     ModelSpec(
-        key="holo2-8b", display_name="Holo2-8B", hub_id="Hcompany/Holo2-8B", family="Holo2",
+        key="holo2-8b", display_name="Holo2-8B", hub_id="Hcompany/Holo2-8B", series="Holo2", family=QWEN3_VL,
         architecture=Architecture("qwen3_vl", "Qwen3VLForConditionalGeneration",
                                   "Qwen3-VL dense transformer with vision tower"),
-        parameters=9 * _B, active_parameters=None, protocol="agent-loop-v1", image=_HOLO2_IMAGE,
-        reasoning=_HOLO2_REASONING, profile=_HOLO2_PROFILE, license="Apache 2.0",
+        parameters=9 * _B, active_parameters=None, license="Apache 2.0",
         base_model="Qwen/Qwen3-VL-8B-Thinking",
         notes=("License and base model as a third-party survey quotes the model card (the card itself was "
                "not read).",
                "Qwen3-VL-8B's architecture as holodesk bench builds it (holodesk.bench.full_size.QWEN3_VL_8B): "
                "8.77B parameters.")),
     ModelSpec(
-        key="holo2-30b-a3b", display_name="Holo2-30B-A3B", hub_id="Hcompany/Holo2-30B-A3B", family="Holo2",
+        key="holo2-30b-a3b", display_name="Holo2-30B-A3B", hub_id="Hcompany/Holo2-30B-A3B", series="Holo2",
+        family=QWEN3_VL_MOE,
         architecture=Architecture("qwen3_vl_moe", "Qwen3VLMoeForConditionalGeneration",
                                   "Qwen3-VL mixture of experts with vision tower", verified=False),
-        parameters=31 * _B, active_parameters=3 * _B, protocol="agent-loop-v1", image=_HOLO2_IMAGE,
-        reasoning=_HOLO2_REASONING, profile=_HOLO2_PROFILE, license=None, base_model="Qwen3-VL Thinking (30B-A3B)",
+        parameters=31 * _B, active_parameters=3 * _B, license=None, base_model="Qwen3-VL Thinking (30B-A3B)",
         notes=("model_type qwen3_vl_moe is the one of its base Qwen3-VL-30B-A3B; its own config.json was not "
                "read.", "License not read from the model card: unknown.")),
     ModelSpec(
-        key="holo3-35b-a3b", display_name="Holo3-35B-A3B", hub_id="Hcompany/Holo3-35B-A3B", family="Holo3",
-        architecture=_QWEN35_MOE_ARCH, parameters=35 * _B, active_parameters=3 * _B, protocol="agent-loop-v1",
-        image=_QWEN35_IMAGE, reasoning=_HOLO3_REASONING, profile=_HOLO3_PROFILE, license="Apache 2.0",
+        key="holo3-35b-a3b", display_name="Holo3-35B-A3B", hub_id="Hcompany/Holo3-35B-A3B", series="Holo3",
+        family=QWEN3_5_MOE,
+        architecture=_QWEN35_MOE_ARCH, parameters=35 * _B, active_parameters=3 * _B, license="Apache 2.0",
         base_model="Qwen/Qwen3.5-35B-A3B",
         notes=("Base model, model_type and license from third-party pages (OsaurusAI card, news coverage); the "
                "model card itself was not read.",
                "Its base model's architecture, per transformers' documented defaults (Qwen3_5MoeConfig, "
                "checkpoint Qwen/Qwen3.5-35B-A3B; holodesk.bench.full_size.qwen3_5_moe_35b_a3b): 35.11B parameters, "
                "3.90B per token with 8 of 256 experts (vision, embedding and head included).")),
-    ModelSpec(
-        key="holo3.1-0.8b", display_name="Holo3.1-0.8B", hub_id="Hcompany/Holo-3.1-0.8B", family="Holo3.1",
-        architecture=_QWEN35_ARCH, parameters=1 * _B, active_parameters=None, protocol="agent-loop-v1",
-        image=_QWEN35_IMAGE, reasoning=_HOLO3_REASONING, profile=_HOLO3_PROFILE, license=None, base_model=None,
-        notes=("model_type qwen3_5 (dense) is assumed from the family; config.json, base model and license "
-               "were not read.", "Parameters: the hub lists 1B (rounded).")),
-    ModelSpec(
-        key="holo3.1-4b", display_name="Holo3.1-4B", hub_id="Hcompany/Holo-3.1-4B", family="Holo3.1",
-        architecture=_QWEN35_ARCH, parameters=5 * _B, active_parameters=None, protocol="agent-loop-v1",
-        image=_QWEN35_IMAGE, reasoning=_HOLO3_REASONING, profile=_HOLO3_PROFILE, license=None, base_model=None,
-        notes=("model_type qwen3_5 (dense) is assumed from the family; config.json, base model and license "
-               "were not read.", "Parameters: the hub lists 5B (rounded).")),
-    ModelSpec(
-        key="holo3.1-9b", display_name="Holo3.1-9B", hub_id="Hcompany/Holo-3.1-9B", family="Holo3.1",
-        architecture=_QWEN35_ARCH, parameters=9 * _B, active_parameters=None, protocol="agent-loop-v1",
-        image=_QWEN35_IMAGE, reasoning=_HOLO3_REASONING, profile=_HOLO3_PROFILE, license=None, base_model=None,
-        notes=("model_type qwen3_5 (dense) is assumed from the family; config.json, base model and license "
-               "were not read.",)),
+    _holo31_dense("0.8B", 1 * _B, "Parameters: the hub lists 1B (rounded)."),
+    _holo31_dense("4B", 5 * _B, "Parameters: the hub lists 5B (rounded)."),
+    _holo31_dense("9B", 9 * _B),
     ModelSpec(
         key="holo3.1-35b-a3b", display_name="Holo3.1-35B-A3B", hub_id="Hcompany/Holo-3.1-35B-A3B",
-        family="Holo3.1", architecture=_QWEN35_MOE_ARCH, parameters=35 * _B, active_parameters=3 * _B,
-        protocol="agent-loop-v1", image=_QWEN35_IMAGE, reasoning=_HOLO3_REASONING, profile=_HOLO3_PROFILE,
-        license="Apache 2.0",
+        series="Holo3.1", family=QWEN3_5_MOE, architecture=_QWEN35_MOE_ARCH, parameters=35 * _B,
+        active_parameters=3 * _B, license="Apache 2.0",
         base_model="Qwen/Qwen3.6-35B-A3B",
         notes=("Base model and model_type from third-party pages (Baseten, a derived MLX card); license from "
                "hub.hcompany.ai/models.",)),
 )
 """Every model Holodesk offers, in the order the wizard and Settings list them."""
+
+def series_names() -> tuple[str, ...]:
+    """The series of the table's models, each once, in table order (``("Holotron-12B", "Holotron-3-Nano", "Holo2",
+    ...)``): the models the ``model`` setting's description names."""
+    return tuple(dict.fromkeys(m.series for m in MODELS))
+
 
 DEFAULT_MODEL: Final = "holotron-12b"
 """Key of the model a new installation uses (the ``model`` setting's default is its hub id)."""
@@ -490,9 +545,18 @@ def hub_id_for(name: str) -> str:
 
 
 def protocol_for(model: str, protocol: str = AUTO_PROTOCOL) -> str:
-    """The action protocol to speak with ``model``: ``protocol`` itself when it names one (the user's
-    override), else (``"auto"``) the registry's protocol for the model, else :data:`DEFAULT_PROTOCOL`
-    for a model the registry does not know.
+    """The action protocol to speak with ``model``: :func:`protocol_of` its registry entry (:func:`find_model`).
+
+    Raises:
+        SettingsError: ``protocol`` is neither ``"auto"`` nor a known protocol name.
+    """
+    return protocol_of(find_model(model), protocol)
+
+
+def protocol_of(spec: ModelSpec | None, protocol: str = AUTO_PROTOCOL) -> str:
+    """The action protocol to speak with the model of registry entry ``spec`` (None: not in the registry):
+    ``protocol`` itself when it names one (the user's override), else (``"auto"``) the entry's protocol, else
+    :data:`DEFAULT_PROTOCOL` for a model the registry does not know.
 
     Raises:
         SettingsError: ``protocol`` is neither ``"auto"`` nor a known protocol name.
@@ -502,8 +566,7 @@ def protocol_for(model: str, protocol: str = AUTO_PROTOCOL) -> str:
             raise SettingsError(f"unknown action protocol {protocol!r}",
                                 hint="Use 'auto' or one of: " + ", ".join(PROTOCOL_NAMES) + ".")
         return protocol
-    spec = find_model(model)
-    return spec.protocol if spec is not None else DEFAULT_PROTOCOL
+    return spec.family.protocol if spec is not None else DEFAULT_PROTOCOL
 
 
 UNKNOWN_PROFILE: Final = Profile(
@@ -517,23 +580,7 @@ def profile_for(model: str) -> Profile | None:
     """The registry profile of ``model`` (anything :func:`find_model` reads); None when it is not in the
     registry (callers use :data:`UNKNOWN_PROFILE` and say so)."""
     spec = find_model(model)
-    return spec.profile if spec is not None else None
-
-
-def native_reasoning(model_type: str) -> Reasoning:
-    """The reasoning switch of the checkpoints of transformers' ``model_type`` that Holodesk runs natively,
-    read from the table (every model of one ``model_type`` declares the same switch; Holotron-12B, translated
-    to ``nemotron_h_omni`` from its own ``NemotronH_Nano_VL_V2`` and run by the Holotron runtime, is left out).
-
-    Raises:
-        SettingsError: no model of that type in the table, or models of it that disagree.
-    """
-    found = {m.reasoning for m in MODELS
-             if m.architecture.model_type == model_type and m.architecture.checkpoint_model_type is None}
-    if len(found) != 1:
-        raise SettingsError(f"no single reasoning switch is declared for model_type {model_type!r} "
-                            f"({len(found)} found)", hint="Declare it in holodesk.policy.models.MODELS.")
-    return found.pop()
+    return spec.family.profile if spec is not None else None
 
 
 SEED_LIMIT: Final = 2**31
@@ -604,10 +651,18 @@ class RunChoice:
 
 def run_choice(model: str, *, reasoning: str = "auto", greedy: bool = False, temperature: float | None = None,
                top_p: float | None = None, seed: int | None = None) -> RunChoice:
-    """Resolve the user's generation settings for ``model`` against its :class:`Profile`.
+    """:func:`run_choice_for` ``model``'s registry entry (:func:`find_model`)."""
+    return run_choice_for(model, find_model(model), reasoning=reasoning, greedy=greedy, temperature=temperature,
+                          top_p=top_p, seed=seed)
+
+
+def run_choice_for(model: str, spec: ModelSpec | None, *, reasoning: str = "auto", greedy: bool = False,
+                   temperature: float | None = None, top_p: float | None = None, seed: int | None = None) -> RunChoice:
+    """Resolve the user's generation settings for ``model`` against the :class:`Profile` of its registry entry.
 
     Args:
-        model: the ``model`` setting (hub id, key, served name or folder).
+        model: the ``model`` setting (hub id, key, served name or folder), named in the notes.
+        spec: ``model``'s registry entry (:func:`find_model`); None: not in the registry (:data:`UNKNOWN_PROFILE`).
         reasoning: ``"auto"`` (the profile's), ``"on"`` or ``"off"``.
         greedy: greedy decoding instead of sampling.
         temperature, top_p: None: the profile's.
@@ -617,7 +672,7 @@ def run_choice(model: str, *, reasoning: str = "auto", greedy: bool = False, tem
     """
     if reasoning not in ("auto", "on", "off"):
         raise SettingsError(f"reasoning must be 'auto', 'on' or 'off', got {reasoning!r}")
-    profile = profile_for(model)
+    profile = spec.family.profile if spec is not None else None
     known = profile is not None
     used = profile if profile is not None else UNKNOWN_PROFILE
     notes = [] if known else [f"{model!r} is not in Holodesk's model registry: reasoning off, temperature "
@@ -665,29 +720,33 @@ def describe(spec: ModelSpec) -> dict[str, str]:
         arch_text += f"; the checkpoint says {arch.checkpoint_model_type}"
     if not arch.verified:
         arch_text += " [not read from its config.json]"
-    reasoning = spec.reasoning
+    reasoning = spec.family.reasoning
     switch = ("a /think or /no_think line in the system prompt" if reasoning.switch == "system_prompt"
               else f"chat_template_kwargs {{{reasoning.template_kwarg!r}: bool}}")
     default = UNKNOWN if reasoning.on_by_default is None else ("on" if reasoning.on_by_default else "off")
     size = spec.size_text()
+    profile = spec.family.profile
     disk = format_bytes(spec.download_bytes) + ("" if spec.checkpoint_bytes is not None else " (estimated)")
     return {
         "model": f"{spec.display_name} ({spec.hub_id})",
         "architecture": arch_text,
         "size": f"{size}, {disk} to download",
-        "protocol": spec.protocol,
-        "images": spec.image.describe(),
+        "protocol": spec.family.protocol,
+        "images": spec.family.image.describe(),
         "reasoning": f"switched by {switch}; unswitched: {default}",
-        "profile": (f"think before acting {'on' if spec.profile.reasoning else 'off'}"
-                    + (f" (effort {spec.profile.reasoning_effort})" if spec.profile.reasoning_effort else "")
-                    + f", up to {spec.profile.think_budget:,} tokens of thought; temperature "
-                    f"{spec.profile.temperature}, top_p {spec.profile.top_p}; {spec.profile.max_images} screenshots"),
+        "profile": (f"think before acting {'on' if profile.reasoning else 'off'}"
+                    + (f" (effort {profile.reasoning_effort})" if profile.reasoning_effort else "")
+                    + f", up to {profile.think_budget:,} tokens of thought; temperature "
+                    f"{profile.temperature}, top_p {profile.top_p}; {profile.max_images} screenshots"),
         "license": spec.license or UNKNOWN,
         "base model": spec.base_model or UNKNOWN,
     }
 
 
-__all__ = ["AUTO_PROTOCOL", "DEFAULT_MODEL", "GREEDY", "MODELS", "PRECISIONS", "UNKNOWN_PROFILE", "Architecture",
-           "ImagePreprocessing", "ModelFit", "ModelSpec", "Profile", "Reasoning", "RunChoice", "Sampling", "describe",
-           "find_model", "fit_table", "get_model", "hub_id_for", "models_that_fit", "native_reasoning", "profile_for",
-           "protocol_for", "run_choice"]
+__all__ = [
+    "AUTO_PROTOCOL", "DEFAULT_MODEL", "FAMILIES", "GREEDY", "HOLOTRON", "MODELS", "NATIVE_FAMILIES", "NEMOTRON_H_OMNI",
+    "PRECISIONS", "QWEN3_5", "QWEN3_5_MOE", "QWEN3_VL", "QWEN3_VL_MOE", "UNKNOWN_PROFILE", "Architecture", "Family",
+    "ImagePreprocessing", "ModelFit", "ModelSpec", "Profile", "Reasoning", "RunChoice", "Runtime", "Sampling",
+    "describe", "find_model", "fit_table", "get_model", "hub_id_for", "models_that_fit", "profile_for", "protocol_for",
+    "protocol_of", "run_choice", "run_choice_for", "series_names",
+]

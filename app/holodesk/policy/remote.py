@@ -10,7 +10,7 @@ they map back onto the same :class:`~holodesk.core.geometry.Frame` through ``cor
 The HTTP side (bounded retries, deadlines, reply size, the errors that say what to do) is
 :class:`~holodesk.policy.chat_server.ChatServer`; this module builds the request and reads the reply.
 
-Constrained decoding: when ``structured_output`` is on, the request carries the protocol's JSON schema
+Constrained decoding: when ``options.constrained_decoding`` is on, the request carries the protocol's JSON schema
 as ``response_format={"type": "json_schema", ...}`` (the OpenAI form, which vLLM turns into a
 grammar). A server that rejects it is asked again without it; that fallback is logged at WARNING and
 recorded in every later ``Proposal.extra["structured_output"]`` -- never silent. The protocol parser
@@ -46,7 +46,7 @@ from holodesk.policy.chat_server import (
     describe_request,
     normalize_base_url,
 )
-from holodesk.policy.models import AUTO_PROTOCOL, Sampling, find_model, protocol_for
+from holodesk.policy.generation import GenerationOptions
 from holodesk.policy.registry import get_protocol
 
 log = logging.getLogger(__name__)
@@ -82,11 +82,18 @@ class RemotePolicy:
         model: the served model name as ``GET /v1/models`` lists it (vLLM ``--served-model-name``).
         api_key: bearer token, or None for a server without ``--api-key``. Resolve it with
             :func:`holodesk.secrets.resolve_api_key`; never read it from settings.
-        protocol: action protocol name (see :func:`~holodesk.policy.registry.get_protocol`), ``"auto"`` (the
-            protocol the model registry declares for ``model``: :func:`holodesk.policy.models.protocol_for`),
-            or an instance.
-        max_images: screenshots kept in the prompt as images, current one included (F21); passed to
-            ``protocol.build_messages``.
+        options: how replies are generated (:class:`~holodesk.policy.generation.GenerationOptions`), used
+            unchanged: ``protocol``; ``max_images`` screenshots as images, the current one included (F21);
+            ``constrained_decoding`` asks the server to constrain the reply to the protocol's JSON schema;
+            ``reasoning`` asks the model to think before answering, by the chat-template variable of
+            ``reasoning_switch`` where the registry declares one, else by the system prompt's ``/think`` line
+            (Holotron-12B, and a model the registry does not know, whose switch is unknown: logged), with
+            ``reasoning_effort`` sent as the request's ``reasoning_effort`` when set; ``token_budget`` is the
+            request's ``max_tokens`` (a reply cut at it raises :class:`ReplyCutOffError`); ``sampling``: greedy is
+            sent as temperature 0, else its temperature, top_p and, for step ``n``, the seed ``step_seed(n)``
+            (vLLM's per-request ``seed``). None: :meth:`GenerationOptions.for_model` ``model`` greedy, reasoning
+            off.
+        protocol: an action protocol instance to speak instead of ``options.protocol`` (test doubles).
         image_format: ``"png"`` (lossless, default) or ``"jpeg"`` (smaller uploads).
         max_image_side: when set, frames whose longer side exceeds it are downscaled (aspect kept,
             bicubic) to that many pixels before sending; None sends frames at their captured size.
@@ -98,20 +105,8 @@ class RemotePolicy:
         retries: extra attempts after the first for 429 / 5xx / connection errors (0..10), with
             exponential backoff ``backoff_s * 2**n`` capped at ``backoff_max_s`` (a ``Retry-After``
             header is honoured up to the same cap).
-        structured_output: ask the server to constrain the reply to the protocol's JSON schema.
-        reasoning: ask the model to think before answering: by the model's chat-template variable where the
-            registry declares one, else by the system prompt's ``/think`` line (Holotron-12B, and a model the
-            registry does not know, whose switch is unknown: logged).
-        reasoning_effort: sent as the request's ``reasoning_effort`` (e.g. ``"medium"``, as the published
-            harnesses of Holo3.x and Holotron-3-Nano do) when reasoning is on; None: not sent.
-        max_tokens: generation limit per reply; a reply cut at it raises :class:`ReplyCutOffError`.
-        temperature: sampling temperature when ``sampling`` is None (0 = greedy, the protocol's default for
-            grounding).
-        sampling: how tokens are chosen (:class:`~holodesk.policy.models.Sampling`): greedy is sent as
-            temperature 0; else its temperature, top_p and, for step ``n``, the seed ``step_seed(n)`` (vLLM's
-            per-request ``seed``). None: greedy at ``temperature``.
         chat_template_kwargs: sent as the request's ``chat_template_kwargs`` (vLLM passes them to the chat
-            template); None: the model registry's reasoning switch for ``model`` (e.g. ``{"thinking":
+            template); None: ``options.reasoning_switch``'s (e.g. ``{"thinking":
             false}`` for Holo2, ``{"enable_thinking": false}`` for Holo3.x; nothing for Holotron-12B, whose
             switch is the system prompt's ``/no_think`` line, or for a model the registry does not know).
         transport: optional ``httpx`` transport (tests); normal use leaves it None.
@@ -128,19 +123,13 @@ class RemotePolicy:
         model: str,
         *,
         api_key: str | None,
-        protocol: str | ActionProtocol = AUTO_PROTOCOL,
-        max_images: int = 3,
+        options: GenerationOptions | None = None,
+        protocol: ActionProtocol | None = None,
         image_format: ImageFormat = "png",
         max_image_side: int | None = None,
         jpeg_quality: int = 90,
         timeout_s: float = 60.0,
         retries: int = 3,
-        structured_output: bool = True,
-        reasoning: bool = False,
-        max_tokens: int = 1024,
-        temperature: float = 0.0,
-        sampling: Sampling | None = None,
-        reasoning_effort: str | None = None,
         backoff_s: float = 0.5,
         backoff_max_s: float = 8.0,
         chat_template_kwargs: dict[str, Any] | None = None,
@@ -150,8 +139,6 @@ class RemotePolicy:
             raise PolicyError("no model name given", hint="Pass the served model name, e.g. --model Holotron-12B.")
         if image_format not in ("png", "jpeg"):
             raise PolicyError(f"image_format must be 'png' or 'jpeg', got {image_format!r}")
-        if max_images < 1:
-            raise PolicyError(f"max_images must be at least 1 (the current screenshot), got {max_images}")
         if max_image_side is not None and max_image_side < 16:
             raise PolicyError(f"max_image_side must be at least 16 pixels, got {max_image_side}")
         if not 0 <= retries <= MAX_RETRIES:
@@ -162,25 +149,20 @@ class RemotePolicy:
             raise PolicyError(f"jpeg_quality must be in 1..95, got {jpeg_quality}")
         self.endpoint = normalize_base_url(endpoint)
         self.model = model
-        self.protocol = get_protocol(protocol_for(model, protocol)) if isinstance(protocol, str) else protocol
-        self.max_images = max_images
+        self.options = options if options is not None else GenerationOptions.for_model(model, reasoning="off",
+                                                                                         greedy=True)
+        self.protocol = protocol if protocol is not None else get_protocol(self.options.protocol)
         self.image_format: ImageFormat = image_format
         self.max_image_side = max_image_side
         self.jpeg_quality = jpeg_quality
         self.timeout_s = float(timeout_s)
-        self.structured_output = structured_output
-        self.reasoning = reasoning
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        self.sampling = sampling
-        self.reasoning_effort = reasoning_effort if reasoning else None
-        spec = find_model(model)
-        self.reasoning_line = spec is None or spec.reasoning.prompt_line
-        if spec is None:
+        switch = self.options.reasoning_switch
+        self.reasoning_line = switch is None or switch.prompt_line
+        if switch is None:
             log.info("remote model %r is not in the registry: reasoning is switched by a /think or /no_think line "
                      "in the system prompt (Nemotron Nano 2's switch)", model)
         if chat_template_kwargs is None:
-            chat_template_kwargs = spec.reasoning.template_kwargs(reasoning) if spec is not None else {}
+            chat_template_kwargs = switch.template_kwargs(self.options.reasoning) if switch is not None else {}
         self.chat_template_kwargs = dict(chat_template_kwargs)
         # None = not tried yet, True = accepted, False = rejected (then the detail says why).
         self._structured_accepted: bool | None = None
@@ -188,6 +170,12 @@ class RemotePolicy:
         self._image_cache: OrderedDict[Frame, _EncodedImage] = OrderedDict()
         self.server = ChatServer(endpoint=self.endpoint, model=model, api_key=api_key, timeout_s=self.timeout_s,
                                  retries=retries, backoff_s=backoff_s, backoff_max_s=backoff_max_s, transport=transport)
+
+    @property
+    def max_images(self) -> int:
+        """Screenshots sent as images, the current one included (``options.max_images``; the session keeps
+        that many frames, :func:`~holodesk.policy.base.forget_unused_frames`)."""
+        return self.options.max_images
 
     def __repr__(self) -> str:
         key = "set" if self.server.has_key else "none"
@@ -214,13 +202,14 @@ class RemotePolicy:
         """
         t_start = time.perf_counter()
         messages = self.protocol.build_messages(
-            observation, max_images=self.max_images, reasoning=self.reasoning, reasoning_line=self.reasoning_line
+            observation, max_images=self.options.max_images, reasoning=self.options.reasoning,
+            reasoning_line=self.reasoning_line
         )
         t_built = time.perf_counter()
         wire_messages, images_sent = self._to_wire(messages)
         t_encoded = time.perf_counter()
 
-        body = self._request_body(wire_messages, max_tokens=self.max_tokens, step=len(observation.history))
+        body = self._request_body(wire_messages, max_tokens=self.options.token_budget, step=len(observation.history))
         data, stats = self._chat(body, images=len(images_sent), task_deadline=observation.deadline)
         t_replied = time.perf_counter()
 
@@ -246,7 +235,7 @@ class RemotePolicy:
         if finish_reason == "length":
             raise ReplyCutOffError(
                 f"The model's reply was cut off at the token limit (finish_reason 'length', "
-                f"max_tokens={self.max_tokens}).",
+                f"max_tokens={self.options.token_budget}).",
                 raw_text=text,
                 hint="Raise the reply token limit, or turn reasoning off so the reply stays short.",
             )
@@ -258,10 +247,9 @@ class RemotePolicy:
         t_parsed = time.perf_counter()
 
         extra: dict[str, Any] = {**facts, "warnings": list(parsed.warnings)}
-        if self.sampling is not None:
-            extra["sampling"] = self.sampling.record()
-            if "seed" in body:
-                extra["step_seed"] = body["seed"]
+        extra["sampling"] = self.options.sampling.record()
+        if "seed" in body:
+            extra["step_seed"] = body["seed"]
         message = choice.get("message") or {}
         reasoning_text = message.get("reasoning_content") or message.get("reasoning")
         if isinstance(reasoning_text, str) and reasoning_text:
@@ -294,7 +282,7 @@ class RemotePolicy:
     @property
     def structured_output_state(self) -> str:
         """``"off"``, ``"json_schema"`` (sent and accepted / not yet tried), or ``"rejected: ..."``."""
-        if not self.structured_output:
+        if not self.options.constrained_decoding:
             return "off"
         if self._structured_accepted is False:
             return f"rejected by server, strict parse only ({self._structured_detail})"
@@ -364,7 +352,7 @@ class RemotePolicy:
             try:
                 self._chat(body, images=1)
                 report["accepts_images"] = True
-                if self.structured_output:
+                if self.options.constrained_decoding:
                     report["structured_output"] = self._structured_accepted is not False
             except TooManyImagesError as exc:
                 report["accepts_images"] = False
@@ -382,20 +370,17 @@ class RemotePolicy:
             "model": self.model,
             "messages": messages,
             "max_tokens": max_tokens,
-            "temperature": self.temperature,
+            "temperature": 0.0,
             "stream": False,
         }
-        sampling = self.sampling
-        if sampling is not None:
-            body["temperature"] = 0.0 if sampling.greedy else sampling.temperature
-            if not sampling.greedy:
-                body["top_p"] = sampling.top_p
-                body["seed"] = sampling.step_seed(step)
-        if self.reasoning_effort is not None:
-            body["reasoning_effort"] = self.reasoning_effort
+        sampling = self.options.sampling
+        if not sampling.greedy:
+            body.update(temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.step_seed(step))
+        if self.options.reasoning and self.options.reasoning_effort is not None:
+            body["reasoning_effort"] = self.options.reasoning_effort
         if self.chat_template_kwargs:
             body["chat_template_kwargs"] = dict(self.chat_template_kwargs)
-        if self.structured_output and self._structured_accepted is not False:
+        if self.options.constrained_decoding and self._structured_accepted is not False:
             body["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {
@@ -469,7 +454,7 @@ class RemotePolicy:
         }
         encoded = _EncodedImage(f"data:{mime};base64,{base64.b64encode(payload).decode('ascii')}", info)
         self._image_cache[frame] = encoded
-        while len(self._image_cache) > self.max_images + 2:
+        while len(self._image_cache) > self.options.max_images + 2:
             self._image_cache.popitem(last=False)
         return encoded
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from holodesk.core.wording import WindowInfo
     from holodesk.display import BackendChoice
     from holodesk.policy.base import Policy
-    from holodesk.policy.models import RunChoice
+    from holodesk.policy.generation import GenerationOptions
     from holodesk.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -58,58 +58,37 @@ def build_policy(settings: Settings, *, progress: Any = None, cancel: threading.
 
         api_key, source = resolve_api_key(settings.endpoint)
         log.info("remote policy %s: API key from %s", settings.endpoint, source)
-        choice = _run_choice(settings)
-        return RemotePolicy(
-            settings.endpoint,
-            settings.model,
-            api_key=api_key,
-            protocol=settings.protocol,  # "auto": the registry's protocol for the model (RemotePolicy)
-            max_images=settings.max_images,
-            structured_output=settings.constrained_decoding,
-            reasoning=choice.reasoning,
-            reasoning_effort=choice.reasoning_effort,
-            sampling=choice.sampling,
-            # a server counts the thought in max_tokens: the reply's cap plus the thought budget
-            max_tokens=settings.max_reply_tokens + (choice.think_budget if choice.reasoning else 0),
-            timeout_s=settings.request_timeout_s,
-        )
+        return RemotePolicy(settings.endpoint, settings.model, api_key=api_key, options=generation_options(settings),
+                            timeout_s=settings.request_timeout_s)
     if settings.policy == "local":
         from holodesk.policy.local import load_local_policy
-        from holodesk.policy.models import protocol_for
 
         quant = {"bf16": None, "8bit": "8bit", "4bit": "4bit"}[settings.precision]
-        choice = _run_choice(settings)
         return load_local_policy(  # Holotron-12B or a native family, by the checkpoint's config.json
-            settings.model,
-            quantization=quant,
-            reasoning=choice.reasoning,
-            max_think_tokens=choice.think_budget,
-            sampling=choice.sampling,
-            max_images=settings.max_images,
-            constrained=settings.constrained_decoding,
-            protocol=protocol_for(settings.model, settings.protocol),
-            progress=progress,
-            max_new_tokens=settings.max_reply_tokens,
-            max_string_chars=settings.max_string_chars,
-            decoder=settings.decoder,
-            cancel=cancel,
-        )
+            settings.model, generation_options(settings), quantization=quant, decoder=settings.decoder,
+            progress=progress, cancel=cancel)
     raise SettingsError(f"unknown policy {settings.policy!r}")
 
 
-def _run_choice(settings: Settings) -> RunChoice:
-    """The generation settings for the chosen model: its profile where the settings say "auto" / unset
-    (:func:`holodesk.policy.models.run_choice`), each choice logged."""
-    from holodesk.policy.models import run_choice
+def generation_options(settings: Settings) -> GenerationOptions:
+    """The generation options of the settings (:meth:`GenerationOptions.from_settings
+    <holodesk.policy.generation.GenerationOptions.from_settings>`: the model's profile where the settings say
+    "auto" / unset), each choice logged.
 
-    choice = run_choice(settings.model, reasoning=settings.reasoning, greedy=settings.greedy,
-                        temperature=settings.temperature, top_p=settings.top_p, seed=settings.seed)
-    for note in choice.notes:
-        log.log(logging.INFO if choice.known else logging.WARNING, "%s", note)
-    log.info("generation: think before acting %s, %s, seed %d", "on" if choice.reasoning else "off",
-             "greedy" if choice.sampling.greedy else
-             f"temperature {choice.sampling.temperature}, top_p {choice.sampling.top_p}", choice.sampling.seed)
-    return choice
+    Raises:
+        SettingsError, PolicyError: see :meth:`~holodesk.policy.generation.GenerationOptions.for_model`.
+    """
+    from holodesk.policy.generation import GenerationOptions
+
+    options = GenerationOptions.from_settings(settings)
+    known = options.reasoning_switch is not None
+    for note in options.notes:
+        log.log(logging.INFO if known else logging.WARNING, "%s", note)
+    sampling = options.sampling
+    log.info("generation: think before acting %s, %s, seed %d", "on" if options.reasoning else "off",
+             "greedy" if sampling.greedy else f"temperature {sampling.temperature}, top_p {sampling.top_p}",
+             sampling.seed)
+    return options
 
 
 def default_focus_probe() -> Callable[[], str | None] | None:

@@ -6,8 +6,8 @@
 # the mamba-ssm 2.3.2.post1 sdist) and, for PARTS=quant, .whlq (bitsandbytes). ../shared/tools/gpu-wheels.sh builds
 # .whl4; add `python3 -m pip download --no-deps -d .whl4 confusable-homoglyphs mistral-common==1.13.1` (the
 # autopilot's word matching, imported by the policy package; the tekken stand-in tokenizer's data file).
-#   bash docs/bench/desktops/gpu-session.sh [OUT] [PARTS]    PARTS: comma list of tests, bench, nativetests, quanttests, quant, coldstart, families (default tests,bench;
-#   GPU_TESTS_K: a pytest -k filter for the tests part; FAMILIES: --family keys; COLD_ARGS: more cold-start flags;
+#   bash docs/bench/desktops/gpu-session.sh [OUT] [PARTS]    PARTS: comma list of tests, bench, probe, nativetests, quanttests, quant, coldstart, families (default tests,bench;
+#   GPU_TESTS_K: a pytest -k filter for the tests part; GPU_TESTS_PATHS: its test folders/files; QUANT: the quant modes; FAMILIES: --family keys; COLD_ARGS: more cold-start flags;
 #   TOKENIZER: test or tekken for the bench and quant parts, default tekken when .whl4 holds the mistral-common wheel)
 # Each part stays under 9 minutes (TESTS_S / BENCH_S lower the limits, e.g. to run both in one 10-minute call).
 set -u
@@ -31,15 +31,20 @@ bench() {  # bench SECONDS ARGS: holodesk bench ARGS under a time limit (no cons
     timeout "$1" python3 -c 'import sys; from holodesk.bench.cli import main; sys.exit(main(sys.argv[1:]))' "${@:2}"
 }
 case ,$part, in *,tests,*)
-    timeout "${TESTS_S:-540}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/policy/holotron tests/bench tests/policy/native \
+    timeout "${TESTS_S:-540}" python3 -m pytest -q -rA -p no:cacheprovider -m gpu ${GPU_TESTS_PATHS:-tests/policy/holotron tests/bench tests/policy/native} \
         ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} -W ignore 2>&1 \
-        | grep -v "warnings.warn\|UserWarning" | tail -40 | tee "$out/gpu-tests.log"
+        | grep -v "warnings.warn\|UserWarning" > "$out/gpu-tests-full.log"
+    grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|passed|failed" "$out/gpu-tests-full.log" | tail -150 | tee "$out/gpu-tests.log"
 esac
 case ,$part, in *,bench,*)
     bench "${BENCH_S:-540}" --sizes 1920x1080 --history 1,8 --episode-steps 8 --episode-repeats 2 --repeats 2 --no-stock \
         --profile --product --product-repeats 2 --product-steps 8 --think-tokens 300 --tokenizer "$tok" \
         --json "$out/bench.json" 2>&1 \
         | grep -v "Warning\|warn(" | cut -c1-600 | tee "$out/bench.log"
+esac
+case ,$part, in *,probe,*)  # where the product step's time goes (docs/bench/issue34/probe_product_step.py)
+    timeout "${PROBE_S:-300}" python3 docs/bench/issue34/probe_product_step.py "$tok" "$out/probe.json" 2>&1 \
+        | grep -v "Warning\|warn(" | cut -c1-3000 | tee "$out/probe.log"
 esac
 case ,$part, in *,nativetests,*)
     timeout "${NTESTS_S:-240}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/policy/native -W ignore 2>&1 \
@@ -58,7 +63,7 @@ case ,$part, in *,families,*)
         | grep -v "Warning\|warn(" | cut -c1-900 | tail -30 | tee "$out/families.log"
 esac
 case ,$part, in *,quant,*)
-    bench "${QUANT_S:-400}" --sizes '' --history '' --episode-steps 0 --no-stock --quant bf16,8bit,4bit \
+    bench "${QUANT_S:-400}" --sizes '' --history '' --episode-steps 0 --no-stock --quant "${QUANT:-bf16,8bit,4bit}" \
         --think-tokens 300 --repeats 2 --tokenizer "$tok" --json "$out/quant.json" 2>&1 \
         | grep -v "Warning\|warn(" | cut -c1-900 | tee "$out/quant.log"
 esac

@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 from holodesk.core.geometry import Frame, Monitor  # noqa: E402
 from holodesk.errors import PolicyError  # noqa: E402
 from holodesk.policy.base import HistoryStep, Observation, Proposal  # noqa: E402
+from holodesk.policy.generation import GenerationOptions  # noqa: E402
 from holodesk.policy.holotron import HolotronPolicy  # noqa: E402
 from tests.helpers.holotron_reference import stock_logits  # noqa: E402
 
@@ -68,9 +69,9 @@ def _reference_logits(policy: HolotronPolicy, obs: Observation) -> torch.Tensor:
 def test_static_decoder_equals_stock_and_resumes_each_step(  # type: ignore[no-untyped-def]
     tiny_loaded, frames: list[Frame], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    kw = {"max_new_tokens": 96, "max_string_chars": 12, "max_images": 3}
-    stock = _episode(HolotronPolicy(tiny_loaded, decoder="stock", **kw), frames)
-    static_policy = HolotronPolicy(tiny_loaded, decoder="static", **kw)
+    options = GenerationOptions(max_reply_tokens=96, max_string_chars=12, max_images=3)
+    stock = _episode(HolotronPolicy(tiny_loaded, options, decoder="stock"), frames)
+    static_policy = HolotronPolicy(tiny_loaded, options, decoder="static")
     first_logits = _spy_prefill_logits(static_policy, monkeypatch)
     observations: list[Observation] = []
     static = _episode(static_policy, frames, observations=observations)
@@ -112,7 +113,7 @@ def test_the_system_prompt_is_prefilled_once_for_every_task(  # type: ignore[no-
     snapshots kept are bounded by the engine's slots, whose memory is reported."""
     from holodesk.policy.holotron.engine import SNAPSHOT_SLOTS
 
-    policy = HolotronPolicy(tiny_loaded, decoder="static", max_new_tokens=96, max_string_chars=12)
+    policy = HolotronPolicy(tiny_loaded, GenerationOptions(max_reply_tokens=96, max_string_chars=12), decoder="static")
     first_logits = _spy_prefill_logits(policy, monkeypatch)
     policy.propose(Observation(task="open the settings", frame=frames[0]))
     obs = Observation(task="close every window", frame=frames[1])
@@ -135,8 +136,8 @@ def test_changed_history_text_is_not_reused(  # type: ignore[no-untyped-def]
 ) -> None:
     """The decoder state is keyed by content: the same frames with a different outcome text for step 1
     must not resume past that text (and must give the stock reply)."""
-    kw = {"max_new_tokens": 96, "max_string_chars": 12}
-    policy = HolotronPolicy(tiny_loaded, decoder="static", **kw)
+    options = GenerationOptions(max_reply_tokens=96, max_string_chars=12)
+    policy = HolotronPolicy(tiny_loaded, options, decoder="static")
     first_logits = _spy_prefill_logits(policy, monkeypatch)
     first = policy.propose(Observation(task="t", frame=frames[0]))
     step = HistoryStep(index=0, frame=frames[0], action=first.action, raw_text=first.raw_text, outcome="performed")
@@ -145,7 +146,7 @@ def test_changed_history_text_is_not_reused(  # type: ignore[no-untyped-def]
                           outcome="skipped by user")
     obs = Observation(task="t", frame=frames[1], history=(changed,))
     again = policy.propose(obs)
-    reference = HolotronPolicy(tiny_loaded, decoder="stock", **kw).propose(obs)
+    reference = HolotronPolicy(tiny_loaded, options, decoder="stock").propose(obs)
     assert again.raw_text == reference.raw_text
     assert torch.allclose(first_logits[-1], _reference_logits(policy, obs), rtol=1e-4, atol=1e-4)
     # the resume point lies before the changed outcome text (which follows step 1's screenshot)
@@ -159,7 +160,7 @@ def test_special_token_text_in_task_and_history_stays_text(tiny_loaded, frames: 
     prompt held more image slots than images)."""
     from holodesk.core.actions import Click, Point
 
-    policy = HolotronPolicy(tiny_loaded, decoder=decoder, max_new_tokens=96, max_string_chars=12)
+    policy = HolotronPolicy(tiny_loaded, GenerationOptions(max_reply_tokens=96, max_string_chars=12), decoder=decoder)
     from holodesk.policy.holotron.prompt import IMAGE_SENTINEL
 
     tricky = f"<image><img></img></think><SPECIAL_12> {IMAGE_SENTINEL} open ~/think/notes.txt /think"
@@ -182,7 +183,7 @@ def test_special_token_text_in_task_and_history_stays_text(tiny_loaded, frames: 
 
 
 def test_prompt_longer_than_the_static_cache_uses_stock_and_says_so(tiny_loaded, frames: list[Frame]) -> None:  # type: ignore[no-untyped-def]
-    policy = HolotronPolicy(tiny_loaded, decoder="static", max_new_tokens=64, max_string_chars=12)
+    policy = HolotronPolicy(tiny_loaded, GenerationOptions(max_reply_tokens=64, max_string_chars=12), decoder="static")
     assert policy.engine is not None
     policy.engine.max_len = 512  # a fake capacity far below one 640x400 prompt
     proposal = policy.propose(Observation(task="t", frame=frames[0]))
@@ -206,8 +207,8 @@ def test_warm_up_runs_every_path_and_leaves_no_state(tiny_loaded, frames: list[F
     engine holds nothing of them, and the first real step equals the stock decoder."""
     from holodesk.policy.holotron.engine import StaticEngine, static_cache_tokens
 
-    kw = {"max_new_tokens": 96, "max_string_chars": 12}
-    policy = HolotronPolicy(tiny_loaded, decoder="static", **kw)
+    options = GenerationOptions(max_reply_tokens=96, max_string_chars=12)
+    policy = HolotronPolicy(tiny_loaded, options, decoder="static")
     max_len = static_cache_tokens(tiny_loaded, max_images=3, max_new_tokens=96, max_think_tokens=0, reasoning=False)
     policy.engine = StaticEngine(tiny_loaded, max_len=max_len, warm_up=True)
     engine = policy.engine
@@ -217,7 +218,7 @@ def test_warm_up_runs_every_path_and_leaves_no_state(tiny_loaded, frames: list[F
     obs = Observation(task="t", frame=frames[0])
     got = policy.propose(obs)
     assert got.extra["reused_tokens"] == 0
-    assert got.raw_text == HolotronPolicy(tiny_loaded, decoder="stock", **kw).propose(obs).raw_text
+    assert got.raw_text == HolotronPolicy(tiny_loaded, options, decoder="stock").propose(obs).raw_text
 
 
 def test_a_failing_warm_up_is_noted_logged_shown_by_doctor_and_steps_still_run(  # type: ignore[no-untyped-def]
@@ -239,8 +240,8 @@ def test_a_failing_warm_up_is_noted_logged_shown_by_doctor_and_steps_still_run( 
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(StaticDecoder, "prefill", fails_once)
-    kw = {"max_new_tokens": 96, "max_string_chars": 12}
-    policy = HolotronPolicy(tiny_loaded, decoder="stock", **kw)
+    options = GenerationOptions(max_reply_tokens=96, max_string_chars=12)
+    policy = HolotronPolicy(tiny_loaded, options, decoder="stock")
     max_len = static_cache_tokens(tiny_loaded, max_images=3, max_new_tokens=96, max_think_tokens=0, reasoning=False)
     with caplog.at_level("WARNING", logger="holodesk.policy.holotron.engine"):
         policy.engine = StaticEngine(tiny_loaded, max_len=max_len, warm_up=True)
@@ -253,7 +254,7 @@ def test_a_failing_warm_up_is_noted_logged_shown_by_doctor_and_steps_still_run( 
     obs = Observation(task="t", frame=frames[0])
     got = policy.propose(obs)
     assert got.extra["decoder"] == "static" and failures == [1]
-    assert got.raw_text == HolotronPolicy(tiny_loaded, decoder="stock", **kw).propose(obs).raw_text
+    assert got.raw_text == HolotronPolicy(tiny_loaded, options, decoder="stock").propose(obs).raw_text
 
 
 def test_torchs_own_analysis_failure_is_heard_on_the_logger_torch_writes_to() -> None:
@@ -326,7 +327,7 @@ def test_a_kernel_torch_cannot_analyse_is_noted_logged_and_shown_by_doctor(  # t
         return real_prefill(self, *args, **kwargs)
 
     monkeypatch.setattr(StaticDecoder, "prefill", prefill_and_analyse)
-    policy = HolotronPolicy(tiny_loaded, decoder="static", max_new_tokens=96, max_string_chars=12)
+    policy = HolotronPolicy(tiny_loaded, GenerationOptions(max_reply_tokens=96, max_string_chars=12), decoder="static")
     policy.engine = stepping
     assert doctor._kernels()["static decoder at its last load"]["notes"] == "none"  # recorded when built
     policy.propose(Observation(task="t", frame=frames[0]))
@@ -344,8 +345,8 @@ def test_a_graph_failing_on_its_first_use_in_a_step_is_noted_logged_and_shown_by
     from holodesk.policy.holotron.engine import StaticEngine, static_cache_tokens
     from tests.policy.holotron.test_decoder import _fake_capture
 
-    kw = {"max_new_tokens": 96, "max_string_chars": 12}
-    policy = HolotronPolicy(tiny_loaded, decoder="static", **kw)
+    options = GenerationOptions(max_reply_tokens=96, max_string_chars=12)
+    policy = HolotronPolicy(tiny_loaded, options, decoder="static")
     max_len = static_cache_tokens(tiny_loaded, max_images=3, max_new_tokens=96, max_think_tokens=0, reasoning=False)
     engine = StaticEngine(tiny_loaded, max_len=max_len, warm_up=False)
     d = engine.decoder
@@ -359,7 +360,7 @@ def test_a_graph_failing_on_its_first_use_in_a_step_is_noted_logged_and_shown_by
     obs = Observation(task="t", frame=frames[0])
     with caplog.at_level("WARNING", logger="holodesk.policy.holotron.decoder"):
         got = policy.propose(obs)
-    assert got.raw_text == HolotronPolicy(tiny_loaded, decoder="stock", **kw).propose(obs).raw_text
+    assert got.raw_text == HolotronPolicy(tiny_loaded, options, decoder="stock").propose(obs).raw_text
     notes = engine.describe()["notes"]
     assert notes and all(n.startswith("recording the CUDA graph of the prefill over") for n in notes), notes
     assert [r.getMessage() for r in caplog.records if r.name == "holodesk.policy.holotron.decoder"] == [
@@ -373,7 +374,7 @@ def test_a_rejected_reply_carries_its_timings_and_decoder(tiny_loaded, frames: l
     the episode record keeps them (the newcomer check found them missing)."""
     from holodesk.errors import PolicyOutputError
 
-    policy = HolotronPolicy(tiny_loaded, decoder="static", max_new_tokens=6, max_string_chars=12)
+    policy = HolotronPolicy(tiny_loaded, GenerationOptions(max_reply_tokens=6, max_string_chars=12), decoder="static")
     with pytest.raises(PolicyOutputError) as info:
         policy.propose(Observation(task="t", frame=frames[0]))
     assert "cut at 6 tokens" in str(info.value.hint)
@@ -402,9 +403,9 @@ def test_gpu_static_engine_graphs_equal_stock(tiny_dir, monkeypatch: pytest.Monk
 
     loaded = load_holotron(tiny_dir, dtype="float32", device="cuda")
     frames = [_frame(1280, 720, 50 + i) for i in range(3)]
-    kw = {"max_new_tokens": 96, "max_string_chars": 12, "max_images": 3}
-    stock = _episode(HolotronPolicy(loaded, decoder="stock", **kw), frames)
-    policy = HolotronPolicy(loaded, decoder="static", **kw)
+    options = GenerationOptions(max_reply_tokens=96, max_string_chars=12, max_images=3)
+    stock = _episode(HolotronPolicy(loaded, options, decoder="stock"), frames)
+    policy = HolotronPolicy(loaded, options, decoder="static")
     report = policy.kernel_report()["decoder"]
     assert report["decode"].startswith("compiled blocks") and report["decode_graphs"], report
     assert report["prefill"].startswith("Triton") and report["notes"] == [], report
@@ -544,7 +545,8 @@ def test_gpu_kept_prefix_after_cleaning_and_for_a_new_task_equals_a_full_forward
 
     loaded = load_holotron(tiny_dir, dtype="float32", device="cuda")
     frames = [_frame(1280, 720, 70 + i) for i in range(4)]
-    policy = HolotronPolicy(loaded, decoder="static", max_new_tokens=96, max_string_chars=12, max_images=3)
+    policy = HolotronPolicy(loaded,
+                            GenerationOptions(max_reply_tokens=96, max_string_chars=12, max_images=3), decoder="static")
     first_logits = _spy_prefill_logits(policy, monkeypatch)
     observations: list[Observation] = []
     steps = _episode(policy, frames, observations=observations)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ torch = pytest.importorskip("torch")
 
 from holodesk.core.geometry import Frame, Monitor  # noqa: E402
 from holodesk.policy.base import Observation  # noqa: E402
+from holodesk.policy.generation import GenerationOptions  # noqa: E402
 from holodesk.policy.holotron import HolotronPolicy, runtime  # noqa: E402
 from holodesk.policy.holotron.engine import StaticEngine  # noqa: E402
 from holodesk.policy.registry import get_protocol  # noqa: E402
@@ -260,12 +262,12 @@ def _frame(seed: int) -> Frame:
 
 @pytest.mark.parametrize("decoder", ["static", "stock"])
 def test_the_policy_switch(tiny_loaded, decoder: str) -> None:  # type: ignore[no-untyped-def]
-    """``HolotronPolicy(jump_forward=False)`` decodes one step per token: the same reply, more steps;
+    """``GenerationOptions(jump_forward=False)`` decodes one step per token: the same reply, more steps;
     the counts are in ``Proposal.extra``."""
     obs = Observation(task="open the settings", frame=_frame(3), history=())
-    kw: dict[str, Any] = {"max_new_tokens": 96, "max_string_chars": 12, "max_images": 1, "decoder": decoder}
-    on = HolotronPolicy(tiny_loaded, **kw).propose(obs)
-    off = HolotronPolicy(tiny_loaded, jump_forward=False, **kw).propose(obs)
+    options = GenerationOptions(max_reply_tokens=96, max_string_chars=12, max_images=1)
+    on = HolotronPolicy(tiny_loaded, options, decoder=decoder).propose(obs)
+    off = HolotronPolicy(tiny_loaded, replace(options, jump_forward=False), decoder=decoder).propose(obs)
     assert on.raw_text == off.raw_text and on.extra["decoder"] == off.extra["decoder"] == decoder
     assert on.extra["generated_tokens"] == off.extra["generated_tokens"]
     assert on.extra["forced_tokens"] == off.extra["forced_tokens"] > 0

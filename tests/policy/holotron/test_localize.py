@@ -11,11 +11,12 @@ import pytest
 
 from holodesk.core.actions import Point
 from holodesk.policy.base import Localizer
+from holodesk.policy.generation import GenerationOptions
 from holodesk.policy.holotron import HolotronPolicy, runtime
 
 
 def test_localize_answers_a_point_of_the_crop(tiny_loaded: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    policy = HolotronPolicy(tiny_loaded, max_new_tokens=256)
+    policy = HolotronPolicy(tiny_loaded, GenerationOptions(max_reply_tokens=256))
     assert isinstance(policy, Localizer)
     calls: list[dict[str, Any]] = []
     generate = runtime.generate

@@ -16,6 +16,7 @@ from holodesk.core.actions import Action
 from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import PolicyError, PolicyOutputError
 from holodesk.policy.base import HistoryStep, Observation, Policy, Proposal
+from holodesk.policy.generation import GenerationOptions
 from holodesk.policy.holotron import HolotronPolicy, kernel_report
 
 
@@ -27,7 +28,7 @@ def _frame(w: int, h: int, seed: int = 0) -> Frame:
 @pytest.fixture(scope="module")
 def policy(tiny_loaded) -> HolotronPolicy:  # type: ignore[no-untyped-def]
     # strings capped so the random model closes its object well inside the token budget
-    return HolotronPolicy(tiny_loaded, max_new_tokens=256, max_string_chars=16)
+    return HolotronPolicy(tiny_loaded, GenerationOptions(max_reply_tokens=256, max_string_chars=16))
 
 
 def test_proposes_valid_action_for_1080p_frame(policy: HolotronPolicy) -> None:
@@ -53,14 +54,16 @@ def test_every_constrained_reply_parses(policy: HolotronPolicy, seed: int) -> No
 
 
 def test_reasoning_then_json(tiny_loaded) -> None:  # type: ignore[no-untyped-def]
-    policy = HolotronPolicy(tiny_loaded, reasoning=True, max_new_tokens=200, max_think_tokens=12, max_string_chars=16)
+    policy = HolotronPolicy(tiny_loaded,
+                            GenerationOptions(reasoning=True, max_reply_tokens=200, think_budget=12,
+                                              max_string_chars=16))
     proposal = policy.propose(Observation(task="t", frame=_frame(512, 512)))
     assert "</think>" in proposal.raw_text
     assert proposal.extra["reasoning"] is True
 
 
 def test_unconstrained_garbage_raises_with_raw_text(tiny_loaded) -> None:  # type: ignore[no-untyped-def]
-    policy = HolotronPolicy(tiny_loaded, constrained=False, max_new_tokens=24)
+    policy = HolotronPolicy(tiny_loaded, GenerationOptions(constrained_decoding=False, max_reply_tokens=24))
     with pytest.raises(PolicyOutputError) as err:
         policy.propose(Observation(task="t", frame=_frame(512, 512)))
     assert err.value.raw_text
@@ -93,7 +96,7 @@ def _fail_first_calls(monkeypatch: pytest.MonkeyPatch, policy: HolotronPolicy, f
 
 @pytest.mark.parametrize("decoder", ["static", "stock"])
 def test_oom_retries_with_fewer_images(tiny_loaded, decoder: str, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    policy = HolotronPolicy(tiny_loaded, max_new_tokens=256, max_string_chars=16, decoder=decoder)
+    policy = HolotronPolicy(tiny_loaded, GenerationOptions(max_reply_tokens=256, max_string_chars=16), decoder=decoder)
     seen = _fail_first_calls(monkeypatch, policy, 1)
     history = tuple(
         HistoryStep(index=i, frame=_frame(640, 400, i), action=None, outcome="performed") for i in range(3)
@@ -108,14 +111,15 @@ def test_oom_retries_with_fewer_images(tiny_loaded, decoder: str, monkeypatch: p
 
 @pytest.mark.parametrize("decoder", ["static", "stock"])
 def test_oom_with_one_image_is_policy_error(tiny_loaded, decoder: str, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    policy = HolotronPolicy(tiny_loaded, max_images=1, max_string_chars=16, decoder=decoder)
+    policy = HolotronPolicy(tiny_loaded, GenerationOptions(max_images=1, max_string_chars=16), decoder=decoder)
     _fail_first_calls(monkeypatch, policy, 99)
     with pytest.raises(PolicyError, match="out of memory"):
         policy.propose(Observation(task="t", frame=_frame(512, 512)))
 
 
 def test_load_classmethod_and_close(tiny_dir: Path) -> None:
-    policy = HolotronPolicy.load(tiny_dir, dtype="float32", device="cpu", max_string_chars=16, max_new_tokens=200)
+    policy = HolotronPolicy.load(tiny_dir, GenerationOptions(max_string_chars=16, max_reply_tokens=200),
+                                 dtype="float32", device="cpu")
     assert policy.name == "holotron-local"
     assert "fast_path" in policy.kernel_report()
     policy.close()
@@ -229,7 +233,8 @@ def test_gpu_kernels_live() -> None:
 @gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_gpu_tiny_proposes(tiny_dir: Path, dtype: str) -> None:
-    policy = HolotronPolicy.load(tiny_dir, dtype=dtype, device="cuda", max_string_chars=16, max_new_tokens=256)
+    policy = HolotronPolicy.load(tiny_dir, GenerationOptions(max_string_chars=16, max_reply_tokens=256),
+                                 dtype=dtype, device="cuda")
     proposal = policy.propose(Observation(task="t", frame=_frame(1920, 1080)))
     assert proposal.extra["image_tokens"] == 2304 and isinstance(proposal.action, Action)
     policy.close()

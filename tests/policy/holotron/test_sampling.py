@@ -4,6 +4,8 @@ The tiny checkpoint in float32 on the CPU, plus one GPU check of the captured pa
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,7 @@ torch = pytest.importorskip("torch")
 
 from holodesk.core.geometry import Frame, Monitor  # noqa: E402
 from holodesk.policy.base import HistoryStep, Observation  # noqa: E402
+from holodesk.policy.generation import GenerationOptions  # noqa: E402
 from holodesk.policy.holotron import HolotronPolicy, runtime  # noqa: E402
 from holodesk.policy.models import GREEDY, Sampling  # noqa: E402
 from holodesk.policy.registry import get_protocol  # noqa: E402
@@ -114,8 +117,9 @@ def _sampling(seed: int) -> Sampling:
 
 
 def _sampled_policy(loaded: object, decoder: str, seed: int) -> HolotronPolicy:
-    return HolotronPolicy(loaded, max_new_tokens=256, max_string_chars=12, decoder=decoder,  # type: ignore[arg-type]
-                          sampling=_sampling(seed))
+    return HolotronPolicy(loaded,  # type: ignore[arg-type]
+                          GenerationOptions(max_reply_tokens=256, max_string_chars=12, sampling=_sampling(seed)),
+                          decoder=decoder)
 
 
 def test_a_seeded_episode_replays_exactly_in_both_decoders(tiny_loaded) -> None:  # type: ignore[no-untyped-def]
@@ -134,19 +138,20 @@ def test_a_seeded_episode_replays_exactly_in_both_decoders(tiny_loaded) -> None:
     assert [p.raw_text for p in stock] == [p.raw_text for p in first]
     other = []
     for seed in (1000, 2000, 3000):
-        static.sampling = _sampling(seed)
+        static.options = replace(static.options, sampling=_sampling(seed))
         other.append(static.propose(observations[0]))
     assert any(p.raw_text != first[0].raw_text for p in other)
 
 
 def test_greedy_is_the_default_and_unchanged(tiny_loaded) -> None:  # type: ignore[no-untyped-def]
     obs = Observation(task="t", frame=_frame(512, 512, 5))
-    default = HolotronPolicy(tiny_loaded, max_new_tokens=256, max_string_chars=12)
-    assert default.sampling == GREEDY and default.sampler(0) is None
+    default = HolotronPolicy(tiny_loaded, GenerationOptions(max_reply_tokens=256, max_string_chars=12))
+    assert default.options.sampling == GREEDY and default.sampler(0) is None
     greedy = default.propose(obs)
     assert greedy.extra["sampling"]["greedy"] is True
-    seeded_greedy = HolotronPolicy(tiny_loaded, max_new_tokens=256, max_string_chars=12,
-                                   sampling=Sampling(greedy=True, temperature=0.8, top_p=0.5, seed=9)).propose(obs)
+    seeded = GenerationOptions(max_reply_tokens=256, max_string_chars=12,
+                               sampling=Sampling(greedy=True, temperature=0.8, top_p=0.5, seed=9))
+    seeded_greedy = HolotronPolicy(tiny_loaded, seeded).propose(obs)
     assert seeded_greedy.raw_text == greedy.raw_text
 
 

@@ -19,6 +19,7 @@ from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import ModelLoadError
 from holodesk.policy.base import HistoryStep, Observation, Policy, Proposal
 from holodesk.policy.contract import IMAGE_PLACEHOLDER, Reply
+from holodesk.policy.generation import GenerationOptions
 from holodesk.policy.native import NativePolicy
 from holodesk.policy.native.policy import CACHE_STEP, ReplyRule
 from tests.policy.native.conftest import NATIVE_KEYS
@@ -70,8 +71,8 @@ Generated = tuple[str, dict[str, float], dict[str, Any]]
 def load_policy(family_dirs: dict[str, Path]) -> LoadPolicy:
     def load(key: str) -> NativePolicy:
         if key not in _POLICIES:
-            _POLICIES[key] = NativePolicy.load(family_dirs[key], dtype="float32", device="cpu", max_new_tokens=1024,
-                                               max_string_chars=STRING_CAP)
+            options = GenerationOptions(max_reply_tokens=1024, max_string_chars=STRING_CAP)
+            _POLICIES[key] = NativePolicy.load(family_dirs[key], options, dtype="float32", device="cpu")
         return _POLICIES[key]
 
     return load
@@ -133,7 +134,7 @@ def test_proposes_a_valid_action_for_a_1080p_frame(load_policy: LoadPolicy, key:
     assert extra["decode_ms_per_token"] > 0
     # transformers built a StaticCache for this generate, sized to a multiple of CACHE_STEP tokens
     assert policy.loaded.model._previous_max_cache_length % CACHE_STEP == 0
-    assert policy.loaded.model._previous_max_cache_length >= extra["prompt_tokens"] + policy.max_new_tokens
+    assert policy.loaded.model._previous_max_cache_length >= extra["prompt_tokens"] + policy.options.max_reply_tokens
 
 
 @pytest.mark.parametrize("key", NATIVE_KEYS)
@@ -166,11 +167,12 @@ def test_dispatch_loads_each_checkpoint_with_its_runtime(family_dirs: dict[str, 
     from holodesk.policy.holotron import HolotronPolicy
     from holodesk.policy.local import load_local_policy
 
-    native = load_local_policy(family_dirs["qwen3_5_moe"], dtype="float32", device="cpu", constrained=False)
+    free = GenerationOptions(constrained_decoding=False)
+    native = load_local_policy(family_dirs["qwen3_5_moe"], free, dtype="float32", device="cpu")
     assert isinstance(native, NativePolicy) and native.loaded.family.key == "qwen3_5_moe"
     native.close()
-    holotron = load_local_policy(write_tiny_checkpoint(tmp_path / "holotron"), dtype="float32", device="cpu",
-                                 decoder="stock", constrained=False)
+    holotron = load_local_policy(write_tiny_checkpoint(tmp_path / "holotron"), free, dtype="float32", device="cpu",
+                                 decoder="stock")
     assert isinstance(holotron, HolotronPolicy)
     holotron.close()
     with pytest.raises(ModelLoadError, match="Holotron-12B only"):
@@ -281,7 +283,7 @@ def test_gpu_static_cache_and_compiled_decode_propose(family_dirs: dict[str, Pat
     reusing the compiled step) each give a valid action."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    policy = NativePolicy.load(family_dirs[key], device="cuda", max_string_chars=STRING_CAP)
+    policy = NativePolicy.load(family_dirs[key], GenerationOptions(max_string_chars=STRING_CAP), device="cuda")
     try:
         assert policy.describe()["compiled"] is True and policy.describe()["cache"] == "static"
         for seed in (0, 1):

@@ -18,6 +18,7 @@ from PIL import Image
 from holodesk.core.geometry import Frame, Monitor
 from holodesk.policy.base import Observation
 from holodesk.policy.contract import Reply
+from holodesk.policy.generation import GenerationOptions
 from holodesk.policy.native import NativePolicy
 from holodesk.policy.native.processor import (
     OMNI_IMAGE_DEFAULTS,
@@ -113,7 +114,8 @@ def test_tiny_holotron_3_nano_proposes_on_the_cpu(family_dirs: dict[str, Path]) 
     a 1080p frame; each screenshot's <image> became <img> + rows * columns / 4 <image> + </img>."""
     from transformers.utils import is_torchvision_available
 
-    policy = NativePolicy.load(family_dirs["nemotron_h_omni"], dtype="float32", device="cpu", max_string_chars=8)
+    policy = NativePolicy.load(family_dirs["nemotron_h_omni"],
+                               GenerationOptions(max_string_chars=8), dtype="float32", device="cpu")
     try:
         expected = "AutoProcessor" if is_torchvision_available() else OMNI_WITHOUT_TORCHVISION
         assert policy.describe()["processor"] == expected
@@ -148,7 +150,7 @@ def test_gpu_tiny_holotron_3_nano_proposes(family_dirs: dict[str, Path]) -> None
 
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    policy = NativePolicy.load(family_dirs["nemotron_h_omni"], device="cuda", max_string_chars=8)
+    policy = NativePolicy.load(family_dirs["nemotron_h_omni"], GenerationOptions(max_string_chars=8), device="cuda")
     try:
         described = policy.describe()
         assert described["compiled"] is False and described["cache"] == "static"

@@ -17,8 +17,8 @@ import torch
 
 from holodesk.core.geometry import Frame, Monitor
 from holodesk.policy.base import Observation
-from holodesk.policy.models import native_reasoning
-from holodesk.policy.native.families import read_family
+from holodesk.policy.generation import GenerationOptions
+from holodesk.policy.native.families import family_by_key, read_family
 from holodesk.policy.native.policy import LoadedNative, NativePolicy
 from holodesk.policy.native.processor import load_processor
 
@@ -45,7 +45,7 @@ def _renderer(folder: Path, *, reasoning: bool) -> NativePolicy:
     loaded = LoadedNative(model=None, processor=processor, tokenizer=getattr(processor, "tokenizer", None),
                           family=family, folder=folder, eos_ids=(0,), pad_id=0, think_end_id=None,
                           device=torch.device("cpu"), dtype=torch.float32, processor_kind=kind)
-    return NativePolicy(loaded, reasoning=reasoning, constrained=False, max_images=1)
+    return NativePolicy(loaded, GenerationOptions(reasoning=reasoning, constrained_decoding=False, max_images=1))
 
 
 def _observation() -> Observation:
@@ -55,8 +55,8 @@ def _observation() -> Observation:
 
 @pytest.mark.parametrize("key", sorted(ENDINGS))
 def test_the_families_switch_is_the_published_one(key: str) -> None:
-    assert native_reasoning(key).template_kwarg == ENDINGS[key][0]
-    assert native_reasoning(key).prompt_line is False
+    assert family_by_key(key).reasoning.template_kwarg == ENDINGS[key][0]
+    assert family_by_key(key).reasoning.prompt_line is False
 
 
 @pytest.mark.parametrize("reasoning", [True, False])

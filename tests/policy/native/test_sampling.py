@@ -4,6 +4,7 @@ what the grammar allows), ``generate`` drawing from a generator seeded per step,
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import torch
 from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import PolicyOutputError
 from holodesk.policy.base import Observation
+from holodesk.policy.generation import GenerationOptions
 from holodesk.policy.models import Sampling
 from holodesk.policy.native import NativePolicy
 from holodesk.policy.native.policy import ReplyRule
@@ -65,17 +67,17 @@ def _observation() -> Observation:
 
 
 def test_sampled_replies_repeat_with_the_seed_and_record_it(family_dirs: dict[str, Path]) -> None:
-    policy = NativePolicy.load(family_dirs["qwen3_vl"], dtype="float32", device="cpu", constrained=False,
-                               max_new_tokens=12)
+    options = GenerationOptions(constrained_decoding=False, max_reply_tokens=12)
+    policy = NativePolicy.load(family_dirs["qwen3_vl"], options, dtype="float32", device="cpu")
     try:
         def reply(seed: int) -> str:
-            policy.sampling = Sampling(greedy=False, temperature=1.0, top_p=1.0, seed=seed)
+            policy.options = replace(options, sampling=Sampling(greedy=False, temperature=1.0, top_p=1.0, seed=seed))
             return policy.generate(_observation())[0]
 
         first = reply(7)
         assert reply(7) == first  # the same seed, the same draw
         assert any(reply(seed) != first for seed in (8, 9, 10))  # other seeds draw otherwise
-        policy.sampling = Sampling(greedy=False, temperature=1.0, top_p=1.0, seed=7)
+        policy.options = replace(options, sampling=Sampling(greedy=False, temperature=1.0, top_p=1.0, seed=7))
         with pytest.raises(PolicyOutputError) as caught:  # the random model's reply is no action; it is recorded
             policy.propose(_observation())
         extra = caught.value.extra or {}

@@ -1,4 +1,5 @@
-"""The H Company model families Holodesk runs locally, declared once, and the load-time dispatch rule.
+"""The load-time dispatch rule of the H Company model families Holodesk runs locally (the families themselves are
+declared once, in the model table: :data:`holodesk.policy.models.FAMILIES`).
 
 A checkpoint's ``config.json`` decides its runtime (:func:`family_of`):
 
@@ -18,67 +19,53 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from holodesk.errors import ModelLoadError
 from holodesk.policy.holotron.pattern import resolve_block_pattern
+from holodesk.policy.models import (
+    FAMILIES,
+    HOLOTRON,
+    MODELS,
+    NATIVE_FAMILIES,
+    NEMOTRON_H_OMNI,
+    QWEN3_5,
+    QWEN3_5_MOE,
+    QWEN3_VL,
+    QWEN3_VL_MOE,
+    Family,
+    find_model,
+)
 
 log = logging.getLogger(__name__)
-
-Runtime = Literal["holotron", "native"]
-
-
-@dataclass(frozen=True)
-class Family:
-    """One architecture family and how Holodesk runs it.
-
-    Attributes:
-        key: the ``--family`` name (transformers' ``model_type``, or ``holotron`` for Holotron-12B).
-        model_types: ``config.json`` ``model_type`` values of the family (transformers' name first).
-        runtime: ``"holotron"`` (Holodesk's static decoder) or ``"native"`` (transformers' classes).
-        models: the H Company models of the family, in words.
-        architecture: the architecture in words.
-        moe: True when the family's language model is a mixture of experts.
-    """
-
-    key: str
-    model_types: tuple[str, ...]
-    runtime: Runtime
-    models: str
-    architecture: str
-    moe: bool = False
-
-
-HOLOTRON: Final = Family("holotron", ("NemotronH_Nano_VL_V2",), "holotron", "Holotron-12B",
-                         "Nemotron Nano 2 VL: RADIO + hybrid Mamba-2 / attention / MLP (dense)")
-QWEN3_VL: Final = Family("qwen3_vl", ("qwen3_vl",), "native", "Holo2 (e.g. Holo2-8B)",
-                         "Qwen3-VL: ViT with DeepStack + dense transformer")
-QWEN3_VL_MOE: Final = Family("qwen3_vl_moe", ("qwen3_vl_moe",), "native", "Holo2, MoE sizes (Holo2-30B-A3B)",
-                             "Qwen3-VL-MoE: ViT with DeepStack + MoE transformer", moe=True)
-QWEN3_5: Final = Family("qwen3_5", ("qwen3_5",), "native", "Holo3 / Holo3.1, dense sizes",
-                        "Qwen3.5: ViT + hybrid Gated DeltaNet / attention, dense MLP")
-QWEN3_5_MOE: Final = Family("qwen3_5_moe", ("qwen3_5_moe",), "native",
-                            "Holo3 / Holo3.1, MoE sizes (e.g. Holo3-35B-A3B)",
-                            "Qwen3.5-MoE: ViT + hybrid Gated DeltaNet / attention, MoE", moe=True)
-NEMOTRON_H_OMNI: Final = Family("nemotron_h_omni", ("nemotron_h_omni", "NemotronH_Nano_Omni_Reasoning_V3"), "native",
-                                "Holotron-3-Nano (Nemotron 3 Nano Omni)",
-                                "Nemotron-H Omni: RADIO + hybrid Mamba-2 / attention / MoE", moe=True)
-
-FAMILIES: Final[tuple[Family, ...]] = (HOLOTRON, QWEN3_VL, QWEN3_VL_MOE, QWEN3_5, QWEN3_5_MOE, NEMOTRON_H_OMNI)
-"""Every family Holodesk runs locally, in the order they are listed to the user."""
-
-NATIVE_FAMILIES: Final = tuple(f for f in FAMILIES if f.runtime == "native")
 
 _NEMOTRON_TYPES: Final = frozenset(HOLOTRON.model_types + NEMOTRON_H_OMNI.model_types)
 
 
 def supported_text() -> str:
     """The supported checkpoints in words, one family per clause (for error messages and the docs)."""
-    return "; ".join(f"{f.models}: model_type {' or '.join(f.model_types)}"
-                     + (" with MoE blocks" if f is NEMOTRON_H_OMNI else "")
-                     + (" without MoE blocks" if f is HOLOTRON else "") for f in FAMILIES)
+    return "; ".join(f"{f.models}: model_type {' or '.join(f.model_types)}{_kind(f)}" for f in FAMILIES)
+
+
+_RUNTIME_WORDS: Final = {"holotron": "Holodesk's static decoder (`HolotronPolicy`, docs/holotron-runtime.md)",
+                         "native": "transformers' classes (`NativePolicy`)"}
+
+
+def _kind(family: Family) -> str:
+    """How a Nemotron-H family is told apart from the other one of the same ``model_type`` (else "")."""
+    return " with MoE blocks" if family is NEMOTRON_H_OMNI else " without MoE blocks" if family is HOLOTRON else ""
+
+
+def families_markdown() -> str:
+    """The families as the Markdown table of docs/native-families.md: key, ``config.json`` ``model_type``, the
+    table's models (:data:`holodesk.policy.models.MODELS` entries pointing to it) and runtime, one row each."""
+    rows = ["| family key (`--family`) | `config.json` `model_type` | models | runtime |", "|---|---|---|---|"]
+    for family in FAMILIES:
+        types = " or ".join(f"`{t}`" for t in family.model_types) + _kind(family)
+        models = ", ".join(m.display_name for m in MODELS if m.family is family)
+        rows.append(f"| `{family.key}` | {types} | {models} | {_RUNTIME_WORDS[family.runtime]} |")
+    return "\n".join(rows) + "\n"
 
 
 def family_by_key(key: str) -> Family:
@@ -197,10 +184,8 @@ def read_family(folder: str | Path) -> Family:
 
 
 __all__ = ["FAMILIES", "HOLOTRON", "NATIVE_FAMILIES", "NEMOTRON_H_OMNI", "QWEN3_5", "QWEN3_5_MOE", "QWEN3_VL",
-           "QWEN3_VL_MOE", "Family",
-           "family_by_key", "family_of", "language_config", "native_config", "nemotron_block_pattern", "read_config",
-           "read_family",
-           "supported_text"]
+           "QWEN3_VL_MOE", "Family", "families_markdown", "family_by_key", "family_of", "language_config",
+           "native_config", "nemotron_block_pattern", "read_config", "read_family", "supported_text"]
 
 
 def check_checkpoint_before_weights(folder: Path, repo_id: str) -> None:
@@ -214,7 +199,6 @@ def check_checkpoint_before_weights(folder: Path, repo_id: str) -> None:
             within half to 1.5 times what the model table gives for the model (the message gives both).
     """
     from holodesk.core.units import format_bytes
-    from holodesk.policy.models import find_model
 
     config = read_config(folder)
     family = family_of(config, f"{repo_id}'s config.json")

@@ -8,7 +8,7 @@ as the Holotron runtime, the thinking budget, temperature and top_p applied afte
 greedily or sampling from a generator seeded per step (:class:`~holodesk.policy.models.Sampling`), and the protocol
 parses the reply.
 
-Reasoning is switched as the family's model table entry declares (:func:`holodesk.policy.models.native_reasoning`):
+Reasoning is switched as the family declares in the model table (:attr:`holodesk.policy.models.Family.reasoning`):
 the chat-template variable ``thinking`` for Holo2, ``enable_thinking`` for Holo3 / Holo3.1 and Holotron-3-Nano; no
 ``/think`` line is written into their system prompt.
 
@@ -20,7 +20,6 @@ for the classes that declare they compile (``_can_compile_fullgraph``). On the C
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import re
@@ -30,13 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from holodesk.core.actions import Point
-from holodesk.errors import ModelLoadError, PolicyError, PolicyOutputError
-from holodesk.policy.base import Observation, Proposal, pointer_after
-from holodesk.policy.contract import reasoning_text
-from holodesk.policy.models import GREEDY, Sampling, native_reasoning
+from typing_extensions import Unpack
+
+from holodesk.errors import ModelLoadError
+from holodesk.policy.base import Observation
+from holodesk.policy.generation import GenerationOptions
+from holodesk.policy.local_core import LOCALIZATION_MAX_TOKENS, CheckpointLoading, LocalPolicy, Reply
+from holodesk.policy.models import GREEDY, Sampling
 from holodesk.policy.native.families import NEMOTRON_H_OMNI, Family, family_of, native_config, read_config
-from holodesk.policy.protocol import DEFAULT_PROTOCOL
 
 if TYPE_CHECKING:
     import torch
@@ -46,8 +46,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LOCALIZATION_MAX_TOKENS = 32
-"""Token budget of an element-localization reply (``{"x":1000,"y":1000}`` is a dozen tokens)."""
 CACHE_STEP = 2048
 """The static cache holds a multiple of this many tokens (prompt + reply budget, rounded up)."""
 
@@ -316,7 +314,7 @@ class ReplyRule:
             self.stop_reason = "grammar"
 
 
-class NativePolicy:
+class NativePolicy(LocalPolicy):
     """An H Company model run in this process with transformers' native class for its family (no remote code):
     Holo2 (``qwen3_vl``, ``qwen3_vl_moe``), Holo3 / Holo3.1 (``qwen3_5``, ``qwen3_5_moe``), Holotron-3-Nano
     (``nemotron_h_omni`` with MoE blocks). Same contract, parser and :class:`~holodesk.policy.base.Proposal` as
@@ -331,80 +329,44 @@ class NativePolicy:
     """
 
     name = "native-local"
+    kind = "native"
 
-    def __init__(
-        self,
-        loaded: LoadedNative,
-        *,
-        reasoning: bool = False,
-        max_images: int = 3,
-        constrained: bool = True,
-        protocol: str = DEFAULT_PROTOCOL,
-        max_new_tokens: int = 1024,
-        max_think_tokens: int = 1024,
-        max_string_chars: int | None = None,
-        sampling: Sampling = GREEDY,
-    ) -> None:
-        """Wrap a loaded checkpoint (``sampling``: how tokens are chosen; greedy by default).
+    def __init__(self, loaded: LoadedNative, options: GenerationOptions | None = None) -> None:
+        """Wrap a loaded checkpoint; ``options``: how replies are generated (default: greedy, reasoning off,
+        :class:`~holodesk.policy.generation.GenerationOptions`'s defaults).
 
         Raises:
-            PolicyError: ``max_images`` < 1 or ``max_new_tokens`` < 1.
             SettingsError: an unknown protocol name.
         """
-        from holodesk.policy.registry import get_protocol
-
-        if max_images < 1:
-            raise PolicyError(f"max_images must be >= 1, got {max_images}")
-        if max_new_tokens < 1:
-            raise PolicyError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        super().__init__(options if options is not None else GenerationOptions())
         self.loaded = loaded
-        self.protocol = get_protocol(protocol)
-        self.reasoning = reasoning
-        self.max_images = max_images
-        self.constrained = constrained
-        self.max_new_tokens = max_new_tokens
-        self.max_think_tokens = max_think_tokens
-        self.max_string_chars = max_string_chars
-        self.sampling = sampling
-        self.switch = native_reasoning(loaded.family.key)
+        self.switch = loaded.family.reasoning
         self.static_cache = True
         self.compiled = loaded.device.type == "cuda" and bool(getattr(loaded.model, "_can_compile_fullgraph", False))
-        self._constraint: Constraint | None = None
-        self._localization_constraint: Constraint | None = None
-        self._closed = False
         log.info("native policy: %s", self.describe())
+
+    @property
+    def runtime_label(self) -> str:
+        """The family's models in words (e.g. ``"Holo2 (e.g. Holo2-8B)"``), as messages name them."""
+        return self.loaded.family.models
 
     @classmethod
     def load(
         cls,
         source: str | Path,
-        *,
-        dtype: str = "bfloat16",
-        device: str | None = None,
-        reasoning: bool = False,
-        max_images: int = 3,
-        constrained: bool = True,
-        protocol: str = DEFAULT_PROTOCOL,
-        progress: ProgressFn | None = None,
-        max_new_tokens: int = 1024,
-        max_think_tokens: int = 1024,
-        max_string_chars: int | None = None,
-        attn_implementation: str | None = "sdpa",
-        cancel: threading.Event | None = None,
-        sampling: Sampling = GREEDY,
+        options: GenerationOptions | None = None,
+        **loading: Unpack[CheckpointLoading],
     ) -> NativePolicy:
-        """Load a checkpoint (:func:`load_native`) and return a ready policy (the grammar compiled).
+        """Load a checkpoint (:func:`load_native`) and return a ready policy (the reply grammar compiled).
 
-        Arguments as :func:`load_native` and the constructor. Raises ModelLoadError (:func:`load_native`),
-        PolicyError (constructor, or xgrammar missing with ``constrained``).
+        ``loading``: dtype, device, progress, attn_implementation, cancel
+        (:class:`~holodesk.policy.local_core.CheckpointLoading`), as :func:`load_native` takes them. Raises
+        ModelLoadError (:func:`load_native`), PolicyError (xgrammar missing with constrained decoding), SettingsError
+        (an unknown protocol).
         """
-        loaded = load_native(source, dtype=dtype, device=device, progress=progress,
-                             attn_implementation=attn_implementation, cancel=cancel)
-        policy = cls(loaded, reasoning=reasoning, max_images=max_images, constrained=constrained, protocol=protocol,
-                     max_new_tokens=max_new_tokens, max_think_tokens=max_think_tokens,
-                     max_string_chars=max_string_chars, sampling=sampling)
-        if constrained:
-            policy._get_constraint()  # compile the grammar at load time, not in the first step
+        loaded = load_native(source, **loading)
+        policy = cls(loaded, options)
+        policy.prepare_grammar()
         return policy
 
     def describe(self) -> dict[str, Any]:
@@ -416,22 +378,12 @@ class NativePolicy:
                 "compiled": self.compiled}
 
     # ------------------------------------------------------------------------------------------ steps
-    def _get_constraint(self) -> Constraint:
-        if self._constraint is None:
-            from holodesk.policy.holotron.runtime import Constraint, cap_strings
+    def compile_constraint(self, schema: dict[str, Any], max_string_chars: int | None) -> Constraint:
+        """The Holotron runtime's xgrammar :class:`~holodesk.policy.holotron.runtime.Constraint` for ``schema`` on
+        this checkpoint's tokenizer."""
+        from holodesk.policy.holotron.runtime import Constraint, cap_strings
 
-            schema = self.protocol.json_schema()
-            if self.max_string_chars is not None:
-                schema = cap_strings(schema, self.max_string_chars)
-            self._constraint = Constraint(self.loaded, schema)
-        return self._constraint
-
-    def _get_localization_constraint(self) -> Constraint:
-        if self._localization_constraint is None:
-            from holodesk.policy.holotron.runtime import Constraint
-
-            self._localization_constraint = Constraint(self.loaded, self.protocol.localization_schema())
-        return self._localization_constraint
+        return Constraint(self.loaded, schema if max_string_chars is None else cap_strings(schema, max_string_chars))
 
     def prepare(self, observation: Observation, *, max_images: int | None = None) -> dict[str, Any]:
         """The model inputs of ``observation``: the contract's chat with at most ``max_images`` screenshots,
@@ -444,8 +396,8 @@ class NativePolicy:
         """
         from PIL import Image
 
-        images_kept = self.max_images if max_images is None else max_images
-        messages = self.protocol.build_messages(observation, max_images=images_kept, reasoning=self.reasoning,
+        images_kept = self.options.max_images if max_images is None else max_images
+        messages = self.protocol.build_messages(observation, max_images=images_kept, reasoning=self.options.reasoning,
                                                 reasoning_line=self.switch.prompt_line)
         images: list[Any] = []
         chat: list[dict[str, Any]] = []
@@ -458,7 +410,7 @@ class NativePolicy:
                 else:
                     parts.append({"type": "text", "text": part["text"]})
             chat.append({"role": message["role"], "content": parts})
-        prompt_text, moved = self._model_inputs(chat, images, self.reasoning)
+        prompt_text, moved = self._model_inputs(chat, images, self.options.reasoning)
         return {"inputs": moved, "prompt_text": prompt_text, "images": len(images)}
 
     def _model_inputs(self, chat: list[dict[str, Any]], images: list[Any], reasoning: bool
@@ -478,23 +430,9 @@ class NativePolicy:
             moved["pixel_values"] = moved["pixel_values"].to(self.loaded.dtype)
         return prompt_text, moved
 
-    def localize(self, image: Any, target: str) -> Point:
-        """H Company's element localization (hub.hcompany.ai/element-localization): ``image`` and the protocol's
-        localization prompt for ``target`` in one user turn, thinking off, greedy, the reply constrained to
-        ``{"x": int, "y": int}`` in ``[0, 1000]`` when the policy decodes under a grammar; the approval card's
-        "Click more precisely" asks it (:class:`~holodesk.policy.base.Localizer`).
-
-        Args:
-            image: an ``(H, W, 3)`` uint8 RGB array (a crop of the frame).
-            target: the element in words.
-        Returns:
-            The point in ``[0, 1000]`` of ``image``.
-        Raises:
-            PolicyOutputError: the reply is not a point (``raw_text`` carries it).
-            PolicyError: the policy is closed, or generation failed.
-        """
-        if self._closed:
-            raise PolicyError("the native policy was closed")
+    def localization_reply(self, image: Any, target: str, constraint: Constraint | None) -> str:
+        """``image`` and the localization prompt in one user turn, greedy, uncompiled
+        (:meth:`LocalPolicy.localize <holodesk.policy.local_core.LocalPolicy.localize>`)."""
         import torch
         from PIL import Image
         from transformers import LogitsProcessorList
@@ -502,23 +440,16 @@ class NativePolicy:
         loaded = self.loaded
         chat = [{"role": "user", "content": [{"type": "image"},
                                              {"type": "text", "text": self.protocol.localization_prompt(target)}]}]
-        try:
-            _prompt, inputs = self._model_inputs(chat, [Image.fromarray(image)], False)
-            rule = ReplyRule(self._get_localization_constraint() if self.constrained else None, reasoning=False,
-                             think_end_id=loaded.think_end_id, max_think_tokens=0, eos_ids=loaded.eos_ids,
-                             device=loaded.device)
-            prompt_tokens = int(inputs["input_ids"].shape[1])
-            with torch.inference_mode():
-                output = loaded.model.generate(**inputs, max_new_tokens=LOCALIZATION_MAX_TOKENS, do_sample=False,
-                                               eos_token_id=list(loaded.eos_ids), pad_token_id=loaded.pad_id,
-                                               logits_processor=LogitsProcessorList([rule]),
-                                               disable_compile=True)
-        except (PolicyError, PolicyOutputError):
-            raise
-        except Exception as exc:
-            raise PolicyError(f"{loaded.family.models} localization failed: {type(exc).__name__}: {exc}") from exc
+        _prompt, inputs = self._model_inputs(chat, [Image.fromarray(image)], False)
+        rule = ReplyRule(constraint, reasoning=False, think_end_id=loaded.think_end_id, max_think_tokens=0,
+                         eos_ids=loaded.eos_ids, device=loaded.device)
+        prompt_tokens = int(inputs["input_ids"].shape[1])
+        with torch.inference_mode():
+            output = loaded.model.generate(**inputs, max_new_tokens=LOCALIZATION_MAX_TOKENS, do_sample=False,
+                                           eos_token_id=list(loaded.eos_ids), pad_token_id=loaded.pad_id,
+                                           logits_processor=LogitsProcessorList([rule]), disable_compile=True)
         tokens = [int(t) for t in output[0, prompt_tokens:] if int(t) not in loaded.eos_ids]
-        return self.protocol.parse_localization(str(loaded.tokenizer.decode(tokens, skip_special_tokens=True)))
+        return str(loaded.tokenizer.decode(tokens, skip_special_tokens=True))
 
     def generate(self, observation: Observation, *,
                  max_images: int | None = None) -> tuple[str, dict[str, float], dict[str, Any]]:
@@ -536,19 +467,20 @@ class NativePolicy:
         prepared = self.prepare(observation, max_images=max_images)
         inputs = prepared["inputs"]
         prompt_tokens = int(inputs["input_ids"].shape[1])
-        budget = self.max_new_tokens + (self.max_think_tokens if self.reasoning else 0)
+        opts = self.options
+        budget = opts.token_budget
         loaded = self.loaded
-        rule = ReplyRule(self._get_constraint() if self.constrained else None, reasoning=self.reasoning,
-                         think_end_id=loaded.think_end_id, max_think_tokens=self.max_think_tokens,
-                         eos_ids=loaded.eos_ids, device=loaded.device, sampling=self.sampling)
-        sampled = not self.sampling.greedy
+        rule = ReplyRule(self.reply_constraint() if opts.constrained_decoding else None, reasoning=opts.reasoning,
+                         think_end_id=loaded.think_end_id, max_think_tokens=opts.think_budget,
+                         eos_ids=loaded.eos_ids, device=loaded.device, sampling=opts.sampling)
+        sampled = not opts.sampling.greedy
         options: dict[str, Any] = {
             "max_new_tokens": budget, "do_sample": sampled, "eos_token_id": list(loaded.eos_ids),
             "pad_token_id": loaded.pad_id, "logits_processor": [rule], "disable_compile": not self.compiled,
         }
         if sampled:  # ReplyRule warps after the mask; generate's own warpers stay neutral
             options.update(temperature=1.0, top_p=1.0, top_k=0, min_p=None)
-            torch.manual_seed(self.sampling.step_seed(len(observation.history)))
+            torch.manual_seed(opts.sampling.step_seed(len(observation.history)))
         if self.static_cache:
             options["cache_implementation"] = "static"
             options["max_cache_len"] = math.ceil((prompt_tokens + budget) / CACHE_STEP) * CACHE_STEP
@@ -580,86 +512,12 @@ class NativePolicy:
         }
         return text, timings, details
 
-    def propose(self, observation: Observation) -> Proposal:
-        """Propose the next action for ``observation``.
-
-        On a CUDA out-of-memory error the step is retried with one screenshot fewer each time (down to the
-        current one only); each retry is logged and told through ``Proposal.notices`` (F21), as
-        :class:`~holodesk.policy.holotron.HolotronPolicy` does.
-
-        Returns:
-            Proposal with the parsed action, thought, note, raw reply, ``timings_ms`` (preprocess: template
-            and processor; prefill: vision and prompt up to the first token's logits; decode; ms) and ``extra``
-            (``ttfa_ms`` = preprocess + prefill, ``decode_ms_per_token``, token counts, stop reason, family,
-            processor, cache, compilation).
-        Raises:
-            PolicyOutputError: the reply is not a valid action (``raw_text`` carries it).
-            PolicyError: the policy is closed, or generation failed (also out of memory with one screenshot).
-        """
-        if self._closed:
-            raise PolicyError("the native policy was closed")
-        from holodesk.policy.holotron.policy import _free_cuda_memory, _is_oom
-
-        notices: list[str] = []
-        images = self.max_images
-        while True:
-            try:
-                raw, timings, extra = self.generate(observation, max_images=images)
-                break
-            except (PolicyError, PolicyOutputError):
-                raise
-            except Exception as exc:
-                if not _is_oom(exc):
-                    raise PolicyError(f"{self.loaded.family.models} generation failed: {type(exc).__name__}: {exc}"
-                                      ) from exc
-                _free_cuda_memory()
-                if images <= 1:
-                    raise PolicyError("the GPU ran out of memory even with only the current screenshot",
-                                      hint="Close other GPU programs, or use a remote policy.") from exc
-                message = (f"GPU memory ran out with {images} screenshot(s); retried with {images - 1} "
-                           "(older screenshots sent as text only)")
-                log.warning("%s: %s", self.loaded.family.models, message)
-                notices.append(message)
-                images -= 1
-        extra["max_images_used"] = images
-        if notices:
-            extra["warnings"] = notices
-        extra.update(constrained=self.constrained, reasoning=self.reasoning, sampling=self.sampling.record(),
-                     step_seed=self.sampling.step_seed(len(observation.history)))
-        thought_text = reasoning_text(raw) if self.reasoning else None
-        if thought_text:
-            extra["reasoning_text"] = thought_text  # recorded with the step; never written into a later prompt
+    def reply(self, observation: Observation, max_images: int, notices: list[str]) -> Reply:
+        """:meth:`generate` with at most ``max_images`` screenshots, with the load's notes (``load_notes``)."""
+        text, timings, details = self.generate(observation, max_images=max_images)
         if self.loaded.notes:
-            extra["load_notes"] = list(self.loaded.notes)
-        try:
-            parsed = self.protocol.parse(raw, pointer=pointer_after(observation.history))
-        except PolicyOutputError as exc:
-            if extra["stop_reason"] == "max_new_tokens":
-                exc.hint = (exc.hint + " " if exc.hint else "") + f"The reply was cut at {self.max_new_tokens} tokens."
-            exc.timings_ms, exc.extra = timings, extra
-            raise
-        if parsed.warnings:
-            extra["parse_warnings"] = list(parsed.warnings)
-        return Proposal(action=parsed.action, thought=parsed.thought, note=parsed.note, raw_text=raw,
-                        timings_ms=timings, extra=extra, notices=tuple(notices))
-
-    def close(self) -> None:
-        """Drop the model and free GPU memory. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._constraint = None
-        self._localization_constraint = None
-        with contextlib.suppress(AttributeError):
-            del self.loaded.model
-        with contextlib.suppress(ImportError):
-            import gc
-
-            import torch
-
-            gc.collect()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
+            details["load_notes"] = list(self.loaded.notes)
+        return Reply(text, timings, details)
 
 
 __all__ = ["CACHE_STEP", "LoadedNative", "NativePolicy", "ReplyRule", "load_native"]
