@@ -2,7 +2,7 @@
 
 :func:`build_session` is the one place a :class:`~holodesk.session.loop.Session` is assembled; the CLI,
 the tray app (and through it the MCP server) and the tests use it, so all run the very same
-configuration. Heavy backends are imported only when chosen.
+configuration. The backends' libraries (pyautogui, GStreamer, D-Bus) are imported only when chosen.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from holodesk.control.accessibility import AccessibilityProbe
+from holodesk.control.grabs import input_grab_problem
 from holodesk.errors import HolodeskError, SettingsError
 from holodesk.session.approval import ApprovalPolicy
 from holodesk.session.desktop import desktop
@@ -116,6 +118,7 @@ def default_focus_probe() -> Callable[[], str | None] | None:
     """The focused window's class, as the risk rules read it (:func:`holodesk.control.window.focused_window_class`),
     or None where the X11 window helpers cannot be imported."""
     try:
+        # lazy: None where the X11 window helpers cannot be imported (the docstring)
         from holodesk.control.window import focused_window_class
     except ImportError:
         return None
@@ -126,6 +129,7 @@ def default_window_probe() -> Callable[..., Any] | None:
     """The window at an input point (:func:`holodesk.control.window.window_at`), or None where the X11 window
     helpers cannot be imported."""
     try:
+        # lazy: None where the X11 window helpers cannot be imported (the docstring)
         from holodesk.control.window import window_at
     except ImportError:
         return None
@@ -176,8 +180,6 @@ def build_element_probe(settings: Settings) -> ElementProbe | None:
     if backend in ("mutter", "portal"):
         log.info("no accessibility lookup on the %s backend: the risk rules judge by words and windows", backend)
         return None
-    from holodesk.control.accessibility import AccessibilityProbe
-
     return AccessibilityProbe()
 
 
@@ -191,8 +193,6 @@ def build_grab_probe(settings: Settings) -> Callable[[], str | None] | None:
         return None
     if backend in ("mutter", "portal"):
         return None
-    from holodesk.control.grabs import input_grab_problem
-
     return input_grab_problem
 
 
