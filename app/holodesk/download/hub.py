@@ -20,7 +20,6 @@ from holodesk.download.cache import (
 )
 from holodesk.download.errors import DownloadError, classify
 from holodesk.errors import SecretStoreError
-from holodesk.secrets import load_api_key, store_api_key
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +44,9 @@ def hub_token(endpoint: str | None = None) -> str | None:
     """The hub token kept in the system keychain for the hub's URL (``holodesk download --login``), or None
     (then huggingface_hub looks at ``HF_TOKEN`` and its own token file). An unusable keychain is logged and
     read as "no token"."""
+    # lazy: the keychain (keyring) loads only when a token is needed; a local model imports this module (field case F19)
+    from holodesk.secrets import load_api_key
+
     try:
         return load_api_key(hub_endpoint(endpoint))
     except SecretStoreError as exc:
@@ -58,6 +60,8 @@ def store_hub_token(token: str, endpoint: str | None = None) -> None:
     Raises:
         SecretStoreError: when no usable keychain exists (the message says what to do).
     """
+    from holodesk.secrets import store_api_key  # lazy: the keychain, as in hub_token
+
     store_api_key(hub_endpoint(endpoint), token)
 
 
