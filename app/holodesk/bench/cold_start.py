@@ -328,7 +328,8 @@ def child_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     stamps: dict[str, float] = {"interpreter": _T_UP}
 
-    import torch  # lazy: torch (optional: the local extra)
+    # lazy (here and below): torch (optional: the local extra); the child times these imports (module docstring)
+    import torch
 
     from holodesk.policy.holotron.kernels import prepare_kernels
 

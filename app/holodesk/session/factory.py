@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from holodesk.control.accessibility import AccessibilityProbe
 from holodesk.control.grabs import input_grab_problem
 from holodesk.errors import HolodeskError, SettingsError
+from holodesk.policy.scripted import ScriptedPolicy
 from holodesk.session.approval import ApprovalPolicy
 from holodesk.session.desktop import desktop
 from holodesk.session.loop import SCREEN_SETTLE_S, Session
@@ -48,13 +49,13 @@ def build_policy(settings: Settings, *, progress: Any = None, cancel: threading.
         if settings.script_file is None:
             raise SettingsError("policy 'script' needs a script file",
                                 hint="Choose the replay file in Settings (Replay file), or pass --script FILE.")
-        from holodesk.policy.scripted import ScriptedPolicy
-
         return ScriptedPolicy(settings.script_file)  # the script file names its protocol (old files: holo-v1)
     if settings.policy == "remote":
         if not settings.endpoint:
             raise SettingsError("the remote policy needs an endpoint URL",
                                 hint="Pass --endpoint URL or set 'endpoint' in the settings.")
+        # lazy: start-up time (httpx and the remote policy, about 0.06 s; the tray imports this module); the
+        # keychain (keyring) loads only for a remote policy (field case F19)
         from holodesk.policy.remote import RemotePolicy
         from holodesk.secrets import resolve_api_key
 
