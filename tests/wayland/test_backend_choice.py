@@ -98,7 +98,6 @@ def test_the_backend_is_chosen_once_per_process_and_again_only_when_the_desktop_
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Every task, the CLI and doctor ask the factory for the backend; it is chosen (the session bus asked)
     once, and again only when the setting or the desktop named by the environment changes."""
-    import holodesk.display
     from holodesk.session import desktop as process_desktop
     from holodesk.session.factory import desktop_backend
     from holodesk.settings import Settings
@@ -109,7 +108,7 @@ def test_the_backend_is_chosen_once_per_process_and_again_only_when_the_desktop_
         calls.append(setting)
         return choose_backend(setting, {"DISPLAY": ":0", "XDG_SESSION_TYPE": "x11"}, "linux", GNOME_BUS)
 
-    monkeypatch.setattr(holodesk.display, "choose_backend", counting_choice)
+    monkeypatch.setattr(process_desktop, "choose_backend", counting_choice)
     monkeypatch.setenv("DISPLAY", ":0")
     process_desktop.close_desktop()
     try:

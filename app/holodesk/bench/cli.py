@@ -39,7 +39,17 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from holodesk.bench import compare, profiling, runs
+from holodesk.bench.cold_start import run_cold_start
+from holodesk.bench.floors import allocated, host_cpu, measure_floors, param_bytes
+from holodesk.bench.model import random_loaded
+from holodesk.bench.native import run_family
+from holodesk.bench.product import product_path
 from holodesk.errors import HolodeskError
+from holodesk.policy.holotron.engine import StaticEngine
+from holodesk.policy.holotron.kernels import prepare_kernels
+from holodesk.policy.holotron.loader import load_holotron
+from holodesk.policy.local import runtime_missing
 from holodesk.policy.native.families import FAMILIES
 
 if TYPE_CHECKING:
@@ -135,7 +145,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def _device(args: argparse.Namespace) -> tuple[torch.device, torch.dtype]:
-    import torch
+    import torch  # lazy: torch (optional: the local extra)
 
     try:
         device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -155,18 +165,14 @@ def _load(args: argparse.Namespace, device: torch.device, dtype: torch.dtype,
           quantization: str | None = None) -> LoadedHolotron:
     """The checkpoint of ``--checkpoint`` through :func:`load_holotron`, else the random model."""
     if args.checkpoint is not None:
-        from holodesk.policy.holotron.loader import load_holotron
-
         return load_holotron(args.checkpoint, dtype=str(dtype).replace("torch.", ""), quantization=quantization,
                              device=str(device))
-    from holodesk.bench.model import random_loaded
-
     return random_loaded(tiny=args.tiny, device=device, dtype=dtype, seed=args.seed, pattern=args.pattern,
                          quantization=quantization, tokenizer_name=args.tokenizer)
 
 
 def _free(device: torch.device) -> None:
-    import torch
+    import torch  # lazy: torch (optional: the local extra)
 
     gc.collect()
     if device.type == "cuda":
@@ -174,10 +180,9 @@ def _free(device: torch.device) -> None:
 
 
 def _header(args: argparse.Namespace, argv: list[str], device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
-    import torch
-    import transformers
+    import torch  # lazy: torch (optional: the local extra)
+    import transformers  # lazy: transformers (optional: the local extra)
 
-    from holodesk.bench.floors import host_cpu
 
     return {"command": "holodesk bench " + " ".join(argv),
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -194,10 +199,6 @@ def _engine_runs(loaded: LoadedHolotron, args: argparse.Namespace, result: dict[
         the static decoder's reply to the one-screenshot prompt (``compare.static_reference``), the
         reference of the quantised runs; None when neither they nor the stock comparison were asked for.
     """
-    from holodesk.bench import compare, profiling, runs
-    from holodesk.bench.floors import allocated, param_bytes
-    from holodesk.policy.holotron.engine import StaticEngine
-
     model = loaded.model
     weights = {"vision": param_bytes(model.vision_model), "projector": param_bytes(model.multi_modal_projector),
                "lm": param_bytes(model.language_model), "total": param_bytes(model)}
@@ -239,20 +240,12 @@ def _engine_runs(loaded: LoadedHolotron, args: argparse.Namespace, result: dict[
 
 def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     """Run the parts of the module docstring; returns the JSON-able result."""
-    from holodesk.bench import compare
-    from holodesk.bench.floors import measure_floors, param_bytes
-    from holodesk.policy.holotron.kernels import prepare_kernels
-
     prepare_kernels()  # before transformers imports NemotronH
     device, dtype = _device(args)
     result = _header(args, argv, device, dtype)
     if args.family not in (None, "holotron"):
-        from holodesk.bench.native import run_family
-
         return run_family(args, device, dtype, result)
     if args.cold_start:
-        from holodesk.bench.cold_start import run_cold_start
-
         cold = run_cold_start(args, str(device), str(dtype).replace("torch.", ""))
         result["checks_failed"] += cold.pop("checks_failed")
         result["cold_start"] = cold
@@ -272,8 +265,6 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         reference = _engine_runs(loaded, args, result)
     _free(device)
     if args.product:
-        from holodesk.bench.product import product_path
-
         # last user of this model: closing the policy drops loaded.model
         result["product"] = product_path(loaded, args, param_bytes(loaded.model), result["floors"])
         result["checks_failed"] += result["product"]["checks_failed"]
@@ -300,8 +291,6 @@ def _clean(obj: object) -> object:
 def local_runtime_missing() -> str | None:
     """Why the local runtime (torch and transformers, the ``local`` extra) cannot be imported, or None
     when it can (the bench and ``holodesk tiny-checkpoint`` need it)."""
-    from holodesk.policy.local import runtime_missing
-
     return runtime_missing()
 
 

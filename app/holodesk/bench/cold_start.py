@@ -88,8 +88,9 @@ def prepare_checkpoint(folder: Path, *, tiny: bool, seed: int, device: str) -> d
     Raises:
         HolodeskError: the disk has too little free space for the full-size checkpoint.
     """
+    # lazy: the cold-start child imports this module and times its imports; it needs none of these
     from holodesk.bench.model import write_full_checkpoint
-    from holodesk.bench.tiny_checkpoint import write_tiny_checkpoint
+    from holodesk.bench.tiny_checkpoint import write_tiny_checkpoint  # lazy: as above
 
     size = "tiny" if tiny else "full"
     marker = folder / MARKER
@@ -161,7 +162,7 @@ def measure_floor(files: list[Path], *, system_drop: bool) -> dict[str, Any]:
 def run_child(folder: Path, args: argparse.Namespace, device: str, dtype: str) -> dict[str, Any]:
     """One fresh ``python -m holodesk.bench.cold_start`` process on ``folder``; its JSON with the parent's
     spawn time added, or ``{"error": ...}`` when it failed (exit status, timeout, no result)."""
-    import torch
+    import torch  # lazy: torch (optional: the local extra)
 
     with tempfile.TemporaryDirectory(prefix="holodesk-cold-start-") as tmp:
         result_path = Path(tmp) / "child.json"
@@ -214,7 +215,7 @@ def run_cold_start(args: argparse.Namespace, device: str, dtype: str) -> dict[st
     Raises:
         HolodeskError: a bad ``--cold-start-runs``, a ``--checkpoint`` that is not a folder, too little disk.
     """
-    import torch
+    import torch  # lazy: torch (optional: the local extra)
 
     run_modes = modes(args.cold_start_runs)  # before 25 GB are written
     folder = args.checkpoint or args.cold_start_dir or default_folder(args.tiny)
@@ -327,6 +328,7 @@ def child_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     stamps: dict[str, float] = {"interpreter": _T_UP}
 
+    # lazy (here and below): torch (optional: the local extra); the child times these imports (module docstring)
     import torch
 
     from holodesk.policy.holotron.kernels import prepare_kernels
@@ -402,7 +404,7 @@ def _lazy_captures(policy: Any) -> dict[str, Any] | None:
 
 def _max_rss_bytes() -> int:
     """Peak resident memory of this process (``getrusage``; Linux reports KiB)."""
-    import resource
+    import resource  # lazy: the cold-start child times its imports (module docstring)
 
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 

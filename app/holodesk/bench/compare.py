@@ -17,14 +17,23 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from holodesk.bench.floors import allocated, decode_step_bytes, floor_ms, param_bytes, peak, reset_peak
-from holodesk.bench.runs import prompt_ids, prompt_images, random_frame, size, timed_step
+from holodesk.bench.runs import (
+    prompt_ids,
+    prompt_images,
+    random_frame,
+    reasoning_reply,
+    reasoning_step,
+    size,
+    timed_step,
+)
+from holodesk.policy.holotron import runtime
+from holodesk.policy.holotron.engine import StaticEngine
 
 if TYPE_CHECKING:
     import argparse
 
     import torch
 
-    from holodesk.policy.holotron.engine import StaticEngine
     from holodesk.policy.holotron.loader import LoadedHolotron
     from holodesk.policy.holotron.runtime import Constraint, Generation, PromptImage
 
@@ -103,8 +112,6 @@ def stock_baseline(engine: StaticEngine, args: argparse.Namespace, fast: dict[st
     """``runtime.generate`` (the stock decoder) on :func:`one_screenshot`'s prompt: prefill ms and decode
     ms per model step (``decode_ms_per_token``: one token each here; median of ``max(1, --repeats - 1)``
     after a warm-up), and its agreement with the static decoder's reply ``fast`` (:func:`static_reference`)."""
-    from holodesk.policy.holotron import runtime
-
     loaded = engine.loaded
     ids, images = one_screenshot(loaded, args)
     n = args.reply_tokens
@@ -133,9 +140,6 @@ def quant_run(with_stops: LoadedHolotron, args: argparse.Namespace, ref: dict[st
     (:func:`~holodesk.bench.floors.decode_step_bytes`, the reply's middle token) and the fraction of it
     reached (floor / measured); with ``--think-tokens`` also the reasoning-length step
     (:func:`~holodesk.bench.runs.reasoning_step`) under ``"reasoning"``."""
-    from holodesk.bench.runs import reasoning_reply, reasoning_step
-    from holodesk.policy.holotron.engine import StaticEngine
-
     loaded = dataclasses.replace(with_stops, eos_ids=())
     device = loaded.device
     ids, images = one_screenshot(loaded, args)
@@ -172,7 +176,7 @@ def quant_runs(build: Callable[[str], LoadedHolotron], args: argparse.Namespace,
     """:func:`quant_run` for each mode of ``--quant`` (``bf16``, ``8bit``, ``4bit``); ``build(mode)`` returns a
     fresh LoadedHolotron with those weights (the previous one is freed first, so its memory is not counted).
     Returns each mode's run by name and ``side_by_side``: :data:`SIDE_BY_SIDE` per mode that ran."""
-    import torch
+    import torch  # lazy: torch (optional: the local extra)
 
     out: dict[str, Any] = {}
     for mode in (m for m in args.quant.split(",") if m):

@@ -174,8 +174,8 @@ def _to_published_layout(key: str, out: Path) -> None:
     suffixes = SAVED_TRANSPOSED.get(key)
     if not suffixes:
         return
-    from safetensors import safe_open
-    from safetensors.torch import save_file
+    from safetensors import safe_open  # lazy: safetensors (optional: the local extra)
+    from safetensors.torch import save_file  # lazy: safetensors (optional: the local extra)
 
     for path in sorted(out.glob("model*.safetensors")):
         with safe_open(str(path), "pt") as fh:
@@ -242,8 +242,8 @@ def write_family_checkpoint(path: str | Path, family: str, *, seed: int = 0, tok
         ModelLoadError: an unknown or non-native family.
         ValueError: ``vocab_size`` below the tokenizer's size.
     """
-    import torch
-    from transformers import AutoConfig, AutoModelForImageTextToText
+    import torch  # lazy: torch (optional: the local extra)
+    from transformers import AutoConfig, AutoModelForImageTextToText  # lazy: transformers (optional: the local extra)
 
     chosen = family_by_key(family)
     if chosen not in NATIVE_FAMILIES:

@@ -48,14 +48,14 @@ def median_ms(fn: Callable[[], object], device: torch.device, repeats: int, warm
 
 def allocated(device: torch.device) -> int:
     """Bytes held by torch's CUDA allocator now (0 on the CPU, which keeps no statistics)."""
-    import torch
+    import torch  # lazy: torch (optional: the local extra)
 
     return int(torch.cuda.memory_allocated(device)) if device.type == "cuda" else 0
 
 
 def reset_peak(device: torch.device) -> int:
     """Start a new peak-memory window; returns :func:`allocated` at its start."""
-    import torch
+    import torch  # lazy: torch (optional: the local extra)
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -64,7 +64,7 @@ def reset_peak(device: torch.device) -> int:
 
 def peak(device: torch.device) -> int:
     """Highest allocated bytes since :func:`reset_peak` (0 on the CPU)."""
-    import torch
+    import torch  # lazy: torch (optional: the local extra)
 
     return int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else 0
 
@@ -90,7 +90,7 @@ def quant_state_bytes(module: torch.nn.Module) -> int:
     ``quant_state``'s ``absmax`` and ``code`` and, with double quantisation, the nested ``absmax`` and ``code``;
     per ``Linear8bitLt`` the row scales ``SCB`` (on the weight before the first forward, on the module's
     state after). 0 for a model without bitsandbytes layers."""
-    import torch
+    import torch  # lazy: torch (optional: the local extra)
 
     n = 0
     for m in module.modules():
@@ -124,7 +124,7 @@ def host_cpu() -> str:
 def measure_floors(device: torch.device) -> dict[str, Any]:
     """Copy bandwidth (``copy_GBps``, GB/s read + written) and bf16 matmul rate (``matmul_TFLOPs``) measured
     on ``device``; both None on a CPU."""
-    import torch
+    import torch  # lazy: torch (optional: the local extra)
 
     if device.type != "cuda":
         return {"copy_GBps": None, "matmul_TFLOPs": None, "note": "floors are measured on CUDA only"}
@@ -140,7 +140,7 @@ def measure_floors(device: torch.device) -> dict[str, Any]:
 
 def _copy_ms(device: torch.device, nbytes: int) -> float:
     """Median ms of copying a bf16 device buffer of ``nbytes`` bytes into another."""
-    import torch
+    import torch  # lazy: torch (optional: the local extra)
 
     src = torch.randn(nbytes // 2, device=device, dtype=torch.bfloat16)
     dst = torch.empty_like(src)
@@ -149,7 +149,7 @@ def _copy_ms(device: torch.device, nbytes: int) -> float:
 
 def _matmul_ms(device: torch.device, size: int) -> float:
     """Median ms of a bf16 ``size x size`` matrix product on random data."""
-    import torch
+    import torch  # lazy: torch (optional: the local extra)
 
     a = torch.randn(size, size, device=device, dtype=torch.bfloat16)
     b = torch.randn(size, size, device=device, dtype=torch.bfloat16)

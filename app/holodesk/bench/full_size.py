@@ -8,6 +8,8 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from holodesk.errors import ModelLoadError
+
 if TYPE_CHECKING:
     import torch
 
@@ -48,7 +50,7 @@ def qwen3_5_moe_35b_a3b() -> dict[str, Any]:
     ``out_hidden_size`` (the vision config's generic default is 3584) to the language model's width, which the
     merger's output must have to be placed in the prompt's embeddings. The checkpoint's own config.json was not
     read (not reachable from here). Needs transformers (imported here)."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # lazy: transformers (optional: the local extra)
 
     config: dict[str, Any] = AutoConfig.for_model("qwen3_5_moe").to_dict()
     config["architectures"] = ["Qwen3_5MoeForConditionalGeneration"]
@@ -129,10 +131,9 @@ def full_size_model(config: dict[str, Any], device: torch.device, dtype: torch.d
     Raises:
         ModelLoadError: transformers does not know the config's model_type.
     """
-    import torch
-    from transformers import AutoConfig, AutoModelForImageTextToText
+    import torch  # lazy: torch (optional: the local extra)
+    from transformers import AutoConfig, AutoModelForImageTextToText  # lazy: transformers (optional: the local extra)
 
-    from holodesk.errors import ModelLoadError
 
     fields = {k: v for k, v in config.items() if k not in ("model_type", "architectures")}
     try:

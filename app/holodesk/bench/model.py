@@ -16,15 +16,18 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from holodesk.bench.stand_in_tokenizer import write_tekken_tokenizer
+from holodesk.bench.tiny_checkpoint import write_checkpoint, write_tokenizer
 from holodesk.errors import HolodeskError
 from holodesk.policy.holotron.checkpoint import CheckpointInfo, checkpoint_info
 from holodesk.policy.holotron.hf_config import translate_config
+from holodesk.policy.holotron.kernels import kernel_report, prepare_kernels
+from holodesk.policy.holotron.loader import LoadedHolotron, lay_out_qkv, load_tokenizer, skip_unit_layer_scales
 
 if TYPE_CHECKING:
     import torch
     from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3_Config
 
-    from holodesk.policy.holotron.loader import LoadedHolotron
 
 PATTERN = "M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M-"
 """Holotron-12B / Nemotron-Nano-12B-v2 layer pattern: 62 blocks, 28 Mamba-2, 6 attention, 28 MLP."""
@@ -145,8 +148,6 @@ def write_full_checkpoint(path: str | Path, *, seed: int = 0, device: str = "cpu
     Returns:
         The checkpoint folder as a Path.
     """
-    from holodesk.bench.tiny_checkpoint import write_checkpoint
-
     def config(ids: dict[str, int]) -> dict[str, Any]:
         return full_size_config(ids["<image>"], ids["<SPECIAL_12>"], ids["<s>"], ids["<pad>"], FULL)
 
@@ -192,7 +193,9 @@ def build_random_model(config: NemotronH_Omni_Reasoning_V3_Config, device: torch
     """``NemotronH_Omni_Reasoning_V3(config)`` with seeded random weights, built on ``device`` in ``dtype``
     (``torch.device("meta")`` builds the shapes only). The output projections of the LM blocks are halved
     so the residual stream stays bounded through 62 random blocks."""
-    import torch
+    import torch  # lazy: torch (optional: the local extra)
+
+    # lazy: transformers (optional: the local extra)
     from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3
 
     parts: tuple[Any, ...] = (config, config.text_config, config.vision_config)
@@ -242,10 +245,6 @@ def random_loaded(
         ModelLoadError: when the tokenizer cannot be loaded.
         HolodeskError: ``"tekken"`` with ``tiny``, an unknown ``tokenizer_name``, or mistral-common missing.
     """
-    from holodesk.bench.tiny_checkpoint import write_tokenizer
-    from holodesk.policy.holotron.kernels import kernel_report, prepare_kernels
-    from holodesk.policy.holotron.loader import LoadedHolotron, lay_out_qkv, load_tokenizer, skip_unit_layer_scales
-
     prepare_kernels()  # before transformers imports NemotronH
     work = workdir or Path(tempfile.mkdtemp(prefix="holodesk-bench-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -253,8 +252,6 @@ def random_loaded(
         if tiny:
             raise HolodeskError("--tokenizer tekken needs the full-size model (131,072 ids); the tiny one has 512",
                                 hint="Leave out --tiny, or use --tokenizer test.")
-        from holodesk.bench.stand_in_tokenizer import write_tekken_tokenizer
-
         write_tekken_tokenizer(work)
     elif tokenizer_name == "test":
         write_tokenizer(work)
@@ -298,8 +295,8 @@ def quantize_lm(model: torch.nn.Module, mode: str) -> None:
     Raises:
         ImportError: bitsandbytes is not installed.
     """
-    import bitsandbytes as bnb
-    import torch
+    import bitsandbytes as bnb  # lazy: bitsandbytes (optional: the quant extra)
+    import torch  # lazy: torch (optional: the local extra)
 
     lm: Any = model.language_model
     lm = lm.model

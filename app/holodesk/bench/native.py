@@ -35,9 +35,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from holodesk.bench.families import write_family_checkpoint
+from holodesk.bench.floors import measure_floors
 from holodesk.bench.full_size import FULL_SIZE, PUBLISHED_MAX_PIXELS, full_size_model
 from holodesk.errors import ModelLoadError
-from holodesk.policy.native.families import family_by_key
+from holodesk.policy.native.families import NATIVE_FAMILIES, family_by_key, read_config
+from holodesk.policy.native.processor import load_processor
 
 if TYPE_CHECKING:
     import torch
@@ -52,8 +54,6 @@ def published_config(key: str, config_path: Path | None) -> dict[str, Any]:
         ModelLoadError: no full-size config is known for the family and none was given, or the file is unreadable.
     """
     if config_path is not None:
-        from holodesk.policy.native.families import read_config
-
         return read_config(config_path.parent if config_path.name == "config.json" else config_path)
     build = FULL_SIZE.get(key)
     if build is None:
@@ -71,8 +71,6 @@ def random_native(key: str, *, tiny: bool, config_path: Path | None, device: tor
         ModelLoadError: see :func:`published_config` and :func:`~holodesk.policy.native.policy.load_native`.
     """
     from holodesk.policy.native.policy import LoadedNative, load_native
-    from holodesk.policy.native.processor import load_processor
-
     family = family_by_key(key)
     folder = workdir / key
     if tiny:
@@ -85,7 +83,7 @@ def random_native(key: str, *, tiny: bool, config_path: Path | None, device: tor
                  "audio_token_id"):
         if name in tiny_config:
             config[name] = tiny_config[name]
-    import torch
+    import torch  # lazy: torch (optional: the local extra)
 
     torch.manual_seed(seed)
     model = full_size_model(config, device, dtype)
@@ -252,8 +250,6 @@ def family_keys(spec: str) -> list[str]:
     Raises:
         ModelLoadError: an unknown key, or ``holotron`` in a list (it has its own bench: leave --family out).
     """
-    from holodesk.policy.native.families import NATIVE_FAMILIES
-
     if spec == "all":
         return [f.key for f in NATIVE_FAMILIES if FULL_SIZE.get(f.key) is not None]
     keys = [k.strip() for k in spec.split(",") if k.strip()]
@@ -265,7 +261,7 @@ def family_keys(spec: str) -> list[str]:
 
 def _free(device: torch.device) -> None:
     """Drop what the last family left on ``device``: Python garbage, torch.compile's caches, cached blocks."""
-    import torch
+    import torch  # lazy: torch (optional: the local extra)
 
     gc.collect()
     if device.type == "cuda":
@@ -304,8 +300,6 @@ def run_family(args: argparse.Namespace, device: torch.device, dtype: torch.dtyp
         ModelLoadError: an unknown family, a non-native one, or for one family no full-size config
             (:func:`published_config`).
     """
-    from holodesk.bench.floors import measure_floors
-
     keys = family_keys(args.family)
     if args.config is not None and len(keys) != 1:
         raise ModelLoadError("--config names one model's config.json: give one --family with it")

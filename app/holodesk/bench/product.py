@@ -21,7 +21,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from holodesk.bench.floors import peak, reset_peak
+import numpy as np
+
+from holodesk.bench.floors import decode_step_bytes, floor_ms, param_bytes, peak, reset_peak, stage_flops
+from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import PolicyError, PolicyOutputError
 
 if TYPE_CHECKING:
@@ -29,7 +32,6 @@ if TYPE_CHECKING:
 
     import torch
 
-    from holodesk.core.geometry import Frame
     from holodesk.policy.base import Proposal
     from holodesk.policy.holotron.loader import LoadedHolotron
 
@@ -40,10 +42,6 @@ WIDTH, HEIGHT = 1920, 1080
 
 def desktop_frame(seed: int, width: int = WIDTH, height: int = HEIGHT) -> Frame:
     """A desktop-like RGB frame: a light background, a dark top bar, a white window, +-8 noise."""
-    import numpy as np
-
-    from holodesk.core.geometry import Frame, Monitor
-
     rng = np.random.default_rng(seed)
     pixels = np.full((height, width, 3), 235, dtype=np.uint8)
     pixels[: height // 20] = (40, 44, 52)
@@ -57,8 +55,6 @@ def new_work_floor_ms(loaded: LoadedHolotron, floors: dict[str, Any], extra: dic
     the frames it encoded (``images_encoded`` frames of the step's largest tiling), the prefill of the
     ``prefill_tokens`` it computed after the ``reused_tokens`` it took from the kept state, and one decode
     step's bytes per model step of its reply (:mod:`holodesk.bench.floors`). None without measured floors."""
-    from holodesk.bench.floors import decode_step_bytes, floor_ms, param_bytes, stage_flops
-
     model = loaded.model
     tiles = max(extra.get("tiles") or [0]) * int(extra.get("images_encoded") or 0)
     flops = stage_flops(loaded, int(extra["prefill_tokens"]), tiles, prior_tokens=int(extra["reused_tokens"]))

@@ -20,7 +20,7 @@ def kernel_gaps(prof: Any, *, pairs: int = 12) -> dict[str, Any]:
     and longer ones (the GPU waiting for the host; longer under the profiler than without it). ``where``:
     the longer gaps summed by the kernels on either side (``after``: the kernel that ended last before the
     gap, ``before``: the one that starts it; names cut to 60 characters), the ``pairs`` largest sums first."""
-    from torch.autograd import DeviceType
+    from torch.autograd import DeviceType  # lazy: torch (optional: the local extra)
 
     spans = sorted((e.time_range.start, e.time_range.end, str(getattr(e, "name", ""))[:60]) for e in prof.events()
                    if e.device_type == DeviceType.CUDA and e.time_range.end > e.time_range.start)
@@ -52,7 +52,7 @@ def profile_step(engine: StaticEngine, args: argparse.Namespace) -> dict[str, An
     which also records the kernels a CUDA graph replay launches): GPU-busy microseconds, kernel launches, the
     25 kernels with the most time (``top``; every kernel in ``kernels``) and the idle time between kernels
     (:func:`kernel_gaps`). Profiling slows the host, so its wall time is not a measurement."""
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile  # lazy: torch (optional: the local extra)
 
     loaded = engine.loaded
     pixels = random_frame(*size(args.history_size), seed=5)

@@ -25,17 +25,20 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+import numpy as np
+
 from holodesk.bench.floors import decode_step_bytes, floor_ms, param_bytes, peak, reset_peak, stage_flops
+from holodesk.policy.holotron.runtime import Constraint, Sampler
+from holodesk.policy.registry import get_protocol
 
 if TYPE_CHECKING:
     import argparse
 
-    import numpy as np
     import torch
 
     from holodesk.policy.holotron.engine import StaticEngine
     from holodesk.policy.holotron.loader import LoadedHolotron
-    from holodesk.policy.holotron.runtime import Constraint, PromptImage, Sampler
+    from holodesk.policy.holotron.runtime import PromptImage
 
 HEADER_TOKENS = 8
 """Text ids after the last screenshot (the assistant header of a real prompt)."""
@@ -54,8 +57,6 @@ def size(text: str) -> tuple[int, int]:
 
 def random_frame(width: int, height: int, seed: int) -> np.ndarray[Any, Any]:
     """Random RGB uint8 pixels ``(height, width, 3)`` standing in for a capture."""
-    import numpy as np
-
     return np.random.default_rng(int(seed)).integers(0, 256, size=(height, width, 3), dtype=np.uint8)
 
 
@@ -81,8 +82,6 @@ def first_text_id(loaded: LoadedHolotron) -> int:
 
 def text_ids(loaded: LoadedHolotron, n: int, seed: int) -> list[int]:
     """``n`` random text ids in ``[first_text_id, vocab)``, the same for the same seed."""
-    import numpy as np
-
     vocab = int(loaded.model.config.text_config.vocab_size)
     return [int(t) for t in np.random.default_rng(seed).integers(first_text_id(loaded), vocab, size=n)]
 
@@ -258,9 +257,6 @@ def agent_reply_runs(engine: StaticEngine, loaded: LoadedHolotron, args: argpars
         ``{"text", "rows": [one step per token, jump-forward], "steps_saved", "checks_failed"}`` (a reply
         that is not the script is a failed check).
     """
-    from holodesk.policy.holotron.runtime import Constraint
-    from holodesk.policy.registry import get_protocol
-
     constraint = Constraint(loaded, get_protocol("agent-loop-v1").json_schema())
     script = ScriptedReply(constraint, loaded.tokenizer, AGENT_REPLY, stop=int(loaded.eos_ids[0]))
     w, h = size(args.history_size)
@@ -322,9 +318,6 @@ def reasoning_step(engine: StaticEngine, loaded: LoadedHolotron, args: argparse.
         bytes per model step), "over_floor", "text_ok", "sampled": {"ttfa_ms", "decode_ms", "model_steps",
         "decode_ms_per_step", "over_floor", "text_ok"}}``.
     """
-    from holodesk.policy.holotron.runtime import Constraint, Sampler
-    from holodesk.policy.registry import get_protocol
-
     constraint = Constraint(loaded, get_protocol("agent-loop-v1").json_schema())
     script = ScriptedReply(constraint, loaded.tokenizer, AGENT_REPLY, stop=int(loaded.eos_ids[0]))
     w, h = size(args.history_size)

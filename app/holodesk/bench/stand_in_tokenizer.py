@@ -24,6 +24,7 @@ tokenizer of this family gives, where the 480-entry test tokenizer spends severa
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import json
 import sys
@@ -90,6 +91,7 @@ def byte_level_bpe(ranks: list[bytes], pattern: str, specials: list[str]) -> Any
     ranks, the merges by the merged token's rank: ranked BPE merges the lowest-ranked pair first, and that
     order gives the same token sequences); text split by ``pattern`` first, then byte-level.
     """
+    # lazy: tokenizers (optional: the local extra)
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
     symbols = _byte_symbols()
@@ -123,8 +125,6 @@ def write_tekken_tokenizer(folder: Path) -> int:
     Raises:
         HolodeskError: :func:`tekken_path`'s.
     """
-    import base64
-
     raw = json.loads(tekken_path().read_text(encoding="utf-8"))
     config = raw["config"]
     specials = [STAND_IN_SPECIALS.get(i, f"<SPECIAL_{i}>") for i in range(int(config["default_num_special_tokens"]))]

@@ -168,6 +168,7 @@ def train_tokenizer(path: Path, special_tokens: list[str], *, vocab_size: int = 
     Raises:
         RuntimeError: when the trained tokenizer lost a special token.
     """
+    # lazy: tokenizers (optional: the local extra)
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE(unk_token=None))
@@ -306,7 +307,7 @@ def write_checkpoint(
     Raises:
         ValueError: the tokenizer has more tokens than the LM's vocabulary.
     """
-    import torch
+    import torch  # lazy: torch (optional: the local extra)
 
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
@@ -374,13 +375,13 @@ class _Draws:
     identical tensors."""
 
     def __init__(self, seed: int, device: str = "cpu") -> None:
-        import torch
+        import torch  # lazy: torch (optional: the local extra)
 
         self.device = torch.device(device)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
 
     def normal(self, *shape: int, std: float = 0.02) -> torch.Tensor:
-        import torch
+        import torch  # lazy: torch (optional: the local extra)
 
         return torch.randn(*shape, generator=self.gen, device=self.device) * std
 
@@ -408,7 +409,7 @@ def tensor_specs(config: dict[str, Any], *, vision_layers: int, num_prefix_token
 
 def _vision_specs(config: dict[str, Any], layers: int, prefix: int) -> dict[str, TensorSpec]:
     """RADIO ViT (``layers`` blocks, ``prefix`` cls+register tokens) and ``mlp1`` tensors, published names."""
-    import torch
+    import torch  # lazy: torch (optional: the local extra)
 
     S = TensorSpec
     v = "vision_model.radio_model."
@@ -444,7 +445,7 @@ def _vision_specs(config: dict[str, Any], layers: int, prefix: int) -> dict[str,
 
 def _lm_specs(config: dict[str, Any]) -> dict[str, TensorSpec]:
     """Nemotron-H tensors for ``llm_config`` (M = Mamba-2, ``*`` = attention, ``-`` = MLP), published names."""
-    import torch
+    import torch  # lazy: torch (optional: the local extra)
 
     S = TensorSpec
     llm = config["llm_config"]
@@ -513,7 +514,7 @@ def _save(specs: dict[str, TensorSpec], plan: list[list[str]], out: Path, draw: 
           itemsize: int) -> None:
     """Draw and write the tensors one file of ``plan`` at a time (with an index json when there is more
     than one file), replacing the folder's previous weight files."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # lazy: safetensors (optional: the local extra)
 
     for old in out.glob("model*.safetensors"):
         old.unlink()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Union
 
 import numpy as np
+from PIL import Image
 
 from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import CaptureError
@@ -31,8 +32,6 @@ def load_image(source: ImageSource) -> np.ndarray[Any, Any]:
     if isinstance(source, np.ndarray):
         arr = source
     else:
-        from PIL import Image
-
         try:
             with Image.open(source) as img:
                 arr = np.asarray(img.convert("RGB"))

@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 
 from holodesk.core.geometry import Frame, Monitor
+from holodesk.display import require_display
+from holodesk.dpi import ensure_per_monitor_dpi_awareness
 from holodesk.errors import CaptureError, DisplayError, HolodeskError
 
 log = logging.getLogger(__name__)
@@ -28,7 +30,7 @@ log = logging.getLogger(__name__)
 
 def _import_mss() -> Any:
     try:
-        import mss
+        import mss  # lazy: a missing mss becomes a CaptureError that says what to install
     except ImportError as exc:
         raise CaptureError(
             f"the screen capture library mss cannot be imported ({exc})",
@@ -67,14 +69,10 @@ class MssCapture:
         if self._closed:
             raise CaptureError("this capture backend was closed", hint="Create a new MssCapture.")
         if self._check_display and not self._checked and sys.platform.startswith("linux"):
-            from holodesk.display import require_display
-
             if self._display is None:
                 require_display()
             self._checked = True
         if sys.platform.startswith("win"):
-            from holodesk.dpi import ensure_per_monitor_dpi_awareness
-
             ensure_per_monitor_dpi_awareness()  # grabs in physical pixels on every monitor
         mss = _import_mss()
         factory = getattr(mss, "MSS", None) or mss.mss  # mss >= 10.2 names the class MSS

@@ -49,11 +49,11 @@ def import_gstreamer() -> tuple[Any, Any]:
         CaptureError: PyGObject or GStreamer's introspection data is missing, or no ``pipewiresrc``.
     """
     try:
-        import gi
+        import gi  # lazy: PyGObject (optional: the wayland extra)
 
         gi.require_version("Gst", "1.0")
         gi.require_version("GstApp", "1.0")
-        from gi.repository import Gst, GstApp
+        from gi.repository import Gst, GstApp  # lazy: PyGObject (optional: the wayland extra)
     except (ImportError, ValueError) as exc:
         raise CaptureError(
             f"GStreamer cannot be loaded from Python ({exc})",

@@ -108,8 +108,8 @@ class AccessibilityProbe:
         """
         if self._bus is not None:
             return self._bus
-        from jeepney import DBusAddress, Properties, new_method_call
-        from jeepney.io.blocking import open_dbus_connection
+        from jeepney import DBusAddress, Properties, new_method_call  # lazy: jeepney (Linux only)
+        from jeepney.io.blocking import open_dbus_connection  # lazy: jeepney (Linux only)
 
         if not self._session_address:
             raise OSError("no D-Bus session bus (DBUS_SESSION_BUS_ADDRESS is not set)")
@@ -135,7 +135,7 @@ class AccessibilityProbe:
     def _call(self, bus_name: str, path: str, interface: str, method: str, signature: str | None = None,
               body: tuple[Any, ...] = ()) -> tuple[Any, ...]:
         """One method call within the lookup's deadline; its reply's body."""
-        from jeepney import DBusAddress, new_method_call
+        from jeepney import DBusAddress, new_method_call  # lazy: jeepney (Linux only)
 
         left = self._deadline - time.monotonic()
         if left <= 0:
@@ -343,7 +343,7 @@ class AccessibilityProbe:
 
 def _raise_on_error(reply: Any) -> None:
     """Raise LookupError for a D-Bus error reply (an application that no longer has the object)."""
-    from jeepney import MessageType
+    from jeepney import MessageType  # lazy: jeepney (Linux only)
 
     if reply.header.message_type is MessageType.error:
         raise LookupError(f"{reply.header.fields.get(4, 'D-Bus error')}: {reply.body}")

@@ -25,7 +25,7 @@ def input_grab_problem() -> str | None:
     """Why keys or clicks would not go where the approval says: another client's keyboard or pointer grab
     (module docstring), or an X display that cannot be asked; None when neither device is grabbed."""
     try:
-        from Xlib import X, display
+        from Xlib import X, display  # lazy: python-xlib (Linux only)
 
         d = display.Display()
     except Exception as exc:  # python-xlib raises several unrelated types for a missing display

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from holodesk.control.typing import TypingReport
+from holodesk.control.x11_selection import ClipboardOffer, clipboard_owner
 from holodesk.core.risk import is_terminal
 from holodesk.errors import ActionError
 
@@ -43,8 +44,6 @@ def default_paste_chord(platform: str | None = None, target_class: str | None = 
 def _x11_clipboard_unowned() -> bool:
     """Nobody owns the X11 CLIPBOARD (Holodesk's offer has let it go and nobody copied since); an X
     display that cannot be read counts as unowned, so the restore is tried (and its failure reported)."""
-    from holodesk.control.x11_selection import clipboard_owner
-
     try:
         return clipboard_owner() == 0
     except Exception as exc:  # Xlib raises several unrelated types on a bad display
@@ -91,7 +90,7 @@ class ClipboardPaster:
     def _cb(self) -> Any:
         if self._clipboard is None:
             try:
-                import pyperclip
+                import pyperclip  # lazy: a missing pyperclip becomes an ActionError that says what to install
             except ImportError as exc:
                 raise ActionError("pyperclip is not installed; the clipboard path is unavailable",
                                   hint="pip install pyperclip") from exc
@@ -200,8 +199,6 @@ class ClipboardPaster:
         Raises:
             ActionError: the clipboard cannot be taken; nothing was pasted.
         """
-        from holodesk.control.x11_selection import ClipboardOffer
-
         try:
             offer = ClipboardOffer(text)
         except Exception as exc:  # Xlib raises several unrelated types on a bad display

@@ -38,11 +38,19 @@ from holodesk.control.held_keys import HeldKeys, key_result, refuse_typing_while
 from holodesk.control.paste import ClipboardPaster
 from holodesk.control.pointer import PointerSettle, Unreachable, failsafe_points
 from holodesk.control.typing import X11KeysymTyper
-from holodesk.control.window import refuse_holodesk_target, wait_for_focus_in
+from holodesk.control.window import (
+    focused_window_class,
+    monitor_rects,
+    refuse_holodesk_target,
+    toplevel_at_pointer,
+    wait_for_focus_in,
+)
 from holodesk.core.actions import OFF_SCREEN_TYPES, Action, Click, Drag, Key, KeyDown, KeyUp, Move, Scroll, Type, Wait
 from holodesk.core.geometry import InputPoint, Monitor, PlacedAction
+from holodesk.display import require_display
 from holodesk.display.remote import DESKTOP_ENDED
 from holodesk.display.x11 import X11Watch, is_connection_closed
+from holodesk.dpi import ensure_per_monitor_dpi_awareness
 from holodesk.errors import ActionError, DisplayError, GeometryMismatch, HolodeskError
 
 log = logging.getLogger(__name__)
@@ -184,14 +192,10 @@ class PyAutoGUIExecutor:
         if self._gui_module is not None:
             return self._gui_module
         if sys.platform.startswith("linux"):
-            from holodesk.display import require_display
-
             require_display()
-        from holodesk.dpi import ensure_per_monitor_dpi_awareness
-
         ensure_per_monitor_dpi_awareness()  # before pyautogui declares system awareness (Windows)
         try:
-            import pyautogui
+            import pyautogui  # lazy: pyautogui connects to the X display on import (its failure is a DisplayError)
         except Exception as exc:  # pyautogui raises KeyError/Xlib errors at import without a display
             raise DisplayError(f"pyautogui cannot start ({type(exc).__name__}: {exc})",
                                hint="Run Holodesk inside a desktop session with a working display.") from exc
@@ -230,8 +234,6 @@ class PyAutoGUIExecutor:
         server cannot list them (logged once: then only the screen's corners stop a run)."""
         if not (sys.platform.startswith("linux") and os.environ.get("DISPLAY")):
             return []
-        from holodesk.control.window import monitor_rects
-
         try:
             return monitor_rects()
         except DisplayError as exc:
@@ -648,8 +650,6 @@ class PyAutoGUIExecutor:
         """Remember the X11 top-level a left click went to, so the next keys wait for it to take the focus."""
         self._clicked_toplevel = None
         if sys.platform.startswith("linux") and os.environ.get("DISPLAY"):
-            from holodesk.control.window import toplevel_at_pointer
-
             self._clicked_toplevel = toplevel_at_pointer()
 
     def _await_click_focus(self, details: dict[str, Any]) -> None:
@@ -740,12 +740,7 @@ class PyAutoGUIExecutor:
             return self._x11_typer.type_text(text)
         target_class = self._target_class
         if target_class is None and sys.platform.startswith("linux"):
-            try:
-                from holodesk.control.window import focused_window_class
-            except ImportError:  # pragma: no cover - window.py ships with holodesk
-                log.warning("focused-window lookup unavailable; pasting with the default chord")
-            else:
-                target_class = focused_window_class
+            target_class = focused_window_class
         paster = ClipboardPaster(
             self._press_chord,
             chord=self.paste_chord, restore_delay_s=self.clipboard_restore_delay_s, target_class=target_class,

@@ -248,7 +248,7 @@ class X11KeysymTyper:
 
     def _open(self, display_name: str | None = None) -> Any:
         try:
-            from Xlib import display as xdisplay
+            from Xlib import display as xdisplay  # lazy: python-xlib (Linux only)
         except ImportError as exc:
             raise DisplayError("python-xlib is not installed, so text cannot be typed on X11",
                                hint="pip install python-xlib") from exc
@@ -297,8 +297,8 @@ class X11KeysymTyper:
 
     def _tap_lock(self, conn: Any, keycode: int, mask: int, want_on: bool) -> bool:
         """Press and release a lock key, then wait (bounded) until its modifier is ``want_on``."""
-        from Xlib import X
-        from Xlib.ext import xtest
+        from Xlib import X  # lazy: python-xlib (Linux only)
+        from Xlib.ext import xtest  # lazy: python-xlib (Linux only)
 
         xtest.fake_input(conn, X.KeyPress, keycode)
         xtest.fake_input(conn, X.KeyRelease, keycode)
@@ -348,8 +348,8 @@ class X11KeysymTyper:
         return ok
 
     def _type(self, conn: Any, keysyms: list[int]) -> TypingReport:
-        from Xlib import X
-        from Xlib.ext import xtest
+        from Xlib import X  # lazy: python-xlib (Linux only)
+        from Xlib.ext import xtest  # lazy: python-xlib (Linux only)
 
         info = conn.display.info
         min_kc, max_kc = int(info.min_keycode), int(info.max_keycode)
@@ -528,7 +528,7 @@ class ClientSync:
     """
 
     def __init__(self, conn: Any, timeout_s: float) -> None:
-        from Xlib import X
+        from Xlib import X  # lazy: python-xlib (Linux only)
 
         self.conn = conn
         self.timeout_s = timeout_s
@@ -555,7 +555,7 @@ class ClientSync:
         """An EWMH window manager runs: the root's ``_NET_SUPPORTING_WM_CHECK`` names a window that exists
         and names itself the same way (EWMH 1.5; a crashed or killed manager leaves the root's property
         behind, naming a window that is gone)."""
-        from Xlib import X
+        from Xlib import X  # lazy: python-xlib (Linux only)
 
         atom = self.conn.intern_atom("_NET_SUPPORTING_WM_CHECK")
         prop = self._root.get_full_property(atom, X.AnyPropertyType)
@@ -592,8 +592,8 @@ class ClientSync:
     def wait(self, fallback_s: float) -> None:
         """Return once the focused client and the window manager have answered round trips started now
         (each at most ``timeout_s``); a side that cannot answer is waited for ``fallback_s`` instead."""
-        from Xlib import X
-        from Xlib.protocol import event as xevent
+        from Xlib import X  # lazy: python-xlib (Linux only)
+        from Xlib.protocol import event as xevent  # lazy: python-xlib (Linux only)
 
         self._serial += 1
         stamp = self._serial

@@ -33,7 +33,7 @@ def _read_display(read: Callable[[Any], T], default: T, doing: str, missing: str
     if not sys.platform.startswith("linux") or not os.environ.get("DISPLAY"):
         return default
     try:
-        from Xlib import display
+        from Xlib import display  # lazy: python-xlib (Linux only)
     except ImportError:
         if missing:
             log.warning("python-xlib is missing; %s", missing)
@@ -60,7 +60,7 @@ def focused_window_class() -> str | None:
 
 
 def _focused_class(d: Any) -> str | None:
-    from Xlib import X
+    from Xlib import X  # lazy: python-xlib (Linux only)
 
     win = d.get_input_focus().focus
     for _ in range(8):  # walk up to the client window that carries WM_CLASS
@@ -111,7 +111,7 @@ def client_pid(d: Any, client: Any) -> int | None:
     ``WM_CLIENT_MACHINE`` naming another host changes it). None for a client of another machine, or where
     the server lacks the extension."""
     try:
-        from Xlib.ext import res
+        from Xlib.ext import res  # lazy: python-xlib (Linux only)
 
         if not d.has_extension(res.extname):
             return None
@@ -271,7 +271,7 @@ def _frame_of(win: Any, root: Any) -> Any:
 def _window_at(root: Any, x: int, y: int) -> tuple[Any, Any] | None:
     """``(frame, client)`` of the topmost viewable root child that contains root point ``(x, y)`` and holds
     an application window (WM_CLASS), None when there is none (the bare root window)."""
-    from Xlib import X
+    from Xlib import X  # lazy: python-xlib (Linux only)
 
     for top in reversed(root.query_tree().children):
         if top.get_attributes().map_state != X.IsViewable:
@@ -288,7 +288,7 @@ def _window_at(root: Any, x: int, y: int) -> tuple[Any, Any] | None:
 def _key_window(d: Any, root: Any) -> tuple[Any, Any] | None:
     """``(frame, client)`` of the window keys go to now: the focused one, or with X's PointerRoot focus
     (or the root focused) the one under the pointer; None when there is none (no focus, the bare root)."""
-    from Xlib import X
+    from Xlib import X  # lazy: python-xlib (Linux only)
 
     win = d.get_input_focus().focus
     if win == X.PointerRoot or win == root:
@@ -368,7 +368,7 @@ def toplevel_at_pointer() -> int | None:
     """X11 id of the root window's child under the pointer (the window manager's frame, or the
     application window itself without a window manager); None where it cannot be known."""
     def read(d: Any) -> int | None:
-        from Xlib import X
+        from Xlib import X  # lazy: python-xlib (Linux only)
 
         child = d.screen().root.query_pointer().child
         return None if child in (None, X.NONE) or isinstance(child, int) else int(child.id)
@@ -393,7 +393,7 @@ def wait_for_focus_in(toplevel: int, timeout_s: float) -> tuple[bool, float]:
     t0 = time.monotonic()
 
     def wait(d: Any) -> bool:
-        from Xlib import X
+        from Xlib import X  # lazy: python-xlib (Linux only)
 
         root = d.screen().root
         top = d.create_resource_object("window", toplevel)  # BadWindow (logged) when the window went away
@@ -437,7 +437,7 @@ def monitor_rects() -> list[tuple[int, int, int, int]]:
     if not sys.platform.startswith("linux") or not os.environ.get("DISPLAY"):
         return []
     try:
-        from Xlib import display
+        from Xlib import display  # lazy: python-xlib (Linux only)
 
         d = display.Display()
     except Exception as exc:  # Xlib raises several unrelated types on a bad display

@@ -36,7 +36,7 @@ class ClipboardOffer:
     """
 
     def __init__(self, text: str, display_name: str | None = None) -> None:
-        from Xlib import X, Xatom, display
+        from Xlib import X, Xatom, display  # lazy: python-xlib (Linux only)
 
         self._X = X
         self._data = text.encode("utf-8", "replace")
@@ -105,7 +105,7 @@ class ClipboardOffer:
             self._ended.set()
 
     def _answer(self, request: Any) -> None:
-        from Xlib.protocol import event as xevent
+        from Xlib.protocol import event as xevent  # lazy: python-xlib (Linux only)
 
         prop = request.property or request.target  # ICCCM: obsolete clients send property None
         target = request.target
@@ -154,7 +154,7 @@ def clipboard_owner(display_name: str | None = None) -> int:
     Raises:
         OSError / Xlib errors: the display cannot be opened.
     """
-    from Xlib import display
+    from Xlib import display  # lazy: python-xlib (Linux only)
 
     conn = display.Display(display_name)
     try:

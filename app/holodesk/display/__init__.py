@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from holodesk.display.mutter import interface_versions
 from holodesk.errors import DisplayError
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ def _probe_x_server(name: str) -> tuple[bool, str]:
         (connected, error text).
     """
     try:
-        from Xlib import display as xdisplay
+        from Xlib import display as xdisplay  # lazy: python-xlib (Linux only)
     except ImportError:  # python-xlib is a Linux dependency; without it we cannot probe.
         return True, ""
     try:
@@ -219,8 +220,8 @@ def session_bus_names(address: str | None = None, timeout_s: float = 2.0) -> set
         address: bus address (default ``$DBUS_SESSION_BUS_ADDRESS``).
     """
     try:
-        from jeepney import DBusAddress, new_method_call
-        from jeepney.io.blocking import open_dbus_connection
+        from jeepney import DBusAddress, new_method_call  # lazy: jeepney (Linux only)
+        from jeepney.io.blocking import open_dbus_connection  # lazy: jeepney (Linux only)
     except ImportError:
         return None
     bus = DBusAddress("/org/freedesktop/DBus", bus_name="org.freedesktop.DBus", interface="org.freedesktop.DBus")
@@ -313,8 +314,6 @@ def _portal_problem(bus_names: set[str] | None, versions: Mapping[str, str] | No
     if PORTAL_NAME not in bus_names:
         return f"{PORTAL_NAME} is not on the session bus"
     if versions is None:
-        from holodesk.display.mutter import interface_versions
-
         versions = interface_versions(environ.get("DBUS_SESSION_BUS_ADDRESS") or None)
     absent = [label for label in ("portal ScreenCast", "portal RemoteDesktop")
               if not str(versions.get(label, "")).isdigit()]

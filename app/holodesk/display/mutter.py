@@ -173,7 +173,7 @@ class MutterRemoteDesktop(RemoteDesktopSession):
     # -- D-Bus plumbing -----------------------------------------------------------------------------
     def _call(self, path: str, interface: str, method: str, signature: str = "", body: tuple[Any, ...] = (),
               bus_name: str | None = None, timeout: float = CALL_TIMEOUT_S) -> tuple[Any, ...]:
-        from jeepney import DBusAddress, new_method_call
+        from jeepney import DBusAddress, new_method_call  # lazy: jeepney (Linux only)
 
         name = bus_name or (SCREEN_CAST if interface.startswith(SCREEN_CAST) else
                             DISPLAY_CONFIG if interface.startswith(DISPLAY_CONFIG) else REMOTE_DESKTOP)
@@ -191,7 +191,7 @@ class MutterRemoteDesktop(RemoteDesktopSession):
             DisplayError: Mutter's APIs absent, a call refused, or a stream's PipeWire node not announced
                 within 10 s.
         """
-        from jeepney import MatchRule
+        from jeepney import MatchRule  # lazy: jeepney (Linux only)
 
         self._watch_service(REMOTE_DESKTOP, "GNOME's compositor (Mutter)")
         created = self._call("/org/gnome/Mutter/RemoteDesktop", REMOTE_DESKTOP, "CreateSession")
@@ -230,7 +230,7 @@ class MutterRemoteDesktop(RemoteDesktopSession):
         return parse_display_state(state)
 
     def _await_nodes(self, added: queue.Queue[Any]) -> None:
-        from jeepney import HeaderFields
+        from jeepney import HeaderFields  # lazy: jeepney (Linux only)
 
         by_stream = {path: connector for connector, path in self._streams.items()}
         deadline = time.monotonic() + STREAM_TIMEOUT_S
@@ -310,7 +310,7 @@ class MutterRemoteDesktop(RemoteDesktopSession):
         """Move the pointer one pixel and back (relative motion), so the compositor redraws the
         embedded cursor and sends a fresh frame on every stream. Sent without waiting for replies (the
         frame that follows is the answer that matters; two round trips to a busy compositor cost 10-40 ms)."""
-        from jeepney import DBusAddress, MessageFlag, new_method_call
+        from jeepney import DBusAddress, MessageFlag, new_method_call  # lazy: jeepney (Linux only)
 
         self.start()
         address = DBusAddress(self._session_path, bus_name=REMOTE_DESKTOP, interface=REMOTE_DESKTOP + ".Session")
@@ -344,7 +344,7 @@ class MutterRemoteDesktop(RemoteDesktopSession):
         clipboard's text nor put back over the user's copy."""
         if self._clipboard_enabled:
             return
-        from jeepney import MatchRule
+        from jeepney import MatchRule  # lazy: jeepney (Linux only)
 
         rule = MatchRule(type="signal", interface=REMOTE_DESKTOP + ".Session", member="SelectionTransfer",
                          path=self._session_path)
@@ -529,8 +529,8 @@ VERSIONED_INTERFACES = (
 def interface_versions(bus_address: str | None = None, timeout_s: float = 3.0) -> dict[str, str]:
     """Version of each screen-cast/remote-desktop interface on the session bus (``"absent"`` when its
     service is not there or does not implement it); ``{"session bus": reason}`` without a session bus."""
-    from jeepney import DBusAddress, new_method_call
-    from jeepney.io.blocking import open_dbus_connection
+    from jeepney import DBusAddress, new_method_call  # lazy: jeepney (Linux only)
+    from jeepney.io.blocking import open_dbus_connection  # lazy: jeepney (Linux only)
 
     try:
         conn = open_dbus_connection(bus=bus_address or "SESSION", auth_timeout=timeout_s)

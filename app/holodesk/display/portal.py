@@ -41,6 +41,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import platformdirs
+
 from holodesk.core.geometry import Monitor
 from holodesk.display.remote import (
     CALL_TIMEOUT_S,
@@ -73,8 +75,6 @@ _tokens = itertools.count(1)
 
 def restore_token_path() -> Path:
     """Where the portal's restore token is kept: ``<user state dir>/holodesk/portal.json`` (platformdirs)."""
-    import platformdirs
-
     return Path(platformdirs.user_state_dir("holodesk")) / "portal.json"
 
 
@@ -172,7 +172,7 @@ class PortalRemoteDesktop(RemoteDesktopSession):
     # -- D-Bus plumbing -----------------------------------------------------------------------------
     def _call(self, interface: str, method: str, signature: str, body: tuple[Any, ...],
               timeout: float = CALL_TIMEOUT_S, path: str = PORTAL_PATH) -> tuple[Any, ...]:
-        from jeepney import DBusAddress, new_method_call
+        from jeepney import DBusAddress, new_method_call  # lazy: jeepney (Linux only)
 
         msg = new_method_call(DBusAddress(path, bus_name=PORTAL_BUS_NAME, interface=interface), method,
                               signature, body)
@@ -188,7 +188,7 @@ class PortalRemoteDesktop(RemoteDesktopSession):
             DisplayError: the call failed, the user cancelled (code 1), the request ended otherwise
                 (code 2), or no response came within ``timeout`` s.
         """
-        from jeepney import MatchRule
+        from jeepney import MatchRule  # lazy: jeepney (Linux only)
 
         token = f"holodesk{os.getpid()}_{next(_tokens)}"
         path = request_path(self._conn.unique_name, token)

@@ -152,8 +152,8 @@ class RemoteDesktopSession:
                 so the next call starts a new one), the service refused the call, or it did not answer
                 within ``timeout`` s.
         """
-        from jeepney.io.common import RouterClosed
-        from jeepney.wrappers import DBusErrorResponse, unwrap_msg
+        from jeepney.io.common import RouterClosed  # lazy: jeepney (Linux only)
+        from jeepney.wrappers import DBusErrorResponse, unwrap_msg  # lazy: jeepney (Linux only)
 
         words = self.wording
         self.raise_if_ended()
@@ -186,7 +186,7 @@ class RemoteDesktopSession:
     def _watch_service(self, name: str, who: str) -> None:
         """Set :attr:`ended` when bus name ``name`` loses its owner (``NameOwnerChanged`` with an empty new
         owner): the process behind it (``who``, for the reason) is gone, and the desktop with it."""
-        from jeepney import MatchRule
+        from jeepney import MatchRule  # lazy: jeepney (Linux only)
 
         rule = MatchRule(type="signal", sender="org.freedesktop.DBus", interface="org.freedesktop.DBus",
                          member="NameOwnerChanged", path="/org/freedesktop/DBus")
@@ -209,7 +209,7 @@ class RemoteDesktopSession:
 
     def _add_match(self, rule: Any) -> None:
         """Ask the bus to route signals matching jeepney ``MatchRule`` ``rule`` to this connection."""
-        from jeepney.bus_messages import message_bus
+        from jeepney.bus_messages import message_bus  # lazy: jeepney (Linux only)
 
         self._router.send_and_get_reply(message_bus.AddMatch(rule), timeout=CALL_TIMEOUT_S)
 
@@ -227,7 +227,7 @@ class RemoteDesktopSession:
                 return
             if self._closed:
                 raise DisplayError(f"this {self.wording.session} session was closed")
-            from jeepney.io.threading import DBusRouter, open_dbus_connection
+            from jeepney.io.threading import DBusRouter, open_dbus_connection  # lazy: jeepney (Linux only)
 
             try:
                 self._conn = open_dbus_connection(bus=self.bus_address or "SESSION", enable_fds=True)

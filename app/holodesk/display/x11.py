@@ -43,7 +43,7 @@ class X11Watch:
     """
 
     def __init__(self, display: str | None = None) -> None:
-        from Xlib import display as xdisplay
+        from Xlib import display as xdisplay  # lazy: python-xlib (Linux only)
 
         self.display_name = display if display is not None else os.environ.get("DISPLAY", "")
         self.ended = threading.Event()
@@ -60,7 +60,7 @@ class X11Watch:
         self._thread.start()
 
     def _run(self) -> None:
-        from Xlib import error as xerror
+        from Xlib import error as xerror  # lazy: python-xlib (Linux only)
 
         fd = self._conn.fileno()
         while True:

@@ -24,6 +24,7 @@ ORPHAN_AGE_S = 600.0
 
 def default_cache_dir() -> Path:
     """The hub cache folder huggingface_hub uses (``HF_HUB_CACHE``, else ``HF_HOME/hub``)."""
+    # lazy: start-up time (huggingface_hub's modules load in about 0.1 s; the tray imports this module)
     from huggingface_hub import constants
 
     return Path(constants.HF_HUB_CACHE).expanduser()
@@ -31,7 +32,7 @@ def default_cache_dir() -> Path:
 
 def repo_folder(repo_id: str, cache_dir: Path) -> Path:
     """``cache_dir/models--owner--name``."""
-    from huggingface_hub.file_download import repo_folder_name
+    from huggingface_hub.file_download import repo_folder_name  # lazy: start-up time (as above)
 
     return cache_dir / repo_folder_name(repo_id=repo_id, repo_type="model")
 
@@ -92,7 +93,7 @@ def record_listing(folder: Path, commit: str, siblings: Sequence[Any]) -> None:
     ``snapshot_download(local_files_only=True)`` refuses a snapshot with files missing instead of returning
     it. Only logged when this huggingface_hub has no tree cache."""
     try:
-        from huggingface_hub._tree_cache import TreeCacheEntry, write_tree_cache
+        from huggingface_hub._tree_cache import TreeCacheEntry, write_tree_cache  # lazy: start-up time (as above)
     except ImportError:
         log.info("this huggingface_hub keeps no tree listing; a partly downloaded snapshot is not detected")
         return
@@ -109,7 +110,7 @@ def record_listing(folder: Path, commit: str, siblings: Sequence[Any]) -> None:
 def cached_snapshot(repo_id: str, *, revision: str = "main", cache_dir: str | Path | None = None,
                     patterns: Sequence[str] = MODEL_PATTERNS) -> Path | None:
     """The cached snapshot folder of ``repo_id`` (no network), or None when it is not complete."""
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import snapshot_download  # lazy: start-up time (as above)
 
     try:
         return Path(str(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir,

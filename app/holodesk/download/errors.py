@@ -85,6 +85,7 @@ def classify(exc: BaseException, repo_id: str, endpoint: str, folder: Path | Non
 
     The hub's answers are read first (:func:`_hub_refusal`), then a full disk (:func:`_disk_full`), then
     offline mode and the network (:func:`_network_failure`); anything else is a "server" error."""
+    # lazy: start-up time (huggingface_hub's modules load in about 0.1 s; the tray imports this module)
     from huggingface_hub.errors import HfHubHTTPError
 
     if isinstance(exc, DownloadError):
@@ -106,6 +107,7 @@ def _hub_refusal(exc: BaseException, repo_id: str, endpoint: str, folder: Path |
     """The error for a hub answer that refuses the request: a gated repo, a missing revision, file or repo
     ("not_found"), a refused token or account ("auth": 401 with a token, 403), an overloaded or failing
     hub ("server": 5xx, 429); None for any other exception."""
+    # lazy: start-up time (as above)
     from huggingface_hub.errors import (
         GatedRepoError,
         HfHubHTTPError,
@@ -169,8 +171,8 @@ def _network_failure(exc: BaseException, repo_id: str, endpoint: str, folder: Pa
     """The error for offline mode (``HF_HUB_OFFLINE``) or a network failure: "offline" (mode on, or the hub
     cannot be reached), "stalled" (a timeout), "unstable" (any other httpx2 transport error); None for any
     other exception."""
-    import httpx2
-    from huggingface_hub.errors import OfflineModeIsEnabled
+    import httpx2  # lazy: start-up time (as above; httpx2 is huggingface_hub's transport)
+    from huggingface_hub.errors import OfflineModeIsEnabled  # lazy: start-up time (as above)
 
     if isinstance(exc, OfflineModeIsEnabled) or os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0"):
         return DownloadError("offline", f"{repo_id} cannot be downloaded: offline mode is on (HF_HUB_OFFLINE)",

@@ -19,6 +19,7 @@ from holodesk.download.cache import (
     repo_folder,
 )
 from holodesk.download.errors import DownloadError, classify
+from holodesk.errors import SecretStoreError
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,7 @@ REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 def hub_endpoint(endpoint: str | None = None) -> str:
     """``endpoint``, else ``HF_ENDPOINT``, else huggingface_hub's default, without a trailing slash."""
+    # lazy: start-up time (huggingface_hub's modules load in about 0.1 s; the tray imports this module)
     from huggingface_hub import constants
 
     return (endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
@@ -42,7 +44,7 @@ def hub_token(endpoint: str | None = None) -> str | None:
     """The hub token kept in the system keychain for the hub's URL (``holodesk download --login``), or None
     (then huggingface_hub looks at ``HF_TOKEN`` and its own token file). An unusable keychain is logged and
     read as "no token"."""
-    from holodesk.errors import SecretStoreError
+    # lazy: the keychain (keyring) loads only when a token is needed; a local model imports this module (field case F19)
     from holodesk.secrets import load_api_key
 
     try:
@@ -58,7 +60,7 @@ def store_hub_token(token: str, endpoint: str | None = None) -> None:
     Raises:
         SecretStoreError: when no usable keychain exists (the message says what to do).
     """
-    from holodesk.secrets import store_api_key
+    from holodesk.secrets import store_api_key  # lazy: the keychain, as in hub_token
 
     store_api_key(hub_endpoint(endpoint), token)
 
@@ -128,8 +130,8 @@ def plan_download(repo_id: str, *, revision: str = "main", cache_dir: str | Path
     Raises:
         DownloadError: not_found, gated, auth, server, offline (see :func:`~holodesk.download.errors.classify`).
     """
-    from huggingface_hub import HfApi
-    from huggingface_hub.utils import filter_repo_objects
+    from huggingface_hub import HfApi  # lazy: start-up time (as above)
+    from huggingface_hub.utils import filter_repo_objects  # lazy: start-up time (as above)
 
     base = hub_endpoint(endpoint)
     cache = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()

@@ -294,6 +294,7 @@ def _file_digest(path: Path, sha256: str | None, size: int, job: _Job | None = N
 
 def _fetch_file(job: _Job, plan: DownloadPlan, item: PlannedFile, headers: dict[str, str], budget: int) -> None:
     """Download one file into its partial file, verify it, move it into the cache (worker thread)."""
+    # lazy: start-up time (huggingface_hub's modules load in about 0.1 s; the tray imports this module)
     from huggingface_hub.file_download import hf_hub_url
 
     folder = plan.repo_folder
@@ -325,7 +326,7 @@ def _lock_file(job: _Job, folder: Path, item: PlannedFile) -> Any:
     (``<cache>/.locks/models--owner--name/<etag>.lock``), so that two processes never append to the same
     partial file; waits (as activity, not a stall) while another download holds it. The caller's thread
     releases it when it stops the job, so a worker still blocked on the network does not keep it."""
-    from filelock import FileLock, Timeout
+    from filelock import FileLock, Timeout  # lazy: start-up time (as above; filelock about 0.04 s)
 
     path = folder.parent / ".locks" / folder.name / f"{item.etag}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -351,8 +352,8 @@ def _lock_file(job: _Job, folder: Path, item: PlannedFile) -> Any:
 
 def _fetch_attempts(job: _Job, plan: DownloadPlan, item: PlannedFile, headers: dict[str, str], budget: int,
                     url: str, partial: Path) -> None:
-    from huggingface_hub import constants
-    from huggingface_hub.file_download import http_get
+    from huggingface_hub import constants  # lazy: start-up time (as above)
+    from huggingface_hub.file_download import http_get  # lazy: start-up time (as above)
 
     constants.DOWNLOAD_CHUNK_SIZE = HTTP_CHUNK_BYTES
     folder = plan.repo_folder
@@ -440,7 +441,7 @@ def _spend_retry(job: _Job, budget: int, exc: Exception) -> None:
 
 def _silent_tqdm() -> type:
     """A tqdm class that shows nothing (progress is reported by the supervisor)."""
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # lazy: start-up time (as above; tqdm about 0.06 s)
 
     class _Silent(tqdm):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -453,7 +454,7 @@ def _silent_tqdm() -> type:
 def _run_job(job: _Job, repo_id: str, revision: str, cache_dir: Path, token: str | None, endpoint: str,
              patterns: Sequence[str], budget: int, verify_cached: bool, stall_timeout_s: float,
              before_weights: Callable[[Path], None] | None = None) -> None:
-    from huggingface_hub.utils import build_hf_headers
+    from huggingface_hub.utils import build_hf_headers  # lazy: start-up time (as above)
 
     started = time.monotonic()
     try:

@@ -20,6 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from holodesk.errors import HolodeskError
+from holodesk.eval.desktop import EvalDesktop
+from holodesk.eval.grounding import main as grounding_main
+from holodesk.eval.report import compare, load_report, write_report
+from holodesk.eval.runner import ORACLE, SuiteRunner, point_process_at
+from holodesk.eval.tasks import SUITE_DIR, load_suite
+from holodesk.settings import load_settings
 
 if TYPE_CHECKING:
     from holodesk.eval.tasks import Task
@@ -60,8 +66,6 @@ def main(argv: Sequence[str]) -> int:
     if args_list[:1] == ["compare"]:
         return _compare(args_list[1:])
     if args_list[:1] == ["grounding"]:
-        from holodesk.eval.grounding import main as grounding_main
-
         return grounding_main(args_list[1:])
     args = _parser().parse_args(args_list)
     if args.repeat < 1:
@@ -73,8 +77,6 @@ def main(argv: Sequence[str]) -> int:
                             "--endpoint URL --model NAME (remote) or --script FILE.")
     if args.sabotage and policy != "oracle":
         raise HolodeskError("--sabotage plays the oracle's sabotaged replies; it needs --policy oracle")
-    from holodesk.eval.tasks import SUITE_DIR, load_suite
-
     suite_path = SUITE_DIR if args.suite == SHIPPED else Path(args.suite)
     if args.suite != SHIPPED and not suite_path.exists():
         raise HolodeskError(f"no suite {args.suite!r}", hint=f"Use '{SHIPPED}' or a folder / .toml file of tasks.")
@@ -85,11 +87,6 @@ def main(argv: Sequence[str]) -> int:
 
 
 def _run(args: argparse.Namespace, policy: str, tasks: list[Task], out: Path) -> int:
-    from holodesk.eval.desktop import EvalDesktop
-    from holodesk.eval.report import write_report
-    from holodesk.eval.runner import ORACLE, SuiteRunner, point_process_at
-    from holodesk.settings import load_settings
-
     settings = load_settings(policy=None if policy == ORACLE else policy, model=args.model, endpoint=args.endpoint,
                              script_file=args.script, precision=args.precision, desktop_backend="mss")
     # SIGTERM ends the run through the finally below, so the desktop's X server and programs are stopped too
@@ -124,8 +121,6 @@ def _run(args: argparse.Namespace, policy: str, tasks: list[Task], out: Path) ->
 
 
 def _compare(argv: list[str]) -> int:
-    from holodesk.eval.report import compare, load_report
-
     parser = argparse.ArgumentParser(prog="holodesk eval compare", description="two eval reports side by side")
     parser.add_argument("a", type=Path)
     parser.add_argument("b", type=Path)

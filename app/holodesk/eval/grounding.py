@@ -38,14 +38,25 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
+import httpx
+import mss
+import numpy as np
+from PIL import Image
+
+from holodesk.control.accessibility import AccessibilityProbe
 from holodesk.core.actions import Point
+from holodesk.core.element import ACTIVATING_ROLES, TEXT_ROLES
 from holodesk.errors import HolodeskError, PolicyError, PolicyOutputError
+from holodesk.eval.desktop import EvalDesktop, wait_for
+from holodesk.eval.tasks import APPS_DIR, SYSTEM_PYTHON
 from holodesk.policy.base import Localizer
-
-if TYPE_CHECKING:
-    from holodesk.eval.desktop import EvalDesktop
+from holodesk.policy.models import protocol_for
+from holodesk.policy.registry import get_protocol
+from holodesk.secrets import resolve_api_key
+from holodesk.session.factory import build_policy
+from holodesk.settings import load_settings
 
 V2_IMAGES = "screenspotv2_image"
 Box = tuple[float, float, float, float]
@@ -130,8 +141,6 @@ def generate_suite_set(folder: Path) -> int:
     Raises:
         EvalDesktopError: a program is missing, did not come up, or published no accessibility tree.
     """
-    from holodesk.eval.desktop import EvalDesktop
-
     (folder / V2_IMAGES).mkdir(parents=True, exist_ok=True)
     scratch = folder / ".desktop"
     desktop = EvalDesktop.start(directory=scratch)
@@ -154,10 +163,6 @@ def generate_suite_set(folder: Path) -> int:
 
 def _grab(desktop: EvalDesktop, path: Path) -> None:
     """A PNG of the desktop's screen, once two grabs 0.2 s apart are the same (the programs have drawn)."""
-    import mss
-
-    from holodesk.eval.desktop import wait_for
-
     with mss.MSS(display=desktop.display) as grabber:
         shots = [grabber.grab(grabber.monitors[1])]
 
@@ -171,9 +176,6 @@ def _grab(desktop: EvalDesktop, path: Path) -> None:
 
 
 def _settings_form_entries(desktop: EvalDesktop, folder: Path) -> list[dict[str, Any]]:
-    from holodesk.eval.desktop import wait_for
-    from holodesk.eval.tasks import APPS_DIR, SYSTEM_PYTHON
-
     layout = folder / ".desktop" / "layout.json"
     form = desktop.launch([SYSTEM_PYTHON, str(APPS_DIR / "settings_form.py"), "--state",
                            str(folder / ".desktop" / "state.json"), "--layout", str(layout)],
@@ -216,10 +218,6 @@ def accessible_entries(desktop: EvalDesktop, folder: Path, name: str, argv: list
     Raises:
         EvalDesktopError: the program did not come up, or its tree did not answer within 30 s.
     """
-    from holodesk.control.accessibility import AccessibilityProbe
-    from holodesk.core.element import ACTIVATING_ROLES, TEXT_ROLES
-    from holodesk.eval.desktop import wait_for
-
     program = desktop.launch(argv, window_class=window_class)
     x, y, w, h = where if len(where) == 4 else (*where, *desktop.geometry(program.window)[2:])
     desktop.place(program.window, x, y, w, h)
@@ -270,9 +268,6 @@ def model_locator(localizer: Localizer) -> Locator:
         PolicyOutputError: the reply is not a point. PolicyError: no reply.
         HolodeskError: the image cannot be read.
     """
-    import numpy as np
-    from PIL import Image
-
     def locate(sample: Sample) -> tuple[float, float]:
         try:
             with Image.open(sample.image) as image:
@@ -301,12 +296,6 @@ class RemoteLocalizer:
     """
 
     def __init__(self, endpoint: str, model: str, protocol: str = "auto") -> None:
-        import httpx
-
-        from holodesk.policy.models import protocol_for
-        from holodesk.policy.registry import get_protocol
-        from holodesk.secrets import resolve_api_key
-
         self.endpoint = endpoint.rstrip("/")
         self.model = model
         self.protocol = get_protocol(protocol_for(model, protocol))
@@ -321,8 +310,6 @@ class RemoteLocalizer:
         Raises:
             PolicyError: the server failed. PolicyOutputError: the reply is not a localization reply.
         """
-        from PIL import Image
-
         buffer = io.BytesIO()
         Image.fromarray(image).save(buffer, format="PNG")
         url = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
@@ -368,9 +355,6 @@ def open_localizer(*, model: str, endpoint: str | None, precision: str | None = 
     """
     if endpoint:
         return RemoteLocalizer(endpoint, model), f"{model} at {endpoint}"
-    from holodesk.session.factory import build_policy
-    from holodesk.settings import load_settings
-
     policy = build_policy(load_settings(policy="local", model=model, precision=precision))
     if not isinstance(policy, Localizer):
         policy.close()

@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -26,12 +27,17 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from PIL import Image, ImageDraw, ImageFont
+
+from holodesk.control.accessibility import AccessibilityProbe
 from holodesk.errors import HolodeskError
 from holodesk.eval.desktop import EvalDesktop, Program, wait_for
 from holodesk.eval.tasks import CheckContext, Rect, Task, expand, resolve_reply, run_check
 from holodesk.policy.base import Observation, Proposal
 from holodesk.policy.scripted import ScriptedPolicy
 from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision
+from holodesk.session.episode import load_episode
+from holodesk.session.factory import PolicyCache, build_policy, build_session, default_focus_probe, default_window_probe
 
 if TYPE_CHECKING:
     from holodesk.policy.base import Policy
@@ -150,8 +156,6 @@ def step_records(episode: Path | None) -> list[dict[str, Any]]:
     """The report's view of each recorded step of ``episode``."""
     if episode is None:
         return []
-    from holodesk.session.episode import load_episode
-
     records = []
     for step in load_episode(episode).steps:
         extra = step.get("policy_extra") or {}
@@ -180,8 +184,6 @@ class SuiteRunner:
 
     def __init__(self, desktop: EvalDesktop, settings: Settings, *, policy: str, sabotage: bool, unattended: bool,
                  out: Path) -> None:
-        from holodesk.session.factory import PolicyCache
-
         self.desktop = desktop
         self.settings = settings
         self.policy = policy
@@ -190,8 +192,6 @@ class SuiteRunner:
         self.out = out
         self._cache = PolicyCache()
         self._layouts: list[Path] = []
-        from holodesk.control.accessibility import AccessibilityProbe
-
         # the autopilot's accessibility lookup asks this desktop's bus, never the user's
         self._elements = AccessibilityProbe(desktop.env["DBUS_SESSION_BUS_ADDRESS"])
 
@@ -243,14 +243,10 @@ class SuiteRunner:
             name = f"oracle{'-sabotage' if self.sabotage else ''}:{task.id}"
             return lambda _settings: OraclePolicy(replies, self._rects, (self.desktop.width, self.desktop.height),
                                                   name)
-        from holodesk.session.factory import build_policy
-
         return lambda settings: self._cache.get(settings, build_policy)
 
     def run_task(self, task: Task, repeat: int) -> Attempt:
         """Set up, run and check one task. Setup failures are an "error" attempt, not an exception."""
-        from holodesk.session.factory import build_session, default_focus_probe, default_window_probe
-
         self.desktop.reset()
         folder = self.out / "tasks" / f"{task.id}-{repeat}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -318,8 +314,6 @@ class SuiteRunner:
 
 def draw_word(path: Path, word: str) -> None:
     """Write a 480x320 PNG showing ``word`` in large dark letters on a light background (DejaVu Sans Bold)."""
-    from PIL import Image, ImageDraw, ImageFont
-
     image = Image.new("RGB", (480, 320), (236, 232, 220))
     try:
         font: Any = ImageFont.truetype("DejaVuSans-Bold.ttf", 96)
@@ -351,8 +345,6 @@ def point_process_at(desktop: EvalDesktop) -> None:
     Raises:
         HolodeskError: pyautogui was already imported (bound to another display).
     """
-    import sys
-
     if "pyautogui" in sys.modules:
         raise HolodeskError("pyautogui was imported before the evaluation desktop started",
                             hint="Run holodesk eval in its own process.")

@@ -24,17 +24,21 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
+from holodesk.capture.mss_backend import MssCapture
+from holodesk.capture.pipewire_backend import MutterCapture
+from holodesk.control.mutter_executor import MUTTER_CAPABILITIES, MutterExecutor
+from holodesk.control.pyautogui_executor import X11_CAPABILITIES, PyAutoGUIExecutor
 from holodesk.core.geometry import Frame, Monitor
+from holodesk.display import choose_backend
+from holodesk.display.mutter import MutterRemoteDesktop
+from holodesk.display.portal import PortalRemoteDesktop
+from holodesk.display.x11 import X11Watch
 from holodesk.errors import DisplayError, HolodeskError
 
 if TYPE_CHECKING:
     from holodesk.capture.base import CaptureBackend
-    from holodesk.capture.pipewire_backend import MutterCapture
     from holodesk.control.base import Executor, ExecutorCapabilities
     from holodesk.display import BackendChoice
-    from holodesk.display.mutter import MutterRemoteDesktop
-    from holodesk.display.portal import PortalRemoteDesktop
-    from holodesk.display.x11 import X11Watch
     from holodesk.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -132,16 +136,10 @@ class Desktop:
         self._x11_watch: X11Watch | None = None
         self._watch_lock = threading.Lock()
         if choice.backend == "mutter":
-            from holodesk.display.mutter import MutterRemoteDesktop
-
             self.remote = MutterRemoteDesktop()
         elif choice.backend == "portal":
-            from holodesk.display.portal import PortalRemoteDesktop
-
             self.remote = PortalRemoteDesktop()
         if self.remote is not None:
-            from holodesk.capture.pipewire_backend import MutterCapture
-
             self._capture = MutterCapture(self.remote)
 
     def capture(self) -> CaptureBackend:
@@ -157,19 +155,13 @@ class Desktop:
         watch = self.x11_watch()
         if watch is not None:
             watch.raise_if_ended()
-        from holodesk.capture.mss_backend import MssCapture
-
         return MssCapture() if watch is None else WatchedCapture(MssCapture(), watch)
 
     def executor(self, settings: Settings, stop_event: threading.Event | None = None) -> Executor:
         """A task's executor: on the process's remote-desktop session (``mutter``/``portal``) or pyautogui's.
         ``stop_event`` ends a running ``wait`` early."""
         if self.remote is not None:
-            from holodesk.control.mutter_executor import MutterExecutor
-
             return MutterExecutor(self.remote, stop_event=stop_event)
-        from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
-
         return PyAutoGUIExecutor(typing=settings.typing, stop_event=stop_event, desktop_watch=self.x11_watch())
 
     def x11_watch(self) -> X11Watch | None:
@@ -179,8 +171,6 @@ class Desktop:
             return None
         with self._watch_lock:
             if self._x11_watch is None:
-                from holodesk.display.x11 import X11Watch
-
                 try:
                     self._x11_watch = X11Watch()
                 except DisplayError as exc:
@@ -210,11 +200,7 @@ def executor_capabilities(backend: str) -> ExecutorCapabilities:
     """The declared capabilities of backend ``backend``'s executor ("mss", "mutter" or "portal"), without
     building it (pyautogui is not imported)."""
     if backend in ("mutter", "portal"):
-        from holodesk.control.mutter_executor import MUTTER_CAPABILITIES
-
         return MUTTER_CAPABILITIES
-    from holodesk.control.pyautogui_executor import X11_CAPABILITIES
-
     return X11_CAPABILITIES
 
 
@@ -247,8 +233,6 @@ def desktop(settings: Settings | None = None) -> Desktop:
             log.info("the desktop_backend setting or the desktop changed: closing the %s backend",
                      old.choice.backend)
             old.close()
-        from holodesk.display import choose_backend
-
         choice = choose_backend(key[0])
         log.info("desktop backend: %s (%s)", choice.backend, choice.reason)
         if choice.display.problem and choice.backend == "mss":

@@ -26,11 +26,15 @@ import json
 import logging
 import os
 import re
+import shutil
 import time
+import zipfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
+
+from PIL import Image
 
 from holodesk.core.geometry import Frame
 from holodesk.errors import HolodeskError
@@ -58,8 +62,6 @@ def _private(path: str, flags: int) -> int:
 
 def save_png(frame: Frame, path: Path) -> None:
     """Write the frame's pixels as a PNG (fast compression), fsynced; a new file is created 0600."""
-    from PIL import Image
-
     img = Image.fromarray(frame.pixels, "RGB")
     with open(path, "wb", opener=_private) as fh:
         img.save(fh, format="PNG", compress_level=1)
@@ -252,8 +254,6 @@ def export_episode(path: Path, target: Path) -> Path:
         HolodeskError: ``path`` is not an episode folder, or the zip cannot be written (the partial file
             is removed).
     """
-    import zipfile
-
     folder = Path(path)
     if not (folder / EPISODE_FILE).is_file():
         raise HolodeskError(f"{folder} is not an episode folder (no {EPISODE_FILE})")
@@ -279,8 +279,6 @@ def delete_episode(path: Path, root: Path) -> None:
     Raises:
         HolodeskError: ``path`` is not an episode of ``root``, or it cannot be deleted.
     """
-    import shutil
-
     folder = Path(path).resolve()
     if folder.parent != Path(root).resolve() or not (folder / EPISODE_FILE).is_file():
         raise HolodeskError(f"{path} is not an episode folder in {root}; nothing was deleted")

@@ -2,7 +2,7 @@
 
 :func:`build_session` is the one place a :class:`~holodesk.session.loop.Session` is assembled; the CLI,
 the tray app (and through it the MCP server) and the tests use it, so all run the very same
-configuration. Heavy backends are imported only when chosen.
+configuration. The backends' libraries (pyautogui, GStreamer, D-Bus) are imported only when chosen.
 """
 
 from __future__ import annotations
@@ -13,7 +13,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from holodesk.control.accessibility import AccessibilityProbe
+from holodesk.control.grabs import input_grab_problem
 from holodesk.errors import HolodeskError, SettingsError
+from holodesk.policy.scripted import ScriptedPolicy
 from holodesk.session.approval import ApprovalPolicy
 from holodesk.session.desktop import desktop
 from holodesk.session.loop import SCREEN_SETTLE_S, Session
@@ -46,13 +49,13 @@ def build_policy(settings: Settings, *, progress: Any = None, cancel: threading.
         if settings.script_file is None:
             raise SettingsError("policy 'script' needs a script file",
                                 hint="Choose the replay file in Settings (Replay file), or pass --script FILE.")
-        from holodesk.policy.scripted import ScriptedPolicy
-
         return ScriptedPolicy(settings.script_file)  # the script file names its protocol (old files: holo-v1)
     if settings.policy == "remote":
         if not settings.endpoint:
             raise SettingsError("the remote policy needs an endpoint URL",
                                 hint="Pass --endpoint URL or set 'endpoint' in the settings.")
+        # lazy: start-up time (httpx and the remote policy, about 0.06 s; the tray imports this module); the
+        # keychain (keyring) loads only for a remote policy (field case F19)
         from holodesk.policy.remote import RemotePolicy
         from holodesk.secrets import resolve_api_key
 
@@ -95,6 +98,7 @@ def default_focus_probe() -> Callable[[], str | None] | None:
     """The focused window's class, as the risk rules read it (:func:`holodesk.control.window.focused_window_class`),
     or None where the X11 window helpers cannot be imported."""
     try:
+        # lazy: None where the X11 window helpers cannot be imported (the docstring)
         from holodesk.control.window import focused_window_class
     except ImportError:
         return None
@@ -105,6 +109,7 @@ def default_window_probe() -> Callable[..., Any] | None:
     """The window at an input point (:func:`holodesk.control.window.window_at`), or None where the X11 window
     helpers cannot be imported."""
     try:
+        # lazy: None where the X11 window helpers cannot be imported (the docstring)
         from holodesk.control.window import window_at
     except ImportError:
         return None
@@ -155,8 +160,6 @@ def build_element_probe(settings: Settings) -> ElementProbe | None:
     if backend in ("mutter", "portal"):
         log.info("no accessibility lookup on the %s backend: the risk rules judge by words and windows", backend)
         return None
-    from holodesk.control.accessibility import AccessibilityProbe
-
     return AccessibilityProbe()
 
 
@@ -170,8 +173,6 @@ def build_grab_probe(settings: Settings) -> Callable[[], str | None] | None:
         return None
     if backend in ("mutter", "portal"):
         return None
-    from holodesk.control.grabs import input_grab_problem
-
     return input_grab_problem
 
 

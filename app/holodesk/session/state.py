@@ -6,6 +6,7 @@ run ended (:class:`EpisodeResult`, with the reasons and ``stopped_by`` words). T
 from __future__ import annotations
 
 import enum
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,6 +102,4 @@ STOPPED_BY_WALL_CAP = "the wall-time cap"
 
 def stopped_by_signal(signum: int) -> str:
     """``stopped_by`` of a run that a signal to the process ended: ``"a SIGTERM signal to Holodesk"``."""
-    import signal
-
     return f"a {signal.Signals(signum).name} signal to Holodesk"
