@@ -31,13 +31,20 @@ import json
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from holodesk.bench.families import write_family_checkpoint
-from holodesk.bench.floors import measure_floors
+from holodesk.bench.floors import allocated, floor_ms, measure_floors, param_bytes, peak, reset_peak
 from holodesk.bench.full_size import FULL_SIZE, PUBLISHED_MAX_PIXELS, full_size_model
+from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import ModelLoadError
+from holodesk.policy.base import Observation
+from holodesk.policy.generation import GenerationOptions
+from holodesk.policy.models import GREEDY, Sampling
 from holodesk.policy.native.families import NATIVE_FAMILIES, family_by_key, read_config
 from holodesk.policy.native.processor import load_processor
 
@@ -70,7 +77,9 @@ def random_native(key: str, *, tiny: bool, config_path: Path | None, device: tor
     Raises:
         ModelLoadError: see :func:`published_config` and :func:`~holodesk.policy.native.policy.load_native`.
     """
+    # lazy: the native policy module loads transformers' model classes (heavy; the bench starts without them)
     from holodesk.policy.native.policy import LoadedNative, load_native
+
     family = family_by_key(key)
     folder = workdir / key
     if tiny:
@@ -150,12 +159,7 @@ def _head_inside_decoder_bytes(model: Any) -> int:
 def family_runs(loaded: LoadedNative, args: argparse.Namespace, floors: dict[str, Any]) -> dict[str, Any]:
     """``--repeats`` timed steps (after one untimed: compilation) of a 1080p screenshot through
     :meth:`NativePolicy.generate`, with their peak memory and the decode floor (module docstring)."""
-    import numpy as np
-
-    from holodesk.bench.floors import allocated, floor_ms, param_bytes, peak, reset_peak
-    from holodesk.core.geometry import Frame, Monitor
-    from holodesk.policy.base import Observation
-    from holodesk.policy.generation import GenerationOptions
+    # lazy: the native policy module loads transformers' model classes (heavy; the bench starts without them)
     from holodesk.policy.native.policy import NativePolicy
 
     model = loaded.model
@@ -221,10 +225,6 @@ def think_runs(policy: NativePolicy, observation: Any, args: argparse.Namespace)
     exactly ``--think-tokens`` tokens: the random model never closes it, so ``</think>`` is forced at the budget,
     then the ``--reply-tokens`` reply), each greedy and sampled (temperature 0.8, top_p 0.95, applied after the
     mask in :class:`~holodesk.policy.native.policy.ReplyRule`)."""
-    from dataclasses import replace
-
-    from holodesk.policy.models import GREEDY, Sampling
-
     sampled = Sampling(greedy=False, temperature=0.8, top_p=0.95, seed=args.seed)
     rows: dict[str, Any] = {}
     for name, reasoning, sampling in (("off_greedy", False, GREEDY), ("off_sampled", False, sampled),

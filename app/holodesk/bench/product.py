@@ -26,6 +26,8 @@ import numpy as np
 from holodesk.bench.floors import decode_step_bytes, floor_ms, param_bytes, peak, reset_peak, stage_flops
 from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import PolicyError, PolicyOutputError
+from holodesk.policy.base import HistoryStep, Observation
+from holodesk.policy.generation import GenerationOptions
 
 if TYPE_CHECKING:
     import argparse
@@ -90,8 +92,7 @@ def product_path(loaded: LoadedHolotron, args: argparse.Namespace, weights: int,
     """Run the steps of the module docstring with ``HolotronPolicy(loaded, decoder="static")`` and return
     the results (``checks_failed``: the failed checks, in words); with measured ``floors`` each timed step
     also gets the floor of its own new work (:func:`new_work_floor_ms`)."""
-    from holodesk.policy.base import HistoryStep, Observation
-    from holodesk.policy.generation import GenerationOptions
+    # lazy: the Holotron policy module loads transformers and the runtime (heavy; the bench starts without them)
     from holodesk.policy.holotron.policy import HolotronPolicy
 
     device = loaded.device

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from holodesk.control.accessibility import AccessibilityProbe
 from holodesk.control.grabs import input_grab_problem
 from holodesk.errors import HolodeskError, SettingsError
+from holodesk.policy.generation import GenerationOptions
 from holodesk.policy.scripted import ScriptedPolicy
 from holodesk.session.approval import ApprovalPolicy
 from holodesk.session.desktop import desktop
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
     from holodesk.core.wording import WindowInfo
     from holodesk.display import BackendChoice
     from holodesk.policy.base import Policy
-    from holodesk.policy.generation import GenerationOptions
     from holodesk.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,7 @@ def build_policy(settings: Settings, *, progress: Any = None, cancel: threading.
         return RemotePolicy(settings.endpoint, settings.model, api_key=api_key, options=generation_options(settings),
                             timeout_s=settings.request_timeout_s)
     if settings.policy == "local":
+        # lazy: the local runtime loads torch and transformers (the tray starts without them)
         from holodesk.policy.local import load_local_policy
 
         quant = {"bf16": None, "8bit": "8bit", "4bit": "4bit"}[settings.precision]
@@ -81,8 +82,6 @@ def generation_options(settings: Settings) -> GenerationOptions:
     Raises:
         SettingsError, PolicyError: see :meth:`~holodesk.policy.generation.GenerationOptions.for_model`.
     """
-    from holodesk.policy.generation import GenerationOptions
-
     options = GenerationOptions.from_settings(settings)
     known = options.reasoning_switch is not None
     for note in options.notes:

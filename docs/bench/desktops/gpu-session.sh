@@ -14,7 +14,15 @@ set -u
 out=${1:-${OUT:-/tmp/holodesk-bench}}
 part=${2:-tests,bench}
 mkdir -p "$out"
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl4/*.whl 2>/dev/null || exit 1
+rm -rf /tmp/site/mistral_common /tmp/site/mistral_common-*  # left on the import path by an earlier install
+# mistral-common goes outside the import path (stand_in_tokenizer.TEKKEN_TARGET): transformers takes an importable
+# mistral-common for its own tokenizer backend and fails on one installed without its dependencies
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $(ls .whl4/*.whl | grep -v mistral_common) \
+    2>/dev/null || exit 1
+if ls .whl4/mistral_common-*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade \
+        --target "$(python3 -c 'import sys; print(sys.prefix)')/bench-data" .whl4/mistral_common-*.whl || exit 1
+fi
 if [ -d .whlq ] && ls .whlq/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whlq/*.whl || exit 1
 fi
