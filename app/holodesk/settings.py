@@ -27,6 +27,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from holodesk.core.approval import ApprovalMode
 from holodesk.errors import SettingsError
+from holodesk.policy.models import DEFAULT_MODEL, get_model, series_names
 
 SCHEMA_VERSION = 1
 APP_NAME = "holodesk"
@@ -71,9 +72,9 @@ class Settings(BaseSettings):
         "'remote' asks an OpenAI-compatible server (vLLM), 'script' replays a file of protocol replies.",
     )
     model: str = policy_setting(
-        "Hcompany/Holotron-12B",
+        get_model(DEFAULT_MODEL).hub_id,
         description="Local policy: a checkpoint folder or a Hugging Face repo id (the wizard and Settings list "
-        "H Company's models that fit this GPU: Holotron-12B, Holotron-3-Nano, Holo2, Holo3, Holo3.1). Remote "
+        f"H Company's models that fit this GPU: {', '.join(series_names())}). Remote "
         "policy: the model name the server serves.",
     )
     precision: Literal["bf16", "8bit", "4bit"] = policy_setting(

@@ -96,7 +96,8 @@ def test_the_docs_family_table_is_the_model_tables() -> None:
 
 
 def test_the_model_setting_names_every_series_of_the_table() -> None:
-    """The ``model`` setting's description (Settings' tooltip, docs/settings.md) lists the table's series in order."""
+    """The ``model`` setting's default and description (Settings' tooltip, docs/settings.md) come from the table: its
+    default model's hub id and its series in order."""
     description = Settings.model_fields["model"].description or ""
     assert series_names() == ("Holotron-12B", "Holotron-3-Nano", "Holo2", "Holo3", "Holo3.1")
     assert f"H Company's models that fit this GPU: {', '.join(series_names())})" in description
