@@ -5,7 +5,10 @@
 # root on the GPU machine with the carried wheels in .whl4 (transformers 5.23.0, xgrammar 0.2.9 and its pydantic / tvm-ffi needs,
 # the mamba-ssm 2.3.2.post1 sdist) and, for PARTS=quant, .whlq (bitsandbytes). ../shared/tools/gpu-wheels.sh builds
 # .whl4; add `python3 -m pip download --no-deps -d .whl4 confusable-homoglyphs mistral-common==1.13.1` (the
-# autopilot's word matching, imported by the policy package; the tekken stand-in tokenizer's data file).
+# autopilot's word matching, imported by the policy package; the tekken stand-in tokenizer's data file) and `keyring
+# jaraco.classes jaraco.functools jaraco.context more-itertools backports.tarfile importlib-metadata zipp lazy-importer
+# rich pygments markdown-it-py mdurl secretstorage jeepney` (holodesk.doctor, which a GPU test imports, loads the
+# keychain module at import).
 #   bash docs/bench/desktops/gpu-session.sh [OUT] [PARTS]    PARTS: comma list of tests, bench, probe, nativetests, quanttests, quant, coldstart, families (default tests,bench;
 #   GPU_TESTS_K: a pytest -k filter for the tests part; GPU_TESTS_PATHS: its test folders/files; QUANT: the quant modes; FAMILIES: --family keys; COLD_ARGS: more cold-start flags;
 #   TOKENIZER: test or tekken for the bench and quant parts, default tekken when .whl4 holds the mistral-common wheel)
