@@ -326,7 +326,6 @@ def cmd_download(args: argparse.Namespace) -> int:
     so it is honoured even where the process inherited SIGINT ignored and whatever the main thread is
     doing: the download's worker refuses every further write at once."""
     # lazy: start-up time (see the module docstring)
-
     from holodesk.download.errors import DownloadCancelled
     from holodesk.download.hub import hub_token, store_hub_token
     from holodesk.download.manager import download_model

@@ -407,6 +407,7 @@ def http_token(port: int) -> str:
 
 async def serve_http(server: MCPServer, port: int, token: str) -> None:
     """Serve streamable HTTP on 127.0.0.1:``port`` (path ``/mcp``), requiring the bearer token."""
+    # lazy (here and below): only `holodesk mcp --http` serves over HTTP (uvicorn and the transport's settings)
     import uvicorn
     from mcp.server.transport_security import TransportSecuritySettings
 

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 
 from typing_extensions import Unpack
 
+from holodesk.errors import ModelLoadError
 from holodesk.policy.native.families import check_checkpoint_before_weights, read_family
+from holodesk.policy.source import resolve_source
 
 if TYPE_CHECKING:
     from holodesk.policy.base import Policy
@@ -47,13 +49,10 @@ def load_local_policy(
             (:func:`require_runtime`), an unsupported or unreadable checkpoint (the message lists the supported
             families), quantization asked for a native family, or the chosen runtime's load errors.
     """
-    from holodesk.errors import ModelLoadError
-    from holodesk.policy.source import resolve_source
-
     require_runtime()
     device, progress, cancel = loading.get("device"), loading.get("progress"), loading.get("cancel")
     if device is None:
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         on_gpu = torch.cuda.is_available()
     else:
@@ -62,13 +61,14 @@ def load_local_policy(
                             before_weights=check_checkpoint_before_weights)
     family = read_family(folder)
     if family.runtime == "holotron":
+        # lazy: the Holotron runtime imports torch (optional, heavy)
         from holodesk.policy.holotron import HolotronPolicy
 
         return HolotronPolicy.load(folder, options, quantization=quantization, decoder=decoder, **loading)
     if quantization is not None:
         raise ModelLoadError(f"{quantization} weights are offered for Holotron-12B only, not for {family.models}",
                              hint="Choose bf16 precision for this model.")
-    from holodesk.policy.native import NativePolicy
+    from holodesk.policy.native import NativePolicy  # lazy: the native runtime imports torch and transformers
 
     return NativePolicy.load(folder, options, **loading)
 
@@ -76,7 +76,7 @@ def load_local_policy(
 def runtime_missing() -> str | None:
     """Why the local model's runtime (torch and transformers, the ``local`` extra) cannot be imported, or
     None when it can."""
-    try:
+    try:  # lazy (here and below): the probe of the optional runtime; importing it is the check
         import torch  # noqa: F401
         import transformers  # noqa: F401
     except ImportError as exc:
@@ -91,8 +91,6 @@ def require_runtime() -> None:
         ModelLoadError: it cannot; the message names the missing module and the hint says what to do (a
             server or a replay file in the setup wizard, or the install that brings the runtime).
     """
-    from holodesk.errors import ModelLoadError
-
     missing = runtime_missing()
     if missing is not None:
         raise ModelLoadError(

@@ -14,6 +14,7 @@ Importing this module needs neither torch nor transformers (torch is imported wh
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import threading
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ LOCALIZATION_MAX_TOKENS = 32
 def is_oom(exc: BaseException) -> bool:
     """True for a CUDA out-of-memory error (``torch.OutOfMemoryError``, or an older ``RuntimeError`` whose text
     says "out of memory"). Imports torch."""
-    import torch
+    import torch  # lazy: torch (optional, heavy); this module loads without it
 
     oom_type = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
     if oom_type is not None and isinstance(exc, oom_type):
@@ -50,9 +51,7 @@ def is_oom(exc: BaseException) -> bool:
 
 def free_cuda_memory() -> None:
     """Collect garbage and return PyTorch's cached CUDA blocks to the driver (no-op without CUDA). Imports torch."""
-    import gc
-
-    import torch
+    import torch  # lazy: torch (optional, heavy); this module loads without it
 
     gc.collect()
     if torch.cuda.is_available():

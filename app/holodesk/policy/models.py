@@ -52,6 +52,7 @@ Sources (read 2026-12-01; facts not found there are None and shown as "unknown")
 from __future__ import annotations
 
 import re
+import secrets
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Final, Literal
@@ -682,8 +683,6 @@ def run_choice_for(model: str, spec: ModelSpec | None, *, reasoning: str = "auto
         notes.append(f"think before acting: {'on' if think else 'off'} (the model's profile: "
                      f"{dict(used.sources)['reasoning']})")
     if seed is None:
-        import secrets
-
         seed = secrets.randbelow(SEED_LIMIT)
     sampling = Sampling(greedy=greedy, temperature=used.temperature if temperature is None else temperature,
                         top_p=used.top_p if top_p is None else top_p, seed=seed)

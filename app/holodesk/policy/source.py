@@ -65,7 +65,7 @@ def resolve_source(source: str | Path, *, progress: Callable[[str, float | None]
             raise ModelLoadError(f"{path} is a file; give the checkpoint folder")
         return path
     text = hub_repo(str(source), folder=True)
-    try:
+    try:  # lazy: huggingface_hub loads only for a download; this import also checks that it is installed
         import huggingface_hub  # noqa: F401 - the transport of this module
     except ImportError:
         raise ModelLoadError(

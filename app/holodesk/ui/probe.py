@@ -75,7 +75,7 @@ def tray_status(timeout_s: float = 20.0) -> dict[str, Any]:
         that would outlive it). Never raises: a failing check yields ``available: False`` with the reason.
     """
     try:
-        from PySide6.QtWidgets import QApplication
+        from PySide6.QtWidgets import QApplication  # lazy: doctor imports this module without loading Qt
 
         if QApplication.instance() is not None:
             return {**_probe_current(), "checked_in": "this process"}
@@ -115,7 +115,7 @@ def tray_status(timeout_s: float = 20.0) -> dict[str, Any]:
 
 def main() -> int:
     """Child-process entry point: create a QApplication, print the status as one JSON line."""
-    from PySide6.QtWidgets import QApplication
+    from PySide6.QtWidgets import QApplication  # lazy: Qt loads in the child process only
 
     app = QApplication.instance() or QApplication([sys.argv[0]])
     print(json.dumps(_probe_current()))

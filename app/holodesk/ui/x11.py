@@ -103,7 +103,7 @@ def set_input_focus(window_id: int) -> bool:
         if d is None:
             return False
         try:
-            from Xlib import X
+            from Xlib import X  # lazy: python-xlib exists only with X11
 
             win = d.create_resource_object("window", int(window_id))
             if win.get_attributes().map_state != 2:
@@ -128,7 +128,7 @@ def iconify(window_id: int) -> bool:
         if d is None:
             return False
         try:
-            from Xlib import X
+            from Xlib import X  # lazy (here and below): python-xlib exists only with X11
             from Xlib.protocol import event
 
             root = d.screen().root

@@ -40,6 +40,6 @@ def __getattr__(name: str) -> Any:
     module_name = _LAZY.get(name)
     if module_name is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
+    import importlib  # lazy: kept (GPU runtime, not re-checked this session); standard library: could move to the top
 
     return getattr(importlib.import_module(module_name), name)

@@ -47,6 +47,7 @@ def project(x: torch.Tensor, w: Weight, how: How = None, *, relu_square: bool = 
     decode): their storage dequantised and multiplied in ``x``'s dtype (:func:`.ops.quant.matmul`), never
     through the module's LLM.int8 forward, which quantises the activations, decomposes outliers, syncs with
     the host (it cannot be captured in a CUDA graph) and disagrees with the weight-only decode kernel."""
+    # lazy (here and below): torch (optional, heavy)
     import torch
     import torch.nn.functional as F
 
@@ -73,7 +74,7 @@ def fused_qkv_weight(mixer: torch.nn.Module) -> torch.Tensor | None:
     """The ``[q + k + v, H]`` weight of an attention mixer whose unbiased ``q_proj``/``k_proj``/``v_proj``
     weights are adjacent row blocks of one contiguous buffer (the loader lays them out so), as a view of
     that buffer; None otherwise (e.g. quantised modules, or separately allocated weights)."""
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     projs = [mixer.get_submodule(name) for name in ("q_proj", "k_proj", "v_proj")]
     mods: list[torch.nn.Linear] = []
@@ -98,7 +99,7 @@ def weight_of(module: torch.nn.Module, *, quantized: bool = False
     the storage of an unbiased bitsandbytes NF4 / int8 layer (:func:`.ops.quant.quant_weight`, the same
     tensors, for the decode kernels); else the module itself (bitsandbytes' layers called as they are,
     biased layers)."""
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     if isinstance(module, torch.nn.Linear) and type(module) is torch.nn.Linear and module.bias is None:
         return module.weight.detach()
@@ -209,7 +210,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
     ``eager_attention_forward`` (model-dtype scores, float32 softmax). Plain matmuls spread the key length
     over the whole GPU, where a fused attention kernel would give the few query rows a few thread blocks.
     """
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     k_cache.index_copy_(2, pos, k)
     v_cache.index_copy_(2, pos, v)
@@ -236,7 +237,7 @@ def mamba_chunk(x: torch.Tensor, in_w: Weight, out_w: Weight, conv_w: torch.Tens
     exactly 0 on padded rows, so ``exp(dt A) = 1`` and ``dt B x = 0`` there and the state leaves the chunk as
     the last real row left it (masking the raw ``dt`` would leave the ``time_step_min`` floor on padded rows).
     """
-    from transformers.models.nemotron_h import modeling_nemotron_h as mnh
+    from transformers.models.nemotron_h import modeling_nemotron_h as mnh  # lazy: transformers (optional, heavy)
 
     inner, conv_dim, heads, hd, groups, n = dims
     bsz, t, _ = x.shape
@@ -261,6 +262,7 @@ def attention_chunk(x: torch.Tensor, q_w: Weight, k_w: Weight | None, v_w: Weigh
     heads with a causal mask aligned to the bottom right (query ``t`` sees keys ``<= start + t``). Flash only
     on CUDA in half precision (an input it refuses raises rather than run a slower backend); the math
     backend elsewhere. Returns ``[B, T, H]``."""
+    # lazy (here and below): torch (optional, heavy)
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel

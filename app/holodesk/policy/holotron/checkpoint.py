@@ -382,7 +382,7 @@ def read_normalisation(info: CheckpointInfo) -> tuple[tuple[float, ...], tuple[f
     Raises:
         ModelLoadError: when none of these exists (the values must not be guessed).
     """
-    from safetensors import safe_open
+    from safetensors import safe_open  # lazy: safetensors (optional: the 'local' extra)
 
     values: list[tuple[float, ...]] = []
     for key in _CONDITIONER_KEYS:

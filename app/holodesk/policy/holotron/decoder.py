@@ -110,8 +110,8 @@ class StaticDecoder:
 
     def __init__(self, lm: NemotronHForCausalLM, *, max_len: int, chunk: int = 2048, bucket: int = 2048,
                  prefill_bucket: int = 128, eager: bool = False, snapshot_slots: int = 1) -> None:
-        import torch
-        from transformers.activations import ReLUSquaredActivation
+        import torch  # lazy: torch (optional, heavy)
+        from transformers.activations import ReLUSquaredActivation  # lazy: transformers (optional, heavy)
 
         if prefill_bucket <= 0 or chunk % prefill_bucket:
             raise ValueError(f"prefill_bucket must divide chunk ({chunk}), got {prefill_bucket}")
@@ -190,7 +190,7 @@ class StaticDecoder:
 
     def _block_args(self, i: int) -> tuple[Any, ...]:
         """The tensors (and static ints) block ``i``'s decode function takes after ``h``."""
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         layer, kind, st = self.layers[i], self.kinds[i], self.state
         m = layer.mixer
@@ -212,7 +212,7 @@ class StaticDecoder:
     def _stored(args: tuple[Any, ...]) -> tuple[Any, ...]:
         """``args`` with each bitsandbytes projection module replaced by its storage where the decode kernels
         read it (:func:`.blocks.weight_of` ``quantized``); the same tensors, nothing copied."""
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         return tuple(weight_of(a, quantized=True) if isinstance(a, torch.nn.Module) else a for a in args)
 
@@ -231,7 +231,7 @@ class StaticDecoder:
 
     def _apply(self, setup: Setup) -> None:
         """Make ``setup`` the running configuration (compiling the block functions if it says so)."""
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         if self.setup.compiled and not setup.compiled:
             torch._dynamo.reset()
@@ -334,7 +334,7 @@ class StaticDecoder:
             Exception: what the eager pass raises; with ``load``, also what the recording raises (else a failed
                 recording leaves ``key``, and every segment of the same length, eager: logged, noted).
         """
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         graph = self.graphs.get(key)
         if graph is not None:
@@ -365,7 +365,7 @@ class StaticDecoder:
     def _capture_stream(self) -> Iterator[None]:
         """The capture stream (made with the graphs' memory pool on first use) as the current stream, after
         the work queued on the current one; the current stream waits for it on leaving."""
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         if self._pool is None:
             self._pool = (torch.cuda.graph_pool_handle(), torch.cuda.Stream())
@@ -384,7 +384,7 @@ class StaticDecoder:
         Raises:
             RuntimeError: the capture failed (e.g. an operation that cannot be captured, out of memory).
         """
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         graph = torch.cuda.CUDAGraph()
         graph.capture_begin(pool=None if self._pool is None else self._pool[0])
@@ -396,14 +396,14 @@ class StaticDecoder:
 
     def _synchronize(self) -> None:
         """Wait for the device (CUDA only)."""
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
     def _step_body(self, window: int) -> None:
         """The captured work: ``token`` -> ``logits``, ``pos += 1`` (no host sync)."""
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         fns, how, st = self._fns, self._how.get, self.state
         h = self.lm.model.embeddings(self.token)[:, 0]  # [B, H]
@@ -492,7 +492,7 @@ class StaticDecoder:
         Raises: ValueError: ``keys`` and the prompt differ in length, the prompt does not fit ``max_len``, or
         ``embeds_offset`` is past the resume point.
         """
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         st = self.state
         total = int(inputs_embeds.shape[1]) + embeds_offset
@@ -532,7 +532,7 @@ class StaticDecoder:
         Raises:
             ValueError: no tokens, or the state would then hold more than ``max_len - 1`` tokens.
         """
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         st, n = self.state, len(tokens)
         if n == 0 or st.length + n + 1 > self.max_len:

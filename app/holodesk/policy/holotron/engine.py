@@ -170,6 +170,7 @@ class StaticEngine:
 
     def __init__(self, loaded: LoadedHolotron, *, max_len: int, max_images: int = 8, eager: bool = False,
                  warm_up: bool | None = None, snapshot_slots: int = SNAPSHOT_SLOTS) -> None:
+        # lazy: kept (GPU runtime, not re-checked this session); a light module: could move to the top
         from holodesk.policy.holotron.decoder import StaticDecoder
 
         t0 = time.perf_counter()
@@ -234,7 +235,7 @@ class StaticEngine:
         did not record (the prompt tails' padded lengths, the jump-forward pass's) are recorded on first use.
         Triton compiles and autotunes on first use (28-44 s for Holotron-12B on an H200,
         docs/benchmarks.md), so this moves that time into loading."""
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         t0 = time.perf_counter()
         loaded, d = self.loaded, self.decoder
@@ -298,7 +299,7 @@ class StaticEngine:
     def _host_slots(self, count: int) -> list[torch.Tensor]:
         """``count`` page-locked host buffers ``(tokens of the largest tile grid, hidden)`` in the input
         embeddings' dtype, for :meth:`_hold`."""
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         info, model = self.loaded.info, self.loaded.model
         rows = tile_count(info.max_tiles, use_thumbnail=info.use_thumbnail) * info.tokens_per_tile
@@ -317,7 +318,7 @@ class StaticEngine:
         Raises:
             ValueError: every slot holds a frame of the prompt (more images than ``max_images``).
         """
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         if encoded.device.type != "cuda":
             return encoded
@@ -375,7 +376,7 @@ class StaticEngine:
         if not self.fits(len(input_ids), reply):
             raise ValueError(f"a prompt of {len(input_ids)} tokens and its reply do not fit the static cache of "
                              f"{self.max_len} tokens")
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         ids = [int(t) for t in input_ids]
         timings: dict[str, float] = {}
@@ -427,7 +428,7 @@ class StaticEngine:
             (the embeddings of ``ids[resume:]``, built per chunk as the prefill reads them, keys, resume
             point, frames encoded).
         """
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         loaded = self.loaded
         if self._copy_stream is not None:  # the slots' background copies land before this step reads a slot

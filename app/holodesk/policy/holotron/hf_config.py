@@ -132,6 +132,7 @@ def translate_config(info: CheckpointInfo, *, attn_implementation: str | None = 
             types differ from ``info.block_pattern``.
     """
     try:
+        # lazy: transformers (optional, heavy)
         from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3_Config
     except ImportError as exc:
         raise ModelLoadError(
@@ -234,6 +235,7 @@ def key_namers(model: Any, checkpoint_keys: list[str]) -> tuple[dict[str, str], 
         messages: on any failure the mapping is empty and the function returns None.
     """
     try:
+        # lazy (here and below): transformers (optional, heavy)
         from transformers.conversion_mapping import get_model_conversion_mapping
         from transformers.core_model_loading import WeightConverter, rename_source_key
 

@@ -183,7 +183,7 @@ def torch_kernel_analysis_logger() -> logging.Logger:
     ``torch._higher_order_ops.triton_kernel_wrap`` (torch 2.11-2.13: the ``torch._dynamo`` logger, not one
     named after the module), else ``torch._dynamo``."""
     try:
-        from torch._higher_order_ops import triton_kernel_wrap
+        from torch._higher_order_ops import triton_kernel_wrap  # lazy: torch (optional, heavy)
 
         logger = getattr(triton_kernel_wrap, "log", None)
         if isinstance(logger, logging.Logger):
@@ -242,7 +242,7 @@ def kernel_report(*, import_transformers: bool = True) -> dict[str, Any]:
                               "selective_scan_cuda_placeholder": bool(_state["placeholder"]),
                               "prepared_before_transformers": _state["prepared_before_import"], "reasons": reasons}
     try:
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         report["torch"] = torch.__version__
         if torch.cuda.is_available():
@@ -288,6 +288,7 @@ def quant_decode_report(*, cuda: bool) -> dict[str, Any]:
     except importlib.metadata.PackageNotFoundError:
         version = None
     try:
+        # lazy: kept (GPU runtime, not re-checked this session); a failing import is reported by the except below
         from holodesk.policy.holotron.ops import quant
 
         kernels, why = quant.HAVE_TRITON, "Triton or torch.library.triton_op is missing"
@@ -309,6 +310,7 @@ def quant_decode_report(*, cuda: bool) -> dict[str, Any]:
 
 def decoder_record_path() -> Path:
     """Where the last static decoder built on this machine is described (``$XDG_STATE_HOME/holodesk``)."""
+    # lazy: kept (GPU runtime, not re-checked this session); a core dependency: could move to the top
     import platformdirs
 
     return Path(platformdirs.user_state_dir("holodesk")) / "holotron-decoder.json"

@@ -90,7 +90,7 @@ _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float32": "float32", "fp
 
 
 def _torch_dtype(name: str) -> torch.dtype:
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     if name not in _DTYPES:
         raise ModelLoadError(f"unknown dtype {name!r}; use bfloat16 or float32")
@@ -108,9 +108,10 @@ def _quantization_config(quantization: str | None, device: torch.device) -> Any:
         return None
     if quantization not in QUANTIZATIONS:
         raise ModelLoadError(f"unknown quantization {quantization!r}; use None, '8bit' or '4bit'")
+    # lazy: kept (GPU runtime, not re-checked this session); standard library: could move to the top
     import importlib.util
 
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     if device.type != "cuda" or not torch.cuda.is_available():
         raise ModelLoadError(
@@ -122,7 +123,7 @@ def _quantization_config(quantization: str | None, device: torch.device) -> Any:
             f"{quantization} weights need bitsandbytes, which is not installed",
             hint="pip install 'holodesk[quant]' (bitsandbytes >= 0.45).",
         )
-    from transformers import BitsAndBytesConfig
+    from transformers import BitsAndBytesConfig  # lazy: transformers (optional, heavy)
 
     if quantization == "8bit":
         return BitsAndBytesConfig(load_in_8bit=True, llm_int8_skip_modules=list(KEEP_UNQUANTIZED))
@@ -139,7 +140,7 @@ def lay_out_qkv(model: Any) -> int:
     Returns:
         the number of attention layers laid out.
     """
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     count = 0
     names = ("q_proj", "k_proj", "v_proj")
@@ -170,7 +171,7 @@ def skip_unit_layer_scales(model: Any) -> int:
     Returns:
         the number of layer scales replaced.
     """
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     class UnitScale(torch.nn.Module):
         """A layer scale of ones: its parameter kept, its multiply skipped."""
@@ -217,7 +218,7 @@ def load_tokenizer(folder: Path) -> Any:
     level = config_log.level
     config_log.setLevel(logging.ERROR)
     try:
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # lazy: transformers (optional, heavy)
 
         return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
     except Exception as exc:
@@ -290,7 +291,7 @@ def load_holotron(
             quantization asked for without CUDA/bitsandbytes.
     """
     prepare_kernels()  # before transformers imports NemotronH (selective_scan_cuda placeholder)
-    try:
+    try:  # lazy (here and below): torch and transformers (optional, heavy); importing them is the check
         import torch
         from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3  # noqa: F401 - checked here
     except ImportError as exc:
@@ -308,6 +309,7 @@ def load_holotron(
         return _load_folder(folder, dtype=dtype, quantization=quantization, target=target, progress=progress,
                             attn_implementation=attn_implementation)
     except ModelLoadError as exc:
+        # lazy: kept (GPU runtime, not re-checked this session); a light module: could move to the top
         from holodesk.download.cache import cache_repair_advice
 
         repair = cache_repair_advice(folder)
@@ -380,10 +382,12 @@ def _from_pretrained(folder: Path, config: Any, dtype: torch.dtype, quant_config
     Raises:
         ModelLoadError: when the weights cannot be read or transformers fails to load them.
     """
+    # lazy (here and below): transformers (optional, heavy)
     from transformers import GenerationConfig
     from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3
     from transformers.utils import logging as hf_logging
 
+    # lazy: kept (GPU runtime, not re-checked this session); a light module: could move to the top
     from holodesk.policy.holotron import stream
 
     kwargs: dict[str, Any] = {"config": config, "dtype": dtype, "output_loading_info": True,

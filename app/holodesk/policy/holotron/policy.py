@@ -75,6 +75,7 @@ class HolotronPolicy(LocalPolicy):
         self.decoder = decoder
         self.engine: StaticEngine | None = None
         if decoder == "static":
+            # lazy: kept (GPU runtime, not re-checked this session); a light module: could move to the top
             from holodesk.policy.holotron.engine import StaticEngine, static_cache_tokens
 
             opts = self.options
@@ -115,6 +116,7 @@ class HolotronPolicy(LocalPolicy):
     # ------------------------------------------------------------------------------------------ steps
     def compile_constraint(self, schema: dict[str, Any], max_string_chars: int | None) -> Constraint:
         """xgrammar's :class:`~holodesk.policy.holotron.runtime.Constraint` for ``schema`` on this tokenizer."""
+        # lazy: kept (GPU runtime, not re-checked this session); a light module: could move to the top
         from holodesk.policy.holotron.runtime import Constraint, cap_strings
 
         return Constraint(self.loaded, schema if max_string_chars is None else cap_strings(schema, max_string_chars))
@@ -122,6 +124,7 @@ class HolotronPolicy(LocalPolicy):
     def localization_reply(self, image: Any, target: str, constraint: Constraint | None) -> str:
         """``image`` and the localization prompt in one user turn, decoded by the stock decoder
         (:meth:`LocalPolicy.localize <holodesk.policy.local_core.LocalPolicy.localize>`)."""
+        # lazy: kept (GPU runtime, not re-checked this session); a light module: could move to the top
         from holodesk.policy.holotron import runtime
 
         crop = Frame(image, Monitor(1, 0, 0, int(image.shape[1]), int(image.shape[0])))
@@ -174,6 +177,7 @@ class HolotronPolicy(LocalPolicy):
         sampling = self.options.sampling
         if sampling.greedy:
             return None
+        # lazy: kept (GPU runtime, not re-checked this session); a light module: could move to the top
         from holodesk.policy.holotron.runtime import Sampler
 
         return Sampler(temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.step_seed(step),
@@ -188,6 +192,7 @@ class HolotronPolicy(LocalPolicy):
             The reply; ``timings_ms``: preprocess, vision, prefill, decode (ms); ``extra``: images, template,
             tiles, token counts, decoder, stop reason, kernel path.
         """
+        # lazy: kept (GPU runtime, not re-checked this session); a light module: could move to the top
         from holodesk.policy.holotron import runtime
 
         opts = self.options
@@ -213,6 +218,7 @@ class HolotronPolicy(LocalPolicy):
             "max_new_tokens": opts.max_reply_tokens, "constraint": constraint, "reasoning": opts.reasoning,
             "max_think_tokens": opts.think_budget, "jump_forward": opts.jump_forward, "sampler": sampler}
         if engine is not None:
+            # lazy: kept (GPU runtime, not re-checked this session); a light module: could move to the top
             from holodesk.policy.holotron.engine import snapshot_positions
 
             if self._special_ids is None:

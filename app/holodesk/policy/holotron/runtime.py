@@ -35,7 +35,7 @@ prompt's token counts were)."""
 
 def sync(device: torch.device) -> None:
     """Wait for ``device``'s queued work (CUDA), so that host timings measure it; no-op on the CPU."""
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -48,7 +48,7 @@ def tile_images(loaded: LoadedHolotron, images: Sequence[PromptImage]) -> torch.
     Returns:
         float32 ``(sum of tiles, 3, S, S)`` on the model's CUDA device, else the CPU, prompt order.
     """
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     size = loaded.info.tile_size
     device = loaded.device if loaded.device.type == "cuda" else None
@@ -65,7 +65,7 @@ def encode_tiles(loaded: LoadedHolotron, tiles: torch.Tensor) -> torch.Tensor:
     Returns:
         ``(n_tiles * tokens_per_tile, lm_hidden)`` on the model device (projector dtype).
     """
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     model = loaded.model
     vision_dtype = next(model.vision_model.parameters()).dtype
@@ -101,8 +101,9 @@ def embed_prompt(loaded: LoadedHolotron, input_ids: Sequence[int], image_rows: S
     Raises:
         PolicyError: when the number of ``<image>`` tokens differs from the number of rows.
     """
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
+    # lazy: kept (GPU runtime, not re-checked this session); a light module: could move to the top
     from holodesk.policy.holotron.prompt import image_token_runs
 
     ids = [int(t) for t in input_ids]
@@ -171,7 +172,7 @@ def cap_strings(schema: dict[str, Any], max_chars: int) -> dict[str, Any]:
     Raises:
         ValueError: when ``max_chars`` < 1 or below a string's ``minLength``.
     """
-    import copy
+    import copy  # lazy: kept (GPU runtime, not re-checked this session); standard library: could move to the top
 
     if max_chars < 1:
         raise ValueError(f"max_chars must be >= 1, got {max_chars}")
@@ -272,7 +273,7 @@ class Constraint:
 
     def __init__(self, loaded: DecodingTarget, schema: dict[str, Any]) -> None:
         try:
-            import xgrammar as xgr
+            import xgrammar as xgr  # lazy: xgrammar (optional, heavy)
         except ImportError:
             raise PolicyError(
                 "constrained decoding needs xgrammar, which is not installed",
@@ -290,7 +291,7 @@ class Constraint:
                                                   stop_token_ids=list(loaded.eos_ids))
         self.compiled = xgr.GrammarCompiler(info).compile_json_schema(json.dumps(schema), any_whitespace=False)
         self.matcher: Any = None
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         stops = set(loaded.eos_ids)
         ban = torch.zeros(vocab_size, dtype=torch.bool)
@@ -341,7 +342,7 @@ class Constraint:
             self._copied.synchronize()  # the previous copy out of the page-locked buffer has run
         self.matcher.fill_next_token_bitmask(self._host_mask)
         if self._copied is not None:
-            import torch
+            import torch  # lazy: torch (optional, heavy)
 
             self._device_mask.copy_(self._host_mask, non_blocking=True)
             self._copied.record(torch.cuda.current_stream(self._device_mask.device))
@@ -416,7 +417,7 @@ class Constraint:
             return None
         if self.object_root and self._stops:
             return min(self._stops)
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         bitmask = self._xgr.allocate_token_bitmask(1, self.vocab_size)
         matcher.fill_next_token_bitmask(bitmask)
@@ -487,7 +488,7 @@ def check_sampling(temperature: float, top_p: float, seed: int | None) -> None:
     Raises:
         ValueError: what is wrong and the allowed range.
     """
-    import math
+    import math  # lazy: kept (GPU runtime, not re-checked this session); standard library: could move to the top
 
     if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not math.isfinite(temperature) \
             or temperature < 0:
@@ -524,7 +525,7 @@ class Sampler:
 
     def __init__(self, *, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0,
                  device: torch.device | str = "cpu") -> None:
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         check_sampling(temperature, top_p, seed)
         self.temperature = float(temperature)
@@ -540,7 +541,7 @@ class Sampler:
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
         """The distribution a token is drawn from: float32 ``(vocab,)`` on ``logits``' device, 0 outside
         the nucleus and for masked tokens (class docstring). Temperature must be > 0."""
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         probs = torch.softmax(logits.float() / self.temperature, dim=-1)
         if self.top_p < 1.0:
@@ -554,7 +555,7 @@ class Sampler:
     def choose(self, logits: torch.Tensor) -> int:
         """The next token from masked float ``(vocab,)`` ``logits``: the argmax when greedy, else one draw
         from :meth:`probabilities` (advances :attr:`generator`)."""
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         if self.greedy:
             return int(torch.argmax(logits).item())
@@ -567,7 +568,7 @@ def _choose(loaded: LoadedHolotron, logits: torch.Tensor, constraint: Constraint
             thinking_over: bool, sampler: Sampler | None) -> int:
     """The model's next token: ``</think>`` when the thinking budget is spent, else ``sampler``'s choice
     (None: greedy) from ``logits`` after ``constraint``'s mask (applied in place; None: no mask)."""
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     if thinking_over:
         return int(loaded.think_end_id)  # type: ignore[arg-type]
@@ -672,7 +673,7 @@ def generate(loaded: LoadedHolotron, input_ids: Sequence[int], images: Sequence[
         PolicyError: the prompt's ``<image>`` tokens and the images' tiles disagree.
         torch.OutOfMemoryError: passed through so the caller can retry with fewer images.
     """
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     model = loaded.model.language_model
     device = loaded.device

@@ -68,7 +68,7 @@ class DecoderState:
 
     def __init__(self, lm: NemotronHForCausalLM, *, max_len: int, bucket: int, snapshot_slots: int = 1,
                  batch: int = 1) -> None:
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         if snapshot_slots < 0:
             raise ValueError(f"snapshot_slots must be >= 0, got {snapshot_slots}")

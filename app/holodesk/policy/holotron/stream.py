@@ -67,7 +67,7 @@ def read_state_dict(files: Sequence[Path], device: torch.device, *, readers: int
             tensor's byte range not its size), or holding a dtype outside :data:`DTYPES` (check with
             :func:`readable` first).
     """
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     tensors: dict[str, torch.Tensor] = {}
     jobs: list[tuple[Path, int, int, list[tuple[torch.Tensor, int, int, int]]]] = []

@@ -151,6 +151,8 @@ def preprocess_pixels(pixels: np.ndarray[Any, Any], tiling: Tiling, *, mean: Seq
     Raises:
         ValueError: when ``pixels`` is not ``(h, w, 3)``.
     """
+    # lazy (here and below): torch (optional, heavy); numpy (a core dependency) kept with it (GPU runtime, not
+    # re-checked this session)
     import numpy as np
     import torch
     import torch.nn.functional as F

@@ -142,7 +142,7 @@ def native_config(config: dict[str, Any], family: Family, where: str = "config.j
     """
     if config.get("model_type") == family.key:
         return None
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # lazy: transformers (optional, heavy)
 
     fields = {k: v for k, v in config.items() if k not in ("model_type", "architectures", "auto_map")}
     try:
@@ -198,6 +198,7 @@ def check_checkpoint_before_weights(folder: Path, repo_id: str) -> None:
         ModelLoadError: no or unreadable config.json, an unsupported family, or weights whose size is not
             within half to 1.5 times what the model table gives for the model (the message gives both).
     """
+    # lazy: kept (GPU runtime, not re-checked this session); a light module: could move to the top
     from holodesk.core.units import format_bytes
 
     config = read_config(folder)

@@ -85,7 +85,7 @@ class LoadedNative:
 
 
 def _torch_dtype(name: str) -> torch.dtype:
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     dtypes = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
     if name not in dtypes:
@@ -117,6 +117,7 @@ def _check_mamba_kernels(target: torch.device) -> None:
         ModelLoadError: off CUDA while mamba-ssm is installed (transformers would send CPU tensors to its
             GPU-only kernels).
     """
+    # lazy: kept (GPU runtime, not re-checked this session); a light module: could move to the top
     from holodesk.policy.holotron.kernels import kernel_report, prepare_kernels
 
     prepare_kernels()
@@ -156,11 +157,12 @@ def load_native(
             missing or unexpected for the family's class (named), no processor, no stop token.
     """
     try:
-        import torch
-        from transformers import AutoModelForImageTextToText
+        import torch  # lazy: torch (optional, heavy)
+        from transformers import AutoModelForImageTextToText  # lazy: transformers (optional, heavy)
     except ImportError as exc:
         raise ModelLoadError(f"the local runtime needs torch and transformers >= 5.23 ({exc})",
                              hint="pip install 'holodesk[local]'.") from None
+    # lazy (here and below): kept (GPU runtime, not re-checked this session); a light module: could move to the top
     from holodesk.policy.native.processor import load_processor
     from holodesk.policy.source import resolve_source
 
@@ -262,7 +264,7 @@ class ReplyRule:
         """Mask ``scores`` (float ``(1, vocab)``) in place for the next token after ``input_ids`` and return it."""
         if self.first_at is None:
             if self.device.type == "cuda":
-                import torch
+                import torch  # lazy: torch (optional, heavy)
 
                 torch.cuda.synchronize(self.device)
             self.first_at = time.perf_counter()
@@ -287,7 +289,7 @@ class ReplyRule:
     def _warp(self, row: torch.Tensor) -> None:
         """Divide ``row`` (masked logits) by the temperature and keep the smallest set of tokens whose
         probability reaches top_p (at least the most likely one), in place."""
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         row.div_(self.sampling.temperature)
         if self.sampling.top_p >= 1.0:
@@ -381,6 +383,7 @@ class NativePolicy(LocalPolicy):
     def compile_constraint(self, schema: dict[str, Any], max_string_chars: int | None) -> Constraint:
         """The Holotron runtime's xgrammar :class:`~holodesk.policy.holotron.runtime.Constraint` for ``schema`` on
         this checkpoint's tokenizer."""
+        # lazy: kept (GPU runtime, not re-checked this session); a light module: could move to the top
         from holodesk.policy.holotron.runtime import Constraint, cap_strings
 
         return Constraint(self.loaded, schema if max_string_chars is None else cap_strings(schema, max_string_chars))
@@ -394,6 +397,7 @@ class NativePolicy(LocalPolicy):
             ``attention_mask``, the image features), ``prompt_text`` (one placeholder per image) and
             ``images`` (number of screenshots sent as images).
         """
+        # lazy: kept (GPU runtime, not re-checked this session); a core dependency: could move to the top
         from PIL import Image
 
         images_kept = self.options.max_images if max_images is None else max_images
@@ -433,6 +437,8 @@ class NativePolicy(LocalPolicy):
     def localization_reply(self, image: Any, target: str, constraint: Constraint | None) -> str:
         """``image`` and the localization prompt in one user turn, greedy, uncompiled
         (:meth:`LocalPolicy.localize <holodesk.policy.local_core.LocalPolicy.localize>`)."""
+        # lazy (here and below): torch and transformers (optional, heavy); PIL (a core dependency) kept with them
+        # (GPU runtime, not re-checked this session)
         import torch
         from PIL import Image
         from transformers import LogitsProcessorList
@@ -461,7 +467,7 @@ class NativePolicy(LocalPolicy):
         Raises:
             torch and transformers errors as they come (``propose`` wraps them in PolicyError).
         """
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         t0 = time.perf_counter()
         prepared = self.prepare(observation, max_images=max_images)
@@ -485,7 +491,7 @@ class NativePolicy(LocalPolicy):
             options["cache_implementation"] = "static"
             options["max_cache_len"] = math.ceil((prompt_tokens + budget) / CACHE_STEP) * CACHE_STEP
         t1 = time.perf_counter()
-        from transformers import LogitsProcessorList
+        from transformers import LogitsProcessorList  # lazy: transformers (optional, heavy)
 
         options["logits_processor"] = LogitsProcessorList(options["logits_processor"])
         with torch.inference_mode():

@@ -164,8 +164,9 @@ def processor_kind(family: Family, torchvision: bool) -> str:
 def processor_choices() -> dict[str, str]:
     """Per native family key, how its processor is built on this machine (:func:`processor_kind`; for
     ``holodesk doctor``). Needs transformers."""
-    from transformers.utils import is_torchvision_available
+    from transformers.utils import is_torchvision_available  # lazy: transformers (optional, heavy)
 
+    # lazy: kept (GPU runtime, not re-checked this session); a light module: could move to the top
     from holodesk.policy.native.families import NATIVE_FAMILIES
 
     return {family.key: processor_kind(family, is_torchvision_available()) for family in NATIVE_FAMILIES}
@@ -184,6 +185,7 @@ def load_processor(folder: Path, family: Family, config: Any = None) -> tuple[An
         ModelLoadError: transformers cannot build it, or the tokenizer / image processor cannot be loaded (the
             message names the error).
     """
+    # lazy (here and below): transformers (optional, heavy)
     from transformers import AutoImageProcessor, AutoProcessor, AutoTokenizer
     from transformers.utils import is_torchvision_available
 
@@ -301,8 +303,9 @@ def omni_image_features(images: list[Any], settings: dict[str, Any]) -> dict[str
         ``pixel_values``: float32 ``(total_patches, 3 * patch_size**2)``; ``image_grid_hw``: int64
         ``(images, 2)`` rows and columns of each image.
     """
+    # lazy: kept (GPU runtime, not re-checked this session); a core dependency: could move to the top
     import numpy as np
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     patch = int(settings["patch_size"])
     merge = round(1 / float(settings["downsample_ratio"]))

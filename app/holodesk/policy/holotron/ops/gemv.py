@@ -94,6 +94,7 @@ def linear(x: torch.Tensor, w: torch.Tensor, how: tuple[str, int, int, int] | No
     Raises:
         ValueError: the kind in ``how`` is unknown.
     """
+    # lazy (here and below): torch (optional, heavy)
     import torch
     import torch.nn.functional as F
 
@@ -109,7 +110,7 @@ _CYCLES_PER_US: list[float] = []
 
 def _cycles_per_us() -> float:
     """GPU clock cycles per microsecond, measured once with ``torch.cuda._sleep`` (a spin kernel)."""
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     if not _CYCLES_PER_US:
         cycles = 2_000_000
@@ -134,10 +135,11 @@ def _time_us(fn: Product, weights: Sequence[torch.Tensor], x: torch.Tensor, roun
     for the registered Triton op on a slow host, more than the kernel) decided the choice. No CUDA
     graph is captured here: timing graphs left about 94 MiB allocated after loading.
     """
+    # lazy (here and below): kept (GPU runtime, not re-checked this session); standard library: could move to the top
     import statistics
     import time
 
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     for w in weights[:2]:  # compile / autotune first
         fn(x, w)
@@ -173,6 +175,7 @@ def choose(weights: Sequence[torch.Tensor], *, check_rtol: float | None = None) 
         (the fastest correct :class:`Gemv` with its time, microseconds per product of every candidate
         that ran by :meth:`Gemv.label`); ``(LINEAR, {})`` off CUDA.
     """
+    # lazy (here and below): torch (optional, heavy)
     import torch
     import torch.nn.functional as F
 

@@ -50,6 +50,7 @@ def mamba_step_reference(zx: torch.Tensor, conv_w: torch.Tensor, conv_b: torch.T
                          ssm_state: torch.Tensor, dims: MambaDims, eps: float) -> torch.Tensor:
     """:func:`mamba_step` in torch ops (model-dtype conv and step as the stock module computes them, float32
     state and norm); also what the compiled decode fuses where the kernels are not used."""
+    # lazy (here and below): torch (optional, heavy)
     import torch
     import torch.nn.functional as F
 
@@ -80,7 +81,7 @@ def mamba_step_reference(zx: torch.Tensor, conv_w: torch.Tensor, conv_b: torch.T
 def kernels_apply(zx: torch.Tensor, conv_w: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor) -> bool:
     """Whether :func:`mamba_step_triton` takes these tensors: Triton importable, CUDA tensors (or the
     interpreter's CPU ones), a float32 SSM state, and every tensor contiguous in its last dim."""
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     return (HAVE_TRITON and zx.is_cuda and ssm_state.dtype == torch.float32 and ssm_state.is_contiguous()
             and zx.stride(-1) == 1 and conv_state.stride(-1) == 1 and conv_w.stride(-1) == 1)
@@ -121,7 +122,7 @@ def mamba_step_triton(zx: torch.Tensor, conv_w: torch.Tensor, conv_b: torch.Tens
     Raises:
         ValueError: the tensors' shapes disagree with ``dims``, or ``nh`` is not a multiple of ``groups``.
     """
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     inner, conv_dim, nh, hd, groups, n = dims
     bsz = zx.shape[0]

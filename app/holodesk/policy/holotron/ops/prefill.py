@@ -89,6 +89,7 @@ def causal_conv1d_reference(x: torch.Tensor, state: torch.Tensor, weight: torch.
 
     Args/Returns: as :func:`causal_conv1d` (``state`` is updated in place).
     """
+    # lazy (here and below): torch (optional, heavy)
     import torch
     import torch.nn.functional as F
 
@@ -105,7 +106,7 @@ def causal_conv1d_reference(x: torch.Tensor, state: torch.Tensor, weight: torch.
 
 def set_conv_state_reference(state: torch.Tensor, x: torch.Tensor, length: torch.Tensor) -> None:
     """:func:`set_conv_state` in torch ops (about ten small kernels on a GPU)."""
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     width = state.shape[-1]
     idx = length - width + torch.arange(width, device=x.device)  # input index of each kept column
@@ -141,6 +142,7 @@ def step_size_reference(dt: torch.Tensor, dt_bias: torch.Tensor, length: torch.T
                         dt_limit: tuple[float, float]) -> torch.Tensor:
     """:func:`step_size` in torch ops (transformers' ``softplus`` and ``clamp``, then the padded rows zeroed;
     about seven small kernels on a GPU)."""
+    # lazy (here and below): torch (optional, heavy)
     import torch
     import torch.nn.functional as F
 
@@ -172,7 +174,7 @@ def step_size_triton(dt: torch.Tensor, dt_bias: torch.Tensor, length: torch.Tens
                      dt_limit: tuple[float, float]) -> torch.Tensor:
     """:func:`step_size` by the Triton kernel (CUDA tensors, or CPU tensors under Triton's interpreter);
     ``dt``'s last dim contiguous."""
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     bsz, rows, heads = dt.shape
     out = torch.empty(bsz, rows, heads, dtype=torch.float32, device=dt.device)
@@ -206,7 +208,7 @@ def causal_conv1d(x: torch.Tensor, state: torch.Tensor, weight: torch.Tensor, bi
     Raises:
         ValueError: shapes disagree, or ``x``'s last dim is not contiguous (on CUDA).
     """
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     bsz, seq_len, dim = x.shape
     width = state.shape[-1]
@@ -264,7 +266,7 @@ def rms_norm_reference(h: torch.Tensor, weight: torch.Tensor, eps: float) -> tor
 
     ``weight`` may already be float32 (the decoder passes a float32 copy so ``.float()`` is free).
     """
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     hf = h.float()
     hf = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)
@@ -276,6 +278,7 @@ def gated_rms_norm_reference(y: torch.Tensor, gate: torch.Tensor, weight: torch.
     """``NemotronHRMSNormGated`` with a gate: float32 ``y * silu(gate)`` normalised per group of
     ``group_size`` channels, cast to ``weight``'s dtype (the model dtype), times ``weight``.
     ``y``, ``gate`` ``[..., I]`` (``y`` may be float32)."""
+    # lazy (here and below): torch (optional, heavy)
     import torch
     import torch.nn.functional as F
 
@@ -329,7 +332,7 @@ def add_rms_norm_row(h: torch.Tensor, pending: torch.Tensor | None, weight: torc
     """
     if pending is not None and h.is_cuda and HAVE_TRITON and h.dim() == 2 and h.stride(-1) == 1 \
             and pending.stride(-1) == 1 and weight.is_contiguous():
-        import torch
+        import torch  # lazy: torch (optional, heavy)
 
         return torch.ops.holodesk.add_rms_norm(h, pending, weight, eps)
     x, s = add_rms_norm_reference(pending, h, weight, eps)

@@ -112,10 +112,10 @@ def quant_weight(module: Any) -> QuantWeight | None:
     """The storage of a bitsandbytes ``Linear4bit`` (NF4, uint8 storage) or ``Linear8bitLt`` (int8 weights,
     no fp16 copy) without bias, as the kernels read it; None for anything else (a plain or biased layer,
     FP4, a layout the kernels do not read). No tensor is copied."""
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     try:
-        import bitsandbytes as bnb
+        import bitsandbytes as bnb  # lazy: bitsandbytes (optional, heavy)
     except ImportError:
         return None
     if getattr(module, "bias", None) is not None:
@@ -166,7 +166,7 @@ def dequantize(w: QuantWeight, dtype: torch.dtype | None = None, rows: tuple[int
                ) -> torch.Tensor:
     """The weight's rows ``[r0, r1)`` (default all ``N``) ``[r1 - r0, K]`` in float32 (or ``dtype``), written
     out in torch from the storage."""
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     r0, r1 = rows if rows is not None else (0, shape(w)[0])
     if isinstance(w, Int8Weight):
@@ -191,7 +191,7 @@ def gemv_reference(x: torch.Tensor, w: QuantWeight, chunk_rows: int = 1024) -> t
     """``x [B, K] @ W^T`` with ``W`` dequantised in float32, summed in float32 and rounded once to ``x``'s
     dtype: what the kernels compute, up to the order of the float32 sums. ``W`` is dequantised
     ``chunk_rows`` rows at a time, so the temporaries stay small (tile checks at load, 12B shapes)."""
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     n = shape(w)[0]
     xf = x.float()
@@ -209,6 +209,7 @@ def matmul(x: torch.Tensor, w: QuantWeight, chunk_rows: int = 4096) -> torch.Ten
     byte once and writes the chunk in ``x``'s dtype, bit for bit :func:`dequantize`); without Triton, or off
     CUDA, by :func:`dequantize` in torch (temporaries: one chunk of ``W`` in float32 and in ``x``'s dtype; on
     CUDA logged once, :func:`_int8_prefill_in_torch`)."""
+    # lazy (here and below): torch (optional, heavy)
     import torch
     import torch.nn.functional as F
 
@@ -241,7 +242,7 @@ def linear(x: torch.Tensor, w: QuantWeight, how: tuple[str, int, int, int] | Non
     Raises:
         ValueError: ``how`` names a kernel of the other format or an unknown one.
     """
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     if how is None or how[0] == "linear" or x.dim() != 2 or x.shape[0] != 1:
         return gemv_reference(x, w)
@@ -272,7 +273,7 @@ def tiles(w: QuantWeight, dtype: torch.dtype | None = None, *, shuffle: bool = T
     NF4 steps hold whole quantisation blocks; ``"nf4-pairs"`` needs bf16 and ``K`` a multiple of the step;
     ``"nf4-shfl"`` (inline PTX, left out with ``shuffle=False``: Triton's interpreter cannot run it) needs bf16
     and :func:`shfl_fits`."""
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     k = shape(w)[1]
     if isinstance(w, NF4Weight):
@@ -297,7 +298,7 @@ def choose(weights: Sequence[QuantWeight], *, dtype: torch.dtype | None = None,
         :meth:`.gemv.Gemv.label`); ``(LINEAR, {})`` off CUDA, without Triton, or when no tile ran: the
         caller then keeps bitsandbytes' modules.
     """
-    import torch
+    import torch  # lazy: torch (optional, heavy)
 
     w0 = weights[0]
     dev = w0.packed.device if isinstance(w0, NF4Weight) else w0.cb.device
