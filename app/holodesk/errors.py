@@ -75,7 +75,8 @@ class PolicyOutputError(HolodeskError):
 
     def __str__(self) -> str:
         shown = self.raw_text if len(self.raw_text) <= 300 else self.raw_text[:300] + "…"
-        return f"{super().__str__()} Raw reply: {shown!r}"
+        said = super().__str__()
+        return f"{said}{'' if said.endswith(('.', '!', '?')) else '.'} Raw reply: {shown!r}"
 
 
 class PolicyError(HolodeskError):
