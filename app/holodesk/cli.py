@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from holodesk import __version__
 from holodesk.core.approval import ApprovalMode
 from holodesk.core.text import display_safe
-from holodesk.errors import ActionError, HolodeskError
+from holodesk.display import check_display
+from holodesk.errors import ActionError, HolodeskError, SettingsError
 from holodesk.instance import DriveLock, InstanceLock, NotRunning, app_running, request
 from holodesk.policy.native.families import FAMILIES, check_checkpoint_before_weights
 
@@ -178,7 +179,14 @@ def cmd_tray(no_tray: bool) -> int:
     from holodesk.session.factory import desktop_backend
     from holodesk.settings import load_settings
 
-    desktop_backend(load_settings())  # a clear DisplayError when no backend can see this desktop
+    try:
+        settings: Settings | None = load_settings()
+    except SettingsError as exc:
+        if not check_display().usable:
+            raise  # no window can show it: the terminal does
+        print(f"holodesk: {exc}", file=sys.stderr)
+        settings = None  # the app shows the error in a window (started from a launcher, nobody reads a terminal)
+    desktop_backend(settings)  # a clear DisplayError when no backend can see this desktop
     lock = InstanceLock.acquire()
     if lock is None and lock_held_by_an_app():
         return cmd_app_command("palette", already_running=True)

@@ -71,6 +71,31 @@ def test_no_tray_host_opens_the_window(make_xvfb: Any, tmp_path: Path) -> None:
         log.close()
 
 
+def test_invalid_settings_are_shown_in_a_window_when_started_from_a_launcher(make_xvfb: Any, tmp_path: Path) -> None:
+    """`holodesk tray` with a settings file it cannot load: the error goes to the terminal and into a window (a
+    launcher has no terminal), and the app exits 2 once the window is closed."""
+    server = make_xvfb(1024, 768)
+    env = child_env(server, tmp_path)
+    (tmp_path / "config.toml").write_text('approval = "autopilot"\n')
+    log = open(tmp_path / "tray.log", "wb")  # noqa: SIM115 - closed in finally
+    proc = subprocess.Popen([sys.executable, "-m", "holodesk", "tray"], env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        found: list[str] = []
+        while time.monotonic() < deadline and not found:
+            assert proc.poll() is None, (tmp_path / "tray.log").read_text()
+            found = visible_windows(env, "settings")
+            time.sleep(0.2)
+        assert found, "no window shows the settings error"
+        assert "approval" in (tmp_path / "tray.log").read_text()  # the terminal has it too
+        subprocess.run(["xdotool", "windowfocus", "--sync", found[0], "key", "Escape"], env=env, timeout=10, check=True)
+        assert proc.wait(timeout=20) == 2
+    finally:
+        stop_process(proc)
+        log.close()
+
+
 def test_probe_reports_no_tray_then_a_tray(make_xvfb: Any, tmp_path: Path) -> None:
     server = make_xvfb(1024, 768)
     env = child_env(server, tmp_path)
