@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -47,28 +49,41 @@ def probe(env: dict[str, str]) -> dict[str, Any]:
     return dict(json.loads(res.stdout.strip().splitlines()[-1]))
 
 
+@contextmanager
+def tray_app(env: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``python -m holodesk tray`` (output to ``log_path``) running until the block ends."""
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "holodesk", "tray"], env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
+    try:
+        yield proc
+    finally:
+        stop_process(proc)
+
+
+def wait_visible(env: dict[str, str], name: str, proc: subprocess.Popen[bytes], log_path: Path) -> list[str]:
+    """The visible windows named ``name`` once there is one (30 s at most, the app still running)."""
+    deadline = time.monotonic() + 30
+    found: list[str] = []
+    while time.monotonic() < deadline and not found:
+        assert proc.poll() is None, log_path.read_text()
+        found = visible_windows(env, name)
+        time.sleep(0.2)
+    return found
+
+
 def test_no_tray_host_opens_the_window(make_xvfb: Any, tmp_path: Path) -> None:
     server = make_xvfb(1280, 800)
     env = child_env(server, tmp_path)
     assert visible_windows(env, "^Holodesk$") == []
-    log = open(tmp_path / "tray.log", "wb")  # noqa: SIM115 - closed in finally
-    proc = subprocess.Popen([sys.executable, "-m", "holodesk", "tray"], env=env, stdout=log,
-                            stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 30
-        found: list[str] = []
-        while time.monotonic() < deadline and not found:
-            assert proc.poll() is None, (tmp_path / "tray.log").read_text()
-            found = visible_windows(env, "^Holodesk$")
-            time.sleep(0.2)
+    log = tmp_path / "tray.log"
+    with tray_app(env, log) as proc:
+        found = wait_visible(env, "^Holodesk$", proc, log)
         assert found, "no visible 'Holodesk' window without a tray host"
         geo = subprocess.run(["xdotool", "getwindowgeometry", found[0]], env=env, capture_output=True, text=True,
                              timeout=10).stdout
         assert "Geometry: 380x" in geo  # the fallback window, not a stray dialog
-        assert "no system tray available" in (tmp_path / "tray.log").read_text()
-    finally:
-        stop_process(proc)
-        log.close()
+        assert "no system tray available" in log.read_text()
 
 
 def test_invalid_settings_are_shown_in_a_window_when_started_from_a_launcher(make_xvfb: Any, tmp_path: Path) -> None:
@@ -77,23 +92,13 @@ def test_invalid_settings_are_shown_in_a_window_when_started_from_a_launcher(mak
     server = make_xvfb(1024, 768)
     env = child_env(server, tmp_path)
     (tmp_path / "config.toml").write_text('approval = "autopilot"\n')
-    log = open(tmp_path / "tray.log", "wb")  # noqa: SIM115 - closed in finally
-    proc = subprocess.Popen([sys.executable, "-m", "holodesk", "tray"], env=env, stdout=log,
-                            stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 30
-        found: list[str] = []
-        while time.monotonic() < deadline and not found:
-            assert proc.poll() is None, (tmp_path / "tray.log").read_text()
-            found = visible_windows(env, "settings")
-            time.sleep(0.2)
+    log = tmp_path / "tray.log"
+    with tray_app(env, log) as proc:
+        found = wait_visible(env, "settings", proc, log)
         assert found, "no window shows the settings error"
-        assert "approval" in (tmp_path / "tray.log").read_text()  # the terminal has it too
+        assert "approval" in log.read_text()  # the terminal has it too
         subprocess.run(["xdotool", "windowfocus", "--sync", found[0], "key", "Escape"], env=env, timeout=10, check=True)
         assert proc.wait(timeout=20) == 2
-    finally:
-        stop_process(proc)
-        log.close()
 
 
 def test_probe_reports_no_tray_then_a_tray(make_xvfb: Any, tmp_path: Path) -> None:
