@@ -197,3 +197,27 @@ def test_the_answer_and_errors_of_tasks_are_shown_in_the_window(make_app: Any, q
     result = wait_finished(qtbot, failing.app)
     qtbot.waitUntil(lambda: window.message_view.toPlainText().startswith("Error: The task failed\n"), timeout=10000)
     assert result.reason in window.message_view.toPlainText()
+
+
+def test_a_window_manager_that_does_not_minimise_is_waited_for_once(qtbot: Any, make_app: Any,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the window manager does not minimise the no-tray window before a task (here: iconify is not sent,
+    as on a desktop without one), the window is hidden for the task after the wait, shown again after it, and
+    hidden at once for the next task: the wait is paid once per process."""
+    from holodesk.ui import app as app_module
+
+    monkeypatch.setattr(app_module.x11, "iconify", lambda window_id: True)  # sent, never acted on
+    monkeypatch.setattr(app_module, "MINIMISE_TIMEOUT_S", 1.0)
+    kit = make_app([], force_window=True)
+    window = kit.app.window
+    wait_exposed(qtbot, window)
+    t0 = time.monotonic()
+    kit.app._window_out_of_the_way(True)
+    assert time.monotonic() - t0 >= 1.0 and not window.isVisible() and kit.app.wm_minimises is False
+    kit.app._window_out_of_the_way(False)
+    assert window.isVisible()
+    t0 = time.monotonic()
+    kit.app._window_out_of_the_way(True)
+    assert time.monotonic() - t0 < 0.5 and not window.isVisible()
+    kit.app._window_out_of_the_way(False)
+    assert window.isVisible()

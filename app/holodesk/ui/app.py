@@ -23,7 +23,7 @@ from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QAction, QDesktopServices, QGuiApplication
-from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox, QProgressDialog, QSystemTrayIcon
+from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox, QProgressDialog, QSystemTrayIcon, QWidget
 
 from holodesk.core.approval import ApprovalMode, approval_mode
 from holodesk.download.hub import hub_token
@@ -64,8 +64,10 @@ from holodesk.ui.workers import GuiApprover, ProgressFn, TaskRunner, WindowGuard
 
 log = logging.getLogger(__name__)
 
-MINIMISE_TIMEOUT_S = 2.0
-"""The longest wait, in seconds, for the window manager to minimise the no-tray window before a task."""
+MINIMISE_TIMEOUT_S = 5.0
+"""The longest wait, in seconds, for the window manager to minimise the no-tray window before a task (openbox on a
+loaded 2-core machine took more than 2 s); the wait is paid once: where it runs out, the window is hidden for this
+task and every later one (:meth:`HolodeskApp._window_out_of_the_way`)."""
 
 PolicyFactory = Callable[[Settings, ProgressFn], Any]
 CaptureFactory = Callable[[Settings], Any]
@@ -185,6 +187,7 @@ class HolodeskApp(QObject):
         self.tray: TrayIcon | None = None
         self.window: FallbackWindow | None = None
         self._put_away: str | None = None  # how the no-tray window was put away for the task running
+        self.wm_minimises: bool | None = None  # the window manager minimised the no-tray window (None: not tried)
         self.tray_available = bool(QSystemTrayIcon.isSystemTrayAvailable())
         self._make_tray_or_window(headless=headless, force_window=force_window)
         self._connect_actions()
@@ -540,11 +543,28 @@ class HolodeskApp(QObject):
         if not running:
             self._window_out_of_the_way(False)
 
+    @staticmethod
+    def _minimised(window: QWidget) -> bool:
+        """Whether ``window`` is minimised: by Qt's state, or on X11 by the window manager's ``WM_STATE``
+        (:func:`x11.window_iconic`; Qt can miss the change)."""
+        if window.isMinimized():
+            return True
+        return QGuiApplication.platformName() == "xcb" and x11.window_iconic(int(window.winId())) is True
+
+    @staticmethod
+    def _wait_viewable(window_id: int, timeout_s: float = 2.0) -> None:
+        """Wait (handling Qt's events, at most ``timeout_s``) until X window ``window_id`` is viewable."""
+        deadline = time.monotonic() + timeout_s
+        while x11.window_viewable(window_id) is False and time.monotonic() < deadline:
+            QCoreApplication.processEvents()
+            time.sleep(0.01)
+
     def _window_out_of_the_way(self, running: bool) -> None:
         """Before a task: minimise the no-tray window (through the window manager, :func:`x11.iconify`),
         so that the task's clicks and keys reach the programs it is about; where the window manager does
-        not minimise it within :data:`MINIMISE_TIMEOUT_S`, hide it for the task (logged). After the task:
-        show it again (with the result), unless the user already did."""
+        not minimise it within :data:`MINIMISE_TIMEOUT_S`, hide it for the task (logged), and hide it at once
+        for every later task of this process (:attr:`wm_minimises` False: the wait is not paid again). After
+        the task: show it again (with the result), unless the user already did."""
         window = self.window
         if window is None:
             return
@@ -552,23 +572,29 @@ class HolodeskApp(QObject):
             self._put_away = None
             if not window.isVisible() or window.isMinimized():
                 return
-            on_x11 = QGuiApplication.platformName() == "xcb"
-            if not (on_x11 and x11.iconify(int(window.winId()))):
-                window.showMinimized()  # not X11: the platform's own way
-            deadline = time.monotonic() + MINIMISE_TIMEOUT_S
-            while not window.isMinimized() and time.monotonic() < deadline:
-                QCoreApplication.processEvents()
-                time.sleep(0.01)
-            if window.isMinimized():
-                self._put_away = "minimised"
-            else:
+            if self.wm_minimises is not False:
+                on_x11 = QGuiApplication.platformName() == "xcb"
+                if on_x11:  # a window shown again by the task before is minimised once the X server has mapped it
+                    self._wait_viewable(int(window.winId()))  # (a request to minimise it sooner can be lost)
+                if not (on_x11 and x11.iconify(int(window.winId()))):
+                    window.showMinimized()  # not X11: the platform's own way
+                deadline = time.monotonic() + MINIMISE_TIMEOUT_S
+                while not self._minimised(window) and time.monotonic() < deadline:
+                    QCoreApplication.processEvents()
+                    time.sleep(0.01)
+                self.wm_minimises = self._minimised(window)
+                if self.wm_minimises:
+                    self._put_away = "minimised"
+                    return
                 log.warning("the window manager did not minimise the Holodesk window within %.0f s; hiding it "
-                            "while the task runs instead", MINIMISE_TIMEOUT_S)
-                window.hide()
-                self._put_away = "hidden"
+                            "while this task and every later one runs instead", MINIMISE_TIMEOUT_S)
+            window.hide()
+            self._put_away = "hidden"
             return
         put_away, self._put_away = self._put_away, None
-        if put_away == "hidden" or (put_away == "minimised" and window.isMinimized()):
+        if put_away == "minimised" and self._minimised(window) and not window.isMinimized():
+            window.setWindowState(Qt.WindowState.WindowMinimized)  # Qt missed the change: tell it, so that it restores
+        if put_away == "hidden" or (put_away == "minimised" and self._minimised(window)):
             window.showNormal()
 
 

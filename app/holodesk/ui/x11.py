@@ -116,6 +116,22 @@ def set_input_focus(window_id: int) -> bool:
             return False
 
 
+def window_iconic(window_id: int) -> bool | None:
+    """True when the window manager keeps X window ``window_id`` minimised (its ``WM_STATE`` is ``IconicState``,
+    ICCCM 4.1.3.1), False when it is in another state or has none; None when unknown (not X11, no such window).
+    Read from the X server: Qt's own idea of the state can miss the change (seen under load with openbox)."""
+    with _display() as d:
+        if d is None:
+            return None
+        try:
+            atom = d.intern_atom("WM_STATE")
+            prop = d.create_resource_object("window", int(window_id)).get_full_property(atom, atom)
+            return bool(prop is not None and len(prop.value) > 0 and int(prop.value[0]) == 3)  # 3 = IconicState
+        except Exception as exc:  # BadWindow once destroyed, connection errors
+            log.debug("cannot read the state of %#x: %s", window_id, exc)
+            return None
+
+
 def iconify(window_id: int) -> bool:
     """Ask the window manager to minimise X window ``window_id`` (ICCCM 4.1.4: a ``WM_CHANGE_STATE``
     client message with ``IconicState`` to the root window). False where that cannot be sent (not X11).
