@@ -193,8 +193,9 @@ def test_local_tiny_holotron_acts_on_the_screen(desktop: Desktop, tmp_path: Path
     env.update(OMP_NUM_THREADS="1", HOLODESK_MAX_STRING_CHARS="12", HOLODESK_MAX_REPLY_TOKENS="160",
                HOLODESK_CONFIG=str(tmp_path / "no-settings.toml"))
     episodes = tmp_path / "episodes"
+    # greedy: the same replies every run (the model's profile samples, with a seed drawn per run)
     res = run_holodesk(env, ["run", "click OK", "--model", str(ckpt), "--approve", "auto", "--max-steps", "2",
-                             "--episodes-dir", str(episodes)], stdin="a\na\n")
+                             "--greedy", "--episodes-dir", str(episodes)], stdin="a\na\n")
     assert res.returncode == 1, res.stdout + res.stderr  # two actions, then the step cap
     ep = load_episode(list_episodes(episodes)[0])
     assert ep.start["policy"].startswith("holotron") or "olotron" in ep.start["policy"], ep.start
