@@ -592,9 +592,11 @@ class HolodeskApp(QObject):
             self._put_away = "hidden"
             return
         put_away, self._put_away = self._put_away, None
-        if put_away == "minimised" and self._minimised(window) and not window.isMinimized():
-            window.setWindowState(Qt.WindowState.WindowMinimized)  # Qt missed the change: tell it, so that it restores
-        if put_away == "hidden" or (put_away == "minimised" and self._minimised(window)):
+        if put_away == "minimised" and self._minimised(window):
+            if not window.isMinimized():  # Qt missed the change: tell it, so that showNormal restores the window
+                window.setWindowState(Qt.WindowState.WindowMinimized)
+            window.showNormal()
+        elif put_away == "hidden":
             window.showNormal()
 
 
