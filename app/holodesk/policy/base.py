@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from holodesk.core.actions import Action, Point
-from holodesk.core.geometry import Frame
+from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import SettingsError
 from holodesk.policy.reply import ParsedReply, read_point
 
@@ -206,6 +206,15 @@ class ActionProtocol:
     def localization_prompt(self, target: str) -> str:
         """The grounding-only prompt for ``target`` (the element in words)."""
         raise NotImplementedError
+
+    def localization_messages(self, image: Any, target: str) -> list[dict[str, Any]]:
+        """The element-localization request for ``target`` on ``image`` (an ``(H, W, 3)`` uint8 RGB array, a crop
+        of the frame): one user turn, the image (as a :class:`Frame` of its own size) then
+        :meth:`localization_prompt`, in the parts :meth:`build_messages` uses; no system turn (H Company's element
+        localization, hub.hcompany.ai/element-localization). The local and the remote runtime both send it."""
+        crop = Frame(image, Monitor(1, 0, 0, int(image.shape[1]), int(image.shape[0])))
+        return [{"role": "user", "content": [{"type": "image", "frame": crop},
+                                             {"type": "text", "text": self.localization_prompt(target)}]}]
 
     def parse_localization(self, raw_text: str) -> Point:
         """A localization reply ``{"x": int, "y": int}`` as a point in [0, 1000]: packaging is tolerated and

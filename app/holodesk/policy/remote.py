@@ -35,6 +35,7 @@ import httpx
 import numpy as np
 from PIL import Image
 
+from holodesk.core.actions import Point
 from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import PolicyError, PolicyOutputError
 from holodesk.policy.base import ActionProtocol, Observation, Proposal, pointer_after
@@ -47,6 +48,7 @@ from holodesk.policy.chat_server import (
     normalize_base_url,
 )
 from holodesk.policy.generation import GenerationOptions
+from holodesk.policy.local_core import LOCALIZATION_MAX_TOKENS
 from holodesk.policy.registry import get_protocol
 
 log = logging.getLogger(__name__)
@@ -268,6 +270,37 @@ class RemotePolicy:
             extra=extra,
         )
 
+    def localize(self, image: Any, target: str) -> Point:
+        """H Company's element localization over the same server (the approval card's "Click more precisely",
+        :class:`~holodesk.policy.base.Localizer`): the protocol's localization request
+        (:meth:`~holodesk.policy.base.ActionProtocol.localization_messages`: ``image``, then the published
+        localization prompt for ``target``, one user turn), at temperature 0 with reasoning off, at most
+        :data:`~holodesk.policy.local_core.LOCALIZATION_MAX_TOKENS` tokens, constrained to the protocol's
+        localization schema when ``options.constrained_decoding`` is on; the reply is read by the protocol
+        (:meth:`~holodesk.policy.base.ActionProtocol.parse_localization`). The request has the same deadline
+        (``timeout_s``), reply cap, retries and key scrubbing as a step's.
+
+        Args:
+            image: an ``(H, W, 3)`` uint8 RGB array (a crop of the frame); downscaled like a frame when
+                ``max_image_side`` asks for it (the aspect is kept, so the point is the same).
+            target: the element in words.
+        Returns:
+            The point in ``[0, 1000]`` of ``image``.
+        Raises:
+            PolicyOutputError: the reply is not a point (``raw_text`` carries it).
+            ReplyCutOffError: the reply stopped at the token limit.
+            PolicyError: the server could not be reached, refused the request or did not answer in time.
+        """
+        wire, images_sent = self._to_wire(self.protocol.localization_messages(image, target))
+        body = self._request_body(wire, max_tokens=LOCALIZATION_MAX_TOKENS, localization=True)
+        data, _stats = self._chat(body, images=len(images_sent))
+        _choice, text, finish_reason = self._first_choice(data)
+        if finish_reason == "length":
+            raise ReplyCutOffError(
+                f"The model's localization reply was cut off at {LOCALIZATION_MAX_TOKENS} tokens.", raw_text=text,
+                hint="Check that the served model is a localization-capable model (Holo2, Holo3, Holotron).")
+        return self.protocol.parse_localization(text)
+
     def close(self) -> None:
         """Close the HTTP connection pool. Idempotent."""
         self.server.close()
@@ -365,7 +398,11 @@ class RemotePolicy:
 
     # ------------------------------------------------------------------ request building
 
-    def _request_body(self, messages: list[dict[str, Any]], *, max_tokens: int, step: int = 0) -> dict[str, Any]:
+    def _request_body(self, messages: list[dict[str, Any]], *, max_tokens: int, step: int = 0,
+                      localization: bool = False) -> dict[str, Any]:
+        """The chat-completions body: a step's (``options``' sampling for ``step``, reasoning switch, reply schema)
+        or, with ``localization``, an element localization's (temperature 0, reasoning off, localization
+        schema)."""
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
@@ -374,18 +411,24 @@ class RemotePolicy:
             "stream": False,
         }
         sampling = self.options.sampling
-        if not sampling.greedy:
+        if not sampling.greedy and not localization:
             body.update(temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.step_seed(step))
-        if self.options.reasoning and self.options.reasoning_effort is not None:
+        if self.options.reasoning and self.options.reasoning_effort is not None and not localization:
             body["reasoning_effort"] = self.options.reasoning_effort
-        if self.chat_template_kwargs:
-            body["chat_template_kwargs"] = dict(self.chat_template_kwargs)
+        template_kwargs = self.chat_template_kwargs
+        switch = self.options.reasoning_switch
+        if localization and switch is not None:
+            template_kwargs = {**template_kwargs, **switch.template_kwargs(False)}
+        if template_kwargs:
+            body["chat_template_kwargs"] = dict(template_kwargs)
         if self.options.constrained_decoding and self._structured_accepted is not False:
+            schema = self.protocol.localization_schema() if localization else self.protocol.json_schema()
+            kind = "localization" if localization else self.protocol.name
             body["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {
-                    "name": re.sub(r"[^A-Za-z0-9_-]", "_", f"holodesk_{self.protocol.name}"),
-                    "schema": self.protocol.json_schema(),
+                    "name": re.sub(r"[^A-Za-z0-9_-]", "_", f"holodesk_{kind}"),
+                    "schema": schema,
                     "strict": True,
                 },
             }

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Unpack
 
-from holodesk.core.geometry import Frame, Monitor
+from holodesk.core.geometry import Frame
 from holodesk.errors import PolicyError
 from holodesk.policy.base import Observation
 from holodesk.policy.generation import GenerationOptions
@@ -127,9 +127,8 @@ class HolotronPolicy(LocalPolicy):
         # lazy: kept (GPU runtime, not re-checked this session); a light module: could move to the top
         from holodesk.policy.holotron import runtime
 
-        crop = Frame(image, Monitor(1, 0, 0, int(image.shape[1]), int(image.shape[0])))
-        messages = [{"role": "user", "content": [{"type": "image", "frame": crop},
-                                                 {"type": "text", "text": self.protocol.localization_prompt(target)}]}]
+        messages = self.protocol.localization_messages(image, target)
+        crop: Frame = messages[0]["content"][0]["frame"]
         if self._specials is None:
             self._specials = special_token_strings(self.loaded.tokenizer)
         prompt_text, _frames, _template = render_prompt(self.loaded.tokenizer, messages, self._specials)
