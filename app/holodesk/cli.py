@@ -305,7 +305,7 @@ def _run_task(args: argparse.Namespace, task: str, settings: Settings) -> int:
         focus_probe=_focus_probe(),
         window_probe=_window_probe(),
     )
-    session.subscribe(_print_event)
+    session.subscribe(EventPrinter())
     if settings.approval is ApprovalMode.AUTO:
         source = "--approve auto" if args.approve else "the 'approval' setting"
         print(f"Autopilot is on ({source}): low-risk steps run without asking; use --approve step to be asked "
@@ -424,6 +424,33 @@ def policy_cost(timings_ms: dict[str, float], extra: dict[str, Any]) -> str:
     total = float(timings_ms.get("total", sum(v for k, v in stages if k != "request")))
     where = f"; {extra['decoder']} decoder" if extra.get("decoder") else ""
     return f"model {total:.0f} ms ({', '.join(f'{k} {v:.0f}' for k, v in stages)}{where})"
+
+
+class EventPrinter:
+    """Prints a run's events on stdout: the thought growing on one ``[step N] thinking: `` line while the step is
+    generated (each piece as it comes, escaped by :func:`terminal_safe`), then the proposal's thought and cost,
+    the autopilot's decisions, results and warnings, each on its own line."""
+
+    def __init__(self) -> None:
+        self.thinking_step: int | None = None  # the step whose thinking line is open (no newline yet)
+
+    def __call__(self, event: Any) -> None:
+        if event.kind == "thought":
+            if self.thinking_step != event.step:
+                self._end_line()
+                print(f"[step {event.step + 1}] thinking: ", end="")
+                self.thinking_step = event.step
+            print(terminal_safe(event.message), end="", flush=True)
+            return
+        if event.kind == "state":
+            return  # a state change does not end the thinking line (the proposal does)
+        self._end_line()
+        _print_event(event)
+
+    def _end_line(self) -> None:
+        if self.thinking_step is not None:
+            print()
+            self.thinking_step = None
 
 
 def _print_event(event: Any) -> None:

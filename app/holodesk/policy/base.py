@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
@@ -10,6 +12,8 @@ from holodesk.core.actions import Action, Point
 from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import SettingsError
 from holodesk.policy.reply import ParsedReply, read_point
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -260,3 +264,97 @@ class Localizer(Protocol):
             PolicyError: no reply at all.
         """
         ...
+
+
+ThoughtSink = Callable[[str], None]
+"""Takes the next piece of the model's thought (its reasoning text) while a step is generated; the pieces of one
+step joined are the thought recorded with it (``Proposal.extra["reasoning_text"]``)."""
+
+THOUGHT_INTERVAL_S = 0.075
+"""Least seconds between two pieces handed to a :data:`ThoughtSink` (a card repainted about 13 times a second;
+a token every ~8 ms would otherwise be a call each)."""
+
+
+def thought_so_far(text: str) -> str:
+    """The thought in ``text``, a reply as generated so far: what comes before ``</think>`` (all of it while the
+    block is open), a leading ``<think>`` dropped, stripped as :func:`holodesk.policy.contract.reasoning_text`
+    strips it, and a trailing U+FFFD held back (the first bytes of a character whose next token has not come)."""
+    head = text.partition("</think>")[0]
+    return head.strip().removeprefix("<think>").strip().rstrip("\ufffd").rstrip()
+
+
+class ThoughtStream:
+    """One step's thought handed out while it is generated: to ``sink``, in pieces at most every
+    ``interval_s`` seconds, each piece what the thought grew by since the last one; the one home of the
+    throttle, shared by every policy that streams.
+
+    A policy offers the reply so far (:meth:`offer`) as often as it likes, as text or as a function that makes
+    it (called only when a piece is due, so detokenizing costs nothing between pieces), and ends with the
+    recorded thought (:meth:`finish`), which hands out what is left. An exception raised by ``sink`` is logged
+    once and the sink is not called again in this step: the step never breaks for it.
+
+    Args:
+        sink: where the pieces go; None: nothing is streamed (every call is a no-op).
+        interval_s: least seconds between two pieces (:data:`THOUGHT_INTERVAL_S`).
+        clock: monotonic seconds (tests pass a fake clock).
+    Attributes:
+        sent: the thought handed out so far (the pieces joined).
+    """
+
+    def __init__(self, sink: ThoughtSink | None, *, interval_s: float = THOUGHT_INTERVAL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._sink = sink
+        self.interval_s = interval_s
+        self._clock = clock
+        self._last = -float("inf")
+        self.sent = ""
+
+    @property
+    def active(self) -> bool:
+        """Whether pieces are still handed out (a sink is set and has not failed)."""
+        return self._sink is not None
+
+    def offer(self, reply: str | Callable[[], str]) -> None:
+        """The reply generated so far (its text, or a function returning it): a piece is handed out when
+        ``interval_s`` has passed since the last one and the thought grew (a thought that no longer starts
+        with what was sent waits for :meth:`finish`)."""
+        if self._sink is None:
+            return
+        now = self._clock()
+        if now - self._last < self.interval_s:
+            return
+        self._last = now
+        self._send(thought_so_far(reply() if callable(reply) else reply))
+
+    def finish(self, thought: str | None) -> None:
+        """Hand out the rest of ``thought``, the step's recorded thought (None or "": nothing more). A recorded
+        thought that does not continue what was sent is logged (the pieces then differ from it)."""
+        if self._sink is None or not thought:
+            return
+        if not thought.startswith(self.sent):
+            log.warning("the recorded thought differs from the %d characters streamed", len(self.sent))
+            return
+        self._send(thought)
+
+    def _send(self, thought: str) -> None:
+        if len(thought) <= len(self.sent) or not thought.startswith(self.sent):
+            return
+        piece = thought[len(self.sent):]
+        self.sent = thought
+        sink = self._sink
+        if sink is None:
+            return
+        try:
+            sink(piece)
+        except Exception:  # the step goes on without the stream
+            log.exception("the thought sink failed; the rest of this step's thought is not streamed")
+            self._sink = None
+
+
+@runtime_checkable
+class StreamsThought(Protocol):
+    """A policy that hands out its thought while a step is generated: the session sets :attr:`thought_sink`
+    before :meth:`Policy.propose` and clears it after. The policy runs the sink on the thread that called
+    ``propose`` (through a :class:`ThoughtStream`); the scripted, local and remote policies stream."""
+
+    thought_sink: ThoughtSink | None

@@ -39,7 +39,8 @@ from typing import Any
 
 from holodesk.core.actions import Action
 from holodesk.errors import PolicyError, PolicyOutputError
-from holodesk.policy.base import ActionProtocol, Observation, Proposal, pointer_after
+from holodesk.policy.base import ActionProtocol, Observation, Proposal, ThoughtSink, ThoughtStream, pointer_after
+from holodesk.policy.contract import reasoning_text
 from holodesk.policy.protocol import PROTOCOL_NAMES
 from holodesk.policy.registry import get_protocol
 
@@ -175,6 +176,7 @@ class ScriptedPolicy:
             ]
         self.name = f"scripted:{Path(self.source).name}" if self.source != "<replies>" else "scripted"
         self.steps_played = 0
+        self.thought_sink: ThoughtSink | None = None
 
     @property
     def remaining(self) -> int:
@@ -182,7 +184,9 @@ class ScriptedPolicy:
         return len(self.replies) - self.steps_played
 
     def propose(self, observation: Observation) -> Proposal:
-        """Play the next reply through the protocol's parser. The observation is not looked at.
+        """Play the next reply through the protocol's parser. The observation is not looked at. The reply's
+        thought (its ``<think>`` block when it has one, else its ``thought`` field) goes to :attr:`thought_sink`
+        word by word before the proposal is returned (:class:`~holodesk.policy.base.StreamsThought`).
 
         Returns:
             Proposal with ``raw_text`` = the reply text, ``timings_ms["policy"]`` (parse time, ms) and
@@ -208,7 +212,9 @@ class ScriptedPolicy:
                             f"reply is {speaks}: add the line `# protocol: {speaks}` at the top of the file.")
             exc.timings_ms = {"policy": (time.perf_counter() - start) * 1000.0}
             exc.extra = {"script_step": self.steps_played, "source": self.source}
+            self._stream(reasoning_text(text) or "")
             raise
+        self._stream(reasoning_text(text) or parsed.thought)
         elapsed_ms = (time.perf_counter() - start) * 1000.0
         return Proposal(
             action=parsed.action,
@@ -218,6 +224,13 @@ class ScriptedPolicy:
             timings_ms={"policy": elapsed_ms},
             extra={"script_step": self.steps_played, "source": self.source, "warnings": list(parsed.warnings)},
         )
+
+    def _stream(self, thought: str) -> None:
+        """Hand ``thought`` to :attr:`thought_sink` one word (with the spaces before it) at a time."""
+        stream = ThoughtStream(self.thought_sink, interval_s=0.0)
+        for end in (m.end() for m in re.finditer(r"\s*\S+", thought)):
+            stream.offer(thought[:end])
+        stream.finish(thought.strip())
 
     def _other_protocol(self, text: str, observation: Observation) -> str | None:
         """The name of another known protocol that parses ``text``, else None."""

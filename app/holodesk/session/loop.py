@@ -34,7 +34,16 @@ from holodesk.core.refine import crop_point_to_frame, refine_crop
 from holodesk.core.risk import Risk, selection_after
 from holodesk.core.wording import WindowInfo
 from holodesk.errors import GeometryMismatch, HolodeskError, PolicyError, PolicyOutputError, TaskError
-from holodesk.policy.base import HistoryStep, Localizer, Observation, Policy, Proposal, forget_unused_frames
+from holodesk.policy.base import (
+    HistoryStep,
+    Localizer,
+    Observation,
+    Policy,
+    Proposal,
+    StreamsThought,
+    ThoughtSink,
+    forget_unused_frames,
+)
 from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision, make_request
 from holodesk.session.episode import RESULT_UNKNOWN, EpisodeRecorder
 from holodesk.session.judge import Judgement, Probes, judge, recheck
@@ -414,6 +423,9 @@ class Session:
         self._set_state(State.THINKING, run.step)
         forget_unused_frames(run.history, self.policy)  # memory: only the frames the policy will send
         t0 = time.perf_counter()
+        streamer = self.policy if isinstance(self.policy, StreamsThought) else None
+        if streamer is not None:  # the thought is shown while it is generated ("thought" events); recorded as before
+            streamer.thought_sink = self._thought_sink(run.step)
         try:
             proposal = self.policy.propose(Observation(run.task, frame, tuple(run.history),
                                                        deadline=run.started + self.limits.max_wall_s))
@@ -426,6 +438,9 @@ class Session:
             self._write(record)
             self._check_limits(run.step, run.started)  # the wall-time cap (or a stop) ended the request: said so
             raise _Stop(State.FAILED, f"the policy failed: {exc}") from exc
+        finally:
+            if streamer is not None:
+                streamer.thought_sink = None
         run.parse_failures = 0
         timings["policy"] = (time.perf_counter() - t0) * 1000
         timings.update({f"policy.{k}": v for k, v in proposal.timings_ms.items()})
@@ -437,6 +452,17 @@ class Session:
             self._emit("warning", run.step, notice, notice=True)
         self._emit("proposal", run.step, proposal.thought, proposal=proposal, frame=frame)
         return proposal
+
+    def _thought_sink(self, step: int) -> ThoughtSink:
+        """The sink of step ``step``'s thought: each piece is emitted as a ``"thought"`` event (``message``: the
+        piece; ``data["text"]``: the thought so far), on the session thread."""
+        pieces: list[str] = []
+
+        def sink(piece: str) -> None:
+            pieces.append(piece)
+            self._emit("thought", step, piece, text="".join(pieces))
+
+        return sink
 
     def _reply_rejected(self, run: _Run, frame: Frame, exc: PolicyOutputError, record: dict[str, Any],
                         timings: dict[str, float]) -> None:

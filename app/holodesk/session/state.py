@@ -35,12 +35,14 @@ class SessionEvent:
     """Something listeners may show: a state change, a proposal, a result, a warning.
 
     Attributes:
-        kind: "state" | "proposal" | "decision" | "result" | "warning" | "error" | "end".
+        kind: "state" | "thought" | "proposal" | "decision" | "result" | "warning" | "error" | "end".
         state: the session state when the event was emitted.
         step: 0-based step number (-1 before the first step).
         message: plain-words text for the user.
-        data: kind-specific payload: "proposal" -> ``proposal``; "decision" -> ``response`` and ``request``
-            (the ApprovalRequest decided, with its risk and headline); "result" -> ``result``; "end" -> ``result``.
+        data: kind-specific payload: "thought" (a piece of the thought while the step is generated, in
+            ``message``) -> ``text`` (the thought so far); "proposal" -> ``proposal``; "decision" -> ``response``
+            and ``request`` (the ApprovalRequest decided, with its risk and headline); "result" -> ``result``;
+            "end" -> ``result``.
     """
 
     kind: str

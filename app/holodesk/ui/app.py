@@ -227,6 +227,7 @@ class HolodeskApp(QObject):
         """The task runner's signals (GUI thread)."""
         self.runner.state_changed.connect(self._on_state)
         self.runner.session_event.connect(self._on_event)
+        self.runner.session_event.connect(self.approval.session_event)  # the thought while the step is proposed
         self.runner.finished.connect(self._on_finished)
         self.runner.failed.connect(self._on_failed)
         self.runner.progress.connect(self._on_progress)

@@ -16,6 +16,9 @@ Flow for one step (GUI thread unless noted):
 4. The decision resolves the pending request; :meth:`after_decision` (worker thread) then hides the
    overlay, waits until the X server has unmapped it, and gives keyboard focus back to the window that
    had it, before the action runs.
+
+Before step 1, while the step is proposed, the model's thought grows on a thinking panel
+(:meth:`ApprovalController.session_event`), hidden when the proposal comes.
 """
 
 from __future__ import annotations
@@ -33,8 +36,9 @@ from holodesk.core.text import display_safe
 from holodesk.core.wording import step_words
 from holodesk.errors import ActionError
 from holodesk.session.approval import ApprovalResponse, Decision
+from holodesk.session.state import SessionEvent, State
 from holodesk.ui import x11
-from holodesk.ui.overlay import MARKER_COLOR, OverlayGeometry, OverlayWindow, screen_for_monitor
+from holodesk.ui.overlay import MARKER_COLOR, OverlayGeometry, OverlayWindow, ThinkingPanel, screen_for_monitor
 from holodesk.ui.widgets import bring_to_front
 from holodesk.ui.workers import PendingDecision, WindowGuard
 
@@ -90,6 +94,7 @@ class ApprovalController(QObject):
         self._picked: list[tuple[int, int]] = []
         self._countdown_started: float | None = None
         self._previous_focus: int | None = None
+        self.thinking: ThinkingPanel | None = None
         self._timer = QTimer(self)
         self._timer.setInterval(50)
         self._timer.timeout.connect(self._tick)
@@ -173,6 +178,20 @@ class ApprovalController(QObject):
         if not (0 <= pos.x() < geometry.screen_rect.width() and 0 <= pos.y() < geometry.screen_rect.height()):
             return None
         return geometry.to_input(QPointF(pos))
+
+    # -- the thought while the step is proposed ------------------------------------------------------
+    @Slot(object)
+    def session_event(self, event: SessionEvent) -> None:
+        """Follow the session (connected to ``TaskRunner.session_event``, GUI thread): a ``"thought"`` event shows
+        the thought so far on the thinking panel (:class:`~holodesk.ui.overlay.ThinkingPanel`); the proposal,
+        the end of the run or any state but thinking hides it."""
+        if event.kind == "thought":
+            if self.thinking is None:
+                self.thinking = ThinkingPanel()
+            self.thinking.show_thought(event.step, display_safe(str(event.data.get("text", ""))))
+        elif self.thinking is not None and (event.kind in ("proposal", "end")
+                                            or (event.kind == "state" and event.state is not State.THINKING)):
+            self.thinking.hide()
 
     # -- decisions --------------------------------------------------------------------------------
     @Slot()

@@ -354,6 +354,58 @@ class ApprovalCard(QFrame):
             self.countdown_bar.setValue(round(frac * 1000))
 
 
+THOUGHT_SHOWN_CHARS = 900
+"""Most characters of a growing thought the thinking panel shows (the latest ones; the whole thought is on the
+card's record and in the episode)."""
+
+
+class ThinkingPanel(QWidget):
+    """The model's thought while a step is being proposed: a small always-on-top card at the top right of a
+    screen, in the approval card's style, whose text grows as the thought is generated; hidden when the
+    proposal (the approval card) comes. It never takes the keyboard focus (the step acts on the focused window).
+
+    Attributes:
+        title: "Step N · Thinking…". thought: the thought so far (its last :data:`THOUGHT_SHOWN_CHARS`).
+    """
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowFlags(Qt.WindowType.FramelessWindowHint | Qt.WindowType.WindowStaysOnTopHint
+                            | Qt.WindowType.Tool | Qt.WindowType.WindowDoesNotAcceptFocus)
+        self.setAttribute(Qt.WidgetAttribute.WA_ShowWithoutActivating, True)
+        self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        name_window(self, "Holodesk thinking", "holodeskThinking")
+        card = QFrame(self)
+        card.setObjectName("approvalCard")
+        card.setStyleSheet(card_style(MARKER_COLOR))
+        card.setFixedWidth(CARD_WIDTH)
+        layout = QVBoxLayout(card)
+        layout.setContentsMargins(*THEME.spacing.card_margins)
+        layout.setSpacing(THEME.spacing.card_gap)
+        self.title = plain_label(wrap=False, name="title")
+        self.thought = plain_label(name="thought")
+        layout.addWidget(self.title)
+        layout.addWidget(self.thought)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(card)
+
+    def show_thought(self, step: int, text: str, screen: QScreen | None = None) -> None:
+        """Show step ``step``'s (0-based) thought so far, ``text`` (model text: shown as plain text, escaped by
+        the caller), at the top right of ``screen`` (None: the primary screen)."""
+        shown = text if len(text) <= THOUGHT_SHOWN_CHARS else "…" + text[-THOUGHT_SHOWN_CHARS:]
+        self.title.setText(f"Step {step + 1} · Thinking…")
+        self.thought.setText(f"Model's thought: {shown}")
+        self.adjustSize()
+        target = screen or QGuiApplication.primaryScreen()
+        if target is not None:
+            area = target.availableGeometry()
+            margin = THEME.spacing.card_gap * 2
+            self.move(area.right() - self.width() - margin, area.top() + margin)
+        if not self.isVisible():
+            self.show()
+
+
 class OverlayWindow(QWidget):
     """Marks an action on one monitor and hosts the approval card.
 
