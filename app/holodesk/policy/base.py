@@ -295,16 +295,16 @@ class ThoughtStream:
 
     Args:
         sink: where the pieces go; None: nothing is streamed (every call is a no-op).
-        interval_s: least seconds between two pieces (:data:`THOUGHT_INTERVAL_S`).
+        interval_s: least seconds between two pieces; None: :data:`THOUGHT_INTERVAL_S`.
         clock: monotonic seconds (tests pass a fake clock).
     Attributes:
         sent: the thought handed out so far (the pieces joined).
     """
 
-    def __init__(self, sink: ThoughtSink | None, *, interval_s: float = THOUGHT_INTERVAL_S,
+    def __init__(self, sink: ThoughtSink | None, *, interval_s: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._sink = sink
-        self.interval_s = interval_s
+        self.interval_s = THOUGHT_INTERVAL_S if interval_s is None else interval_s
         self._clock = clock
         self._last = -float("inf")
         self.sent = ""

@@ -17,6 +17,7 @@ import contextlib
 import gc
 import logging
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,7 @@ from typing_extensions import TypedDict
 
 from holodesk.core.actions import Point
 from holodesk.errors import PolicyError, PolicyOutputError
-from holodesk.policy.base import Observation, Proposal, pointer_after
+from holodesk.policy.base import Observation, Proposal, ThoughtSink, ThoughtStream, pointer_after
 from holodesk.policy.contract import reasoning_text
 from holodesk.policy.generation import GenerationOptions
 from holodesk.policy.registry import get_protocol
@@ -120,6 +121,8 @@ class LocalPolicy:
         self._constraint: Any = None
         self._localization_constraint: Any = None
         self._closed = False
+        self.thought_sink: ThoughtSink | None = None
+        self.thought = ThoughtStream(None)
 
     @property
     def max_images(self) -> int:
@@ -147,6 +150,20 @@ class LocalPolicy:
         """The runtime's grammar for the JSON ``schema``, every string capped at ``max_string_chars`` (None: not
         capped)."""
         raise NotImplementedError
+
+    def thought_watch(self) -> Callable[[Sequence[int]], None] | None:
+        """For a runtime's decoder: a function of the reply's token ids so far that hands this step's thought out
+        (:attr:`thought`, throttled; the ids are detokenized only when a piece is due), or None when nothing is
+        streamed (no :attr:`thought_sink`, or reasoning off)."""
+        stream = self.thought
+        if not stream.active:
+            return None
+        tokenizer = self.loaded.tokenizer
+
+        def watch(ids: Sequence[int]) -> None:
+            stream.offer(lambda: str(tokenizer.decode(list(ids), skip_special_tokens=False)))
+
+        return watch
 
     # ------------------------------------------------------------------------------------ shared steps
     def reply_constraint(self) -> Any:
@@ -202,6 +219,10 @@ class LocalPolicy:
         current one only); each retry is logged and told to the user through ``Proposal.notices`` (also in
         ``Proposal.extra["warnings"]``) (F21).
 
+        With reasoning on, the thought goes to :attr:`thought_sink` (when set) in pieces while it is generated
+        (:meth:`thought_watch`), the last piece when the reply is read: the pieces joined are
+        ``extra["reasoning_text"]``.
+
         Returns:
             Proposal with the parsed action, thought, note, raw reply, the runtime's ``timings_ms`` and ``extra``
             (its facts, plus ``max_images_used``, ``warnings``, :meth:`GenerationOptions.step_record`,
@@ -214,6 +235,8 @@ class LocalPolicy:
         self._check_open()
         notices: list[str] = []
         images = self.options.max_images
+        # the thought is handed to ``thought_sink`` while it is generated (StreamsThought), when the model reasons
+        self.thought = ThoughtStream(self.thought_sink if self.options.reasoning else None)
         while True:
             try:
                 reply = self.reply(observation, images, notices)
@@ -244,6 +267,7 @@ class LocalPolicy:
         thought_text = reasoning_text(raw) if self.options.reasoning else None
         if thought_text:
             extra["reasoning_text"] = thought_text  # recorded with the step; never written into a later prompt
+        self.thought.finish(thought_text)
         try:
             parsed = self.protocol.parse(raw, pointer=pointer_after(observation.history))
         except PolicyOutputError as exc:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from holodesk.policy.holotron import runtime
@@ -349,7 +349,8 @@ class StaticEngine:
 
     def run(self, input_ids: Sequence[int], images: Sequence[PromptImage], *, snapshot_at: Sequence[int] = (),
             max_new_tokens: int, constraint: Constraint | None, reasoning: bool, max_think_tokens: int,
-            jump_forward: bool = True, sampler: Sampler | None = None) -> tuple[Generation, dict[str, int]]:
+            jump_forward: bool = True, sampler: Sampler | None = None,
+            on_thought: Callable[[list[int]], None] | None = None) -> tuple[Generation, dict[str, int]]:
         """Embed, prefill (from the resume point) and decode one step.
 
         Args:
@@ -363,6 +364,8 @@ class StaticEngine:
                 reference: the same token ids, :func:`~holodesk.policy.holotron.runtime.decode_loop`).
             sampler: the choice after the grammar mask (:class:`~holodesk.policy.holotron.runtime.Sampler`);
                 None: greedy.
+            on_thought: the reply's ids so far after each token chosen while the model thinks
+                (:func:`~holodesk.policy.holotron.runtime.decode_loop`; host ids, no extra synchronisation).
         Returns:
             (:class:`Generation` with ``timings_ms`` preprocess (tiling), vision, prefill, decode,
             ``model_steps`` and ``forced_tokens``;
@@ -392,7 +395,7 @@ class StaticEngine:
                 decoded = decode_loop(self.loaded, first[0], self._step, max_new_tokens=max_new_tokens,
                                       constraint=constraint, reasoning=reasoning, max_think_tokens=max_think_tokens,
                                       forward=self._forward if jump_forward and self.jump_forward else None,
-                                      sampler=sampler)
+                                      sampler=sampler, on_thought=on_thought)
                 sync(self.loaded.device)
         except BaseException:
             self.reset()  # a half-written state must not be resumed from

@@ -215,7 +215,8 @@ class HolotronPolicy(LocalPolicy):
         prompt_ms = (time.perf_counter() - t0) * 1000.0
         decoding: dict[str, Any] = {
             "max_new_tokens": opts.max_reply_tokens, "constraint": constraint, "reasoning": opts.reasoning,
-            "max_think_tokens": opts.think_budget, "jump_forward": opts.jump_forward, "sampler": sampler}
+            "max_think_tokens": opts.think_budget, "jump_forward": opts.jump_forward, "sampler": sampler,
+            "on_thought": self.thought_watch()}
         if engine is not None:
             # lazy: kept (GPU runtime, not re-checked this session); a light module: could move to the top
             from holodesk.policy.holotron.engine import snapshot_positions

@@ -579,10 +579,14 @@ def _choose(loaded: LoadedHolotron, logits: torch.Tensor, constraint: Constraint
     return int(torch.argmax(logits).item())
 
 
+def _no_thought(_ids: list[int]) -> None:
+    """The thought watcher of a decode that streams nothing."""
+
+
 def decode_loop(loaded: LoadedHolotron, first_logits: torch.Tensor, step: Callable[[int], torch.Tensor], *,
                 max_new_tokens: int, constraint: Constraint | None, reasoning: bool, max_think_tokens: int,
                 forward: Callable[[list[int]], torch.Tensor] | None = None,
-                sampler: Sampler | None = None) -> Decoded:
+                sampler: Sampler | None = None, on_thought: Callable[[list[int]], None] | None = None) -> Decoded:
     """Token choice shared by every decoder: thinking, the grammar mask, the choice after it (greedy, or
     ``sampler``'s), jump-forward, stop rules.
 
@@ -605,11 +609,15 @@ def decode_loop(loaded: LoadedHolotron, first_logits: torch.Tensor, step: Callab
             ``(vocab,)`` logits after the last; None: one ``step`` per token.
         sampler: how the model's tokens are chosen after the mask (:class:`Sampler`; thinking included);
             None: greedy.
+        on_thought: called with the reply's ids so far (the one just chosen included) while the model thinks (the ids
+            are on the host already: the choice reads each token back; nothing more is synchronised), to hand
+            the thought out while it is generated (:class:`~holodesk.policy.base.ThoughtStream` throttles it).
     Returns:
         :class:`Decoded`: the ids, the stop reason, the forward passes made and the forced tokens.
     """
 
     eos = set(loaded.eos_ids)
+    watch = on_thought or _no_thought
     thinking = reasoning and loaded.think_end_id is not None
     if constraint is not None:
         constraint.start()
@@ -643,6 +651,8 @@ def decode_loop(loaded: LoadedHolotron, first_logits: torch.Tensor, step: Callab
                 thinking = False
             elif token in eos:
                 return Decoded(tokens, "eos", steps, forced)
+            else:
+                watch([*tokens, token])
         elif constraint is not None:
             if not constraint.accept(token):
                 return Decoded(tokens, "grammar", steps, forced)
@@ -656,7 +666,8 @@ def decode_loop(loaded: LoadedHolotron, first_logits: torch.Tensor, step: Callab
 
 def generate(loaded: LoadedHolotron, input_ids: Sequence[int], images: Sequence[PromptImage], *,
              max_new_tokens: int, constraint: Constraint | None, reasoning: bool, max_think_tokens: int,
-             jump_forward: bool = True, sampler: Sampler | None = None) -> Generation:
+             jump_forward: bool = True, sampler: Sampler | None = None,
+             on_thought: Callable[[list[int]], None] | None = None) -> Generation:
     """One reply with transformers' own forward and cache (the ``stock`` decoder; its modules are used as
     loaded, nothing is replaced): tile and encode every image, merge (:func:`embed_prompt`), prefill,
     then :func:`decode_loop` with one forward per model step.
@@ -667,6 +678,7 @@ def generate(loaded: LoadedHolotron, input_ids: Sequence[int], images: Sequence[
         jump_forward: feed the tokens the grammar forces in one forward with the token before them
             (transformers' forward over several tokens from the cache); False: one forward per token.
         sampler: the token choice after the grammar mask (:func:`decode_loop`); None: greedy.
+        on_thought: the reply's ids so far while the model thinks (:func:`decode_loop`).
     Returns:
         :class:`Generation` with ``timings_ms`` preprocess (tiling), vision, prefill, decode.
     Raises:
@@ -705,6 +717,7 @@ def generate(loaded: LoadedHolotron, input_ids: Sequence[int], images: Sequence[
             loaded, out.logits[0, -1].float(), lambda token: forward([token]), max_new_tokens=max_new_tokens,
             constraint=constraint, reasoning=reasoning, max_think_tokens=max_think_tokens,
             forward=forward if jump_forward else None, sampler=sampler,
+            on_thought=on_thought,
         )
         sync(device)
         timings["decode"] = (time.perf_counter() - t3) * 1000.0

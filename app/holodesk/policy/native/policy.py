@@ -25,6 +25,7 @@ import math
 import re
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -487,6 +488,9 @@ class NativePolicy(LocalPolicy):
         if sampled:  # ReplyRule warps after the mask; generate's own warpers stay neutral
             options.update(temperature=1.0, top_p=1.0, top_k=0, min_p=None)
             torch.manual_seed(opts.sampling.step_seed(len(observation.history)))
+        watch = self.thought_watch()
+        if watch is not None:  # the thought handed out while it is generated
+            options["streamer"] = ThoughtStreamer(watch)
         if self.static_cache:
             options["cache_implementation"] = "static"
             options["max_cache_len"] = math.ceil((prompt_tokens + budget) / CACHE_STEP) * CACHE_STEP
@@ -526,4 +530,31 @@ class NativePolicy(LocalPolicy):
         return Reply(text, timings, details)
 
 
-__all__ = ["CACHE_STEP", "LoadedNative", "NativePolicy", "ReplyRule", "load_native"]
+class ThoughtStreamer:
+    """transformers' streamer interface (``generate(streamer=...)``: ``put(ids)`` with the prompt first, then each
+    new token, ``end()``) feeding a policy's thought watcher
+    (:meth:`~holodesk.policy.local_core.LocalPolicy.thought_watch`) the reply's ids so far. ``generate`` reads
+    every token back to the host anyway (its stop criteria); the watcher detokenizes only when a piece is due.
+
+    Args:
+        watch: called with the reply's ids so far after each new token.
+    """
+
+    def __init__(self, watch: Callable[[Sequence[int]], None]) -> None:
+        self.watch = watch
+        self.ids: list[int] = []
+        self._prompt_seen = False
+
+    def put(self, value: Any) -> None:
+        """The prompt's ids (first call, skipped) or the next token's, as a tensor."""
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            return
+        self.ids.extend(int(t) for t in value.reshape(-1).tolist())
+        self.watch(self.ids)
+
+    def end(self) -> None:
+        """The reply is complete (the policy hands out the rest of the thought when it reads it)."""
+
+
+__all__ = ["CACHE_STEP", "LoadedNative", "NativePolicy", "ReplyRule", "ThoughtStreamer", "load_native"]
