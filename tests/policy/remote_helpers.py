@@ -69,6 +69,10 @@ class ScriptedServer:
     def reset(self) -> None:
         self._control("/_control/reset", {})
 
+    def release(self) -> None:
+        """Let a stream held at ``hold_after`` go on."""
+        self._control("/_control/release", {})
+
     def stop(self) -> None:
         stop_process(self.proc)
         for stream in (self.proc.stdout, self.proc.stderr):

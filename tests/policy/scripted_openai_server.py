@@ -17,7 +17,9 @@ A behaviour is a dict: ``content`` (assistant text), ``finish_reason`` (default 
 ``headers`` (extra reply headers), ``drop`` (close the connection without replying), ``delay_s``,
 ``trickle_s`` (send the reply's headers, then one byte of its body every that many seconds, never ending),
 ``body`` (a 200 reply of this raw text), ``endless_chunks`` (a 200 reply whose chunked body sends that many
-64 KiB chunks of spaces, then ``{}``).
+64 KiB chunks of spaces, then ``{}``), ``reasoning`` (the reply's reasoning; a request with ``"stream": true`` gets
+server-sent events, see ``Handler._stream``: ``reasoning_field``, ``hold_after``, ``endless_reasoning``).
+``POST /_control/release`` lets a held stream go on.
 
 Run: ``python scripted_openai_server.py [--api-key K] [--models a,b] [--limit-images N]
 [--reject-response-format]``; it prints ``PORT <n>`` on stdout once listening and exits on SIGTERM.
@@ -46,6 +48,7 @@ class State:
         self.lock = threading.Lock()
         self.script: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []
+        self.release = threading.Event()
 
 
 def count_images(body: dict[str, Any]) -> int:
@@ -107,6 +110,48 @@ class Handler(BaseHTTPRequestHandler):
         except OSError:  # the client closed the connection
             pass
 
+    def _stream(self, model: Any, behaviour: dict[str, Any], content: str, images: int) -> None:
+        """A streamed chat completion as vLLM sends it: server-sent events, one ``chat.completion.chunk`` each:
+        the reasoning word by word in ``delta.<reasoning_field>`` (default ``reasoning_content``), then the
+        content, the finish reason, the usage and ``[DONE]``. With ``hold_after`` N, the stream stops after N
+        reasoning events until ``POST /_control/release``; ``endless_reasoning`` sends reasoning events forever."""
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        field = behaviour.get("reasoning_field", "reasoning_content")
+
+        def event(payload: Any) -> None:
+            data = b"data: " + (payload if isinstance(payload, bytes) else json.dumps(payload).encode()) + b"\n\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "model": model,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+        words = [w for w in behaviour.get("reasoning", "").split(" ")]
+        pieces = [w if i == 0 else " " + w for i, w in enumerate(words)] if behaviour.get("reasoning") else []
+        try:
+            event(chunk({"role": "assistant"}))
+            if behaviour.get("endless_reasoning"):
+                while True:
+                    event(chunk({field: "x" * 4096}))
+            for i, piece in enumerate(pieces):
+                if i == behaviour.get("hold_after"):
+                    self.state.release.wait(60)
+                event(chunk({field: piece}))
+            event(chunk({"content": content}))
+            event(chunk({}, behaviour.get("finish_reason", "stop")))
+            event({"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "model": model, "choices": [],
+                   "usage": {"prompt_tokens": 100 * (images + 1), "completion_tokens": len(content) // 4,
+                             "total_tokens": 100 * (images + 1) + len(content) // 4}})
+            event(b"[DONE]")
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:  # the client closed the connection
+            pass
+
     def _read_body(self) -> Any:
         length = int(self.headers.get("Content-Length") or 0)
         if length > MAX_REQUEST_BYTES:
@@ -153,10 +198,15 @@ class Handler(BaseHTTPRequestHandler):
                 self.state.script = list(body.get("chat", []))
             self._reply(200, {"ok": True})
             return
+        if self.path == "/_control/release":
+            self.state.release.set()
+            self._reply(200, {"ok": True})
+            return
         if self.path == "/_control/reset":
             with self.state.lock:
                 self.state.script = []
                 self.state.requests = []
+            self.state.release.clear()
             self._reply(200, {"ok": True})
             return
         self._record(body)
@@ -208,6 +258,9 @@ class Handler(BaseHTTPRequestHandler):
             self._reply(status, behaviour.get("error", {}), behaviour.get("headers"), behaviour.get("raw_body"))
             return
         content = behaviour.get("content", "")
+        if body.get("stream"):
+            self._stream(model, behaviour, content, images)
+            return
         self._reply(200, {
             "id": "chatcmpl-scripted", "object": "chat.completion", "created": int(time.time()),
             "model": model,

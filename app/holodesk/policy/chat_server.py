@@ -18,9 +18,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import queue
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import InitVar, dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -175,9 +177,12 @@ class ChatServer:
 
     def send(
         self, method: str, path: str, body: dict[str, Any] | None, *, deadline: tuple[float, str] | None = None,
+        on_chunk: Callable[[bytes], None] | None = None,
     ) -> tuple[httpx.Response, dict[str, Any]]:
         """One request with bounded retries on 429 / 5xx / connection errors, all ended by ``deadline`` (from
-        :meth:`_deadline`; None: ``timeout_s`` from now).
+        :meth:`_deadline`; None: ``timeout_s`` from now). ``on_chunk`` gets each piece of a reply body as it
+        arrives, on the calling thread (a streamed reply, :class:`SseEvents`); the body is also kept whole, up to
+        :data:`MAX_REPLY_BYTES`.
 
         Returns:
             (final non-retryable response, {"attempts": int, "request_ms": float of the last attempt})
@@ -192,7 +197,7 @@ class ChatServer:
         for attempt in range(attempts):
             t0 = time.perf_counter()
             try:
-                resp = self._exchange(method, path, body, until)
+                resp = self._exchange(method, path, body, until, on_chunk)
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
                     httpx.ReadError, httpx.WriteError) as exc:
                 failure = _RetryableFailure("connect", self.scrub(str(exc)) or type(exc).__name__)
@@ -221,13 +226,15 @@ class ChatServer:
         assert failure is not None
         raise self._retry_exhausted(failure, attempt + 1, time.perf_counter() - t_first)
 
-    def _exchange(self, method: str, path: str, body: dict[str, Any] | None, until: float) -> httpx.Response:
+    def _exchange(self, method: str, path: str, body: dict[str, Any] | None, until: float,
+                  on_chunk: Callable[[bytes], None] | None = None) -> httpx.Response:
         """One HTTP exchange that ends by ``until`` (``time.monotonic()`` seconds), however the server sends.
 
         The exchange runs in a worker thread and this thread waits for it until ``until``: a reply that
         trickles (each read within httpx's read timeout) or never ends cannot hold the step past it. A worker
         left behind stops at its next chunk of the body or at its read timeout (a server that trickles its
-        headers keeps it, and its connection, until it stops sending).
+        headers keeps it, and its connection, until it stops sending). With ``on_chunk``, the worker hands each
+        chunk of the body to this thread, which calls ``on_chunk`` with it while it waits.
 
         Returns:
             the response, its body read (at most :data:`MAX_REPLY_BYTES`).
@@ -237,29 +244,38 @@ class ChatServer:
             httpx.HTTPError: from the exchange.
         """
         outcome: dict[str, Any] = {}
-        done = threading.Event()
+        arrived: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()  # chunks for on_chunk; None: done
         abandoned = threading.Event()
 
         def work() -> None:
             try:
-                outcome["response"] = self._read_reply(method, path, body, until, abandoned)
+                outcome["response"] = self._read_reply(method, path, body, until, abandoned,
+                                                       arrived.put if on_chunk is not None else None)
             except BaseException as exc:  # handed to the waiting thread, which raises it
                 outcome["error"] = exc
             finally:
-                done.set()
+                arrived.put(None)
 
         threading.Thread(target=work, name="holodesk-policy-request", daemon=True).start()
-        if not done.wait(max(0.0, until - time.monotonic())):
-            abandoned.set()
-            raise _OutOfTime()
+        while True:
+            try:
+                chunk = arrived.get(timeout=max(0.0, until - time.monotonic()))
+            except queue.Empty:
+                abandoned.set()
+                raise _OutOfTime() from None
+            if chunk is None:
+                break
+            if on_chunk is not None:
+                on_chunk(chunk)
         if "error" in outcome:
             raise outcome["error"]
         response: httpx.Response = outcome["response"]
         return response
 
     def _read_reply(self, method: str, path: str, body: dict[str, Any] | None, until: float,
-                    abandoned: threading.Event) -> httpx.Response:
-        """Send the request and read its reply body in chunks, checking size and ``abandoned`` at each."""
+                    abandoned: threading.Event, arrived: Callable[[bytes], None] | None = None) -> httpx.Response:
+        """Send the request and read its reply body in chunks, checking size and ``abandoned`` at each, and
+        handing each to ``arrived`` when given."""
         left = max(0.001, until - time.monotonic())
         timeout = httpx.Timeout(left, connect=min(10.0, left))
         with self._client.stream(method, path, json=body, timeout=timeout) as resp:
@@ -273,6 +289,8 @@ class ChatServer:
                 content += chunk
                 if len(content) > MAX_REPLY_BYTES:
                     raise self._too_large(f"more than {MAX_REPLY_BYTES} bytes arrived")
+                if arrived is not None:
+                    arrived(chunk)
             # The body is decoded already: the rebuilt response carries no transfer or content encoding.
             headers = [(k, v) for k, v in resp.headers.multi_items()
                        if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")]
@@ -446,3 +464,93 @@ def describe_request(body: dict[str, Any]) -> str:
         {"model": body.get("model"), "messages": len(body.get("messages", [])), "parts": parts,
          "images": images, "schema": "response_format" in body}
     )
+
+
+class SseEvents:
+    """Server-sent events read from a body as it arrives: the ``data:`` lines of each event (an event ends at a
+    blank line), as an OpenAI-compatible server streams a chat completion (``"stream": true``: one JSON chunk
+    per event, ``data: [DONE]`` last; WHATWG HTML "Server-sent events"). Other fields (``event:``, ``id:``,
+    ``retry:``) and comments are skipped. Written here rather than with httpx-sse because the body's bytes must
+    pass through :meth:`ChatServer.send`'s size cap and deadline, which read the body themselves."""
+
+    def __init__(self) -> None:
+        self._partial = b""
+        self._data: list[str] = []
+
+    def feed(self, chunk: bytes) -> list[str]:
+        """The data (lines joined by ``\\n``) of each event that ``chunk`` completes, in order."""
+        *lines, self._partial = (self._partial + chunk).split(b"\n")
+        events = []
+        for raw in lines:
+            line = raw.rstrip(b"\r").decode("utf-8", errors="replace")
+            if not line:
+                if self._data:
+                    events.append("\n".join(self._data))
+                    self._data = []
+            elif line.startswith("data:"):
+                self._data.append(line[5:].removeprefix(" "))
+        return events
+
+    def end(self) -> list[str]:
+        """The data of an event the body ended without a blank line after."""
+        return self.feed(b"\n\n") if self._partial or self._data else []
+
+
+def stream_chunks(body: bytes) -> list[dict[str, Any]]:
+    """The JSON chunks of a streamed chat completion's whole body (:class:`SseEvents`; ``[DONE]`` ends it).
+
+    Raises:
+        PolicyError: an event that is not a JSON object, or an ``error`` event (vLLM reports a failure met
+            mid-stream so).
+    """
+    reader = SseEvents()
+    chunks: list[dict[str, Any]] = []
+    for data in [*reader.feed(body), *reader.end()]:
+        if data.strip() == "[DONE]":
+            break
+        try:
+            chunk = json.loads(data)
+        except (ValueError, RecursionError):
+            chunk = None
+        if not isinstance(chunk, dict):
+            raise PolicyError("The server's streamed reply holds an event that is not a JSON object.",
+                              hint="Check that the endpoint is an OpenAI-compatible chat-completions server.")
+        if "error" in chunk and "choices" not in chunk:
+            error = chunk["error"]
+            message = error.get("message") if isinstance(error, dict) else error
+            raise PolicyError(f"The server failed while streaming its reply: {str(message)[:300]}")
+        chunks.append(chunk)
+    return chunks
+
+
+def delta_fields(chunk: dict[str, Any]) -> tuple[str, str, str | None]:
+    """``(content, reasoning, finish_reason)`` of one streamed chunk's first choice: its delta's ``content`` and
+    its reasoning (vLLM's ``reasoning_content``, or ``reasoning`` as newer vLLM and other servers name it);
+    "" / None where absent."""
+    choices = chunk.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    delta = choice.get("delta")
+    delta = delta if isinstance(delta, dict) else {}
+    content = delta.get("content")
+    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+    finish = choice.get("finish_reason")
+    return (content if isinstance(content, str) else "", reasoning if isinstance(reasoning, str) else "",
+            finish if isinstance(finish, str) else None)
+
+
+def assemble_stream(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    """A streamed chat completion's chunks (:func:`stream_chunks`) as the reply a request without streaming
+    gets: ``{"model", "choices": [{"message": {"role", "content", "reasoning_content"}, "finish_reason"}],
+    "usage"}`` (usage from the last chunk carrying it, ``stream_options.include_usage``)."""
+    content, reasoning, finish, model, usage = [], [], None, None, None
+    for chunk in chunks:
+        text, thought, ended = delta_fields(chunk)
+        content.append(text)
+        reasoning.append(thought)
+        finish = ended or finish
+        model = chunk.get("model", model)
+        usage = chunk.get("usage") or usage
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
+    if any(reasoning):
+        message["reasoning_content"] = "".join(reasoning)
+    return {"model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import logging
 import re
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -38,14 +40,18 @@ from PIL import Image
 from holodesk.core.actions import Point
 from holodesk.core.geometry import Frame, Monitor
 from holodesk.errors import PolicyError, PolicyOutputError
-from holodesk.policy.base import ActionProtocol, Observation, Proposal, pointer_after
+from holodesk.policy.base import ActionProtocol, Observation, Proposal, ThoughtSink, ThoughtStream, pointer_after
 from holodesk.policy.chat_server import (
     MAX_RETRIES,
     ChatServer,
     ServerUnreachableError,
+    SseEvents,
     TooManyImagesError,
+    assemble_stream,
+    delta_fields,
     describe_request,
     normalize_base_url,
+    stream_chunks,
 )
 from holodesk.policy.generation import GenerationOptions
 from holodesk.policy.local_core import LOCALIZATION_MAX_TOKENS
@@ -170,6 +176,7 @@ class RemotePolicy:
         self._structured_accepted: bool | None = None
         self._structured_detail = ""
         self._image_cache: OrderedDict[Frame, _EncodedImage] = OrderedDict()
+        self.thought_sink: ThoughtSink | None = None
         self.server = ChatServer(endpoint=self.endpoint, model=model, api_key=api_key, timeout_s=self.timeout_s,
                                  retries=retries, backoff_s=backoff_s, backoff_max_s=backoff_max_s, transport=transport)
 
@@ -186,7 +193,10 @@ class RemotePolicy:
     # ------------------------------------------------------------------ Policy API
 
     def propose(self, observation: Observation) -> Proposal:
-        """Ask the server for the next action.
+        """Ask the server for the next action. With reasoning on and a :attr:`thought_sink` set
+        (:class:`~holodesk.policy.base.StreamsThought`), the request asks for a streamed reply (``"stream":
+        true``, server-sent events, usage included) and the reasoning deltas go to the sink as they arrive; the
+        deadline, the reply cap and every error are those of a reply without streaming.
 
         Returns:
             A Proposal whose ``timings_ms`` has ``build_prompt``, ``encode_images``, ``request`` (the
@@ -212,10 +222,20 @@ class RemotePolicy:
         t_encoded = time.perf_counter()
 
         body = self._request_body(wire_messages, max_tokens=self.options.token_budget, step=len(observation.history))
-        data, stats = self._chat(body, images=len(images_sent), task_deadline=observation.deadline)
+        thought = ThoughtStream(self.thought_sink if self.options.reasoning else None)
+        on_chunk = None
+        if thought.active:  # the reasoning deltas are handed out as they arrive
+            body.update(stream=True, stream_options={"include_usage": True})
+            on_chunk = self._thought_reader(thought)
+        data, stats = self._chat(body, images=len(images_sent), task_deadline=observation.deadline,
+                                 on_chunk=on_chunk)
         t_replied = time.perf_counter()
 
         choice, text, finish_reason = self._first_choice(data)
+        message = choice.get("message") or {}
+        reasoning_text = message.get("reasoning_content") or message.get("reasoning")
+        reasoning_text = reasoning_text.strip() if isinstance(reasoning_text, str) else ""
+        thought.finish(reasoning_text)
         before_parse = {
             "build_prompt": (t_built - t_start) * 1000.0,
             "encode_images": (t_encoded - t_built) * 1000.0,
@@ -252,9 +272,7 @@ class RemotePolicy:
         extra["sampling"] = self.options.sampling.record()
         if "seed" in body:
             extra["step_seed"] = body["seed"]
-        message = choice.get("message") or {}
-        reasoning_text = message.get("reasoning_content") or message.get("reasoning")
-        if isinstance(reasoning_text, str) and reasoning_text:
+        if reasoning_text:
             extra["reasoning_text"] = reasoning_text
         timings = {
             **before_parse,
@@ -269,6 +287,27 @@ class RemotePolicy:
             timings_ms=timings,
             extra=extra,
         )
+
+    @staticmethod
+    def _thought_reader(thought: ThoughtStream) -> Callable[[bytes], None]:
+        """The reader of a streamed reply's chunks (:class:`~holodesk.policy.chat_server.SseEvents`) that offers
+        ``thought`` the reasoning so far (vLLM's ``reasoning_content`` / ``reasoning`` deltas). An event that is
+        not JSON is skipped here: the whole body is read again when complete, and judged then."""
+        events = SseEvents()
+        reasoning: list[str] = []
+
+        def read(chunk: bytes) -> None:
+            for data in events.feed(chunk):
+                try:
+                    parsed = json.loads(data)
+                except (ValueError, RecursionError):
+                    continue
+                piece = delta_fields(parsed)[1] if isinstance(parsed, dict) else ""
+                if piece:
+                    reasoning.append(piece)
+                    thought.offer(lambda: "".join(reasoning))  # joined only when a piece is due
+
+        return read
 
     def localize(self, image: Any, target: str) -> Point:
         """H Company's element localization over the same server (the approval card's "Click more precisely",
@@ -503,13 +542,15 @@ class RemotePolicy:
 
     # ------------------------------------------------------------------ HTTP
 
-    def _chat(self, body: dict[str, Any], *, images: int,
-              task_deadline: float | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _chat(self, body: dict[str, Any], *, images: int, task_deadline: float | None = None,
+              on_chunk: Callable[[bytes], None] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
         """POST /chat/completions; on a schema rejection, log it and ask once more without the schema (both
-        within one ``timeout_s`` and ``task_deadline``, ``time.monotonic()`` seconds)."""
+        within one ``timeout_s`` and ``task_deadline``, ``time.monotonic()`` seconds). A streamed reply
+        (``body["stream"]``, server-sent events) is handed to ``on_chunk`` as it arrives and returned assembled
+        as a reply without streaming is (:func:`~holodesk.policy.chat_server.assemble_stream`)."""
         log.debug("chat request to %s: %s", self.endpoint, describe_request(body))
         deadline = self.server.deadline(task_deadline)
-        resp, stats = self.server.send("POST", "/chat/completions", body, deadline=deadline)
+        resp, stats = self.server.send("POST", "/chat/completions", body, deadline=deadline, on_chunk=on_chunk)
         if resp.status_code == 400 and "response_format" in body:
             message = self.server.server_message(resp)
             low = message.lower()
@@ -523,12 +564,14 @@ class RemotePolicy:
                     message[:200],
                 )
                 body = {k: v for k, v in body.items() if k != "response_format"}
-                resp, more = self.server.send("POST", "/chat/completions", body, deadline=deadline)
+                resp, more = self.server.send("POST", "/chat/completions", body, deadline=deadline, on_chunk=on_chunk)
                 stats = {"attempts": stats["attempts"] + more["attempts"], "request_ms": more["request_ms"]}
         if resp.status_code != 200:
             raise self.server.http_error(resp, images=images, path="/chat/completions", max_images=self.max_images)
         if "response_format" in body:
             self._structured_accepted = True
+        if body.get("stream") and resp.headers.get("content-type", "").startswith("text/event-stream"):
+            return assemble_stream(stream_chunks(resp.content)), stats
         try:
             data = resp.json()
         except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than Python's stack
