@@ -66,7 +66,8 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--precision", choices=["bf16", "8bit", "4bit"], help="local model weights")
     run.add_argument("--think", choices=["auto", "on", "off"],
                      help="think before acting: auto follows the model's profile (docs/model-fidelity.md), on is "
-                          "recommended where the makers say so, off is faster")
+                          "recommended where the makers say so, off is faster (a typical thought adds seconds a "
+                          "step: the run's first line and `holodesk doctor` say how many on this GPU)")
     run.add_argument("--greedy", action="store_true", default=None, help="greedy decoding instead of sampling")
     run.add_argument("--seed", type=int, help="sampling seed (recorded in the episode; default: a new one)")
     run.add_argument("--episodes-dir", type=Path, help="where to record the episode (default: data dir)")
@@ -306,6 +307,12 @@ def _run_task(args: argparse.Namespace, task: str, settings: Settings) -> int:
         window_probe=_window_probe(),
     )
     session.subscribe(EventPrinter())
+    options = getattr(session.policy, "options", None)
+    if getattr(options, "reasoning", False):  # the model thinks before each action: what that costs a step
+        from holodesk.policy.thinking_cost import this_machine_note  # lazy: start-up time
+
+        note = this_machine_note(policy=settings.policy, model=settings.model, precision=settings.precision)
+        print(f"Think before acting is on. {note}")
     if settings.approval is ApprovalMode.AUTO:
         source = "--approve auto" if args.approve else "the 'approval' setting"
         print(f"Autopilot is on ({source}): low-risk steps run without asking; use --approve step to be asked "

@@ -27,9 +27,10 @@ from holodesk.display import MUTTER_NAMES, PORTAL_NAME, check_display, session_b
 from holodesk.download.cache import default_cache_dir
 from holodesk.dpi import dpi_awareness, ensure_per_monitor_dpi_awareness
 from holodesk.errors import HolodeskError
-from holodesk.machine import disk_free_bytes, probe_gpus
+from holodesk.machine import disk_free_bytes, memory_bandwidth, probe_gpus
 from holodesk.policy.models import describe, find_model, models_that_fit, run_choice
 from holodesk.policy.remote import RemotePolicy
+from holodesk.policy.thinking_cost import thinking_note
 from holodesk.secrets import keyring_status, resolve_api_key
 from holodesk.settings import Settings, config_path, load_settings
 from holodesk.ui.probe import tray_status
@@ -200,6 +201,9 @@ def _local_fit() -> dict[str, Any]:
                              + ("" if choice.known else "; " + "; ".join(choice.notes)))
     except Exception as exc:  # a bad sampling setting: said here, refused when the policy is built
         out["generation"] = f"the generation settings are not valid: {exc}"
+    out["cost of thinking"] = thinking_note(  # what "think before acting" adds a step on this GPU
+        policy=s.policy, model=s.model, precision=s.precision, gpu=gpu,
+        bandwidth=memory_bandwidth(gpu.index) if gpu is not None and s.policy == "local" else None)
     fitting = models_that_fit(free)
     out["models that fit this GPU"] = [
         f"{f.model.display_name}: {f.best} (needs {f.model.needs_free_bytes(f.best) / GIB:.0f} GiB)"

@@ -1,5 +1,5 @@
 """What this machine offers the local model, measured without importing torch: NVIDIA GPUs through
-``nvidia-smi`` (part of the NVIDIA driver) and free disk space.
+``nvidia-smi`` (part of the NVIDIA driver), their memory bandwidth through NVML, and free disk space.
 
 Used by the first-run wizard and the Settings dialog (which must not import torch, and must not create a
 CUDA context in the GUI process just to read a number) and by ``holodesk doctor``.
@@ -85,6 +85,30 @@ def probe_gpus(timeout_s: float = 10.0) -> GpuProbe:
         return GpuProbe((), f"nvidia-smi failed: {first[0] if first else f'exit {proc.returncode}'}")
     gpus = tuple(parse_nvidia_smi(proc.stdout))
     return GpuProbe(gpus, "" if gpus else "nvidia-smi lists no GPU")
+
+
+def memory_bandwidth(index: int) -> float | None:
+    """Peak memory bandwidth of NVIDIA GPU ``index`` (nvidia-smi order), bytes per second, from NVML
+    (nvidia-ml-py; reads the driver, creates no CUDA context): the memory's maximum clock
+    (``nvmlDeviceGetMaxClockInfo(NVML_CLOCK_MEM)``, MHz) x the bus width (``nvmlDeviceGetMemoryBusWidth``, bits)
+    / 8 x 2 (two transfers a clock: 3.35 TB/s for an H100 SXM, 1.01 TB/s for an RTX 4090). None when NVML cannot
+    tell (no driver, a driver without the bus-width call); logged. Never raises."""
+    try:
+        import pynvml  # lazy: loads the driver's libnvidia-ml, only when asked
+
+        pynvml.nvmlInit()
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            clock_mhz = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)
+            bus_bits = pynvml.nvmlDeviceGetMemoryBusWidth(handle)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception as exc:  # NVMLError (no driver, unsupported call), ImportError, AttributeError
+        log.info("the memory bandwidth of GPU %d is unknown: %s: %s", index, type(exc).__name__, exc)
+        return None
+    if clock_mhz <= 0 or bus_bits <= 0:
+        return None
+    return float(clock_mhz) * 1e6 * bus_bits / 8 * 2
 
 
 def disk_free_bytes(path: Path) -> int:

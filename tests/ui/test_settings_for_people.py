@@ -251,3 +251,22 @@ def test_the_keychain_message_is_whole_and_under_the_key(qtbot: Any, make_dialog
     d.session_key_button.click()
     assert secrets.resolve_api_key("http://gpu-box:8000/v1") == ("sk-secret-1", "session")
     secrets.set_session_api_key("http://gpu-box:8000/v1", None)
+
+
+def test_think_before_acting_says_what_it_costs_on_this_gpu(qtbot: Any, tmp_path: Path) -> None:
+    """The note under "Think before acting" gives the expected seconds a step for the model, precision and GPU
+    shown (fake device facts: an RTX 4090 at 1,008 GB/s), follows the precision picker, and says a server's cost
+    depends on the server."""
+    d = SettingsDialog(Settings(data_dir=tmp_path / "data", model="Hcompany/Holotron-12B", precision="bf16"),
+                       path=tmp_path / "config" / "settings.toml", gpu=RTX_4090, bandwidth=10501e6 * 384 / 8 * 2)
+    qtbot.addWidget(d)
+    note = d.fields["reasoning"].note
+    assert not note.isHidden()
+    assert note.text() == ("Thinking adds about 8.2 s a step on this NVIDIA GeForce RTX 4090 with Holotron-12B bf16 "
+                           "(about 300 tokens at ~27 ms each).")
+    precision = combo(d, "precision")
+    precision.setCurrentIndex(precision.findData("4bit"))
+    assert note.text().startswith("Thinking adds about 4.3 s a step") and "Holotron-12B NF4" in note.text()
+    policy = combo(d, "policy")
+    policy.setCurrentIndex(policy.findData("remote"))
+    assert note.text() == "What thinking adds a step depends on the server (its GPU and the model it serves)."

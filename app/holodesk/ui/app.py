@@ -30,7 +30,7 @@ from holodesk.download.hub import hub_token
 from holodesk.download.manager import download_model
 from holodesk.errors import HolodeskError, ModelLoadError, SettingsError
 from holodesk.instance import ChannelError, ChannelServer, DriveLock, InstanceLock
-from holodesk.machine import probe_gpus
+from holodesk.machine import memory_bandwidth, probe_gpus
 from holodesk.policy.models import DEFAULT_MODEL, find_model, get_model
 from holodesk.policy.native.families import check_checkpoint_before_weights
 from holodesk.policy.source import hub_repo
@@ -401,8 +401,9 @@ class HolodeskApp(QObject):
                         f"{s.geometry().x():+d}{s.geometry().y():+d}" for s in QGuiApplication.screens()]
         except RuntimeError:
             monitors = []
+        gpu = probe_gpus().best
         dialog = SettingsDialog(self.settings, path=self.settings_path or config_path(), monitors=monitors,
-                                gpu=probe_gpus().best)
+                                gpu=gpu, bandwidth=memory_bandwidth(gpu.index) if gpu is not None else None)
         dialog.saved.connect(self.apply_settings)
         self._settings_dialog = dialog
         bring_to_front(dialog)

@@ -52,6 +52,7 @@ from holodesk.core.fit import GIB
 from holodesk.errors import HolodeskError, SecretStoreError, SettingsError
 from holodesk.machine import GpuInfo
 from holodesk.policy.models import DEFAULT_MODEL, MODELS, ModelSpec, find_model, get_model
+from holodesk.policy.thinking_cost import thinking_note
 from holodesk.secrets import set_session_api_key, store_api_key
 from holodesk.settings import Settings, save_settings, validate_field
 from holodesk.ui.palette import parse_hotkey
@@ -501,17 +502,20 @@ class SettingsDialog(QDialog):
         monitors: names of the monitors, shown next to the monitor field.
         gpu: the GPU the local model would use (:func:`holodesk.machine.probe_gpus`), for the precision
             picker; None when there is none (or it was not measured).
+        bandwidth: that GPU's memory bandwidth, bytes a second (:func:`holodesk.machine.memory_bandwidth`), for
+            the cost of thinking under "Think before acting"; None: unknown.
     """
 
     saved = Signal(object)
 
     def __init__(self, settings: Settings, *, path: Path | None = None, monitors: list[str] | None = None,
-                 gpu: GpuInfo | None = None, parent: QWidget | None = None) -> None:
+                 gpu: GpuInfo | None = None, bandwidth: float | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         name_window(self, "Holodesk settings", "holodeskSettings")
         self.settings = settings
         self.path = path
         self.gpu = gpu
+        self.bandwidth = bandwidth
         self.fields: dict[str, FieldEditor] = {}
         self.labels: dict[str, QLabel] = {}
         self.wheel_guard = WheelGuard(self)
@@ -621,6 +625,10 @@ class SettingsDialog(QDialog):
         if "model" in self.fields:
             self.fields["model"].set_note(self._model_note(model, str(values["model"]))
                                           if values["policy"] == "local" else "")
+        if "reasoning" in self.fields:  # what thinking costs a step with the model, precision and GPU shown
+            self.fields["reasoning"].set_note(thinking_note(
+                policy=str(values["policy"]), model=str(values.get("model", "")),
+                precision=str(values.get("precision", "bf16")), gpu=self.gpu, bandwidth=self.bandwidth))
 
     def _precision_note(self, precision: str, model: ModelSpec | None) -> str:
         """What fits this GPU for ``model`` (None: not in the registry, so unknown)."""
