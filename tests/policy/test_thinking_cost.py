@@ -46,6 +46,10 @@ def test_the_note_names_the_gpu_model_precision_and_tokens() -> None:
                         bandwidth=FAKE_H100_BANDWIDTH)
     assert nf4 == ("Thinking adds about 1.3 s a step on this NVIDIA H100 80GB HBM3 with Holotron-12B NF4 "
                    "(about 300 tokens at ~4 ms each).")
+    native = thinking_note(policy="local", model="Hcompany/Holo2-8B", precision="bf16", gpu=FAKE_H100,
+                           bandwidth=FAKE_H100_BANDWIDTH)  # run by transformers' generate: said
+    assert native.startswith("Thinking adds about ") and "Holo2-8B bf16" in native
+    assert native.endswith("this model runs on transformers' generate, which can be several times slower.")
 
 
 @pytest.mark.parametrize(("kw", "words"), [

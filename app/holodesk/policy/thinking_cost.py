@@ -21,7 +21,9 @@ from holodesk.policy.models import ModelSpec, find_model
 DECODE_EFFICIENCY: dict[str, float] = {"bf16": 0.961, "8bit": 0.776, "4bit": 0.632}
 """Share of the bandwidth floor a decode step of our Holotron decoder reaches, per precision: docs/benchmarks.md,
 run 18 (bf16 8.51 ms a token against a floor of 8.19 ms) and run 19 (int8 5.693 against 4.417 ms, NF4 4.342
-against 2.744 ms), Holotron-12B on an H100. The native families are assumed to do as well (not measured)."""
+against 2.744 ms), Holotron-12B on an H100. A model run on transformers' ``generate`` (the native families) is not
+measured; its note says it can be several times slower (37.85 ms a token for Holotron-12B on ``generate`` in
+docs/benchmarks.md run 2, against 7.42 on the static decoder then)."""
 
 TYPICAL_THOUGHT_TOKENS = 300
 """Tokens of a typical thought: the "realistic 300-token thought" issue 32 measures (docs/benchmarks.md,
@@ -88,8 +90,12 @@ def thinking_note(*, policy: str, model: str, precision: str, gpu: GpuInfo | Non
     if bandwidth is None or precision not in DECODE_EFFICIENCY:
         return f"The cost of thinking cannot be estimated: the memory bandwidth of this {gpu.name} is unknown."
     cost = estimate(spec, precision, bandwidth)
-    return (f"Thinking adds about {cost.seconds:.1f} s a step on this {gpu.name} with {spec.display_name} "
+    note = (f"Thinking adds about {cost.seconds:.1f} s a step on this {gpu.name} with {spec.display_name} "
             f"{PRECISION_WORDS[precision]} (about {cost.tokens} tokens at ~{cost.ms_per_token:.0f} ms each).")
+    if spec.family.runtime == "native":
+        note += (" That is the speed of Holodesk's own decoder; this model runs on transformers' generate, which "
+                 "can be several times slower.")
+    return note
 
 
 def this_machine_note(*, policy: str, model: str, precision: str) -> str:
