@@ -116,3 +116,20 @@ def test_events_split_anywhere_are_read_whole() -> None:
     reader = SseEvents()
     events = [data for i in range(len(body)) for data in reader.feed(body[i:i + 1])]
     assert events == ['{"a": 1}', '{"b":\n2}', "[DONE]"]
+
+
+def test_a_retried_request_streams_only_the_reply_that_came(server: ScriptedServer,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(base, "THOUGHT_INTERVAL_S", 0.0)
+    server.reset()
+    server.script({"status": 503, "raw_body": 'data: {"choices": [{"delta": {"reasoning_content": "junk"}}]}\n\n'},
+                  {"content": REPLY, "reasoning": REASONING})
+    policy = thinking_policy(server, retries=1)
+    pieces: list[str] = []
+    policy.thought_sink = pieces.append
+    try:
+        proposal = policy.propose(make_observation())
+    finally:
+        policy.close()
+    assert proposal.extra["attempts"] == 2
+    assert "".join(pieces) == REASONING == proposal.extra["reasoning_text"]

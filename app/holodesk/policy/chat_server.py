@@ -275,7 +275,7 @@ class ChatServer:
     def _read_reply(self, method: str, path: str, body: dict[str, Any] | None, until: float,
                     abandoned: threading.Event, arrived: Callable[[bytes], None] | None = None) -> httpx.Response:
         """Send the request and read its reply body in chunks, checking size and ``abandoned`` at each, and
-        handing each to ``arrived`` when given."""
+        handing each of a 200 reply to ``arrived`` when given."""
         left = max(0.001, until - time.monotonic())
         timeout = httpx.Timeout(left, connect=min(10.0, left))
         with self._client.stream(method, path, json=body, timeout=timeout) as resp:
@@ -289,7 +289,7 @@ class ChatServer:
                 content += chunk
                 if len(content) > MAX_REPLY_BYTES:
                     raise self._too_large(f"more than {MAX_REPLY_BYTES} bytes arrived")
-                if arrived is not None:
+                if arrived is not None and resp.status_code == 200:  # an error's body is no stream
                     arrived(chunk)
             # The body is decoded already: the rebuilt response carries no transfer or content encoding.
             headers = [(k, v) for k, v in resp.headers.multi_items()
