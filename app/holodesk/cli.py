@@ -307,12 +307,9 @@ def _run_task(args: argparse.Namespace, task: str, settings: Settings) -> int:
         window_probe=_window_probe(),
     )
     session.subscribe(EventPrinter())
-    options = getattr(session.policy, "options", None)
-    if getattr(options, "reasoning", False):  # the model thinks before each action: what that costs a step
-        from holodesk.policy.thinking_cost import this_machine_note  # lazy: start-up time
-
-        note = this_machine_note(policy=settings.policy, model=settings.model, precision=settings.precision)
-        print(f"Think before acting is on. {note}")
+    line = thinking_line(session.policy, settings)
+    if line:
+        print(line)
     if settings.approval is ApprovalMode.AUTO:
         source = "--approve auto" if args.approve else "the 'approval' setting"
         print(f"Autopilot is on ({source}): low-risk steps run without asking; use --approve step to be asked "
@@ -431,6 +428,17 @@ def policy_cost(timings_ms: dict[str, float], extra: dict[str, Any]) -> str:
     total = float(timings_ms.get("total", sum(v for k, v in stages if k != "request")))
     where = f"; {extra['decoder']} decoder" if extra.get("decoder") else ""
     return f"model {total:.0f} ms ({', '.join(f'{k} {v:.0f}' for k, v in stages)}{where})"
+
+
+def thinking_line(policy: Policy, settings: Settings) -> str:
+    """``holodesk run``'s line on thinking: when ``policy`` thinks before acting (its ``options.reasoning``), what
+    that costs a step on this machine (:func:`holodesk.policy.thinking_cost.this_machine_note`); "" otherwise."""
+    if not getattr(getattr(policy, "options", None), "reasoning", False):
+        return ""
+    from holodesk.policy.thinking_cost import this_machine_note  # lazy: start-up time
+
+    note = this_machine_note(policy=settings.policy, model=settings.model, precision=settings.precision)
+    return f"Think before acting is on. {note}"
 
 
 class EventPrinter:

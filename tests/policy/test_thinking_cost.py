@@ -125,3 +125,25 @@ def test_doctor_says_what_thinking_costs_on_this_gpu(tmp_path: Path, monkeypatch
                       encoding="utf-8")
     section = doctor.collect(timeout_s=30)["Model and GPU fit"]
     assert "depends on the server" in section["cost of thinking"]
+
+
+def test_holodesk_run_says_what_thinking_costs_when_the_policy_thinks(tmp_path: Path) -> None:
+    from holodesk.cli import thinking_line
+    from holodesk.policy.generation import GenerationOptions
+    from holodesk.policy.remote import RemotePolicy
+    from holodesk.policy.scripted import ScriptedPolicy
+    from holodesk.settings import Settings
+
+    settings = Settings(data_dir=tmp_path, policy="remote", endpoint="http://127.0.0.1:9/v1", model="Hcompany/Holo2-8B")
+    thinking = RemotePolicy(settings.endpoint, settings.model, api_key=None,
+                            options=GenerationOptions.for_model(settings.model, reasoning="on"))
+    quick = RemotePolicy(settings.endpoint, settings.model, api_key=None,
+                         options=GenerationOptions.for_model(settings.model, reasoning="off"))
+    try:
+        assert thinking_line(thinking, settings) == ("Think before acting is on. What thinking adds a step depends "
+                                                     "on the server (its GPU and the model it serves).")
+        assert thinking_line(quick, settings) == ""
+    finally:
+        thinking.close()
+        quick.close()
+    assert thinking_line(ScriptedPolicy([]), settings) == ""
