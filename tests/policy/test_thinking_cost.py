@@ -108,10 +108,13 @@ def test_without_a_driver_the_bandwidth_is_unknown() -> None:
 
 
 def test_doctor_says_what_thinking_costs_on_this_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from holodesk import doctor
-    from tests.test_doctor import _fake_nvidia_smi
+    import stat
 
-    _fake_nvidia_smi(tmp_path, 23500)  # a fake nvidia-smi: an RTX 4090 with 22.9 GiB free
+    from holodesk import doctor
+
+    fake_smi = tmp_path / "nvidia-smi"  # a named fake: this machine has no NVIDIA driver; an RTX 4090, 22.9 GiB free
+    fake_smi.write_text('#!/bin/sh\necho "0, NVIDIA GeForce RTX 4090, 24564, 23500"\n')
+    fake_smi.chmod(fake_smi.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(doctor, "memory_bandwidth", lambda index: FAKE_RTX_4090_BANDWIDTH if index == 0 else None)
     config = tmp_path / "settings.toml"
