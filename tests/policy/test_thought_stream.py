@@ -117,3 +117,11 @@ def test_the_session_emits_the_thought_before_the_proposal_and_the_cli_prints_it
     assert out[0] == "[step 1] thinking: click the gear icon"
     assert out[1] == "[step 1] thought: click the gear icon"
     assert "[step 2] thinking: all done" in out
+
+
+def test_the_thinking_line_shows_control_characters_as_escapes(capsys: pytest.CaptureFixture[str]) -> None:
+    printer = EventPrinter()
+    for piece in ("fine\x1b[2J", "\x1b[1A\n  risk: low\x07\u200b"):
+        printer(SessionEvent("thought", State.THINKING, 0, piece))
+    out = capsys.readouterr().out
+    assert out == "[step 1] thinking: fine\\x1b[2J\\x1b[1A\\n  risk: low\\x07\\u200b"
