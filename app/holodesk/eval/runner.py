@@ -152,6 +152,22 @@ def _tokens(extra: dict[str, Any]) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
+def policy_runtime(policy: object) -> dict[str, str | None]:
+    """Where ``policy``'s model runs in this process: ``{"device": the torch device ("cuda:0", "cpu") or None,
+    "device_name": the GPU's name (``torch.cuda.get_device_name``) or None}``. Both are None for a policy without a
+    model loaded here (none kept, the oracle, a script, a remote endpoint: the server's device is not known here).
+    The local runtimes keep their loaded checkpoint as ``policy.loaded`` with its ``device``."""
+    device = getattr(getattr(policy, "loaded", None), "device", None)
+    if device is None:
+        return {"device": None, "device_name": None}
+    name = None
+    if getattr(device, "type", None) == "cuda":
+        import torch  # lazy: a model on a CUDA device means torch is loaded already
+
+        name = str(torch.cuda.get_device_name(device))
+    return {"device": str(device), "device_name": name}
+
+
 def step_records(episode: Path | None) -> list[dict[str, Any]]:
     """The report's view of each recorded step of ``episode``."""
     if episode is None:
@@ -194,6 +210,10 @@ class SuiteRunner:
         self._layouts: list[Path] = []
         # the autopilot's accessibility lookup asks this desktop's bus, never the user's
         self._elements = AccessibilityProbe(desktop.env["DBUS_SESSION_BUS_ADDRESS"])
+
+    def runtime(self) -> dict[str, str | None]:
+        """Where the kept policy's model runs (:func:`policy_runtime`); call before :meth:`close`."""
+        return policy_runtime(self._cache.policy)
 
     def close(self) -> None:
         """Release the kept policy (a loaded model) and the accessibility bus connection."""
