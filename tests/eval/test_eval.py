@@ -165,6 +165,17 @@ def test_compare_shows_two_reports_side_by_side(tmp_path: Path) -> None:
         load_report(tmp_path / "bad.json")
 
 
+def test_a_steps_time_counts_the_policys_parts_once(tmp_path: Path) -> None:
+    from holodesk.eval.runner import step_records
+
+    timings = {"capture": 10.0, "policy": 100.0, "policy.prefill": 15.0, "policy.decode": 80.0, "execute": 5.0}
+    lines = [{"type": "start", "task": "t", "started_at": 0.0, "policy": "p", "executor": "e", "mode": "auto"},
+             {"type": "step", "step": 0, "frame": "step-000.png", "timings_ms": timings}]
+    (tmp_path / "episode.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    record = step_records(tmp_path)[0]
+    assert record["ms"] == 115.0 and record["policy_ms"] == 100.0  # the parts are inside "policy"
+
+
 def test_the_report_names_the_device_the_local_model_ran_on(tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="the local runtime (pip install -e '.[local]')")
     from holodesk.bench.tiny_checkpoint import write_tiny_checkpoint

@@ -168,6 +168,12 @@ def policy_runtime(policy: object) -> dict[str, str | None]:
     return {"device": str(device), "device_name": name}
 
 
+def step_ms(timings: dict[str, Any]) -> float:
+    """A step's milliseconds from its episode ``timings_ms``: the sum of the loop's own stages (capture, policy,
+    approval, execute ...); the policy's parts (``"policy.decode"`` ...) are inside ``"policy"`` and not added."""
+    return round(sum(v for k, v in timings.items() if "." not in k and isinstance(v, (int, float))), 1)
+
+
 def step_records(episode: Path | None) -> list[dict[str, Any]]:
     """The report's view of each recorded step of ``episode``."""
     if episode is None:
@@ -180,7 +186,7 @@ def step_records(episode: Path | None) -> list[dict[str, Any]]:
         records.append({"step": step.get("step"), "frame": step.get("frame"), "thought": step.get("thought"),
                         "action": step.get("action"), "error": step.get("error"), "decision": step.get("decision"),
                         "decided_by": step.get("decided_by"), "result": result.get("message"),
-                        "ms": round(sum(v for v in timings.values() if isinstance(v, (int, float))), 1),
+                        "ms": step_ms(timings),
                         "policy_ms": timings.get("policy"), "reply_tokens": _tokens(extra),
                         "elements": step.get("elements")})
     return records
