@@ -8,6 +8,7 @@
 # It ends by proving the library closure: every ELF file the packages install needs only sonames that the
 # packages themselves ship or that the GPU image has (gpu-image-sonames.txt: `ldconfig -p` there, x86-64).
 set -euo pipefail
+export LC_ALL=C  # sort and comm: one collation (gpu-image-sonames.txt is sorted so)
 here=$(cd "$(dirname "$0")" && pwd)
 root=.xroot
 rm -rf "$root"
@@ -25,7 +26,9 @@ packages=(
 (cd "$root/debs" && apt-get download "${packages[@]}" >/dev/null)
 # Wheels: the harness's capture and input (mss, python-xlib, pyautogui and its helpers, built here from their
 # pure-Python sources where PyPI has no wheel), and `transformers serve` (fastapi, uvicorn, openai and their needs
-# that the image lacks). Versions: those of the project's test environment.
+# that the image lacks). Versions: those of the project's test environment. Not mouseinfo (pyautogui's optional
+# helper): without tkinter, as on the GPU image, it ends the process at import (sys.exit), which pyautogui's
+# `except ImportError` does not catch; absent, pyautogui imports without it.
 pyget() {
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
@@ -33,7 +36,7 @@ pyget() {
 }
 pyget mss==10.2.0 python-xlib==0.33 fastapi==0.165.0 starlette==1.10.0 uvicorn==0.55.0 openai==3.63.0 jiter \
     sniffio distro opentelemetry-api
-python3 -m pip wheel -q --no-deps -w "$root/wheels" pyautogui==0.9.54 pymsgbox pytweening pyscreeze mouseinfo \
+python3 -m pip wheel -q --no-deps -w "$root/wheels" pyautogui==0.9.54 pymsgbox pytweening pyscreeze \
     pyperclip
 # The GPU runtime's wheels from .whl4 (WHL4; ../shared/tools/gpu-wheels.sh builds it, see gpu-session.sh), less
 # what an eval run does not load (bitsandbytes: quantised weights; mistral-common: the bench's tokenizer; hf-xet: hub
@@ -66,4 +69,12 @@ if [ -n "$missing" ]; then
     exit 1
 fi
 echo "closure: every NEEDED soname is shipped or in the GPU image"
+# LD_LIBRARY_PATH puts the shipped libraries first for the eval's processes: none may stand in for one of the image's.
+shadowing=$(find "$scratch" -name 'lib*.so*' \( -type f -o -type l \) -printf '%f\n' | sort -u \
+    | comm -12 - "$here/gpu-image-sonames.txt")
+if [ -n "$shadowing" ]; then
+    echo "the bundle ships libraries the GPU image has (they would shadow the image's): $shadowing" >&2
+    exit 1
+fi
+echo "no shipped library has the name of one in the GPU image"
 du -sh "$root" "$root/debs" "$root/wheels"
