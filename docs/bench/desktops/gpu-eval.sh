@@ -8,9 +8,10 @@
 #      instead: said in the log and the summary);
 # then `holodesk eval compare` and a summary (tasks, passed, steps, ms per step, reply tokens, device).
 # Random weights: the figures say nothing of accuracy; they prove that the harness runs each path end to end. The
-# local path decodes under the contract's grammar, so its random replies parse; transformers serve ignores
-# response_format, so a remote task ends at its first step with the reply cut off at the token limit (failure class
-# "error"): the request, frame included, went to the server and its reply came back into Holodesk's error types.
+# local path decodes under the contract's grammar, so its random replies parse unless cut at the cap; transformers
+# serve ignores response_format, so a remote task ends at its first step with the reply cut off at the token limit
+# (failure class "error"): the request, frame included, went to the server and its reply came back into Holodesk's
+# error types.
 #
 #   bash docs/bench/desktops/gpu-eval.sh OUT [BACK]
 # BACK (optional; on the device machine $OUT): where the few files that come back are copied at the end: summary.txt,
@@ -20,11 +21,17 @@
 # made only where no file is. PATH, LD_LIBRARY_PATH and the desktop's data paths are set for the eval commands
 # only. Limits: TOTAL_S (default 500 s: the whole script stays under 9 minutes), within it EVAL_S per eval run
 # (default 200 s; 900 s on the CPU, where TOTAL_S defaults to 2400 s) and SERVE_START_S (90 s) for the server to
-# answer; REPLY_TOKENS caps each reply (HOLODESK_MAX_REPLY_TOKENS, default 256).
+# answer; REPLY_TOKENS caps each reply (HOLODESK_MAX_REPLY_TOKENS, default 512).
 # TASKS: the task regular expressions (default: three xterm tasks; xterm is the program the bundle carries).
 # HOLODESK_EVAL_CPU=1: the same steps on a CPU machine (the proof on the development machine): the current Python
-# environment instead of the carried wheels, the model and the server on the CPU, one task by default.
+# environment instead of the carried wheels, the model and the server on the CPU, one task by default. With
+# HOLODESK_EVAL_HIDE_HOST=1 as well (root, unshare), it runs in a private mount namespace where the host's xkb data,
+# Mesa drivers, D-Bus configuration, fonts, openbox configuration and themes and X resource files are hidden (an
+# empty folder mounted over each) and /usr/bin/xkbcomp is the bundle's: as on the GPU image, only the bundle has them.
 set -u
+if [ "${HOLODESK_EVAL_HIDE_HOST:-0}" = 1 ] && [ -z "${HOLODESK_EVAL_IN_NAMESPACE:-}" ]; then
+    exec unshare -m env HOLODESK_EVAL_IN_NAMESPACE=1 bash "$0" "$@"
+fi
 out=${1:?usage: gpu-eval.sh OUT}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -35,7 +42,7 @@ back=${2:-}
 eval_s=${EVAL_S:-$([ "$cpu" = 1 ] && echo 900 || echo 200)}
 total_s=${TOTAL_S:-$([ "$cpu" = 1 ] && echo 2400 || echo 500)}
 serve_start_s=${SERVE_START_S:-90}
-reply_tokens=${REPLY_TOKENS:-256}
+reply_tokens=${REPLY_TOKENS:-512}
 family=${SERVE_FAMILY:-qwen3_vl}
 if [ "$cpu" = 1 ]; then
     device=cpu python=${PYTHON:-python3}
@@ -63,7 +70,15 @@ lib=$xroot/usr/lib/x86_64-linux-gnu
 for name in xcb-randr xcb-render xcb-shm xcb-xfixes; do ln -sf "lib$name.so.0" "$lib/lib$name.so"; done
 # Xvfb runs xkbcomp from its compiled-in /usr/bin; the xkb data and dbus-daemon's session configuration are passed
 # to them by the wrappers below
-if [ ! -e /usr/bin/xkbcomp ] && [ ! -L /usr/bin/xkbcomp ]; then
+if [ -n "${HOLODESK_EVAL_IN_NAMESPACE:-}" ]; then
+    empty=$(mktemp -d)
+    for d in /usr/share/X11/xkb /usr/lib/x86_64-linux-gnu/dri /usr/share/dbus-1 /etc/fonts /usr/share/fonts \
+             /etc/xdg/openbox /usr/share/themes /etc/X11/app-defaults; do
+        [ -d "$d" ] && mount --bind "$empty" "$d" && log "hidden in this namespace: $d"
+    done
+    [ -e /usr/bin/xkbcomp ] && mount --bind "$xroot/usr/bin/xkbcomp" /usr/bin/xkbcomp \
+        && log "in this namespace /usr/bin/xkbcomp is the bundle's"
+elif [ ! -e /usr/bin/xkbcomp ] && [ ! -L /usr/bin/xkbcomp ]; then
     ln -s "$xroot/usr/bin/xkbcomp" /usr/bin/xkbcomp && log "linked /usr/bin/xkbcomp -> $xroot/usr/bin/xkbcomp"
 else
     log "/usr/bin/xkbcomp exists: $(readlink -f /usr/bin/xkbcomp) (left as it is; Xvfb runs it)"
