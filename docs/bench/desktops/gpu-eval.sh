@@ -146,7 +146,7 @@ hd_eval() {  # hd_eval NAME RESERVE ARGS: holodesk eval desktop ARGS --out OUT/N
         HF_HOME="$out/hf" HOLODESK_API_KEY=none HOLODESK_MAX_REPLY_TOKENS="$reply_tokens" "$python" -m holodesk eval desktop \
         --unattended --tasks "${tasks[@]}" --out "$out/$1" "${@:3}" > "$out/$1.log" 2>&1
     local rc=$?
-    log "eval $1: exit $rc ($(tail -1 "$out/$1.log" | cut -c1-300))"
+    log "eval $1: exit $rc ($( (grep "^pass@1" "$out/$1.log" || tail -1 "$out/$1.log") | tail -1 | cut -c1-300))"
 }
 py - <<'EOF' 2>&1 | tee -a "$out/gpu-eval.log"
 import importlib, importlib.util
