@@ -165,6 +165,38 @@ def test_compare_shows_two_reports_side_by_side(tmp_path: Path) -> None:
         load_report(tmp_path / "bad.json")
 
 
+def test_a_steps_time_counts_the_policys_parts_once(tmp_path: Path) -> None:
+    from holodesk.eval.runner import step_records
+
+    timings = {"capture": 10.0, "policy": 100.0, "policy.prefill": 15.0, "policy.decode": 80.0, "execute": 5.0}
+    lines = [{"type": "start", "task": "t", "started_at": 0.0, "policy": "p", "executor": "e", "mode": "auto"},
+             {"type": "step", "step": 0, "frame": "step-000.png", "timings_ms": timings}]
+    (tmp_path / "episode.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    record = step_records(tmp_path)[0]
+    assert record["ms"] == 115.0 and record["policy_ms"] == 100.0  # the parts are inside "policy"
+
+
+def test_the_report_names_the_device_the_local_model_ran_on(tmp_path: Path) -> None:
+    pytest.importorskip("torch", reason="the local runtime (pip install -e '.[local]')")
+    from holodesk.bench.tiny_checkpoint import write_tiny_checkpoint
+    from holodesk.eval.runner import policy_runtime
+    from holodesk.policy.local import load_local_policy
+    from holodesk.policy.remote import RemotePolicy
+
+    policy = load_local_policy(write_tiny_checkpoint(tmp_path / "tiny", seed=0), device="cpu")
+    try:
+        runtime = policy_runtime(policy)
+    finally:
+        policy.close()
+    assert runtime == {"device": "cpu", "device_name": None}
+    with RemotePolicy("http://127.0.0.1:9/v1", "m", api_key=None) as remote:
+        assert policy_runtime(remote) == {"device": None, "device_name": None}  # the server's device is unknown
+    a = {**_report({"t1": 1}, 1, "local"), "runtime": runtime}
+    b = _report({"t1": 1}, 1, "remote")
+    lines = {line.split()[0]: line for line in compare(a, b).splitlines() if line.strip()}
+    assert lines["model"].split()[2:] == ["cpu", "n/a"]
+
+
 class _ScriptedServer(BaseHTTPRequestHandler):
     """A loopback stand-in for an OpenAI-compatible model server (a named fake: no model runs here). It answers
     each chat request with the next of ``replies`` and counts 17 completion tokens; it keeps the requests."""
@@ -213,6 +245,7 @@ def test_a_remote_endpoint_runs_through_the_harness(tmp_path: Path) -> None:
     assert attempt["passed"] and attempt["steps"] == 2 and report["policy"] == "remote"
     assert [s["reply_tokens"] for s in attempt["step_records"]] == [17, 17]
     assert report["summary"]["mean_reply_tokens"] == 17
+    assert report["runtime"] == {"device": None, "device_name": None}  # no model in the harness's process
     first = _ScriptedServer.requests[0]["messages"]
     assert any("Show the next picture" in json.dumps(m) for m in first)  # the task's instruction went out
     assert any("image_url" in json.dumps(m) for m in first)  # with the harness's frame

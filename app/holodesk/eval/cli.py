@@ -93,6 +93,7 @@ def _run(args: argparse.Namespace, policy: str, tasks: list[Task], out: Path) ->
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     desktop = EvalDesktop.start(directory=out / "desktop")
     runner = None
+    runtime: dict[str, str | None] = {"device": None, "device_name": None}
     attempts = []
     try:
         point_process_at(desktop)
@@ -106,15 +107,18 @@ def _run(args: argparse.Namespace, policy: str, tasks: list[Task], out: Path) ->
                       f"{'' if attempt.passed else f' [{attempt.failure}: {attempt.reason}]'}", flush=True)
     finally:
         if runner is not None:
+            runtime = runner.runtime()
             runner.close()
         desktop.stop()
     header = {"suite": args.suite, "policy": policy, "model": args.model, "endpoint": args.endpoint,
               "sabotage": args.sabotage, "unattended": args.unattended, "display": desktop.display,
-              "screen": [desktop.width, desktop.height]}
+              "screen": [desktop.width, desktop.height], "runtime": runtime}
     report = write_report(out, header, tasks, attempts, args.repeat)
     s = report["summary"]
+    device = "" if runtime["device"] is None else f"; model on {runtime['device']}" + (
+        f" ({runtime['device_name']})" if runtime["device_name"] else "")
     print(f"pass@1 {s['pass@1']:.1%}, pass^{args.repeat} {s['pass^k']:.1%}: {s['passed_runs']}/{s['runs']} runs "
-          f"passed over {s['tasks']} tasks in {s['programs']} programs; report: {out / 'report.html'}")
+          f"passed over {s['tasks']} tasks in {s['programs']} programs{device}; report: {out / 'report.html'}")
     if args.sabotage:
         return 0 if s["passed_runs"] == 0 else 1
     return 0 if s["passed_runs"] == s["runs"] else 1

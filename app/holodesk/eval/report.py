@@ -5,6 +5,8 @@ JSON shape::
 
     {"suite": str, "policy": str, "model": str | null, "endpoint": str | null, "sabotage": bool,
      "unattended": bool, "repeat": k, "display": ":N", "screen": [w, h],
+     "runtime": {"device": "cuda:0" | "cpu" | null, "device_name": GPU name | null} (where a local model ran:
+                 holodesk.eval.runner.policy_runtime; null for the oracle, a script, a remote endpoint),
      "summary": {"tasks": n, "programs": m, "pass@1": 0..1, "pass^k": 0..1, "mean_steps": float,
                  "mean_step_s": float, "mean_reply_tokens": float | null, "failures": {class: count}},
      "tasks": [{"id", "program", "skills", "passes": int, "runs": k, "pass@1", "pass^k"}],
@@ -118,6 +120,15 @@ def _element_words(elements: dict[str, Any] | None) -> str:
     return "; ".join(parts)
 
 
+def _device_words(report: dict[str, Any]) -> str:
+    """``cuda:0 (NVIDIA H100 80GB HBM3)``, ``cpu``, or ``n/a`` (no model in the harness's process)."""
+    runtime = report.get("runtime") or {}
+    device = runtime.get("device")
+    if not device:
+        return "n/a"
+    return f"{device} ({runtime['device_name']})" if runtime.get("device_name") else str(device)
+
+
 def render_html(report: dict[str, Any], out: Path) -> str:
     """The static HTML page of ``report``; frames are linked relative to ``out`` (the report's folder)."""
     s = report["summary"]
@@ -136,7 +147,7 @@ def render_html(report: dict[str, Any], out: Path) -> str:
         f"<p>policy <b>{esc(str(report.get('policy')))}</b>"
         f"{' (sabotaged)' if report.get('sabotage') else ''}; model {esc(str(report.get('model')))}; "
         f"{'unattended' if report.get('unattended') else 'autopilot rules, nobody present'}; "
-        f"screen {report.get('screen')}; repeat k={s['repeat']}</p>",
+        f"screen {report.get('screen')}; repeat k={s['repeat']}; model on {esc(_device_words(report))}</p>",
         f"<p><b>pass@1 {s['pass@1']:.1%}</b>, pass^{s['repeat']} {s['pass^k']:.1%} over {s['tasks']} tasks in "
         f"{s['programs']} programs; {s['passed_runs']}/{s['runs']} runs passed; mean steps {s['mean_steps']:.1f}; "
         f"mean step {s['mean_step_s']:.2f} s; mean reply tokens {tokens}; failures "
@@ -192,6 +203,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> str:
         fa = f"{va:.3f}" if isinstance(va, float) else str(va)
         fb = f"{vb:.3f}" if isinstance(vb, float) else str(vb)
         lines.append(f"{key:28} {fa:>24} {fb:>24}")
+    lines.append(f"{'model on':28} {_device_words(a)[:24]:>24} {_device_words(b)[:24]:>24}")
     tasks_a = {t["id"]: t for t in a["tasks"]}
     tasks_b = {t["id"]: t for t in b["tasks"]}
     lines.append("")

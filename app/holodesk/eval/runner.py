@@ -152,6 +152,28 @@ def _tokens(extra: dict[str, Any]) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
+def policy_runtime(policy: object) -> dict[str, str | None]:
+    """Where ``policy``'s model runs in this process: ``{"device": the torch device ("cuda:0", "cpu") or None,
+    "device_name": the GPU's name (``torch.cuda.get_device_name``) or None}``. Both are None for a policy without a
+    model loaded here (none kept, the oracle, a script, a remote endpoint: the server's device is not known here).
+    The local runtimes keep their loaded checkpoint as ``policy.loaded`` with its ``device``."""
+    device = getattr(getattr(policy, "loaded", None), "device", None)
+    if device is None:
+        return {"device": None, "device_name": None}
+    name = None
+    if getattr(device, "type", None) == "cuda":
+        import torch  # lazy: a model on a CUDA device means torch is loaded already
+
+        name = str(torch.cuda.get_device_name(device))
+    return {"device": str(device), "device_name": name}
+
+
+def step_ms(timings: dict[str, Any]) -> float:
+    """A step's milliseconds from its episode ``timings_ms``: the sum of the loop's own stages (capture, policy,
+    approval, execute ...); the policy's parts (``"policy.decode"`` ...) are inside ``"policy"`` and not added."""
+    return round(sum(v for k, v in timings.items() if "." not in k and isinstance(v, (int, float))), 1)
+
+
 def step_records(episode: Path | None) -> list[dict[str, Any]]:
     """The report's view of each recorded step of ``episode``."""
     if episode is None:
@@ -164,7 +186,7 @@ def step_records(episode: Path | None) -> list[dict[str, Any]]:
         records.append({"step": step.get("step"), "frame": step.get("frame"), "thought": step.get("thought"),
                         "action": step.get("action"), "error": step.get("error"), "decision": step.get("decision"),
                         "decided_by": step.get("decided_by"), "result": result.get("message"),
-                        "ms": round(sum(v for v in timings.values() if isinstance(v, (int, float))), 1),
+                        "ms": step_ms(timings),
                         "policy_ms": timings.get("policy"), "reply_tokens": _tokens(extra),
                         "elements": step.get("elements")})
     return records
@@ -194,6 +216,10 @@ class SuiteRunner:
         self._layouts: list[Path] = []
         # the autopilot's accessibility lookup asks this desktop's bus, never the user's
         self._elements = AccessibilityProbe(desktop.env["DBUS_SESSION_BUS_ADDRESS"])
+
+    def runtime(self) -> dict[str, str | None]:
+        """Where the kept policy's model runs (:func:`policy_runtime`); call before :meth:`close`."""
+        return policy_runtime(self._cache.policy)
 
     def close(self) -> None:
         """Release the kept policy (a loaded model) and the accessibility bus connection."""
