@@ -151,6 +151,41 @@ def test_the_lookup_reads_role_name_states_and_bounds_of_real_widgets(escapes: t
         == {"editable", "read only"}
 
 
+class CountingProbe(AccessibilityProbe):
+    """The real probe, counting its lookups (each one a conversation with the accessibility bus)."""
+
+    def __init__(self, bus: str) -> None:
+        super().__init__(bus)
+        self.lookups: list[str] = []
+
+    def element_at(self, x: int, y: int, window_rect: tuple[int, int, int, int] | None = None) -> Any:
+        self.lookups.append("at")
+        return super().element_at(x, y, window_rect)
+
+    def focused(self) -> Any:
+        self.lookups.append("focused")
+        return super().focused()
+
+
+@pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
+def test_one_step_looks_the_element_up_once_for_its_judgement_and_once_at_the_moment_of_input(
+        escapes: tuple[Desktop, EscapesApp], tmp_path: Path) -> None:
+    """The autopilot's judgement, its second look after the countdown, the card and the record share one lookup
+    per frame and point; the re-check just before the input asks again."""
+    desktop, app = escapes
+    with MssCapture() as cap:
+        notes = frame_pixel_to_point(cap.grab(1), *app.center("notes"))
+    probe = CountingProbe(desktop.env()["DBUS_SESSION_BUS_ADDRESS"])
+    spy = SpyApprover(default=ApprovalResponse(Decision.SKIP))
+    session = _session([Click(notes, element="notes field"), Type(" too")], spy, probe, tmp_path / "episodes")
+    counts: list[list[str]] = []
+    session.subscribe(lambda e: counts.append(list(probe.lookups)) if e.kind == "result" else None)
+    result = session.run("add a word")
+    assert result.status is State.FINISHED and spy.requests == [], [(r.action, r.risk.reason) for r in spy.requests]
+    assert counts == [["at", "at"], ["at", "at", "focused", "focused"]], counts
+    app.wait(lambda s: s["notes"] == "keep me too", "the approved text in the notes field")
+
+
 class StartsAWindowWhileApproving(SpyApprover):
     """The user approves the click; while the card is up, another program's window appears where the click
     will land (a second copy of the escapes window, its own "Delete all files" button under the point)."""

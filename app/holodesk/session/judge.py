@@ -3,19 +3,22 @@ accessible elements under its points, another client's input grab), the risk the
 :mod:`holodesk.core.risk` give it, and the last look before its input lands (:func:`recheck`, issue 31).
 
 The session (:class:`holodesk.session.loop.Session`) judges each step with its probes (:class:`Probes`) before the
-approval, and hands :func:`recheck` to the executor as ``before_input``.
+approval, and hands :func:`recheck` to the executor as ``before_input``. The accessibility lookups of the
+judgements of one frame (the autopilot's, the card's and the record's, and the autopilot's second look after its
+countdown) are made once (:class:`FrameElements`); :func:`recheck` always asks the desktop afresh.
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from holodesk.core.actions import Action, Move
 from holodesk.core.element import Element, ElementProbe
-from holodesk.core.geometry import PlacedAction
+from holodesk.core.geometry import Frame, PlacedAction
 from holodesk.core.risk import RiskAssessment, assess
 from holodesk.core.wording import WindowInfo
 from holodesk.errors import HolodeskError
@@ -39,6 +42,44 @@ class Probes:
     window: Callable[..., WindowInfo | None] | None = None
     element: ElementProbe | None = None
     grab: Callable[[], str | None] | None = None
+
+
+class FrameElements:
+    """An element probe's answers for one frame: each lookup (the element at a point with a window rectangle,
+    the focused element) is asked of ``probe`` once, and asked again it gives the first answer, with that
+    lookup's :attr:`last_problem` and :attr:`last_ms` (the time the lookup took when it was made). Implements
+    :class:`~holodesk.core.element.ElementProbe`.
+
+    Args:
+        probe: the desktop's element probe.
+        frame: the frame the judged actions were proposed for (held weakly: :meth:`belongs_to`).
+    """
+
+    def __init__(self, probe: ElementProbe, frame: Frame) -> None:
+        self.probe = probe
+        self._frame = weakref.ref(frame)
+        self._answers: dict[tuple[Any, ...], tuple[Element | None, str, float]] = {}
+        self.last_problem = ""
+        self.last_ms = 0.0
+
+    def belongs_to(self, probe: ElementProbe, frame: Frame) -> bool:
+        """True when these are ``probe``'s answers for ``frame``."""
+        return self.probe is probe and self._frame() is frame
+
+    def _answer(self, key: tuple[Any, ...], lookup: Callable[[], Element | None]) -> Element | None:
+        if key not in self._answers:
+            found = lookup()
+            self._answers[key] = (found, self.probe.last_problem, self.probe.last_ms)
+        found, self.last_problem, self.last_ms = self._answers[key]
+        return found
+
+    def element_at(self, x: int, y: int, window_rect: tuple[int, int, int, int] | None = None) -> Element | None:
+        """The probe's element at ``(x, y)`` (screen pixels) for this frame."""
+        return self._answer(("at", x, y, window_rect), lambda: self.probe.element_at(x, y, window_rect))
+
+    def focused(self) -> Element | None:
+        """The probe's focused element for this frame."""
+        return self._answer(("focused",), self.probe.focused)
 
 
 @dataclass(frozen=True)

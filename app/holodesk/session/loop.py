@@ -37,7 +37,7 @@ from holodesk.errors import GeometryMismatch, HolodeskError, PolicyError, Policy
 from holodesk.policy.base import HistoryStep, Localizer, Observation, Policy, Proposal, forget_unused_frames
 from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision, make_request
 from holodesk.session.episode import RESULT_UNKNOWN, EpisodeRecorder
-from holodesk.session.judge import Judgement, Probes, judge, recheck
+from holodesk.session.judge import FrameElements, Judgement, Probes, judge, recheck
 from holodesk.session.settle import screen_changed
 from holodesk.session.state import (
     FAILSAFE_STOP_REASON,
@@ -187,6 +187,7 @@ class Session:
         self.window_probe = window_probe
         self.element_probe = element_probe
         self.grab_probe = grab_probe
+        self._frame_elements: FrameElements | None = None
         self.before_capture = before_capture
         self.after_capture = after_capture
         self.meta = dict(meta or {})
@@ -550,7 +551,8 @@ class Session:
                 record: dict[str, Any], selection: bool) -> tuple[ApprovalRequest, ApprovalResponse, Judgement]:
         """The approval policy's answer for ``placed``, with the request shown and the judgement behind it
         (``selection``: a text selection may exist)."""
-        judged = judge(self._probes, placed, selection, self._held_keys())
+        probes = self._judging_probes(placed.frame)
+        judged = judge(probes, placed, selection, self._held_keys())
         request = make_request(step, proposal, placed, judged.risk, self.approval.mode, window=judged.window,
                                focus_element=typed_into, element=judged.element, held_keys=self._held_keys(),
                                can_refine=self._can_refine(placed.action))
@@ -558,7 +560,7 @@ class Session:
         if response.by == "autopilot" and response.decision is Decision.APPROVE:
             # The windows may have changed during the autopilot's countdown (a terminal opened
             # or took the focus): judged again just before acting; if no longer low, ask the user.
-            judged = judge(self._probes, placed, selection, self._held_keys())
+            judged = judge(probes, placed, selection, self._held_keys())
             if judged.risk.level is not Risk.LOW:
                 record["risk_changed_during_countdown"] = True
                 request = make_request(step, proposal, placed, judged.risk, self.approval.mode,
@@ -691,6 +693,17 @@ class Session:
     def _probes(self) -> Probes:
         """The probes the step is judged with, as set now."""
         return Probes(self.focus_probe, self.window_probe, self.element_probe, self.grab_probe)
+
+    def _judging_probes(self, frame: Frame) -> Probes:
+        """The probes a step proposed for ``frame`` is judged with: :attr:`_probes`, the element lookups made once
+        per frame (:class:`~holodesk.session.judge.FrameElements`; the windows, the focus and the grab are asked
+        each time, and the moment of input asks everything afresh)."""
+        probes = self._probes
+        if probes.element is None:
+            return probes
+        if self._frame_elements is None or not self._frame_elements.belongs_to(probes.element, frame):
+            self._frame_elements = FrameElements(probes.element, frame)
+        return dataclasses.replace(probes, element=self._frame_elements)
 
     def _held_keys(self) -> tuple[str, ...]:
         """The keys the executor holds down now (an earlier ``key_down`` of the run), for the risk rules and
