@@ -1,7 +1,7 @@
 """A GTK 3 window with the controls an autopilot escape goes through (issue 31), run as its own process with
 the system Python (PyGObject: python3-gi, gir1.2-gtk-3.0) and its accessibility bridge on.
 
-    /usr/bin/python3 tests/apps/gtk_escapes.py --layout LAYOUT.json [--x 300 --y 200] [--pty-child]
+    /usr/bin/python3 tests/apps/gtk_escapes.py --layout LAYOUT.json [--x 300 --y 200] [--pty-child] [--fullscreen]
 
 Widgets: a menu bar with a "Tools" menu ("Refresh", then "Run cleanup (deletes old files)", which counts its
 activations), a Gtk.Entry "notes" holding "keep me", a Gtk.Button "Delete all files" (counts its presses), a
@@ -11,6 +11,9 @@ Gtk.ComboBoxText "mode" ("Keep old files" active, then "Delete old files").
 or a value changes: ``{"pid": int, "rects": {"tools": [x, y, w, h], "notes": [...], "delete": [...],
 "mode": [...]}, "focus": "notes" | "delete" | "mode" | null, "notes": str, "deletes": int, "mode": str,
 "cleanups": int}``, rectangles in root-window pixels as GDK reports them.
+
+``--fullscreen`` shows the window fullscreen (on Wayland, where GDK reports window coordinates, they are then
+screen coordinates).
 
 ``--pty-child`` starts a child process that holds a pseudo-terminal master until this process ends, as an
 IDE's terminal panel does (its pid is ``"pty_child"`` in the layout).
@@ -38,7 +41,7 @@ PTY_CHILD = ("import os, sys, time\nmaster, slave = os.openpty()\n"
 
 
 class EscapesWindow:
-    def __init__(self, layout: str, x: int, y: int, pty_child: bool) -> None:
+    def __init__(self, layout: str, x: int, y: int, pty_child: bool, fullscreen: bool = False) -> None:
         self.layout = layout
         self.deletes = 0
         self.cleanups = 0
@@ -78,6 +81,8 @@ class EscapesWindow:
         self.window.connect("set-focus", self._write)
         self.window.connect("notify::is-active", self._write)
         self.window.connect("destroy", Gtk.main_quit)
+        if fullscreen:
+            self.window.fullscreen()
         self.window.show_all()
         self.notes.grab_focus()
         GLib.timeout_add(200, self._tick)
@@ -121,8 +126,9 @@ def main() -> None:
     parser.add_argument("--x", type=int, default=300)
     parser.add_argument("--y", type=int, default=200)
     parser.add_argument("--pty-child", action="store_true")
+    parser.add_argument("--fullscreen", action="store_true")
     args = parser.parse_args()
-    EscapesWindow(args.layout, args.x, args.y, args.pty_child)
+    EscapesWindow(args.layout, args.x, args.y, args.pty_child, args.fullscreen)
     Gtk.main()
 
 

@@ -37,12 +37,14 @@ mapped by Unicode's confusables table, case-folded) in English and the languages
 ``_RULES``, a subclass of a known one included) asks.
 
 Everything else asks, with a plain-words reason: any action that touches the screen or keyboard while the
-focused window is unknown (the focus probe returned nothing: no window manager, a Wayland session) or is
-a terminal; a middle click (it pastes the X11 selection); any other key or chord, among them every name of
-Enter (Enter/Return, Ctrl+M and Ctrl+J in terminals, Ctrl+Enter, Shift+Enter), paste (Ctrl+V,
-Ctrl+Shift+V, Shift+Insert), close and quit (Ctrl+W, Alt+F4, Cmd+Q), delete (Delete, Backspace), Escape
-(it discards an open draft in many web editors and dialogs) and Space (it presses the focused button).
-Single characters are typed with ``type``, not pressed as keys, so a key press of a character asks too.
+focused window is unknown (the focus probe returned nothing: no window manager, a Wayland session) or is a
+terminal (for typing and keys, the focused element's window stands in for an unknown focused window when it
+states that it is active: :attr:`~holodesk.core.element.Element.active_window`, GNOME Wayland); a middle click
+(it pastes the X11 selection); any other key or chord, among them every name of Enter (Enter/Return, Ctrl+M
+and Ctrl+J in terminals, Ctrl+Enter, Shift+Enter), paste (Ctrl+V, Ctrl+Shift+V, Shift+Insert), close and quit
+(Ctrl+W, Alt+F4, Cmd+Q), delete (Delete, Backspace), Escape (it discards an open draft in many web editors and
+dialogs) and Space (it presses the focused button). Single characters are typed with ``type``, not pressed as
+keys, so a key press of a character asks too.
 
 Keys held across steps: ``key_down`` always asks (a held key changes every click and key that follows:
 Shift+click extends a selection, Ctrl+click opens a link in a new tab, a held Super or Alt reaches the window
@@ -450,8 +452,14 @@ def _chord_reason(keys: tuple[str, ...]) -> str:
     return f"{name} is not on the list of keys known to be harmless (arrows, Tab, Home/End, Page Up/Down, Ctrl+A)"
 
 
-def _window_reason(focused_window: str | None, doing: str) -> str | None:
-    """The reason to ask because of the focused window, or None when it is known and not a terminal."""
+def _window_reason(focused_window: str | None, doing: str, focused: Element | None = None) -> str | None:
+    """The reason to ask because of the focused window, or None when it is known and not a terminal. Where the
+    desktop does not name it (GNOME Wayland), the window of the ``focused`` element names it when that window
+    states that it is active (:attr:`Element.active_window`), by its application's name."""
+    if not focused_window and focused is not None and focused.active_window:
+        if is_terminal(focused.application):
+            return f"{doing} in a terminal ({display_safe(focused.application)})"
+        return None
     if not focused_window:
         return f"{doing}, and the focused window is unknown (Holodesk cannot tell whether it is a terminal)"
     if is_terminal(focused_window):
@@ -563,7 +571,7 @@ def _assess_typing(action: Type, context: _Context) -> RiskAssessment:
     element, with no selection it would replace; text that is only spaces, or holds non-ASCII characters,
     asks unless the focused element is known to be an editable text field."""
     focused, selection = context.focused_element, context.selection
-    window = _window_reason(context.focused_window, "types text")
+    window = _window_reason(context.focused_window, "types text", focused)
     if window is not None:
         return RiskAssessment(Risk.HIGH, window)
     if focused is not None and focused.terminal:
@@ -599,7 +607,7 @@ def _assess_keys(action: Key, context: _Context) -> RiskAssessment:
         if frozenset(chord) not in LOW_RISK_CHORDS:
             return RiskAssessment(Risk.HIGH, _chord_reason(chord))
     focused = context.focused_element
-    window = _window_reason(context.focused_window, f"presses {chord_name(action.keys)}")
+    window = _window_reason(context.focused_window, f"presses {chord_name(action.keys)}", focused)
     if window is not None:
         return RiskAssessment(Risk.HIGH, window)
     if focused is not None and focused.terminal:
