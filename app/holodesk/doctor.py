@@ -290,6 +290,15 @@ def _accessibility() -> dict[str, Any]:
         report["lookup"] = (f"the focused element only, on the {backend} backend, from the window that states it is "
                             f"active (typing and keys); no element under a point: {NO_SCREEN_POSITIONS}; the "
                             "autopilot asks for every pointer action there (the window under a point is not known)")
+    elif backend == "mss":  # X11
+        from holodesk.control.grabs import grab_watcher  # lazy: see _desktop_backend
+
+        try:
+            grab_watcher()
+            report["input grabs"] = ("watched (X RECORD extension): a program's own open menu is judged by its items; "
+                                     "a grab by another program, or one taken before Holodesk started, asks")
+        except OSError as exc:
+            report["input grabs"] = f"not watched ({exc}): every input grab asks, a program's own open menu too"
     probe = AccessibilityProbe()
     try:
         report["applications publishing it"] = ", ".join(probe.applications()) or "none"

@@ -181,6 +181,21 @@ def test_on_wayland_the_focused_element_of_an_active_window_names_the_unknown_fo
     assert terminal.level is Risk.HIGH and "terminal" in terminal.reason
 
 
+def test_in_the_programs_own_open_menu_items_are_judged_by_their_real_element() -> None:
+    """The program's own open menu holds the grabs (``own_menu``): no grab reason, but the item must be known."""
+    refresh, cleanup = _element("menu item", "Refresh"), _element("menu item", "Run cleanup (deletes old files)")
+    menu = {"focused_window": EDITOR, "own_menu": True}
+    assert assess(Click(Point(5, 5), element="Refresh"), pointer_elements=[refresh], **menu).level is Risk.LOW
+    assert assess(Click(Point(5, 5), element="Refresh"), pointer_elements=[cleanup], **menu).level is Risk.HIGH
+    unknown = assess(Click(Point(5, 5), element="Refresh"), pointer_elements=[None], **menu)
+    assert unknown.level is Risk.HIGH and "menu is open" in unknown.reason
+    assert assess(Key(("down",)), focused_element=_element("menu item", "Refresh", "selected"), **menu).level \
+        is Risk.LOW
+    for focused in (None, _element("menu item", "Refresh", "selected")):
+        typed = assess(Type("r"), focused_element=focused, **menu)  # a letter may choose an item by its mnemonic
+        assert typed.level is Risk.HIGH and "open menu" in typed.reason
+
+
 # -- the real element under the pointer -----------------------------------------------------------------------------
 @pytest.mark.parametrize("make", [lambda e: Click(Point(5, 5), element=e),
                                   lambda e: Click(Point(5, 5), element=e, count=2),

@@ -20,7 +20,7 @@ import pytest
 
 from holodesk.capture.mss_backend import MssCapture
 from holodesk.control.accessibility import STATE_NAMES, AccessibilityProbe, states_from_bits
-from holodesk.control.grabs import input_grab_problem
+from holodesk.control.grabs import GrabWatcher, input_grab_problem
 from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 from holodesk.control.window import TERMINAL_MARK, focused_window_class, window_at
 from holodesk.core.actions import Action, Click, Done, Key, Point, Scroll, Type
@@ -272,9 +272,12 @@ class GrabsWhileApproving(SpyApprover):
 
 @pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
 @pytest.mark.parametrize("when", ["before the step", "during approval"])
+@pytest.mark.parametrize("watched", [False, True], ids=["grab-check", "grab-watcher"])
 def test_typing_while_another_client_holds_the_keyboard_grab_asks_or_is_not_performed(
-        escapes: tuple[Desktop, EscapesApp], tmp_path: Path, when: str) -> None:
+        escapes: tuple[Desktop, EscapesApp], tmp_path: Path, when: str, watched: bool) -> None:
+    """With the grab watcher too: it saw the other client take the grab, which is not the program typed into."""
     desktop, app = escapes
+    watcher = GrabWatcher(desktop.display) if watched else None
     grabber = KeyboardGrabber(desktop.display)
     try:
         probe = AccessibilityProbe(desktop.env()["DBUS_SESSION_BUS_ADDRESS"])
@@ -287,7 +290,7 @@ def test_typing_while_another_client_holds_the_keyboard_grab_asks_or_is_not_perf
             spy = GrabsWhileApproving(grabber)
             session = _session([Type("abc")], spy, probe, tmp_path / "episodes")
             session.approval = ApprovalPolicy("step", spy)
-        session.grab_probe = input_grab_problem
+        session.grab_probe = watcher if watcher is not None else input_grab_problem
         session.subscribe(events.append)
         session.run("type abc")
         (request,) = spy.requests
@@ -298,8 +301,13 @@ def test_typing_while_another_client_holds_the_keyboard_grab_asks_or_is_not_perf
             assert "holds the keyboard grab" in changed and "since approval" in changed
         assert grabber.key_presses() == 0  # nothing reached the client holding the grab
         assert app.state()["notes"] == "keep me"
+        if watcher is not None:
+            assert watcher.owner("keyboard") == watcher.client_of(grabber.window.id) != watcher.client_of(
+                app.app.window)
     finally:
         grabber.close()
+        if watcher is not None:
+            watcher.close()
 
 
 @pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
@@ -456,6 +464,7 @@ def test_doctor_lists_the_programs_that_publish_their_tree_and_the_languages_wit
     monkeypatch.delenv("LC_MESSAGES", raising=False)
     report = _accessibility()
     assert "gtk_escapes.py" in report["applications publishing it"], report
+    assert report["input grabs"].startswith("watched (X RECORD extension)"), report
     assert report["languages without risky-word lists"].startswith("fi ")
     monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", "unix:path=/nonexistent/bus")
     assert "cannot be read" in _accessibility()["error"]
@@ -485,3 +494,51 @@ def test_down_down_space_on_an_open_menu_asks(escapes: tuple[Desktop, EscapesApp
         assert [a[0] for a in asked] == ["type"], asked
         assert "menu item \u2018Run cleanup (deletes old files)\u2019" in asked[0][2]
     assert app.state()["cleanups"] == 0
+
+
+@pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
+def test_in_the_programs_own_open_menu_a_harmless_item_is_approved_and_a_risky_one_and_down_down_space_ask(
+        escapes: tuple[Desktop, EscapesApp], tmp_path: Path) -> None:
+    """The program's own open menu holds the keyboard and pointer grabs; the grab watcher saw the program take them,
+    so its items are judged by their real role and name: "Refresh" is approved, "Run cleanup (deletes old files)"
+    asks, and so does the space after Down, Down."""
+    desktop, app = escapes
+    watcher = GrabWatcher(desktop.display)
+    try:
+        desktop.xdotool("mousemove", *map(str, app.center("tools")), "click", "1")  # learn where the items are
+        menu = app.wait(lambda s: len(s["menu"]) == 2, "the open menu")["menu"]
+        assert watcher.owner("pointer") == watcher.owner("keyboard") == watcher.client_of(app.app.window)
+        desktop.xdotool("key", "Escape")
+        app.wait(lambda s: s["menu"] == {}, "the menu to close")
+        with MssCapture() as cap:
+            frame = cap.grab(1)
+
+        def at(x: int, y: int, w: int, h: int) -> Point:
+            return frame_pixel_to_point(frame, x + w // 2, y + h // 2)
+
+        tools = at(*app.state()["rects"]["tools"])
+        actions: list[Action] = [
+            Click(tools, element="Tools menu"),  # control: approved, opens the menu
+            Click(at(*menu["refresh"]), element="Refresh"),  # control: approved in the open menu
+            Click(tools, element="Tools menu"),  # approved: opens the menu again
+            Click(at(*menu["cleanup"]), element="Refresh"),  # escape: the item there is "Run cleanup ..."
+            Key(("down",)), Key(("down",)),  # approved: the program's own menu holds the grab
+            Type(" "),  # escape: a space activates the highlighted "Run cleanup (deletes old files)"
+        ]
+        spy = SpyApprover(default=ApprovalResponse(Decision.SKIP))
+        session = _session(actions, spy, AccessibilityProbe(desktop.env()["DBUS_SESSION_BUS_ADDRESS"]),
+                           tmp_path / "episodes")
+        session.grab_probe = watcher
+        result = session.run("refresh, then clean up")
+        assert result.status is State.FINISHED, result
+        asked = [(r.action.kind, r.risk.level, r.risk.reason) for r in spy.requests]
+        assert [a[:2] for a in asked] == [("click", Risk.HIGH), ("type", Risk.HIGH)], asked
+        assert asked[0][2].startswith("the model says \u2018Refresh\u2019; the menu item \u2018Run cleanup (deletes "
+                                      "old files)\u2019 is there"), asked
+        assert "menu item \u2018Run cleanup (deletes old files)\u2019" in asked[1][2]
+        state = app.wait(lambda s: s["refreshes"] == 1, "the approved menu item's activation")
+        assert state["cleanups"] == 0
+    finally:
+        desktop.xdotool("key", "Escape")
+        watcher.close()
+

@@ -72,6 +72,9 @@ _MENU_ITEM_ROLES = frozenset({"menu item", "check menu item", "radio menu item",
 _MAX_WALK = 400
 """Most elements :meth:`AccessibilityProbe._focused_below` visits."""
 _MATCH_ALL = 1  # ATSPI_Collection_MATCH_ALL (an empty set matches everything)
+_MATCH_ANY = 2  # ATSPI_Collection_MATCH_ANY
+_MENU_ROLE_NUMBERS = (8, 33, 35, 45)
+"""AtspiRole numbers of check menu item, menu (a menu bar's item), menu item, radio menu item."""
 _SORT_CANONICAL = 1  # ATSPI_Collection_SORT_ORDER_CANONICAL
 _MAX_DEPTH = 32
 _FOCUSED_BIT = STATE_NAMES.index("focused")
@@ -262,6 +265,9 @@ class AccessibilityProbe:
         def lookup() -> Element | None:
             windows = self._windows()
             candidates = [(w, _SCREEN, (0, 0)) for w in windows if _contains(w[3], x, y)]
+            if candidates and window_rect is not None and \
+                    (item := self._menu_item_at([c[0] for c in candidates], window_rect, x, y)) is not None:
+                return self._element(*item)
             if len(candidates) > 1 and window_rect is not None:
                 candidates = [c for c in candidates if _near(c[0][3], window_rect)]
             if not candidates and window_rect is not None and _contains(window_rect, x, y):
@@ -326,6 +332,37 @@ class AccessibilityProbe:
             return None
 
         return self._run(lookup)
+
+    def _menu_item_at(self, windows: list[tuple[tuple[str, str], str, frozenset[str], tuple[int, int, int, int]]],
+                      rect: tuple[int, int, int, int], x: int, y: int) -> tuple[tuple[str, str], str] | None:
+        """The smallest showing menu element (menu bar item, menu item) in ``windows`` that contains screen point
+        ``(x, y)`` and lies inside ``rect``, the client area of the X window there: a GTK 3 popup menu is its own
+        X window over its program's window, its items published in that window's tree under the menu bar's
+        item, so a lookup in the window beneath would name what the menu covers. Its reference and
+        application; None when there is none."""
+        bits = [1 << STATE_NAMES.index("showing"), 0]
+        roles = [0, 0, 0, 0]
+        for role in _MENU_ROLE_NUMBERS:
+            roles[role // 32] |= 1 << (role % 32)
+        rule: tuple[Any, ...] = (bits, _MATCH_ALL, {}, _MATCH_ALL, roles, _MATCH_ANY, [], _MATCH_ALL, False)
+        found: list[tuple[int, tuple[str, str], str]] = []
+        for ref, application, _, _ in windows:
+            try:
+                (matches,) = self._call(ref[0], ref[1], _COLLECTION, "GetMatches", "(aiia{ss}iaiiasib)uib",
+                                        (rule, _SORT_CANONICAL, 64, True))
+            except LookupError:  # no Collection interface (GTK 4, whose popovers are no X windows of their own)
+                continue
+            for bus, path in matches:
+                item = (str(bus), str(path))
+                (extents,) = self._call(item[0], item[1], _COMPONENT, "GetExtents", "u", (_SCREEN,))
+                ex, ey, ew, eh = (int(v) for v in extents)
+                inside = _contains(rect, ex, ey) and _contains(rect, ex + ew - 1, ey + eh - 1)
+                if inside and _contains((ex, ey, ew, eh), x, y):
+                    found.append((ew * eh, item, application))
+        if not found:
+            return None
+        _, item, application = min(found, key=lambda f: f[0])
+        return item, application
 
     def _open_menu_item(self, window: tuple[str, str]) -> tuple[str, str] | None:
         """The highlighted item of an open menu in ``window`` (GTK 3 marks it ``selected``, not ``focused``,

@@ -489,7 +489,7 @@ def selection_after(action: Action, before: bool) -> bool:
 def assess(action: Action, *, focused_window: str | None = None,
            pointer_windows: Sequence[str | None] | None = None, on_window_frame: bool = False,
            pointer_elements: Sequence[Element | None] | None = None, focused_element: Element | None = None,
-           selection: bool = False, input_grab: str | None = None,
+           selection: bool = False, input_grab: str | None = None, own_menu: bool = False,
            held_keys: Sequence[str] = ()) -> RiskAssessment:
     """Classify one action by the allowlist in this module's docstring.
 
@@ -510,6 +510,10 @@ def assess(action: Action, *, focused_window: str | None = None,
         input_grab: why keys or clicks may not go where the card says (another client holds the keyboard
             or pointer grab: an open menu, a hidden window), or None; any action that touches the screen or
             keyboard then asks.
+        own_menu: True when the program the step acts in holds the keyboard and pointer grabs itself (its open
+            menu: :class:`holodesk.control.grabs.GrabWatcher`): a pointer action then asks unless the element
+            under each of its points is known, and typed text asks (a letter may activate a menu item by its
+            mnemonic); navigation keys are judged as usual (the focused element is the highlighted item).
         held_keys: the keys held down now by an earlier ``key_down`` (canonical names); while any is held,
             every action that touches the screen or keyboard but ``key_up`` asks.
     Returns:
@@ -532,6 +536,14 @@ def assess(action: Action, *, focused_window: str | None = None,
         return RiskAssessment(Risk.HIGH, "a middle click pastes the selected text (Linux) where the pointer is")
     if input_grab is not None:
         return RiskAssessment(Risk.HIGH, input_grab)
+    if own_menu and isinstance(action, Type) and not (focused_element is not None and focused_element.editable_text):
+        return RiskAssessment(Risk.HIGH, "types into an open menu (a letter may choose an item by its underlined "
+                              "letter)" + (f": the focused element is a {focused_element.describe()}"
+                                           if focused_element is not None else ""))
+    if own_menu and action.points() and not isinstance(action, Move) and \
+            (pointer_elements is None or any(e is None for e in pointer_elements)):
+        return RiskAssessment(Risk.HIGH, "acts with the pointer while a menu is open, and the element under the "
+                              "pointer is not known")
     return rule(action, _Context(focused_window, pointer_windows, on_window_frame, pointer_elements, focused_element,
                                  selection))
 

@@ -20,7 +20,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,9 +143,10 @@ class Session:
         element_probe: finds the accessible element under each of an action's points and the focused one
             (:class:`~holodesk.control.accessibility.AccessibilityProbe`); the risk rules judge by them and
             the record stores them; None: the model's words and the windows alone decide.
-        grab_probe: says why input would not go where the approval says (another client holds the keyboard
-            or pointer grab: :func:`holodesk.control.grabs.input_grab_problem`), or None; asked when a step is
-            judged (a grab makes it ask) and immediately before its input (:func:`holodesk.session.judge.recheck`).
+        grab_probe: ``grab_probe(windows)`` says why input would not go where the approval says (another client
+            holds the keyboard or pointer grab: :class:`holodesk.control.grabs.GrabWatcher`, given the ids of the
+            client windows under the action's points), or None; asked when a step is judged (a grab makes it
+            ask) and immediately before its input (:func:`holodesk.session.judge.recheck`).
         before_capture / after_capture: hooks around each grab (the UI hides its overlay there, F13).
         meta: extra fields for the episode's start record.
         stop_event: the event :meth:`request_stop` sets; pass the executor's own stop event so that a
@@ -170,7 +171,7 @@ class Session:
         focus_probe: Callable[[], str | None] | None = None,
         window_probe: Callable[..., WindowInfo | None] | None = None,
         element_probe: ElementProbe | None = None,
-        grab_probe: Callable[[], str | None] | None = None,
+        grab_probe: Callable[[Sequence[int | None]], str | None] | None = None,
         before_capture: Callable[[], None] | None = None,
         after_capture: Callable[[], None] | None = None,
         meta: dict[str, Any] | None = None,
