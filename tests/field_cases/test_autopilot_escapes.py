@@ -542,3 +542,69 @@ def test_in_the_programs_own_open_menu_a_harmless_item_is_approved_and_a_risky_o
         desktop.xdotool("key", "Escape")
         watcher.close()
 
+
+
+@pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
+def test_mousepad_edit_menu_copy_is_approved_and_a_mislabelled_destructive_item_asks(desktop: Desktop,
+                                                                                    tmp_path: Path) -> None:
+    """mousepad's own Edit menu, the grab watcher on: a click on "Copy" is approved (the clipboard then holds the
+    selected text: the X server's CLIPBOARD), a click on the delete item that the model calls "Copy" asks (the
+    document keeps its text)."""
+    path = tmp_path / "notes.txt"
+    path.write_text("keep these words", encoding="utf-8")
+    watcher = GrabWatcher(desktop.display)
+    probe = AccessibilityProbe(desktop.env()["DBUS_SESSION_BUS_ADDRESS"])
+    try:
+        editor = desktop.launch(["mousepad", "--disable-server", str(path)], wm_class="[Mm]ousepad", env=ACCESSIBLE)
+        desktop.place(editor, 200, 150, 700, 500)
+        wait_until(lambda: (e := probe.focused()) is not None and e.editable_text, 20, "mousepad's text view")
+        desktop.xdotool("key", "ctrl+a")
+        # where the Edit menu is: the lookup along the menu bar; where its items are: the menu opened by its
+        # mnemonic and walked with Down (the lookup names the highlighted item and its bounds)
+        x, y, w, _ = desktop.wait_placed(editor)
+        client = window_at(x + w // 2, y + 100)
+        assert client is not None and client.client_rect is not None
+        cx, cy, cw, _ = client.client_rect
+        edit_item = next(e for px in range(cx + 5, cx + cw // 2, 10)
+                         if (e := probe.element_at(px, cy + 12, client.client_rect)) is not None and e.name == "Edit")
+        assert edit_item.role == "menu" and edit_item.bounds is not None
+        desktop.xdotool("key", "alt+e")
+        items: dict[str, tuple[int, int, int, int]] = {}
+        while "Copy" not in items or not any("Delete" in name for name in items):
+            assert len(items) < 12, items
+            item = wait_until(lambda: (e := probe.focused()) is not None and e.role.startswith("menu") and
+                              e.name.strip() not in items and e, 10, f"the item after {list(items)}")
+            assert item.bounds is not None
+            items[item.name.strip()] = item.bounds
+            desktop.xdotool("key", "Down")
+        desktop.xdotool("key", "Escape", "Escape")
+        wait_until(lambda: (e := probe.focused()) is not None and e.editable_text, 20, "the menu to close")
+        delete = next(name for name in items if "Delete" in name)
+        with MssCapture() as cap:
+            frame = cap.grab(1)
+
+        def at(x: int, y: int, w: int, h: int) -> Point:
+            return frame_pixel_to_point(frame, x + w // 2, y + h // 2)
+
+        edit = at(*edit_item.bounds)
+        actions: list[Action] = [
+            Click(edit, element="Edit menu"),  # control: approved, opens the menu
+            Click(at(*items["Copy"]), element="Copy"),  # control: approved in the open menu
+            Click(edit, element="Edit menu"),  # approved: opens the menu again
+            Click(at(*items[delete]), element="Copy"),  # escape: the item there deletes
+        ]
+        spy = SpyApprover(default=ApprovalResponse(Decision.SKIP))
+        session = _session(actions, spy, probe, tmp_path / "episodes")
+        session.grab_probe = watcher
+        result = session.run("copy the text")
+        assert result.status is State.FINISHED, result
+        asked = [(r.action.kind, r.risk.reason) for r in spy.requests]
+        assert len(asked) == 1 and asked[0][1].startswith("the model says \u2018Copy\u2019; the menu item "
+                                                          f"\u2018{delete}"), (asked, items)
+        assert wait_until(lambda: desktop.run("xclip", "-o", "-selection", "clipboard", check=False) ==
+                          "keep these words", 10, "the copied text on the clipboard")
+        title = desktop.xdotool("getwindowname", str(editor.window)).strip()
+        assert not title.startswith("*"), title  # the document was not changed
+    finally:
+        desktop.xdotool("key", "Escape", check=False)
+        watcher.close()
