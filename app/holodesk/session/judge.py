@@ -155,6 +155,7 @@ def judge(probes: Probes, placed: PlacedAction, selection: bool = False, held_ke
                                                        held_keys=held_keys),
                       window, elements, at_points[0] if at_points else focused_element, grab, ids)
 
+
 def _own_grab(probes: Probes) -> bool:
     """Whether the grab probe's last answer found the grabs held by the program the step acts in."""
     return bool(getattr(probes.grab, "own_grab", False))
