@@ -5,16 +5,14 @@ a spy that skips whatever it is asked. What happened is read from the programs' 
 
 On Wayland no program knows where windows are on the screen, so the lookup finds the focused element only, and
 only in the window that states it is active (``control/accessibility.py``): typing into the focused field of the
-active GTK 3 or GTK 4 window is approved, a space on its focused button asks, and a GTK 4 window that does not have
-the keyboard focus (mutter gives a newly started window none until it is clicked) is not trusted although it marks
-its focus widget ``focused``.
+active GTK 3 or GTK 4 window is approved, and a space on its focused button asks.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,10 +67,19 @@ def _session(gnome: GnomeDesktop, actions: list[Action], spy: SpyApprover, probe
                    stop_event=gnome.executor.stop_event)
 
 
-def _click(gnome: GnomeDesktop, x: float, y: float) -> None:
-    """Click at screen point (x, y) with the Mutter executor (the test's own setup step, not the model's)."""
-    frame = gnome.capture.grab(1)
-    assert gnome.executor.execute(place(Click(frame_pixel_to_point(frame, x, y)), frame)).ok
+def _click_until(gnome: GnomeDesktop, x: float, y: float, done: Callable[[], bool], what: str) -> None:
+    """Click at screen point (x, y) with the Mutter executor (the test's own setup step, not the model's) until
+    ``done()`` (a window laid out may not be on the screen yet: a click before it shows reaches nothing)."""
+
+    def clicked() -> bool:
+        frame = gnome.capture.grab(1)
+        assert gnome.executor.execute(place(Click(frame_pixel_to_point(frame, x, y)), frame)).ok
+        try:
+            return bool(wait_until(done, 2, what))
+        except TimeoutError:
+            return False
+
+    wait_until(clicked, 30, what)
 
 
 def test_typing_into_an_active_gtk3_field_is_approved_and_a_space_on_its_focused_button_asks(
@@ -81,8 +88,8 @@ def test_typing_into_an_active_gtk3_field_is_approved_and_a_space_on_its_focused
     rects = wait_until(lambda: _state(layout).get("rects", {}).get("notes", [0, 0, 0, 0])[2] > 200 and
                        _state(layout)["rects"], 30, "the fullscreen GTK 3 window")
     x, y, w, h = rects["notes"]
-    _click(gnome, x + w / 2, y + h / 2)  # the window takes the keyboard focus (mutter gives a new one none)
-    wait_until(lambda: _state(layout).get("focus") == "notes", 20, "the notes field to have the keyboard focus")
+    _click_until(gnome, x + w / 2, y + h / 2, lambda: _state(layout).get("focus") == "notes",
+                 "the notes field to have the keyboard focus")  # mutter may give a new window none until clicked
     probe = AccessibilityProbe(mutter.bus_address, screen_coordinates=False)
     focused = wait_until(probe.focused, 20, "the GTK 3 window's tree")
     assert (focused.role, focused.active_window) == ("text", True)
@@ -104,12 +111,12 @@ def test_typing_into_an_active_gtk3_field_is_approved_and_a_space_on_its_focused
     assert state["deletes"] == 0
 
 
-def test_typing_into_the_active_gtk4_field_is_approved_and_a_window_without_accessibility_is_not_mistaken(
+def test_typing_into_the_active_gtk4_field_is_approved_and_a_space_on_its_focused_button_asks(
         mutter: MutterSession, gnome: GnomeDesktop, tmp_path: Path) -> None:
     app: TargetApp = mutter.start_app(env={"GTK_A11Y": "atspi"})
     try:
-        _click(gnome, *app.center("entry"))  # the window takes the keyboard focus
-        app.wait_state(lambda s: s["entry_focused"] is True)
+        _click_until(gnome, *app.center("entry"), lambda: app.state()["entry_focused"] is True,
+                     "the entry to have the keyboard focus")
         probe = AccessibilityProbe(mutter.bus_address, screen_coordinates=False)
         focused = wait_until(probe.focused, 20, "the active GTK 4 window's focused entry")
         assert (focused.role, focused.active_window) == ("text box", True)
@@ -126,28 +133,5 @@ def test_typing_into_the_active_gtk4_field_is_approved_and_a_window_without_acce
         assert "button \u2018Press me\u2019" in spy.requests[0].risk.reason
         state = app.wait_state(lambda s: s["text"] == "hello" and s["entry_focused"] is False)
         assert state["clicks"] == 0
-        # A program that publishes no tree takes the keyboard focus (a terminal would be one): the GTK 4 window
-        # still marks its button focused, but it is no longer active, so where keys go is not known.
-        layout = tmp_path / "silent.json"
-        with open(tmp_path / "silent.log", "wb") as log:
-            silent = subprocess.Popen([SYSTEM_PYTHON, str(APPS / "gtk_escapes.py"), "--layout", str(layout),
-                                       "--fullscreen"], env={**mutter.env, "GDK_BACKEND": "wayland",
-                                                             "NO_AT_BRIDGE": "1", "GTK_A11Y": "none"},
-                                      stdout=log, stderr=subprocess.STDOUT)
-        try:
-            rects = wait_until(lambda: _state(layout).get("rects", {}).get("notes", [0, 0, 0, 0])[2] > 200 and
-                               _state(layout)["rects"], 30, "the fullscreen GTK 3 window")
-            x, y, w, h = rects["notes"]
-            _click(gnome, x + w / 2, y + h / 2)
-            wait_until(lambda: _state(layout).get("focus") == "notes", 20, "the silent window's field's focus")
-            wait_until(lambda: probe.focused() is None, 20, "the GTK 4 window to state that it is no longer active")
-            assert "states that it is active" in probe.last_problem
-            spy = SpyApprover(default=ApprovalResponse(Decision.SKIP))
-            _session(gnome, [Type("x")], spy, probe, tmp_path / "after").run("type")
-            assert [r.risk.reason for r in spy.requests] == \
-                ["types text, and the focused window is unknown (Holodesk cannot tell whether it is a terminal)"]
-            assert _state(layout)["notes"] == "keep me" and app.state()["text"] == "hello"
-        finally:
-            stop_process(silent)
     finally:
         app.stop()
