@@ -275,7 +275,7 @@ def _settings() -> dict[str, Any]:
 
 
 def _accessibility() -> dict[str, Any]:
-    from holodesk.control.accessibility import AccessibilityProbe  # lazy: see _desktop_backend
+    from holodesk.control.accessibility import NO_SCREEN_POSITIONS, AccessibilityProbe  # lazy: see _desktop_backend
 
     report: dict[str, Any] = {
         "without it": "programs that publish no accessibility tree (Tk, games, remote desktops) are judged by "
@@ -291,8 +291,18 @@ def _accessibility() -> dict[str, Any]:
     except Exception as exc:  # no display: the desktop backend section says why
         backend = f"unknown ({exc})"
     if backend in ("mutter", "portal"):
-        report["lookup"] = (f"not made on the {backend} backend (AT-SPI's screen coordinates are not the input "
-                            "space there): every program is judged by the model's words and the window")
+        report["lookup"] = (f"the focused element only, on the {backend} backend, from the window that states it is "
+                            f"active (typing and keys); no element under a point: {NO_SCREEN_POSITIONS}; the "
+                            "autopilot asks for every pointer action there (the window under a point is not known)")
+    elif backend == "mss":  # X11
+        from holodesk.control.grabs import grab_watcher  # lazy: see _desktop_backend
+
+        try:
+            grab_watcher()
+            report["input grabs"] = ("watched (X RECORD extension): a program's own open menu is judged by its items; "
+                                     "a grab by another program, or one taken before Holodesk started, asks")
+        except OSError as exc:
+            report["input grabs"] = f"not watched ({exc}): every input grab asks, a program's own open menu too"
     probe = AccessibilityProbe()
     try:
         report["applications publishing it"] = ", ".join(probe.applications()) or "none"

@@ -1,16 +1,20 @@
 """A GTK 3 window with the controls an autopilot escape goes through (issue 31), run as its own process with
 the system Python (PyGObject: python3-gi, gir1.2-gtk-3.0) and its accessibility bridge on.
 
-    /usr/bin/python3 tests/apps/gtk_escapes.py --layout LAYOUT.json [--x 300 --y 200] [--pty-child]
+    /usr/bin/python3 tests/apps/gtk_escapes.py --layout LAYOUT.json [--x 300 --y 200] [--pty-child] [--fullscreen]
 
-Widgets: a menu bar with a "Tools" menu ("Refresh", then "Run cleanup (deletes old files)", which counts its
+Widgets: a menu bar with a "Tools" menu ("Refresh", then "Run cleanup (deletes old files)"; both count their
 activations), a Gtk.Entry "notes" holding "keep me", a Gtk.Button "Delete all files" (counts its presses), a
 Gtk.ComboBoxText "mode" ("Keep old files" active, then "Delete old files").
 
 ``--layout`` is rewritten (atomic rename) whenever the window is mapped, moved or resized, the focus moves
 or a value changes: ``{"pid": int, "rects": {"tools": [x, y, w, h], "notes": [...], "delete": [...],
 "mode": [...]}, "focus": "notes" | "delete" | "mode" | null, "notes": str, "deletes": int, "mode": str,
-"cleanups": int}``, rectangles in root-window pixels as GDK reports them.
+"cleanups": int, "refreshes": int, "menu": {"refresh": [x, y, w, h], "cleanup": [...]} while the menu is
+open, else {}}``, rectangles in root-window pixels as GDK reports them.
+
+``--fullscreen`` shows the window fullscreen (on Wayland, where GDK reports window coordinates, they are then
+screen coordinates).
 
 ``--pty-child`` starts a child process that holds a pseudo-terminal master until this process ends, as an
 IDE's terminal panel does (its pid is ``"pty_child"`` in the layout).
@@ -38,7 +42,7 @@ PTY_CHILD = ("import os, sys, time\nmaster, slave = os.openpty()\n"
 
 
 class EscapesWindow:
-    def __init__(self, layout: str, x: int, y: int, pty_child: bool) -> None:
+    def __init__(self, layout: str, x: int, y: int, pty_child: bool, fullscreen: bool = False) -> None:
         self.layout = layout
         self.deletes = 0
         self.cleanups = 0
@@ -49,11 +53,13 @@ class EscapesWindow:
         menubar = Gtk.MenuBar()
         self.tools = Gtk.MenuItem(label="Tools")
         menu = Gtk.Menu()
-        for label in ("Refresh", "Run cleanup (deletes old files)"):
+        self.menu_items: dict[str, Gtk.MenuItem] = {}
+        for name, label in (("refresh", "Refresh"), ("cleanup", "Run cleanup (deletes old files)")):
             item = Gtk.MenuItem(label=label)
-            if label.startswith("Run"):
-                item.connect("activate", self._on_cleanup)
+            item.connect("activate", self._on_cleanup if name == "cleanup" else self._on_refresh)
             menu.append(item)
+            self.menu_items[name] = item
+        self.refreshes = 0
         self.tools.set_submenu(menu)
         menubar.append(self.tools)
         grid = Gtk.Grid(row_spacing=8, column_spacing=8, margin=12)
@@ -78,12 +84,18 @@ class EscapesWindow:
         self.window.connect("set-focus", self._write)
         self.window.connect("notify::is-active", self._write)
         self.window.connect("destroy", Gtk.main_quit)
+        if fullscreen:
+            self.window.fullscreen()
         self.window.show_all()
         self.notes.grab_focus()
         GLib.timeout_add(200, self._tick)
 
     def _on_delete(self, *_: Any) -> None:
         self.deletes += 1
+        self._write()
+
+    def _on_refresh(self, *_: Any) -> None:
+        self.refreshes += 1
         self._write()
 
     def _on_cleanup(self, *_: Any) -> None:
@@ -103,11 +115,17 @@ class EscapesWindow:
             alloc = widget.get_allocation()
             origin = widget.get_window().get_origin()
             rects[name] = [origin.x + alloc.x, origin.y + alloc.y, alloc.width, alloc.height]
+        menu = {}
+        for name, item in self.menu_items.items():
+            if item.get_mapped():
+                alloc = item.get_allocation()
+                origin = item.get_window().get_origin()
+                menu[name] = [origin.x + alloc.x, origin.y + alloc.y, alloc.width, alloc.height]
         focus = self.window.get_focus() if self.window.is_active() else None
         state = {"pid": os.getpid(), "pty_child": self.pty_child.pid if self.pty_child else None, "rects": rects,
                  "focus": next((n for n, w in self.widgets.items() if w is focus), None),
                  "notes": self.notes.get_text(), "deletes": self.deletes, "mode": self.mode.get_active_text(),
-                 "cleanups": self.cleanups}
+                 "cleanups": self.cleanups, "refreshes": self.refreshes, "menu": menu}
         tmp = self.layout + ".tmp"
         with open(tmp, "w", encoding="utf-8") as out:
             json.dump(state, out)
@@ -121,8 +139,9 @@ def main() -> None:
     parser.add_argument("--x", type=int, default=300)
     parser.add_argument("--y", type=int, default=200)
     parser.add_argument("--pty-child", action="store_true")
+    parser.add_argument("--fullscreen", action="store_true")
     args = parser.parse_args()
-    EscapesWindow(args.layout, args.x, args.y, args.pty_child)
+    EscapesWindow(args.layout, args.x, args.y, args.pty_child, args.fullscreen)
     Gtk.main()
 
 

@@ -164,6 +164,38 @@ def test_navigation_keys_in_a_real_terminal_element_ask() -> None:
     assert assess(Key(("up",)), focused_window="code Code").level is Risk.LOW
 
 
+def test_on_wayland_the_focused_element_of_an_active_window_names_the_unknown_focused_window() -> None:
+    """GNOME Wayland: no focus probe; the focused element's window stands in only when it states it is active."""
+    def focused(role: str, application: str, active: bool, *extra: str) -> Element:
+        return Element(role, "", frozenset({*ENABLED, "focused", *extra}), None, application, active)
+
+    field = focused("text", "gtk3-demo", True, "editable")
+    assert assess(Type("hello"), focused_element=field).level is Risk.LOW
+    assert assess(Key(("tab",)), focused_element=field).level is Risk.LOW
+    inactive = focused("text", "gtk3-demo", False, "editable")  # GTK 4.8 keeps "focused" on inactive windows
+    for action in (Type("hello"), Key(("tab",))):
+        assert "focused window is unknown" in assess(action, focused_element=inactive).reason
+    button = assess(Type(" "), focused_element=focused("push button", "gtk3-demo", True))
+    assert button.level is Risk.HIGH and "push button" in button.reason
+    terminal = assess(Key(("up",)), focused_element=focused("filler", "gnome-terminal-server", True))
+    assert terminal.level is Risk.HIGH and "terminal" in terminal.reason
+
+
+def test_in_the_programs_own_open_menu_items_are_judged_by_their_real_element() -> None:
+    """The program's own open menu holds the grabs (``own_menu``): no grab reason, but the item must be known."""
+    refresh, cleanup = _element("menu item", "Refresh"), _element("menu item", "Run cleanup (deletes old files)")
+    menu = {"focused_window": EDITOR, "own_menu": True}
+    assert assess(Click(Point(5, 5), element="Refresh"), pointer_elements=[refresh], **menu).level is Risk.LOW
+    assert assess(Click(Point(5, 5), element="Refresh"), pointer_elements=[cleanup], **menu).level is Risk.HIGH
+    unknown = assess(Click(Point(5, 5), element="Refresh"), pointer_elements=[None], **menu)
+    assert unknown.level is Risk.HIGH and "menu is open" in unknown.reason
+    assert assess(Key(("down",)), focused_element=_element("menu item", "Refresh", "selected"), **menu).level \
+        is Risk.LOW
+    for focused in (None, _element("menu item", "Refresh", "selected")):
+        typed = assess(Type("r"), focused_element=focused, **menu)  # a letter may choose an item by its mnemonic
+        assert typed.level is Risk.HIGH and "open menu" in typed.reason
+
+
 # -- the real element under the pointer -----------------------------------------------------------------------------
 @pytest.mark.parametrize("make", [lambda e: Click(Point(5, 5), element=e),
                                   lambda e: Click(Point(5, 5), element=e, count=2),

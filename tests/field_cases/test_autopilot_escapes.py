@@ -20,7 +20,7 @@ import pytest
 
 from holodesk.capture.mss_backend import MssCapture
 from holodesk.control.accessibility import STATE_NAMES, AccessibilityProbe, states_from_bits
-from holodesk.control.grabs import input_grab_problem
+from holodesk.control.grabs import GrabWatcher, input_grab_problem
 from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 from holodesk.control.window import TERMINAL_MARK, focused_window_class, window_at
 from holodesk.core.actions import Action, Click, Done, Key, Point, Scroll, Type
@@ -151,6 +151,41 @@ def test_the_lookup_reads_role_name_states_and_bounds_of_real_widgets(escapes: t
         == {"editable", "read only"}
 
 
+class CountingProbe(AccessibilityProbe):
+    """The real probe, counting its lookups (each one a conversation with the accessibility bus)."""
+
+    def __init__(self, bus: str) -> None:
+        super().__init__(bus)
+        self.lookups: list[str] = []
+
+    def element_at(self, x: int, y: int, window_rect: tuple[int, int, int, int] | None = None) -> Any:
+        self.lookups.append("at")
+        return super().element_at(x, y, window_rect)
+
+    def focused(self) -> Any:
+        self.lookups.append("focused")
+        return super().focused()
+
+
+@pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
+def test_one_step_looks_the_element_up_once_for_its_judgement_and_once_at_the_moment_of_input(
+        escapes: tuple[Desktop, EscapesApp], tmp_path: Path) -> None:
+    """The autopilot's judgement, its second look after the countdown, the card and the record share one lookup
+    per frame and point; the re-check just before the input asks again."""
+    desktop, app = escapes
+    with MssCapture() as cap:
+        notes = frame_pixel_to_point(cap.grab(1), *app.center("notes"))
+    probe = CountingProbe(desktop.env()["DBUS_SESSION_BUS_ADDRESS"])
+    spy = SpyApprover(default=ApprovalResponse(Decision.SKIP))
+    session = _session([Click(notes, element="notes field"), Type(" too")], spy, probe, tmp_path / "episodes")
+    counts: list[list[str]] = []
+    session.subscribe(lambda e: counts.append(list(probe.lookups)) if e.kind == "result" else None)
+    result = session.run("add a word")
+    assert result.status is State.FINISHED and spy.requests == [], [(r.action, r.risk.reason) for r in spy.requests]
+    assert counts == [["at", "at"], ["at", "at", "focused", "focused"]], counts
+    app.wait(lambda s: s["notes"] == "keep me too", "the approved text in the notes field")
+
+
 class StartsAWindowWhileApproving(SpyApprover):
     """The user approves the click; while the card is up, another program's window appears where the click
     will land (a second copy of the escapes window, its own "Delete all files" button under the point)."""
@@ -237,9 +272,12 @@ class GrabsWhileApproving(SpyApprover):
 
 @pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
 @pytest.mark.parametrize("when", ["before the step", "during approval"])
+@pytest.mark.parametrize("watched", [False, True], ids=["grab-check", "grab-watcher"])
 def test_typing_while_another_client_holds_the_keyboard_grab_asks_or_is_not_performed(
-        escapes: tuple[Desktop, EscapesApp], tmp_path: Path, when: str) -> None:
+        escapes: tuple[Desktop, EscapesApp], tmp_path: Path, when: str, watched: bool) -> None:
+    """With the grab watcher too: it saw the other client take the grab, which is not the program typed into."""
     desktop, app = escapes
+    watcher = GrabWatcher(desktop.display) if watched else None
     grabber = KeyboardGrabber(desktop.display)
     try:
         probe = AccessibilityProbe(desktop.env()["DBUS_SESSION_BUS_ADDRESS"])
@@ -252,7 +290,7 @@ def test_typing_while_another_client_holds_the_keyboard_grab_asks_or_is_not_perf
             spy = GrabsWhileApproving(grabber)
             session = _session([Type("abc")], spy, probe, tmp_path / "episodes")
             session.approval = ApprovalPolicy("step", spy)
-        session.grab_probe = input_grab_problem
+        session.grab_probe = watcher if watcher is not None else input_grab_problem
         session.subscribe(events.append)
         session.run("type abc")
         (request,) = spy.requests
@@ -263,8 +301,13 @@ def test_typing_while_another_client_holds_the_keyboard_grab_asks_or_is_not_perf
             assert "holds the keyboard grab" in changed and "since approval" in changed
         assert grabber.key_presses() == 0  # nothing reached the client holding the grab
         assert app.state()["notes"] == "keep me"
+        if watcher is not None:
+            assert watcher.owner("keyboard") == watcher.client_of(grabber.window.id) != watcher.client_of(
+                app.app.window)
     finally:
         grabber.close()
+        if watcher is not None:
+            watcher.close()
 
 
 @pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
@@ -421,6 +464,7 @@ def test_doctor_lists_the_programs_that_publish_their_tree_and_the_languages_wit
     monkeypatch.delenv("LC_MESSAGES", raising=False)
     report = _accessibility()
     assert "gtk_escapes.py" in report["applications publishing it"], report
+    assert report["input grabs"].startswith("watched (X RECORD extension)"), report
     assert report["languages without risky-word lists"].startswith("fi ")
     monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", "unix:path=/nonexistent/bus")
     assert "cannot be read" in _accessibility()["error"]
@@ -450,3 +494,117 @@ def test_down_down_space_on_an_open_menu_asks(escapes: tuple[Desktop, EscapesApp
         assert [a[0] for a in asked] == ["type"], asked
         assert "menu item \u2018Run cleanup (deletes old files)\u2019" in asked[0][2]
     assert app.state()["cleanups"] == 0
+
+
+@pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
+def test_in_the_programs_own_open_menu_a_harmless_item_is_approved_and_a_risky_one_and_down_down_space_ask(
+        escapes: tuple[Desktop, EscapesApp], tmp_path: Path) -> None:
+    """The program's own open menu holds the keyboard and pointer grabs; the grab watcher saw the program take them,
+    so its items are judged by their real role and name: "Refresh" is approved, "Run cleanup (deletes old files)"
+    asks, and so does the space after Down, Down."""
+    desktop, app = escapes
+    watcher = GrabWatcher(desktop.display)
+    try:
+        desktop.xdotool("mousemove", *map(str, app.center("tools")), "click", "1")  # learn where the items are
+        menu = app.wait(lambda s: len(s["menu"]) == 2, "the open menu")["menu"]
+        assert watcher.owner("pointer") == watcher.owner("keyboard") == watcher.client_of(app.app.window)
+        desktop.xdotool("key", "Escape")
+        app.wait(lambda s: s["menu"] == {}, "the menu to close")
+        with MssCapture() as cap:
+            frame = cap.grab(1)
+
+        def at(x: int, y: int, w: int, h: int) -> Point:
+            return frame_pixel_to_point(frame, x + w // 2, y + h // 2)
+
+        tools = at(*app.state()["rects"]["tools"])
+        actions: list[Action] = [
+            Click(tools, element="Tools menu"),  # control: approved, opens the menu
+            Click(at(*menu["refresh"]), element="Refresh"),  # control: approved in the open menu
+            Click(tools, element="Tools menu"),  # approved: opens the menu again
+            Click(at(*menu["cleanup"]), element="Refresh"),  # escape: the item there is "Run cleanup ..."
+            Key(("down",)), Key(("down",)),  # approved: the program's own menu holds the grab
+            Type(" "),  # escape: a space activates the highlighted "Run cleanup (deletes old files)"
+        ]
+        spy = SpyApprover(default=ApprovalResponse(Decision.SKIP))
+        session = _session(actions, spy, AccessibilityProbe(desktop.env()["DBUS_SESSION_BUS_ADDRESS"]),
+                           tmp_path / "episodes")
+        session.grab_probe = watcher
+        result = session.run("refresh, then clean up")
+        assert result.status is State.FINISHED, result
+        asked = [(r.action.kind, r.risk.level, r.risk.reason) for r in spy.requests]
+        assert [a[:2] for a in asked] == [("click", Risk.HIGH), ("type", Risk.HIGH)], asked
+        assert asked[0][2].startswith("the model says \u2018Refresh\u2019; the menu item \u2018Run cleanup (deletes "
+                                      "old files)\u2019 is there"), asked
+        assert "menu item \u2018Run cleanup (deletes old files)\u2019" in asked[1][2]
+        state = app.wait(lambda s: s["refreshes"] == 1, "the approved menu item's activation")
+        assert state["cleanups"] == 0
+    finally:
+        desktop.xdotool("key", "Escape")
+        watcher.close()
+
+
+
+@pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
+def test_mousepad_edit_menu_copy_is_approved_and_a_mislabelled_destructive_item_asks(desktop: Desktop,
+                                                                                    tmp_path: Path) -> None:
+    """mousepad's own Edit menu, the grab watcher on: a click on "Copy" is approved (the clipboard then holds the
+    selected text: the X server's CLIPBOARD), a click on the delete item that the model calls "Copy" asks (the
+    document keeps its text)."""
+    path = tmp_path / "notes.txt"
+    path.write_text("keep these words", encoding="utf-8")
+    watcher = GrabWatcher(desktop.display)
+    probe = AccessibilityProbe(desktop.env()["DBUS_SESSION_BUS_ADDRESS"])
+    try:
+        editor = desktop.launch(["mousepad", "--disable-server", str(path)], wm_class="[Mm]ousepad", env=ACCESSIBLE)
+        desktop.place(editor, 200, 150, 700, 500)
+        wait_until(lambda: (e := probe.focused()) is not None and e.editable_text, 20, "mousepad's text view")
+        desktop.xdotool("key", "ctrl+a")
+        # where the Edit menu is: the lookup along the menu bar; where its items are: the menu opened by its
+        # mnemonic and walked with Down (the lookup names the highlighted item and its bounds)
+        x, y, w, _ = desktop.wait_placed(editor)
+        client = window_at(x + w // 2, y + 100)
+        assert client is not None and client.client_rect is not None
+        cx, cy, cw, _ = client.client_rect
+        edit_item = next(e for px in range(cx + 5, cx + cw // 2, 10)
+                         if (e := probe.element_at(px, cy + 12, client.client_rect)) is not None and e.name == "Edit")
+        assert edit_item.role == "menu" and edit_item.bounds is not None
+        desktop.xdotool("key", "alt+e")
+        items: dict[str, tuple[int, int, int, int]] = {}
+        while "Copy" not in items or not any("Delete" in name for name in items):
+            assert len(items) < 12, items
+            item = wait_until(lambda: (e := probe.focused()) is not None and e.role.startswith("menu") and
+                              e.name.strip() not in items and e, 10, f"the item after {list(items)}")
+            assert item.bounds is not None
+            items[item.name.strip()] = item.bounds
+            desktop.xdotool("key", "Down")
+        desktop.xdotool("key", "Escape", "Escape")
+        wait_until(lambda: (e := probe.focused()) is not None and e.editable_text, 20, "the menu to close")
+        delete = next(name for name in items if "Delete" in name)
+        with MssCapture() as cap:
+            frame = cap.grab(1)
+
+        def at(x: int, y: int, w: int, h: int) -> Point:
+            return frame_pixel_to_point(frame, x + w // 2, y + h // 2)
+
+        edit = at(*edit_item.bounds)
+        actions: list[Action] = [
+            Click(edit, element="Edit menu"),  # control: approved, opens the menu
+            Click(at(*items["Copy"]), element="Copy"),  # control: approved in the open menu
+            Click(edit, element="Edit menu"),  # approved: opens the menu again
+            Click(at(*items[delete]), element="Copy"),  # escape: the item there deletes
+        ]
+        spy = SpyApprover(default=ApprovalResponse(Decision.SKIP))
+        session = _session(actions, spy, probe, tmp_path / "episodes")
+        session.grab_probe = watcher
+        result = session.run("copy the text")
+        assert result.status is State.FINISHED, result
+        asked = [(r.action.kind, r.risk.reason) for r in spy.requests]
+        assert len(asked) == 1 and asked[0][1].startswith("the model says \u2018Copy\u2019; the menu item "
+                                                          f"\u2018{delete}"), (asked, items)
+        assert wait_until(lambda: desktop.run("xclip", "-o", "-selection", "clipboard", check=False) ==
+                          "keep these words", 10, "the copied text on the clipboard")
+        title = desktop.xdotool("getwindowname", str(editor.window)).strip()
+        assert not title.startswith("*"), title  # the document was not changed
+    finally:
+        desktop.xdotool("key", "Escape", check=False)
+        watcher.close()

@@ -157,12 +157,13 @@ class MutterSession:
     compositor: subprocess.Popen[bytes] | None = None
     """The mutter (or gnome-shell) process: killing it ends the desktop."""
 
-    def start_app(self, timeout_s: float = 30.0) -> TargetApp:
-        """Start the GTK4 target app (native Wayland) and wait until it is shown fullscreen and drawn."""
+    def start_app(self, timeout_s: float = 30.0, env: dict[str, str] | None = None) -> TargetApp:
+        """Start the GTK4 target app (native Wayland) and wait until it is shown fullscreen and drawn; ``env``
+        is added to its environment (``{"GTK_A11Y": "atspi"}`` publishes its accessibility tree)."""
         n = len(self.apps)
         state_path = self.root / f"app{n}.json"
         log_path = self.root / f"app{n}.log"
-        env = {**self.env, "GDK_BACKEND": "wayland", "GSK_RENDERER": "cairo", "NO_AT_BRIDGE": "1"}
+        env = {**self.env, "GDK_BACKEND": "wayland", "GSK_RENDERER": "cairo", "NO_AT_BRIDGE": "1", **(env or {})}
         with open(log_path, "wb") as log:
             proc = subprocess.Popen([SYSTEM_PYTHON, str(TARGET_APP), str(state_path)], env=env,
                                     stdout=log, stderr=subprocess.STDOUT)

@@ -16,6 +16,17 @@ uses for the keychain); the protocol's interfaces are from at-spi2-core's ``xml/
 * GTK 4 on X11 knows no screen coordinates and reports its windows at (0, 0): such a window is matched
   to the X window under the point by its size and asked in window coordinates.
 
+On GNOME Wayland (``screen_coordinates=False``) a client does not know where its windows are on the screen
+(GTK 4 reports each window at (0, 0)), and nothing tells an ordinary client: GNOME Shell 43's
+``org.gnome.Shell.Introspect.GetWindows`` gives each window's size only, never its position, and only to the
+portal backends (``org.freedesktop.impl.portal.desktop.gnome``/``gtk``) or in the shell's unsafe mode
+(gnome-shell ``js/misc/introspect.js``, ``DBusSenderChecker``); plain mutter has no window list on D-Bus at all.
+So :meth:`AccessibilityProbe.element_at` answers None there (:data:`NO_SCREEN_POSITIONS`), and
+:meth:`AccessibilityProbe.focused` answers only from the one window that states it is ``active``: GTK 4.8 marks
+the focus widget of a window that does not have the keyboard focus ``focused`` too, so a focused element in a
+window that does not say it is active may not be where keys go (and a program without accessibility may hold the
+keyboard focus meanwhile).
+
 Each lookup is bounded by a budget (:data:`LOOKUP_BUDGET_S`): a reply that does not come in time gives
 None, and :attr:`AccessibilityProbe.last_problem` says why (the risk rules then judge by the model's words
 and the window, as for programs without accessibility: Tk, games, remote desktops).
@@ -47,6 +58,11 @@ STATE_NAMES: tuple[str, ...] = (
 """AT-SPI's ``AtspiStateType`` names by bit number (at-spi2-core ``atspi-constants.h``); ``GetState``
 returns them as a bit set of two 32-bit words."""
 
+NO_SCREEN_POSITIONS = ("GNOME Wayland does not tell a program where windows are on the screen (GNOME Shell's "
+                       "Introspect.GetWindows gives sizes only, to the portal alone; mutter has no window list), so "
+                       "the element under a point cannot be known there")
+"""Why :meth:`AccessibilityProbe.element_at` answers None without screen coordinates (module docstring)."""
+
 _ACCESSIBLE = "org.a11y.atspi.Accessible"
 _COMPONENT = "org.a11y.atspi.Component"
 _COLLECTION = "org.a11y.atspi.Collection"
@@ -56,6 +72,9 @@ _MENU_ITEM_ROLES = frozenset({"menu item", "check menu item", "radio menu item",
 _MAX_WALK = 400
 """Most elements :meth:`AccessibilityProbe._focused_below` visits."""
 _MATCH_ALL = 1  # ATSPI_Collection_MATCH_ALL (an empty set matches everything)
+_MATCH_ANY = 2  # ATSPI_Collection_MATCH_ANY
+_MENU_ROLE_NUMBERS = (8, 33, 35, 45)
+"""AtspiRole numbers of check menu item, menu (a menu bar's item), menu item, radio menu item."""
 _SORT_CANONICAL = 1  # ATSPI_Collection_SORT_ORDER_CANONICAL
 _MAX_DEPTH = 32
 _FOCUSED_BIT = STATE_NAMES.index("focused")
@@ -83,6 +102,9 @@ class AccessibilityProbe:
     Args:
         session_bus: the desktop's D-Bus session bus address (default: ``DBUS_SESSION_BUS_ADDRESS``).
         budget_s: each lookup's time budget (:data:`LOOKUP_BUDGET_S`).
+        screen_coordinates: False on GNOME Wayland, where windows do not know their screen position: no
+            element under a point, and the focused element only from the window that states it is active
+            (module docstring).
 
     Attributes:
         last_problem: why the last lookup found nothing ("" when it found an element or there was none at
@@ -90,9 +112,11 @@ class AccessibilityProbe:
         last_ms: how long the last lookup took, in milliseconds.
     """
 
-    def __init__(self, session_bus: str | None = None, budget_s: float = LOOKUP_BUDGET_S) -> None:
+    def __init__(self, session_bus: str | None = None, budget_s: float = LOOKUP_BUDGET_S,
+                 screen_coordinates: bool = True) -> None:
         self._session_address = session_bus or os.environ.get("DBUS_SESSION_BUS_ADDRESS", "")
         self.budget_s = budget_s
+        self.screen_coordinates = screen_coordinates
         self._bus: Any = None
         self._deadline = 0.0
         self.last_problem = ""
@@ -154,18 +178,20 @@ class AccessibilityProbe:
         return value[1]  # a variant: (signature, value)
 
     def _element(self, ref: tuple[str, str], application: str, coords: int = 0,
-                 offset: tuple[int, int] = (0, 0)) -> Element:
+                 offset: tuple[int, int] = (0, 0), active_window: bool = False) -> Element:
         """The element ``ref``; its bounds asked in ``coords`` (screen, or window coordinates plus the
-        window's screen ``offset``)."""
+        window's screen ``offset``; none without screen coordinates)."""
         role = str(self._call(ref[0], ref[1], _ACCESSIBLE, "GetRoleName")[0])
         name = str(self._property(ref, "Name"))
         (bits,) = self._call(ref[0], ref[1], _ACCESSIBLE, "GetState")
-        try:
-            x, y, w, h = self._call(ref[0], ref[1], _COMPONENT, "GetExtents", "u", (coords,))[0]
-            bounds: tuple[int, int, int, int] | None = (int(x) + offset[0], int(y) + offset[1], int(w), int(h))
-        except LookupError:
-            bounds = None
-        return Element(role, name, states_from_bits(bits), bounds, application)
+        bounds: tuple[int, int, int, int] | None = None
+        if self.screen_coordinates:
+            try:
+                x, y, w, h = self._call(ref[0], ref[1], _COMPONENT, "GetExtents", "u", (coords,))[0]
+                bounds = (int(x) + offset[0], int(y) + offset[1], int(w), int(h))
+            except LookupError:
+                pass
+        return Element(role, name, states_from_bits(bits), bounds, application, active_window)
 
     # -- lookups
     def _run(self, lookup: Any) -> Element | None:
@@ -230,11 +256,18 @@ class AccessibilityProbe:
         """The deepest element at screen point ``(x, y)`` (X11: root-window pixels), or None when no window
         that publishes its accessibility tree is there, or when it cannot be told which window is (several
         contain the point, and none matches ``window_rect``: the client area of the window the X server
-        says is there, ``(x, y, width, height)``)."""
+        says is there, ``(x, y, width, height)``); always None without screen coordinates
+        (:data:`NO_SCREEN_POSITIONS` in :attr:`last_problem`)."""
+        if not self.screen_coordinates:
+            self.last_problem, self.last_ms = NO_SCREEN_POSITIONS, 0.0
+            return None
 
         def lookup() -> Element | None:
             windows = self._windows()
             candidates = [(w, _SCREEN, (0, 0)) for w in windows if _contains(w[3], x, y)]
+            if candidates and window_rect is not None and \
+                    (item := self._menu_item_at([c[0] for c in candidates], window_rect, x, y)) is not None:
+                return self._element(*item)
             if len(candidates) > 1 and window_rect is not None:
                 candidates = [c for c in candidates if _near(c[0][3], window_rect)]
             if not candidates and window_rect is not None and _contains(window_rect, x, y):
@@ -264,11 +297,21 @@ class AccessibilityProbe:
 
     def focused(self) -> Element | None:
         """The element with the keyboard focus: in the active window, else in any showing window (while a
-        menu is open its window is not active); None when none is known."""
+        menu is open its window is not active); without screen coordinates only in the one window that states
+        it is active (the module docstring says why). None when none is known."""
 
         def lookup() -> Element | None:
             windows = self._windows()
-            for ref, application, _, _ in sorted(windows, key=lambda w: "active" not in w[2]):
+            if not self.screen_coordinates:
+                windows = [w for w in windows if "active" in w[2]]
+                if len(windows) != 1:
+                    self.last_problem = (f"{len(windows)} accessible windows state that they are active" if windows
+                                         else "no window that publishes its accessibility tree states that it is "
+                                         "active (the window with the keyboard focus publishes none, or no window "
+                                         "has it), so where keys go cannot be told")
+                    return None
+            for ref, application, states, _ in sorted(windows, key=lambda w: "active" not in w[2]):
+                active = "active" in states
                 # a MatchRule: states ALL of {focused}; attributes, roles, interfaces ALL of none (any); not
                 # inverted; sorted canonically, one match, descending into the whole subtree
                 rule: tuple[Any, ...] = ([1 << _FOCUSED_BIT, 0], _MATCH_ALL, {}, _MATCH_ALL, [], _MATCH_ALL, [],
@@ -277,17 +320,49 @@ class AccessibilityProbe:
                     (matches,) = self._call(ref[0], ref[1], _COLLECTION, "GetMatches", "(aiia{ss}iaiiasib)uib",
                                             (rule, _SORT_CANONICAL, 1, True))
                 except LookupError:  # no Collection interface (GTK 4): walk the showing elements
-                    if (found := self._focused_below(ref, application)) is not None:
+                    if (found := self._focused_below(ref, application, active)) is not None:
                         return found
                     continue
                 if matches:
-                    return self._element((str(matches[0][0]), str(matches[0][1])), application)
+                    return self._element((str(matches[0][0]), str(matches[0][1])), application,
+                                         active_window=active)
             for ref, application, states, _ in windows:
                 if "active" in states and (item := self._open_menu_item(ref)) is not None:
-                    return self._element(item, application)
+                    return self._element(item, application, active_window=True)
             return None
 
         return self._run(lookup)
+
+    def _menu_item_at(self, windows: list[tuple[tuple[str, str], str, frozenset[str], tuple[int, int, int, int]]],
+                      rect: tuple[int, int, int, int], x: int, y: int) -> tuple[tuple[str, str], str] | None:
+        """The smallest showing menu element (menu bar item, menu item) in ``windows`` that contains screen point
+        ``(x, y)`` and lies inside ``rect``, the client area of the X window there: a GTK 3 popup menu is its own
+        X window over its program's window, its items published in that window's tree under the menu bar's
+        item, so a lookup in the window beneath would name what the menu covers. Its reference and
+        application; None when there is none."""
+        bits = [1 << STATE_NAMES.index("showing"), 0]
+        roles = [0, 0, 0, 0]
+        for role in _MENU_ROLE_NUMBERS:
+            roles[role // 32] |= 1 << (role % 32)
+        rule: tuple[Any, ...] = (bits, _MATCH_ALL, {}, _MATCH_ALL, roles, _MATCH_ANY, [], _MATCH_ALL, False)
+        found: list[tuple[int, tuple[str, str], str]] = []
+        for ref, application, _, _ in windows:
+            try:
+                (matches,) = self._call(ref[0], ref[1], _COLLECTION, "GetMatches", "(aiia{ss}iaiiasib)uib",
+                                        (rule, _SORT_CANONICAL, 64, True))
+            except LookupError:  # no Collection interface (GTK 4, whose popovers are no X windows of their own)
+                continue
+            for bus, path in matches:
+                item = (str(bus), str(path))
+                (extents,) = self._call(item[0], item[1], _COMPONENT, "GetExtents", "u", (_SCREEN,))
+                ex, ey, ew, eh = (int(v) for v in extents)
+                inside = _contains(rect, ex, ey) and _contains(rect, ex + ew - 1, ey + eh - 1)
+                if inside and _contains((ex, ey, ew, eh), x, y):
+                    found.append((ew * eh, item, application))
+        if not found:
+            return None
+        _, item, application = min(found, key=lambda f: f[0])
+        return item, application
 
     def _open_menu_item(self, window: tuple[str, str]) -> tuple[str, str] | None:
         """The highlighted item of an open menu in ``window`` (GTK 3 marks it ``selected``, not ``focused``,
@@ -322,9 +397,10 @@ class AccessibilityProbe:
                 return ref
         return ref
 
-    def _focused_below(self, window: tuple[str, str], application: str) -> Element | None:
-        """The focused element under ``window``, breadth first through showing elements (at most
-        :data:`_MAX_WALK` of them, within the lookup's budget); its bounds in window coordinates."""
+    def _focused_below(self, window: tuple[str, str], application: str, active: bool) -> Element | None:
+        """The focused element under ``window`` (``active``: the window states it is active), breadth first
+        through showing elements (at most :data:`_MAX_WALK` of them, within the lookup's budget); its bounds in
+        window coordinates."""
         queue, visited = [window], 0
         while queue and visited < _MAX_WALK:
             node = queue.pop(0)
@@ -335,7 +411,7 @@ class AccessibilityProbe:
                 (bits,) = self._call(child[0], child[1], _ACCESSIBLE, "GetState")
                 states = states_from_bits(bits)
                 if "focused" in states:
-                    return self._element(child, application, _WINDOW)
+                    return self._element(child, application, _WINDOW, active_window=active)
                 if states & {"showing", "visible"}:  # GTK 4.8 sets "visible" only
                     queue.append(child)
         return None

@@ -42,6 +42,9 @@ class Element:
         bounds: ``(x, y, width, height)`` in screen pixels (X11: physical pixels of the root window),
             or None when the toolkit does not say.
         application: the name of the application that publishes it (``"mousepad"``), possibly empty.
+        active_window: True when its window states that it is active (the window with the keyboard focus, by
+            the toolkit's own account); the risk rules then know the focused window by it where the desktop does
+            not say (GNOME Wayland).
     """
 
     role: str
@@ -49,6 +52,7 @@ class Element:
     states: frozenset[str]
     bounds: tuple[int, int, int, int] | None = None
     application: str = ""
+    active_window: bool = False
 
     @property
     def editable_text(self) -> bool:
@@ -70,9 +74,11 @@ class Element:
         return f"{self.role} \u2018{display_safe(self.name)}\u2019" if self.name else self.role
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form for the episode record: role, name, states (sorted), bounds, application."""
+        """JSON-ready form for the episode record: role, name, states (sorted), bounds, application,
+        active_window."""
         return {"role": self.role, "name": self.name, "states": sorted(self.states),
-                "bounds": list(self.bounds) if self.bounds is not None else None, "application": self.application}
+                "bounds": list(self.bounds) if self.bounds is not None else None, "application": self.application,
+                "active_window": self.active_window}
 
 
 class ElementProbe(Protocol):

@@ -37,12 +37,14 @@ mapped by Unicode's confusables table, case-folded) in English and the languages
 ``_RULES``, a subclass of a known one included) asks.
 
 Everything else asks, with a plain-words reason: any action that touches the screen or keyboard while the
-focused window is unknown (the focus probe returned nothing: no window manager, a Wayland session) or is
-a terminal; a middle click (it pastes the X11 selection); any other key or chord, among them every name of
-Enter (Enter/Return, Ctrl+M and Ctrl+J in terminals, Ctrl+Enter, Shift+Enter), paste (Ctrl+V,
-Ctrl+Shift+V, Shift+Insert), close and quit (Ctrl+W, Alt+F4, Cmd+Q), delete (Delete, Backspace), Escape
-(it discards an open draft in many web editors and dialogs) and Space (it presses the focused button).
-Single characters are typed with ``type``, not pressed as keys, so a key press of a character asks too.
+focused window is unknown (the focus probe returned nothing: no window manager, a Wayland session) or is a
+terminal (for typing and keys, the focused element's window stands in for an unknown focused window when it
+states that it is active: :attr:`~holodesk.core.element.Element.active_window`, GNOME Wayland); a middle click
+(it pastes the X11 selection); any other key or chord, among them every name of Enter (Enter/Return, Ctrl+M
+and Ctrl+J in terminals, Ctrl+Enter, Shift+Enter), paste (Ctrl+V, Ctrl+Shift+V, Shift+Insert), close and quit
+(Ctrl+W, Alt+F4, Cmd+Q), delete (Delete, Backspace), Escape (it discards an open draft in many web editors and
+dialogs) and Space (it presses the focused button). Single characters are typed with ``type``, not pressed as
+keys, so a key press of a character asks too.
 
 Keys held across steps: ``key_down`` always asks (a held key changes every click and key that follows:
 Shift+click extends a selection, Ctrl+click opens a link in a new tab, a held Super or Alt reaches the window
@@ -450,8 +452,14 @@ def _chord_reason(keys: tuple[str, ...]) -> str:
     return f"{name} is not on the list of keys known to be harmless (arrows, Tab, Home/End, Page Up/Down, Ctrl+A)"
 
 
-def _window_reason(focused_window: str | None, doing: str) -> str | None:
-    """The reason to ask because of the focused window, or None when it is known and not a terminal."""
+def _window_reason(focused_window: str | None, doing: str, focused: Element | None = None) -> str | None:
+    """The reason to ask because of the focused window, or None when it is known and not a terminal. Where the
+    desktop does not name it (GNOME Wayland), the window of the ``focused`` element names it when that window
+    states that it is active (:attr:`Element.active_window`), by its application's name."""
+    if not focused_window and focused is not None and focused.active_window:
+        if is_terminal(focused.application):
+            return f"{doing} in a terminal ({display_safe(focused.application)})"
+        return None
     if not focused_window:
         return f"{doing}, and the focused window is unknown (Holodesk cannot tell whether it is a terminal)"
     if is_terminal(focused_window):
@@ -481,7 +489,7 @@ def selection_after(action: Action, before: bool) -> bool:
 def assess(action: Action, *, focused_window: str | None = None,
            pointer_windows: Sequence[str | None] | None = None, on_window_frame: bool = False,
            pointer_elements: Sequence[Element | None] | None = None, focused_element: Element | None = None,
-           selection: bool = False, input_grab: str | None = None,
+           selection: bool = False, input_grab: str | None = None, own_menu: bool = False,
            held_keys: Sequence[str] = ()) -> RiskAssessment:
     """Classify one action by the allowlist in this module's docstring.
 
@@ -502,6 +510,10 @@ def assess(action: Action, *, focused_window: str | None = None,
         input_grab: why keys or clicks may not go where the card says (another client holds the keyboard
             or pointer grab: an open menu, a hidden window), or None; any action that touches the screen or
             keyboard then asks.
+        own_menu: True when the program the step acts in holds the keyboard and pointer grabs itself (its open
+            menu: :class:`holodesk.control.grabs.GrabWatcher`): a pointer action then asks unless the element
+            under each of its points is known, and typed text asks (a letter may activate a menu item by its
+            mnemonic); navigation keys are judged as usual (the focused element is the highlighted item).
         held_keys: the keys held down now by an earlier ``key_down`` (canonical names); while any is held,
             every action that touches the screen or keyboard but ``key_up`` asks.
     Returns:
@@ -524,6 +536,14 @@ def assess(action: Action, *, focused_window: str | None = None,
         return RiskAssessment(Risk.HIGH, "a middle click pastes the selected text (Linux) where the pointer is")
     if input_grab is not None:
         return RiskAssessment(Risk.HIGH, input_grab)
+    if own_menu and isinstance(action, Type) and not (focused_element is not None and focused_element.editable_text):
+        return RiskAssessment(Risk.HIGH, "types into an open menu (a letter may choose an item by its underlined "
+                              "letter)" + (f": the focused element is a {focused_element.describe()}"
+                                           if focused_element is not None else ""))
+    if own_menu and action.points() and not isinstance(action, Move) and \
+            (pointer_elements is None or any(e is None for e in pointer_elements)):
+        return RiskAssessment(Risk.HIGH, "acts with the pointer while a menu is open, and the element under the "
+                              "pointer is not known")
     return rule(action, _Context(focused_window, pointer_windows, on_window_frame, pointer_elements, focused_element,
                                  selection))
 
@@ -563,7 +583,7 @@ def _assess_typing(action: Type, context: _Context) -> RiskAssessment:
     element, with no selection it would replace; text that is only spaces, or holds non-ASCII characters,
     asks unless the focused element is known to be an editable text field."""
     focused, selection = context.focused_element, context.selection
-    window = _window_reason(context.focused_window, "types text")
+    window = _window_reason(context.focused_window, "types text", focused)
     if window is not None:
         return RiskAssessment(Risk.HIGH, window)
     if focused is not None and focused.terminal:
@@ -599,7 +619,7 @@ def _assess_keys(action: Key, context: _Context) -> RiskAssessment:
         if frozenset(chord) not in LOW_RISK_CHORDS:
             return RiskAssessment(Risk.HIGH, _chord_reason(chord))
     focused = context.focused_element
-    window = _window_reason(context.focused_window, f"presses {chord_name(action.keys)}")
+    window = _window_reason(context.focused_window, f"presses {chord_name(action.keys)}", focused)
     if window is not None:
         return RiskAssessment(Risk.HIGH, window)
     if focused is not None and focused.terminal:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from holodesk.control.accessibility import AccessibilityProbe
-from holodesk.control.grabs import input_grab_problem
+from holodesk.control.accessibility import NO_SCREEN_POSITIONS, AccessibilityProbe
+from holodesk.control.grabs import grab_watcher, input_grab_problem
 from holodesk.errors import HolodeskError, SettingsError
 from holodesk.policy.generation import GenerationOptions
 from holodesk.policy.scripted import ScriptedPolicy
@@ -146,33 +146,42 @@ def build_executor(settings: Settings, stop_event: threading.Event | None = None
 
 
 def build_element_probe(settings: Settings) -> ElementProbe | None:
-    """The accessibility lookup of :func:`desktop_backend`'s desktop: AT-SPI on X11
-    (:class:`~holodesk.control.accessibility.AccessibilityProbe`); None on GNOME Wayland and the portal,
-    where AT-SPI's screen coordinates are not the input space (the risk rules then judge by the model's
-    words and the window; ``holodesk doctor`` says which); None too where no desktop backend works (the
-    executor reports that)."""
+    """The accessibility lookup of :func:`desktop_backend`'s desktop
+    (:class:`~holodesk.control.accessibility.AccessibilityProbe`): on X11 the element under a point and the
+    focused one; on GNOME Wayland and the portal the focused element only, from the window that states it is
+    active (no window's screen position is known there:
+    :data:`~holodesk.control.accessibility.NO_SCREEN_POSITIONS`; ``holodesk doctor`` says so). None where no
+    desktop backend works (the executor reports that)."""
     try:
         backend = desktop_backend(settings).backend
     except HolodeskError as exc:
         log.warning("no accessibility lookup: %s", exc)
         return None
     if backend in ("mutter", "portal"):
-        log.info("no accessibility lookup on the %s backend: the risk rules judge by words and windows", backend)
-        return None
+        log.warning("the accessibility lookup on the %s backend finds the focused element only: %s; pointer actions "
+                    "are judged by the model's words", backend, NO_SCREEN_POSITIONS)
+        return AccessibilityProbe(screen_coordinates=False)
     return AccessibilityProbe()
 
 
-def build_grab_probe(settings: Settings) -> Callable[[], str | None] | None:
-    """The input-grab check of :func:`desktop_backend`'s desktop: on X11
-    :func:`holodesk.control.grabs.input_grab_problem`; None on GNOME Wayland and the portal (no client can
-    grab input from another there) and where no desktop backend works."""
+def build_grab_probe(settings: Settings) -> Callable[[Sequence[int | None]], str | None] | None:
+    """The input-grab check of :func:`desktop_backend`'s desktop: on X11 a
+    :class:`holodesk.control.grabs.GrabWatcher` (a program's own open menu is not another client's grab), or
+    where it cannot watch (no RECORD extension) :func:`holodesk.control.grabs.input_grab_problem` (every grab
+    asks; logged); None on GNOME Wayland and the portal (no client can grab input from another there) and
+    where no desktop backend works."""
     try:
         backend = desktop_backend(settings).backend
     except HolodeskError:
         return None
     if backend in ("mutter", "portal"):
         return None
-    return input_grab_problem
+    try:
+        return grab_watcher()
+    except OSError as exc:
+        log.warning("input grabs are checked without knowing who holds them (every grab asks, an open menu too): %s",
+                    exc)
+        return input_grab_problem
 
 
 # -- the session ------------------------------------------------------------------------------------------

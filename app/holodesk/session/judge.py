@@ -3,19 +3,22 @@ accessible elements under its points, another client's input grab), the risk the
 :mod:`holodesk.core.risk` give it, and the last look before its input lands (:func:`recheck`, issue 31).
 
 The session (:class:`holodesk.session.loop.Session`) judges each step with its probes (:class:`Probes`) before the
-approval, and hands :func:`recheck` to the executor as ``before_input``.
+approval, and hands :func:`recheck` to the executor as ``before_input``. The accessibility lookups of the
+judgements of one frame (the autopilot's, the card's and the record's, and the autopilot's second look after its
+countdown) are made once (:class:`FrameElements`); :func:`recheck` always asks the desktop afresh.
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from holodesk.core.actions import Action, Move
 from holodesk.core.element import Element, ElementProbe
-from holodesk.core.geometry import PlacedAction
+from holodesk.core.geometry import Frame, PlacedAction
 from holodesk.core.risk import RiskAssessment, assess
 from holodesk.core.wording import WindowInfo
 from holodesk.errors import HolodeskError
@@ -32,13 +35,54 @@ class Probes:
         focus: the focused window's class/title, or None when unknown.
         window: ``window(x, y)``: the window at an input-space point; ``window()``: the focused window.
         element: the accessible elements under points and the focused one.
-        grab: why input would not go where the approval says (another client's grab), or None.
+        grab: ``grab(windows)``: why input would not go where the approval says (another client's grab; a grab
+            of the program that owns the window keys go to and ``windows``, the client windows' ids under the
+            action's points, is its own menu: :class:`holodesk.control.grabs.GrabWatcher`, whose ``own_grab``
+            then says so), or None.
     """
 
     focus: Callable[[], str | None] | None = None
     window: Callable[..., WindowInfo | None] | None = None
     element: ElementProbe | None = None
-    grab: Callable[[], str | None] | None = None
+    grab: Callable[[Sequence[int | None]], str | None] | None = None
+
+
+class FrameElements:
+    """An element probe's answers for one frame: each lookup (the element at a point with a window rectangle,
+    the focused element) is asked of ``probe`` once, and asked again it gives the first answer, with that
+    lookup's :attr:`last_problem` and :attr:`last_ms` (the time the lookup took when it was made). Implements
+    :class:`~holodesk.core.element.ElementProbe`.
+
+    Args:
+        probe: the desktop's element probe.
+        frame: the frame the judged actions were proposed for (held weakly: :meth:`belongs_to`).
+    """
+
+    def __init__(self, probe: ElementProbe, frame: Frame) -> None:
+        self.probe = probe
+        self._frame = weakref.ref(frame)
+        self._answers: dict[tuple[Any, ...], tuple[Element | None, str, float]] = {}
+        self.last_problem = ""
+        self.last_ms = 0.0
+
+    def belongs_to(self, probe: ElementProbe, frame: Frame) -> bool:
+        """True when these are ``probe``'s answers for ``frame``."""
+        return self.probe is probe and self._frame() is frame
+
+    def _answer(self, key: tuple[Any, ...], lookup: Callable[[], Element | None]) -> Element | None:
+        if key not in self._answers:
+            found = lookup()
+            self._answers[key] = (found, self.probe.last_problem, self.probe.last_ms)
+        found, self.last_problem, self.last_ms = self._answers[key]
+        return found
+
+    def element_at(self, x: int, y: int, window_rect: tuple[int, int, int, int] | None = None) -> Element | None:
+        """The probe's element at ``(x, y)`` (screen pixels) for this frame."""
+        return self._answer(("at", x, y, window_rect), lambda: self.probe.element_at(x, y, window_rect))
+
+    def focused(self) -> Element | None:
+        """The probe's focused element for this frame."""
+        return self._answer(("focused",), self.probe.focused)
 
 
 @dataclass(frozen=True)
@@ -57,6 +101,8 @@ class Judgement:
         element: the element the approval names: under the first point, else the focused one; None when
             unknown.
         grab: why input may not go where the card says (another client's input grab), or None.
+        window_ids: the client windows' ids under the action's points (None where unknown), as the grab probe
+            was given them.
     """
 
     focused: str | None
@@ -66,6 +112,7 @@ class Judgement:
     elements: dict[str, Any] | None = None
     element: Element | None = None
     grab: str | None = None
+    window_ids: tuple[int | None, ...] = ()
 
 
 def element_change(was: dict[str, Any], now: Element | None, what: str) -> str | None:
@@ -83,15 +130,18 @@ def judge(probes: Probes, placed: PlacedAction, selection: bool = False, held_ke
     (``selection``: a text selection may exist; ``held_keys``: the keys the executor holds down now)."""
     action = placed.action
     focused = probes.focus() if probes.focus else None
-    grab = probes.grab() if probes.grab is not None and not action.ends_episode else None
     if probes.window is None:
+        ids: tuple[int | None, ...] = (None,) * len(placed.input_points)
+        grab = probes.grab(ids) if probes.grab is not None and not action.ends_episode else None
         elements, at_points, focused_element = probe_elements(probes, placed, [None] * len(placed.input_points))
         return Judgement(focused, None, assess(action, focused_window=focused, pointer_elements=at_points,
                                                 focused_element=focused_element, selection=selection,
-                                                input_grab=grab, held_keys=held_keys),
-                          None, elements, at_points[0] if at_points else focused_element, grab)
+                                                input_grab=grab, own_menu=_own_grab(probes), held_keys=held_keys),
+                          None, elements, at_points[0] if at_points else focused_element, grab, ids)
     input_points = placed.input_points
     infos = [probe_window(probes, at) for at in input_points]
+    ids = tuple(info.window_id if info is not None else None for info in infos)
+    grab = probes.grab(ids) if probes.grab is not None and not action.ends_episode else None
     window = infos[0] if infos else probe_window(probes, None)
     pointer_windows = [info.app or None if info is not None else None for info in infos] if input_points else None
     on_frame = any(info is not None and info.on_frame(at.x, at.y)
@@ -101,8 +151,15 @@ def judge(probes: Probes, placed: PlacedAction, selection: bool = False, held_ke
                                                        pointer_windows=pointer_windows,
                                                        on_window_frame=on_frame, pointer_elements=at_points,
                                                        focused_element=focused_element, selection=selection,
-                                                       input_grab=grab, held_keys=held_keys),
-                      window, elements, at_points[0] if at_points else focused_element, grab)
+                                                       input_grab=grab, own_menu=_own_grab(probes),
+                                                       held_keys=held_keys),
+                      window, elements, at_points[0] if at_points else focused_element, grab, ids)
+
+
+def _own_grab(probes: Probes) -> bool:
+    """Whether the grab probe's last answer found the grabs held by the program the step acts in."""
+    return bool(getattr(probes.grab, "own_grab", False))
+
 
 def probe_elements(probes: Probes, placed: PlacedAction, infos: Sequence[WindowInfo | None]
                    ) -> tuple[dict[str, Any] | None, list[Element | None] | None, Element | None]:
@@ -151,7 +208,7 @@ def recheck(probes: Probes, judged: Judgement, action: Action, points: tuple[Any
     first point are. A probe that answered nothing at approval is not compared (nothing to compare)."""
     if isinstance(action, Move):
         return None
-    if probes.grab is not None and judged.grab is None and (problem := probes.grab()) is not None:
+    if probes.grab is not None and judged.grab is None and (problem := probes.grab(judged.window_ids)) is not None:
         return f"{problem}, since approval"
     seen = judged.elements or {}
     if action.keyboard:

@@ -20,7 +20,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ from holodesk.policy.base import (
 )
 from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision, make_request
 from holodesk.session.episode import RESULT_UNKNOWN, EpisodeRecorder
-from holodesk.session.judge import Judgement, Probes, judge, recheck
+from holodesk.session.judge import FrameElements, Judgement, Probes, judge, recheck
 from holodesk.session.settle import screen_changed
 from holodesk.session.state import (
     FAILSAFE_STOP_REASON,
@@ -152,9 +152,10 @@ class Session:
         element_probe: finds the accessible element under each of an action's points and the focused one
             (:class:`~holodesk.control.accessibility.AccessibilityProbe`); the risk rules judge by them and
             the record stores them; None: the model's words and the windows alone decide.
-        grab_probe: says why input would not go where the approval says (another client holds the keyboard
-            or pointer grab: :func:`holodesk.control.grabs.input_grab_problem`), or None; asked when a step is
-            judged (a grab makes it ask) and immediately before its input (:func:`holodesk.session.judge.recheck`).
+        grab_probe: ``grab_probe(windows)`` says why input would not go where the approval says (another client
+            holds the keyboard or pointer grab: :class:`holodesk.control.grabs.GrabWatcher`, given the ids of the
+            client windows under the action's points), or None; asked when a step is judged (a grab makes it
+            ask) and immediately before its input (:func:`holodesk.session.judge.recheck`).
         before_capture / after_capture: hooks around each grab (the UI hides its overlay there, F13).
         meta: extra fields for the episode's start record.
         stop_event: the event :meth:`request_stop` sets; pass the executor's own stop event so that a
@@ -179,7 +180,7 @@ class Session:
         focus_probe: Callable[[], str | None] | None = None,
         window_probe: Callable[..., WindowInfo | None] | None = None,
         element_probe: ElementProbe | None = None,
-        grab_probe: Callable[[], str | None] | None = None,
+        grab_probe: Callable[[Sequence[int | None]], str | None] | None = None,
         before_capture: Callable[[], None] | None = None,
         after_capture: Callable[[], None] | None = None,
         meta: dict[str, Any] | None = None,
@@ -196,6 +197,7 @@ class Session:
         self.window_probe = window_probe
         self.element_probe = element_probe
         self.grab_probe = grab_probe
+        self._frame_elements: FrameElements | None = None
         self.before_capture = before_capture
         self.after_capture = after_capture
         self.meta = dict(meta or {})
@@ -576,7 +578,8 @@ class Session:
                 record: dict[str, Any], selection: bool) -> tuple[ApprovalRequest, ApprovalResponse, Judgement]:
         """The approval policy's answer for ``placed``, with the request shown and the judgement behind it
         (``selection``: a text selection may exist)."""
-        judged = judge(self._probes, placed, selection, self._held_keys())
+        probes = self._judging_probes(placed.frame)
+        judged = judge(probes, placed, selection, self._held_keys())
         request = make_request(step, proposal, placed, judged.risk, self.approval.mode, window=judged.window,
                                focus_element=typed_into, element=judged.element, held_keys=self._held_keys(),
                                can_refine=self._can_refine(placed.action))
@@ -584,7 +587,7 @@ class Session:
         if response.by == "autopilot" and response.decision is Decision.APPROVE:
             # The windows may have changed during the autopilot's countdown (a terminal opened
             # or took the focus): judged again just before acting; if no longer low, ask the user.
-            judged = judge(self._probes, placed, selection, self._held_keys())
+            judged = judge(probes, placed, selection, self._held_keys())
             if judged.risk.level is not Risk.LOW:
                 record["risk_changed_during_countdown"] = True
                 request = make_request(step, proposal, placed, judged.risk, self.approval.mode,
@@ -717,6 +720,17 @@ class Session:
     def _probes(self) -> Probes:
         """The probes the step is judged with, as set now."""
         return Probes(self.focus_probe, self.window_probe, self.element_probe, self.grab_probe)
+
+    def _judging_probes(self, frame: Frame) -> Probes:
+        """The probes a step proposed for ``frame`` is judged with: :attr:`_probes`, the element lookups made once
+        per frame (:class:`~holodesk.session.judge.FrameElements`; the windows, the focus and the grab are asked
+        each time, and the moment of input asks everything afresh)."""
+        probes = self._probes
+        if probes.element is None:
+            return probes
+        if self._frame_elements is None or not self._frame_elements.belongs_to(probes.element, frame):
+            self._frame_elements = FrameElements(probes.element, frame)
+        return dataclasses.replace(probes, element=self._frame_elements)
 
     def _held_keys(self) -> tuple[str, ...]:
         """The keys the executor holds down now (an earlier ``key_down`` of the run), for the risk rules and
