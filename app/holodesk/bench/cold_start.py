@@ -252,7 +252,11 @@ def bytecode_report(modules: dict[str, Any] | None = None) -> dict[str, Any]:
         modules = dict(sys.modules)
     sourced = missing = 0
     packages: dict[str, int] = {}
+    seen: set[int] = set()
     for name, module in modules.items():
+        if id(module) in seen:  # one module under two names (``__main__`` and ``__mp_main__``) counts once
+            continue
+        seen.add(id(module))
         spec = getattr(module, "__spec__", None)
         origin, cached = getattr(spec, "origin", None), getattr(spec, "cached", None)
         if not origin or not cached or not str(origin).endswith(".py"):
