@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +65,12 @@ def test_cold_start_runs_fresh_processes_on_the_tiny_checkpoint(tmp_path: Path) 
         assert run["engine"]["capture_seconds"] == {} and run["prefill_capture_s"] is None  # nothing captured
         assert step["lazy_captures"] == {"count": 0, "seconds": 0.0}  # nor recorded on first use (eager)
         assert 0 <= run["engine_build_s"] <= run["engine_setup_s"] <= run["capture_s"] + 0.01  # (rounded)
+        split = run["imports_split"]  # each import step timed; no CUDA context on the CPU
+        assert list(split) == ["torch", "transformers", "tokenizer_class", "model_class", "policy", "bench"]
+        assert all(v >= 0 for v in split.values()) and split["torch"] > 0 and split["model_class"] > 0
+        assert math.isclose(sum(split.values()), run["imports_s"], abs_tol=0.01)
+        bytecode = run["bytecode"]
+        assert bytecode["modules"] > 500 and 0 <= bytecode["without_bytecode"] <= bytecode["modules"]
 
     # an existing folder (--checkpoint): measured as it is, nothing written; one warm process
     status = main(["--device", "cpu", "--tiny", "--cold-start", "--checkpoint", str(folder), "--cold-start-runs",
@@ -167,3 +175,44 @@ def test_a_steps_graphs_recorded_on_first_use_in_words() -> None:
     assert _lazy_words({"lazy_captures": {"count": 14, "seconds": 0.52}}) == "14 in 0.52 s"
     assert _lazy_words({"lazy_captures": {"count": 0, "seconds": 0.0}}) == "0 in 0.0 s"
     assert _lazy_words({"lazy_captures": None}) == "-" and _lazy_words({}) == "-"
+
+
+def test_imports_split_times_each_step_from_the_one_before() -> None:
+    from holodesk.bench.cold_start import IMPORT_STEPS, imports_split
+
+    stamps = {"interpreter": 100.0, "import_torch": 101.5, "import_transformers": 102.0,
+              "import_tokenizer_class": 102.25, "import_model_class": 105.0, "import_policy": 105.5,
+              "import_bench": 105.625, "imports": 105.625, "weights": 120.0}
+    assert imports_split(stamps) == {"torch": 1.5, "transformers": 0.5, "tokenizer_class": 0.25,
+                                     "model_class": 2.75, "policy": 0.5, "bench": 0.125}  # no CUDA context
+    with_cuda = imports_split({**stamps, "import_cuda_context": 101.75})
+    assert list(with_cuda) == list(IMPORT_STEPS) and with_cuda["cuda_context"] == 0.25
+    assert with_cuda["transformers"] == 0.25 and sum(with_cuda.values()) == 5.625
+    assert imports_split({"weights": 1.0}) == {}  # a child that sent no import stamps
+
+
+def test_bytecode_report_counts_the_modules_without_cached_bytecode(tmp_path: Path) -> None:
+    (tmp_path / "holodesk_bytecode_probe.py").write_text("VALUE = 1\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env["PYTHONPYCACHEPREFIX"] = str(tmp_path / "bytecode")  # the bytecode written goes here, not into app/
+    probe = ("import json, sys, holodesk_bytecode_probe\n"
+             "from holodesk.bench.cold_start import bytecode_report\n"
+             "probe = sys.modules['holodesk_bytecode_probe']\n"
+             "print(json.dumps(bytecode_report({'holodesk_bytecode_probe': probe, 'alias': probe, 'sys': sys})))\n")
+
+    def report(*flags: str) -> dict[str, Any]:
+        res = subprocess.run([sys.executable, *flags, "-c", probe], env=env, capture_output=True, text=True,
+                             timeout=60, check=False)
+        assert res.returncode == 0, res.stderr
+        result: dict[str, Any] = json.loads(res.stdout)
+        return result
+
+    # -B: nothing written, so every process compiles the module again ('sys' has no source file: not counted; the
+    # module under a second name counted once)
+    assert report("-B") == {"modules": 1, "without_bytecode": 1, "dont_write_bytecode": True,
+                            "packages": {"holodesk_bytecode_probe": 1}}
+    assert report("-B")["without_bytecode"] == 1
+    # written at the first import that may write it: that process and every later one find it
+    assert report() == {"modules": 1, "without_bytecode": 0, "dont_write_bytecode": False, "packages": {}}
+    assert report("-B")["without_bytecode"] == 0

@@ -17,7 +17,8 @@ processes, with the page cache cold and warm, against the file-read floor.
    cache first. Before each, the files in Triton's and inductor's on-disk caches are counted
    (:func:`compile_caches`): the first process on a fresh machine also compiles and autotunes every kernel.
    The child records wall-clock timestamps at: interpreter up (this module imported), imports done (torch
-   and its CUDA context, the transformers classes loading uses, the policy), weights on the device
+   and its CUDA context, the transformers classes loading uses, the policy; each step timed on its own:
+   :data:`IMPORT_STEPS`, :func:`imports_split`), weights on the device
    (``load_holotron``'s "ready"), graphs ready (``HolotronPolicy.load`` returned: the static engine built,
    the CUDA graphs of the warm-up's shapes captured, warmed up, the grammar compiled), and each of
    ``--cold-start-steps`` ``HolotronPolicy.propose`` calls on a new 1920x1080 desktop-like frame, with the
@@ -25,8 +26,10 @@ processes, with the page cache cold and warm, against the file-read floor.
    windows and padded lengths run eagerly once, then are recorded). It writes them as JSON for the parent,
    which took the spawn time.
 
-Reported per process: ``startup_s`` (spawn -> interpreter up), ``imports_s``, ``load_s`` (imports ->
-weights), ``capture_s`` (weights -> graphs ready; split by :func:`_engine_split`), ``first_proposal_s``,
+Reported per process: ``startup_s`` (spawn -> interpreter up), ``imports_s`` (split into
+``imports_split``; ``bytecode``: how many of the modules imported by then have no cached bytecode, i.e. are
+compiled from source at every start, :func:`bytecode_report`), ``load_s`` (imports -> weights), ``capture_s``
+(weights -> graphs ready; split by :func:`_engine_split`), ``first_proposal_s``,
 ``total_s`` (spawn -> first proposal), each step's wall time and graphs recorded on first use, and
 ``load_over_floor`` = ``load_s`` / the read floor of the same cache state. Target (issue 16):
 ``load_over_floor`` <= 2 and ``capture_s`` <= 10 s; the verdict is printed and kept in the JSON. A missed
@@ -62,6 +65,13 @@ TARGET_CAPTURE_S = 10.0
 CHILD_TIMEOUT_S = 420
 FULL_BYTES_NEEDED = 25 * 2**30
 """Free disk the full-size checkpoint needs (24.5 GiB of weights, the rest small files), rounded up."""
+IMPORT_STEPS = ("torch", "cuda_context", "transformers", "tokenizer_class", "model_class", "policy", "bench")
+"""The child's import steps, in order, each ending at the timestamp ``import_<step>``: ``torch`` (``import
+torch``), ``cuda_context`` (``torch.cuda.init()``; CUDA only), ``transformers`` (the package, which scans its
+``models`` folder, after the kernels' preparation), ``tokenizer_class`` (``AutoTokenizer``), ``model_class``
+(transformers' NemotronH Omni modelling module and what it imports: ``modeling_utils``, torch's dynamo and
+distributed tensors, ...), ``policy`` (Holodesk's Holotron runtime) and ``bench`` (this bench's frame maker);
+the last ends at "imports done"."""
 
 
 def default_folder(tiny: bool) -> Path:
@@ -208,6 +218,71 @@ def phases(child: dict[str, Any]) -> dict[str, float | None]:
             "spawn_to_weights_s": span("spawn", "weights")}
 
 
+def imports_split(timestamps: dict[str, float]) -> dict[str, float]:
+    """Seconds of each import step of :data:`IMPORT_STEPS` that the child timed (``import_<step>``
+    timestamps), each from the end of the step before (the first from "interpreter"); a step it did not run
+    (``cuda_context`` off CUDA) is left out. The steps add up to ``imports_s`` when the last one ends at
+    "imports"."""
+    out: dict[str, float] = {}
+    start = timestamps.get("interpreter")
+    for step in IMPORT_STEPS:
+        end = timestamps.get(f"import_{step}")
+        if end is None or start is None:
+            continue
+        out[step] = round(end - start, 3)
+        start = end
+    return out
+
+
+def bytecode_report(modules: dict[str, Any] | None = None) -> dict[str, Any]:
+    """How many of the imported modules (``sys.modules`` by default) have no cached bytecode: those loaded from a
+    ``.py`` file whose ``__spec__.cached`` file does not exist, so that this process compiled them from source
+    and every later one will too. Python writes that file at a module's first import unless
+    ``PYTHONDONTWRITEBYTECODE`` is set or the folder is not writable (a module compiled on its first import
+    with writing allowed has its file by then and is not counted); an install by pip writes it ahead. Compiling
+    torch's and transformers' modules at every start roughly doubled the imports of a fresh process on the H100
+    (docs/benchmarks.md, issue 34).
+
+    Returns:
+        ``{"modules": modules loaded from source files, "without_bytecode": of them, those without cached
+        bytecode, "dont_write_bytecode": sys.flags.dont_write_bytecode, "packages": {top-level package:
+        modules without bytecode}}`` (the 5 packages with the most).
+    """
+    if modules is None:
+        modules = dict(sys.modules)
+    sourced = missing = 0
+    packages: dict[str, int] = {}
+    seen: set[int] = set()
+    for name, module in modules.items():
+        if id(module) in seen:  # one module under two names (``__main__`` and ``__mp_main__``) counts once
+            continue
+        seen.add(id(module))
+        spec = getattr(module, "__spec__", None)
+        origin, cached = getattr(spec, "origin", None), getattr(spec, "cached", None)
+        if not origin or not cached or not str(origin).endswith(".py"):
+            continue
+        sourced += 1
+        if not os.path.exists(cached):
+            missing += 1
+            top = name.partition(".")[0]
+            packages[top] = packages.get(top, 0) + 1
+    top5 = dict(sorted(packages.items(), key=lambda kv: -kv[1])[:5])
+    return {"modules": sourced, "without_bytecode": missing,
+            "dont_write_bytecode": bool(sys.flags.dont_write_bytecode), "packages": top5}
+
+
+def _bytecode_words(run: dict[str, Any]) -> str:
+    """The child's :func:`bytecode_report` in words (``"-"`` when it sent none)."""
+    report = run.get("bytecode")
+    if not report:
+        return "-"
+    words = f"{report['without_bytecode']} of {report['modules']} modules without cached bytecode"
+    if report["without_bytecode"]:
+        words += (f" (compiled from source at every start: {report['packages']}; dont_write_bytecode "
+                  f"{report['dont_write_bytecode']}; an installed Holodesk has its bytecode)")
+    return words
+
+
 def run_cold_start(args: argparse.Namespace, device: str, dtype: str) -> dict[str, Any]:
     """Parts 1-3 of the module docstring; returns the JSON-able result (``checks_failed``: the failed
     checks of the module docstring, in words).
@@ -249,7 +324,8 @@ def run_cold_start(args: argparse.Namespace, device: str, dtype: str) -> dict[st
         caches = compile_caches()
         child = run_child(folder, args, device, dtype)
         run = {"mode": mode, "page_cache": state, "compile_caches_before": caches,
-               **(phases(child) if "error" not in child else {}), **_engine_split(child), **child}
+               **(phases(child) if "error" not in child else {}),
+               "imports_split": imports_split(child.get("timestamps", {})), **_engine_split(child), **child}
         if "error" in child:
             out["checks_failed"].append(f"{mode} start: {child['error']}")
         elif child.get("propose_error"):
@@ -265,6 +341,7 @@ def run_cold_start(args: argparse.Namespace, device: str, dtype: str) -> dict[st
             f"{k} {run.get(k)}" for k in ("startup_s", "imports_s", "load_s", "load_over_floor", "capture_s",
                                           "engine_setup_s", "engine_build_s", "decode_capture_s",
                                           "prefill_capture_s", "warm_up_s", "first_proposal_s", "total_s"))
+              + f"; imports {run['imports_split']} s, {_bytecode_words(run)}"
               + f"; steps {[step['wall_s'] for step in run.get('steps', [])]} s, graphs recorded on first use "
               + f"{[_lazy_words(step) for step in run.get('steps', [])]}; page cache {state}; "
               + run["target"], flush=True)
@@ -313,6 +390,43 @@ def _verdict(run: dict[str, Any]) -> str:
             f"capture {capture} s (<= {TARGET_CAPTURE_S:.0f} s)")
 
 
+def _import_steps(cuda: bool, threads: int, stamps: dict[str, float]) -> None:
+    """Import what the child's start needs, one step of :data:`IMPORT_STEPS` at a time, each step's end
+    written to ``stamps`` as ``import_<step>`` and the last also as ``imports``; ``threads`` > 0 sets torch's
+    CPU threads, ``cuda`` creates the CUDA context (it belongs to the imports, not to reading the weights)."""
+    # lazy (here and below): torch (optional: the local extra); the child times these imports (module docstring)
+    import torch
+
+    stamps["import_torch"] = time.time()
+    if threads > 0:
+        torch.set_num_threads(threads)
+    if cuda:
+        torch.cuda.init()
+        stamps["import_cuda_context"] = time.time()
+    from holodesk.policy.holotron.kernels import prepare_kernels
+
+    prepare_kernels()  # before transformers imports NemotronH, as load_holotron does
+    import transformers  # noqa: F401
+
+    stamps["import_transformers"] = time.time()
+    # transformers imports lazily: name the classes loading uses, so that their modules load here
+    from transformers import AutoTokenizer  # noqa: F401
+
+    stamps["import_tokenizer_class"] = time.time()
+    from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3  # noqa: F401
+
+    stamps["import_model_class"] = time.time()
+    from holodesk.errors import PolicyError, PolicyOutputError  # noqa: F401
+    from holodesk.policy.base import Observation  # noqa: F401
+    from holodesk.policy.generation import GenerationOptions  # noqa: F401
+    from holodesk.policy.holotron.policy import HolotronPolicy  # noqa: F401
+
+    stamps["import_policy"] = time.time()
+    from holodesk.bench.product import TASK, desktop_frame  # noqa: F401
+
+    stamps["import_bench"] = stamps["imports"] = time.time()
+
+
 # ------------------------------------------------------------------------------------------------ the child
 def child_main(argv: list[str]) -> int:
     """The fresh process (module docstring, part 3): load, build the policy, propose; JSON to ``--result``."""
@@ -328,15 +442,10 @@ def child_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     stamps: dict[str, float] = {"interpreter": _T_UP}
 
-    # lazy (here and below): torch (optional: the local extra); the child times these imports (module docstring)
+    _import_steps(args.device.startswith("cuda"), args.threads, stamps)
+    bytecode = bytecode_report()
+    # lazy (here and below): torch (optional: the local extra); imported by _import_steps, which timed them
     import torch
-
-    from holodesk.policy.holotron.kernels import prepare_kernels
-
-    prepare_kernels()  # before transformers imports NemotronH, as load_holotron does
-    # transformers imports lazily: name the classes loading uses, so that their modules load here
-    from transformers import AutoTokenizer  # noqa: F401
-    from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3  # noqa: F401
 
     from holodesk.bench.product import TASK, desktop_frame
     from holodesk.errors import PolicyError, PolicyOutputError
@@ -344,12 +453,7 @@ def child_main(argv: list[str]) -> int:
     from holodesk.policy.generation import GenerationOptions
     from holodesk.policy.holotron.policy import HolotronPolicy
 
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
     cuda = args.device.startswith("cuda")
-    if cuda:
-        torch.cuda.init()  # the CUDA context belongs to the imports phase, not to reading the weights
-    stamps["imports"] = time.time()
 
     def progress(stage: str, _fraction: float | None) -> None:
         if stage == "ready":
@@ -385,7 +489,7 @@ def child_main(argv: list[str]) -> int:
                       **{name: proposal.extra.get(name) for name in details}})
     engine = policy.engine.describe() if policy.engine is not None else None
     result = {
-        "pid": os.getpid(), "timestamps": stamps, "steps": steps, "propose_error": error,
+        "pid": os.getpid(), "timestamps": stamps, "bytecode": bytecode, "steps": steps, "propose_error": error,
         "load_seconds": round(policy.loaded.load_seconds, 3), "engine": engine,
         "kernels": policy.loaded.kernels.get("summary"), "fast_path": bool(policy.loaded.kernels.get("fast_path")),
         "gpu_allocated_gib": round(torch.cuda.memory_allocated() / 2**30, 2) if cuda else None,

@@ -10,7 +10,7 @@
 # rich pygments markdown-it-py mdurl secretstorage jeepney` (holodesk.doctor, which a GPU test imports, loads the
 # keychain module at import).
 #   bash docs/bench/desktops/gpu-session.sh [OUT] [PARTS]    PARTS: comma list of tests, bench, probe, nativetests, quanttests, quant, coldstart, families (default tests,bench;
-#   GPU_TESTS_K: a pytest -k filter for the tests part; GPU_TESTS_PATHS: its test folders/files; QUANT: the quant modes; FAMILIES: --family keys; COLD_ARGS: more cold-start flags;
+#   GPU_TESTS_K: a pytest -k filter for the tests part; GPU_TESTS_PATHS: its test folders/files; QUANT: the quant modes; FAMILIES: --family keys; COLD_ARGS: more cold-start flags; COLD_RUNS: its runs (default warm,cold,warm);
 #   TOKENIZER: test or tekken for the bench and quant parts, default tekken when .whl4 holds the mistral-common wheel)
 # Each part stays under 9 minutes (TESTS_S / BENCH_S lower the limits, e.g. to run both in one 10-minute call).
 set -u
@@ -66,8 +66,13 @@ case ,$part, in *,quanttests,*)
         --durations=5 2>&1 | grep -v "warnings.warn\|UserWarning" | tail -25 | tee "$out/gpu-quant-tests.log"
 esac
 case ,$part, in *,coldstart,*)
-    bench "${COLD_S:-420}" --cold-start --cold-start-dir /var/tmp/holodesk-cold-start ${COLD_ARGS:-} --json "$out/cold-start.json" 2>&1 \
-        | grep -v "Warning\|warn(" | cut -c1-900 | tee "$out/cold-start.log"
+    # with bytecode written, as an installed Holodesk has it: the image sets PYTHONDONTWRITEBYTECODE=1 and ships
+    # torch, sympy and numpy without it, so each process compiled ~2,200 modules from source (docs/benchmarks.md,
+    # issue 34); the first process (warm) writes it, the runs after it are measured as a user's
+    (unset PYTHONDONTWRITEBYTECODE
+     bench "${COLD_S:-420}" --cold-start --cold-start-dir /var/tmp/holodesk-cold-start \
+        --cold-start-runs "${COLD_RUNS:-warm,cold,warm}" ${COLD_ARGS:-} --json "$out/cold-start.json" 2>&1 \
+        | grep -v "Warning\|warn(" | cut -c1-900 | tee "$out/cold-start.log")
 esac
 case ,$part, in *,families,*)
     bench "${FAMILIES_S:-300}" --family "${FAMILIES:-all}" --eager --reply-tokens 64 --repeats 3 --json "$out/families.json" 2>&1 \

@@ -247,3 +247,64 @@ def test_no_cutting_where_a_piece_would_tokenize_otherwise() -> None:
     stripping = AddedToken("<eot>", special=True, lstrip=True, rstrip=False)
     assert special_splitter(fast(pre_tokenizers.ByteLevel(add_prefix_space=False), stripping)) is None
     assert special_splitter(object()) is None
+
+
+def _splitter_from_the_whole_state(tokenizer: object) -> object:
+    """The rule of ``special_splitter`` read from the whole tokenizer serialised (the reference)."""
+    import json
+    import re
+
+    state = json.loads(tokenizer.backend_tokenizer.to_str())  # type: ignore[attr-defined]
+    if state.get("normalizer") is not None or "Metaspace" in json.dumps(state.get("pre_tokenizer")):
+        return None
+    added = [a for a in state.get("added_tokens") or [] if a.get("special") and a.get("content")]
+    if not added or any(a.get("lstrip") or a.get("rstrip") or a.get("single_word") for a in added):
+        return None
+    contents = sorted({str(a["content"]) for a in added}, key=len, reverse=True)
+    return re.compile("(" + "|".join(re.escape(c) for c in contents) + ")")
+
+
+def test_the_splitter_reads_only_what_it_needs_and_equals_the_whole_states_rule(tiny_loaded, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The splitter reads the normaliser, the pre-tokenizer and the added tokens, not the whole serialised
+    tokenizer (a 131,072-id vocabulary took about 0.8 s of CPU to serialise and parse at each load), and cuts
+    exactly where the rule read from the whole state does: the test tokenizer, the tekken stand-in, and
+    tokenizers with a normaliser, a Metaspace inside a sequence, a stripping special token, no special token."""
+    from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from holodesk.policy.holotron.prompt import special_splitter
+
+    def fast(pre: object, tokens: list[AddedToken], normalizer: object = None) -> object:
+        backend = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+        backend.pre_tokenizer = pre  # type: ignore[assignment]
+        if normalizer is not None:
+            backend.normalizer = normalizer  # type: ignore[assignment]
+        backend.add_special_tokens(tokens)
+        return PreTrainedTokenizerFast(tokenizer_object=backend)
+
+    eot = AddedToken("<eot>", special=True, lstrip=False, rstrip=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    cases = [*_tokenizers(tiny_loaded, tmp_path),
+             fast(byte_level, [eot, AddedToken("<eot_long>", special=True)]),
+             fast(byte_level, [eot], normalizer=normalizers.NFC()),
+             fast(pre_tokenizers.Sequence([pre_tokenizers.Digits(), pre_tokenizers.Metaspace()]), [eot]),
+             fast(byte_level, [AddedToken("<eot>", special=True, rstrip=True)]),
+             fast(byte_level, [])]
+    got = [special_splitter(t) for t in cases]
+    assert got == [_splitter_from_the_whole_state(t) for t in cases]  # compiled patterns compare by pattern
+    assert [g is None for g in got[-5:]] == [False, True, True, True, True]
+    assert got[-5].pattern == "(<eot_long>|<eot>)"  # type: ignore[union-attr]
+
+    class Backend:  # the test tokenizer's backend, except that the whole tokenizer cannot be serialised
+        def __init__(self, real: object) -> None:
+            self.normalizer = real.normalizer  # type: ignore[attr-defined]
+            self.pre_tokenizer = real.pre_tokenizer  # type: ignore[attr-defined]
+            self.get_added_tokens_decoder = real.get_added_tokens_decoder  # type: ignore[attr-defined]
+
+        def to_str(self) -> str:
+            raise AssertionError("the whole tokenizer was serialised")
+
+    class Wrapped:
+        backend_tokenizer = Backend(tiny_loaded.tokenizer.backend_tokenizer)
+
+    assert special_splitter(Wrapped()) == got[0]

@@ -14,7 +14,6 @@ image then becomes ``<img>`` + ``<image>`` x (256 x tiles) + ``</img>`` (no per-
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -246,17 +245,22 @@ def special_splitter(tokenizer: Any) -> re.Pattern[str] | None:
     so the pieces' ids concatenate to the whole's, provided that no added token strips or joins what is
     next to it (``lstrip``, ``rstrip``, ``single_word``), that there is no normaliser, and that the
     pre-tokenizer treats every piece alike (no ``Metaspace``, whose ``prepend_scheme="first"`` marks only the
-    first piece). A tokenizer without a readable ``backend_tokenizer`` gets None."""
+    first piece). A tokenizer without a readable ``backend_tokenizer`` gets None.
+
+    Only those three parts are read (the pre-tokenizer as the JSON its pickling writes): serialising the whole
+    tokenizer and parsing it again took about 0.8 s of CPU at each load with a 131,072-id vocabulary."""
     try:
-        state = json.loads(tokenizer.backend_tokenizer.to_str())
+        backend = tokenizer.backend_tokenizer
+        normalizer, pre_tokenizer = backend.normalizer, backend.pre_tokenizer
+        pre_state = b"null" if pre_tokenizer is None else bytes(pre_tokenizer.__getstate__())
+        added = [a for a in backend.get_added_tokens_decoder().values() if a.special and a.content]
     except Exception:  # a slow or foreign tokenizer: no cutting
         return None
-    if state.get("normalizer") is not None or "Metaspace" in json.dumps(state.get("pre_tokenizer")):
+    if normalizer is not None or b"Metaspace" in pre_state:
         return None
-    added = [a for a in state.get("added_tokens") or [] if a.get("special") and a.get("content")]
-    if not added or any(a.get("lstrip") or a.get("rstrip") or a.get("single_word") for a in added):
+    if not added or any(a.lstrip or a.rstrip or a.single_word for a in added):
         return None
-    contents = sorted({str(a["content"]) for a in added}, key=len, reverse=True)  # leftmost, then longest
+    contents = sorted({str(a.content) for a in added}, key=len, reverse=True)  # leftmost, then longest
     return re.compile("(" + "|".join(re.escape(c) for c in contents) + ")")
 
 
