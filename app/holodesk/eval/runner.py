@@ -153,19 +153,12 @@ def _tokens(extra: dict[str, Any]) -> int | None:
 
 
 def policy_runtime(policy: object) -> dict[str, str | None]:
-    """Where ``policy``'s model runs in this process: ``{"device": the torch device ("cuda:0", "cpu") or None,
-    "device_name": the GPU's name (``torch.cuda.get_device_name``) or None}``. Both are None for a policy without a
-    model loaded here (none kept, the oracle, a script, a remote endpoint: the server's device is not known here).
-    The local runtimes keep their loaded checkpoint as ``policy.loaded`` with its ``device``."""
-    device = getattr(getattr(policy, "loaded", None), "device", None)
-    if device is None:
-        return {"device": None, "device_name": None}
-    name = None
-    if getattr(device, "type", None) == "cuda":
-        import torch  # lazy: a model on a CUDA device means torch is loaded already
-
-        name = str(torch.cuda.get_device_name(device))
-    return {"device": str(device), "device_name": name}
+    """Where ``policy``'s model runs in this process: a local policy's
+    :attr:`~holodesk.policy.local_core.LocalPolicy.runtime_device` (``{"device": "cuda:0" or "cpu", "device_name": the GPU's
+    name or None}``); both None for a policy without a model loaded here (none kept, the oracle, a script, a remote
+    endpoint: the server's device is not known here)."""
+    device = getattr(policy, "runtime_device", None)
+    return dict(device) if isinstance(device, dict) else {"device": None, "device_name": None}
 
 
 def step_ms(timings: dict[str, Any]) -> float:

@@ -130,6 +130,20 @@ class LocalPolicy:
         return self.options.max_images
 
     @property
+    def runtime_device(self) -> dict[str, str | None]:
+        """Where the loaded model runs: ``{"device": the torch device ("cuda:0", "cpu") or None, "device_name":
+        the GPU's name (``torch.cuda.get_device_name``) or None}``, from ``loaded.device``."""
+        device = getattr(getattr(self, "loaded", None), "device", None)
+        if device is None:
+            return {"device": None, "device_name": None}
+        name = None
+        if getattr(device, "type", None) == "cuda":
+            import torch  # lazy: a model on a CUDA device means torch is loaded already
+
+            name = str(torch.cuda.get_device_name(device))
+        return {"device": str(device), "device_name": name}
+
+    @property
     def runtime_label(self) -> str:
         """Who generated, as messages and logs name it (default :attr:`kind`)."""
         return self.kind
