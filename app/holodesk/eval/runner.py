@@ -153,9 +153,9 @@ def _tokens(extra: dict[str, Any]) -> int | None:
 
 
 def policy_runtime(policy: object) -> dict[str, str | None]:
-    """Where ``policy``'s model runs in this process: a local policy's
-    :attr:`~holodesk.policy.local_core.LocalPolicy.runtime_device` (``{"device": "cuda:0" or "cpu", "device_name": the GPU's
-    name or None}``); both None for a policy without a model loaded here (none kept, the oracle, a script, a remote
+    """Where ``policy``'s model runs in this process: a local policy's ``runtime_device``
+    (:class:`~holodesk.policy.local_core.LocalPolicy`: ``{"device": "cuda:0" or "cpu", "device_name": the GPU's name
+    or None}``); both None for a policy without a model loaded here (none kept, the oracle, a script, a remote
     endpoint: the server's device is not known here)."""
     device = getattr(policy, "runtime_device", None)
     return dict(device) if isinstance(device, dict) else {"device": None, "device_name": None}
