@@ -159,7 +159,7 @@ def build_element_probe(settings: Settings) -> ElementProbe | None:
         return None
     if backend in ("mutter", "portal"):
         log.warning("the accessibility lookup on the %s backend finds the focused element only: %s; pointer actions "
-                    "are judged by the model's words", backend, NO_SCREEN_POSITIONS)
+                    "ask, as every pointer action does there", backend, NO_SCREEN_POSITIONS)
         return AccessibilityProbe(screen_coordinates=False)
     return AccessibilityProbe()
 
