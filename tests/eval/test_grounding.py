@@ -20,9 +20,9 @@ from PIL import Image
 
 from holodesk.errors import HolodeskError
 from holodesk.eval.grounding import (
-    RemoteLocalizer,
     generate_suite_set,
     model_locator,
+    open_localizer,
     oracle_locator,
     read_dataset,
     score,
@@ -117,7 +117,7 @@ def test_remote_scoring_sends_the_localization_prompt_and_counts_clicks_in_the_b
     # (150, 140) of 1000 on a 1000x500 image is pixel (150, 70): inside the menu's box; the second misses
     _FakeServer.answers = {"open the file menu": '{"x": 150, "y": 140}', "close the window": '{"x": 10, "y": 10}'}
     _FakeServer.requests = []
-    localizer = RemoteLocalizer(fake_server, "Hcompany/Holotron-12B")
+    localizer, _name = open_localizer(model="Hcompany/Holotron-12B", endpoint=fake_server)
     try:
         result = score(samples, model_locator(localizer))
     finally:
@@ -126,9 +126,9 @@ def test_remote_scoring_sends_the_localization_prompt_and_counts_clicks_in_the_b
     assert [r["hit"] for r in result["results"]] == [True, False]
     text = _FakeServer.requests[0]["messages"][0]["content"][1]["text"]
     assert text.startswith("Localize an element on the GUI image") and text.endswith("open the file menu")
-    assert _FakeServer.requests[0]["temperature"] == 0.0 and localizer.reply_tokens == [9, 9]
+    assert _FakeServer.requests[0]["temperature"] == 0.0 and localizer.localization_reply_tokens == [9, 9]
     _FakeServer.answers["close the window"] = "I think it is the red button"
-    result = score(samples, model_locator(RemoteLocalizer(fake_server, "Hcompany/Holotron-12B")))
+    result = score(samples, model_locator(open_localizer(model="Hcompany/Holotron-12B", endpoint=fake_server)[0]))
     assert result["unparsed"] == 1 and result["hits"] == 1
 
 

@@ -22,16 +22,15 @@ accessibility tree).
 A sample passes when the point the model answers (``{"x", "y"}`` in [0, 1000] of the image, parsed by the
 protocol's ``parse_localization``) lands inside the box. Local and remote models take one path: the sample's
 image and target go to a :class:`~holodesk.policy.base.Localizer`'s ``localize`` (:func:`model_locator`):
-the local policy's own (the one "Click more precisely" asks), or :class:`RemoteLocalizer` for a server. Both
-send one user turn: the image, then the protocol's ``localization_prompt`` (H Company's wording), greedy,
+the policy's own (the one "Click more precisely" asks), local or remote
+(:class:`~holodesk.policy.remote.RemotePolicy` for a server), built by the policy factory. Both send one user
+turn: the image, then the protocol's ``localization_prompt`` (H Company's wording), greedy,
 the reply constrained to the localization schema.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
-import io
 import json
 import time
 from collections import Counter
@@ -40,21 +39,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import httpx
 import mss
 import numpy as np
 from PIL import Image
 
 from holodesk.control.accessibility import AccessibilityProbe
-from holodesk.core.actions import Point
 from holodesk.core.element import ACTIVATING_ROLES, TEXT_ROLES
-from holodesk.errors import HolodeskError, PolicyError, PolicyOutputError
+from holodesk.errors import HolodeskError, PolicyOutputError
 from holodesk.eval.desktop import EvalDesktop, wait_for
 from holodesk.eval.tasks import APPS_DIR, SYSTEM_PYTHON
 from holodesk.policy.base import Localizer
-from holodesk.policy.models import protocol_for
-from holodesk.policy.registry import get_protocol
-from holodesk.secrets import resolve_api_key
 from holodesk.session.factory import build_policy
 from holodesk.settings import load_settings
 
@@ -261,7 +255,7 @@ def oracle_locator(sample: Sample) -> tuple[float, float]:
 
 def model_locator(localizer: Localizer) -> Locator:
     """The locator of a model: each sample's image as an ``(H, W, 3)`` uint8 RGB array and its target go to
-    ``localizer.localize`` (a local policy, or :class:`RemoteLocalizer`), whose point in [0, 1000] of the image
+    ``localizer.localize`` (a local or a remote policy), whose point in [0, 1000] of the image
     is scaled to the image's pixels.
 
     Raises (from the returned locator):
@@ -281,62 +275,6 @@ def model_locator(localizer: Localizer) -> Locator:
     return locate
 
 
-class RemoteLocalizer:
-    """Element localization through an OpenAI-compatible server (a :class:`~holodesk.policy.base.Localizer`):
-    one user turn with the image (PNG) and the protocol's localization prompt, temperature 0, the localization
-    schema as ``response_format``.
-
-    Args:
-        endpoint: server URL ending in /v1. model: the served model's name.
-        protocol: the action protocol whose localization prompt and reply parser are used (default: the
-            registry's protocol for ``model``).
-
-    Raises:
-        SettingsError: unknown protocol.
-    """
-
-    def __init__(self, endpoint: str, model: str, protocol: str = "auto") -> None:
-        self.endpoint = endpoint.rstrip("/")
-        self.model = model
-        self.protocol = get_protocol(protocol_for(model, protocol))
-        key, _source = resolve_api_key(endpoint)
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._client = httpx.Client(timeout=120.0, headers=headers)
-        self.reply_tokens: list[int] = []
-
-    def localize(self, image: Any, target: str) -> Point:
-        """The point of ``target`` in ``image`` (an ``(H, W, 3)`` uint8 RGB array), in [0, 1000] of the image.
-
-        Raises:
-            PolicyError: the server failed. PolicyOutputError: the reply is not a localization reply.
-        """
-        buffer = io.BytesIO()
-        Image.fromarray(image).save(buffer, format="PNG")
-        url = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
-        body = {"model": self.model, "temperature": 0.0, "max_tokens": 64,
-                "messages": [{"role": "user", "content": [
-                    {"type": "image_url", "image_url": {"url": url}},
-                    {"type": "text", "text": self.protocol.localization_prompt(target)}]}],
-                "response_format": {"type": "json_schema", "json_schema": {
-                    "name": "localization", "schema": self.protocol.localization_schema()}}}
-        try:
-            resp = self._client.post(f"{self.endpoint}/chat/completions", json=body)
-            resp.raise_for_status()
-            data = resp.json()
-            text = data["choices"][0]["message"]["content"]
-        except Exception as exc:  # httpx errors, a body that is not a chat completion
-            raise PolicyError(f"the localization request to {self.endpoint} failed: {exc}",
-                              hint="Check the endpoint URL and the model name (holodesk eval grounding --help).",
-                              ) from exc
-        tokens = (data.get("usage") or {}).get("completion_tokens")
-        if isinstance(tokens, int):
-            self.reply_tokens.append(tokens)
-        return self.protocol.parse_localization(text)
-
-    def close(self) -> None:
-        self._client.close()
-
-
 class ModelLocalizer(Localizer, Protocol):
     """A :class:`~holodesk.policy.base.Localizer` that holds a model or a connection until ``close``."""
 
@@ -344,23 +282,24 @@ class ModelLocalizer(Localizer, Protocol):
 
 
 def open_localizer(*, model: str, endpoint: str | None, precision: str | None = None) -> tuple[ModelLocalizer, str]:
-    """The localizer of the chosen model and its name for the report: with ``endpoint`` a
-    :class:`RemoteLocalizer` for the served ``model``; without, the local policy that
-    :func:`holodesk.session.factory.build_policy` loads from ``model`` (a checkpoint folder or repo id; the
-    settings' generation options, ``precision`` as given), which localizes through its own runtime.
+    """The localizer of the chosen model and its name for the report: the policy that
+    :func:`holodesk.session.factory.build_policy` makes with the settings' generation options: with ``endpoint``
+    the remote policy of the served ``model`` (its API key as a step's: keychain or ``HOLODESK_API_KEY``; the same
+    deadline, reply cap and retries), without it the local policy loaded from ``model`` (a checkpoint folder or
+    repo id, ``precision`` as given), which localizes through its own runtime.
 
     Raises:
         HolodeskError: the local policy has no element localization. ModelLoadError / SettingsError: from the
         load.
     """
-    if endpoint:
-        return RemoteLocalizer(endpoint, model), f"{model} at {endpoint}"
-    policy = build_policy(load_settings(policy="local", model=model, precision=precision))
+    settings = (load_settings(policy="remote", endpoint=endpoint, model=model) if endpoint
+                else load_settings(policy="local", model=model, precision=precision))
+    policy = build_policy(settings)
     if not isinstance(policy, Localizer):
         policy.close()
         raise HolodeskError(f"the local policy for {model} has no element localization",
                             hint="Serve the model and pass --endpoint URL --model NAME.")
-    return policy, f"{model} (local)"
+    return policy, f"{model} at {endpoint}" if endpoint else f"{model} (local)"
 
 
 def score(samples: Sequence[Sample], locate: Locator) -> dict[str, Any]:
@@ -421,7 +360,8 @@ def main(argv: Sequence[str]) -> int:
         finally:
             localizer.close()
         result["seconds_per_sample"] = (time.monotonic() - started) / len(samples)
-        tokens = getattr(localizer, "reply_tokens", None)  # a server's usage; a local policy does not count them
+        # a server's usage (RemotePolicy.localization_reply_tokens); a local policy does not count them
+        tokens = getattr(localizer, "localization_reply_tokens", None)
         result["reply_tokens_mean"] = sum(tokens) / len(tokens) if tokens else None
     result = {"dataset": str(args.dataset), "locator": name, **result}
     if args.out:

@@ -177,6 +177,7 @@ class RemotePolicy:
         self._structured_detail = ""
         self._image_cache: OrderedDict[Frame, _EncodedImage] = OrderedDict()
         self.thought_sink: ThoughtSink | None = None
+        self.localization_reply_tokens: list[int] = []  # the server's usage for each localize() (the eval's mean)
         self.server = ChatServer(endpoint=self.endpoint, model=model, api_key=api_key, timeout_s=self.timeout_s,
                                  retries=retries, backoff_s=backoff_s, backoff_max_s=backoff_max_s, transport=transport)
 
@@ -334,6 +335,9 @@ class RemotePolicy:
         body = self._request_body(wire, max_tokens=LOCALIZATION_MAX_TOKENS, localization=True)
         data, _stats = self._chat(body, images=len(images_sent))
         _choice, text, finish_reason = self._first_choice(data)
+        tokens = (data.get("usage") or {}).get("completion_tokens")
+        if isinstance(tokens, int):
+            self.localization_reply_tokens.append(tokens)
         if finish_reason == "length":
             raise ReplyCutOffError(
                 f"The model's localization reply was cut off at {LOCALIZATION_MAX_TOKENS} tokens.", raw_text=text,
