@@ -93,8 +93,8 @@ class Attempt:
         step_records: per step ``{frame, thought, action, decision, result, ms, reply_tokens, elements}``;
             ``elements`` is the autopilot's accessibility lookup as the episode recorded it (``{"at_points":
             [element or null per point of the action], "focused": element or null, "lookup_ms"}``, each element
-            ``{"role", "name", "states", "bounds": [x, y, w, h] screen pixels, "application"}``), or None when
-            the lookup did not run for the step.
+            ``{"role", "name", "states", "bounds": [x, y, w, h] screen pixels, "application", "active_window"}``,
+            :meth:`holodesk.core.element.Element.to_dict`), or None when the lookup did not run for the step.
     """
 
     task: str
