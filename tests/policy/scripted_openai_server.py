@@ -114,7 +114,9 @@ class Handler(BaseHTTPRequestHandler):
         """A streamed chat completion as vLLM sends it: server-sent events, one ``chat.completion.chunk`` each:
         the reasoning word by word in ``delta.<reasoning_field>`` (default ``reasoning_content``), then the
         content, the finish reason, the usage and ``[DONE]``. With ``hold_after`` N, the stream stops after N
-        reasoning events until ``POST /_control/release``; ``endless_reasoning`` sends reasoning events forever."""
+        reasoning events until ``POST /_control/release``; with ``drop_after`` N, the connection is closed after N
+        reasoning events, the chunked body unfinished (a server or proxy failing mid-stream: the client's read
+        fails and the request is retried); ``endless_reasoning`` sends reasoning events forever."""
         self.close_connection = True
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -141,6 +143,8 @@ class Handler(BaseHTTPRequestHandler):
             for i, piece in enumerate(pieces):
                 if i == behaviour.get("hold_after"):
                     self.state.release.wait(60)
+                if i == behaviour.get("drop_after"):
+                    return  # close_connection: the socket closes with the chunked body unfinished
                 event(chunk({field: piece}))
             event(chunk({"content": content}))
             event(chunk({}, behaviour.get("finish_reason", "stop")))

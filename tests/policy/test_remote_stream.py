@@ -133,3 +133,23 @@ def test_a_retried_request_streams_only_the_reply_that_came(server: ScriptedServ
         policy.close()
     assert proposal.extra["attempts"] == 2
     assert "".join(pieces) == REASONING == proposal.extra["reasoning_text"]
+
+
+def test_a_stream_retried_after_it_broke_off_is_streamed_from_its_start(server: ScriptedServer,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # the server drops the connection after 4 words of the thought; the retry sends the same (greedy) thought whole:
+    # the card gets the thought once, not the first attempt's words followed by the whole thought again
+    monkeypatch.setattr(base, "THOUGHT_INTERVAL_S", 0.0)
+    server.reset()
+    server.script({"content": REPLY, "reasoning": REASONING, "drop_after": 4},
+                  {"content": REPLY, "reasoning": REASONING})
+    policy = thinking_policy(server, retries=1)
+    pieces: list[str] = []
+    policy.thought_sink = pieces.append
+    try:
+        proposal = policy.propose(make_observation())
+    finally:
+        policy.close()
+    assert proposal.extra["attempts"] == 2
+    assert len(pieces) > 1  # streamed in pieces, the first ones from the attempt that broke off
+    assert "".join(pieces) == REASONING == proposal.extra["reasoning_text"]

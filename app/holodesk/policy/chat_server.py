@@ -177,12 +177,13 @@ class ChatServer:
 
     def send(
         self, method: str, path: str, body: dict[str, Any] | None, *, deadline: tuple[float, str] | None = None,
-        on_chunk: Callable[[bytes], None] | None = None,
+        chunk_reader: Callable[[], Callable[[bytes], None]] | None = None,
     ) -> tuple[httpx.Response, dict[str, Any]]:
         """One request with bounded retries on 429 / 5xx / connection errors, all ended by ``deadline`` (from
-        :meth:`_deadline`; None: ``timeout_s`` from now). ``on_chunk`` gets each piece of a reply body as it
-        arrives, on the calling thread (a streamed reply, :class:`SseEvents`); the body is also kept whole, up to
-        :data:`MAX_REPLY_BYTES`.
+        :meth:`_deadline`; None: ``timeout_s`` from now). ``chunk_reader`` is called at the start of each attempt
+        for the function that gets each piece of that attempt's reply body as it arrives, on the calling thread (a
+        streamed reply, :class:`SseEvents`): a retried reply is read from its start by a new reader, never appended
+        to the failed one's. The body is also kept whole, up to :data:`MAX_REPLY_BYTES`.
 
         Returns:
             (final non-retryable response, {"attempts": int, "request_ms": float of the last attempt})
@@ -197,7 +198,7 @@ class ChatServer:
         for attempt in range(attempts):
             t0 = time.perf_counter()
             try:
-                resp = self._exchange(method, path, body, until, on_chunk)
+                resp = self._exchange(method, path, body, until, chunk_reader() if chunk_reader else None)
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
                     httpx.ReadError, httpx.WriteError) as exc:
                 failure = _RetryableFailure("connect", self.scrub(str(exc)) or type(exc).__name__)

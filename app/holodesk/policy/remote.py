@@ -23,6 +23,7 @@ The API key is sent as ``Authorization: Bearer ...`` and appears nowhere else: n
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import json
 import logging
@@ -224,12 +225,12 @@ class RemotePolicy:
 
         body = self._request_body(wire_messages, max_tokens=self.options.token_budget, step=len(observation.history))
         thought = ThoughtStream(self.thought_sink if self.options.reasoning else None)
-        on_chunk = None
+        chunk_reader = None
         if thought.active:  # the reasoning deltas are handed out as they arrive
             body.update(stream=True, stream_options={"include_usage": True})
-            on_chunk = self._thought_reader(thought)
+            chunk_reader = functools.partial(self._thought_reader, thought)
         data, stats = self._chat(body, images=len(images_sent), task_deadline=observation.deadline,
-                                 on_chunk=on_chunk)
+                                 chunk_reader=chunk_reader)
         t_replied = time.perf_counter()
 
         choice, text, finish_reason = self._first_choice(data)
@@ -547,14 +548,17 @@ class RemotePolicy:
     # ------------------------------------------------------------------ HTTP
 
     def _chat(self, body: dict[str, Any], *, images: int, task_deadline: float | None = None,
-              on_chunk: Callable[[bytes], None] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+              chunk_reader: Callable[[], Callable[[bytes], None]] | None = None,
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
         """POST /chat/completions; on a schema rejection, log it and ask once more without the schema (both
         within one ``timeout_s`` and ``task_deadline``, ``time.monotonic()`` seconds). A streamed reply
-        (``body["stream"]``, server-sent events) is handed to ``on_chunk`` as it arrives and returned assembled
+        (``body["stream"]``, server-sent events) is handed as it arrives to a reader ``chunk_reader`` makes for each
+        attempt (:meth:`~holodesk.policy.chat_server.ChatServer.send`) and returned assembled
         as a reply without streaming is (:func:`~holodesk.policy.chat_server.assemble_stream`)."""
         log.debug("chat request to %s: %s", self.endpoint, describe_request(body))
         deadline = self.server.deadline(task_deadline)
-        resp, stats = self.server.send("POST", "/chat/completions", body, deadline=deadline, on_chunk=on_chunk)
+        resp, stats = self.server.send("POST", "/chat/completions", body, deadline=deadline,
+                                       chunk_reader=chunk_reader)
         if resp.status_code == 400 and "response_format" in body:
             message = self.server.server_message(resp)
             low = message.lower()
@@ -568,7 +572,8 @@ class RemotePolicy:
                     message[:200],
                 )
                 body = {k: v for k, v in body.items() if k != "response_format"}
-                resp, more = self.server.send("POST", "/chat/completions", body, deadline=deadline, on_chunk=on_chunk)
+                resp, more = self.server.send("POST", "/chat/completions", body, deadline=deadline,
+                                              chunk_reader=chunk_reader)
                 stats = {"attempts": stats["attempts"] + more["attempts"], "request_ms": more["request_ms"]}
         if resp.status_code != 200:
             raise self.server.http_error(resp, images=images, path="/chat/completions", max_images=self.max_images)
