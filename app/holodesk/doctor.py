@@ -297,6 +297,9 @@ def _accessibility() -> dict[str, Any]:
     elif backend == "mss":  # X11
         from holodesk.control.grabs import grab_watcher  # lazy: see _desktop_backend
 
+        report["lookup"] = ("the element under each of an action's points and the focused element (X11): the autopilot "
+                            "judges a step by what is really there, and checks it again at the moment of input")
+
         try:
             grab_watcher()
             report["input grabs"] = ("watched (X RECORD extension): a program's own open menu is judged by its items; "

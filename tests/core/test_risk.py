@@ -290,3 +290,10 @@ def test_every_escape_of_the_corpus_asks(case: Case) -> None:
 @pytest.mark.parametrize("case", CONTROLS, ids=[c[0] for c in CONTROLS])
 def test_every_control_of_the_corpus_is_approved(case: Case) -> None:
     assert _judge(case) is Risk.LOW
+
+
+def test_an_element_is_named_without_the_padding_of_its_name() -> None:
+    # GTK 3 pads a menu item's accessible name ("Copy      "); the card and the reasons name it without it
+    padded = Element("menu item", "Delete Selection      ", frozenset())
+    assert padded.describe() == "menu item \u2018Delete Selection\u2019"
+    assert Element("push button", "   ", frozenset()).describe() == "push button"

@@ -70,8 +70,10 @@ class Element:
         return "sensitive" not in self.states
 
     def describe(self) -> str:
-        """The element as the approval card names it: ``push button ‘Delete all files’``."""
-        return f"{self.role} \u2018{display_safe(self.name)}\u2019" if self.name else self.role
+        """The element as the approval card names it: ``push button ‘Delete all files’`` (the name without the
+        spaces around it: GTK 3 pads a menu item's name, e.g. ``"Copy      "``)."""
+        name = self.name.strip()
+        return f"{self.role} \u2018{display_safe(name)}\u2019" if name else self.role
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form for the episode record: role, name, states (sorted), bounds, application,
