@@ -118,12 +118,21 @@ def test_events_split_anywhere_are_read_whole() -> None:
     assert events == ['{"a": 1}', '{"b":\n2}', "[DONE]"]
 
 
-def test_a_retried_request_streams_only_the_reply_that_came(server: ScriptedServer,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+# the first attempt fails: an error's body that looks like a stream (never streamed), or a stream the server drops
+# after 4 words of the thought; the retry sends the same (greedy) thought whole: the card gets the thought once, not
+# the failed attempt's words followed by the whole thought again
+FAILED_ATTEMPTS = {
+    "error body": {"status": 503, "raw_body": 'data: {"choices": [{"delta": {"reasoning_content": "junk"}}]}\n\n'},
+    "broken-off stream": {"content": REPLY, "reasoning": REASONING, "drop_after": 4},
+}
+
+
+@pytest.mark.parametrize("failed", FAILED_ATTEMPTS)
+def test_a_retried_request_streams_only_the_thought_of_the_reply_that_came(
+        server: ScriptedServer, monkeypatch: pytest.MonkeyPatch, failed: str) -> None:
     monkeypatch.setattr(base, "THOUGHT_INTERVAL_S", 0.0)
     server.reset()
-    server.script({"status": 503, "raw_body": 'data: {"choices": [{"delta": {"reasoning_content": "junk"}}]}\n\n'},
-                  {"content": REPLY, "reasoning": REASONING})
+    server.script(FAILED_ATTEMPTS[failed], {"content": REPLY, "reasoning": REASONING})
     policy = thinking_policy(server, retries=1)
     pieces: list[str] = []
     policy.thought_sink = pieces.append
@@ -132,24 +141,5 @@ def test_a_retried_request_streams_only_the_reply_that_came(server: ScriptedServ
     finally:
         policy.close()
     assert proposal.extra["attempts"] == 2
-    assert "".join(pieces) == REASONING == proposal.extra["reasoning_text"]
-
-
-def test_a_stream_retried_after_it_broke_off_is_streamed_from_its_start(server: ScriptedServer,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    # the server drops the connection after 4 words of the thought; the retry sends the same (greedy) thought whole:
-    # the card gets the thought once, not the first attempt's words followed by the whole thought again
-    monkeypatch.setattr(base, "THOUGHT_INTERVAL_S", 0.0)
-    server.reset()
-    server.script({"content": REPLY, "reasoning": REASONING, "drop_after": 4},
-                  {"content": REPLY, "reasoning": REASONING})
-    policy = thinking_policy(server, retries=1)
-    pieces: list[str] = []
-    policy.thought_sink = pieces.append
-    try:
-        proposal = policy.propose(make_observation())
-    finally:
-        policy.close()
-    assert proposal.extra["attempts"] == 2
-    assert len(pieces) > 1  # streamed in pieces, the first ones from the attempt that broke off
+    assert len(pieces) > 1  # streamed in pieces (after a broken-off stream, the first ones came from it)
     assert "".join(pieces) == REASONING == proposal.extra["reasoning_text"]
