@@ -1,13 +1,14 @@
-"""Probe (GPU): every NF4 matrix-vector tile (``quant.tiles``: ``nf4-shfl``, ``nf4-pairs``, ``nf4``) at Holotron-12B's
-shapes, without and with double quantisation, against bitsandbytes' ``matmul_4bit``: time, the bytes it reads and
-the share of the measured copy bandwidth that makes, and its error against ``quant.gemv_reference``.
+"""Probe (GPU): every quantised matrix-vector tile (``quant.tiles``: ``nf4-shfl``, ``nf4-pairs``, ``nf4``; with
+``--format int8``, ``int8-words`` and ``int8``) at Holotron-12B's shapes, NF4 without and with double quantisation,
+against bitsandbytes' own product (``matmul_4bit``; the ``Linear8bitLt`` module for int8): time, the bytes it reads
+and the share of the measured copy bandwidth that makes, and its error against ``quant.gemv_reference``.
 
-Run from the repo root on the GPU machine: ``PYTHONPATH=app python docs/tools/probe_nf4_gemv.py`` (both
-storages; ``--double no|yes`` for one, ``--kinds nf4-shfl`` for one kind). A tile that fails to compile or run is
-printed with its error and the probe goes on. Errors: ``l2`` relative L2 against the float32 reference for
-``randn`` activations, ``silu`` the same for ``silu(randn)`` (mostly positive: a biased table shows here), and
-``ulp`` the largest difference in bf16 units of the last place against the reference rounded to bf16 (a kernel
-with exact codes and float32 sums: 0 or 1).
+Run from the repo root on the GPU machine: ``PYTHONPATH=app python docs/tools/probe_nf4_gemv.py`` (NF4, both
+storages; ``--double no|yes`` for one, ``--kinds nf4-shfl`` for one kind, ``--format int8`` or ``both``).
+A tile that fails to compile or run is printed with its error and the probe goes on. Errors: ``l2`` relative L2
+against the float32 reference for ``randn`` activations, ``silu`` the same for ``silu(randn)`` (mostly positive: a
+biased table shows here), and ``ulp`` the largest difference in bf16 units of the last place against the reference
+rounded to bf16 (a kernel with exact codes and float32 sums: 0 or 1).
 """
 
 from __future__ import annotations
@@ -55,6 +56,14 @@ def layer(n: int, k: int, double: bool, gen: torch.Generator) -> bnb.nn.Linear4b
     return q.to("cuda")
 
 
+def layer8(n: int, k: int, gen: torch.Generator) -> bnb.nn.Linear8bitLt:
+    """A ``Linear8bitLt`` (int8 weights, no fp16 copy) of a random ``[n, k]`` bf16 weight, quantised on CUDA."""
+    w = torch.randn(n, k, generator=gen, device="cuda", dtype=torch.bfloat16)
+    m = bnb.nn.Linear8bitLt(k, n, bias=False, has_fp16_weights=False, threshold=6.0, device="meta")
+    m.weight = bnb.nn.Int8Params(w.cpu(), requires_grad=False, has_fp16_weights=False)
+    return m.to("cuda")
+
+
 def ulps(out: torch.Tensor, ref: torch.Tensor) -> int:
     """Largest difference of bf16 ``out`` from float32 ``ref`` rounded to bf16, in units of the last place."""
     r = ref.to(torch.bfloat16).float()
@@ -66,12 +75,13 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))
 
 
-def probe_shape(role: str, double: bool, copies: int, kinds: set[str] | None, bw: float) -> None:
+def probe_shape(role: str, double: bool | None, copies: int, kinds: set[str] | None, bw: float) -> None:
+    """One shape: NF4 (``double`` False/True) or int8 (``double`` None)."""
     n, k = SHAPES[role]
     gen = torch.Generator(device="cuda").manual_seed(0)
-    layers = [layer(n, k, double, gen) for _ in range(copies)]
+    layers = [layer(n, k, double, gen) if double is not None else layer8(n, k, gen) for _ in range(copies)]
     ws = [quant.quant_weight(m) for m in layers]
-    assert all(isinstance(w, quant.NF4Weight) for w in ws)
+    assert all(isinstance(w, quant.NF4Weight if double is not None else quant.Int8Weight) for w in ws)
     w0 = ws[0]
     x = torch.randn(1, k, generator=gen, device="cuda", dtype=torch.bfloat16)
     xs = torch.nn.functional.silu(torch.randn(1, k, generator=gen, device="cuda", dtype=torch.bfloat16))
@@ -95,17 +105,22 @@ def probe_shape(role: str, double: bool, copies: int, kinds: set[str] | None, bw
             continue
         gbps = nbytes / us / 1e3
         rows.append((us, f"{tile.label():24s} {us:8.1f} us  {gbps:6.0f} GB/s  {gbps / bw:6.1%} of copy  {errs}"))
-    by_packed = {id(w.packed): m for w, m in zip(ws, layers, strict=True)}
+    by_data = {(w.packed if isinstance(w, quant.NF4Weight) else w.cb).data_ptr(): m
+               for w, m in zip(ws, layers, strict=True)}
 
-    def stock(xx: torch.Tensor, w: quant.NF4Weight, by: dict = by_packed) -> torch.Tensor:
-        m = by[id(w.packed)]
-        return bnb.matmul_4bit(xx, m.weight.t(), quant_state=m.weight.quant_state)
+    def stock(xx: torch.Tensor, w: quant.QuantWeight, by: dict = by_data) -> torch.Tensor:
+        if isinstance(w, quant.NF4Weight):
+            m = by[w.packed.data_ptr()]
+            return bnb.matmul_4bit(xx, m.weight.t(), quant_state=m.weight.quant_state)
+        return by[w.cb.data_ptr()](xx)
 
     out = stock(x, w0)
     bnb_us = _time_us(stock, ws, x)
-    rows.append((bnb_us, f"{'bitsandbytes matmul_4bit':24s} {bnb_us:8.1f} us  {nbytes / bnb_us / 1e3:6.0f} GB/s  "
+    name = "bitsandbytes matmul_4bit" if double is not None else "bitsandbytes Linear8bitLt"
+    rows.append((bnb_us, f"{name:24s} {bnb_us:8.1f} us  {nbytes / bnb_us / 1e3:6.0f} GB/s  "
                          f"{nbytes / bnb_us / 1e3 / bw:6.1%} of copy  l2 {rel(out, ref):.1e}"))
-    print(f"== {role} [{n}, {k}] double={double}  {nbytes / 1e6:.1f} MB a product", flush=True)
+    what = "int8" if double is None else f"nf4 double={double}"
+    print(f"== {role} [{n}, {k}] {what}  {nbytes / 1e6:.1f} MB a product", flush=True)
     for _, line in sorted(rows):
         print("  " + line, flush=True)
     best = {}
@@ -122,6 +137,7 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=6, help="distinct weights a shape, cycled (L2 does not hold them)")
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--kinds", default="", help="comma-separated kinds to time (default every kind)")
+    ap.add_argument("--format", choices=("nf4", "int8", "both"), default="nf4")
     args = ap.parse_args()
     t0 = time.perf_counter()
     bw = copy_gbps()
@@ -129,7 +145,9 @@ def main() -> None:
           f"bitsandbytes {bnb.__version__}; "
           f"copy bandwidth {bw:.0f} GB/s", flush=True)
     kinds = set(args.kinds.split(",")) - {""} or None
-    for double in {"no": (False,), "yes": (True,), "both": (False, True)}[args.double]:
+    storages: tuple[bool | None, ...] = {"no": (False,), "yes": (True,), "both": (False, True)}[args.double]
+    storages = {"nf4": storages, "int8": (None,), "both": (*storages, None)}[args.format]
+    for double in storages:
         for role in args.shapes.split(","):
             try:
                 probe_shape(role, double, args.copies, kinds, bw)

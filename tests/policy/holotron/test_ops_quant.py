@@ -116,7 +116,14 @@ def test_tiles_hold_whole_quantisation_blocks_and_fit_k() -> None:
     pairs = [t for t in quant.tiles(wide) if t.kind == "nf4-pairs"]
     assert pairs and all(512 % t.block_k == 0 for t in pairs)
     assert not [t for t in quant.tiles(wide, torch.float32) if t.kind == "nf4-pairs"]  # bf16 activations only
-    assert quant.tiles(int8) and all(t.kind == "int8" and t.block_k <= 384 for t in quant.tiles(int8))
+    assert quant.tiles(int8) and all(t.kind in ("int8", "int8-words") and t.block_k <= 384 for t in quant.tiles(int8))
+    # the word reader needs bf16 activations and K a multiple of its step (no step divides 192)
+    assert not [t for t in quant.tiles(int8) if t.kind == "int8-words"]
+    wide8 = quant.quant_weight(layer("int8", torch.randn(8, 512)))
+    assert wide8 is not None
+    words = [t for t in quant.tiles(wide8) if t.kind == "int8-words"]
+    assert {t.block_k for t in words} == {128, 256, 512}
+    assert not [t for t in quant.tiles(wide8, torch.float32) if t.kind == "int8-words"]
     with pytest.raises(ValueError, match="does not read"):
         quant.linear(torch.randn(1, 192), int8, ("nf4", 4, 64, 4))
     # off CUDA nothing is chosen: the decoder keeps bitsandbytes' modules
@@ -329,20 +336,20 @@ def test_gpu_choose_times_tiles_and_picks_a_kernel(mode: str) -> None:
     stored = [quant.quant_weight(m) for m in layers]
     assert all(s is not None for s in stored)
     best, timings = quant.choose([s for s in stored if s is not None], dtype=torch.bfloat16)
-    assert best.kind in (("int8",) if mode == "int8" else ("nf4", "nf4-pairs", "nf4-shfl")) and best.us > 0, (
-        best, timings)
+    kinds = ("int8", "int8-words") if mode == "int8" else ("nf4", "nf4-pairs", "nf4-shfl")
+    assert best.kind in kinds and best.us > 0, (best, timings)
     assert set(timings) == {t.label() for t in quant.tiles(stored[0])}, timings  # every tile compiled and ran
 
 
-_KERNEL_POINTERS = {"q_ptr": "*u8", "w_ptr": "*i32", "xw_ptr": "*i32", "x_ptr": "*bf16", "y_ptr": "*bf16",
-                    "absmax_ptr": "*u8", "cb_ptr": "*i8", "out_ptr": "*bf16"}
+_KERNEL_POINTERS = {"q_ptr": "*u8", "w_ptr": "*i32", "xw_ptr": "*i32", "xq_ptr": "*i64", "x_ptr": "*bf16",
+                    "y_ptr": "*bf16", "absmax_ptr": "*u8", "cb_ptr": "*i8", "out_ptr": "*bf16"}
 _KERNEL_CONSTANTS = {"n_rows": 5120, "n_cols": 5120, "words_per_row": 640, "stride_w": 5120, "BLOCKSIZE": 64,
                      "BLOCKSIZE2": 256, "DOUBLE": True, "BLOCK_N": 4, "BLOCK_K": 1024, "EVEN_K": True, "X_PAIRS": True,
                      "VEC": quant.NF4_SHFL_VEC, "RELU_SQ": True, "SCALE": quant.INT8_SCALE}
 
 
-@pytest.mark.parametrize("name", ["nf4_shfl_gemv_kernel", "nf4_gemv_kernel", "int8_gemv_kernel", "int8_dequant_kernel",
-                                  "gemv_kernel"])
+@pytest.mark.parametrize("name", ["nf4_shfl_gemv_kernel", "nf4_gemv_kernel", "int8_gemv_kernel",
+                                  "int8_words_gemv_kernel", "int8_dequant_kernel", "gemv_kernel"])
 def test_kernels_compile_with_their_scalar_arguments_as_constants(name: str) -> None:
     """torch (2.11) decides which arguments a user Triton kernel writes by compiling it with its scalar arguments
     as constants (``identify_mutated_tensors``); a kernel that does not compile so is taken to write every
@@ -390,7 +397,8 @@ def _warmed_and_recorded(fn, *args):  # type: ignore[no-untyped-def]
 
 @cuda
 @pytest.mark.parametrize(("mode", "kind"), [("nf4", "nf4-pairs"), ("nf4-double", "nf4-pairs"), ("nf4", "nf4"),
-                                            ("nf4", "nf4-shfl"), ("nf4-double", "nf4-shfl"), ("int8", "int8")])
+                                            ("nf4", "nf4-shfl"), ("nf4-double", "nf4-shfl"), ("int8", "int8"),
+                                            ("int8", "int8-words")])
 def test_gpu_op_compiles_and_replays_in_a_cuda_graph(mode: str, kind: str) -> None:
     gen = torch.Generator().manual_seed(3)
     m = layer(mode, torch.randn(1024, 5120, generator=gen).to(torch.bfloat16), "cuda")

@@ -1,5 +1,6 @@
 """Triton kernels that read bitsandbytes' storage directly: the matrix-vector products of decode and their ops
-``torch.ops.holodesk.gemv_nf4`` / ``gemv_nf4_shfl`` / ``gemv_int8``, and the int8 dequantisation of prefill,
+``torch.ops.holodesk.gemv_nf4`` / ``gemv_nf4_shfl`` / ``gemv_int8`` / ``gemv_int8_words``, and the int8
+dequantisation of prefill,
 ``torch.ops.holodesk.dequant_int8`` (see :mod:`.quant`; references :func:`.quant.dequantize` and
 :func:`.quant.gemv_reference`).
 
@@ -226,6 +227,44 @@ def int8_gemv_kernel(w_ptr, scb_ptr, x_ptr, y_ptr, n_rows, n_cols, stride_w,  # 
 
 
 @triton.jit
+def int8_words_gemv_kernel(w_ptr, scb_ptr, xq_ptr, y_ptr, n_rows, n_cols, words_per_row,  # type: ignore[no-untyped-def]
+                           SCALE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """``y[r] = SCB[r] SCALE sum_k CB[r, k] x[k]`` as :func:`int8_gemv_kernel`, with no integer-to-float
+    conversion instruction: the weight is read as little-endian int32 words (byte ``q`` of word ``m`` is
+    ``CB[r, 4m + q]``) and ``x`` as int64 quads (quad ``m`` holds ``x[4m .. 4m + 3]``, bf16, low half first).
+
+    Each byte ``b`` becomes a float by its bits: ``u = b + 128`` (the word xor ``0x80808080``), ``0x4B000000 |
+    u`` is the float32 ``2^23 + u`` exactly, and subtracting ``2^23 + 128`` leaves ``b`` exactly. An
+    ``I2F`` (what ``.to(tl.float32)`` of an int8 compiles to on sm_90) issues at 16 lanes a clock per SM,
+    which an int8 matrix-vector product at the copy floor (about 12-16 weights a clock per SM on an H100)
+    nearly fills; the bit operations and the float32 subtraction run on the integer and float pipes (64 and
+    128 lanes). Products are exact (an 8-bit integer times a bf16 value) and summed in float32 per lane, one
+    reduction and one scale per row at the end. Needs ``n_cols`` a multiple of ``BLOCK_K`` and of 4 (the op
+    checks); ``words_per_row`` is ``n_cols // 4``, passed so that Triton's argument specialisation sees its
+    alignment (as :func:`nf4_shfl_gemv_kernel`'s). Runs in Triton's interpreter."""
+    W: tl.constexpr = BLOCK_K // 4  # words of a row a step
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < n_rows
+    rows = tl.where(row_ok, rows, 0)  # rows past the end read row 0 and are not stored
+    word = tl.arange(0, W)
+    acc = tl.zeros([BLOCK_N, W], dtype=tl.float32)
+    for k0 in range(0, n_cols, BLOCK_K):
+        w = tl.load(w_ptr + rows[:, None] * words_per_row + (k0 // 4) + word[None, :])  # [BLOCK_N, W] int32
+        # x in the weight's layout (repeated across the rows from L1): no shared-memory round trip
+        xq = tl.load(tl.broadcast_to(xq_ptr + (k0 // 4) + word[None, :], (BLOCK_N, W)))
+        lo = xq.to(tl.int32)  # elements 4m (low half), 4m + 1 (high half)
+        hi = (xq >> 32).to(tl.int32)  # elements 4m + 2, 4m + 3
+        u = w ^ -2139062144  # 0x80808080: each byte b becomes b + 128, unsigned
+        for q in tl.static_range(4):
+            f = (((u >> (8 * q)) & 255) | 0x4B000000).to(tl.float32, bitcast=True) - 8388736.0  # 2^23 + 128
+            half = lo if q < 2 else hi
+            x = (half << 16) if q % 2 == 0 else (half & -65536)
+            acc += f * x.to(tl.float32, bitcast=True)
+    y = tl.sum(acc, axis=1) * (tl.load(scb_ptr + rows) * SCALE)
+    tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
+
+
+@triton.jit
 def int8_dequant_kernel(cb_ptr, scb_ptr, out_ptr, n_rows, n_cols, stride_w,  # type: ignore[no-untyped-def]
                         SCALE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """``out[r, k] = CB[r, k] SCB[r] SCALE`` in float32, in that order (:func:`.quant.dequantize`, bitsandbytes'
@@ -318,6 +357,30 @@ def gemv_int8_op(x: torch.Tensor, cb: torch.Tensor, scb: torch.Tensor, scale: fl
     torch.library.wrap_triton(int8_gemv_kernel)[grid](
         cb, scb, x, y, n_rows, n_cols, cb.stride(0), SCALE=scale, BLOCK_N=block_n, BLOCK_K=block_k,
         EVEN_K=n_cols % block_k == 0, num_warps=num_warps)
+    return y
+
+
+@torch.library.triton_op("holodesk::gemv_int8_words", mutates_args=())
+def gemv_int8_words_op(x: torch.Tensor, cb: torch.Tensor, scb: torch.Tensor, scale: float, block_n: int, block_k: int,
+                       num_warps: int) -> torch.Tensor:
+    """``torch.ops.holodesk.gemv_int8_words``: bf16 ``x [1, K]`` times the int8 weight ``cb [N, K]`` with row scales
+    ``scb [N]`` -> ``[1, N]`` bf16, as :func:`gemv_int8_op`, by :func:`int8_words_gemv_kernel` (no int-to-float
+    conversion instruction); ``x`` not 8-byte aligned is copied first.
+
+    Raises:
+        ValueError: ``x`` not bf16, ``cb`` not contiguous, or ``K`` not a multiple of ``block_k`` and 4.
+    """
+    n_rows, n_cols = cb.shape
+    if x.dtype != torch.bfloat16 or not cb.is_contiguous() or n_cols % block_k or n_cols % 4:
+        raise ValueError(f"gemv_int8_words needs bf16 x, a contiguous weight and K a multiple of block_k and 4 "
+                         f"(x {x.dtype}, K {n_cols}, block_k {block_k})")
+    if x.data_ptr() % 8:  # the quads are read as int64
+        x = x.clone()
+    y = torch.empty(1, n_rows, dtype=x.dtype, device=x.device)
+    grid = (triton.cdiv(n_rows, block_n),)
+    torch.library.wrap_triton(int8_words_gemv_kernel)[grid](
+        cb.view(torch.int32), scb, x.view(torch.int64), y, n_rows, n_cols, n_cols // 4, SCALE=scale,
+        BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps)
     return y
 
 

@@ -81,12 +81,14 @@ class Int8Weight(NamedTuple):
 
 
 QuantWeight = NF4Weight | Int8Weight
-QUANT_KINDS = ("nf4", "nf4-pairs", "nf4-shfl", "int8")
+QUANT_KINDS = ("nf4", "nf4-pairs", "nf4-shfl", "int8", "int8-words")
 """The :attr:`.gemv.Gemv.kind` of the kernels here: ``"nf4-pairs"`` is the NF4 kernel reading bf16
 activations as int32 pairs (:func:`._quant_triton.nf4_gemv_kernel`'s ``X_PAIRS``: no shared-memory
 round trip per step; compiled for sm_90 it has no barrier in its loop, the other variant four);
 ``"nf4-shfl"`` looks the NF4 values up by warp shuffle (:func:`._quant_triton.nf4_shfl_gemv_kernel`, inline
-PTX: CUDA only, not in Triton's interpreter)."""
+PTX: CUDA only, not in Triton's interpreter); ``"int8-words"`` reads an int8 weight as 32-bit words and turns each
+byte into a float by its bits, with no int-to-float conversion instruction
+(:func:`._quant_triton.int8_words_gemv_kernel`: bf16 activations, ``K`` a multiple of the step)."""
 
 NF4_TILES: tuple[tuple[int, int, int], ...] = (
     (4, 1024, 4), (8, 512, 4), (16, 256, 4), (8, 1024, 8), (16, 512, 8), (32, 256, 8), (4, 512, 4), (16, 128, 4),
@@ -257,6 +259,8 @@ def linear(x: torch.Tensor, w: QuantWeight, how: tuple[str, int, int, int] | Non
                                            how[0] == "nf4-pairs")
     if how[0] == "int8" and isinstance(w, Int8Weight):
         return torch.ops.holodesk.gemv_int8(x.contiguous(), w.cb, w.scb, INT8_SCALE, bn, bk, nw)
+    if how[0] == "int8-words" and isinstance(w, Int8Weight):
+        return torch.ops.holodesk.gemv_int8_words(x.contiguous(), w.cb, w.scb, INT8_SCALE, bn, bk, nw)
     raise ValueError(f"matrix-vector implementation {how[0]!r} does not read a {type(w).__name__}")
 
 
@@ -270,19 +274,21 @@ def shfl_fits(w: NF4Weight, tile: tuple[int, int, int]) -> bool:
 
 def tiles(w: QuantWeight, dtype: torch.dtype | None = None, *, shuffle: bool = True) -> list[Gemv]:
     """The kernel tiles that fit ``w`` and activations of ``dtype`` (default bfloat16; unchosen, untimed):
-    NF4 steps hold whole quantisation blocks; ``"nf4-pairs"`` needs bf16 and ``K`` a multiple of the step;
-    ``"nf4-shfl"`` (inline PTX, left out with ``shuffle=False``: Triton's interpreter cannot run it) needs bf16
-    and :func:`shfl_fits`."""
+    NF4 steps hold whole quantisation blocks; ``"nf4-pairs"`` and ``"int8-words"`` need bf16 and ``K`` a
+    multiple of the step; ``"nf4-shfl"`` (inline PTX, left out with ``shuffle=False``: Triton's interpreter
+    cannot run it) needs bf16 and :func:`shfl_fits`."""
     import torch  # lazy: torch (optional, heavy)
 
     k = shape(w)[1]
+    bf16 = (dtype or torch.bfloat16) == torch.bfloat16
     if isinstance(w, NF4Weight):
-        bf16 = (dtype or torch.bfloat16) == torch.bfloat16
         fit = [(bn, bk, nw) for bn, bk, nw in NF4_TILES if bk % w.blocksize == 0 and bk <= 2 * k]
         shfl = [Gemv("nf4-shfl", *t) for t in NF4_SHFL_TILES if shuffle and bf16 and shfl_fits(w, t)]
         pairs = [Gemv("nf4-pairs", bn, bk, nw) for bn, bk, nw in fit if bf16 and k % bk == 0]
         return shfl + pairs + [Gemv("nf4", bn, bk, nw) for bn, bk, nw in fit]
-    return [Gemv("int8", bn, bk, nw) for bn, bk, nw in INT8_TILES if bk <= 2 * k]
+    words = [Gemv("int8-words", bn, bk, nw) for bn, bk, nw in INT8_TILES
+             if bf16 and k % bk == 0 and k % 4 == 0 and w.cb.is_contiguous()]
+    return words + [Gemv("int8", bn, bk, nw) for bn, bk, nw in INT8_TILES if bk <= 2 * k]
 
 
 def choose(weights: Sequence[QuantWeight], *, dtype: torch.dtype | None = None,
