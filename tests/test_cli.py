@@ -85,6 +85,44 @@ def test_terminal_approval_speaks_the_same_words_as_the_card() -> None:
     assert "  exact text: 'John\\x1b[2J Smith'" in printed
 
 
+def test_the_autopilot_line_names_the_element_as_the_card_does(capsys: pytest.CaptureFixture[str]) -> None:
+    import numpy as np
+
+    from holodesk.cli import EventPrinter, terminal_safe
+    from holodesk.core.actions import Click, Point, Type
+    from holodesk.core.element import Element
+    from holodesk.core.geometry import Frame, Monitor, place
+    from holodesk.core.risk import Risk, RiskAssessment
+    from holodesk.core.wording import WindowInfo
+    from holodesk.policy.base import Proposal
+    from holodesk.session.approval import ApprovalResponse, Decision, make_request
+    from holodesk.session.state import SessionEvent, State
+
+    frame = Frame(np.zeros((1080, 1920, 3), np.uint8), Monitor(1, 0, 0, 1920, 1080))
+    editor = WindowInfo("Text Editor", "Mousepad", (0, 0, 1920, 1080))
+    save = Element("push button", "  Save ", frozenset({"sensitive"}))
+    field = Element("text", "Name\x1b[2J", frozenset({"editable"}))  # not sensitive: disabled
+    low = RiskAssessment(Risk.LOW, "a click in a known window")
+    printer, cards = EventPrinter(), []
+    cases = [(Proposal(Click(Point(500, 500), element="Save button")), save),
+             (Proposal(Type("hello")), field), (Proposal(Click(Point(500, 500), element="Save button")), None)]
+    for step, (proposal, element) in enumerate(cases):
+        cards.append(make_request(step, proposal, place(proposal.action, frame), low, "auto", window=editor,
+                                  element=element))
+        printer(SessionEvent("decision", State.AWAITING_APPROVAL, step, "approve",
+                             {"request": cards[-1], "response": ApprovalResponse(Decision.APPROVE, by="autopilot")}))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        "[step 1] approved by the autopilot (low risk: a click in a known window): Click ‘Save button’ in "
+        "Text Editor — Really there: push button ‘Save’",
+        "[step 2] approved by the autopilot (low risk: a click in a known window): Type ‘hello’ in Text Editor "
+        "— Has the keyboard focus: text ‘Name\\x1b[2J’ (disabled)",
+        "[step 3] approved by the autopilot (low risk: a click in a known window): Click ‘Save button’ in "
+        "Text Editor"]
+    assert [line.endswith(f" — {terminal_safe(card.details[-1])}") for line, card in zip(lines, cards, strict=True)
+            ] == [True, True, False]  # the card's own line, as the card shows it
+
+
 EXPECTED_ERRORS = {
     "empty task": (["run", ""], "the task is empty"),
     "blank task with a script": (["run", "  ", "--script", "SCRIPT"], "the task is empty"),

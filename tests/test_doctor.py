@@ -187,6 +187,33 @@ def test_kernel_section_shows_the_last_static_decoder_and_its_notes(
     assert broken.startswith("its record could not be read")
 
 
+def test_the_decoder_records_byte_counts_read_in_human_units(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The text report shows the last static decoder's byte fields (its state, its kept snapshots) in MB/GB with
+    the exact number; ``--json`` keeps the numbers."""
+    import json
+
+    pytest.importorskip("torch")
+    from holodesk.policy.holotron.kernels import record_decoder
+
+    monkeypatch.setattr(doctor, "CHECKS", [("Holotron kernels", doctor._kernels)])
+    monkeypatch.setenv("HOLODESK_CONFIG", str(tmp_path / "config.toml"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    record_decoder({"decoder": "static", "max_len": 16384, "state_bytes": 3457040,
+                    "snapshots": {"slots": 3, "bytes": 448700000, "positions": [812]},
+                    "kept_snapshot_bytes": 2_160_000_000, "tiny_bytes": 512})
+    assert doctor.print_report(sys.stdout) == 0
+    text = capsys.readouterr().out
+    assert "    state_bytes: 3.5 MB (3457040 bytes)\n" in text, text
+    assert "      bytes: 448.7 MB (448700000 bytes)\n" in text, text
+    assert "    kept_snapshot_bytes: 2.2 GB (2160000000 bytes)\n" in text, text
+    assert "    tiny_bytes: 512 B\n" in text and "    max_len: 16384\n" in text, text  # not a byte count
+    assert doctor.print_report(sys.stdout, as_json=True) == 0
+    last = json.loads(capsys.readouterr().out)["Holotron kernels"]["static decoder at its last load"]
+    assert (last["state_bytes"], last["snapshots"]["bytes"]) == (3457040, 448700000)
+
+
 def test_torch_section_names_each_native_familys_processor() -> None:
     """doctor shows how each native family's processor is built here: transformers' AutoProcessor with
     torchvision, else the image path Holodesk builds without it (the same decision as load_processor)."""

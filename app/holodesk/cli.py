@@ -476,10 +476,15 @@ def _print_event(event: Any) -> None:
         if cost:
             print(f"[step {event.step + 1}] {cost}")
     elif event.kind == "decision" and event.data["response"].by == "autopilot":
+        # lazy: start-up time (see the module docstring)
+        from holodesk.session.approval import element_words
+
         request, decision = event.data["request"], event.data["response"].decision.value
         said = "approved" if decision == "approve" else f"decided {decision}"
+        named = element_words(request.element, request.input_points)  # the card's words for the element
         print(f"[step {event.step + 1}] {said} by the autopilot ({request.risk.level.value} risk: "
-              f"{terminal_safe(request.risk.reason)}): {terminal_safe(request.description)}")
+              f"{terminal_safe(request.risk.reason)}): {terminal_safe(request.description)}"
+              + (f" — {terminal_safe(named)}" if named else ""))
     elif event.kind == "result":
         print(f"[step {event.step + 1}] {event.data['result'].status}: {terminal_safe(event.message)}")
     elif event.kind in ("warning", "error"):

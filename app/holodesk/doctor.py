@@ -344,6 +344,16 @@ CHECKS: list[Check] = [
 ]
 
 
+def shown_value(key: str, value: Any) -> Any:
+    """``value`` as the text report shows it: a byte count (an integer under a key ``bytes`` or ending in
+    ``_bytes``, e.g. the decoder record's ``state_bytes``) in human units with the exact number,
+    ``448700000`` -> ``"448.7 MB (448700000 bytes)"`` (:func:`holodesk.core.units.format_bytes`; below 1 kB the
+    unit alone says it: ``"512 B"``); anything else unchanged. The JSON report keeps the numbers."""
+    if isinstance(value, int) and not isinstance(value, bool) and (key == "bytes" or key.endswith("_bytes")):
+        return format_bytes(value) if abs(value) < 1000 else f"{format_bytes(value)} ({value} bytes)"
+    return value
+
+
 def _write_items(out: TextIO, items: dict[str, Any], depth: int) -> None:
     pad = "  " * depth
     for key, value in items.items():
@@ -355,7 +365,7 @@ def _write_items(out: TextIO, items: dict[str, Any], depth: int) -> None:
             for item in value:
                 out.write(f"{pad}  - {item}\n")
         else:
-            out.write(f"{pad}{key}: {value}\n")
+            out.write(f"{pad}{key}: {shown_value(key, value)}\n")
 
 
 CHECK_TIMEOUT_S = 30.0
@@ -473,9 +483,9 @@ def _collect_quietly() -> dict[str, dict[str, Any]]:
 
 
 def print_report(out: TextIO, *, as_json: bool = False) -> int:
-    """Print the report, as indented text or (``as_json``) as one JSON object ``{section: {item: value}}``
-    on one line and nothing else on ``out`` (what the probes print goes to standard error); exit status 0
-    (doctor reports problems, it does not fail on them)."""
+    """Print the report, as indented text (values through :func:`shown_value`: byte counts in human units) or
+    (``as_json``) as one JSON object ``{section: {item: value}}`` on one line and nothing else on ``out`` (what
+    the probes print goes to standard error); exit status 0 (doctor reports problems, it does not fail on them)."""
     if as_json:
         report = _collect_quietly()
         out.write(json.dumps(report, default=str) + "\n")

@@ -6,7 +6,8 @@ Tk window (the test target window has no frame).
 `holodesk run --script` runs as its own process against a real Qt window and a real Tk window under
 openbox on Xvfb (the ``make_desktop`` fixture of tests/helpers/desktop.py), with the real capture,
 executor and window probe. The outcome is read from the target window's own state file and from the
-processes being alive.
+processes being alive. The autopilot's line and the prompt name the element the accessibility tree found, as the
+card does (a GTK 3 form that publishes its tree).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from holodesk.control.window import window_at
 from holodesk.core.geometry import frame_pixel_to_point
 from holodesk.session.episode import list_episodes, load_episode
 from tests.e2e.test_run_e2e import grab, point_on, reply
-from tests.helpers.desktop import wait_until
+from tests.field_cases.test_autopilot_escapes import ACCESSIBLE
+from tests.helpers.desktop import APPS, SYSTEM_PYTHON, FormApp, wait_until
 from tests.helpers.processes import stop_process
 from tests.helpers.target import TargetWindow
 
@@ -86,3 +88,41 @@ def _run_against(env: dict[str, str], desktop: Any, tk: subprocess.Popen[bytes],
     assert [s["decided_by"] for s in ep.steps] == ["autopilot", "user", "user"]
     assert [s["decision"] for s in ep.steps] == ["approve", "skip", "stop"]
 
+
+
+def test_the_terminal_names_the_element_of_an_approved_and_an_asked_step(make_desktop: Any, tmp_path: Path) -> None:
+    """`holodesk run --approve auto` against the GTK 3 form under openbox: the click on its Count button is approved
+    by the autopilot, and that line names the button the accessibility tree found there in the card's words; the
+    click on Submit asks, and the prompt names that button too (quit there). The outcome is read from the form's
+    own report: one click counted, nothing submitted."""
+    desktop = make_desktop("openbox")
+    form: FormApp = desktop.launch([SYSTEM_PYTHON, str(APPS / "gtk_form.py"), "--layout", str(tmp_path / "form.json"),
+                                    "--x", "500", "--y", "300"], wm_class="HolodeskGtkForm", env=ACCESSIBLE,
+                                   cls=FormApp, layout_path=tmp_path / "form.json")
+    form.wait_current()
+    frame = grab(desktop.server.display)
+
+    def click(widget: str, element: str) -> dict[str, Any]:
+        x, y = form.center(widget)
+        point = frame_pixel_to_point(frame, x - frame.monitor.left, y - frame.monitor.top)
+        return {"tool_name": "click_desktop", "element": element, "x": point.x, "y": point.y}
+
+    script = tmp_path / "steps.jsonl"
+    script.write_text("# protocol: agent-loop-v1\n" + "\n".join([
+        reply(click("Count", "Count button"), "count"),
+        reply(click("Submit", "Submit button"), "submit"),
+        reply({"tool_name": "answer", "content": "never reached"}, "end"),
+    ]) + "\n", encoding="utf-8")
+    res = subprocess.run([sys.executable, "-m", "holodesk", "run", "count once", "--script", str(script),
+                          "--approve", "auto", "--episodes-dir", str(tmp_path / "episodes")], env=desktop.env(),
+                         input="q\n", capture_output=True, text=True, timeout=180, cwd=ROOT)
+    out = res.stdout
+    assert res.returncode == 3, out + res.stderr  # stopped at the prompt of step 2
+    assert ("[step 1] approved by the autopilot (low risk: a click in a known window that is not a terminal): "
+            "Click \u2018Count button\u2019 in Holodesk GTK form \u2014 Really there: push button \u2018Count\u2019\n"
+            ) in out, out
+    asked = out[out.index("\nStep 2: "):]
+    assert asked.startswith("\nStep 2: Click \u2018Submit button\u2019 in Holodesk GTK form\n"), out
+    assert "\n  Really there: push button \u2018Submit\u2019\n" in asked, out
+    assert form.wait_layout(lambda layout: layout["count"] == 1)["count"] == 1
+    assert form.process.poll() is None, "the form was submitted"

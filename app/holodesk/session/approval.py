@@ -96,6 +96,17 @@ Approver = Callable[[ApprovalRequest], ApprovalResponse]
 """A user-facing approver: blocks until the user decides (terminal prompt, overlay card)."""
 
 
+def element_words(element: Element | None, input_points: Sequence[InputPoint]) -> str | None:
+    """The line naming what the accessibility tree says is really there, as the approval card, the terminal prompt
+    and the terminal's autopilot line say it: "Really there: push button ‘Delete all files’" for an action with
+    input points (the element under the first), "Has the keyboard focus: text box ‘Name’" for typing and keys,
+    with " (disabled)" after a disabled element; None when ``element`` is None (not known)."""
+    if element is None:
+        return None
+    where = "Has the keyboard focus" if not input_points else "Really there"
+    return f"{where}: {element.describe()}" + (" (disabled)" if element.disabled else "")
+
+
 def make_request(step: int, proposal: Proposal, placed: PlacedAction, risk: RiskAssessment, mode: ApprovalMode, *,
                  window: WindowInfo | None = None, focus_element: str | None = None,
                  element: Element | None = None, held_keys: Sequence[str] = (),
@@ -104,16 +115,14 @@ def make_request(step: int, proposal: Proposal, placed: PlacedAction, risk: Risk
     was computed on: its input points are shown, and performed once approved), worded with
     :func:`holodesk.core.wording.step_words` (``window``: where it acts, when known; ``focus_element``: for
     typing, the focused field in words; ``element``: the real element there, from the accessibility tree,
-    named in a details line beside the model's words: "Really there: push button ‘Delete all files’";
+    named in a details line beside the model's words by :func:`element_words`;
     ``held_keys``: the keys an earlier ``key_down`` holds, named in a details line; ``can_refine``: see
     :attr:`ApprovalRequest.can_refine`)."""
     frame, points = placed.frame, placed.input_points
     words = step_words(placed.action, window=window, focus_element=focus_element, input_points=points,
                        monitor_label=frame.monitor.label, held_keys=held_keys)
-    details = words.details
-    if element is not None:
-        where = "Has the keyboard focus" if not points else "Really there"
-        details = (*details, f"{where}: {element.describe()}" + (" (disabled)" if element.disabled else ""))
+    named = element_words(element, points)
+    details = words.details if named is None else (*words.details, named)
     return ApprovalRequest(
         step=step,
         proposal=proposal,

@@ -2,14 +2,18 @@
 accessible elements under its points, another client's input grab), the risk the rules of
 :mod:`holodesk.core.risk` give it, and the last look before its input lands (:func:`recheck`, issue 31).
 
-The session (:class:`holodesk.session.loop.Session`) judges each step with its probes (:class:`Probes`) before the
-approval, and hands :func:`recheck` to the executor as ``before_input``. The accessibility lookups of the
-judgements of one frame (the autopilot's, the card's and the record's, and the autopilot's second look after its
-countdown) are made once (:class:`FrameElements`); :func:`recheck` always asks the desktop afresh.
+The session (:class:`holodesk.session.loop.Session`) judges each step with its :class:`StepJudge`: with its probes
+(:class:`Probes`) before the approval and again after the autopilot's countdown (:meth:`StepJudge.decide`), and at the
+moment of input (:func:`recheck`, handed to the executor as ``before_input``: :meth:`StepJudge.before_input`). The
+accessibility lookups of the judgements of one frame (the autopilot's, the card's and the record's, and the
+autopilot's second look after its countdown) are made once (:class:`FrameElements`); :func:`recheck` always asks the
+desktop afresh.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import weakref
 from collections.abc import Callable, Sequence
@@ -19,26 +23,34 @@ from typing import Any
 from holodesk.core.actions import Action, Move
 from holodesk.core.element import Element, ElementProbe
 from holodesk.core.geometry import Frame, PlacedAction
-from holodesk.core.risk import RiskAssessment, assess
+from holodesk.core.risk import Risk, RiskAssessment, assess
 from holodesk.core.wording import WindowInfo
 from holodesk.errors import HolodeskError
+from holodesk.policy.base import Proposal
+from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision, make_request
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Probes:
-    """The session's probes of the desktop (each None when the desktop has none; see
+    """The session's probes of the desktop (each None when the desktop has none; they are
     :class:`holodesk.session.loop.Session`'s arguments of the same names with ``_probe``).
 
     Attributes:
-        focus: the focused window's class/title, or None when unknown.
-        window: ``window(x, y)``: the window at an input-space point; ``window()``: the focused window.
-        element: the accessible elements under points and the focused one.
-        grab: ``grab(windows)``: why input would not go where the approval says (another client's grab; a grab
-            of the program that owns the window keys go to and ``windows``, the client windows' ids under the
-            action's points, is its own menu: :class:`holodesk.control.grabs.GrabWatcher`, whose ``own_grab``
-            then says so), or None.
+        focus: the focused window's class/title for the risk rules, or None when unknown.
+        window: ``window(x, y)``: the window at an input-space point; ``window()``: the focused window
+            (:class:`~holodesk.core.wording.WindowInfo` or None): the approval names it and keeps its card off
+            it, and the risk rules judge pointer actions by the windows under their points (None: none known;
+            the focused window decides).
+        element: the accessible element under each of an action's points and the focused one
+            (:class:`~holodesk.control.accessibility.AccessibilityProbe`); the risk rules judge by them and the
+            record stores them (None: the model's words and the windows alone decide).
+        grab: ``grab(windows)``: why input would not go where the approval says (another client holds the
+            keyboard or pointer grab; a grab of the program that owns the window keys go to and ``windows``, the
+            client windows' ids under the action's points, is its own menu:
+            :class:`holodesk.control.grabs.GrabWatcher`, whose ``own_grab`` then says so), or None; asked when a
+            step is judged (a grab makes it ask) and immediately before its input (:func:`recheck`).
     """
 
     focus: Callable[[], str | None] | None = None
@@ -113,6 +125,18 @@ class Judgement:
     element: Element | None = None
     grab: str | None = None
     window_ids: tuple[int | None, ...] = ()
+
+    def to_record(self) -> dict[str, Any]:
+        """The step record's fields from this judgement: ``risk`` (``level``, ``reason``), ``focused_window``,
+        ``window`` (:meth:`WindowInfo.to_dict` or None), and ``pointer_windows`` and ``elements`` when known."""
+        record: dict[str, Any] = {"risk": {"level": self.risk.level.value, "reason": self.risk.reason},
+                                  "focused_window": self.focused,
+                                  "window": self.window.to_dict() if self.window is not None else None}
+        if self.pointer_windows is not None:
+            record["pointer_windows"] = self.pointer_windows
+        if self.elements is not None:
+            record["elements"] = self.elements
+        return record
 
 
 def element_change(was: dict[str, Any], now: Element | None, what: str) -> str | None:
@@ -230,3 +254,62 @@ def recheck(probes: Probes, judged: Judgement, action: Action, points: tuple[Any
         return element_change(was, probes.element.element_at(points[0].x, points[0].y, rect),
                                "element under the pointer")
     return None
+
+
+class StepJudge:
+    """A session's judge of its steps: before the approval, again after the autopilot's countdown, and at the moment
+    of input.
+
+    Args:
+        probes: the session's probes as set now (asked at each judgement: a probe may be set after the session is
+            built).
+        held_keys: the keys the executor holds down now (an earlier ``key_down`` of the run), for the risk rules
+            and the card; empty for an executor that holds none.
+    """
+
+    def __init__(self, probes: Callable[[], Probes], held_keys: Callable[[], tuple[str, ...]]) -> None:
+        self.probes = probes
+        self.held_keys = held_keys
+        self._frame_elements: FrameElements | None = None
+
+    def probes_for(self, frame: Frame) -> Probes:
+        """The probes a step proposed for ``frame`` is judged with: :attr:`probes`, the element lookups made once
+        per frame (:class:`FrameElements`; the windows, the focus and the grab are asked each time, and the moment
+        of input asks everything afresh)."""
+        probes = self.probes()
+        if probes.element is None:
+            return probes
+        if self._frame_elements is None or not self._frame_elements.belongs_to(probes.element, frame):
+            self._frame_elements = FrameElements(probes.element, frame)
+        return dataclasses.replace(probes, element=self._frame_elements)
+
+    def decide(self, approval: ApprovalPolicy, step: int, proposal: Proposal, placed: PlacedAction, *,
+               typed_into: str | None, can_refine: bool, selection: bool,
+               record: dict[str, Any]) -> tuple[ApprovalRequest, ApprovalResponse, Judgement]:
+        """``approval``'s answer for ``placed`` (step ``step`` of ``proposal``), with the request shown and the
+        judgement behind it (``typed_into``: for typing, the focused field in words; ``can_refine``: see
+        :attr:`~holodesk.session.approval.ApprovalRequest.can_refine`; ``selection``: a text selection may exist).
+        An autopilot approval is judged again (the windows may have changed during its countdown: a terminal
+        opened or took the focus); when the action is no longer low risk, ``record["risk_changed_during_countdown"]``
+        is set and ``approval`` is asked again."""
+        probes = self.probes_for(placed.frame)
+
+        def ask(judged: Judgement) -> tuple[ApprovalRequest, ApprovalResponse]:
+            request = make_request(step, proposal, placed, judged.risk, approval.mode, window=judged.window,
+                                   focus_element=typed_into, element=judged.element, held_keys=self.held_keys(),
+                                   can_refine=can_refine)
+            return request, approval.decide(request)
+
+        judged = judge(probes, placed, selection, self.held_keys())
+        request, response = ask(judged)
+        if response.by == "autopilot" and response.decision is Decision.APPROVE:
+            judged = judge(probes, placed, selection, self.held_keys())
+            if judged.risk.level is not Risk.LOW:
+                record["risk_changed_during_countdown"] = True
+                request, response = ask(judged)
+        return request, response, judged
+
+    def before_input(self, judged: Judgement) -> Callable[[Action, tuple[Any, ...]], str | None]:
+        """The executor's last look before the input of the step approved on ``judged``: :func:`recheck` with the
+        probes as set now."""
+        return functools.partial(recheck, self.probes(), judged)

@@ -15,7 +15,6 @@ objects from the thread that runs the loop; the UI marshals them onto its own th
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import logging
 import threading
@@ -31,7 +30,7 @@ from holodesk.core.actions import Action, Answer, Click, Done, Move, Type
 from holodesk.core.element import ElementProbe
 from holodesk.core.geometry import Frame, PlacedAction, place
 from holodesk.core.refine import crop_point_to_frame, refine_crop
-from holodesk.core.risk import Risk, selection_after
+from holodesk.core.risk import selection_after
 from holodesk.core.wording import WindowInfo
 from holodesk.errors import GeometryMismatch, HolodeskError, PolicyError, PolicyOutputError, TaskError
 from holodesk.policy.base import (
@@ -44,9 +43,9 @@ from holodesk.policy.base import (
     ThoughtSink,
     forget_unused_frames,
 )
-from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision, make_request
+from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision
 from holodesk.session.episode import RESULT_UNKNOWN, EpisodeRecorder
-from holodesk.session.judge import FrameElements, Judgement, Probes, judge, recheck
+from holodesk.session.judge import Judgement, Probes, StepJudge
 from holodesk.session.settle import screen_changed
 from holodesk.session.state import (
     FAILSAFE_STOP_REASON,
@@ -144,18 +143,9 @@ class Session:
         approval: decides whether each action may run.
         limits: caps and monitor choice.
         episodes_dir: where episode records go (None: not recorded; tests only).
-        focus_probe: returns the focused window's class/title for risk assessment (None: unknown).
-        window_probe: ``window_probe(x, y)`` returns the window at an input-space point, and
-            ``window_probe()`` the focused window (:class:`~holodesk.core.wording.WindowInfo` or None):
-            the approval names it and keeps its card off it, and the risk rules judge pointer actions
-            by the windows under their points (default: none known; the focused window decides).
-        element_probe: finds the accessible element under each of an action's points and the focused one
-            (:class:`~holodesk.control.accessibility.AccessibilityProbe`); the risk rules judge by them and
-            the record stores them; None: the model's words and the windows alone decide.
-        grab_probe: ``grab_probe(windows)`` says why input would not go where the approval says (another client
-            holds the keyboard or pointer grab: :class:`holodesk.control.grabs.GrabWatcher`, given the ids of the
-            client windows under the action's points), or None; asked when a step is judged (a grab makes it
-            ask) and immediately before its input (:func:`holodesk.session.judge.recheck`).
+        focus_probe / window_probe / element_probe / grab_probe: the desktop's probes the steps are judged with
+            (the fields of :class:`~holodesk.session.judge.Probes`; None: the desktop has none), by
+            :attr:`judge` (:class:`~holodesk.session.judge.StepJudge`).
         before_capture / after_capture: hooks around each grab (the UI hides its overlay there, F13).
         meta: extra fields for the episode's start record.
         stop_event: the event :meth:`request_stop` sets; pass the executor's own stop event so that a
@@ -197,7 +187,8 @@ class Session:
         self.window_probe = window_probe
         self.element_probe = element_probe
         self.grab_probe = grab_probe
-        self._frame_elements: FrameElements | None = None
+        self.judge = StepJudge(lambda: Probes(self.focus_probe, self.window_probe, self.element_probe, self.grab_probe),
+                               lambda: tuple(getattr(self.executor, "held_keys", ())))
         self.before_capture = before_capture
         self.after_capture = after_capture
         self.meta = dict(meta or {})
@@ -537,19 +528,12 @@ class Session:
         timings["approval"] = (time.perf_counter() - t0) * 1000
         if not isinstance(response, ApprovalResponse):
             raise _Stop(State.FAILED, f"approver returned {response!r}, not an ApprovalResponse")
-        record.update(risk={"level": judged.risk.level.value, "reason": judged.risk.reason},
-                      decision=response.decision.value, decided_by=response.by,
-                      focused_window=judged.focused, headline=request.description,
-                      window=judged.window.to_dict() if judged.window is not None else None,
-                      focus_element=typed_into)
-        if judged.pointer_windows is not None:
-            record["pointer_windows"] = judged.pointer_windows
+        record.update(judged.to_record(), decision=response.decision.value, decided_by=response.by,
+                      headline=request.description, focus_element=typed_into)
         if response.decision is Decision.STOP and self._stop.is_set():
             # The pending approval was answered STOP for whoever stopped the run (the cap, a caller, ...).
             response = ApprovalResponse(Decision.STOP, by=self._stopped_by)
             record["decided_by"] = response.by
-        if judged.elements is not None:
-            record["elements"] = judged.elements
         self._emit("decision", run.step, response.decision.value, response=response, request=request)
         if response.decision is Decision.STOP:
             record["timings_ms"] = timings
@@ -577,24 +561,9 @@ class Session:
     def _decide(self, step: int, proposal: Proposal, placed: PlacedAction, typed_into: str | None,
                 record: dict[str, Any], selection: bool) -> tuple[ApprovalRequest, ApprovalResponse, Judgement]:
         """The approval policy's answer for ``placed``, with the request shown and the judgement behind it
-        (``selection``: a text selection may exist)."""
-        probes = self._judging_probes(placed.frame)
-        judged = judge(probes, placed, selection, self._held_keys())
-        request = make_request(step, proposal, placed, judged.risk, self.approval.mode, window=judged.window,
-                               focus_element=typed_into, element=judged.element, held_keys=self._held_keys(),
-                               can_refine=self._can_refine(placed.action))
-        response = self.approval.decide(request)
-        if response.by == "autopilot" and response.decision is Decision.APPROVE:
-            # The windows may have changed during the autopilot's countdown (a terminal opened
-            # or took the focus): judged again just before acting; if no longer low, ask the user.
-            judged = judge(probes, placed, selection, self._held_keys())
-            if judged.risk.level is not Risk.LOW:
-                record["risk_changed_during_countdown"] = True
-                request = make_request(step, proposal, placed, judged.risk, self.approval.mode,
-                                       window=judged.window, focus_element=typed_into, element=judged.element,
-                                       held_keys=self._held_keys(), can_refine=self._can_refine(placed.action))
-                response = self.approval.decide(request)
-        return request, response, judged
+        (:meth:`~holodesk.session.judge.StepJudge.decide`)."""
+        return self.judge.decide(self.approval, step, proposal, placed, typed_into=typed_into, selection=selection,
+                                 can_refine=self._can_refine(placed.action), record=record)
 
     def _can_refine(self, action: Action) -> bool:
         """Whether "Click more precisely" can refine ``action``: a one-point pointer action with the model's words
@@ -646,7 +615,7 @@ class Session:
         self._write({**record, "result": RESULT_UNKNOWN, "timings_ms": timings})
         self._set_state(State.EXECUTING, run.step)
         if hasattr(self.executor, "before_input") and run.judged is not None:
-            self.executor.before_input = functools.partial(recheck, self._probes, run.judged)
+            self.executor.before_input = self.judge.before_input(run.judged)
         outcome = self._execute(placed)
         if outcome.status == "target_changed":
             record["target_changed"] = outcome.message
@@ -715,27 +684,6 @@ class Session:
             log.error("could not finish the episode record: %s", exc)
             result.reason = f"{result.reason}; the episode record is incomplete: {exc}"
         result.episode_path = self.recorder.path
-
-    @property
-    def _probes(self) -> Probes:
-        """The probes the step is judged with, as set now."""
-        return Probes(self.focus_probe, self.window_probe, self.element_probe, self.grab_probe)
-
-    def _judging_probes(self, frame: Frame) -> Probes:
-        """The probes a step proposed for ``frame`` is judged with: :attr:`_probes`, the element lookups made once
-        per frame (:class:`~holodesk.session.judge.FrameElements`; the windows, the focus and the grab are asked
-        each time, and the moment of input asks everything afresh)."""
-        probes = self._probes
-        if probes.element is None:
-            return probes
-        if self._frame_elements is None or not self._frame_elements.belongs_to(probes.element, frame):
-            self._frame_elements = FrameElements(probes.element, frame)
-        return dataclasses.replace(probes, element=self._frame_elements)
-
-    def _held_keys(self) -> tuple[str, ...]:
-        """The keys the executor holds down now (an earlier ``key_down`` of the run), for the risk rules and
-        the card; empty for an executor that holds none."""
-        return tuple(getattr(self.executor, "held_keys", ()))
 
     def _release_left_held_keys(self) -> None:
         """Release the keys that a killed earlier run left held on this desktop (the executor's state file,
