@@ -291,6 +291,17 @@ def test_F30_wrong_repo_id_404(hub: LoopbackHub, cache: Path) -> None:
     assert not cache.exists() or list(cache.iterdir()) == []
 
 
+def test_F30_bare_404_from_a_mirror_says_what_to_check(hub: LoopbackHub, cache: Path) -> None:
+    """A hub (or mirror) that answers 404 with no reason code: "not found", naming the hub it asked, in one line."""
+    hub.faults.api_status = 404
+    with pytest.raises(DownloadError) as info:
+        download_model(REPO, cache_dir=cache)
+    error = info.value
+    assert error.kind == "not_found" and REPO in error.message and hub.url in error.message, error
+    assert "404" in error.message and "\n" not in error.message and "\\n" not in error.message, error.message
+    assert "Check the repo id" in error.advice and "HF_ENDPOINT" in error.advice, error.advice
+    assert _partials(cache) == [] and _complete_blobs(cache) == []
+
 def test_F30_server_errors_say_try_later(hub: LoopbackHub, cache: Path) -> None:
     hub.faults.api_status = 503
     with pytest.raises(DownloadError) as info:

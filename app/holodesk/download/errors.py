@@ -95,17 +95,18 @@ def classify(exc: BaseException, repo_id: str, endpoint: str, folder: Path | Non
              or _network_failure(exc, repo_id, endpoint, folder))
     if error is not None:
         return error
+    said = " ".join(str(exc).split())  # huggingface_hub's messages span lines: one line here
     if isinstance(exc, HfHubHTTPError):
-        return DownloadError("server", f"the model hub answered {status_of(exc)} for {repo_id}: {exc}",
+        return DownloadError("server", f"the model hub answered {status_of(exc)} for {repo_id}: {said}",
                              f"Try again later. {_RESUMES}", repo_id=repo_id, folder=folder)
-    return DownloadError("server", f"downloading {repo_id} failed: {type(exc).__name__}: {exc}",
+    return DownloadError("server", f"downloading {repo_id} failed: {type(exc).__name__}: {said}",
                          f"Try again later. {_RESUMES}", repo_id=repo_id, folder=folder)
 
 
 def _hub_refusal(exc: BaseException, repo_id: str, endpoint: str, folder: Path | None, *,
                  token_given: bool) -> DownloadError | None:
     """The error for a hub answer that refuses the request: a gated repo, a missing revision, file or repo
-    ("not_found"), a refused token or account ("auth": 401 with a token, 403), an overloaded or failing
+    ("not_found", a bare 404 too), a refused token or account ("auth": 401 with a token, 403), an overloaded or failing
     hub ("server": 5xx, 429); None for any other exception."""
     # lazy: start-up time (as above)
     from huggingface_hub.errors import (
@@ -140,6 +141,12 @@ def _hub_refusal(exc: BaseException, repo_id: str, endpoint: str, folder: Path |
             "not_found", f"no model {repo_id} on {endpoint} (or it is private or gated: {status})",
             "Check the repo id (owner/name, exactly as on the model page). If the model is private or gated: "
             + login_advice(repo_id), repo_id=repo_id, folder=folder)
+    if isinstance(exc, HfHubHTTPError) and status == 404:  # no reason code: a mirror, or a proxy in between
+        return DownloadError(
+            "not_found", f"{endpoint} answered 404 for {repo_id} (no such model there, or that address is not a "
+            "model hub)",
+            "Check the repo id (owner/name, exactly as on the model page) and the hub address (HF_ENDPOINT, when set: "
+            "a mirror may not carry every model).", repo_id=repo_id, folder=folder)
     if isinstance(exc, HfHubHTTPError) and status == 403:
         return DownloadError("auth", f"the hub refused access to {repo_id} (403)",
                              f"Check that your account has access at {page}. " + login_advice(repo_id),
