@@ -23,8 +23,7 @@ from holodesk.control.window import window_at
 from holodesk.core.geometry import frame_pixel_to_point
 from holodesk.session.episode import list_episodes, load_episode
 from tests.e2e.test_run_e2e import grab, point_on, reply
-from tests.field_cases.test_autopilot_escapes import ACCESSIBLE
-from tests.helpers.desktop import APPS, SYSTEM_PYTHON, FormApp, wait_until
+from tests.helpers.desktop import ACCESSIBLE, APPS, SYSTEM_PYTHON, FormApp, wait_until
 from tests.helpers.processes import stop_process
 from tests.helpers.target import TargetWindow
 

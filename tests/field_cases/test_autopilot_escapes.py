@@ -31,11 +31,8 @@ from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalR
 from holodesk.session.loop import SCREEN_SETTLE_S, Session
 from holodesk.session.state import SessionEvent, SessionLimits, State
 from tests.field_cases.fakes import SpyApprover
-from tests.helpers.desktop import APPS, SYSTEM_PYTHON, App, Desktop, wait_until
+from tests.helpers.desktop import ACCESSIBLE, APPS, SYSTEM_PYTHON, App, Desktop, wait_until
 from tests.helpers.target import TargetWindow
-
-ACCESSIBLE = {"NO_AT_BRIDGE": "0", "GTK_A11Y": "atspi"}
-"""What a GTK program needs to publish its accessibility tree (the desktop helper turns it off)."""
 
 
 class ListPolicy:

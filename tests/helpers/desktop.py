@@ -87,6 +87,9 @@ START_TIMEOUT_S = 30.0
 WINDOW_TIMEOUT_S = 30.0
 #: The system Python that has PyGObject (python3-gi) for tests/apps/gtk_form.py.
 SYSTEM_PYTHON = "/usr/bin/python3"
+ACCESSIBLE = {"NO_AT_BRIDGE": "0", "GTK_A11Y": "atspi"}
+"""What a GTK program (3 or 4) needs to publish its accessibility tree on the AT-SPI bus (the desktop's own
+environment turns it off)."""
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:

@@ -566,3 +566,31 @@ def test_a_stop_must_say_who_in_words(tmp_path: Path, by: Any) -> None:
     with pytest.raises(TypeError, match="who stopped the task in words"):
         session.request_stop(by)
     assert not session.stop_requested
+
+
+class _ClosingProbe:
+    """A FAKE element probe (no accessibility bus here) that counts how often it was closed."""
+
+    def __init__(self) -> None:
+        self.closed = 0
+
+    def element_at(self, x: int, y: int, window_rect: tuple[int, int, int, int] | None = None) -> None:
+        return None
+
+    def focused(self) -> None:
+        return None
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_closing_the_session_closes_its_element_probe(tmp_path: Path) -> None:
+    """A task's element probe holds a connection to the accessibility bus (a socket and its poller): the task's
+    session closes it, so that a process running task after task does not gather them (the GNOME Wayland soak
+    counts the process's file descriptors)."""
+    session, _spy, _executor, _log = make_session([answer("ok")], [], tmp_path)
+    probe = _ClosingProbe()
+    session.element_probe = probe
+    assert session.run("say ok").status is State.FINISHED
+    session.close()
+    assert probe.closed == 1

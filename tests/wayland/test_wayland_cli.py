@@ -66,7 +66,8 @@ def test_run_clicks_and_types_into_a_native_wayland_app(mutter: MutterSession, g
                                 "--episodes-dir", str(episodes), "--json"], stdin="a\na\n")
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.count("[a]pprove / [e]dit / [s]kip / [q]uit") == 2, res.stdout
-    assert "[step 2] approved by the autopilot (low risk: types one line of text)" in res.stdout, res.stdout
+    line = next((ln for ln in res.stdout.splitlines() if ln.startswith("[step 2] approved by the autopilot")), "")
+    assert "(low risk: types one line of text)" in line and "Has the keyboard focus: text box" in line, res.stdout
     state = gtk_app.wait_state(lambda s: s["clicks"] == 1 and s["text"] == TEXT)
     assert state["text"] == TEXT and state["clicks"] == 1
     summary = json.loads(res.stdout.strip().splitlines()[-1])

@@ -206,11 +206,13 @@ class Session:
     # ----------------------------------------------------------------- listeners and control
     def close(self) -> None:
         """Release what this task's session opened: its capture's connections (an X11 capture holds one X
-        connection per thread that grabbed; a shared Wayland capture stays open for the next task). The policy
-        is not closed: a loaded model is kept between tasks by its owner. Idempotent."""
-        close = getattr(self.capture, "close", None)
-        if callable(close):
-            close()
+        connection per thread that grabbed; a shared Wayland capture stays open for the next task) and the
+        element probe's accessibility bus connection (a socket and its poller; a later lookup opens it again).
+        The policy is not closed: a loaded model is kept between tasks by its owner. Idempotent."""
+        for part in (self.capture, self.element_probe):
+            close = getattr(part, "close", None)
+            if callable(close):
+                close()
 
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener`` for every event (from the loop's thread)."""
