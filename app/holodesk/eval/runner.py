@@ -288,9 +288,7 @@ class SuiteRunner:
         try:
             result = session.run(task.instruction)
         finally:
-            close = getattr(session.capture, "close", None)
-            if callable(close):
-                close()
+            session.close()  # the run's element probe reconnects on its next lookup
         seconds = time.monotonic() - started
         passed, verdict = self._check(task, folder, result.answer)
         reason = user.refused or result.reason
