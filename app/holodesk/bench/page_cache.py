@@ -5,8 +5,8 @@
   that file, no root needed). Dirty pages cannot be dropped, so :func:`flush` (``fsync``) comes first.
 * :func:`resident_fraction` says how much of the files is in the page cache: ``mincore(2)`` over a
   read-only shared mapping of each file (Linux; None where the call is missing or refused).
-* :func:`read_seconds` reads the files through as the file-read floor: ``threads`` readers, one file at a
-  time each, 64 MiB ``readinto`` calls into a reused buffer (no data is kept).
+* :func:`read_seconds` reads the files through as the file-read floor (:func:`holodesk.policy.weights.read_through`:
+  ``threads`` readers, one file at a time each, 64 MiB ``readinto`` calls into a reused buffer, no data kept).
 """
 
 from __future__ import annotations
@@ -17,12 +17,11 @@ import mmap
 import os
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from holodesk.policy.weights import READERS, read_through
+
 DROP_CACHES = Path("/proc/sys/vm/drop_caches")
-READ_CHUNK = 64 * 2**20
-"""Bytes per ``readinto`` call of :func:`read_seconds`."""
 _LOW_BIT = bytes(b & 1 for b in range(256))
 
 
@@ -111,21 +110,15 @@ def resident_fraction(files: Sequence[Path]) -> float | None:
     return resident / total if total else None
 
 
-def read_seconds(files: Sequence[Path], threads: int = 4) -> float:
-    """Wall seconds to read every byte of ``files`` with ``threads`` readers (module docstring)."""
+def read_seconds(files: Sequence[Path], threads: int = READERS) -> float:
+    """Wall seconds to read every byte of ``files`` with ``threads`` readers
+    (:func:`holodesk.policy.weights.read_through`, as the load's read-ahead reads them).
 
-    def read_one(f: Path) -> int:
-        buf = bytearray(max(1, min(READ_CHUNK, f.stat().st_size)))
-        view = memoryview(buf)
-        n = 0
-        with open(f, "rb", buffering=0) as fh:
-            while got := fh.readinto(view):
-                n += got
-        return n
-
+    Raises:
+        OSError: a file cannot be read, or changed while it was read.
+    """
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(files)))) as pool:
-        read = sum(pool.map(read_one, files))
+    read = read_through(files, threads=threads)
     seconds = time.perf_counter() - t0
     expected = sum(f.stat().st_size for f in files)
     if read != expected:

@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 from holodesk.errors import ModelLoadError
 from holodesk.policy.holotron.pattern import block_counts, resolve_block_pattern
 from holodesk.policy.holotron.tiling import Tiling, plan_tiling
+from holodesk.policy.weights import weight_files
 
 log = logging.getLogger(__name__)
 
@@ -154,33 +155,6 @@ def safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     return {k: v.shape for k, v in safetensors_header(path).items()}
 
 
-def _weight_files(folder: Path) -> tuple[Path, ...]:
-    index = folder / "model.safetensors.index.json"
-    if index.exists():
-        weight_map = _read_json(index).get("weight_map")
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise ModelLoadError(f"{index} has no weight_map")
-        names = list(dict.fromkeys(str(v) for v in weight_map.values()))
-        files = tuple(folder / n for n in names)
-        absent = [f.name for f in files if not f.exists()]
-        if absent:
-            raise ModelLoadError(
-                f"{len(absent)} weight file(s) listed in {index.name} are missing: {', '.join(absent[:5])}",
-                hint="The download may be incomplete; fetch the checkpoint again.",
-            )
-        return files
-    single = folder / "model.safetensors"
-    if single.exists():
-        return (single,)
-    found = tuple(sorted(folder.glob("*.safetensors")))
-    if found:
-        return found
-    raise ModelLoadError(
-        f"no .safetensors weights in {folder}",
-        hint="Holodesk loads safetensors checkpoints only (no .bin / pickle files).",
-    )
-
-
 def first(config: dict[str, Any], *names: str, default: Any = None) -> Any:
     """The value of the first of ``names`` that ``config`` states (not None), else ``default``."""
     for name in names:
@@ -229,7 +203,7 @@ def read_checkpoint(folder: str | Path) -> CheckpointInfo:
     for key in ("llm_config", "vision_config"):
         if not isinstance(raw.get(key), dict):
             raise ModelLoadError(f"{root / 'config.json'} has no {key} object")
-    files = _weight_files(root)
+    files = weight_files(root)
     shapes: dict[str, tuple[int, ...]] = {}
     for f in files:
         shapes.update(safetensors_shapes(f))
