@@ -7,7 +7,7 @@
 # 2. docs/tools/probe_nf4_gemv.py --format int8: every int8 tile of both kinds at the 12B shapes, GB/s and share of copy;
 # 3. `holodesk bench --quant 8bit` twice in separate processes: as main chooses (both kinds timed at load), then with
 #    the `int8-words` tiles taken out of quant.tiles (the baseline: the kernel choice of before), same machine.
-# Limits: TESTS_S (150), PROBE_S (130), BENCH_S (110 each).
+# Limits: TESTS_S (150), PROBE_S (130; 0 leaves the probe out), BENCH_S (110 each).
 set -u
 out=${1:?usage: int8_words.sh OUT}
 mkdir -p "$out"
@@ -16,8 +16,10 @@ bash docs/bench/desktops/gpu-session.sh "$out" install > "$out/install.log" 2>&1
 export PYTHONPATH=/tmp/site:app PYTHONUNBUFFERED=1
 timeout "${TESTS_S:-150}" python3 -m pytest -q -rA -p no:cacheprovider -m gpu tests/policy/holotron/test_ops_quant.py \
     -k int8 -W ignore 2>&1 | grep -E "^(PASSED|FAILED|ERROR)|passed|failed|Error" | tee "$out/tests.log"
-timeout "${PROBE_S:-130}" python3 docs/tools/probe_nf4_gemv.py --format int8 --copies 4 2>&1 \
-    | grep -v "Warning\|warn(" | tee "$out/probe.log"
+if [ "${PROBE_S:-130}" != 0 ]; then
+    timeout "${PROBE_S:-130}" python3 docs/tools/probe_nf4_gemv.py --format int8 --copies 4 2>&1 \
+        | grep -v "Warning\|warn(" | tee "$out/probe.log"
+fi
 for variant in chosen without-words; do
     echo "== bench 8bit: $variant"
     timeout "${BENCH_S:-110}" python3 - "$variant" "$out/bench-8bit-$variant.json" <<'PY' 2>&1 \
