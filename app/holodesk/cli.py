@@ -442,12 +442,14 @@ def thinking_line(policy: Policy, settings: Settings) -> str:
 
 
 class EventPrinter:
-    """Prints a run's events on stdout: the thought growing on one ``[step N] thinking: `` line while the step is
-    generated (each piece as it comes, escaped by :func:`terminal_safe`), then the proposal's thought and cost,
-    the autopilot's decisions, results and warnings, each on its own line."""
+    """Prints a run's events on stdout: the step's thinking growing on one ``[step N] thinking: `` line while the
+    step is generated (each piece as it comes, escaped by :func:`terminal_safe`), then the proposal's thought
+    (only when it is not the text just shown as thinking: a scripted reply without a reasoning block streams its
+    thought), its cost, the autopilot's decisions, results and warnings, each on its own line."""
 
     def __init__(self) -> None:
         self.thinking_step: int | None = None  # the step whose thinking line is open (no newline yet)
+        self.thinking: dict[int, str] = {}  # each step's thinking as shown so far (the joined pieces)
 
     def __call__(self, event: Any) -> None:
         if event.kind == "thought":
@@ -456,11 +458,24 @@ class EventPrinter:
                 print(f"[step {event.step + 1}] thinking: ", end="")
                 self.thinking_step = event.step
             print(terminal_safe(event.message), end="", flush=True)
+            self.thinking[event.step] = self.thinking.get(event.step, "") + event.message
             return
         if event.kind == "state":
             return  # a state change does not end the thinking line (the proposal does)
         self._end_line()
-        _print_event(event)
+        if event.kind == "proposal":
+            self._print_proposal(event.step, event.data["proposal"])
+        else:
+            _print_event(event)
+
+    def _print_proposal(self, step: int, proposal: Any) -> None:
+        """``[step N] thought: ...`` unless the thinking shown for the step was that same text, then the cost."""
+        thought = proposal.thought.strip()
+        if thought and thought != self.thinking.pop(step, "").strip():
+            print(f"[step {step + 1}] thought: {terminal_safe(proposal.thought)}")
+        cost = policy_cost(proposal.timings_ms, proposal.extra)
+        if cost:
+            print(f"[step {step + 1}] {cost}")
 
     def _end_line(self) -> None:
         if self.thinking_step is not None:
@@ -469,13 +484,7 @@ class EventPrinter:
 
 
 def _print_event(event: Any) -> None:
-    if event.kind == "proposal":
-        p = event.data["proposal"]
-        print(f"[step {event.step + 1}] thought: {terminal_safe(p.thought)}")
-        cost = policy_cost(p.timings_ms, p.extra)
-        if cost:
-            print(f"[step {event.step + 1}] {cost}")
-    elif event.kind == "decision" and event.data["response"].by == "autopilot":
+    if event.kind == "decision" and event.data["response"].by == "autopilot":
         # lazy: start-up time (see the module docstring)
         from holodesk.session.approval import element_words
 
