@@ -239,3 +239,16 @@ def test_run_shows_each_steps_thinking_and_thought_once(tmp_path: Path, xvfb_ses
     records = [json.loads(line) for path in (tmp_path / "episodes").rglob("episode.jsonl")
                for line in path.read_text(encoding="utf-8").splitlines()]
     assert reasoning in [r.get("policy_extra", {}).get("reasoning_text") for r in records], records
+
+
+def test_run_help_offers_every_model_family_for_model(capsys: pytest.CaptureFixture[str]) -> None:
+    """``holodesk run --help`` says ``--model`` takes any of the families Holodesk runs, not only Holotron."""
+    from holodesk.policy.models import series_names
+
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps the help
+    model_help = text.split("options:", 1)[1].split("--model MODEL", 1)[1].split("--endpoint", 1)[0]
+    assert "Holotron checkpoint" not in model_help
+    assert all(name in model_help for name in series_names()), model_help
+    assert "local checkpoint folder" in model_help and "Hugging Face repo id" in model_help

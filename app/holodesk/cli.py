@@ -32,6 +32,7 @@ from holodesk.core.text import display_safe
 from holodesk.display import check_display
 from holodesk.errors import ActionError, HolodeskError, SettingsError
 from holodesk.instance import DriveLock, InstanceLock, NotRunning, app_running, request
+from holodesk.policy.models import series_names
 from holodesk.policy.native.families import FAMILIES, check_checkpoint_before_weights
 
 if TYPE_CHECKING:
@@ -53,8 +54,9 @@ def _build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="carry out one task from the terminal")
     run.add_argument("task", help="what to do, in plain words")
     run.add_argument("--script", type=Path, help="replay a file of protocol replies (JSON Lines), one per step")
-    run.add_argument("--model", help="local Holotron checkpoint folder or Hugging Face repo id; with --endpoint, "
-                     "the model name the server serves")
+    run.add_argument("--model", help="a Hugging Face repo id or local checkpoint folder of one of H Company's "
+                     f"models ({', '.join(series_names())}: every family is run; e.g. Hcompany/Holo2-8B); with "
+                     "--endpoint, the model name the server serves")
     run.add_argument("--endpoint", help="OpenAI-compatible server URL (vLLM), e.g. http://host:8000/v1")
     run.add_argument("--approve", choices=[m.value for m in ApprovalMode],
                      help="step: ask before every action; auto: autopilot approves low-risk actions, asks for "
