@@ -207,11 +207,12 @@ def test_the_readme_run_without_the_local_runtime_is_one_clear_error(tmp_path: P
     assert "--endpoint URL --model NAME" in res.stderr
 
 
-def test_run_shows_each_steps_thinking_and_thought_once(tmp_path: Path, xvfb_session: Any) -> None:
+@pytest.mark.parametrize("approve", ["auto", "step"])
+def test_run_shows_each_steps_thinking_and_thought_once(approve: str, tmp_path: Path, xvfb_session: Any) -> None:
     """The real ``holodesk run`` with a replayed script: a step whose reply has no reasoning block shows its
-    thought once (streamed on the ``thinking`` line, no ``thought`` line repeating it); a step with a ``<think>``
-    block shows the block as its thinking and the reply's different thought after it; the episode records the
-    block as the step's ``reasoning_text``."""
+    thought once (streamed on the ``thinking`` line; no ``thought`` line and, when asked, no ``model's thought``
+    on the prompt repeating it); a step with a ``<think>`` block shows the block as its thinking and the reply's
+    different thought after it; the episode records the block as the step's ``reasoning_text``."""
     import subprocess
     import sys
 
@@ -227,13 +228,14 @@ def test_run_shows_each_steps_thinking_and_thought_once(tmp_path: Path, xvfb_ses
     env.update(xvfb_session.env(), HOLODESK_CONFIG=str(tmp_path / "settings.toml"),
                HOLODESK_DATA_DIR=str(tmp_path / "data"), PYTHONPATH=str(ROOT / "app"))
     res = subprocess.run([sys.executable, "-m", "holodesk", "run", "wait, then say done", "--script", str(script),
-                          "--approve", "auto", "--episodes-dir", str(tmp_path / "episodes")],
-                         env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+                          "--approve", approve, "--episodes-dir", str(tmp_path / "episodes")],
+                         env=env, capture_output=True, text=True, timeout=120, input="a\na\n")
     assert res.returncode == 0, res.stdout + res.stderr
     out = res.stdout.splitlines()
     assert "[step 1] thinking: wait for the page" in out, res.stdout
     assert res.stdout.count("wait for the page") == 1, res.stdout
     assert not any(line.startswith("[step 1] thought:") for line in out), res.stdout
+    assert ("[a]pprove" in res.stdout) == (approve == "step"), res.stdout  # the prompt was shown, without it
     assert f"[step 2] thinking: {reasoning}" in out and "[step 2] thought: all done" in out, res.stdout
     assert res.stdout.count(reasoning) == 1 and "was ignored" not in res.stdout + res.stderr, res.stdout
     records = [json.loads(line) for path in (tmp_path / "episodes").rglob("episode.jsonl")

@@ -299,16 +299,17 @@ def _run_task(args: argparse.Namespace, task: str, settings: Settings) -> int:
     from holodesk.session.factory import build_session
     from holodesk.session.state import State
 
+    printer = EventPrinter()
     session = build_session(
         settings,
-        lambda policy: ApprovalPolicy(settings.approval,
-                                      TerminalApprover(sys.stdin, sys.stdout, protocol=policy.protocol)),
+        lambda policy: ApprovalPolicy(settings.approval, TerminalApprover(sys.stdin, sys.stdout,
+                                                                          protocol=policy.protocol, printer=printer)),
         policy=_load_policy,
         episodes_dir=args.episodes_dir,
         focus_probe=_focus_probe(),
         window_probe=_window_probe(),
     )
-    session.subscribe(EventPrinter())
+    session.subscribe(printer)
     line = thinking_line(session.policy, settings)
     if line:
         print(line)
@@ -452,6 +453,11 @@ class EventPrinter:
     def __init__(self) -> None:
         self.thinking_step: int | None = None  # the step whose thinking line is open (no newline yet)
         self.thinking: dict[int, str] = {}  # each step's thinking as shown so far (the joined pieces)
+        self.thoughts: dict[int, str] = {}  # each step's proposal thought, once shown (thinking or thought line)
+
+    def showed_thought(self, step: int, thought: str) -> bool:
+        """True when ``thought`` (a proposal's) is already on the terminal for ``step`` (0-based)."""
+        return bool(thought.strip()) and self.thoughts.get(step) == thought.strip()
 
     def __call__(self, event: Any) -> None:
         if event.kind == "thought":
@@ -475,6 +481,7 @@ class EventPrinter:
         thought = proposal.thought.strip()
         if thought and thought != self.thinking.pop(step, "").strip():
             print(f"[step {step + 1}] thought: {terminal_safe(proposal.thought)}")
+        self.thoughts[step] = thought
         cost = policy_cost(proposal.timings_ms, proposal.extra)
         if cost:
             print(f"[step {step + 1}] {cost}")
@@ -507,16 +514,19 @@ class TerminalApprover:
     """Asks on the terminal: ``[a]pprove / [e]dit / [s]kip / [q]uit``. End of input means quit.
 
     Leads with the same headline as the overlay card (:func:`holodesk.core.wording.step_words`), then
-    its details, the exact text to type, the risk and the model's thought. Model text is escaped
-    (:func:`terminal_safe`, ``repr`` quoting for typed text and the thought), so control characters and
-    markup show literally (field case F10).
+    its details, the exact text to type, the risk and the model's thought (unless ``printer`` has just shown
+    that thought for the step). Model text is escaped (:func:`terminal_safe`, ``repr`` quoting for typed text and
+    the thought), so control characters and markup show literally (field case F10).
     """
 
-    def __init__(self, stdin: TextIO, stdout: TextIO, *, protocol: ActionProtocol) -> None:
-        """``protocol``: the one the policy speaks (``policy.protocol``); an edited tool call is read in it."""
+    def __init__(self, stdin: TextIO, stdout: TextIO, *, protocol: ActionProtocol,
+                 printer: EventPrinter | None = None) -> None:
+        """``protocol``: the one the policy speaks (``policy.protocol``); an edited tool call is read in it.
+        ``printer``: the run's :class:`EventPrinter`, whose shown thoughts the prompt does not repeat."""
         self.stdin = stdin
         self.stdout = stdout
         self.protocol = protocol
+        self.printer = printer
 
     def _ask(self, prompt: str) -> str | None:
         self.stdout.write(prompt)
@@ -537,8 +547,9 @@ class TerminalApprover:
         if getattr(action, "kind", "") == "type":
             out.write(f"  exact text: {action.text!r}\n")
         out.write(f"  risk: {request.risk.level.value} ({terminal_safe(request.risk.reason)})\n")
-        if request.proposal.thought:
-            out.write(f"  model's thought: {request.proposal.thought!r}\n")
+        thought = request.proposal.thought
+        if thought and not (self.printer and self.printer.showed_thought(request.step, thought)):
+            out.write(f"  model's thought: {thought!r}\n")
         while True:
             answer = self._ask("  [a]pprove / [e]dit / [s]kip / [q]uit? ")
             if answer is None:
