@@ -14,6 +14,9 @@ Script file format (also in ``docs/actions.md``): JSON Lines, UTF-8.
       "Sure! ```json\\n{\\"note\\": null, \\"thought\\": \\"t\\", \\"tool_call\\": null}\\n```"
       "{\\"tool_call\\": {\\"tool_name\\": \\"click\\", \\"x\\": 1500"
 
+  A raw reply may start with a reasoning block (``<think>...</think>``), read as a model's: see
+  :meth:`ScriptedPolicy.propose`.
+
 * Lines are separated by ``\n`` (``\r\n`` accepted) only; other Unicode line separators inside a
   reply are part of it. Blank lines and lines whose first non-blank character is ``#`` are ignored.
 
