@@ -205,3 +205,52 @@ def test_the_readme_run_without_the_local_runtime_is_one_clear_error(tmp_path: P
     assert "Traceback" not in res.stderr and "ModuleNotFoundError" not in res.stderr, res.stderr
     assert "the local runtime is not installed" in res.stderr and "setup wizard" in res.stderr, res.stderr
     assert "--endpoint URL --model NAME" in res.stderr
+
+
+@pytest.mark.parametrize("approve", ["auto", "step"])
+def test_run_shows_each_steps_thinking_and_thought_once(approve: str, tmp_path: Path, xvfb_session: Any) -> None:
+    """The real ``holodesk run`` with a replayed script: a step whose reply has no reasoning block shows its
+    thought once (streamed on the ``thinking`` line; no ``thought`` line and, when asked, no ``model's thought``
+    on the prompt repeating it); a step with a ``<think>`` block shows the block as its thinking and the reply's
+    different thought after it; the episode records the block as the step's ``reasoning_text``."""
+    import subprocess
+    import sys
+
+    reasoning = "The page is loaded and nothing else is asked."
+    script = tmp_path / "steps.jsonl"
+    script.write_text("\n".join([
+        "# protocol: holo-v1",
+        json.dumps({"note": None, "thought": "wait for the page", "tool_call": {"tool_name": "wait", "seconds": 0.1}}),
+        json.dumps(f"<think>{reasoning}</think>"
+                   + json.dumps({"note": None, "thought": "all done", "tool_call": None})),
+    ]) + "\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOLODESK_")}
+    env.update(xvfb_session.env(), HOLODESK_CONFIG=str(tmp_path / "settings.toml"),
+               HOLODESK_DATA_DIR=str(tmp_path / "data"), PYTHONPATH=str(ROOT / "app"))
+    res = subprocess.run([sys.executable, "-m", "holodesk", "run", "wait, then say done", "--script", str(script),
+                          "--approve", approve, "--episodes-dir", str(tmp_path / "episodes")],
+                         env=env, capture_output=True, text=True, timeout=120, input="a\na\n")
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = res.stdout.splitlines()
+    assert "[step 1] thinking: wait for the page" in out, res.stdout
+    assert res.stdout.count("wait for the page") == 1, res.stdout
+    assert not any(line.startswith("[step 1] thought:") for line in out), res.stdout
+    assert ("[a]pprove" in res.stdout) == (approve == "step"), res.stdout  # the prompt was shown, without it
+    assert f"[step 2] thinking: {reasoning}" in out and "[step 2] thought: all done" in out, res.stdout
+    assert res.stdout.count(reasoning) == 1 and "was ignored" not in res.stdout + res.stderr, res.stdout
+    records = [json.loads(line) for path in (tmp_path / "episodes").rglob("episode.jsonl")
+               for line in path.read_text(encoding="utf-8").splitlines()]
+    assert reasoning in [r.get("policy_extra", {}).get("reasoning_text") for r in records], records
+
+
+def test_run_help_offers_every_model_family_for_model(capsys: pytest.CaptureFixture[str]) -> None:
+    """``holodesk run --help`` says ``--model`` takes any of the families Holodesk runs, not only Holotron."""
+    from holodesk.policy.models import series_names
+
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps the help
+    model_help = text.split("options:", 1)[1].split("--model MODEL", 1)[1].split("--endpoint", 1)[0]
+    assert "Holotron checkpoint" not in model_help
+    assert all(name in model_help for name in series_names()), model_help
+    assert "local checkpoint folder" in model_help and "Hugging Face repo id" in model_help

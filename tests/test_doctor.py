@@ -46,6 +46,7 @@ def test_kernel_section_names_the_decoder_and_survives_bad_settings(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("torch")
+    monkeypatch.setattr(doctor, "_no_gpu_runtime", lambda: None)  # fake: a CUDA GPU runtime, which cannot run here
     monkeypatch.setattr(doctor, "CHECKS", [("Holotron kernels", doctor._kernels)])
     config = tmp_path / "config.toml"
     monkeypatch.setenv("HOLODESK_CONFIG", str(config))
@@ -98,7 +99,10 @@ def test_doctor_reports_the_chosen_model_its_architecture_precision_and_fit(
     section = doctor.collect(timeout_s=30)["Model and GPU fit"]
     assert section["chosen model"] == "Hcompany/Holo2-8B"
     assert section["model"] == "Holo2-8B (Hcompany/Holo2-8B)"
-    assert section["architecture"].startswith("qwen3_vl (Qwen3VLForConditionalGeneration)")
+    assert section["checkpoint type"] == "qwen3_vl (the model_type in its config.json)"
+    assert section["runs as"] == "transformers' Qwen3VLForConditionalGeneration"
+    assert section["reasoning"] == ("switched on or off by the chat-template variable 'thinking' (true or false); "
+                                    "it thinks when nothing switches it")
     assert section["protocol"] == "agent-loop-v1"
     assert section["license"] == "Apache 2.0"
     assert section["chosen precision"] == "bf16: needs 20 GiB; fits this GPU: yes"
@@ -109,14 +113,30 @@ def test_doctor_reports_the_chosen_model_its_architecture_precision_and_fit(
     assert not any(line.startswith("Holotron-3-Nano") for line in listed)  # needs 25 GiB even in NF4
     # what the next policy runs with: Holo2's profile (thinking on, as its makers run it), sampled
     assert section["generation"].startswith("think before acting on (setting 'auto'), up to 2,048 tokens of thought")
+    assert section["profile"].startswith("think before acting on, up to 2,048 tokens of thought; temperature 0.8")
     assert "sampling at temperature 0.8, top_p 1.0" in section["generation"]
 
     config.write_text('model = "Hcompany/Holotron-3-Nano"\nprecision = "4bit"\n', encoding="utf-8")
     section = doctor.collect(timeout_s=30)["Model and GPU fit"]
     assert section["chosen precision"] == "4bit: needs 25 GiB; fits this GPU: no"
     assert section["precision that fits"] == "none: use a server"
-    assert "nemotron_h_omni" in section["architecture"] and "not read from its config.json" in section["architecture"]
+    assert section["checkpoint type"] == "nemotron_h_omni, inferred from its base model [not read from its config.json]"
+    assert section["profile"].startswith("think before acting on, effort medium, up to 3,072 tokens of thought;")
     assert section["license"] == "unknown"  # not found in the sources: said, not invented
+
+    # Holotron-12B: the checkpoint's own type and the class that runs it, in words; thinking off by default
+    config.write_text('model = "Hcompany/Holotron-12B"\n', encoding="utf-8")
+    section = doctor.collect(timeout_s=30)["Model and GPU fit"]
+    assert section["architecture"] == "Nemotron-H hybrid: Mamba-2 + attention (dense), RADIO vision tower"
+    assert section["checkpoint type"] == "NemotronH_Nano_VL_V2 (the model_type in its config.json)"
+    assert section["runs as"] == ("transformers' NemotronH_Omni_Reasoning_V3, its config read as model_type "
+                                  "nemotron_h_omni when it loads")
+    assert section["reasoning"] == ("switched on or off by a /think or /no_think line in the system prompt; whether "
+                                    "it thinks when nothing switches it is not published")
+    assert section["profile"].startswith("think before acting off; when on, up to 1,024 tokens of thought; ")
+    assert section["generation"].startswith("think before acting off (setting 'auto'); when on, up to 1,024 tokens "
+                                            "of thought; sampling at temperature 0.8, top_p 0.95")
+    assert "unswitched" not in str(section) and "the checkpoint says" not in str(section)
 
     config.write_text('model = "/data/my-own-checkpoint"\n', encoding="utf-8")
     section = doctor.collect(timeout_s=30)["Model and GPU fit"]
@@ -168,23 +188,57 @@ def test_kernel_section_shows_the_last_static_decoder_and_its_notes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The static decoder is built in the app's process; doctor, another process, shows what the last one
-    recorded at load: its set-up and every load-time fallback (notes)."""
+    recorded at load: its set-up and every load-time fallback (notes), led by when, by which process and for which
+    checkpoint it was recorded, and that it is not this doctor run."""
     pytest.importorskip("torch")
     from holodesk.policy.holotron.kernels import record_decoder
 
+    monkeypatch.setattr(doctor, "_no_gpu_runtime", lambda: None)  # fake: a CUDA GPU runtime, which cannot run here
     monkeypatch.setattr(doctor, "CHECKS", [("Holotron kernels", doctor._kernels)])
     monkeypatch.setenv("HOLODESK_CONFIG", str(tmp_path / "config.toml"))
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     section = doctor.collect(timeout_s=30)["Holotron kernels"]
-    assert section["static decoder at its last load"] == "none built on this machine yet"
+    assert section[doctor.EARLIER_LOAD] == "none built on this machine yet"
     record_decoder({"decoder": "static", "decode": "plain torch blocks, F.linear, eager",
-                    "notes": ["decode with compiled blocks failed at load (RuntimeError: boom); using plain torch"]})
-    last = doctor.collect(timeout_s=30)["Holotron kernels"]["static decoder at its last load"]
-    assert last["decode"] == "plain torch blocks, F.linear, eager" and last["recorded"]
+                    "notes": ["decode with compiled blocks failed at load (RuntimeError: boom); using plain torch"]},
+                   checkpoint="/models/Holotron-12B")
+    last = doctor.collect(timeout_s=30)["Holotron kernels"][doctor.EARLIER_LOAD]
+    assert last["decode"] == "plain torch blocks, F.linear, eager"
+    assert last["about"].startswith("recorded 20") and f"by process {os.getpid()} loading /models/Holotron-12B" in (
+        last["about"]) and "not this doctor run" in last["about"], last["about"]
+    assert next(iter(last)) == "about" and "recorded" not in last and "pid" not in last
     assert last["notes"] == ["decode with compiled blocks failed at load (RuntimeError: boom); using plain torch"]
     (tmp_path / "state" / "holodesk" / "holotron-decoder.json").write_text("{not json")
-    broken = doctor.collect(timeout_s=30)["Holotron kernels"]["static decoder at its last load"]
+    broken = doctor.collect(timeout_s=30)["Holotron kernels"][doctor.EARLIER_LOAD]
     assert broken.startswith("its record could not be read")
+
+
+def test_without_a_gpu_runtime_the_kernel_section_is_one_line_and_no_earlier_record(tmp_path: Path) -> None:
+    """On a machine without a CUDA build of PyTorch (here: torch hidden, as a machine set up without the 'local'
+    extra; and this machine's own CPU-only torch when it has one) the kernel section says in one line why the
+    kernels are not used, and a decoder record another run left on the machine is not shown."""
+    import importlib.util
+    import json
+
+    record = tmp_path / "state" / "holodesk" / "holotron-decoder.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"recorded": "2026-12-06 11:57:41", "decoder": "static", "max_len": 16384}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOLODESK_")}
+    env.update(XDG_STATE_HOME=str(tmp_path / "state"), HOLODESK_CONFIG=str(tmp_path / "config.toml"),
+               PYTHONPATH=str(ROOT / "app"))
+    hidden = "sys.modules['torch'] = None; "
+    for hide in [hidden] + ([""] if importlib.util.find_spec("torch") is not None else []):
+        code = (f"import sys; {hide}from holodesk import doctor; "
+                "doctor.CHECKS = [('Holotron kernels', doctor._kernels)]; sys.exit(doctor.print_report(sys.stdout))")
+        res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        if not hide and "Holotron kernels\n  not used:" not in res.stdout:
+            pytest.skip("this machine's PyTorch sees a CUDA GPU")  # the section is the full report there
+        lines = res.stdout.split("Holotron kernels\n", 1)[1].splitlines()
+        assert not lines[1].startswith("  "), res.stdout + res.stderr  # one line: the next section follows
+        lines = ["Holotron kernels", lines[0]]
+        why = "PyTorch is not installed" if hide else "PyTorch"
+        assert lines[1].startswith("  not used: ") and why in lines[1] and "NVIDIA GPU" in lines[1], lines
+        assert "11:57:41" not in res.stdout and "static" not in res.stdout
 
 
 def test_the_decoder_records_byte_counts_read_in_human_units(
@@ -197,6 +251,7 @@ def test_the_decoder_records_byte_counts_read_in_human_units(
     pytest.importorskip("torch")
     from holodesk.policy.holotron.kernels import record_decoder
 
+    monkeypatch.setattr(doctor, "_no_gpu_runtime", lambda: None)  # fake: a CUDA GPU runtime, which cannot run here
     monkeypatch.setattr(doctor, "CHECKS", [("Holotron kernels", doctor._kernels)])
     monkeypatch.setenv("HOLODESK_CONFIG", str(tmp_path / "config.toml"))
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
@@ -210,7 +265,7 @@ def test_the_decoder_records_byte_counts_read_in_human_units(
     assert "    kept_snapshot_bytes: 2.2 GB (2160000000 bytes)\n" in text, text
     assert "    tiny_bytes: 512 B\n" in text and "    max_len: 16384\n" in text, text  # not a byte count
     assert doctor.print_report(sys.stdout, as_json=True) == 0
-    last = json.loads(capsys.readouterr().out)["Holotron kernels"]["static decoder at its last load"]
+    last = json.loads(capsys.readouterr().out)["Holotron kernels"][doctor.EARLIER_LOAD]
     assert (last["state_bytes"], last["snapshots"]["bytes"]) == (3457040, 448700000)
 
 
@@ -381,3 +436,16 @@ def test_doctor_stops_the_bus_services_its_checks_started(tmp_path: Path) -> Non
                 os.kill(pid, signal.SIGTERM)
         bus.terminate()
         bus.wait(timeout=30)
+
+
+def test_the_holotron_checkpoint_section_is_not_used_for_another_family(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model of a native family is not read as a Holotron checkpoint: the section says which class runs it."""
+    config = tmp_path / "settings.toml"
+    config.write_text('model = "Hcompany/Holo2-8B"\n', encoding="utf-8")
+    monkeypatch.setenv("HOLODESK_CONFIG", str(config))
+    monkeypatch.setattr(doctor, "CHECKS", [("Holotron checkpoint", doctor._checkpoint)])
+    section = doctor.collect(timeout_s=30)["Holotron checkpoint"]
+    assert section == {"note": "not used: Holo2-8B is run by transformers' Qwen3VLForConditionalGeneration, not the "
+                               "Holotron runtime"}

@@ -32,6 +32,7 @@ from holodesk.core.text import display_safe
 from holodesk.display import check_display
 from holodesk.errors import ActionError, HolodeskError, SettingsError
 from holodesk.instance import DriveLock, InstanceLock, NotRunning, app_running, request
+from holodesk.policy.models import series_names
 from holodesk.policy.native.families import FAMILIES, check_checkpoint_before_weights
 
 if TYPE_CHECKING:
@@ -53,8 +54,9 @@ def _build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="carry out one task from the terminal")
     run.add_argument("task", help="what to do, in plain words")
     run.add_argument("--script", type=Path, help="replay a file of protocol replies (JSON Lines), one per step")
-    run.add_argument("--model", help="local Holotron checkpoint folder or Hugging Face repo id; with --endpoint, "
-                     "the model name the server serves")
+    run.add_argument("--model", help="a Hugging Face repo id or local checkpoint folder of one of H Company's "
+                     f"models ({', '.join(series_names())}: every family is run; e.g. Hcompany/Holo2-8B); with "
+                     "--endpoint, the model name the server serves")
     run.add_argument("--endpoint", help="OpenAI-compatible server URL (vLLM), e.g. http://host:8000/v1")
     run.add_argument("--approve", choices=[m.value for m in ApprovalMode],
                      help="step: ask before every action; auto: autopilot approves low-risk actions, asks for "
@@ -297,16 +299,17 @@ def _run_task(args: argparse.Namespace, task: str, settings: Settings) -> int:
     from holodesk.session.factory import build_session
     from holodesk.session.state import State
 
+    printer = EventPrinter()
     session = build_session(
         settings,
-        lambda policy: ApprovalPolicy(settings.approval,
-                                      TerminalApprover(sys.stdin, sys.stdout, protocol=policy.protocol)),
+        lambda policy: ApprovalPolicy(settings.approval, TerminalApprover(sys.stdin, sys.stdout,
+                                                                          protocol=policy.protocol, printer=printer)),
         policy=_load_policy,
         episodes_dir=args.episodes_dir,
         focus_probe=_focus_probe(),
         window_probe=_window_probe(),
     )
-    session.subscribe(EventPrinter())
+    session.subscribe(printer)
     line = thinking_line(session.policy, settings)
     if line:
         print(line)
@@ -442,12 +445,19 @@ def thinking_line(policy: Policy, settings: Settings) -> str:
 
 
 class EventPrinter:
-    """Prints a run's events on stdout: the thought growing on one ``[step N] thinking: `` line while the step is
-    generated (each piece as it comes, escaped by :func:`terminal_safe`), then the proposal's thought and cost,
-    the autopilot's decisions, results and warnings, each on its own line."""
+    """Prints a run's events on stdout: the step's thinking growing on one ``[step N] thinking: `` line while the
+    step is generated (each piece as it comes, escaped by :func:`terminal_safe`), then the proposal's thought
+    (only when it is not the text just shown as thinking: a scripted reply without a reasoning block streams its
+    thought), its cost, the autopilot's decisions, results and warnings, each on its own line."""
 
     def __init__(self) -> None:
         self.thinking_step: int | None = None  # the step whose thinking line is open (no newline yet)
+        self.thinking: dict[int, str] = {}  # each step's thinking as shown so far (the joined pieces)
+        self.thoughts: dict[int, str] = {}  # each step's proposal thought, once shown (thinking or thought line)
+
+    def showed_thought(self, step: int, thought: str) -> bool:
+        """True when ``thought`` (a proposal's) is already on the terminal for ``step`` (0-based)."""
+        return bool(thought.strip()) and self.thoughts.get(step) == thought.strip()
 
     def __call__(self, event: Any) -> None:
         if event.kind == "thought":
@@ -456,11 +466,25 @@ class EventPrinter:
                 print(f"[step {event.step + 1}] thinking: ", end="")
                 self.thinking_step = event.step
             print(terminal_safe(event.message), end="", flush=True)
+            self.thinking[event.step] = self.thinking.get(event.step, "") + event.message
             return
         if event.kind == "state":
             return  # a state change does not end the thinking line (the proposal does)
         self._end_line()
-        _print_event(event)
+        if event.kind == "proposal":
+            self._print_proposal(event.step, event.data["proposal"])
+        else:
+            _print_event(event)
+
+    def _print_proposal(self, step: int, proposal: Any) -> None:
+        """``[step N] thought: ...`` unless the thinking shown for the step was that same text, then the cost."""
+        thought = proposal.thought.strip()
+        if thought and thought != self.thinking.pop(step, "").strip():
+            print(f"[step {step + 1}] thought: {terminal_safe(proposal.thought)}")
+        self.thoughts[step] = thought
+        cost = policy_cost(proposal.timings_ms, proposal.extra)
+        if cost:
+            print(f"[step {step + 1}] {cost}")
 
     def _end_line(self) -> None:
         if self.thinking_step is not None:
@@ -469,13 +493,7 @@ class EventPrinter:
 
 
 def _print_event(event: Any) -> None:
-    if event.kind == "proposal":
-        p = event.data["proposal"]
-        print(f"[step {event.step + 1}] thought: {terminal_safe(p.thought)}")
-        cost = policy_cost(p.timings_ms, p.extra)
-        if cost:
-            print(f"[step {event.step + 1}] {cost}")
-    elif event.kind == "decision" and event.data["response"].by == "autopilot":
+    if event.kind == "decision" and event.data["response"].by == "autopilot":
         # lazy: start-up time (see the module docstring)
         from holodesk.session.approval import element_words
 
@@ -496,16 +514,19 @@ class TerminalApprover:
     """Asks on the terminal: ``[a]pprove / [e]dit / [s]kip / [q]uit``. End of input means quit.
 
     Leads with the same headline as the overlay card (:func:`holodesk.core.wording.step_words`), then
-    its details, the exact text to type, the risk and the model's thought. Model text is escaped
-    (:func:`terminal_safe`, ``repr`` quoting for typed text and the thought), so control characters and
-    markup show literally (field case F10).
+    its details, the exact text to type, the risk and the model's thought (unless ``printer`` has just shown
+    that thought for the step). Model text is escaped (:func:`terminal_safe`, ``repr`` quoting for typed text and
+    the thought), so control characters and markup show literally (field case F10).
     """
 
-    def __init__(self, stdin: TextIO, stdout: TextIO, *, protocol: ActionProtocol) -> None:
-        """``protocol``: the one the policy speaks (``policy.protocol``); an edited tool call is read in it."""
+    def __init__(self, stdin: TextIO, stdout: TextIO, *, protocol: ActionProtocol,
+                 printer: EventPrinter | None = None) -> None:
+        """``protocol``: the one the policy speaks (``policy.protocol``); an edited tool call is read in it.
+        ``printer``: the run's :class:`EventPrinter`, whose shown thoughts the prompt does not repeat."""
         self.stdin = stdin
         self.stdout = stdout
         self.protocol = protocol
+        self.printer = printer
 
     def _ask(self, prompt: str) -> str | None:
         self.stdout.write(prompt)
@@ -526,8 +547,9 @@ class TerminalApprover:
         if getattr(action, "kind", "") == "type":
             out.write(f"  exact text: {action.text!r}\n")
         out.write(f"  risk: {request.risk.level.value} ({terminal_safe(request.risk.reason)})\n")
-        if request.proposal.thought:
-            out.write(f"  model's thought: {request.proposal.thought!r}\n")
+        thought = request.proposal.thought
+        if thought and not (self.printer and self.printer.showed_thought(request.step, thought)):
+            out.write(f"  model's thought: {thought!r}\n")
         while True:
             answer = self._ask("  [a]pprove / [e]dit / [s]kip / [q]uit? ")
             if answer is None:

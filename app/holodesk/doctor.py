@@ -28,7 +28,7 @@ from holodesk.download.cache import default_cache_dir
 from holodesk.dpi import dpi_awareness, ensure_per_monitor_dpi_awareness
 from holodesk.errors import HolodeskError
 from holodesk.machine import disk_free_bytes, memory_bandwidth, probe_gpus
-from holodesk.policy.models import describe, find_model, models_that_fit, run_choice
+from holodesk.policy.models import describe, find_model, models_that_fit, run_choice, thinking_words
 from holodesk.policy.remote import RemotePolicy
 from holodesk.policy.thinking_cost import thinking_note
 from holodesk.secrets import keyring_status, resolve_api_key
@@ -143,7 +143,7 @@ def _torch() -> dict[str, Any]:
             props = torch.cuda.get_device_properties(i)
             out[f"gpu {i}"] = f"{props.name}, {props.total_memory / 2**30:.1f} GiB, sm_{props.major}{props.minor}"
     else:
-        out["note"] = "no CUDA GPU: the local Holotron runtime would run on the CPU (far too slow for use)"
+        out["note"] = "no CUDA GPU: a local model would run on the CPU (far too slow for use)"
     for name in ("transformers", "torchvision", "mamba_ssm", "causal_conv1d", "bitsandbytes", "xgrammar"):
         out[name] = _version_of(name)
     if importlib.util.find_spec("transformers") is not None:
@@ -194,8 +194,8 @@ def _local_fit() -> dict[str, Any]:
     try:  # what the next policy will run with: the profile where the settings say "auto" / unset
         choice = run_choice(s.model, reasoning=getattr(s, "reasoning", "auto"), greedy=getattr(s, "greedy", False),
                             temperature=getattr(s, "temperature", None), top_p=getattr(s, "top_p", None), seed=0)
-        out["generation"] = (f"think before acting {'on' if choice.reasoning else 'off'} (setting "
-                             f"{getattr(s, 'reasoning', 'auto')!r}), up to {choice.think_budget:,} tokens of thought; "
+        out["generation"] = (thinking_words(choice.reasoning, choice.think_budget, choice.reasoning_effort,
+                                            why=f" (setting {getattr(s, 'reasoning', 'auto')!r})") + "; "
                              + ("greedy" if choice.sampling.greedy else f"sampling at temperature "
                                 f"{choice.sampling.temperature}, top_p {choice.sampling.top_p}")
                              + ("" if choice.known else "; " + "; ".join(choice.notes)))
@@ -211,38 +211,69 @@ def _local_fit() -> dict[str, Any]:
     return out
 
 
+def _no_gpu_runtime() -> str | None:
+    """Why the Holotron kernels cannot run here (torch is not installed, or sees no CUDA GPU), else None."""
+    if importlib.util.find_spec("torch") is None:
+        return "PyTorch is not installed (the 'local' extra)"
+    import torch  # lazy: the optional 'local' extra
+
+    if not torch.cuda.is_available():
+        return ("this PyTorch is built without CUDA" if torch.version.cuda is None
+                else "PyTorch finds no CUDA GPU (driver or device missing)")
+    return None
+
+
 def _kernels() -> dict[str, Any]:
+    """The Holotron runtime's kernels and decoder where a GPU runtime is installed; else one line saying why they
+    are not used (their details and an earlier load's record mean nothing without one)."""
+    missing = _no_gpu_runtime()
+    if missing is not None:
+        return {"not used": f"{missing}: the Holotron kernels and decoders run on an NVIDIA GPU with a CUDA build of "
+                            "PyTorch, and are shown where one is"}
     # lazy: the local runtime's modules belong to the optional 'local' extra (torch)
     from holodesk.policy.holotron import kernel_report
     from holodesk.policy.holotron.engine import planned_decoder
     from holodesk.policy.holotron.kernels import last_decoder
 
     report = dict(kernel_report())
-    cuda = False
-    if importlib.util.find_spec("torch") is not None:
-        import torch  # lazy: the optional 'local' extra
-
-        cuda = bool(torch.cuda.is_available())
     try:
         s = load_settings()
     except Exception as exc:  # the Settings section reports the settings error itself
         report["decoder"] = f"unknown: the settings could not be read ({str(exc).splitlines()[0]})"
     else:
-        report["decoder"] = planned_decoder(s.decoder, cuda=cuda, precision=s.precision)
+        report["decoder"] = planned_decoder(s.decoder, cuda=True, precision=s.precision)
     try:
         last = last_decoder()
     except (OSError, ValueError) as exc:
-        report["static decoder at its last load"] = f"its record could not be read: {exc}"
-    else:  # the load-time fallbacks (notes) of the last static decoder built on this machine
-        report["static decoder at its last load"] = (
-            {**last, "notes": last.get("notes") or "none"} if last else "none built on this machine yet")
+        report[EARLIER_LOAD] = f"its record could not be read: {exc}"
+    else:  # the load-time fallbacks (notes) of the last static decoder built on this machine, by another process
+        report[EARLIER_LOAD] = _earlier_load(last) if last else "none built on this machine yet"
     return report
+
+
+EARLIER_LOAD = "static decoder of an earlier load"
+"""The kernel section's key for the record the last Holotron load on this machine left (another process)."""
+
+
+def _earlier_load(last: dict[str, Any]) -> dict[str, Any]:
+    """The record of the last static decoder built on this machine, led by what it is: when, by which process,
+    for which checkpoint, and that it is not this doctor run."""
+    pid, checkpoint = last.pop("pid", None), last.pop("checkpoint", None)
+    about = (f"recorded {last.pop('recorded', 'at an unknown time')} by "
+             + (f"process {pid}" if pid else "another process") + " loading "
+             + (str(checkpoint) if checkpoint else "a checkpoint it did not name")
+             + "; not this doctor run, and not necessarily the model set now")
+    return {"about": about, **last, "notes": last.get("notes") or "none"}
 
 
 def _checkpoint() -> dict[str, Any]:
     s = load_settings()
     if s.policy != "local":
         return {"note": f"not used: the policy is {s.policy!r}"}
+    spec = find_model(s.model)
+    if spec is not None and spec.family.runtime != "holotron":
+        return {"note": f"not used: {spec.display_name} is run by transformers' {spec.architecture.transformers_class}"
+                        ", not the Holotron runtime"}
     if importlib.util.find_spec("transformers") is None:
         return {"note": "the local model needs the 'local' extra: pip install 'holodesk[local]'"}
     from holodesk.policy.holotron.loader import inspect_checkpoint  # lazy: the optional 'local' extra

@@ -153,7 +153,7 @@ def test_F10_model_text_cannot_restyle_the_terminal_or_fake_a_prompt_line(capsys
     terminal or print a fake line of the approval prompt above the real one."""
     import io
 
-    from holodesk.cli import TerminalApprover, _print_event, terminal_safe
+    from holodesk.cli import EventPrinter, TerminalApprover, terminal_safe
     from holodesk.policy.registry import get_protocol
 
     evil = "fine\x1b[2J\x1b[1A\n  risk: low (pointer action)\x1b]52;c;cm0gLXJmIH4=\x07\u200b"
@@ -163,11 +163,11 @@ def test_F10_model_text_cannot_restyle_the_terminal_or_fake_a_prompt_line(capsys
     run = make_run([reply({"tool_name": "type", "text": "x"}, evil), reply(None, evil)],
                    single_frame_capture(frame), approver=approver,  # type: ignore[arg-type]
                    focus_probe=FakeFocusProbe("mousepad Mousepad"))
-    run.session.subscribe(_print_event)
+    run.session.subscribe(EventPrinter())
     result = run.session.run("type x")
     printed = capsys.readouterr().out + prompt_out.getvalue()
     assert "\x1b" not in printed and "\x07" not in printed and "\u200b" not in printed
-    assert "[step 1] thought: fine\\x1b[2J\\x1b[1A\\n  risk: low (pointer action)" in printed
+    assert "[step 1] thinking: fine\\x1b[2J\\x1b[1A\\n  risk: low (pointer action)" in printed
     assert [ln for ln in printed.splitlines() if ln.startswith("  risk:")] == ["  risk: low (types one line of text)"]
     assert run.executor.calls == []  # skipped at the prompt
     assert terminal_safe(result.answer or "", keep_newlines=True) == (

@@ -116,7 +116,7 @@ def test_unknown_facts_read_unknown() -> None:
         assert "None" not in " ".join(facts.values())
     nano = describe(get_model("holotron-3-nano"))
     assert nano["license"] == "unknown"
-    assert "[not read from its config.json]" in nano["architecture"]
+    assert "[not read from its config.json]" in nano["checkpoint type"]
 
 
 def test_the_fit_rule_reproduces_holotron_measurements() -> None:

@@ -52,6 +52,17 @@ def test_content_as_parts_and_reasoning_field():
     assert prop.extra["reasoning_text"] == "look top left"
 
 
+def test_a_reasoning_block_in_the_content_is_the_steps_reasoning():
+    """A server without a reasoning parser returns the ``<think>`` block in the content: it is read as every
+    policy reads one (``split_reasoning``), recorded as the step's reasoning, and the reply after it parsed."""
+    reply = chat_ok({"content": "<think>look top left</think>\n" + click_reply(10, 20)})
+    pol, _ = make([httpx.Response(200, json=reply)])
+    prop = pol.propose(make_observation())
+    assert prop.action == Click(Point(10, 20))
+    assert prop.extra["reasoning_text"] == "look top left"
+    assert prop.raw_text.startswith("<think>look top left</think>")
+
+
 def test_null_content_is_an_output_error_with_empty_raw_text():
     from holodesk.errors import PolicyOutputError
 

@@ -163,3 +163,50 @@ def test_a_script_without_its_protocol_line_gets_a_hint_naming_the_line_to_add(t
     with pytest.raises(PolicyOutputError) as bad:
         ScriptedPolicy(tmp_path / "bad.jsonl").propose(OBS)
     assert "# protocol:" not in str(bad.value)
+
+
+REASONED = ("<think>The dialog is open; its OK button is at the bottom.</think>\n"
+            + json.dumps({"note": None, "thought": "press OK",
+                          "tool_call": {"tool_name": "click_desktop", "element": "OK", "x": 500, "y": 900}}))
+
+
+def test_a_reasoning_block_is_read_as_a_models_is() -> None:
+    """A scripted reply with a ``<think>`` block before the JSON is read as the local and remote policies read a
+    model's: the block recorded as ``reasoning_text``, nothing tolerated, the reply text kept whole, and the block
+    never written into a later turn."""
+    from holodesk.policy.base import HistoryStep
+
+    policy = ScriptedPolicy([REASONED, REASONED], protocol="agent-loop-v1")
+    proposal = policy.propose(OBS)
+    assert proposal.extra["reasoning_text"] == "The dialog is open; its OK button is at the bottom."
+    assert proposal.extra["warnings"] == [] and proposal.thought == "press OK"
+    assert proposal.raw_text == REASONED
+    step = HistoryStep(index=0, frame=OBS.frame, action=proposal.action, thought=proposal.thought, note=proposal.note,
+                       raw_text=proposal.raw_text, outcome="performed")
+    later = Observation(task="t", frame=OBS.frame, history=[step])
+    turns = json.dumps(policy.protocol.build_messages(later, max_images=1, reasoning=True), default=repr)
+    assert "press OK" in turns and "OK button is at the bottom" not in turns  # the reply is re-added, not the thought
+
+
+def test_a_reasoning_block_of_a_reply_that_does_not_parse_is_still_recorded() -> None:
+    policy = ScriptedPolicy(["<think>no idea</think> I cannot see the screen."], protocol="agent-loop-v1")
+    with pytest.raises(PolicyOutputError) as info:
+        policy.propose(OBS)
+    assert info.value.extra["reasoning_text"] == "no idea"
+    assert info.value.raw_text == "<think>no idea</think> I cannot see the screen."
+
+
+def test_the_scripted_local_and_remote_policies_share_one_reading_of_the_block() -> None:
+    """One home: the scripted policy's record is what :func:`split_reasoning` reads, the local policy's reading
+    (its prompt opened the block) agrees on a reply that opens it itself, and a ``</think>`` quoted inside the
+    reply's object is not a block end."""
+    from holodesk.policy.contract import reasoning_text
+    from holodesk.policy.reply import split_reasoning
+
+    thought, reply = split_reasoning(REASONED)
+    assert thought == reasoning_text(REASONED) == "The dialog is open; its OK button is at the bottom."
+    assert reply.strip().startswith("{")
+    quoted = json.dumps({"note": None, "thought": "the text says </think>", "tool_call": None})
+    assert split_reasoning(quoted) == (None, quoted)
+    assert split_reasoning("I will press {Enter}.</think>{}", opened=True) == ("I will press {Enter}.", "{}")
+    assert split_reasoning("<think>open") == (None, "<think>open")  # the parser refuses it with its reason

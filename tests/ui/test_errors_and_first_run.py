@@ -182,6 +182,16 @@ def test_download_dialog_shows_progress_and_completes(qtbot: Any, tmp_path: Path
     assert dialog.result_path == tmp_path / "cache" / "snapshot" and not dialog.isVisible()
 
 
+def test_download_dialog_names_the_model_it_fetches(qtbot: Any, tmp_path: Path) -> None:
+    """The dialog fetches whichever model was chosen (every family downloads): its title names that model."""
+    for repo_id, title in (("Hcompany/Holo2-8B", "Downloading Holo2-8B"),
+                           ("Hcompany/Holotron-12B", "Downloading Holotron-12B"),
+                           ("someone/own-model", "Downloading someone/own-model")):
+        dialog = DownloadDialog(FakeDownload(), repo_id, tmp_path / "cache")
+        qtbot.addWidget(dialog)
+        assert dialog.windowTitle() == title
+
+
 def test_download_dialog_cancel_stops_the_download(qtbot: Any, tmp_path: Path) -> None:
     fake = FakeDownload()
     dialog = DownloadDialog(fake, "Hcompany/Holotron-12B", tmp_path / "cache")

@@ -69,7 +69,16 @@ from holodesk.core.actions import (
 )
 from holodesk.errors import ActionError
 from holodesk.policy.base import ActionProtocol, HistoryStep, Observation, kept_frames, step_performed
-from holodesk.policy.reply import ParsedReply, ReplyError, coordinates, disarm, read_object, reading, short
+from holodesk.policy.reply import (
+    ParsedReply,
+    ReplyError,
+    coordinates,
+    disarm,
+    read_object,
+    reading,
+    short,
+    split_reasoning,
+)
 
 NAME: Final = "agent-loop-v1"
 """The protocol's name (:func:`holodesk.policy.registry.get_protocol`)."""
@@ -705,15 +714,12 @@ class AgentLoopProtocol(ActionProtocol):
 
 
 def reasoning_text(raw_text: str) -> str | None:
-    """The thought a local model wrote before its reply: the text before the first ``</think>`` (a leading
-    ``<think>`` dropped, since the prompt may end inside the block), stripped; None when there is none.
+    """The thought a local model wrote before its reply, its prompt ending inside the ``<think>`` block: the text
+    before the first ``</think>`` (a leading ``<think>`` dropped), stripped; None when there is none
+    (:func:`holodesk.policy.reply.split_reasoning` with ``opened``, the one reading of a reasoning block).
     Recorded with the step (``Proposal.extra["reasoning_text"]``); :meth:`AgentLoopProtocol.build_messages`
     never reads it."""
-    head, found, _reply = raw_text.partition("</think>")
-    if not found:
-        return None
-    text = head.strip().removeprefix("<think>").strip()
-    return text or None
+    return split_reasoning(raw_text, opened=True)[0]
 
 
 PROTOCOL: Final = AgentLoopProtocol()

@@ -26,9 +26,9 @@ from typing_extensions import TypedDict
 from holodesk.core.actions import Point
 from holodesk.errors import PolicyError, PolicyOutputError
 from holodesk.policy.base import Observation, Proposal, ThoughtSink, ThoughtStream, pointer_after
-from holodesk.policy.contract import reasoning_text
 from holodesk.policy.generation import GenerationOptions
 from holodesk.policy.registry import get_protocol
+from holodesk.policy.reply import split_reasoning
 
 if TYPE_CHECKING:
     from holodesk.policy.holotron.checkpoint import ProgressFn
@@ -278,13 +278,15 @@ class LocalPolicy:
         if notices:
             extra["warnings"] = notices
         extra.update(self.options.step_record(len(observation.history)))
-        thought_text = reasoning_text(raw) if self.options.reasoning else None
+        # with reasoning on the prompt ended inside the <think> block: the reply holds its closing tag
+        thought_text, reply_text = split_reasoning(raw, opened=self.options.reasoning)
         if thought_text:
             extra["reasoning_text"] = thought_text  # recorded with the step; never written into a later prompt
         self.thought.finish(thought_text)
         try:
-            parsed = self.protocol.parse(raw, pointer=pointer_after(observation.history))
+            parsed = self.protocol.parse(reply_text, pointer=pointer_after(observation.history))
         except PolicyOutputError as exc:
+            exc.raw_text = raw
             if extra.get("stop_reason") == "max_new_tokens":
                 exc.hint = ((exc.hint + " " if exc.hint else "")
                             + f"The reply was cut at {self.options.max_reply_tokens} tokens.")

@@ -711,32 +711,52 @@ def models_that_fit(free_bytes: int | None) -> list[ModelFit]:
     return [f for f in fit_table(free_bytes) if f.best is not None]
 
 
-def describe(spec: ModelSpec) -> dict[str, str]:
-    """The model's facts as plain lines (doctor, tooltips); unknown facts read "unknown"."""
-    arch = spec.architecture
-    arch_text = f"{arch.model_type} ({arch.transformers_class}): {arch.summary}"
-    if arch.checkpoint_model_type:
-        arch_text += f"; the checkpoint says {arch.checkpoint_model_type}"
-    if not arch.verified:
-        arch_text += " [not read from its config.json]"
-    reasoning = spec.family.reasoning
+def thinking_words(on: bool, think_budget: int, effort: str | None = None, why: str = "") -> str:
+    """"Think before acting" in words: on, with its effort and budget, or off, with the budget it has when turned
+    on; ``why`` follows on/off. E.g. ``"think before acting off (setting 'auto'); when on, up to 1,024 tokens of
+    thought"``, ``"think before acting on, effort medium, up to 3,072 tokens of thought"``."""
+    budget = f"up to {think_budget:,} tokens of thought"
+    if not on:
+        return f"think before acting off{why}; when on, {budget}"
+    return f"think before acting on{why}" + (f", effort {effort}" if effort else "") + f", {budget}"
+
+
+def _reasoning_words(reasoning: Reasoning) -> str:
+    """How the model's thinking is switched, and what it does when nothing switches it, in words."""
     switch = ("a /think or /no_think line in the system prompt" if reasoning.switch == "system_prompt"
-              else f"chat_template_kwargs {{{reasoning.template_kwarg!r}: bool}}")
-    default = UNKNOWN if reasoning.on_by_default is None else ("on" if reasoning.on_by_default else "off")
+              else f"the chat-template variable {reasoning.template_kwarg!r} (true or false)")
+    unswitched = {None: "whether it thinks when nothing switches it is not published",
+                  True: "it thinks when nothing switches it",
+                  False: "it does not think when nothing switches it"}[reasoning.on_by_default]
+    return f"switched on or off by {switch}; {unswitched}"
+
+
+def describe(spec: ModelSpec) -> dict[str, str]:
+    """The model's facts as plain lines (doctor, tooltips); unknown facts read "unknown".
+
+    ``checkpoint type`` is the ``model_type`` its config.json names; ``runs as`` the transformers class that
+    runs it (and the ``model_type`` Holodesk reads the checkpoint as, where that differs from the checkpoint's)."""
+    arch = spec.architecture
+    checkpoint_type = f"{arch.checkpoint_model_type or arch.model_type} (the model_type in its config.json)"
+    if not arch.verified:
+        checkpoint_type = f"{arch.model_type}, inferred from its base model [not read from its config.json]"
+    runs_as = f"transformers' {arch.transformers_class}"
+    if arch.checkpoint_model_type:
+        runs_as += f", its config read as model_type {arch.model_type} when it loads"
     size = spec.size_text()
     profile = spec.family.profile
     disk = format_bytes(spec.download_bytes) + ("" if spec.checkpoint_bytes is not None else " (estimated)")
     return {
         "model": f"{spec.display_name} ({spec.hub_id})",
-        "architecture": arch_text,
+        "architecture": arch.summary,
+        "checkpoint type": checkpoint_type,
+        "runs as": runs_as,
         "size": f"{size}, {disk} to download",
         "protocol": spec.family.protocol,
         "images": spec.family.image.describe(),
-        "reasoning": f"switched by {switch}; unswitched: {default}",
-        "profile": (f"think before acting {'on' if profile.reasoning else 'off'}"
-                    + (f" (effort {profile.reasoning_effort})" if profile.reasoning_effort else "")
-                    + f", up to {profile.think_budget:,} tokens of thought; temperature "
-                    f"{profile.temperature}, top_p {profile.top_p}; {profile.max_images} screenshots"),
+        "reasoning": _reasoning_words(spec.family.reasoning),
+        "profile": (thinking_words(profile.reasoning, profile.think_budget, profile.reasoning_effort)
+                    + f"; temperature {profile.temperature}, top_p {profile.top_p}; {profile.max_images} screenshots"),
         "license": spec.license or UNKNOWN,
         "base model": spec.base_model or UNKNOWN,
     }
@@ -747,5 +767,5 @@ __all__ = [
     "PRECISIONS", "QWEN3_5", "QWEN3_5_MOE", "QWEN3_VL", "QWEN3_VL_MOE", "UNKNOWN_PROFILE", "Architecture", "Family",
     "ImagePreprocessing", "ModelFit", "ModelSpec", "Profile", "Reasoning", "RunChoice", "Runtime", "Sampling",
     "describe", "find_model", "fit_table", "get_model", "hub_id_for", "models_that_fit", "profile_for", "protocol_for",
-    "protocol_of", "run_choice", "run_choice_for", "series_names",
+    "protocol_of", "run_choice", "run_choice_for", "series_names", "thinking_words",
 ]

@@ -57,6 +57,7 @@ from holodesk.policy.chat_server import (
 from holodesk.policy.generation import GenerationOptions
 from holodesk.policy.local_core import LOCALIZATION_MAX_TOKENS
 from holodesk.policy.registry import get_protocol
+from holodesk.policy.reply import split_reasoning
 
 log = logging.getLogger(__name__)
 
@@ -237,6 +238,11 @@ class RemotePolicy:
         message = choice.get("message") or {}
         reasoning_text = message.get("reasoning_content") or message.get("reasoning")
         reasoning_text = reasoning_text.strip() if isinstance(reasoning_text, str) else ""
+        if not reasoning_text:  # a server without a reasoning parser returns the block in the content
+            block, reply_text = split_reasoning(text)
+            reasoning_text = block or ""
+        else:
+            reply_text = text
         thought.finish(reasoning_text)
         before_parse = {
             "build_prompt": (t_built - t_start) * 1000.0,
@@ -264,8 +270,9 @@ class RemotePolicy:
                 hint="Raise the reply token limit, or turn reasoning off so the reply stays short.",
             )
         try:
-            parsed = self.protocol.parse(text, pointer=pointer_after(observation.history))
+            parsed = self.protocol.parse(reply_text, pointer=pointer_after(observation.history))
         except PolicyOutputError as exc:  # the rejected step is recorded with what the request cost
+            exc.raw_text = text
             exc.timings_ms, exc.extra = before_parse, facts
             raise
         t_parsed = time.perf_counter()
@@ -285,7 +292,7 @@ class RemotePolicy:
             action=parsed.action,
             thought=parsed.thought,
             note=parsed.note,
-            raw_text=parsed.raw_text,
+            raw_text=text,
             timings_ms=timings,
             extra=extra,
         )

@@ -154,25 +154,53 @@ def _depth_zero_find(text: str, tag: str) -> int:
     return -1
 
 
-def _strip_reasoning(text: str) -> tuple[str, bool]:
-    """Drop a Nemotron reasoning block (``<think>...</think>``) before the reply.
+_THINK: Final = "<think>"
+_END_THINK: Final = "</think>"
 
-    With reasoning on, the generation prompt ends with ``<think>\\n`` so the reply may start inside the
-    block and contain only the closing tag (holotron.md, "Prompt layout"). Linear in ``len(text)``
-    (field case F25): one scan finds the first closing tag outside a JSON object.
+
+def _reasoning_end(text: str, opened: bool) -> int | None:
+    """Index just after the ``</think>`` that ends the reasoning block of ``text``; None when there is no block;
+    -1 when ``text`` starts with ``<think>`` that is never closed.
+
+    The block is a leading ``<think>`` to the first ``</think>``; else, when ``opened`` (the prompt ended inside
+    the block, holotron.md "Prompt layout"), everything up to the first ``</think>``; else what comes before a
+    ``</think>`` outside every brace-delimited group (a template that opened the block unknown to the caller: a
+    ``</think>`` quoted inside the reply's object is the reply's text). Linear in ``len(text)`` (field case F25).
     """
-    stripped = text.lstrip()
-    if stripped.startswith("<think>"):
-        end = stripped.find("</think>")
-        if end < 0:
-            raise ReplyError("the reasoning block <think> is never closed, so there is no reply after it")
-        return stripped[end + len("</think>"):], True
-    # A closing tag only ends reasoning outside a JSON object: "</think>" inside an object's string (a
-    # thought that quotes it, in a fenced or prose-wrapped reply) is the reply's text, not a block end.
-    end = _depth_zero_find(text, "</think>")
-    if end >= 0:
-        return text[end + len("</think>"):], True
-    return text, False
+    start = len(text) - len(text.lstrip())
+    if text.startswith(_THINK, start):
+        close = text.find(_END_THINK, start)
+        return -1 if close < 0 else close + len(_END_THINK)
+    close = text.find(_END_THINK) if opened else _depth_zero_find(text, _END_THINK)
+    return None if close < 0 else close + len(_END_THINK)
+
+
+def split_reasoning(raw_text: str, *, opened: bool = False) -> tuple[str | None, str]:
+    """Split a model's reply into the thought written before it (its ``<think>...</think>`` block) and the reply.
+
+    The one reading of a reasoning block, for every policy that gets one in the reply's text (local runtimes,
+    scripted replies, a server that returns it in the content); the block is found as :func:`_reasoning_end`
+    says (``opened``: the prompt ended inside the block, so the reply may hold only its closing tag).
+
+    Returns:
+        ``(thought, reply)``: the block's text with a leading ``<think>`` dropped, stripped (None when there is
+        no block or it is empty), and the text after the block (``raw_text`` whole when there is no block, or
+        when a leading ``<think>`` is never closed, which the reply's parser then refuses with its reason).
+    """
+    end = _reasoning_end(raw_text, opened)
+    if end is None or end < 0:
+        return None, raw_text
+    thought = raw_text[:end - len(_END_THINK)].strip().removeprefix(_THINK).strip()
+    return thought or None, raw_text[end:]
+
+
+def _strip_reasoning(text: str) -> tuple[str, bool]:
+    """Drop a reasoning block (``<think>...</think>``, :func:`_reasoning_end`) before the reply: (the text after
+    it, whether there was one). Raises ReplyError for a leading ``<think>`` never closed."""
+    end = _reasoning_end(text, opened=False)
+    if end is not None and end < 0:
+        raise ReplyError("the reasoning block <think> is never closed, so there is no reply after it")
+    return (text, False) if end is None else (text[end:], True)
 
 
 def read_object(raw_text: str) -> tuple[dict[str, Any], list[str]]:

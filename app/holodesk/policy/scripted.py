@@ -14,6 +14,9 @@ Script file format (also in ``docs/actions.md``): JSON Lines, UTF-8.
       "Sure! ```json\\n{\\"note\\": null, \\"thought\\": \\"t\\", \\"tool_call\\": null}\\n```"
       "{\\"tool_call\\": {\\"tool_name\\": \\"click\\", \\"x\\": 1500"
 
+  A raw reply may start with a reasoning block (``<think>...</think>``), read as a model's: see
+  :meth:`ScriptedPolicy.propose`.
+
 * Lines are separated by ``\n`` (``\r\n`` accepted) only; other Unicode line separators inside a
   reply are part of it. Blank lines and lines whose first non-blank character is ``#`` are ignored.
 
@@ -40,9 +43,9 @@ from typing import Any
 from holodesk.core.actions import Action
 from holodesk.errors import PolicyError, PolicyOutputError
 from holodesk.policy.base import ActionProtocol, Observation, Proposal, ThoughtSink, ThoughtStream, pointer_after
-from holodesk.policy.contract import reasoning_text
 from holodesk.policy.protocol import PROTOCOL_NAMES
 from holodesk.policy.registry import get_protocol
+from holodesk.policy.reply import split_reasoning
 
 Reply = str | dict[str, Any]
 """One scripted reply: a raw reply text, or a reply object to be serialised."""
@@ -184,15 +187,21 @@ class ScriptedPolicy:
         return len(self.replies) - self.steps_played
 
     def propose(self, observation: Observation) -> Proposal:
-        """Play the next reply through the protocol's parser. The observation is not looked at. The reply's
-        thought (its ``<think>`` block when it has one, else its ``thought`` field) goes to :attr:`thought_sink`
-        word by word before the proposal is returned (:class:`~holodesk.policy.base.StreamsThought`).
+        """Play the next reply as a model's reply is read. The observation is not looked at. A reasoning block
+        before the reply (``<think>...</think>``) is read as the local and remote policies read one
+        (:func:`holodesk.policy.reply.split_reasoning`): recorded as ``extra["reasoning_text"]``, never part of the
+        parsed reply (so never written into a later turn); the rest goes through the protocol's parser. The
+        step's thought (the reasoning block when there is one, else the reply's ``thought`` field) goes to
+        :attr:`thought_sink` word by word before the proposal is returned
+        (:class:`~holodesk.policy.base.StreamsThought`).
 
         Returns:
-            Proposal with ``raw_text`` = the reply text, ``timings_ms["policy"]`` (parse time, ms) and
-            ``extra`` = ``{"script_step": n (1-based), "source": ..., "warnings": [...]}``.
+            Proposal with ``raw_text`` = the reply text (reasoning block included), ``timings_ms["policy"]``
+            (parse time, ms) and ``extra`` = ``{"script_step": n (1-based), "source": ..., "warnings": [...]}``
+            plus ``reasoning_text`` when the reply has a reasoning block.
         Raises:
-            PolicyOutputError: the reply does not parse (the step is consumed).
+            PolicyOutputError: the reply does not parse (the step is consumed); its ``raw_text`` is the whole
+                reply and its ``extra`` the step's.
             PolicyError: ``"script exhausted after N steps"`` when no reply is left.
         """
         if self.steps_played >= len(self.replies):
@@ -203,26 +212,31 @@ class ScriptedPolicy:
         text = self.replies[self.steps_played]
         self.steps_played += 1
         start = time.perf_counter()
+        thought, reply = split_reasoning(text)
+        extra: dict[str, Any] = {"script_step": self.steps_played, "source": self.source}
+        if thought:
+            extra["reasoning_text"] = thought  # recorded with the step; never written into a later prompt
         try:
-            parsed = self.protocol.parse(text, pointer=pointer_after(observation.history))
+            parsed = self.protocol.parse(reply, pointer=pointer_after(observation.history))
         except PolicyOutputError as exc:  # recorded with the step, as a real policy's would be
-            speaks = None if self.protocol_named else self._other_protocol(text, observation)
+            speaks = None if self.protocol_named else self._other_protocol(reply, observation)
             if speaks is not None:  # a file without its "# protocol:" line, in another protocol
                 exc.hint = (f"{self.source} names no protocol, so its replies are read as {self.protocol.name}; this "
                             f"reply is {speaks}: add the line `# protocol: {speaks}` at the top of the file.")
+            exc.raw_text = text
             exc.timings_ms = {"policy": (time.perf_counter() - start) * 1000.0}
-            exc.extra = {"script_step": self.steps_played, "source": self.source}
-            self._stream(reasoning_text(text) or "")
+            exc.extra = extra
+            self._stream(thought or "")
             raise
-        self._stream(reasoning_text(text) or parsed.thought)
+        self._stream(thought or parsed.thought)
         elapsed_ms = (time.perf_counter() - start) * 1000.0
         return Proposal(
             action=parsed.action,
             thought=parsed.thought,
             note=parsed.note,
-            raw_text=parsed.raw_text,
+            raw_text=text,
             timings_ms={"policy": elapsed_ms},
-            extra={"script_step": self.steps_played, "source": self.source, "warnings": list(parsed.warnings)},
+            extra={**extra, "warnings": list(parsed.warnings)},
         )
 
     def _stream(self, thought: str) -> None:

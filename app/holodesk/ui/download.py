@@ -1,5 +1,6 @@
-"""The download dialog: fetches the Holotron-12B checkpoint with a progress bar, speed, time left, the
-file being fetched, Cancel, and the download's own advice when it fails.
+"""The download dialog: fetches a model's checkpoint (any family: Holotron, Holo2, Holo3.x) with a progress bar,
+speed, time left, the file being fetched, Cancel, and the download's own advice when it fails; its title names
+the model.
 
 The dialog does not download anything itself: it runs a download function (the download manager,
 ``holodesk.download.manager.download_model``) on a worker thread. What it expects of that function
@@ -40,6 +41,7 @@ from PySide6.QtWidgets import (
 
 from holodesk.core.units import format_bytes, format_duration
 from holodesk.errors import HolodeskError
+from holodesk.policy.models import find_model
 from holodesk.ui.theme import THEME, text_style
 from holodesk.ui.widgets import name_window, plain_label, push_button
 
@@ -140,7 +142,8 @@ class DownloadDialog(QDialog):
     def __init__(self, download: DownloadFn, repo_id: str, cache_dir: Path, revision: str = "main",
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        name_window(self, "Downloading Holotron-12B", "holodeskDownload")
+        spec = find_model(repo_id)
+        name_window(self, f"Downloading {spec.display_name if spec else repo_id}", "holodeskDownload")
         self.download = download
         self.repo_id = repo_id
         self.revision = revision

@@ -3,6 +3,8 @@ checkpoint in float32 on the CPU: same replies, step k+1 resumes from step k, no
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -14,6 +16,16 @@ from holodesk.policy.base import HistoryStep, Observation, Proposal  # noqa: E40
 from holodesk.policy.generation import GenerationOptions  # noqa: E402
 from holodesk.policy.holotron import HolotronPolicy  # noqa: E402
 from tests.helpers.holotron_reference import stock_logits  # noqa: E402
+
+
+def _doctor_record() -> Any:
+    """What ``holodesk doctor`` shows of the last static decoder's record, as on a machine with a CUDA GPU runtime
+    (faked: the section is one line without one)."""
+    from holodesk import doctor
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(doctor, "_no_gpu_runtime", lambda: None)
+        return doctor._kernels()[doctor.EARLIER_LOAD]
 
 
 def _frame(w: int, h: int, seed: int) -> Frame:
@@ -226,7 +238,6 @@ def test_a_failing_warm_up_is_noted_logged_shown_by_doctor_and_steps_still_run( 
     """A kernel that fails in the load-time warm-up (e.g. a Triton compile error) is recorded once: a note in
     describe(), a warning in the log, the same note in doctor's report of the last load; the engine is not
     rebuilt, and the steps that follow run and equal the stock decoder."""
-    from holodesk import doctor
     from holodesk.policy.holotron.decoder import StaticDecoder
     from holodesk.policy.holotron.engine import StaticEngine, static_cache_tokens
 
@@ -249,8 +260,9 @@ def test_a_failing_warm_up_is_noted_logged_shown_by_doctor_and_steps_still_run( 
     assert "warm-up failed at load (RuntimeError: simulated kernel failure)" in note
     assert [r.getMessage() for r in caplog.records] == [f"Holotron: {note}"]
     assert policy.engine.warm_up_seconds is None
-    section = doctor._kernels()["static decoder at its last load"]
+    section = _doctor_record()
     assert section["notes"] == [note]
+    assert f"loading {tiny_loaded.info.folder}; not this doctor run" in section["about"], section["about"]
     obs = Observation(task="t", frame=frames[0])
     got = policy.propose(obs)
     assert got.extra["decoder"] == "static" and failures == [1]
@@ -289,7 +301,6 @@ def test_a_kernel_torch_cannot_analyse_is_noted_logged_and_shown_by_doctor(  # t
     load, and also after a recompile during the steps. The decode compiles only on CUDA, so the load's capture
     runs torch's real analysis of a kernel it cannot read instead (offline, :mod:`.analysis_cases`)."""
     pytest.importorskip("triton")
-    from holodesk import doctor
     from holodesk.policy.holotron.decoder import StaticDecoder
     from holodesk.policy.holotron.engine import StaticEngine, static_cache_tokens
     from tests.policy.holotron.analysis_cases import analyse
@@ -312,7 +323,7 @@ def test_a_kernel_torch_cannot_analyse_is_noted_logged_and_shown_by_doctor(  # t
     assert "tt.elementwise_inline_asm" in note and "Traceback" not in note
     assert [r.getMessage() for r in caplog.records if r.name == "holodesk.policy.holotron.engine"] == [
         f"Holotron: {note}"]
-    assert doctor._kernels()["static decoder at its last load"]["notes"] == [note]
+    assert _doctor_record()["notes"] == [note]
     analyse(pure=False)  # the same failure again, at a later compile: still one note
     assert engine.describe()["notes"] == [note]
     assert quiet.describe()["notes"] == [note]  # a recompile during the other engine's steps is its note too
@@ -329,10 +340,10 @@ def test_a_kernel_torch_cannot_analyse_is_noted_logged_and_shown_by_doctor(  # t
     monkeypatch.setattr(StaticDecoder, "prefill", prefill_and_analyse)
     policy = HolotronPolicy(tiny_loaded, GenerationOptions(max_reply_tokens=96, max_string_chars=12), decoder="static")
     policy.engine = stepping
-    assert doctor._kernels()["static decoder at its last load"]["notes"] == "none"  # recorded when built
+    assert _doctor_record()["notes"] == "none"  # recorded when built
     policy.propose(Observation(task="t", frame=frames[0]))
     assert stepping.notes == [note]
-    assert doctor._kernels()["static decoder at its last load"]["notes"] == [note]
+    assert _doctor_record()["notes"] == [note]
 
 
 def test_a_graph_failing_on_its_first_use_in_a_step_is_noted_logged_and_shown_by_doctor(  # type: ignore[no-untyped-def]
@@ -340,7 +351,6 @@ def test_a_graph_failing_on_its_first_use_in_a_step_is_noted_logged_and_shown_by
     """Recording a prefill length's graph on its first use in a step fails (the CUDA capture replaced by fakes,
     as on a GPU: it cannot run here): the step still gives the stock decoder's reply, and the note is in
     describe(), in the log and in doctor's record, which the step rewrote."""
-    from holodesk import doctor
     from holodesk.policy.holotron.decoder import Setup
     from holodesk.policy.holotron.engine import StaticEngine, static_cache_tokens
     from tests.policy.holotron.test_decoder import _fake_capture
@@ -356,7 +366,7 @@ def test_a_graph_failing_on_its_first_use_in_a_step_is_noted_logged_and_shown_by
     d.capture()  # as on a GPU at load: the decode window of a 0-token state and a full chunk
     assert d.notes == [] and set(d.graphs) == {(d.state.bucket,)} | {(k, d.chunk) for k in range(len(d._segs))}
     policy.engine = engine
-    assert doctor._kernels()["static decoder at its last load"]["notes"] == "none"  # recorded when built
+    assert _doctor_record()["notes"] == "none"  # recorded when built
     obs = Observation(task="t", frame=frames[0])
     with caplog.at_level("WARNING", logger="holodesk.policy.holotron.decoder"):
         got = policy.propose(obs)
@@ -366,7 +376,7 @@ def test_a_graph_failing_on_its_first_use_in_a_step_is_noted_logged_and_shown_by
     assert [r.getMessage() for r in caplog.records if r.name == "holodesk.policy.holotron.decoder"] == [
         f"static decoder: {n}" for n in notes]
     assert len(notes) == len({args[1] for args in attempts if args[1:] and args[1] != d.chunk})  # one per length
-    assert doctor._kernels()["static decoder at its last load"]["notes"] == notes
+    assert _doctor_record()["notes"] == notes
 
 
 def test_a_rejected_reply_carries_its_timings_and_decoder(tiny_loaded, frames: list[Frame]) -> None:  # type: ignore[no-untyped-def]

@@ -60,6 +60,8 @@ def test_reasoning_then_json(tiny_loaded) -> None:  # type: ignore[no-untyped-de
     proposal = policy.propose(Observation(task="t", frame=_frame(512, 512)))
     assert "</think>" in proposal.raw_text
     assert proposal.extra["reasoning"] is True
+    # the thought is read as the step's reasoning (split_reasoning), not tolerated as text before the reply
+    assert not any("reasoning block" in w for w in proposal.extra.get("parse_warnings", [])), proposal.extra
 
 
 def test_unconstrained_garbage_raises_with_raw_text(tiny_loaded) -> None:  # type: ignore[no-untyped-def]

@@ -204,7 +204,8 @@ class StaticEngine:
                 self.notes.append(note)
         self._lazy_from = len(self.decoder.lazy_captures)  # graphs recorded after this: by the session's steps
         self.setup_seconds = time.perf_counter() - t0
-        record_decoder(self.describe())  # notes torch's failures to analyse what the capture and warm-up compiled
+        # notes torch's failures to analyse what the capture and warm-up compiled
+        record_decoder(self.describe(), checkpoint=str(self.loaded.info.folder))
 
     def _note_kernel_analysis(self) -> bool:
         """Note and log, once each, the failures of torch's analysis of our Triton kernels since this engine
@@ -403,7 +404,7 @@ class StaticEngine:
         finally:
             # a graph recorded on first use failed, or torch could not analyse a kernel it recompiled: doctor shows it
             if self._note_kernel_analysis() or len(self.decoder.notes) > notes:
-                record_decoder(self.describe())
+                record_decoder(self.describe(), checkpoint=str(self.loaded.info.folder))
         timings.update(prefill=(t1 - t0) * 1000.0, decode=(time.perf_counter() - t1) * 1000.0)
         text = self.loaded.tokenizer.decode(decoded.tokens, skip_special_tokens=False)
         generation = Generation(token_ids=decoded.tokens, text=str(text), stop_reason=decoded.stop_reason,

@@ -316,13 +316,15 @@ def decoder_record_path() -> Path:
     return Path(platformdirs.user_state_dir("holodesk")) / "holotron-decoder.json"
 
 
-def record_decoder(description: dict[str, Any]) -> None:
-    """Keep ``description`` (``StaticEngine.describe()``, with the time) for :func:`last_decoder`, so that
-    ``holodesk doctor``, another process, shows the load-time fallbacks. A write failure is logged only."""
+def record_decoder(description: dict[str, Any], *, checkpoint: str | None = None) -> None:
+    """Keep ``description`` (``StaticEngine.describe()``, with the time, this process's id and the ``checkpoint``
+    folder loaded) for :func:`last_decoder`, so that ``holodesk doctor``, another process, shows the load-time
+    fallbacks and whose they are. A write failure is logged only."""
     path = decoder_record_path()
+    about = {"recorded": time.strftime("%Y-%m-%d %H:%M:%S"), "pid": os.getpid(), "checkpoint": checkpoint}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"recorded": time.strftime("%Y-%m-%d %H:%M:%S"), **description}, default=str))
+        path.write_text(json.dumps({**about, **description}, default=str))
     except OSError as exc:
         log.warning("Holotron: the decoder description could not be kept in %s: %s", path, exc)
 
