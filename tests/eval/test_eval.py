@@ -252,6 +252,36 @@ def test_compare_labels_tell_the_runs_apart() -> None:
     assert "A: oracle (run-1)" in header and "B: oracle (run-2)" in header
 
 
+def test_checkers_verify_all_the_instruction_asks(tmp_path: Path) -> None:
+    """A cell that must hold a formula fails with the right value typed as a number (the workbook written by
+    Gnumeric's ssconvert, read as saved); an answer naming every candidate fails for the one asked for."""
+    import shutil
+
+    from holodesk.eval.tasks import CheckContext, run_check
+
+    if shutil.which("ssconvert") is None:
+        if os.environ.get("CI"):
+            pytest.fail("ssconvert not installed (installers/_setup.sh APT_TEST installs gnumeric)")
+        pytest.skip("ssconvert (gnumeric) not installed")
+    spec = {"kind": "cell", "path": "book.gnumeric", "cell": "B1", "equals": "143",
+            "formulas": ["=SUM(A1:A3)", "=A1+A2+A3"]}
+    verdicts = {}
+    for name, b1 in (("formula", "=sum( $A$1:A3 )"), ("typed", "143")):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "data.csv").write_text(f"14,{b1}\n92\n37\n", encoding="utf-8")
+        subprocess.run(["ssconvert", "data.csv", "book.gnumeric"], cwd=folder, check=True, capture_output=True,
+                       timeout=60)
+        context = CheckContext(folder, None, None, None, None, None, {})
+        verdicts[name] = run_check(spec, context)
+    assert verdicts["formula"][0], verdicts
+    assert not verdicts["typed"][0] and "not a formula" in verdicts["typed"][1], verdicts
+
+    answered = {"kind": "answered", "contains": ["92"], "excludes": ["14", "37"]}
+    assert run_check(answered, CheckContext(tmp_path, None, None, None, None, "The largest is 92.", {}))[0]
+    assert not run_check(answered, CheckContext(tmp_path, None, None, None, None, "14, 92 and 37", {}))[0]
+
+
 def test_a_steps_time_counts_the_policys_parts_once(tmp_path: Path) -> None:
     from holodesk.eval.runner import step_records
 
