@@ -301,21 +301,22 @@ def compare(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str] = ("", 
     label_a, label_b = run_label(a), run_label(b)
     if label_a == label_b and names[0] != names[1]:
         label_a, label_b = f"{label_a} ({names[0]})", f"{label_b} ({names[1]})"
-    width = max(24, len(label_a) + 3, len(label_b) + 3)
-    lines = [f"{'':28} {'A: ' + label_a:>{width}} {'B: ' + label_b:>{width}}"]
-    for key in ("tasks", "pass@1", "pass^k", "mean_steps", "mean_step_s", "mean_reply_tokens"):
-        lines.append(f"{key:28} {_figure(sa.get(key)):>{width}} {_figure(sb.get(key)):>{width}}")
-    lines.append(f"{'model on':28} {_device_words(a):>{width}} {_device_words(b):>{width}}")
+    rows = [(key, _figure(sa.get(key)), _figure(sb.get(key)))
+            for key in ("tasks", "pass@1", "pass^k", "mean_steps", "mean_step_s", "mean_reply_tokens")]
+    rows.append(("model on", _device_words(a), _device_words(b)))
     (reason_a, sample_a), (reason_b, sample_b) = generation_words(a), generation_words(b)
-    lines.append(f"{'think before acting':28} {reason_a:>{width}} {reason_b:>{width}}")
-    lines.append(f"{'sampling':28} {sample_a:>{width}} {sample_b:>{width}}")
+    rows += [("think before acting", reason_a, reason_b), ("sampling", sample_a, sample_b)]
     tasks_a = {t["id"]: t for t in a["tasks"]}
     tasks_b = {t["id"]: t for t in b["tasks"]}
-    lines.append("")
+    task_rows = []
     for task_id in sorted(tasks_a.keys() | tasks_b.keys()):
         ta, tb = tasks_a.get(task_id), tasks_b.get(task_id)
-        fa = f"{ta['passes']}/{ta['runs']}" if ta else "-"
-        fb = f"{tb['passes']}/{tb['runs']}" if tb else "-"
-        mark = "" if fa == fb else "  <- differs"
-        lines.append(f"{task_id[:28]:28} {fa:>{width}} {fb:>{width}}{mark}")
+        task_rows.append((task_id[:28], f"{ta['passes']}/{ta['runs']}" if ta else "-",
+                          f"{tb['passes']}/{tb['runs']}" if tb else "-"))
+    head = ("", f"A: {label_a}", f"B: {label_b}")
+    width = max(24, *(len(cell) + 2 for row in (head, *rows, *task_rows) for cell in row[1:]))
+    lines = [f"{'':28} {head[1]:>{width}} {head[2]:>{width}}"]
+    lines += [f"{key:28} {va:>{width}} {vb:>{width}}" for key, va, vb in rows]
+    lines.append("")
+    lines += [f"{key:28} {va:>{width}} {vb:>{width}}{'' if va == vb else '  <- differs'}" for key, va, vb in task_rows]
     return "\n".join(lines)
