@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from holodesk import __version__
 from holodesk.core.approval import ApprovalMode
+from holodesk.core.policy_options import add_policy_options, policy_overrides
 from holodesk.core.text import display_safe
 from holodesk.display import check_display
 from holodesk.errors import ActionError, HolodeskError, SettingsError
@@ -53,11 +54,8 @@ def _build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="carry out one task from the terminal")
     run.add_argument("task", help="what to do, in plain words")
-    run.add_argument("--script", type=Path, help="replay a file of protocol replies (JSON Lines), one per step")
-    run.add_argument("--model", help="a Hugging Face repo id or local checkpoint folder of one of H Company's "
-                     f"models ({', '.join(series_names())}: every family is run; e.g. Hcompany/Holo2-8B); with "
-                     "--endpoint, the model name the server serves")
-    run.add_argument("--endpoint", help="OpenAI-compatible server URL (vLLM), e.g. http://host:8000/v1")
+    # --script --model --endpoint --precision --think --greedy --seed
+    add_policy_options(run, models=series_names())
     run.add_argument("--approve", choices=[m.value for m in ApprovalMode],
                      help="step: ask before every action; auto: autopilot approves low-risk actions, asks for "
                      "high-risk ones (default: the 'approval' setting, which is 'step' unless you changed it; the run "
@@ -65,13 +63,6 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--monitor", type=int, help="the one monitor to act on (1 = first; `holodesk doctor` lists them)")
     run.add_argument("--max-steps", type=int, help="hard cap on steps")
     run.add_argument("--max-seconds", type=float, help="hard cap on wall time")
-    run.add_argument("--precision", choices=["bf16", "8bit", "4bit"], help="local model weights")
-    run.add_argument("--think", choices=["auto", "on", "off"],
-                     help="think before acting: auto follows the model's profile (docs/model-fidelity.md), on is "
-                          "recommended where the makers say so, off is faster (a typical thought adds seconds a "
-                          "step: the run's first line and `holodesk doctor` say how many on this GPU)")
-    run.add_argument("--greedy", action="store_true", default=None, help="greedy decoding instead of sampling")
-    run.add_argument("--seed", type=int, help="sampling seed (recorded in the episode; default: a new one)")
     run.add_argument("--episodes-dir", type=Path, help="where to record the episode (default: data dir)")
     run.add_argument("--json", action="store_true", help="print the result as one JSON object at the end")
 
@@ -255,22 +246,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     task = check_task(args.task)  # before a model is loaded
 
-    if args.script and (args.model or args.endpoint):
-        raise HolodeskError("--script replays a file; it cannot be combined with --model or --endpoint")
-    policy_kind = "script" if args.script else "remote" if args.endpoint else "local" if args.model else None
     settings = load_settings(
-        policy=policy_kind,
-        model=args.model,
-        endpoint=args.endpoint,
-        script_file=args.script,
+        **policy_overrides(args),
         approval=args.approve,
         monitor=args.monitor,
         max_steps=args.max_steps,
         max_wall_s=args.max_seconds,
-        precision=args.precision,
-        reasoning=args.think,
-        greedy=args.greedy,
-        seed=args.seed,
     )
     drive = DriveLock.acquire()  # one task drives the desktop (DesktopBusy names the one that does)
     try:

@@ -130,6 +130,8 @@ def test_each_step_reports_the_element_the_autopilot_found_on_the_harness_deskto
     assert element["bounds"] == layout["rects"]["dark"]
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert "element: at the point: check box \u2018Dark theme\u2019" in page
+    assert "None" not in page, [line for line in page.splitlines() if "None" in line]
+    assert "desktop session ended" not in output, output[-2000:]
 
 
 @pytest.mark.gui
@@ -142,6 +144,8 @@ def test_without_unattended_the_autopilot_rules_refuse_and_nothing_is_typed(tmp_
     assert "types text in a terminal" in report["attempts"][0]["reason"]
     assert not (tmp_path / "tasks" / "xterm-echo-to-file-0" / "hello.txt").exists()  # the terminal got nothing
     assert report["summary"]["pass@1"] == 0.0 and report["tasks"][0]["runs"] == 2
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "None" not in page, [line for line in page.splitlines() if "None" in line]
 
 
 def _report(passes: dict[str, int], runs: int, policy: str) -> dict[str, Any]:
@@ -163,6 +167,119 @@ def test_compare_shows_two_reports_side_by_side(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{}", encoding="utf-8")
     with pytest.raises(Exception, match="not a holodesk eval report"):
         load_report(tmp_path / "bad.json")
+
+
+def test_eval_takes_the_policy_options_of_run_from_one_declaration() -> None:
+    """``holodesk eval`` has every policy option of ``holodesk run`` (``--think``, ``--greedy``, ``--seed`` ...) with
+    the same choices and help: one declaration (holodesk.core.policy_options) serves both."""
+    from holodesk.cli import _build_parser
+    from holodesk.eval.cli import _parser
+
+    def options(parser: Any) -> dict[str, tuple[Any, ...]]:
+        return {a.option_strings[0]: (a.choices, a.help, a.default, a.type) for a in parser._actions
+                if a.option_strings}
+
+    run_parser = next(a for a in _build_parser()._actions if a.dest == "command").choices["run"]
+    run_options, eval_options = options(run_parser), options(_parser())
+    for flag in ("--script", "--model", "--endpoint", "--precision", "--think", "--greedy", "--seed"):
+        assert flag in eval_options and eval_options[flag] == run_options[flag], flag
+    args = _parser().parse_args(["desktop", "--model", "m", "--think", "on", "--greedy", "--seed", "7"])
+    assert (args.think, args.greedy, args.seed) == ("on", True, 7)
+
+
+def _attempt(task: str, *, passed: bool, records: list[dict[str, Any]], episode: str | None = None) -> Any:
+    from holodesk.eval.runner import Attempt
+
+    return Attempt(task, 0, passed, "the file holds the text" if passed else "setup failed: no window",
+                   "finished" if passed else "failed", "done" if passed else "no window", None, len(records), 1.5,
+                   None if passed else "error", episode, True, records)
+
+
+def test_the_report_and_compare_show_words_never_none(tmp_path: Path) -> None:
+    """Every value a person reads is words: an oracle run (no model, no tokens, no reasoning, steps without a
+    decider or a result) and a failed run (set-up failed, no step) render with no Python None in the page or
+    in ``eval compare``; a sampled local run shows its reasoning (escaped), sampling and seeds."""
+    from holodesk.eval.report import write_report
+    from holodesk.eval.tasks import SUITE_DIR, load_suite
+
+    tasks = load_suite(SUITE_DIR, ["^form-name$", "^feh-next-picture$"])
+    bare = {"step": 0, "frame": None, "thought": None, "action": {"kind": "answer", "content": "ok", "x": None},
+            "error": None, "decision": None, "decided_by": None, "result": None, "ms": 12.0, "policy_ms": None,
+            "reply_tokens": None, "reasoning_text": None, "step_seed": None,
+            "elements": {"at_points": [None, {"role": None, "name": None, "bounds": None, "application": None}],
+                         "focused": None, "lookup_ms": None}}
+    attempts = [_attempt("form-name", passed=True, records=[bare]), _attempt("feh-next-picture", passed=False,
+                                                                            records=[])]
+    oracle_header = {"suite": "desktop", "policy": "oracle", "model": None, "endpoint": None, "sabotage": False,
+                     "unattended": True, "display": ":5", "screen": [1280, 800],
+                     "runtime": {"device": None, "device_name": None},
+                     "settings": {"think": "auto", "greedy": False, "seed": None, "reasoning": None, "sampling": None}}
+    (tmp_path / "oracle").mkdir()
+    oracle = write_report(tmp_path / "oracle", oracle_header, tasks, attempts, 1)
+    page = (tmp_path / "oracle" / "report.html").read_text(encoding="utf-8")
+    assert "None" not in page, [line for line in page.splitlines() if "None" in line]
+    assert "model none (the tasks&#x27; oracle replies)" in page
+    assert "reply tokens not recorded (oracle script)" in page and "decision: none recorded" in page
+
+    sampled = {**bare, "reasoning_text": "The <b>Save</b> button & then done.", "step_seed": 1234,
+               "reply_tokens": 40, "decision": "approve", "decided_by": "unattended", "result": "clicked"}
+    local_header = {**oracle_header, "policy": "local", "model": "/models/tiny",
+                    "settings": {"think": "on", "greedy": False, "seed": 1234, "reasoning": "on",
+                                 "sampling": {"greedy": False, "temperature": 0.8, "top_p": 0.95, "seed": 1234}}}
+    (tmp_path / "local").mkdir()
+    local = write_report(tmp_path / "local", local_header, tasks, [_attempt("form-name", passed=True,
+                                                                            records=[sampled])], 1)
+    page = (tmp_path / "local" / "report.html").read_text(encoding="utf-8")
+    assert "None" not in page
+    assert "reasoning: The &lt;b&gt;Save&lt;/b&gt; button &amp; then done." in page
+    assert "think before acting: on (think: on); sampling: temperature 0.8, top_p 0.95, seed 1234" in page
+    assert "step seed 1234" in page and "decision: approve by unattended" in page
+
+    text = compare(oracle, local)
+    assert "None" not in text, text
+    lines = {line.split()[0]: line for line in text.splitlines() if line.strip()}
+    assert lines["mean_reply_tokens"].split()[1:] == ["not", "recorded", "40.000"]
+    assert "temperature 0.8, top_p 0.95, seed 1234" in text and "not recorded (oracle script)" in text
+
+
+def test_compare_labels_tell_the_runs_apart() -> None:
+    """The columns are named by policy, sabotage and model, and by the reports' file names when those agree."""
+    oracle = {**_report({"t1": 1}, 1, "oracle"), "sabotage": False}
+    sabotaged = {**_report({"t1": 0}, 1, "oracle"), "sabotage": True}
+    header = compare(oracle, sabotaged, ("a.json", "b.json")).splitlines()[0]
+    assert "A: oracle" in header and "B: oracle sabotaged" in header and "a.json" not in header
+    header = compare(oracle, oracle, ("run-1", "run-2")).splitlines()[0]
+    assert "A: oracle (run-1)" in header and "B: oracle (run-2)" in header
+
+
+def test_checkers_verify_all_the_instruction_asks(tmp_path: Path) -> None:
+    """A cell that must hold a formula fails with the right value typed as a number (the workbook written by
+    Gnumeric's ssconvert, read as saved); an answer naming every candidate fails for the one asked for."""
+    import shutil
+
+    from holodesk.eval.tasks import CheckContext, run_check
+
+    if shutil.which("ssconvert") is None:
+        if os.environ.get("CI"):
+            pytest.fail("ssconvert not installed (installers/_setup.sh APT_TEST installs gnumeric)")
+        pytest.skip("ssconvert (gnumeric) not installed")
+    spec = {"kind": "cell", "path": "book.gnumeric", "cell": "B1", "equals": "143",
+            "formulas": ["=SUM(A1:A3)", "=A1+A2+A3"]}
+    verdicts = {}
+    for name, b1 in (("formula", "=sum( $A$1:A3 )"), ("typed", "143")):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "data.csv").write_text(f"14,{b1}\n92\n37\n", encoding="utf-8")
+        subprocess.run(["ssconvert", "data.csv", "book.gnumeric"], cwd=folder, check=True, capture_output=True,
+                       timeout=60)
+        context = CheckContext(folder, None, None, None, None, None, {})
+        verdicts[name] = run_check(spec, context)
+    assert verdicts["formula"][0], verdicts
+    assert not verdicts["typed"][0] and "not a formula" in verdicts["typed"][1], verdicts
+
+    answered = {"kind": "answered", "contains": ["92"], "excludes": ["14", "37"]}
+    assert run_check(answered, CheckContext(tmp_path, None, None, None, None, "The largest is 92.", {}))[0]
+    assert not run_check(answered, CheckContext(tmp_path, None, None, None, None, "14, 92 and 37", {}))[0]
 
 
 def test_a_steps_time_counts_the_policys_parts_once(tmp_path: Path) -> None:
@@ -208,8 +325,8 @@ class _ScriptedServer(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).requests.append(body)
         text = type(self).replies.pop(0)
-        data = json.dumps({"model": body["model"], "choices": [{"message": {"content": text},
-                                                                "finish_reason": "stop"}],
+        message = {"content": text, "reasoning_content": "The <next> picture comes with Right."}
+        data = json.dumps({"model": body["model"], "choices": [{"message": message, "finish_reason": "stop"}],
                            "usage": {"prompt_tokens": 900, "completion_tokens": 17}}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -236,7 +353,7 @@ def test_a_remote_endpoint_runs_through_the_harness(tmp_path: Path) -> None:
     try:
         code, report, output = _eval(tmp_path, "--endpoint", f"http://127.0.0.1:{server.server_port}/v1", "--model",
                                      "Hcompany/Holotron-12B", "--tasks", "^feh-next-picture$", "--unattended",
-                                     timeout=120, HOLODESK_API_KEY="none")
+                                     "--think", "on", "--seed", "1234", timeout=120, HOLODESK_API_KEY="none")
     finally:
         server.shutdown()
         server.server_close()
@@ -249,3 +366,14 @@ def test_a_remote_endpoint_runs_through_the_harness(tmp_path: Path) -> None:
     first = _ScriptedServer.requests[0]["messages"]
     assert any("Show the next picture" in json.dumps(m) for m in first)  # the task's instruction went out
     assert any("image_url" in json.dumps(m) for m in first)  # with the harness's frame
+    # the options of holodesk run reached the policy, and the report says what it used
+    assert [r["seed"] for r in _ScriptedServer.requests] == [1234, 1235]
+    assert report["settings"]["reasoning"] == "on" and report["settings"]["think"] == "on"
+    assert report["settings"]["sampling"] == {"greedy": False, "temperature": 0.8, "top_p": 0.95, "seed": 1234}
+    assert [s["step_seed"] for s in attempt["step_records"]] == [1234, 1235]
+    assert attempt["step_records"][0]["reasoning_text"] == "The <next> picture comes with Right."
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "reasoning: The &lt;next&gt; picture comes with Right." in page and "None" not in page
+    assert "sampling: temperature 0.8, top_p 0.95, seed 1234" in page
+    # the harness releases its watch of its own X server before stopping it: no warning of a desktop's end
+    assert "desktop session ended" not in output, output[-2000:]

@@ -140,6 +140,7 @@ def test_suite_set_boxes_come_from_gtk_and_the_accessibility_tree_and_the_centre
             pytest.fail(f"not installed: {missing}")
         pytest.skip(f"not installed: {missing}")
     assert generate_suite_set(tmp_path) >= 8
+    assert [p.name for p in tmp_path.glob("*.json")] == ["screenspot_desktop_v2.json"]  # ScreenSpot-v2's name
     samples = read_dataset(tmp_path)
     targets = {s.target for s in samples}
     assert {"the Save button", "the Name text field", "the Argentina row of the Country list"} <= targets
@@ -160,6 +161,15 @@ def test_suite_set_boxes_come_from_gtk_and_the_accessibility_tree_and_the_centre
         x1, y1, _, y2 = sample.box
         assert Image.open(sample.image).convert("L").getpixel((int(x1) + 3, int((y1 + y2) / 2))) > 180, sample
     assert {s.group for s in samples} >= {"suite/text", "mousepad/menu", "zenity/push button"}
+    # ScreenSpot's data types: text where the element shows its words (the check box with its label), icon else
+    groups = {s.target: s.group for s in samples}
+    assert groups["the Dark theme check box"] == "suite/text"
+    assert groups["the knob of the Volume slider"] == "suite/icon"
+    # the pointer was out of the way: no row of the Country list is drawn hovered (every row's face alike)
+    form = Image.open(by_target["settings-form.png", "the Save button"].image).convert("RGB")
+    rows = [s.box for s in samples if s.target.endswith("row of the Country list")]
+    faces = {form.getpixel((int(x2) - 3, int((y1 + y2) / 2))) for x1, y1, x2, y2 in rows}
+    assert len(rows) >= 3 and len(faces) == 1, faces
     assert score(samples, oracle_locator)["accuracy"] == 1.0
 
 

@@ -1,6 +1,7 @@
 """``holodesk eval``: task success of a policy on the shipped suite, on a desktop the harness starts itself.
 
-    holodesk eval SUITE [--policy oracle|local|remote|script] [--model M] [--endpoint URL] [--sabotage]
+    holodesk eval SUITE [--policy oracle|local|remote|script] [--model M] [--endpoint URL] [--script FILE]
+                        [--precision P] [--think auto|on|off] [--greedy] [--seed N] [--sabotage]
                         [--unattended] [--repeat K] [--tasks REGEX ...] [--out DIR]
     holodesk eval compare A.json B.json
     holodesk eval grounding (see holodesk.eval.grounding)
@@ -17,14 +18,16 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from holodesk.core.policy_options import add_policy_options, policy_overrides
 from holodesk.errors import HolodeskError
 from holodesk.eval.desktop import EvalDesktop
 from holodesk.eval.grounding import main as grounding_main
 from holodesk.eval.report import compare, load_report, write_report
 from holodesk.eval.runner import ORACLE, SuiteRunner, point_process_at
 from holodesk.eval.tasks import SUITE_DIR, load_suite
+from holodesk.policy.models import series_names
 from holodesk.settings import load_settings
 
 if TYPE_CHECKING:
@@ -41,11 +44,10 @@ def _parser() -> argparse.ArgumentParser:
                                      "holodesk eval grounding --help (click accuracy). See docs/evaluation.md.")
     parser.add_argument("suite", help=f"'{SHIPPED}' (the shipped suite) or a folder / .toml file of tasks")
     parser.add_argument("--policy", choices=["oracle", "local", "remote", "script"],
-                        help="oracle: each task's own solution; default: local with --model, remote with --endpoint")
-    parser.add_argument("--model", help="local checkpoint folder or repo id; with --endpoint the served model name")
-    parser.add_argument("--endpoint", help="OpenAI-compatible server URL, e.g. http://127.0.0.1:8000/v1")
-    parser.add_argument("--script", type=Path, help="a script file of replies (policy 'script'; every task)")
-    parser.add_argument("--precision", choices=["bf16", "8bit", "4bit"], help="local model weights")
+                        help="oracle: each task's own solution; default: local with --model, remote with --endpoint, "
+                        "script with --script (the same script for every task)")
+    # those of holodesk run: --script --model --endpoint --precision --think --greedy --seed
+    add_policy_options(parser, models=series_names())
     parser.add_argument("--sabotage", action="store_true", help="with --policy oracle: play each task's sabotaged "
                         "replies, which must all fail (proves the checkers honest)")
     parser.add_argument("--unattended", action="store_true", help="approve every step, high-risk ones included, "
@@ -70,8 +72,8 @@ def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(args_list)
     if args.repeat < 1:
         raise HolodeskError("--repeat must be 1 or more")
-    policy = args.policy or ("script" if args.script else "remote" if args.endpoint else "local" if args.model
-                             else None)
+    overrides = policy_overrides(args)
+    policy = args.policy or overrides["policy"]
     if policy is None:
         raise HolodeskError("no policy chosen", hint="Pass --policy oracle, --model PATH (local), "
                             "--endpoint URL --model NAME (remote) or --script FILE.")
@@ -83,17 +85,17 @@ def main(argv: Sequence[str]) -> int:
     tasks = load_suite(suite_path, args.tasks)
     out = args.out or Path(f"holodesk-eval-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
-    return _run(args, policy, tasks, out.resolve())
+    return _run(args, policy, overrides, tasks, out.resolve())
 
 
-def _run(args: argparse.Namespace, policy: str, tasks: list[Task], out: Path) -> int:
-    settings = load_settings(policy=None if policy == ORACLE else policy, model=args.model, endpoint=args.endpoint,
-                             script_file=args.script, precision=args.precision, desktop_backend="mss")
+def _run(args: argparse.Namespace, policy: str, overrides: dict[str, Any], tasks: list[Task], out: Path) -> int:
+    settings = load_settings(**{**overrides, "policy": None if policy == ORACLE else policy}, desktop_backend="mss")
     # SIGTERM ends the run through the finally below, so the desktop's X server and programs are stopped too
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     desktop = EvalDesktop.start(directory=out / "desktop")
     runner = None
     runtime: dict[str, str | None] = {"device": None, "device_name": None}
+    generation: dict[str, Any] | None = None
     attempts = []
     try:
         point_process_at(desktop)
@@ -107,12 +109,15 @@ def _run(args: argparse.Namespace, policy: str, tasks: list[Task], out: Path) ->
                       f"{'' if attempt.passed else f' [{attempt.failure}: {attempt.reason}]'}", flush=True)
     finally:
         if runner is not None:
-            runtime = runner.runtime()
+            runtime, generation = runner.runtime(), runner.generation()
             runner.close()
         desktop.stop()
-    header = {"suite": args.suite, "policy": policy, "model": args.model, "endpoint": args.endpoint,
+    model = settings.model if policy in ("local", "remote") else None  # the model the settings' policy ran
+    header = {"suite": args.suite, "policy": policy, "model": model, "endpoint": args.endpoint,
               "sabotage": args.sabotage, "unattended": args.unattended, "display": desktop.display,
-              "screen": [desktop.width, desktop.height], "runtime": runtime}
+              "screen": [desktop.width, desktop.height], "runtime": runtime,
+              "settings": {"think": settings.reasoning, "greedy": settings.greedy, "seed": settings.seed,
+                           **(generation or {"reasoning": None, "sampling": None})}}
     report = write_report(out, header, tasks, attempts, args.repeat)
     s = report["summary"]
     device = "" if runtime["device"] is None else f"; model on {runtime['device']}" + (
@@ -129,5 +134,11 @@ def _compare(argv: list[str]) -> int:
     parser.add_argument("a", type=Path)
     parser.add_argument("b", type=Path)
     args = parser.parse_args(argv)
-    sys.stdout.write(compare(load_report(args.a), load_report(args.b)) + "\n")
+    names = (_file_name(args.a), _file_name(args.b))
+    sys.stdout.write(compare(load_report(args.a), load_report(args.b), names) + "\n")
     return 0
+
+
+def _file_name(path: Path) -> str:
+    """A report's name in the comparison: its folder's name for a ``report.json`` (or a folder), else its file's."""
+    return path.parent.name if path.name == "report.json" else path.name

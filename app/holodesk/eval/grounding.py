@@ -7,7 +7,7 @@
 
 DATASET is a folder in one of two layouts (:func:`read_dataset` tells them apart):
 
-* ScreenSpot-v2 (``OS-Copilot/ScreenSpot-v2``): ``screenspot_*_v2.json`` files beside a
+* ScreenSpot-v2 (``OS-Copilot/ScreenSpot-v2``): ``screenspot_{desktop,mobile,web}_v2.json`` files beside a
   ``screenspotv2_image/`` folder; each entry ``{"img_filename", "bbox": [x, y, width, height] (pixels),
   "instruction", "data_type", "data_source"}``.
 * ScreenSpot-Pro (``likaixin/ScreenSpot-Pro``): ``annotations/*.json`` and ``images/``; each entry
@@ -53,6 +53,11 @@ from holodesk.session.factory import build_policy
 from holodesk.settings import load_settings
 
 V2_IMAGES = "screenspotv2_image"
+V2_FILES = "screenspot_*_v2.json"
+"""ScreenSpot-v2's annotation files: ``screenspot_desktop_v2.json``, ``screenspot_mobile_v2.json``,
+``screenspot_web_v2.json``."""
+SUITE_SET_FILE = "screenspot_desktop_v2.json"
+"""The suite set's annotation file: desktop screenshots, so ScreenSpot-v2's desktop file."""
 Box = tuple[float, float, float, float]
 
 
@@ -92,7 +97,7 @@ def read_dataset(folder: Path) -> list[Sample]:
     if (folder / "annotations").is_dir() and (folder / "images").is_dir():
         files, images, xywh = sorted((folder / "annotations").glob("*.json")), folder / "images", False
     elif (folder / V2_IMAGES).is_dir():
-        files, images, xywh = sorted(folder.glob("*.json")), folder / V2_IMAGES, True
+        files, images, xywh = sorted(folder.glob(V2_FILES)), folder / V2_IMAGES, True
     else:
         raise HolodeskError(f"{folder} is neither a ScreenSpot-v2 folder ({V2_IMAGES}/ and *.json) nor a "
                             "ScreenSpot-Pro folder (annotations/ and images/)",
@@ -129,8 +134,11 @@ def generate_suite_set(folder: Path) -> int:
     a screenshot of the settings form with one entry per widget (boxes from GTK's geometry, the form's layout
     report), and one screenshot each of mousepad and a zenity entry dialog with one entry per named element
     that their accessibility tree reports (:func:`accessible_entries`). Each entry's ``data_source`` is the
-    program; ``data_type`` is "text" / "icon" for the form and the AT-SPI role for the others. Returns the
-    number of samples.
+    program; ``data_type`` is, for the form, ScreenSpot's "text" (the element shows its own words: the Name
+    field, the check box and its label, the button, the list rows) or "icon" (no words: the slider's knob),
+    and the AT-SPI role for the others. The file is ``screenspot_desktop_v2.json`` (:data:`SUITE_SET_FILE`).
+    The pointer is moved to the screen's bottom-right corner before each screenshot (:func:`_grab`), so no
+    element is drawn hovered. Returns the number of samples.
 
     Raises:
         EvalDesktopError: a program is missing, did not come up, or published no accessibility tree.
@@ -150,13 +158,15 @@ def generate_suite_set(folder: Path) -> int:
                                                                   "Which city?"], "[Zz]enity", (400, 250))
     finally:
         desktop.stop()
-    (folder / "screenspot_suite_v2.json").write_text(json.dumps(entries, indent=1, ensure_ascii=False),
-                                                     encoding="utf-8")
+    (folder / SUITE_SET_FILE).write_text(json.dumps(entries, indent=1, ensure_ascii=False), encoding="utf-8")
     return len(entries)
 
 
 def _grab(desktop: EvalDesktop, path: Path) -> None:
-    """A PNG of the desktop's screen, once two grabs 0.2 s apart are the same (the programs have drawn)."""
+    """A PNG of the desktop's screen with the pointer out of the way (the bottom-right corner, where no window
+    of the set lies: nothing is drawn hovered), once two grabs 0.2 s apart are the same (the programs have
+    drawn)."""
+    desktop.run("xdotool", "mousemove", str(desktop.width - 1), str(desktop.height - 1))
     with mss.MSS(display=desktop.display) as grabber:
         shots = [grabber.grab(grabber.monitors[1])]
 
@@ -194,7 +204,7 @@ def _settings_form_entries(desktop: EvalDesktop, folder: Path) -> list[dict[str,
         if name == "volume_knob":  # GTK reports the slider's range; the knob drawn is about 20 px wide
             x, w, y, h = x - 9, max(w, 20), y - 8, max(h, 20)
         entries.append({"img_filename": "settings-form.png", "bbox": [x, y, w, h], "instruction": words,
-                        "data_type": "text" if name.startswith("row:") or name == "name" else "icon",
+                        "data_type": "icon" if name == "volume_knob" else "text",  # ScreenSpot: words or not
                         "data_source": "suite"})
     return entries
 

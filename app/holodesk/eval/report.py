@@ -7,6 +7,10 @@ JSON shape::
      "unattended": bool, "repeat": k, "display": ":N", "screen": [w, h],
      "runtime": {"device": "cuda:0" | "cpu" | null, "device_name": GPU name | null} (where a local model ran:
                  holodesk.eval.runner.policy_runtime; null for the oracle, a script, a remote endpoint),
+     "settings": {"think": "auto" | "on" | "off", "greedy": bool, "seed": int | null (as asked: the options and
+                  settings), "reasoning": "on" | "off" | null, "sampling": {"greedy", "temperature", "top_p",
+                  "seed"} | null (as the policy used them: holodesk.eval.runner.policy_generation; null for the
+                  oracle and a script, which generate nothing)},
      "summary": {"tasks": n, "programs": m, "pass@1": 0..1, "pass^k": 0..1, "mean_steps": float,
                  "mean_step_s": float, "mean_reply_tokens": float | null, "failures": {class: count}},
      "tasks": [{"id", "program", "skills", "passes": int, "runs": k, "pass@1", "pass^k"}],
@@ -81,6 +85,65 @@ def load_report(path: Path) -> dict[str, Any]:
     return data
 
 
+NOT_RECORDED = "not recorded"
+DASH = "\u2014"
+
+
+def _words(value: Any, missing: str = DASH) -> str:
+    """``value`` as a person reads it: ``missing`` (default "—") for None, else its text."""
+    return missing if value is None else str(value)
+
+
+def _not_generated(report: dict[str, Any]) -> str:
+    """What a person reads where the policy recorded nothing about its generation: why, by the policy."""
+    policy = report.get("policy")
+    if policy == "oracle":
+        return f"{NOT_RECORDED} (oracle script)"
+    if policy == "script":
+        return f"{NOT_RECORDED} (script of replies)"
+    return f"{NOT_RECORDED} (the policy did not report it)"
+
+
+def _model_words(report: dict[str, Any]) -> str:
+    """The model of the run, or why there is none."""
+    if report.get("model"):
+        return str(report["model"])
+    return {"oracle": "none (the tasks' oracle replies)", "script": "none (a script of replies)"}.get(
+        str(report.get("policy")), DASH)
+
+
+def _sampling_words(sampling: dict[str, Any] | None, missing: str) -> str:
+    """``greedy`` or ``temperature 0.8, top_p 0.95``, then ``seed N``; ``missing`` when not recorded."""
+    if not isinstance(sampling, dict):
+        return missing
+    how = "greedy" if sampling.get("greedy") else (f"temperature {_words(sampling.get('temperature'))}, "
+                                                   f"top_p {_words(sampling.get('top_p'))}")
+    return f"{how}, seed {_words(sampling.get('seed'))}"
+
+
+def generation_words(report: dict[str, Any]) -> tuple[str, str]:
+    """(reasoning, sampling) of the run in words, as the policy used them (``settings``); "not recorded (...)"
+    where the policy generates nothing or the report predates these settings."""
+    settings = report.get("settings") or {}
+    missing = _not_generated(report)
+    reasoning = settings.get("reasoning")
+    think = settings.get("think")
+    reasoning_words = missing if reasoning is None else (
+        f"{reasoning} (think: {think})" if think else str(reasoning))
+    return reasoning_words, _sampling_words(settings.get("sampling"), missing)
+
+
+def run_label(report: dict[str, Any]) -> str:
+    """A run's name in words: its policy, ``sabotaged`` where it was, and its model: ``oracle sabotaged``,
+    ``local Hcompany/Holotron-12B``."""
+    parts = [str(report.get("policy") or DASH)]
+    if report.get("sabotage"):
+        parts.append("sabotaged")
+    if report.get("model"):
+        parts.append(str(report["model"]))
+    return " ".join(parts)
+
+
 def _marker(action: dict[str, Any] | None) -> str:
     """Absolutely placed markers (percent of the frame) at the action's points."""
     if not isinstance(action, dict):
@@ -98,7 +161,7 @@ def _action_words(action: dict[str, Any] | None) -> str:
     if not isinstance(action, dict):
         return "(no action)"
     fields = ", ".join(f"{k}={v}" for k, v in action.items() if k != "kind" and v is not None)
-    return f"{action.get('kind')}: {fields}"
+    return f"{_words(action.get('kind'), 'unknown kind')}: {fields or 'no fields'}"
 
 
 def _element_words(elements: dict[str, Any] | None) -> str:
@@ -110,13 +173,14 @@ def _element_words(elements: dict[str, Any] | None) -> str:
     def one(element: Any) -> str:
         if not isinstance(element, dict):
             return "nothing known"
-        return (f"{element.get('role')} \u2018{element.get('name')}\u2019 {element.get('bounds')}"
-                f" ({element.get('application')})")
+        application = _words(element.get("application"), "no application")
+        return (f"{_words(element.get('role'), 'no role')} \u2018{_words(element.get('name'), '')}\u2019 "
+                f"{_words(element.get('bounds'), 'no bounds')} ({application})")
 
     parts = [f"at the point: {one(e)}" for e in elements.get("at_points") or []]
     if "focused" in elements:
         parts.append(f"focused: {one(elements.get('focused'))}")
-    parts.append(f"{elements.get('lookup_ms')} ms")
+    parts.append(f"{_words(elements.get('lookup_ms'))} ms")
     return "; ".join(parts)
 
 
@@ -129,10 +193,43 @@ def _device_words(report: dict[str, Any]) -> str:
     return f"{device} ({runtime['device_name']})" if runtime.get("device_name") else str(device)
 
 
+def _step_html(report: dict[str, Any], step: dict[str, Any], image: str) -> str:
+    """One step of an attempt: its frame with the marker, the thought, the model's reasoning, the action, the
+    decision and its result, every value in words (never a bare None)."""
+    esc = html.escape
+    missing = _not_generated(report)
+    decision = _words(step.get("decision"), "none recorded")
+    if step.get("decided_by"):
+        decision += f" by {step['decided_by']}"
+    reasoning_words = step.get("reasoning_text") or (
+        missing if report.get("policy") in ("oracle", "script") else "none recorded (no thought before acting)")
+    seed = step.get("step_seed")
+    lines = [f"<b>step {_words(step.get('step'))}</b>",
+             f"thought: {esc(_words(step.get('thought')))}",
+             f"reasoning: {esc(reasoning_words)}",
+             f"action: {esc(_action_words(step.get('action')))}",
+             f"decision: {esc(decision)}",
+             f"result: {esc(_words(step.get('result'), 'nothing performed'))}"]
+    if step.get("error"):
+        lines.append(f"error: {esc(str(step['error']))}")
+    if words := _element_words(step.get("elements")):
+        lines.append(f"element: {esc(words)}")
+    tokens = step.get("reply_tokens")
+    lines.append(f"{_words(step.get('ms'))} ms, reply tokens {esc(_words(tokens, missing))}, step seed "
+                 f"{esc(_words(seed, missing))}")
+    return f"<div class='step'>{image}<div class='text'>{'<br>'.join(lines)}</div></div>"
+
+
 def render_html(report: dict[str, Any], out: Path) -> str:
-    """The static HTML page of ``report``; frames are linked relative to ``out`` (the report's folder)."""
+    """The static HTML page of ``report``; frames are linked relative to ``out`` (the report's folder). Every
+    value is shown in words: a value not recorded says so (and why), never Python's None."""
     s = report["summary"]
-    tokens = "n/a" if s["mean_reply_tokens"] is None else f"{s['mean_reply_tokens']:.1f}"
+    missing = _not_generated(report)
+    tokens = missing if s["mean_reply_tokens"] is None else f"{s['mean_reply_tokens']:.1f}"
+    reasoning, sampling = generation_words(report)
+    screen = report.get("screen")
+    screen_words = f"{screen[0]}x{screen[1]}" if isinstance(screen, list) and len(screen) == 2 else DASH
+    failures = ", ".join(f"{k}: {v}" for k, v in (s.get("failures") or {}).items()) or "none"
     esc = html.escape
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>holodesk eval</title><style>"
@@ -143,15 +240,15 @@ def render_html(report: dict[str, Any], out: Path) -> str:
         "margin:-9px 0 0 -9px;border:3px solid #e00;border-radius:50%}"
         ".step{display:flex;gap:12px;margin:6px 0}.step div.text{font-size:13px;max-width:560px}"
         "details{margin:4px 0}</style></head><body>",
-        f"<h1>holodesk eval: {esc(str(report.get('suite')))}</h1>",
-        f"<p>policy <b>{esc(str(report.get('policy')))}</b>"
-        f"{' (sabotaged)' if report.get('sabotage') else ''}; model {esc(str(report.get('model')))}; "
+        f"<h1>holodesk eval: {esc(_words(report.get('suite')))}</h1>",
+        f"<p>policy <b>{esc(_words(report.get('policy')))}</b>"
+        f"{' (sabotaged)' if report.get('sabotage') else ''}; model {esc(_model_words(report))}; "
         f"{'unattended' if report.get('unattended') else 'autopilot rules, nobody present'}; "
-        f"screen {report.get('screen')}; repeat k={s['repeat']}; model on {esc(_device_words(report))}</p>",
+        f"screen {screen_words}; repeat k={s['repeat']}; model on {esc(_device_words(report))}</p>",
+        f"<p>think before acting: {esc(reasoning)}; sampling: {esc(sampling)}</p>",
         f"<p><b>pass@1 {s['pass@1']:.1%}</b>, pass^{s['repeat']} {s['pass^k']:.1%} over {s['tasks']} tasks in "
         f"{s['programs']} programs; {s['passed_runs']}/{s['runs']} runs passed; mean steps {s['mean_steps']:.1f}; "
-        f"mean step {s['mean_step_s']:.2f} s; mean reply tokens {tokens}; failures "
-        f"{esc(json.dumps(s['failures']))}</p>",
+        f"mean step {s['mean_step_s']:.2f} s; mean reply tokens {esc(tokens)}; failures {esc(failures)}</p>",
         "<table><tr><th>task</th><th>program</th><th>runs passed</th><th>verdict</th><th>failure</th></tr>",
     ]
     by_task: dict[str, list[dict[str, Any]]] = {}
@@ -162,55 +259,64 @@ def render_html(report: dict[str, Any], out: Path) -> str:
         css = "pass" if row["pass^k"] else "fail"
         parts.append(f"<tr class='{css}'><td><a href='#{esc(row['id'])}'>{esc(row['id'])}</a></td>"
                      f"<td>{esc(row['program'])}</td><td>{row['passes']}/{row['runs']}</td>"
-                     f"<td>{esc(runs[-1]['verdict'] if runs else '')}</td>"
-                     f"<td>{esc(', '.join(str(a['failure']) for a in runs if a['failure']))}</td></tr>")
+                     f"<td>{esc(runs[-1]['verdict'] if runs else 'not run')}</td>"
+                     f"<td>{esc(', '.join(str(a['failure']) for a in runs if a['failure']) or DASH)}</td></tr>")
     parts.append("</table>")
     for attempt in report["attempts"]:
         css = "pass" if attempt["passed"] else "fail"
         parts.append(f"<h3 id='{esc(attempt['task'])}' class='{css}'>{esc(attempt['task'])} "
                      f"(run {attempt['repeat'] + 1}): {'passed' if attempt['passed'] else 'failed'}</h3>"
-                     f"<p>checker: {esc(attempt['verdict'])}<br>end: {esc(attempt['status'])} — "
-                     f"{esc(attempt['reason'])}; {attempt['steps']} steps in {attempt['seconds']} s</p>"
+                     f"<p>checker: {esc(_words(attempt['verdict']))}<br>end: {esc(_words(attempt['status']))} — "
+                     f"{esc(_words(attempt['reason']))}"
+                     f"{'; answer: ' + esc(attempt['answer']) if attempt.get('answer') else ''}; "
+                     f"{attempt['steps']} steps in {attempt['seconds']} s</p>"
                      f"<details{'' if attempt['passed'] else ' open'}>"
                      "<summary>steps</summary>")
         episode = attempt.get("episode")
+        if not attempt["step_records"]:
+            parts.append("<p>no step recorded</p>")
         for step in attempt["step_records"]:
             image = ""
             if episode and step.get("frame"):
                 src = os.path.relpath(Path(episode) / step["frame"], out)
                 image = f"<span class='frame'><img src='{esc(src)}'>{_marker(step.get('action'))}</span>"
-            parts.append(f"<div class='step'>{image}<div class='text'><b>step {step['step']}</b><br>"
-                         f"thought: {esc(str(step.get('thought')))}<br>action: "
-                         f"{esc(_action_words(step.get('action')))}<br>decision: {esc(str(step.get('decision')))} "
-                         f"by {esc(str(step.get('decided_by')))}<br>result: {esc(str(step.get('result')))}"
-                         f"{'<br>error: ' + esc(str(step['error'])) if step.get('error') else ''}"
-                         f"{'<br>element: ' + esc(words) if (words := _element_words(step.get('elements'))) else ''}"
-                         "<br>"
-                         f"{step.get('ms')} ms, reply tokens {step.get('reply_tokens')}</div></div>")
+            parts.append(_step_html(report, step, image))
         parts.append("</details>")
     parts.append("</body></html>")
     return "\n".join(parts)
 
 
-def compare(a: dict[str, Any], b: dict[str, Any]) -> str:
-    """Two reports side by side as text: the summary figures, then each task's passes in A and B."""
+def _figure(value: Any) -> str:
+    """A summary figure of the comparison: 3 decimals for a float, NOT_RECORDED for None."""
+    if value is None:
+        return NOT_RECORDED
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def compare(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str] = ("", "")) -> str:
+    """Two reports side by side as text: the runs' names, the summary figures, how each policy generated
+    (reasoning, sampling, seed), then each task's passes in A and B. ``names`` (the reports' file names) are
+    added to the columns' labels when the policy, sabotage and model alone do not tell the runs apart."""
     sa, sb = a["summary"], b["summary"]
-    name_a = f"A: {a.get('policy')} {a.get('model') or ''}".strip()
-    name_b = f"B: {b.get('policy')} {b.get('model') or ''}".strip()
-    lines = [f"{'':28} {name_a[:24]:>24} {name_b[:24]:>24}"]
-    for key in ("tasks", "pass@1", "pass^k", "mean_steps", "mean_step_s", "mean_reply_tokens"):
-        va, vb = sa.get(key), sb.get(key)
-        fa = f"{va:.3f}" if isinstance(va, float) else str(va)
-        fb = f"{vb:.3f}" if isinstance(vb, float) else str(vb)
-        lines.append(f"{key:28} {fa:>24} {fb:>24}")
-    lines.append(f"{'model on':28} {_device_words(a)[:24]:>24} {_device_words(b)[:24]:>24}")
+    label_a, label_b = run_label(a), run_label(b)
+    if label_a == label_b and names[0] != names[1]:
+        label_a, label_b = f"{label_a} ({names[0]})", f"{label_b} ({names[1]})"
+    rows = [(key, _figure(sa.get(key)), _figure(sb.get(key)))
+            for key in ("tasks", "pass@1", "pass^k", "mean_steps", "mean_step_s", "mean_reply_tokens")]
+    rows.append(("model on", _device_words(a), _device_words(b)))
+    (reason_a, sample_a), (reason_b, sample_b) = generation_words(a), generation_words(b)
+    rows += [("think before acting", reason_a, reason_b), ("sampling", sample_a, sample_b)]
     tasks_a = {t["id"]: t for t in a["tasks"]}
     tasks_b = {t["id"]: t for t in b["tasks"]}
-    lines.append("")
+    task_rows = []
     for task_id in sorted(tasks_a.keys() | tasks_b.keys()):
         ta, tb = tasks_a.get(task_id), tasks_b.get(task_id)
-        fa = f"{ta['passes']}/{ta['runs']}" if ta else "-"
-        fb = f"{tb['passes']}/{tb['runs']}" if tb else "-"
-        mark = "" if fa == fb else "  <- differs"
-        lines.append(f"{task_id[:28]:28} {fa:>24} {fb:>24}{mark}")
+        task_rows.append((task_id[:28], f"{ta['passes']}/{ta['runs']}" if ta else "-",
+                          f"{tb['passes']}/{tb['runs']}" if tb else "-"))
+    head = ("", f"A: {label_a}", f"B: {label_b}")
+    width = max(24, *(len(cell) + 2 for row in (head, *rows, *task_rows) for cell in row[1:]))
+    lines = [f"{'':28} {head[1]:>{width}} {head[2]:>{width}}"]
+    lines += [f"{key:28} {va:>{width}} {vb:>{width}}" for key, va, vb in rows]
+    lines.append("")
+    lines += [f"{key:28} {va:>{width}} {vb:>{width}}{'' if va == vb else '  <- differs'}" for key, va, vb in task_rows]
     return "\n".join(lines)

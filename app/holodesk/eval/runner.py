@@ -34,8 +34,10 @@ from holodesk.errors import HolodeskError
 from holodesk.eval.desktop import EvalDesktop, Program, wait_for
 from holodesk.eval.tasks import CheckContext, Rect, Task, expand, resolve_reply, run_check
 from holodesk.policy.base import Observation, Proposal
+from holodesk.policy.generation import GenerationOptions
 from holodesk.policy.scripted import ScriptedPolicy
 from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision
+from holodesk.session.desktop import close_desktop
 from holodesk.session.episode import load_episode
 from holodesk.session.factory import PolicyCache, build_policy, build_session, default_focus_probe, default_window_probe
 
@@ -90,7 +92,9 @@ class Attempt:
         steps: steps taken. seconds: wall time of the run (setup and check excluded).
         failure: a :data:`FAILURE_CLASSES` entry when not passed, else None.
         episode: the episode folder. unattended: every step could be approved without a person.
-        step_records: per step ``{frame, thought, action, decision, result, ms, reply_tokens, elements}``;
+        step_records: per step ``{frame, thought, action, decision, result, ms, reply_tokens, reasoning_text,
+            step_seed, elements}`` (``reasoning_text``: the model's thought before acting, None when it did not
+            reason; ``step_seed``: the step's sampling seed, None when greedy or not generated here);
             ``elements`` is the autopilot's accessibility lookup as the episode recorded it (``{"at_points":
             [element or null per point of the action], "focused": element or null, "lookup_ms"}``, each element
             ``{"role", "name", "states", "bounds": [x, y, w, h] screen pixels, "application", "active_window"}``,
@@ -161,6 +165,17 @@ def policy_runtime(policy: object) -> dict[str, str | None]:
     return dict(device) if isinstance(device, dict) else {"device": None, "device_name": None}
 
 
+def policy_generation(policy: object) -> dict[str, Any] | None:
+    """How ``policy`` generates, as it was built (its ``options``,
+    :class:`~holodesk.policy.generation.GenerationOptions`): ``{"reasoning": "on" | "off", "sampling": {"greedy",
+    "temperature", "top_p", "seed"}}`` (:meth:`~holodesk.policy.models.Sampling.record`); None for a policy that
+    generates nothing (the oracle, a script) or none kept."""
+    options = getattr(policy, "options", None)
+    if not isinstance(options, GenerationOptions):
+        return None
+    return {"reasoning": "on" if options.reasoning else "off", "sampling": options.sampling.record()}
+
+
 def step_ms(timings: dict[str, Any]) -> float:
     """A step's milliseconds from its episode ``timings_ms``: the sum of the loop's own stages (capture, policy,
     approval, execute ...); the policy's parts (``"policy.decode"`` ...) are inside ``"policy"`` and not added."""
@@ -181,6 +196,7 @@ def step_records(episode: Path | None) -> list[dict[str, Any]]:
                         "decided_by": step.get("decided_by"), "result": result.get("message"),
                         "ms": step_ms(timings),
                         "policy_ms": timings.get("policy"), "reply_tokens": _tokens(extra),
+                        "reasoning_text": extra.get("reasoning_text"), "step_seed": extra.get("step_seed"),
                         "elements": step.get("elements")})
     return records
 
@@ -214,10 +230,17 @@ class SuiteRunner:
         """Where the kept policy's model runs (:func:`policy_runtime`); call before :meth:`close`."""
         return policy_runtime(self._cache.policy)
 
+    def generation(self) -> dict[str, Any] | None:
+        """How the kept policy generates (:func:`policy_generation`); call before :meth:`close`."""
+        return policy_generation(self._cache.policy)
+
     def close(self) -> None:
-        """Release the kept policy (a loaded model) and the accessibility bus connection."""
+        """Release what the runs held, before the desktop's X server stops: the kept policy (a loaded model), the
+        accessibility bus connection and the process's desktop backend (its capture and its watch of the X
+        server, :func:`~holodesk.session.desktop.close_desktop`), so the server's expected end warns nobody."""
         self._cache.close()
         self._elements.close()
+        close_desktop()
 
     def _rects(self) -> dict[str, Rect]:
         rects: dict[str, Rect] = {}

@@ -37,6 +37,7 @@ and ``"win0"``, ``"win1"``... are the launched programs' windows. They are turne
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 import re
@@ -46,6 +47,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 from holodesk.errors import HolodeskError
 
@@ -55,6 +57,8 @@ APPS_DIR = Path(__file__).resolve().parent / "apps"
 """The suite's own programs (the settings form)."""
 SYSTEM_PYTHON = "/usr/bin/python3"
 """The Python that has PyGObject (python3-gi) for the settings form."""
+GNUMERIC_NS = "http://www.gnumeric.org/v10.dtd"
+"""The XML namespace of Gnumeric's workbook format."""
 SKILLS = ("click", "typing", "non-latin", "menu", "dialog", "drag", "scroll", "multi-program", "ask", "keys")
 
 
@@ -292,7 +296,9 @@ def _json_file(spec: dict[str, Any], ctx: CheckContext) -> tuple[bool, str]:
 
 
 def _cell(spec: dict[str, Any], ctx: CheckContext) -> tuple[bool, str]:
-    """A spreadsheet cell's value, read by exporting the workbook with Gnumeric's ``ssconvert``."""
+    """A spreadsheet cell's value, read by exporting the workbook with Gnumeric's ``ssconvert`` (``equals``);
+    with ``formulas``, the cell must also hold one of those formulas (case, spaces and ``$`` ignored), read
+    from the saved workbook (:func:`gnumeric_cell_content`): a typed constant with the right value fails."""
     path = ctx.folder / spec["path"]
     ssconvert = shutil.which("ssconvert")
     if ssconvert is None:
@@ -307,14 +313,49 @@ def _cell(spec: dict[str, Any], ctx: CheckContext) -> tuple[bool, str]:
     assert match is not None, spec["cell"]
     col, row = ord(match.group(1)) - ord("A"), int(match.group(2)) - 1
     value = rows[row][col] if row < len(rows) and col < len(rows[row]) else ""
-    return value == spec["equals"], f"cell {spec['cell']} holds {value!r}, expected {spec['equals']!r}"
+    verdict = f"cell {spec['cell']} holds {value!r}, expected {spec['equals']!r}"
+    if value != spec["equals"] or "formulas" not in spec:
+        return value == spec["equals"], verdict
+    content = gnumeric_cell_content(path, col, row)
+    formula = re.sub(r"[\s$]", "", content or "").upper()
+    accepted = [re.sub(r"[\s$]", "", f).upper() for f in spec["formulas"]]
+    ok = formula in accepted
+    return ok, f"{verdict}; its content is {content!r}" + ("" if ok else f", not a formula of {spec['formulas']}")
+
+
+def gnumeric_cell_content(path: Path, col: int, row: int) -> str | None:
+    """What cell (``col``, ``row``; 0-based) of the Gnumeric workbook ``path`` holds as saved, in its first
+    sheet: a formula's text (``=sum(A1:A3)``) or a constant's; None for an empty cell. Read from the file
+    itself (gzip-compressed or plain XML, Gnumeric's own format), since an export gives only values.
+
+    Raises:
+        OSError: the file cannot be read. ValueError: it is not a Gnumeric workbook.
+    """
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    try:
+        root = ElementTree.fromstring(data)
+    except ElementTree.ParseError as exc:
+        raise ValueError(f"{path.name} is not a Gnumeric workbook: {exc}") from exc
+    sheet = root.find(f"{{{GNUMERIC_NS}}}Sheets/{{{GNUMERIC_NS}}}Sheet")
+    if sheet is None:
+        raise ValueError(f"{path.name} has no sheet")
+    for cell in sheet.iter(f"{{{GNUMERIC_NS}}}Cell"):
+        if cell.get("Col") == str(col) and cell.get("Row") == str(row):
+            return cell.text
+    return None
 
 
 def _answered(spec: dict[str, Any], ctx: CheckContext) -> tuple[bool, str]:
+    """The run ended with an answer that names every word of ``contains`` and none of ``excludes`` (case
+    ignored): an answer that lists every candidate does not pass for the one asked for."""
     if ctx.answer is None:
         return False, "the run did not end with an answer"
     missing = [word for word in spec.get("contains", []) if word.lower() not in ctx.answer.lower()]
-    return not missing, f"answered {ctx.answer[:80]!r}" + (f", without {missing}" if missing else "")
+    extra = [word for word in spec.get("excludes", []) if word.lower() in ctx.answer.lower()]
+    return not missing and not extra, f"answered {ctx.answer[:80]!r}" + (
+        f", without {missing}" if missing else "") + (f", naming {extra} too" if extra else "")
 
 
 def _all(spec: dict[str, Any], ctx: CheckContext) -> tuple[bool, str]:
