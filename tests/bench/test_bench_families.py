@@ -212,3 +212,36 @@ def test_a_failing_family_is_recorded_and_the_next_runs(tmp_path: Path, monkeypa
     rows = result["family_rows"]
     assert "not known" in rows["qwen3_5"]["error"] and result["checks_failed"][0].startswith("--family qwen3_5")
     assert "error" not in rows["qwen3_vl"] and rows["qwen3_vl"]["image_tokens"] == 60 * 34
+
+
+@pytest.mark.parametrize("builder", ["write_family_checkpoint", "full_size_model", "build_random_model"])
+def test_building_a_nemotron_h_model_prepares_the_kernels_first(tmp_path: Path, builder: str) -> None:
+    """Each bench builder of a Nemotron-H model (the tiny Omni checkpoint, the full-size Omni row on the meta
+    device, the random Holotron-12B at tiny size) prepares mamba-ssm's kernels before transformers imports
+    NemotronH, so a Holotron-12B loaded later in the same process (a bench run, a test session) gets its Mamba-2
+    kernels (a fresh process: the order of imports is what is checked)."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+from pathlib import Path
+builder = {builder!r}
+if builder == "write_family_checkpoint":
+    from holodesk.bench.families import write_family_checkpoint
+    write_family_checkpoint(Path({str(tmp_path)!r}) / "omni", "nemotron_h_omni")
+elif builder == "full_size_model":
+    import torch
+    from holodesk.bench.full_size import FULL_SIZE, full_size_model
+    full_size_model(FULL_SIZE["nemotron_h_omni"](), torch.device("meta"), torch.bfloat16)
+else:
+    import torch
+    from holodesk.bench.model import TINY, build_random_model, random_config
+    build_random_model(random_config(TINY).config, torch.device("cpu"), torch.float32, 0)
+assert "transformers.models.nemotron_h.modeling_nemotron_h" in sys.modules
+from holodesk.policy.holotron.kernels import kernel_report
+print("prepared before transformers:", kernel_report()["prepared_before_transformers"])
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "prepared before transformers: True" in res.stdout, res.stdout + res.stderr[-2000:]

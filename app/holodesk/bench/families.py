@@ -25,6 +25,7 @@ from typing import Any, Final
 
 from holodesk.bench.tiny_checkpoint import CHAT_TEMPLATE as NEMOTRON_CHAT_TEMPLATE
 from holodesk.bench.tiny_checkpoint import train_tokenizer, write_tiny_checkpoint
+from holodesk.policy.holotron.kernels import prepare_kernels
 from holodesk.policy.native.families import NATIVE_FAMILIES, family_by_key
 
 QWEN_SPECIAL_TOKENS: Final = [
@@ -245,6 +246,7 @@ def write_family_checkpoint(path: str | Path, family: str, *, seed: int = 0, tok
     import torch  # lazy: torch (optional: the local extra)
     from transformers import AutoConfig, AutoModelForImageTextToText  # lazy: transformers (optional: the local extra)
 
+    prepare_kernels()  # before transformers imports NemotronH (the Omni class), as every loader in this process does
     chosen = family_by_key(family)
     if chosen not in NATIVE_FAMILIES:
         raise ValueError(f"{family} is not a native family; Holotron-12B has its own writer (tiny_checkpoint.py)")

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from holodesk.errors import ModelLoadError
+from holodesk.policy.holotron.kernels import prepare_kernels
 
 if TYPE_CHECKING:
     import torch
@@ -134,6 +135,7 @@ def full_size_model(config: dict[str, Any], device: torch.device, dtype: torch.d
     import torch  # lazy: torch (optional: the local extra)
     from transformers import AutoConfig, AutoModelForImageTextToText  # lazy: transformers (optional: the local extra)
 
+    prepare_kernels()  # before transformers imports NemotronH (the Omni class), as every loader in this process does
 
     fields = {k: v for k, v in config.items() if k not in ("model_type", "architectures")}
     try:

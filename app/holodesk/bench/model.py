@@ -195,6 +195,7 @@ def build_random_model(config: NemotronH_Omni_Reasoning_V3_Config, device: torch
     so the residual stream stays bounded through 62 random blocks."""
     import torch  # lazy: torch (optional: the local extra)
 
+    prepare_kernels()  # before transformers imports NemotronH, as every loader in this process does
     # lazy: transformers (optional: the local extra)
     from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3
 
