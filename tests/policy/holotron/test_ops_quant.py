@@ -530,3 +530,25 @@ def test_gpu_int8_prefill_projection_replays_in_a_cuda_graph(compiled: bool) -> 
     graph.replay()
     torch.cuda.synchronize()
     assert rel(out, torch.nn.functional.linear(x, weight) * 2) < 1e-4
+
+
+@pytest.mark.parametrize("op", ["gemv_int8", "gemv_int8_words"])
+def test_int8_ops_trace_with_fake_tensors_without_a_data_pointer(op: str) -> None:
+    """``torch.compile`` traces a ``triton_op`` by running its body on fake tensors, which have no data pointer:
+    reading one there fails the compile (run 24: the int8-words op asked ``x.data_ptr()`` and the captured int8
+    decoder fell back to plain torch blocks). On the CPU, fake CUDA tensors stand in and the read is a warning,
+    turned into an error here."""
+    pytest.importorskip("triton")
+    if not quant.HAVE_TRITON:
+        pytest.skip("the Triton kernels do not import here")
+    import warnings
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with warnings.catch_warnings(), FakeTensorMode():
+        warnings.simplefilter("error")
+        x = torch.empty(1, 5120, dtype=torch.bfloat16, device="cuda")
+        cb = torch.empty(1024, 5120, dtype=torch.int8, device="cuda")
+        scb = torch.empty(1024, device="cuda")
+        y = getattr(torch.ops.holodesk, op)(x, cb, scb, quant.INT8_SCALE, 4, 1024, 4)
+    assert tuple(y.shape) == (1, 1024) and y.dtype == torch.bfloat16

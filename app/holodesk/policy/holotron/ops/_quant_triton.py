@@ -365,7 +365,8 @@ def gemv_int8_words_op(x: torch.Tensor, cb: torch.Tensor, scb: torch.Tensor, sca
                        num_warps: int) -> torch.Tensor:
     """``torch.ops.holodesk.gemv_int8_words``: bf16 ``x [1, K]`` times the int8 weight ``cb [N, K]`` with row scales
     ``scb [N]`` -> ``[1, N]`` bf16, as :func:`gemv_int8_op`, by :func:`int8_words_gemv_kernel` (no int-to-float
-    conversion instruction); ``x`` not 8-byte aligned is copied first.
+    conversion instruction); ``x`` starting off an 8-byte boundary of its storage is copied first (its
+    data pointer is not read: under ``torch.compile`` the op is traced with fake tensors, which have none).
 
     Raises:
         ValueError: ``x`` not bf16, ``cb`` not contiguous, or ``K`` not a multiple of ``block_k`` and 4.
@@ -374,7 +375,7 @@ def gemv_int8_words_op(x: torch.Tensor, cb: torch.Tensor, scb: torch.Tensor, sca
     if x.dtype != torch.bfloat16 or not cb.is_contiguous() or n_cols % block_k or n_cols % 4:
         raise ValueError(f"gemv_int8_words needs bf16 x, a contiguous weight and K a multiple of block_k and 4 "
                          f"(x {x.dtype}, K {n_cols}, block_k {block_k})")
-    if x.data_ptr() % 8:  # the quads are read as int64
+    if x.storage_offset() * x.element_size() % 8:  # the quads are read as int64 (storages start 8-byte aligned)
         x = x.clone()
     y = torch.empty(1, n_rows, dtype=x.dtype, device=x.device)
     grid = (triton.cdiv(n_rows, block_n),)
