@@ -7,7 +7,7 @@
 # 2. docs/tools/probe_nf4_gemv.py --format int8: every int8 tile of both kinds at the 12B shapes, GB/s and share of copy;
 # 3. `holodesk bench --quant 8bit` twice in separate processes: as main chooses (both kinds timed at load), then with
 #    the `int8-words` tiles taken out of quant.tiles (the baseline: the kernel choice of before), same machine.
-# Limits: TESTS_S (150), PROBE_S (130; 0 leaves the probe out), BENCH_S (110 each).
+# Limits: TESTS_S (150), PROBE_S (130; 0 leaves the probe out), BENCH_S (110 each); VARIANTS (chosen without-words).
 set -u
 out=${1:?usage: int8_words.sh OUT}
 mkdir -p "$out"
@@ -20,7 +20,7 @@ if [ "${PROBE_S:-130}" != 0 ]; then
     timeout "${PROBE_S:-130}" python3 docs/tools/probe_nf4_gemv.py --format int8 --copies 4 2>&1 \
         | grep -v "Warning\|warn(" | tee "$out/probe.log"
 fi
-for variant in chosen without-words; do
+for variant in ${VARIANTS:-chosen without-words}; do
     echo "== bench 8bit: $variant"
     timeout "${BENCH_S:-110}" python3 - "$variant" "$out/bench-8bit-$variant.json" <<'PY' 2>&1 \
         | grep -v "Warning\|warn(" | cut -c1-700 | tee "$out/bench-8bit-$variant.log"
