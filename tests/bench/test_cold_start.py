@@ -1,7 +1,7 @@
 """``holodesk bench --cold-start`` on the CPU: the tiny checkpoint written in the published layout, its read
 floor with the page cache dropped per file (``--cold-start-drop files``: never the whole machine's cache
-here), and the phases of fresh processes up to a real 1080p proposal, with and without the weights read
-ahead; plus the full-size checkpoint's tensors and shards, computed without writing them."""
+here), and the phases of fresh processes up to a real 1080p proposal; plus the full-size checkpoint's
+tensors and shards, computed without writing them."""
 
 from __future__ import annotations
 
@@ -71,21 +71,16 @@ def test_cold_start_runs_fresh_processes_on_the_tiny_checkpoint(tmp_path: Path) 
         assert math.isclose(sum(split.values()), run["imports_s"], abs_tol=0.01)
         bytecode = run["bytecode"]
         assert bytecode["modules"] > 500 and 0 <= bytecode["without_bytecode"] <= bytecode["modules"]
-        # the child reads the weights ahead during its imports, as load_local_policy does
-        assert run["read_ahead"].startswith("read ahead 2 weight file(s)")
-        assert 0 <= run["timestamps"]["read_ahead_bytes_at_imports"] <= checkpoint["bytes"]
 
     # an existing folder (--checkpoint): measured as it is, nothing written; one warm process
     status = main(["--device", "cpu", "--tiny", "--cold-start", "--checkpoint", str(folder), "--cold-start-runs",
-                   "warm", "--cold-start-drop", "files", "--cold-start-steps", "1", "--no-read-ahead",
-                   "--json", str(out)])
+                   "warm", "--cold-start-drop", "files", "--cold-start-steps", "1", "--json", str(out)])
     given = json.loads(out.read_text())
     assert status == 0 and given["checks_failed"] == []
     measured = given["cold_start"]["checkpoint"]
     assert measured["size"] == "given" and measured["written"] is False and measured["bytes"] == checkpoint["bytes"]
     (run,) = given["cold_start"]["runs"]
     assert run["mode"] == "warm" and run["steps"][0]["image_tokens"] == 2304
-    assert run["read_ahead"] is None and "read_ahead_bytes_at_imports" not in run["timestamps"]
 
 
 def test_a_checkpoint_this_bench_wrote_is_reused_until_a_file_changes(tmp_path: Path) -> None:

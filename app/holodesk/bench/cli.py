@@ -135,9 +135,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="the fresh processes, in order, by page cache state, e.g. cold,warm,cold")
     p.add_argument("--cold-start-steps", type=int, default=2,
                    help="propose() calls per cold-start process (the first, then steps on new frames)")
-    p.add_argument("--no-read-ahead", dest="read_ahead", action="store_false",
-                   help="cold-start processes load without reading the weights into the page cache during their "
-                        "imports (the product reads ahead: holodesk.policy.weights.prefetching)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=None, help="write the result here")
     args = p.parse_args(argv)

@@ -45,7 +45,6 @@ import time
 _T_UP = time.time()  # the child's "interpreter up": before anything heavy is imported
 
 import argparse  # noqa: E402 - after the timestamp above
-import contextlib  # noqa: E402
 import getpass  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
@@ -58,7 +57,6 @@ from typing import Any  # noqa: E402
 
 from holodesk.bench import page_cache  # noqa: E402
 from holodesk.errors import HolodeskError  # noqa: E402
-from holodesk.policy.weights import Prefetch, prefetching  # noqa: E402
 
 MARKER = ".holodesk-cold-start.json"
 """Written last into a checkpoint folder this bench wrote: size, seed and every file with its size."""
@@ -181,8 +179,6 @@ def run_child(folder: Path, args: argparse.Namespace, device: str, dtype: str) -
         cmd = [sys.executable, "-m", "holodesk.bench.cold_start", str(folder), "--device", device, "--dtype", dtype,
                "--result", str(result_path), "--steps", str(args.cold_start_steps), "--seed", str(args.seed),
                "--max-new-tokens", str(args.product_tokens), "--threads", str(torch.get_num_threads())]
-        if not getattr(args, "read_ahead", True):
-            cmd.append("--no-read-ahead")
         spawn = time.time()
         try:
             proc = subprocess.run(cmd, timeout=CHILD_TIMEOUT_S, capture_output=True, text=True, check=False)
@@ -348,7 +344,6 @@ def run_cold_start(args: argparse.Namespace, device: str, dtype: str) -> dict[st
               + f"; imports {run['imports_split']} s, {_bytecode_words(run)}"
               + f"; steps {[step['wall_s'] for step in run.get('steps', [])]} s, graphs recorded on first use "
               + f"{[_lazy_words(step) for step in run.get('steps', [])]}; page cache {state}; "
-              + f"read ahead during the imports: {run.get('read_ahead') or 'no'}; "
               + run["target"], flush=True)
     out["runs"] = runs
     return out
@@ -444,19 +439,9 @@ def child_main(argv: list[str]) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-new-tokens", type=int, default=1024)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    p.add_argument("--no-read-ahead", dest="read_ahead", action="store_false")
     args = p.parse_args(argv)
     stamps: dict[str, float] = {"interpreter": _T_UP}
-    with prefetching(args.folder) if args.read_ahead else contextlib.nullcontext() as read_ahead:
-        return _child_run(args, stamps, read_ahead)
-
-
-def _child_run(args: argparse.Namespace, stamps: dict[str, float], read_ahead: Prefetch | None) -> int:
-    """:func:`child_main` while the weights are read ahead (``read_ahead``, as
-    :func:`~holodesk.policy.local.load_local_policy` does; None with ``--no-read-ahead``)."""
     _import_steps(args.device.startswith("cuda"), args.threads, stamps)
-    if read_ahead is not None:
-        stamps["read_ahead_bytes_at_imports"] = read_ahead.bytes_so_far()
     bytecode = bytecode_report()
     # lazy (here and below): torch (optional: the local extra); imported by _import_steps, which timed them
     import torch
@@ -508,7 +493,6 @@ def _child_run(args: argparse.Namespace, stamps: dict[str, float], read_ahead: P
         "kernels": policy.loaded.kernels.get("summary"), "fast_path": bool(policy.loaded.kernels.get("fast_path")),
         "gpu_allocated_gib": round(torch.cuda.memory_allocated() / 2**30, 2) if cuda else None,
         "max_rss_gib": round(_max_rss_bytes() / 2**30, 2),
-        "read_ahead": None if read_ahead is None else read_ahead.describe(),
     }
     policy.close()
     args.result.write_text(json.dumps(result, default=str))

@@ -112,7 +112,7 @@ def resident_fraction(files: Sequence[Path]) -> float | None:
 
 def read_seconds(files: Sequence[Path], threads: int = READERS) -> float:
     """Wall seconds to read every byte of ``files`` with ``threads`` readers
-    (:func:`holodesk.policy.weights.read_through`, as the load's read-ahead reads them).
+    (:func:`holodesk.policy.weights.read_through`).
 
     Raises:
         OSError: a file cannot be read, or changed while it was read.

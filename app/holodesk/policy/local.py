@@ -17,7 +17,6 @@ from typing_extensions import Unpack
 from holodesk.errors import ModelLoadError
 from holodesk.policy.native.families import check_checkpoint_before_weights, read_family
 from holodesk.policy.source import resolve_source
-from holodesk.policy.weights import prefetching
 
 if TYPE_CHECKING:
     from holodesk.policy.base import Policy
@@ -33,10 +32,7 @@ def load_local_policy(
     decoder: str = "static",
     **loading: Unpack[CheckpointLoading],
 ) -> Policy:
-    """Load ``source`` (a checkpoint folder or a hub repo id) with the runtime of its family. When its weights are
-    on this machine already, they are read into the page cache while the runtime is imported
-    (:func:`holodesk.policy.weights.prefetching`), so a start with a cold cache waits for the disk and the imports
-    at once rather than one after the other.
+    """Load ``source`` (a checkpoint folder or a hub repo id) with the runtime of its family.
 
     Args:
         source: checkpoint folder, or ``owner/name`` on the hub (downloaded only with a CUDA GPU).
@@ -53,13 +49,6 @@ def load_local_policy(
             (:func:`require_runtime`), an unsupported or unreadable checkpoint (the message lists the supported
             families), quantization asked for a native family, or the chosen runtime's load errors.
     """
-    with prefetching(source):  # the weights are read into the page cache while the runtime is imported
-        return _load(source, options, quantization=quantization, decoder=decoder, **loading)
-
-
-def _load(source: str | Path, options: GenerationOptions | None, *, quantization: str | None, decoder: str,
-          **loading: Unpack[CheckpointLoading]) -> Policy:
-    """:func:`load_local_policy` after its read-ahead has started (the same arguments and errors)."""
     require_runtime()
     device, progress, cancel = loading.get("device"), loading.get("progress"), loading.get("cancel")
     if device is None:

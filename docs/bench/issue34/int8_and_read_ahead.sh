@@ -6,6 +6,7 @@
 #    dropped with drop_caches) with the weights read ahead during the imports, as load_local_policy does: a warm
 #    process first (it compiles every kernel and writes the bytecode), then a cold one;
 # 3. the same checkpoint, one cold process with --no-read-ahead (the baseline).
+# Ran as run 24 at main 2ea723e; the read-ahead and its --no-read-ahead flag were removed after it (benchmarks.md).
 # Bytecode is written for the cold-start processes, as an installed Holodesk has it (gpu-session.sh, coldstart).
 #   bash docs/bench/issue34/int8_and_read_ahead.sh OUT
 set -u

@@ -5,7 +5,7 @@ start gained nothing. This writes ``GB`` GB of weight-sized files, then for each
 the readers' I/O class set to idle) drops the page cache, starts the read (holodesk.policy.weights.read_through) and,
 at the same moment, a fresh process doing the cold start's imports (holodesk.bench.cold_start._import_steps);
 it prints the imports' seconds and the read's seconds and GB/s. Baselines: the imports alone, each read alone.
-    python3 docs/bench/issue34/read_ahead_depth.py OUT.json [GB]   (root: drop_caches; PYTHONPATH with app/)
+    python3 docs/bench/issue34/read_ahead_depth.py OUT.json [GB [idle]]   (root: drop_caches; PYTHONPATH with app/)
 """
 import ctypes
 import json
@@ -69,10 +69,13 @@ def trial(readers: int, chunk_mb: int, imports: bool, idle: bool = False) -> dic
     return res
 
 
-results = [trial(0, 0, True)]
-for readers, chunk in ((4, 64), (1, 64), (1, 8), (2, 8), (2, 2), (4, 2)):
-    results.append(trial(readers, chunk, False))
-    results.append(trial(readers, chunk, True))
-results.append(trial(4, 64, True, idle=True))
-results.append(trial(0, 0, True))
+if len(sys.argv) > 3 and sys.argv[3] == "idle":  # the idle I/O class alone, then the imports alone again
+    results = [trial(4, 64, True, idle=True), trial(0, 0, True)]
+else:
+    results = [trial(0, 0, True)]
+    for readers, chunk in ((4, 64), (1, 64), (1, 8), (2, 8), (2, 2), (4, 2)):
+        results.append(trial(readers, chunk, False))
+        results.append(trial(readers, chunk, True))
+    results.append(trial(4, 64, True, idle=True))
+    results.append(trial(0, 0, True))
 out.write_text(json.dumps({"bytes": total, "schedulers": sched, "trials": results}, indent=1))
