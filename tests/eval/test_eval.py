@@ -219,7 +219,7 @@ def test_the_report_and_compare_show_words_never_none(tmp_path: Path) -> None:
     page = (tmp_path / "oracle" / "report.html").read_text(encoding="utf-8")
     assert "None" not in page, [line for line in page.splitlines() if "None" in line]
     assert "model none (the tasks&#x27; oracle replies)" in page
-    assert "reply tokens not recorded (oracle script)" in page and "decision: none recorded" in page
+    assert "reply tokens not recorded (the tasks&#x27; oracle replies)" in page and "decision: none recorded" in page
 
     sampled = {**bare, "reasoning_text": "The <b>Save</b> button & then done.", "step_seed": 1234,
                "reply_tokens": 40, "decision": "approve", "decided_by": "unattended", "result": "clicked"}
@@ -239,7 +239,7 @@ def test_the_report_and_compare_show_words_never_none(tmp_path: Path) -> None:
     assert "None" not in text, text
     lines = {line.split()[0]: line for line in text.splitlines() if line.strip()}
     assert lines["mean_reply_tokens"].split()[1:] == ["not", "recorded", "40.000"]
-    assert "temperature 0.8, top_p 0.95, seed 1234" in text and "not recorded (oracle script)" in text
+    assert "temperature 0.8, top_p 0.95, seed 1234" in text and "not recorded (the tasks' oracle replies)" in text
 
 
 def test_compare_labels_tell_the_runs_apart() -> None:

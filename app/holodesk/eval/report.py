@@ -94,22 +94,22 @@ def _words(value: Any, missing: str = DASH) -> str:
     return missing if value is None else str(value)
 
 
+SCRIPTED = {"oracle": "the tasks' oracle replies", "script": "a script of replies"}
+"""The policies that generate nothing (``report["policy"]``), with what replies in their place."""
+
+
 def _not_generated(report: dict[str, Any]) -> str:
     """What a person reads where the policy recorded nothing about its generation: why, by the policy."""
-    policy = report.get("policy")
-    if policy == "oracle":
-        return f"{NOT_RECORDED} (oracle script)"
-    if policy == "script":
-        return f"{NOT_RECORDED} (script of replies)"
-    return f"{NOT_RECORDED} (the policy did not report it)"
+    scripted = SCRIPTED.get(str(report.get("policy")))
+    return f"{NOT_RECORDED} ({scripted or 'the policy did not report it'})"
 
 
 def _model_words(report: dict[str, Any]) -> str:
     """The model of the run, or why there is none."""
     if report.get("model"):
         return str(report["model"])
-    return {"oracle": "none (the tasks' oracle replies)", "script": "none (a script of replies)"}.get(
-        str(report.get("policy")), DASH)
+    scripted = SCRIPTED.get(str(report.get("policy")))
+    return DASH if scripted is None else f"none ({scripted})"
 
 
 def _sampling_words(sampling: dict[str, Any] | None, missing: str) -> str:
