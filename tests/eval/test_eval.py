@@ -219,6 +219,7 @@ def test_the_report_and_compare_show_words_never_none(tmp_path: Path) -> None:
     page = (tmp_path / "oracle" / "report.html").read_text(encoding="utf-8")
     assert "None" not in page, [line for line in page.splitlines() if "None" in line]
     assert "model none (the tasks&#x27; oracle replies)" in page
+    assert "<b>step 1</b>" in page and "<b>step 0</b>" not in page  # the first step, as the CLI numbers it
     assert "reply tokens not recorded (the tasks&#x27; oracle replies)" in page and "decision: none recorded" in page
 
     sampled = {**bare, "reasoning_text": "The <b>Save</b> button & then done.", "step_seed": 1234,

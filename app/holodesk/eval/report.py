@@ -204,7 +204,8 @@ def _step_html(report: dict[str, Any], step: dict[str, Any], image: str) -> str:
     reasoning_words = step.get("reasoning_text") or (
         missing if report.get("policy") in ("oracle", "script") else "none recorded (no thought before acting)")
     seed = step.get("step_seed")
-    lines = [f"<b>step {_words(step.get('step'))}</b>",
+    number = step.get("step")  # the session's record counts from 0; people (and the CLI) count from 1
+    lines = [f"<b>step {number + 1 if isinstance(number, int) else _words(number)}</b>",
              f"thought: {esc(_words(step.get('thought')))}",
              f"reasoning: {esc(reasoning_words)}",
              f"action: {esc(_action_words(step.get('action')))}",
