@@ -202,7 +202,7 @@ def _step_html(report: dict[str, Any], step: dict[str, Any], image: str) -> str:
     if step.get("decided_by"):
         decision += f" by {step['decided_by']}"
     reasoning_words = step.get("reasoning_text") or (
-        missing if report.get("policy") in ("oracle", "script") else "none recorded (no thought before acting)")
+        missing if str(report.get("policy")) in SCRIPTED else "none recorded (no thought before acting)")
     seed = step.get("step_seed")
     number = step.get("step")  # the session's record counts from 0; people (and the CLI) count from 1
     lines = [f"<b>step {number + 1 if isinstance(number, int) else _words(number)}</b>",
