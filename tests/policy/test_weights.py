@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from pathlib import Path
 
 import pytest
@@ -75,11 +74,3 @@ def test_reading_through_brings_the_weights_into_the_page_cache(tmp_path: Path) 
     seen: list[int] = []
     assert weights.read_through(order, on_read=seen.append) == sum(seen) == sum(f.stat().st_size for f in order)
     assert page_cache.resident_fraction(order) == 1.0
-
-
-def test_reading_through_stops_when_asked(tmp_path: Path) -> None:
-    order = _shards(tmp_path, [2**20])
-    stop = threading.Event()
-    stop.set()
-    assert weights.read_through(order, stop=stop) == 0  # stopped before the first read
-    assert weights.read_through(order) == 2**20

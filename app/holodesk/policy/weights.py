@@ -5,7 +5,6 @@ list), and reading them through the page cache (:func:`read_through`, the bench'
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -55,10 +54,10 @@ def weight_files(folder: Path) -> tuple[Path, ...]:
     )
 
 
-def read_through(files: Sequence[Path], *, threads: int = READERS, stop: threading.Event | None = None,
+def read_through(files: Sequence[Path], *, threads: int = READERS,
                  on_read: Callable[[int], None] | None = None) -> int:
     """Read every byte of ``files`` (:data:`READ_CHUNK` ``readinto`` calls into one reused buffer per reader,
-    unbuffered; nothing is kept), ``threads`` readers, one file at a time each; stop early once ``stop`` is set.
+    unbuffered; nothing is kept), ``threads`` readers, one file at a time each.
     ``on_read(bytes)`` is called after each call, from the reader's thread.
 
     Returns:
@@ -69,8 +68,6 @@ def read_through(files: Sequence[Path], *, threads: int = READERS, stop: threadi
 
     def read_one(f: Path) -> int:
         n = 0
-        if stop is not None and stop.is_set():
-            return n
         buf = bytearray(max(1, min(READ_CHUNK, f.stat().st_size)))
         view = memoryview(buf)
         with open(f, "rb", buffering=0) as fh:
@@ -78,8 +75,6 @@ def read_through(files: Sequence[Path], *, threads: int = READERS, stop: threadi
                 n += got
                 if on_read is not None:
                     on_read(got)
-                if stop is not None and stop.is_set():
-                    break
         return n
 
     if not files:
