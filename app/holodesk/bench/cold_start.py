@@ -340,7 +340,8 @@ def run_cold_start(args: argparse.Namespace, device: str, dtype: str) -> dict[st
         print(f"cold start, {mode} page cache: " + ", ".join(
             f"{k} {run.get(k)}" for k in ("startup_s", "imports_s", "load_s", "load_over_floor", "capture_s",
                                           "engine_setup_s", "engine_build_s", "decode_capture_s",
-                                          "prefill_capture_s", "warm_up_s", "first_proposal_s", "total_s"))
+                                          "prefill_capture_s", "warm_up_s", "first_proposal_s", "total_s",
+                                          "gemv_kept"))
               + f"; imports {run['imports_split']} s, {_bytecode_words(run)}"
               + f"; steps {[step['wall_s'] for step in run.get('steps', [])]} s, graphs recorded on first use "
               + f"{[_lazy_words(step) for step in run.get('steps', [])]}; page cache {state}; "
@@ -369,15 +370,16 @@ def _lazy_words(step: dict[str, Any]) -> str:
     return "-" if not lazy else f"{lazy['count']} in {lazy['seconds']} s"
 
 
-def _engine_split(child: dict[str, Any]) -> dict[str, float | None]:
+def _engine_split(child: dict[str, Any]) -> dict[str, Any]:
     """The engine's part of ``capture_s``: its whole setup and, within it, the build (state, host slots, the
     matrix-vector kernel choice), the capture of the decode and of the prefill graphs (``StaticDecoder.capture``)
-    and the warm-up; the rest of ``capture_s`` is the grammar's compilation."""
+    and the warm-up (the rest of ``capture_s`` is the grammar's compilation), and the roles whose
+    matrix-vector kernel was kept from an earlier load rather than timed (``gemv_kept``)."""
     engine = child.get("engine") or {}
     captured = engine.get("capture_seconds") or {}
     return {"engine_setup_s": engine.get("setup_seconds"), "engine_build_s": engine.get("build_seconds"),
             "decode_capture_s": captured.get("decode"), "prefill_capture_s": captured.get("prefill"),
-            "warm_up_s": engine.get("warm_up_seconds")}
+            "warm_up_s": engine.get("warm_up_seconds"), "gemv_kept": engine.get("gemv_kept")}
 
 
 def _verdict(run: dict[str, Any]) -> str:

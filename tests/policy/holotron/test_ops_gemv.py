@@ -3,6 +3,8 @@ kernel against the reference on a GPU."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -22,6 +24,62 @@ def test_linear_without_a_choice_is_f_linear_and_cpu_keeps_linear() -> None:
     # a chosen kernel only applies to one row; a chunk [1, T, K] or a batch goes to F.linear
     chunk = torch.randn(1, 5, 32, generator=gen)
     assert torch.equal(gemv.linear(chunk, w, ("triton", 8, 512, 4)), torch.nn.functional.linear(chunk, w))
+
+
+def _candidates(scale: float = 1.0) -> list[tuple[gemv.Gemv, object]]:
+    """Two CPU stand-ins for timed kernels (fakes: the tiles are labels only), the second scaled by ``scale``."""
+    return [(gemv.LINEAR, torch.nn.functional.linear),
+            (gemv.Gemv("triton", 8, 512, 4), lambda x, w: torch.nn.functional.linear(x, w) * scale)]
+
+
+def test_a_timed_choice_is_kept_and_taken_at_the_next_load_after_one_check(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """``fastest`` keeps what it timed; the next call with the same key returns it (``kept``) without timing,
+    once its result matches; a kept choice that no longer matches, and an unreadable file, are timed again.
+    ``_time_us`` is replaced by a fake (CUDA events do not exist here): 5 us for linear, 2 for the tile."""
+    gen = torch.Generator().manual_seed(4)
+    ws = [torch.randn(48, 32, generator=gen) for _ in range(2)]
+    x = torch.randn(1, 32, generator=gen)
+    ref = torch.nn.functional.linear(x, ws[0])
+    timed: list[str] = []
+
+    def fake_time_us(fn: object, weights: object, x: object) -> float:
+        timed.append("x")
+        return 5.0 if fn is torch.nn.functional.linear else 2.0
+
+    monkeypatch.setattr(gemv, "_time_us", fake_time_us)
+    kept = gemv.KeptChoices(tmp_path / "choices.json")
+    first = gemv.fastest(_candidates(), ws, x, ref, 1e-5, (48, 32), kept=kept)
+    assert first == (gemv.Gemv("triton", 8, 512, 4, 2.0), {"linear": 5.0, "triton 8x512/4w": 2.0})
+    assert len(timed) == 2 and (tmp_path / "choices.json").exists()
+
+    second = gemv.fastest(_candidates(), ws, x, ref, 1e-5, (48, 32), kept=gemv.KeptChoices(tmp_path / "choices.json"))
+    assert second == (gemv.Gemv("triton", 8, 512, 4, 2.0, kept=True), first[1]) and len(timed) == 2
+
+    # another weight count is another key: timed
+    gemv.fastest(_candidates(), ws[:1], x, ref, 1e-5, (48, 32), kept=kept)
+    assert len(timed) == 4
+
+    caplog.set_level("WARNING", logger=gemv.log.name)
+    wrong = gemv.fastest(_candidates(scale=2.0), ws, x, ref, 1e-5, (48, 32), kept=kept)
+    assert wrong == (gemv.Gemv(us=5.0), {"linear": 5.0})  # the scaled tile is rejected
+    assert "is not used (relative error" in caplog.text and len(timed) == 5
+
+    (tmp_path / "choices.json").write_text("{not json")
+    again = gemv.fastest(_candidates(), ws, x, ref, 1e-5, (48, 32), kept=kept)
+    assert again[0].kept is False and "unreadable" in caplog.text and len(timed) == 7
+
+
+def test_the_choice_key_names_what_the_timing_depends_on() -> None:
+    w = torch.zeros(48, 32)
+    x = torch.zeros(1, 32)
+    key = gemv.choice_key(["linear"], [w, w], x, (48, 32))
+    assert key == gemv.choice_key(["linear"], [w, w], x, (48, 32))
+    assert len({key, gemv.choice_key(["linear", "triton 8x512/4w"], [w, w], x, (48, 32)),
+                gemv.choice_key(["linear"], [w], x, (48, 32)), gemv.choice_key(["linear"], [w, w], x, (32, 48)),
+                gemv.choice_key(["linear"], [w.bfloat16()] * 2, x, (48, 32)),
+                gemv.choice_key(["linear"], [w, w], x.double(), (48, 32))}) == 6
+    assert torch.__version__ in key
 
 
 def test_reference_sums_in_float32_and_rounds_once() -> None:
@@ -117,6 +175,9 @@ def test_gpu_triton_tiles_equal_f_linear(shape: tuple[int, int]) -> None:
     # every candidate was timed; none was dropped
     tiles = [t for t in gemv.TRITON_TILES if t[1] <= 2 * shape[1]]
     assert len(timings) == 1 + len(tiles), timings
+    # the next choice for the same weights is the kept one, checked once, not timed again
+    again, kept_timings = gemv.choose([w, w2])
+    assert again.kept and again.label() == how.label() and kept_timings == timings
 
 
 @pytest.mark.gpu

@@ -570,6 +570,7 @@ class StaticDecoder:
                                                 " (projection modules are called as they are, so the blocks are "
                                                 "not compiled)"),
                 "gemv": {role: how.label() for role, how in self.setup.gemv.items()},
+                "gemv_kept": sorted(role for role, how in self.setup.gemv.items() if how.kept),
                 "decode_graphs": sorted(k[0] for k in self.graphs if len(k) == 1),
                 "prefill": f"{kernels}; chunks of {self.chunk} padded to multiples of {self.prefill_bucket} rows "
                            f"(shorter passes to {self.short_rows}); "

@@ -18,14 +18,23 @@ result differs from ``F.linear`` by more than the dtype's rounding (``check_rtol
 :func:`gemv_reference` is that product written out (float32 sums, one rounding).
 
 Triton is only needed on CUDA; without it (the CPU test environment) only ``"linear"`` exists.
+
+The timing is kept (:class:`KeptChoices`, ``$XDG_STATE_HOME/holodesk/holotron-kernel-choices.json``): a later
+load on the same GPU model, with the same torch, Triton and kernel sources, the same candidates and weight shapes,
+takes the kept choice after checking its result once, instead of timing every candidate again (about 2 s of
+a Holotron-12B load on an H100). Deleting the file makes the next load time them again.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import logging
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -49,13 +58,15 @@ except Exception as _exc:  # CPU-only installs (CI) have no Triton; an old torch
 class Gemv:
     """How one weight shape is multiplied: ``kind`` ``"linear"`` | ``"triton"`` (bf16) | ``"nf4"`` | ``"int8"``
     (:mod:`.quant`) and, for the Triton kernels,
-    the tile ``(block_n, block_k, num_warps)``; ``us`` the measured microseconds per product at load."""
+    the tile ``(block_n, block_k, num_warps)``; ``us`` the measured microseconds per product at load;
+    ``kept``: taken from :class:`KeptChoices` (timed at an earlier load) rather than timed at this one."""
 
     kind: str = "linear"
     block_n: int = 0
     block_k: int = 0
     num_warps: int = 0
     us: float = 0.0
+    kept: bool = False
 
     def spec(self) -> tuple[str, int, int, int]:
         """``(kind, block_n, block_k, num_warps)``, the argument :func:`linear` takes."""
@@ -195,17 +206,44 @@ def choose(weights: Sequence[torch.Tensor], *, check_rtol: float | None = None) 
     return fastest(candidates, weights, x, ref, rtol, tuple(w0.shape))
 
 
+def _matches(fn: Any, x: torch.Tensor, w: Any, ref: torch.Tensor) -> float:
+    """Relative L2 error of ``fn(x, w)`` against ``ref`` (float32); raises what ``fn`` raises."""
+    out = fn(x, w).float()
+    return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
 def fastest(candidates: Sequence[tuple[Gemv, Any]], weights: Sequence[Any], x: torch.Tensor, ref: torch.Tensor,
-            rtol: float, shape: tuple[int, ...]) -> tuple[Gemv, dict[str, float]]:
+            rtol: float, shape: tuple[int, ...], *, kept: KeptChoices | None = None) -> tuple[Gemv, dict[str, float]]:
     """The fastest of ``candidates`` ``(kernel, fn)`` whose ``fn(x, weights[0])`` is within ``rtol`` (relative L2)
     of ``ref`` (float32), timed over ``weights`` (:func:`_time_us`); a candidate that fails to run or to match
     is logged (with ``shape``) and left out. Returns (the fastest :class:`Gemv` with its microseconds, the
-    microseconds of every candidate that ran by label); ``(LINEAR, {})`` when none ran."""
+    microseconds of every candidate that ran by label); ``(LINEAR, {})`` when none ran.
+
+    ``kept`` (default :class:`KeptChoices` in the state folder): the choice timed at an earlier load for the same
+    device, versions, kernel sources, candidates, weight format, shape and count is returned (``Gemv.kept``)
+    once its result matches ``ref``; else every candidate is timed and the choice kept for the next load."""
+    kept = KeptChoices() if kept is None else kept
+    labels = [how.label() for how, _ in candidates]
+    key = choice_key(labels, weights, x, shape)
+    hit = kept.get(key)
+    if hit is not None:
+        choice, timings = hit
+        fn = dict((how.label(), f) for how, f in candidates).get(choice.label())
+        try:
+            err = None if fn is None else _matches(fn, x, weights[0], ref)
+        except Exception as exc:
+            err, why = None, f"{type(exc).__name__}: {exc}"
+        else:
+            why = "not a candidate now" if fn is None else f"relative error {err:.2e}"
+        if err is not None and err <= rtol:
+            log.info("matrix-vector %s for %s: kept from an earlier load (%s)", choice.label(), shape, kept.path)
+            return Gemv(choice.kind, choice.block_n, choice.block_k, choice.num_warps, choice.us, kept=True), timings
+        log.warning("matrix-vector %s for %s kept in %s is not used (%s); timing every candidate again",
+                    choice.label(), shape, kept.path, why)
     best, best_us, timings = LINEAR, float("inf"), {}
     for how, fn in candidates:
         try:
-            out = fn(x, weights[0]).float()
-            err = float((out - ref).norm() / ref.norm().clamp_min(1e-30))
+            err = _matches(fn, x, weights[0], ref)
             if not err <= rtol:
                 log.warning("matrix-vector %s for %s rejected: relative error %.2e", how.label(), shape, err)
                 continue
@@ -218,7 +256,97 @@ def fastest(candidates: Sequence[tuple[Gemv, Any]], weights: Sequence[Any], x: t
             best, best_us = how, us
     if not timings:
         return LINEAR, {}
-    return Gemv(best.kind, best.block_n, best.block_k, best.num_warps, round(best_us, 2)), timings
+    choice = Gemv(best.kind, best.block_n, best.block_k, best.num_warps, round(best_us, 2))
+    kept.put(key, choice, timings)
+    return choice, timings
 
 
-__all__ = ["HAVE_TRITON", "LINEAR", "TRITON_TILES", "Gemv", "choose", "gemv_reference", "linear"]
+_KERNEL_SOURCES = ("_gemv_triton.py", "_quant_triton.py")
+"""The kernel files (beside this module) whose contents are part of a kept choice's key."""
+
+
+def choice_key(labels: Sequence[str], weights: Sequence[Any], x: torch.Tensor, shape: tuple[int, ...]) -> str:
+    """The key of one choice in :class:`KeptChoices`: the device's name and compute capability, torch's and
+    Triton's versions, a digest of the kernel sources, the candidates' labels, the weights' type, ``shape``,
+    dtype (a tensor) or fields other than tensors (a stored quantised weight: sizes, block sizes) and count, and
+    ``x``'s dtype."""
+    import torch  # lazy: torch (optional, heavy)
+
+    here = Path(__file__).parent
+    digest = hashlib.sha256()
+    for name in _KERNEL_SOURCES:
+        path = here / name
+        digest.update(path.read_bytes() if path.exists() else b"-")
+    try:
+        import triton  # lazy: Triton (CUDA installs only)
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = "none"
+    w0 = weights[0]
+    if isinstance(w0, torch.Tensor):
+        form: Any = str(w0.dtype)
+    else:  # a NamedTuple of stored tensors and their sizes
+        form = {k: v for k, v in w0._asdict().items() if not isinstance(v, torch.Tensor)}
+    device = x.device
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        cc = "{}.{}".format(*torch.cuda.get_device_capability(device))
+    else:
+        name, cc = device.type, "-"
+    return json.dumps([name, cc, torch.__version__, triton_version, digest.hexdigest()[:16], list(labels),
+                       type(w0).__name__, list(shape), form, len(weights), str(x.dtype)], default=str)
+
+
+class KeptChoices:
+    """The matrix-vector choices timed at earlier loads, one JSON file (:func:`kept_choices_path` by default):
+    ``{key: {"choice": Gemv fields, "timings": {label: us}, "timed": "YYYY-MM-DD HH:MM:SS"}}`` keyed by
+    :func:`choice_key`. An unreadable file is logged and treated as empty (the next write replaces it); a
+    failed write is logged only: the next load times again."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or kept_choices_path()
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            log.warning("matrix-vector choices in %s are unreadable (%s); timing every candidate", self.path, exc)
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def get(self, key: str) -> tuple[Gemv, dict[str, float]] | None:
+        """The kept (choice, timings) under ``key``, or None."""
+        entry: Any = self._read().get(key)
+        try:
+            choice = Gemv(**{k: v for k, v in entry["choice"].items() if k != "kept"})
+            timings = {str(k): float(v) for k, v in entry["timings"].items()}
+        except (TypeError, KeyError, AttributeError, ValueError):
+            return None
+        return choice, timings
+
+    def put(self, key: str, choice: Gemv, timings: dict[str, float]) -> None:
+        """Keep ``choice`` and its ``timings`` under ``key`` (the file rewritten whole, through a temporary file)."""
+        data = self._read()
+        data[key] = {"choice": {k: v for k, v in asdict(choice).items() if k != "kept"}, "timings": timings,
+                     "timed": time.strftime("%Y-%m-%d %H:%M:%S")}
+        tmp = self.path.with_suffix(".tmp")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(data, indent=1))
+            tmp.replace(self.path)
+        except OSError as exc:
+            log.warning("matrix-vector choices could not be kept in %s: %s", self.path, exc)
+
+
+def kept_choices_path() -> Path:
+    """``$XDG_STATE_HOME/holodesk/holotron-kernel-choices.json`` (platformdirs' user state folder)."""
+    import platformdirs  # lazy: imported by the load only
+
+    return Path(platformdirs.user_state_dir("holodesk")) / "holotron-kernel-choices.json"
+
+
+__all__ = ["HAVE_TRITON", "LINEAR", "TRITON_TILES", "Gemv", "KeptChoices", "choice_key", "choose", "fastest",
+           "gemv_reference", "kept_choices_path", "linear"]
