@@ -97,6 +97,29 @@ def test_a_checkpoint_this_bench_wrote_is_reused_until_a_file_changes(tmp_path: 
     assert prepare_checkpoint(tmp_path, tiny=True, seed=1, device="cpu")["written"] is True
 
 
+def test_the_tekken_stand_in_changes_only_the_tokenizer_and_the_config_ids(tmp_path: Path) -> None:
+    """use_tokenizer gives a full-size folder the tekken stand-in (131,072 ids) and back the test tokenizer, with
+    config.json's token ids those of the tokenizer written; the tiny checkpoint refuses tekken."""
+    pytest.importorskip("torch")
+    from holodesk.bench.cold_start import prepare_checkpoint, use_tokenizer
+    from holodesk.bench.model import full_size_config
+    from holodesk.errors import HolodeskError
+    from holodesk.policy.holotron.loader import load_tokenizer
+
+    with pytest.raises(HolodeskError, match="full-size"):
+        prepare_checkpoint(tmp_path / "tiny", tiny=True, seed=0, device="cpu", tokenizer="tekken")
+    (tmp_path / "weights.safetensors").write_bytes(b"x" * 64)  # the weights: left as they are
+    for name, size in (("tekken", 131072), ("test", 480)):
+        use_tokenizer(tmp_path, name)
+        tokenizer = load_tokenizer(tmp_path)
+        vocab = tokenizer.get_vocab()
+        assert len(vocab) == size
+        config = json.loads((tmp_path / "config.json").read_text())
+        assert config == full_size_config(vocab["<image>"], vocab["<SPECIAL_12>"], vocab["<s>"], vocab["<pad>"])
+        assert config["img_context_token_id"] == vocab["<image>"]
+        assert (tmp_path / "weights.safetensors").read_bytes() == b"x" * 64
+
+
 def test_page_cache_drop_residency_and_read(tmp_path: Path) -> None:
     from holodesk.bench import page_cache
 

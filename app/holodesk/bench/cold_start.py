@@ -4,8 +4,11 @@ processes, with the page cache cold and warm, against the file-read floor.
 1. **Checkpoint.** A random checkpoint in the published layout is written to ``--cold-start-dir`` (default
    ``$TMPDIR/holodesk-cold-start-{full,tiny}``): full size (:func:`~holodesk.bench.model.write_full_checkpoint`,
    24.5 GiB of bf16 in 6 shards of at most 5 GB, drawn on the GPU, written one shard at a time), or with
-   ``--tiny`` the tiny test checkpoint. A folder this bench wrote with the same size and seed is reused
-   (its file list and sizes are recorded in :data:`MARKER`). ``--checkpoint DIR`` measures that folder
+   ``--tiny`` the tiny test checkpoint; its tokenizer is ``--tokenizer``'s (``tekken``: the stand-in with
+   Holotron's 131,072 ids, so that the first proposal's prompt has a real run's length; full size only). A folder
+   this bench wrote with the same size and seed is reused, its tokenizer files and config.json's token ids
+   changed when another tokenizer is asked for (its file list and sizes are recorded in :data:`MARKER`).
+   ``--checkpoint DIR`` measures that folder
    instead and writes nothing. Every file is ``fsync``-ed, so its pages can be dropped.
 2. **Read floor.** Every file of the folder read through (:func:`~holodesk.bench.page_cache.read_seconds`,
    4 readers) with the files dropped from the page cache (:func:`~holodesk.bench.page_cache.drop`:
@@ -90,28 +93,37 @@ def _marker(folder: Path, size: str, seed: int) -> dict[str, Any]:
             "files": {f.name: f.stat().st_size for f in checkpoint_files(folder)}}
 
 
-def prepare_checkpoint(folder: Path, *, tiny: bool, seed: int, device: str) -> dict[str, Any]:
-    """Write the random checkpoint into ``folder`` unless this bench already wrote the same one there.
+def prepare_checkpoint(folder: Path, *, tiny: bool, seed: int, device: str, tokenizer: str = "test") -> dict[str, Any]:
+    """Write the random checkpoint into ``folder`` unless this bench already wrote the same one there, with the
+    ``tokenizer`` ``"test"`` (the tiny test tokenizer) or ``"tekken"`` (the stand-in with Holotron's 131,072 ids,
+    full size only: :func:`use_tokenizer`, which changes only the tokenizer files and config.json's token ids).
 
     Returns:
-        ``{"folder", "size", "written" (bool), "write_s" (None when reused), "bytes", "files"}``.
+        ``{"folder", "size", "written" (bool), "write_s" (None when reused), "bytes", "files", "tokenizer"}``.
     Raises:
-        HolodeskError: the disk has too little free space for the full-size checkpoint.
+        HolodeskError: the disk has too little free space for the full-size checkpoint; ``"tekken"`` with
+            ``tiny``; ``"tekken"`` without mistral-common's data file.
     """
     # lazy: the cold-start child imports this module and times its imports; it needs none of these
     from holodesk.bench.model import write_full_checkpoint
     from holodesk.bench.tiny_checkpoint import write_tiny_checkpoint  # lazy: as above
 
+    if tiny and tokenizer != "test":
+        raise HolodeskError(f"--tokenizer {tokenizer} needs the full-size checkpoint (131,072 ids); the tiny one "
+                            "has 512", hint="Leave out --tiny, or use --tokenizer test.")
     size = "tiny" if tiny else "full"
     marker = folder / MARKER
-    reuse = False
+    reuse, kept = False, "test"
     if marker.exists():
         try:
-            reuse = json.loads(marker.read_text()) == _marker(folder, size, seed)
-        except (OSError, ValueError):
+            mark = json.loads(marker.read_text())
+            kept = mark.pop("tokenizer", "test")
+            reuse = mark == _marker(folder, size, seed)
+        except (OSError, ValueError, AttributeError):
             reuse = False
     write_s = None
     if not reuse:
+        kept = "test"
         marker.unlink(missing_ok=True)
         folder.mkdir(parents=True, exist_ok=True)
         # the writer replaces the folder's weight files: their space counts as free
@@ -127,10 +139,40 @@ def prepare_checkpoint(folder: Path, *, tiny: bool, seed: int, device: str) -> d
             write_full_checkpoint(folder, seed=seed, device=device)
         page_cache.flush(checkpoint_files(folder))
         write_s = round(time.perf_counter() - t0, 2)
-        marker.write_text(json.dumps(_marker(folder, size, seed)))
+    if tokenizer != kept:
+        marker.unlink(missing_ok=True)
+        use_tokenizer(folder, tokenizer)
+    if not reuse or tokenizer != kept:
+        marker.write_text(json.dumps({**_marker(folder, size, seed), "tokenizer": tokenizer}))
     files = checkpoint_files(folder)
     return {"folder": str(folder), "size": size, "written": not reuse, "write_s": write_s,
-            "bytes": sum(f.stat().st_size for f in files), "files": len(files)}
+            "bytes": sum(f.stat().st_size for f in files), "files": len(files), "tokenizer": tokenizer}
+
+
+def use_tokenizer(folder: Path, tokenizer: str) -> None:
+    """Give the full-size checkpoint in ``folder`` the ``tokenizer`` (``"test"`` or ``"tekken"``): its tokenizer
+    files, and config.json (:func:`~holodesk.bench.model.full_size_config`) with that tokenizer's image, end, start
+    and padding ids; the weights stay (the vocabulary is 131,072 rows either way). The files are flushed.
+
+    Raises:
+        HolodeskError: ``"tekken"`` without mistral-common's data file; another name.
+    """
+    # lazy (here and below): as in prepare_checkpoint
+    from holodesk.bench.model import full_size_config
+    from holodesk.bench.stand_in_tokenizer import write_tekken_tokenizer
+    from holodesk.bench.tiny_checkpoint import write_tokenizer
+    from holodesk.policy.holotron.loader import load_tokenizer
+
+    if tokenizer == "tekken":
+        write_tekken_tokenizer(folder)
+    elif tokenizer == "test":
+        write_tokenizer(folder)
+    else:
+        raise HolodeskError(f"unknown tokenizer {tokenizer!r}", hint="Use --tokenizer test or tekken.")
+    vocab = load_tokenizer(folder).get_vocab()
+    config = full_size_config(vocab["<image>"], vocab["<SPECIAL_12>"], vocab["<s>"], vocab["<pad>"])
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    page_cache.flush(checkpoint_files(folder))
 
 
 def _drop(files: list[Path], system: bool) -> dict[str, Any]:
@@ -304,7 +346,8 @@ def run_cold_start(args: argparse.Namespace, device: str, dtype: str) -> dict[st
         out["checkpoint"] = {"folder": str(folder), "size": "given", "written": False, "write_s": None,
                              "bytes": sum(f.stat().st_size for f in files), "files": len(files)}
     else:
-        out["checkpoint"] = prepare_checkpoint(folder, tiny=args.tiny, seed=args.seed, device=device)
+        out["checkpoint"] = prepare_checkpoint(folder, tiny=args.tiny, seed=args.seed, device=device,
+                                               tokenizer=args.tokenizer)
         files = checkpoint_files(folder)
     if device.startswith("cuda"):
         torch.cuda.empty_cache()  # the draws' memory goes back before the children start

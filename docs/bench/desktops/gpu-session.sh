@@ -71,7 +71,7 @@ case ,$part, in *,coldstart,*)
     # issue 34); the first process (warm) writes it, the runs after it are measured as a user's
     (unset PYTHONDONTWRITEBYTECODE
      bench "${COLD_S:-420}" --cold-start --cold-start-dir /var/tmp/holodesk-cold-start \
-        --cold-start-runs "${COLD_RUNS:-warm,cold,warm}" ${COLD_ARGS:-} --json "$out/cold-start.json" 2>&1 \
+        --cold-start-runs "${COLD_RUNS:-warm,cold,warm}" --tokenizer "$tok" ${COLD_ARGS:-} --json "$out/cold-start.json" 2>&1 \
         | grep -v "Warning\|warn(" | cut -c1-900 | tee "$out/cold-start.log")
 esac
 case ,$part, in *,families,*)
