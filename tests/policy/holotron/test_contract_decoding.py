@@ -29,7 +29,7 @@ import torch
 
 from holodesk.core.actions import Action, Point
 from holodesk.policy.contract import tool_names
-from holodesk.policy.holotron import runtime
+from holodesk.policy.holotron import runtime, vocab
 from holodesk.policy.registry import get_protocol
 
 jsonschema = pytest.importorskip("jsonschema")
@@ -97,12 +97,12 @@ def test_constrained_replies_never_leave_the_contract_schema(tiny_loaded) -> Non
 
 
 def test_utf8_rules_of_the_byte_level_mask() -> None:
-    assert runtime._utf8_pairs_valid("Grüße 日本".encode())
-    assert runtime._utf8_pairs_valid(b"\xed")  # a lead byte alone: the next token may complete it
-    assert not runtime._utf8_pairs_valid(b"\xed\xae")  # a surrogate (U+D800..U+DFFF)
-    assert not runtime._utf8_pairs_valid(b"\xe0\x80")  # overlong
-    assert not runtime._utf8_pairs_valid(b"\xf4\x90")  # above U+10FFFF
-    assert not runtime._utf8_pairs_valid(b"\xc0") and not runtime._utf8_pairs_valid(b"\xff")
+    assert vocab.utf8_pairs_valid("Grüße 日本".encode())
+    assert vocab.utf8_pairs_valid(b"\xed")  # a lead byte alone: the next token may complete it
+    assert not vocab.utf8_pairs_valid(b"\xed\xae")  # a surrogate (U+D800..U+DFFF)
+    assert not vocab.utf8_pairs_valid(b"\xe0\x80")  # overlong
+    assert not vocab.utf8_pairs_valid(b"\xf4\x90")  # above U+10FFFF
+    assert not vocab.utf8_pairs_valid(b"\xc0") and not vocab.utf8_pairs_valid(b"\xff")
 
 
 def test_a_surrogate_cannot_be_spelled_across_tokens(tiny_loaded) -> None:  # type: ignore[no-untyped-def]

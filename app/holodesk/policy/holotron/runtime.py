@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from holodesk.errors import PolicyError
 from holodesk.policy.holotron.tiling import Tiling, preprocess_pixels
+from holodesk.policy.holotron.vocab import vocab_facts
 
 if TYPE_CHECKING:
     import numpy as np
@@ -196,25 +197,6 @@ def cap_strings(schema: dict[str, Any], max_chars: int) -> dict[str, Any]:
     return out
 
 
-_BAD_SECOND: dict[int, tuple[int, int]] = {0xE0: (0x80, 0x9F), 0xED: (0xA0, 0xBF), 0xF0: (0x80, 0x8F),
-                                           0xF4: (0x90, 0xBF)}
-"""UTF-8 lead byte -> the range of second bytes that makes the sequence invalid: overlong (E0, F0), a
-surrogate (ED), above U+10FFFF (F4) (Unicode 15, Table 3-7)."""
-
-
-def _utf8_pairs_valid(data: bytes) -> bool:
-    """False when ``data`` holds a byte that never occurs in UTF-8 (C0, C1, F5..FF) or a lead byte followed
-    by a second byte in its :data:`_BAD_SECOND` range. (Incomplete sequences at either end are fine: a
-    token may hold part of a character.)"""
-    for i, byte in enumerate(data):
-        if byte in (0xC0, 0xC1) or byte >= 0xF5:
-            return False
-        bad = _BAD_SECOND.get(byte)
-        if bad is not None and i + 1 < len(data) and bad[0] <= data[i + 1] <= bad[1]:
-            return False
-    return True
-
-
 def object_root(schema: dict[str, Any]) -> bool:
     """Whether every reply ``schema`` allows is a JSON object: its root (through ``$ref`` into ``$defs``) has
     ``"type": "object"``, or is an ``anyOf`` / ``oneOf`` of such branches, or an ``allOf`` with one."""
@@ -287,33 +269,16 @@ class Constraint:
         self._xgr = xgr
         vocab_size = int(loaded.model.config.text_config.vocab_size)
         self.vocab_size = vocab_size
-        info = xgr.TokenizerInfo.from_huggingface(loaded.tokenizer, vocab_size=vocab_size,
-                                                  stop_token_ids=list(loaded.eos_ids))
-        self.compiled = xgr.GrammarCompiler(info).compile_json_schema(json.dumps(schema), any_whitespace=False)
+        # the tokenizer's facts (xgrammar's TokenizerInfo, the tokens masked besides the grammar): computed once
+        # per tokenizer and kept (holodesk.policy.holotron.vocab)
+        facts = vocab_facts(loaded.tokenizer, vocab_size, list(loaded.eos_ids))
+        self.compiled = xgr.GrammarCompiler(facts.info).compile_json_schema(json.dumps(schema), any_whitespace=False)
         self.matcher: Any = None
         import torch  # lazy: torch (optional, heavy)
 
         stops = set(loaded.eos_ids)
-        ban = torch.zeros(vocab_size, dtype=torch.bool)
-        # Byte-level tokens can spell UTF-8 that is not valid: xgrammar 0.2.8 accepts a surrogate encoded
-        # in three bytes (ED A0..BF xx) as one character of a string, which decodes to three U+FFFD (seen
-        # with the tiny checkpoint: a capped string then came out longer than its maxLength). Tokens
-        # holding an invalid sequence are masked always; a token that continues the previous token's
-        # lead byte into an invalid second byte is masked after that token (Unicode Table 3-7).
-        starts_bad: dict[int, torch.Tensor] = {lead: torch.zeros(vocab_size, dtype=torch.bool) for lead in _BAD_SECOND}
-        self._ends_with_lead: dict[int, int] = {}
-        for token_id, piece in enumerate(info.decoded_vocab[:vocab_size]):
-            if token_id in stops or not piece:
-                continue
-            data = bytes(piece)
-            if min(data) < 0x20 or not _utf8_pairs_valid(data):
-                ban[token_id] = True
-                continue
-            for lead, (low, high) in _BAD_SECOND.items():
-                if low <= data[0] <= high:
-                    starts_bad[lead][token_id] = True
-            if data[-1] in _BAD_SECOND:
-                self._ends_with_lead[token_id] = data[-1]
+        ban, starts_bad = facts.ban, facts.starts_bad  # tokens masked besides the grammar (VocabFacts)
+        self._ends_with_lead = facts.ends_with_lead
         self._ban = ban.to(loaded.device)  # the logits of both decoders are on the model's device
         # the bitmask is filled on the host while the step's kernels run, then copied behind them without a
         # host wait: from page-locked memory into a device buffer; the next fill first waits for that copy
