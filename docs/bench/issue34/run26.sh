@@ -9,7 +9,7 @@ set -u
 out=${1:?usage: run26.sh OUT}
 mkdir -p "$out"
 COLD_S=${COLD_S:-200} COLD_RUNS=warm,cold bash docs/bench/desktops/gpu-session.sh "$out/kept" coldstart
-kept=$(python3 -c 'import platformdirs; print(platformdirs.user_state_dir("holodesk"))')/holotron-kernel-choices.json
+kept=$(PYTHONPATH=/tmp/site python3 -c 'import platformdirs; print(platformdirs.user_state_dir("holodesk"))')/holotron-kernel-choices.json
 ls -l "$kept" && cp "$kept" "$out/kernel-choices.json" && rm -f "$kept"
 COLD_S=${COLD_S2:-90} COLD_RUNS=cold bash docs/bench/desktops/gpu-session.sh "$out/timed" coldstart
 export PYTHONPATH=/tmp/site:app PYTHONUNBUFFERED=1
