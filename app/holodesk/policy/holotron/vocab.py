@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -169,7 +170,7 @@ def _write(path: Path, facts: VocabFacts) -> None:
     """Keep ``facts`` in ``path`` (through a temporary file); a failure is logged only."""
     import torch  # lazy: torch (optional, heavy)
 
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # one per process: two loads at once do not mix
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         torch.save({"info": facts.info.serialize_json(), "ban": facts.ban,

@@ -31,6 +31,7 @@ import functools
 import hashlib
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -332,7 +333,7 @@ class KeptChoices:
         data = self._read()
         data[key] = {"choice": {k: v for k, v in asdict(choice).items() if k != "kept"}, "timings": timings,
                      "timed": time.strftime("%Y-%m-%d %H:%M:%S")}
-        tmp = self.path.with_suffix(".tmp")
+        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")  # one per process: two loads at once do not mix
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp.write_text(json.dumps(data, indent=1))
