@@ -21,8 +21,9 @@ Triton is only needed on CUDA; without it (the CPU test environment) only ``"lin
 
 The timing is kept (:class:`KeptChoices`, ``$XDG_STATE_HOME/holodesk/holotron-kernel-choices.json``): a later
 load on the same GPU model, with the same torch, Triton and kernel sources, the same candidates and weight shapes,
-takes the kept choice after checking its result once, instead of timing every candidate again (about 2 s of
-a Holotron-12B load on an H100). Deleting the file makes the next load time them again.
+takes the kept choice after checking its result once, instead of timing every candidate again (a Holotron-12B
+engine build took 2.38 s timing them and 1.24-1.47 s with the kept choices on one H100, docs/benchmarks.md run 26).
+Deleting the file makes the next load time them again.
 """
 
 from __future__ import annotations
