@@ -3,6 +3,7 @@ equal; a kept file that cannot be read, or a tokenizer without a folder, falls b
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import logging
 from pathlib import Path
@@ -111,9 +112,15 @@ def test_an_unreadable_kept_file_is_computed_again_and_replaced(tokenizer: objec
 
 
 def test_a_changed_tokenizer_file_is_another_key_and_a_tokenizer_without_a_folder_is_not_kept(
-        tokenizer: object, tmp_path: Path) -> None:
+        tokenizer: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = Path(tokenizer.name_or_path)  # type: ignore[attr-defined]
     before = vocab._key(tokenizer, VOCAB, [5])
+    with monkeypatch.context() as m:  # xgrammar imported without its metadata: an upgrade could not be told
+        def unknown(name: str) -> str:
+            raise importlib.metadata.PackageNotFoundError(name)
+
+        m.setattr(importlib.metadata, "version", unknown)
+        assert vocab._key(tokenizer, VOCAB, [5]) is None
     config = json.loads((folder / "tokenizer_config.json").read_text())
     config["model_max_length"] = 1234
     (folder / "tokenizer_config.json").write_text(json.dumps(config))

@@ -133,15 +133,20 @@ def kept_vocab_path(key: str) -> Path:
 def _key(tokenizer: Any, vocab_size: int, stop_ids: list[int]) -> str | None:
     """Hex digest of the tokenizer's files (:data:`TOKENIZER_FILES` in its ``name_or_path`` folder) and its length,
     ``vocab_size``, the sorted ``stop_ids``, xgrammar's version and :data:`FORMAT`; None when that folder has no
-    tokenizer.json."""
-    from importlib.metadata import version  # lazy: standard library, used at load only
+    tokenizer.json or xgrammar's version is unknown."""
+    from importlib.metadata import PackageNotFoundError, version  # lazy: standard library, used at load only
 
     folder = Path(str(getattr(tokenizer, "name_or_path", "") or ""))
     if not (folder / "tokenizer.json").is_file():
         log.debug("vocabulary facts not kept: no tokenizer.json in %r", str(folder))
         return None
+    try:
+        xgrammar_version = version("xgrammar")
+    except PackageNotFoundError:  # imported from a folder without its metadata: an upgrade could not be told
+        log.debug("vocabulary facts not kept: xgrammar's version is unknown")
+        return None
     size = len(tokenizer)  # with tokens added in memory, which the files do not show
-    digest = hashlib.sha256(f"{FORMAT}|{version('xgrammar')}|{vocab_size}|{sorted(stop_ids)}|{size}".encode())
+    digest = hashlib.sha256(f"{FORMAT}|{xgrammar_version}|{vocab_size}|{sorted(stop_ids)}|{size}".encode())
     for name in TOKENIZER_FILES:
         path = folder / name
         if path.is_file():
