@@ -99,7 +99,8 @@ def test_a_checkpoint_this_bench_wrote_is_reused_until_a_file_changes(tmp_path: 
 
 def test_the_tekken_stand_in_changes_only_the_tokenizer_and_the_config_ids(tmp_path: Path) -> None:
     """use_tokenizer gives a full-size folder the tekken stand-in (131,072 ids) and back the test tokenizer, with
-    config.json's token ids those of the tokenizer written; the tiny checkpoint refuses tekken."""
+    config.json's and generation_config.json's token ids those of the tokenizer written; the tiny checkpoint
+    refuses tekken."""
     pytest.importorskip("torch")
     from holodesk.bench.cold_start import prepare_checkpoint, use_tokenizer
     from holodesk.bench.model import full_size_config
@@ -117,6 +118,8 @@ def test_the_tekken_stand_in_changes_only_the_tokenizer_and_the_config_ids(tmp_p
         config = json.loads((tmp_path / "config.json").read_text())
         assert config == full_size_config(vocab["<image>"], vocab["<SPECIAL_12>"], vocab["<s>"], vocab["<pad>"])
         assert config["img_context_token_id"] == vocab["<image>"]
+        generation = json.loads((tmp_path / "generation_config.json").read_text())
+        assert generation == {"bos_token_id": vocab["<s>"], "eos_token_id": vocab["<SPECIAL_12>"]}
         assert (tmp_path / "weights.safetensors").read_bytes() == b"x" * 64
 
 

@@ -6,10 +6,10 @@ processes, with the page cache cold and warm, against the file-read floor.
    24.5 GiB of bf16 in 6 shards of at most 5 GB, drawn on the GPU, written one shard at a time), or with
    ``--tiny`` the tiny test checkpoint; its tokenizer is ``--tokenizer``'s (``tekken``: the stand-in with
    Holotron's 131,072 ids, so that the first proposal's prompt has a real run's length; full size only). A folder
-   this bench wrote with the same size and seed is reused, its tokenizer files and config.json's token ids
-   changed when another tokenizer is asked for (its file list and sizes are recorded in :data:`MARKER`).
-   ``--checkpoint DIR`` measures that folder
-   instead and writes nothing. Every file is ``fsync``-ed, so its pages can be dropped.
+   this bench wrote with the same size and seed is reused, its tokenizer files and the token ids of config.json
+   and generation_config.json changed when another tokenizer is asked for (its file list and sizes are recorded
+   in :data:`MARKER`). ``--checkpoint DIR`` measures that folder instead and writes nothing. Every file is
+   ``fsync``-ed, so its pages can be dropped.
 2. **Read floor.** Every file of the folder read through (:func:`~holodesk.bench.page_cache.read_seconds`,
    4 readers) with the files dropped from the page cache (:func:`~holodesk.bench.page_cache.drop`:
    ``drop_caches`` when root unless ``--cold-start-drop files``, always ``POSIX_FADV_DONTNEED``), and again
@@ -96,7 +96,7 @@ def _marker(folder: Path, size: str, seed: int) -> dict[str, Any]:
 def prepare_checkpoint(folder: Path, *, tiny: bool, seed: int, device: str, tokenizer: str = "test") -> dict[str, Any]:
     """Write the random checkpoint into ``folder`` unless this bench already wrote the same one there, with the
     ``tokenizer`` ``"test"`` (the tiny test tokenizer) or ``"tekken"`` (the stand-in with Holotron's 131,072 ids,
-    full size only: :func:`use_tokenizer`, which changes only the tokenizer files and config.json's token ids).
+    full size only: :func:`use_tokenizer`, which changes only the tokenizer files and the files naming token ids).
 
     Returns:
         ``{"folder", "size", "written" (bool), "write_s" (None when reused), "bytes", "files", "tokenizer"}``.
@@ -151,16 +151,16 @@ def prepare_checkpoint(folder: Path, *, tiny: bool, seed: int, device: str, toke
 
 def use_tokenizer(folder: Path, tokenizer: str) -> None:
     """Give the full-size checkpoint in ``folder`` the ``tokenizer`` (``"test"`` or ``"tekken"``): its tokenizer
-    files, and config.json (:func:`~holodesk.bench.model.full_size_config`) with that tokenizer's image, end, start
-    and padding ids; the weights stay (the vocabulary is 131,072 rows either way). The files are flushed.
+    files, and config.json and generation_config.json (:func:`~holodesk.bench.tiny_checkpoint.write_token_configs`)
+    with that tokenizer's ids; the weights stay (the vocabulary is 131,072 rows either way). The files are flushed.
 
     Raises:
         HolodeskError: ``"tekken"`` without mistral-common's data file; another name.
     """
     # lazy (here and below): as in prepare_checkpoint
-    from holodesk.bench.model import full_size_config
+    from holodesk.bench.model import full_config_for
     from holodesk.bench.stand_in_tokenizer import write_tekken_tokenizer
-    from holodesk.bench.tiny_checkpoint import write_tokenizer
+    from holodesk.bench.tiny_checkpoint import write_token_configs, write_tokenizer
     from holodesk.policy.holotron.loader import load_tokenizer
 
     if tokenizer == "tekken":
@@ -169,9 +169,8 @@ def use_tokenizer(folder: Path, tokenizer: str) -> None:
         write_tokenizer(folder)
     else:
         raise HolodeskError(f"unknown tokenizer {tokenizer!r}", hint="Use --tokenizer test or tekken.")
-    vocab = load_tokenizer(folder).get_vocab()
-    config = full_size_config(vocab["<image>"], vocab["<SPECIAL_12>"], vocab["<s>"], vocab["<pad>"])
-    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    ids = load_tokenizer(folder).get_vocab()
+    write_token_configs(folder, full_config_for(ids), ids)
     page_cache.flush(checkpoint_files(folder))
 
 

@@ -148,11 +148,14 @@ def write_full_checkpoint(path: str | Path, *, seed: int = 0, device: str = "cpu
     Returns:
         The checkpoint folder as a Path.
     """
-    def config(ids: dict[str, int]) -> dict[str, Any]:
-        return full_size_config(ids["<image>"], ids["<SPECIAL_12>"], ids["<s>"], ids["<pad>"], FULL)
+    return write_checkpoint(path, full_config_for, vision_layers=FULL["vision_layers"], num_prefix_tokens=8,
+                            seed=seed, dtype="bfloat16", shard_bytes=shard_bytes, device=device, preprocessor=True)
 
-    return write_checkpoint(path, config, vision_layers=FULL["vision_layers"], num_prefix_tokens=8, seed=seed,
-                            dtype="bfloat16", shard_bytes=shard_bytes, device=device, preprocessor=True)
+
+def full_config_for(ids: dict[str, int]) -> dict[str, Any]:
+    """:func:`full_size_config` of Holotron-12B's size for a tokenizer's special ids (special token -> id:
+    ``<image>``, ``<SPECIAL_12>``, ``<s>``, ``<pad>``)."""
+    return full_size_config(ids["<image>"], ids["<SPECIAL_12>"], ids["<s>"], ids["<pad>"], FULL)
 
 
 class RandomConfig(NamedTuple):

@@ -321,9 +321,7 @@ def write_checkpoint(
     vocab_size = int(config["llm_config"]["vocab_size"])
     if vocab_size < n_tokens:
         raise ValueError(f"vocab_size {vocab_size} is smaller than the tokenizer's {n_tokens} tokens")
-    (out / "config.json").write_text(json.dumps(config, indent=2))
-    generation = {"bos_token_id": special_ids["<s>"], "eos_token_id": special_ids["<SPECIAL_12>"]}
-    (out / "generation_config.json").write_text(json.dumps(generation))
+    write_token_configs(out, config, special_ids)
     if preprocessor:
         (out / "preprocessor_config.json").write_text(json.dumps(_preprocessor_config(config), indent=2))
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
@@ -335,6 +333,14 @@ def write_checkpoint(
         plan = _shards_by_bytes(specs, itemsize, shard_bytes)
     _save(specs, plan, out, _Draws(seed, device), torch_dtype, itemsize)
     return out
+
+
+def write_token_configs(out: Path, config: dict[str, Any], special_ids: dict[str, int]) -> None:
+    """Write ``config`` as config.json and generation_config.json with the start and end ids of ``special_ids``
+    (special token -> id of the checkpoint's tokenizer): the files that name token ids."""
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    generation = {"bos_token_id": special_ids["<s>"], "eos_token_id": special_ids["<SPECIAL_12>"]}
+    (out / "generation_config.json").write_text(json.dumps(generation))
 
 
 def _preprocessor_config(config: dict[str, Any]) -> dict[str, Any]:
