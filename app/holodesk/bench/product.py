@@ -72,14 +72,16 @@ def new_work_floor_ms(loaded: LoadedHolotron, floors: dict[str, Any], extra: dic
 
 def _row(proposal: Proposal, wall_ms: float, weights: int, base: int, device: torch.device,
          floor: float | None = None) -> dict[str, Any]:
-    """One step's figures: wall ms, the policy's details and stage ms, memory over the weights (CUDA only),
-    and with ``floor`` (:func:`new_work_floor_ms`) ``floor_ms`` and ``over_floor`` (wall / floor)."""
+    """One step's figures: wall ms, the policy's details and stage ms, ``outside_stages_ms`` (wall less the
+    stages: the step's host work that no stage times), memory over the weights (CUDA only), and with
+    ``floor`` (:func:`new_work_floor_ms`) ``floor_ms`` and ``over_floor`` (wall / floor)."""
     extra = proposal.extra
     names = ("images", "tiles", "image_tokens", "prompt_tokens", "generated_tokens", "model_steps", "forced_tokens",
              "stop_reason", "reused_tokens", "prefill_tokens", "images_encoded", "decoder", "sampling", "step_seed")
     cuda = device.type == "cuda"
     return {"wall_ms": round(wall_ms, 1), **{k: extra.get(k) for k in names},
             "timings_ms": {k: round(v, 1) for k, v in proposal.timings_ms.items()},
+            "outside_stages_ms": round(wall_ms - sum(proposal.timings_ms.values()), 1),
             "floor_ms": None if floor is None else round(floor, 1),
             "over_floor": None if not floor else round(wall_ms / floor, 3),
             "memory_at_rest_over_weights_gib": round((base - weights) / 2**30, 3) if cuda else None,
