@@ -107,7 +107,7 @@ def test_tiny_cpu_bench_product_path(tmp_path: Path) -> None:
     (one,) = product["one_screenshot"]
     assert one["tiles"] == [9] and one["image_tokens"] == 2304 and one["decoder"] == "static"
     assert one["generated_tokens"] > 0 and one["timings_ms"]["prefill"] > 0
-    assert abs(one["outside_stages_ms"] - (one["wall_ms"] - sum(one["timings_ms"].values()))) <= 0.2  # rounding
+    assert abs(one["outside_stages_ms"] - (one["wall_ms"] - sum(one["timings_ms"].values()))) <= 0.31  # six roundings
     assert 0 <= one["outside_stages_ms"] < one["wall_ms"]
     assert one["forced_tokens"] > 0 and 0 < one["model_steps"] < one["generated_tokens"] - one["forced_tokens"] + 1
     assert product["three_screenshots"]["images"] == 3
