@@ -150,10 +150,10 @@ for name, fn in (("step", lambda: dec.step()), ("extend_6", lambda: dec.extend([
     ka = sorted(prof.key_averages(), key=lambda e: -e.self_device_time_total)
     print(f"kernels of 5 x {name} (us total, calls):",
           [(e.key[:70], round(e.self_device_time_total), e.count) for e in ka[:25]], flush=True)
-# torch profiler over one more product step: GPU idle gaps
+# torch profiler over one more product step, a cleaned one (the episode's whole history): GPU idle gaps, kernels
 frame = desktop_frame(999)
 with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-    p = policy.propose(Observation(task=TASK, frame=frame, history=tuple(past[-2:])))
+    p = policy.propose(Observation(task=TASK, frame=frame, history=tuple(past)))
     torch.cuda.synchronize()
 ev = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 ev.sort(key=lambda e: e.time_range.start)
@@ -168,5 +168,8 @@ span = ev[-1].time_range.end - ev[0].time_range.start
 gaps.sort(reverse=True)
 print("profile span_ms", span / 1e3, "busy_ms", busy / 1e3, "idle_ms", (span - busy) / 1e3, "gaps>50us", sum(1 for g in gaps if g[0] > 50), "sum gaps>50us ms", sum(g[0] for g in gaps if g[0] > 50) / 1e3)
 print("largest gaps (us, next kernel):", [(round(g[0]), g[1]) for g in gaps[:25]])
+print("profiled step", json.dumps({x: p.extra.get(x) for x in ("prompt_tokens", "reused_tokens", "prefill_tokens", "model_steps")}), json.dumps(p.timings_ms))
+ka = sorted((e for e in prof.key_averages() if e.self_device_time_total > 0), key=lambda e: -e.self_device_time_total)
+print("GPU kernels of the profiled step (us total, calls):", [(e.key[:60], round(e.self_device_time_total), e.count) for e in ka[:30]], flush=True)
 print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30)[:6000])
 json.dump(out, open(sys.argv[2] if len(sys.argv) > 2 else "/tmp/probe34.json", "w"))
