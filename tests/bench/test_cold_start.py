@@ -85,7 +85,7 @@ def test_cold_start_runs_fresh_processes_on_the_tiny_checkpoint(tmp_path: Path) 
 
 def test_a_checkpoint_this_bench_wrote_is_reused_until_a_file_changes(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from holodesk.bench.cold_start import MARKER, prepare_checkpoint
+    from holodesk.bench.cold_checkpoint import MARKER, prepare_checkpoint
 
     first = prepare_checkpoint(tmp_path, tiny=True, seed=0, device="cpu")
     assert first["written"] is True and first["write_s"] is not None and (tmp_path / MARKER).exists()
@@ -102,7 +102,7 @@ def test_the_tekken_stand_in_changes_only_the_tokenizer_and_the_config_ids(tmp_p
     config.json's and generation_config.json's token ids those of the tokenizer written; the tiny checkpoint
     refuses tekken."""
     pytest.importorskip("torch")
-    from holodesk.bench.cold_start import prepare_checkpoint, use_tokenizer
+    from holodesk.bench.cold_checkpoint import prepare_checkpoint, use_tokenizer
     from holodesk.bench.model import full_size_config
     from holodesk.errors import HolodeskError
     from holodesk.policy.holotron.loader import load_tokenizer
