@@ -8,9 +8,11 @@ desktop-like picture (flat panels plus noise). Reported: the first call (compila
 ``--product-repeats`` cold steps with one screenshot, one step with three, and an episode of
 ``--product-steps`` steps where each step's frame and reply become the next step's history (from step 4 on,
 the oldest screenshot leaves the window: the step resumes from the snapshot kept before it), then the first
-step of another task (it resumes after the system prompt). Each timed step reports ``reused_tokens``, the
-prefill ms of its ``prefill_tokens``, and the floor of its own new work with the ratio to it; the kept
-snapshots' slots and bytes are reported once.
+step of another task (it resumes after the system prompt). The policy is made ready as a load ends
+(:meth:`~holodesk.policy.local_core.LocalPolicy.ready`: the grammar compiled, the loaded objects frozen out of
+the garbage collector's scans). Each timed step reports ``reused_tokens``, the prefill ms of its
+``prefill_tokens``, the garbage collections inside it (``gc_ms``, ``gc_full``), and the floor of its own new
+work with the ratio to it; the kept snapshots' slots and bytes are reported once.
 
 Checks (listed in ``checks_failed`` when they fail): a 1080p frame is 9 tiles and 2304 image tokens, and
 the warm-up and the timed steps build prompts of the same length.
@@ -18,6 +20,7 @@ the warm-up and the timed steps build prompts of the same length.
 
 from __future__ import annotations
 
+import gc
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -70,11 +73,41 @@ def new_work_floor_ms(loaded: LoadedHolotron, floors: dict[str, Any], extra: dic
     return vision + prefill + decode * steps
 
 
+class Collections:
+    """The garbage collections while it is entered (``gc.callbacks``): ``count`` and ``ms`` (host wall time
+    inside them), per generation in ``by_generation`` (``{generation: [count, ms]}``)."""
+
+    def __init__(self) -> None:
+        self.by_generation: dict[int, list[float]] = {}
+        self._start = 0.0
+
+    def _watch(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+            return
+        entry = self.by_generation.setdefault(int(info["generation"]), [0, 0.0])
+        entry[0] += 1
+        entry[1] += (time.perf_counter() - self._start) * 1e3
+
+    def __enter__(self) -> Collections:
+        gc.callbacks.append(self._watch)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._watch)
+
+    @property
+    def ms(self) -> float:
+        return sum(ms for _count, ms in self.by_generation.values())
+
+
 def _row(proposal: Proposal, wall_ms: float, weights: int, base: int, device: torch.device,
-         floor: float | None = None) -> dict[str, Any]:
+         floor: float | None = None, collections: Collections | None = None) -> dict[str, Any]:
     """One step's figures: wall ms, the policy's details and stage ms, ``outside_stages_ms`` (wall less the
-    stages: the step's host work that no stage times), memory over the weights (CUDA only), and with
-    ``floor`` (:func:`new_work_floor_ms`) ``floor_ms`` and ``over_floor`` (wall / floor)."""
+    stages: the step's host work that no stage times), ``gc_ms`` and ``gc_full`` (garbage collections during
+    the step: their ms and how many were full, generation 2; with ``collections``), memory over the weights
+    (CUDA only), and with ``floor`` (:func:`new_work_floor_ms`) ``floor_ms`` and ``over_floor`` (wall /
+    floor)."""
     extra = proposal.extra
     names = ("images", "tiles", "image_tokens", "prompt_tokens", "generated_tokens", "model_steps", "forced_tokens",
              "stop_reason", "reused_tokens", "prefill_tokens", "images_encoded", "decoder", "sampling", "step_seed")
@@ -82,6 +115,8 @@ def _row(proposal: Proposal, wall_ms: float, weights: int, base: int, device: to
     return {"wall_ms": round(wall_ms, 1), **{k: extra.get(k) for k in names},
             "timings_ms": {k: round(v, 1) for k, v in proposal.timings_ms.items()},
             "outside_stages_ms": round(wall_ms - sum(proposal.timings_ms.values()), 1),
+            "gc_ms": None if collections is None else round(collections.ms, 1),
+            "gc_full": None if collections is None else int(collections.by_generation.get(2, [0])[0]),
             "floor_ms": None if floor is None else round(floor, 1),
             "over_floor": None if not floor else round(wall_ms / floor, 3),
             "memory_at_rest_over_weights_gib": round((base - weights) / 2**30, 3) if cuda else None,
@@ -91,7 +126,8 @@ def _row(proposal: Proposal, wall_ms: float, weights: int, base: int, device: to
 
 def product_path(loaded: LoadedHolotron, args: argparse.Namespace, weights: int,
                  floors: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Run the steps of the module docstring with ``HolotronPolicy(loaded, decoder="static")`` and return
+    """Run the steps of the module docstring with ``HolotronPolicy(loaded, decoder="static")``, made ready and
+    closed as the product's load and close do, and return
     the results (``checks_failed``: the failed checks, in words); with measured ``floors`` each timed step
     also gets the floor of its own new work (:func:`new_work_floor_ms`)."""
     # lazy: the Holotron policy module loads transformers and the runtime (heavy; the bench starts without them)
@@ -100,12 +136,20 @@ def product_path(loaded: LoadedHolotron, args: argparse.Namespace, weights: int,
     device = loaded.device
     out: dict[str, Any] = {"checks_failed": []}
 
-    def floor(proposal: Proposal) -> float | None:
-        return new_work_floor_ms(loaded, floors, proposal.extra) if floors else None
+    def timed(observation: Observation) -> tuple[Proposal, dict[str, Any]]:
+        """One timed step: the proposal and its row (:func:`_row`), memory peaks counted from the step's start."""
+        base = reset_peak(device)
+        with Collections() as collections:
+            t0 = time.perf_counter()
+            proposal = policy.propose(observation)
+            wall = (time.perf_counter() - t0) * 1e3
+        floor = new_work_floor_ms(loaded, floors, proposal.extra) if floors else None
+        return proposal, _row(proposal, wall, weights, base, device, floor, collections)
 
     t0 = time.perf_counter()
     policy = HolotronPolicy(loaded, GenerationOptions(max_images=3, max_reply_tokens=args.product_tokens,
                                                       max_string_chars=24), decoder="static")
+    policy.ready()  # as a load ends: the grammar compiled, the loaded objects frozen out of the collector's scans
     out["policy_setup_s"] = round(time.perf_counter() - t0, 2)
     out["decoder"] = policy.kernel_report()["decoder"]
     try:
@@ -117,12 +161,8 @@ def product_path(loaded: LoadedHolotron, args: argparse.Namespace, weights: int,
 
         cold = []
         for r in range(args.product_repeats):
-            frame = desktop_frame(args.seed + 1000 + r)  # a new frame: nothing to resume from
-            base = reset_peak(device)
-            t0 = time.perf_counter()
-            proposal = policy.propose(Observation(task=TASK, frame=frame))
-            wall = (time.perf_counter() - t0) * 1e3
-            cold.append(_row(proposal, wall, weights, base, device, floor(proposal)))
+            # a new frame: nothing to resume from
+            cold.append(timed(Observation(task=TASK, frame=desktop_frame(args.seed + 1000 + r)))[1])
             print(f"product 1 screenshot: {cold[-1]}", flush=True)
         out["one_screenshot"] = cold
         if cold and (cold[-1]["tiles"] != [9] or cold[-1]["image_tokens"] != 2304):
@@ -133,31 +173,21 @@ def product_path(loaded: LoadedHolotron, args: argparse.Namespace, weights: int,
 
         history = tuple(HistoryStep(index=i, frame=desktop_frame(args.seed + 1 + i), action=None,
                                     outcome="performed") for i in range(2))
-        base = reset_peak(device)
-        t0 = time.perf_counter()
-        three = policy.propose(Observation(task=TASK, frame=desktop_frame(args.seed), history=history))
-        wall = (time.perf_counter() - t0) * 1e3
-        out["three_screenshots"] = _row(three, wall, weights, base, device, floor(three))
+        out["three_screenshots"] = timed(Observation(task=TASK, frame=desktop_frame(args.seed), history=history))[1]
         print(f"product 3 screenshots: {out['three_screenshots']}", flush=True)
 
         episode: list[dict[str, Any]] = []
         past: list[HistoryStep] = []
         for k in range(args.product_steps):
             frame = desktop_frame(args.seed + 100 + k)
-            base = reset_peak(device)
-            t0 = time.perf_counter()
-            step = policy.propose(Observation(task=TASK, frame=frame, history=tuple(past)))
-            wall = (time.perf_counter() - t0) * 1e3
-            episode.append({"step": k + 1, **_row(step, wall, weights, base, device, floor(step))})
+            step, row = timed(Observation(task=TASK, frame=frame, history=tuple(past)))
+            episode.append({"step": k + 1, **row})
             print(f"product episode step {k + 1}: {episode[-1]}", flush=True)
             past.append(HistoryStep(index=k, frame=frame, action=step.action, thought=step.thought, note=step.note,
                                     raw_text=step.raw_text, outcome="performed"))
         out["episode"] = episode
-        base = reset_peak(device)  # a second task: the system prompt and tool schema come from the kept state
-        t0 = time.perf_counter()
-        other = policy.propose(Observation(task=OTHER_TASK, frame=desktop_frame(args.seed + 500)))
-        wall = (time.perf_counter() - t0) * 1e3
-        out["next_task"] = _row(other, wall, weights, base, device, floor(other))
+        # a second task: the system prompt and tool schema come from the kept state
+        out["next_task"] = timed(Observation(task=OTHER_TASK, frame=desktop_frame(args.seed + 500)))[1]
         print(f"product next task, step 1: {out['next_task']}", flush=True)
         out["snapshots"] = policy.kernel_report()["decoder"].get("snapshots")
         print(f"product kept snapshots: {out['snapshots']}", flush=True)

@@ -110,7 +110,7 @@ class HolotronPolicy(LocalPolicy):
         """
         loaded = load_holotron(source, quantization=quantization, **loading)
         policy = cls(loaded, options, decoder=decoder)
-        policy.prepare_grammar()
+        policy.ready()
         return policy
 
     # ------------------------------------------------------------------------------------------ steps

@@ -369,7 +369,7 @@ class NativePolicy(LocalPolicy):
         """
         loaded = load_native(source, **loading)
         policy = cls(loaded, options)
-        policy.prepare_grammar()
+        policy.ready()
         return policy
 
     def describe(self) -> dict[str, Any]:
