@@ -109,6 +109,7 @@ def test_tiny_cpu_bench_product_path(tmp_path: Path) -> None:
     assert one["generated_tokens"] > 0 and one["timings_ms"]["prefill"] > 0
     assert abs(one["outside_stages_ms"] - (one["wall_ms"] - sum(one["timings_ms"].values()))) <= 0.31  # six roundings
     assert 0 <= one["outside_stages_ms"] < one["wall_ms"]
+    assert isinstance(one["gc_full"], int) and 0 <= one["gc_ms"] < one["wall_ms"]
     assert one["forced_tokens"] > 0 and 0 < one["model_steps"] < one["generated_tokens"] - one["forced_tokens"] + 1
     assert product["three_screenshots"]["images"] == 3
     assert product["three_screenshots"]["image_tokens"] == 3 * 2304
@@ -287,3 +288,17 @@ def test_tiny_cpu_bench_quant_rows_side_by_side(tmp_path: Path) -> None:
     reasoning = rows["side_by_side"]["bf16"]["reasoning"]  # the 16-token thought plus the action, per mode
     assert reasoning == bf16["reasoning"] and reasoning["text_ok"] is True and 1 <= reasoning["thought_tokens"] <= 16
     assert 0 < reasoning["model_steps_per_token"] < 1 and reasoning["floor_ms"] is None
+
+
+def test_collections_counts_the_garbage_collections_while_entered() -> None:
+    import gc
+
+    from holodesk.bench.product import Collections
+
+    with Collections() as seen:
+        gc.collect(2)
+        gc.collect(0)
+    gc.collect(2)  # after the exit: not counted
+    assert seen.by_generation[2][0] == 1 and seen.by_generation[0][0] == 1
+    assert seen.ms == sum(ms for _n, ms in seen.by_generation.values()) and seen.ms > 0
+    assert seen._watch not in gc.callbacks

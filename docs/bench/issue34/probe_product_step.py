@@ -9,7 +9,8 @@ stop), of ``prepare``, ``_embed``, ``reply``, ``reply_constraint``, ``_proposal`
 decoder's ``prefill`` and doctor's ``record_decoder`` (the parts of a step outside its stage timings), and the GPU ms (CUDA events) of each decode step and each jump-forward pass
 by its length. Then single decode steps against jump-forward passes of 2-32 tokens, and a torch.profiler
 timeline of one more step (GPU busy, idle, the largest gaps). ``TINY=1`` runs the tiny model on the CPU (no
-floors, no events) to check the script.
+floors, no events) to check the script. The policy is made ready as a load does (``LocalPolicy.ready``: the
+loaded objects frozen out of the garbage collector's scans); ``FREEZE=0`` leaves that out.
 
 Run on the GPU machine from the repository root with the wheels installed as gpu-session.sh does:
 ``PYTHONPATH=/tmp/site:app python3 docs/bench/issue34/probe_product_step.py tekken OUT.json``
@@ -42,7 +43,6 @@ def _gc_watch(phase, info):  # each garbage collection during a timed step, as "
         HOST[f"gc{info['generation']}"].append((time.perf_counter() - GC_T[0]) * 1e3)
 
 
-gc.callbacks.append(_gc_watch)
 args = parse_args(["--tokenizer", sys.argv[1] if len(sys.argv) > 1 else "tekken", "--product"] + (["--tiny", "--device", "cpu"] if TINY else []))
 device, dtype = _device(args)
 loaded = _load(args, device, dtype)
@@ -53,6 +53,7 @@ if not CUDA:
 HOST = collections.defaultdict(list)
 EV = []
 ON = [False]
+gc.callbacks.append(_gc_watch)
 
 def wrap(cls, name, label, cuda=False, sized=False):
     f = getattr(cls, name)
@@ -90,6 +91,8 @@ wrap(engmod, "record_decoder", "record_decoder")
 
 policy = HolotronPolicy(loaded, GenerationOptions(max_images=3, max_reply_tokens=args.product_tokens, max_string_chars=24),
                         decoder="static")
+if os.environ.get("FREEZE", "1") != "0":  # as a load ends (LocalPolicy.ready); FREEZE=0: the collector as before
+    policy.ready()
 dd = policy.kernel_report()["decoder"]
 print("setup", json.dumps({k: dd.get(k) for k in ("setup_seconds", "build_seconds", "warm_up_seconds", "capture_seconds", "prefill", "decode_graphs", "warm_up_captures")})[:1500], flush=True)
 t0 = time.perf_counter()

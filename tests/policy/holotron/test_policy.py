@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -128,6 +130,24 @@ def test_load_classmethod_and_close(tiny_dir: Path) -> None:
     policy.close()
     with pytest.raises(PolicyError, match="closed"):
         policy.propose(Observation(task="t", frame=_frame(512, 512)))
+
+
+def test_load_freezes_the_loaded_objects_out_of_collections_and_close_releases_them(tiny_dir: Path) -> None:
+    """The end of a load moves what lives into the collector's permanent generation (a full collection in a
+    later step walks only what steps made); close unfreezes, so a reference cycle through the closed model is
+    collected rather than kept for the process's life."""
+    policy = HolotronPolicy.load(tiny_dir, GenerationOptions(max_string_chars=16, max_reply_tokens=200),
+                                 dtype="float32", device="cpu")
+    model = policy.loaded.model
+    assert gc.get_freeze_count() > 0
+    assert not any(o is model for o in gc.get_objects())  # frozen: no generation holds it
+    policy.propose(Observation(task="t", frame=_frame(512, 512)))
+    assert not any(o is model for o in gc.get_objects())  # steps leave it frozen
+    model.cycle = [model]  # a cycle through the model, made after the freeze
+    gone = weakref.ref(model)
+    del model
+    policy.close()
+    assert gone() is None
 
 
 def test_kernel_report_on_cpu() -> None:
