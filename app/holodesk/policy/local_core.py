@@ -58,14 +58,16 @@ _FREEZE_LOCK = threading.Lock()
 def freeze_loaded(change: int) -> int:
     """Keep loaded policies' objects out of the garbage collector's scans while one is loaded.
 
-    A process with a local model tracks about 0.4-1 million objects (torch, transformers, the model's modules,
+    A process with a local model tracks about 400,000-600,000 objects (torch, transformers, the model's modules,
     compiled code); a full collection walks all of them (327-339 ms for 598,524 objects on an H100 machine's host
-    after a Holotron-12B proposal, docs/benchmarks.md run 27) and fires inside whichever step crosses the
-    collector's threshold. ``change`` +1 (a load finished): ``gc.collect()``, then ``gc.freeze()`` moves every tracked
-    object into the permanent generation, which collections skip (objects made later are collected as
-    usual). ``change`` -1 (a policy closed, its model dropped): ``gc.unfreeze()`` and ``gc.collect()``, so that
-    the closed model's reference cycles are collected, then ``gc.freeze()`` again while another loaded policy
-    is left. Frozen objects are still freed by reference counting; only cyclic garbage among them waits.
+    after a Holotron-12B proposal, docs/benchmarks.md run 27; 129-139 ms for 388,880 with the tiny checkpoint on
+    this project's 2-core CI host) and fires inside whichever step crosses the collector's threshold.
+
+    ``change`` +1 (a load finished): ``gc.collect()``, then ``gc.freeze()`` moves every tracked object into the
+    permanent generation, which collections skip (objects made later are collected as usual). ``change`` -1 (a
+    policy closed, its model dropped): ``gc.unfreeze()`` and ``gc.collect()``, so that the closed model's reference
+    cycles are collected, then ``gc.freeze()`` again while another loaded policy is left. Frozen objects are still
+    freed by reference counting; only cyclic garbage among them waits.
 
     Returns:
         the loaded policies counted after the change.

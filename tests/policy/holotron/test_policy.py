@@ -150,6 +150,16 @@ def test_load_freezes_the_loaded_objects_out_of_collections_and_close_releases_t
     assert gone() is None
 
 
+def test_closing_one_of_two_loaded_policies_keeps_the_other_frozen(tiny_dir: Path) -> None:
+    options = GenerationOptions(max_string_chars=16, max_reply_tokens=200)
+    first = HolotronPolicy.load(tiny_dir, options, dtype="float32", device="cpu")
+    second = HolotronPolicy.load(tiny_dir, options, dtype="float32", device="cpu")
+    model = second.loaded.model
+    first.close()
+    assert gc.get_freeze_count() > 0 and not any(o is model for o in gc.get_objects())
+    second.close()
+
+
 def test_kernel_report_on_cpu() -> None:
     report = kernel_report()
     assert set(report["functions"]) == {
