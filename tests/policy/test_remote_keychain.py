@@ -21,6 +21,7 @@ from typing import Any
 
 import keyring
 import pytest
+from jaraco.classes.properties import classproperty
 from keyring.backend import KeyringBackend
 from keyring.backends import fail
 
@@ -43,6 +44,18 @@ def backend_restore():
 def _no_session_keys(monkeypatch):
     monkeypatch.setattr(secrets, "_session_keys", {})
     monkeypatch.delenv(secrets.ENV_API_KEY, raising=False)
+
+
+class TestDouble(KeyringBackend):
+    """The base of this module's keychain doubles. keyring registers every backend class when it is defined and, when
+    no backend was set, picks the viable one of highest priority: a double with a plain priority would become the
+    keychain of every later test in the process (the prompting one made each remote policy's first keychain read wait
+    out :data:`~holodesk.secrets.KEYCHAIN_TIMEOUT_S`). Its priority raises, as keyring's own backends' do where they
+    cannot run, so it is never viable; a test sets it with ``keyring.set_keyring``."""
+
+    @classproperty
+    def priority(cls) -> float:
+        raise RuntimeError("a test double of this module: used only where a test sets it")
 
 
 def assert_choice(err: SecretStoreError) -> None:
@@ -71,9 +84,7 @@ def test_fail_backend_store_gives_the_choice(backend_restore, tmp_path, monkeypa
 def test_plaintext_backend_is_refused(backend_restore):
     written: list[str] = []
 
-    class PlaintextKeyring(KeyringBackend):
-        priority = 1  # type: ignore[assignment]
-
+    class PlaintextKeyring(TestDouble):
         def get_password(self, service, username):
             return None
 
@@ -198,11 +209,9 @@ def test_locked_gnome_keyring_gives_the_choice(tmp_path):
 # ---------------------------------------------------------------------------------- a keychain that does not answer
 
 
-class PromptingKeychainFake(KeyringBackend):
+class PromptingKeychainFake(TestDouble):
     """A named fake: a keychain backend whose calls block, as a locked GNOME Keyring does while its password
     prompt waits on screen (no prompt can be shown and answered in a test). ``answer`` lets the calls return."""
-
-    priority = 1  # type: ignore[assignment]
 
     def __init__(self) -> None:
         super().__init__()
@@ -276,3 +285,10 @@ def test_doctor_status_of_a_keychain_that_does_not_answer(prompting_keychain):
     status, took = bounded(secrets.keyring_status)
     assert status["usable"] is False and "did not answer within 0.5 s" in status["detail"]
     assert took < 3.0
+
+
+def test_no_double_of_the_tests_is_a_keychain_keyring_may_choose():
+    """keyring's own choice (no backend set) never falls on a test double: none is viable."""
+    doubles = [c for c in KeyringBackend.get_viable_backends() if issubclass(c, TestDouble) or
+               c.__module__.startswith("tests.")]
+    assert doubles == [] and not PromptingKeychainFake.viable
