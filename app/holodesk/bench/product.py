@@ -74,8 +74,8 @@ def new_work_floor_ms(loaded: LoadedHolotron, floors: dict[str, Any], extra: dic
 
 
 class Collections:
-    """The garbage collections while it is entered (``gc.callbacks``): ``count`` and ``ms`` (host wall time
-    inside them), per generation in ``by_generation`` (``{generation: [count, ms]}``)."""
+    """The garbage collections while it is entered (``gc.callbacks``): ``by_generation`` (``{generation: [count,
+    ms]}``, ms of host wall time inside them) and ``ms`` (their sum over the generations)."""
 
     def __init__(self) -> None:
         self.by_generation: dict[int, list[float]] = {}
