@@ -46,7 +46,7 @@ def _no_session_keys(monkeypatch):
     monkeypatch.delenv(secrets.ENV_API_KEY, raising=False)
 
 
-class TestDouble(KeyringBackend):
+class KeychainDouble(KeyringBackend):
     """The base of this module's keychain doubles. keyring registers every backend class when it is defined and, when
     no backend was set, picks the viable one of highest priority: a double with a plain priority would become the
     keychain of every later test in the process (the prompting one made each remote policy's first keychain read wait
@@ -84,7 +84,7 @@ def test_fail_backend_store_gives_the_choice(backend_restore, tmp_path, monkeypa
 def test_plaintext_backend_is_refused(backend_restore):
     written: list[str] = []
 
-    class PlaintextKeyring(TestDouble):
+    class PlaintextKeyring(KeychainDouble):
         def get_password(self, service, username):
             return None
 
@@ -209,7 +209,7 @@ def test_locked_gnome_keyring_gives_the_choice(tmp_path):
 # ---------------------------------------------------------------------------------- a keychain that does not answer
 
 
-class PromptingKeychainFake(TestDouble):
+class PromptingKeychainFake(KeychainDouble):
     """A named fake: a keychain backend whose calls block, as a locked GNOME Keyring does while its password
     prompt waits on screen (no prompt can be shown and answered in a test). ``answer`` lets the calls return."""
 
@@ -289,6 +289,6 @@ def test_doctor_status_of_a_keychain_that_does_not_answer(prompting_keychain):
 
 def test_no_double_of_the_tests_is_a_keychain_keyring_may_choose():
     """keyring's own choice (no backend set) never falls on a test double: none is viable."""
-    doubles = [c for c in KeyringBackend.get_viable_backends() if issubclass(c, TestDouble) or
+    doubles = [c for c in KeyringBackend.get_viable_backends() if issubclass(c, KeychainDouble) or
                c.__module__.startswith("tests.")]
     assert doubles == [] and not PromptingKeychainFake.viable
