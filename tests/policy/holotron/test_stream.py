@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import logging
 import struct
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -52,6 +54,114 @@ def test_every_tensor_as_safetensors_reads_it(tmp_path: Path, chunk: int, reader
     for f in files:
         for k, t in load_file(str(f)).items():
             assert _same_bytes(got[k], t), k
+
+
+def gate_reads(monkeypatch: pytest.MonkeyPatch, timeout: float = 60.0,
+               fail: Exception | None = None) -> tuple[threading.Event, list[int]]:
+    """Hold every read of :mod:`.stream` until the returned event is set (a reader waiting longer than ``timeout``
+    fails, so that a test that waits for a held read fails instead of hanging), then read, or raise ``fail``; the
+    list counts the reads done."""
+    gate, done = threading.Event(), [0]
+    real = stream._read
+
+    def held(path: Path, start: int, size: int, into: memoryview) -> None:
+        if not gate.wait(timeout):
+            raise TimeoutError("the test never released the read")
+        if fail is not None:
+            raise fail
+        real(path, start, size, into)
+        done[0] += 1
+
+    monkeypatch.setattr(stream, "_read", held)
+    return gate, done
+
+
+def _write(tmp_path: Path, tensors: dict[str, torch.Tensor]) -> Path:
+    f = tmp_path / "model.safetensors"
+    save_file(tensors, str(f), metadata={"format": "pt"})
+    return f
+
+
+def test_reading_returns_before_the_values_and_wait_gives_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tensors = _odd_tensors()
+    f = _write(tmp_path, tensors)
+    gate, done = gate_reads(monkeypatch)
+    reading = stream.start_reading([f], torch.device("cpu"), chunk_bytes=64, readers=2)
+    # every tensor exists with its final shape and dtype while nothing is read yet
+    assert not reading.done() and done[0] == 0
+    assert {k: (t.shape, t.dtype) for k, t in reading.tensors.items()} == {
+        k: (t.shape, t.dtype) for k, t in tensors.items()}
+    gate.set()
+    seconds = reading.wait()
+    assert reading.done() and seconds >= 0 and reading.wait() == seconds  # idempotent
+    assert all(_same_bytes(reading.tensors[k], t) for k, t in tensors.items())
+
+
+def test_only_beside_readers_read_until_the_caller_waits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a load builds beside the read, ``beside`` readers read at once (the build's own small reads queue
+    behind fewer large ones); all of them once the caller waits."""
+    f = _write(tmp_path, {"w": torch.randn(64, 64)})  # 64 pieces of 256 bytes
+    lock, now, most = threading.Lock(), [0], [0]
+    real = stream._read
+
+    def counted(path: Path, start: int, size: int, into: memoryview) -> None:
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        time.sleep(0.02)
+        real(path, start, size, into)
+        with lock:
+            now[0] -= 1
+
+    monkeypatch.setattr(stream, "_read", counted)
+    reading = stream.start_reading([f], torch.device("cpu"), chunk_bytes=256, readers=4, beside=1)
+    time.sleep(0.3)  # about 15 of the 64 pieces, one at a time
+    before = most[0]
+    reading.wait()
+    assert before == 1 and most[0] > 1
+    assert torch.equal(reading.tensors["w"], load_file(str(f))["w"])
+
+
+def test_a_group_is_read_into_one_buffer_in_its_order(tmp_path: Path) -> None:
+    g = torch.Generator().manual_seed(1)
+    tensors = {"q": torch.randn(8, 6, generator=g), "k": torch.randn(2, 6, generator=g),
+               "v": torch.randn(2, 6, generator=g), "other": torch.randn(3, 5, generator=g),
+               "wide": torch.randn(2, 7, generator=g)}
+    f = _write(tmp_path, tensors)
+    got = stream.read_state_dict([f], torch.device("cpu"))  # no groups: each its own allocation
+    assert len({t.untyped_storage().data_ptr() for t in got.values()}) == len(tensors)
+    reading = stream.start_reading([f], torch.device("cpu"), chunk_bytes=40,
+                                   groups=[("q", "k", "v"), ("other", "wide"), ("q", "missing")])
+    reading.wait()
+    out = reading.tensors
+    assert all(_same_bytes(out[k], t) for k, t in tensors.items())
+    q, k, v = out["q"], out["k"], out["v"]
+    assert len({t.untyped_storage().data_ptr() for t in (q, k, v)}) == 1
+    assert (k.storage_offset(), v.storage_offset()) == (q.storage_offset() + q.numel(), q.storage_offset() + 60)
+    # rows of another length, or a key the files lack: each tensor its own allocation
+    assert out["other"].untyped_storage().data_ptr() != out["wide"].untyped_storage().data_ptr()
+
+
+def test_cancel_stops_the_readers_after_their_pieces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = _write(tmp_path, {"w": torch.randn(64, 64)})  # 16 KiB: 64 pieces of 256 bytes
+    gate, done = gate_reads(monkeypatch)
+    reading = stream.start_reading([f], torch.device("cpu"), chunk_bytes=256, readers=2)
+    canceller = threading.Thread(target=reading.cancel)
+    canceller.start()
+    time.sleep(0.2)  # the stop is asked for while both readers hold their first piece
+    gate.set()
+    canceller.join(30)
+    assert not canceller.is_alive() and reading.done()
+    assert done[0] <= 2
+
+
+def test_a_failed_read_is_raised_by_wait_at_each_call(tmp_path: Path) -> None:
+    f = _write(tmp_path, {"w": torch.ones(1000)})
+    f.write_bytes(f.read_bytes()[:-100])
+    reading = stream.start_reading([f], torch.device("cpu"), chunk_bytes=512)
+    for _ in range(2):
+        with pytest.raises(ModelLoadError, match="truncated"):
+            reading.wait()
 
 
 def test_the_tiny_checkpoint_as_safetensors_reads_it(tiny_dir: Path) -> None:
@@ -115,17 +225,14 @@ def test_a_failed_read_is_a_load_error(tiny_dir: Path, monkeypatch: pytest.Monke
     """FAKE device: the reader is replaced by one that runs out of memory, as a card too small for bf16 would, so
     that the CUDA branch of the loader runs here; the user gets a ModelLoadError, not torch's exception."""
     from holodesk.policy.holotron.checkpoint import read_checkpoint
-    from holodesk.policy.holotron.hf_config import translate_config
-    from holodesk.policy.holotron.loader import _from_pretrained
+    from holodesk.policy.holotron.loader import _start_reading
 
     def out_of_memory(*_a: object, **_k: object) -> None:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.50 GiB")
 
-    monkeypatch.setattr(stream, "read_state_dict", out_of_memory)
-    info = read_checkpoint(tiny_dir)
+    monkeypatch.setattr(stream, "start_reading", out_of_memory)
     with pytest.raises(ModelLoadError, match="OutOfMemoryError: CUDA out of memory"):
-        _from_pretrained(tiny_dir, translate_config(info, attn_implementation="sdpa"), torch.bfloat16, None,
-                         torch.device("cuda"), "sdpa", info.weight_files)
+        _start_reading(read_checkpoint(tiny_dir), None, torch.device("cuda"))
 
 
 def test_header_offsets_count_from_the_file_start(tmp_path: Path) -> None:
@@ -153,9 +260,8 @@ def test_gpu_load_reads_through_page_locked_buffers_and_matches_transformers(
     assert loaded.weights_reader.startswith("page-locked, 8 readers")
     info = read_checkpoint(tiny_dir)
     # transformers' own reader (no weight files given) on the same folder: the same parameters, bit for bit
-    stock, report, reader = _from_pretrained(tiny_dir, translate_config(info, attn_implementation="sdpa"),
-                                             torch.bfloat16, None, torch.device("cuda"), "sdpa")
-    assert reader == "transformers (pageable host copies)"
+    stock, report = _from_pretrained(tiny_dir, translate_config(info, attn_implementation="sdpa"), torch.bfloat16,
+                                     None, torch.device("cuda"), "sdpa")
     lay_out_qkv(stock)
     ours, theirs = loaded.model.state_dict(), stock.state_dict()
     assert ours.keys() == theirs.keys()
