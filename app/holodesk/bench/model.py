@@ -22,7 +22,7 @@ from holodesk.errors import HolodeskError
 from holodesk.policy.holotron.checkpoint import CheckpointInfo, checkpoint_info
 from holodesk.policy.holotron.hf_config import translate_config
 from holodesk.policy.holotron.kernels import kernel_report, prepare_kernels
-from holodesk.policy.holotron.loader import LoadedHolotron, lay_out_qkv, load_tokenizer, skip_unit_layer_scales
+from holodesk.policy.holotron.loader import LoadedHolotron, lay_out_qkv, load_tokenizer
 
 if TYPE_CHECKING:
     import torch
@@ -270,9 +270,8 @@ def random_loaded(
     if quantization is not None:
         quantize_lm(model, quantization)
     lay_out_qkv(model)  # as load_holotron does
-    skip_unit_layer_scales(model)
     assert info.norm_mean is not None and info.norm_std is not None  # config.json states them
-    return LoadedHolotron(
+    loaded = LoadedHolotron(
         model=model,
         tokenizer=tokenizer,
         info=info,
@@ -290,6 +289,8 @@ def random_loaded(
         kernels=kernel_report(),
         weights_reader="none: random weights drawn on the device",
     )
+    loaded.finish_weights()  # as load_holotron does: the unit layer scales skipped
+    return loaded
 
 
 def quantize_lm(model: torch.nn.Module, mode: str) -> None:

@@ -304,7 +304,9 @@ def test_qkv_weights_share_one_buffer_and_the_stock_forward_is_unchanged(tiny_lo
 
     reference = logits(separate)
     assert torch.equal(logits(tiny_loaded.model), reference)
-    assert lay_out_qkv(separate) == len(mixers)
+    copies: list[int] = []  # before_copy: called once, before the first copy (which reads the weights' values)
+    assert lay_out_qkv(separate, before_copy=lambda: copies.append(1)) == len(mixers) and copies == [1]
+    assert lay_out_qkv(separate, before_copy=lambda: copies.append(2)) == len(mixers) and copies == [1]  # as they are
     assert torch.equal(logits(separate), reference)
     assert all(fused_qkv_weight(m) is not None for m in _attention_mixers(separate))
 

@@ -141,8 +141,10 @@ class StaticDecoder:
         self.logits = torch.zeros(batch, lm.config.vocab_size, dtype=torch.float32, device=dev)
         self._pbuf_h, self._pbuf_p, self._pbuf_x = (
             torch.zeros(batch, chunk, hidden, dtype=self.dtype, device=dev) for _ in range(3))
-        self._n_real = torch.zeros(1, dtype=torch.long, device=dev)
-        self._arange = torch.arange(max(self.max_len, chunk), device=dev)
+        self._n_real, self._arange = (torch.zeros(1, dtype=torch.long, device=dev),
+                                      torch.arange(max(self.max_len, chunk), device=dev))
+        #: tensors derived from the weights at build, each with its recipe (:meth:`_derive`, :meth:`weights_written`)
+        self._derived: list[tuple[torch.Tensor, Callable[[], torch.Tensor]]] = []
         self._segs: list[tuple[list[int], int | None]] = [([], None)]  # (Mamba/MLP blocks, attention after)
         for i, kind in enumerate(self.kinds):
             if kind == ATTENTION:
@@ -152,8 +154,8 @@ class StaticDecoder:
         self._args = [self._block_args(i) for i in range(len(self.layers))]  # prefill: modules as they are
         self._qargs = [self._stored(a) for a in self._args]  # decode: bitsandbytes storage in place of modules
         self._norms = [layer.norm.weight.detach() for layer in self.layers]  # model dtype, for prefill
-        self._head_args = (lm.model.norm_f.weight.detach().float(), float(lm.model.norm_f.variance_epsilon),
-                           weight_of(lm.lm_head))
+        self._head_args = (self._derive(lambda: lm.model.norm_f.weight.detach().float()),
+                           float(lm.model.norm_f.variance_epsilon), weight_of(lm.lm_head))
         self._out = {i: (weight_of(layer.mixer.o_proj), float(layer.mixer.scaling))
                      for i, layer in enumerate(self.layers) if self.kinds[i] == ATTENTION}
         self._qout = {i: self._stored(o) for i, o in self._out.items()}
@@ -194,10 +196,10 @@ class StaticDecoder:
 
         layer, kind, st = self.layers[i], self.kinds[i], self.state
         m = layer.mixer
-        norm = (layer.norm.weight.detach().float(), float(layer.norm.variance_epsilon))
+        norm = (self._derive(lambda: layer.norm.weight.detach().float()), float(layer.norm.variance_epsilon))
         if kind == MAMBA:
             dims = (m.intermediate_size, m.conv_dim, m.num_heads, m.head_dim, m.n_groups, m.ssm_state_size)
-            a_neg = -torch.exp(m.A_log.detach().float())
+            a_neg = self._derive(lambda: -torch.exp(m.A_log.detach().float()))
             conv_b = None if m.conv1d.bias is None else m.conv1d.bias.detach()
             return (*norm, weight_of(m.in_proj), weight_of(m.out_proj), m.conv1d.weight.detach().squeeze(1), conv_b,
                     m.dt_bias.detach(), a_neg, m.D.detach(), m.norm.weight.detach(), st.conv[i], st.ssm[i], dims,
@@ -207,6 +209,29 @@ class StaticDecoder:
         fused = fused_qkv_weight(m)
         proj = (fused, None, None) if fused is not None else tuple(weight_of(p) for p in (m.q_proj, m.k_proj, m.v_proj))
         return (*norm, *proj, st.k[i].shape[1], m.num_key_value_groups, m.head_dim)
+
+    def _derive(self, recipe: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """``recipe()``, a new tensor computed from the weights' values (a float32 norm weight, ``-exp(A_log)``),
+        kept with its recipe so that :meth:`weights_written` recomputes it in place. Every tensor the decoder
+        derives from the weights at build goes through here."""
+        out = recipe()
+        self._derived.append((out, recipe))
+        return out
+
+    def weights_written(self) -> None:
+        """The weights' values changed in place since the build (a load that read them beside it: the build, the
+        capture and the warm-up saw unfinished values): recompute each tensor derived from them in place (the
+        graphs read them where they are) and clear everything earlier passes wrote (:meth:`.DecoderState.clear`,
+        the token, the logits, the prefill buffers), so that nothing computed from the unfinished values is read
+        again."""
+        import torch  # lazy: torch (optional, heavy)
+
+        with torch.no_grad():
+            for out, recipe in self._derived:
+                out.copy_(recipe())
+            for t in (self.token, self.logits, self._pbuf_h, self._pbuf_p, self._pbuf_x):
+                t.zero_()
+        self.state.clear()
 
     @staticmethod
     def _stored(args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -387,7 +412,10 @@ class StaticDecoder:
         import torch  # lazy: torch (optional, heavy)
 
         graph = torch.cuda.CUDAGraph()
-        graph.capture_begin(pool=None if self._pool is None else self._pool[0])
+        # thread_local: the calls other threads may make meanwhile (the weights' readers of a load that goes on
+        # beside the capture: stream synchronisation, page-locked buffers) do not invalidate it; this thread's own
+        # unsafe calls still do
+        graph.capture_begin(pool=None if self._pool is None else self._pool[0], capture_error_mode="thread_local")
         try:
             body(*args)
         finally:

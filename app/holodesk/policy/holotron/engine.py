@@ -291,6 +291,15 @@ class StaticEngine:
         """True when a prompt of ``prompt_tokens`` plus ``reply_tokens`` fit the static cache."""
         return prompt_tokens + reply_tokens + 1 <= self.max_len
 
+    def weights_written(self) -> None:
+        """The weights were written in place after this engine was built (:meth:`.LoadedHolotron.finish_weights`
+        returned True): the decoder re-derives what it computed from them and clears what the capture and the
+        warm-up left (:meth:`StaticDecoder.weights_written`), the engine forgets its frames, and the record
+        ``holodesk doctor`` shows is written again (how the weights were read is known now)."""
+        self.decoder.weights_written()
+        self.reset()
+        record_decoder(self.describe(), checkpoint=str(self.loaded.info.folder))
+
     def reset(self) -> None:
         """Forget the previous step (state, held frames, image embeddings); the next step is cold."""
         self.decoder.state.reset()

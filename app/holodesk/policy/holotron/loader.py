@@ -14,8 +14,10 @@ forward computes exactly what it would on separate tensors, and the static decod
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,9 +61,14 @@ class LoadedHolotron:
         notes: the checkpoint files' disagreements and the values used (:attr:`CheckpointInfo.notes`,
             the ``<image>`` id check), then the tolerated load-report differences.
         kernels: :func:`~holodesk.policy.holotron.kernels.kernel_report` at load time.
-        load_seconds: wall time of the load (download excluded).
-        weights_reader: how the weights reached the device, in words (:func:`_from_pretrained`; shown by
+        load_seconds: wall time of the load (download excluded) to the last weight on the device.
+        weights_reader: how the weights reached the device, in words (:func:`_start_reading`; shown by
             ``holodesk doctor`` through the engine's record).
+        reading: the weights still being read (:class:`.stream.Reading`) after a load with ``background``, until
+            :meth:`finish_weights`; None once they are complete.
+        load_started: ``time.perf_counter()`` at the load's start.
+        weights_ready_at: ``time.time()`` when :meth:`finish_weights` found every weight on the device (None
+            before).
     """
 
     model: Any
@@ -82,6 +89,33 @@ class LoadedHolotron:
     kernels: dict[str, Any] = field(default_factory=dict)
     load_seconds: float = 0.0
     weights_reader: str = ""
+    reading: Any = None
+    load_started: float = 0.0
+    weights_ready_at: float | None = None
+
+    def finish_weights(self) -> bool:
+        """Wait for the weights still being read (:attr:`reading`), then make the change to the model that reads
+        their values (:func:`skip_unit_layer_scales`); the first call does it, later ones return at once.
+        Whatever was computed from the weights before is stale when this returns True (the static engine
+        re-derives its part: ``StaticEngine.weights_written``).
+
+        Returns:
+            whether a read was waited for (the weights changed since :func:`load_holotron` returned).
+        Raises:
+            ModelLoadError: the read failed (a file unreadable or truncated, out of device memory, ...).
+        """
+        if self.weights_ready_at is not None:
+            return False
+        reading, waited = self.reading, self.reading is not None
+        if reading is not None:
+            seconds = reading.wait()
+            self.reading = None
+            self.weights_reader += f", {seconds:.2f} s"
+            self.load_seconds = time.perf_counter() - self.load_started
+            log.info("Holotron weights read onto %s: %s", self.device, self.weights_reader)
+        skip_unit_layer_scales(self.model)
+        self.weights_ready_at = time.time()
+        return waited
 
 
 _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float32": "float32", "fp32": "float32",
@@ -131,16 +165,21 @@ def _quantization_config(quantization: str | None, device: torch.device) -> Any:
                               bnb_4bit_use_double_quant=False, llm_int8_skip_modules=list(KEEP_UNQUANTIZED))
 
 
-def lay_out_qkv(model: Any) -> int:
+def lay_out_qkv(model: Any, before_copy: Callable[[], object] | None = None) -> int:
     """Move the q/k/v projection weights of every attention mixer of ``model``'s language model into one
     contiguous ``[q_rows + k_rows + v_rows, hidden]`` buffer, each projection's Parameter a view of its
     rows (same Parameter objects, same values; only the storage changes). Projections that are not plain
-    ``torch.nn.Linear`` without bias (bitsandbytes modules, biased layers) keep their own storage.
+    ``torch.nn.Linear`` without bias (bitsandbytes modules, biased layers) keep their own storage; those
+    already in one buffer so (:func:`.blocks.fused_qkv_weight`: read so by :func:`.stream.start_reading`,
+    :func:`qkv_groups`) are left as they are. ``before_copy`` is called before the first copy (which reads the
+    weights' values).
 
     Returns:
-        the number of attention layers laid out.
+        the number of attention layers laid out (already or now).
     """
     import torch  # lazy: torch (optional, heavy)
+
+    from holodesk.policy.holotron.blocks import fused_qkv_weight  # lazy: the runtime's blocks import torch
 
     count = 0
     names = ("q_proj", "k_proj", "v_proj")
@@ -148,6 +187,12 @@ def lay_out_qkv(model: Any) -> int:
         projs = [getattr(module, name) for name in names] if all(hasattr(module, n) for n in names) else []
         if not projs or any(type(p) is not torch.nn.Linear or p.bias is not None for p in projs):
             continue
+        count += 1
+        if fused_qkv_weight(module) is not None:
+            continue
+        if before_copy is not None:
+            before_copy()
+            before_copy = None
         with torch.no_grad():
             buffer = torch.cat([p.weight for p in projs], dim=0)
             start = 0
@@ -155,8 +200,26 @@ def lay_out_qkv(model: Any) -> int:
                 rows = p.weight.shape[0]
                 p.weight.data = buffer[start : start + rows]
                 start += rows
-        count += 1
     return count
+
+
+QKV_KEY = re.compile(r"^(language_model\..+\.)q_proj\.weight$")
+"""A checkpoint key of an attention layer's q projection weight; its k and v keys replace ``q_proj``."""
+
+
+def qkv_groups(info: CheckpointInfo) -> list[tuple[str, str, str]]:
+    """The checkpoint keys ``(q, k, v)`` of each language-model attention layer whose q/k/v projections are
+    unbiased weights: what :func:`lay_out_qkv` puts in one buffer, for :func:`.stream.start_reading` to read
+    there in the first place."""
+    out = []
+    for key in sorted(info.shapes):
+        m = QKV_KEY.match(key)
+        if m is None:
+            continue
+        keys = tuple(f"{m.group(1)}{p}_proj.weight" for p in "qkv")
+        if all(k in info.shapes for k in keys) and not any(f"{m.group(1)}{p}_proj.bias" in info.shapes for p in "qkv"):
+            out.append((keys[0], keys[1], keys[2]))
+    return out
 
 
 def skip_unit_layer_scales(model: Any) -> int:
@@ -226,11 +289,12 @@ def load_tokenizer(folder: Path) -> Any:
         config_log.setLevel(level)
 
 
-def _read_facts(folder: Path) -> tuple[CheckpointInfo, Any, dict[str, int], list[str]]:
-    """The checkpoint's files, its tokenizer and the tokenizer's vocabulary (token -> id: read once, as
-    ``get_vocab`` builds a new dict of every token at each call, 0.13-0.17 s of CPU with 131,072 ids), the
-    ``<image>`` id settled between them, and every disagreement between the files (notes)."""
-    info = read_checkpoint(folder)
+def _read_facts(info: CheckpointInfo) -> tuple[CheckpointInfo, Any, dict[str, int], list[str]]:
+    """The checkpoint's files (``info``, :func:`.checkpoint.read_checkpoint`) with its tokenizer and the
+    tokenizer's vocabulary (token -> id: read once, as ``get_vocab`` builds a new dict of every token at each
+    call, 0.13-0.17 s of CPU with 131,072 ids), the ``<image>`` id settled between them, and every disagreement
+    between the files (notes)."""
+    folder = info.folder
     tokenizer = load_tokenizer(folder)
     vocab: dict[str, int] = tokenizer.get_vocab()
     info, token_notes = resolve_image_token(info, vocab)
@@ -251,7 +315,7 @@ def inspect_checkpoint(source: str | Path) -> dict[str, Any]:
         ModelLoadError: for a missing, uncached or unreadable checkpoint.
     """
     folder = resolve_source(source, download=False)
-    info, _tokenizer, _vocab, notes = _read_facts(folder)
+    info, _tokenizer, _vocab, notes = _read_facts(read_checkpoint(folder))
     return {
         "folder": str(folder),
         "language model": info.blocks_in_words(),
@@ -272,8 +336,17 @@ def load_holotron(
     progress: ProgressFn | None = None,
     attn_implementation: str | None = "sdpa",
     cancel: threading.Event | None = None,
+    background: bool = False,
 ) -> LoadedHolotron:
     """Load a Holotron checkpoint (folder or hub repo id) onto ``device``.
+
+    The page-locked reader (:func:`_start_reading`: bf16 onto CUDA) starts as soon as the safetensors headers
+    are read; the tokenizer is read and transformers builds the model on the tensors being filled (it takes
+    them as the parameters without reading them; a load that finds a parameter copied waits for the read and
+    builds the model again, logged). With ``background`` the load returns with the read still running
+    (:attr:`LoadedHolotron.reading`), so that the caller can build what needs only the weights' addresses
+    (the static engine's graphs); nothing may use their values before :meth:`LoadedHolotron.finish_weights`
+    returns. Without it the load waits and finishes (the default).
 
     Args:
         source: checkpoint folder, or ``owner/name`` on the Hugging Face hub.
@@ -284,6 +357,7 @@ def load_holotron(
         progress: optional ``progress(stage, fraction)`` callback.
         attn_implementation: transformers attention backend (``"sdpa"``, ``"eager"``, ...).
         cancel: stops a hub download when set (:class:`~holodesk.download.errors.DownloadCancelled`).
+        background: return before the weights are all read (above).
     Returns:
         :class:`LoadedHolotron`.
     Raises:
@@ -308,7 +382,7 @@ def load_holotron(
     folder = resolve_source(source, progress=progress, download=target.type == "cuda", cancel=cancel)
     try:
         return _load_folder(folder, dtype=dtype, quantization=quantization, target=target, progress=progress,
-                            attn_implementation=attn_implementation)
+                            attn_implementation=attn_implementation, background=background)
     except ModelLoadError as exc:
         # lazy: kept (GPU runtime, not re-checked this session); a light module: could move to the top
         from holodesk.download.cache import cache_repair_advice
@@ -320,30 +394,67 @@ def load_holotron(
 
 
 def _load_folder(folder: Path, *, dtype: str, quantization: str | None, target: torch.device,
-                 progress: ProgressFn | None, attn_implementation: str | None) -> LoadedHolotron:
+                 progress: ProgressFn | None, attn_implementation: str | None, background: bool) -> LoadedHolotron:
     """The part of :func:`load_holotron` after the checkpoint folder is known (same arguments)."""
     started = time.perf_counter()
     if progress is not None:
         progress("reading checkpoint", None)
-    info, tokenizer, vocab, checkpoint_notes = _read_facts(folder)
+    info = read_checkpoint(folder)
+    torch_dtype = _torch_dtype(dtype)
+    quant_config = _quantization_config(quantization, target)
+    reading, reader = _start_reading(info, quant_config, target)
+    try:
+        loaded = _build(info, reading, reader, torch_dtype=torch_dtype, quantization=quantization,
+                        quant_config=quant_config, target=target, progress=progress,
+                        attn_implementation=attn_implementation)
+    except BaseException:
+        if reading is not None:
+            reading.cancel()
+        raise
+    loaded.load_started, loaded.load_seconds = started, time.perf_counter() - started
+    if not background:
+        loaded.finish_weights()
+    if progress is not None:
+        progress("ready", 1.0)
+    return loaded
+
+
+def _build(info: CheckpointInfo, reading: Any, reader: str, *, torch_dtype: torch.dtype, quantization: str | None,
+           quant_config: Any, target: torch.device, progress: ProgressFn | None,
+           attn_implementation: str | None) -> LoadedHolotron:
+    """The model on the weights of ``reading`` (:class:`.stream.Reading`, maybe still running; None: transformers
+    reads them), with the tokenizer and every fact the runtime needs: a :class:`LoadedHolotron` whose
+    :attr:`~LoadedHolotron.reading` is ``reading``, not finished."""
+    folder = info.folder
+    info, tokenizer, vocab, checkpoint_notes = _read_facts(info)
     for note in checkpoint_notes:  # the files disagree: say which value is used (also in holodesk doctor)
         log.warning("Holotron checkpoint %s: %s", folder, note)
     log.info("Holotron language model: %s", info.blocks_in_words())
     config = translate_config(info, attn_implementation=attn_implementation)
     mean, std, norm_source = read_normalisation(info)
-    torch_dtype = _torch_dtype(dtype)
-    quant_config = _quantization_config(quantization, target)
     if progress is not None:
         progress("loading weights", None)
-    model, loading_info, reader = _from_pretrained(folder, config, torch_dtype, quant_config, target,
-                                                   attn_implementation, info.weight_files)
-    forward_names, expected_name = key_namers(model, sorted(info.shapes))
+    if reading is not None and any(t.is_floating_point() and t.dtype != torch_dtype for t in reading.tensors.values()):
+        log.info("Holotron load: the checkpoint stores weights in another dtype than %s, which transformers converts "
+                 "(copies) as it builds the model: the model is built after the read", torch_dtype)
+        reading.wait()
+    pending = reading is not None and not reading.done()
+    model, loading_info = _from_pretrained(folder, config, torch_dtype, quant_config, target, attn_implementation,
+                                           reading)
+    forward_names, expected_name = key_namers(model, sorted(info.shapes))  # the model class's mapping: kept below
+    if pending and (copied := _copied_keys(model, reading.tensors, loading_info, forward_names)):
+        log.warning("Holotron load: transformers copied %d tensor(s) of the weights being read (%s), so their values "
+                    "may be incomplete: the model is built again after the read (the slower path)", len(copied),
+                    ", ".join(copied[:3]))
+        del model
+        reading.wait()
+        model, loading_info = _from_pretrained(folder, config, torch_dtype, quant_config, target, attn_implementation,
+                                               reading)
     report_notes = check_load_report(loading_info, forward_names, expected_name)
     model.eval()
     if target.type == "cpu":
         model.to(target)
-    lay_out_qkv(model)
-    skip_unit_layer_scales(model)
+    lay_out_qkv(model, before_copy=None if reading is None else reading.wait)
     image_token_id = info.image_token_id
     assert image_token_id is not None  # resolve_image_token set it or raised
     lm_vocab = int(config.text_config.vocab_size)
@@ -352,43 +463,77 @@ def _load_folder(folder: Path, *, dtype: str, quantization: str | None, target: 
     report = _kernels_for(target)
     for note in report_notes:
         log.info("Holotron load: %s", note)
-    loaded = LoadedHolotron(
+    return LoadedHolotron(
         model=model, tokenizer=tokenizer, info=info, mean=mean, std=std, norm_source=norm_source,
         image_token_id=image_token_id, img_start_id=_token_id(vocab, "<img>", folder),
         img_end_id=_token_id(vocab, "</img>", folder), eos_ids=_eos_ids(model, tokenizer, vocab, folder),
         think_end_id=vocab.get("</think>"), device=target, dtype=torch_dtype, quantization=quantization,
-        notes=checkpoint_notes + report_notes, kernels=report, load_seconds=time.perf_counter() - started,
-        weights_reader=reader,
+        notes=checkpoint_notes + report_notes, kernels=report, weights_reader=reader, reading=reading,
     )
-    if progress is not None:
-        progress("ready", 1.0)
-    return loaded
+
+
+def _start_reading(info: CheckpointInfo, quant_config: Any, target: torch.device) -> tuple[Any, str]:
+    """The page-locked reading of ``info``'s weight files onto ``target`` (:func:`.stream.start_reading`, the
+    q/k/v projections of each attention layer in one buffer: :func:`qkv_groups`), started, and how the weights
+    reach the device in words; ``(None, words)`` where transformers reads them instead: quantised loads
+    (bitsandbytes quantises each tensor as it arrives, so the whole bf16 checkpoint is never on the device),
+    the CPU, and a dtype the reader does not map (logged as a warning: the slower path).
+
+    Raises:
+        ModelLoadError: a weight file that is not a readable safetensors file, or the reader's allocations failing
+            (e.g. out of device memory).
+    """
+    # lazy: kept (GPU runtime, not re-checked this session); a light module: could move to the top
+    from holodesk.policy.holotron import stream
+
+    reader = "transformers (pageable host copies)"
+    if quant_config is not None:
+        return None, reader + ": bitsandbytes quantises each tensor as it is read"
+    if target.type != "cuda":
+        return None, f"transformers, onto {target}"
+    if not info.weight_files:
+        return None, reader
+    if why_not := stream.readable(info.weight_files):
+        reader += f", the slower path: {why_not}, which the page-locked reader does not map"
+        log.warning("Holotron weights read by %s", reader)
+        return None, reader
+    try:
+        reading = stream.start_reading(info.weight_files, target, groups=qkv_groups(info))
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # e.g. out of device memory: worded as transformers' own failure
+        raise ModelLoadError(f"loading the weights from {info.folder} failed: {type(exc).__name__}: {exc}") from exc
+    return reading, f"page-locked, {stream.READERS} readers"
+
+
+def _copied_keys(model: Any, tensors: dict[str, torch.Tensor], loading_info: dict[str, Any],
+                 checkpoint_key: dict[str, str]) -> list[str]:
+    """The keys of ``tensors`` (the state dict given to transformers) that ``model`` does not hold in place: no
+    parameter or buffer of it shares their storage (transformers made its own copy), the keys transformers
+    reported as unexpected (not loaded at all; named natively, ``checkpoint_key`` maps such a name to the
+    checkpoint's, :func:`.hf_config.key_namers`) left out; sorted."""
+    held = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
+    unexpected = {checkpoint_key.get(k, k) for k in loading_info.get("unexpected_keys") or ()}
+    return sorted(k for k, t in tensors.items() if k not in unexpected and t.untyped_storage().data_ptr() not in held)
 
 
 def _from_pretrained(folder: Path, config: Any, dtype: torch.dtype, quant_config: Any, target: torch.device,
-                     attn_implementation: str | None, weight_files: tuple[Path, ...] = ()
-                     ) -> tuple[Any, dict[str, Any], str]:
+                     attn_implementation: str | None, reading: Any = None) -> tuple[Any, dict[str, Any]]:
     """``NemotronH_Omni_Reasoning_V3.from_pretrained`` with the load report (size mismatches reported,
     not raised, so the error can name them) and transformers' own report table held back (Holodesk checks
-    the same report with :func:`check_load_report` and names the keys itself), and how the weights were read,
-    in words.
+    the same report with :func:`check_load_report` and names the keys itself).
 
-    On CUDA without quantisation the weights ``weight_files`` are read by :func:`.stream.read_state_dict`
-    (page-locked, several readers) and given to ``from_pretrained(state_dict=...)`` with the folder's
-    generation config. Otherwise transformers reads ``folder`` itself: quantised loads (bitsandbytes
-    quantises each tensor as it arrives, so the whole bf16 checkpoint is never on the device), the CPU, no
-    ``weight_files`` given, and a dtype the reader does not map (logged as a warning: the slower path).
+    With ``reading`` (:class:`.stream.Reading`) its tensors go to ``from_pretrained(state_dict=...)`` with the
+    folder's generation config (they may still be being filled: transformers takes them as the parameters);
+    otherwise transformers reads ``folder`` itself.
 
     Raises:
-        ModelLoadError: when the weights cannot be read or transformers fails to load them.
+        ModelLoadError: when transformers fails to load the weights.
     """
     # lazy (here and below): transformers (optional, heavy)
     from transformers import GenerationConfig
     from transformers.models.nemotron_h_omni import NemotronH_Omni_Reasoning_V3
     from transformers.utils import logging as hf_logging
-
-    # lazy: kept (GPU runtime, not re-checked this session); a light module: could move to the top
-    from holodesk.policy.holotron import stream
 
     kwargs: dict[str, Any] = {"config": config, "dtype": dtype, "output_loading_info": True,
                               "local_files_only": True, "trust_remote_code": False, "ignore_mismatched_sizes": True}
@@ -399,24 +544,8 @@ def _from_pretrained(folder: Path, config: Any, dtype: torch.dtype, quant_config
     if target.type != "cpu":
         kwargs["device_map"] = {"": str(target)}
     source: str | None = str(folder)
-    reader = "transformers (pageable host copies)"
-    if quant_config is not None:
-        reader += ": bitsandbytes quantises each tensor as it is read"
-    elif target.type != "cuda":
-        reader = f"transformers, onto {target}"
-    elif weight_files and (why_not := stream.readable(weight_files)):
-        reader += f", the slower path: {why_not}, which the page-locked reader does not map"
-        log.warning("Holotron weights read by %s", reader)
-    elif weight_files:
-        started = time.perf_counter()
-        try:
-            kwargs["state_dict"] = stream.read_state_dict(weight_files, target)
-        except ModelLoadError:
-            raise
-        except Exception as exc:  # e.g. out of device memory: worded as transformers' own failure below
-            raise ModelLoadError(f"loading the weights from {folder} failed: {type(exc).__name__}: {exc}") from exc
-        reader = f"page-locked, {stream.READERS} readers, {time.perf_counter() - started:.2f} s"
-        log.info("Holotron weights read onto %s: %s", target, reader)
+    if reading is not None:
+        kwargs["state_dict"] = reading.tensors
         if (folder / "generation_config.json").is_file():
             kwargs["generation_config"] = GenerationConfig.from_pretrained(str(folder), local_files_only=True)
         source = None
@@ -429,7 +558,7 @@ def _from_pretrained(folder: Path, config: Any, dtype: torch.dtype, quant_config
     finally:
         hf_logging.set_verbosity(verbosity)
     model, loading_info = result
-    return model, loading_info, reader
+    return model, loading_info
 
 
 def _eos_ids(model: Any, tokenizer: Any, vocab: dict[str, int], folder: Path) -> tuple[int, ...]:

@@ -108,10 +108,42 @@ class HolotronPolicy(LocalPolicy):
         Raises:
             ModelLoadError: see :func:`~holodesk.policy.holotron.loader.load_holotron`.
         """
-        loaded = load_holotron(source, quantization=quantization, **loading)
-        policy = cls(loaded, options, decoder=decoder)
-        policy.ready()
+        # the static engine is built (graphs captured, warmed up) while the weights are still being read
+        loaded = load_holotron(source, quantization=quantization, background=True, **loading)
+        try:
+            policy = cls(loaded, options, decoder=decoder)
+        except BaseException:
+            if loaded.reading is not None:
+                loaded.reading.cancel()
+            raise
+        try:
+            policy.ready()
+        except BaseException:
+            policy.close()  # the read stopped, the collector unfrozen
+            raise
         return policy
+
+    def ready(self) -> None:
+        """:meth:`LocalPolicy.ready() <holodesk.policy.local_core.LocalPolicy.ready>` (its work goes on beside a
+        read still running), then :meth:`finish_weights`.
+
+        Raises:
+            ModelLoadError: the weights' read failed.
+        """
+        super().ready()
+        self.finish_weights()
+
+    def finish_weights(self) -> None:
+        """Wait for the weights still being read (:meth:`.LoadedHolotron.finish_weights`) and, when they were,
+        have the static engine re-derive what it built from them (``StaticEngine.weights_written``); nothing once
+        they are complete. Every use of the model's values goes through here first (:meth:`ready`, :meth:`reply`,
+        :meth:`localization_reply`).
+
+        Raises:
+            ModelLoadError: the weights' read failed.
+        """
+        if self.loaded.finish_weights() and self.engine is not None:
+            self.engine.weights_written()
 
     # ------------------------------------------------------------------------------------------ steps
     def compile_constraint(self, schema: dict[str, Any], max_string_chars: int | None) -> Constraint:
@@ -127,6 +159,7 @@ class HolotronPolicy(LocalPolicy):
         # lazy: kept (GPU runtime, not re-checked this session); a light module: could move to the top
         from holodesk.policy.holotron import runtime
 
+        self.finish_weights()
         messages = self.protocol.localization_messages(image, target)
         crop: Frame = messages[0]["content"][0]["frame"]
         if self._specials is None:
@@ -194,6 +227,7 @@ class HolotronPolicy(LocalPolicy):
         # lazy: kept (GPU runtime, not re-checked this session); a light module: could move to the top
         from holodesk.policy.holotron import runtime
 
+        self.finish_weights()
         opts = self.options
         t0 = time.perf_counter()
         prepared = self.prepare(observation, max_images=max_images)
@@ -244,7 +278,11 @@ class HolotronPolicy(LocalPolicy):
         return report
 
     def close(self) -> None:
-        """Drop the static engine and the model, and free GPU memory. Idempotent."""
+        """Stop a read of the weights still running, drop the static engine and the model, and free GPU memory.
+        Idempotent."""
+        if self.loaded.reading is not None:
+            self.loaded.reading.cancel()
+            self.loaded.reading = None  # its tensors go with the model
         self.engine = None
         super().close()
 

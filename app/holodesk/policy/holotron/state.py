@@ -117,6 +117,14 @@ class DecoderState:
         self.keys = []
         self.snapshots = {}
 
+    def clear(self) -> None:
+        """:meth:`reset`, and every KV entry and snapshot slot zeroed too (the state after a pass whose values
+        must not be read again, even as masked entries of a window: a non-finite value there times its zero
+        attention weight is NaN)."""
+        for t in (*self.k.values(), *self.v.values(), *(t for slot in self._slots for pair in slot for t in pair)):
+            t.zero_()
+        self.reset()
+
     def snapshot(self, position: int, keep: Collection[int] = ()) -> None:
         """Copy the current Mamba state into a slot as the state after ``position`` prompt tokens: a free
         slot, else the slot of the oldest position not in ``keep``, else of the oldest position (nothing
