@@ -9,7 +9,7 @@
 # jaraco.classes jaraco.functools jaraco.context more-itertools backports.tarfile importlib-metadata zipp lazy-importer
 # rich pygments markdown-it-py mdurl secretstorage jeepney` (holodesk.doctor, which a GPU test imports, loads the
 # keychain module at import).
-#   bash docs/bench/desktops/gpu-session.sh [OUT] [PARTS]    PARTS: comma list of tests, bench, probe, nativetests, quanttests, quant, coldstart, families (default tests,bench;
+#   bash docs/bench/desktops/gpu-session.sh [OUT] [PARTS]    PARTS: comma list of tests, bench, probe, nativetests, quanttests, quant, coldstart, readers, families (default tests,bench;
 #   GPU_TESTS_K: a pytest -k filter for the tests part; GPU_TESTS_PATHS: its test folders/files; QUANT: the quant modes; FAMILIES: --family keys; COLD_ARGS: more cold-start flags; COLD_RUNS: its runs (default warm,cold,warm);
 #   TOKENIZER: test or tekken for the bench and quant parts, default tekken when .whl4 holds the mistral-common wheel)
 # Each part stays under 9 minutes (TESTS_S / BENCH_S lower the limits, e.g. to run both in one 10-minute call).
@@ -73,6 +73,12 @@ case ,$part, in *,coldstart,*)
      bench "${COLD_S:-420}" --cold-start --cold-start-dir /var/tmp/holodesk-cold-start \
         --cold-start-runs "${COLD_RUNS:-warm,cold,warm}" --tokenizer "$tok" ${COLD_ARGS:-} --json "$out/cold-start.json" 2>&1 \
         | grep -v "Warning\|warn(" | cut -c1-900 | tee "$out/cold-start.log")
+esac
+case ,$part, in *,readers,*)  # readers reading beside a cold start's build (after coldstart wrote the checkpoint)
+    (unset PYTHONDONTWRITEBYTECODE
+     timeout "${READERS_S:-300}" python3 docs/bench/issue34/readers_beside.py /var/tmp/holodesk-cold-start \
+        "$out/readers-beside.json" "${BESIDE:-1,2,4,8}" 2>&1 | grep -v "Warning\|warn(" | cut -c1-1500 \
+        | tee "$out/readers-beside.log")
 esac
 case ,$part, in *,families,*)
     bench "${FAMILIES_S:-300}" --family "${FAMILIES:-all}" --eager --reply-tokens 64 --repeats 3 --json "$out/families.json" 2>&1 \

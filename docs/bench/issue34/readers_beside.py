@@ -1,0 +1,82 @@
+"""A cold start with the model and the static engine built beside the weights' read, against one that reads first,
+and how many page-locked readers should read meanwhile (``holodesk.policy.holotron.stream.READERS_BESIDE``): one
+fresh cold-start process per variant, the page cache dropped before each, on the checkpoint ``holodesk bench
+--cold-start`` wrote (run it first: it also fills the compile caches). A measurement script (not run by CI).
+
+    python3 docs/bench/issue34/readers_beside.py [FOLDER] [OUT.json] [VARIANTS]   # e.g. sync,2,8,8pre,sync,2
+
+A variant is ``sync`` (``HolotronPolicy.load`` made to read first: ``load_holotron(background=False)``), a number
+(the readers reading beside the build), or a number with ``pre`` (also importing torch's compiler, Triton and the
+runtime's kernels before the child's own timing starts: counted in ``startup_s`` and ``total_s`` only). Each
+child is ``python -m holodesk.bench.cold_start``'s child; the phases are :func:`holodesk.bench.cold_start.phases`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from holodesk.bench import page_cache
+from holodesk.bench.cold_checkpoint import checkpoint_files
+from holodesk.bench.cold_start import imports_split, phases
+
+CHILD = """
+import sys, runpy
+variant = sys.argv.pop(1)
+import holodesk.policy.holotron.stream as s
+import holodesk.policy.holotron.policy as p
+if variant == "sync":  # read first (all readers), then build: the load before the read went beside the build
+    real = p.load_holotron
+    p.load_holotron = lambda *a, background=True, **k: real(*a, background=False, **k)
+    s.READERS_BESIDE = s.READERS
+else:
+    s.READERS_BESIDE = int(variant.removesuffix("pre"))
+if variant.endswith("pre"):
+    import torch, torch._dynamo, torch._inductor.compile_fx, triton  # noqa
+    import holodesk.policy.holotron.decoder, holodesk.policy.holotron.engine  # noqa
+sys.argv[0] = "cold_start"
+runpy.run_module("holodesk.bench.cold_start", run_name="__main__")
+"""
+
+
+def main() -> int:
+    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "/var/tmp/holodesk-cold-start")
+    out = Path(sys.argv[2] if len(sys.argv) > 2 else "readers-beside.json")
+    values = (sys.argv[3] if len(sys.argv) > 3 else "sync,2,8,8pre").split(",")
+    files = checkpoint_files(folder)
+    device = os.environ.get("DEVICE", "cuda")  # cpu: a check of this script on the tiny checkpoint
+    rows = []
+    for beside in values:
+        drop = page_cache.drop(files, system=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            result = Path(tmp) / "child.json"
+            cmd = [sys.executable, "-c", CHILD, str(beside), str(folder), "--device", device, "--dtype", "bfloat16",
+                   "--result", str(result), "--steps", "2", "--max-new-tokens", "1024"]
+            spawn = time.time()
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+            if proc.returncode != 0 or not result.exists():
+                print(f"{beside}: child failed ({proc.returncode}): {(proc.stdout + proc.stderr)[-2000:]}")
+                continue
+            child = json.loads(result.read_text())
+        child["spawn"] = spawn
+        engine = child.get("engine") or {}
+        stamps = child["timestamps"]
+        row = {"variant": beside, "drop": drop, **phases(child), "imports_split": imports_split(stamps),
+               "weights_reader": engine.get("weights_reader"), "engine_setup_s": engine.get("setup_seconds"),
+               "engine_build_s": engine.get("build_seconds"), "capture_seconds": engine.get("capture_seconds"),
+               "warm_up_s": engine.get("warm_up_seconds"), "steps": [s["wall_s"] for s in child["steps"]],
+               "since_imports": {k: round(v - stamps["imports"], 2) for k, v in stamps.items()
+                                 if v >= stamps["imports"]}}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    out.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
