@@ -153,6 +153,8 @@ def test_cancel_stops_the_readers_after_their_pieces(tmp_path: Path, monkeypatch
     canceller.join(30)
     assert not canceller.is_alive() and reading.done()
     assert done[0] <= 2
+    with pytest.raises(ModelLoadError, match="stopped before its end"):  # its tensors are not the checkpoint's
+        reading.wait()
 
 
 def test_a_failed_read_is_raised_by_wait_at_each_call(tmp_path: Path) -> None:

@@ -133,11 +133,14 @@ class Reading:
             seconds from the start of the reading to the end of its last reader.
         Raises:
             ModelLoadError: a file that is unreadable or shorter than its header says (or any other failure of a
-                reader, e.g. out of device memory, worded as a load error); again at each call.
+                reader, e.g. out of device memory, worded as a load error), or the read stopped by :meth:`cancel`
+                before its end; again at each call.
         """
         self._hurry()
         for thread in self._threads:
             thread.join()
+        if self._stop and self._jobs:
+            raise ModelLoadError("the weights' read was stopped before its end")
         if self._failures:
             exc = self._failures[0]
             if isinstance(exc, ModelLoadError):
