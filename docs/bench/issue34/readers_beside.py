@@ -5,6 +5,10 @@ fresh cold-start process per variant, the page cache dropped before each, on the
 
     python3 docs/bench/issue34/readers_beside.py [FOLDER] [OUT.json] [VARIANTS]   # e.g. sync,2,8,8pre,sync,2
 
+Each child also records every file Python opens (an audit hook): ``opened_after_imports`` counts those opened
+between its imports and its last weight (the weights' own folder left out), their bytes and the folders with the
+most; files mapped or opened by C code (shared libraries, CUDA's caches) are not seen.
+
 A variant is ``sync`` (``HolotronPolicy.load`` made to read first: ``load_holotron(background=False)``), a number
 (the readers reading beside the build), or a number with ``pre`` (also importing torch's compiler, Triton and the
 runtime's kernels before the child's own timing starts: counted in ``startup_s`` and ``total_s`` only). Each
@@ -13,6 +17,7 @@ child is ``python -m holodesk.bench.cold_start``'s child; the phases are :func:`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -20,14 +25,21 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from holodesk.bench import page_cache
 from holodesk.bench.cold_checkpoint import checkpoint_files
 from holodesk.bench.cold_start import imports_split, phases
 
 CHILD = """
-import sys, runpy
-variant = sys.argv.pop(1)
+import sys, runpy, time, atexit, json
+variant, opened_to = sys.argv.pop(1), sys.argv.pop(1)
+opened = []  # (wall time, path) of every file Python opens from here on: what the start reads besides the weights
+def audit(event, args):
+    if event == "open" and isinstance(args[0], str):
+        opened.append((time.time(), args[0]))
+sys.addaudithook(audit)
+atexit.register(lambda: open(opened_to, "w").write(json.dumps(opened)))
 import holodesk.policy.holotron.stream as s
 import holodesk.policy.holotron.policy as p
 if variant == "sync":  # read first (all readers), then build: the load before the read went beside the build
@@ -35,13 +47,31 @@ if variant == "sync":  # read first (all readers), then build: the load before t
     p.load_holotron = lambda *a, background=True, **k: real(*a, background=False, **k)
     s.READERS_BESIDE = s.READERS
 else:
-    s.READERS_BESIDE = int(variant.removesuffix("pre"))
+    s.READERS_BESIDE = int(variant.removesuffix("pre"))  # "8pre": 8
 if variant.endswith("pre"):
     import torch, torch._dynamo, torch._inductor.compile_fx, triton  # noqa
     import holodesk.policy.holotron.decoder, holodesk.policy.holotron.engine  # noqa
 sys.argv[0] = "cold_start"
 runpy.run_module("holodesk.bench.cold_start", run_name="__main__")
 """
+
+
+def opened_files(opened: list[list[Any]], start: float, end: float, weights: Path) -> dict[str, Any]:
+    """The files the child opened between ``start`` and ``end`` (wall times), the weights' folder left out: how
+    many, their bytes (their sizes now), and the 8 folders with the most bytes."""
+    sizes: dict[str, int] = {}
+    for t, path in opened:
+        if start <= t <= end and not path.startswith(str(weights)) and path not in sizes:
+            with contextlib.suppress(OSError):
+                sizes[path] = os.stat(path).st_size if os.path.isfile(path) else 0
+    folders: dict[str, list[int]] = {}
+    for path, size in sizes.items():
+        entry = folders.setdefault(os.path.dirname(path), [0, 0])
+        entry[0] += 1
+        entry[1] += size
+    top = sorted(folders.items(), key=lambda kv: -kv[1][1])[:8]
+    return {"files": len(sizes), "bytes": sum(sizes.values()),
+            "folders": {k: {"files": n, "bytes": b} for k, (n, b) in top}}
 
 
 def main() -> int:
@@ -54,8 +84,9 @@ def main() -> int:
     for beside in values:
         drop = page_cache.drop(files, system=True)
         with tempfile.TemporaryDirectory() as tmp:
-            result = Path(tmp) / "child.json"
-            cmd = [sys.executable, "-c", CHILD, str(beside), str(folder), "--device", device, "--dtype", "bfloat16",
+            result, opened_path = Path(tmp) / "child.json", Path(tmp) / "opened.json"
+            cmd = [sys.executable, "-c", CHILD, str(beside), str(opened_path), str(folder), "--device", device,
+                   "--dtype", "bfloat16",
                    "--result", str(result), "--steps", "2", "--max-new-tokens", "1024"]
             spawn = time.time()
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
@@ -63,6 +94,7 @@ def main() -> int:
                 print(f"{beside}: child failed ({proc.returncode}): {(proc.stdout + proc.stderr)[-2000:]}")
                 continue
             child = json.loads(result.read_text())
+            opened = json.loads(opened_path.read_text()) if opened_path.exists() else []
         child["spawn"] = spawn
         engine = child.get("engine") or {}
         stamps = child["timestamps"]
@@ -71,7 +103,9 @@ def main() -> int:
                "engine_build_s": engine.get("build_seconds"), "capture_seconds": engine.get("capture_seconds"),
                "warm_up_s": engine.get("warm_up_seconds"), "steps": [s["wall_s"] for s in child["steps"]],
                "since_imports": {k: round(v - stamps["imports"], 2) for k, v in stamps.items()
-                                 if v >= stamps["imports"]}}
+                                 if v >= stamps["imports"]},
+               "opened_after_imports": opened_files(opened, stamps["imports"], stamps.get("weights", stamps["graphs"]),
+                                                    folder)}
         rows.append(row)
         print(json.dumps(row), flush=True)
     out.write_text(json.dumps(rows, indent=1))
