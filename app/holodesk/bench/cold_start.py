@@ -22,10 +22,11 @@ processes, with the page cache cold and warm, against the file-read floor.
    (:func:`compile_caches`): the first process on a fresh machine also compiles and autotunes every kernel.
    The child records wall-clock timestamps at: interpreter up (this module imported), imports done (torch
    and its CUDA context, the transformers classes loading uses, the policy; each step timed on its own:
-   :data:`IMPORT_STEPS`, :func:`imports_split`), model built (``load_holotron``'s "ready": the model stands on
-   the weights still being read), weights on the device (the last byte: ``LoadedHolotron.weights_ready_at``;
-   the static engine was built, its CUDA graphs of the warm-up's shapes captured, warmed up and the grammar
-   compiled beside the read, until then), graphs ready (``HolotronPolicy.load`` returned: what was derived from
+   :data:`IMPORT_STEPS`, :func:`imports_split`), model built (``load_holotron``'s last progress stage,
+   :data:`~holodesk.policy.holotron.loader.BUILT_BESIDE_READ`: the model stands on the weights still being
+   read), weights on the device (the last byte: ``LoadedHolotron.weights_ready_at``; the static engine was
+   built, its CUDA graphs of the warm-up's shapes captured, warmed up and the grammar compiled beside the read,
+   until then), graphs ready (``HolotronPolicy.load`` returned: what was derived from
    the weights before their last byte made again), and each of
    ``--cold-start-steps`` ``HolotronPolicy.propose`` calls on a new 1920x1080 desktop-like frame, with the
    graphs that step recorded on their first use (``lazy_captures``: count and seconds; a step's other
@@ -398,12 +399,13 @@ def child_main(argv: list[str]) -> int:
     from holodesk.errors import PolicyError, PolicyOutputError
     from holodesk.policy.base import Observation
     from holodesk.policy.generation import GenerationOptions
+    from holodesk.policy.holotron.loader import BUILT_BESIDE_READ
     from holodesk.policy.holotron.policy import HolotronPolicy
 
     cuda = args.device.startswith("cuda")
 
     def progress(stage: str, _fraction: float | None) -> None:
-        if stage == "ready":  # load_holotron returned: the model built, its weights maybe still being read
+        if stage in ("ready", BUILT_BESIDE_READ):  # load_holotron returned: the model built
             stamps["model"] = time.time()
 
     options = GenerationOptions(max_images=3, max_reply_tokens=args.max_new_tokens, max_string_chars=24)

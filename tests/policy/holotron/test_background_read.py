@@ -202,3 +202,21 @@ def test_a_failed_read_fails_the_load_and_closing_stops_a_running_one(  # type: 
     gate.set()
     closer.join(30)
     assert not closer.is_alive() and reading.done() and loaded.reading is None
+
+
+def test_a_background_load_says_so_and_finishes_at_the_first_use(  # type: ignore[no-untyped-def]
+        tiny_dir: Path, tiny_loaded, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FAKE: the page-locked reader is the CUDA path's choice; here ``_start_reading`` starts it on the CPU, so that
+    ``load_holotron(background=True)`` runs as on a GPU machine. Its progress ends on "preparing the decoder while
+    the weights are read", not "ready", and the weights are the checkpoint's once finished."""
+    gate, _done = gate_reads(monkeypatch)
+    monkeypatch.setattr(loader, "_start_reading", lambda info, quant, target: (
+        stream.start_reading(info.weight_files, target, groups=loader.qkv_groups(info)), "page-locked (CPU)"))
+    stages: list[str] = []
+    loaded = loader.load_holotron(tiny_dir, dtype="float32", device="cpu", background=True,
+                                  progress=lambda stage, _fraction: stages.append(stage))
+    assert stages[-1] == loader.BUILT_BESIDE_READ and "ready" not in stages and loaded.reading is not None
+    gate.set()
+    assert loaded.finish_weights() and loaded.load_seconds > 0
+    lm_head = loaded.model.language_model.lm_head.weight
+    assert torch.equal(lm_head, tiny_loaded.model.language_model.lm_head.weight)

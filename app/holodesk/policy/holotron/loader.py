@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 QUANTIZATIONS = (None, "8bit", "4bit")
+BUILT_BESIDE_READ = "preparing the decoder while the weights are read"
+"""The progress stage a load with ``background`` ends on (the model built, its weights still being read); a
+load that waits for them ends on ``"ready"``."""
 KEEP_UNQUANTIZED = ["vision_model", "multi_modal_projector", "lm_head"]
 """Modules bitsandbytes leaves in bf16: the vision tower, the projector and the output head."""
 
@@ -415,7 +418,7 @@ def _load_folder(folder: Path, *, dtype: str, quantization: str | None, target: 
     if not background:
         loaded.finish_weights()
     if progress is not None:
-        progress("ready", 1.0)
+        progress("ready" if loaded.reading is None else BUILT_BESIDE_READ, 1.0 if loaded.reading is None else None)
     return loaded
 
 
