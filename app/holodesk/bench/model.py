@@ -22,7 +22,8 @@ from holodesk.errors import HolodeskError
 from holodesk.policy.holotron.checkpoint import CheckpointInfo, checkpoint_info
 from holodesk.policy.holotron.hf_config import translate_config
 from holodesk.policy.holotron.kernels import kernel_report, prepare_kernels
-from holodesk.policy.holotron.loader import LoadedHolotron, lay_out_qkv, load_tokenizer
+from holodesk.policy.holotron.layout import lay_out_qkv
+from holodesk.policy.holotron.loader import LoadedHolotron, load_tokenizer
 
 if TYPE_CHECKING:
     import torch

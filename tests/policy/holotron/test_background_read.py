@@ -20,6 +20,7 @@ from holodesk.policy.base import Observation  # noqa: E402
 from holodesk.policy.generation import GenerationOptions  # noqa: E402
 from holodesk.policy.holotron import HolotronPolicy, loader, stream  # noqa: E402
 from holodesk.policy.holotron.checkpoint import read_checkpoint  # noqa: E402
+from holodesk.policy.holotron.layout import qkv_groups  # noqa: E402
 from tests.policy.holotron.test_engine import _episode, _frame, _reference_logits, _spy_prefill_logits  # noqa: E402
 from tests.policy.holotron.test_stream import gate_reads  # noqa: E402
 
@@ -40,7 +41,7 @@ def _build_beside(tiny_dir: Path, device: str, monkeypatch: pytest.MonkeyPatch,
     gate, _done = gate_reads(monkeypatch, fail=fail)
     info = read_checkpoint(tiny_dir)
     target = torch.device(device)
-    reading = stream.start_reading(info.weight_files, target, groups=loader.qkv_groups(info))
+    reading = stream.start_reading(info.weight_files, target, groups=qkv_groups(info))
     _unread_nan(reading)
     loaded = loader._build(info, reading, "page-locked (held by the test)", torch_dtype=torch.float32,
                            quantization=None, quant_config=None, target=target, progress=None,
@@ -142,7 +143,7 @@ def test_a_parameter_transformers_copied_makes_the_load_build_again_after_the_re
     monkeypatch.setattr(loader, "_copied_keys", check)
     monkeypatch.setattr(loader, "_from_pretrained", counting)
     info = read_checkpoint(tiny_dir)
-    reading = stream.start_reading(info.weight_files, torch.device("cpu"), groups=loader.qkv_groups(info))
+    reading = stream.start_reading(info.weight_files, torch.device("cpu"), groups=qkv_groups(info))
     with caplog.at_level(logging.WARNING, logger="holodesk.policy.holotron.loader"):
         loaded = loader._build(info, reading, "page-locked", torch_dtype=torch.float32, quantization=None,
                                quant_config=None, target=torch.device("cpu"), progress=None, attn_implementation="sdpa")
@@ -211,7 +212,7 @@ def test_a_background_load_says_so_and_finishes_at_the_first_use(  # type: ignor
     the weights are read", not "ready", and the weights are the checkpoint's once finished."""
     gate, _done = gate_reads(monkeypatch)
     monkeypatch.setattr(loader, "_start_reading", lambda info, quant, target: (
-        stream.start_reading(info.weight_files, target, groups=loader.qkv_groups(info)), "page-locked (CPU)"))
+        stream.start_reading(info.weight_files, target, groups=qkv_groups(info)), "page-locked (CPU)"))
     stages: list[str] = []
     loaded = loader.load_holotron(tiny_dir, dtype="float32", device="cpu", background=True,
                                   progress=lambda stage, _fraction: stages.append(stage))

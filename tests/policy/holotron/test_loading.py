@@ -280,7 +280,7 @@ def test_qkv_weights_share_one_buffer_and_the_stock_forward_is_unchanged(tiny_lo
     import copy
 
     from holodesk.policy.holotron.blocks import fused_qkv_weight
-    from holodesk.policy.holotron.loader import lay_out_qkv
+    from holodesk.policy.holotron.layout import lay_out_qkv
 
     mixers = _attention_mixers(tiny_loaded.model)
     assert mixers
@@ -319,7 +319,7 @@ def test_unit_layer_scales_pass_through_and_keep_the_state_dict(tiny_loaded) -> 
 
     from transformers.models.radio.modeling_radio import RadioLayerScale
 
-    from holodesk.policy.holotron.loader import skip_unit_layer_scales
+    from holodesk.policy.holotron.layout import skip_unit_layer_scales
 
     layers = list(tiny_loaded.model.vision_model.encoder.layer)
     names = ("layer_scale1", "layer_scale2")

@@ -254,7 +254,8 @@ def test_gpu_load_reads_through_page_locked_buffers_and_matches_transformers(
         tiny_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
     from holodesk.policy.holotron.checkpoint import read_checkpoint
     from holodesk.policy.holotron.hf_config import translate_config
-    from holodesk.policy.holotron.loader import _from_pretrained, lay_out_qkv, load_holotron
+    from holodesk.policy.holotron.layout import lay_out_qkv
+    from holodesk.policy.holotron.loader import _from_pretrained, load_holotron
 
     with caplog.at_level(logging.INFO, logger="holodesk.policy.holotron.loader"):
         loaded = load_holotron(tiny_dir, dtype="bfloat16", device="cuda")
