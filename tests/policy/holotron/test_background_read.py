@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +34,18 @@ def _unread_nan(reading: Any) -> None:
         t.fill_(float("nan") if t.is_floating_point() else -1)
 
 
-def _build_beside(tiny_dir: Path, device: str, monkeypatch: pytest.MonkeyPatch,
-                  fail: Exception | None = None) -> tuple[Any, threading.Event]:
+def _build_beside(tiny_dir: Path, device: str, monkeypatch: pytest.MonkeyPatch, fail: Exception | None = None,
+                  nan: bool = True) -> tuple[Any, threading.Event]:
     """The loader's build on a held read of the tiny checkpoint (float32, as stored: no conversion) onto ``device``:
     the :class:`LoadedHolotron` with its read still running, and the event that lets the read go on (or fail with
-    ``fail``)."""
+    ``fail``); with ``nan`` the unread tensors hold NaN (else the reader's zeros)."""
     gate, _done = gate_reads(monkeypatch, fail=fail)
     info = read_checkpoint(tiny_dir)
     target = torch.device(device)
     reading = stream.start_reading(info.weight_files, target, groups=qkv_groups(info))
-    _unread_nan(reading)
+    assert all(not t.any() for t in reading.tensors.values())  # zeros until read
+    if nan:
+        _unread_nan(reading)
     loaded = loader._build(info, reading, "page-locked (held by the test)", torch_dtype=torch.float32,
                            quantization=None, quant_config=None, target=target, progress=None,
                            attn_implementation="sdpa")
@@ -66,8 +69,10 @@ def test_the_model_is_built_on_the_tensors_being_read_and_they_become_the_checkp
     assert mixers and all(fused_qkv_weight(m) is not None for m in mixers)  # read into one buffer: nothing copied
     assert torch.isnan(mixers[0].q_proj.weight).all()  # the model holds the unread values
     assert loaded.weights_ready_at is None
+    released = time.time()
     gate.set()
     assert loaded.finish_weights() is True and loaded.finish_weights() is False
+    assert released <= loaded.weights_ready_at <= time.time()  # the read's last byte
     assert loaded.reading is None and loaded.weights_ready_at is not None
     assert loaded.weights_reader.startswith("page-locked (held by the test), ")
     ours, theirs = loaded.model.state_dict(), tiny_loaded.model.state_dict()
@@ -113,14 +118,17 @@ def test_a_policy_built_beside_the_read_proposes_as_one_built_after_it(  # type:
         assert torch.isfinite(logits).all() and torch.allclose(logits, ref, rtol=1e-4, atol=1e-4)
 
 
-def test_every_use_of_the_model_waits_for_the_read(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_use_of_the_model_waits_for_the_read(  # type: ignore[no-untyped-def]
+        tiny_dir: Path, tiny_loaded, monkeypatch: pytest.MonkeyPatch) -> None:
     """A policy used without ``ready()`` (built on a load still reading) finishes the weights before its first
-    step: the step never sees an unread value."""
+    step: the step never sees an unread value, and replies as a policy on the finished weights."""
     loaded, gate = _build_beside(tiny_dir, "cpu", monkeypatch)
     policy = HolotronPolicy(loaded, OPTIONS, decoder="stock")
     threading.Timer(0.3, gate.set).start()
-    proposal = policy.propose(Observation(task="open the settings", frame=_frames()[0]))
-    assert loaded.reading is None and proposal.raw_text
+    obs = Observation(task="open the settings", frame=_frames()[0])
+    proposal = policy.propose(obs)
+    assert loaded.reading is None
+    assert proposal.raw_text == HolotronPolicy(tiny_loaded, OPTIONS, decoder="stock").propose(obs).raw_text
 
 
 def test_a_parameter_transformers_copied_makes_the_load_build_again_after_the_read(  # type: ignore[no-untyped-def]
@@ -161,7 +169,7 @@ def test_gpu_a_policy_built_while_its_weights_arrive_equals_one_built_after(  # 
     """On CUDA: the static engine compiles, captures its graphs and warms up while the readers copy the weights in
     (released during the build), as ``HolotronPolicy.load`` does; the captures see no interference (no note), and
     the policy's prefill logits and replies equal those of one built after the read."""
-    loaded, gate = _build_beside(tiny_dir, "cuda", monkeypatch)
+    loaded, gate = _build_beside(tiny_dir, "cuda", monkeypatch, nan=False)  # zeros until read, as a load has
     threading.Timer(1.0, gate.set).start()  # the copies land while the engine is being built
     policy = HolotronPolicy(loaded, OPTIONS, decoder="static")
     policy.ready()
@@ -170,6 +178,8 @@ def test_gpu_a_policy_built_while_its_weights_arrive_equals_one_built_after(  # 
     assert report["notes"] == [] and report["decode_graphs"], report
     assert report["weights_reader"].startswith("page-locked (held by the test), ")
     reference = HolotronPolicy(loader.load_holotron(tiny_dir, dtype="float32", device="cuda"), OPTIONS)
+    assert reference.engine is not None  # the kernels chosen beside the read are those chosen after it
+    assert report["gemv"] == reference.kernel_report()["decoder"]["gemv"]
     frames = [_frame(1280, 720, 80 + i) for i in range(3)]
     seen = _spy_prefill_logits(policy, monkeypatch)
     observations: list[Observation] = []

@@ -56,7 +56,7 @@ def test_every_tensor_as_safetensors_reads_it(tmp_path: Path, chunk: int, reader
             assert _same_bytes(got[k], t), k
 
 
-def gate_reads(monkeypatch: pytest.MonkeyPatch, timeout: float = 60.0,
+def gate_reads(monkeypatch: pytest.MonkeyPatch, timeout: float = 300.0,
                fail: Exception | None = None) -> tuple[threading.Event, list[int]]:
     """Hold every read of :mod:`.stream` until the returned event is set (a reader waiting longer than ``timeout``
     fails, so that a test that waits for a held read fails instead of hanging), then read, or raise ``fail``; the
@@ -100,8 +100,8 @@ def test_reading_returns_before_the_values_and_wait_gives_them(tmp_path: Path, m
 def test_only_beside_readers_read_until_the_caller_waits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """While a load builds beside the read, ``beside`` readers read at once (the build's own small reads queue
     behind fewer large ones); all of them once the caller waits."""
-    f = _write(tmp_path, {"w": torch.randn(64, 64)})  # 64 pieces of 256 bytes
-    lock, now, most = threading.Lock(), [0], [0]
+    f = _write(tmp_path, {"w": torch.randn(64, 64)})  # 256 pieces of 64 bytes, 20 ms each: 5 s for one reader
+    lock, now, most, reads = threading.Lock(), [0], [0], [0]
     real = stream._read
 
     def counted(path: Path, start: int, size: int, into: memoryview) -> None:
@@ -112,13 +112,16 @@ def test_only_beside_readers_read_until_the_caller_waits(tmp_path: Path, monkeyp
         real(path, start, size, into)
         with lock:
             now[0] -= 1
+            reads[0] += 1
 
     monkeypatch.setattr(stream, "_read", counted)
-    reading = stream.start_reading([f], torch.device("cpu"), chunk_bytes=256, readers=4, beside=1)
-    time.sleep(0.3)  # about 15 of the 64 pieces, one at a time
+    reading = stream.start_reading([f], torch.device("cpu"), chunk_bytes=64, readers=4, beside=1)
+    deadline = time.monotonic() + 30
+    while reads[0] < 3 and time.monotonic() < deadline:  # a few pieces read, one at a time
+        time.sleep(0.01)
     before = most[0]
     reading.wait()
-    assert before == 1 and most[0] > 1
+    assert reads[0] == 256 and before == 1 and most[0] > 1
     assert torch.equal(reading.tensors["w"], load_file(str(f))["w"])
 
 
@@ -148,11 +151,13 @@ def test_cancel_stops_the_readers_after_their_pieces(tmp_path: Path, monkeypatch
     reading = stream.start_reading([f], torch.device("cpu"), chunk_bytes=256, readers=2)
     canceller = threading.Thread(target=reading.cancel)
     canceller.start()
-    time.sleep(0.2)  # the stop is asked for while both readers hold their first piece
+    deadline = time.monotonic() + 30
+    while not reading._stop and time.monotonic() < deadline:  # the stop is asked for while the readers are held
+        time.sleep(0.01)
     gate.set()
     canceller.join(30)
     assert not canceller.is_alive() and reading.done()
-    assert done[0] <= 2
+    assert done[0] <= 2 and reading.tensors == {}  # the tensors let go
     with pytest.raises(ModelLoadError, match="stopped before its end"):  # its tensors are not the checkpoint's
         reading.wait()
 

@@ -63,14 +63,15 @@ class LoadedHolotron:
         notes: the checkpoint files' disagreements and the values used (:attr:`CheckpointInfo.notes`,
             the ``<image>`` id check), then the tolerated load-report differences.
         kernels: :func:`~holodesk.policy.holotron.kernels.kernel_report` at load time.
-        load_seconds: wall time of the load (download excluded) to the last weight on the device.
+        load_seconds: wall time of the load (download excluded) to the last weight on the device (with
+            ``background``: known once :meth:`finish_weights` has run).
         weights_reader: how the weights reached the device, in words (:func:`_start_reading`; shown by
             ``holodesk doctor`` through the engine's record).
         reading: the weights still being read (:class:`.stream.Reading`) after a load with ``background``, until
             :meth:`finish_weights`; None once they are complete.
         load_started: ``time.perf_counter()`` at the load's start.
-        weights_ready_at: ``time.time()`` when :meth:`finish_weights` found every weight on the device (None
-            before).
+        weights_ready_at: ``time.time()`` when the last weight reached the device (the read's last reader ended;
+            without a read, when :meth:`finish_weights` ran); None before :meth:`finish_weights`.
     """
 
     model: Any
@@ -109,14 +110,19 @@ class LoadedHolotron:
         if self.weights_ready_at is not None:
             return False
         reading, waited = self.reading, self.reading is not None
+        ready_at = time.time()
         if reading is not None:
-            seconds = reading.wait()
+            try:
+                seconds = reading.wait()
+            except ModelLoadError as exc:
+                raise _with_repair_advice(exc, self.info.folder) from exc
             self.reading = None
             self.weights_reader += f", {seconds:.2f} s"
-            self.load_seconds = time.perf_counter() - self.load_started
+            self.load_seconds = reading.ended_at - self.load_started
+            ready_at = reading.ended_wall
             log.info("Holotron weights read onto %s: %s", self.device, self.weights_reader)
         skip_unit_layer_scales(self.model)
-        self.weights_ready_at = time.time()
+        self.weights_ready_at = ready_at
         return waited
 
 
@@ -294,13 +300,17 @@ def load_holotron(
         return _load_folder(folder, dtype=dtype, quantization=quantization, target=target, progress=progress,
                             attn_implementation=attn_implementation, background=background)
     except ModelLoadError as exc:
-        # lazy: kept (GPU runtime, not re-checked this session); a light module: could move to the top
-        from holodesk.download.cache import cache_repair_advice
+        raise _with_repair_advice(exc, folder) from exc
 
-        repair = cache_repair_advice(folder)
-        if not repair:
-            raise
-        raise ModelLoadError(exc.message, hint=f"{exc.hint} {repair}".strip()) from exc
+
+def _with_repair_advice(exc: ModelLoadError, folder: Path) -> ModelLoadError:
+    """``exc`` with how to check and fetch the files again in its hint when ``folder`` is a hub-cache snapshot
+    (:func:`~holodesk.download.cache.cache_repair_advice`); ``exc`` itself otherwise."""
+    # lazy: kept (GPU runtime, not re-checked this session); a light module: could move to the top
+    from holodesk.download.cache import cache_repair_advice
+
+    repair = cache_repair_advice(folder)
+    return ModelLoadError(exc.message, hint=f"{exc.hint} {repair}".strip()) if repair else exc
 
 
 def _load_folder(folder: Path, *, dtype: str, quantization: str | None, target: torch.device,
@@ -419,12 +429,13 @@ def _start_reading(info: CheckpointInfo, quant_config: Any, target: torch.device
 def _copied_keys(model: Any, tensors: dict[str, torch.Tensor], loading_info: dict[str, Any],
                  checkpoint_key: dict[str, str]) -> list[str]:
     """The keys of ``tensors`` (the state dict given to transformers) that ``model`` does not hold in place: no
-    parameter or buffer of it shares their storage (transformers made its own copy), the keys transformers
+    parameter or buffer of it starts at their first byte (transformers made its own copy; a fused tensor it
+    splits into views keeps its first view there), the keys transformers
     reported as unexpected (not loaded at all; named natively, ``checkpoint_key`` maps such a name to the
     checkpoint's, :func:`.hf_config.key_namers`) left out; sorted."""
-    held = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
+    held = {t.data_ptr() for t in [*model.parameters(), *model.buffers()]}
     unexpected = {checkpoint_key.get(k, k) for k in loading_info.get("unexpected_keys") or ()}
-    return sorted(k for k, t in tensors.items() if k not in unexpected and t.untyped_storage().data_ptr() not in held)
+    return sorted(k for k, t in tensors.items() if k not in unexpected and t.data_ptr() not in held)
 
 
 def _from_pretrained(folder: Path, config: Any, dtype: torch.dtype, quant_config: Any, target: torch.device,

@@ -80,7 +80,7 @@ class Reading:
         self._failures: list[BaseException] = []
         self._stop = False
         self._started = time.perf_counter()
-        self._ended = self._started
+        self._ended, self._ended_wall = self._started, time.time()
         self._seconds: float | None = None
         self._threads = [threading.Thread(target=self._work, args=(device, chunk_bytes), name=f"holodesk-weights-{i}",
                                           daemon=True) for i in range(readers)]
@@ -114,10 +114,29 @@ class Reading:
         finally:
             with self._lock:
                 self._ended = max(self._ended, time.perf_counter())
+                self._ended_wall = max(self._ended_wall, time.time())
 
     def done(self) -> bool:
-        """Whether every reader has ended (the values complete, or a failure waiting for :meth:`wait`)."""
+        """Whether every reader has ended (the values complete, a failure waiting for :meth:`wait`, or the read
+        stopped by :meth:`cancel`)."""
         return not any(t.is_alive() for t in self._threads)
+
+    @property
+    def ended_at(self) -> float:
+        """``time.perf_counter()`` when the last reader ended (meaningful once :meth:`wait` has returned)."""
+        return self._ended
+
+    @property
+    def ended_wall(self) -> float:
+        """``time.time()`` when the last reader ended (meaningful once :meth:`wait` has returned)."""
+        return self._ended_wall
+
+    def _drop(self) -> None:
+        """Let go of the tensors (the whole checkpoint on the device) after a failure or a stop: their values are
+        not the checkpoint's, and the failure kept here would otherwise hold them as long as it lives."""
+        with self._lock:
+            self.tensors = {}
+            self._jobs.clear()
 
     def _hurry(self) -> None:
         """Let every reader read at once from now on (:data:`READERS_BESIDE` until then)."""
@@ -139,9 +158,11 @@ class Reading:
         self._hurry()
         for thread in self._threads:
             thread.join()
-        if self._stop and self._jobs:
+        if self._stop and (self._jobs or not self.tensors):
+            self._drop()
             raise ModelLoadError("the weights' read was stopped before its end")
         if self._failures:
+            self._drop()
             exc = self._failures[0]
             if isinstance(exc, ModelLoadError):
                 raise exc
@@ -151,12 +172,14 @@ class Reading:
         return self._seconds
 
     def cancel(self) -> None:
-        """Stop after the pieces being read now and wait for the readers (a load that failed on the way)."""
+        """Stop after the pieces being read now, wait for the readers and let go of the tensors (a load that failed
+        on the way; :meth:`wait` then raises)."""
         with self._lock:
             self._stop = True
         self._hurry()
         for thread in self._threads:
             thread.join()
+        self._drop()
 
 
 def start_reading(files: Sequence[Path], device: torch.device, *, groups: Sequence[Sequence[str]] = (),
@@ -172,7 +195,8 @@ def start_reading(files: Sequence[Path], device: torch.device, *, groups: Sequen
     tensors. Each tensor is its own allocation, as on transformers' path, except the keys of each of ``groups``:
     those are adjacent views of one allocation, in the group's order (when they are all in ``files``, 2-D, of one
     dtype and one row length; otherwise each is its own), so that a layout wanting them in one buffer needs no
-    copy.
+    copy. The tensors are zeros until read: what runs beside the read (the static engine's build, its kernel
+    checks against ``F.linear``, its warm-up) meets finite values, never the NaN that reused memory can hold.
 
     Raises:
         ModelLoadError: a file that is not a readable safetensors file (a tensor's byte range not its size), or
@@ -198,13 +222,13 @@ def start_reading(files: Sequence[Path], device: torch.device, *, groups: Sequen
                 or len({(e.dtype, e.shape[1]) for e in members}) != 1:
             continue
         rows = [e.shape[0] for e in members]
-        buffer = torch.empty(sum(rows), members[0].shape[1], dtype=getattr(torch, DTYPES[members[0].dtype]),
+        buffer = torch.zeros(sum(rows), members[0].shape[1], dtype=getattr(torch, DTYPES[members[0].dtype]),
                              device=device)
         tensors.update(zip(group, buffer.split(rows), strict=True))
     for items in headers.values():
         for name, e in items:
             if name not in tensors:
-                tensors[name] = torch.empty(e.shape, dtype=getattr(torch, DTYPES[e.dtype]), device=device)
+                tensors[name] = torch.zeros(e.shape, dtype=getattr(torch, DTYPES[e.dtype]), device=device)
     jobs = [job for f, items in headers.items() for job in _chunks(f, [(tensors[n], e) for n, e in items], chunk_bytes)]
     return Reading(tensors, jobs, device, readers, chunk_bytes, READERS_BESIDE if beside is None else beside)
 
