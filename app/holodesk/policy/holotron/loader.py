@@ -262,7 +262,8 @@ def load_holotron(
     builds the model again, logged). With ``background`` the load returns with the read still running
     (:attr:`LoadedHolotron.reading`), so that the caller can build what needs only the weights' addresses
     (the static engine's graphs); nothing may use their values before :meth:`LoadedHolotron.finish_weights`
-    returns. Without it the load waits and finishes (the default).
+    returns. Without it, or where transformers reads the weights itself (quantised, CPU), the load finishes
+    before it returns.
 
     Args:
         source: checkpoint folder, or ``owner/name`` on the Hugging Face hub.
@@ -332,7 +333,7 @@ def _load_folder(folder: Path, *, dtype: str, quantization: str | None, target: 
             reading.cancel()
         raise
     loaded.load_started, loaded.load_seconds = started, time.perf_counter() - started
-    if not background:
+    if not background or reading is None:  # nothing read beside: finished now
         loaded.finish_weights()
     if progress is not None:
         progress("ready" if loaded.reading is None else BUILT_BESIDE_READ, 1.0 if loaded.reading is None else None)
