@@ -1,8 +1,9 @@
 """A load that builds the model and the static engine while its weights are still being read
 (``load_holotron(..., background=True)``, :meth:`LoadedHolotron.finish_weights`, ``StaticEngine.weights_written``):
 once the read ends, the policy holds and proposes exactly what one built after the read does. The reads are held
-back (:func:`tests.policy.holotron.test_stream.gate_reads`) and the unread tensors filled with NaN, so that any value
-read before the end of the read, and kept, shows in the results."""
+back (:func:`tests.policy.holotron.test_stream.gate_reads`) and, on the CPU, the unread tensors filled with NaN, so
+that any value read before the end of the read, and kept, shows in the results (on CUDA they keep the reader's
+zeros, so that the kernel choices made beside the read can be compared with those made after it)."""
 
 from __future__ import annotations
 
