@@ -232,3 +232,25 @@ def test_a_background_load_says_so_and_finishes_at_the_first_use(  # type: ignor
     assert loaded.finish_weights() and loaded.load_seconds > 0
     lm_head = loaded.model.language_model.lm_head.weight
     assert torch.equal(lm_head, tiny_loaded.model.language_model.lm_head.weight)
+
+
+def test_a_failed_read_from_the_hub_cache_carries_the_repair_advice_once(  # type: ignore[no-untyped-def]
+        tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read that fails in a hub-cache snapshot says how to check and fetch the files again, once, whether it is
+    raised by the first use (``finish_weights``) or inside ``load_holotron``, which adds the same advice to the
+    errors it passes on."""
+    import shutil
+
+    from holodesk.errors import ModelLoadError
+
+    snapshot = tmp_path / "models--hcompany--Holotron-12B" / "snapshots" / "abc123"
+    shutil.copytree(tiny_dir, snapshot)
+    gate, _done = gate_reads(monkeypatch, fail=OSError("Input/output error"))
+    gate.set()
+    monkeypatch.setattr(loader, "_start_reading", lambda info, quant, target: (
+        stream.start_reading(info.weight_files, target, groups=qkv_groups(info)), "page-locked (CPU)"))
+    for background in (True, False):
+        with pytest.raises(ModelLoadError, match="Input/output error") as err:
+            loader.load_holotron(snapshot, dtype="float32", device="cpu", background=background).finish_weights()
+        assert err.value.hint.count("holodesk download hcompany/Holotron-12B") == 1, err.value.hint
+        assert err.value.__cause__ is not err.value

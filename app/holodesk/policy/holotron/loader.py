@@ -115,7 +115,9 @@ class LoadedHolotron:
             try:
                 seconds = reading.wait()
             except ModelLoadError as exc:
-                raise _with_repair_advice(exc, self.info.folder) from exc
+                if (advised := _with_repair_advice(exc, self.info.folder)) is None:
+                    raise
+                raise advised from exc
             self.reading = None
             self.weights_reader += f", {seconds:.2f} s"
             self.load_seconds = reading.ended_at - self.load_started
@@ -301,17 +303,23 @@ def load_holotron(
         return _load_folder(folder, dtype=dtype, quantization=quantization, target=target, progress=progress,
                             attn_implementation=attn_implementation, background=background)
     except ModelLoadError as exc:
-        raise _with_repair_advice(exc, folder) from exc
+        if (advised := _with_repair_advice(exc, folder)) is None:
+            raise
+        raise advised from exc
 
 
-def _with_repair_advice(exc: ModelLoadError, folder: Path) -> ModelLoadError:
-    """``exc`` with how to check and fetch the files again in its hint when ``folder`` is a hub-cache snapshot
-    (:func:`~holodesk.download.cache.cache_repair_advice`); ``exc`` itself otherwise."""
+def _with_repair_advice(exc: ModelLoadError, folder: Path) -> ModelLoadError | None:
+    """A copy of ``exc`` with how to check and fetch the files again added to its hint when ``folder`` is a
+    hub-cache snapshot (:func:`~holodesk.download.cache.cache_repair_advice`); None when there is no such advice or
+    the hint has it already (a load that waits for its read raises from ``finish_weights`` inside
+    :func:`load_holotron`: the advice once)."""
     # lazy: kept (GPU runtime, not re-checked this session); a light module: could move to the top
     from holodesk.download.cache import cache_repair_advice
 
     repair = cache_repair_advice(folder)
-    return ModelLoadError(exc.message, hint=f"{exc.hint} {repair}".strip()) if repair else exc
+    if not repair or repair in exc.hint:
+        return None
+    return ModelLoadError(exc.message, hint=f"{exc.hint} {repair}".strip())
 
 
 def _load_folder(folder: Path, *, dtype: str, quantization: str | None, target: torch.device,
