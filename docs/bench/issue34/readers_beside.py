@@ -11,7 +11,16 @@ most; files mapped or opened by C code (shared libraries, CUDA's caches) are not
 
 A variant is ``sync`` (``HolotronPolicy.load`` made to read first: ``load_holotron(background=False)``), a number
 (the readers reading beside the build), or a number with ``pre`` (also importing torch's compiler, Triton and the
-runtime's kernels before the child's own timing starts: counted in ``startup_s`` and ``total_s`` only). Each
+runtime's kernels before the child's own timing starts: counted in ``startup_s`` and ``total_s`` only). A variant
+ending in ``hot`` (``synchot``, ``2hot``) evicts only the weights' pages (``posix_fadvise``), not the whole page
+cache: every other file the start reads (libraries, compile caches, tokenizer) stays as the runs before left it, so
+that the build's own cold reads are taken out of the comparison. A variant with ``pf`` (``2pf``, ``syncpf``) first
+asks the kernel to read ahead (``posix_fadvise(WILLNEED)``, from a thread, in order) every file the previous child
+mapped (shared libraries) or opened, the weights left out: a recorded start's own files read at the disk's
+bandwidth before they are needed, instead of one small read at a time behind the weights.
+
+Each child also samples this process's ``read_bytes`` (``/proc/self/io``) and the machine's ``pgpgin`` every 0.1 s:
+``disk_since_spawn`` gives the bytes read from the disk (GB, the machine's count) up to each of the child's stamps. Each
 child is ``python -m holodesk.bench.cold_start``'s child; the phases are :func:`holodesk.bench.cold_start.phases`.
 """
 
@@ -32,22 +41,52 @@ from holodesk.bench.cold_checkpoint import checkpoint_files
 from holodesk.bench.cold_start import imports_split, phases
 
 CHILD = """
-import sys, runpy, time, atexit, json
-variant, opened_to = sys.argv.pop(1), sys.argv.pop(1)
+import sys, runpy, time, atexit, json, os, threading
+variant, opened_to, manifest = sys.argv.pop(1), sys.argv.pop(1), sys.argv.pop(1)
 opened = []  # (wall time, path) of every file Python opens from here on: what the start reads besides the weights
+io = []  # (wall time, this process's read_bytes, the machine's pgpgin KiB) every 0.1 s
 def audit(event, args):
     if event == "open" and isinstance(args[0], str):
         opened.append((time.time(), args[0]))
 sys.addaudithook(audit)
-atexit.register(lambda: open(opened_to, "w").write(json.dumps(opened)))
+def sample():
+    while True:
+        with open("/proc/self/io") as f:
+            mine = int(next(l for l in f if l.startswith("read_bytes")).split()[1])
+        with open("/proc/vmstat") as f:
+            machine = int(next(l for l in f if l.startswith("pgpgin ")).split()[1])
+        io.append((time.time(), mine, machine))
+        time.sleep(0.1)
+threading.Thread(target=sample, daemon=True).start()
+def prefetch(paths):  # the kernel reads each whole file ahead (asynchronously), in the order of the list
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            os.close(fd)
+        except OSError:
+            pass
+    io.append((time.time(), -1, -1))  # the prefetch's requests all made
+if "pf" in variant and os.path.exists(manifest):
+    threading.Thread(target=prefetch, args=(json.load(open(manifest)),), daemon=True).start()
+def written():
+    mapped = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            path = line.split(maxsplit=5)[-1].strip() if len(line.split()) >= 6 else ""
+            if path.startswith("/") and not path.startswith(("/dev/", "/proc/", "/sys/")) and path not in mapped:
+                mapped.append(path)
+    open(opened_to, "w").write(json.dumps({"opened": opened, "mapped": mapped, "io": io}))
+atexit.register(written)
 import holodesk.policy.holotron.stream as s
 import holodesk.policy.holotron.policy as p
-if variant == "sync":  # read first (all readers), then build: the load before the read went beside the build
+base = variant.removesuffix("pf").removesuffix("pre")
+if base == "sync":  # read first (all readers), then build: the load before the read went beside the build
     real = p.load_holotron
     p.load_holotron = lambda *a, background=True, **k: real(*a, background=False, **k)
     s.READERS_BESIDE = s.READERS
 else:
-    s.READERS_BESIDE = int(variant.removesuffix("pre"))  # "8pre": 8
+    s.READERS_BESIDE = int(base)  # "8pre": 8
 if variant.endswith("pre"):
     import torch, torch._dynamo, torch._inductor.compile_fx, triton  # noqa
     import holodesk.policy.holotron.decoder, holodesk.policy.holotron.engine  # noqa
@@ -74,6 +113,38 @@ def opened_files(opened: list[list[Any]], start: float, end: float, weights: Pat
             "folders": {k: {"files": n, "bytes": b} for k, (n, b) in top}}
 
 
+def start_files(record: dict[str, Any], weights: Path) -> list[str]:
+    """The regular files a child mapped (shared libraries first: ``import torch`` maps them at once), then those it
+    opened in order, each once, the weights' folder left out: what a ``pf`` variant reads ahead."""
+    out: list[str] = []
+    for path in [*record.get("mapped", []), *(p for _, p in record.get("opened", []))]:
+        if path not in out and not path.startswith(str(weights)) and os.path.isfile(path):
+            out.append(path)
+    return out
+
+
+def disk_at_stamps(io: list[list[float]], stamps: dict[str, float]) -> dict[str, Any]:
+    """GB read from the disk from the child's first sample to each stamp (the machine's ``pgpgin``, KiB; the
+    child's own ``read_bytes`` in ``process``), and when a ``pf`` child's prefetch had made its requests."""
+    samples = [s for s in io if s[1] >= 0]
+    if not samples:
+        return {}
+    t0, mine0, machine0 = samples[0]
+
+    def at(t: float) -> list[float]:
+        last = samples[0]
+        for sample in samples:
+            if sample[0] > t:
+                break
+            last = sample
+        return [round((last[2] - machine0) * 1024 / 1e9, 3), round((last[1] - mine0) / 1e9, 3)]
+
+    marks = {k: at(v) for k, v in sorted(stamps.items(), key=lambda kv: kv[1]) if v >= t0}
+    done = [s[0] for s in io if s[1] < 0]
+    return {"machine_gb, process_gb": marks, "prefetch_requested_after_s": round(done[0] - t0, 2) if done else None,
+            "end": at(samples[-1][0])}
+
+
 def main() -> int:
     folder = Path(sys.argv[1] if len(sys.argv) > 1 else "/var/tmp/holodesk-cold-start")
     out = Path(sys.argv[2] if len(sys.argv) > 2 else "readers-beside.json")
@@ -81,11 +152,14 @@ def main() -> int:
     files = checkpoint_files(folder)
     device = os.environ.get("DEVICE", "cuda")  # cpu: a check of this script on the tiny checkpoint
     rows = []
+    manifest = out.with_name(out.stem + "-manifest.json")  # the files the last child read, for a "pf" variant
+    manifest.unlink(missing_ok=True)
     for beside in values:
-        drop = page_cache.drop(files, system=True)
+        drop = page_cache.drop(files, system=not beside.endswith("hot"))
         with tempfile.TemporaryDirectory() as tmp:
             result, opened_path = Path(tmp) / "child.json", Path(tmp) / "opened.json"
-            cmd = [sys.executable, "-c", CHILD, str(beside), str(opened_path), str(folder), "--device", device,
+            cmd = [sys.executable, "-c", CHILD, beside.removesuffix("hot"), str(opened_path), str(manifest),
+                   str(folder), "--device", device,
                    "--dtype", "bfloat16",
                    "--result", str(result), "--steps", "2", "--max-new-tokens", "1024"]
             spawn = time.time()
@@ -94,7 +168,9 @@ def main() -> int:
                 print(f"{beside}: child failed ({proc.returncode}): {(proc.stdout + proc.stderr)[-2000:]}")
                 continue
             child = json.loads(result.read_text())
-            opened = json.loads(opened_path.read_text()) if opened_path.exists() else []
+            record = json.loads(opened_path.read_text()) if opened_path.exists() else {}
+        opened = record.get("opened", [])
+        manifest.write_text(json.dumps(start_files(record, folder)))
         child["spawn"] = spawn
         engine = child.get("engine") or {}
         stamps = child["timestamps"]
@@ -105,7 +181,8 @@ def main() -> int:
                "since_imports": {k: round(v - stamps["imports"], 2) for k, v in stamps.items()
                                  if v >= stamps["imports"]},
                "opened_after_imports": opened_files(opened, stamps["imports"], stamps.get("weights", stamps["graphs"]),
-                                                    folder)}
+                                                    folder),
+               "disk_since_spawn": disk_at_stamps(record.get("io", []), stamps)}
         rows.append(row)
         print(json.dumps(row), flush=True)
     out.write_text(json.dumps(rows, indent=1))
