@@ -110,6 +110,7 @@ def test_tiny_cpu_bench_product_path(tmp_path: Path) -> None:
     assert abs(one["outside_stages_ms"] - (one["wall_ms"] - sum(one["timings_ms"].values()))) <= 0.31  # six roundings
     assert 0 <= one["outside_stages_ms"] < one["wall_ms"]
     assert isinstance(one["gc_full"], int) and 0 <= one["gc_ms"] < one["wall_ms"]
+    assert one["graphs_recorded"] == 0 and one["graphs_recorded_ms"] == 0  # the CPU records no CUDA graphs
     assert one["forced_tokens"] > 0 and 0 < one["model_steps"] < one["generated_tokens"] - one["forced_tokens"] + 1
     assert product["three_screenshots"]["images"] == 3
     assert product["three_screenshots"]["image_tokens"] == 3 * 2304

@@ -102,12 +102,14 @@ class Collections:
 
 
 def _row(proposal: Proposal, wall_ms: float, weights: int, base: int, device: torch.device,
-         floor: float | None = None, collections: Collections | None = None) -> dict[str, Any]:
+         floor: float | None = None, collections: Collections | None = None,
+         recorded: tuple[int, float] = (0, 0.0)) -> dict[str, Any]:
     """One step's figures: wall ms, the policy's details and stage ms, ``outside_stages_ms`` (wall less the
     stages: the step's host work that no stage times), ``gc_ms`` and ``gc_full`` (garbage collections during
-    the step: their ms and how many were full, generation 2; with ``collections``), memory over the weights
-    (CUDA only), and with ``floor`` (:func:`new_work_floor_ms`) ``floor_ms`` and ``over_floor`` (wall /
-    floor)."""
+    the step: their ms and how many were full, generation 2; with ``collections``), ``graphs_recorded`` and
+    ``graphs_recorded_ms`` (``recorded``: the CUDA graphs the step recorded on first use, and the seconds that
+    took), memory over the weights (CUDA only), and with ``floor`` (:func:`new_work_floor_ms`) ``floor_ms`` and
+    ``over_floor`` (wall / floor)."""
     extra = proposal.extra
     names = ("images", "tiles", "image_tokens", "prompt_tokens", "generated_tokens", "model_steps", "forced_tokens",
              "stop_reason", "reused_tokens", "prefill_tokens", "images_encoded", "decoder", "sampling", "step_seed")
@@ -117,6 +119,7 @@ def _row(proposal: Proposal, wall_ms: float, weights: int, base: int, device: to
             "outside_stages_ms": round(wall_ms - sum(proposal.timings_ms.values()), 1),
             "gc_ms": None if collections is None else round(collections.ms, 1),
             "gc_full": None if collections is None else int(collections.by_generation.get(2, [0])[0]),
+            "graphs_recorded": recorded[0], "graphs_recorded_ms": round(recorded[1] * 1e3, 1),
             "floor_ms": None if floor is None else round(floor, 1),
             "over_floor": None if not floor else round(wall_ms / floor, 3),
             "memory_at_rest_over_weights_gib": round((base - weights) / 2**30, 3) if cuda else None,
@@ -136,15 +139,23 @@ def product_path(loaded: LoadedHolotron, args: argparse.Namespace, weights: int,
     device = loaded.device
     out: dict[str, Any] = {"checks_failed": []}
 
+    def recorded() -> tuple[int, float]:
+        """The graphs the static decoder has recorded on first use since the policy was made, and their seconds."""
+        lazy = policy.kernel_report()["decoder"].get("lazy_captures") or {}
+        return int(lazy.get("count", 0)), float(lazy.get("seconds", 0.0))
+
     def timed(observation: Observation) -> tuple[Proposal, dict[str, Any]]:
         """One timed step: the proposal and its row (:func:`_row`), memory peaks counted from the step's start."""
+        before = recorded()
         base = reset_peak(device)
         with Collections() as collections:
             t0 = time.perf_counter()
             proposal = policy.propose(observation)
             wall = (time.perf_counter() - t0) * 1e3
         floor = new_work_floor_ms(loaded, floors, proposal.extra) if floors else None
-        return proposal, _row(proposal, wall, weights, base, device, floor, collections)
+        after = recorded()
+        return proposal, _row(proposal, wall, weights, base, device, floor, collections,
+                              (after[0] - before[0], after[1] - before[1]))
 
     t0 = time.perf_counter()
     policy = HolotronPolicy(loaded, GenerationOptions(max_images=3, max_reply_tokens=args.product_tokens,
