@@ -71,6 +71,10 @@ def test_cold_start_runs_fresh_processes_on_the_tiny_checkpoint(tmp_path: Path) 
         assert math.isclose(sum(split.values()), run["imports_s"], abs_tol=0.01)
         bytecode = run["bytecode"]
         assert bytecode["modules"] > 500 and 0 <= bytecode["without_bytecode"] <= bytecode["modules"]
+        assert run["recorded_files"] > 0  # each start keeps the files it read for the next (start_files)
+    # the second process read ahead what the first recorded, before its imports
+    ahead = warm["read_ahead"]
+    assert ahead is not None and ahead["files"] == cold["recorded_files"] and 0 < ahead["advised"] <= ahead["files"]
 
     # an existing folder (--checkpoint): measured as it is, nothing written; one warm process
     status = main(["--device", "cpu", "--tiny", "--cold-start", "--checkpoint", str(folder), "--cold-start-runs",

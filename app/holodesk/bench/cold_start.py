@@ -20,6 +20,9 @@ processes, with the page cache cold and warm, against the file-read floor.
    ``--cold-start-runs`` (default ``cold,warm``): ``cold`` drops the files first, ``warm`` reads them into the
    cache first. Before each, the files in Triton's and inductor's on-disk caches are counted
    (:func:`compile_caches`): the first process on a fresh machine also compiles and autotunes every kernel.
+   The child starts as ``load_local_policy`` does: it reads ahead the files the last start read besides its
+   weights (:func:`holodesk.policy.start_files.read_ahead`; ``--no-read-ahead`` leaves that out) and records
+   those its own load reads for the next (reported: ``read_ahead``, ``recorded_files``).
    The child records wall-clock timestamps at: interpreter up (this module imported), imports done (torch
    and its CUDA context, the transformers classes loading uses, the policy; each step timed on its own:
    :data:`IMPORT_STEPS`, :func:`imports_split`), model built (``load_holotron``'s last progress stage,
@@ -377,8 +380,8 @@ def _import_steps(cuda: bool, threads: int, stamps: dict[str, float]) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ the child
-def child_main(argv: list[str]) -> int:
-    """The fresh process (module docstring, part 3): load, build the policy, propose; JSON to ``--result``."""
+def _child_args(argv: list[str]) -> argparse.Namespace:
+    """The child's command line (:func:`child_main`)."""
     p = argparse.ArgumentParser(prog="python -m holodesk.bench.cold_start")
     p.add_argument("folder", type=Path)
     p.add_argument("--device", required=True)
@@ -388,8 +391,20 @@ def child_main(argv: list[str]) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-new-tokens", type=int, default=1024)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    args = p.parse_args(argv)
+    p.add_argument("--no-read-ahead", action="store_true",
+                   help="start without reading ahead the files the last start read (holodesk.policy.start_files)")
+    return p.parse_args(argv)
+
+
+def child_main(argv: list[str]) -> int:
+    """The fresh process (module docstring, part 3): load, build the policy, propose; JSON to ``--result``."""
+    args = _child_args(argv)
     stamps: dict[str, float] = {"interpreter": _T_UP}
+    # as load_local_policy does before its imports: the last start's files read ahead, this start's recorded
+    from holodesk.policy.start_files import Recording, read_ahead
+
+    ahead = None if args.no_read_ahead else read_ahead()
+    recording = Recording().__enter__()  # left when the load returns, below (as load_local_policy's "with")
     _import_steps(args.device.startswith("cuda"), args.threads, stamps)
     bytecode = bytecode_report()
     # lazy (here and below): torch (optional: the local extra); imported by _import_steps, which timed them
@@ -409,7 +424,11 @@ def child_main(argv: list[str]) -> int:
             stamps["model"] = time.time()
 
     options = GenerationOptions(max_images=3, max_reply_tokens=args.max_new_tokens, max_string_chars=24)
-    policy = HolotronPolicy.load(args.folder, options, dtype=args.dtype, device=args.device, progress=progress)
+    try:
+        policy = HolotronPolicy.load(args.folder, options, dtype=args.dtype, device=args.device, progress=progress)
+    finally:
+        recording.__exit__()
+    recorded = recording.save(exclude=args.folder)
     if cuda:
         torch.cuda.synchronize()
     stamps["graphs"] = time.time()
@@ -443,6 +462,9 @@ def child_main(argv: list[str]) -> int:
         "kernels": policy.loaded.kernels.get("summary"), "fast_path": bool(policy.loaded.kernels.get("fast_path")),
         "gpu_allocated_gib": round(torch.cuda.memory_allocated() / 2**30, 2) if cuda else None,
         "max_rss_gib": round(_max_rss_bytes() / 2**30, 2),
+        "read_ahead": None if ahead is None else {"files": ahead.listed, "advised": ahead.advised,
+                                                  "bytes": ahead.bytes, "done": not ahead.is_alive()},
+        "recorded_files": len(recorded),
     }
     policy.close()
     args.result.write_text(json.dumps(result, default=str))

@@ -17,6 +17,7 @@ from typing_extensions import Unpack
 from holodesk.errors import ModelLoadError
 from holodesk.policy.native.families import check_checkpoint_before_weights, read_family
 from holodesk.policy.source import resolve_source
+from holodesk.policy.start_files import Recording, read_ahead
 
 if TYPE_CHECKING:
     from holodesk.policy.base import Policy
@@ -34,6 +35,10 @@ def load_local_policy(
 ) -> Policy:
     """Load ``source`` (a checkpoint folder or a hub repo id) with the runtime of its family.
 
+    Before anything is imported the files the last start read besides its weights are read ahead, and the files
+    this load reads are recorded for the next start (:mod:`holodesk.policy.start_files`; a failed load records
+    nothing).
+
     Args:
         source: checkpoint folder, or ``owner/name`` on the hub (downloaded only with a CUDA GPU).
         options: how replies are generated (:class:`~holodesk.policy.generation.GenerationOptions`), passed
@@ -49,6 +54,16 @@ def load_local_policy(
             (:func:`require_runtime`), an unsupported or unreadable checkpoint (the message lists the supported
             families), quantization asked for a native family, or the chosen runtime's load errors.
     """
+    read_ahead()  # before the imports: the files the last start read besides its weights (start_files)
+    with Recording() as recording:
+        policy, folder = _load(source, options, quantization=quantization, decoder=decoder, **loading)
+    recording.save(exclude=folder)
+    return policy
+
+
+def _load(source: str | Path, options: GenerationOptions | None, *, quantization: str | None, decoder: str,
+          **loading: Unpack[CheckpointLoading]) -> tuple[Policy, Path]:
+    """:func:`load_local_policy`'s load (same arguments): the policy and the checkpoint folder."""
     require_runtime()
     device, progress, cancel = loading.get("device"), loading.get("progress"), loading.get("cancel")
     if device is None:
@@ -64,13 +79,13 @@ def load_local_policy(
         # lazy: the Holotron runtime imports torch (optional, heavy)
         from holodesk.policy.holotron import HolotronPolicy
 
-        return HolotronPolicy.load(folder, options, quantization=quantization, decoder=decoder, **loading)
+        return HolotronPolicy.load(folder, options, quantization=quantization, decoder=decoder, **loading), folder
     if quantization is not None:
         raise ModelLoadError(f"{quantization} weights are offered for Holotron-12B only, not for {family.models}",
                              hint="Choose bf16 precision for this model.")
     from holodesk.policy.native import NativePolicy  # lazy: the native runtime imports torch and transformers
 
-    return NativePolicy.load(folder, options, **loading)
+    return NativePolicy.load(folder, options, **loading), folder
 
 
 def runtime_missing() -> str | None:

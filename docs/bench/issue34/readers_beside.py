@@ -14,7 +14,9 @@ A variant is ``sync`` (``HolotronPolicy.load`` made to read first: ``load_holotr
 runtime's kernels before the child's own timing starts: counted in ``startup_s`` and ``total_s`` only). A variant
 ending in ``hot`` (``synchot``, ``2hot``) evicts only the weights' pages (``posix_fadvise``), not the whole page
 cache: every other file the start reads (libraries, compile caches, tokenizer) stays as the runs before left it, so
-that the build's own cold reads are taken out of the comparison. A variant with ``pf`` (``2pf``, ``syncpf``) first
+that the build's own cold reads are taken out of the comparison. Since the child reads ahead as the product does
+(``holodesk.policy.start_files``: the list the previous child recorded), a variant ending in ``bare`` (``2bare``)
+passes the child ``--no-read-ahead``: the start without it. A variant with ``pf`` (``2pf``, ``syncpf``) first
 asks the kernel to read ahead (``posix_fadvise(WILLNEED)``, from a thread, in order) every file the previous child
 mapped (shared libraries) or opened, the weights left out: a recorded start's own files read at the disk's
 bandwidth before they are needed, instead of one small read at a time behind the weights.
@@ -158,8 +160,9 @@ def main() -> int:
         drop = page_cache.drop(files, system=not beside.endswith("hot"))
         with tempfile.TemporaryDirectory() as tmp:
             result, opened_path = Path(tmp) / "child.json", Path(tmp) / "opened.json"
-            cmd = [sys.executable, "-c", CHILD, beside.removesuffix("hot"), str(opened_path), str(manifest),
-                   str(folder), "--device", device,
+            bare = beside.endswith("bare")
+            cmd = [sys.executable, "-c", CHILD, beside.removesuffix("hot").removesuffix("bare"), str(opened_path),
+                   str(manifest), str(folder), *(["--no-read-ahead"] if bare else []), "--device", device,
                    "--dtype", "bfloat16",
                    "--result", str(result), "--steps", "2", "--max-new-tokens", "1024"]
             spawn = time.time()
