@@ -35,9 +35,9 @@ def load_local_policy(
 ) -> Policy:
     """Load ``source`` (a checkpoint folder or a hub repo id) with the runtime of its family.
 
-    Before anything is imported the files the last start read besides its weights are read ahead, and the files
-    this load reads are recorded for the next start (:mod:`holodesk.policy.start_files`; a failed load records
-    nothing).
+    Before the runtime is imported the files the last start read besides its weights are read ahead, and the files
+    the process's first successful load reads are recorded for the next start (:mod:`holodesk.policy.start_files`;
+    a failed load records nothing).
 
     Args:
         source: checkpoint folder, or ``owner/name`` on the hub (downloaded only with a CUDA GPU).

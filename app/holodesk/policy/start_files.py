@@ -6,9 +6,12 @@ them a small read at a time. Beside the weights' read each of those small reads 
 machine the static engine's setup took 13.1 s beside the read with those files cold and 3.2 s with them in the
 page cache (docs/benchmarks.md, run 30). :func:`read_ahead` asks the kernel to read every file of the last
 start's list (``posix_fadvise(POSIX_FADV_WILLNEED)``, one thread, in the list's order: mapped files first)
-before the imports begin, so that they arrive at the disk's bandwidth ahead of the weights; :class:`Recording`
-makes that list while a load runs: every regular file the process maps (``/proc/self/maps``) or Python opens
-(an audit hook, :func:`sys.addaudithook`), the checkpoint's own files left out.
+before the runtime's imports begin, so that they arrive at the disk's bandwidth ahead of the weights;
+:class:`Recording` makes that list at the first successful load of a process (a later one finds the runtime
+imported and would keep a thinner list): every regular file the process has mapped when the load ends
+(``/proc/self/maps``) and every file Python opened for reading while it ran (an audit hook,
+:func:`sys.addaudithook`), weights left out (the checkpoint's files, a hub cache's blobs, weight-file suffixes,
+any file over :data:`MAX_FILE_BYTES`).
 
 The list is ``$XDG_STATE_HOME/holodesk/start-files.json`` (:func:`list_path`; deleting it only makes the next
 start read without it). Linux only (``/proc``, ``posix_fadvise``); elsewhere both do nothing.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 import sys
 import threading
 from pathlib import Path
@@ -27,13 +31,21 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 MAX_BYTES = 8 << 30
-"""At most this many bytes of files are kept in the list (the first ones, in order): a list is a hint, and a wrong
-one (e.g. a large file some other part of the process opened during the load) must not cost a start more than a
-few seconds of reading."""
+"""At most this many bytes of files are kept in the list (in order): a list is a hint, and a wrong one (e.g. large
+files some other part of the process opened during the load) must not cost a start more than a few seconds."""
+
+MAX_FILE_BYTES = 2 << 30
+"""A larger file is never listed: weights in a form the other rules miss, not a library or a cache entry."""
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".ckpt")
+"""Files with these suffixes are never listed: weights (of this model or another), which the load reads itself."""
 
 _RECORDINGS: list[Recording] = []
 _HOOKED = False
 _HOOK_LOCK = threading.Lock()
+_READ_AHEAD_THREADS: set[int] = set()  # their opens are not the load's
+_SAVED = False  # a list was kept by this process (its first successful load)
+_WRITING = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 
 def list_path() -> Path:
@@ -58,19 +70,24 @@ class ReadAhead(threading.Thread):
         self.bytes = 0
 
     def run(self) -> None:
-        for path in self.files:
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except OSError:  # gone since it was recorded (e.g. a cache entry replaced): nothing to read
-                continue
-            try:
-                self.bytes += os.fstat(fd).st_size
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-                self.advised += 1
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
+        _READ_AHEAD_THREADS.add(threading.get_ident())
+        try:
+            for path in self.files:
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                except OSError:  # gone since it was recorded (e.g. a cache entry replaced): nothing to read
+                    continue
+                try:
+                    size = os.fstat(fd).st_size
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+                    self.advised += 1
+                    self.bytes += size
+                except OSError:
+                    pass
+                finally:
+                    os.close(fd)
+        finally:
+            _READ_AHEAD_THREADS.discard(threading.get_ident())
 
 
 def read_ahead(path: Path | None = None) -> ReadAhead | None:
@@ -101,15 +118,28 @@ def read_ahead(path: Path | None = None) -> ReadAhead | None:
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if event == "open" and _RECORDINGS and args and isinstance(args[0], str):
+    """The audit hook: a file opened for reading (``open``: path, mode, flags) while a recording runs, by any
+    thread but a :class:`ReadAhead`'s. It must never raise (an exception would fail the ``open`` itself)."""
+    if event != "open" or not _RECORDINGS:
+        return
+    try:
+        path, mode, flags = args
+        if not isinstance(path, str) or threading.get_ident() in _READ_AHEAD_THREADS:
+            return
+        if (isinstance(mode, str) and any(c in mode for c in "wax+")) or (isinstance(flags, int) and flags & _WRITING):
+            return
+        path = os.path.abspath(path)
         for recording in _RECORDINGS:
-            recording.opened.append(args[0])
+            recording.opened.append(path)
+    except Exception:  # a hint lost, never an open failed
+        pass
 
 
 class Recording:
-    """The files the process maps or opens from :meth:`__enter__` to :meth:`__exit__` (a context manager);
-    :meth:`save` writes them as the next start's list. The audit hook is added to the process once, at the first
-    recording (Python cannot remove one); between recordings it returns at once."""
+    """The files Python opens for reading from :meth:`__enter__` to :meth:`__exit__` (a context manager), and
+    those mapped when :meth:`save` runs; :meth:`save` writes them as the next start's list. The audit hook is added
+    to the process once, at the first recording (Python cannot remove one); between recordings it returns at
+    once."""
 
     def __init__(self) -> None:
         self.opened: list[str] = []
@@ -131,11 +161,22 @@ class Recording:
 
     def files(self, exclude: Path) -> list[str]:
         """The files to read ahead: those mapped now (``/proc/self/maps``: the shared libraries, first), then those
-        opened while recording, in order, each once; regular files only, none of ``exclude`` (a checkpoint folder:
-        the weights are read by the load itself; hub snapshot links are followed to their blobs), at most
-        :data:`MAX_BYTES` in all."""
-        skip = {os.path.realpath(p) for p in exclude.rglob("*") if p.is_file()} if exclude.is_dir() else set()
-        roots = (str(exclude) + os.sep, os.path.realpath(exclude) + os.sep)
+        opened while recording, in order, each once; regular files only, and no weights: none of ``exclude`` (a
+        checkpoint folder; compared by inode, so hub snapshot links and their blobs alike), none under a hub
+        cache's ``blobs`` folder beside it, no :data:`WEIGHT_SUFFIXES`, nothing over :data:`MAX_FILE_BYTES`;
+        at most :data:`MAX_BYTES` in all.
+
+        Raises:
+            OSError: ``exclude`` cannot be listed.
+        """
+        skip = set()  # the checkpoint's files, by inode
+        for entry in exclude.rglob("*") if exclude.is_dir() else ():
+            if entry.is_file():
+                st = entry.stat()
+                skip.add((st.st_dev, st.st_ino))
+        roots = [str(exclude) + os.sep, os.path.realpath(exclude) + os.sep]
+        if exclude.parent.name == "snapshots":  # a hub cache snapshot: <repo>/snapshots/<commit>
+            roots.append(str(exclude.parent.parent / "blobs") + os.sep)
         out: list[str] = []
         seen: set[str] = set()
         total = 0
@@ -143,35 +184,39 @@ class Recording:
             if path in seen:
                 continue
             seen.add(path)
-            if path.startswith(roots) or path.startswith(("/dev/", "/proc/", "/sys/")):
+            if path.startswith((*roots, "/dev/", "/proc/", "/sys/")) or path.endswith(WEIGHT_SUFFIXES):
                 continue
             try:
-                if not os.path.isfile(path) or os.path.realpath(path) in skip:
-                    continue
-                size = os.path.getsize(path)
+                st = os.stat(path)
             except OSError:
                 continue
-            if total + size > MAX_BYTES:
-                log.info("the start's list of files to read ahead stops at %d files: %.1f GB", len(out), total / 1e9)
-                break
-            total += size
+            if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in skip or st.st_size > MAX_FILE_BYTES:
+                continue
+            if total + st.st_size > MAX_BYTES:
+                continue
+            total += st.st_size
             out.append(path)
         return out
 
     def save(self, exclude: Path, path: Path | None = None) -> list[str]:
-        """Write :meth:`files` as the list at ``path`` (default :func:`list_path`), replacing the last one; a failure
-        to write is logged (the next start reads without a list). Returns the files written."""
-        if not _supported():
+        """Write :meth:`files` as the list at ``path`` (default :func:`list_path`), replacing the last one, at the
+        process's first call only (:data:`_SAVED`). Never raises: a failure is logged (the next start reads
+        without a list, or with the last one). Returns the files written (none when nothing was)."""
+        global _SAVED
+        if not _supported() or _SAVED:
             return []
-        files = self.files(exclude)
         path = list_path() if path is None else path
         try:
+            files = self.files(exclude)
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".tmp")
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
             tmp.write_text(json.dumps({"files": files}))
             tmp.replace(path)
-        except OSError as exc:
-            log.warning("could not keep the list of files this start read (%s): %s", path, exc)
+        except Exception as exc:  # the list is a hint: a load never fails for it
+            log.warning("could not keep the list of files this start read (%s): %s: %s", path, type(exc).__name__,
+                        exc)
+            return []
+        _SAVED = True
         return files
 
 
@@ -179,14 +224,14 @@ def _mapped() -> list[str]:
     """The files mapped into this process (``/proc/self/maps``), in the order listed, each once."""
     names: dict[str, None] = {}
     try:
-        with open("/proc/self/maps") as maps:
+        with open("/proc/self/maps", "rb") as maps:
             for line in maps:
                 fields = line.split(maxsplit=5)
-                if len(fields) == 6 and fields[5].startswith("/"):
-                    names[fields[5].rstrip("\n")] = None
+                if len(fields) == 6 and fields[5].startswith(b"/"):
+                    names[os.fsdecode(fields[5].rstrip(b"\n"))] = None
     except OSError:
         return []
     return list(names)
 
 
-__all__ = ["MAX_BYTES", "ReadAhead", "Recording", "list_path", "read_ahead"]
+__all__ = ["MAX_BYTES", "MAX_FILE_BYTES", "WEIGHT_SUFFIXES", "ReadAhead", "Recording", "list_path", "read_ahead"]

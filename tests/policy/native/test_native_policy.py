@@ -162,37 +162,36 @@ def test_load_refuses_weights_that_do_not_fit_the_config(family_dirs: dict[str, 
         NativePolicy.load(broken, dtype="float32", device="cpu")
 
 
-def test_dispatch_loads_each_checkpoint_with_its_runtime(family_dirs: dict[str, Path], tmp_path: Path) -> None:
-    """Each family loads with its runtime; each load keeps the files it read besides the checkpoint's for the next
-    start to read ahead (holodesk.policy.start_files), and a failed load keeps the last list."""
+def test_dispatch_loads_each_checkpoint_with_its_runtime(family_dirs: dict[str, Path], tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each family loads with its runtime; the process's first successful load keeps the files it read besides
+    the checkpoint's for the next start to read ahead (holodesk.policy.start_files), later and failed loads keep
+    that list."""
     from holodesk.bench.tiny_checkpoint import write_tiny_checkpoint
+    from holodesk.policy import start_files
     from holodesk.policy.holotron import HolotronPolicy
     from holodesk.policy.local import load_local_policy
-    from holodesk.policy.start_files import list_path
 
-    def kept_list(checkpoint: Path) -> list[str]:
-        files = json.loads(list_path().read_text())["files"]
-        assert files and not any(f.startswith(str(checkpoint)) for f in files)
-        assert any(Path(f).name.startswith("libtorch") for f in files)  # torch's libraries, mapped by the load
-        return files
-
+    monkeypatch.setattr(start_files, "_SAVED", False)  # this test's first load is the process's first
+    start_files.list_path().unlink(missing_ok=True)
     free = GenerationOptions(constrained_decoding=False)
     native = load_local_policy(family_dirs["qwen3_5_moe"], free, dtype="float32", device="cpu")
     assert isinstance(native, NativePolicy) and native.loaded.family.key == "qwen3_5_moe"
     native.close()
-    kept_list(family_dirs["qwen3_5_moe"])
+    kept = json.loads(start_files.list_path().read_text())["files"]
+    assert kept and not any(f.startswith(str(family_dirs["qwen3_5_moe"])) for f in kept)
+    assert any(Path(f).name.startswith("libtorch") for f in kept)  # torch's libraries, mapped by the load
     holotron = load_local_policy(write_tiny_checkpoint(tmp_path / "holotron"), free, dtype="float32", device="cpu",
                                  decoder="stock")
     assert isinstance(holotron, HolotronPolicy)
     holotron.close()
-    last = kept_list(tmp_path / "holotron")
     with pytest.raises(ModelLoadError, match="Holotron-12B only"):
         load_local_policy(family_dirs["qwen3_vl"], quantization="4bit", device="cpu")
     (tmp_path / "llama").mkdir()
     (tmp_path / "llama" / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with pytest.raises(ModelLoadError, match="qwen3_vl"):
         load_local_policy(tmp_path / "llama", device="cpu")
-    assert json.loads(list_path().read_text())["files"] == last
+    assert json.loads(start_files.list_path().read_text())["files"] == kept
 
 
 def test_holotron_3_nano_tiny_loads_through_transformers_class(family_dirs: dict[str, Path]) -> None:
