@@ -16,7 +16,8 @@ ending in ``hot`` (``synchot``, ``2hot``) evicts only the weights' pages (``posi
 cache: every other file the start reads (libraries, compile caches, tokenizer) stays as the runs before left it, so
 that the build's own cold reads are taken out of the comparison. Since the child reads ahead as the product does
 (``holodesk.policy.start_files``: the list the previous child recorded), a variant ending in ``bare`` (``2bare``)
-passes the child ``--no-read-ahead``: the start without it. A variant with ``pf`` (``2pf``, ``syncpf``) first
+passes the child ``--no-read-ahead``: the start without it; so does a ``pf`` variant (its own read-ahead, as run
+30 ran it, instead of the product's). A variant with ``pf`` (``2pf``, ``syncpf``) first
 asks the kernel to read ahead (``posix_fadvise(WILLNEED)``, from a thread, in order) every file the previous child
 mapped (shared libraries) or opened, the weights left out: a recorded start's own files read at the disk's
 bandwidth before they are needed, instead of one small read at a time behind the weights.
@@ -160,7 +161,7 @@ def main() -> int:
         drop = page_cache.drop(files, system=not beside.endswith("hot"))
         with tempfile.TemporaryDirectory() as tmp:
             result, opened_path = Path(tmp) / "child.json", Path(tmp) / "opened.json"
-            bare = beside.endswith("bare")
+            bare = beside.endswith("bare") or "pf" in beside  # "pf": run 30's experiment, as it ran
             cmd = [sys.executable, "-c", CHILD, beside.removesuffix("hot").removesuffix("bare"), str(opened_path),
                    str(manifest), str(folder), *(["--no-read-ahead"] if bare else []), "--device", device,
                    "--dtype", "bfloat16",
