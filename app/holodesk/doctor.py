@@ -28,6 +28,7 @@ from holodesk.download.cache import default_cache_dir
 from holodesk.dpi import dpi_awareness, ensure_per_monitor_dpi_awareness
 from holodesk.errors import HolodeskError
 from holodesk.machine import disk_free_bytes, memory_bandwidth, probe_gpus
+from holodesk.policy import start_files
 from holodesk.policy.models import describe, find_model, models_that_fit, run_choice, thinking_words
 from holodesk.policy.remote import RemotePolicy
 from holodesk.policy.thinking_cost import thinking_note
@@ -248,6 +249,7 @@ def _kernels() -> dict[str, Any]:
         report[EARLIER_LOAD] = f"its record could not be read: {exc}"
     else:  # the load-time fallbacks (notes) of the last static decoder built on this machine, by another process
         report[EARLIER_LOAD] = _earlier_load(last) if last else "none built on this machine yet"
+    report["start read-ahead"] = start_files.describe()
     return report
 
 

@@ -169,3 +169,14 @@ def test_keeping_the_list_never_fails_the_load(tmp_path: Path, caplog: pytest.Lo
     with Recording() as recording, caplog.at_level(logging.WARNING, logger="holodesk.policy.start_files"):
         assert recording.save(exclude=tmp_path / "none", path=tmp_path / "start-files.json") == []
     assert "UnicodeDecodeError" in caplog.text and not (tmp_path / "start-files.json").exists()
+
+
+def test_doctor_says_what_the_next_start_reads_ahead(tmp_path: Path) -> None:
+    kept = tmp_path / "start-files.json"
+    assert start_files.describe(kept).startswith("none kept yet")
+    lib = tmp_path / "lib.so"
+    lib.write_bytes(b"l" * 1500)
+    kept.write_text(json.dumps({"files": [str(lib), str(tmp_path / "gone.pyc")]}))
+    assert start_files.describe(kept).startswith("1 files (1.5 kB) the last start read")
+    kept.write_text("{")
+    assert start_files.describe(kept).startswith("unreadable")

@@ -19,6 +19,7 @@ start read without it). Linux only (``/proc``, ``posix_fadvise``); elsewhere bot
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -27,6 +28,8 @@ import sys
 import threading
 from pathlib import Path
 from typing import Any
+
+from holodesk.core.units import format_bytes
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +118,27 @@ def read_ahead(path: Path | None = None) -> ReadAhead | None:
     thread.start()
     log.info("reading ahead the %d files the last start read besides its weights (%s)", len(files), path)
     return thread
+
+
+def describe(path: Path | None = None) -> str:
+    """The list at ``path`` (default :func:`list_path`) in words, for ``holodesk doctor``: how many of its files
+    exist and their size, or why a start reads without one."""
+    if not _supported():
+        return "not on this system: the start reads its files as it needs them (Linux only)"
+    path = list_path() if path is None else path
+    try:
+        files = json.loads(path.read_text())["files"]
+        sizes = []
+        for name in files:
+            with contextlib.suppress(OSError):
+                sizes.append(os.stat(name).st_size)
+    except FileNotFoundError:
+        return (f"none kept yet ({path}): the next start reads its libraries and caches as it needs them, slower "
+                "with a cold page cache; a successful load keeps one")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"unreadable ({path}: {exc}): the next start reads without it; the next successful load replaces it"
+    return (f"{len(sizes)} files ({format_bytes(sum(sizes))}) the last start read besides its weights are read "
+            f"ahead before the next start's imports ({path})")
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
@@ -234,4 +258,5 @@ def _mapped() -> list[str]:
     return list(names)
 
 
-__all__ = ["MAX_BYTES", "MAX_FILE_BYTES", "WEIGHT_SUFFIXES", "ReadAhead", "Recording", "list_path", "read_ahead"]
+__all__ = ["MAX_BYTES", "MAX_FILE_BYTES", "WEIGHT_SUFFIXES", "ReadAhead", "Recording", "describe", "list_path",
+           "read_ahead"]
