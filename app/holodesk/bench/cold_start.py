@@ -68,6 +68,7 @@ from typing import Any  # noqa: E402
 from holodesk.bench import page_cache  # noqa: E402
 from holodesk.bench.cold_checkpoint import checkpoint_files, default_folder, prepare_checkpoint  # noqa: E402
 from holodesk.errors import HolodeskError  # noqa: E402
+from holodesk.policy.start_files import Recording, read_ahead  # noqa: E402
 
 TARGET_LOAD_OVER_FLOOR = 2.0
 TARGET_CAPTURE_S = 10.0
@@ -401,8 +402,6 @@ def child_main(argv: list[str]) -> int:
     args = _child_args(argv)
     stamps: dict[str, float] = {"interpreter": _T_UP}
     # as load_local_policy does before its imports: the last start's files read ahead, this start's recorded
-    from holodesk.policy.start_files import Recording, read_ahead
-
     ahead = None if args.no_read_ahead else read_ahead()
     recording = Recording().__enter__()  # left when the load returns, below (as load_local_policy's "with")
     _import_steps(args.device.startswith("cuda"), args.threads, stamps)
