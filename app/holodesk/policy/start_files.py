@@ -93,6 +93,21 @@ class ReadAhead(threading.Thread):
             _READ_AHEAD_THREADS.discard(threading.get_ident())
 
 
+def _kept_files(path: Path) -> list[str]:
+    """The paths of the list at ``path``.
+
+    Raises:
+        FileNotFoundError: there is no list.
+        OSError: it cannot be read.
+        ValueError: it is not ``{"files": [path, ...]}`` (JSON).
+    """
+    kept = json.loads(path.read_text())
+    files = kept.get("files") if isinstance(kept, dict) else None
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        raise ValueError("not a list of paths under 'files'")
+    return files
+
+
 def read_ahead(path: Path | None = None) -> ReadAhead | None:
     """Start asking the kernel to read every file of the list at ``path`` (default :func:`list_path`) into the page
     cache, in order, from a daemon thread; returns at once.
@@ -105,12 +120,10 @@ def read_ahead(path: Path | None = None) -> ReadAhead | None:
         return None
     path = list_path() if path is None else path
     try:
-        files = json.loads(path.read_text())["files"]
-        if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
-            raise ValueError("'files' is not a list of paths")
+        files = _kept_files(path)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError) as exc:
         log.warning("the list of files the last start read (%s) is unreadable, so this start reads without it: %s",
                     path, exc)
         return None
@@ -127,16 +140,16 @@ def describe(path: Path | None = None) -> str:
         return "not on this system: the start reads its files as it needs them (Linux only)"
     path = list_path() if path is None else path
     try:
-        files = json.loads(path.read_text())["files"]
-        sizes = []
-        for name in files:
-            with contextlib.suppress(OSError):
-                sizes.append(os.stat(name).st_size)
+        files = _kept_files(path)
     except FileNotFoundError:
         return (f"none kept yet ({path}): the next start reads its libraries and caches as it needs them, slower "
                 "with a cold page cache; a successful load keeps one")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError) as exc:
         return f"unreadable ({path}: {exc}): the next start reads without it; the next successful load replaces it"
+    sizes = []
+    for name in files:
+        with contextlib.suppress(OSError):
+            sizes.append(os.stat(name).st_size)
     return (f"{len(sizes)} files ({format_bytes(sum(sizes))}) the last start read besides its weights are read "
             f"ahead before the next start's imports ({path})")
 
