@@ -178,7 +178,8 @@ def main() -> int:
         child["spawn"] = spawn
         engine = child.get("engine") or {}
         stamps = child["timestamps"]
-        row = {"variant": beside, "drop": drop, **phases(child), "imports_split": imports_split(stamps),
+        row = {"variant": beside, "read_ahead": child.get("read_ahead"), "drop": drop, **phases(child),
+               "imports_split": imports_split(stamps),
                "weights_reader": engine.get("weights_reader"), "engine_setup_s": engine.get("setup_seconds"),
                "engine_build_s": engine.get("build_seconds"), "capture_seconds": engine.get("capture_seconds"),
                "warm_up_s": engine.get("warm_up_seconds"), "steps": [s["wall_s"] for s in child["steps"]],
