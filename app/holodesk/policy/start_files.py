@@ -57,6 +57,15 @@ MEMORY_RESERVE = 4 << 30
 """Bytes of memory left available when the weights are read ahead: the process's own (CUDA, torch, the loader's
 page-locked buffers) must not push the weights read ahead out of the page cache before the load reads them."""
 
+WEIGHT_READERS = 4
+"""Threads reading the weights ahead (:func:`holodesk.policy.weights.read_through`); 0: the weights are not read
+ahead. Beside the imports every reader's requests queue ahead of the imports' own small reads."""
+
+FILES_WHOLE = False
+"""Whether the other files are read whole first (:func:`holodesk.policy.weights.read_through`, as many readers as
+:data:`WEIGHT_READERS`, at least one), rather than asked for (``POSIX_FADV_WILLNEED``, which the kernel may cut
+short for a large file and does not wait for)."""
+
 RESIDENT_SAMPLES = 8
 """Pages sampled per weight file (evenly spaced) to tell whether it is already in the page cache."""
 
@@ -100,6 +109,28 @@ class ReadAhead(threading.Thread):
         self._count_lock = threading.Lock()
 
     def run(self) -> None:
+        if FILES_WHOLE:
+            self._read_files()
+        else:
+            self._advise_files()
+        if self.weights and WEIGHT_READERS > 0:
+            self._read_weights()
+
+    def _read_files(self) -> None:
+        """Read every listed file that exists whole (``advised``, ``bytes``: those read)."""
+        present = []
+        for name in self.files:
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG(os.stat(name).st_mode):
+                    present.append(Path(name))
+        try:
+            self.bytes = read_through(present, threads=max(1, WEIGHT_READERS), name=_THREAD_NAME)
+            self.advised = len(present)
+        except OSError as exc:  # one file went away meanwhile: the imports read what they need themselves
+            log.info("the start's files were not all read ahead: %s", exc)
+
+    def _advise_files(self) -> None:
+        """Ask the kernel for every listed file that exists (``advised``, ``bytes``: those asked for)."""
         for path in self.files:
             try:
                 fd = os.open(path, os.O_RDONLY)
@@ -114,8 +145,6 @@ class ReadAhead(threading.Thread):
                 pass
             finally:
                 os.close(fd)
-        if self.weights:
-            self._read_weights()
 
     def _read_weights(self) -> None:
         """Read the weight files not already in memory, when they fit it (else say why in ``weights_skipped``)."""
@@ -140,7 +169,7 @@ class ReadAhead(threading.Thread):
         if todo:
             log.info("reading ahead %s of the weights of the last start's model", format_bytes(self.weights_bytes))
         try:
-            read_through(todo, on_read=self._count, stop=self._halt, name=_THREAD_NAME)
+            read_through(todo, threads=WEIGHT_READERS, on_read=self._count, stop=self._halt, name=_THREAD_NAME)
         except OSError as exc:  # the load reads them itself, and says so if it cannot
             self.weights_skipped = f"the read ahead failed ({exc})"
             log.info("the weights' read ahead ended: %s", self.weights_skipped)
@@ -418,5 +447,5 @@ def _mapped() -> list[str]:
     return list(names)
 
 
-__all__ = ["MAX_BYTES", "MAX_FILE_BYTES", "MEMORY_RESERVE", "RESIDENT_SAMPLES", "WEIGHT_SUFFIXES", "ReadAhead",
-           "Recording", "describe", "list_path", "read_ahead"]
+__all__ = ["FILES_WHOLE", "MAX_BYTES", "MAX_FILE_BYTES", "MEMORY_RESERVE", "RESIDENT_SAMPLES", "WEIGHT_READERS",
+           "WEIGHT_SUFFIXES", "ReadAhead", "Recording", "describe", "list_path", "read_ahead"]
