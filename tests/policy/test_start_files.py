@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 from pathlib import Path
 
 import pytest
@@ -104,7 +103,7 @@ def test_the_read_ahead_threads_own_opens_are_not_recorded(tmp_path: Path) -> No
     kept = tmp_path / "start-files.json"
     kept.write_text(json.dumps({"files": [str(stale)]}))
     with Recording() as recording:
-        thread = read_ahead(path=kept)
+        thread = read_ahead(kept)
         assert thread is not None
         thread.join(timeout=30)
         assert thread.advised == 1
@@ -133,7 +132,7 @@ def test_read_ahead_asks_for_each_listed_file_that_still_exists(tmp_path: Path) 
     present[1].write_bytes(b"b" * 300)
     kept = tmp_path / "start-files.json"
     kept.write_text(json.dumps({"files": [str(present[0]), str(tmp_path / "gone.pyc"), str(present[1])]}))
-    thread = read_ahead(path=kept)
+    thread = read_ahead(kept)
     assert thread is not None
     thread.join(timeout=30)
     assert not thread.is_alive()
@@ -142,12 +141,12 @@ def test_read_ahead_asks_for_each_listed_file_that_still_exists(tmp_path: Path) 
 
 def test_read_ahead_without_a_list_or_with_a_broken_one_reads_nothing(tmp_path: Path,
                                                                       caplog: pytest.LogCaptureFixture) -> None:
-    assert read_ahead(path=tmp_path / "none.json") is None  # the first start: no warning
+    assert read_ahead(tmp_path / "none.json") is None  # the first start: no warning
     broken = tmp_path / "broken.json"
     for text in ("{not json", json.dumps({"files": "lib.so"}), json.dumps(["lib.so"])):
         broken.write_text(text)
         with caplog.at_level(logging.WARNING, logger="holodesk.policy.start_files"):
-            assert read_ahead(path=broken) is None
+            assert read_ahead(broken) is None
         assert "reads without it" in caplog.text
         caplog.clear()
 
@@ -181,158 +180,3 @@ def test_doctor_says_what_the_next_start_reads_ahead(tmp_path: Path) -> None:
     assert start_files.describe(kept).startswith("1 files (1.5 kB) the last start read")
     kept.write_text("{")
     assert start_files.describe(kept).startswith("unreadable")
-
-
-def _checkpoint(tmp_path: Path, sizes: tuple[int, ...] = (3000, 5000)) -> tuple[Path, list[Path]]:
-    """A checkpoint folder whose index maps to ``len(sizes)`` shards (in the index's order, not the names')."""
-    folder = tmp_path / "ckpt"
-    folder.mkdir()
-    shards = [folder / f"model-{len(sizes) - i:05d}.safetensors" for i in range(len(sizes))]
-    for shard, size in zip(shards, sizes, strict=True):
-        shard.write_bytes(b"w" * size)
-    index = {"weight_map": {f"t{i}": shard.name for i, shard in enumerate(shards)}}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
-    return folder, shards
-
-
-def _read_weights(kept: Path, source: str) -> start_files.ReadAhead:
-    thread = read_ahead(source, path=kept)
-    assert thread is not None
-    thread.join(timeout=60)
-    assert not thread.is_alive()
-    return thread
-
-
-def test_the_next_start_of_the_same_model_reads_its_weights_ahead(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """The list names the loaded model's weight files (index order); a start that loads that source again reads
-    those not in memory, and nothing of another model's. ``_resident`` is replaced by a fake (which files are in
-    the page cache is the kernel's business); the real one is tested below."""
-    folder, shards = _checkpoint(tmp_path)
-    kept = tmp_path / "start-files.json"
-    with Recording() as recording:
-        (folder / "model.safetensors.index.json").read_text()
-    recording.save(exclude=folder, path=kept, source="owner/model")
-    weights = json.loads(kept.read_text())["weights"]
-    assert weights == {"source": "owner/model", "folder": str(folder), "files": [str(s) for s in shards]}
-
-    in_memory = {shards[0]}
-    monkeypatch.setattr(start_files, "_resident", lambda path: path in in_memory)
-    monkeypatch.setattr(start_files, "_memory_available", lambda: 64 << 30)
-    thread = _read_weights(kept, "owner/model")
-    assert thread.weights == [str(s) for s in shards] and thread.weights_skipped is None
-    assert thread.weights_bytes == thread.weights_read == 5000  # the shard not in memory, whole
-
-    other = _read_weights(kept, "owner/other-model")
-    assert other.weights == [] and other.weights_read == 0
-    assert _read_weights(kept, str(folder)).weights == []  # the source as it was given, not its folder
-
-
-def test_weights_that_would_not_fit_the_memory_available_are_not_read_ahead(tmp_path: Path,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    folder, _shards = _checkpoint(tmp_path)
-    kept = tmp_path / "start-files.json"
-    with Recording() as recording:
-        pass
-    recording.save(exclude=folder, path=kept, source=str(folder))
-    monkeypatch.setattr(start_files, "_resident", lambda path: False)
-    monkeypatch.setattr(start_files, "_memory_available", lambda: start_files.MEMORY_RESERVE + 7999)
-    thread = _read_weights(kept, str(folder))
-    assert thread.weights_read == 0 and thread.weights_bytes == 8000
-    assert thread.weights_skipped is not None and "memory available" in thread.weights_skipped
-    monkeypatch.setattr(start_files, "_memory_available", lambda: start_files.MEMORY_RESERVE + 8000)
-    assert _read_weights(kept, str(folder)).weights_read == 8000
-
-
-def test_a_hub_model_whose_main_revision_moved_is_not_read_ahead(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """The recorded snapshot is the old revision: the load reads the new one."""
-    repo = tmp_path / "models--owner--model"
-    snapshot = repo / "snapshots" / "abc123"
-    snapshot.mkdir(parents=True)
-    (snapshot / "model.safetensors").write_bytes(b"w" * 2000)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text("abc123")
-    kept = tmp_path / "start-files.json"
-    with Recording() as recording:
-        pass
-    recording.save(exclude=snapshot, path=kept, source="owner/model")
-    monkeypatch.setattr(start_files, "_resident", lambda path: False)
-    monkeypatch.setattr(start_files, "_memory_available", lambda: 64 << 30)
-    assert _read_weights(kept, "owner/model").weights_read == 2000
-    (repo / "refs" / "main").write_text("def456")
-    assert _read_weights(kept, "owner/model").weights == []
-
-
-def test_a_broken_weights_entry_makes_the_list_unreadable(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    kept = tmp_path / "start-files.json"
-    kept.write_text(json.dumps({"files": [], "weights": {"source": "owner/model", "files": "model.safetensors"}}))
-    with caplog.at_level(logging.WARNING, logger="holodesk.policy.start_files"):
-        assert read_ahead("owner/model", path=kept) is None
-    assert "reads without it" in caplog.text
-    assert start_files.describe(kept).startswith("unreadable")
-
-
-def test_the_weights_readers_own_opens_are_not_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    folder, shards = _checkpoint(tmp_path)
-    kept = tmp_path / "start-files.json"
-    kept.write_text(json.dumps({"files": [], "weights": {"source": "m", "folder": str(folder),
-                                                         "files": [str(s) for s in shards]}}))
-    monkeypatch.setattr(start_files, "_resident", lambda path: False)
-    monkeypatch.setattr(start_files, "_memory_available", lambda: 64 << 30)
-    with Recording() as recording:
-        assert _read_weights(kept, "m").weights_read == 8000
-    assert not set(recording.opened) & {str(s) for s in shards}
-
-
-def test_stop_ends_the_weights_read_ahead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    folder, shards = _checkpoint(tmp_path, sizes=(4096,) * 6)
-    kept = tmp_path / "start-files.json"
-    kept.write_text(json.dumps({"files": [], "weights": {"source": "m", "folder": str(folder),
-                                                         "files": [str(s) for s in shards]}}))
-    monkeypatch.setattr(start_files, "_memory_available", lambda: 64 << 30)
-    started = threading.Event()
-    release = threading.Event()
-
-    def resident(path: Path) -> bool:  # a fake: holds the thread before its read until stop() was called
-        started.set()
-        release.wait(timeout=30)
-        return False
-
-    monkeypatch.setattr(start_files, "_resident", resident)
-    thread = read_ahead("m", path=kept)
-    assert thread is not None and started.wait(timeout=30)
-    thread.stop()
-    release.set()
-    thread.join(timeout=30)
-    assert not thread.is_alive() and thread.weights_bytes == 6 * 4096 and thread.weights_read == 0
-
-
-def test_resident_tells_a_cached_file_from_one_on_the_disk(tmp_path: Path) -> None:
-    """The real page cache: a file just written is in memory; after ``POSIX_FADV_DONTNEED`` of its synced pages it
-    is not (skipped where the file system keeps them, e.g. tmpfs, or cannot tell: no ``RWF_NOWAIT`` reads)."""
-    f = tmp_path / "shard.safetensors"
-    with open(f, "wb") as out:
-        out.write(os.urandom(1 << 20))
-        out.flush()
-        os.fsync(out.fileno())
-    if not start_files._resident(f):
-        pytest.skip("RWF_NOWAIT reads are not supported here: the read ahead reads every file")
-    fd = os.open(f, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-    if start_files._resident(f):
-        pytest.skip("this file system keeps the pages (tmpfs?): eviction cannot be tested here")
-    f.read_bytes()
-    assert start_files._resident(f)
-
-
-def test_doctor_names_the_model_whose_weights_are_read_ahead(tmp_path: Path) -> None:
-    folder, shards = _checkpoint(tmp_path)
-    kept = tmp_path / "start-files.json"
-    kept.write_text(json.dumps({"files": [], "weights": {"source": "owner/model", "folder": str(folder),
-                                                         "files": [str(s) for s in shards]}}))
-    text = start_files.describe(kept)
-    assert "when the next start loads owner/model again, its 2 weight files (8.0 kB)" in text

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from pathlib import Path
 
 import pytest
@@ -75,20 +74,3 @@ def test_reading_through_brings_the_weights_into_the_page_cache(tmp_path: Path) 
     seen: list[int] = []
     assert weights.read_through(order, on_read=seen.append) == sum(seen) == sum(f.stat().st_size for f in order)
     assert page_cache.resident_fraction(order) == 1.0
-
-
-def test_read_through_stops_when_asked(tmp_path: Path) -> None:
-    files = []
-    for i in range(3):
-        f = tmp_path / f"w{i}.safetensors"
-        f.write_bytes(b"x" * 1000)
-        files.append(f)
-    stop = threading.Event()
-    stop.set()
-    assert weights.read_through(files, stop=stop) == 0
-    assert weights.read_through(files) == 3000
-
-
-def test_read_through_raises_what_a_reader_met(tmp_path: Path) -> None:
-    with pytest.raises(OSError):
-        weights.read_through([tmp_path / "absent.safetensors"])

@@ -21,9 +21,8 @@ processes, with the page cache cold and warm, against the file-read floor.
    cache first. Before each, the files in Triton's and inductor's on-disk caches are counted
    (:func:`compile_caches`): the first process on a fresh machine also compiles and autotunes every kernel.
    The child starts as ``load_local_policy`` does: it reads ahead the files the last start read besides its
-   weights, then the weights of the same folder (:func:`holodesk.policy.start_files.read_ahead`;
-   ``--no-read-ahead`` leaves that out) and records those its own load reads, and the folder's weight files, for
-   the next (reported: ``read_ahead``, ``recorded_files``).
+   weights (:func:`holodesk.policy.start_files.read_ahead`; ``--no-read-ahead`` leaves that out) and records
+   those its own load reads for the next (reported: ``read_ahead``, ``recorded_files``).
    The child records wall-clock timestamps at: interpreter up (this module imported), imports done (torch
    and its CUDA context, the transformers classes loading uses, the policy; each step timed on its own:
    :data:`IMPORT_STEPS`, :func:`imports_split`), model built (``load_holotron``'s last progress stage,
@@ -317,14 +316,9 @@ def modes(spec: str) -> list[str]:
 
 
 def _ahead_words(run: dict[str, Any]) -> str:
-    """A child's ``read_ahead`` in words: the files asked for and the weights' bytes read ahead (``"-"``: none)."""
+    """A child's ``read_ahead`` in words: the files asked for of those listed, their size (``"-"``: none)."""
     ahead = run.get("read_ahead")
-    if not ahead:
-        return "-"
-    words = (f"{ahead['advised']} of {ahead['files']} files ({ahead['bytes'] / 1e9:.2f} GB), weights "
-             f"{ahead['weights_read'] / 1e9:.2f} of {ahead['weights_bytes'] / 1e9:.2f} GB not in memory "
-             f"({ahead['weights']} files)")
-    return words + (f", not read: {ahead['weights_skipped']}" if ahead.get("weights_skipped") else "")
+    return "-" if not ahead else f"{ahead['advised']} of {ahead['files']} files ({ahead['bytes'] / 1e9:.2f} GB)"
 
 
 def _lazy_words(step: dict[str, Any]) -> str:
@@ -414,7 +408,7 @@ def child_main(argv: list[str]) -> int:
     args = _child_args(argv)
     stamps: dict[str, float] = {"interpreter": _T_UP}
     # as load_local_policy does before its imports: the last start's files read ahead, this start's recorded
-    ahead = None if args.no_read_ahead else read_ahead(args.folder)
+    ahead = None if args.no_read_ahead else read_ahead()
     recording = Recording().__enter__()  # left when the load returns, below (as load_local_policy's "with")
     _import_steps(args.device.startswith("cuda"), args.threads, stamps)
     bytecode = bytecode_report()
@@ -439,8 +433,6 @@ def child_main(argv: list[str]) -> int:
         policy = HolotronPolicy.load(args.folder, options, dtype=args.dtype, device=args.device, progress=progress)
     finally:
         recording.__exit__()
-        if ahead is not None:
-            ahead.stop()
     if cuda:
         torch.cuda.synchronize()
     stamps["graphs"] = time.time()
@@ -468,18 +460,15 @@ def child_main(argv: list[str]) -> int:
                           "seconds": round(after["seconds"] - before["seconds"], 3)},
                       **{name: proposal.extra.get(name) for name in details}})
     engine = policy.engine.describe() if policy.engine is not None else None
-    # after the timed part (the product keeps it at the load's end)
-    recorded = recording.save(exclude=args.folder, source=args.folder)
+    recorded = recording.save(exclude=args.folder)  # after the timed part (the product keeps it at the load's end)
     result = {
         "pid": os.getpid(), "timestamps": stamps, "bytecode": bytecode, "steps": steps, "propose_error": error,
         "load_seconds": round(policy.loaded.load_seconds, 3), "engine": engine,
         "kernels": policy.loaded.kernels.get("summary"), "fast_path": bool(policy.loaded.kernels.get("fast_path")),
         "gpu_allocated_gib": round(torch.cuda.memory_allocated() / 2**30, 2) if cuda else None,
         "max_rss_gib": round(_max_rss_bytes() / 2**30, 2),
-        "read_ahead": None if ahead is None else {
-            "files": ahead.listed, "advised": ahead.advised, "bytes": ahead.bytes, "done": not ahead.is_alive(),
-            "weights": len(ahead.weights), "weights_bytes": ahead.weights_bytes, "weights_read": ahead.weights_read,
-            "weights_skipped": ahead.weights_skipped},
+        "read_ahead": None if ahead is None else {"files": ahead.listed, "advised": ahead.advised,
+                                                  "bytes": ahead.bytes, "done": not ahead.is_alive()},
         "recorded_files": len(recorded),
     }
     policy.close()

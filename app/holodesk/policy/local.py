@@ -35,10 +35,9 @@ def load_local_policy(
 ) -> Policy:
     """Load ``source`` (a checkpoint folder or a hub repo id) with the runtime of its family.
 
-    Before the runtime is imported the files the last start read besides its weights are read ahead, then its
-    weights when it loaded the same ``source``, and the files the process's first successful load reads (and the
-    weight files of ``source``) are recorded for the next start (:mod:`holodesk.policy.start_files`; a failed load
-    records nothing).
+    Before the runtime is imported the files the last start read besides its weights are read ahead, and the files
+    the process's first successful load reads are recorded for the next start (:mod:`holodesk.policy.start_files`;
+    a failed load records nothing).
 
     Args:
         source: checkpoint folder, or ``owner/name`` on the hub (downloaded only with a CUDA GPU).
@@ -55,15 +54,10 @@ def load_local_policy(
             (:func:`require_runtime`), an unsupported or unreadable checkpoint (the message lists the supported
             families), quantization asked for a native family, or the chosen runtime's load errors.
     """
-    # before the imports: the files the last start read, then its weights when it loaded this source (start_files)
-    ahead = read_ahead(source)
-    try:
-        with Recording() as recording:
-            policy, folder = _load(source, options, quantization=quantization, decoder=decoder, **loading)
-    finally:
-        if ahead is not None:
-            ahead.stop()  # read by now (a load reads every weight before it returns) or not needed (it failed)
-    recording.save(exclude=folder, source=source)
+    read_ahead()  # before the imports: the files the last start read besides its weights (start_files)
+    with Recording() as recording:
+        policy, folder = _load(source, options, quantization=quantization, decoder=decoder, **loading)
+    recording.save(exclude=folder)
     return policy
 
 

@@ -1,13 +1,12 @@
 """A local checkpoint's weight files: which they are (:func:`weight_files`, the loader's and the bench's one
-list), and reading them through the page cache (:func:`read_through`: the bench's read floor, and a start's
-read ahead of the weights, :mod:`holodesk.policy.start_files`).
+list), and reading them through the page cache (:func:`read_through`, the bench's read floor).
 """
 
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from holodesk.errors import ModelLoadError
@@ -56,58 +55,32 @@ def weight_files(folder: Path) -> tuple[Path, ...]:
 
 
 def read_through(files: Sequence[Path], *, threads: int = READERS,
-                 on_read: Callable[[int], None] | None = None, stop: threading.Event | None = None,
-                 name: str = "holodesk-read-through") -> int:
+                 on_read: Callable[[int], None] | None = None) -> int:
     """Read every byte of ``files`` (:data:`READ_CHUNK` ``readinto`` calls into one reused buffer per reader,
-    unbuffered; nothing is kept), ``threads`` readers (daemon threads named ``name``: a process may exit while
-    they read), one file at a time each. ``on_read(bytes)`` is called after each call, from the reader's thread;
-    once ``stop`` is set every reader ends after its current call.
+    unbuffered; nothing is kept), ``threads`` readers, one file at a time each.
+    ``on_read(bytes)`` is called after each call, from the reader's thread.
 
     Returns:
         bytes read.
     Raises:
-        OSError: a file cannot be opened or read (the other readers end after their current file).
+        OSError: a file cannot be opened or read.
     """
-    todo = list(files)
-    lock = threading.Lock()
-    done: list[int] = []
-    errors: list[OSError] = []
 
     def read_one(f: Path) -> int:
         n = 0
         buf = bytearray(max(1, min(READ_CHUNK, f.stat().st_size)))
         view = memoryview(buf)
         with open(f, "rb", buffering=0) as fh:
-            while not (stop is not None and stop.is_set()) and (got := fh.readinto(view)):
+            while got := fh.readinto(view):
                 n += got
                 if on_read is not None:
                     on_read(got)
         return n
 
-    def reader() -> None:
-        while True:
-            with lock:
-                if not todo or errors:
-                    return
-                f = todo.pop(0)
-            try:
-                n = read_one(f)
-            except OSError as exc:
-                with lock:
-                    errors.append(exc)
-                return
-            with lock:
-                done.append(n)
-
-    readers = [threading.Thread(target=reader, name=name, daemon=True)
-               for _ in range(max(1, min(threads, len(todo))))] if todo else []
-    for t in readers:
-        t.start()
-    for t in readers:
-        t.join()
-    if errors:
-        raise errors[0]
-    return sum(done)
+    if not files:
+        return 0
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(files)))) as pool:
+        return sum(pool.map(read_one, files))
 
 
 __all__ = ["READERS", "READ_CHUNK", "read_through", "weight_files"]

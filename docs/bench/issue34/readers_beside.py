@@ -12,9 +12,6 @@ most; files mapped or opened by C code (shared libraries, CUDA's caches) are not
 A variant is ``sync`` (``HolotronPolicy.load`` made to read first: ``load_holotron(background=False)``), a number
 (the readers reading beside the build), or a number with ``pre`` (also importing torch's compiler, Triton and the
 runtime's kernels before the child's own timing starts: counted in ``startup_s`` and ``total_s`` only). A variant
-with ``w`` and a number (``2w1``) has the weights read ahead by that many readers
-(``holodesk.policy.start_files.WEIGHT_READERS``; ``w0``: only the other files read ahead), then ``r``: the other
-files read whole first (``FILES_WHOLE``), not merely asked for. A variant
 ending in ``hot`` (``synchot``, ``2hot``) evicts only the weights' pages (``posix_fadvise``), not the whole page
 cache: every other file the start reads (libraries, compile caches, tokenizer) stays as the runs before left it, so
 that the build's own cold reads are taken out of the comparison. Since the child reads ahead as the product does
@@ -86,15 +83,6 @@ def written():
 atexit.register(written)
 import holodesk.policy.holotron.stream as s
 import holodesk.policy.holotron.policy as p
-import holodesk.policy.start_files as sf
-import re
-readers = re.search(r"w([0-9]+)", variant)
-if readers:  # "2w1": the weights read ahead by one reader; "2w0": not read ahead
-    sf.WEIGHT_READERS = int(readers.group(1))
-    variant = variant.replace(readers.group(0), "")
-if variant.endswith("r"):  # "2w1r": the other files read whole first, not asked for
-    sf.FILES_WHOLE = True
-    variant = variant.removesuffix("r")
 base = variant.removesuffix("pf").removesuffix("pre")
 if base == "sync":  # read first (all readers), then build: the load before the read went beside the build
     real = p.load_holotron
