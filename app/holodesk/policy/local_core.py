@@ -82,11 +82,13 @@ def freeze_loaded(change: int) -> int:
         return _FROZEN_BY[0]
 
 
-def free_cuda_memory() -> None:
-    """Collect garbage and return PyTorch's cached CUDA blocks to the driver (no-op without CUDA). Imports torch."""
+def free_cuda_memory(*, collect: bool = True) -> None:
+    """Collect garbage (unless ``collect`` is False: the caller just did) and return PyTorch's cached CUDA blocks
+    to the driver (no-op without CUDA). Imports torch."""
     import torch  # lazy: torch (optional, heavy); this module loads without it
 
-    gc.collect()
+    if collect:
+        gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
 
@@ -344,11 +346,12 @@ class LocalPolicy:
         self._localization_constraint = None
         with contextlib.suppress(AttributeError):
             del self.loaded.model
-        if self._frozen:  # so that what the model held can be collected
+        collected = self._frozen
+        if self._frozen:  # so that what the model held can be collected (freeze_loaded collects)
             self._frozen = False
             freeze_loaded(-1)
         with contextlib.suppress(ImportError):
-            free_cuda_memory()
+            free_cuda_memory(collect=not collected)
 
 
 __all__ = ["LOCALIZATION_MAX_TOKENS", "CheckpointLoading", "LocalPolicy", "Reply", "free_cuda_memory", "freeze_loaded",
