@@ -16,11 +16,8 @@ ending in ``hot`` (``synchot``, ``2hot``) evicts only the weights' pages (``posi
 cache: every other file the start reads (libraries, compile caches, tokenizer) stays as the runs before left it, so
 that the build's own cold reads are taken out of the comparison. Since the child reads ahead as the product does
 (``holodesk.policy.start_files``: the list the previous child recorded), a variant ending in ``bare`` (``2bare``)
-passes the child ``--no-read-ahead``: the start without it; so does a ``pf`` variant (its own read-ahead, as run
-30 ran it, instead of the product's). A variant with ``pf`` (``2pf``, ``syncpf``) first
-asks the kernel to read ahead (``posix_fadvise(WILLNEED)``, from a thread, in order) every file the previous child
-mapped (shared libraries) or opened, the weights left out: a recorded start's own files read at the disk's
-bandwidth before they are needed, instead of one small read at a time behind the weights.
+passes the child ``--no-read-ahead``: the start without it. (Run 30's ``pf`` variants, the child's own read-ahead
+before the product had one, are in this file's history: 153dca9.)
 
 Each child also samples this process's ``read_bytes`` (``/proc/self/io``) and the machine's ``pgpgin`` every 0.1 s:
 ``disk_since_spawn`` gives the bytes read from the disk (GB, the machine's count) up to each of the child's stamps. Each
@@ -45,7 +42,7 @@ from holodesk.bench.cold_start import imports_split, phases
 
 CHILD = """
 import sys, runpy, time, atexit, json, os, threading
-variant, opened_to, manifest = sys.argv.pop(1), sys.argv.pop(1), sys.argv.pop(1)
+variant, opened_to = sys.argv.pop(1), sys.argv.pop(1)
 opened = []  # (wall time, path) of every file Python opens from here on: what the start reads besides the weights
 io = []  # (wall time, this process's read_bytes, the machine's pgpgin KiB) every 0.1 s
 def audit(event, args):
@@ -61,17 +58,6 @@ def sample():
         io.append((time.time(), mine, machine))
         time.sleep(0.1)
 threading.Thread(target=sample, daemon=True).start()
-def prefetch(paths):  # the kernel reads each whole file ahead (asynchronously), in the order of the list
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-            os.close(fd)
-        except OSError:
-            pass
-    io.append((time.time(), -1, -1))  # the prefetch's requests all made
-if "pf" in variant and os.path.exists(manifest):
-    threading.Thread(target=prefetch, args=(json.load(open(manifest)),), daemon=True).start()
 def written():
     mapped = []
     with open("/proc/self/maps") as f:
@@ -83,7 +69,7 @@ def written():
 atexit.register(written)
 import holodesk.policy.holotron.stream as s
 import holodesk.policy.holotron.policy as p
-base = variant.removesuffix("pf").removesuffix("pre")
+base = variant.removesuffix("pre")
 if base == "sync":  # read first (all readers), then build: the load before the read went beside the build
     real = p.load_holotron
     p.load_holotron = lambda *a, background=True, **k: real(*a, background=False, **k)
@@ -116,20 +102,10 @@ def opened_files(opened: list[list[Any]], start: float, end: float, weights: Pat
             "folders": {k: {"files": n, "bytes": b} for k, (n, b) in top}}
 
 
-def start_files(record: dict[str, Any], weights: Path) -> list[str]:
-    """The regular files a child mapped (shared libraries first: ``import torch`` maps them at once), then those it
-    opened in order, each once, the weights' folder left out: what a ``pf`` variant reads ahead."""
-    out: list[str] = []
-    for path in [*record.get("mapped", []), *(p for _, p in record.get("opened", []))]:
-        if path not in out and not path.startswith(str(weights)) and os.path.isfile(path):
-            out.append(path)
-    return out
-
-
 def disk_at_stamps(io: list[list[float]], stamps: dict[str, float]) -> dict[str, Any]:
     """GB read from the disk from the child's first sample to each stamp (the machine's ``pgpgin``, KiB; the
-    child's own ``read_bytes`` in ``process``), and when a ``pf`` child's prefetch had made its requests."""
-    samples = [s for s in io if s[1] >= 0]
+    child's own ``read_bytes`` in ``process``)."""
+    samples = io
     if not samples:
         return {}
     t0, mine0, machine0 = samples[0]
@@ -143,9 +119,7 @@ def disk_at_stamps(io: list[list[float]], stamps: dict[str, float]) -> dict[str,
         return [round((last[2] - machine0) * 1024 / 1e9, 3), round((last[1] - mine0) / 1e9, 3)]
 
     marks = {k: at(v) for k, v in sorted(stamps.items(), key=lambda kv: kv[1]) if v >= t0}
-    done = [s[0] for s in io if s[1] < 0]
-    return {"machine_gb, process_gb": marks, "prefetch_requested_after_s": round(done[0] - t0, 2) if done else None,
-            "end": at(samples[-1][0])}
+    return {"machine_gb, process_gb": marks, "end": at(samples[-1][0])}
 
 
 def main() -> int:
@@ -155,15 +129,13 @@ def main() -> int:
     files = checkpoint_files(folder)
     device = os.environ.get("DEVICE", "cuda")  # cpu: a check of this script on the tiny checkpoint
     rows = []
-    manifest = out.with_name(out.stem + "-manifest.json")  # the files the last child read, for a "pf" variant
-    manifest.unlink(missing_ok=True)
     for beside in values:
         drop = page_cache.drop(files, system=not beside.endswith("hot"))
         with tempfile.TemporaryDirectory() as tmp:
             result, opened_path = Path(tmp) / "child.json", Path(tmp) / "opened.json"
-            bare = beside.endswith("bare") or "pf" in beside  # "pf": run 30's experiment, as it ran
+            bare = beside.endswith("bare")
             cmd = [sys.executable, "-c", CHILD, beside.removesuffix("hot").removesuffix("bare"), str(opened_path),
-                   str(manifest), str(folder), *(["--no-read-ahead"] if bare else []), "--device", device,
+                   str(folder), *(["--no-read-ahead"] if bare else []), "--device", device,
                    "--dtype", "bfloat16",
                    "--result", str(result), "--steps", "2", "--max-new-tokens", "1024"]
             spawn = time.time()
@@ -174,7 +146,6 @@ def main() -> int:
             child = json.loads(result.read_text())
             record = json.loads(opened_path.read_text()) if opened_path.exists() else {}
         opened = record.get("opened", [])
-        manifest.write_text(json.dumps(start_files(record, folder)))
         child["spawn"] = spawn
         engine = child.get("engine") or {}
         stamps = child["timestamps"]
