@@ -60,6 +60,7 @@ def test_terminal_approval_speaks_the_same_words_as_the_card() -> None:
     from holodesk.policy.base import Proposal
     from holodesk.policy.registry import get_protocol
     from holodesk.session.approval import Decision, make_request
+    from holodesk.session.state import STOPPED_BY_NO_INPUT
 
     frame = Frame(np.zeros((1080, 1920, 3), np.uint8), Monitor(1, 0, 0, 1920, 1080))
     form = WindowInfo("Demo form", "Tk", (700, 300, 520, 420))
@@ -83,6 +84,12 @@ def test_terminal_approval_speaks_the_same_words_as_the_card() -> None:
     printed = out.getvalue()
     assert "Step 2: Type ‘John\\x1b[2J Smith’ into ‘Your name’" in printed and "\x1b" not in printed
     assert "  exact text: 'John\\x1b[2J Smith'" in printed
+    assert printed.endswith("  [a]pprove / [e]dit / [s]kip / [q]uit? s\n  skipped: nothing was done\n")  # echoed
+
+    out = io.StringIO()
+    stopped = TerminalApprover(io.StringIO(""), out, protocol=contract)(typed)  # no input left: nobody to ask
+    assert stopped.decision is Decision.STOP and stopped.by == STOPPED_BY_NO_INPUT
+    assert out.getvalue().endswith("? \n  (no more input: stopping)\n")
 
 
 def test_the_autopilot_line_names_the_element_as_the_card_does(capsys: pytest.CaptureFixture[str]) -> None:

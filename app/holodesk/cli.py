@@ -510,14 +510,21 @@ class TerminalApprover:
         self.printer = printer
 
     def _ask(self, prompt: str) -> str | None:
+        """``prompt``, then one line of input (stripped; None at the input's end). An answer that did not come from
+        a terminal (piped) is echoed, so that what follows starts on a line of its own."""
         self.stdout.write(prompt)
         self.stdout.flush()
         line = self.stdin.readline()
-        return None if line == "" else line.strip()
+        if line == "":
+            return None
+        if not (hasattr(self.stdin, "isatty") and self.stdin.isatty()):
+            self.stdout.write(f"{terminal_safe(line.strip())}\n")
+        return line.strip()
 
     def __call__(self, request: Any) -> Any:
         # lazy: start-up time (see the module docstring)
         from holodesk.session.approval import ApprovalResponse, Decision
+        from holodesk.session.state import STOPPED_BY_NO_INPUT
 
         out = self.stdout
         # the same words as the overlay card: headline first, then where, risk and the model's thought
@@ -535,7 +542,7 @@ class TerminalApprover:
             answer = self._ask("  [a]pprove / [e]dit / [s]kip / [q]uit? ")
             if answer is None:
                 out.write("\n  (no more input: stopping)\n")
-                return ApprovalResponse(Decision.STOP)
+                return ApprovalResponse(Decision.STOP, by=STOPPED_BY_NO_INPUT)
             choice = (answer[:1] or "a").lower()
             if choice == "a":
                 return ApprovalResponse(Decision.APPROVE)

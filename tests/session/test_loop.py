@@ -118,6 +118,21 @@ def test_every_episode_end_is_told_to_the_executor_once(tmp_path: Path) -> None:
         assert log[-1][0] == "end_episode"
 
 
+def test_a_prompt_that_read_no_answer_says_so_not_that_the_user_stopped(tmp_path: Path) -> None:
+    """The terminal approver at the end of its input stops the run by that, not by the user: the result, the
+    episode's end and the step's ``decided_by`` say so."""
+    from holodesk.session.state import STOPPED_BY_NO_INPUT
+
+    no_input = ApprovalResponse(Decision.STOP, by=STOPPED_BY_NO_INPUT)
+    session, _spy, executor, _ = make_session([click(10, 10), click(20, 20)], [A, no_input], tmp_path)
+    result = session.run("nobody answers the second")
+    assert result.status is State.STOPPED and result.stopped_by == STOPPED_BY_NO_INPUT
+    assert result.reason == "stopped at the approval prompt by the end of the terminal's input"
+    assert len(executor.calls) == 1
+    (folder,) = list_episodes(tmp_path)
+    assert [s.get("decided_by") for s in load_episode(folder).steps] == ["user", STOPPED_BY_NO_INPUT]
+
+
 def test_stop_ends_the_run_and_the_record_lists_every_decision(tmp_path: Path) -> None:
     session, _spy, executor, _ = make_session([click(10, 10), click(20, 20), click(30, 30)], [A, S, Q], tmp_path)
     result = session.run("stop at the third")

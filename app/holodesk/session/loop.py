@@ -542,7 +542,9 @@ class Session:
             self._write(record)
             if self._stop.is_set():
                 raise _Stop(State.STOPPED, f"stopped by {self._stopped_by}", by=self._stopped_by)
-            raise _Stop(State.STOPPED, "stopped by user at the approval prompt", by=STOPPED_BY_USER)
+            if response.by == STOPPED_BY_USER:
+                raise _Stop(State.STOPPED, "stopped by user at the approval prompt", by=STOPPED_BY_USER)
+            raise _Stop(State.STOPPED, f"stopped at the approval prompt by {response.by}", by=response.by)
         if response.decision is Decision.SKIP:
             record["timings_ms"] = timings
             self._write(record)

@@ -96,6 +96,8 @@ FAILSAFE_STOP_REASON = "stopped: the pointer was moved to a screen corner (the f
 """The reason of a run that the executor's fail-safe ended (its result has ``details["failsafe"]``)."""
 STOPPED_BY_USER = "user"
 """``stopped_by`` of a stop the user asked for (the overlay's Esc, tray or hotkey Stop, Ctrl+C)."""
+STOPPED_BY_NO_INPUT = "the end of the terminal's input"
+"""``stopped_by`` of a run whose terminal approval prompt read no answer (stdin closed or empty: nobody to ask)."""
 STOPPED_BY_FAILSAFE = "the fail-safe"
 """``stopped_by`` of a run that the pointer in a fail-safe corner ended."""
 STOPPED_BY_WALL_CAP = "the wall-time cap"
