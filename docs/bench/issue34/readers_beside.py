@@ -59,13 +59,7 @@ def sample():
         time.sleep(0.1)
 threading.Thread(target=sample, daemon=True).start()
 def written():
-    mapped = []
-    with open("/proc/self/maps") as f:
-        for line in f:
-            path = line.split(maxsplit=5)[-1].strip() if len(line.split()) >= 6 else ""
-            if path.startswith("/") and not path.startswith(("/dev/", "/proc/", "/sys/")) and path not in mapped:
-                mapped.append(path)
-    open(opened_to, "w").write(json.dumps({"opened": opened, "mapped": mapped, "io": io}))
+    open(opened_to, "w").write(json.dumps({"opened": opened, "io": io}))
 atexit.register(written)
 import holodesk.policy.holotron.stream as s
 import holodesk.policy.holotron.policy as p
