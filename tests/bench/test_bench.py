@@ -111,6 +111,8 @@ def test_tiny_cpu_bench_product_path(tmp_path: Path) -> None:
     assert 0 <= one["outside_stages_ms"] < one["wall_ms"]
     assert isinstance(one["gc_full"], int) and 0 <= one["gc_ms"] < one["wall_ms"]
     assert one["graphs_recorded"] == 0 and one["graphs_recorded_ms"] == 0  # the CPU records no CUDA graphs
+    assert product["recorded_ahead"]["count"] == product["recorded_ahead"]["pending"] == 0  # nor ahead
+    assert 0 <= product["recorded_ahead"]["wait_s"] < 5 and product["ahead_captures"]["count"] == 0
     assert one["forced_tokens"] > 0 and 0 < one["model_steps"] < one["generated_tokens"] - one["forced_tokens"] + 1
     assert product["three_screenshots"]["images"] == 3
     assert product["three_screenshots"]["image_tokens"] == 3 * 2304

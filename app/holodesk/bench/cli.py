@@ -51,6 +51,7 @@ from holodesk.policy.holotron.kernels import prepare_kernels
 from holodesk.policy.holotron.loader import load_holotron
 from holodesk.policy.local import runtime_missing
 from holodesk.policy.native.families import FAMILIES
+from holodesk.session.loop import SCREEN_SETTLE_S
 
 if TYPE_CHECKING:
     import torch
@@ -110,6 +111,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--product", action="store_true", help="also run HolotronPolicy.propose at 1080p")
     p.add_argument("--product-repeats", type=int, default=2, help="cold one-screenshot propose() calls")
     p.add_argument("--product-steps", type=int, default=4, help="steps of the propose() episode")
+    p.add_argument("--product-gap", type=float, default=SCREEN_SETTLE_S,
+                   help="seconds between the propose() calls (default: the agent loop's wait for the screen to "
+                        "settle); above 0 the graphs are recorded ahead first, as while a user types the task; 0: "
+                        "back to back, from the end of the load (shapes recorded on their first use)")
     p.add_argument("--product-tokens", type=int, default=1024, help="the policy's reply budget (max_new_tokens)")
     p.add_argument("--quant", default="",
                    help="comma list of bf16,8bit,4bit: each a fresh model (8bit/4bit bitsandbytes, CUDA only) run "

@@ -10,9 +10,13 @@ desktop-like picture (flat panels plus noise). Reported: the first call (compila
 the oldest screenshot leaves the window: the step resumes from the snapshot kept before it), then the first
 step of another task (it resumes after the system prompt). The policy is made ready as a load ends
 (:meth:`~holodesk.policy.local_core.LocalPolicy.ready`: the grammar compiled, the loaded objects frozen out of
-the garbage collector's scans). Each timed step reports ``reused_tokens``, the prefill ms of its
-``prefill_tokens``, the garbage collections inside it (``gc_ms``, ``gc_full``), and the floor of its own new
-work with the ratio to it; the kept snapshots' slots and bytes are reported once.
+the garbage collector's scans, the graphs' recording ahead started). With ``--product-gap`` above 0 the bench
+first waits for that recording to end (as while the user types the task; ``recorded_ahead``: its graphs, seconds
+and the wait) and then waits that long before each call, as the agent loop waits for the screen to settle;
+with 0 the calls run back to back from the end of the load (``ahead_captures``: what was recorded ahead by the
+end). Each timed step reports ``reused_tokens``, the prefill ms of its ``prefill_tokens``, the garbage collections
+inside it (``gc_ms``, ``gc_full``), the CUDA graphs it recorded on first use, and the floor of its own new work
+with the ratio to it; the kept snapshots' slots and bytes are reported once.
 
 Checks (listed in ``checks_failed`` when they fail): a 1080p frame is 9 tiles and 2304 image tokens, and
 the warm-up and the timed steps build prompts of the same length.
@@ -39,6 +43,7 @@ if TYPE_CHECKING:
 
     from holodesk.policy.base import Proposal
     from holodesk.policy.holotron.loader import LoadedHolotron
+    from holodesk.policy.holotron.policy import HolotronPolicy
 
 TASK = "Open the settings and turn on dark mode."
 OTHER_TASK = "Find the largest file in the Downloads folder and delete it."
@@ -127,6 +132,18 @@ def _row(proposal: Proposal, wall_ms: float, weights: int, base: int, device: to
             "action": repr(proposal.action)}
 
 
+def _ahead(policy: HolotronPolicy, what: str, *, wait: bool = False) -> dict[str, Any]:
+    """The static engine's graphs recorded ahead (``StaticEngine.describe()["ahead_captures"]``), printed as
+    ``what``; with ``wait``, after waiting for its recording thread to end (``wait_s``: how long that took)."""
+    t0 = time.perf_counter()
+    if wait and policy.engine is not None:
+        policy.engine.wait_recorded()
+    ahead = {**policy.kernel_report()["decoder"].get("ahead_captures", {}),
+             **({"wait_s": round(time.perf_counter() - t0, 2)} if wait else {})}
+    print(f"product {what}: {ahead}", flush=True)
+    return ahead
+
+
 def product_path(loaded: LoadedHolotron, args: argparse.Namespace, weights: int,
                  floors: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the steps of the module docstring with ``HolotronPolicy(loaded, decoder="static")``, made ready and
@@ -145,7 +162,9 @@ def product_path(loaded: LoadedHolotron, args: argparse.Namespace, weights: int,
         return int(lazy.get("count", 0)), float(lazy.get("seconds", 0.0))
 
     def timed(observation: Observation) -> tuple[Proposal, dict[str, Any]]:
-        """One timed step: the proposal and its row (:func:`_row`), memory peaks counted from the step's start."""
+        """One timed step after ``gap`` seconds: the proposal and its row (:func:`_row`), memory peaks counted from
+        the step's start."""
+        time.sleep(gap)
         before = recorded()
         base = reset_peak(device)
         with Collections() as collections:
@@ -163,7 +182,10 @@ def product_path(loaded: LoadedHolotron, args: argparse.Namespace, weights: int,
     policy.ready()  # as a load ends: the grammar compiled, the loaded objects frozen out of the collector's scans
     out["policy_setup_s"] = round(time.perf_counter() - t0, 2)
     out["decoder"] = policy.kernel_report()["decoder"]
+    gap = max(0.0, float(args.product_gap))
     try:
+        if gap > 0:
+            out["recorded_ahead"] = _ahead(policy, "graphs recorded ahead before the first step", wait=True)
         t0 = time.perf_counter()
         warm = policy.propose(Observation(task=TASK, frame=desktop_frame(args.seed)))
         out["first_step_wall_s"] = round(time.perf_counter() - t0, 2)
@@ -202,6 +224,7 @@ def product_path(loaded: LoadedHolotron, args: argparse.Namespace, weights: int,
         print(f"product next task, step 1: {out['next_task']}", flush=True)
         out["snapshots"] = policy.kernel_report()["decoder"].get("snapshots")
         print(f"product kept snapshots: {out['snapshots']}", flush=True)
+        out["ahead_captures"] = _ahead(policy, "graphs recorded ahead, at the end")
     except (PolicyError, PolicyOutputError) as exc:  # e.g. a reply cut at --product-tokens: a failed check
         out["checks_failed"].append(f"propose failed: {exc}"[:500])
     finally:

@@ -346,8 +346,8 @@ class FakeGraph:
 
 def _fake_capture(monkeypatch: pytest.MonkeyPatch, fails: object = lambda body, args: False) -> list[tuple[int, ...]]:
     """Replace the CUDA parts of recording a graph by fakes: the capture stream by no stream, the capture by
-    a :class:`FakeGraph` (or a RuntimeError while ``fails(body, args)``). Returns the ``args`` of every
-    recording attempt, in order."""
+    a :class:`FakeGraph` (or a RuntimeError while ``fails(body, args)``), a recording thread's preparation by
+    nothing. Returns the ``args`` of every recording attempt, in order."""
     attempts: list[tuple[int, ...]] = []
 
     def record(self: StaticDecoder, body: object, *args: int) -> FakeGraph:
@@ -358,6 +358,7 @@ def _fake_capture(monkeypatch: pytest.MonkeyPatch, fails: object = lambda body, 
 
     monkeypatch.setattr(StaticDecoder, "_capture_stream", lambda self: contextlib.nullcontext())
     monkeypatch.setattr(StaticDecoder, "_record", record)
+    monkeypatch.setattr(StaticDecoder, "prepare_thread", lambda self: None)
     return attempts
 
 
@@ -621,6 +622,77 @@ def test_a_failed_recording_leaves_the_shape_eager_noted_and_not_retried(
     assert d.describe()["notes"] == d.notes and d.describe()["lazy_captures"]["count"] == len(LAZY_NEW - failed)
 
 
+def _held(d: StaticDecoder) -> list[torch.Tensor]:
+    """Copies of everything a step reads or writes: the state, ``pos``, the token, logits and pad buffers."""
+    st = d.state
+    return [t.clone() for t in (*st.conv.values(), *st.ssm.values(), *st.k.values(), *st.v.values(), st.pos, d.token,
+                                d.logits, d._pbuf_h, d._pbuf_p, d._pbuf_x, d._n_real)]
+
+
+def test_graphs_recorded_ahead_run_nothing_and_spare_the_session_first_uses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pending_graphs() lists what a session may still record (every segment over each padded length, then every
+    decode window, without capture()'s); record_ahead() records each without running anything (a session in
+    progress keeps its state, bit for bit), and a session after it replays them, records nothing on first use
+    and equals the eager decoder's."""
+    attempts = _fake_capture(monkeypatch)
+    lm = tiny_lm(seed=3)
+    d = _as_on_a_gpu(lm, **LAZY)
+    assert d.pending_graphs() == []  # before capture() nothing is recorded on first use either
+    d.capture()
+    pending = d.pending_graphs()
+    assert pending == [(k, r) for r in (8, 16, 32) for k in range(3)] + [(w,) for w in range(64, 257, 32)]
+    ids = prompt(90, seed=5)
+    d.prefill(embed(lm, ids[:, :40]), ids[0, :40].tolist())  # a session in progress
+    before = _held(d)
+    assert all(d.record_ahead(key) for key in pending)
+    assert all(torch.equal(a, b) for a, b in zip(before, _held(d), strict=True)) and d.state.length == 40
+    assert d.pending_graphs() == [] and list(d.recorded_ahead) == pending
+    assert d.record_ahead(pending[0]) and len(attempts) == 4 + len(pending)  # a recorded key is not recorded again
+    d.state.reset()
+    ref = StaticDecoder(lm, **LAZY)
+    got_tokens, got = _session(d, lm, ids, LAZY_RUNS)
+    want_tokens, want = _session(ref, lm, ids, LAZY_RUNS)
+    assert got_tokens == want_tokens and torch.equal(got, want)
+    _same_state(d, ref)
+    assert d.lazy_captures == [] and len(attempts) == 4 + len(pending)
+    assert all(d.graphs[key].replays > 0 for key in LAZY_NEW)  # type: ignore[attr-defined]
+    info = d.describe()["ahead_captures"]
+    assert info["count"] == len(pending) and info["pending"] == 0 and info["failed"] == [] and info["seconds"] >= 0
+    assert d.notes == []
+
+
+def test_a_graph_whose_recording_ahead_fails_is_recorded_on_its_first_use(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Recording window 128 and segment 1 over 16 rows ahead fails: each is logged once, no longer pending nor
+    tried ahead again, shown in describe(); the session still equals the eager decoder's and records exactly
+    those two on their first use (an eager pass, then the recording), without a note."""
+    tried: set[tuple[int, ...]] = set()
+
+    def fails(body: object, args: tuple[int, ...]) -> bool:  # each key's first recording: the one ahead
+        first = args not in tried
+        tried.add(args)
+        return first and args in ((128,), (1, 16))
+
+    attempts = _fake_capture(monkeypatch, fails)
+    lm = tiny_lm(seed=3)
+    d = _as_on_a_gpu(lm, **LAZY)
+    d.capture()
+    with caplog.at_level(logging.INFO, logger=decoder_module.__name__):
+        done = {key: d.record_ahead(key) for key in d.pending_graphs()}
+    assert [key for key, ok in done.items() if not ok] == [(1, 16), (128,)]
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2 and "graph (128,) ahead of its first use failed (RuntimeError" in messages[1]
+    assert all(m.endswith("it is recorded on its first use instead") for m in messages)
+    assert d.pending_graphs() == [] and d.describe()["ahead_captures"]["failed"] == [[1, 16], [128]]
+    ref = StaticDecoder(lm, **LAZY)
+    ids = prompt(90, seed=5)
+    got_tokens, got = _session(d, lm, ids, LAZY_RUNS)
+    want_tokens, want = _session(ref, lm, ids, LAZY_RUNS)
+    assert got_tokens == want_tokens and torch.equal(got, want)
+    assert {key for key, _s in d.lazy_captures} == {(128,), (1, 16)} and d.notes == []
+    assert attempts.count((128,)) == attempts.count((1, 16)) == 2 and set(d.graphs) >= LAZY_NEW
+
+
 # ---------------------------------------------------------------- GPU: compile + graphs vs eager
 def cuda(fn):  # type: ignore[no-untyped-def]
     """GPU test: marked ``gpu`` and skipped without CUDA."""
@@ -708,6 +780,56 @@ def test_gpu_resume_with_graphs_equals_cold() -> None:
     cold, _ = StaticDecoder(lm, max_len=160, bucket=32, chunk=16, prefill_bucket=8, eager=True).prefill(
         embed(lm, second))
     assert report.reused == 40 and rel(logits, cold) < 1e-4
+
+
+@cuda
+def test_gpu_graphs_recorded_ahead_replay_like_eager() -> None:
+    """In float32 with compiled blocks and graphs, after capture() every pending graph (``LAZY_NEW`` and the
+    other windows and padded lengths) is recorded ahead from a thread of its own (:meth:`StaticDecoder.prepare_thread`,
+    then :meth:`StaticDecoder.record_ahead`: no eager pass) while a session is in progress, whose state it leaves
+    as it was; two sessions after it replay them, record nothing on first use and give the eager decoder's
+    logits, tokens and state."""
+    import threading
+
+    lm = tiny_lm(seed=3, device="cuda")
+    fuse_qkv_by_hand(lm)
+    ids = prompt(90, seed=5, device="cuda")
+    fast = StaticDecoder(lm, **LAZY)
+    fast.capture()
+    pending = fast.pending_graphs()
+    assert fast.notes == [] and len(pending) == 16 and set(pending) >= LAZY_NEW, pending
+    fast.prefill(embed(lm, ids[:, :40]), ids[0, :40].tolist())
+    torch.cuda.synchronize()
+    before = _held(fast)
+    results: list[bool] = []
+
+    def record() -> None:
+        fast.prepare_thread()
+        results.extend(fast.record_ahead(key) for key in pending)
+        torch.cuda.synchronize()
+
+    thread = threading.Thread(target=record)
+    thread.start()
+    thread.join()
+    assert results == [True] * len(pending), fast.describe()["ahead_captures"]
+    assert all(torch.equal(a, b) for a, b in zip(before, _held(fast), strict=True))
+    assert fast.pending_graphs() == [] and fast.describe()["ahead_captures"]["count"] == len(pending)
+    fast.state.reset()
+    eager = StaticDecoder(lm, **LAZY, eager=True)
+    want_tokens, want = _session(eager, lm, ids, LAZY_RUNS)
+    for session in range(2):
+        _tokens, got = _session(fast, lm, ids, LAZY_RUNS, chosen=want_tokens)
+        assert got.argmax(-1).tolist() == want.argmax(-1).tolist(), session
+        assert rel(got, want) < 1e-3, (session, rel(got, want))
+        for i in fast.state.ssm:
+            assert rel(fast.state.ssm[i], eager.state.ssm[i]) < 1e-3, (session, i)
+            assert rel(fast.state.conv[i], eager.state.conv[i]) < 1e-3, (session, i)
+        for i in ATTENTION_BLOCKS:
+            end = fast.state.length
+            assert rel(fast.state.k[i][:, :, :end], eager.state.k[i][:, :, :end]) < 1e-3, (session, i)
+            assert rel(fast.state.v[i][:, :, :end], eager.state.v[i][:, :, :end]) < 1e-3, (session, i)
+        fast.state.reset()
+    assert fast.lazy_captures == [] and fast.notes == [], (fast.lazy_captures, fast.notes)
 
 
 class CountingGraph:

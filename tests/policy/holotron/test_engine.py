@@ -379,6 +379,109 @@ def test_a_graph_failing_on_its_first_use_in_a_step_is_noted_logged_and_shown_by
     assert _doctor_record()["notes"] == notes
 
 
+def _engine_as_on_a_gpu(tiny_loaded: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[HolotronPolicy, Any, list[str]]:
+    """A static policy whose engine is set up as on a GPU and captured at load, the CUDA capture replaced by fakes
+    (it cannot run here) that take 10 ms each; the steps' model calls (prefill, decode step, jump-forward pass)
+    add a line to the returned list when a recording is in progress."""
+    import threading
+    import time
+
+    from holodesk.policy.holotron.decoder import Setup, StaticDecoder
+    from holodesk.policy.holotron.engine import StaticEngine, static_cache_tokens
+    from tests.policy.holotron.test_decoder import _fake_capture
+
+    _fake_capture(monkeypatch)
+    fake, recording, overlaps = StaticDecoder._record, threading.Event(), []
+
+    def slow(self: StaticDecoder, body: Any, *args: int) -> Any:
+        recording.set()
+        try:
+            time.sleep(0.01)
+            return fake(self, body, *args)
+        finally:
+            recording.clear()
+
+    def watched(name: str) -> Any:
+        real = getattr(StaticDecoder, name)
+
+        def call(self: StaticDecoder, *a: Any, **kw: Any) -> Any:
+            if recording.is_set():
+                overlaps.append(f"{name} while a graph was being recorded")
+            return real(self, *a, **kw)
+        return call
+
+    monkeypatch.setattr(StaticDecoder, "_record", slow)
+    for name in ("prefill", "step", "extend"):
+        monkeypatch.setattr(StaticDecoder, name, watched(name))
+    options = GenerationOptions(max_reply_tokens=96, max_string_chars=12, max_images=3)
+    policy = HolotronPolicy(tiny_loaded, options, decoder="static")
+    max_len = static_cache_tokens(tiny_loaded, max_images=3, max_new_tokens=96, max_think_tokens=0, reasoning=False)
+    engine = StaticEngine(tiny_loaded, max_len=max_len, warm_up=False)
+    engine.decoder.eager = False
+    engine.decoder._apply(Setup(compiled=False, gemv={}, graphs=True))
+    engine.decoder.capture()
+    policy.engine = engine
+    return policy, engine, overlaps
+
+
+def test_the_engine_records_its_graphs_ahead_between_steps_never_during_one(  # type: ignore[no-untyped-def]
+        tiny_loaded, frames: list[Frame], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recording thread of an engine as on a GPU (:func:`_engine_as_on_a_gpu`) started as an episode begins:
+    it records every pending graph, never while a step uses the model; the steps give the stock decoder's
+    replies; once it has ended, an episode records nothing on first use; the record doctor shows says what was
+    recorded ahead; close() stops it, and it does not start again."""
+    policy, engine, overlaps = _engine_as_on_a_gpu(tiny_loaded, monkeypatch)
+    d = engine.decoder
+    pending = d.pending_graphs()
+    assert len(pending) > 10 and engine.describe()["recording_ahead"] == "not started"
+    assert engine.start_recording_ahead() and not engine.start_recording_ahead()  # one thread
+    stock = _episode(HolotronPolicy(tiny_loaded, policy.options, decoder="stock"), frames[:3])
+    first = _episode(policy, frames[:3])  # beside the recording thread
+    assert engine.wait_recorded(timeout=300)
+    info = engine.describe()
+    assert info["recording_ahead"] == "ended" and info["ahead_captures"]["pending"] == 0, info["ahead_captures"]
+    assert info["ahead_captures"]["count"] + info["lazy_captures"]["count"] == len(pending)  # ahead, or first used
+    recorded = info["lazy_captures"]["count"]
+    second = _episode(policy, frames[:3], task="another task")
+    assert [p.raw_text for p in first] == [p.raw_text for p in stock]
+    assert second[0].extra["reused_tokens"] > 0
+    assert engine.describe()["lazy_captures"]["count"] == recorded and overlaps == []
+    assert _doctor_record()["ahead_captures"]["count"] == info["ahead_captures"]["count"]
+    engine.close()
+    engine.close()  # idempotent
+    assert not engine.start_recording_ahead()
+
+
+def test_close_stops_the_recording_ahead_after_the_graph_in_progress(  # type: ignore[no-untyped-def]
+        tiny_loaded, monkeypatch: pytest.MonkeyPatch) -> None:
+    """close() right after the start: the thread ends after at most the graph it was recording, leaving the rest
+    pending (recorded on their first use)."""
+    _policy, engine, _overlaps = _engine_as_on_a_gpu(tiny_loaded, monkeypatch)
+    pending = len(engine.decoder.pending_graphs())
+    assert engine.start_recording_ahead()
+    engine.close()
+    info = engine.describe()
+    assert info["recording_ahead"] == "ended" and info["ahead_captures"]["count"] <= 1
+    assert info["ahead_captures"]["pending"] == pending - info["ahead_captures"]["count"] > 0
+
+
+def test_a_ready_policy_records_ahead_and_close_stops_it(tiny_dir, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """ready() starts the engine's recording ahead once the weights are complete; close() stops it before the
+    model goes (the engine's methods replaced by spies: on the CPU nothing is pending)."""
+    from holodesk.policy.holotron.engine import StaticEngine
+    from holodesk.policy.holotron.loader import load_holotron
+
+    calls: list[str] = []
+    monkeypatch.setattr(StaticEngine, "start_recording_ahead", lambda self: calls.append("start") or True)
+    monkeypatch.setattr(StaticEngine, "close", lambda self: calls.append("close"))
+    policy = HolotronPolicy(load_holotron(tiny_dir, dtype="float32"), GenerationOptions(), decoder="static")
+    policy.ready()
+    assert calls == ["start"]
+    policy.close()
+    policy.close()
+    assert calls == ["start", "close"] and policy.engine is None
+
+
 def test_a_rejected_reply_carries_its_timings_and_decoder(tiny_loaded, frames: list[Frame]) -> None:  # type: ignore[no-untyped-def]
     """A reply cut before its JSON closes is rejected; the error carries the step's timings and details so
     the episode record keeps them (the newcomer check found them missing)."""

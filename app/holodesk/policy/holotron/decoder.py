@@ -23,7 +23,9 @@ autotunes what it needs), then its graph is recorded without executing anything,
 :meth:`StaticDecoder.capture` applies this at load to the shapes the warm-up needs (the given decode windows,
 and a full chunk, the first prefill call); a failure there falls back once, at load, to the next simpler configuration
 (:meth:`Setup.simpler`), and a failure to record a graph later leaves that shape eager; each is logged and
-kept in ``notes``.
+kept in ``notes``. The shapes not recorded yet can also be recorded ahead of their first use, between steps
+(:meth:`StaticDecoder.pending_graphs`, :meth:`StaticDecoder.record_ahead`, from a thread of their own:
+:meth:`.StaticEngine.start_recording_ahead`); a recording ahead that fails leaves its shape to its first use.
 """
 
 from __future__ import annotations
@@ -135,6 +137,9 @@ class StaticDecoder:
         self.lazy_captures: list[tuple[tuple[int, ...], float]] = []
         self._recording: set[str] = set()  # "decode" / "prefill": kinds recorded on first use (set by capture())
         self._uncaptured: set[tuple[int, ...]] = set()  # keys whose recording failed: they stay eager
+        #: graph key -> wall seconds to record it ahead of its first use (:meth:`record_ahead`), in order; None
+        #: where that failed (the shape is left to its first use)
+        self.recorded_ahead: dict[tuple[int, ...], float | None] = {}
         self._pool: tuple[_POOL_HANDLE, torch.cuda.Stream] | None = None  # graphs' memory pool, capture stream
         dev, batch, hidden = self.device, 1, lm.config.hidden_size
         self.token = torch.zeros(batch, 1, dtype=torch.long, device=dev)
@@ -153,9 +158,10 @@ class StaticDecoder:
                 self._segs[-1][0].append(i)
         self._args = [self._block_args(i) for i in range(len(self.layers))]  # prefill: modules as they are
         self._qargs = [self._stored(a) for a in self._args]  # decode: bitsandbytes storage in place of modules
-        self._norms = [layer.norm.weight.detach() for layer in self.layers]  # model dtype, for prefill
-        self._head_args = (self._derive(lambda: lm.model.norm_f.weight.detach().float()),
-                           float(lm.model.norm_f.variance_epsilon), weight_of(lm.lm_head))
+        # the blocks' norm weights in the model dtype (prefill); the head's arguments (decode)
+        self._norms, self._head_args = [layer.norm.weight.detach() for layer in self.layers], (
+            self._derive(lambda: lm.model.norm_f.weight.detach().float()), float(lm.model.norm_f.variance_epsilon),
+            weight_of(lm.lm_head))
         self._out = {i: (weight_of(layer.mixer.o_proj), float(layer.mixer.scaling))
                      for i, layer in enumerate(self.layers) if self.kinds[i] == ATTENTION}
         self._qout = {i: self._stored(o) for i, o in self._out.items()}
@@ -422,6 +428,64 @@ class StaticDecoder:
             graph.capture_end()
         return graph
 
+    def pending_graphs(self) -> list[tuple[int, ...]]:
+        """Keys of the graphs a session may use that are not recorded yet, in the order :meth:`record_ahead` takes
+        them: every segment over each padded length a pass can have (:attr:`short_rows`, then the multiples of
+        ``prefill_bucket`` up to ``chunk``), then every decode window up to ``max_len``; only kinds recorded on
+        first use (:meth:`capture` succeeded for them), without keys whose recording failed (on first use or
+        ahead). Empty when eager."""
+        keys: list[tuple[int, ...]] = []
+        if "prefill" in self._recording:
+            rows = [*self.short_rows, *range(self.prefill_bucket, self.chunk + 1, self.prefill_bucket)]
+            keys += [(k, r) for r in rows for k in range(len(self._segs))]
+        if "decode" in self._recording:
+            keys += [(w,) for w in range(self.state.bucket, self.max_len + 1, self.state.bucket)]
+        return [k for k in keys if k not in self.graphs and k not in self._uncaptured and k not in self.recorded_ahead]
+
+    def prepare_thread(self) -> None:
+        """Make the calling thread ready to record graphs (:meth:`record_ahead`): the decoder's device as its
+        current device, and its cuBLAS handles and workspaces for the capture stream made by a product in the
+        model dtype and in float32 there (creating them inside a capture would fail it). Nothing when eager."""
+        import torch  # lazy: torch (optional, heavy)
+
+        if self.eager:
+            return
+        torch.cuda.set_device(self.device)
+        with torch.inference_mode(False), torch.no_grad(), self._capture_stream():
+            for dtype in {self.dtype, torch.float32}:
+                x = torch.ones(2, 16, dtype=dtype, device=self.device)
+                torch.nn.functional.linear(x, x)
+                torch.matmul(x, x.T)
+        self._synchronize()
+
+    def record_ahead(self, key: tuple[int, ...]) -> bool:
+        """Record graph ``key`` (one of :meth:`pending_graphs`) before its first use, without running anything:
+        its body is only recorded (:meth:`_record`), so the state, ``pos`` and the buffers are untouched and a
+        session in progress is not disturbed; the caller makes sure no step runs meanwhile. The seconds go to
+        :attr:`recorded_ahead`. Call :meth:`prepare_thread` first in the calling thread.
+
+        Returns:
+            True when recorded (or already recorded); False when the recording failed: logged, and the shape is
+            left to its first use (:meth:`_run`: an eager pass, then the recording), never recorded ahead again.
+        """
+        import torch  # lazy: torch (optional, heavy)
+
+        if key in self.graphs:
+            return True
+        body: Callable[..., None] = self._step_body if len(key) == 1 else self._segment
+        t0 = time.perf_counter()
+        try:
+            with torch.inference_mode(False), torch.no_grad(), self._capture_stream():
+                graph = self._record(body, *key)
+        except Exception as exc:
+            self.recorded_ahead[key] = None
+            log.info("static decoder: recording graph %s ahead of its first use failed (%s: %s); it is recorded on "
+                     "its first use instead", key, type(exc).__name__, str(exc)[:200])
+            return False
+        self.graphs[key] = graph
+        self.recorded_ahead[key] = time.perf_counter() - t0
+        return True
+
     def _synchronize(self) -> None:
         """Wait for the device (CUDA only)."""
         import torch  # lazy: torch (optional, heavy)
@@ -605,6 +669,10 @@ class StaticDecoder:
                            f"{sum(len(k) == 2 for k in self.graphs)} segment graphs (recorded on first use)",
                 "capture_seconds": {k: round(v, 2) for k, v in self.capture_seconds.items()},
                 "lazy_captures": self.lazy_summary(),
+                "ahead_captures": {"count": sum(s is not None for s in self.recorded_ahead.values()),
+                                   "seconds": round(sum(s or 0.0 for s in self.recorded_ahead.values()), 3),
+                                   "failed": [list(k) for k, s in self.recorded_ahead.items() if s is None],
+                                   "pending": len(self.pending_graphs())},
                 "notes": list(self.notes)}
 
 

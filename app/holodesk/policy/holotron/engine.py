@@ -3,8 +3,9 @@ on preallocated decoder state, resuming from the previous step where the prompt 
 
 :class:`StaticEngine` wraps :class:`~holodesk.policy.holotron.decoder.StaticDecoder` (static KV cache,
 in-place Mamba state, padded chunked prefill, decode replayed as CUDA graphs: those of the warm-up's shapes
-recorded at load, every other attention window and padded prefill length on its first use) and adds what a
-policy step needs around it:
+recorded at load, every other attention window and padded prefill length ahead of its first use, between
+steps, by a thread of its own (:meth:`StaticEngine.start_recording_ahead`), or on its first use when that thread
+has not reached it) and adds what a policy step needs around it:
 
 * **Keys.** Every prompt token gets a key: its token id, or for an ``<image>`` token the serial number of
   its frame and its row in that frame. A frame's serial is tied to the pixel array object, which the
@@ -30,10 +31,12 @@ activations and one prefill chunk's embeddings and activations, whatever the num
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
+import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from holodesk.policy.holotron import runtime
@@ -63,6 +66,10 @@ vocabulary (the bench's tekken stand-in) and 9,800 with the tiny checkpoint's 48
 published tool schema took it past the former 8,192: a one-screenshot policy then fell back to the stock
 decoder). Each 1,024 tokens of capacity cost 24 MiB of KV cache for Holotron-12B."""
 
+
+QUIET_S = 0.05
+"""Seconds without a step after which the recording thread (:meth:`StaticEngine.start_recording_ahead`) records
+the next graph: shorter than the agent loop's wait between steps (the screen's settling, 0.25 s at least)."""
 
 SNAPSHOT_SLOTS = 3
 """Mamba-state snapshots a policy's engine keeps between steps, one per position of
@@ -186,6 +193,10 @@ class StaticEngine:
         self.warm_up_seconds: float | None = None
         self._slots = self._host_slots(max_images) if cuda else []
         self._copy_stream: torch.cuda.Stream | None = None  # background copies into the slots (made on first use)
+        self._using = threading.RLock()  # held by whatever uses the decoder: a step, a reset, a recording ahead
+        self._last_use = time.monotonic()  # when a step last wanted or released the decoder (monotonic seconds)
+        self._stop_recording = threading.Event()
+        self._recorder: threading.Thread | None = None
         self.decoder = StaticDecoder(loaded.model.language_model, max_len=max_len, eager=eager or not cuda,
                                      snapshot_slots=snapshot_slots)
         self.build_seconds = time.perf_counter() - t0  # state, host slots, the matrix-vector kernel choice
@@ -269,8 +280,13 @@ class StaticEngine:
         mamba-ssm's autotuning results come from disk), ``snapshots`` (the kept Mamba-state snapshots:
         ``slots``, their ``bytes``, the prompt ``positions`` they hold now) and every note (the decoder's, then
         the engine's)."""
+        with self._using:
+            return self._describe()
+
+    def _describe(self) -> dict[str, Any]:
         self._note_kernel_analysis()  # a recompile during the steps may have added one
         d = self.decoder
+        recorder = self._recorder
         return {
             **d.describe(),
             "warm_up_captures": d.lazy_summary(0, self._lazy_from),
@@ -282,6 +298,7 @@ class StaticEngine:
             "autotune_cache": autotune_cache()["detail"],
             "notes": [*self.decoder.notes, *self.notes],
             "jump_forward": "on" if self.jump_forward else f"off: {JUMP_FORWARD_OFF_QUANTIZED}",
+            "recording_ahead": "not started" if recorder is None else "running" if recorder.is_alive() else "ended",
             "weights_reader": self.loaded.weights_reader,
             "snapshots": {"slots": d.state.snapshot_slots, "bytes": d.state.snapshot_bytes(),
                           "positions": sorted(d.state.snapshots)},
@@ -296,15 +313,86 @@ class StaticEngine:
         returned True): the decoder re-derives what it computed from them and clears what the capture and the
         warm-up left (:meth:`StaticDecoder.weights_written`), the engine forgets its frames, and the record
         ``holodesk doctor`` shows is written again (how the weights were read is known now)."""
-        self.decoder.weights_written()
-        self.reset()
+        with self._in_use():
+            self.decoder.weights_written()
+            self.reset()
         record_decoder(self.describe(), checkpoint=str(self.loaded.info.folder))
 
     def reset(self) -> None:
         """Forget the previous step (state, held frames, image embeddings); the next step is cold."""
-        self.decoder.state.reset()
-        self._frames.clear()
-        self._embeds.clear()
+        with self._in_use():
+            self.decoder.state.reset()
+            self._frames.clear()
+            self._embeds.clear()
+
+    @contextlib.contextmanager
+    def _in_use(self) -> Iterator[None]:
+        """Hold the decoder for a step or a reset: the recording thread finishes the graph it is recording and
+        then waits until the decoder has been left alone for :data:`QUIET_S`."""
+        self._last_use = time.monotonic()  # before waiting for the lock: the recording thread sees it and yields
+        with self._using:
+            try:
+                yield
+            finally:
+                self._last_use = time.monotonic()
+
+    def start_recording_ahead(self) -> bool:
+        """Start a thread that records the decoder's graphs not recorded yet (:meth:`StaticDecoder.pending_graphs`:
+        every padded prefill length and decode window a step may use) one at a time, each once no step has used
+        the decoder for :data:`QUIET_S` (between steps, while the user reads the proposal or the screen settles),
+        so that no step records a graph on its first use (0.2-0.35 s at a task's first step on an H100). A step
+        waits at most for the graph being recorded. A recording that fails leaves its shape to its first use
+        (logged); the thread ends when nothing is pending, or at :meth:`close`, and writes the record
+        ``holodesk doctor`` shows. Returns whether it started one (not when eager, when nothing is pending, or
+        when one was started before)."""
+        if self._recorder is not None or not self.decoder.pending_graphs():
+            return False
+        self._stop_recording.clear()
+        self._recorder = threading.Thread(target=self._record_ahead, name="holotron-graphs-ahead", daemon=True)
+        self._recorder.start()
+        return True
+
+    def _record_ahead(self) -> None:
+        """The recording thread's body (:meth:`start_recording_ahead`)."""
+        d = self.decoder
+        t0 = time.perf_counter()
+        try:
+            with self._using:
+                d.prepare_thread()
+            while not self._stop_recording.is_set():
+                with self._using:
+                    wait = QUIET_S - (time.monotonic() - self._last_use)
+                    if wait <= 0:
+                        pending = d.pending_graphs()
+                        if not pending:
+                            break
+                        d.record_ahead(pending[0])
+                if wait > 0:
+                    self._stop_recording.wait(wait)
+        except Exception as exc:
+            note = (f"recording graphs ahead of their first use stopped ({type(exc).__name__}: {str(exc)[:160]}); "
+                    "the rest are recorded on their first use")
+            log.warning("Holotron: %s", note)
+            with self._using:
+                self.notes.append(note)
+        summary = self.describe()
+        log.info("Holotron: graphs recorded ahead of their first use in %.1f s: %s", time.perf_counter() - t0,
+                 summary["ahead_captures"])
+        record_decoder(summary, checkpoint=str(self.loaded.info.folder))
+
+    def wait_recorded(self, timeout: float | None = None) -> bool:
+        """Wait at most ``timeout`` seconds (None: as long as it takes) for the recording thread to end; returns
+        whether none runs (also when none was started)."""
+        if self._recorder is not None:
+            self._recorder.join(timeout)
+        return self._recorder is None or not self._recorder.is_alive()
+
+    def close(self) -> None:
+        """Stop the recording thread (:meth:`start_recording_ahead`; it ends after the graph it is recording)
+        and wait for it. Idempotent."""
+        self._stop_recording.set()
+        if self._recorder is not None:
+            self._recorder.join()
 
     def _host_slots(self, count: int) -> list[torch.Tensor]:
         """``count`` page-locked host buffers ``(tokens of the largest tile grid, hidden)`` in the input
@@ -394,27 +482,32 @@ class StaticEngine:
         ids = [int(t) for t in input_ids]
         timings: dict[str, float] = {}
         notes = len(self.decoder.notes)
-        try:
-            embeds, keys, resume, encoded = self._embed(ids, images, timings)
-            t0 = time.perf_counter()
-            with torch.inference_mode():
-                first, report = self.decoder.prefill(embeds, keys, snapshot_at=snapshot_at, embeds_offset=resume)
-                del embeds
-                sync(self.loaded.device)
-                t1 = time.perf_counter()
-                decoded = decode_loop(self.loaded, first[0], self._step, max_new_tokens=max_new_tokens,
-                                      constraint=constraint, reasoning=reasoning, max_think_tokens=max_think_tokens,
-                                      forward=self._forward if jump_forward and self.jump_forward else None,
-                                      sampler=sampler, on_thought=on_thought)
-                sync(self.loaded.device)
-        except BaseException:
-            self.reset()  # a half-written state must not be resumed from
-            raise
-        finally:
-            # a graph recorded on first use failed, or torch could not analyse a kernel it recompiled: doctor shows it
-            if self._note_kernel_analysis() or len(self.decoder.notes) > notes:
-                record_decoder(self.describe(), checkpoint=str(self.loaded.info.folder))
-        timings.update(prefill=(t1 - t0) * 1000.0, decode=(time.perf_counter() - t1) * 1000.0)
+        with self._in_use():  # the recording thread (start_recording_ahead) yields to this step
+            try:
+                embeds, keys, resume, encoded = self._embed(ids, images, timings)
+                t0 = time.perf_counter()
+                with torch.inference_mode():
+                    first, report = self.decoder.prefill(embeds, keys, snapshot_at=snapshot_at,
+                                                         embeds_offset=resume)
+                    del embeds
+                    sync(self.loaded.device)
+                    t1 = time.perf_counter()
+                    decoded = decode_loop(self.loaded, first[0], self._step, max_new_tokens=max_new_tokens,
+                                          constraint=constraint, reasoning=reasoning,
+                                          max_think_tokens=max_think_tokens,
+                                          forward=self._forward if jump_forward and self.jump_forward else None,
+                                          sampler=sampler, on_thought=on_thought)
+                    sync(self.loaded.device)
+                    t2 = time.perf_counter()
+            except BaseException:
+                self.reset()  # a half-written state must not be resumed from
+                raise
+            finally:
+                # a graph recorded on first use failed, or torch could not analyse a kernel it recompiled: doctor
+                # shows it
+                if self._note_kernel_analysis() or len(self.decoder.notes) > notes:
+                    record_decoder(self.describe(), checkpoint=str(self.loaded.info.folder))
+        timings.update(prefill=(t1 - t0) * 1000.0, decode=(t2 - t1) * 1000.0)
         text = self.loaded.tokenizer.decode(decoded.tokens, skip_special_tokens=False)
         generation = Generation(token_ids=decoded.tokens, text=str(text), stop_reason=decoded.stop_reason,
                                 prompt_tokens=len(ids), timings_ms=timings, model_steps=decoded.model_steps,

@@ -125,13 +125,16 @@ class HolotronPolicy(LocalPolicy):
 
     def ready(self) -> None:
         """:meth:`LocalPolicy.ready() <holodesk.policy.local_core.LocalPolicy.ready>` (its work goes on beside a
-        read still running), then :meth:`finish_weights`.
+        read still running), then :meth:`finish_weights`; then the static engine starts recording the graphs its
+        steps may use ahead of their first use (:meth:`.StaticEngine.start_recording_ahead`).
 
         Raises:
             ModelLoadError: the weights' read failed.
         """
         super().ready()
         self.finish_weights()
+        if self.engine is not None:
+            self.engine.start_recording_ahead()
 
     def finish_weights(self) -> None:
         """Wait for the weights still being read (:meth:`.LoadedHolotron.finish_weights`) and, when they were,
@@ -278,11 +281,13 @@ class HolotronPolicy(LocalPolicy):
         return report
 
     def close(self) -> None:
-        """Stop a read of the weights still running, drop the static engine and the model, and free GPU memory.
-        Idempotent."""
+        """Stop a read of the weights still running and the static engine's recording thread, drop the engine and
+        the model, and free GPU memory. Idempotent."""
         if self.loaded.reading is not None:
             self.loaded.reading.cancel()
             self.loaded.reading = None  # its tensors go with the model
+        if self.engine is not None:
+            self.engine.close()
         self.engine = None
         super().close()
 
