@@ -10,7 +10,8 @@ desktop-like picture (flat panels plus noise). Reported: the first call (compila
 the oldest screenshot leaves the window: the step resumes from the snapshot kept before it), then the first
 step of another task (it resumes after the system prompt). The policy is made ready as a load ends
 (:meth:`~holodesk.policy.local_core.LocalPolicy.ready`: the grammar compiled, the loaded objects frozen out of
-the garbage collector's scans, the graphs' recording ahead started). With ``--product-gap`` above 0 the bench
+the garbage collector's scans), and the graphs' recording ahead is started (whether or not the product's
+``RECORD_AHEAD`` is on). With ``--product-gap`` above 0 the bench
 first waits for that recording to end (as while the user types the task; ``recorded_ahead``: its graphs, seconds
 and the wait) and then waits that long before each call, as the agent loop waits for the screen to settle;
 with 0 the calls run back to back from the end of the load (``ahead_captures``: what was recorded ahead by the
@@ -132,6 +133,14 @@ def _row(proposal: Proposal, wall_ms: float, weights: int, base: int, device: to
             "action": repr(proposal.action)}
 
 
+def _make_ready(policy: HolotronPolicy) -> None:
+    """As a load ends (the grammar compiled, the loaded objects frozen out of the collector's scans), then the
+    static engine's recording ahead started, whatever ``engine.RECORD_AHEAD`` says for the product (once)."""
+    policy.ready()
+    if policy.engine is not None:
+        policy.engine.start_recording_ahead()
+
+
 def _ahead(policy: HolotronPolicy, what: str, *, wait: bool = False) -> dict[str, Any]:
     """The static engine's graphs recorded ahead (``StaticEngine.describe()["ahead_captures"]``), printed as
     ``what``; with ``wait``, after waiting for its recording thread to end (``wait_s``: how long that took)."""
@@ -179,7 +188,7 @@ def product_path(loaded: LoadedHolotron, args: argparse.Namespace, weights: int,
     t0 = time.perf_counter()
     policy = HolotronPolicy(loaded, GenerationOptions(max_images=3, max_reply_tokens=args.product_tokens,
                                                       max_string_chars=24), decoder="static")
-    policy.ready()  # as a load ends: the grammar compiled, the loaded objects frozen out of the collector's scans
+    _make_ready(policy)
     out["policy_setup_s"] = round(time.perf_counter() - t0, 2)
     out["decoder"] = policy.kernel_report()["decoder"]
     gap = max(0.0, float(args.product_gap))

@@ -465,21 +465,26 @@ def test_close_stops_the_recording_ahead_after_the_graph_in_progress(  # type: i
     assert info["ahead_captures"]["pending"] == pending - info["ahead_captures"]["count"] > 0
 
 
-def test_a_ready_policy_records_ahead_and_close_stops_it(tiny_dir, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    """ready() starts the engine's recording ahead once the weights are complete; close() stops it before the
-    model goes (the engine's methods replaced by spies: on the CPU nothing is pending)."""
+@pytest.mark.parametrize("record_ahead", [True, False])
+def test_a_ready_policy_records_ahead_where_switched_on_and_close_stops_it(  # type: ignore[no-untyped-def]
+        tiny_dir, monkeypatch: pytest.MonkeyPatch, record_ahead: bool) -> None:
+    """ready() starts the engine's recording ahead once the weights are complete where ``RECORD_AHEAD`` says so;
+    close() stops the engine's thread before the model goes (the engine's methods replaced by spies: on the CPU
+    nothing is pending)."""
+    from holodesk.policy.holotron import engine
     from holodesk.policy.holotron.engine import StaticEngine
     from holodesk.policy.holotron.loader import load_holotron
 
     calls: list[str] = []
+    monkeypatch.setattr(engine, "RECORD_AHEAD", record_ahead)
     monkeypatch.setattr(StaticEngine, "start_recording_ahead", lambda self: calls.append("start") or True)
     monkeypatch.setattr(StaticEngine, "close", lambda self: calls.append("close"))
     policy = HolotronPolicy(load_holotron(tiny_dir, dtype="float32"), GenerationOptions(), decoder="static")
     policy.ready()
-    assert calls == ["start"]
+    assert calls == (["start"] if record_ahead else [])
     policy.close()
     policy.close()
-    assert calls == ["start", "close"] and policy.engine is None
+    assert calls == (["start", "close"] if record_ahead else ["close"]) and policy.engine is None
 
 
 def test_a_rejected_reply_carries_its_timings_and_decoder(tiny_loaded, frames: list[Frame]) -> None:  # type: ignore[no-untyped-def]
@@ -538,6 +543,35 @@ def test_gpu_static_engine_graphs_equal_stock(tiny_dir, monkeypatch: pytest.Monk
     for got, obs in zip(first_logits, observations, strict=True):
         ref = _reference_logits(policy, obs)
         assert torch.allclose(got, ref, rtol=1e-3, atol=1e-3), float((got - ref).abs().max())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_a_loaded_policy_records_its_steps_graphs_ahead(tiny_dir) -> None:  # type: ignore[no-untyped-def]
+    """On CUDA, in float32: the engine's recording thread records every pending graph ahead of its first use
+    without a failure or a note; the episodes after it give the stock decoder's replies and record nothing on
+    first use."""
+    from holodesk.policy.holotron.loader import load_holotron
+
+    loaded = load_holotron(tiny_dir, dtype="float32", device="cuda")
+    frames = [_frame(1280, 720, 50 + i) for i in range(3)]
+    options = GenerationOptions(max_reply_tokens=96, max_string_chars=12, max_images=3)
+    tasks = ("open the settings", "another task")
+    stock = {task: _episode(HolotronPolicy(loaded, options, decoder="stock"), frames, task=task) for task in tasks}
+    policy = HolotronPolicy(loaded, options, decoder="static")
+    assert policy.engine is not None
+    pending = len(policy.engine.decoder.pending_graphs())
+    assert pending > 0 and policy.engine.start_recording_ahead()
+    assert policy.engine.wait_recorded(timeout=600)
+    report = policy.kernel_report()["decoder"]
+    assert report["ahead_captures"]["count"] == pending and report["ahead_captures"]["failed"] == [], report
+    assert report["ahead_captures"]["pending"] == 0 and report["notes"] == [], report
+    for task in tasks:
+        static = _episode(policy, frames, task=task)
+        assert [p.raw_text for p in static] == [p.raw_text for p in stock[task]], task
+    report = policy.kernel_report()["decoder"]
+    assert report["lazy_captures"]["count"] == 0 and report["notes"] == [], report
+    policy.engine.close()
 
 
 def test_prompt_embeddings_read_in_slices_equal_the_whole_merge(tiny_loaded) -> None:  # type: ignore[no-untyped-def]

@@ -71,6 +71,12 @@ QUIET_S = 0.05
 """Seconds without a step after which the recording thread (:meth:`StaticEngine.start_recording_ahead`) records
 the next graph: shorter than the agent loop's wait between steps (the screen's settling, 0.25 s at least)."""
 
+RECORD_AHEAD = False
+"""Whether :meth:`.HolotronPolicy.ready` starts the engine's recording ahead
+(:meth:`StaticEngine.start_recording_ahead`). Off until its GPU tests and the product bench have passed on the
+GPU machine (not run yet: docs/benchmarks.md, "Graphs recorded ahead"); ``holodesk bench --product`` starts it
+itself."""
+
 SNAPSHOT_SLOTS = 3
 """Mamba-state snapshots a policy's engine keeps between steps, one per position of
 :func:`snapshot_positions`: 3 x 143 MiB for Holotron-12B (28 Mamba layers x (5 MiB SSM + 96 KiB conv))."""

@@ -125,15 +125,19 @@ class HolotronPolicy(LocalPolicy):
 
     def ready(self) -> None:
         """:meth:`LocalPolicy.ready() <holodesk.policy.local_core.LocalPolicy.ready>` (its work goes on beside a
-        read still running), then :meth:`finish_weights`; then the static engine starts recording the graphs its
-        steps may use ahead of their first use (:meth:`.StaticEngine.start_recording_ahead`).
+        read still running), then :meth:`finish_weights`; then, where :data:`.engine.RECORD_AHEAD` says so, the
+        static engine starts recording the graphs its steps may use ahead of their first use
+        (:meth:`.StaticEngine.start_recording_ahead`).
 
         Raises:
             ModelLoadError: the weights' read failed.
         """
         super().ready()
         self.finish_weights()
-        if self.engine is not None:
+        # lazy: the engine's module loads the runtime (torch), which a stock decoder's policy never needs here
+        from holodesk.policy.holotron.engine import RECORD_AHEAD
+
+        if self.engine is not None and RECORD_AHEAD:
             self.engine.start_recording_ahead()
 
     def finish_weights(self) -> None:
