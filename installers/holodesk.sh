@@ -17,7 +17,7 @@ if ! "$VENV/bin/python" -c "import holodesk" 2>/dev/null || [ "$HOLODESK_ROOT/py
             || say "mamba-ssm could not be installed: the local model will use slow torch code ('holodesk doctor' shows it)"
     else
         pip_install -e "$HOLODESK_ROOT[wayland]"
-        say "no NVIDIA GPU found: use a server (setup wizard > Use a server, or Settings > Basic > Server URL) or a replay file; see README"
+        say "no NVIDIA GPU found: use a server (setup wizard > Use a server, or Settings > Basic > Server URL) or a replay file of model replies (holodesk run --script FILE); see README"
     fi
     fix_xlib
     touch "$VENV/.holodesk-installed"
