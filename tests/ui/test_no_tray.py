@@ -159,6 +159,24 @@ def test_fallback_window_shows_its_whole_help_text(make_app: Any, qtbot: Any) ->
     assert label.geometry().bottom() <= window.rect().bottom()
 
 
+def test_the_window_draws_each_status_icon_once(make_app: Any, qtbot: Any) -> None:
+    """Status changes (several a task) show the pixmap drawn at the status's first change, not a new one each
+    time: each new pixmap stays in Qt's pixmap cache (about 4.6 KiB a change, the app's memory grew by it task
+    after task without a tray: the X11 soak)."""
+    from holodesk.ui.icons import Status
+    from holodesk.ui.tray import FallbackWindow
+
+    kit = make_app([], force_window=True)
+    window = FallbackWindow(kit.app.actions, tray_missing=True)
+    qtbot.addWidget(window)
+    keys: dict[Status, set[int]] = {}
+    for _ in range(5):
+        for status in (Status.THINKING, Status.AWAITING, Status.ACTING, Status.IDLE):
+            window.set_status(status, "a detail")
+            keys.setdefault(status, set()).add(window.status_icon.pixmap().cacheKey())
+    assert all(len(k) == 1 for k in keys.values()) and len(set().union(*keys.values())) == 4, keys
+
+
 def test_the_window_shows_the_mode_and_follows_the_autopilot(make_app: Any, qtbot: Any) -> None:
     """Issue 30: the window said "Mode: Step by step" while the autopilot was on (the settings' mode at start,
     a caller's task switching it); the mode has a line of its own that follows every change."""
