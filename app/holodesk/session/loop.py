@@ -46,6 +46,7 @@ from holodesk.policy.base import (
 from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalResponse, Decision
 from holodesk.session.episode import RESULT_UNKNOWN, EpisodeRecorder
 from holodesk.session.judge import Judgement, Probes, StepJudge
+from holodesk.session.memory import release_free_memory
 from holodesk.session.settle import screen_changed
 from holodesk.session.state import (
     FAILSAFE_STOP_REASON,
@@ -307,6 +308,7 @@ class Session:
                 with self._cause_lock:  # the next run starts unstopped
                     self._stop.clear()
                     self._stop_cause = None
+                release_free_memory()  # the run's frames are freed: its arenas' free pages go back (memory.py)
 
     def _run_locked(self, task: str) -> EpisodeResult:
         """The run: one :meth:`_step` after another until a :class:`_Stop` (or an error) ends it."""
