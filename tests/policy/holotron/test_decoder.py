@@ -782,6 +782,23 @@ def test_gpu_resume_with_graphs_equals_cold() -> None:
     assert report.reused == 40 and rel(logits, cold) < 1e-4
 
 
+def _like_eager(fast: StaticDecoder, eager: StaticDecoder, got: torch.Tensor, want: torch.Tensor, session: int) -> None:
+    """After a :func:`_session` of ``LAZY_RUNS`` on a 90-token prompt by each: ``got`` (``fast``'s logits) gives
+    ``want``'s greedy tokens within 1e-3, and ``fast``'s state (length, ``pos``, SSM, conv, keys, values) is the
+    ``eager`` decoder's within 1e-3."""
+    assert got.argmax(-1).tolist() == want.argmax(-1).tolist(), session  # the same greedy tokens
+    assert rel(got, want) < 1e-3, (session, rel(got, want))
+    assert fast.state.length == eager.state.length == 90 + len(LAZY_RUNS) + sum(LAZY_RUNS)
+    assert int(fast.state.pos) == fast.state.length
+    for i in fast.state.ssm:
+        assert rel(fast.state.ssm[i], eager.state.ssm[i]) < 1e-3, (session, i)
+        assert rel(fast.state.conv[i], eager.state.conv[i]) < 1e-3, (session, i)
+    end = fast.state.length
+    for i in ATTENTION_BLOCKS:
+        assert rel(fast.state.k[i][:, :, :end], eager.state.k[i][:, :, :end]) < 1e-3, (session, i)
+        assert rel(fast.state.v[i][:, :, :end], eager.state.v[i][:, :, :end]) < 1e-3, (session, i)
+
+
 @cuda
 def test_gpu_graphs_recorded_ahead_replay_like_eager() -> None:
     """In float32 with compiled blocks and graphs, after capture() every pending graph (``LAZY_NEW`` and the
@@ -819,15 +836,7 @@ def test_gpu_graphs_recorded_ahead_replay_like_eager() -> None:
     want_tokens, want = _session(eager, lm, ids, LAZY_RUNS)
     for session in range(2):
         _tokens, got = _session(fast, lm, ids, LAZY_RUNS, chosen=want_tokens)
-        assert got.argmax(-1).tolist() == want.argmax(-1).tolist(), session
-        assert rel(got, want) < 1e-3, (session, rel(got, want))
-        for i in fast.state.ssm:
-            assert rel(fast.state.ssm[i], eager.state.ssm[i]) < 1e-3, (session, i)
-            assert rel(fast.state.conv[i], eager.state.conv[i]) < 1e-3, (session, i)
-        for i in ATTENTION_BLOCKS:
-            end = fast.state.length
-            assert rel(fast.state.k[i][:, :, :end], eager.state.k[i][:, :, :end]) < 1e-3, (session, i)
-            assert rel(fast.state.v[i][:, :, :end], eager.state.v[i][:, :, :end]) < 1e-3, (session, i)
+        _like_eager(fast, eager, got, want, session)
         fast.state.reset()
     assert fast.lazy_captures == [] and fast.notes == [], (fast.lazy_captures, fast.notes)
 
@@ -866,17 +875,7 @@ def test_gpu_shapes_first_used_in_a_session_are_recorded_and_replayed_like_eager
         if session == 1:
             fast.graphs = {k: CountingGraph(g) for k, g in fast.graphs.items()}  # type: ignore[misc]
         _tokens, got = _session(fast, lm, ids, LAZY_RUNS, chosen=want_tokens)
-        assert got.argmax(-1).tolist() == want.argmax(-1).tolist(), session  # the same greedy tokens
-        assert rel(got, want) < 1e-3, (session, rel(got, want))
-        assert fast.state.length == eager.state.length == 90 + len(LAZY_RUNS) + sum(LAZY_RUNS)
-        assert int(fast.state.pos) == fast.state.length
-        for i in fast.state.ssm:
-            assert rel(fast.state.ssm[i], eager.state.ssm[i]) < 1e-3, (session, i)
-            assert rel(fast.state.conv[i], eager.state.conv[i]) < 1e-3, (session, i)
-        for i in ATTENTION_BLOCKS:
-            end = fast.state.length
-            assert rel(fast.state.k[i][:, :, :end], eager.state.k[i][:, :, :end]) < 1e-3, (session, i)
-            assert rel(fast.state.v[i][:, :, :end], eager.state.v[i][:, :, :end]) < 1e-3, (session, i)
+        _like_eager(fast, eager, got, want, session)
         assert set(fast.graphs) == at_load | LAZY_NEW, sorted(fast.graphs)
         assert [key for key, _s in fast.lazy_captures] and {key for key, _s in fast.lazy_captures} == LAZY_NEW
         assert len(fast.lazy_captures) == len(LAZY_NEW) and fast.notes == [], (session, fast.notes)
