@@ -9,7 +9,7 @@ window's status line) follow the session state: idle, thinking, awaiting approva
 from __future__ import annotations
 
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QIcon, QPixmap
+from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QIcon
 from PySide6.QtWidgets import (
     QGridLayout,
     QLabel,
@@ -234,9 +234,6 @@ class FallbackWindow(QWidget):
         margins = layout.contentsMargins()
         self.help_label.setMinimumHeight(self.help_label.heightForWidth(380 - margins.left() - margins.right()))
         self.status = Status.IDLE
-        # One pixmap per status and scale, made once: a new pixmap at every status change (several a task) would
-        # add an entry to Qt's pixmap cache each time (its key is the pixmap's), about 4 KiB a change.
-        self._pixmaps: dict[tuple[Status, float], QPixmap] = {}
         self.set_status(Status.IDLE)
         actions.changed.connect(self._show_mode)
         self._show_mode()
@@ -244,11 +241,7 @@ class FallbackWindow(QWidget):
     def set_status(self, status: Status, detail: str = "") -> None:
         """Show ``status`` (icon and words) and ``detail`` (what it is doing, or why)."""
         self.status = status
-        dpr = self.devicePixelRatioF()
-        pixmap = self._pixmaps.get((status, dpr))
-        if pixmap is None:
-            pixmap = self._pixmaps[(status, dpr)] = status_pixmap(status, 32, dpr)
-        self.status_icon.setPixmap(pixmap)
+        self.status_icon.setPixmap(status_pixmap(status, 32, self.devicePixelRatioF()))
         self.setWindowIcon(status_icon(status))
         self.status_label.setText(STATUS_TEXT[status])
         self.detail_label.setText(detail)
