@@ -126,3 +126,56 @@ def test_a_terminal_is_known_by_its_process_whatever_its_class(xvfb: Any, tmp_pa
     with TargetWindow.start(tmp_path, x=300, y=200) as win:
         info = window_at(*win.center("Cancel"))
         assert info is not None and info.app and TERMINAL_MARK not in info.app
+
+
+# -- a window that goes away while the windows are read (tests/helpers/vanishing.py) ----------------------------
+def test_a_window_that_goes_away_during_the_read_leaves_the_window_at_the_point_known(
+        xvfb: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another program's window goes away between the request that lists the windows and the one that reads it:
+    over the target's button, and elsewhere on the screen. The window at the point is what is there now: the
+    target, not "unknown" (which made the autopilot ask, and its last look refuse a click on an unchanged window)."""
+    from tests.helpers.vanishing import vanishing_windows
+
+    with TargetWindow.start(tmp_path, x=300, y=200) as win:
+        x, y = win.center("Cancel")
+        with vanishing_windows(monkeypatch, (x - 20, y - 20, 40, 40)) as over:
+            info = window_at(x, y)
+            assert over.vanished == 1
+        assert info is not None and info.title == "Holodesk test target"
+        assert info.rect == tuple(win.rects["window"])
+        with vanishing_windows(monkeypatch, (1500, 900, 60, 60)) as elsewhere:
+            info = window_at(x, y)
+            assert elsewhere.vanished == 1
+        assert info is not None and info.title == "Holodesk test target"
+
+
+def _focus(window_id: int) -> None:
+    from Xlib import X, display
+
+    d = display.Display()
+    try:
+        d.create_resource_object("window", window_id).set_input_focus(X.RevertToParent, X.CurrentTime)
+        d.sync()
+    finally:
+        d.close()
+
+
+def test_a_focused_window_that_goes_away_during_the_read_gives_the_focus_it_reverted_to(
+        xvfb: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The focused window (a child of the target's window, focused with RevertToParent) is destroyed while its
+    class is read: the focus is read again and is the target's window, where X put it back, not "unknown" (which
+    makes the risk rules ask for every key)."""
+    from holodesk.control.window import focused_window_class
+    from tests.helpers.vanishing import vanishing_windows
+
+    with TargetWindow.start(tmp_path, x=300, y=200) as win:
+        target = window_at(*win.center("Cancel"))
+        assert target is not None and target.window_id is not None
+        _focus(target.window_id)
+        on_target = focused_window_class()
+        assert on_target is not None
+        with vanishing_windows(monkeypatch, (0, 0, 10, 10), again=False) as child:
+            _focus(child.add(parent=target.window_id))
+            focused = focused_window_class()
+            assert child.vanished == 1
+        assert focused == on_target

@@ -21,14 +21,33 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+READS_WHILE_WINDOWS_VANISH = 3
+"""How many times :func:`_read_display` reads when a window is destroyed during the read (X's BadWindow or
+BadDrawable): reading the windows takes several requests (the stacking order, then each window's attributes,
+geometry, class), and a window that goes away between two of them (an approval overlay whose frame openbox
+destroys when it unmanages it, a closing tooltip or notification) made the whole read fail, so the target
+window or the focus was "unknown": the autopilot asked for a harmless click, and the executor's last look
+refused one on an unchanged window (seen in the X11 soak, under load). Read again, the windows are as they
+are now."""
+
+
+def _vanished_errors() -> tuple[type[Exception], ...]:
+    """The X errors of a window (or drawable) that no longer exists: BadWindow, BadDrawable."""
+    from Xlib import error  # lazy: python-xlib (Linux only)
+
+    return (error.BadWindow, error.BadDrawable)
+
+
 def _read_display(read: Callable[[Any], T], default: T, doing: str, missing: str = "") -> T:
-    """``read(d)`` on a new connection ``d`` to the X display (``Xlib.display.Display``), closed afterwards.
+    """``read(d)`` on a new connection ``d`` to the X display (``Xlib.display.Display``), closed afterwards;
+    read again (at most :data:`READS_WHILE_WINDOWS_VANISH` reads in all) when a window was destroyed during
+    the read.
 
     Returns:
         What ``read`` returns; ``default`` where there is no X display (not Linux, DISPLAY unset), where
         python-xlib is missing (logged as "python-xlib is missing; <missing>" when ``missing`` is given), or
-        where the connection or ``read`` raises (logged as "could not <doing>: <error>": Xlib raises several
-        unrelated types on a bad display or a window that went away).
+        where the connection or the last ``read`` raises (logged as "could not <doing>: <error>": Xlib raises
+        several unrelated types on a bad display or a window that went away).
     """
     if not sys.platform.startswith("linux") or not os.environ.get("DISPLAY"):
         return default
@@ -40,13 +59,24 @@ def _read_display(read: Callable[[Any], T], default: T, doing: str, missing: str
         return default
     try:
         d = display.Display()
-        try:
-            return read(d)
-        finally:
-            d.close()
     except Exception as exc:
         log.warning("could not %s: %s", doing, exc)
         return default
+    try:
+        for _ in range(READS_WHILE_WINDOWS_VANISH - 1):
+            try:
+                return read(d)
+            except _vanished_errors() as exc:
+                log.debug("a window went away while Holodesk tried to %s (%s); reading again", doing, exc)
+        return read(d)
+    except Exception as exc:
+        log.warning("could not %s: %s", doing, exc)
+        return default
+    finally:
+        try:
+            d.close()
+        except Exception as exc:  # a connection the server broke: nothing left to release
+            log.debug("closing the X connection failed: %s", exc)
 
 
 def focused_window_class() -> str | None:
@@ -198,13 +228,17 @@ def _text_property(d: Any, win: Any, name: str) -> str:
 
 
 def _client_of(win: Any, depth: int = 3) -> Any:
-    """``win`` or the first descendant carrying WM_CLASS (the application's window inside a WM frame)."""
+    """``win`` or the first descendant carrying WM_CLASS (the application's window inside a WM frame); a
+    descendant destroyed while it is read is passed over (it is no longer there)."""
     if win.get_wm_class():
         return win
     if depth <= 0:
         return None
     for child in reversed(win.query_tree().children):
-        found = _client_of(child, depth - 1)
+        try:
+            found = _client_of(child, depth - 1)
+        except _vanished_errors():
+            continue
         if found is not None:
             return found
     return None
@@ -270,16 +304,21 @@ def _frame_of(win: Any, root: Any) -> Any:
 
 def _window_at(root: Any, x: int, y: int) -> tuple[Any, Any] | None:
     """``(frame, client)`` of the topmost viewable root child that contains root point ``(x, y)`` and holds
-    an application window (WM_CLASS), None when there is none (the bare root window)."""
+    an application window (WM_CLASS), None when there is none (the bare root window). A root child destroyed
+    after the stacking order was read is passed over: it is not on the screen any more, whatever it was
+    (another program's closing window does not make the window at the point unknown)."""
     from Xlib import X  # lazy: python-xlib (Linux only)
 
     for top in reversed(root.query_tree().children):
-        if top.get_attributes().map_state != X.IsViewable:
+        try:
+            if top.get_attributes().map_state != X.IsViewable:
+                continue
+            geo = top.get_geometry()
+            if not (geo.x <= x < geo.x + geo.width and geo.y <= y < geo.y + geo.height):
+                continue
+            client = _client_of(top)
+        except _vanished_errors():
             continue
-        geo = top.get_geometry()
-        if not (geo.x <= x < geo.x + geo.width and geo.y <= y < geo.y + geo.height):
-            continue
-        client = _client_of(top)
         if client is not None:
             return top, client
     return None
