@@ -29,6 +29,9 @@ pytestmark = [pytest.mark.soak, pytest.mark.gui, pytest.mark.e2e]
 W, H = 1280, 800
 TYPED = "ab1"
 """What each task types into the form's name field: Latin letters and a digit, as on a US layout."""
+TASK_WALL_S = 120
+"""Each task's wall-time cap (seconds): a task takes about 4 s here, and a task that waits for an approval ends
+failed at the cap (the MCP tool call's own timeout is the cap plus 60 s; the test's client waits 240 s)."""
 
 
 def clipboard(desk: Desktop) -> str:
@@ -54,7 +57,11 @@ def test_one_process_runs_25_tasks_with_the_user_active_in_between(host: str, ma
     count, name = form.center("Count"), form.center("name")
     steps = script(tmp_path / "steps.jsonl", [Click(screen_point(W, H, *count)), Click(screen_point(W, H, *name)),
                                                 Key(("end",)), Type(TYPED), Done("counted and typed")])
-    env = holodesk_env(desk.env(), tmp_path, mcp_allowed_modes="step,auto", autopilot_countdown_s="0.2")
+    # A step the autopilot should approve but asks instead waits for a user who is not there: the wall-time cap
+    # (TASK_WALL_S) ends that task with the product's own answer (its step reports), before the MCP client's
+    # 240 s read timeout would end the test with none.
+    env = holodesk_env(desk.env(), tmp_path, mcp_allowed_modes="step,auto", autopilot_countdown_s="0.2",
+                       max_wall_s=str(TASK_WALL_S))
     with contextlib.ExitStack() as stack:
         app_pid = None
         if host != "mcp":  # the desktop app runs the tasks the MCP server hands it
