@@ -179,3 +179,32 @@ def test_a_focused_window_that_goes_away_during_the_read_gives_the_focus_it_reve
             focused = focused_window_class()
             assert child.vanished == 1
         assert focused == on_target
+
+
+def test_with_the_focus_on_the_pointer_root_keys_go_to_the_window_under_the_pointer(xvfb: Any, tmp_path: Path) -> None:
+    """X's PointerRoot focus (a bare X server's, and some window managers') sends keys to the window under the
+    pointer: the focus read names that window, as window_at() without a point does, and nothing over the bare
+    root."""
+    import subprocess
+
+    from Xlib import X, display
+
+    from holodesk.control.window import focused_window_class
+
+    with TargetWindow.start(tmp_path, x=300, y=200) as win:
+        target = window_at(*win.center("Cancel"))
+        assert target is not None and target.app
+        d = display.Display()
+        try:
+            d.set_input_focus(X.PointerRoot, X.RevertToPointerRoot, X.CurrentTime)
+            d.sync()
+            assert d.get_input_focus().focus == X.PointerRoot
+        finally:
+            d.close()
+        subprocess.run(["xdotool", "mousemove", *map(str, win.center("Cancel"))], check=True, timeout=10)
+        focused = focused_window_class()
+        assert focused is not None and focused.split()[-1] == target.app
+        keys_to = window_at()
+        assert keys_to is not None and keys_to.window_id == target.window_id
+        subprocess.run(["xdotool", "mousemove", "5", "5"], check=True, timeout=10)
+        assert focused_window_class() is None and window_at() is None

@@ -80,30 +80,24 @@ def _read_display(read: Callable[[Any], T], default: T, doing: str, missing: str
 
 
 def focused_window_class() -> str | None:
-    """WM_CLASS (instance and class, space-separated) of the focused X11 window, e.g. ``"xterm XTerm"``.
+    """WM_CLASS (instance and class, space-separated) of the X11 window keys go to now, e.g. ``"xterm XTerm"``
+    (:func:`_key_window`: the focused one; with X's PointerRoot focus, the one under the pointer), with
+    :data:`TERMINAL_MARK` when its process is a terminal's.
 
-    Returns None where it cannot be known (no X display, not Linux, no focused window); the approval
-    policy then treats keyboard actions by their content alone.
+    Returns None where it cannot be known (no X display, not Linux, no focused window, the bare root under
+    the pointer); the approval policy then treats keyboard actions by their content alone.
     """
     return _read_display(_focused_class, None, "read the focused window",
                          missing="the focused window cannot be identified")
 
 
 def _focused_class(d: Any) -> str | None:
-    from Xlib import X  # lazy: python-xlib (Linux only)
-
-    win = d.get_input_focus().focus
-    for _ in range(8):  # walk up to the client window that carries WM_CLASS
-        if win in (None, X.NONE, X.PointerRoot) or isinstance(win, int):
-            return None
-        cls = win.get_wm_class()
-        if cls:
-            return " ".join(cls).strip() + terminal_mark(d, win)
-        tree = win.query_tree()
-        if tree.parent in (None, X.NONE) or tree.parent == tree.root:
-            return None
-        win = tree.parent
-    return None
+    found = _key_window(d, d.screen().root)
+    if found is None:
+        return None
+    client = found[1]
+    cls = client.get_wm_class()
+    return " ".join(cls).strip() + terminal_mark(d, client) if cls else None
 
 
 TERMINAL_MARK = " [terminal]"
