@@ -430,3 +430,32 @@ def test_a_window_manager_that_is_gone_is_not_waited_for(xvfb: XvfbServer) -> No
         root.delete_property(atom)
         d.sync()
         d.close()
+
+
+def test_a_focused_window_that_goes_away_is_not_taken_for_a_window_that_cannot_be_pinged(
+        xvfb: XvfbServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The typer's sync pings the focused window's top-level (_NET_WM_PING). The focused window, a child of a
+    top-level that answers pings, is destroyed while it is read: the focus is read again (X gave it to the
+    top-level), and the top-level is pinged, not replaced by fixed delays for the rest of the text."""
+    from Xlib import X, Xatom, display
+
+    from holodesk.control.typing import ClientSync
+    from tests.helpers.vanishing import vanishing_windows
+
+    d = display.Display()
+    top = d.screen().root.create_window(200, 200, 300, 200, 0, X.CopyFromParent, override_redirect=1)
+    top.change_property(d.intern_atom("WM_PROTOCOLS"), Xatom.ATOM, 32, [d.intern_atom("_NET_WM_PING")])
+    top.map()
+    d.sync()
+    try:
+        with vanishing_windows(monkeypatch, (0, 0, 10, 10), again=False) as child:
+            focused = child.display.create_resource_object("window", child.add(parent=top.id))
+            focused.set_input_focus(X.RevertToParent, X.CurrentTime)
+            child.display.sync()
+            sync = ClientSync(d, 2.0)
+            assert child.vanished == 1
+        sync.close()
+        assert sync.client is not None and sync.client.id == top.id
+    finally:
+        top.destroy()
+        d.close()

@@ -11,7 +11,7 @@ finds that window destroyed by its owner, another X client, just before.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -32,12 +32,16 @@ class VanishingWindows:
             moves, frames or focuses it).
         again: map a new window on top each time one vanishes, so that every later read of the stacking
             order meets one too (False: only :meth:`add`'s windows vanish).
+        requests: the ``Window`` requests whose first use on a vanishing window finds it gone (default
+            :data:`READS`; e.g. ``("set_input_focus",)`` for a window destroyed after it was read, just before
+            a request that acts on it).
 
     Attributes:
         vanished: how many windows went away under a read.
     """
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, rect: tuple[int, int, int, int], again: bool = True) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, rect: tuple[int, int, int, int], again: bool = True,
+                 requests: Sequence[str] = READS) -> None:
         from Xlib import display
         from Xlib.xobject import drawable
 
@@ -47,7 +51,7 @@ class VanishingWindows:
         self.vanished = 0
         self._ids: set[int] = set()
         self._lock = threading.Lock()
-        for name in READS:
+        for name in requests:
             monkeypatch.setattr(drawable.Window, name, self._vanishing(getattr(drawable.Window, name)))
 
     def add(self, parent: int | None = None, rect: tuple[int, int, int, int] | None = None) -> int:
@@ -98,10 +102,10 @@ class VanishingWindows:
 
 
 @contextmanager
-def vanishing_windows(monkeypatch: pytest.MonkeyPatch, rect: tuple[int, int, int, int], again: bool = True
-                      ) -> Iterator[VanishingWindows]:
+def vanishing_windows(monkeypatch: pytest.MonkeyPatch, rect: tuple[int, int, int, int], again: bool = True,
+                      requests: Sequence[str] = READS) -> Iterator[VanishingWindows]:
     """:class:`VanishingWindows` for the block (one window mapped at ``rect`` at the start when ``again``)."""
-    windows = VanishingWindows(monkeypatch, rect, again)
+    windows = VanishingWindows(monkeypatch, rect, again, requests)
     try:
         if again:
             windows.add()

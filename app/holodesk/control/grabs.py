@@ -27,6 +27,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from holodesk.control.window import read_while_windows_vanish, vanished_errors
+
 log = logging.getLogger(__name__)
 
 _ANSWERS = {1: "another program holds the {what} grab (all {what} input goes to it, whatever the card names)",
@@ -209,6 +211,14 @@ class GrabWatcher:
     def owner(self, device: str) -> int | None:
         """The resource-id base of the client that holds the ``device`` grab ("keyboard" or "pointer") by
         what was watched, or None when it is not known (module docstring)."""
+        try:
+            return self._owner(device)
+        except Exception:  # the window is gone (its grab ended with it), the display went away
+            return None
+
+    def _owner(self, device: str) -> int | None:
+        """:meth:`owner`, raising the X error (:func:`~holodesk.control.window.vanished_errors`) when the grab
+        window was destroyed; the grab watched on it is then forgotten (the X server ended it with the window)."""
         from Xlib import X  # lazy: python-xlib (Linux only)
 
         with self._lock:
@@ -219,8 +229,11 @@ class GrabWatcher:
         try:
             viewable = self._control.create_resource_object("window", window).get_attributes().map_state \
                 == X.IsViewable
-        except Exception:  # the window is gone
-            return None
+        except vanished_errors():
+            with self._lock:
+                if self._owners.get(device) == found:
+                    del self._owners[device]
+            raise
         return client if viewable else None
 
     def client_of(self, window: int) -> int:
@@ -233,19 +246,25 @@ class GrabWatcher:
         ``windows`` (the client windows under the action's points; None where none is known) is that
         program's own (its open menu) and is not a reason; :attr:`own_grab` then says True until the next
         call."""
-        from Xlib import X  # lazy: python-xlib (Linux only)
-
         self.own_grab = False
         try:
-            grabbed = _grabbed(self._control)
-            if not grabbed:
-                return None
-            focus = self._control.get_input_focus().focus
+            return read_while_windows_vanish(lambda: self._problem(windows), "tell who holds an input grab")
         except Exception as exc:  # python-xlib raises several unrelated types for a display that went away
             return f"the X server cannot be asked whether another program holds an input grab: {exc}"
+
+    def _problem(self, windows: Sequence[int | None]) -> str | None:
+        """One read of :meth:`__call__`. A grab whose watched window was destroyed since the grabs were tried
+        raises its X error (:meth:`_owner`): that grab ended with its window, so the grabs are tried again
+        (:func:`~holodesk.control.window.read_while_windows_vanish`) rather than reported as another program's."""
+        from Xlib import X  # lazy: python-xlib (Linux only)
+
+        grabbed = _grabbed(self._control)
+        if not grabbed:
+            return None
+        focus = self._control.get_input_focus().focus
         focus_id = None if focus in (None, X.NONE, X.PointerRoot) or isinstance(focus, int) else int(focus.id)
         for device, reason in grabbed:
-            owner = self.owner(device)
+            owner = self._owner(device)
             targets = [focus_id, *windows]
             if owner is None or any(w is None or self.client_of(w) != owner for w in targets):
                 return reason if owner is None else f"{reason} (not the program the step acts in)"

@@ -70,6 +70,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from holodesk.control.window import read_while_windows_vanish
 from holodesk.errors import ActionError, DisplayError
 
 log = logging.getLogger(__name__)
@@ -576,17 +577,23 @@ class ClientSync:
                                    else "fixed_delay" if self._wm_present else "none")}
 
     def _ping_window(self) -> Any:
-        """The focused window or its nearest ancestor that lists ``_NET_WM_PING``; None if none does."""
+        """The focused window or its nearest ancestor that lists ``_NET_WM_PING``; None if none does. A focused
+        window destroyed while it is read is passed over: the focus is read again (X has moved it on, to the
+        window's parent for a ``RevertToParent`` focus), not taken for a window that cannot be pinged."""
         try:
-            window = self.conn.get_input_focus().focus
-            root_id = self._root.id
-            while window and not isinstance(window, int) and window.id != root_id:
-                protocols = window.get_full_property(self._protocols_atom, 0)  # ATOM list or None
-                if protocols is not None and self._ping_atom in list(protocols.value):
-                    return window
-                window = window.query_tree().parent
-        except Exception as exc:  # a window destroyed under us raises BadWindow
+            return read_while_windows_vanish(self._read_ping_window, "find the focused window to ping")
+        except Exception as exc:  # windows destroyed under every read (BadWindow), a connection error
             log.debug("no window to ping: %s", exc)
+        return None
+
+    def _read_ping_window(self) -> Any:
+        window = self.conn.get_input_focus().focus
+        root_id = self._root.id
+        while window and not isinstance(window, int) and window.id != root_id:
+            protocols = window.get_full_property(self._protocols_atom, 0)  # ATOM list or None
+            if protocols is not None and self._ping_atom in list(protocols.value):
+                return window
+            window = window.query_tree().parent
         return None
 
     def wait(self, fallback_s: float) -> None:

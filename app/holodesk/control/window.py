@@ -22,26 +22,42 @@ T = TypeVar("T")
 
 
 READS_WHILE_WINDOWS_VANISH = 3
-"""How many times :func:`_read_display` reads when a window is destroyed during the read (X's BadWindow or
-BadDrawable): reading the windows takes several requests (the stacking order, then each window's attributes,
-geometry, class), and a window that goes away between two of them (an approval overlay whose frame openbox
-destroys when it unmanages it, a closing tooltip or notification) made the whole read fail, so the target
-window or the focus was "unknown": the autopilot asked for a harmless click, and the executor's last look
-refused one on an unchanged window (seen in the X11 soak, under load). Read again, the windows are as they
-are now."""
+"""How many times :func:`read_while_windows_vanish` (and so :func:`_read_display`) reads when a window is
+destroyed during the read (X's BadWindow or BadDrawable): reading the windows takes several requests (the
+stacking order, then each window's attributes, geometry, class), and a window that goes away between two of
+them (an approval overlay whose frame openbox destroys when it unmanages it, a closing tooltip or
+notification) made the whole read fail, so the target window or the focus was "unknown": the autopilot asked
+for a harmless click, and the executor's last look refused one on an unchanged window (seen in the X11 soak,
+under load). Read again, the windows are as they are now."""
 
 
-def _vanished_errors() -> tuple[type[Exception], ...]:
+def vanished_errors() -> tuple[type[Exception], ...]:
     """The X errors of a window (or drawable) that no longer exists: BadWindow, BadDrawable."""
     from Xlib import error  # lazy: python-xlib (Linux only)
 
     return (error.BadWindow, error.BadDrawable)
 
 
+def read_while_windows_vanish(read: Callable[[], T], doing: str) -> T:
+    """``read()``, made again (at most :data:`READS_WHILE_WINDOWS_VANISH` reads in all) while it meets a window
+    destroyed during it (:func:`vanished_errors`): the windows are then read as they are now. The last read's
+    error, and any other error at once, goes to the caller.
+
+    Args:
+        read: reads the windows on an open X connection (python-xlib raises the vanished window's error).
+        doing: what the read is for, for the log ("read the focused window").
+    """
+    for _ in range(READS_WHILE_WINDOWS_VANISH - 1):
+        try:
+            return read()
+        except vanished_errors() as exc:
+            log.debug("a window went away while Holodesk tried to %s (%s); reading again", doing, exc)
+    return read()
+
+
 def _read_display(read: Callable[[Any], T], default: T, doing: str, missing: str = "") -> T:
     """``read(d)`` on a new connection ``d`` to the X display (``Xlib.display.Display``), closed afterwards;
-    read again (at most :data:`READS_WHILE_WINDOWS_VANISH` reads in all) when a window was destroyed during
-    the read.
+    read again when a window was destroyed during the read (:func:`read_while_windows_vanish`).
 
     Returns:
         What ``read`` returns; ``default`` where there is no X display (not Linux, DISPLAY unset), where
@@ -63,12 +79,7 @@ def _read_display(read: Callable[[Any], T], default: T, doing: str, missing: str
         log.warning("could not %s: %s", doing, exc)
         return default
     try:
-        for _ in range(READS_WHILE_WINDOWS_VANISH - 1):
-            try:
-                return read(d)
-            except _vanished_errors() as exc:
-                log.debug("a window went away while Holodesk tried to %s (%s); reading again", doing, exc)
-        return read(d)
+        return read_while_windows_vanish(lambda: read(d), doing)
     except Exception as exc:
         log.warning("could not %s: %s", doing, exc)
         return default
@@ -231,7 +242,7 @@ def _client_of(win: Any, depth: int = 3) -> Any:
     for child in reversed(win.query_tree().children):
         try:
             found = _client_of(child, depth - 1)
-        except _vanished_errors():
+        except vanished_errors():
             continue
         if found is not None:
             return found
@@ -311,7 +322,7 @@ def _window_at(root: Any, x: int, y: int) -> tuple[Any, Any] | None:
             if not (geo.x <= x < geo.x + geo.width and geo.y <= y < geo.y + geo.height):
                 continue
             client = _client_of(top)
-        except _vanished_errors():
+        except vanished_errors():
             continue
         if client is not None:
             return top, client

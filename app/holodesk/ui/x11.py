@@ -98,18 +98,24 @@ def input_focus() -> int | None:
 
 
 def set_input_focus(window_id: int) -> bool:
-    """Give keyboard focus to X window ``window_id``; False when that is not possible."""
+    """Give keyboard focus to X window ``window_id``; False when that is not possible (also when the window was
+    destroyed or unmapped after it was found viewable: the X server then refuses the focus)."""
     with _display() as d:
         if d is None:
             return False
         try:
-            from Xlib import X  # lazy: python-xlib exists only with X11
+            from Xlib import X, error  # lazy: python-xlib exists only with X11
 
             win = d.create_resource_object("window", int(window_id))
             if win.get_attributes().map_state != 2:
                 return False
-            win.set_input_focus(X.RevertToParent, X.CurrentTime)
+            # SetInputFocus has no reply: without a handler of its own, python-xlib writes its error to stderr
+            refused = error.CatchError()  # BadWindow (destroyed since), BadMatch (unmapped since)
+            win.set_input_focus(X.RevertToParent, X.CurrentTime, onerror=refused)
             d.sync()
+            if refused.get_error() is not None:
+                log.debug("cannot give focus back to %#x: %s", window_id, refused.get_error())
+                return False
             return True
         except Exception as exc:
             log.debug("cannot give focus back to %#x: %s", window_id, exc)
