@@ -26,9 +26,9 @@ READS_WHILE_WINDOWS_VANISH = 3
 destroyed during the read (X's BadWindow or BadDrawable): reading the windows takes several requests (the
 stacking order, then each window's attributes, geometry, class), and a window that goes away between two of
 them (an approval overlay whose frame openbox destroys when it unmanages it, a closing tooltip or
-notification) made the whole read fail, so the target window or the focus was "unknown": the autopilot asked
-for a harmless click, and the executor's last look refused one on an unchanged window (seen in the X11 soak,
-under load). Read again, the windows are as they are now."""
+notification) would make the whole read fail, so the target window or the focus would be "unknown": the
+autopilot would ask for a harmless click, and the executor's last look would refuse one on an unchanged window.
+Read again, the windows are as they are now."""
 
 
 def vanished_errors() -> tuple[type[Exception], ...]:
