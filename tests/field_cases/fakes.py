@@ -136,6 +136,23 @@ class FakeFocusProbe:
         return self.wm_class
 
 
+class ActionsPolicy:
+    """Fake policy: proposes ``actions`` in order, one a step, each with ``thought`` (for actions that the
+    holo-v1 scripts :class:`ScriptedPolicy` reads cannot carry, e.g. an ``element``, or with real points)."""
+
+    name = "actions (fake)"
+
+    def __init__(self, actions: Sequence[Any], thought: str = "") -> None:
+        self.actions = list(actions)
+        self.thought = thought
+
+    def propose(self, observation: Observation) -> Proposal:
+        return Proposal(self.actions.pop(0), thought=self.thought)
+
+    def close(self) -> None:
+        return None
+
+
 class SpyScriptedPolicy(ScriptedPolicy):
     """The real ScriptedPolicy, also recording each observation (task, frame, history) it was given."""
 

@@ -25,6 +25,7 @@ from holodesk.session.approval import ApprovalPolicy, ApprovalRequest, ApprovalR
 from holodesk.session.episode import list_episodes, load_episode
 from holodesk.session.loop import SCREEN_SETTLE_S, SETTLE_GRABS, Session
 from holodesk.session.state import SessionEvent, SessionLimits, State
+from tests.field_cases.fakes import ActionsPolicy
 
 
 def click(x: int, y: int, thought: str = "") -> dict[str, Any]:
@@ -288,24 +289,6 @@ def test_empty_task_is_refused() -> None:
         session.run("  ")
 
 
-class _ActionsPolicy:
-    """A fake policy proposing given actions in order (the holo-v1 scripts the ScriptedPolicy reads carry
-    no ``element``; the H contract's replies do)."""
-
-    name = "actions (fake)"
-
-    def __init__(self, actions: list[Any]) -> None:
-        self.actions = list(actions)
-
-    def propose(self, observation: Any) -> Any:
-        from holodesk.policy.base import Proposal
-
-        return Proposal(self.actions.pop(0), thought="next")
-
-    def close(self) -> None:
-        return None
-
-
 def test_the_request_and_the_record_name_the_window_and_the_field_typed_into(tmp_path: Path) -> None:
     from holodesk.core.actions import Done, Key
     from holodesk.core.wording import WindowInfo
@@ -320,7 +303,7 @@ def test_the_request_and_the_record_name_the_window_and_the_field_typed_into(tmp
     log: list[tuple[str, Any]] = []
     spy = Spy([A, A, A, A], log)
     actions = [Click(Point(500, 500), element="Your name"), Type("John Smith"), Key(("tab",)), Type("x"), Done()]
-    session = Session(_ActionsPolicy(actions), FakeCapture(frames(10)), LoggingExecutor(log),
+    session = Session(ActionsPolicy(actions, thought="next"), FakeCapture(frames(10)), LoggingExecutor(log),
                       ApprovalPolicy("step", spy), SessionLimits(), episodes_dir=tmp_path, window_probe=window_probe)
     assert session.run("fill the name").status is State.FINISHED
     heads = [r.description for r in spy.requests]

@@ -2,12 +2,9 @@
 that openbox stops managing, a tooltip, a notification): a harmless step is approved by the autopilot and performed,
 never asked nor refused because a window that is not the target vanished between two X requests.
 
-Seen in the X11 soak (tests/soak/test_lived_in_x11.py, app with a tray, under tracemalloc): the executor's last look
-before a click on the unchanged Tk form said "the window under the pointer changed since approval (was 'Holodesk Tk
-form', now 'unknown')" right after an X BadWindow, and a later step of the same task waited for an approval nobody
-gives. Here a real session (openbox, the Tk form, the real pyautogui executor and the real window and focus probes)
-runs the soak's task while every read of the X server's windows meets one that is destroyed just before its first
-request (tests/helpers/vanishing.py); the outcome is read from the form's own state.
+A real session (openbox, the Tk form, the real pyautogui executor and the real window and focus probes) runs the X11
+soak's task (count, then type into the name field) while every read of the X server's windows meets one that is
+destroyed just before its first request (tests/helpers/vanishing.py); the outcome is read from the form's own state.
 """
 
 from __future__ import annotations
@@ -21,31 +18,15 @@ from holodesk.control.pyautogui_executor import PyAutoGUIExecutor
 from holodesk.control.window import focused_window_class, window_at
 from holodesk.core.actions import Click, Done, Key, Type
 from holodesk.core.geometry import frame_pixel_to_point
-from holodesk.policy.base import Observation, Proposal
 from holodesk.session.approval import ApprovalPolicy
 from holodesk.session.episode import list_episodes, load_episode
 from holodesk.session.loop import Session
 from holodesk.session.state import SessionLimits, State
-from tests.field_cases.fakes import SpyApprover
+from tests.field_cases.fakes import ActionsPolicy, SpyApprover
 from tests.helpers.desktop import Desktop
 from tests.helpers.vanishing import vanishing_windows
 
 pytestmark = pytest.mark.gui
-
-
-class StepsPolicy:
-    """Fake policy: proposes ``actions`` one per step (the soak's task: count, then type into the name field)."""
-
-    name = "steps"
-
-    def __init__(self, actions: list[object]) -> None:
-        self.proposals = [Proposal(action) for action in actions]  # type: ignore[arg-type]
-
-    def propose(self, observation: Observation) -> Proposal:
-        return self.proposals.pop(0)
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.mark.parametrize("desktop", ["openbox"], indirect=True)
@@ -59,7 +40,7 @@ def test_the_autopilot_performs_harmless_steps_while_other_windows_go_away(
         executor = PyAutoGUIExecutor()
         executor.move_pointer_out_of_corner()
         user = SpyApprover()  # nobody should be asked: every step is harmless
-        session = Session(StepsPolicy([Click(count), Click(name), Key(("end",)), Type("ab1"), Done("typed")]),
+        session = Session(ActionsPolicy([Click(count), Click(name), Key(("end",)), Type("ab1"), Done("typed")]),
                           capture, executor, ApprovalPolicy("auto", user), SessionLimits(), episodes_dir=tmp_path,
                           focus_probe=focused_window_class, window_probe=window_at)
         fx, fy, fw, _ = form.geometry()
